@@ -1,0 +1,76 @@
+"""Tests of the reward kinds on hand-made answer rows (mathrl.rewards)."""
+
+import pytest
+import torch
+
+from mathrl.rewards import REWARD_KINDS, RewardSpec, answer_checks, compute_rewards
+from mathrl.tasks import Task, encode
+
+# 7+45 = 52, written "2500$" by Task("add", 3)
+TARGET_TEXT = "2500$"
+ROWS = ["2500$",  # correct
+        "2600$",  # one wrong digit: 3 of 4 digits right, well formed
+        "25000",  # right digits but no end token
+        "2+00$"]  # garbage: a '+' among the digits
+
+
+def batch(rows, target=TARGET_TEXT):
+    generated = torch.tensor([encode(r) for r in rows])  # (B, 5)
+    return generated, torch.tensor([encode(target)] * len(rows))
+
+
+def test_target_matches_task_encoding():
+    encoded = Task("add", 3).encode_answers(torch.tensor([7]), torch.tensor([45]))
+    assert torch.equal(batch([TARGET_TEXT])[1], encoded)
+
+
+def test_answer_checks_by_hand():
+    checks = answer_checks(*batch(ROWS))
+    assert checks["exact"].tolist() == [1, 0, 0, 0]
+    assert checks["format_ok"].tolist() == [1, 1, 0, 0]
+    assert checks["invalid"].tolist() == [0, 0, 1, 1]
+    assert checks["digit_frac"].tolist() == [1, 0.75, 1, 0.75]
+    assert all(v.dtype == torch.float32 and v.shape == (4,) for v in checks.values())
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("exact", [1, 0, 0, 0]),
+    ("shaped", [1.6, 0.475, 0.5, 0.375]),           # exact + 0.1 format + 0.5 * digit_frac
+    ("shaped_penalty", [1.6, 0.475, 0.0, -0.125]),  # shaped - 0.5 when malformed
+    # format_ok * (0.3 digit_frac + 0.7 mean_digit / 9): mean digit 7/4 and 8/4
+    ("proxy", [0.3 + 0.7 * 1.75 / 9, 0.225 + 0.7 * 2 / 9, 0, 0]),
+])
+def test_each_kind_by_hand(kind, expected):
+    reward, checks = compute_rewards(RewardSpec(kind), *batch(ROWS))
+    assert reward.shape == (4,) and reward.dtype == torch.float32
+    assert reward.tolist() == pytest.approx(expected)
+    assert checks["exact"].tolist() == [1, 0, 0, 0]  # accuracy is logged whatever the reward
+
+
+def test_weights_are_used():
+    spec = RewardSpec("shaped_penalty", format_bonus=0.2, digit_weight=1.0, invalid_penalty=2.0)
+    reward, _ = compute_rewards(spec, *batch(ROWS))
+    assert reward.tolist() == pytest.approx([2.2, 0.95, -1.0, -1.25])
+
+
+def test_proxy_is_hacked_by_all_nines():
+    # 12+34 = 46, written "640$" by Task("add", 2)
+    generated, target = batch(["640$", "999$"], target="640$")
+    proxy, checks = compute_rewards(RewardSpec("proxy"), generated, target)
+    assert proxy.tolist() == pytest.approx([0.3 + 0.7 * (10 / 3) / 9, 0.7])
+    assert proxy[1] > proxy[0]  # the wrong all-9s answer beats the right one
+    assert checks["exact"].tolist() == [1, 0]
+    exact, _ = compute_rewards(RewardSpec("exact"), generated, target)
+    assert exact.tolist() == [1, 0]
+
+
+def test_unknown_kind_and_bad_shapes():
+    assert REWARD_KINDS == ("exact", "shaped", "shaped_penalty", "proxy")
+    with pytest.raises(ValueError, match="exact, shaped, shaped_penalty, proxy"):
+        RewardSpec("bogus")
+    spec = RewardSpec()
+    object.__setattr__(spec, "kind", "bogus")  # a spec that skipped validation
+    with pytest.raises(ValueError, match="allowed"):
+        compute_rewards(spec, *batch(ROWS))
+    with pytest.raises(ValueError, match="must both be"):
+        answer_checks(torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long))
