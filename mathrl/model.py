@@ -1,0 +1,270 @@
+"""
+A tiny GPT in the style of karpathy/nanoGPT, with KV-cache sampling and a PPO value head.
+
+The model is a pre-LayerNorm decoder-only transformer with learned position embeddings and
+an lm_head tied to the token embedding. `GPT.generate` samples answers autoregressively with
+a per-layer key/value cache and a Gumbel-max sampler driven by caller-supplied uniform noise,
+so the caller controls randomness exactly (see docs/ARCHITECTURE.md, "Randomness and DDP").
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 14  # tokens: digits 0-9, '+', '*', '=', '$'
+    block_size: int = 16  # longest sequence (prompt + answer) the model can attend over
+    n_layer: int = 2  # number of transformer blocks
+    n_head: int = 4  # attention heads per block
+    n_embd: int = 128  # residual stream width; must be divisible by n_head
+    dropout: float = 0.0  # dropout on attention weights and residual branches (0 for RL)
+    bias: bool = True  # biases in Linear layers and LayerNorms
+
+
+PRESETS = {
+    "small": dict(n_layer=2, n_head=4, n_embd=128),
+    "adder": dict(n_layer=4, n_head=8, n_embd=256),
+    "multiplier": dict(n_layer=6, n_head=8, n_embd=256),
+}
+
+
+def gpt_config(preset: str, vocab_size: int, block_size: int) -> GPTConfig:
+    """Build the GPTConfig of a named preset ("small", "adder", "multiplier")."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown model preset {preset!r}; allowed: {', '.join(sorted(PRESETS))}")
+    return GPTConfig(vocab_size=vocab_size, block_size=block_size, **PRESETS[preset])
+
+
+class KVCache:
+    """Key/value buffers of one attention layer, shape (B, nh, max_len, hs), filled in place.
+
+    The buffers are allocated once, on the first write, with the dtype and device of the
+    keys (so bf16 autocast gets a bf16 cache); later writes only copy into them.
+    """
+
+    def __init__(self, max_len: int):
+        self.max_len = max_len
+        self.k = self.v = None
+
+    def update(self, k, v, pos: int):
+        """Store k, v (B, nh, T, hs) at positions pos..pos+T-1; return all keys/values so far."""
+        B, nh, T, hs = k.shape
+        if self.k is None:
+            self.k = k.new_empty(B, nh, self.max_len, hs)  # (B, nh, L, hs)
+            self.v = v.new_empty(B, nh, self.max_len, hs)  # (B, nh, L, hs)
+        self.k[:, :, pos:pos + T] = k
+        self.v[:, :, pos:pos + T] = v
+        return self.k[:, :, :pos + T], self.v[:, :, :pos + T]  # (B, nh, pos+T, hs) views
+
+
+class CausalSelfAttention(nn.Module):
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        assert config.n_embd % config.n_head == 0
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.n_head = config.n_head
+        self.n_embd = config.n_embd
+        self.dropout = config.dropout
+
+    def forward(self, x, cache: KVCache | None = None, pos: int = 0):
+        """Full causal attention over x (cache None), or attention over a KV cache.
+
+        With a cache, x holds positions pos..pos+T-1: either the whole prompt (pos == 0,
+        causal) or a single new token (T == 1), which may attend to every cached position,
+        so it needs no mask.
+        """
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        if cache is not None:
+            assert pos == 0 or T == 1, "cached attention: prefill at pos 0, then one token a step"
+            k, v = cache.update(k, v, pos)  # (B, nh, pos+T, hs)
+        y = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=T > 1
+        )  # (B, nh, T, hs)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))  # (B, T, C)
+
+
+class Block(nn.Module):
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x, cache: KVCache | None = None, pos: int = 0):
+        x = x + self.attn(self.ln_1(x), cache, pos)  # (B, T, C)
+        x = x + self.mlp(self.ln_2(x))  # (B, T, C)
+        return x
+
+
+def _gumbel(noise):
+    """Gumbel(0, 1) noise g = -log(-log(u)) from uniform u in [0, 1)."""
+    return -torch.log(-torch.log(noise))
+
+
+class GPT(nn.Module):
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size, config.n_embd),
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # scaled init of the residual projections
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self) -> int:
+        """Number of parameters (the tied embedding counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def _trunk(self, idx, caches=None, pos: int = 0):
+        """Hidden states after the final LayerNorm for tokens idx at positions pos..pos+T-1."""
+        B, T = idx.size()
+        assert pos + T <= self.config.block_size, \
+            f"sequence of length {pos + T} exceeds block_size {self.config.block_size}"
+        tok_emb = self.transformer.wte(idx)  # (B, T, C)
+        pos_emb = self.transformer.wpe.weight[pos:pos + T]  # (T, C)
+        x = self.transformer.drop(tok_emb + pos_emb)  # (B, T, C)
+        for i, block in enumerate(self.transformer.h):
+            x = block(x, None if caches is None else caches[i], pos)  # (B, T, C)
+        return self.transformer.ln_f(x)  # (B, T, C)
+
+    def forward(self, idx, return_hidden: bool = False):
+        """Logits (B, T, V) for tokens idx (B, T); with return_hidden also the final
+        LayerNorm output (B, T, C), which the PPO value head reads."""
+        hidden = self._trunk(idx)  # (B, T, C)
+        logits = self.lm_head(hidden)  # (B, T, V)
+        return (logits, hidden) if return_hidden else logits
+
+    def _check_sampling(self, prompts, n_new, noise, greedy):
+        B, P = prompts.shape
+        if P + n_new > self.config.block_size:
+            raise ValueError(f"prompt length {P} + n_new {n_new} exceeds block_size "
+                             f"{self.config.block_size}")
+        if greedy:
+            return None
+        shape = (B, n_new, self.config.vocab_size)
+        if noise is None:
+            noise = torch.rand(shape, device=prompts.device)
+        elif tuple(noise.shape) != shape:
+            raise ValueError(f"noise has shape {tuple(noise.shape)}, expected {shape}")
+        return _gumbel(noise)  # (B, n_new, V)
+
+    @staticmethod
+    def _pick(logits, g, temperature: float):
+        """Gumbel-max: argmax(logits / temperature + g) samples softmax(logits / temperature);
+        greedy argmax when g is None."""
+        if g is None:
+            return logits.argmax(dim=-1)  # (B,)
+        return (logits.float() / temperature + g).argmax(dim=-1)  # (B,)
+
+    @torch.no_grad()
+    def generate(self, prompts, n_new: int, temperature: float = 1.0, noise=None,
+                 greedy: bool = False, return_logits: bool = False):
+        """Sample n_new tokens after prompts (B, P) with a KV cache; returns (B, n_new) tokens.
+
+        noise: uniform u in [0, 1), shape (B, n_new, V); token t is
+        argmax(logits_t / temperature + g_t), g = -log(-log(u)), a sample of
+        softmax(logits_t / temperature). Drawn with torch.rand when None. greedy=True or
+        temperature == 0 takes the argmax. return_logits also returns the (untempered)
+        logits of each step, (B, n_new, V).
+        """
+        greedy = greedy or temperature == 0
+        g = self._check_sampling(prompts, n_new, noise, greedy)  # (B, n_new, V) or None
+        B, P = prompts.shape
+        caches = [KVCache(P + n_new) for _ in self.transformer.h]
+        out = prompts.new_empty(B, n_new)  # (B, n_new)
+        all_logits = None
+        x, pos = prompts, 0
+        for t in range(n_new):
+            hidden = self._trunk(x, caches, pos)  # (B, T, C)
+            logits = self.lm_head(hidden[:, -1])  # (B, V)
+            if return_logits:
+                if all_logits is None:
+                    all_logits = logits.new_empty(B, n_new, logits.size(-1))  # (B, n_new, V)
+                all_logits[:, t] = logits
+            out[:, t] = self._pick(logits, None if g is None else g[:, t], temperature)
+            pos += x.size(1)
+            x = out[:, t:t + 1]  # (B, 1)
+        return (out, all_logits) if return_logits else out
+
+    @torch.no_grad()
+    def generate_naive(self, prompts, n_new: int, temperature: float = 1.0, noise=None,
+                       greedy: bool = False, return_logits: bool = False):
+        """The sampling of `generate`, recomputing the full sequence at each token (no cache).
+        A test oracle and a speed reference."""
+        greedy = greedy or temperature == 0
+        g = self._check_sampling(prompts, n_new, noise, greedy)  # (B, n_new, V) or None
+        idx = prompts
+        all_logits = []
+        for t in range(n_new):
+            logits = self(idx)[:, -1]  # (B, V)
+            all_logits.append(logits)
+            nxt = self._pick(logits, None if g is None else g[:, t], temperature)  # (B,)
+            idx = torch.cat([idx, nxt[:, None]], dim=1)  # (B, P+t+1)
+        out = idx[:, prompts.size(1):]  # (B, n_new)
+        return (out, torch.stack(all_logits, dim=1)) if return_logits else out
+
+
+class ValueHead(nn.Module):
+    """PPO critic: a linear read-out of the policy's final hidden state.
+
+    The critic shares the policy trunk: the value head reads the hidden state that
+    `GPT.forward(idx, return_hidden=True)` returns, so one forward gives both logits and
+    values (cheaper than a second network), and value-loss gradients flow into the shared
+    trunk, weighted by value_coef. The head is zero-initialised, so values start at 0 and
+    the first updates do not push arbitrary value errors into the trunk.
+    """
+
+    def __init__(self, n_embd: int):
+        super().__init__()
+        self.v = nn.Linear(n_embd, 1)
+        nn.init.zeros_(self.v.weight)
+        nn.init.zeros_(self.v.bias)
+
+    def forward(self, hidden):
+        """Values (B, T) from hidden states (B, T, C)."""
+        return self.v(hidden).squeeze(-1)  # (B, T)
