@@ -1,0 +1,331 @@
+"""Pure tensor maths of the RL update: log-probs, entropy, KL estimators, advantages,
+surrogate and value losses, and how per-token terms are averaged.
+
+Shapes used throughout: ``B`` sequences (rollouts), ``T`` answer tokens, ``V`` vocabulary.
+``mask`` is a (B, T) float or bool tensor that is 1 on the real answer tokens of a
+sequence (up to and including its end token) and 0 after it. Rewards are per sequence,
+shape (B,); where groups matter (GRPO, RLOO) the batch holds groups of ``group_size``
+consecutive rollouts of the same prompt.
+
+Every function here is side-effect free and has no state; the trainer composes them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+KL_ESTIMATORS = ("k1", "k2", "k3")
+LOSS_AGG_MODES = ("token", "sequence")
+
+
+# --------------------------------------------------------------------------- log-probs
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Log-probability of each chosen token.
+
+    logits (B, T, V), tokens (B, T) int -> (B, T) float32:
+    ``logp[b, t] = log_softmax(logits[b, t])[tokens[b, t]]``.
+    """
+    # float32 even under bf16 autocast: log_softmax over V in bf16 loses the small
+    # differences between old and new log-probs that the PPO ratio is made of.
+    logp_all = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+    return logp_all.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)  # (B, T)
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the full categorical distribution at each position.
+
+    logits (B, T, V) -> (B, T) float32: ``H = -sum_v p_v log p_v`` with ``p = softmax(logits)``.
+    """
+    logp = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+    p = logp.exp()
+    # A -inf logit gives p = 0 and 0 * -inf = NaN; its true contribution is 0.
+    return -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(-1)
+
+
+# --------------------------------------------------------------------------- masking
+
+
+def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Sum of ``x`` over the positions where ``mask`` is set.
+
+    x, mask broadcastable (e.g. (B, T)); dim None sums everything -> scalar, else sums over
+    ``dim``. Masked-out entries are replaced by 0 rather than multiplied by 0, so an inf or
+    NaN after the end of a sequence cannot leak into the result.
+    """
+    x = torch.where(mask.bool(), x, torch.zeros_like(x))
+    return x.sum() if dim is None else x.sum(dim)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``x`` over the positions where ``mask`` is set.
+
+    ``sum(x * mask, dim) / sum(mask, dim)``; dim None -> scalar. A mean over no positions
+    is NaN (0/0): an empty selection has no mean, and a silent 0 would hide that.
+    """
+    x = x if x.is_floating_point() else x.float()
+    # counting with the same where() keeps mask broadcasting (e.g. (B, 1)) consistent
+    return masked_sum(x, mask, dim) / masked_sum(torch.ones_like(x), mask, dim)
+
+
+# --------------------------------------------------------------------------- KL
+
+
+def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
+    """Per-token estimate of KL(pi || ref) from tokens sampled from pi.
+
+    logp, ref_logp (B, T): log-probs of the sampled tokens under the policy and the
+    reference. With ``d = ref_logp - logp`` (log of the ratio ref/pi):
+
+    - k1 = -d = logp - ref_logp           unbiased, high variance, can be negative
+    - k2 = d^2 / 2                         biased, low variance, >= 0
+    - k3 = exp(d) - d - 1                  unbiased (E_pi[exp(d)] = 1) and >= 0 (Schulman)
+    """
+    d = ref_logp - logp
+    if kind == "k1":
+        return -d
+    if kind == "k2":
+        return 0.5 * d.square()
+    if kind == "k3":
+        # expm1(d) - d instead of exp(d) - 1 - d: no cancellation when d is tiny, which is
+        # the usual case when the policy is still close to the reference.
+        return torch.expm1(d) - d
+    raise ValueError(f"unknown KL estimator kind={kind!r}; allowed: {', '.join(KL_ESTIMATORS)}")
+
+
+# --------------------------------------------------------------------------- advantages
+
+
+def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """rewards (B,) -> (B // group_size, group_size), checking that groups tile the batch."""
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must have shape (B,), got {tuple(rewards.shape)}")
+    if group_size < 1 or rewards.numel() % group_size != 0:
+        raise ValueError(
+            f"group_size={group_size} must be >= 1 and divide the batch of {rewards.numel()} rewards"
+        )
+    return rewards.view(-1, group_size)
+
+
+def baseline_advantages(rewards: torch.Tensor, baseline: float) -> torch.Tensor:
+    """REINFORCE advantage with a scalar baseline: rewards (B,) -> ``A = r - b`` (B,).
+
+    The baseline must not depend on this batch's rewards (see
+    ``control.MovingAverageBaseline``) for the gradient to stay unbiased.
+    """
+    return rewards - baseline
+
+
+def group_advantages(
+    rewards: torch.Tensor, group_size: int, scale: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
+    """GRPO advantage: each reward against the other rollouts of its prompt.
+
+    rewards (B,) in groups of ``group_size`` consecutive rollouts -> (B,):
+    ``A = (r - mean_g) / (std_g + eps)`` when ``scale``, else ``A = r - mean_g``.
+
+    ``std_g`` is the population std (divide by G, not G-1): it is defined for any G,
+    and for binary rewards it is sqrt(p(1-p)) of the group's success rate p. A group whose
+    rewards are all equal gets advantage exactly 0 (it carries no learning signal; this is
+    the vanishing-gradient case ``frac_zero_std`` counts), not a rounding residue / eps.
+    """
+    g = _groups(rewards, group_size)  # (n_groups, G)
+    centred = g - g.mean(dim=1, keepdim=True)
+    if scale:
+        centred = centred / (g.std(dim=1, unbiased=False, keepdim=True) + eps)
+    flat = (g == g[:, :1]).all(dim=1, keepdim=True)  # (n_groups, 1)
+    return torch.where(flat, torch.zeros_like(centred), centred).view(-1)
+
+
+def rloo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """RLOO advantage: each reward minus the mean of the OTHER G-1 rewards of its group.
+
+    rewards (B,) -> (B,): ``A_i = r_i - (sum_g - r_i) / (G - 1)``. The baseline excludes
+    r_i itself, so it is independent of sample i and the estimator is unbiased.
+    Requires G >= 2.
+    """
+    if group_size < 2:
+        raise ValueError(f"RLOO needs group_size >= 2 (a leave-one-out mean), got {group_size}")
+    g = _groups(rewards, group_size)
+    others_mean = (g.sum(dim=1, keepdim=True) - g) / (group_size - 1)
+    return (g - others_mean).view(-1)
+
+
+def frac_zero_std(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Share of groups whose rewards are all equal (zero std, hence zero GRPO advantage).
+
+    rewards (B,) -> 0-dim float tensor in [0, 1].
+    """
+    g = _groups(rewards, group_size)
+    return (g == g[:, :1]).all(dim=1).float().mean()
+
+
+def gae_advantages(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over the answer tokens.
+
+    rewards (B,), values (B, T), mask (B, T) -> (advantages (B, T), returns (B, T)), both 0
+    outside the mask. The sequence reward arrives at the last real token, 0 elsewhere:
+
+        delta_t = r_t + gamma * V_{t+1} - V_t,   V_{t+1} = 0 past the last real token
+        A_t     = delta_t + gamma * lam * A_{t+1}
+        R_t     = A_t + V_t                       (the value targets)
+
+    The mask is assumed to be a prefix (1s then 0s). ``values`` should be detached (the
+    rollout's values); with gamma = lam = 1 this gives ``A_t = R - V_t``.
+    """
+    m = mask.to(values.dtype)
+    v = values * m  # values beyond the mask are not states of this episode
+    length = m.sum(dim=1).long()  # (B,)
+    last = (length - 1).clamp(min=0)
+    r = torch.zeros_like(v)
+    # an empty sequence (length 0) has no token to carry the reward
+    r.scatter_(1, last.unsqueeze(1), (rewards.to(v.dtype) * (length > 0).to(v.dtype)).unsqueeze(1))
+
+    T = v.shape[1]
+    adv = torch.zeros_like(v)
+    next_v = torch.zeros_like(v[:, 0])
+    next_adv = torch.zeros_like(v[:, 0])
+    for t in reversed(range(T)):  # T is the answer width (~5): a loop over time is cheap
+        delta = r[:, t] + gamma * next_v - v[:, t]
+        adv[:, t] = (delta + gamma * lam * next_adv) * m[:, t]
+        next_v, next_adv = v[:, t], adv[:, t]  # both 0 past the end: bootstrapping stops
+    returns = (adv + v) * m
+    return adv, returns
+
+
+def normalize(x: torch.Tensor, eps: float = 1e-8, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Whiten ``x`` to zero mean and unit std: ``(x - mean) / (std + eps)``.
+
+    Any shape. With ``mask`` the statistics come from the masked entries only and the
+    result is 0 outside the mask (PPO's per-batch advantage normalisation over real tokens).
+    Population std, so one element or constant input gives 0, not NaN.
+    """
+    if mask is None:
+        return (x - x.mean()) / (x.std(unbiased=False) + eps)
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean).square(), mask)
+    out = (x - mean) / (var.sqrt() + eps)
+    return torch.where(mask.bool(), out, torch.zeros_like(out))
+
+
+def clip_abs(x: torch.Tensor, limit: float | None) -> torch.Tensor:
+    """Clamp ``x`` to ``[-limit, limit]``; ``limit=None`` returns ``x`` unchanged."""
+    if limit is None:
+        return x
+    if limit <= 0:
+        raise ValueError(f"clip limit must be > 0 or None, got {limit}")
+    return x.clamp(-limit, limit)
+
+
+# --------------------------------------------------------------------------- losses
+
+
+def clipped_surrogate(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_low: float | None,
+    eps_high: float | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO clipped surrogate, per token.
+
+    logp, old_logp (B, T); advantages (B, T) or (B, 1) -> (per_token_loss (B, T),
+    clipped (B, T) bool):
+
+        ratio = exp(logp - old_logp)
+        loss  = -min(ratio * A, clamp(ratio, 1 - eps_low, 1 + eps_high) * A)
+
+    Separate ``eps_low`` / ``eps_high`` is DAPO's clip-higher (a larger upper bound lets
+    unlikely tokens grow). ``None`` leaves that side unclipped; both None gives
+    ``loss = -ratio * A``, whose gradient at ``old_logp = logp.detach()`` is
+    ``-A * grad(logp)``: plain REINFORCE. ``clipped`` marks tokens where the clipped
+    branch was the minimum (its gradient is 0 there), for ``clip_frac``.
+    """
+    ratio = torch.exp(logp - old_logp)
+    unclipped = ratio * advantages
+    if eps_low is None and eps_high is None:
+        return -unclipped, torch.zeros_like(unclipped, dtype=torch.bool)
+    lo = None if eps_low is None else 1.0 - eps_low
+    hi = None if eps_high is None else 1.0 + eps_high
+    clipped_obj = ratio.clamp(min=lo, max=hi) * advantages
+    # strictly smaller: where the two branches tie the gradient still flows
+    return -torch.minimum(unclipped, clipped_obj), clipped_obj < unclipped
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    clip: float | None,
+) -> torch.Tensor:
+    """Value-function loss, per token. All inputs (B, T) -> (B, T).
+
+    Unclipped: ``0.5 * (v - R)^2``. With ``clip`` (PPO value clipping):
+    ``v_c = old + clamp(v - old, -clip, clip)`` and ``0.5 * max((v - R)^2, (v_c - R)^2)``,
+    the pessimistic of the two, so a value that jumped far from the rollout's estimate is
+    not rewarded for it.
+    """
+    unclipped = (values - returns).square()
+    if clip is None:
+        return 0.5 * unclipped
+    v_clipped = old_values + (values - old_values).clamp(-clip, clip)
+    return 0.5 * torch.maximum(unclipped, (v_clipped - returns).square())
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str) -> tuple[torch.Tensor, float]:
+    """Reduce a per-token loss to ``(numerator, denominator)``; the loss is their ratio.
+
+    per_token, mask (B, T) -> (scalar tensor, float):
+
+    - ``"token"``: numerator = sum of all masked tokens, denominator = number of masked
+      tokens. Every token weighs the same, so long answers are not down-weighted (DAPO).
+    - ``"sequence"``: numerator = sum over sequences of each one's masked token mean,
+      denominator = number of sequences (GRPO's per-sequence mean).
+
+    The pair is returned, not the quotient, so a distributed or micro-batched trainer can
+    sum numerators locally and divide by the global count.
+    """
+    if mode == "token":
+        return masked_sum(per_token, mask), float(mask.float().sum())
+    if mode == "sequence":
+        per_seq = masked_sum(per_token, mask, dim=1) / mask.float().sum(dim=1).clamp(min=1)
+        return per_seq.sum(), float(per_token.shape[0])
+    raise ValueError(
+        f"unknown loss aggregation mode={mode!r}; allowed: {', '.join(LOSS_AGG_MODES)}"
+    )
+
+
+# --------------------------------------------------------------------------- diagnostics
+
+
+@torch.no_grad()
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """How much of the returns' variance the value function explains, over masked tokens.
+
+    values, returns, mask (B, T) -> float: ``1 - Var[R - V] / Var[R]`` (1 is perfect, 0 is
+    no better than a constant, negative is worse). NaN when Var[R] == 0 (undefined).
+    """
+    var_r = masked_mean((returns - masked_mean(returns, mask)).square(), mask)
+    diff = returns - values
+    var_d = masked_mean((diff - masked_mean(diff, mask)).square(), mask)
+    if not var_r > 0:
+        return math.nan
+    return float(1.0 - var_d / var_r)
+
+
+@torch.no_grad()
+def value_rmse(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """Root-mean-square error of the values against the returns over masked tokens.
+
+    values, returns, mask (B, T) -> float: ``sqrt(mean_masked((V - R)^2))``.
+    """
+    return float(masked_mean((values - returns).square(), mask).sqrt())

@@ -1,0 +1,157 @@
+"""The stability monitor: watches entropy, KL and reward each step and raises alerts.
+
+The three checks are those of the stability document's debugging recipe: policy entropy
+collapsing, KL to the reference exploding, and the reward swinging within a short window.
+Alerts are plain dicts ``{"step", "kind", "value", "threshold", "message"}`` that go into
+the run's ``summary.json``.
+
+Alerts are edge-triggered: an alert fires on the step its condition becomes true and
+then stays quiet while the condition persists; once the condition has cleared it may fire
+again. A level-triggered monitor would repeat the same alert on every step of a collapse
+and bury the moment it started, which is what one reads the log for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+ALERT_KINDS = ("low_entropy", "high_kl", "reward_swing", "nonfinite")
+_CHECKED = ("low_entropy", "high_kl", "reward_swing")
+
+
+class StabilityMonitor:
+    """Edge-triggered alerts on low entropy, high KL and reward swings.
+
+    - ``low_entropy``: ``entropy < entropy_min``;
+    - ``high_kl``: ``kl > kl_max``;
+    - ``reward_swing``: ``max - min`` of the last ``window`` reward means ``> reward_swing``,
+      checked only once ``window`` values have been seen.
+
+    A threshold of None switches its check off. A NaN measurement (e.g. the KL of an
+    algorithm without a reference) neither raises nor clears an alert and a NaN reward is
+    not added to the window: a missing value says nothing about the condition.
+    """
+
+    def __init__(
+        self,
+        entropy_min: float | None = 0.5,
+        kl_max: float | None = 0.5,
+        reward_swing: float | None = 0.3,
+        window: int = 10,
+    ):
+        if window < 2:
+            raise ValueError(f"reward-swing window must be >= 2, got {window}")
+        self.entropy_min = entropy_min
+        self.kl_max = kl_max
+        self.reward_swing = reward_swing
+        self.window = int(window)
+        self._rewards: deque[float] = deque(maxlen=self.window)
+        self._active = {kind: False for kind in _CHECKED}
+        self._alerts: list[dict] = []
+
+    @property
+    def alerts(self) -> list[dict]:
+        """Every alert raised or recorded so far, in order (a copy)."""
+        return list(self._alerts)
+
+    def record(self, step: int, kind: str, value: float, message: str) -> dict:
+        """Append an alert detected elsewhere (e.g. kind "nonfinite" from the trainer's
+        guard against a NaN/inf loss) and return it. Not edge-filtered."""
+        alert = {
+            "step": int(step),
+            "kind": str(kind),
+            "value": float(value),
+            "threshold": None,
+            "message": str(message),
+        }
+        self._alerts.append(alert)
+        return alert
+
+    def _edge(
+        self,
+        step: int,
+        kind: str,
+        condition: bool | None,
+        value: float,
+        threshold: float,
+        message: str,
+    ) -> dict | None:
+        """Fire when ``condition`` turns true; None means "unknown", state unchanged."""
+        if condition is None:
+            return None
+        fire = condition and not self._active[kind]
+        self._active[kind] = condition
+        if not fire:
+            return None
+        alert = {
+            "step": int(step),
+            "kind": kind,
+            "value": float(value),
+            "threshold": float(threshold),
+            "message": message,
+        }
+        self._alerts.append(alert)
+        return alert
+
+    def check(self, step: int, entropy: float, kl: float, reward_mean: float) -> list[dict]:
+        """Run the three checks on this step's metrics; return the alerts raised now."""
+        entropy, kl, reward_mean = float(entropy), float(kl), float(reward_mean)
+        raised = []
+
+        if self.entropy_min is not None:
+            cond = None if math.isnan(entropy) else entropy < self.entropy_min
+            raised.append(
+                self._edge(
+                    step,
+                    "low_entropy",
+                    cond,
+                    entropy,
+                    self.entropy_min,
+                    f"policy entropy {entropy:.4g} below {self.entropy_min:g}",
+                )
+            )
+
+        if self.kl_max is not None:
+            cond = None if math.isnan(kl) else kl > self.kl_max
+            raised.append(
+                self._edge(
+                    step,
+                    "high_kl",
+                    cond,
+                    kl,
+                    self.kl_max,
+                    f"KL to reference {kl:.4g} above {self.kl_max:g}",
+                )
+            )
+
+        if not math.isnan(reward_mean):
+            self._rewards.append(reward_mean)
+        if self.reward_swing is not None and len(self._rewards) == self.window:
+            lo, hi = min(self._rewards), max(self._rewards)
+            raised.append(
+                self._edge(
+                    step,
+                    "reward_swing",
+                    hi - lo > self.reward_swing,
+                    hi - lo,
+                    self.reward_swing,
+                    f"reward mean swung {hi - lo:.4g} ({lo:.4g} to {hi:.4g}) within the last "
+                    f"{self.window} steps, above {self.reward_swing:g}",
+                )
+            )
+
+        return [a for a in raised if a is not None]
+
+    def state_dict(self) -> dict:
+        """History and edge states as plain Python types (loads with weights_only=True)."""
+        return {
+            "rewards": list(self._rewards),
+            "active": dict(self._active),
+            "alerts": [dict(a) for a in self._alerts],
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self._rewards = deque((float(r) for r in state["rewards"]), maxlen=self.window)
+        self._active = {kind: bool(state["active"].get(kind, False)) for kind in _CHECKED}
+        self._alerts = [dict(a) for a in state["alerts"]]

@@ -1,0 +1,102 @@
+"""Crafted metric sequences for mathrl.monitor.StabilityMonitor."""
+
+import io
+import math
+
+import torch
+
+from mathrl.monitor import StabilityMonitor
+
+
+def feed(monitor, entropies=None, kls=None, rewards=None, start=0):
+    """Run check() over the sequences (missing ones held at quiet values); return the steps
+    at which each kind fired."""
+    n = len(entropies or kls or rewards)
+    entropies = entropies or [1.0] * n
+    kls = kls or [0.0] * n
+    rewards = rewards or [0.5] * n
+    fired = []
+    for i, (h, kl, r) in enumerate(zip(entropies, kls, rewards)):
+        fired += [(a["step"], a["kind"]) for a in monitor.check(start + i, h, kl, r)]
+    return fired
+
+
+def test_low_entropy_is_edge_triggered():
+    m = StabilityMonitor(entropy_min=0.5)
+    # fires at 1; stays quiet at 2 (still low); clears at 3; fires again at 4
+    assert feed(m, entropies=[1.0, 0.4, 0.3, 0.6, 0.2]) == [(1, "low_entropy"), (4, "low_entropy")]
+    first = m.alerts[0]
+    assert first["kind"] == "low_entropy" and first["value"] == 0.4 and first["threshold"] == 0.5
+    assert "0.4" in first["message"] and set(first) == {
+        "step",
+        "kind",
+        "value",
+        "threshold",
+        "message",
+    }
+
+
+def test_high_kl_and_nan_kl():
+    m = StabilityMonitor(kl_max=0.5)
+    # NaN at 3 neither clears nor re-fires; 0.2 at 5 clears; 0.9 at 6 fires again
+    kls = [0.1, 0.6, 0.7, math.nan, 0.8, 0.2, 0.9]
+    assert feed(m, kls=kls) == [(1, "high_kl"), (6, "high_kl")]
+    quiet = StabilityMonitor()
+    assert feed(quiet, kls=[math.nan] * 5) == []
+    assert quiet.alerts == []
+
+
+def test_reward_swing_needs_full_window_and_is_edge_triggered():
+    m = StabilityMonitor(reward_swing=0.3, window=3)
+    # step 1 swings 0.5 but the window holds only 2 values; step 2 window [0, .5, .5] fires;
+    # steps 3-4 window all 0.5 clears; step 5 window [.5, .5, 0] fires again
+    assert feed(m, rewards=[0.0, 0.5, 0.5, 0.5, 0.5, 0.0]) == [
+        (2, "reward_swing"),
+        (5, "reward_swing"),
+    ]
+    assert m.alerts[0]["value"] == 0.5 and m.alerts[0]["threshold"] == 0.3
+    # a swing of exactly the threshold is not above it
+    assert feed(StabilityMonitor(reward_swing=0.25, window=3), rewards=[0.0, 0.25, 0.25]) == []
+
+
+def test_several_kinds_on_one_step_and_record():
+    m = StabilityMonitor()
+    alerts = m.check(0, entropy=0.1, kl=0.9, reward_mean=0.5)
+    assert [a["kind"] for a in alerts] == ["low_entropy", "high_kl"]
+    rec = m.record(1, "nonfinite", math.inf, "loss is inf; step skipped")
+    assert rec["kind"] == "nonfinite" and rec["threshold"] is None
+    assert [a["kind"] for a in m.alerts] == ["low_entropy", "high_kl", "nonfinite"]
+    assert m.alerts[-1]["message"] == "loss is inf; step skipped"
+
+
+def test_state_roundtrip_gives_identical_later_alerts():
+    entropies = [1.0, 0.4, 0.3, 0.3, 0.6, 0.2]
+    kls = [0.6, 0.7, 0.1, 0.1, 0.8, 0.8]
+    rewards = [0.5, 0.5, 0.5, 0.5, 0.1, 0.5]
+    split = 3  # at the split low_entropy is active and the reward window is full
+
+    reference = StabilityMonitor(window=3)
+    feed(reference, entropies, kls, rewards)
+
+    first = StabilityMonitor(window=3)
+    feed(first, entropies[:split], kls[:split], rewards[:split])
+    buf = io.BytesIO()
+    torch.save(first.state_dict(), buf)
+    buf.seek(0)
+    resumed = StabilityMonitor(window=3)
+    resumed.load_state_dict(torch.load(buf, weights_only=True))
+    later = feed(resumed, entropies[split:], kls[split:], rewards[split:], start=split)
+
+    # step 3 entropy still low: no repeat; step 4 KL rises and the window [.5, .5, .1]
+    # (two values from before the split) swings 0.4; step 5 entropy low again
+    assert later == [(4, "high_kl"), (4, "reward_swing"), (5, "low_entropy")]
+    assert resumed.alerts == reference.alerts
+
+    # without the state, low entropy would repeat at 3 and the swing come a step late
+    fresh = StabilityMonitor(window=3)
+    assert feed(fresh, entropies[split:], kls[split:], rewards[split:], start=split) == [
+        (3, "low_entropy"),
+        (4, "high_kl"),
+        (5, "low_entropy"),
+        (5, "reward_swing"),
+    ]
