@@ -1,0 +1,266 @@
+"""Configuration: one schema, read by the CLI and by Snakemake alike.
+
+`config/config.schema.yaml` holds every key's type, range, default and description.
+Loading a config means: read the YAML files (safe loader) and merge them in order, apply
+`key=value` overrides, validate against the schema, fill the defaults, then check what a
+schema cannot (a run's task exists, the batch splits into groups). Experiments expand into
+runs: variants x grid x seeds, each with a readable run id and fully resolved settings.
+
+Every problem raises `ConfigError`, whose message names the key, the value and what is
+allowed; the CLI turns it into exit status 2 before anything is written.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA_PATH = ROOT / "config" / "config.schema.yaml"
+DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
+RUN_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+class ConfigError(ValueError):
+    """A configuration a user must fix; the message says what and where."""
+
+
+def read_yaml(path: str | Path) -> dict:
+    """Read one YAML mapping with the safe loader; errors name the file (and line)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" line {where.line + 1}" if where is not None else ""
+        raise ConfigError(f"config file {path}{line}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def load_schema() -> dict:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def deep_merge(base: dict, update: dict) -> dict:
+    """Recursively merge `update` into a copy of `base` (mappings merge, the rest replaces)."""
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value: int, float (including `1e-3`, which YAML 1.1 reads as text),
+    or any YAML scalar or list (`true`, `null`, `[64, 512]`)."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    if text.lower() == "none":
+        return None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def parse_overrides(items: list[str] | tuple[str, ...]) -> list[tuple[list[str], Any]]:
+    """`a.b=value` strings into (key path, value) pairs."""
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r}: expected key=value")
+        out.append((key.split("."), parse_value(value)))
+    return out
+
+
+def apply_overrides(cfg: dict, overrides: list[tuple[list[str], Any]]) -> dict:
+    cfg = copy.deepcopy(cfg)
+    for path, value in overrides:
+        node = cfg
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {'.'.join(path)}: {key} is not a mapping")
+        node[path[-1]] = value
+    return cfg
+
+
+def _suggest(name: str, allowed) -> str:
+    close = difflib.get_close_matches(str(name), [str(a) for a in allowed], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _describe(error: jsonschema.ValidationError, prefix: str) -> str:
+    """One line per schema error: the dotted key, the value, what is allowed."""
+    path = ".".join([prefix] + [str(p) for p in error.absolute_path] if prefix else [str(p) for p in error.absolute_path])
+    where = path or "(top level)"
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        parts = [f"{where}.{k}: unknown key{_suggest(k, allowed)}" if path else f"{k}: unknown key{_suggest(k, allowed)}" for k in extra]
+        return "; ".join(parts) + f"; allowed keys: {', '.join(allowed)}"
+    if error.validator == "enum":
+        return f"{where}: {error.instance!r} is not allowed{_suggest(error.instance, error.validator_value)}; allowed: {', '.join(map(str, error.validator_value))}"
+    if error.validator == "propertyNames" and "enum" in error.validator_value:
+        allowed = error.validator_value["enum"]
+        return f"{where}: key {error.instance!r} is not allowed{_suggest(error.instance, allowed)}; allowed: {', '.join(allowed)}"
+    return f"{where}: {error.message}"
+
+
+def validate(instance: dict, schema: dict, prefix: str = "", source: str = "") -> None:
+    """Validate against the schema; raise one ConfigError listing every problem."""
+    validator_cls = jsonschema.validators.validator_for(schema)
+    errors = sorted(validator_cls(schema).iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        lines = [_describe(e, prefix) for e in errors]
+        head = f"invalid configuration{f' ({source})' if source else ''}:"
+        raise ConfigError(head + "\n  " + "\n  ".join(lines))
+
+
+def _defaults(definition: dict) -> dict:
+    return {k: copy.deepcopy(v["default"]) for k, v in definition.get("properties", {}).items() if "default" in v}
+
+
+def fill_defaults(cfg: dict, schema: dict) -> dict:
+    """Fill defaults for the top level, each task, each sft block and `train`.
+
+    Experiments are deliberately left alone: their settings are overrides, and a default
+    filled into them would mask the algorithm presets and the `train` block."""
+    cfg = copy.deepcopy(cfg)
+    defs = schema["definitions"]
+    for key, value in _defaults(schema).items():
+        cfg.setdefault(key, value)
+    cfg["tasks"] = {name: {**_defaults(defs["task"]), **task} for name, task in cfg["tasks"].items()}
+    # Every task gets a warm-up block, the defaults when the config names none.
+    cfg["sft"] = {name: {**_defaults(defs["sft"]), **cfg["sft"].get(name, {})} for name in cfg["tasks"]}
+    cfg["train"] = {**_defaults(defs["train"]), **cfg["train"]}
+    return cfg
+
+
+def load_config(paths=(DEFAULT_CONFIG,), overrides=()) -> dict:
+    """Read, merge, override, validate and complete a configuration.
+
+    `paths` are merged in order (a later file overrides an earlier one, as Snakemake does
+    with several --configfile), `overrides` are `a.b=value` strings."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    cfg: dict = {}
+    for path in paths:
+        cfg = deep_merge(cfg, read_yaml(path))
+    cfg = apply_overrides(cfg, parse_overrides(list(overrides)))
+    return complete(cfg, source=", ".join(map(str, paths)))
+
+
+def complete(cfg: dict, source: str = "") -> dict:
+    """Validate a merged config dict and fill its defaults (Snakemake calls this too)."""
+    schema = load_schema()
+    validate(cfg, schema, source=source)
+    cfg = fill_defaults(cfg, schema)
+    check_train(cfg, cfg["train"], "train")
+    expand_runs(cfg)  # every experiment must expand into valid runs
+    return cfg
+
+
+def check_train(cfg: dict, settings: dict, where: str, world_size: int = 1) -> None:
+    """The checks of one run's settings that a schema cannot express."""
+    schema = load_schema()
+    validate(settings, {**schema["definitions"]["train"], "definitions": schema["definitions"]}, prefix=where)
+    if settings["task"] not in cfg["tasks"]:
+        raise ConfigError(
+            f"{where}.task: {settings['task']!r} is not a task{_suggest(settings['task'], cfg['tasks'])}; "
+            f"allowed: {', '.join(cfg['tasks'])}"
+        )
+    unit = settings["group_size"] * world_size
+    if settings["batch_size"] % unit:
+        raise ConfigError(
+            f"{where}.batch_size: {settings['batch_size']} is not a multiple of group_size x world size "
+            f"= {settings['group_size']} x {world_size} = {unit}"
+        )
+    per_rank = settings["batch_size"] // world_size
+    micro = settings["micro_batch_size"]
+    if micro and per_rank % micro:
+        raise ConfigError(
+            f"{where}.micro_batch_size: {micro} does not divide the per-rank batch {per_rank} "
+            f"(batch_size {settings['batch_size']} / world size {world_size})"
+        )
+    if settings["algorithm"] == "rloo" and settings["group_size"] < 2:
+        raise ConfigError(f"{where}.group_size: rloo needs at least 2 rollouts per prompt, got {settings['group_size']}")
+
+
+@dataclass
+class RunSpec:
+    """One training run of an experiment."""
+
+    run_id: str
+    experiment: str
+    variant: str | None
+    point: dict  # the grid values of this run
+    seed: int
+    settings: dict = field(repr=False)  # fully resolved train settings
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return format(value, "g")
+    return str(value)
+
+
+def run_settings(cfg: dict, explicit: dict) -> dict:
+    """Train defaults, then the chosen algorithm's preset, then the explicit settings."""
+    algorithm = explicit.get("algorithm", cfg["train"]["algorithm"])
+    preset = cfg.get("algorithms", {}).get(algorithm, {})
+    return {**cfg["train"], **preset, **explicit}
+
+
+def expand_runs(cfg: dict) -> dict[str, RunSpec]:
+    """All runs of all experiments, by run id `{experiment}__{variant}_{key}-{value}__s{seed}`."""
+    runs: dict[str, RunSpec] = {}
+    for name, exp in cfg["experiments"].items():
+        variants = exp.get("variants") or {None: {}}
+        grid = exp.get("grid") or {}
+        points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+        if not points:
+            raise ConfigError(f"experiments.{name}: the grid expands to zero runs")
+        for (variant, vsettings), point, seed in itertools.product(variants.items(), points, exp["seeds"]):
+            parts = ([variant] if variant else []) + [f"{k}-{_fmt(v)}" for k, v in point.items()]
+            run_id = f"{name}__{'_'.join(parts) or 'base'}__s{seed}"
+            if not set(run_id) <= RUN_ID_CHARS:
+                raise ConfigError(f"experiments.{name}: run id {run_id!r} has characters outside [A-Za-z0-9_.-]")
+            explicit = {**exp.get("fixed", {}), **(vsettings or {}), **point, "seed": seed}
+            settings = run_settings(cfg, explicit)
+            where = f"experiments.{name}" + (f".variants.{variant}" if variant else "")
+            check_train(cfg, settings, where)
+            if run_id in runs:
+                raise ConfigError(f"experiments.{name}: duplicate run id {run_id}")
+            runs[run_id] = RunSpec(run_id, name, variant, point, seed, settings)
+    return runs
+
+
+def config_hash(obj: Any) -> str:
+    """A short stable hash of a JSON-able object (configs in summaries and reports)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -1,0 +1,101 @@
+"""Configuration: schema validation, defaults, overrides, grid expansion, CLI bad input."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from mathrl.cli import main
+from mathrl.config import ConfigError, expand_runs, load_config, parse_value
+from tests.conftest import write_config
+
+
+def test_default_config_loads_and_fills_defaults():
+    cfg = load_config()
+    assert cfg["train"]["kl_estimator"] == "k3"  # a schema default
+    assert cfg["tasks"]["add"]["reverse"] is True
+    assert set(cfg["sft"]) == set(cfg["tasks"])
+    assert expand_runs(cfg)
+
+
+def test_grid_expansion_and_run_ids(tiny_cfg_dict, tmp_path):
+    tiny_cfg_dict["experiments"]["ab"] = {
+        "fixed": {"lr": 1.0e-3},
+        "variants": {"A": {"algorithm": "dapo"}, "B": {"lr_schedule": "step"}},
+        "grid": {"grad_clip": [None, 0.5]},
+        "seeds": [0, 3],
+    }
+    cfg = load_config([write_config(tmp_path / "c.yaml", tiny_cfg_dict)])
+    runs = {k: v for k, v in expand_runs(cfg).items() if v.experiment == "ab"}
+    assert len(runs) == 2 * 2 * 2
+    a = runs["ab__A_grad_clip-none__s3"]
+    assert a.settings["grad_clip"] is None and a.settings["seed"] == 3 and a.settings["lr"] == 1.0e-3
+    # the dapo preset applies beneath the experiment's own settings
+    assert a.settings["dynamic_sampling"] is True and a.settings["clip_eps_high"] == 0.28
+    b = runs["ab__B_grad_clip-0.5__s0"]
+    assert b.settings["lr_schedule"] == "step" and b.settings["dynamic_sampling"] is False
+
+
+def test_overrides_and_merge(tiny_cfg_dict, tmp_path):
+    base = write_config(tmp_path / "a.yaml", tiny_cfg_dict)
+    extra = write_config(tmp_path / "b.yaml", {"train": {"lr": 0.5}})
+    cfg = load_config([base, extra], ["train.steps=7", "tasks.add.ndigit=3"])
+    assert cfg["train"]["lr"] == 0.5 and cfg["train"]["steps"] == 7 and cfg["tasks"]["add"]["ndigit"] == 3
+    assert cfg["train"]["batch_size"] == 16  # untouched by the second file
+
+
+@pytest.mark.parametrize("text, value", [("1e-3", 1e-3), ("512", 512), ("none", None), ("true", True), ("[1, 2]", [1, 2]), ("k3", "k3")])
+def test_parse_value(text, value):
+    assert parse_value(text) == value
+
+
+BAD = [
+    ("train.batch_size=-4", "train.batch_size"),
+    ("train.algorithm=ppo2", "allowed: reinforce, ppo, grpo, rloo, dapo"),
+    ("train.lrr=0.1", "did you mean 'lr'"),
+    ("tasks.add.ndigit=0", "tasks.add.ndigit"),
+    ("train.lr=fast", "train.lr"),
+    ("train.batch_size=10", "multiple of group_size"),
+    ("train.task=ad", "did you mean 'add'"),
+    ("experiments.tiny.grid.batch_size=[]", "experiments.tiny.grid.batch_size"),
+    ("experiments.tiny.fixed.lrr=1", "did you mean 'lr'"),
+]
+
+
+@pytest.mark.parametrize("override, needle", BAD)
+def test_bad_config_is_refused_with_the_key(tiny_cfg_dict, tmp_path, override, needle):
+    path = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    with pytest.raises(ConfigError) as err:
+        load_config([path], [override])
+    assert needle in str(err.value)
+
+
+def test_cli_bad_input_exits_2_and_writes_nothing(tiny_cfg_dict, tmp_path, capsys):
+    path = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    results = tmp_path / "results"
+    cases = [
+        ["problems", "--config", str(path), "--set", "tasks.add.ndigit=0"],
+        ["problems", "--config", str(tmp_path / "missing.yaml")],
+        ["problems", "--config", str(path), "--task", "sub"],
+        ["train", "--config", str(path), "batch_size=-1"],
+        ["train", "--config", str(path), "algorithm=sarsa"],
+        ["train", "--config", str(path), "batch_size=10"],
+        ["train", "--config", str(path), "lr=abc"],
+        ["train", "--config", str(path), "--run", "tiny__batch_size-9__s0"],
+    ]
+    for argv in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "error:" in err and len(err.strip().splitlines()) <= 3, err
+    (tmp_path / "bad.yaml").write_text("tasks: {add: [1, 2\n")
+    assert main(["problems", "--config", str(tmp_path / "bad.yaml")]) == 2
+    assert "malformed YAML" in capsys.readouterr().err
+    assert not results.exists()
+
+
+def test_grid_with_zero_runs_is_refused(tiny_cfg_dict, tmp_path):
+    cfg = copy.deepcopy(tiny_cfg_dict)
+    cfg["experiments"]["empty"] = {"grid": {"lr": []}, "seeds": [0]}
+    with pytest.raises(ConfigError, match="experiments.empty"):
+        load_config([write_config(tmp_path / "c.yaml", cfg)])
