@@ -1,0 +1,189 @@
+"""`mathrl <subcommand>`: every pipeline step, runnable by hand.
+
+Each subcommand reads the same config files as the pipeline (`--config`, repeatable, merged
+in order; `--set a.b=value` for any key) and validates them with the same schema. Bad
+input exits with status 2 and one message naming the key, the value and what is allowed,
+before anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from mathrl.config import DEFAULT_CONFIG, ConfigError, check_train, expand_runs, load_config, parse_overrides, run_settings
+
+USAGE_ERROR = 2
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", action="append", metavar="FILE", help=f"config file, repeatable (default {DEFAULT_CONFIG.relative_to(Path.cwd()) if DEFAULT_CONFIG.is_relative_to(Path.cwd()) else DEFAULT_CONFIG})")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any config key, e.g. --set sft.add.max_steps=200")
+
+
+def _load(args) -> dict:
+    return load_config(args.config or [DEFAULT_CONFIG], args.set)
+
+
+def cmd_problems(args) -> int:
+    from mathrl.tasks import make_problem_sets, write_problems
+    from mathrl.trainer import problems_dir, task_of
+
+    cfg = _load(args)
+    names = [args.task] if args.task else list(cfg["tasks"])
+    _check_task(cfg, names)
+    for name in names:
+        t, task = cfg["tasks"][name], task_of(cfg, name)
+        try:
+            train, test = make_problem_sets(task, t["n_train"], t["n_test"], t["seed"])
+        except ValueError as exc:
+            raise ConfigError(f"tasks.{name}: {exc}") from None
+        out = problems_dir(cfg, name)
+        write_problems(out / "train.txt", task, train)
+        write_problems(out / "test.txt", task, test)
+        meta = {"task": name, **t, "n_train_written": len(train), "n_test_written": len(test)}
+        (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        print(f"problems {name}: {len(train)} train and {len(test)} test problems in {out}")
+    return 0
+
+
+def cmd_sft(args) -> int:
+    from mathrl.sft import run_sft
+
+    cfg = _load(args)
+    _check_task(cfg, [args.task])
+    out = Path(args.out) if args.out else Path(cfg["results"]) / "sft" / args.task
+    run_sft(cfg, args.task, out)
+    return 0
+
+
+def resolve_run(cfg: dict, run: str | None, run_id: str | None, overrides: list[str]) -> tuple[str, str | None, dict]:
+    """(run id, experiment, settings) for `--run` (an experiment's run) or an ad hoc run."""
+    pairs = parse_overrides(overrides)
+    if any(len(path) != 1 for path, _ in pairs):
+        raise ConfigError("train overrides are run settings (lr=1e-3); use --set for other config keys")
+    explicit = {path[0]: value for path, value in pairs}
+    if run:
+        runs = expand_runs(cfg)
+        if run not in runs:
+            import difflib
+
+            close = difflib.get_close_matches(run, list(runs), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else "; `mathrl runs` lists them"
+            raise ConfigError(f"--run: {run!r} is not a run of any experiment{hint}")
+        spec = runs[run]
+        settings = run_settings(cfg, {**_explicit_of(cfg, spec), **explicit})
+        return run, spec.experiment, settings
+    settings = run_settings(cfg, explicit)
+    return run_id or "adhoc", None, settings
+
+
+def _explicit_of(cfg: dict, spec) -> dict:
+    exp = cfg["experiments"][spec.experiment]
+    return {**exp.get("fixed", {}), **(exp.get("variants", {}) or {}).get(spec.variant, {}), **spec.point, "seed": spec.seed}
+
+
+def cmd_train(args) -> int:
+    import torch
+
+    from mathrl import distributed
+    from mathrl.trainer import Trainer
+
+    cfg = _load(args)
+    run_id, experiment, settings = resolve_run(cfg, args.run, args.run_id, args.overrides)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    check_train(cfg, settings, "run", world_size=world)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = Path(args.out) if args.out else Path(cfg["results"]) / "runs" / run_id
+    d = distributed.setup(settings["device"])
+    try:
+        summary = Trainer(cfg, run_id, settings, out, d, experiment).run()
+    finally:
+        distributed.teardown(d)
+    if d.is_main:
+        print(f"run {run_id}: {summary['status']}, eval accuracy {summary['initial']['eval_accuracy']:.3f} -> "
+              f"{summary['final']['eval_accuracy']:.3f} (best {summary['best']['eval_accuracy']:.3f}) in {summary['wall_seconds']:.1f}s")  # fmt: skip
+    return 0
+
+
+def cmd_runs(args) -> int:
+    cfg = _load(args)
+    for run_id, spec in expand_runs(cfg).items():
+        if not args.experiment or spec.experiment == args.experiment:
+            print(run_id)
+    return 0
+
+
+def cmd_bandit(args) -> int:
+    from mathrl import bandit
+
+    cfg = _load(args)
+    block = cfg.get("bandit")
+    if not block:
+        raise ConfigError("bandit: the config has no bandit block")
+    studies = [args.study] if args.study else list(bandit.BANDIT_STUDIES)
+    for study in studies:
+        df = bandit.run_study(study, block)
+        out = Path(args.out) if args.out and args.study else Path(cfg["results"]) / "bandit" / study / "metrics.csv"
+        bandit.write_study(df, out)
+        print(f"bandit {study}: {len(df)} rows in {out}")
+    return 0
+
+
+def _check_task(cfg: dict, names) -> None:
+    for name in names:
+        if name not in cfg["tasks"]:
+            raise ConfigError(f"--task: {name!r} is not a task; allowed: {', '.join(cfg['tasks'])}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mathrl", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="<command>")
+
+    p = sub.add_parser("problems", help="write the seeded train and held-out test problem sets")
+    _common(p)
+    p.add_argument("--task", help="one task (default: all)")
+    p.set_defaults(func=cmd_problems)
+
+    p = sub.add_parser("sft", help="supervised warm-up of a task's model into its accuracy band")
+    _common(p)
+    p.add_argument("--task", required=True)
+    p.add_argument("--out", help="output directory (default results/sft/TASK)")
+    p.set_defaults(func=cmd_sft)
+
+    p = sub.add_parser("train", help="one RL run (alone or under torchrun)")
+    _common(p)
+    p.add_argument("--run", help="run id of an experiment (see `mathrl runs`)")
+    p.add_argument("--run-id", help="name of an ad hoc run (default: adhoc)")
+    p.add_argument("--out", help="run directory (default results/runs/RUN_ID)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads per process (default: torch's choice)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="run settings, e.g. lr=1e-3 batch_size=64")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("runs", help="list the run ids the experiments expand into")
+    _common(p)
+    p.add_argument("--experiment")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("bandit", help="lab 04's bandit studies")
+    _common(p)
+    p.add_argument("--study", help="one study (default: all)")
+    p.add_argument("--out", help="CSV path (with --study)")
+    p.set_defaults(func=cmd_bandit)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from mathrl.snapshot import SnapshotError
+    from mathrl.tasks import ProblemFileError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, ProblemFileError, SnapshotError) as exc:
+        print(f"mathrl {args.command}: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR

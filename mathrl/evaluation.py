@@ -1,0 +1,40 @@
+"""Greedy evaluation on held-out problems, shared by the warm-up and the RL trainer."""
+
+from __future__ import annotations
+
+import torch
+
+from mathrl.tasks import Task
+
+
+@torch.no_grad()
+def greedy_correct(model, task: Task, pairs: torch.Tensor, device, batch_size: int = 1024) -> torch.Tensor:
+    """A bool per problem: did the greedy answer match exactly? `pairs` is (N, 2) of (a, b)."""
+    model_was_training = model.training
+    model.eval()
+    out = []
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start : start + batch_size]
+        prompts = task.encode_prompts(chunk[:, 0], chunk[:, 1]).to(device)  # (N, P)
+        target = task.encode_answers(chunk[:, 0], chunk[:, 1]).to(device)  # (N, W+1)
+        generated = model.generate(prompts, task.answer_len, greedy=True)  # (N, W+1)
+        out.append((generated == target).all(dim=1).cpu())
+    model.train(model_was_training)
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.bool)
+
+
+@torch.no_grad()
+def first_mistakes(model, task: Task, pairs: torch.Tensor, device, limit: int = 3) -> list[str]:
+    """The first few wrong greedy answers, as `prompt -> got (want)` lines."""
+    correct = greedy_correct(model, task, pairs, device)
+    wrong = pairs[~correct][:limit]
+    if len(wrong) == 0:
+        return []
+    prompts = task.encode_prompts(wrong[:, 0], wrong[:, 1]).to(device)
+    generated = model.generate(prompts, task.answer_len, greedy=True).cpu()
+    from mathrl.tasks import decode
+
+    return [
+        f"{task.prompt_text(int(a), int(b))} -> {decode(g.tolist())} (want {task.answer_text(int(a), int(b))})"
+        for (a, b), g in zip(wrong.tolist(), generated)
+    ]

@@ -1,0 +1,85 @@
+"""Supervised warm-up: teach the task until held-out greedy accuracy enters a band.
+
+RL from a random policy sees only zero rewards (every group homogeneous, every advantage
+zero: lab 04's vanishing gradient), so each task is first trained with cross-entropy on its
+answer tokens (prompt positions masked out of the loss) and stopped as soon as held-out
+greedy accuracy reaches the lower end of the band, or at the step cap. The checkpoint is
+where RL starts and the reference policy of the KL penalty.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from mathrl import snapshot
+from mathrl.distributed import pick_device
+from mathrl.evaluation import first_mistakes, greedy_correct
+from mathrl.model import GPT, gpt_config
+from mathrl.tasks import VOCAB_SIZE, Task, read_problems
+from mathrl.trainer import problems_dir, task_of, versions
+
+
+def sft_batch(task: Task, pairs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and targets for teacher forcing; only answer tokens carry a loss."""
+    seq = torch.cat([task.encode_prompts(pairs[:, 0], pairs[:, 1]), task.encode_answers(pairs[:, 0], pairs[:, 1])], 1)
+    x, y = seq[:, :-1], seq[:, 1:].clone()  # (B, T-1)
+    y[:, : task.prompt_len - 1] = -100  # targets before the '=' are prompt tokens
+    return x, y
+
+
+def run_sft(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
+    """Train the warm-up model for a task; write model.pt and summary.json to out_dir."""
+    s, task = cfg["sft"][task_name], task_of(cfg, task_name)
+    pdir = problems_dir(cfg, task_name)
+    train = read_problems(pdir / "train.txt", task)
+    test = read_problems(pdir / "test.txt", task)
+    test = test[: s["eval_size"]] if s["eval_size"] else test
+    device = pick_device(s["device"])
+    torch.manual_seed(s["seed"])
+    gen = torch.Generator().manual_seed(s["seed"])
+    model = GPT(gpt_config(s["preset"], VOCAB_SIZE, task.seq_len)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=s["lr"], weight_decay=s["weight_decay"], betas=(0.9, 0.99))
+    lo, hi = s["band"]
+    history, acc, step, t0 = [], 0.0, 0, time.perf_counter()
+    log(f"sft {task_name}: {model.num_params() / 1e6:.2f}M parameters, preset {s['preset']}, until accuracy >= {lo:.2f}")
+    while step < s["max_steps"]:
+        step += 1
+        x, y = sft_batch(task, train[torch.randint(len(train), (s["batch_size"],), generator=gen)])
+        logits = model(x.to(device))
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.to(device).reshape(-1), ignore_index=-100)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % s["eval_every"] == 0 or step == s["max_steps"]:
+            acc = float(greedy_correct(model, task, test, device).float().mean())
+            history.append({"step": step, "loss": float(loss), "eval_accuracy": acc})
+            log(f"sft {task_name} step {step} | loss {float(loss):.4f} | eval accuracy {acc:.3f}")
+            if acc >= lo:
+                break
+    wall = time.perf_counter() - t0
+    mistakes = first_mistakes(model, task, test, device)
+    summary = {
+        "task": task_name, "task_config": cfg["tasks"][task_name], "settings": s, "steps": step,
+        "eval_accuracy": acc, "band": [lo, hi], "in_band": lo <= acc <= hi,
+        "reached": acc >= lo, "n_params": model.num_params(), "model": asdict(model.config),
+        "wall_seconds": wall, "history": history, "first_mistakes": mistakes, "versions": versions(),
+    }  # fmt: skip
+    if not summary["in_band"]:
+        log(f"warning: sft {task_name} ended at accuracy {acc:.3f}, outside the band [{lo}, {hi}]")
+    for line in mistakes:
+        log(f"  mistake: {line}")
+    out_dir = Path(out_dir)
+    state = {"model_config": asdict(model.config), "model": model.state_dict(), "task": task_name, "eval_accuracy": acc, "steps": step}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    snapshot.atomic_write_bytes(out_dir / "model.pt", snapshot.encode(state))
+    snapshot.atomic_write_bytes(out_dir / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
+    if math.isnan(acc):
+        raise RuntimeError(f"sft {task_name}: evaluation returned NaN")
+    return summary

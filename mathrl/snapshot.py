@@ -1,0 +1,91 @@
+"""Snapshots that survive a kill at any instant.
+
+A snapshot is written to a temporary file, flushed to disk, and renamed over the old one,
+whose previous version is kept as `<name>.prev`. The file starts with a header line holding
+the SHA-256 of the payload, so a truncated or damaged file is detected before torch reads
+it. Loading uses `weights_only=True`: a snapshot can hold tensors and plain Python values,
+never code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+MAGIC = b"MATHRL-SNAPSHOT-1 sha256="
+
+
+class SnapshotError(RuntimeError):
+    """No usable snapshot where one was expected, or one that does not fit this run."""
+
+
+def _write_tmp(path: Path, data: bytes) -> Path:
+    """Write `data` beside `path` under a temporary name, flushed to disk."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` so that a reader sees the old file or the new one, never half."""
+    path = Path(path)
+    os.replace(_write_tmp(path, data), path)
+
+
+def encode(state: dict) -> bytes:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    payload = buf.getvalue()
+    return MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+
+
+def decode(data: bytes, name: str) -> dict:
+    """Check the header and checksum, then unpickle with weights_only."""
+    header, sep, payload = data.partition(b"\n")
+    if not sep or not header.startswith(MAGIC):
+        raise SnapshotError(f"{name}: not a mathrl snapshot (bad header)")
+    if hashlib.sha256(payload).hexdigest().encode() != header[len(MAGIC):]:
+        raise SnapshotError(f"{name}: checksum mismatch (truncated or corrupted)")
+    return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+
+
+def save(path: str | Path, state: dict) -> None:
+    """Write a snapshot; the one it replaces becomes `<path>.prev`."""
+    path = Path(path)
+    tmp = _write_tmp(path, encode(state))  # a full disk fails here, the old files intact
+    if path.exists():
+        os.replace(path, path.with_name(path.name + ".prev"))
+    os.replace(tmp, path)
+
+
+def load(path: str | Path) -> dict | None:
+    """The latest good snapshot at `path`, falling back to `<path>.prev`.
+
+    Returns None when neither exists (a fresh start). A damaged latest file is reported by
+    name on stderr and the previous one used; if no good one remains it is an error, never
+    a silent restart from step 0."""
+    path = Path(path)
+    candidates = [p for p in (path, path.with_name(path.name + ".prev")) if p.exists()]
+    if not candidates:
+        return None
+    problems = []
+    for candidate in candidates:
+        try:
+            return decode(candidate.read_bytes(), str(candidate))
+        except Exception as exc:  # torch raises several types for a damaged zip
+            problems.append(f"{candidate}: {exc}")
+            print(f"warning: snapshot {candidate} is unusable ({exc}); trying the previous one", file=sys.stderr)
+    raise SnapshotError("no usable snapshot: " + "; ".join(problems))
