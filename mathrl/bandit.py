@@ -1,0 +1,232 @@
+"""Lab 04 on a bandit: entropy collapse, vanishing gradients and reward hacking.
+
+A stateless k-armed bandit: the policy is a small MLP from one fixed state vector to action
+logits, trained by REINFORCE with a batch-mean baseline and Adam. Each study returns one row
+per (setting, seed, step), with the columns in `COLUMNS` (plus `p3`.. when a study has more
+than three arms). Everything runs on the CPU and is deterministic per seed: the seed fixes
+the initial weights (`torch.manual_seed`, inside `fork_rng` so the caller's RNG is untouched)
+and an explicit generator draws the actions and any reward noise.
+
+Configuration is the `bandit:` block of config/config.yaml (see config/bandit.defaults.yaml):
+shared keys at the top, then per study a `settings` mapping (name -> lr, entropy_coef and
+optional overrides of the shared keys) and the study's own keys. `run_study` merges the block
+it is given over `DEFAULTS`, so a partial block works too.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import torch
+from torch import nn
+
+BANDIT_STUDIES = ("entropy_collapse", "gradient_vanishing", "reward_hacking")
+COLUMNS = ["study", "setting", "seed", "step", "phase", "entropy", "p0", "p1", "p2", "loss", "grad_norm",
+           "reward_std", "reward_mean", "proxy_reward", "true_reward", "lr", "entropy_coef"]
+SHARED_KEYS = ("steps", "batch_size", "hidden", "reward_noise")  # a setting may override these
+SETTING_DEFAULTS = {"lr": 1.0e-3, "entropy_coef": 0.01}
+
+DEFAULTS = {
+    "arm_rewards": [0.3, 1.0, 0.5],  # arm 1 is the global optimum, arms 0 and 2 local ones
+    "reward_noise": 0.0,  # std of Gaussian noise added to every sampled reward
+    "steps": 200,
+    "batch_size": 32,
+    "hidden": 8,
+    "state_dim": 4,
+    "seeds": [0, 1, 2],
+    "studies": {
+        "entropy_collapse": {
+            "settings": {
+                "aggressive": {"lr": 5.0e-3, "entropy_coef": 0.001},  # 5x the lr, 1/10 the bonus
+                "normal": {"lr": 1.0e-3, "entropy_coef": 0.01},
+            },
+        },
+        "gradient_vanishing": {
+            # entropy_coef 0: with equal rewards the batch-mean advantage is exactly zero, so the
+            # only gradient left would be the entropy bonus's; without it the gradient is exactly 0.
+            "settings": {"default": {"lr": 1.0e-3, "entropy_coef": 0.0}},
+            "phase_steps": 20,  # diverse first, then homogeneous, alternating
+            "homogeneous_reward": 1.0,
+        },
+        "reward_hacking": {
+            "settings": {"default": {"lr": 5.0e-3, "entropy_coef": 0.001}},
+            # Arms 0-2 are the lab's arms; arm 3 pads its answer: longest, and bad.
+            "true_rewards": [0.3, 1.0, 0.5, -0.5],
+            "arm_lengths": [0.2, 0.6, 0.4, 2.0],  # the proxy's only feature
+            "labelled_arms": [0, 1, 2],  # the arms the proxy was fitted on
+            "init_logits": [0.0, 0.0, 0.0, -3.0],  # the initial policy rarely pads
+        },
+    },
+}
+
+
+class SimplePolicy(nn.Module):
+    """MLP from a state vector to action logits. The last layer starts at zero weights with
+    bias `init_logits` (default 0), so the initial policy is softmax(init_logits): uniform
+    unless told otherwise, whatever the seed."""
+
+    def __init__(self, state_dim: int, hidden: int, n_actions: int, init_logits=None):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(state_dim, hidden), nn.Tanh())
+        self.head = nn.Linear(hidden, n_actions)
+        nn.init.zeros_(self.head.weight)
+        with torch.no_grad():
+            self.head.bias.copy_(torch.zeros(n_actions) if init_logits is None else torch.tensor(init_logits))
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(state))
+
+
+def converged_to(p0: float, p1: float, p2: float, threshold: float = 0.9, best_arm: int = 1) -> str:
+    """'global' if the dominant arm (probability >= threshold) is the best arm, 'local' if it
+    is another arm, 'none' if no arm reaches the threshold."""
+    probs = [p0, p1, p2]
+    top = max(range(3), key=probs.__getitem__)
+    if probs[top] < threshold:
+        return "none"
+    return "global" if top == best_arm else "local"
+
+
+def fit_proxy(lengths, rewards, labelled_arms) -> torch.Tensor:
+    """A linear reward model, score = a + b * length, fitted by least squares on the labelled
+    arms' true rewards and then applied to every arm. On arms 0-2 longer answers happen to be
+    better, so the fit rewards length, and extrapolates to the unseen padded arm."""
+    x = torch.tensor([lengths[a] for a in labelled_arms], dtype=torch.float64)
+    y = torch.tensor([rewards[a] for a in labelled_arms], dtype=torch.float64)
+    design = torch.stack([torch.ones_like(x), x], dim=1)
+    coef = torch.linalg.lstsq(design, y.unsqueeze(1)).solution.squeeze(1)
+    return (coef[0] + coef[1] * torch.tensor(lengths, dtype=torch.float64)).float()
+
+
+def train_seed(run: dict, seed: int, signal, n_arms: int, init_logits=None) -> list[dict]:
+    """Train one policy for run['steps'] steps; return one metrics dict per step.
+
+    `signal(actions, step, gen) -> (rewards, extras)` gives the rewards the policy is
+    trained on and the row's `phase`, `true_reward` and `proxy_reward`.
+    REINFORCE with the batch-mean baseline: advantage = reward - mean reward of the batch
+    (no learned value, no std normalisation); loss = -mean(logp * adv) - entropy_coef * H,
+    where H is the entropy of the full action distribution (nats)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        policy = SimplePolicy(run["state_dim"], run["hidden"], n_arms, init_logits)
+    opt = torch.optim.Adam(policy.parameters(), lr=run["lr"])
+    gen = torch.Generator().manual_seed(seed)
+    state = torch.ones(run["state_dim"])
+    rows = []
+    for step in range(run["steps"]):
+        logp = torch.log_softmax(policy(state), dim=-1)
+        probs = logp.exp()
+        entropy = -(probs * logp).sum()
+        actions = torch.multinomial(probs.detach(), run["batch_size"], replacement=True, generator=gen)
+        rewards, extras = signal(actions, step, gen)
+        adv = rewards - rewards.mean()
+        loss = -(logp[actions] * adv).mean() - run["entropy_coef"] * entropy
+        opt.zero_grad()
+        loss.backward()
+        grad_norm = torch.sqrt(sum(p.grad.pow(2).sum() for p in policy.parameters())).item()
+        opt.step()
+        p = probs.detach().tolist()
+        rows.append({"step": step, "entropy": entropy.item(),
+                     **{f"p{i}": p[i] for i in range(n_arms)}, "loss": loss.item(), "grad_norm": grad_norm,
+                     "reward_std": rewards.std(unbiased=False).item(), "reward_mean": rewards.mean().item(),
+                     **extras})
+    return rows
+
+
+def _noisy(base: torch.Tensor, noise: float, gen: torch.Generator) -> torch.Tensor:
+    return base + noise * torch.randn(base.shape, generator=gen) if noise > 0 else base
+
+
+def _study_signal(name: str, study: dict, run: dict, arm_rewards: torch.Tensor):
+    """The study's reward signal (see `train_seed`), its number of arms and initial logits.
+    `true_reward` is the mean noiseless arm reward of the batch; `proxy_reward` the mean
+    proxy score (reward hacking only, NaN elsewhere)."""
+    noise = run["reward_noise"]
+    if name == "entropy_collapse":
+        def signal(actions, step, gen):
+            true = arm_rewards[actions]
+            return _noisy(true, noise, gen), {"phase": "", "true_reward": true.mean().item(), "proxy_reward": math.nan}
+        return signal, len(arm_rewards), None
+    if name == "gradient_vanishing":
+        def signal(actions, step, gen):
+            true = arm_rewards[actions]
+            extras = {"phase": "diverse", "true_reward": true.mean().item(), "proxy_reward": math.nan}
+            # Every reward equal: the advantage and the policy gradient are exactly 0 (Adam's
+            # momentum still moves the weights a little; grad_norm shows the vanishing).
+            if (step // study["phase_steps"]) % 2 == 1:
+                extras["phase"] = "homogeneous"
+                return torch.full_like(true, float(study["homogeneous_reward"])), extras
+            return _noisy(true, noise, gen), extras
+        return signal, len(arm_rewards), None
+    n_arms = len(study["true_rewards"])
+    if len(study["arm_lengths"]) != n_arms or len(study["init_logits"]) != n_arms:
+        raise ValueError(f"reward_hacking: true_rewards, arm_lengths and init_logits need one entry per arm ({n_arms})")
+    if not all(0 <= a < n_arms for a in study["labelled_arms"]):
+        raise ValueError(f"reward_hacking: labelled_arms {study['labelled_arms']} must be arms 0..{n_arms - 1}")
+    true_rewards = torch.tensor(study["true_rewards"], dtype=torch.float32)
+    proxy = fit_proxy(study["arm_lengths"], study["true_rewards"], study["labelled_arms"])
+
+    def signal(actions, step, gen):
+        score = proxy[actions]  # the policy is trained on the proxy score, never the true reward
+        return _noisy(score, noise, gen), {"phase": "", "true_reward": true_rewards[actions].mean().item(),
+                                           "proxy_reward": score.mean().item()}
+    return signal, n_arms, study["init_logits"]
+
+
+def resolve(cfg: dict | None) -> dict:
+    """`DEFAULTS` with `cfg` merged over it; a study's `settings` are replaced, not merged."""
+    out = copy.deepcopy(DEFAULTS)
+    cfg = copy.deepcopy(cfg or {})
+    for name, study in cfg.pop("studies", {}).items():
+        if name not in BANDIT_STUDIES:
+            raise ValueError(f"unknown bandit study {name!r}; allowed: {', '.join(BANDIT_STUDIES)}")
+        out["studies"][name].update(study)
+    out.update(cfg)
+    return out
+
+
+def run_study(name: str, cfg: dict | None = None) -> pd.DataFrame:
+    """Run study `name` (one of BANDIT_STUDIES) for every setting and seed of the `bandit`
+    block `cfg`; one row per setting, seed and step."""
+    if name not in BANDIT_STUDIES:
+        raise ValueError(f"unknown bandit study {name!r}; allowed: {', '.join(BANDIT_STUDIES)}")
+    cfg = resolve(cfg)
+    study = cfg["studies"][name]
+    arm_rewards = torch.tensor(cfg["arm_rewards"], dtype=torch.float32)
+    frames = []
+    for setting, overrides in study["settings"].items():
+        run = {**{k: cfg[k] for k in (*SHARED_KEYS, "state_dim")}, **SETTING_DEFAULTS, **overrides}
+        signal, n_arms, init_logits = _study_signal(name, study, run, arm_rewards)
+        for seed in cfg["seeds"]:
+            df = pd.DataFrame(train_seed(run, int(seed), signal, n_arms, init_logits))
+            df.insert(0, "seed", int(seed))
+            df.insert(0, "setting", setting)
+            df.insert(0, "study", name)
+            df["lr"], df["entropy_coef"] = float(run["lr"]), float(run["entropy_coef"])
+            frames.append(df)
+    df = pd.concat(frames, ignore_index=True)
+    extra_p = sorted((c for c in df.columns if c[0] == "p" and c[1:].isdigit() and c not in COLUMNS),
+                     key=lambda c: int(c[1:]))
+    order = COLUMNS[:9] + extra_p + COLUMNS[9:]
+    return df[order]
+
+
+def write_study(df: pd.DataFrame, path: str | Path) -> Path:
+    """Write `df` as CSV atomically: a temp file in the same directory, then os.replace."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            df.to_csv(fh, index=False)
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,163 @@
+"""Lab 04's bandit studies (mathrl.bandit): contract, determinism and the three phenomena."""
+
+import copy
+import math
+from pathlib import Path
+
+import jsonschema
+import pandas as pd
+import pytest
+import yaml
+
+from mathrl import bandit
+from mathrl.bandit import BANDIT_STUDIES, DEFAULTS, converged_to, run_study, write_study
+
+ROOT = Path(__file__).resolve().parent.parent
+CONTRACT = ["study", "setting", "seed", "step", "phase", "entropy", "p0", "p1", "p2", "loss", "grad_norm", "reward_std"]
+SHORT = {"steps": 30, "seeds": [0, 1]}
+
+
+@pytest.fixture(scope="module")
+def studies():
+    """Every study at its defaults (3 seeds, 200 steps): about two seconds."""
+    return {name: run_study(name, DEFAULTS) for name in BANDIT_STUDIES}
+
+
+def test_columns_and_phases(studies):
+    for name, df in studies.items():
+        assert list(df.columns[:9]) == CONTRACT[:9]  # study .. p2 first, in the contract's order
+        assert set(CONTRACT + ["reward_mean", "proxy_reward", "true_reward", "lr", "entropy_coef"]) <= set(df.columns)
+        assert (df.study == name).all()
+        assert len(df) == len(df.groupby(["setting", "seed"])) * DEFAULTS["steps"]
+        assert sorted(df.seed.unique()) == DEFAULTS["seeds"]
+        assert df[["entropy", "loss", "grad_norm", "reward_std"]].notna().all().all()
+    assert set(studies["gradient_vanishing"].phase) == {"homogeneous", "diverse"}
+    assert (studies["entropy_collapse"].phase == "").all() and (studies["reward_hacking"].phase == "").all()
+    assert set(studies["entropy_collapse"].setting) == {"aggressive", "normal"}
+    assert "p3" in studies["reward_hacking"].columns and "p3" not in studies["entropy_collapse"].columns
+    probs = studies["reward_hacking"][["p0", "p1", "p2", "p3"]].sum(axis=1)
+    assert probs.sub(1).abs().max() < 1e-5
+
+
+def test_deterministic_per_seed():
+    a = run_study("entropy_collapse", SHORT)
+    b = run_study("entropy_collapse", SHORT)
+    pd.testing.assert_frame_equal(a, b)
+    one = run_study("entropy_collapse", {**SHORT, "seeds": [1]})
+    pd.testing.assert_frame_equal(one.reset_index(drop=True), a[a.seed == 1].reset_index(drop=True))
+    assert not a[a.seed == 0].p1.reset_index(drop=True).equals(a[a.seed == 1].p1.reset_index(drop=True))
+
+
+def test_uniform_start(studies):
+    first = studies["entropy_collapse"].query("step == 0")
+    assert first.entropy.sub(math.log(3)).abs().max() < 1e-6
+    assert first[["p0", "p1", "p2"]].sub(1 / 3).abs().max().max() < 1e-6
+
+
+def test_gradient_vanishes_when_rewards_are_equal(studies):
+    df = studies["gradient_vanishing"]
+    assert (df.entropy_coef == 0).all()
+    homo, diverse = df[df.phase == "homogeneous"], df[df.phase == "diverse"]
+    assert homo.grad_norm.max() < 1e-6 and (homo.reward_std == 0).all()
+    assert diverse.grad_norm.mean() > 1e-3
+    assert 1 - homo.grad_norm.mean() / diverse.grad_norm.mean() > 0.9
+    # phases alternate every phase_steps steps, diverse first
+    steps = DEFAULTS["studies"]["gradient_vanishing"]["phase_steps"]
+    seed0 = df[df.seed == 0]
+    assert (seed0.phase == seed0.step.map(lambda s: "homogeneous" if (s // steps) % 2 else "diverse")).all()
+
+
+def test_entropy_bonus_keeps_a_small_gradient():
+    cfg = {**SHORT, "studies": {"gradient_vanishing": {"settings": {"bonus": {"lr": 1e-3, "entropy_coef": 0.01}}}}}
+    homo = run_study("gradient_vanishing", cfg).query("phase == 'homogeneous'")
+    assert homo.grad_norm.mean() > 1e-6  # the bonus's gradient (zero only at the uniform policy)
+
+
+def test_aggressive_setting_collapses_faster(studies):
+    df = studies["entropy_collapse"]
+    final = df[df.step == df.step.max()].groupby("setting").entropy.mean()
+    assert final["aggressive"] < final["normal"]
+    assert final["aggressive"] < 0.2 * math.log(3)
+
+
+def test_reward_hacking(studies):
+    df = studies["reward_hacking"]
+    per_step = df.groupby("step")[["proxy_reward", "true_reward"]].mean()
+    first, last = per_step.iloc[:10].mean(), per_step.iloc[-10:].mean()
+    assert last.proxy_reward > first.proxy_reward
+    assert last.true_reward < first.true_reward
+    assert last.true_reward < 0  # the exploit's true reward is negative
+    assert per_step.true_reward.rolling(10).mean().max() > first.true_reward  # a rise before the fall
+    assert df.query("step == 0").p3.max() < 0.05  # the exploit starts rare
+
+
+def test_proxy_ranks_the_hack_highest():
+    hack = DEFAULTS["studies"]["reward_hacking"]
+    proxy = bandit.fit_proxy(hack["arm_lengths"], hack["true_rewards"], hack["labelled_arms"])
+    assert int(proxy.argmax()) == 3 and hack["true_rewards"][3] < 0
+    assert proxy[1] > proxy[2] > proxy[0]  # the ranking of the labelled arms is right
+
+
+def test_converged_to():
+    assert converged_to(0.02, 0.95, 0.03) == "global"
+    assert converged_to(0.96, 0.02, 0.02) == "local"
+    assert converged_to(0.01, 0.04, 0.95) == "local"
+    assert converged_to(0.3, 0.4, 0.3) == "none"
+    assert converged_to(0.05, 0.85, 0.10) == "none"
+    assert converged_to(0.05, 0.85, 0.10, threshold=0.8) == "global"
+
+
+def test_unknown_study():
+    with pytest.raises(ValueError, match="entropy_collapse, gradient_vanishing, reward_hacking"):
+        run_study("entropy_colapse", DEFAULTS)
+    with pytest.raises(ValueError, match="allowed"):
+        run_study("entropy_collapse", {"studies": {"nope": {}}})
+
+
+def test_partial_config_is_merged_over_defaults():
+    df = run_study("entropy_collapse", {"steps": 5, "seeds": [3], "studies": {"entropy_collapse": {"settings": {"x": {"lr": 0.01}}}}})
+    assert len(df) == 5 and set(df.setting) == {"x"} and (df.entropy_coef == 0.01).all() and (df.lr == 0.01).all()
+    assert DEFAULTS["steps"] == 200  # the defaults are not mutated
+
+
+def test_reward_noise_is_seeded():
+    cfg = {**SHORT, "reward_noise": 0.1}
+    a, b = run_study("entropy_collapse", cfg), run_study("entropy_collapse", cfg)
+    pd.testing.assert_frame_equal(a, b)
+    assert not a.reward_mean.equals(run_study("entropy_collapse", SHORT).reward_mean)
+
+
+def test_write_study_atomic(tmp_path):
+    df = run_study("gradient_vanishing", {"steps": 4, "seeds": [0]})
+    path = write_study(df, tmp_path / "bandit" / "gradient_vanishing" / "metrics.csv")
+    back = pd.read_csv(path, keep_default_na=False)
+    assert list(back.columns) == list(df.columns) and len(back) == 4
+    assert list(back.phase) == ["diverse"] * 4
+    assert [p.name for p in path.parent.iterdir()] == ["metrics.csv"]  # no temp file left
+
+
+def _bandit_schema():
+    """The `bandit` schema: from config.schema.yaml once merged, else from the fragment."""
+    root = yaml.safe_load((ROOT / "config" / "config.schema.yaml").read_text()) if (ROOT / "config" / "config.schema.yaml").exists() else {}
+    if "properties" in root.get("properties", {}).get("bandit", {}):
+        return root
+    fragment = ROOT / "config" / "bandit.schema-fragment.yaml"
+    if not fragment.exists():
+        pytest.skip("no bandit schema yet")
+    frag = yaml.safe_load(fragment.read_text())
+    return {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", **frag}
+
+
+def test_schema_defaults_match_module_defaults():
+    schema = _bandit_schema()
+    jsonschema.Draft7Validator.check_schema(schema)
+    sub = {"$schema": schema.get("$schema"), **schema["properties"]["bandit"], "definitions": schema["definitions"]}
+    jsonschema.validate(DEFAULTS, sub)
+    assert schema["properties"]["bandit"]["default"] == DEFAULTS
+    for key, prop in schema["properties"]["bandit"]["properties"].items():
+        assert prop["default"] == DEFAULTS[key], key
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**copy.deepcopy(DEFAULTS), "stepz": 3}, sub)
+    defaults_file = ROOT / "config" / "bandit.defaults.yaml"
+    if defaults_file.exists():
+        assert yaml.safe_load(defaults_file.read_text())["bandit"] == DEFAULTS
