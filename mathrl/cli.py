@@ -110,6 +110,38 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_gradvar(args) -> int:
+    import json as _json
+
+    import torch
+
+    from mathrl.gradvar import accumulation_difference, gradient_variance
+    from mathrl.snapshot import atomic_write_bytes
+    from mathrl.tasks import read_problems
+    from mathrl.trainer import load_policy, problems_dir, sft_checkpoint, task_of
+
+    cfg = _load(args)
+    _check_task(cfg, [args.task])
+    g, task = cfg["gradvar"], task_of(cfg, args.task)
+    init = Path(args.init) if args.init else sft_checkpoint(cfg, args.task)
+    policy, _ = load_policy(init)
+    pairs = read_problems(problems_dir(cfg, args.task) / "train.txt", task)
+    torch.manual_seed(g["seed"])
+    variance = gradient_variance(policy, task, pairs, g["batch_sizes"], g["num_samples"], g["group_size"], g["seed"], g["temperature"])
+    batch, micro = g["accumulation"]
+    result = {
+        "task": args.task, "init": str(init), "settings": g,
+        "variance": [{"batch_size": n, "variance": v} for n, v in variance.items()],
+        "accumulation": accumulation_difference(policy, task, pairs, batch, micro, g["group_size"], g["seed"], g["temperature"]),
+    }  # fmt: skip
+    out = Path(args.out) if args.out else Path(cfg["results"]) / "gradvar" / f"{args.task}.json"
+    atomic_write_bytes(out, (_json.dumps(result, indent=2) + "\n").encode())
+    lo, hi = min(variance), max(variance)
+    print(f"gradvar {args.task}: variance {variance[lo]:.3e} at {lo} vs {variance[hi]:.3e} at {hi} "
+          f"(ratio {variance[lo] / variance[hi]:.2f}); accumulation max difference {result['accumulation']['max_abs_difference']:.2e}")  # fmt: skip
+    return 0
+
+
 def cmd_runs(args) -> int:
     cfg = _load(args)
     for run_id, spec in expand_runs(cfg).items():
@@ -163,6 +195,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads per process (default: torch's choice)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="run settings, e.g. lr=1e-3 batch_size=64")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("gradvar", help="gradient variance at several batch sizes from one policy, and the accumulation check")
+    _common(p)
+    p.add_argument("--task", required=True)
+    p.add_argument("--init", help="checkpoint to probe (default: the task's warm-up model)")
+    p.add_argument("--out", help="JSON path (default results/gradvar/TASK.json)")
+    p.set_defaults(func=cmd_gradvar)
 
     p = sub.add_parser("runs", help="list the run ids the experiments expand into")
     _common(p)

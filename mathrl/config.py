@@ -155,6 +155,7 @@ def fill_defaults(cfg: dict, schema: dict) -> dict:
     # Every task gets a warm-up block, the defaults when the config names none.
     cfg["sft"] = {name: {**_defaults(defs["sft"]), **cfg["sft"].get(name, {})} for name in cfg["tasks"]}
     cfg["train"] = {**_defaults(defs["train"]), **cfg["train"]}
+    cfg["gradvar"] = {**_defaults(defs["gradvar"]), **cfg.get("gradvar", {})}
     return cfg
 
 
@@ -178,6 +179,9 @@ def complete(cfg: dict, source: str = "") -> dict:
     validate(cfg, schema, source=source)
     cfg = fill_defaults(cfg, schema)
     check_train(cfg, cfg["train"], "train")
+    for name in cfg["gradvar"]["tasks"]:
+        if name not in cfg["tasks"]:
+            raise ConfigError(f"gradvar.tasks: {name!r} is not a task{_suggest(name, cfg['tasks'])}; allowed: {', '.join(cfg['tasks'])}")
     expand_runs(cfg)  # every experiment must expand into valid runs
     return cfg
 

@@ -59,8 +59,8 @@ def run_sft(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
         opt.step()
         if step % s["eval_every"] == 0 or step == s["max_steps"]:
             acc = float(greedy_correct(model, task, test, device).float().mean())
-            history.append({"step": step, "loss": float(loss), "eval_accuracy": acc})
-            log(f"sft {task_name} step {step} | loss {float(loss):.4f} | eval accuracy {acc:.3f}")
+            history.append({"step": step, "loss": loss.item(), "eval_accuracy": acc})
+            log(f"sft {task_name} step {step} | loss {loss.item():.4f} | eval accuracy {acc:.3f}")
             if acc >= lo:
                 break
     wall = time.perf_counter() - t0

@@ -194,6 +194,8 @@ class Trainer:
         self.monitor.load_state_dict(st["monitor"])
         self.step_no, self.samples, self.rows = st["step"], st["samples"], list(st["rows"])
         self.initial_eval, self.status = st["initial_eval"], st["status"]
+        if self.status == "complete" and self.step_no < self.s["steps"]:
+            self.status = "running"  # the same run extended to more steps
 
     # ---------------------------------------------------------------- sampling
     def ndigit_at(self, step: int) -> int:

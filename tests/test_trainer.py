@@ -1,0 +1,157 @@
+"""The RL trainer through its real entry point (`mathrl train`), on the tiny warmed-up task."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import torch
+
+from mathrl import snapshot
+from mathrl.cli import main
+from mathrl.trainer import EXTRAS, METRICS
+
+VOLATILE = ["seconds", "sample_seconds", "update_seconds"]  # wall-clock columns
+
+
+def train(env, run_id, *settings, extra=()):
+    argv = ["train", "--config", str(env["config"]), "--run-id", run_id, *extra, *settings]
+    return main(argv)
+
+
+def metrics(env, run_id) -> pd.DataFrame:
+    return pd.read_csv(env["results"] / "runs" / run_id / "metrics.csv")
+
+
+def summary(env, run_id) -> dict:
+    return json.loads((env["results"] / "runs" / run_id / "summary.json").read_text())
+
+
+def weights(env, run_id) -> dict:
+    return snapshot.load(env["results"] / "runs" / run_id / "snapshot.pt")["net"]
+
+
+def assert_same_weights(wa: dict, wb: dict) -> None:
+    """Equal up to float summation order. The attention key biases are the exception: their
+    true gradient is exactly zero (softmax ignores a per-query constant), so Adam turns
+    their float noise into steps of ~1e-5; they get a tolerance below one lr-sized step."""
+    assert wa.keys() == wb.keys()
+    for name in wa:
+        atol = 2e-4 if name.endswith("attn.c_attn.bias") else 2e-6
+        torch.testing.assert_close(wa[name], wb[name], rtol=0, atol=atol, msg=name)
+
+
+@pytest.mark.parametrize("algorithm", ["reinforce", "ppo", "grpo", "rloo", "dapo"])
+def test_each_algorithm_runs_and_writes_the_contract(run_env, algorithm):
+    assert train(run_env, algorithm, f"algorithm={algorithm}", "steps=3") == 0
+    df = metrics(run_env, algorithm)
+    assert list(df.columns) == METRICS + EXTRAS and list(df["step"]) == [1, 2, 3]
+    for col in ["reward_mean", "accuracy", "entropy", "kl", "grad_norm", "policy_loss", "lr", "frac_zero_std"]:
+        assert df[col].notna().all() and (df[col].abs() < 1e6).all(), col
+    assert df["eval_accuracy"].notna().sum() == 2  # steps 2 and 3 (eval_every 2, and the last)
+    assert df["value_loss"].notna().all() == (algorithm == "ppo")
+    assert df["baseline"].notna().all() == (algorithm == "reinforce")
+    assert (df["samples"] >= 16 * df["step"]).all()
+    s = summary(run_env, algorithm)
+    for key in ["run_id", "experiment", "task", "algorithm", "batch_size", "lr", "kl_coef", "seed", "config", "final", "best", "wall_seconds", "versions", "alerts"]:
+        assert key in s, key
+    assert s["algorithm"] == algorithm and s["status"] == "complete" and s["config"]["batch_size"] == 16
+
+
+def test_same_seed_same_metrics_on_cpu(run_env):
+    assert train(run_env, "a", "seed=3") == 0
+    assert train(run_env, "b", "seed=3") == 0
+    assert train(run_env, "c", "seed=4") == 0
+    a, b, c = (metrics(run_env, r).drop(columns=VOLATILE) for r in "abc")
+    pd.testing.assert_frame_equal(a, b)
+    assert not a.equals(c)
+
+
+def test_gradient_accumulation_equals_the_large_batch(run_env):
+    assert train(run_env, "full", "steps=2", "loss_agg=token") == 0
+    assert train(run_env, "micro", "steps=2", "loss_agg=token", "micro_batch_size=4") == 0
+    assert train(run_env, "full_seq", "steps=2", "micro_batch_size=8", "algorithm=ppo") == 0
+    assert train(run_env, "micro_seq", "steps=2", "micro_batch_size=4", "algorithm=ppo") == 0
+    for big, small in [("full", "micro"), ("full_seq", "micro_seq")]:
+        assert_same_weights(weights(run_env, big), weights(run_env, small))
+        ma, mb = metrics(run_env, big), metrics(run_env, small)
+        for col in ["grad_norm", "policy_loss", "entropy", "kl"]:
+            assert ma[col].tolist() == pytest.approx(mb[col].tolist(), rel=1e-4, abs=1e-6), col
+
+
+def test_resumed_run_equals_uninterrupted(run_env):
+    assert train(run_env, "whole", "steps=4") == 0
+    assert train(run_env, "split", "steps=2") == 0
+    assert train(run_env, "split", "steps=4") == 0  # the same command, extended: resumes at step 2
+    a, b = (metrics(run_env, r).drop(columns=VOLATILE) for r in ("whole", "split"))
+    pd.testing.assert_frame_equal(a, b)
+    assert train(run_env, "split", "steps=4") == 0  # complete: nothing to redo
+    pd.testing.assert_frame_equal(metrics(run_env, "split").drop(columns=VOLATILE), a)
+
+
+def test_snapshot_of_other_settings_or_shape_is_refused(run_env, capsys):
+    assert train(run_env, "r", "steps=2") == 0
+    assert train(run_env, "r", "steps=3", "lr=0.01") == 2
+    err = capsys.readouterr().err
+    assert "lr" in err and "snapshot" in err
+    path = run_env["results"] / "runs" / "r" / "snapshot.pt"
+    st = snapshot.load(path)
+    st["model_config"] = {**st["model_config"], "n_embd": 64}
+    snapshot.save(path, st)
+    assert train(run_env, "r", "steps=3") == 2
+    assert "does not match this run's model" in capsys.readouterr().err
+
+
+def test_corrupt_snapshot_falls_back_to_previous(run_env, capsys):
+    assert train(run_env, "r", "steps=2", "snapshot_every=1") == 0
+    path = run_env["results"] / "runs" / "r" / "snapshot.pt"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])  # truncated, as by a crash mid-write
+    assert train(run_env, "r", "steps=3") == 0
+    err = capsys.readouterr().err
+    assert "snapshot.pt is unusable" in err
+    assert list(metrics(run_env, "r")["step"]) == [1, 2, 3]  # resumed from step 1's snapshot (.prev)
+
+
+@pytest.mark.parametrize("policy", ["skip", "stop"])
+def test_nonfinite_loss_never_reaches_the_weights(run_env, policy):
+    assert train(run_env, policy, "steps=4", "fault_nan_step=2", f"nan_policy={policy}") == 0
+    df, s = metrics(run_env, policy), summary(run_env, policy)
+    assert df.loc[df.step == 2, "skipped"].item() == 1
+    assert [a["kind"] for a in s["alerts"]].count("nonfinite") == 1
+    for name, w in weights(run_env, policy).items():
+        assert torch.isfinite(w).all(), name
+    if policy == "skip":
+        assert s["status"] == "complete" and list(df["step"]) == [1, 2, 3, 4]
+        assert df.loc[df.step != 2, "skipped"].eq(0).all()
+    else:
+        assert s["status"] == "stopped_nonfinite" and list(df["step"]) == [1, 2]
+
+
+def test_batch_not_divisible_by_world_size_is_refused(run_env, capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    assert train(run_env, "w", "batch_size=16", "group_size=4") == 2
+    assert "world size" in capsys.readouterr().err
+    assert not (run_env["results"] / "runs" / "w").exists()
+
+
+@pytest.mark.slow
+def test_two_process_ddp_equals_one_process(run_env):
+    """gloo on CPU: 2 ranks x 8 rollouts give the 16-rollout run of one process."""
+    base = ["--config", str(run_env["config"]), "steps=3", "batch_size=16", "group_size=4"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([sys.executable, "-m", "mathrl", "train", "--run-id", "one", *base], env=env, capture_output=True, text=True)
+    assert one.returncode == 0, one.stderr
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "mathrl", "train", "--run-id", "two", *base]
+    two = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr[-3000:]
+    a, b = (metrics(run_env, r).drop(columns=VOLATILE) for r in ("one", "two"))
+    pd.testing.assert_frame_equal(a, b, rtol=1e-4, atol=1e-6)
+    assert_same_weights(weights(run_env, "one"), weights(run_env, "two"))
+    assert summary(run_env, "two")["config"]["world_size"] == 2
+    assert "Step 3/3" in two.stdout and two.stdout.count("Step 3/3") == 1  # only rank 0 prints
