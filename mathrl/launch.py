@@ -1,0 +1,143 @@
+"""`mathrl launch`: one training job under torchrun on GPUs of its own.
+
+Concurrent local Snakemake jobs each lease distinct GPU slots (`mathrl.gpus`), run
+`torchrun --standalone` (its own rendezvous, so jobs never clash on a port) with
+CUDA_VISIBLE_DEVICES set to the lease and OMP/MKL threads split between the workers, hold
+the lease until torchrun exits and pass its exit code on. SIGTERM and SIGINT are forwarded
+to torchrun, which stops its workers; if the launcher itself dies, torchrun gets SIGTERM
+(Linux parent-death signal), so a killed job leaves no training process on the GPU.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from mathrl import gpus as gpu_slots
+
+ENV_KEYS = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def default_lock_dir() -> Path:
+    """$MATHRL_GPU_LOCK_DIR, else one directory per user (and per SLURM job) under /tmp.
+
+    Inside a SLURM job the ids in CUDA_VISIBLE_DEVICES may be renumbered per job (device
+    cgroups: every job sees "0"), so jobs sharing a node must not share lock files.
+    """
+    if os.environ.get("MATHRL_GPU_LOCK_DIR"):
+        return Path(os.environ["MATHRL_GPU_LOCK_DIR"])
+    name = f"mathrl-gpu-locks-{os.environ.get('USER') or getpass.getuser()}"
+    if os.environ.get("SLURM_JOB_ID"):
+        name += f"-slurm{os.environ['SLURM_JOB_ID']}"
+    return Path("/tmp") / name
+
+
+def torchrun_command(nproc: int, args: Sequence[str], torchrun_args: Sequence[str] = (),
+                     module: Sequence[str] = ("mathrl", "train"), mode: str = "always") -> list[str]:  # fmt: skip
+    """The worker command. mode "auto" runs a lone CPU worker without torchrun: the same
+    entry point as a world of one, minus torchrun's agent process (about 2 s per run here,
+    which dominates a grid of a hundred short CPU runs)."""
+    if mode == "auto" and nproc == 1 and not torchrun_args:
+        return [sys.executable, "-m", *module, *args]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            *torchrun_args, "-m", *module, *args]  # fmt: skip
+
+
+def _parent_death_signal():
+    """A preexec_fn giving the child SIGTERM when this process dies (Linux; else None)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
+def launch(args: Sequence[str] = (), *, gpus: int | None = None, threads: int = 1, lock_dir: Path | None = None,
+           dry_run: bool = False, torchrun_args: Sequence[str] = (), module: Sequence[str] = ("mathrl", "train"),
+           timeout: float | None = None, out: TextIO | None = None, torchrun: str = "always") -> int:  # fmt: skip
+    """Run `torchrun ... -m <module> <args>` on `gpus` leased GPUs (0: CPU); its exit code.
+
+    gpus None takes 1 when a GPU is visible, else 0. `module` is for tests (a tiny probe
+    instead of `mathrl train`); `timeout` bounds the wait for free slots (None: forever).
+    """
+    out = out or sys.stdout
+    if gpus is None:
+        gpus = 1 if gpu_slots.visible_gpu_count() > 0 else 0
+    if gpus < 0:
+        raise ValueError(f"--gpus: {gpus} is negative; use 0 for CPU")
+    if threads < 1:
+        raise ValueError(f"--threads: {threads} must be at least 1")
+    nproc = max(1, gpus)
+    per_worker = str(max(1, threads // nproc))
+    if torchrun not in ("always", "auto"):
+        raise ValueError(f"--torchrun: {torchrun!r} is not allowed; allowed: always, auto")
+    cmd = torchrun_command(nproc, args, torchrun_args, module, mode="auto" if torchrun == "auto" and gpus == 0 else "always")
+    lock_dir = Path(lock_dir) if lock_dir else default_lock_dir()
+
+    if dry_run:  # the slots a launch would get now, taken and given back at once
+        note = None
+        try:
+            with gpu_slots.acquire(gpus, lock_dir, timeout=0) as lease:
+                visible = lease.env()["CUDA_VISIBLE_DEVICES"]
+        except TimeoutError:
+            visible, note = "?", f"# no {gpus} GPU slots free now (locks in {lock_dir}); a real launch would wait"
+        print(shlex.join(cmd), file=out)
+        if note:
+            print(note, file=out)
+        for key, value in zip(ENV_KEYS, (visible, per_worker, per_worker), strict=True):
+            print(f"{key}={value}", file=out)
+        return 0
+
+    with gpu_slots.acquire(gpus, lock_dir, timeout=timeout) as lease:
+        env = {**os.environ, **lease.env(), "OMP_NUM_THREADS": per_worker, "MKL_NUM_THREADS": per_worker}
+        return _run(cmd, env, lease.fds)
+
+
+def _run(cmd: list[str], env: dict[str, str], keep_fds: list[int]) -> int:
+    """Run cmd, forwarding SIGTERM/SIGINT to it; its exit code (128+N when killed by signal N)."""
+    child: subprocess.Popen | None = None
+    pending: list[int] = []
+
+    def forward(signum, _frame) -> None:
+        if child is None:
+            pending.append(signum)
+        else:
+            child.send_signal(signum)  # a no-op once the child has exited
+
+    forwarded = (signal.SIGTERM, signal.SIGINT)
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.signal(s, forward) for s in forwarded} if in_main else {}
+    try:
+        # The child inherits the lock descriptors: the slots stay held until the training
+        # process is gone too, even if this process is killed first.
+        child = subprocess.Popen(cmd, env=env, pass_fds=keep_fds, preexec_fn=_parent_death_signal())
+        for signum in pending:
+            child.send_signal(signum)
+        rc = child.wait()
+    finally:
+        if child is not None and child.poll() is None:  # an exception here: leave no orphan
+            child.kill()
+            child.wait()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 128 - rc if rc < 0 else rc
