@@ -4,9 +4,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test report bench clean
+.PHONY: setup system-deps test report bench clean
 
-setup: $(STAMP)
+setup: system-deps $(STAMP)
+
+# Debian packages the tests use (chromium, slurm-wlm, munge); only as root, only if missing.
+system-deps:
+	@bash scripts/install-system-deps.sh
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +21,10 @@ $(STAMP): pyproject.toml
 
 test: setup
 	$(BIN)/pytest -q
+
+report: setup
+	$(BIN)/snakemake --profile profiles/default report
+	@echo "open results/report.html"
 
 bench: setup
 	$(BIN)/python -m bench
