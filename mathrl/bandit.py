@@ -25,44 +25,17 @@ import pandas as pd
 import torch
 from torch import nn
 
+from mathrl.config import load_schema
+
 BANDIT_STUDIES = ("entropy_collapse", "gradient_vanishing", "reward_hacking")
 COLUMNS = ["study", "setting", "seed", "step", "phase", "entropy", "p0", "p1", "p2", "loss", "grad_norm",
            "reward_std", "reward_mean", "proxy_reward", "true_reward", "lr", "entropy_coef"]
 SHARED_KEYS = ("steps", "batch_size", "hidden", "reward_noise")  # a setting may override these
-SETTING_DEFAULTS = {"lr": 1.0e-3, "entropy_coef": 0.01}
-
-DEFAULTS = {
-    "arm_rewards": [0.3, 1.0, 0.5],  # arm 1 is the global optimum, arms 0 and 2 local ones
-    "reward_noise": 0.0,  # std of Gaussian noise added to every sampled reward
-    "steps": 200,
-    "batch_size": 32,
-    "hidden": 8,
-    "state_dim": 4,
-    "seeds": [0, 1, 2],
-    "studies": {
-        "entropy_collapse": {
-            "settings": {
-                "aggressive": {"lr": 5.0e-3, "entropy_coef": 0.001},  # 5x the lr, 1/10 the bonus
-                "normal": {"lr": 1.0e-3, "entropy_coef": 0.01},
-            },
-        },
-        "gradient_vanishing": {
-            # entropy_coef 0: with equal rewards the batch-mean advantage is exactly zero, so the
-            # only gradient left would be the entropy bonus's; without it the gradient is exactly 0.
-            "settings": {"default": {"lr": 1.0e-3, "entropy_coef": 0.0}},
-            "phase_steps": 20,  # diverse first, then homogeneous, alternating
-            "homogeneous_reward": 1.0,
-        },
-        "reward_hacking": {
-            "settings": {"default": {"lr": 5.0e-3, "entropy_coef": 0.001}},
-            # Arms 0-2 are the lab's arms; arm 3 pads its answer: longest, and bad.
-            "true_rewards": [0.3, 1.0, 0.5, -0.5],
-            "arm_lengths": [0.2, 0.6, 0.4, 2.0],  # the proxy's only feature
-            "labelled_arms": [0, 1, 2],  # the arms the proxy was fitted on
-            "init_logits": [0.0, 0.0, 0.0, -3.0],  # the initial policy rarely pads
-        },
-    },
-}
+# The defaults are the schema's (config/config.schema.yaml): one source of truth for the
+# CLI, Snakemake and direct callers.
+_SCHEMA = load_schema()
+DEFAULTS = _SCHEMA["properties"]["bandit"]["default"]
+SETTING_DEFAULTS = {k: v["default"] for k, v in _SCHEMA["definitions"]["bandit_setting"]["properties"].items() if "default" in v}
 
 
 class SimplePolicy(nn.Module):

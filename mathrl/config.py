@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import hashlib
 import itertools
 import json
@@ -52,8 +53,14 @@ def read_yaml(path: str | Path) -> dict:
     return data
 
 
-def load_schema() -> dict:
+@functools.cache
+def _schema_text_parsed() -> dict:
     return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def load_schema() -> dict:
+    """The schema (parsed once per process; a copy, so callers may not corrupt it)."""
+    return copy.deepcopy(_schema_text_parsed())
 
 
 def deep_merge(base: dict, update: dict) -> dict:

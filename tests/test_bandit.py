@@ -137,15 +137,8 @@ def test_write_study_atomic(tmp_path):
 
 
 def _bandit_schema():
-    """The `bandit` schema: from config.schema.yaml once merged, else from the fragment."""
-    root = yaml.safe_load((ROOT / "config" / "config.schema.yaml").read_text()) if (ROOT / "config" / "config.schema.yaml").exists() else {}
-    if "properties" in root.get("properties", {}).get("bandit", {}):
-        return root
-    fragment = ROOT / "config" / "bandit.schema-fragment.yaml"
-    if not fragment.exists():
-        pytest.skip("no bandit schema yet")
-    frag = yaml.safe_load(fragment.read_text())
-    return {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", **frag}
+    """The root schema (the bandit block and its definitions live there)."""
+    return yaml.safe_load((ROOT / "config" / "config.schema.yaml").read_text())
 
 
 def test_schema_defaults_match_module_defaults():
@@ -158,6 +151,4 @@ def test_schema_defaults_match_module_defaults():
         assert prop["default"] == DEFAULTS[key], key
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**copy.deepcopy(DEFAULTS), "stepz": 3}, sub)
-    defaults_file = ROOT / "config" / "bandit.defaults.yaml"
-    if defaults_file.exists():
-        assert yaml.safe_load(defaults_file.read_text())["bandit"] == DEFAULTS
+
