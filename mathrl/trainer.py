@@ -41,6 +41,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import mathrl
 from mathrl import snapshot
 from mathrl.config import ConfigError
+from mathrl.console import console_line
 from mathrl.control import MovingAverageBaseline, entropy_coef_at, lr_factor, make_kl_controller
 from mathrl.distributed import Dist, all_sum
 from mathrl.evaluation import greedy_correct
@@ -56,7 +57,7 @@ from mathrl.losses import (
     token_logprobs,
     value_loss,
 )
-from mathrl.model import GPT, GPTConfig, ValueHead
+from mathrl.model import GPT, GPTConfig, ValueHead, gpt_config
 from mathrl.monitor import StabilityMonitor
 from mathrl.rewards import RewardSpec, compute_rewards
 from mathrl.tasks import END, VOCAB_SIZE, Task, filter_by_ndigit, read_problems
@@ -134,9 +135,13 @@ class Trainer:
         self.test_pairs = test[: s["eval_size"]] if s["eval_size"] else test
         self.pools: dict[int, torch.Tensor] = {}
 
-        init = Path(s["init"]) if s["init"] else sft_checkpoint(cfg, s["task"])
-        policy, self.init_meta = load_policy(init)
-        self.init_path = init
+        if s["init"] == "random":  # lab 04: RL from a random policy sees only zero rewards
+            torch.manual_seed(s["seed"])
+            policy, self.init_meta = GPT(gpt_config(cfg["sft"][s["task"]]["preset"], VOCAB_SIZE, self.task.seq_len)), {}
+            self.init_path = "random"
+        else:
+            self.init_path = Path(s["init"]) if s["init"] else sft_checkpoint(cfg, s["task"])
+            policy, self.init_meta = load_policy(self.init_path)
         self.model_config = asdict(policy.config)
         self.ref = copy.deepcopy(policy).to(d.device).eval().requires_grad_(False)
         head = ValueHead(policy.config.n_embd) if s["algorithm"] == "ppo" else None
@@ -450,13 +455,7 @@ class Trainer:
             if wandb_run is not None:
                 wandb_run.log({f"train/{k}": v for k, v in row.items()}, step=step)
             if step % s["log_every"] == 0 or step == 1 or step == s["steps"]:
-                line = (
-                    f"Step {step}/{s['steps']} | Loss {row['policy_loss']:.3f} | Acc {row['accuracy']:.3f} | "
-                    f"Reward {row['reward_mean']:.3f} | LR {row['lr']:.2e} | Ent {row['entropy']:.3f} | KL {row['kl']:.4f}"
-                )
-                if not math.isnan(row["eval_accuracy"]):
-                    line += f" | Eval {row['eval_accuracy']:.3f}"
-                self.say(line)
+                self.say(console_line(row, s["steps"]))
             if d.is_main and (step % s["snapshot_every"] == 0 or step == s["steps"] or self.status != "running"):
                 if self.status == "running" and step == s["steps"]:
                     self.status = "complete"

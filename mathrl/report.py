@@ -1,0 +1,161 @@
+"""`mathrl report`: one self-contained HTML page from the tables and figures.
+
+Jinja2 with autoescaping; CSS inline, figures embedded as data URIs, nothing fetched from
+the network, so the page opens from disk. Every number comes from results/tables/*.csv
+(or the files named in the reproducibility section), none is typed in.
+"""
+
+from __future__ import annotations
+
+import base64
+import glob
+import hashlib
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup, escape
+
+from mathrl.config import ROOT, config_hash
+from mathrl.results import COLLAPSE_DEFINITION
+from mathrl.snapshot import atomic_write_bytes
+from mathrl.studies import STUDIES
+from mathrl.studies.context import Tables
+
+TEMPLATES = ROOT / "report" / "templates"
+
+
+def fmt(value, spec: str = ".3g") -> str:
+    """A number for people: NaN and None show as a dash, floats with `spec`."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, float) and value.is_integer() and abs(value) < 1e6 and spec == ".3g":
+            return str(int(value))
+        return format(value, spec)
+    return str(value)
+
+
+def pct(value, digits: int = 1) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.{digits}f}%"
+
+
+def html_table(df: pd.DataFrame, columns: list[str] | dict | None = None, formats: dict | None = None, caption: str = "") -> Markup:
+    """A DataFrame as an escaped HTML table; `columns` may map column names to headers.
+
+    A `run_id` column links to the run index; an empty frame says so instead of vanishing."""
+    if df is None or df.empty:
+        return Markup('<p class="missing">No data: the runs this table needs are missing or failed.</p>')
+    if columns is None:
+        columns = list(df.columns)
+    headers = columns if isinstance(columns, dict) else {c: c for c in columns}
+    formats = formats or {}
+    out = ['<div class="tablewrap"><table>']
+    if caption:
+        out.append(f"<caption>{escape(caption)}</caption>")
+    out.append("<thead><tr>" + "".join(f"<th>{escape(h)}</th>" for h in headers.values()) + "</tr></thead><tbody>")
+    for _, row in df.iterrows():
+        cells = []
+        for col in headers:
+            value = row.get(col)
+            text = escape(fmt(value, formats.get(col, ".3g")) if formats.get(col) != "pct" else pct(value))
+            if col in ("run_id", "evidence_run") and isinstance(value, str) and value:
+                text = Markup(f'<a href="#run-{escape(value)}">{text}</a>')
+            cells.append(f'<td class="{"num" if isinstance(value, (int, float)) else ""}">{text}</td>')
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table></div>")
+    return Markup("".join(out))
+
+
+def figure_uris(cfg: dict) -> dict[str, str]:
+    uris = {}
+    for path in sorted((Path(cfg["results"]) / "figures").glob("*.png")):
+        uris[path.stem] = "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
+    return uris
+
+
+def _run(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def stage_times(cfg: dict) -> pd.DataFrame:
+    """Per-stage wall times from Snakemake's benchmark files (results/benchmarks/{rule}/...)."""
+    rows = []
+    for path in glob.glob(str(Path(cfg["results"]) / "benchmarks" / "**" / "*.tsv"), recursive=True):
+        try:
+            b = pd.read_csv(path, sep="\t")
+        except (OSError, ValueError):
+            continue
+        rule = Path(path).relative_to(Path(cfg["results"]) / "benchmarks").parts[0]
+        rows.append({"stage": rule, "job": Path(path).stem, "seconds": float(b["s"].iloc[0]), "max_rss_mb": float(b.get("max_rss", pd.Series([math.nan])).iloc[0])})
+    df = pd.DataFrame(rows, columns=["stage", "job", "seconds", "max_rss_mb"])
+    if df.empty:
+        return df
+    return df.groupby("stage").agg(jobs=("job", "count"), total_seconds=("seconds", "sum"), max_seconds=("seconds", "max"), max_rss_mb=("max_rss_mb", "max")).reset_index()
+
+
+def reproducibility(cfg: dict, t: Tables) -> dict:
+    import torch
+
+    versions = {}
+    for name in ("torch", "numpy", "pandas", "matplotlib", "jinja2", "snakemake", "dvc"):
+        try:
+            from importlib.metadata import version
+
+            versions[name] = version(name)
+        except Exception:
+            versions[name] = "not installed"
+    commit = _run(["git", "rev-parse", "HEAD"]) or "unknown (not a git checkout)"
+    dirty = bool(_run(["git", "status", "--porcelain", "--untracked-files=no"]))
+    dvc_status = _run([sys.executable, "-m", "dvc", "status"]) if (ROOT / "dvc.yaml").exists() and (ROOT / ".dvc").exists() else "no dvc.yaml"
+    return {
+        "commit": commit + (" (with uncommitted changes)" if dirty else ""),
+        "config_hash": config_hash(cfg),
+        "versions": {"python": platform.python_version(), **versions},
+        "hardware": {
+            "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(), "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
+        },  # fmt: skip
+        "stage_times": stage_times(cfg),
+        "dvc_status": dvc_status or "up to date",
+        "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "collapse_definition": COLLAPSE_DEFINITION,
+    }
+
+
+def render(cfg: dict) -> str:
+    t = Tables(cfg)
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(fmt=fmt, pct=pct)
+    env.globals.update(table=html_table)
+    figures = figure_uris(cfg)
+    sections = [{"name": s.NAME, "title": s.TITLE, "document": s.DOCUMENT, "ctx": s.section(t)} for s in STUDIES]
+    runs = t["runs"]
+    return env.get_template("report.html.j2").render(
+        sections=sections, figures=figures, runs=runs, alerts=t["alerts"], sft=t["sft"],
+        repro=reproducibility(cfg, t), cfg=cfg, config_text=json.dumps(cfg, indent=1, default=str),
+        n_missing=int((runs["status"].isin(["missing", "failed"])).sum()) if not runs.empty else 0,
+    )
+
+
+def write_report(cfg: dict, out: Path | None = None) -> Path:
+    out = Path(out) if out else Path(cfg["results"]) / "report.html"
+    html = render(cfg)
+    atomic_write_bytes(out, html.encode())
+    return out
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]

@@ -1,0 +1,147 @@
+"""Reading what the pipeline wrote: runs, their status, and the statistics tables share.
+
+Everything here works from files alone. A run is `complete` (or `stopped_nonfinite`) only
+when its summary.json exists: metrics.csv and summary.json are written once, atomically,
+at the end of a run, so a half-finished run is `missing` (no files yet) or `failed` (its
+files are unreadable) and is never mistaken for a result.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from mathrl.config import RunSpec, expand_runs
+
+# A run "collapsed" if held-out accuracy fell below this share of where it started, or a
+# non-finite loss or gradient was met. One definition, used by every table and the report.
+COLLAPSE_FRACTION = 0.5
+COLLAPSE_DEFINITION = (
+    f"a run collapsed if its held-out greedy accuracy at any evaluation fell below {COLLAPSE_FRACTION:.0%} "
+    "of its accuracy before RL, or if a non-finite loss or gradient was met"
+)
+
+
+@dataclass
+class Run:
+    spec: RunSpec
+    status: str  # complete | stopped_nonfinite | missing | failed
+    summary: dict | None = None
+    metrics: pd.DataFrame | None = field(default=None, repr=False)
+    problem: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("complete", "stopped_nonfinite")
+
+    @property
+    def initial_eval(self) -> float:
+        return self.summary["initial"]["eval_accuracy"] if self.ok else math.nan
+
+    @property
+    def evals(self) -> pd.DataFrame:
+        """(step, eval_accuracy) at evaluation steps, starting with step 0 (before RL)."""
+        if not self.ok:
+            return pd.DataFrame(columns=["step", "eval_accuracy"])
+        e = self.metrics.loc[self.metrics["eval_accuracy"].notna(), ["step", "eval_accuracy"]]
+        return pd.concat([pd.DataFrame({"step": [0], "eval_accuracy": [self.initial_eval]}), e], ignore_index=True)
+
+
+def load_run(run_dir: Path, spec: RunSpec) -> Run:
+    summary_path, metrics_path = run_dir / "summary.json", run_dir / "metrics.csv"
+    if not summary_path.exists():
+        return Run(spec, "missing")
+    try:
+        summary = json.loads(summary_path.read_text())
+        metrics = pd.read_csv(metrics_path)
+    except (OSError, ValueError) as exc:
+        return Run(spec, "failed", problem=f"{run_dir}: {exc}")
+    return Run(spec, summary.get("status", "complete"), summary, metrics)
+
+
+def load_runs(cfg: dict) -> dict[str, Run]:
+    """Every run the config's experiments expand into, found or not."""
+    root = Path(cfg["results"]) / "runs"
+    return {run_id: load_run(root / run_id, spec) for run_id, spec in expand_runs(cfg).items()}
+
+
+def collapsed(run: Run) -> bool | None:
+    """COLLAPSE_DEFINITION, applied to one run (None when the run has no result)."""
+    if not run.ok:
+        return None
+    if run.status == "stopped_nonfinite" or run.metrics["skipped"].fillna(0).gt(0).any():
+        return True
+    evals = run.evals["eval_accuracy"]
+    return bool((evals.iloc[1:] < COLLAPSE_FRACTION * evals.iloc[0]).any())
+
+
+def steps_to(run: Run, target: float) -> float:
+    """First evaluation step at which held-out accuracy reached `target` (NaN if never)."""
+    if not run.ok:
+        return math.nan
+    e = run.evals
+    hit = e.loc[e["eval_accuracy"] >= target, "step"]
+    return float(hit.iloc[0]) if len(hit) else math.nan
+
+
+def summed_drops(values: pd.Series) -> float:
+    """Sum of the decreases between consecutive values: 0 for a curve that never goes down."""
+    d = values.diff().dropna()
+    return float(-d[d < 0].sum())
+
+
+def run_index(runs: dict[str, Run]) -> pd.DataFrame:
+    """One row per expected run: its settings, outcome and alerts (the report's run index)."""
+    rows = []
+    for run_id, run in runs.items():
+        s, spec = run.spec.settings, run.spec
+        row = {
+            "run_id": run_id, "experiment": spec.experiment, "variant": spec.variant or "",
+            "point": ";".join(f"{k}={v}" for k, v in spec.point.items()), "seed": spec.seed,
+            "task": s["task"], "algorithm": s["algorithm"], "batch_size": s["batch_size"], "lr": s["lr"],
+            "kl_coef": s["kl_coef"], "grad_clip": s["grad_clip"], "steps": s["steps"], "status": run.status,
+            "initial_eval": math.nan, "final_eval": math.nan, "best_eval": math.nan, "best_step": math.nan,
+            "final_reward": math.nan, "final_entropy": math.nan, "collapsed": None, "n_alerts": 0,
+            "alert_kinds": "", "wall_seconds": math.nan, "problem": run.problem,
+        }  # fmt: skip
+        if run.ok:
+            sm, last = run.summary, run.metrics.iloc[-1]
+            kinds = sorted({a["kind"] for a in sm["alerts"]})
+            row.update(
+                initial_eval=run.initial_eval, final_eval=sm["final"]["eval_accuracy"], best_eval=sm["best"]["eval_accuracy"],
+                best_step=sm["best"]["step"], final_reward=float(last["reward_mean"]), final_entropy=float(last["entropy"]),
+                collapsed=collapsed(run), n_alerts=len(sm["alerts"]), alert_kinds=" ".join(kinds), wall_seconds=sm["wall_seconds"],
+            )  # fmt: skip
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def curves(runs: dict[str, Run]) -> pd.DataFrame:
+    """All complete runs' metrics rows in one long frame, with the run's identity columns."""
+    frames = []
+    for run_id, run in runs.items():
+        if run.ok:
+            m = run.metrics.copy()
+            m.insert(0, "run_id", run_id)
+            m.insert(1, "experiment", run.spec.experiment)
+            m.insert(2, "variant", run.spec.variant or "")
+            m.insert(3, "point", ";".join(f"{k}={v}" for k, v in run.spec.point.items()))
+            m.insert(4, "seed", run.spec.seed)
+            m.insert(5, "initial_eval", run.initial_eval)
+            frames.append(m)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def mean_spread(df: pd.DataFrame, by: list[str], values: list[str]) -> pd.DataFrame:
+    """Per group: `{v}_mean`, `{v}_std` (sample std across seeds, NaN for one seed) and `n`."""
+    if df.empty:
+        return pd.DataFrame(columns=by + ["n"] + [f"{v}_{s}" for v in values for s in ("mean", "std")])
+    g = df.groupby(by, sort=False, dropna=False)
+    out = g[values].agg(["mean", "std"])
+    out.columns = [f"{v}_{s}" for v, s in out.columns]
+    out.insert(0, "n", g[values[0]].count())
+    return out.reset_index()

@@ -1,0 +1,528 @@
+"""Lab 04, the core challenges of RL training: entropy collapse, vanishing gradients when
+every reward of a batch is equal, and reward hacking; on the 3-armed bandit (mathrl.bandit)
+and on the GPT (experiment `lab04_gpt`, where DAPO is tried as the remedy).
+
+Bandit tables hold one row per (setting, seed), then a pooled row per setting with seed
+`all`: there the value columns hold the mean across seeds, `{v}_std` their sample std and
+`n` the seeds found (a missing seed is a row of NaN with n = 0). GPT tables follow
+`mean_spread`: `{v}_mean`, `{v}_std`, `n` (runs with a result) and `expected`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from mathrl import bandit
+from mathrl.results import mean_spread
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+NAME = "lab04"
+TITLE = "Lab 04: entropy collapse, vanishing gradients and reward hacking"
+DOCUMENT = "lab04-training-challenges.md"
+
+EXPERIMENT = "lab04_gpt"
+BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
+GPT_WINDOW = 5  # GPT steps averaged for the start or end of a per-step metric (runs are 20-40 steps)
+DOMINANT = 0.9  # an arm holding this much probability is where the policy converged (bandit.converged_to)
+NO_SIGNAL = 0.95  # frac_zero_std at or above this: (almost) no group carries a learning signal
+SEVERITY_DEFINITION = "mild: the mean gradient norm fell by less than 50%; moderate: by 50-90%; severe: by more than 90%"
+METRICS = ["entropy", "p0", "p1", "p2", "p3", "loss", "grad_norm", "reward_std", "reward_mean", "proxy_reward", "true_reward"]
+
+
+# ---- verdicts: small pure functions of table values ------------------------------------
+def _nan(x) -> bool:
+    return x is None or (isinstance(x, (float, np.floating)) and math.isnan(x))
+
+
+def reduction(start: float, end: float) -> float:
+    """Relative decrease from start to end: 1 when it fell to zero, NaN when start is 0 or unknown."""
+    return math.nan if _nan(start) or _nan(end) or start == 0 else 1 - end / start
+
+
+def severity(red: float) -> str:
+    """The gradient-vanishing severity of a reduction (SEVERITY_DEFINITION)."""
+    return "unknown" if _nan(red) else "severe" if red > 0.9 else "moderate" if red >= 0.5 else "mild"
+
+
+def check(value: float, test) -> bool | None:
+    """test(value), or None when the value could not be measured."""
+    return None if _nan(value) else bool(test(value))
+
+
+def hacked(proxy_start: float, proxy_end: float, true_start: float, true_end: float) -> bool | None:
+    """Reward hacking: the optimised (proxy) score rose while the true reward fell."""
+    if any(_nan(x) for x in (proxy_start, proxy_end, true_start, true_end)):
+        return None
+    return proxy_end > proxy_start and true_end < true_start
+
+
+def as_passed(v) -> bool | None:
+    """A `passed` cell read back from CSV: True, False or None (not measured)."""
+    return None if _nan(v) or v == "" else str(v).lower() in ("true", "1", "1.0")
+
+
+def judge(passed: list) -> str:
+    """'agrees' if every criterion passed, 'disagrees' if every measured one failed,
+    'partly' for a mix (or some unmeasured), 'missing' when none could be measured."""
+    known = [p for p in map(as_passed, passed) if p is not None]
+    if not known:
+        return "missing"
+    if all(known) and len(known) == len(passed):
+        return "agrees"
+    return "disagrees" if not any(known) else "partly"
+
+
+def global_found(labels: list[str]) -> str:
+    """The lab report's 'global optimum found' box from per-seed converged_to labels."""
+    labels = [x for x in labels if x in ("global", "local", "none")]
+    k = sum(x == "global" for x in labels)
+    word = "no data" if not labels else "yes" if k == len(labels) else "no" if k == 0 else "partly"
+    return f"{word} ({k} of {len(labels)} seeds)"
+
+
+def num(x, spec: str = ".3g") -> str:
+    """A number in a generated sentence; a dash when it is missing."""
+    return "–" if _nan(x) else format(x, spec)
+
+
+# ---- tables: from the files alone ------------------------------------------------------
+def _pooled(per: pd.DataFrame, by: list[str], values: list[str]) -> pd.DataFrame:
+    """Per-seed rows followed, per group, by a row with seed 'all' (mean, {v}_std, n)."""
+    per = per.assign(n=per[values[0]].notna().astype(int))
+    parts = []
+    for _, g in per.groupby(by, sort=False):
+        s = mean_spread(g, by, values).rename(columns={f"{v}_mean": v for v in values})
+        parts += [g, s.assign(seed="all")]
+    return pd.concat(parts, ignore_index=True) if parts else per
+
+
+def _expected(ctx, study: str, df: pd.DataFrame | None) -> list[tuple[str, int, pd.DataFrame]]:
+    """(setting, seed, its rows by step) for every setting and seed the config asks of a study;
+    an empty frame where the study's CSV lacks them."""
+    cfg = bandit.resolve(ctx.cfg.get("bandit"))
+    out = []
+    for setting in cfg["studies"][study]["settings"]:
+        for seed in cfg["seeds"]:
+            g = pd.DataFrame() if df is None else df[(df["setting"] == setting) & (df["seed"] == int(seed))]
+            out.append((setting, int(seed), g.sort_values("step") if len(g) else g))
+    return out
+
+
+def entropy_table(ctx) -> pd.DataFrame:
+    """Per setting and seed: entropy at the first and last step, its reduction, the dominant
+    action at the last step and where the policy converged (bandit.converged_to)."""
+    best = int(np.argmax(bandit.resolve(ctx.cfg.get("bandit"))["arm_rewards"]))  # the global optimum (action 1 in the document)
+    rows = []
+    for setting, seed, g in _expected(ctx, "entropy_collapse", ctx.bandit("entropy_collapse")):
+        row = {"setting": setting, "seed": seed, "initial_entropy": math.nan, "final_entropy": math.nan, "reduction": math.nan,
+               "dominant_action": math.nan, "dominant_prob": math.nan, "global_share": math.nan, "converged_to": "missing"}  # fmt: skip
+        if len(g):
+            first, last = g.iloc[0], g.iloc[-1]
+            probs = [float(last[f"p{i}"]) for i in range(3)]
+            top = int(np.argmax(probs))
+            label = bandit.converged_to(*probs, threshold=DOMINANT, best_arm=best)
+            row.update(initial_entropy=first["entropy"], final_entropy=last["entropy"], dominant_action=top, dominant_prob=probs[top],
+                       reduction=reduction(first["entropy"], last["entropy"]), converged_to=label, global_share=float(label == "global"))  # fmt: skip
+        rows.append(row)
+    out = _pooled(pd.DataFrame(rows), ["setting"], ["initial_entropy", "final_entropy", "reduction", "dominant_prob", "global_share"])
+    for setting, g in out[out["seed"] != "all"].groupby("setting", sort=False):
+        labels = g["converged_to"].tolist()
+        pooled = (out["setting"] == setting) & (out["seed"] == "all")
+        out.loc[pooled, "converged_to"] = ", ".join(f"{k} {labels.count(k)}" for k in ("global", "local", "none") if k in labels) or "missing"
+        actions = g["dominant_action"].dropna().unique()
+        out.loc[pooled, "dominant_action"] = actions[0] if len(actions) == 1 else math.nan
+    return out
+
+
+def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per seed and pooled: mean gradient norm and reward std per phase, their correlation; and the points."""
+    df = ctx.bandit("gradient_vanishing")
+    rows, points = [], []
+    for setting, seed, g in _expected(ctx, "gradient_vanishing", df):
+        row = {"setting": setting, "seed": seed}
+        for phase in ("homogeneous", "diverse"):
+            ph = g[g["phase"] == phase] if len(g) else g
+            row[f"grad_norm_{phase}"] = ph["grad_norm"].mean() if len(ph) else math.nan
+            row[f"reward_std_{phase}"] = ph["reward_std"].mean() if len(ph) else math.nan
+        row["reduction"] = reduction(row["grad_norm_diverse"], row["grad_norm_homogeneous"])
+        row["corr_grad_reward_std"] = g["grad_norm"].corr(g["reward_std"]) if len(g) > 2 else math.nan
+        rows.append(row)
+        if len(g):
+            points.append(g[["setting", "seed", "step", "phase", "grad_norm", "reward_std"]])
+    values = ["grad_norm_homogeneous", "grad_norm_diverse", "reduction", "reward_std_homogeneous", "reward_std_diverse", "corr_grad_reward_std"]
+    out = _pooled(pd.DataFrame(rows), ["setting"], values)
+    pts = pd.concat(points, ignore_index=True) if points else pd.DataFrame(columns=["setting", "seed", "step", "phase", "grad_norm", "reward_std"])
+    for setting, p in pts.groupby("setting"):  # the pooled correlation is over every step of every seed
+        out.loc[(out["setting"] == setting) & (out["seed"] == "all"), "corr_grad_reward_std"] = p["grad_norm"].corr(p["reward_std"])
+    out["severity"] = out["reduction"].map(severity)
+    return out, pts
+
+
+def hacking_table(ctx) -> pd.DataFrame:
+    """Per seed: proxy score and true reward at the start and end, the true reward's rolling
+    peak, the overrated arm's final share, and whether the proxy was exploited."""
+    study = bandit.resolve(ctx.cfg.get("bandit"))["studies"]["reward_hacking"]
+    proxy = bandit.fit_proxy(study["arm_lengths"], study["true_rewards"], study["labelled_arms"]).tolist()
+    unlabelled = [a for a in range(len(proxy)) if a not in study["labelled_arms"]] or list(range(len(proxy)))
+    hack_arm = max(unlabelled, key=proxy.__getitem__)  # the arm the proxy overrates: never labelled, scored highest
+    rows = []
+    for setting, seed, g in _expected(ctx, "reward_hacking", ctx.bandit("reward_hacking")):
+        row = {"setting": setting, "seed": seed, "hack_arm": hack_arm}
+        if len(g):
+            head, tail = g.head(BANDIT_WINDOW), g.tail(BANDIT_WINDOW)
+            rolling = g["true_reward"].rolling(BANDIT_WINDOW, min_periods=1).mean()
+            row.update(proxy_start=head["proxy_reward"].mean(), proxy_end=tail["proxy_reward"].mean(), true_start=head["true_reward"].mean(),
+                       true_peak=rolling.max(), true_peak_step=float(g["step"].iloc[int(np.argmax(rolling.to_numpy()))]),
+                       true_end=tail["true_reward"].mean(), hack_share_end=float(g[f"p{hack_arm}"].iloc[-1]))  # fmt: skip
+        rows.append(row)
+    values = ["proxy_start", "proxy_end", "true_start", "true_peak", "true_peak_step", "true_end", "hack_share_end"]
+    out = _pooled(pd.DataFrame(rows).reindex(columns=["setting", "seed", "hack_arm", *values]), ["setting"], values)
+    out["hack_arm"] = hack_arm
+    out["hacked"] = [hacked(r.proxy_start, r.proxy_end, r.true_start, r.true_end) for r in out.itertuples()]
+    return out
+
+
+def bandit_curves(ctx) -> pd.DataFrame:
+    """Per study, setting and step: mean and std of every metric across seeds (for the figures)."""
+    frames = []
+    for study in bandit.BANDIT_STUDIES:
+        df = ctx.bandit(study)
+        if df is not None and len(df):
+            df = df.assign(phase=df["phase"].astype(object).fillna(""))
+            frames.append(mean_spread(df, ["study", "setting", "step", "phase"], [m for m in METRICS if m in df]))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["study", "setting", "step", "phase", "n"])
+
+
+GPT_VALUES = ["accuracy_start", "accuracy_end", "eval_start", "eval_end", "entropy_start", "entropy_end", "entropy_reduction",
+              "frac_zero_std", "grad_norm", "reward_start", "reward_end"]  # fmt: skip
+
+
+def gpt_runs(ctx) -> pd.DataFrame:
+    """One row per lab04_gpt run (missing ones included, with NaN values)."""
+    rows = []
+    for run in ctx.experiment(EXPERIMENT):
+        row = {"run_id": run.spec.run_id, "variant": run.spec.variant or "", "seed": run.spec.seed, "status": run.status}
+        if run.ok:
+            m = run.metrics.sort_values("step")
+            head, tail, evals = m.head(GPT_WINDOW), m.tail(GPT_WINDOW), run.evals["eval_accuracy"]
+            row.update(accuracy_start=head["accuracy"].mean(), accuracy_end=tail["accuracy"].mean(), eval_start=evals.iloc[0], eval_end=evals.iloc[-1],
+                       entropy_start=head["entropy"].mean(), entropy_end=tail["entropy"].mean(), frac_zero_std=m["frac_zero_std"].mean(),
+                       grad_norm=m["grad_norm"].mean(), reward_start=head["reward_mean"].mean(), reward_end=tail["reward_mean"].mean())  # fmt: skip
+            row["entropy_reduction"] = reduction(row["entropy_start"], row["entropy_end"])
+        rows.append(row)
+    return pd.DataFrame(rows).reindex(columns=["run_id", "variant", "seed", "status", *GPT_VALUES])
+
+
+def gpt_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per variant: mean and std across seeds; n counts runs with a result, expected all of them."""
+    out = mean_spread(runs, ["variant"], GPT_VALUES)
+    if len(runs):
+        g = runs.groupby("variant", sort=False)
+        out["n"] = out["variant"].map(g["status"].agg(lambda s: int(s.isin(["complete", "stopped_nonfinite"]).sum())))
+        out["expected"] = out["variant"].map(g.size())
+    return out
+
+
+def _row(df: pd.DataFrame, **where) -> dict:
+    """The one row matching `where` as a dict (empty when absent)."""
+    if df.empty or any(k not in df for k in where):
+        return {}
+    mask = np.logical_and.reduce([df[k].astype(str) == str(v) for k, v in where.items()])
+    return df[mask].iloc[0].to_dict() if mask.any() else {}
+
+
+def _per_seed(df: pd.DataFrame, setting: str) -> pd.DataFrame:
+    """The per-seed rows (not the pooled one) of one setting."""
+    return df[(df["seed"].astype(str) != "all") & (df["setting"] == setting)] if len(df) else pd.DataFrame(columns=["converged_to"])
+
+
+def _get(d: dict, key: str) -> float:
+    """A value of a `_row` dict; NaN when the row or the column is missing."""
+    return d.get(key, math.nan)
+
+
+def criteria(ent, van, hack, gpt) -> pd.DataFrame:
+    """The document's expectations against the pooled measurements (passed None: not measured)."""
+    aggr, norm = _row(ent, setting="aggressive", seed="all"), _row(ent, setting="normal", seed="all")
+    v, h = _row(van, seed="all"), _row(hack, seed="all")
+    gv = {name: _row(gpt, variant=name) for name in ("normal", "aggressive", "dapo_aggressive", "proxy_reward", "random_init", "near_perfect")}
+    px = gv["proxy_reward"]
+    rows = [  # part, criterion, expected, measured, test
+        ("entropy", "Bandit, aggressive: initial policy entropy about 1.1", "1.0 to 1.2", aggr.get("initial_entropy"), lambda x: 1.0 <= x <= 1.2),
+        ("entropy", "Bandit, aggressive: final policy entropy about 0.1", "≤ 0.2", aggr.get("final_entropy"), lambda x: x <= 0.2),
+        ("entropy", "Bandit, aggressive: converged to action 1, the global optimum (share of seeds)", "1 (every seed)", aggr.get("global_share"), lambda x: x == 1),
+        ("entropy", "Bandit: final entropy, normal minus aggressive (the gentle setting keeps more)", "> 0", _get(norm, "final_entropy") - _get(aggr, "final_entropy"), lambda x: x > 0),
+        ("vanishing", "Bandit: mean gradient norm with homogeneous rewards", "< 1e-4", v.get("grad_norm_homogeneous"), lambda x: x < 1e-4),
+        ("vanishing", "Bandit: mean gradient norm with diverse rewards", "> 1e-3", v.get("grad_norm_diverse"), lambda x: x > 1e-3),
+        ("vanishing", "Bandit: gradient-norm reduction, homogeneous against diverse", "> 90%", v.get("reduction"), lambda x: x > 0.9),
+        ("vanishing", "Bandit: correlation of gradient norm with reward std", "> 0", v.get("corr_grad_reward_std"), lambda x: x > 0),
+        ("hacking", "Bandit: proxy score rises (end minus start)", "> 0", _get(h, "proxy_end") - _get(h, "proxy_start"), lambda x: x > 0),
+        ("hacking", "Bandit: true reward falls (end minus start)", "< 0", _get(h, "true_end") - _get(h, "true_start"), lambda x: x < 0),
+        ("hacking", "GPT proxy_reward: training reward (the proxy score) rises", "> 0", _get(px, "reward_end_mean") - _get(px, "reward_start_mean"), lambda x: x > 0),
+        ("hacking", "GPT proxy_reward: sampled exact-match accuracy falls", "< 0", _get(px, "accuracy_end_mean") - _get(px, "accuracy_start_mean"), lambda x: x < 0),
+        ("gpt", "GPT: entropy reduction, aggressive minus normal", "> 0", _get(gv["aggressive"], "entropy_reduction_mean") - _get(gv["normal"], "entropy_reduction_mean"), lambda x: x > 0),
+        ("gpt", "GPT: final entropy, DAPO minus aggressive GRPO (DAPO keeps more)", "> 0", _get(gv["dapo_aggressive"], "entropy_end_mean") - _get(gv["aggressive"], "entropy_end_mean"), lambda x: x > 0),
+        ("gpt", "GPT: final held-out accuracy, DAPO minus aggressive GRPO (at least as good)", "≥ 0", _get(gv["dapo_aggressive"], "eval_end_mean") - _get(gv["aggressive"], "eval_end_mean"), lambda x: x >= 0),
+        ("gpt", "GPT from a random policy: share of groups with equal rewards", f"≈ 1 (≥ {NO_SIGNAL})", gv["random_init"].get("frac_zero_std_mean"), lambda x: x >= NO_SIGNAL),
+        ("gpt", "GPT near-perfect policy (1-digit addition): share of groups with equal rewards", "> 0.5 (most groups)", gv["near_perfect"].get("frac_zero_std_mean"), lambda x: x > 0.5),
+    ]  # fmt: skip
+    return pd.DataFrame([{"part": p, "criterion": c, "expected": e, "measured": math.nan if m is None else float(m), "passed": check(math.nan if m is None else float(m), t)}
+                         for p, c, e, m, t in rows])  # fmt: skip
+
+
+def _pm(d: dict, key: str, spec: str = ".3g") -> str:
+    """'mean ± std' of a pooled row; `key` may be a mean_spread `{v}_mean` column."""
+    return f"{num(d.get(key), spec)} ± {num(d.get(key.removesuffix('_mean') + '_std'), spec)}"
+
+
+def findings(ent, van, hack, gpt) -> list[str]:
+    """The lab report's three key findings, written from the measurements (also the
+    section's 'measured' sentences of its first three parts)."""
+    a, n = _row(ent, setting="aggressive", seed="all"), _row(ent, setting="normal", seed="all")
+    keeps = {True: "the normal setting kept more entropy", False: "the normal setting did not keep more entropy", None: "which setting kept more entropy is unknown"}
+    one = (f"Entropy collapse: the aggressive setting's policy entropy went from {_pm(a, 'initial_entropy')} to {_pm(a, 'final_entropy')} "
+           f"({num(a.get('reduction'), '.1%')} lower, n={num(a.get('n'), '.0f')}), the normal setting's to {_pm(n, 'final_entropy')} "
+           f"({num(n.get('reduction'), '.1%')} lower, n={num(n.get('n'), '.0f')}): {keeps[check(_get(n, 'final_entropy') - _get(a, 'final_entropy'), lambda x: x > 0)]}; "
+           f"global optimum found (aggressive): {global_found(_per_seed(ent, 'aggressive')['converged_to'].tolist())}.")  # fmt: skip
+    v = _row(van, seed="all")
+    two = (f"Vanishing gradients: with every reward of a batch equal the mean gradient norm was {_pm(v, 'grad_norm_homogeneous')} against "
+           f"{_pm(v, 'grad_norm_diverse')} with varied rewards (n={num(v.get('n'), '.0f')} seeds), {num(v.get('reduction'), '.1%')} lower "
+           f"({v.get('severity', 'unknown')}); gradient norm and reward std correlated at r = {num(v.get('corr_grad_reward_std'), '.2f')} over all steps.")  # fmt: skip
+    h, p = _row(hack, seed="all"), _row(gpt, variant="proxy_reward")
+    gpt_hacked = hacked(*(p.get(k, math.nan) for k in ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")))
+    word = {True: "exploited", False: "not exploited", None: "not measured"}
+    three = (f"Reward hacking: on the bandit the proxy score went from {_pm(h, 'proxy_start')} to {_pm(h, 'proxy_end')} while the true reward "
+             f"went from {_pm(h, 'true_start')} (rolling peak {num(h.get('true_peak'))} near step {num(h.get('true_peak_step'), '.0f')}) to "
+             f"{_pm(h, 'true_end')}, the overrated arm {num(h.get('hack_arm'), '.0f')} holding {num(h.get('hack_share_end'), '.1%')} of the policy "
+             f"at the end (n={num(h.get('n'), '.0f')}): {word[as_passed(h.get('hacked'))]}. On the GPT (proxy_reward, n={num(p.get('n'), '.0f')}) "
+             f"the training reward (proxy score) went from {_pm(p, 'reward_start_mean')} to {_pm(p, 'reward_end_mean')} and sampled "
+             f"exact-match accuracy from {_pm(p, 'accuracy_start_mean')} to {_pm(p, 'accuracy_end_mean')}: {word[gpt_hacked]}.")  # fmt: skip
+    return [one, two, three]
+
+
+def report_template(ent, van, hack, gpt) -> pd.DataFrame:
+    """The document's lab-report template, filled in (aggressive bandit setting, pooled seeds)."""
+    a, v, per = _row(ent, setting="aggressive", seed="all"), _row(van, seed="all"), _per_seed(ent, "aggressive")
+    dom = "; ".join(f"seed {r.seed}: action {num(r.dominant_action, '.0f')} (p = {num(r.dominant_prob, '.3f')})" for r in per.itertuples())
+    n = f" (n={num(a.get('n'), '.0f')})"
+    rows = [
+        ("Entropy collapse", "Initial entropy", _pm(a, "initial_entropy", ".3f") + n, a.get("initial_entropy")),
+        ("Entropy collapse", "Final entropy", _pm(a, "final_entropy", ".3f") + n, a.get("final_entropy")),
+        ("Entropy collapse", "Entropy reduction", _pm(a, "reduction", ".1%") + n, a.get("reduction")),
+        ("Entropy collapse", "Final dominant action (probability)", dom or "no data", a.get("dominant_prob")),
+        ("Entropy collapse", "Global optimum found", global_found(per["converged_to"].tolist()), a.get("global_share")),
+        ("Vanishing gradients", "Mean gradient norm, homogeneous rewards", _pm(v, "grad_norm_homogeneous"), v.get("grad_norm_homogeneous")),
+        ("Vanishing gradients", "Mean gradient norm, diverse rewards", _pm(v, "grad_norm_diverse"), v.get("grad_norm_diverse")),
+        ("Vanishing gradients", "Gradient-norm reduction", _pm(v, "reduction", ".1%"), v.get("reduction")),
+        ("Vanishing gradients", "Severity", v.get("severity", "unknown"), math.nan),
+    ] + [("Key findings", str(i), text, math.nan) for i, text in enumerate(findings(ent, van, hack, gpt), 1)]  # fmt: skip
+    return pd.DataFrame(rows, columns=["part", "item", "value", "number"])
+
+
+def tables(ctx) -> dict[str, pd.DataFrame]:
+    ent, (van, points), hack = entropy_table(ctx), vanishing_table(ctx), hacking_table(ctx)
+    runs = gpt_runs(ctx)
+    gpt = gpt_table(runs)
+    return {
+        "lab04_entropy": ent, "lab04_vanishing": van, "lab04_vanishing_points": points, "lab04_hacking": hack,
+        "lab04_bandit_curves": bandit_curves(ctx), "lab04_gpt_runs": runs, "lab04_gpt": gpt,
+        "lab04_report_template": report_template(ent, van, hack, gpt), "lab04_criteria": criteria(ent, van, hack, gpt),
+    }  # fmt: skip
+
+
+# ---- figures: from the tables alone ----------------------------------------------------
+def _bandit(t, study: str) -> pd.DataFrame:
+    c = t["lab04_bandit_curves"]
+    return c[c["study"] == study].sort_values(["setting", "step"]) if "study" in c else pd.DataFrame()
+
+
+def seed_band(curves: pd.DataFrame, variant: str, metric: str) -> pd.DataFrame:
+    """Per step of one lab04_gpt variant: mean, std and n across seeds of `metric` (read from
+    the `curves` table); eval_accuracy starts at step 0 with the accuracy before RL."""
+    if curves.empty or metric not in curves:
+        return pd.DataFrame(columns=["step", "mean", "std", "n"])
+    c = curves[(curves["experiment"] == EXPERIMENT) & (curves["variant"] == variant)]
+    c = c[["run_id", "step", metric]]
+    if metric == "eval_accuracy":
+        first = curves.loc[c.index].drop_duplicates("run_id")
+        c = pd.concat([pd.DataFrame({"run_id": first["run_id"], "step": 0, metric: first["initial_eval"]}), c])
+    g = c.dropna(subset=[metric]).groupby("step")[metric]
+    return pd.DataFrame({"mean": g.mean(), "std": g.std(), "n": g.count()}).reset_index()
+
+
+def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+
+
+def _settings(ax, c: pd.DataFrame, metric: str, label: str) -> None:
+    """One band per setting of a bandit study (labelled `label` when there is only one)."""
+    from mathrl.plots import COLORS, band  # here: mathrl.plots imports the studies
+
+    groups = list(c.groupby("setting", sort=False))
+    for i, (setting, g) in enumerate(groups):
+        band(ax, g["step"], g[f"{metric}_mean"], g[f"{metric}_std"], setting if len(groups) > 1 else label, COLORS[i])
+
+
+def _shade_homogeneous(ax, c: pd.DataFrame) -> None:
+    steps = c.drop_duplicates("step")
+    hom = steps.loc[steps["phase"] == "homogeneous", "step"].to_numpy()
+    cuts = np.where(np.diff(hom) > 1)[0]
+    for i, (a, b) in enumerate(zip(np.r_[hom[:1], hom[cuts + 1]], np.r_[hom[cuts], hom[-1:]])):
+        ax.axvspan(a - 0.5, b + 0.5, color="0.6", alpha=0.15, lw=0, label="homogeneous rewards" if i == 0 else None)
+
+
+def six_panel(t) -> "Figure":
+    from mathrl.plots import COLORS, band, placeholder, plt  # here: mathrl.plots imports the studies
+
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    ec, gv, pts = _bandit(t, "entropy_collapse"), _bandit(t, "gradient_vanishing"), t["lab04_vanishing_points"]
+    (a_ent, a_prob, a_loss), (a_grad, a_std, a_scatter) = axes
+    for ax, metric in ((a_ent, "entropy"), (a_loss, "loss")):
+        _settings(ax, ec, metric, metric) if len(ec) else placeholder(ax, "no entropy-collapse data")
+    aggr, other = ec[ec["setting"] == "aggressive"] if len(ec) else ec, ec[ec["setting"] != "aggressive"] if len(ec) else ec
+    if len(aggr):
+        for i in range(3):
+            band(a_prob, aggr["step"], aggr[f"p{i}_mean"], aggr[f"p{i}_std"], f"action {i} (aggressive)", COLORS[i])
+            for setting, g in other.groupby("setting"):
+                a_prob.plot(g["step"], g[f"p{i}_mean"], ls="--", color=COLORS[i], lw=1, label=f"action {i} ({setting})")
+    else:
+        placeholder(a_prob, "no aggressive-setting data")
+    if len(gv):
+        for ax, metric in ((a_grad, "grad_norm"), (a_std, "reward_std")):
+            _shade_homogeneous(ax, gv)
+            _settings(ax, gv, metric, metric.replace("_", " "))
+        a_grad.set_yscale("symlog", linthresh=1e-6)  # exact zeros (equal rewards) stay visible
+        for y, name in ((1e-4, "document: < 1e-4 when homogeneous"), (1e-3, "document: > 1e-3 when diverse")):
+            a_grad.axhline(y, color="0.3", ls=":", lw=1, label=name)
+    else:
+        placeholder(a_grad, "no gradient-vanishing data")
+        placeholder(a_std, "no gradient-vanishing data")
+    if len(pts):
+        for i, (phase, g) in enumerate(pts.groupby("phase")):
+            a_scatter.scatter(g["reward_std"], g["grad_norm"], s=8, alpha=0.5, color=COLORS[i + 3], label=f"{phase} ({len(g)} steps)")
+        a_scatter.set_yscale("symlog", linthresh=1e-6)
+    else:
+        placeholder(a_scatter, "no gradient-vanishing data")
+    _label(a_ent, "Policy entropy (entropy collapse)", "step", "entropy (nats)")
+    _label(a_prob, "Action probabilities", "step", "probability")
+    _label(a_loss, "Training loss", "step", "loss")
+    _label(a_grad, "Gradient norm (vanishing gradients)", "step", "gradient norm (symlog)")
+    _label(a_std, "Reward std within the batch", "step", "reward std")
+    _label(a_scatter, "Gradient norm against reward std", "reward std", "gradient norm (symlog)")
+    fig.suptitle("Lab 04 on the bandit: mean ± std across seeds")
+    fig.tight_layout()
+    return fig
+
+
+def hacking_figure(t) -> "Figure":
+    from mathrl.plots import COLORS, band, placeholder, plt  # here: mathrl.plots imports the studies
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
+    rh = _bandit(t, "reward_hacking")
+    if len(rh):
+        band(left, rh["step"], rh["proxy_reward_mean"], rh["proxy_reward_std"], "proxy score (optimised)", COLORS[3])
+        band(left, rh["step"], rh["true_reward_mean"], rh["true_reward_std"], "true reward", COLORS[2])
+    else:
+        placeholder(left, "no reward-hacking bandit data")
+    series = [(seed_band(t["curves"], "proxy_reward", m), label, COLORS[k]) for m, label, k in
+              (("reward_mean", "training reward = proxy score", 3), ("accuracy", "exact-match accuracy (sampled)", 2))]  # fmt: skip
+    for s, label, color in series:
+        if len(s):
+            band(right, s["step"], s["mean"], s["std"], label, color)
+    if not any(len(s) for s, _, _ in series):
+        placeholder(right, "no proxy_reward GPT runs")
+    _label(left, "Bandit: proxy score and true reward", "step", "mean reward of the batch")
+    _label(right, "GPT, proxy_reward variant", "step", "reward / accuracy")
+    fig.suptitle("Reward hacking: mean ± std across seeds")
+    fig.tight_layout()
+    return fig
+
+
+def gpt_figure(t) -> "Figure":
+    from mathrl.plots import COLORS, band, placeholder, plt  # here: mathrl.plots imports the studies
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    gpt = t["lab04_gpt"]
+    variants = gpt["variant"].tolist() if "variant" in gpt else []
+    panels = ((axes[0], "entropy", variants), (axes[1], "eval_accuracy", variants),
+              (axes[2], "frac_zero_std", [v for v in variants if v in ("random_init", "near_perfect")]))  # fmt: skip
+    for ax, metric, names in panels:
+        drawn = 0
+        for v in names:
+            s = seed_band(t["curves"], v, metric)
+            if len(s):
+                band(ax, s["step"], s["mean"], s["std"], v, COLORS[variants.index(v) % len(COLORS)])
+                drawn += 1
+        if not drawn:
+            placeholder(ax, "no lab04_gpt runs")
+    _label(axes[0], "Token entropy", "RL step", "mean per-token entropy")
+    _label(axes[1], "Held-out accuracy (step 0: before RL)", "RL step", "greedy exact-match accuracy")
+    axes[2].set_ylim(-0.02, 1.02)  # a share
+    _label(axes[2], "Groups with equal rewards", "RL step", "frac_zero_std")
+    fig.suptitle("Lab 04 on the GPT: mean ± std across seeds")
+    fig.tight_layout()
+    return fig
+
+
+def figures(t) -> dict[str, "Figure"]:
+    return {"lab04_six_panel": six_panel(t), "lab04_hacking": hacking_figure(t), "lab04_gpt": gpt_figure(t)}
+
+
+# ---- section: the template's context, from the tables ----------------------------------
+CLAIMS = {
+    "entropy": "A three-armed bandit pays 0.3, 1.0 and 0.5 (action 1 is the global optimum). Trained for 200 steps with five times the "
+               "normal learning rate (5e-3) and a tenth of the entropy bonus (0.001), its policy entropy should fall from about 1.1 to about 0.1. "
+               "Settling on action 1 is the success case; settling on action 0 or 2, a local optimum, the failure case.",
+    "vanishing": "When every reward in a batch is the same (all 1.0), advantages are zero and so is the gradient. Alternating such phases "
+                 "with varied rewards, the document expects a gradient norm below 1e-4 in the homogeneous phases, above 1e-3 in the diverse "
+                 "ones, a fall of more than 90%, and a gradient norm that follows the reward std.",
+    "hacking": "The document's results show a reward-model score that keeps climbing while the true reward (human preference) rises "
+               "briefly and then falls, even below zero: the agent learns the reward model's flaws instead of the goal.",
+    "gpt": "The document names DAPO (clip-higher, dynamic sampling) as the cure for entropy collapse. On the GPT we repeat the challenges: "
+           "five times the learning rate and a tenth of the entropy bonus, a proxy reward that favours large digits, RL from a random policy "
+           "(all answers wrong) and from a near-perfect one (all right), and DAPO at the aggressive settings.",
+}  # fmt: skip
+WORDS = {"agrees": "Agrees with the document.", "disagrees": "Disagrees with the document.",
+         "partly": "Agrees in part.", "missing": "Cannot be judged: the data are missing."}  # fmt: skip
+
+
+def gpt_sentence(gpt: pd.DataFrame) -> str:
+    """The measured sentence of the GPT part."""
+    g = {name: _row(gpt, variant=name) for name in ("normal", "aggressive", "dapo_aggressive", "random_init", "near_perfect")}
+    n = {k: f"n={num(d.get('n'), '.0f')} of {num(d.get('expected'), '.0f')}" for k, d in g.items()}
+    return (f"Token entropy fell by {_pm(g['aggressive'], 'entropy_reduction_mean', '.1%')} under the aggressive settings ({n['aggressive']}) "
+            f"against {_pm(g['normal'], 'entropy_reduction_mean', '.1%')} under the normal ones ({n['normal']}). DAPO at the aggressive settings "
+            f"({n['dapo_aggressive']}) ended at entropy {_pm(g['dapo_aggressive'], 'entropy_end_mean')} and held-out accuracy "
+            f"{_pm(g['dapo_aggressive'], 'eval_end_mean', '.1%')}, against {_pm(g['aggressive'], 'entropy_end_mean')} and "
+            f"{_pm(g['aggressive'], 'eval_end_mean', '.1%')} for aggressive GRPO. Share of groups with equal rewards: "
+            f"{_pm(g['random_init'], 'frac_zero_std_mean')} from a random policy ({n['random_init']}), "
+            f"{_pm(g['near_perfect'], 'frac_zero_std_mean')} from a near-perfect one ({n['near_perfect']}).")  # fmt: skip
+
+
+def section(t) -> dict:
+    crit = t["lab04_criteria"]
+    rows = [] if crit.empty else [{**r, "result": {True: "pass", False: "fail", None: "missing"}[as_passed(r["passed"])]} for r in crit.to_dict("records")]
+    tpl = t["lab04_report_template"]
+    found = tpl.loc[tpl["part"] == "Key findings", "value"].tolist() if len(tpl) else []
+    sentences = {**dict(zip(("entropy", "vanishing", "hacking"), found + ["no data"] * (3 - len(found)))), "gpt": gpt_sentence(t["lab04_gpt"])}
+    parts = {}
+    for part in CLAIMS:
+        mine = [r for r in rows if r["part"] == part]
+        verdict = judge([r["passed"] for r in mine])
+        failed = [r["criterion"] for r in mine if r["result"] == "fail"]
+        missing = [r["criterion"] for r in mine if r["result"] == "missing"]
+        detail = (f" Did not hold: {'; '.join(failed)}." if failed else "") + (f" Not measured: {'; '.join(missing)}." if missing and verdict != "missing" else "")
+        parts[part] = {"claim": CLAIMS[part], "measured": sentences[part], "verdict": verdict, "text": WORDS[verdict] + detail,
+                       "cls": verdict if verdict in ("agrees", "disagrees") else ""}  # fmt: skip
+    return {"parts": parts, "criteria": rows, "severity_definition": SEVERITY_DEFINITION, "bandit_window": BANDIT_WINDOW,
+            "gpt_window": GPT_WINDOW, "dominant": DOMINANT, "tables": {k: t[f"lab04_{k}"] for k in ("entropy", "vanishing", "hacking", "gpt", "report_template")}}  # fmt: skip

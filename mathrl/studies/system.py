@@ -1,0 +1,258 @@
+"""The math RL training system (math-rl-training-system.md): its two configurations, measured.
+
+The document describes a REINFORCE trainer with a moving-average baseline for 3-digit
+addition (AdderRLConfig) and 2-digit multiplication (MultiplierRLConfig) and expects
+90-95% and 80-90% accuracy after 200 steps. The `system` experiment runs both tasks with
+REINFORCE and, beside it, PPO and GRPO; the warm-up summaries give the models.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from mathrl.console import console_line
+from mathrl.results import collapsed, mean_spread
+
+NAME = "system"
+TITLE = "The math RL training system: configurations and results"
+DOCUMENT = "math-rl-training-system.md"
+
+ALGORITHMS = ("reinforce", "ppo", "grpo")
+# The document's configurations, stated as its claims (its "performance benchmarks" and
+# "configuration parameters" sections); NaN where the document gives no value.
+DOC = {
+    "add": {"config": "AdderRLConfig", "n_layer": 4, "n_head": 8, "n_embd": 256, "expected": (0.90, 0.95)},
+    "mul": {"config": "MultiplierRLConfig", "n_layer": 6, "n_head": 8, "n_embd": 256, "expected": (0.80, 0.90)},
+}
+DOC_RL = {"steps": 200, "lr": 1e-4, "batch_size": 64, "group_size": 8, "grad_clip": 1.0, "weight_decay": 0.01,
+          "adam_beta1": 0.9, "adam_beta2": 0.99, "temperature": 1.0, "baseline_decay": 0.9}  # fmt: skip
+SETTING_NAMES = {
+    "n_layer": "layers", "n_head": "attention heads", "n_embd": "embedding dim", "n_params": "parameters",
+    "sft_steps": "warm-up steps", "sft_accuracy": "warm-up held-out accuracy", "steps": "RL steps", "lr": "learning rate",
+    "batch_size": "sequences per step", "group_size": "rollouts per prompt", "grad_clip": "gradient clip (max norm)",
+    "weight_decay": "weight decay", "adam_beta1": "Adam beta1", "adam_beta2": "Adam beta2", "temperature": "sampling temperature",
+    "baseline_decay": "REINFORCE baseline decay",
+}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- tables
+def configs_table(ctx, runs) -> pd.DataFrame:
+    """Per task: our model (from the warm-up summary) and RL settings beside the document's."""
+    rows = []
+    for task, doc in DOC.items():
+        sft = ctx.sft(task) or {}
+        model = sft.get("model", {})
+        spec = next((r.spec for r in runs if r.spec.settings["task"] == task and r.spec.settings["algorithm"] == "reinforce"), None)
+        ours = {**{k: model.get(k, math.nan) for k in ("n_layer", "n_head", "n_embd")}, "n_params": sft.get("n_params", math.nan),
+                "sft_steps": sft.get("steps", math.nan), "sft_accuracy": sft.get("eval_accuracy", math.nan),
+                **{k: (spec.settings[k] if spec else math.nan) for k in DOC_RL}}  # fmt: skip
+        theirs = {**{k: doc[k] for k in ("n_layer", "n_head", "n_embd")}, **DOC_RL}
+        preset = sft.get("settings", {}).get("preset", "missing")
+        for key, label in SETTING_NAMES.items():
+            value = ours[key]
+            rows.append({"task": task, "config": doc["config"], "preset": preset, "key": key, "setting": label,
+                         "ours": math.nan if value is None else float(value), "document": float(theirs.get(key, math.nan))})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def run_stats(run) -> dict:
+    """One run's outcome and throughput (sequences sampled per second of step time)."""
+    s = run.spec.settings
+    row = {"task": s["task"], "algorithm": s["algorithm"], "seed": run.spec.seed, "run_id": run.spec.run_id, "status": run.status}
+    if run.ok:
+        m = run.metrics
+        row.update(final_eval=run.summary["final"]["eval_accuracy"], initial_eval=run.initial_eval,
+                   best_eval=run.summary["best"]["eval_accuracy"], steps_done=float(len(m)), wall_seconds=float(m["seconds"].sum()),
+                   seq_per_s=float(m["samples"].iloc[-1] / m["seconds"].sum()), collapsed=float(collapsed(run)))  # fmt: skip
+        row["gain"] = row["final_eval"] - row["initial_eval"]
+    return row
+
+
+def reached(final_mean: float, low: float) -> bool | None:
+    """Did the mean final accuracy reach the lower end of the document's expected range?"""
+    return None if final_mean is None or math.isnan(final_mean) else bool(final_mean >= low)
+
+
+def results_table(runs) -> pd.DataFrame:
+    stats = ["final_eval", "initial_eval", "best_eval", "gain", "steps_done", "wall_seconds", "seq_per_s", "collapsed"]
+    per_run = pd.DataFrame([run_stats(r) for r in runs], columns=["task", "algorithm", "seed", "run_id", "status"] + stats)
+    out = mean_spread(per_run, ["task", "algorithm"], stats)  # n counts runs with a final evaluation
+    g = per_run.groupby(["task", "algorithm"], sort=False)
+    out.insert(3, "n_runs", g.size().values if len(per_run) else [])
+    out["collapses"] = g["collapsed"].sum(min_count=1).values if len(per_run) else []
+    out["rl_steps"] = [next((r.spec.settings["steps"] for r in runs if r.spec.settings["task"] == t), math.nan) for t in out["task"]]
+    out["expected_low"] = [DOC.get(t, {}).get("expected", (math.nan,) * 2)[0] for t in out["task"]]
+    out["expected_high"] = [DOC.get(t, {}).get("expected", (math.nan,) * 2)[1] for t in out["task"]]
+    out["reached"] = [reached(m, lo) for m, lo in zip(out["final_eval_mean"], out["expected_low"])]
+    return out
+
+
+def curves_table(runs) -> pd.DataFrame:
+    """Held-out accuracy per task, algorithm and evaluation step (step 0: before RL)."""
+    frames = [r.evals.assign(task=r.spec.settings["task"], algorithm=r.spec.settings["algorithm"]) for r in runs if r.ok]
+    long = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return mean_spread(long, ["task", "algorithm", "step"], ["eval_accuracy"])
+
+
+def console_table(ctx, runs) -> pd.DataFrame:
+    """Per task and algorithm, the last console line of its first run with a result: from the
+    run's log when there is one, else rebuilt from its last metrics row."""
+    rows = []
+    for task in DOC:
+        for algorithm in ALGORITHMS:
+            run = next((r for r in runs if r.ok and r.spec.settings["task"] == task and r.spec.settings["algorithm"] == algorithm), None)
+            if run is None:
+                continue
+            log = Path(ctx.root) / "logs" / "train" / f"{run.spec.run_id}.log"
+            lines = [x.strip() for x in log.read_text(errors="replace").splitlines() if x.startswith("Step ")] if log.is_file() else []
+            line, source = (lines[-1], "log") if lines else (console_line(run.metrics.iloc[-1].to_dict(), run.spec.settings["steps"]), "metrics.csv")
+            rows.append({"task": task, "algorithm": algorithm, "run_id": run.spec.run_id, "source": source, "line": line})
+    return pd.DataFrame(rows, columns=["task", "algorithm", "run_id", "source", "line"])
+
+
+def _value(df: pd.DataFrame, col: str, **where) -> float:
+    sel = df
+    for k, v in where.items():
+        sel = sel[sel[k] == v] if len(sel) and k in sel else sel.iloc[0:0]
+    return float(sel[col].iloc[0]) if len(sel) and col in sel and pd.notna(sel[col].iloc[0]) else math.nan
+
+
+def criteria(res: pd.DataFrame) -> pd.DataFrame:
+    """The document's expectations, checked on the REINFORCE runs (its algorithm)."""
+    rows = []
+    for task, doc in DOC.items():
+        lo, hi = doc["expected"]
+        final = _value(res, "final_eval_mean", task=task, algorithm="reinforce")
+        gain = _value(res, "gain_mean", task=task, algorithm="reinforce")
+        rows.append((f"{task}_accuracy", f"{doc['config']}: REINFORCE reaches the document's accuracy on {task}",
+                     f"final eval accuracy ≥ {lo:.2f} (document: {lo:.0%}–{hi:.0%})", final, reached(final, lo)))
+        rows.append((f"{task}_gain", f"{doc['config']}: RL improves on the warm-up", "final − initial eval accuracy > 0",
+                     gain, None if math.isnan(gain) else bool(gain > 0)))  # fmt: skip
+    rf = res[res["algorithm"] == "reinforce"] if len(res) else res
+    coll = rf["collapses"].sum(min_count=1) if len(rf) else math.nan
+    rows.append(("stable", "REINFORCE with the moving-average baseline and gradient clipping trains stably", "0 collapsed REINFORCE runs",
+                 float(coll), None if pd.isna(coll) else bool(coll == 0)))  # fmt: skip
+    return pd.DataFrame(rows, columns=["key", "criterion", "expected", "measured", "passed"])
+
+
+def tables(ctx) -> dict[str, pd.DataFrame]:
+    runs = ctx.experiment("system")
+    res = results_table(runs)
+    return {"system_configs": configs_table(ctx, runs), "system_results": res, "system_curves": curves_table(runs),
+            "system_console": console_table(ctx, runs), "system_criteria": criteria(res)}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- figures
+def fig_curves(t) -> plt.Figure:
+    from mathrl.plots import COLORS, band, placeholder  # late: mathrl.plots imports the studies
+
+    c, res = t["system_curves"], t["system_results"]
+    fig, axes = plt.subplots(1, len(DOC), figsize=(10, 3.8), sharey=True)
+    for ax, task in zip(axes, DOC):
+        d = c[c["task"] == task] if len(c) else c
+        lo, hi = _value(res, "expected_low", task=task), _value(res, "expected_high", task=task)
+        if not math.isnan(lo):
+            ax.axhspan(lo, hi, color="0.85", label="document's expected range")
+        for i, algorithm in enumerate(ALGORITHMS):
+            a = d[d["algorithm"] == algorithm] if len(d) else d
+            if len(a):
+                band(ax, a["step"], a["eval_accuracy_mean"], a["eval_accuracy_std"], algorithm, COLORS[i])
+        if d.empty:
+            placeholder(ax, f"no data: the {task} runs are missing")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower right")
+        ax.set(title=f"{task} ({DOC[task]['config']})", xlabel="RL step", ylabel="held-out accuracy", ylim=(0, 1))
+    fig.suptitle("Held-out accuracy during RL (mean ± std across seeds)")
+    return fig
+
+
+def fig_throughput(t) -> plt.Figure:
+    from mathrl.plots import COLORS, placeholder
+
+    res = t["system_results"]
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    if res.empty or res["seq_per_s_mean"].isna().all():
+        placeholder(ax, "no data: the system runs are missing")
+    else:
+        width = 0.8 / len(ALGORITHMS)
+        for i, algorithm in enumerate(ALGORITHMS):
+            vals = [_value(res, "seq_per_s_mean", task=k, algorithm=algorithm) for k in DOC]
+            errs = [_value(res, "seq_per_s_std", task=k, algorithm=algorithm) for k in DOC]
+            x = [j + (i - 1) * width for j in range(len(DOC))]
+            ax.bar(x, [0 if math.isnan(v) else v for v in vals], width, yerr=[0 if math.isnan(e) else e for e in errs],
+                   capsize=3, color=COLORS[i], label=algorithm)  # fmt: skip
+            for xi, v in zip(x, vals):
+                if math.isnan(v):  # a missing bar says so rather than reading as zero throughput
+                    ax.annotate("missing", (xi, 0), ha="center", va="bottom", rotation=90, fontsize=7, color="0.4")
+        ax.set_xticks(range(len(DOC)), list(DOC))
+        ax.legend()
+    ax.set(title="Training throughput", xlabel="task", ylabel="sequences per second")
+    return fig
+
+
+def figures(t) -> dict[str, plt.Figure]:
+    return {"system_curves": fig_curves(t), "system_throughput": fig_throughput(t)}
+
+
+# ----------------------------------------------------------------------------- section
+def pm(res: pd.DataFrame, task: str, algorithm: str, col: str = "final_eval") -> str:
+    m, s, n = (_value(res, c, task=task, algorithm=algorithm) for c in (f"{col}_mean", f"{col}_std", "n"))
+    if math.isnan(m):
+        return "no data"
+    return f"{100 * m:.1f}% ± {'–' if math.isnan(s) else f'{100 * s:.1f}%'} (n={int(n)})"
+
+
+def scale_note(cfgs: pd.DataFrame, task: str) -> str:
+    """What differs from the document's setup (model size, steps), read from system_configs."""
+    d = cfgs[cfgs["task"] == task] if len(cfgs) else cfgs
+    if d.empty:
+        return ""
+    row = {r.key: (r.ours, r.document) for r in d.itertuples()}
+    diffs = [f"{SETTING_NAMES[k]} {o:g} (document {doc:g})" for k, (o, doc) in row.items()
+             if k in ("n_layer", "n_embd", "steps", "batch_size") and not (pd.isna(o) or o == doc)]  # fmt: skip
+    if not diffs:
+        return ""
+    return f" Our setup differs in scale: preset {d['preset'].iloc[0]}, " + ", ".join(diffs) + "."
+
+
+def task_verdict(res: pd.DataFrame, cfgs: pd.DataFrame, task: str) -> dict:
+    """REINFORCE's final accuracy against the document's range, with the other algorithms beside it."""
+    lo, hi = DOC[task]["expected"]
+    final = _value(res, "final_eval_mean", task=task, algorithm="reinforce")
+    ok = reached(final, lo)
+    others = ", ".join(f"{a} {pm(res, task, a)}" for a in ALGORITHMS if a != "reinforce")
+    text = (f"On {task}, REINFORCE ended at {pm(res, task, 'reinforce')} held-out accuracy (from {pm(res, task, 'reinforce', 'initial_eval')} "
+            f"before RL; {others}), against the document's {lo:.0%}–{hi:.0%}")  # fmt: skip
+    if ok is None:
+        return {"text": text + ": not enough data to judge.", "cls": ""}
+    if ok:
+        return {"text": text + ": agrees.", "cls": "agrees"}
+    return {"text": text + ": disagrees. At this scale the document's accuracy is not reached; that is a finding." + scale_note(cfgs, task),
+            "cls": "disagrees"}  # fmt: skip
+
+
+def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:
+    """system_configs with one row per setting: each task's value, ours beside the document's."""
+    if cfgs.empty:
+        return cfgs
+    wide = cfgs.pivot_table(index="key", columns="task", values=["ours", "document"], aggfunc="first", dropna=False, sort=False)
+    wide.columns = [f"{task}_{side}" for side, task in wide.columns]
+    wide = wide.reindex(list(dict.fromkeys(cfgs["key"]))).reset_index()
+    wide.insert(0, "setting", wide["key"].map(SETTING_NAMES))
+    return wide
+
+
+def section(t) -> dict:
+    res, cfgs, crit = t["system_results"], t["system_configs"], t["system_criteria"]
+    decay = _value(cfgs, "ours", task="add", key="baseline_decay")
+    presets = cfgs.drop_duplicates("task")[["task", "config", "preset"]].to_dict("records") if len(cfgs) else []
+    return {
+        "configs": configs_wide(cfgs), "presets": presets, "results": res, "criteria": crit, "console": t["system_console"],
+        "baseline_decay": "–" if math.isnan(decay) else f"{decay:g}",
+        "verdicts": [task_verdict(res, cfgs, task) for task in DOC],
+        "doc_console": "Step 50/200 | Loss: 0.234 | Acc: 0.750 | Reward: 0.750 | LR: 1.00e-04",  # the document's example
+    }

@@ -1,0 +1,257 @@
+"""The lab-04 study (lab04-training-challenges.md) on a hand-made results tree."""
+
+import copy
+import functools
+import math
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+import mathrl.config
+from mathrl.config import load_config
+from mathrl.report import TEMPLATES, fmt, html_table, pct
+from mathrl.results import curves
+from mathrl.studies import lab04
+from mathrl.studies.context import Context, Tables
+from tests.conftest import TINY, write_config
+from tests.synthetic import write_bandit, write_run
+
+matplotlib.use("Agg")
+
+VARIANTS = {"normal": {"lr": 1.0e-4, "entropy_coef": 0.01}, "aggressive": {"lr": 5.0e-4, "entropy_coef": 0.001},
+            "dapo_aggressive": {"algorithm": "dapo", "lr": 5.0e-4, "entropy_coef": 0.001}, "proxy_reward": {"reward": "proxy"},
+            "random_init": {"init": "random"}, "near_perfect": {"group_size": 4}}  # fmt: skip
+BANDIT = {"seeds": [0, 1], "studies": {"gradient_vanishing": {"phase_steps": 2}}}
+
+# entropy_collapse: (setting, seed) -> entropy per step, probabilities at the last step; normal seed 1 is missing.
+ENTROPY = {("aggressive", 0): ([1.1, 0.8, 0.4, 0.1], (0.02, 0.95, 0.03)),  # global
+           ("aggressive", 1): ([1.1, 0.9, 0.5, 0.2], (0.94, 0.03, 0.03)),  # local
+           ("normal", 0): ([1.1, 1.0, 0.9, 0.8], (0.3, 0.4, 0.3))}  # none  # fmt: skip
+# gradient_vanishing, 8 steps, phases d d h h d d h h: grad norm per phase per seed
+VANISH = {0: {"diverse": [0.2, 0.4], "homogeneous": [0.0, 0.0]}, 1: {"diverse": [0.01, 0.01], "homogeneous": [0.005, 0.005]}}
+PHASES = ["diverse", "diverse", "homogeneous", "homogeneous"] * 2
+
+
+def bandit_rows(study, setting, seed, n, **cols):
+    return pd.DataFrame({"study": study, "setting": setting, "seed": seed, "step": range(n), "phase": "", **cols})
+
+
+def write_bandits(cfg):
+    frames = []
+    for (setting, seed), (ent, last) in ENTROPY.items():
+        p = {f"p{i}": [1 / 3] * 3 + [last[i]] for i in range(3)}
+        frames.append(bandit_rows("entropy_collapse", setting, seed, 4, entropy=ent, **p, loss=0.1, grad_norm=0.1, reward_std=0.2))
+    write_bandit(cfg, "entropy_collapse", pd.concat(frames))
+    frames = []
+    for seed, g in VANISH.items():
+        grad = [g[ph][i % 2] for i, ph in enumerate(PHASES)]
+        frames.append(bandit_rows("gradient_vanishing", "default", seed, 8, entropy=1.0, p0=0.3, p1=0.4, p2=0.3, loss=0.0,
+                                  grad_norm=grad, reward_std=[2 * x for x in grad]).assign(phase=PHASES))  # fmt: skip
+    write_bandit(cfg, "gradient_vanishing", pd.concat(frames))
+    frames = []
+    for seed, share in ((0, 0.97), (1, 0.95)):  # true reward: 0.5, then 1.0, then -0.5 (10 steps each); the proxy climbs
+        frames.append(bandit_rows("reward_hacking", "default", seed, 30, entropy=1.0, p0=0.0, p1=0.0, p2=1 - share, p3=share, loss=0.0,
+                                  grad_norm=0.1, reward_std=0.1, proxy_reward=[0.6] * 10 + [1.0] * 10 + [3.0] * 10,
+                                  true_reward=[0.5] * 10 + [1.0] * 10 + [-0.5] * 10))  # fmt: skip
+    write_bandit(cfg, "reward_hacking", pd.concat(frames))
+
+
+# GPT runs of 12 steps, evaluating every 4: per variant the per-step accuracy, entropy, frac_zero_std and training reward.
+GPT = {
+    "normal": (lambda s: 0.5 + 0.01 * s, lambda s: 0.3 - 0.01 * s, 0.3, None),
+    "aggressive": (lambda s: 0.5 - 0.01 * s, lambda s: 0.3 - 0.02 * s, 0.3, None),
+    "dapo_aggressive": (lambda s: 0.5 + 0.01 * s, lambda s: 0.3 - 0.005 * s, 0.3, None),
+    "proxy_reward": (lambda s: 0.5 - 0.02 * s, lambda s: 0.3, 0.3, lambda s: 0.6 + 0.01 * s),
+    "random_init": (lambda s: 0.0, lambda s: 0.5, 1.0, None),
+    "near_perfect": (lambda s: 0.98, lambda s: 0.1, 0.8, None),
+}
+
+
+def write_gpt(cfg):
+    for variant, (acc, ent, fzs, reward) in GPT.items():
+        for seed in (0, 1):
+            if (variant, seed) == ("dapo_aggressive", 1):
+                continue  # a missing run
+            rows = []
+            for s in range(1, 13):
+                a = acc(s) + 0.01 * seed
+                row = {"step": s, "accuracy": a, "reward_mean": reward(s) if reward else a, "entropy": ent(s), "frac_zero_std": fzs,
+                       "grad_norm": 0.5, "seconds": 1.0, **({"eval_accuracy": a} if s % 4 == 0 else {})}  # fmt: skip
+                rows.append(row)
+            write_run(cfg, f"lab04_gpt__{variant}__s{seed}", rows, initial_eval=0.5)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cached_schema():
+    """load_schema parses the YAML schema on every call, once per run a config expands into;
+    cached here so the tree is built in seconds."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(mathrl.config, "load_schema", functools.cache(mathrl.config.load_schema))
+        yield
+
+
+def make_cfg(tmp_path):
+    d = copy.deepcopy(TINY)
+    d["results"] = str(tmp_path / "results")
+    d["bandit"] = BANDIT
+    d["experiments"] = {"lab04_gpt": {"fixed": {"steps": 12, "eval_every": 4}, "variants": VARIANTS, "seeds": [0, 1]}}
+    return load_config(write_config(tmp_path / "config.yaml", d))
+
+
+def write_tables(cfg):
+    ctx = Context(cfg)
+    tabs = lab04.tables(ctx)
+    t = Tables(cfg)
+    t.dir.mkdir(parents=True, exist_ok=True)
+    for name, df in {**tabs, "curves": curves(ctx.runs)}.items():
+        (t.dir / f"{name}.csv").write_text(df.to_csv(index=False) if len(df.columns) else "")  # no columns: an empty file
+    return tabs, t
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    cfg = make_cfg(tmp_path_factory.mktemp("lab04"))
+    write_bandits(cfg)
+    write_gpt(cfg)
+    return write_tables(cfg)
+
+
+def pooled(df, setting):
+    return df[(df["setting"] == setting) & (df["seed"].astype(str) == "all")].iloc[0]
+
+
+def test_pure_verdicts():
+    assert lab04.reduction(0.4, 0.1) == pytest.approx(0.75) and math.isnan(lab04.reduction(0.0, 0.1))
+    assert math.isnan(lab04.reduction(math.nan, 0.1))
+    assert [lab04.severity(x) for x in (0.2, 0.5, 0.9, 0.95, math.nan)] == ["mild", "moderate", "moderate", "severe", "unknown"]
+    assert lab04.hacked(0.6, 3.0, 0.5, -0.5) is True and lab04.hacked(0.6, 3.0, 0.5, 0.7) is False
+    assert lab04.hacked(0.6, math.nan, 0.5, 0.1) is None
+    assert lab04.check(0.5, lambda x: x > 0) is True and lab04.check(math.nan, lambda x: x > 0) is None
+    assert lab04.judge([True, True]) == "agrees" and lab04.judge([False, math.nan]) == "disagrees"
+    assert lab04.judge([True, False]) == "partly" and lab04.judge([True, None]) == "partly"
+    assert lab04.judge([math.nan, None]) == "missing" and lab04.judge(["True", "False"]) == "partly"
+    assert lab04.global_found(["global", "global"]) == "yes (2 of 2 seeds)"
+    assert lab04.global_found(["global", "local", "missing"]) == "partly (1 of 2 seeds)"
+    assert lab04.global_found(["none"]) == "no (0 of 1 seeds)" and lab04.global_found([]) == "no data (0 of 0 seeds)"
+
+
+def test_entropy_table(results):
+    e = results[0]["lab04_entropy"]
+    s0 = e[(e.setting == "aggressive") & (e.seed.astype(str) == "0")].iloc[0]
+    assert s0.final_entropy == pytest.approx(0.1) and s0.reduction == pytest.approx(1 - 0.1 / 1.1)
+    assert s0.dominant_action == 1 and s0.dominant_prob == pytest.approx(0.95) and s0.converged_to == "global"
+    s1 = e[(e.setting == "aggressive") & (e.seed.astype(str) == "1")].iloc[0]
+    assert s1.dominant_action == 0 and s1.converged_to == "local"
+    a = pooled(e, "aggressive")
+    assert a.n == 2 and a.final_entropy == pytest.approx(0.15) and a.final_entropy_std == pytest.approx(np.std([0.1, 0.2], ddof=1))
+    assert a.global_share == 0.5 and a.converged_to == "global 1, local 1" and math.isnan(a.dominant_action)
+    missing = e[(e.setting == "normal") & (e.seed.astype(str) == "1")].iloc[0]  # not in the CSV: shown, not invented
+    assert missing.n == 0 and missing.converged_to == "missing" and math.isnan(missing.final_entropy)
+    n = pooled(e, "normal")
+    assert n.n == 1 and n.final_entropy == pytest.approx(0.8) and n.converged_to == "none 1" and math.isnan(n.final_entropy_std)
+
+
+def test_vanishing_table(results):
+    v = results[0]["lab04_vanishing"]
+    s0, s1, p = (v[v.seed.astype(str) == k].iloc[0] for k in ("0", "1", "all"))
+    assert s0.grad_norm_diverse == pytest.approx(0.3) and s0.grad_norm_homogeneous == 0 and s0.reduction == 1 and s0.severity == "severe"
+    assert s1.reduction == pytest.approx(0.5) and s1.severity == "moderate"
+    assert s0.reward_std_diverse == pytest.approx(0.6) and s0.corr_grad_reward_std == pytest.approx(1.0)
+    assert p.n == 2 and p.grad_norm_homogeneous == pytest.approx(0.0025) and p.grad_norm_diverse == pytest.approx(0.155)
+    assert p.reduction == pytest.approx(0.75) and p.reduction_std == pytest.approx(np.std([1, 0.5], ddof=1)) and p.severity == "moderate"
+    grads = [VANISH[s][ph][i % 2] for s in (0, 1) for i, ph in enumerate(PHASES)]
+    assert p.corr_grad_reward_std == pytest.approx(1.0)  # reward std is twice the gradient norm at every step
+    assert len(results[0]["lab04_vanishing_points"]) == len(grads) == 16
+
+
+def test_hacking_table(results):
+    h = results[0]["lab04_hacking"]
+    s0 = h[h.seed.astype(str) == "0"].iloc[0]
+    assert s0.hack_arm == 3 and s0.proxy_start == pytest.approx(0.6) and s0.proxy_end == pytest.approx(3.0)
+    assert s0.true_start == pytest.approx(0.5) and s0.true_peak == pytest.approx(1.0) and s0.true_peak_step == 19
+    assert s0.true_end == pytest.approx(-0.5) and s0.hack_share_end == pytest.approx(0.97) and s0.hacked
+    p = h[h.seed.astype(str) == "all"].iloc[0]
+    assert p.n == 2 and p.hack_share_end == pytest.approx(0.96) and p.hacked
+
+
+def test_gpt_tables(results):
+    runs, g = results[0]["lab04_gpt_runs"], results[0]["lab04_gpt"].set_index("variant")
+    assert runs.set_index("run_id").loc["lab04_gpt__dapo_aggressive__s1", "status"] == "missing"
+    assert math.isnan(runs.set_index("run_id").loc["lab04_gpt__dapo_aggressive__s1", "eval_end"])
+    assert g.loc["dapo_aggressive", "n"] == 1 and g.loc["dapo_aggressive", "expected"] == 2 and g.loc["normal", "n"] == 2
+    # start: mean of steps 1-5, end: mean of steps 8-12 (GPT_WINDOW = 5)
+    assert g.loc["aggressive", "entropy_start_mean"] == pytest.approx(0.24) and g.loc["aggressive", "entropy_end_mean"] == pytest.approx(0.1)
+    assert g.loc["aggressive", "entropy_reduction_mean"] == pytest.approx(1 - 0.1 / 0.24)
+    assert g.loc["aggressive", "eval_start_mean"] == 0.5 and g.loc["aggressive", "eval_end_mean"] == pytest.approx(0.385)
+    assert g.loc["aggressive", "eval_end_std"] == pytest.approx(np.std([0.38, 0.39], ddof=1))
+    assert g.loc["proxy_reward", "reward_start_mean"] == pytest.approx(0.63) and g.loc["proxy_reward", "reward_end_mean"] == pytest.approx(0.7)
+    assert g.loc["proxy_reward", "accuracy_start_mean"] == pytest.approx(0.445) and g.loc["proxy_reward", "accuracy_end_mean"] == pytest.approx(0.305)
+    assert g.loc["random_init", "frac_zero_std_mean"] == 1.0 and g.loc["near_perfect", "grad_norm_mean"] == 0.5
+
+
+def test_criteria_and_template(results):
+    c = results[0]["lab04_criteria"].set_index("criterion")
+    assert list(results[0]["lab04_criteria"].columns[:5]) == ["part", "criterion", "expected", "measured", "passed"]
+    got = {k[:60]: (r.measured, r.passed) for k, r in c.iterrows()}
+
+    def row(prefix):
+        return next(v for k, v in got.items() if k.startswith(prefix))
+
+    assert row("Bandit, aggressive: final policy entropy") == (pytest.approx(0.15), True)
+    assert row("Bandit, aggressive: converged to action 1") == (0.5, False)  # one seed found a local optimum
+    assert row("Bandit: final entropy, normal minus") == (pytest.approx(0.65), True)
+    assert row("Bandit: mean gradient norm with homogeneous") == (pytest.approx(0.0025), False)  # seed 1 keeps 0.005
+    assert row("Bandit: gradient-norm reduction") == (pytest.approx(0.75), False)
+    assert row("Bandit: true reward falls") == (pytest.approx(-1.0), True)
+    assert row("GPT proxy_reward: training reward") == (pytest.approx(0.07), True)
+    assert row("GPT proxy_reward: sampled exact-match") == (pytest.approx(-0.14), True)
+    assert row("GPT: final entropy, DAPO minus") == (pytest.approx(0.25 - 0.1), True)
+    assert row("GPT: final held-out accuracy, DAPO minus") == (pytest.approx(0.62 - 0.385), True)
+    assert row("GPT from a random policy") == (1.0, True)
+    tpl = results[0]["lab04_report_template"].set_index("item")
+    assert tpl.loc["Global optimum found", "value"] == "partly (1 of 2 seeds)" and tpl.loc["Severity", "value"] == "moderate"
+    assert tpl.loc["Final entropy", "value"] == "0.150 ± 0.071 (n=2)"
+    assert "seed 1: action 0 (p = 0.940)" in tpl.loc["Final dominant action (probability)", "value"]
+    findings = results[0]["lab04_report_template"].query("part == 'Key findings'")["value"].tolist()
+    assert len(findings) == 3 and "0.15 ± 0.0707" in findings[0] and "the normal setting kept more entropy" in findings[0]
+    assert "75.0% lower (moderate)" in findings[1] and findings[2].count(": exploited") == 2
+
+
+def render(t):
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(fmt=fmt, pct=pct)
+    env.globals.update(table=html_table)
+    return env.get_template("sections/lab04.html.j2").render(ctx=lab04.section(t), figures={"lab04_six_panel": "data:x"})
+
+
+def test_figures_and_section(results):
+    t = results[1]
+    figs = lab04.figures(t)
+    assert set(figs) == {"lab04_six_panel", "lab04_hacking", "lab04_gpt"}
+    for fig in figs.values():
+        assert fig._suptitle.get_text()
+        for ax in fig.axes:
+            assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+            assert len(ax.get_lines()) < 2 or ax.get_legend() is not None
+    band = lab04.seed_band(t["curves"], "aggressive", "eval_accuracy")
+    assert band.step.tolist() == [0, 4, 8, 12] and band["mean"].iloc[-1] == pytest.approx(0.385) and band["n"].iloc[0] == 2
+    s = lab04.section(t)
+    assert s["parts"]["entropy"]["verdict"] == "partly" and "converged to action 1" in s["parts"]["entropy"]["text"]
+    assert s["parts"]["hacking"]["verdict"] == "agrees" and s["parts"]["hacking"]["cls"] == "agrees"
+    assert "n=1 of 2" in s["parts"]["gpt"]["measured"]
+    html = render(t)
+    assert "Agrees in part" in html and 'class="fail"' in html and "partly (1 of 2 seeds)" in html
+
+
+def test_missing_everything(tmp_path):
+    tabs, t = write_tables(make_cfg(tmp_path))  # no bandit CSVs and no runs
+    assert (tabs["lab04_entropy"]["converged_to"] == "missing").all() and tabs["lab04_entropy"]["final_entropy"].isna().all()
+    assert tabs["lab04_gpt_runs"]["status"].eq("missing").all() and (tabs["lab04_gpt"]["n"] == 0).all()
+    assert tabs["lab04_criteria"]["passed"].isna().all() and tabs["lab04_criteria"]["measured"].isna().all()
+    assert len(lab04.figures(t)) == 3
+    s = lab04.section(t)
+    assert all(p["verdict"] == "missing" for p in s["parts"].values())
+    assert "Cannot be judged" in render(t)

@@ -1,0 +1,250 @@
+"""The stability study on a hand-made results tree: every table number checked by hand."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+
+import matplotlib
+import pandas as pd
+import pytest
+
+matplotlib.use("Agg")
+
+from mathrl import config  # noqa: E402
+from mathrl.config import expand_runs, load_config  # noqa: E402
+from mathrl.studies import stability as st  # noqa: E402
+from mathrl.studies.context import Context, Tables  # noqa: E402
+from tests.conftest import TINY, write_config  # noqa: E402
+from tests import synthetic  # noqa: E402
+from tests.synthetic import write_json, write_run  # noqa: E402
+
+STEPS = 10  # evaluations at steps 2, 4, 6, 8, 10 (and 0, before RL)
+
+
+def rows(evals, reward=0.5, entropy=lambda s: 1.0 - 0.05 * s, kl=0.01, skipped_at=None, upto=STEPS, **const):
+    out = []
+    for step in range(1, upto + 1):
+        r = {"step": step, "samples": 16 * step, "reward_mean": reward if step == upto else 0.3, "accuracy": 0.5, "entropy": entropy(step),
+             "kl": kl(step) if callable(kl) else kl, "frac_zero_std": 0.2, "seconds": 1.0, "skipped": int(step == skipped_at), **const}  # fmt: skip
+        if step % 2 == 0:
+            r["eval_accuracy"] = evals[step // 2 - 1]
+        out.append(r)
+    return out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _schema_once():
+    """Parse the config schema once: expanding a config parses it per run, which would dominate."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(config, "load_schema", functools.lru_cache(config.load_schema))
+        yield
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, _schema_once):
+    """The config and the tables of a hand-made tree, built once for the module."""
+    c = copy.deepcopy(TINY)
+    tmp = tmp_path_factory.mktemp("stability")
+    c["results"] = str(tmp / "results")
+    c["train"].update(steps=STEPS, eval_every=2)
+    c["gradvar"] = {"tasks": ["add", "mul"], "batch_sizes": [64, 512], "accumulation": [512, 128]}
+    c["experiments"] = {
+        "lab04_gpt": {"variants": {"random_init": {"init": "random"}}, "seeds": [0]},
+        "batch": {"grid": {"batch_size": [64, 512]}, "seeds": [0, 1]},
+        "fixed_vs_dynamic": {"variants": {"A_fixed_512": {"batch_size": 512}, "B_step_lr_128": {"batch_size": 128, "lr_schedule": "step", "lr_decay_every": 2},
+                                          "C_adaptive_kl_128": {"batch_size": 128, "kl_controller": "threshold", "kl_target": 0.05}}, "seeds": [0, 1]},
+        "clipping": {"grid": {"grad_clip": [None, 2.0, 1.0, 0.5]}, "seeds": [0, 1]},
+        "value_clip": {"fixed": {"algorithm": "ppo"}, "grid": {"value_clip": [None, 0.2], "value_coef": [0.5, 1.0]}, "seeds": [0]},
+        "collapse": {"variants": {"huge_lr": {"lr": 1.0, "grad_clip": None}}, "seeds": [0]},
+    }  # fmt: skip
+    with pytest.MonkeyPatch.context() as mp:
+        cfg = load_config(write_config(tmp / "config.yaml", c))
+        specs = expand_runs(cfg)
+        mp.setattr(synthetic, "expand_runs", lambda _cfg: specs)
+        write_tree(cfg)
+        return cfg, st.tables(Context(cfg))
+
+
+@pytest.fixture
+def cfg(built):
+    return built[0]
+
+
+@pytest.fixture
+def tree(built):
+    return built[1]
+
+
+def write_tree(cfg):
+    w = lambda rid, r, init=0.5, **kw: write_run(cfg, rid, r, init, **kw)  # noqa: E731
+    w("lab04_gpt__random_init__s0", [{**r, "frac_zero_std": 1.0} for r in rows([0.0] * 5)], init=0.0)
+    w("batch__batch_size-64__s0", rows([0.6, 0.45, 0.7, 0.5, 0.65], reward=0.2),
+      alerts=[{"step": 4, "kind": "reward_swing", "value": 0.4, "threshold": 0.3, "message": "m"}, {"step": 8, "kind": "reward_swing", "value": 0.4, "threshold": 0.3, "message": "m"}])
+    w("batch__batch_size-64__s1", rows([0.2, 0.5, 0.4, 0.6, 0.55], reward=0.4), alerts=[{"step": 6, "kind": "high_kl", "value": 0.7, "threshold": 0.5, "message": "m"}])
+    w("batch__batch_size-512__s0", rows([0.52, 0.54, 0.56, 0.58, 0.6], reward=0.5, seconds=2.0))  # batch 512 seed 1 is missing
+    for v, finals in [("A_fixed_512", [0.7, 0.6]), ("B_step_lr_128", [0.5, 0.55]), ("C_adaptive_kl_128", [0.6])]:  # C seed 1 missing
+        for seed, f in enumerate(finals):
+            w(f"fixed_vs_dynamic__{v}__s{seed}", rows([0.5, 0.5, 0.5, 0.5, f], lr=1e-4, kl_coef=0.05))
+    w("clipping__grad_clip-none__s0", rows([0.6, 0.1, 0.1, 0.1, 0.1], entropy=lambda s: 1.0 if s == 1 else 0.1, kl=lambda s: 2.0 if s == 5 else 0.01))
+    w("clipping__grad_clip-none__s1", rows([0.56, 0.6, 0.6, 0.6, 0.6]))
+    w("clipping__grad_clip-2__s0", rows([0.5, 0.5, 0.56, 0.6, 0.6], skipped_at=3))
+    w("clipping__grad_clip-2__s1", rows([0.5, 0.56, 0.6, 0.6, 0.6]))
+    w("clipping__grad_clip-1__s0", rows([0.5, 0.5, 0.56, 0.6, 0.6]))
+    w("clipping__grad_clip-1__s1", rows([0.5, 0.5, 0.5, 0.56, 0.6]))
+    w("clipping__grad_clip-0.5__s0", rows([0.5] * 5))
+    w("clipping__grad_clip-0.5__s1", rows([0.5, 0.5, 0.5, 0.5, 0.56]))
+    for clip, coef, rmse in [("none", 0.5, 0.3), ("none", 1.0, 0.25), ("0.2", 0.5, 0.2), ("0.2", 1.0, 0.15)]:
+        r = rows([0.5] * 5, value_rmse=rmse, explained_variance=0.4)
+        if clip == "0.2" and coef == 1.0:
+            r[-1]["value_rmse"] = 0.1
+        w(f"value_clip__value_clip-{clip}_value_coef-{coef:g}__s0", r)
+    w("collapse__huge_lr__s0", rows([0.5], upto=3, skipped_at=3), status="stopped_nonfinite")
+    write_json(cfg, "gradvar/add.json", {"variance": [{"batch_size": 64, "variance": 8e-4}, {"batch_size": 512, "variance": 1e-4}],
+                                         "accumulation": {"batch_size": 512, "micro_batch_size": 128, "steps": 4, "max_abs_difference": 1e-8, "max_abs_gradient": 0.1, "relative": 1e-7}})  # fmt: skip
+
+
+def one(df, **keys):
+    r = df
+    for k, v in keys.items():
+        r = r[r[k].astype(str) == str(v)]
+    assert len(r) == 1, keys
+    return r.iloc[0]
+
+
+def test_pure_measures():
+    s = pd.Series([0.5, 0.6, 0.45, 0.7, 0.5, 0.65])
+    assert st.largest_drop(s) == pytest.approx(0.2)
+    assert st.largest_drop(pd.Series([0.1, 0.2])) == 0.0
+    assert st.change_shares(s) == pytest.approx((0.8, 0.0))
+    assert all(math.isnan(x) for x in st.change_shares(pd.Series([0.5])))
+    assert st.monotone_down([0.5, 0.5, 0.0, 0.0]) == (0.5, True)
+    assert st.monotone_down([0.0, 0.5, 0.0])[1] is False and st.monotone_down([0.0, 0.0])[1] is False
+    assert st.monotone_down([0.5, math.nan])[1] is None
+    c = pd.DataFrame({"max_norm": ["0.5", "2.0", "none", "1.0"], "collapse_rate": [0.0, 0.5, 1.0, 0.25]})
+    assert st.rates_loose_to_tight(c) == [1.0, 0.5, 0.25, 0.0]
+    assert st.less(0.1, 0.3) == (pytest.approx(0.2), True) and st.less(math.nan, 1)[1] is None
+    assert st.within(9.9, 3, 12) == (9.9, True) and st.below(2e-4, 1e-4)[1] is False and st.at_least(0.0, 0.0)[1] is True
+    assert [st.verdict(p) for p in (True, False, None, math.nan)] == ["agrees", "disagrees", "missing", "missing"]
+    assert st.pm(pd.Series({"x_mean": 0.5, "x_std": 0.1, "n": 3}), "x") == "50.0% ± 10.0 (n=3)"
+    assert st.pm(None, "x") == "no data"
+
+
+def test_batch_tables(tree):
+    b = tree["stability_batch"]
+    r64, r512 = one(b, batch_size=64), one(b, batch_size=512)
+    assert (r64["n"], r64["expected"], r512["n"], r512["expected"]) == (2, 2, 1, 2)  # the missing seed is not invented
+    assert r64["summed_drops_mean"] == pytest.approx(0.40) and r64["summed_drops_std"] == pytest.approx(0.05 * 2**0.5)
+    assert r64["largest_drop_mean"] == pytest.approx(0.25) and r64["final_eval_mean"] == pytest.approx(0.60)
+    assert r64["share_above_10_mean"] == pytest.approx(0.7) and r64["share_below_3_mean"] == 0.0
+    assert (r64["collapses"], r64["collapse_rate"]) == (1, 0.5)  # seed 1 fell to 0.2 < 0.5 x 0.5
+    assert (r512["summed_drops_mean"], r512["largest_drop_mean"], r512["share_below_3_mean"]) == (0.0, 0.0, 1.0)
+    assert math.isnan(r512["summed_drops_std"]) and r512["collapses"] == 0
+    c = tree["stability_batch_curve"]
+    p1 = one(c, batch_size=64, point=1)
+    assert (p1["step"], p1["eval_step"], p1["n"]) == (2, 2, 2) and p1["eval_accuracy_mean"] == pytest.approx(0.4)
+    assert p1["entropy_mean"] == pytest.approx(0.9) and p1["doc_accuracy"] == 0.32
+    assert one(c, batch_size=512, point=5)["eval_accuracy_mean"] == pytest.approx(0.6) and one(c, batch_size=512, point=5)["doc_reward"] == 0.34
+    cs = tree["stability_case_study"]
+    assert one(cs, batch_size=64)["final_reward_mean"] == pytest.approx(0.3) and one(cs, batch_size=64)["final_reward_std"] == pytest.approx(0.1 * 2**0.5)
+    assert one(cs, batch_size=64)["alerts_mean"] == 1.5 and one(cs, batch_size=512)["wall_seconds_mean"] == 20.0
+    assert one(cs, batch_size=512)["doc_collapses"] == 0
+
+
+def test_fixed_vs_dynamic_and_clipping(tree):
+    f = tree["stability_fixed_vs_dynamic"]
+    assert one(f, method="A")["final_eval_mean"] == pytest.approx(0.65) and one(f, method="A")["reproducibility_std"] == pytest.approx(0.05 * 2**0.5)
+    assert (one(f, method="C")["n"], one(f, method="C")["expected"], one(f, method="A")["rank"]) == (1, 2, 1)
+    assert one(f, method="B")["doc_final_accuracy"] == 0.523 and one(f, method="B")["final_lr_mean"] == 1e-4
+    c = tree["stability_clipping"]
+    assert list(c["max_norm"]) == ["none", "2.0", "1.0", "0.5"]
+    assert list(c["collapse_rate"]) == [0.5, 0.5, 0.0, 0.0] and list(c["collapses"]) == [1, 1, 0, 0]
+    assert list(c["reached"]) == [2, 2, 2, 1] and list(c["steps_to_target_mean"]) == [2.0, 5.0, 7.0, 10.0]
+    assert one(c, max_norm="none")["doc_collapse_rate"] == 0.35
+
+
+def test_value_gradvar_alerts(tree):
+    v = tree["stability_value_clip"]
+    r = one(v, value_clip="0.2", value_coef=1.0)
+    assert r["final_rmse_mean"] == pytest.approx(0.1) and r["mean_rmse_mean"] == pytest.approx(0.145) and r["doc_rmse"] == 0.12
+    assert one(v, value_clip="none", value_coef=0.5)["doc_rmse"] == 0.25
+    g = tree["stability_gradvar"]
+    assert one(g, task="add", batch_size=64)["ratio_to_largest"] == pytest.approx(8.0) and one(g, task="add", batch_size=64)["theory_ratio"] == 8.0
+    assert one(g, task="mul", batch_size=64)["status"] == "missing" and math.isnan(one(g, task="mul", batch_size=64)["variance"])
+    a = tree["stability_accumulation"]
+    assert one(a, task="add")["relative"] == 1e-7 and math.isnan(one(a, task="mul")["relative"])
+    al = tree["stability_alerts"]
+    sw = one(al, experiment="batch", kind="reward_swing")
+    assert (sw["runs"], sw["expected"], sw["runs_with_alert"], sw["first_step_median"], sw["alerts"]) == (3, 4, 1, 4.0, 2)
+    assert one(al, experiment="batch", kind="low_entropy")["runs_with_alert"] == 0
+
+
+def test_troubleshooting_and_criteria(tree):
+    t = tree["stability_troubleshooting"].set_index("symptom")
+    assert t.loc["reward does not rise", "evidence_run"] == "lab04_gpt__random_init__s0"
+    assert t.loc["reward drops suddenly", "evidence_run"] == "clipping__grad_clip-none__s0" and "step 2 -> 10.0% at step 4" in t.loc["reward drops suddenly", "evidence"]
+    assert t.loc["entropy collapses fast", "evidence_run"] == "clipping__grad_clip-none__s0"
+    assert t.loc["KL explodes", "evidence_run"] == "clipping__grad_clip-none__s0" and "KL 2 at step 5" in t.loc["KL explodes", "evidence"]
+    assert t.loc["out of memory", "evidence"] == "not observed in this pipeline"
+    assert t.loc["non-finite loss or gradient", "evidence_run"] == "collapse__huge_lr__s0"
+    c = tree["stability_criteria"]
+    assert list(c.columns) == ["criterion", "expected", "measured", "passed"]
+    assert list(c["passed"]) == [True, True, True, True, True, True, True, True]
+    assert c["measured"].tolist() == pytest.approx([0.4, 0.0, 0.25, 8.0, 1e-7, 0.05, 0.5, 0.145 / 0.3 - 1])
+
+
+def save(cfg, tables) -> Tables:
+    for name, df in tables.items():
+        path = Tables(cfg).dir / f"{name}.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        df.to_csv(path, index=False)
+    return Tables(cfg)
+
+
+def render(ctx: dict, figures: dict) -> str:
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+    from mathrl.report import TEMPLATES, fmt, html_table, pct
+
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined)
+    env.filters.update(fmt=fmt, pct=pct)
+    env.globals.update(table=html_table)
+    return env.from_string('{% include "sections/stability.html.j2" %}').render(ctx=ctx, figures=figures)
+
+
+def check_figures(figs):
+    import matplotlib.pyplot as plt
+
+    assert set(figs) == {"stability_batch_curves", "stability_fixed_vs_dynamic", "stability_gradvar", "stability_clipping", "stability_value_clip"}
+    for name, fig in figs.items():
+        for ax in fig.axes:
+            assert ax.get_title(), name
+        plt.close(fig)
+
+
+def test_figures_and_section_from_csv(cfg, tree):
+    t = save(cfg, tree)
+    figs = st.figures(t)
+    ax = figs["stability_batch_curves"].axes[0]
+    assert ax.get_xlabel() == "RL step" and len(ax.get_legend().get_texts()) == 2
+    assert figs["stability_gradvar"].axes[0].get_yscale() == "log"
+    check_figures(figs)
+    s = st.section(t)
+    assert {k: v["status"] for k, v in s["verdicts"].items() if v["status"]} == {k: "agrees" for k in ["batch", "gradvar", "accumulation", "fixed_vs_dynamic", "case", "clipping", "value_clip"]}
+    assert "0.0 points (n=1) at batch 512 against 40.0 ± 7.1 points (n=2) at batch 64" in s["verdicts"]["batch"]["text"]
+    assert s["verdicts"]["alerts"]["text"] == "Of 22 runs with a result, the monitor raised high_kl in 1 run(s) (1 alerts); reward_swing in 1 run(s) (2 alerts)."
+    assert "-51.7% against the document's −52% (clipping alone -33.3%; weight 1.0 alone -16.7%)" in s["verdicts"]["value_clip"]["text"] and (s["n_pass"], s["n_criteria"]) == (8, 8)
+    html = render(s, {"stability_batch_curves": "data:image/png;base64,"})
+    assert "stability_fixed_vs_dynamic was not drawn" in html and "pass" in html and st.COLLAPSE_DEFINITION in html
+
+
+def test_empty_results_render(cfg, tmp_path):
+    cfg = {**cfg, "results": str(tmp_path / "empty")}
+    tables = st.tables(Context(cfg))  # nothing was run
+    assert one(tables["stability_batch"], batch_size=64)["n"] == 0 and tables["stability_criteria"]["passed"].isna().all()
+    t = save(cfg, tables)
+    check_figures(st.figures(t))
+    s = st.section(t)
+    assert all(v["status"] in ("missing", "") for v in s["verdicts"].values())
+    assert "No data" in render(s, {}) or "missing" in render(s, {})

@@ -1,0 +1,183 @@
+"""The system study (math-rl-training-system.md) on a hand-made results tree."""
+
+import copy
+import math
+from pathlib import Path
+
+import matplotlib
+import pytest
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from mathrl.config import expand_runs, load_config
+from mathrl.report import TEMPLATES, fmt, html_table, pct
+from mathrl.studies import system
+from mathrl.studies.context import Context, Tables
+from tests import synthetic
+from tests.conftest import TINY, write_config
+from tests.synthetic import write_json, write_run
+
+matplotlib.use("Agg")
+
+# Held-out accuracy at steps 0 (before RL), 2 and 4 per (task, algorithm, seed); absent: not written.
+EVALS = {
+    ("add", "reinforce", 0): [0.4, 0.5, 0.6], ("add", "reinforce", 1): [0.4, 0.6, 0.8],
+    ("add", "ppo", 0): [0.4, 0.95, 0.96], ("add", "ppo", 1): [0.4, 0.95, 0.96],
+    ("add", "grpo", 0): [0.4, 0.1, 0.5],  # collapses (0.1 < 0.2); seed 1 missing
+    ("mul", "reinforce", 0): [0.3, 0.85, 0.9], ("mul", "reinforce", 1): [0.3, 0.85, 0.9],
+}  # fmt: skip
+CONST = {"policy_loss": 0.1234, "reward_mean": 0.5, "accuracy": 0.5, "lr": 1e-4, "entropy": 0.3, "kl": 0.01}
+
+
+def rows(evals, seconds):
+    out = []
+    for step in range(1, 5):
+        row = {"step": step, "samples": 16 * step, "seconds": seconds, "skipped": 0, **CONST}
+        if step % 2 == 0:
+            row["eval_accuracy"] = evals[step // 2]
+        out.append(row)
+    return out
+
+
+def run_id(task, algorithm, seed):
+    return f"system__task-{task}_algorithm-{algorithm}__s{seed}"
+
+
+@pytest.fixture(scope="module")
+def cfg(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("system")
+    d = copy.deepcopy(TINY)
+    d["results"] = str(tmp_path / "results")
+    d["experiments"] = {"system": {"fixed": {"steps": 4, "eval_every": 2, "kl_coef": 0.0, "weight_decay": 0.01},
+                                   "grid": {"task": ["add", "mul"], "algorithm": ["reinforce", "ppo", "grpo"]}, "seeds": [0, 1]}}  # fmt: skip
+    return load_config(write_config(tmp_path / "config.yaml", d))
+
+
+@pytest.fixture(scope="module")
+def results(cfg):
+    specs = expand_runs(cfg)  # once: write_run would expand (and validate) every run for every run written
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(synthetic, "expand_runs", lambda _: specs)
+        return build(cfg)
+
+
+def build(cfg):
+    for (task, algorithm, seed), evals in EVALS.items():
+        write_run(cfg, run_id(task, algorithm, seed), rows(evals, 1.0 + seed), evals[0])
+    write_json(cfg, "sft/add/summary.json", {
+        "settings": {"preset": "small"}, "model": {"n_layer": 2, "n_head": 4, "n_embd": 128},
+        "n_params": 400256, "steps": 425, "eval_accuracy": 0.464, "band": [0.3, 0.6], "in_band": True, "wall_seconds": 12.0})  # fmt: skip
+    log = Path(cfg["results"]) / "logs" / "train" / f"{run_id('add', 'reinforce', 0)}.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("Step 1/4 | Loss 0.100\nalert: something\nStep 4/4 | Loss 0.123 | Acc 0.500 | Eval 0.600\n")
+    tabs = system.tables(Context(cfg))
+    t = Tables(cfg)
+    t.dir.mkdir(parents=True, exist_ok=True)
+    for name, df in tabs.items():
+        df.to_csv(t.dir / f"{name}.csv", index=False)
+    return tabs, t
+
+
+def test_configs_table(results):
+    c = results[0]["system_configs"].set_index(["task", "key"])
+    assert c.loc[("add", "n_layer")].ours == 2 and c.loc[("add", "n_layer")].document == 4
+    assert c.loc[("mul", "n_layer")].document == 6 and math.isnan(c.loc[("mul", "n_layer")].ours)  # no mul warm-up: missing
+    assert c.loc[("add", "n_params")].ours == 400256 and math.isnan(c.loc[("add", "n_params")].document)
+    assert c.loc[("add", "sft_accuracy")].ours == pytest.approx(0.464) and c.loc[("add", "sft_steps")].ours == 425
+    assert c.loc[("add", "steps")].ours == 4 and c.loc[("add", "steps")].document == 200
+    assert c.loc[("add", "lr")].document == 1e-4 and c.loc[("mul", "baseline_decay")].ours == 0.9
+    assert c.loc[("add", "batch_size")].ours == 16 and c.loc[("add", "grad_clip")].ours == 1.0
+    assert set(results[0]["system_configs"].query("task == 'add'").preset) == {"small"}
+    assert set(results[0]["system_configs"].query("task == 'mul'").preset) == {"missing"}
+
+
+def test_results_table(results):
+    res = results[0]["system_results"]
+    r = res.set_index(["task", "algorithm"])
+    reached = dict(zip(zip(res.task, res.algorithm), res.reached.tolist()))
+    a = r.loc[("add", "reinforce")]
+    assert a.n == 2 and a.n_runs == 2 and a.rl_steps == 4
+    assert a.final_eval_mean == pytest.approx(0.7) and a.final_eval_std == pytest.approx(0.1 * math.sqrt(2))
+    assert a.gain_mean == pytest.approx(0.3) and a.best_eval_mean == pytest.approx(0.7)
+    assert a.seq_per_s_mean == pytest.approx(12.0) and a.seq_per_s_std == pytest.approx(math.sqrt(32))  # 64/4 and 64/8
+    assert a.wall_seconds_mean == pytest.approx(6.0)
+    assert a.expected_low == 0.9 and a.expected_high == 0.95 and reached[("add", "reinforce")] is False
+    assert reached[("add", "ppo")] is True and reached[("mul", "reinforce")] is True
+    assert r.loc[("mul", "reinforce")].expected_low == 0.8
+    g = r.loc[("add", "grpo")]
+    assert g.n == 1 and g.n_runs == 2 and g.collapses == 1
+    m = r.loc[("mul", "ppo")]  # never written: shown, with nothing invented
+    assert m.n == 0 and m.n_runs == 2 and math.isnan(m.final_eval_mean) and reached[("mul", "ppo")] is None
+
+
+def test_curves_console_criteria(results):
+    tabs = results[0]
+    c = tabs["system_curves"].query("task == 'add' and algorithm == 'reinforce'").set_index("step")
+    assert list(c.index) == [0, 2, 4]
+    assert c.loc[2].eval_accuracy_mean == pytest.approx(0.55) and c.loc[2].n == 2
+    con = tabs["system_console"].set_index(["task", "algorithm"])
+    assert con.loc[("add", "reinforce")].source == "log" and con.loc[("add", "reinforce")].line.startswith("Step 4/4 | Loss 0.123")
+    assert con.loc[("add", "ppo")].source == "metrics.csv"
+    assert con.loc[("add", "ppo")].line == "Step 4/4 | Loss 0.123 | Acc 0.500 | Reward 0.500 | LR 1.00e-04 | Ent 0.300 | KL 0.0100 | Eval 0.960"
+    assert ("mul", "ppo") not in con.index
+    k = tabs["system_criteria"].set_index("key")
+    passed = dict(zip(k.index, k.passed.tolist()))  # Python bools or None
+    assert list(tabs["system_criteria"].columns[1:]) == ["criterion", "expected", "measured", "passed"]
+    assert k.loc["add_accuracy"].measured == pytest.approx(0.7) and passed["add_accuracy"] is False
+    assert passed["add_gain"] is True and passed["mul_accuracy"] is True
+    assert k.loc["stable"].measured == 0 and passed["stable"] is True  # the collapsed run is GRPO's
+
+
+def test_verdict_functions():
+    assert system.reached(0.9, 0.9) is True and system.reached(0.89, 0.9) is False and system.reached(math.nan, 0.9) is None
+    row = {"step": 3, "policy_loss": 0.5, "accuracy": 0.25, "reward_mean": 0.25, "lr": 3e-4, "entropy": 0.1, "kl": 0.0, "eval_accuracy": math.nan}
+    assert system.console_line(row, 10) == "Step 3/10 | Loss 0.500 | Acc 0.250 | Reward 0.250 | LR 3.00e-04 | Ent 0.100 | KL 0.0000"
+
+
+def render(section_ctx, figures=None):
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(fmt=fmt, pct=pct)
+    env.globals.update(table=html_table)
+    return env.get_template("sections/system.html.j2").render(ctx=section_ctx, figures=figures or {})
+
+
+def test_figures_and_section(results):
+    t = results[1]
+    figs = system.figures(t)
+    assert set(figs) == {"system_curves", "system_throughput"}
+    for fig in figs.values():
+        for ax in fig.axes:
+            assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+            assert ax.get_legend() is not None
+        matplotlib.pyplot.close(fig)
+    s = system.section(t)
+    add, mul = s["verdicts"]
+    assert add["cls"] == "disagrees" and "70.0% ± 14.1% (n=2)" in add["text"] and "90%–95%" in add["text"]
+    assert "preset small" in add["text"] and "layers 2 (document 4)" in add["text"] and "RL steps 4 (document 200)" in add["text"]
+    assert mul["cls"] == "agrees" and "ppo no data" in mul["text"]
+    assert s["baseline_decay"] == "0.9" and s["presets"][0]["preset"] == "small"
+    w = s["configs"].set_index("key")
+    assert w.loc["n_layer", "add_ours"] == 2 and w.loc["n_layer", "mul_document"] == 6 and math.isnan(w.loc["n_layer", "mul_ours"])
+    assert list(w.index[:3]) == ["n_layer", "n_head", "n_embd"]
+    html = render(s, {"system_curves": "data:image/png;base64,AA=="})
+    assert "Step 50/200" in html and "disagrees" in html and "system_throughput" in html
+
+
+def test_missing_everything(cfg, tmp_path):
+    cfg = {**cfg, "results": str(tmp_path / "empty")}
+    tabs = system.tables(Context(cfg))
+    assert tabs["system_results"].n.eq(0).all() and tabs["system_results"].reached.isna().all()
+    assert tabs["system_curves"].empty and tabs["system_console"].empty
+    c = tabs["system_configs"].set_index(["task", "key"])
+    assert c.loc[("add", "steps")].ours == 4 and math.isnan(c.loc[("add", "n_layer")].ours)  # settings known, model not
+    assert tabs["system_criteria"].passed.isna().all()
+    t = Tables(cfg)
+    for fig in system.figures(t).values():
+        matplotlib.pyplot.close(fig)
+    html = render(system.section(t))
+    assert "No data" in html and "not enough data" in html
+
+
+def test_no_experiment(cfg, tmp_path):
+    tabs = system.tables(Context({**cfg, "results": str(tmp_path), "experiments": {}}))
+    assert tabs["system_results"].empty and tabs["system_curves"].empty and tabs["system_console"].empty
+    assert tabs["system_configs"].ours.isna().all() and tabs["system_criteria"].passed.isna().all()
