@@ -1,0 +1,248 @@
+"""`python -m bench` (= `make bench`): RL-step, warm-up-step and naive-reference benchmarks.
+
+Each configuration runs in a fresh subprocess (its ru_maxrss is its own peak); figures are
+medians over the timed steps after warm-up steps. The naive reference alternates our
+sampler and `generate_naive` step by step in one process, so its ratios share the load.
+Prints a table and writes rl_step.json, sft_step.json, naive.json and summary.json to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import GROUP_SIZE, PRESETS, build_tree, machine_info, run_child
+
+SECTIONS = ("rl", "sft", "naive")
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+# Timed steps per preset (full run); the 64-rollout RL steps are cheap, so twice as many.
+RL_STEPS = {"small": 20, "adder": 10, "multiplier": 6}
+SFT_STEPS = {"small": 30, "adder": 15, "multiplier": 10}
+NAIVE_PAIRS = {"small": 10, "adder": 6, "multiplier": 4}
+NAIVE_PRESETS = ("small", "adder")
+SFT_BATCH = 256
+# Targets: (label, preset, batch, limit seconds, stretch seconds or None)
+STEP_TARGETS = [("GRPO step, small @512 rollouts", "small", 512, 0.4, 0.25), ("GRPO step, adder @512 rollouts", "adder", 512, 1.0, None)]
+RSS_LIMIT_MB = 1.5 * 1024
+
+
+def csv_list(kind):
+    def parse(text: str):
+        items = [kind(x) for x in text.split(",") if x.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError("empty list")
+        return items
+
+    return parse
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="1 warm-up and 2 timed steps per configuration (smoke test)")
+    p.add_argument("--only", action="append", choices=SECTIONS, help="run only this section (repeatable)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"where the JSON goes (default {DEFAULT_OUT})")
+    p.add_argument("--presets", type=csv_list(str), default=list(PRESETS), help="comma list (default small,adder,multiplier)")
+    p.add_argument("--batches", type=csv_list(int), default=[64, 512], help="RL rollouts per step, comma list (default 64,512)")
+    p.add_argument("--naive-batch", type=int, help="rollouts of the naive reference (default 512, or the largest --batches)")
+    p.add_argument("--steps", type=int, help="timed steps of every configuration (overrides the per-preset defaults)")
+    p.add_argument("--warmup", type=int, help="untimed warm-up steps (default 2, 1 with --quick)")
+    p.add_argument("--threads", type=int, help="torch intra-op threads in every configuration (default: torch's default)")
+    args = p.parse_args(argv)
+    bad = [x for x in args.presets if x not in PRESETS]
+    if bad:
+        p.error(f"--presets: unknown {', '.join(bad)}; allowed: {', '.join(PRESETS)}")
+    bad = [b for b in args.batches if b <= 0 or b % GROUP_SIZE]
+    if bad:
+        p.error(f"--batches: {bad} not positive multiples of the group size {GROUP_SIZE}")
+    args.sections = [s for s in SECTIONS if s in (args.only or SECTIONS)]
+    if args.naive_batch is None:
+        args.naive_batch = 512 if 512 in args.batches else max(args.batches)
+    if args.warmup is None:
+        args.warmup = 1 if args.quick else 2
+    return args
+
+
+def n_steps(args, table: dict, preset: str, factor: int = 1) -> int:
+    if args.steps:
+        return args.steps
+    return 2 if args.quick else table[preset] * factor
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def child(module: str, label: str, argv: list[str]) -> dict:
+    t0 = time.perf_counter()
+    rec = run_child(module, argv)
+    log(f"  {label}: done in {time.perf_counter() - t0:.1f} s")
+    return rec
+
+
+# ------------------------------------------------------------------------------ formatting
+def fmt_s(x: float) -> str:
+    return f"{x:.3f}" if x < 10 else f"{x:.1f}"
+
+
+def spread(stat: dict) -> str:
+    r = stat.get("iqr_rel", math.nan)
+    return "-" if math.isnan(r) else f"{100 * r:.0f}%"
+
+
+def table(headers: list[str], rows: list[list[str]], right_from: int = 1) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells):
+        return "  ".join(c.ljust(w) if i < right_from else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def rl_table(recs: list[dict]) -> str:
+    rows = [[r["preset"], str(r["batch"]), str(r["total"]["n"]), fmt_s(r["sample"]["median"]), fmt_s(r["update"]["median"]),
+             fmt_s(r["total"]["median"]), spread(r["total"]), f"{r['sequences_per_second']:.0f}",
+             f"{r['peak_rss_mb']:.0f}"] for r in recs]  # fmt: skip
+    return table(["preset", "rollouts", "steps", "sample s", "update s", "step s", "IQR/med", "seq/s", "peak RSS MiB"], rows)
+
+
+def sft_table(recs: list[dict]) -> str:
+    rows = [[r["preset"], str(r["batch"]), str(r["total"]["n"]), fmt_s(r["total"]["median"]), spread(r["total"]),
+             f"{r['sequences_per_second']:.0f}", f"{r['peak_rss_mb']:.0f}"] for r in recs]  # fmt: skip
+    return table(["preset", "batch", "steps", "step s", "IQR/med", "seq/s", "peak RSS MiB"], rows)
+
+
+def naive_table(recs: list[dict]) -> str:
+    rows = []
+    for r in recs:
+        o, n = r["ours"], r["naive"]
+        rows.append([r["preset"], str(r["batch"]), str(o["total"]["n"]), fmt_s(o["sample"]["median"]), fmt_s(n["sample"]["median"]),
+                     f"{r['ratio']['sample']:.2f}x", fmt_s(o["total"]["median"]), fmt_s(n["total"]["median"]),
+                     f"{r['ratio']['total']:.2f}x", f"{r['peak_rss_mb']:.0f}"])  # fmt: skip
+    return table(["preset", "rollouts", "pairs", "ours sample s", "naive sample s", "naive/ours", "ours step s",
+                  "naive step s", "naive/ours", "peak RSS MiB"], rows)  # fmt: skip
+
+
+def targets(results: dict) -> list[dict]:
+    out = []
+    rl = {(r["preset"], r["batch"]): r for r in results.get("rl", [])}
+    for label, preset, batch, limit, stretch in STEP_TARGETS:
+        r = rl.get((preset, batch))
+        t = {"target": label, "limit_s": limit, "stretch_s": stretch, "value_s": None, "status": "NOT MEASURED"}
+        if r is not None:
+            v = r["total"]["median"]
+            t.update(value_s=v, status="PASS" if v <= limit else "MISS")
+            if stretch is not None:
+                t["stretch_status"] = "PASS" if v <= stretch else "MISS"
+        out.append(t)
+    procs = [(r["peak_rss_mb"], f"{sec} {r['preset']}@{r['batch']}") for sec in SECTIONS for r in results.get(sec, [])]
+    t = {"target": "training process peak RSS", "limit_mb": RSS_LIMIT_MB, "value_mb": None, "status": "NOT MEASURED"}
+    if procs:
+        mb, where = max(procs)
+        t.update(value_mb=mb, where=where, status="PASS" if mb < RSS_LIMIT_MB else "MISS")
+    out.append(t)
+    return out
+
+
+def targets_text(ts: list[dict]) -> str:
+    lines = []
+    for t in ts:
+        if "limit_s" in t:
+            goal = f"<= {t['limit_s']:.2f} s" + (f" (stretch {t['stretch_s']:.2f} s)" if t["stretch_s"] else "")
+            val = "-" if t["value_s"] is None else f"{t['value_s']:.3f} s"
+            extra = f"  stretch {t['stretch_status']}" if "stretch_status" in t else ""
+        else:
+            goal = f"< {t['limit_mb'] / 1024:.1f} GiB"
+            val = "-" if t["value_mb"] is None else f"{t['value_mb']:.0f} MiB ({t['where']})"
+            extra = ""
+        lines.append(f"  {t['target']:<32} {goal:<28} {val:<28} {t['status']}{extra}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------ main
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    machine = machine_info()
+    settings = {"quick": args.quick, "warmup": args.warmup, "presets": args.presets, "batches": args.batches,
+                "naive_batch": args.naive_batch, "sections": args.sections, "algorithm": "grpo", "task": "add/3",
+                "group_size": GROUP_SIZE, "sft_batch": SFT_BATCH, "threads": args.threads or "torch default"}  # fmt: skip
+    log(f"mathrl bench: sections {', '.join(args.sections)}; presets {', '.join(args.presets)}; "
+        f"load average {machine['loadavg_start'][0]:.2f} at start")  # fmt: skip
+    results: dict[str, list[dict]] = {}
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="mathrl-bench-") as tmp:
+        log("  building the throwaway results tree (problem files, random-init checkpoints)")
+        build_tree(tmp, args.presets)
+        common = ["--root", tmp, "--warmup", str(args.warmup)] + (["--threads", str(args.threads)] if args.threads else [])
+        if "rl" in args.sections:
+            results["rl"] = [
+                child("rl_step", f"rl {p}@{b}", ["--preset", p, "--batch", str(b),
+                                                 "--steps", str(n_steps(args, RL_STEPS, p, 2 if b < 512 else 1)), *common])
+                for p in args.presets for b in args.batches
+            ]  # fmt: skip
+        if "sft" in args.sections:
+            results["sft"] = [
+                child("sft_step", f"sft {p}@{SFT_BATCH}", ["--preset", p, "--batch", str(SFT_BATCH),
+                                                          "--steps", str(n_steps(args, SFT_STEPS, p)), *common])
+                for p in args.presets
+            ]  # fmt: skip
+        if "naive" in args.sections:
+            presets = [p for p in args.presets if p in NAIVE_PRESETS]
+            results["naive"] = [
+                child("rl_step", f"naive {p}@{args.naive_batch}", ["--preset", p, "--batch", str(args.naive_batch), "--compare-naive",
+                                                                   "--steps", str(n_steps(args, NAIVE_PAIRS, p)), *common])
+                for p in presets
+            ]  # fmt: skip
+    machine["loadavg_end"] = list(os.getloadavg())
+    machine["bench_seconds"] = time.perf_counter() - t_start
+    threads = sorted({r["torch_threads"] for recs in results.values() for r in recs})
+    machine["torch_threads_children"] = threads
+    ts = targets(results)
+
+    # ---- the printed report
+    m = machine
+    print(f"mathrl benchmark  {m['date']}  git {(m['git']['commit'] or '?')[:10]}{' (dirty)' if m['git']['dirty'] else ''}")
+    print(f"  {m['platform']}; {m['cpu']}; {m['cpu_count']} CPUs ({m['cpus_usable']} usable); torch {m['torch']}, "
+          f"{'/'.join(map(str, threads)) or m['torch_threads']} intra-op threads ({'--threads' if args.threads else 'torch default'}); CUDA {'yes' if m['cuda'] else 'no'}")  # fmt: skip
+    print(f"  load average (1 min) {m['loadavg_start'][0]:.2f} at start, {m['loadavg_end'][0]:.2f} at end; "
+          f"{m['bench_seconds']:.0f} s in all{'; QUICK mode' if args.quick else ''}")
+    busy = max(m["loadavg_start"][0], m["loadavg_end"][0])
+    if busy > 0.5 * (m["cpus_usable"] or 1):
+        print(f"  WARNING: the machine was busy (load {busy:.1f} on {m['cpus_usable']} CPUs): other processes share the cores, "
+              "so absolute timings are inflated; same-run ratios are the robust figures")
+    print("  figures: medians over the timed steps (after warm-up); IQR/med = interquartile range / median, the noise")
+    if "rl" in results:
+        print(f"\nRL step: GRPO, 3-digit addition, group size {GROUP_SIZE}, one CPU process, {args.warmup} warm-up steps")
+        print("  step s = wall time of Trainer.step() (sample + update + bookkeeping; no evaluation); seq/s = rollouts / step s")
+        print(table_indent(rl_table(results["rl"])))
+    if "sft" in results:
+        print(f"\nSupervised warm-up step: batch {SFT_BATCH}, sft_batch + forward/backward + AdamW step")
+        print(table_indent(sft_table(results["sft"])))
+    if "naive" in results:
+        print("\nNaive reference: the same GRPO step with generate_naive (full recomputation per token, no KV cache),")
+        print("  alternating with our sampler step by step in one process; ratios = naive median / ours median")
+        print(table_indent(naive_table(results["naive"])) if results["naive"] else "  (no small/adder preset selected)")
+    print("\nTargets")
+    print(targets_text(ts))
+
+    # ---- the JSON
+    args.out.mkdir(parents=True, exist_ok=True)
+    names = {"rl": "rl_step.json", "sft": "sft_step.json", "naive": "naive.json"}
+    for sec, recs in results.items():
+        (args.out / names[sec]).write_text(json.dumps({"machine": machine, "settings": settings, "results": recs}, indent=2) + "\n")
+    (args.out / "summary.json").write_text(json.dumps({"machine": machine, "settings": settings, "targets": ts}, indent=2) + "\n")
+    print(f"\nwrote {', '.join(names[s] for s in results)} and summary.json to {args.out}")
+    return 0
+
+
+def table_indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
