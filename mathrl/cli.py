@@ -101,7 +101,7 @@ def cmd_train(args) -> int:
     out = Path(args.out) if args.out else Path(cfg["results"]) / "runs" / run_id
     d = distributed.setup(settings["device"])
     try:
-        summary = Trainer(cfg, run_id, settings, out, d, experiment).run()
+        summary = Trainer(cfg, run_id, settings, out, d, experiment).run(on_mismatch=args.on_mismatch)
     finally:
         distributed.teardown(d)
     if d.is_main:
@@ -137,9 +137,22 @@ def cmd_gradvar(args) -> int:
     out = Path(args.out) if args.out else Path(cfg["results"]) / "gradvar" / f"{args.task}.json"
     atomic_write_bytes(out, (_json.dumps(result, indent=2) + "\n").encode())
     lo, hi = min(variance), max(variance)
+    ratio = variance[lo] / variance[hi] if variance[hi] > 0 else float("nan")  # zero when every reward is equal
     print(f"gradvar {args.task}: variance {variance[lo]:.3e} at {lo} vs {variance[hi]:.3e} at {hi} "
-          f"(ratio {variance[lo] / variance[hi]:.2f}); accumulation max difference {result['accumulation']['max_abs_difference']:.2e}")  # fmt: skip
+          f"(ratio {ratio:.2f}); accumulation max difference {result['accumulation']['max_abs_difference']:.2e}")  # fmt: skip
     return 0
+
+
+def cmd_launch(args) -> int:
+    from mathrl.launch import launch
+
+    train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
+    try:
+        return launch(train_args, gpus=args.gpus, threads=args.threads, lock_dir=args.lock_dir,
+                      dry_run=args.dry_run, torchrun_args=args.torchrun_arg, torchrun=args.torchrun)  # fmt: skip
+    except (ValueError, TimeoutError) as exc:
+        print(f"mathrl launch: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
 
 
 def cmd_runs(args) -> int:
@@ -166,6 +179,32 @@ def cmd_bandit(args) -> int:
     return 0
 
 
+def cmd_aggregate(args) -> int:
+    from mathrl.aggregate import aggregate
+
+    cfg = _load(args)
+    counts = aggregate(cfg, args.out)
+    print(f"aggregate: {len(counts)} tables in {args.out or Path(cfg['results']) / 'tables'}")
+    return 0
+
+
+def cmd_figures(args) -> int:
+    from mathrl.plots import figures
+
+    cfg = _load(args)
+    names = figures(cfg, args.out)
+    print(f"figures: {len(names)} figures in {args.out or Path(cfg['results']) / 'figures'}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from mathrl.report import write_report
+
+    cfg = _load(args)
+    print(f"report: {write_report(cfg, args.out)}")
+    return 0
+
+
 def _check_task(cfg: dict, names) -> None:
     for name in names:
         if name not in cfg["tasks"]:
@@ -189,12 +228,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="one RL run (alone or under torchrun)")
     _common(p)
-    p.add_argument("--run", help="run id of an experiment (see `mathrl runs`)")
+    # --experiment-run is the same flag under a name that is no prefix of a torchrun option
+    # (torchrun's parser reads `--run` as an ambiguous abbreviation of its --run-path).
+    p.add_argument("--run", "--experiment-run", dest="run", help="run id of an experiment (see `mathrl runs`)")
+    p.add_argument("--on-mismatch", choices=["error", "restart"], default="error",
+                   help="a snapshot from other settings or another start checkpoint: stop with an error (default), "
+                        "or set it aside as snapshot.stale.pt and start over (the pipeline's choice after a config change)")
     p.add_argument("--run-id", help="name of an ad hoc run (default: adhoc)")
     p.add_argument("--out", help="run directory (default results/runs/RUN_ID)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads per process (default: torch's choice)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="run settings, e.g. lr=1e-3 batch_size=64")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("launch", help="one `mathrl train` under torchrun on GPUs of its own (for concurrent jobs)",
+                       usage="mathrl launch [--gpus N] [--threads T] [--lock-dir DIR] [--torchrun-arg ARG] [--dry-run] -- <mathrl train args>")  # fmt: skip
+    p.add_argument("--gpus", type=int, help="GPUs to lease, one worker each (default: 1 if a GPU is visible, else 0 = one CPU worker)")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads of the job, split between workers (OMP/MKL_NUM_THREADS; default 1)")
+    p.add_argument("--lock-dir", type=Path, help="GPU slot locks shared by the node's jobs (default $MATHRL_GPU_LOCK_DIR or /tmp/mathrl-gpu-locks-$USER)")
+    p.add_argument("--torchrun-arg", action="append", default=[], metavar="ARG", help="extra torchrun flag, repeatable, e.g. --torchrun-arg=--max-restarts=2")
+    p.add_argument("--dry-run", action="store_true", help="print the command and its environment, run nothing")
+    p.add_argument("--torchrun", choices=["always", "auto"], default="always",
+                   help="auto: a single CPU worker runs without torchrun's agent (saves ~2 s per run); default always")
+    p.add_argument("train_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="arguments for `mathrl train`")
+    p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("gradvar", help="gradient variance at several batch sizes from one policy, and the accumulation check")
     _common(p)
@@ -207,6 +263,14 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--experiment")
     p.set_defaults(func=cmd_runs)
+
+    for name, func, what in [("aggregate", cmd_aggregate, "one CSV per report table under results/tables/"),
+                             ("figures", cmd_figures, "every figure under results/figures/ from the tables"),
+                             ("report", cmd_report, "results/report.html from the tables and figures")]:  # fmt: skip
+        p = sub.add_parser(name, help=what)
+        _common(p)
+        p.add_argument("--out", help="output path (default under the results directory)")
+        p.set_defaults(func=func)
 
     p = sub.add_parser("bandit", help="lab 04's bandit studies")
     _common(p)

@@ -91,6 +91,8 @@ def launch(args: Sequence[str] = (), *, gpus: int | None = None, threads: int = 
     per_worker = str(max(1, threads // nproc))
     if torchrun not in ("always", "auto"):
         raise ValueError(f"--torchrun: {torchrun!r} is not allowed; allowed: always, auto")
+    # torchrun's parser reads `--run` as an ambiguous abbreviation of its own --run-path.
+    args = ["--experiment-run" if a == "--run" else a for a in args]
     cmd = torchrun_command(nproc, args, torchrun_args, module, mode="auto" if torchrun == "auto" and gpus == 0 else "always")
     lock_dir = Path(lock_dir) if lock_dir else default_lock_dir()
 

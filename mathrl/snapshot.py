@@ -89,3 +89,12 @@ def load(path: str | Path) -> dict | None:
             problems.append(f"{candidate}: {exc}")
             print(f"warning: snapshot {candidate} is unusable ({exc}); trying the previous one", file=sys.stderr)
     raise SnapshotError("no usable snapshot: " + "; ".join(problems))
+
+
+def set_aside(path: str | Path) -> None:
+    """Move a snapshot (and its .prev) out of the way as `<stem>.stale.pt`, keeping it for
+    inspection; the next load starts fresh."""
+    path = Path(path)
+    for p in (path, path.with_name(path.name + ".prev")):
+        if p.exists():
+            os.replace(p, p.with_name(p.name.replace(".pt", ".stale.pt", 1)))

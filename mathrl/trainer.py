@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import hashlib
 import json
 import math
 import platform
@@ -43,7 +44,7 @@ from mathrl import snapshot
 from mathrl.config import ConfigError
 from mathrl.console import console_line
 from mathrl.control import MovingAverageBaseline, entropy_coef_at, lr_factor, make_kl_controller
-from mathrl.distributed import Dist, all_sum
+from mathrl.distributed import Dist, all_sum, barrier
 from mathrl.evaluation import greedy_correct
 from mathrl.losses import (
     aggregate,
@@ -142,6 +143,8 @@ class Trainer:
         else:
             self.init_path = Path(s["init"]) if s["init"] else sft_checkpoint(cfg, s["task"])
             policy, self.init_meta = load_policy(self.init_path)
+        # What the run started from: a snapshot trained from another checkpoint is not this run.
+        self.init_digest = "random" if self.init_path == "random" else hashlib.sha256(Path(self.init_path).read_bytes()).hexdigest()[:16]
         self.model_config = asdict(policy.config)
         self.ref = copy.deepcopy(policy).to(d.device).eval().requires_grad_(False)
         head = ValueHead(policy.config.n_embd) if s["algorithm"] == "ppo" else None
@@ -176,7 +179,7 @@ class Trainer:
             "opt": self.opt.state_dict(), "prompt_gen": self.prompt_gen.get_state(),
             "noise_gen": self.noise_gen.get_state(), "baseline": self.baseline.state_dict(),
             "kl_ctl": self.kl_ctl.state_dict(), "monitor": self.monitor.state_dict(), "rows": self.rows,
-            "initial_eval": self.initial_eval, "status": self.status,
+            "initial_eval": self.initial_eval, "status": self.status, "init_digest": self.init_digest,
         }  # fmt: skip
 
     def restore(self, st: dict, where: Path) -> None:
@@ -185,6 +188,11 @@ class Trainer:
             raise snapshot.SnapshotError(
                 f"{where}: snapshot model {st.get('model_config')} does not match this run's model {self.model_config}; "
                 f"remove {self.dir} to start over"
+            )
+        if st.get("init_digest") != self.init_digest:
+            raise snapshot.SnapshotError(
+                f"{where}: snapshot was trained from another start checkpoint than {self.init_path} "
+                f"(digest {st.get('init_digest')} vs {self.init_digest}); remove {self.dir} to start over"
             )
         changed = {k for k in set(st["settings"]) | set(self.s) if k not in RESUMABLE_CHANGES and st["settings"].get(k) != self.s.get(k)}
         if changed:
@@ -431,14 +439,26 @@ class Trainer:
         if self.d.is_main:
             print(text, flush=True)
 
-    def run(self) -> dict:
-        """Train to `steps` (resuming from a snapshot if there is one) and write the outputs."""
+    def run(self, on_mismatch: str = "error") -> dict:
+        """Train to `steps` (resuming from a snapshot if there is one) and write the outputs.
+
+        A snapshot from other settings or another start checkpoint is an error; with
+        on_mismatch="restart" it is set aside (snapshot.stale.pt) and the run starts over,
+        saying so: the pipeline's case after a user changed the run's configuration."""
         s, d = self.s, self.d
         snap_path = self.dir / "snapshot.pt"
         st = snapshot.load(snap_path)
         if st is not None:
-            self.restore(st, snap_path)
-            self.say(f"resuming {self.run_id} from {snap_path} at step {self.step_no}")
+            try:
+                self.restore(st, snap_path)
+                self.say(f"resuming {self.run_id} from {snap_path} at step {self.step_no}")
+            except snapshot.SnapshotError as exc:
+                if on_mismatch != "restart":
+                    raise
+                barrier(d)  # every rank has read the snapshot before rank 0 moves it
+                if d.is_main:
+                    snapshot.set_aside(snap_path)
+                self.say(f"restarting {self.run_id} from step 0: {exc}; the old snapshot is kept as snapshot.stale.pt")
         if self.initial_eval is None:
             self.initial_eval = self.evaluate()
         wandb_run = self.start_wandb()

@@ -221,14 +221,14 @@ def dry_run(capsys, *argv: str) -> tuple[list[str], dict[str, str]]:
 def test_dry_run_on_cpu(capsys):
     cmd, env = dry_run(capsys, "--gpus", "0", "--threads", "2", "--", "--config", "x", "--run", "r")
     assert cmd[:5] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1"]
-    assert cmd[5:] == ["-m", "mathrl", "train", "--config", "x", "--run", "r"]
+    assert cmd[5:] == ["-m", "mathrl", "train", "--config", "x", "--experiment-run", "r"]  # see launch()
     assert env == {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
 
 
 def test_dry_run_on_two_of_four_gpus(capsys, locks):
     cmd, env = dry_run(capsys, "--gpus", "2", "--threads", "8", "--torchrun-arg=--max-restarts=2", "--", "--run", "r")
     assert "--nproc_per_node=2" in cmd
-    assert cmd[cmd.index("--max-restarts=2") + 1 :] == ["-m", "mathrl", "train", "--run", "r"]
+    assert cmd[cmd.index("--max-restarts=2") + 1 :] == ["-m", "mathrl", "train", "--experiment-run", "r"]
     ids = env["CUDA_VISIBLE_DEVICES"].split(",")
     assert len(ids) == 2 and len(set(ids)) == 2 and set(ids) <= {"0", "1", "2", "3"}
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "4"
@@ -334,7 +334,7 @@ def test_torchrun_auto_runs_a_lone_cpu_worker_directly(capsys, monkeypatch):
     monkeypatch.setenv("MATHRL_FAKE_GPUS", "2")
     assert main(["launch", "--dry-run", "--gpus", "0", "--torchrun", "auto", "--", "--run", "r"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
-    assert "torch.distributed.run" not in first and first.endswith("-m mathrl train --run r")
+    assert "torch.distributed.run" not in first and first.endswith("-m mathrl train --experiment-run r")
     assert main(["launch", "--dry-run", "--gpus", "1", "--torchrun", "auto", "--", "--run", "r"]) == 0
     assert "--nproc_per_node=1" in capsys.readouterr().out.splitlines()[0]
     assert main(["launch", "--dry-run", "--gpus", "0", "--", "--run", "r"]) == 0

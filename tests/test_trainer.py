@@ -155,3 +155,27 @@ def test_two_process_ddp_equals_one_process(run_env):
     assert_same_weights(weights(run_env, "one"), weights(run_env, "two"))
     assert summary(run_env, "two")["config"]["world_size"] == 2
     assert "Step 3/3" in two.stdout and two.stdout.count("Step 3/3") == 1  # only rank 0 prints
+
+
+@pytest.mark.slow
+def test_experiment_run_through_launch_and_torchrun(run_env):
+    """The pipeline's command: `mathrl launch` -> torchrun -> `mathrl train --run ID`
+    (torchrun's own parser must not swallow `--run`)."""
+    cmd = [sys.executable, "-m", "mathrl", "launch", "--gpus", "0", "--torchrun", "always", "--",
+           "--config", str(run_env["config"]), "--run", "tiny__batch_size-8__s0"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "MATHRL_FAKE_GPUS": "0"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    s = summary(run_env, "tiny__batch_size-8__s0")
+    assert s["experiment"] == "tiny" and s["batch_size"] == 8 and s["status"] == "complete"
+
+
+def test_changed_settings_restart_only_when_asked(run_env, capsys):
+    """After a config change the pipeline passes --on-mismatch restart: the stale snapshot is
+    set aside (kept) and the run starts over, saying so; by default it is an error."""
+    assert train(run_env, "r", "steps=2") == 0
+    assert train(run_env, "r", "steps=2", "lr=0.001") == 2
+    assert train(run_env, "r", "steps=2", "lr=0.001", extra=["--on-mismatch", "restart"]) == 0
+    out = capsys.readouterr().out
+    assert "restarting r from step 0" in out
+    assert (run_env["results"] / "runs" / "r" / "snapshot.stale.pt").exists()
+    assert summary(run_env, "r")["lr"] == 0.001

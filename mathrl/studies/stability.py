@@ -157,7 +157,7 @@ def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
         sizes = sorted(found or g["batch_sizes"])
         for n in sizes:
             var_rows.append({"task": task, "status": "complete" if probe else "missing", "batch_size": n, "variance": found.get(n, NAN),
-                             "ratio_to_largest": found.get(n, NAN) / found.get(sizes[-1], NAN), "theory_ratio": sizes[-1] / n,
+                             "ratio_to_largest": found.get(n, NAN) / found[sizes[-1]] if found.get(sizes[-1]) else NAN, "theory_ratio": sizes[-1] / n,
                              "doc_variance": DOC_VARIANCE.get(n, NAN), "doc_ratio": DOC_VARIANCE.get(n, NAN) / DOC_VARIANCE[512]})  # fmt: skip
         acc = probe["accumulation"] if probe else dict(zip(["batch_size", "micro_batch_size"], g["accumulation"]))
         acc_rows.append({"task": task, "status": "complete" if probe else "missing", "batch_size": acc["batch_size"], "micro_batch_size": acc["micro_batch_size"],

@@ -1,0 +1,263 @@
+"""Shared by every rule: the validated config, the runs it expands into, output paths,
+resources and the small input functions. The logic lives in `mathrl`; this is glue."""
+
+import copy
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import min_version, update_config, validate
+from snakemake_interface_executor_plugins.settings import DeploymentMethod
+
+import mathrl.config
+from mathrl.config import ConfigError, config_hash
+
+min_version("8.0")
+
+
+# ---- configuration ----------------------------------------------------------------------
+def typed(value):
+    """A --config value with YAML types, as `mathrl --set` reads it: Snakemake reads the
+    values inside a mapping as strings (`--config train='{steps: 6}'` gives '6')."""
+    if isinstance(value, Mapping):
+        return {key: typed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [typed(item) for item in value]
+    return mathrl.config.parse_value(value) if isinstance(value, str) else value
+
+
+def config_source() -> str:
+    """Where `config` came from, for error messages."""
+    parts = [str(path) for path in workflow.configfiles]
+    return ", ".join(parts + (["--config"] if workflow.config_settings.config else []))
+
+
+# `config` is what Snakemake merged: config/config.yaml, any --configfile, then --config.
+# mathrl checks it first, because its messages name the key, the value and what is
+# allowed in one line; it also fills the defaults (Snakemake must not: experiments'
+# settings are overrides) and checks what a schema cannot, e.g. that a run's task exists.
+# A bad config stops here, before any job starts or anything is written under results/.
+update_config(config, typed(workflow.config_settings.config))
+try:
+    CFG = mathrl.config.complete(copy.deepcopy(config), source=config_source())
+except ConfigError as exc:
+    raise WorkflowError(str(exc)) from None
+validate(config, "../config/config.schema.yaml", set_default=False)
+
+
+def write_config_file(cfg: dict) -> Path:
+    """`cfg` as `.snakemake/mathrl/config-<hash>.yaml`, the file every mathrl command gets.
+
+    The CLI thus sees exactly the config Snakemake has, whatever the config files and
+    --config said. The name is the content's hash and an existing file is never rewritten,
+    so a running job never sees its config change; the write is atomic because cluster
+    jobs parse the workflow (and reach this line) concurrently.
+    """
+    text = yaml.safe_dump(cfg, sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = Path(".snakemake", "mathrl", f"config-{digest}.yaml")
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(
+            "w", dir=path.parent, suffix=".tmp", delete=False
+        ) as fh:
+            fh.write(text)
+        os.chmod(fh.name, 0o644)  # NamedTemporaryFile makes it private
+        os.replace(fh.name, path)
+    return path
+
+
+# Both go to the rules as params, as Path objects: Snakemake leaves values that are not
+# builtins out of its params rerun trigger, and which file holds the config or which
+# interpreter runs must rerun nothing. What must rerun a job is its own settings' hash,
+# a params value of its rule (a run reruns when its settings change, and only then).
+CONFIG_FILE = write_config_file(copy.deepcopy(config))
+
+# Every rule names envs/mathrl.yaml. Under --use-conda a job runs in that environment with
+# the package from this source tree; otherwise in the interpreter that runs Snakemake
+# (make setup's .venv, activated or not).
+if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
+    PY = Path("python")
+    shell.prefix(
+        f"set -euo pipefail; export PYTHONPATH={shlex.quote(workflow.basedir)}; "
+    )
+else:
+    PY = Path(sys.executable)
+
+RESULTS = CFG["results"]
+RUNS = mathrl.config.expand_runs(CFG)
+
+
+def results(path: str) -> str:
+    """A path under the configured results directory."""
+    return os.path.join(RESULTS, path)
+
+
+# ---- resources: the `pipeline` block, defaults from the schema --------------------------
+PIPELINE = {
+    key: CFG["pipeline"].get(key, spec["default"])
+    for key, spec in mathrl.config.load_schema()["definitions"]["pipeline"][
+        "properties"
+    ].items()
+}
+
+
+@lru_cache
+def visible_gpus() -> int:
+    """GPUs this machine shows; torch (slow to import) is asked only where nvidia-smi is."""
+    if "MATHRL_FAKE_GPUS" not in os.environ and shutil.which("nvidia-smi") is None:
+        return 0
+    from mathrl.gpus import visible_gpu_count
+
+    return visible_gpu_count()
+
+
+def gpus(setting) -> int:
+    """A `pipeline` GPU count: an int as it is, auto as 1 if a GPU is visible, else 0."""
+    return (1 if visible_gpus() > 0 else 0) if setting == "auto" else setting
+
+
+GPUS_PER_RUN = gpus(PIPELINE["gpus_per_run"])
+GPUS_SFT = gpus(PIPELINE["gpus_sft"])
+
+# One torchrun worker per GPU splits each run's batch: check every run for that world
+# size now, rather than let jobs fail one by one.
+if GPUS_PER_RUN > 1:
+    try:
+        for run_id, spec in RUNS.items():
+            mathrl.config.check_train(
+                CFG,
+                spec.settings,
+                f"experiments.{spec.experiment} (run {run_id}, {GPUS_PER_RUN} GPUs)",
+                world_size=GPUS_PER_RUN,
+            )
+    except ConfigError as exc:
+        raise WorkflowError(str(exc)) from None
+
+
+wildcard_constraints:
+    run_id="|".join(map(re.escape, RUNS)),
+    task="|".join(map(re.escape, CFG["tasks"])),
+    study="[A-Za-z0-9_]+",
+
+
+# ---- what each rule reads ---------------------------------------------------------------
+@lru_cache
+def bandit_studies() -> tuple:
+    """The bandit studies (imported when needed: mathrl.bandit imports torch)."""
+    from mathrl.bandit import BANDIT_STUDIES
+
+    return tuple(BANDIT_STUDIES)
+
+
+def problem_files(task: str) -> dict:
+    return {
+        "train": results(f"problems/{task}/train.txt"),
+        "test": results(f"problems/{task}/test.txt"),
+    }
+
+
+def sft_checkpoint(task: str) -> str:
+    return results(f"sft/{task}/model.pt")
+
+
+def get_sft_inputs(wildcards):
+    """A task's warm-up trains on its problem sets."""
+    return problem_files(wildcards.task)
+
+
+def get_run_inputs(wildcards):
+    """A run's problem sets and the checkpoint it starts from (its task's warm-up model,
+    the `init` file it names, or nothing for `init: random`)."""
+    settings = RUNS[wildcards.run_id].settings
+    inputs = problem_files(settings["task"])
+    if settings["init"] is None:
+        inputs["init"] = sft_checkpoint(settings["task"])
+    elif settings["init"] != "random":
+        inputs["init"] = settings["init"]
+    return inputs
+
+
+def get_gradvar_inputs(wildcards):
+    """The probe reads a task's problem sets and its warm-up model."""
+    return {**problem_files(wildcards.task), "init": sft_checkpoint(wildcards.task)}
+
+
+def run_outputs(name: str) -> list:
+    """`name` (summary.json or metrics.csv) of every run."""
+    return [results(f"runs/{run_id}/{name}") for run_id in RUNS]
+
+
+def bandit_outputs() -> list:
+    return [results(f"bandit/{study}/metrics.csv") for study in bandit_studies()]
+
+
+def gradvar_outputs() -> list:
+    return [results(f"gradvar/{task}.json") for task in CFG["gradvar"]["tasks"]]
+
+
+def get_runs_targets(wildcards):
+    """Target `runs`: every RL run and every bandit study."""
+    return run_outputs("summary.json") + bandit_outputs()
+
+
+def get_aggregate_inputs(wildcards):
+    """The tables read every run, bandit study and gradient-variance probe."""
+    return {
+        "summaries": run_outputs("summary.json"),
+        "metrics": run_outputs("metrics.csv"),
+        "bandit": bandit_outputs(),
+        "gradvar": gradvar_outputs(),
+    }
+
+
+# ---- params rerun triggers: the hash of the settings a job's output depends on ----------
+def get_task_hash(wildcards):
+    return config_hash(CFG["tasks"][wildcards.task])
+
+
+def get_sft_hash(wildcards):
+    return config_hash(CFG["sft"][wildcards.task])
+
+
+def get_run_hash(wildcards):
+    return config_hash(RUNS[wildcards.run_id].settings)
+
+
+def get_bandit_hash(wildcards):
+    """The shared bandit keys and this study's own block (other studies' edits aside)."""
+    block = CFG.get("bandit") or {}
+    shared = {key: value for key, value in block.items() if key != "studies"}
+    return config_hash([shared, block.get("studies", {}).get(wildcards.study)])
+
+
+def get_gradvar_hash(wildcards):
+    return config_hash({k: v for k, v in CFG["gradvar"].items() if k != "tasks"})
+
+
+def get_summary_hash(wildcards):
+    """Tables, figures and report: everything but the scheduling and the results path."""
+    return config_hash(
+        {k: v for k, v in CFG.items() if k not in ("pipeline", "results")}
+    )
+
+
+# ---- the Snakemake report (--report) -----------------------------------------------------
+def get_report_section(wildcards):
+    """The report section of a table or figure: its study's title, from the `{study}_`
+    prefix of its name (mathrl.studies, imported only when a report is built)."""
+    from mathrl.studies import STUDIES
+
+    for study in STUDIES:
+        if wildcards.name.startswith(f"{study.NAME}_"):
+            return study.TITLE
+    return "Overview"

@@ -1,0 +1,31 @@
+# The run directory also holds snapshot.pt (and snapshot.pt.prev), deliberately not
+# declared as outputs: Snakemake deletes a failed or killed job's outputs, and the snapshot
+# must survive so that the rerun resumes from it.
+
+
+rule train:
+    """One RL run of an experiment, under torchrun on GPU slots of its own (mathrl launch)."""
+    input:
+        unpack(get_run_inputs),
+    output:
+        metrics=results("runs/{run_id}/metrics.csv"),
+        summary=results("runs/{run_id}/summary.json"),
+    log:
+        results("logs/train/{run_id}.log"),
+    benchmark:
+        results("benchmarks/train/{run_id}.tsv")
+    conda:
+        "envs/mathrl.yaml"
+    threads: PIPELINE["threads_per_run"]
+    resources:
+        gpu=GPUS_PER_RUN,
+        mem_mb=PIPELINE["mem_mb_per_run"],
+        runtime=PIPELINE["runtime_per_run"],
+    params:
+        settings=get_run_hash,
+        config=CONFIG_FILE,
+        py=PY,
+        torchrun=PIPELINE["torchrun"],
+    shell:
+        "{params.py:q} -m mathrl launch --gpus {resources.gpu} --threads {threads} --torchrun {params.torchrun}"
+        " -- --config {params.config:q} --experiment-run {wildcards.run_id} --on-mismatch restart > {log:q} 2>&1"

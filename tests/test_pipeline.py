@@ -1,0 +1,233 @@
+"""The Snakemake workflow: lint and format, planning, refusing a bad config, a tiny grid end
+to end, rerunning exactly the runs whose settings changed, and resuming an interrupted grid.
+
+Every call runs the venv's Snakemake on the repository's Snakefile with `--directory` a
+temporary directory, so the tests' `.snakemake` metadata and results never mix with a
+user's; the configs are written there too (config/config.yaml, the Snakefile's default,
+is then absent and the `--configfile` given is the whole config).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import TINY
+
+from mathrl.config import expand_runs, load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+SNAKEFILE = ROOT / "Snakefile"
+DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
+
+
+def snakemake(workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`snakemake -s Snakefile --directory workdir ARGS`, output and errors together."""
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(workdir), *args]
+    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+
+
+def planned_runs(output: str) -> set[str]:
+    """Run ids of the train jobs a Snakemake log (dry run or real) lists."""
+    return set(re.findall(r"^\s*wildcards: run_id=(\S+)", output, re.M))
+
+
+def tiny_config(workdir: Path, experiments: dict | None = None) -> Path:
+    """conftest's TINY at pipeline scale: a 20-step warm-up (its accuracy does not matter
+    here), short bandit studies and gradient probe, CPU jobs; results under workdir."""
+    cfg = copy.deepcopy(TINY)
+    cfg["results"] = "results"  # relative: under --directory workdir
+    cfg["sft"]["add"].update(max_steps=20, eval_every=10)
+    cfg["bandit"] = {"steps": 10, "seeds": [0]}
+    cfg["gradvar"] = {"batch_sizes": [8, 16], "num_samples": 2, "group_size": 4, "accumulation": [16, 8]}
+    cfg["pipeline"] = {"gpus_per_run": 0, "gpus_sft": 0}
+    # Run a takes its steps from `train`, run b pins its own: a change of train.steps
+    # touches a only.
+    cfg["experiments"] = experiments or {"tiny": {"variants": {"a": {}, "b": {"steps": 4}}, "seeds": [0]}}
+    path = workdir / "tiny.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+# --- static checks -------------------------------------------------------------------------
+
+
+def test_lint_passes_on_the_default_config(tmp_path):
+    res = snakemake(tmp_path, "--lint", "--configfile", str(DEFAULT_CONFIG))
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout + res.stderr
+    assert "Lints for" not in out, out
+    assert "Congratulations, your workflow is in a good condition" in out
+
+
+def test_snakefmt_leaves_the_workflow_unchanged():
+    res = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "Snakefile", "rules/"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_dry_run_plans_a_train_job_per_run_of_the_default_config(tmp_path):
+    start = time.monotonic()
+    res = snakemake(tmp_path, "-n", "runs", "--configfile", str(DEFAULT_CONFIG))
+    elapsed = time.monotonic() - start
+    assert res.returncode == 0, res.stdout + res.stderr
+    expected = set(expand_runs(load_config(DEFAULT_CONFIG)))
+    assert expected and planned_runs(res.stdout) == expected
+    assert elapsed < 60, f"planning took {elapsed:.0f}s"
+    assert not (tmp_path / "results").exists()  # a dry run writes no results
+
+
+# --- a bad config is refused before anything runs ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "override, names",
+    [
+        (["--config", "train={batch_size: -1}"], ["train.batch_size", "-1", "minimum"]),
+        (["BAD"], ["train.bacth_size", "unknown key", "batch_size"]),
+        (["--config", "experiments={tiny: {seeds: [0], fixed: {task: mull}}}"], ["task", "'mull'", "mul"]),
+    ],
+    ids=["value", "key", "task"],
+)
+def test_a_bad_config_is_refused_before_any_job(tmp_path, override, names):
+    tiny = tiny_config(tmp_path)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  bacth_size: 8\n")
+    args = [str(bad) if a == "BAD" else a for a in override]
+    res = snakemake(tmp_path, "--cores", "1", "runs", "--configfile", str(tiny), *args)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    for name in names:
+        assert name in out, out
+    assert "rule " not in out  # no job was even planned
+    assert not (tmp_path / "results").exists()
+    assert not (tmp_path / ".snakemake" / "mathrl").exists()  # not even the config copy
+
+
+# --- end to end ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory) -> dict:
+    """The tiny two-run grid run from scratch: `snakemake --cores 2 runs`."""
+    workdir = tmp_path_factory.mktemp("grid")
+    tiny = tiny_config(workdir)
+    res = snakemake(workdir, "--cores", "2", "runs", "--configfile", str(tiny))
+    return {"workdir": workdir, "config": tiny, "result": res, "runs": {"tiny__a__s0", "tiny__b__s0"}}
+
+
+@pytest.mark.slow
+def test_tiny_grid_end_to_end(grid):
+    res = grid["result"]
+    assert res.returncode == 0, res.stdout + res.stderr
+    results = grid["workdir"] / "results"
+    for run_id in grid["runs"]:
+        for name in ("summary.json", "metrics.csv", "snapshot.pt"):
+            assert (results / "runs" / run_id / name).is_file(), name
+        assert (results / "logs" / "train" / f"{run_id}.log").is_file()
+        assert (results / "benchmarks" / "train" / f"{run_id}.tsv").is_file()
+    for study in ("entropy_collapse", "gradient_vanishing", "reward_hacking"):
+        assert (results / "bandit" / study / "metrics.csv").is_file()
+    assert planned_runs(res.stdout + res.stderr) == grid["runs"]
+
+
+@pytest.mark.slow
+def test_a_finished_grid_has_nothing_to_do_and_a_changed_setting_reruns_only_its_runs(grid):
+    workdir, tiny = grid["workdir"], str(grid["config"])
+    assert grid["result"].returncode == 0
+    again = snakemake(workdir, "-n", "runs", "--configfile", tiny)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "Nothing to be done" in again.stdout + again.stderr and not planned_runs(again.stdout)
+
+    # Run a takes its steps from `train`; b pins its own.
+    changed = snakemake(workdir, "-n", "runs", "--configfile", tiny, "--config", "train={steps: 6}")
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    assert planned_runs(changed.stdout) == {"tiny__a__s0"}
+    assert "params have changed" in changed.stdout.lower()
+    assert "rule sft" not in changed.stdout and "rule bandit" not in changed.stdout
+
+    # Scheduling is no setting: other threads and memory rerun nothing.
+    moved = snakemake(workdir, "-n", "runs", "--configfile", tiny,
+                      "--config", "pipeline={threads_per_run: 2, mem_mb_per_run: 1000}")  # fmt: skip
+    assert moved.returncode == 0 and "Nothing to be done" in moved.stdout + moved.stderr
+
+
+def finished_runs(log: str) -> set[str]:
+    """Run ids of the train jobs a Snakemake log reports finished (recorded as complete)."""
+    run_of_job = dict(re.findall(r"^\s*jobid: (\d+)\n(?:\s+\w+: .*\n)*?\s*wildcards: run_id=(\S+)", log, re.M))
+    return {run_of_job[j] for j in re.findall(r"Finished job(?:id)?:? (\d+)", log) if j in run_of_job}
+
+
+@pytest.mark.slow
+def test_an_interrupted_grid_reruns_only_the_missing_runs_and_resumes_the_cut_one(grid, tmp_path):
+    # The finished grid's copy, metadata included: problems, warm-up and bandit studies are
+    # up to date, so only the train jobs of three new runs are left. 60 steps with a
+    # snapshot every 2: each run is snapshotted but unfinished for a second or more.
+    assert grid["result"].returncode == 0
+    shutil.copytree(grid["workdir"], tmp_path, dirs_exist_ok=True)
+    tiny = tiny_config(tmp_path, {"tiny": {"fixed": {"steps": 60}, "seeds": [0, 1, 2]}})
+    runs = {f"tiny__base__s{seed}" for seed in range(3)}
+    run_dir = tmp_path / "results" / "runs"
+    first_log = tmp_path / "first.log"
+
+    def cut_short(finished: set[str]) -> set[str]:
+        return {run_id for run_id in runs - finished if (run_dir / run_id / "snapshot.pt").exists()}
+
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(tmp_path),
+           "--cores", "1", "runs", "--configfile", str(tiny)]  # fmt: skip
+    with open(first_log, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 240
+            while not ((finished := finished_runs(first_log.read_text())) and cut_short(finished)):
+                assert proc.poll() is None, first_log.read_text()
+                assert time.monotonic() < deadline, "no run was cut short in time"
+                time.sleep(0.05)
+            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: to the whole process group
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    done = finished_runs(first_log.read_text())
+    cut = cut_short(done)  # the snapshot is no output: Snakemake's clean-up keeps it
+    assert done and cut, first_log.read_text()
+    mtimes = {run_id: (run_dir / run_id / "summary.json").stat().st_mtime_ns for run_id in done}
+
+    res = snakemake(tmp_path, "--cores", "1", "--rerun-incomplete", "runs", "--configfile", str(tiny))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert planned_runs(res.stdout + res.stderr) == runs - done
+    assert all((run_dir / run_id / "summary.json").exists() for run_id in runs)
+    assert {run_id: (run_dir / run_id / "summary.json").stat().st_mtime_ns for run_id in done} == mtimes
+    for run_id in cut:
+        assert "resuming" in (tmp_path / "results" / "logs" / "train" / f"{run_id}.log").read_text()
+
+
+@pytest.mark.slow
+def test_the_report_and_the_snakemake_report_from_the_finished_runs(grid, tmp_path):
+    assert grid["result"].returncode == 0
+    shutil.copytree(grid["workdir"], tmp_path, dirs_exist_ok=True)
+    tiny = str(tmp_path / "tiny.yaml")
+    res = snakemake(tmp_path, "--cores", "2", "all", "--configfile", tiny)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert not planned_runs(res.stdout + res.stderr)  # the runs were done already
+    results = tmp_path / "results"
+    assert (results / "report.html").stat().st_size > 0
+    assert list((results / "tables").glob("*.csv")) and list((results / "figures").glob("*.png"))
+    for rule in ("gradvar", "aggregate", "figures", "report"):
+        assert list((results / "benchmarks" / rule).glob("*.tsv")), rule
+
+    rep = snakemake(tmp_path, "--report", "results/snakemake-report.zip", "--configfile", tiny)
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    assert zipfile.is_zipfile(results / "snakemake-report.zip")
