@@ -258,7 +258,8 @@ def expand_runs(cfg: dict) -> dict[str, RunSpec]:
         if not points:
             raise ConfigError(f"experiments.{name}: the grid expands to zero runs")
         for (variant, vsettings), point, seed in itertools.product(variants.items(), points, exp["seeds"]):
-            parts = ([variant] if variant else []) + [f"{k}-{_fmt(v)}" for k, v in point.items()]
+            # Grid keys in sorted order: a run id must not depend on how a YAML tool ordered them.
+            parts = ([variant] if variant else []) + [f"{k}-{_fmt(point[k])}" for k in sorted(point)]
             run_id = f"{name}__{'_'.join(parts) or 'base'}__s{seed}"
             if not set(run_id) <= RUN_ID_CHARS:
                 raise ConfigError(f"experiments.{name}: run id {run_id!r} has characters outside [A-Za-z0-9_.-]")

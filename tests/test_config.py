@@ -99,3 +99,11 @@ def test_grid_with_zero_runs_is_refused(tiny_cfg_dict, tmp_path):
     cfg["experiments"]["empty"] = {"grid": {"lr": []}, "seeds": [0]}
     with pytest.raises(ConfigError, match="experiments.empty"):
         load_config([write_config(tmp_path / "c.yaml", cfg)])
+
+
+def test_run_ids_do_not_depend_on_key_order(tiny_cfg_dict, tmp_path):
+    tiny_cfg_dict["experiments"]["g"] = {"grid": {"lr": [0.001], "batch_size": [8]}, "seeds": [0]}
+    a = set(expand_runs(load_config([write_config(tmp_path / "a.yaml", tiny_cfg_dict)])))
+    tiny_cfg_dict["experiments"]["g"]["grid"] = {"batch_size": [8], "lr": [0.001]}
+    b = set(expand_runs(load_config([write_config(tmp_path / "b.yaml", tiny_cfg_dict)])))
+    assert a == b and "g__batch_size-8_lr-0.001__s0" in a
