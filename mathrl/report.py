@@ -12,6 +12,7 @@ import glob
 import hashlib
 import json
 import math
+import numbers
 import os
 import platform
 import subprocess
@@ -38,10 +39,12 @@ def fmt(value, spec: str = ".3g") -> str:
         return "–"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if isinstance(value, float) and value.is_integer() and abs(value) < 1e6 and spec == ".3g":
-            return str(int(value))
-        return format(value, spec)
+    if isinstance(value, numbers.Integral):  # numpy integers too; never in e-notation
+        return f"{int(value):,}" if spec == ".3g" else format(int(value), spec)
+    if isinstance(value, numbers.Real):
+        if float(value).is_integer() and abs(value) < 1e6 and spec == ".3g":
+            return f"{int(value):,}"
+        return format(float(value), spec)
     return str(value)
 
 
@@ -70,7 +73,8 @@ def html_table(df: pd.DataFrame, columns: list[str] | dict | None = None, format
             text = escape(fmt(value, formats.get(col, ".3g")) if formats.get(col) != "pct" else pct(value))
             if col in ("run_id", "evidence_run") and isinstance(value, str) and value:
                 text = Markup(f'<a href="#run-{escape(value)}">{text}</a>')
-            cells.append(f'<td class="{"num" if isinstance(value, (int, float)) else ""}">{text}</td>')
+            numeric = isinstance(value, numbers.Real) and not isinstance(value, bool) and not (isinstance(value, float) and math.isnan(value))
+            cells.append(f'<td class="{"num" if numeric else ""}">{text}</td>')
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table></div>")
     return Markup("".join(out))
@@ -119,7 +123,15 @@ def reproducibility(cfg: dict, t: Tables) -> dict:
             versions[name] = "not installed"
     commit = _run(["git", "rev-parse", "HEAD"]) or "unknown (not a git checkout)"
     dirty = bool(_run(["git", "status", "--porcelain", "--untracked-files=no"]))
-    dvc_status = _run([sys.executable, "-m", "dvc", "status"]) if (ROOT / "dvc.yaml").exists() and (ROOT / ".dvc").exists() else "no dvc.yaml"
+    if os.environ.get("DVC_STAGE"):  # inside `dvc repro`, whose lock a nested `dvc status` cannot take
+        dvc_status = f"built by dvc repro (stage {os.environ['DVC_STAGE']})"
+    elif Path(cfg["results"]).resolve() != (ROOT / "results").resolve():
+        dvc_status = f"not checked: {cfg['results']} is not the results tree dvc.yaml tracks"
+    elif (ROOT / "dvc.yaml").exists() and (ROOT / ".dvc").exists():
+        lines = (_run([sys.executable, "-m", "dvc", "status"]) or "unavailable (dvc status printed nothing)").splitlines()
+        dvc_status = "\n".join(lines[:40] + ([f"... ({len(lines) - 40} more lines)"] if len(lines) > 40 else []))
+    else:
+        dvc_status = "no dvc.yaml"
     return {
         "commit": commit + (" (with uncommitted changes)" if dirty else ""),
         "config_hash": config_hash(cfg),
@@ -129,7 +141,7 @@ def reproducibility(cfg: dict, t: Tables) -> dict:
             "cpus": os.cpu_count(), "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
         },  # fmt: skip
         "stage_times": stage_times(cfg),
-        "dvc_status": dvc_status or "up to date",
+        "dvc_status": dvc_status,
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "collapse_definition": COLLAPSE_DEFINITION,
     }

@@ -91,7 +91,7 @@ def steps_to(run: Run, target: float) -> float:
 def summed_drops(values: pd.Series) -> float:
     """Sum of the decreases between consecutive values: 0 for a curve that never goes down."""
     d = values.diff().dropna()
-    return float(-d[d < 0].sum())
+    return float(-d[d < 0].sum()) + 0.0  # + 0.0: no "-0.0" for a curve that never drops
 
 
 def run_index(runs: dict[str, Run]) -> pd.DataFrame:

@@ -1,0 +1,514 @@
+"""The HTML report, rendered from a synthetic results tree that covers every study.
+
+One tree is built per session (the browser test in test_browser.py reuses it): every
+experiment of config/config.yaml with two seeds and a few steps, the bandit studies run for
+real on a short budget, a gradient-variance probe and warm-up summaries; one run is missing
+and one failed (its summary.json cannot be read). `mathrl aggregate`, `figures` and `report`
+then run as the pipeline runs them. The tests check that the page is one self-contained,
+well-formed document and that its numbers are the aggregated CSVs' numbers.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+import re
+import zlib
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+import mathrl.report
+from mathrl import bandit
+from mathrl.config import DEFAULT_CONFIG, expand_runs, load_config
+from mathrl.report import fmt, html_table, pct
+from tests import synthetic
+from tests.conftest import write_config
+from tests.synthetic import write_json, write_run
+
+SECTIONS = ["lab04", "stability", "collapse", "system", "runs", "alerts", "repro"]
+# (experiment, variant, grid point, seed) of the run left out and of the run whose summary.json is unreadable
+MISSING = ("batch", None, {"batch_size": 512}, 1)
+FAILED = ("system", None, {"task": "mul", "algorithm": "ppo"}, 1)
+STEPS, EVAL_EVERY = 8, 2
+INJECTED = '<script>alert("description")</script>'  # in an experiment's free-text description
+INJECTED_ALERT = "<img src=x onerror=alert(2)> & <b>bold</b>"  # in an alert message read from a summary.json
+
+# CSV tables each section must render through the `table()` helper, unchanged: their cells are checked.
+REQUIRED_TABLES = {
+    "lab04": {"lab04_entropy", "lab04_vanishing", "lab04_hacking", "lab04_gpt", "lab04_report_template"},
+    "stability": {"stability_batch_curve", "stability_batch", "stability_gradvar", "stability_accumulation", "stability_fixed_vs_dynamic",
+                  "stability_case_study", "stability_clipping", "stability_value_clip", "stability_troubleshooting"},
+    "collapse": {"collapse_variants", "collapse_reward_design", "collapse_nonfinite", "collapse_criteria"},
+    "system": {"system_results", "system_criteria", "system_console"},
+    "runs": {"sft"},
+    "alerts": {"alerts"},
+}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------
+# The synthetic tree
+
+
+def make_config(tmp: Path) -> Path:
+    """config/config.yaml with two seeds, STEPS steps per run and a 20-step, one-seed bandit."""
+    d = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    d["results"] = str(tmp / "results")
+    d["train"].update(steps=STEPS, eval_every=EVAL_EVERY, log_every=1, snapshot_every=STEPS)
+    for exp in d["experiments"].values():
+        exp["seeds"] = [0, 1]
+        exp.setdefault("fixed", {})["steps"] = STEPS
+        for settings in (exp.get("variants") or {}).values():
+            settings.pop("steps", None)
+            if "lr_decay_every" in settings:
+                settings["lr_decay_every"] = 2
+            if "curriculum_every" in settings:
+                settings["curriculum_every"] = 2
+    d["experiments"]["lab04_gpt"]["description"] = f"Lab 04 on the GPT {INJECTED} & friends."
+    d["bandit"] = {**d.get("bandit", {}), "steps": 20, "seeds": [0]}
+    d["bandit"].setdefault("studies", {})["gradient_vanishing"] = {"phase_steps": 5}
+    return write_config(tmp / "config.yaml", d)
+
+
+def run_rows(spec, rng) -> list[dict]:
+    """A plausible metrics.csv for one run: accuracy drifting up or down, every column filled."""
+    s = spec.settings
+    steps, slope = s["steps"], rng.uniform(-0.02, 0.04)
+    ppo = s["algorithm"] == "ppo"
+    rows = []
+    for step in range(1, steps + 1):
+        acc = float(np.clip(0.4 + slope * step + rng.normal(0, 0.03), 0, 1))
+        row = {
+            "step": step, "samples": s["batch_size"] * step, "reward_mean": acc, "reward_std": 0.3, "accuracy": acc,
+            "entropy": 0.35 - 0.02 * step, "kl": 0.01 * step, "kl_coef": s["kl_coef"], "grad_norm": float(rng.uniform(0.2, 1.5)),
+            "policy_loss": float(rng.normal(0, 0.1)), "value_loss": 0.05 if ppo else math.nan, "clip_frac": 0.1,
+            "frac_zero_std": 0.3, "lr": s["lr"], "seconds": 0.5 + 0.1 * spec.seed, "ndigit": 2, "format_rate": 0.9,
+            "baseline": acc, "entropy_coef": s.get("entropy_coef", 0.0), "value_rmse": 0.3 - 0.01 * step if ppo else math.nan,
+            "explained_variance": 0.4 if ppo else math.nan, "skipped": 0, "sample_seconds": 0.3, "update_seconds": 0.2,
+        }  # fmt: skip
+        if step % s["eval_every"] == 0 or step == steps:
+            row["eval_accuracy"] = acc
+        rows.append(row)
+    return rows
+
+
+def run_id_of(specs: dict, experiment: str, variant: str | None, point: dict, seed: int) -> str:
+    """The id of one run, whatever the id scheme."""
+    (run_id,) = [r for r, s in specs.items() if (s.experiment, s.variant, s.point, s.seed) == (experiment, variant, point, seed)]
+    return run_id
+
+
+def write_tree(cfg: dict) -> dict[str, str]:
+    """Every run but MISSING, FAILED unreadable; bandit CSVs, gradvar, warm-ups, a log."""
+    specs = expand_runs(cfg)
+    missing, failed = run_id_of(specs, *MISSING), run_id_of(specs, *FAILED)
+    noisy = run_id_of(specs, "clipping", None, {"grad_clip": None}, 0)
+    low_entropy = run_id_of(specs, "batch", None, {"batch_size": 64}, 0)
+    for run_id, spec in specs.items():
+        if run_id == missing:
+            continue
+        rng = np.random.default_rng(zlib.crc32(run_id.encode()))
+        rows, status, alerts = run_rows(spec, rng), "complete", []
+        if spec.variant == "huge_lr":
+            for r in rows[1:]:
+                r["skipped"] = 1  # the guard skipped every update from step 2 on
+            if spec.seed == 1:
+                rows, status = rows[:3], "stopped_nonfinite"
+        if run_id == noisy:
+            alerts = [{"step": 3, "kind": "reward_swing", "value": 0.4, "threshold": 0.3, "message": INJECTED_ALERT},
+                      {"step": 6, "kind": "high_kl", "value": 0.7, "threshold": 0.5, "message": "KL 0.7 > 0.5"}]  # fmt: skip
+        if run_id == low_entropy:
+            alerts = [{"step": 4, "kind": "low_entropy", "value": 0.05, "threshold": 0.1, "message": "entropy 0.05 < 0.1"}]
+        write_run(cfg, run_id, rows, initial_eval=0.4, status=status, alerts=alerts)
+    (Path(cfg["results"]) / "runs" / failed / "summary.json").write_text("{truncated")
+    block = cfg["bandit"]
+    for study in bandit.BANDIT_STUDIES:
+        bandit.write_study(bandit.run_study(study, block), Path(cfg["results"]) / "bandit" / study / "metrics.csv")
+    write_json(cfg, "gradvar/add.json", {
+        "variance": [{"batch_size": 64, "variance": 8.2e-4}, {"batch_size": 512, "variance": 1.4e-4}],
+        "accumulation": {"batch_size": 512, "micro_batch_size": 128, "steps": 4, "max_abs_difference": 2e-9, "max_abs_gradient": 0.1, "relative": 2e-8}})  # fmt: skip
+    for task, acc in (("add", 0.45), ("mul", 0.38), ("add1", 0.97)):
+        band = cfg["sft"][task]["band"]
+        write_json(cfg, f"sft/{task}/summary.json", {
+            "settings": {"preset": cfg["sft"][task]["preset"]}, "model": {"n_layer": 2, "n_head": 4, "n_embd": 128},
+            "n_params": 400256, "steps": 425, "eval_accuracy": acc, "band": band, "in_band": band[0] <= acc <= band[1], "wall_seconds": 12.5})  # fmt: skip
+    log = Path(cfg["results"]) / "logs" / "train" / f"{run_id_of(specs, 'system', None, {'task': 'add', 'algorithm': 'reinforce'}, 0)}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(f"Step {STEPS}/{STEPS} | Loss 0.123 | Acc 0.500 | Eval 0.600\n")
+    return {"experiments": {run_id: spec.experiment for run_id, spec in specs.items()}, "missing": missing, "failed": failed,
+            "stopped": run_id_of(specs, "collapse", "huge_lr", {}, 1)}
+
+
+def build(tmp: Path, record: list) -> dict:
+    """The tree, then `mathrl aggregate`, `figures` and `report` as the pipeline runs them;
+    every call of the template's `table()` helper is recorded in `record`."""
+    from mathrl.cli import main
+
+    path = make_config(tmp)
+    cfg = load_config(path)
+    specs = expand_runs(cfg)
+
+    def recording_table(df, columns=None, formats=None, caption=""):
+        out = html_table(df, columns, formats, caption)
+        record.append({"df": df, "columns": columns, "formats": formats or {}, "caption": caption, "html": str(out)})
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(synthetic, "expand_runs", lambda _cfg: specs)  # write_run would expand (and validate) the config per run
+        ids = write_tree(cfg)
+        for command in ("aggregate", "figures", "report"):
+            if command == "report":
+                mp.setattr(mathrl.report, "html_table", recording_table)
+            assert main([command, "--config", str(path)]) == 0, command
+    results = Path(cfg["results"])
+    return {"cfg": cfg, "config": path, "results": results, "html": (results / "report.html").read_text(), **ids}
+
+
+def shared_report_tree(request, tmp_path_factory) -> dict:
+    """The built tree and its report, once per test session whichever module asks first: pytest
+    imports this file as a test module and test_browser.py imports it again under another name,
+    so the cache lives on the session's config, not in a module global or a shared fixture."""
+    built = getattr(request.config, "_mathrl_report_tree", None)
+    if built is None:
+        record: list = []
+        built = build(tmp_path_factory.mktemp("report"), record)
+        built["tables_called"] = record
+        request.config._mathrl_report_tree = built
+    return built
+
+
+@pytest.fixture(scope="session")
+def report_tree(request, tmp_path_factory) -> dict:
+    return shared_report_tree(request, tmp_path_factory)
+
+
+# ---------------------------------------------------------------------------------------
+# A small DOM from html.parser
+
+
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+class Node:
+    def __init__(self, tag: str, attrs: dict, parent: Node | None):
+        self.tag, self.attrs, self.parent, self.children = tag, attrs, parent, []
+
+    def iter(self, tag: str | None = None):
+        for c in self.children:
+            if isinstance(c, Node):
+                if tag is None or c.tag == tag:
+                    yield c
+                yield from c.iter(tag)
+
+    def text(self) -> str:
+        parts = [c if isinstance(c, str) else c.text() for c in self.children]
+        return " ".join(" ".join(parts).split())
+
+    def find(self, tag: str, **attrs) -> Node | None:
+        return next((n for n in self.iter(tag) if all(n.attrs.get(k) == v for k, v in attrs.items())), None)
+
+
+class Dom(HTMLParser):
+    """A tree of the page; `errors` lists end tags that close nothing open or skip open tags."""
+
+    def __init__(self, html: str):
+        super().__init__(convert_charrefs=True)
+        self.root = self.cur = Node("#document", {}, None)
+        self.errors: list[str] = []
+        self.decls: list[str] = []
+        self.feed(html)
+        self.close()
+        open_tags = []
+        while self.cur is not self.root:
+            open_tags.append(self.cur.tag)
+            self.cur = self.cur.parent
+        if open_tags:
+            self.errors.append(f"never closed: {open_tags}")
+
+    def handle_decl(self, decl):
+        self.decls.append(decl)
+
+    def handle_starttag(self, tag, attrs):
+        node = Node(tag, dict(attrs), self.cur)
+        self.cur.children.append(node)
+        if tag not in VOID:
+            self.cur = node
+
+    def handle_startendtag(self, tag, attrs):
+        self.cur.children.append(Node(tag, dict(attrs), self.cur))
+
+    def handle_endtag(self, tag):
+        if tag in VOID:
+            return
+        if self.cur.tag != tag:
+            line, col = self.getpos()
+            self.errors.append(f"line {line}: </{tag}> closes <{self.cur.tag}>")
+            n = self.cur
+            while n is not self.root and n.tag != tag:
+                n = n.parent
+            if n is self.root:
+                return
+            self.cur = n
+        self.cur = self.cur.parent
+
+    def handle_data(self, data):
+        self.cur.children.append(data)
+
+
+def table_cells(table: Node) -> tuple[list[str], list[list[str]]]:
+    """Header texts and body rows (cell texts) of one table."""
+    head = [th.text() for th in table.find("thead").iter("th")] if table.find("thead") else []
+    body = table.find("tbody") or table
+    return head, [[td.text() for td in tr.iter("td")] for tr in body.iter("tr") if tr.find("td") is not None]
+
+
+def section_html(html: str, sid: str) -> str:
+    start = html.index(f'<section id="{sid}">')
+    return html[start : html.index("</section>", start)]
+
+
+@pytest.fixture(scope="module")
+def dom(report_tree) -> Dom:
+    return Dom(report_tree["html"])
+
+
+def csv(report_tree, name: str) -> pd.DataFrame:
+    return pd.read_csv(report_tree["results"] / "tables" / f"{name}.csv")
+
+
+def py(value):
+    """A CSV cell as Python sees it (numpy scalars unwrapped), for fmt/pct."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def expected_text(value, spec: str | None) -> str:
+    return pct(py(value)) if spec == "pct" else fmt(py(value), spec or ".3g")
+
+
+# ---------------------------------------------------------------------------------------
+# The page as a document
+
+
+def test_pipeline_outputs(report_tree):
+    r = report_tree["results"]
+    assert (r / "report.html").stat().st_size > 10_000
+    assert len(list((r / "figures").glob("*.png"))) >= 10
+    assert (r / "runs" / report_tree["failed"] / "summary.json").read_text() == "{truncated" and not (r / "runs" / report_tree["missing"]).exists()
+    assert report_tree["tables_called"], "the report rendered its tables through the table() helper"
+
+
+def test_html_is_well_formed(report_tree, dom):
+    assert dom.errors == []
+    assert [d.lower() for d in dom.decls] == ["doctype html"]
+    html = dom.root.find("html")
+    assert html is not None and html.attrs.get("lang") == "en"
+    assert dom.root.find("meta", charset="utf-8") is not None
+    assert dom.root.find("title").text()
+    ids = [n.attrs["id"] for n in dom.root.iter() if "id" in n.attrs]
+    assert len(ids) == len(set(ids)), sorted({i for i in ids if ids.count(i) > 1})
+
+
+def test_every_section_present(dom):
+    sections = [n.attrs.get("id") for n in dom.root.iter("section")]
+    assert sections == SECTIONS
+    for sid in SECTIONS:
+        sec = dom.root.find("section", id=sid)
+        assert sec.find("h2") is not None and sec.find("h2").text(), sid
+        assert len(sec.text()) > 200, sid
+    toc = [a.attrs["href"] for a in dom.root.find("nav").iter("a")]
+    assert toc == [f"#{s}" for s in SECTIONS]
+
+
+def test_internal_links_resolve(dom):
+    ids = {n.attrs["id"] for n in dom.root.iter() if "id" in n.attrs}
+    hrefs = [a.attrs.get("href", "") for a in dom.root.iter("a")]
+    assert hrefs and all(h.startswith("#") for h in hrefs), [h for h in hrefs if not h.startswith("#")]
+    assert sorted({h for h in hrefs if h[1:] not in ids}) == []
+
+
+def test_images_are_embedded_pngs(report_tree, dom):
+    from PIL import Image
+
+    imgs = list(dom.root.iter("img"))
+    prefix = "data:image/png;base64,"
+    drawn = {p.stem: p.read_bytes() for p in (report_tree["results"] / "figures").glob("*.png")}
+    seen = set()
+    for img in imgs:
+        src = img.attrs.get("src", "")
+        assert src.startswith(prefix), src[:60]
+        data = base64.b64decode(src[len(prefix) :], validate=True)
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+        with Image.open(io.BytesIO(data)) as im:
+            im.verify()
+        with Image.open(io.BytesIO(data)) as im:
+            assert im.size[0] > 100 and im.size[1] > 100
+        assert img.attrs.get("alt"), "every figure has alt text"
+        seen |= {name for name, png in drawn.items() if png == data}
+    assert len(imgs) == len(seen) == len(drawn), f"figures drawn but not on the page: {sorted(set(drawn) - seen)}"
+
+
+def test_self_contained(report_tree, dom):
+    # No address at all, but in the dump of the configuration (free text a user may write a link into) and
+    # in the output of `dvc status` (the checkout's, not the page's).
+    html = re.sub(r"<details>.*?</details>|<tr><th>DVC status</th>.*?</tr>", "", report_tree["html"], flags=re.S)
+    assert not re.search(r"https?://", html, re.I), re.findall(r".{40}https?://.{40}", html)[:3]
+    for tag in ("script", "link", "iframe", "object", "embed", "base", "form", "video", "audio", "source"):
+        assert dom.root.find(tag) is None, f"<{tag}> on the page"
+    for node in dom.root.iter():
+        for attr in ("src", "href", "srcset", "action", "poster", "data", "background", "formaction"):
+            v = node.attrs.get(attr)
+            assert v is None or v.startswith(("#", "data:")), (node.tag, attr, v[:80])
+        assert not any(a.startswith("on") for a in node.attrs), (node.tag, node.attrs)
+    styles = [s.text() for s in dom.root.iter("style")] + [n.attrs["style"] for n in dom.root.iter() if "style" in n.attrs]
+    assert len(styles) >= 1 and dom.root.find("head").find("style") is not None, "CSS is inline"
+    for css in styles:
+        assert "@import" not in css and not re.search(r"url\(\s*['\"]?(?!data:)", css), css[:200]
+
+
+def test_autoescaped(report_tree, dom):
+    html = report_tree["html"]
+    assert "<script" not in html and "<b>bold</b>" not in html and "<img src=x" not in html
+    # The description is in the configuration block, the alert message in the alerts table: as text.
+    assert INJECTED.replace('"', '\\"') in dom.root.find("section", id="repro").find("details").text()
+    assert INJECTED_ALERT in dom.root.find("section", id="alerts").text()
+    assert "&lt;img src=x onerror=alert(2)&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in html
+    assert not any(img.attrs.get("src") == "x" for img in dom.root.iter("img"))
+
+
+# ---------------------------------------------------------------------------------------
+# The numbers are the CSVs' numbers
+
+
+def test_tables_equal_csvs(report_tree, dom):
+    """Every table the `table()` helper renders from an aggregated CSV: its cells are the CSV's
+    values formatted as the template asks, and it sits in its study's section."""
+    html = report_tree["html"]
+    tables_dir = report_tree["results"] / "tables"
+    csvs = {p.stem: pd.read_csv(p) for p in tables_dir.glob("*.csv") if p.stat().st_size > 1}
+    seen: dict[str, set] = {}
+    for call in report_tree["tables_called"]:
+        df = call["df"]
+        names = [n for n, c in csvs.items() if df is not None and not df.empty and c.equals(df)]
+        if not names:
+            continue  # a frame the study derived from its tables (or an empty one)
+        name = names[0]
+        c = csvs[name]
+        columns = call["columns"] if call["columns"] is not None else list(c.columns)
+        headers = columns if isinstance(columns, dict) else {k: k for k in columns}
+        assert set(headers) <= set(c.columns), f"{name}: the template asks for columns the CSV lacks: {set(headers) - set(c.columns)}"
+        fragment = html_table(c, columns, call["formats"], call["caption"])
+        sid = next(s for s in SECTIONS if fragment in section_html(html, s))  # StopIteration: not on the page
+        seen.setdefault(sid, set()).add(name)
+        # Cell by cell, independently of html_table: parse the fragment, format the CSV.
+        table = Dom(str(fragment)).root.find("table")
+        head, rows = table_cells(table)
+        assert head == list(headers.values()), name
+        assert len(rows) == len(c), name
+        for i, row in enumerate(rows):
+            want = [expected_text(c[col].iloc[i], call["formats"].get(col)) for col in headers]
+            assert row == want, f"{name} row {i}"
+    for sid, names in REQUIRED_TABLES.items():
+        assert names <= seen.get(sid, set()), f"{sid}: not rendered from their CSV: {sorted(names - seen.get(sid, set()))}"
+
+
+def test_some_numbers_by_hand(report_tree, dom):
+    """A few cells located on the page by their headers, against the CSV."""
+    b = csv(report_tree, "stability_batch")
+    sec = dom.root.find("section", id="stability")
+    tables = [table_cells(t) for t in sec.iter("table")]
+    head, rows = next((h, r) for h, r in tables if h[:3] == ["batch", "n", "of"] and "summed drops" in h)
+    for i, r in enumerate(rows):
+        assert r[0] == str(b["batch_size"].iloc[i]) and r[head.index("final acc.")] == pct(b["final_eval_mean"].iloc[i])
+        assert r[head.index("n")] == str(b["n"].iloc[i]) and r[head.index("of")] == str(b["expected"].iloc[i])
+    n512 = rows[[r[0] for r in rows].index("512")]
+    assert n512[1:3] == ["1", "2"]  # the missing seed is counted out, not invented
+    s = csv(report_tree, "system_results")
+    sec = dom.root.find("section", id="system")
+    head, rows = next(table_cells(t) for t in sec.iter("table") if table_cells(t)[0][:2] == ["task", "algorithm"])
+    mul_ppo = next(r for r in rows if r[:2] == ["mul", "ppo"])
+    want = s[(s.task == "mul") & (s.algorithm == "ppo")].iloc[0]
+    assert mul_ppo[head.index("n")] == "1" and want["n"] == 1 and mul_ppo[head.index("planned")] == "2"
+    assert mul_ppo[head.index("final")] == pct(want["final_eval_mean"]) and mul_ppo[head.index("± std")] == "–"
+
+
+def test_run_index_matches_csv(report_tree, dom):
+    runs = pd.read_csv(report_tree["results"] / "tables" / "runs.csv")
+    assert set(runs["run_id"]) == set(report_tree["experiments"])
+    sec = dom.root.find("section", id="runs")
+    table = next(t for t in sec.iter("table") if table_cells(t)[0][:1] == ["run"])
+    head, _ = table_cells(table)
+    assert head == ["run", "experiment", "variant / grid", "seed", "task", "algorithm", "batch", "lr", "status", "initial", "final",
+                    "best (step)", "collapsed", "alerts", "seconds"]  # fmt: skip
+    trs = [tr for tr in table.find("tbody").iter("tr")]
+    assert [tr.attrs.get("id") for tr in trs] == [f"run-{r}" for r in runs["run_id"]]
+    for tr, r in zip(trs, runs.itertuples()):
+        cells = [td.text() for td in tr.iter("td")]
+        setting = " ".join(x for x in (r.variant, r.point) if isinstance(x, str)) or "–"
+        want = [r.run_id, r.experiment, setting, str(r.seed), r.task, r.algorithm, str(r.batch_size), fmt(r.lr), r.status,
+                pct(r.initial_eval), pct(r.final_eval), f"{pct(r.best_eval)} ({fmt(r.best_step)})", fmt(py(r.collapsed)),
+                fmt(r.alert_kinds), fmt(r.wall_seconds, ".1f")]  # fmt: skip
+        assert cells == want, r.run_id
+    status = dict(zip(runs["run_id"], runs["status"]))
+    assert status[report_tree["missing"]] == "missing" and status[report_tree["failed"]] == "failed"
+    assert status[report_tree["stopped"]] == "stopped_nonfinite"
+    assert sum(s in ("missing", "failed") for s in status.values()) == 2
+    for run_id, word in ((report_tree["missing"], "missing"), (report_tree["failed"], "failed")):
+        tr = table.find("tr", id=f"run-{run_id}")
+        td = [td for td in tr.iter("td")][head.index("status")]
+        assert td.text() == word and "missing" in td.attrs.get("class", "")
+        assert all(c.text() == "–" for c in [td for td in tr.iter("td")][head.index("initial") : head.index("final") + 1])
+    banner = dom.root.find("main").find("p", **{"class": "missing"})
+    assert banner is not None and "2 run(s) are missing or failed" in banner.text()
+
+
+def test_missing_and_failed_runs_in_study_tables(report_tree, dom):
+    """The missing batch seed and the failed system seed are counted out where their study counts runs."""
+    sr = csv(report_tree, "system_results").set_index(["task", "algorithm"])
+    assert sr.loc[("mul", "ppo"), "n"] == 1 and sr.loc[("mul", "ppo"), "n_runs"] == 2
+    sb = csv(report_tree, "stability_batch").set_index("batch_size")
+    assert sb.loc[512, "n"] == 1 and sb.loc[512, "expected"] == 2
+
+
+def test_criteria_tables_match_csv(report_tree, dom):
+    """The hand-written criteria tables of lab 04 and stability, row by row."""
+    for sid, name in (("lab04", "lab04_criteria"), ("stability", "stability_criteria")):
+        c = csv(report_tree, name)
+        sec = dom.root.find("section", id=sid)
+        head, rows = next(table_cells(t) for t in sec.iter("table") if table_cells(t)[0] == ["criterion", "expected", "measured", "result"])
+        assert len(rows) == len(c) > 0, sid
+        for row, r in zip(rows, c.itertuples()):
+            passed = {True: "pass", False: "fail", "True": "pass", "False": "fail"}.get(py(r.passed), "missing")
+            assert row == [r.criterion, r.expected, fmt(py(r.measured), ".3g"), passed], (sid, r.criterion)
+
+
+def test_reproducibility_section(report_tree, dom):
+    sec = dom.root.find("section", id="repro")
+    text = sec.text()
+    for word in ("git commit", "config hash", "torch", "pandas", "DVC status"):
+        assert word in text
+    assert "No benchmark files under" in text  # the synthetic tree was not built by Snakemake
+    cfg_block = sec.find("details").find("pre").text()
+    assert report_tree["cfg"]["results"] in cfg_block and "lab04_gpt" in cfg_block
+
+
+def test_empty_tree_renders(tmp_path):
+    """Nothing run yet and no figure drawn: the page still renders, every run marked missing."""
+    from mathrl.cli import main
+
+    path = make_config(tmp_path)
+    for command in ("aggregate", "report"):
+        assert main([command, "--config", str(path)]) == 0, command
+    html = (tmp_path / "results" / "report.html").read_text()
+    d = Dom(html)
+    assert d.errors == [] and [n.attrs.get("id") for n in d.root.iter("section")] == SECTIONS
+    assert d.root.find("img") is None and "was not drawn" in html
+    runs = pd.read_csv(tmp_path / "results" / "tables" / "runs.csv")
+    assert runs["status"].eq("missing").all()
+    assert f"{len(runs)} run(s) are missing or failed" in d.root.find("main").find("p", **{"class": "missing"}).text()
+    table = d.root.find("section", id="runs").find("tr", id=f"run-{runs['run_id'].iloc[0]}")
+    assert [td.text() for td in table.iter("td")][8] == "missing"
