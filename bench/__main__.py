@@ -1,9 +1,12 @@
-"""`python -m bench` (= `make bench`): RL-step, warm-up-step and naive-reference benchmarks.
+"""`python -m bench` (= `make bench`): RL-step, warm-up-step, naive-reference and
+prefix-sharing benchmarks.
 
 Each configuration runs in a fresh subprocess (its ru_maxrss is its own peak); figures are
 medians over the timed steps after warm-up steps. The naive reference alternates our
-sampler and `generate_naive` step by step in one process, so its ratios share the load.
-Prints a table and writes rl_step.json, sft_step.json, naive.json and summary.json to --out.
+sampler and `generate_naive` step by step in one process, so its ratios share the load; the
+sharing section alternates prefix sharing on and off (MATHRL_NO_PREFIX_SHARING=1) the same way.
+Prints a table and writes rl_step.json, sft_step.json, naive.json, sharing.json and
+summary.json to --out.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 
 from bench.common import GROUP_SIZE, PRESETS, build_tree, machine_info, run_child
 
-SECTIONS = ("rl", "sft", "naive")
+SECTIONS = ("rl", "sft", "naive", "sharing")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 # Timed steps per preset (full run); the 64-rollout RL steps are cheap, so twice as many.
 RL_STEPS = {"small": 20, "adder": 10, "multiplier": 6}
@@ -128,6 +131,17 @@ def naive_table(recs: list[dict]) -> str:
                   "naive step s", "naive/ours", "peak RSS MiB"], rows)  # fmt: skip
 
 
+def sharing_table(recs: list[dict]) -> str:
+    rows = []
+    for r in recs:
+        on, off = r["shared"], r["unshared"]
+        rows.append([r["preset"], str(r["batch"]), str(on["total"]["n"]), fmt_s(on["sample"]["median"]), fmt_s(off["sample"]["median"]),
+                     fmt_s(on["update"]["median"]), fmt_s(off["update"]["median"]), fmt_s(on["total"]["median"]),
+                     fmt_s(off["total"]["median"]), f"{r['ratio']['total']:.2f}x", f"{r['peak_rss_mb']:.0f}"])  # fmt: skip
+    return table(["preset", "rollouts", "pairs", "sample on", "sample off", "update on", "update off", "step on", "step off",
+                  "off/on", "peak RSS MiB"], rows)  # fmt: skip
+
+
 def targets(results: dict) -> list[dict]:
     out = []
     rl = {(r["preset"], r["batch"]): r for r in results.get("rl", [])}
@@ -198,6 +212,12 @@ def main(argv=None) -> int:
                                                                    "--steps", str(n_steps(args, NAIVE_PAIRS, p)), *common])
                 for p in presets
             ]  # fmt: skip
+        if "sharing" in args.sections:
+            results["sharing"] = [
+                child("rl_step", f"sharing {p}@{args.naive_batch}", ["--preset", p, "--batch", str(args.naive_batch), "--compare-sharing",
+                                                                     "--steps", str(n_steps(args, NAIVE_PAIRS, p)), *common])
+                for p in args.presets
+            ]  # fmt: skip
     machine["loadavg_end"] = list(os.getloadavg())
     machine["bench_seconds"] = time.perf_counter() - t_start
     threads = sorted({r["torch_threads"] for recs in results.values() for r in recs})
@@ -217,7 +237,9 @@ def main(argv=None) -> int:
               "so absolute timings are inflated; same-run ratios are the robust figures")
     print("  figures: medians over the timed steps (after warm-up); IQR/med = interquartile range / median, the noise")
     if "rl" in results:
-        print(f"\nRL step: GRPO, 3-digit addition, group size {GROUP_SIZE}, one CPU process, {args.warmup} warm-up steps")
+        sharing = "off (MATHRL_NO_PREFIX_SHARING=1)" if not all(r.get("prefix_sharing", True) for r in results["rl"]) else "on"
+        print(f"\nRL step: GRPO, 3-digit addition, group size {GROUP_SIZE}, one CPU process, {args.warmup} warm-up steps, "
+              f"prefix sharing {sharing}")
         print("  step s = wall time of Trainer.step() (sample + update + bookkeeping; no evaluation); seq/s = rollouts / step s")
         print(table_indent(rl_table(results["rl"])))
     if "sft" in results:
@@ -227,12 +249,17 @@ def main(argv=None) -> int:
         print("\nNaive reference: the same GRPO step with generate_naive (full recomputation per token, no KV cache),")
         print("  alternating with our sampler step by step in one process; ratios = naive median / ours median")
         print(table_indent(naive_table(results["naive"])) if results["naive"] else "  (no small/adder preset selected)")
+    if "sharing" in results:
+        print("\nPrefix sharing: the same GRPO step with each group's prompt computed once (on) and with every forward")
+        print("  over the full sequences (off, MATHRL_NO_PREFIX_SHARING=1), alternating step by step in one process;")
+        print("  seconds are medians, off/on = the step-time ratio")
+        print(table_indent(sharing_table(results["sharing"])))
     print("\nTargets")
     print(targets_text(ts))
 
     # ---- the JSON
     args.out.mkdir(parents=True, exist_ok=True)
-    names = {"rl": "rl_step.json", "sft": "sft_step.json", "naive": "naive.json"}
+    names = {"rl": "rl_step.json", "sft": "sft_step.json", "naive": "naive.json", "sharing": "sharing.json"}
     for sec, recs in results.items():
         (args.out / names[sec]).write_text(json.dumps({"machine": machine, "settings": settings, "results": recs}, indent=2) + "\n")
     (args.out / "summary.json").write_text(json.dumps({"machine": machine, "settings": settings, "targets": ts}, indent=2) + "\n")

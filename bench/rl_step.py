@@ -8,6 +8,10 @@ prints one JSON line with the per-step times, their medians and the process's pe
 `--compare-naive` times the same trainer alternately with our KV-cache sampler and with
 `GPT.generate_naive` (full recomputation at every token), step by step, so both see the
 same load; the update half is identical code, so the step ratio isolates the sampler.
+
+`--compare-sharing` times the same trainer alternately with prefix sharing on (each group's
+prompt computed once, `GPT.forward_shared` and `generate(group_size=G)`) and off (every
+forward over the full sequences, as `MATHRL_NO_PREFIX_SHARING=1` runs it), in the same way.
 """
 
 from __future__ import annotations
@@ -45,6 +49,21 @@ def set_sampler(trainer, naive: bool) -> None:
         policy.__dict__.pop("generate", None)
 
 
+def alternate(trainer, variants: dict, warmup: int, steps: int) -> dict:
+    """Time trainer.step() under each variant (a callable that switches to it), step by step, ABBA."""
+    names = list(variants)
+    runs = {name: [] for name in names}
+    for _ in range(warmup):
+        for name in names:
+            variants[name]()
+            trainer.step()
+    for i in range(steps):
+        for name in names if i % 2 == 0 else names[::-1]:  # ABBA: no order bias
+            variants[name]()
+            runs[name].append(timed_step(trainer))
+    return runs
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.rl_step", description=__doc__.splitlines()[0])
     p.add_argument("--preset", choices=PRESETS, required=True)
@@ -52,6 +71,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=5, help="timed steps (per sampler with --compare-naive)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     p.add_argument("--compare-naive", action="store_true", help="alternate our sampler and generate_naive")
+    p.add_argument("--compare-sharing", action="store_true", help="alternate prefix sharing on and off")
     p.add_argument("--root", help="results trees built by the parent (default: build a private one)")
     add_threads_arg(p)
     args = p.parse_args(argv)
@@ -63,10 +83,27 @@ def main(argv=None) -> int:
         with contextlib.redirect_stdout(sys.stderr):
             trainer = make_trainer(results, args.preset, args.batch, Path(run_dir))
             setup = time.perf_counter() - t0
-            record = {"kind": "rl_naive" if args.compare_naive else "rl", "preset": args.preset, "batch": args.batch,
+            kind = "rl_naive" if args.compare_naive else "rl_sharing" if args.compare_sharing else "rl"
+            record = {"kind": kind, "preset": args.preset, "batch": args.batch,
                       "group_size": trainer.s["group_size"], "algorithm": trainer.s["algorithm"], "task": "add/3",
-                      "params": trainer.net.policy.num_params(), "warmup": args.warmup, "setup_seconds": setup}  # fmt: skip
-            if not args.compare_naive:
+                      "params": trainer.net.policy.num_params(), "warmup": args.warmup, "setup_seconds": setup,
+                      "prefix_sharing": trainer.share_prefix}  # fmt: skip
+            if args.compare_sharing:
+
+                def sharing(on: bool):
+                    return lambda: setattr(trainer, "share_prefix", on)
+
+                runs = alternate(trainer, {"shared": sharing(True), "unshared": sharing(False)}, args.warmup, args.steps)
+                trainer.share_prefix = True
+                record["shared"] = series(runs["shared"], args.batch)
+                record["unshared"] = series(runs["unshared"], args.batch)
+                record["ratio"] = {
+                    k: record["unshared"][k]["median"] / record["shared"][k]["median"] for k in ("sample", "update", "total")
+                }
+                record["ratio_paired"] = {  # median over steps i of unshared_i / shared_i
+                    k: median([u[k] / s[k] for u, s in zip(runs["unshared"], runs["shared"])]) for k in ("sample", "update", "total")
+                }
+            elif not args.compare_naive:
                 for _ in range(args.warmup):
                     trainer.step()
                 steps = [timed_step(trainer) for _ in range(args.steps)]

@@ -46,14 +46,40 @@ def all_tables(ctx: Context) -> dict[str, pd.DataFrame]:
     return tables
 
 
+def headline_metrics(tables: dict[str, pd.DataFrame]) -> dict:
+    """A few numbers per experiment and warm-up task, for `dvc metrics show` (metrics.json):
+    runs expected and complete, mean initial / final / best held-out accuracy over the
+    complete runs, and the share of them that collapsed. NaN is written as null."""
+
+    def number(value) -> float | None:
+        return None if pd.isna(value) else round(float(value), 6)
+
+    out: dict = {"experiments": {}, "sft": {}}
+    runs = tables["runs"]
+    for experiment, group in (runs.groupby("experiment", sort=False) if not runs.empty else []):
+        ok = group[group["status"].isin(["complete", "stopped_nonfinite"])]
+        out["experiments"][experiment] = {
+            "runs": len(group), "complete": len(ok),
+            "initial_eval": number(ok["initial_eval"].mean()), "final_eval": number(ok["final_eval"].mean()),
+            "best_eval": number(ok["best_eval"].mean()),
+            "collapsed_share": number(ok["collapsed"].astype(float).mean()) if len(ok) else None,
+        }  # fmt: skip
+    for _, row in tables["sft"].iterrows():
+        out["sft"][row["task"]] = {"eval_accuracy": number(row["eval_accuracy"]), "steps": int(row["steps"])}
+    return out
+
+
 def aggregate(cfg: dict, out_dir: Path | None = None) -> dict[str, int]:
-    """Write results/tables/{name}.csv for every table and an index.json of row counts."""
+    """Write results/tables/{name}.csv for every table, an index.json of row counts and the
+    headline metrics.json."""
     out = Path(out_dir) if out_dir else Path(cfg["results"]) / "tables"
     counts = {}
-    for name, df in all_tables(Context(cfg)).items():
+    tables = all_tables(Context(cfg))
+    for name, df in tables.items():
         buf = io.StringIO()
         df.to_csv(buf, index=False)
         atomic_write_bytes(out / f"{name}.csv", buf.getvalue().encode())
         counts[name] = len(df)
     atomic_write_bytes(out / "index.json", (json.dumps(counts, indent=2) + "\n").encode())
+    atomic_write_bytes(out / "metrics.json", (json.dumps(headline_metrics(tables), indent=2) + "\n").encode())
     return counts

@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from mathrl.config import DEFAULT_CONFIG, ConfigError, check_train, expand_runs, load_config, parse_overrides, run_settings
+from mathrl.config import DEFAULT_CONFIG, RUN_ID_CHARS, ConfigError, check_train, expand_runs, load_config, parse_overrides, run_settings
 
 USAGE_ERROR = 2
 
@@ -78,6 +78,9 @@ def resolve_run(cfg: dict, run: str | None, run_id: str | None, overrides: list[
         settings = run_settings(cfg, {**_explicit_of(cfg, spec), **explicit})
         return run, spec.experiment, settings
     settings = run_settings(cfg, explicit)
+    # The run id names a directory under results/runs and reaches shell commands and the report.
+    if run_id is not None and (not run_id or not set(run_id) <= RUN_ID_CHARS or run_id.startswith(".")):
+        raise ConfigError(f"--run-id: {run_id!r} is not allowed; use letters, digits and _ . - (not starting with .)")
     return run_id or "adhoc", None, settings
 
 
@@ -205,6 +208,18 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_dvc_yaml(args) -> int:
+    from mathrl.config import ROOT
+    from mathrl.dvcgen import dvc_yaml
+    from mathrl.snapshot import atomic_write_bytes
+
+    out = Path(args.out) if args.out else ROOT / "dvc.yaml"
+    text = dvc_yaml(args.config or [], root=out.resolve().parent, python=args.python)
+    atomic_write_bytes(out, text.encode())
+    print(f"dvc-yaml: {out}")
+    return 0
+
+
 def _check_task(cfg: dict, names) -> None:
     for name in names:
         if name not in cfg["tasks"]:
@@ -277,6 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--study", help="one study (default: all)")
     p.add_argument("--out", help="CSV path (with --study)")
     p.set_defaults(func=cmd_bandit)
+
+    p = sub.add_parser("dvc-yaml", help="write dvc.yaml (DVC stages over these commands) from the config")
+    p.add_argument("--config", action="append", metavar="FILE", help="config file, repeatable, inside the repository (default config/config.yaml)")
+    p.add_argument("--out", help="path of the file to write; its directory is the repository root (default dvc.yaml)")
+    p.add_argument("--python", default=".venv/bin/python", help="interpreter the stages run mathrl with (default .venv/bin/python)")
+    p.set_defaults(func=cmd_dvc_yaml)
     return parser
 
 
@@ -290,3 +311,6 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ProblemFileError, SnapshotError) as exc:
         print(f"mathrl {args.command}: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
+    except OSError as exc:  # a full disk, a read-only results directory: no traceback, exit 1
+        print(f"mathrl {args.command}: error: {exc}", file=sys.stderr)
+        return 1

@@ -48,7 +48,17 @@ def setup(preference: str = "auto") -> Dist:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        if attempt != "0" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+            # torchrun's agent keeps its TCP store across restarts (torch issue #135712):
+            # a restarted worker would read the dead attempt's addresses and fail to
+            # connect, so each attempt gets keys of its own.
+            agent_store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False)
+            store = dist.PrefixStore(f"mathrl/attempt{attempt}", agent_store)
+            dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world)
+        else:
+            dist.init_process_group(backend=backend)
     return Dist(rank, world, local, device)
 
 

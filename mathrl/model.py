@@ -5,8 +5,14 @@ The model is a pre-LayerNorm decoder-only transformer with learned position embe
 an lm_head tied to the token embedding. `GPT.generate` samples answers autoregressively with
 a per-layer key/value cache and a Gumbel-max sampler driven by caller-supplied uniform noise,
 so the caller controls randomness exactly (see docs/ARCHITECTURE.md, "Randomness and DDP").
+
+RL batches hold groups of G rollouts of one prompt. In a causal transformer the prompt's
+hidden states, keys and values do not depend on the answer, so `GPT.forward_shared` and
+`GPT.generate(..., group_size=G)` compute each distinct prompt once and let its G answers
+attend to the shared keys/values (docs/ARCHITECTURE.md, "Prefix sharing").
 """
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -61,6 +67,16 @@ class KVCache:
         self.v[:, :, pos:pos + T] = v
         return self.k[:, :, :pos + T], self.v[:, :, :pos + T]  # (B, nh, pos+T, hs) views
 
+    def repeat_rows(self, group_size: int, upto: int):
+        """Give each row group_size consecutive copies (rows r*G .. r*G+G-1 copy row r) of
+        its first `upto` positions: (B, nh, L, hs) -> (B*G, nh, L, hs)."""
+        B, nh, L, hs = self.k.shape
+        k = self.k.new_empty(B * group_size, nh, L, hs)
+        v = self.v.new_empty(B * group_size, nh, L, hs)
+        k.view(B, group_size, nh, L, hs)[:, :, :, :upto] = self.k[:, None, :, :upto]
+        v.view(B, group_size, nh, L, hs)[:, :, :, :upto] = self.v[:, None, :, :upto]
+        self.k, self.v = k, v
+
 
 class CausalSelfAttention(nn.Module):
 
@@ -95,6 +111,22 @@ class CausalSelfAttention(nn.Module):
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
+    def forward_masked(self, x, mask, start: int = 0):
+        """Attention over x (B, S, C) under an explicit boolean mask (S, S) (True: may
+        attend), for the queries at positions start..S-1 only: (B, S-start, C)."""
+        B, S, C = x.size()
+        nh, hs = self.n_head, C // self.n_head
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q = q[:, start:]  # (B, T, C)
+        T = S - start
+        y = F.scaled_dot_product_attention(
+            q.reshape(B, T, nh, hs).transpose(1, 2), k.view(B, S, nh, hs).transpose(1, 2),
+            v.view(B, S, nh, hs).transpose(1, 2), attn_mask=mask[start:],
+            dropout_p=self.dropout if self.training else 0.0,
+        )  # (B, nh, T, hs)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
 
 class MLP(nn.Module):
 
@@ -122,6 +154,30 @@ class Block(nn.Module):
         x = x + self.attn(self.ln_1(x), cache, pos)  # (B, T, C)
         x = x + self.mlp(self.ln_2(x))  # (B, T, C)
         return x
+
+    def forward_masked(self, x, mask, start: int = 0):
+        """The block over x (B, S, C) with attention under mask (S, S); returns positions
+        start..S-1 only, (B, S-start, C)."""
+        x = x[:, start:] + self.attn.forward_masked(self.ln_1(x), mask, start)
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+@functools.lru_cache(maxsize=64)
+def prefix_tree_mask(P: int, G: int, La: int, device: str = "cpu") -> torch.Tensor:
+    """Attention mask (S, S), S = P + G*La, of the prefix tree that GPT.forward_shared lays
+    out per prompt: its P tokens, then G answers of La tokens each. A prompt position sees
+    the prompt causally; answer g's position t sees the whole prompt and its own answer's
+    positions 0..t (never another answer's)."""
+    S = P + G * La
+    mask = torch.zeros(S, S, dtype=torch.bool)
+    mask[:, :P] = True
+    mask[:P, :P] = torch.ones(P, P, dtype=torch.bool).tril()
+    causal = torch.ones(La, La, dtype=torch.bool).tril()
+    for g in range(G):
+        lo = P + g * La
+        mask[lo:lo + La, lo:lo + La] = causal
+    return mask.to(device)
 
 
 def _gumbel(noise):
@@ -179,8 +235,58 @@ class GPT(nn.Module):
         logits = self.lm_head(hidden)  # (B, T, V)
         return (logits, hidden) if return_hidden else logits
 
-    def _check_sampling(self, prompts, n_new, noise, greedy):
+    def forward_shared(self, prompts, answers, group_size: int, return_hidden: bool = False):
+        """The logits that predict each answer token, computing every prompt once per group.
+
+        prompts (N, P): distinct prompts; answers (N*G, L): G answers per prompt, grouped
+        (rows i*G .. i*G+G-1 answer prompt i), G = group_size. Returns logits (N*G, L, V)
+        where [:, t] predicts answers[:, t] (t = 0 from the last prompt position), equal up to
+        float rounding to
+
+            forward(cat([prompts.repeat_interleave(G, 0), answers], 1)[:, :-1])[:, P-1:]
+
+        at about (P/T)(1 - 1/G) fewer FLOPs, forward and backward: the prompt's hidden
+        states, keys and values do not depend on the answer (causal attention), so they are
+        computed for N rows, not N*G, and autograd sums the G uses of each in the backward.
+        With return_hidden also the final-LayerNorm output at those positions (N*G, L, C),
+        for the value head. (With dropout > 0 in training the G answers of a prompt share
+        its dropout draws; the RL trainer runs without dropout.)
+        """
+        N, P = prompts.shape
+        B, L = answers.shape
+        G = group_size
+        if G < 1 or B != N * G:
+            raise ValueError(f"answers has {B} rows; expected {N} prompts x group_size {G}")
+        if L < 1:
+            raise ValueError("answers must hold at least one token")
+        assert P + L - 1 <= self.config.block_size, \
+            f"sequence of length {P + L - 1} exceeds block_size {self.config.block_size}"
+        La, S = L - 1, P + G * (L - 1)
+        # One "prefix tree" sequence per prompt: its P tokens at positions 0..P-1, then its G
+        # answers' first L-1 tokens, each at positions P..P+L-2; the mask keeps the answers
+        # apart, so every Linear of a layer runs once over N*(P + G*(L-1)) rows.
+        tok = torch.cat([prompts, answers[:, :La].reshape(N, G * La)], dim=1)  # (N, S)
+        pos = torch.cat([torch.arange(P, device=prompts.device),
+                         torch.arange(P, P + La, device=prompts.device).repeat(G)])  # (S,)
+        x = self.transformer.drop(self.transformer.wte(tok) + self.transformer.wpe(pos))  # (N, S, C)
+        mask = prefix_tree_mask(P, G, La, str(prompts.device))  # (S, S)
+        last = len(self.transformer.h) - 1
+        for i, block in enumerate(self.transformer.h):
+            # the last block only needs the positions that predict answer tokens
+            x = block.forward_masked(x, mask, start=P - 1 if i == last else 0)
+        x = self.transformer.ln_f(x)  # (N, 1 + G*La, C): position P-1, then the answers
+        C = x.size(-1)
+        # row i*G+g: the prompt's last position (shared by the group), then answer g's own
+        hidden = torch.cat([x[:, :1, None].expand(N, 1, G, C).transpose(1, 2),
+                            x[:, 1:].view(N, G, La, C)], dim=2).view(B, L, C)  # (B, L, C)
+        logits = self.lm_head(hidden)  # (B, L, V)
+        return (logits, hidden) if return_hidden else logits
+
+    def _check_sampling(self, prompts, n_new, noise, greedy, group_size: int = 1):
+        if group_size < 1:
+            raise ValueError(f"group_size must be >= 1, got {group_size}")
         B, P = prompts.shape
+        B = B * group_size
         if P + n_new > self.config.block_size:
             raise ValueError(f"prompt length {P} + n_new {n_new} exceeds block_size "
                              f"{self.config.block_size}")
@@ -203,9 +309,13 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate(self, prompts, n_new: int, temperature: float = 1.0, noise=None,
-                 greedy: bool = False, return_logits: bool = False):
-        """Sample n_new tokens after prompts (B, P) with a KV cache; returns (B, n_new) tokens.
+                 greedy: bool = False, return_logits: bool = False, group_size: int = 1):
+        """Sample n_new tokens after prompts (N, P) with a KV cache; returns (B, n_new) tokens,
+        B = N * group_size.
 
+        group_size G: sample G answers of each prompt, rows i*G .. i*G+G-1 for prompt i
+        (the same as passing prompts.repeat_interleave(G, 0) with G = 1, but the prompt is
+        prefilled once and its keys/values copied to the G rows of the cache).
         noise: uniform u in [0, 1), shape (B, n_new, V); token t is
         argmax(logits_t / temperature + g_t), g = -log(-log(u)), a sample of
         softmax(logits_t / temperature). Drawn with torch.rand when None. greedy=True or
@@ -213,15 +323,20 @@ class GPT(nn.Module):
         logits of each step, (B, n_new, V).
         """
         greedy = greedy or temperature == 0
-        g = self._check_sampling(prompts, n_new, noise, greedy)  # (B, n_new, V) or None
-        B, P = prompts.shape
+        g = self._check_sampling(prompts, n_new, noise, greedy, group_size)  # (B, n_new, V) or None
+        N, P = prompts.shape
+        B = N * group_size
         caches = [KVCache(P + n_new) for _ in self.transformer.h]
         out = prompts.new_empty(B, n_new)  # (B, n_new)
         all_logits = None
         x, pos = prompts, 0
         for t in range(n_new):
-            hidden = self._trunk(x, caches, pos)  # (B, T, C)
-            logits = self.lm_head(hidden[:, -1])  # (B, V)
+            hidden = self._trunk(x, caches, pos)  # (N or B, T, C)
+            logits = self.lm_head(hidden[:, -1])  # (N or B, V)
+            if t == 0 and group_size > 1:  # the prompts were prefilled once: copy to the groups
+                for cache in caches:
+                    cache.repeat_rows(group_size, P)
+                logits = logits.repeat_interleave(group_size, dim=0)  # (B, V)
             if return_logits:
                 if all_logits is None:
                     all_logits = logits.new_empty(B, n_new, logits.size(-1))  # (B, n_new, V)
@@ -233,11 +348,12 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate_naive(self, prompts, n_new: int, temperature: float = 1.0, noise=None,
-                       greedy: bool = False, return_logits: bool = False):
-        """The sampling of `generate`, recomputing the full sequence at each token (no cache).
-        A test oracle and a speed reference."""
+                       greedy: bool = False, return_logits: bool = False, group_size: int = 1):
+        """The sampling of `generate`, recomputing the full sequence at each token (no cache,
+        no prefix sharing). A test oracle and a speed reference."""
         greedy = greedy or temperature == 0
-        g = self._check_sampling(prompts, n_new, noise, greedy)  # (B, n_new, V) or None
+        g = self._check_sampling(prompts, n_new, noise, greedy, group_size)  # (B, n_new, V) or None
+        prompts = prompts.repeat_interleave(group_size, dim=0)  # (B, P)
         idx = prompts
         all_logits = []
         for t in range(n_new):

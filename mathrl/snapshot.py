@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from mathrl import faults
+
 MAGIC = b"MATHRL-SNAPSHOT-1 sha256="
 
 
@@ -24,17 +26,27 @@ class SnapshotError(RuntimeError):
     """No usable snapshot where one was expected, or one that does not fit this run."""
 
 
-def _write_tmp(path: Path, data: bytes) -> Path:
-    """Write `data` beside `path` under a temporary name, flushed to disk."""
+def _write_tmp(path: Path, data: bytes, pause: float = 0.0) -> Path:
+    """Write `data` beside `path` under a temporary name, flushed to disk.
+
+    A failed write (a full disk) removes the temporary file and raises an OSError naming
+    `path`; `pause` is the fault-injection tests' sleep halfway through (mathrl.faults)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as fh:
+            if pause:
+                fh.write(data[: len(data) // 2])
+                fh.flush()
+                faults.pause(pause, f"wrote half of {tmp}")
+                data = data[len(data) // 2 :]
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise OSError(exc.errno, f"cannot write {path} ({exc.strerror or exc}); the file in place is unchanged") from exc
         raise
     return tmp
 
@@ -65,7 +77,9 @@ def decode(data: bytes, name: str) -> dict:
 def save(path: str | Path, state: dict) -> None:
     """Write a snapshot; the one it replaces becomes `<path>.prev`."""
     path = Path(path)
-    tmp = _write_tmp(path, encode(state))  # a full disk fails here, the old files intact
+    for stale in path.parent.glob(f".{path.name}.tmp*"):  # half-written by a killed process: never read, only space
+        stale.unlink(missing_ok=True)
+    tmp = _write_tmp(path, encode(state), faults.in_snapshot_write(state.get("step")))  # a full disk fails here, the old files intact
     if path.exists():
         os.replace(path, path.with_name(path.name + ".prev"))
     os.replace(tmp, path)

@@ -28,6 +28,7 @@ import csv
 import hashlib
 import json
 import math
+import os
 import platform
 import sys
 import time
@@ -40,7 +41,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import mathrl
-from mathrl import snapshot
+from mathrl import faults, snapshot
 from mathrl.config import ConfigError
 from mathrl.console import console_line
 from mathrl.control import MovingAverageBaseline, entropy_coef_at, lr_factor, make_kl_controller
@@ -107,7 +108,14 @@ class ActorCritic(nn.Module):
         self.policy = policy
         self.value_head = value_head
 
-    def forward(self, idx):
+    def forward(self, idx, answers=None, group_size: int = 1):
+        """(logits, values or None) over tokens idx (B, T); with answers, idx holds the distinct
+        prompts and both are at the answer-predicting positions only (GPT.forward_shared)."""
+        if answers is not None:
+            if self.value_head is None:
+                return self.policy.forward_shared(idx, answers, group_size), None
+            logits, hidden = self.policy.forward_shared(idx, answers, group_size, return_hidden=True)
+            return logits, self.value_head(hidden)
         if self.value_head is None:
             return self.policy(idx), None
         logits, hidden = self.policy(idx, return_hidden=True)
@@ -170,6 +178,9 @@ class Trainer:
         )  # fmt: skip
         self.step_no, self.samples, self.rows, self.status = 0, 0, [], "running"
         self.initial_eval: float | None = None
+        # Prefix sharing (GPT.forward_shared, generate(group_size=G)): each group's prompt is
+        # computed once. MATHRL_NO_PREFIX_SHARING=1 turns it off: a benchmark switch.
+        self.share_prefix = os.environ.get("MATHRL_NO_PREFIX_SHARING", "").strip() in ("", "0")
 
     # ---------------------------------------------------------------- state
     def state(self) -> dict:
@@ -240,7 +251,10 @@ class Trainer:
         prompts = task.encode_prompts(pairs[:, 0], pairs[:, 1]).to(d.device)  # (B, P)
         target = task.encode_answers(pairs[:, 0], pairs[:, 1]).to(d.device)  # (B, L)
         u = noise[lo * G : (lo + n_local) * G].to(d.device)
-        tokens = self.net.policy.generate(prompts, L, temperature=s["temperature"], noise=u)  # (B, L)
+        if self.share_prefix:  # prefill each group's prompt once
+            tokens = self.net.policy.generate(prompts[::G], L, temperature=s["temperature"], noise=u, group_size=G)  # (B, L)
+        else:
+            tokens = self.net.policy.generate(prompts, L, temperature=s["temperature"], noise=u)  # (B, L)
         rewards, checks = compute_rewards(self.reward_spec, tokens, target)
         return {"prompts": prompts, "tokens": tokens, "rewards": rewards.float(), **{k: v.float() for k, v in checks.items()}}
 
@@ -305,9 +319,23 @@ class Trainer:
         t1 = time.perf_counter()
 
         raw = batch["rewards"]
-        mask = answer_mask(batch["tokens"])  # (B, L)
+        tokens = batch["tokens"]
+        mask = answer_mask(tokens)  # (B, L)
         B, P = len(raw), self.task.prompt_len
-        inp = torch.cat([batch["prompts"], batch["tokens"]], dim=1)[:, :-1]  # (B, P+L-1)
+        micro = s["micro_batch_size"] or B
+        # Groups are contiguous rows: with prefix sharing the forwards take each group's prompt
+        # once (prompts[::G]) and return outputs at the answer-predicting positions only.
+        # Micro-batches must then hold whole groups; otherwise the full-sequence path.
+        share = self.share_prefix and micro % G == 0
+        uprompts = batch["prompts"][::G]  # (B/G, P)
+        inp = None if share else torch.cat([batch["prompts"], tokens], dim=1)[:, :-1]  # (B, P+L-1)
+
+        def answer_outputs(lo: int, hi: int):
+            """(logits (b, L, V), values (b, L) or None) that chose answer tokens of rows lo:hi."""
+            if share:
+                return self.ddp(uprompts[lo // G : hi // G], tokens[lo:hi], G)
+            logits, values = self.ddp(inp[lo:hi])
+            return logits[:, P - 1 :], None if values is None else values[:, P - 1 :]
         zero_std = (raw.view(-1, G).std(1, unbiased=False) == 0).float().sum()
         mean_r, std_r = self.global_mean_std(raw, torch.ones_like(raw))
         rewards = raw
@@ -317,12 +345,17 @@ class Trainer:
             rewards = rewards.clamp(-s["reward_clip"], s["reward_clip"])
 
         with torch.no_grad():
-            ref_logp = token_logprobs(self.ref(inp)[:, P - 1 :], batch["tokens"])  # (B, L)
+            ref_logits = self.ref.forward_shared(uprompts, tokens, G) if self.share_prefix else self.ref(inp)[:, P - 1 :]
+            ref_logp = token_logprobs(ref_logits, tokens)  # (B, L)
             old_logp = old_values = None
             if s["ppo_epochs"] > 1 or s["algorithm"] == "ppo":
-                logits, values = self.net(inp)
-                old_logp = token_logprobs(logits[:, P - 1 :], batch["tokens"])
-                old_values = values[:, P - 1 :] if values is not None else None
+                # the training forward's path, so that the first epoch's ratio is exactly 1
+                if share:
+                    logits, old_values = self.net(uprompts, tokens, G)
+                else:
+                    logits, values = self.net(inp)
+                    logits, old_values = logits[:, P - 1 :], None if values is None else values[:, P - 1 :]
+                old_logp = token_logprobs(logits, tokens)
         adv, returns, baseline = self.advantages(rewards, mask, old_values)
 
         lr = s["lr"] * lr_factor(
@@ -334,7 +367,6 @@ class Trainer:
         kl_coef = self.kl_ctl.value
         ent_coef = entropy_coef_at(s["entropy_schedule"], step - 1, s["steps"], s["entropy_coef"], s["entropy_coef_end"])
         den = float(all_sum(d, mask.sum().double().cpu())) if s["loss_agg"] == "token" else float(s["batch_size"])
-        micro = s["micro_batch_size"] or B
         eps_low, eps_high = s["clip_eps"], s["clip_eps_high"] if s["clip_eps_high"] is not None else s["clip_eps"]
         # Sums over this rank's tokens/sequences, reduced over ranks below.
         acc = dict.fromkeys(["pg", "ent", "kl", "vloss", "clip", "clip_tokens", "loss_finite"], 0.0)
@@ -347,9 +379,8 @@ class Trainer:
                 sl = slice(lo, lo + micro)
                 sync = lo + micro >= B or not d.active
                 with nullcontext() if sync else self.ddp.no_sync():
-                    logits, values = self.ddp(inp[sl])
-                    logits = logits[:, P - 1 :]  # (b, L, V): the logits that chose each answer token
-                    logp = token_logprobs(logits, batch["tokens"][sl])  # (b, L)
+                    logits, values = answer_outputs(lo, lo + micro)  # (b, L, V): the logits that chose each answer token
+                    logp = token_logprobs(logits, tokens[sl])  # (b, L)
                     old = old_logp[sl] if old_logp is not None else logp.detach()
                     pg, clipped = clipped_surrogate(logp, old, adv[sl], eps_low, eps_high)
                     kl = kl_estimate(logp, ref_logp[sl], s["kl_estimator"])
@@ -357,7 +388,7 @@ class Trainer:
                     per_token = pg + kl_coef * kl - ent_coef * ent
                     m = mask[sl]
                     if values is not None:
-                        v = values[:, P - 1 :]
+                        v = values
                         vl = value_loss(v, old_values[sl], returns[sl], s["value_clip"])
                         per_token = per_token + s["value_coef"] * vl
                         acc["vloss"] += float((vl.detach() * m).sum())
@@ -387,6 +418,8 @@ class Trainer:
                     self.status = "stopped_nonfinite"
                 self.monitor.record(step, "nonfinite", norms[-1], msg)
                 break
+            if epoch == 0:
+                faults.in_step(step, d.rank)  # test-only hooks (no-ops unless their env vars are set)
             self.opt.step()
         t2 = time.perf_counter()
 

@@ -27,5 +27,5 @@ rule train:
         py=PY,
         torchrun=PIPELINE["torchrun"],
     shell:
-        "{params.py:q} -m mathrl launch --gpus {resources.gpu} --threads {threads} --torchrun {params.torchrun}"
+        "{params.py:q} -m mathrl launch --gpus {resources.gpu} --threads {threads} --torchrun {params.torchrun:q}"
         " -- --config {params.config:q} --experiment-run {wildcards.run_id} --on-mismatch restart > {log:q} 2>&1"

@@ -155,3 +155,132 @@ def test_value_head():
     _, hidden = model(prompts(3, 9), return_hidden=True)
     head(hidden).pow(2).sum().backward()
     assert model.transformer.h[0].attn.c_attn.weight.grad.abs().sum() > 0
+
+
+# ---------------------------------------------------------------- prefix sharing
+
+SHARED_SHAPES = [(1, 1, 8, 5), (3, 4, 8, 5), (5, 8, 6, 4), (2, 3, 1, 6), (4, 2, 10, 6), (2, 8, 8, 1)]  # (N, G, P, L)
+
+
+def shared_batch(N, G, P, L, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    uniq = torch.randint(0, V, (N, P), generator=gen)  # (N, P) distinct prompts
+    answers = torch.randint(0, V, (N * G, L), generator=gen)  # (N*G, L), grouped by prompt
+    full = torch.cat([uniq.repeat_interleave(G, dim=0), answers], dim=1)[:, :-1]  # (N*G, P+L-1)
+    return uniq, answers, full
+
+
+def test_prefix_tree_mask():
+    from mathrl.model import prefix_tree_mask
+
+    m = prefix_tree_mask(2, 2, 2).int()  # prompt p0 p1, answer a: a0 a1, answer b: b0 b1
+    assert m.tolist() == [
+        [1, 0, 0, 0, 0, 0],  # p0
+        [1, 1, 0, 0, 0, 0],  # p1
+        [1, 1, 1, 0, 0, 0],  # a0
+        [1, 1, 1, 1, 0, 0],  # a1
+        [1, 1, 0, 0, 1, 0],  # b0: the prompt and itself, never answer a
+        [1, 1, 0, 0, 1, 1],  # b1
+    ]
+
+
+@pytest.mark.parametrize("N,G,P,L", SHARED_SHAPES)
+def test_forward_shared_equals_full_forward(N, G, P, L):
+    model = small_model(seed=N + G)
+    uniq, answers, full = shared_batch(N, G, P, L, seed=P)
+    ref_logits, ref_hidden = model(full, return_hidden=True)
+    logits, hidden = model.forward_shared(uniq, answers, G, return_hidden=True)
+    assert logits.shape == (N * G, L, V) and hidden.shape == (N * G, L, 32)
+    torch.testing.assert_close(logits, ref_logits[:, P - 1:], atol=1e-5, rtol=0)
+    torch.testing.assert_close(hidden, ref_hidden[:, P - 1:], atol=1e-5, rtol=0)
+    torch.testing.assert_close(model.forward_shared(uniq, answers, G), logits, atol=0, rtol=0)
+    # the values the PPO head reads at the same positions
+    head = ValueHead(32)
+    with torch.no_grad():
+        head.v.weight.normal_()
+    torch.testing.assert_close(head(hidden), head(ref_hidden)[:, P - 1:], atol=1e-5, rtol=0)
+
+
+def test_forward_shared_does_not_mix_answers():
+    """Answer g of a group sees only the prompt and itself: changing answer 0 leaves the
+    others' logits unchanged, and a later token never changes earlier logits."""
+    model = small_model()
+    uniq, answers, _ = shared_batch(2, 4, 8, 5)
+    base = model.forward_shared(uniq, answers, 4)
+    changed = answers.clone()
+    changed[0] = (changed[0] + 1) % V  # answer 0 of prompt 0
+    changed[5, 3:] = (changed[5, 3:] + 1) % V  # the tail of answer 1 of prompt 1
+    out = model.forward_shared(uniq, changed, 4)
+    torch.testing.assert_close(out[1:5], base[1:5], atol=1e-6, rtol=0)
+    torch.testing.assert_close(out[6:], base[6:], atol=1e-6, rtol=0)
+    torch.testing.assert_close(out[5, :4], base[5, :4], atol=1e-6, rtol=0)  # logits up to token 3 predict 0..3
+    assert not torch.allclose(out[0], base[0])
+
+
+@pytest.mark.parametrize("N,G,P,L", SHARED_SHAPES)
+def test_forward_shared_gradients_equal_full_forward(N, G, P, L):
+    """The prompt is computed once and used G times: autograd sums its G contributions, so
+    every parameter's gradient equals the one through the full sequences."""
+    model = small_model(seed=3).train()
+    head = ValueHead(32)
+    with torch.no_grad():
+        head.v.weight.normal_(std=0.1)
+    uniq, answers, full = shared_batch(N, G, P, L, seed=5)
+    weights = torch.randn(N * G, L, generator=torch.Generator().manual_seed(6))
+
+    def loss_of(logits, hidden):
+        logp = torch.log_softmax(logits, -1).gather(-1, answers[..., None]).squeeze(-1)  # (B, L)
+        return (weights * logp).mean() + 0.5 * head(hidden).pow(2).mean()
+
+    def grads(loss):
+        model.zero_grad()
+        head.zero_grad()
+        loss.backward()
+        params = list(model.named_parameters()) + list(head.named_parameters())
+        return {name: p.grad.clone() for name, p in params}
+
+    logits, hidden = model(full, return_hidden=True)
+    ref = grads(loss_of(logits[:, P - 1:], hidden[:, P - 1:]))
+    got = grads(loss_of(*model.forward_shared(uniq, answers, G, return_hidden=True)))
+    assert ref.keys() == got.keys()
+    for name in ref:
+        torch.testing.assert_close(got[name], ref[name], atol=1e-5, rtol=0, msg=name)
+
+
+def test_forward_shared_micro_batches_on_group_boundaries():
+    model = small_model()
+    uniq, answers, _ = shared_batch(6, 4, 8, 5)
+    whole = model.forward_shared(uniq, answers, 4)
+    parts = torch.cat([model.forward_shared(uniq[i:i + 2], answers[4 * i:4 * i + 8], 4) for i in range(0, 6, 2)])
+    torch.testing.assert_close(parts, whole, atol=1e-6, rtol=0)
+
+
+def test_forward_shared_errors():
+    model = small_model()
+    uniq, answers, _ = shared_batch(2, 4, 8, 5)
+    with pytest.raises(ValueError, match="group_size"):
+        model.forward_shared(uniq, answers, 3)
+    with pytest.raises(ValueError, match="at least one"):
+        model.forward_shared(uniq, answers[:, :0], 4)
+
+
+@pytest.mark.parametrize("G", [1, 3, 8])
+@pytest.mark.parametrize("greedy", [False, True])
+def test_generate_group_size_equals_repeated_prompts(G, greedy):
+    model = small_model(seed=G)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(10)  # sharp logits: sampling is not near-uniform
+    N, P, n_new = 5, 8, 6
+    uniq = prompts(N, P, seed=G)
+    noise = torch.rand(N * G, n_new, V, generator=torch.Generator().manual_seed(G))
+    ref, ref_logits = model.generate(uniq.repeat_interleave(G, dim=0), n_new, noise=noise, greedy=greedy, return_logits=True)
+    out, logits = model.generate(uniq, n_new, noise=noise, greedy=greedy, return_logits=True, group_size=G)
+    assert out.shape == (N * G, n_new)
+    assert torch.equal(out, ref)
+    torch.testing.assert_close(logits, ref_logits, atol=1e-5, rtol=0)
+    assert torch.equal(model.generate_naive(uniq, n_new, noise=noise, greedy=greedy, group_size=G), out)
+    # the sampled answers' logits through the shared-prefix forward
+    torch.testing.assert_close(model.forward_shared(uniq, out, G), logits, atol=1e-5, rtol=0)
+    if not greedy:
+        with pytest.raises(ValueError, match="noise"):
+            model.generate(uniq, n_new, noise=noise[:N], group_size=G + 1)

@@ -1,0 +1,179 @@
+"""DVC: dvc.yaml is generated from the config (and the committed one is up to date), and on a
+fresh clone `dvc repro` builds the report, a second one has nothing to do, and neither has
+Snakemake afterwards; `dvc metrics show` and `dvc plots show` work.
+
+The end-to-end test runs in a throwaway copy of the working tree (its own git repository,
+results and DVC cache) whose config/config.yaml is replaced by a tiny one, so that DVC
+and Snakemake read the same config, as they do in a real checkout.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import TINY
+
+from mathrl.cli import main
+from mathrl.config import ROOT, ConfigError, expand_runs, load_config
+from mathrl.dvcgen import DEFAULT_PYTHON, dvc_yaml, stage_name
+
+DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
+
+
+def test_the_committed_dvc_yaml_is_generated_from_config_yaml():
+    expected = dvc_yaml()
+    committed = (ROOT / "dvc.yaml").read_text() if (ROOT / "dvc.yaml").exists() else ""
+    assert committed == expected, (
+        "dvc.yaml is out of date with config/config.yaml or the mathrl sources: "
+        "run `mathrl dvc-yaml` (in the venv) and commit dvc.yaml"
+    )
+
+
+def test_a_stage_per_task_run_study_and_report_step_with_the_rules_commands():
+    doc = yaml.safe_load(dvc_yaml())
+    stages, cfg = doc["stages"], load_config(DEFAULT_CONFIG)
+    runs = expand_runs(cfg)
+    assert {name for name in stages if name.startswith("train-")} == {stage_name("train", r) for r in runs}
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]+", name) for name in stages)
+    py = f"{DEFAULT_PYTHON} -m mathrl"
+
+    sft = stages["sft-add"]
+    assert sft["cmd"] == f"{py} sft --config config/config.yaml --task add"
+    assert sft["params"] == [{"config/config.yaml": ["tasks.add", "sft.add"]}]
+    assert {"results/problems/add/train.txt", "results/problems/add/test.txt", "config/config.schema.yaml",
+            "mathrl/sft.py", "mathrl/studies/lab04.py"} <= set(sft["deps"])  # fmt: skip
+    assert not any("__pycache__" in dep or dep == "mathrl" for dep in sft["deps"])
+    assert sft["outs"] == ["results/sft/add/model.pt", "results/sft/add/summary.json"]
+
+    run = stages[stage_name("train", "clipping__grad_clip-0.5__s0")]
+    assert run["cmd"] == (f"{py} launch --threads 1 --torchrun auto -- --config config/config.yaml "
+                          "--experiment-run clipping__grad_clip-0.5__s0 --on-mismatch restart")  # fmt: skip
+    assert run["params"] == [{"config/config.yaml": ["train", "algorithms", "experiments.clipping", "tasks.add"]}]
+    assert "results/sft/add/model.pt" in run["deps"]
+    run_dir = "results/runs/clipping__grad_clip-0.5__s0"
+    assert run["outs"] == [f"{run_dir}/metrics.csv", f"{run_dir}/summary.json", {f"{run_dir}/snapshot.pt": {"persist": True}}]
+    random = stages[stage_name("train", "lab04_gpt__random_init__s0")]  # no warm-up model; its preset
+    assert "results/sft/add/model.pt" not in random["deps"] and "sft.add" in random["params"][0]["config/config.yaml"]
+
+    agg = stages["aggregate"]
+    assert agg["cmd"][0] == f"{py} aggregate --config config/config.yaml" and agg["outs"] == ["results/tables"]
+    assert {f"results/runs/{r}/summary.json" for r in runs} <= set(agg["deps"])
+    assert "pipeline" not in agg["params"][0]["config/config.yaml"]
+    assert stages["report"]["outs"] == ["results/report.html"]
+    assert any("snakemake report --forcerun report" in c for c in stages["report"]["cmd"])
+    assert doc["metrics"] == ["results/tables/metrics.json"]
+    assert {name for plot in doc["plots"] for name in plot} >= {"batch-eval_accuracy", "batch-entropy"}
+
+
+def test_override_files_give_params_from_each_file_and_the_cli_writes_the_file(tmp_path, monkeypatch):
+    # A second config file inside the repository overriding the first (as full.yaml does).
+    monkeypatch.chdir(ROOT)
+    text = dvc_yaml([DEFAULT_CONFIG, ROOT / "config" / "full.yaml"])
+    doc = yaml.safe_load(text)
+    sft = doc["stages"]["sft-add"]
+    assert "--config config/config.yaml --config config/full.yaml" in sft["cmd"]
+    assert sft["params"][0] == {"config/config.yaml": ["tasks.add", "sft.add"]}
+    assert all(len(entry) == 1 and list(entry)[0] in ("config/config.yaml", "config/full.yaml") for entry in sft["params"])
+    assert "--configfile config/config.yaml config/full.yaml" in " ".join(doc["stages"]["report"]["cmd"])
+
+    outside = tmp_path / "c.yaml"
+    outside.write_text(DEFAULT_CONFIG.read_text())
+    with pytest.raises(ConfigError, match="inside"):
+        dvc_yaml([outside])
+    out = tmp_path / "dvc.yaml"
+    assert main(["dvc-yaml", "--out", str(out)]) == 2  # no repository (no mathrl/, no config/) there
+
+
+# --- end to end on a tiny config -------------------------------------------------------------
+
+
+def tiny_config() -> dict:
+    """conftest's TINY at pipeline scale, as tests/test_pipeline.py runs it."""
+    cfg = copy.deepcopy(TINY)
+    cfg["results"] = "results"
+    cfg["sft"]["add"].update(max_steps=20, eval_every=10)
+    cfg["bandit"] = {"steps": 20, "seeds": [0]}
+    cfg["gradvar"] = {"batch_sizes": [8, 16], "num_samples": 2, "group_size": 4, "accumulation": [16, 8]}
+    cfg["pipeline"] = {"gpus_per_run": 0, "gpus_sft": 0}
+    cfg["experiments"] = {"tiny": {"variants": {"a": {}, "b": {"steps": 4}}, "seeds": [0]}}
+    return cfg
+
+
+def clone_worktree(dst: Path) -> Path:
+    """The working tree's files as git sees them (tracked, and untracked but not ignored:
+    uncommitted work is tested too), copied to `dst` and committed to a new repository."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=ROOT, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    for name in filter(None, listed.split("\0")):
+        if (ROOT / name).is_file() and name != "dvc.lock":  # a fresh pipeline: no lock yet
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dst / name)
+    return dst
+
+
+def run(cmd: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    res = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    res.out = res.stdout + res.stderr  # type: ignore[attr-defined]
+    return res
+
+
+@pytest.mark.slow
+def test_dvc_repro_builds_the_report_then_nothing_is_left_to_do_for_dvc_or_snakemake(tmp_path):
+    repo = clone_worktree(tmp_path / "repo")
+    (repo / "config" / "config.yaml").write_text(yaml.safe_dump(tiny_config(), sort_keys=False))
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "DVC_SITE_CACHE_DIR": str(tmp_path / "dvc-site"),
+           "PYTHONUNBUFFERED": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
+    # The stages run `.venv/bin/python`, as in a checkout after `make setup`: this venv.
+    python = [sys.executable]
+    if sys.prefix != sys.base_prefix:
+        (repo / ".venv").symlink_to(sys.prefix, target_is_directory=True)
+        gen = run([sys.executable, "-m", "mathrl", "dvc-yaml"], repo, env)
+    else:  # not in a venv: the stages run this interpreter
+        gen = run([sys.executable, "-m", "mathrl", "dvc-yaml", "--python", sys.executable], repo, env)
+    assert gen.returncode == 0, gen.out
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "tiny"]):
+        subprocess.run(cmd, cwd=repo, env=env, check=True)
+    dvc = [*python, "-m", "dvc"]
+
+    first = run([*dvc, "repro"], repo, env)
+    assert first.returncode == 0, first.out
+    results = repo / "results"
+    assert (results / "report.html").stat().st_size > 0
+    ran = set(re.findall(r"Running stage '([^']+)'", first.out))
+    stages = set(yaml.safe_load((repo / "dvc.yaml").read_text())["stages"])
+    assert ran == stages and {"train-tiny__a__s0", "train-tiny__b__s0", "report"} <= ran
+    assert "sft-mul" not in stages  # no run uses mul: `snakemake report` builds no warm-up for it either
+    for run_id in ("tiny__a__s0", "tiny__b__s0"):
+        assert (results / "runs" / run_id / "snapshot.pt").is_file()
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
+    assert any(out["path"].endswith("snapshot.pt") for out in lock["train-tiny__a__s0"]["outs"])
+
+    second = run([*dvc, "repro"], repo, env)
+    assert second.returncode == 0, second.out
+    assert "Running stage" not in second.out and "Data and pipelines are up to date" in second.out, second.out
+
+    # Snakemake, on the same config and files, agrees that everything is up to date.
+    sm = run([*python, "-m", "snakemake", "-s", "Snakefile", "-n", "report"], repo, env)
+    assert sm.returncode == 0, sm.out
+    assert "Nothing to be done" in sm.out, sm.out
+
+    metrics = run([*dvc, "metrics", "show", "--json"], repo, env)
+    assert metrics.returncode == 0, metrics.out
+    shown = json.loads(metrics.stdout)
+    headline = next(iter(shown.values()))["data"]["results/tables/metrics.json"]["data"]
+    assert headline["experiments"]["tiny"]["runs"] == 2 and headline["experiments"]["tiny"]["complete"] == 2
+    plots = run([*dvc, "plots", "show", "--json"], repo, env)
+    assert plots.returncode == 0, plots.out
+    data = json.loads(plots.stdout)["data"]
+    assert {"tiny-eval_accuracy", "tiny-entropy"} <= set(data)
+    assert data["tiny-entropy"][0]["content"]["data"]["values"], "the plot has no points"
