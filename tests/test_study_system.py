@@ -39,7 +39,7 @@ def rows(evals, seconds):
 
 
 def run_id(task, algorithm, seed):
-    return f"system__task-{task}_algorithm-{algorithm}__s{seed}"
+    return f"system__algorithm-{algorithm}_task-{task}__s{seed}"  # grid keys sort in run ids
 
 
 @pytest.fixture(scope="module")
