@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from mathrl.config import DEFAULT_CONFIG, RUN_ID_CHARS, ConfigError, check_train, expand_runs, load_config, parse_overrides, run_settings
+from mathrl.errors import ProblemFileError, SnapshotError
 
 USAGE_ERROR = 2
 
@@ -302,9 +303,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mathrl.snapshot import SnapshotError
-    from mathrl.tasks import ProblemFileError
-
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

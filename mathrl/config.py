@@ -25,14 +25,12 @@ from typing import Any
 import jsonschema
 import yaml
 
+from mathrl.errors import ConfigError  # re-exported: callers import it from here
+
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = ROOT / "config" / "config.schema.yaml"
 DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
 RUN_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
-
-
-class ConfigError(ValueError):
-    """A configuration a user must fix; the message says what and where."""
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -135,16 +133,6 @@ def _describe(error: jsonschema.ValidationError, prefix: str) -> str:
     return f"{where}: {error.message}"
 
 
-def validate(instance: dict, schema: dict, prefix: str = "", source: str = "") -> None:
-    """Validate against the schema; raise one ConfigError listing every problem."""
-    validator_cls = jsonschema.validators.validator_for(schema)
-    errors = sorted(validator_cls(schema).iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        lines = [_describe(e, prefix) for e in errors]
-        head = f"invalid configuration{f' ({source})' if source else ''}:"
-        raise ConfigError(head + "\n  " + "\n  ".join(lines))
-
-
 def _defaults(definition: dict) -> dict:
     return {k: copy.deepcopy(v["default"]) for k, v in definition.get("properties", {}).items() if "default" in v}
 
@@ -193,10 +181,28 @@ def complete(cfg: dict, source: str = "") -> dict:
     return cfg
 
 
+@functools.cache
+def _train_validator() -> jsonschema.protocols.Validator:
+    """The validator of one run's settings, built once: a grid checks a hundred runs."""
+    schema = _schema_text_parsed()
+    train = {**schema["definitions"]["train"], "definitions": schema["definitions"]}
+    return jsonschema.validators.validator_for(train)(train)
+
+
+def validate(instance: dict, schema: dict | None = None, prefix: str = "", source: str = "",
+             validator: jsonschema.protocols.Validator | None = None) -> None:  # fmt: skip
+    """Validate against the schema (or a prebuilt validator); raise one ConfigError listing every problem."""
+    validator = validator or jsonschema.validators.validator_for(schema)(schema)
+    errors = sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        lines = [_describe(e, prefix) for e in errors]
+        head = f"invalid configuration{f' ({source})' if source else ''}:"
+        raise ConfigError(head + "\n  " + "\n  ".join(lines))
+
+
 def check_train(cfg: dict, settings: dict, where: str, world_size: int = 1) -> None:
     """The checks of one run's settings that a schema cannot express."""
-    schema = load_schema()
-    validate(settings, {**schema["definitions"]["train"], "definitions": schema["definitions"]}, prefix=where)
+    validate(settings, prefix=where, validator=_train_validator())
     if settings["task"] not in cfg["tasks"]:
         raise ConfigError(
             f"{where}.task: {settings['task']!r} is not a task{_suggest(settings['task'], cfg['tasks'])}; "

@@ -18,12 +18,9 @@ from pathlib import Path
 import torch
 
 from mathrl import faults
+from mathrl.errors import SnapshotError  # re-exported: callers import it from here
 
 MAGIC = b"MATHRL-SNAPSHOT-1 sha256="
-
-
-class SnapshotError(RuntimeError):
-    """No usable snapshot where one was expected, or one that does not fit this run."""
 
 
 def _write_tmp(path: Path, data: bytes, pause: float = 0.0) -> Path:

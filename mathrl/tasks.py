@@ -26,6 +26,8 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from mathrl.errors import ProblemFileError  # re-exported: callers import it from here
+
 VOCAB: str = "0123456789+*=$"
 VOCAB_SIZE: int = len(VOCAB)
 stoi: dict[str, int] = {ch: i for i, ch in enumerate(VOCAB)}
@@ -42,10 +44,6 @@ class Op(NamedTuple):
 
 
 OPS: dict[str, Op] = {"add": Op("+", operator.add), "mul": Op("*", operator.mul)}
-
-
-class ProblemFileError(ValueError):
-    """A problem file line that does not parse or does not match its task."""
 
 
 def encode(text: str) -> list[int]:

@@ -61,6 +61,7 @@ from mathrl.losses import (
 )
 from mathrl.model import GPT, GPTConfig, ValueHead, gpt_config
 from mathrl.monitor import StabilityMonitor
+from mathrl.optim import AdamW
 from mathrl.rewards import RewardSpec, compute_rewards
 from mathrl.tasks import END, VOCAB_SIZE, Task, filter_by_ndigit, read_problems
 
@@ -73,6 +74,8 @@ EXTRAS = [
     "ndigit", "format_rate", "baseline", "entropy_coef", "value_rmse", "explained_variance",
     "skipped", "sample_seconds", "update_seconds",
 ]  # fmt: skip
+# Version of the snapshot layout (2: optimizer state of mathrl.optim.AdamW).
+SNAPSHOT_FORMAT = 2
 # Settings that may differ when a run resumes (they do not change what was computed so far).
 RESUMABLE_CHANGES = {"steps", "log_every", "eval_every", "snapshot_every", "wandb", "device", "fault_nan_step", "nan_policy"}
 
@@ -158,10 +161,7 @@ class Trainer:
         head = ValueHead(policy.config.n_embd) if s["algorithm"] == "ppo" else None
         self.net = ActorCritic(policy, head).to(d.device)
         self.ddp = DDP(self.net, device_ids=[d.device.index] if d.device.type == "cuda" else None) if d.active else self.net
-        self.opt = torch.optim.AdamW(
-            self.net.parameters(), lr=s["lr"], betas=(s["adam_beta1"], s["adam_beta2"]), weight_decay=s["weight_decay"],
-            fused=d.device.type == "cuda",
-        )  # fmt: skip
+        self.opt = AdamW(self.net.parameters(), lr=s["lr"], betas=(s["adam_beta1"], s["adam_beta2"]), weight_decay=s["weight_decay"])
         self.reward_spec = RewardSpec(
             kind=s["reward"], format_bonus=s["format_bonus"], digit_weight=s["digit_weight"],
             invalid_penalty=s["invalid_penalty"], proxy_correct_weight=s["proxy_correct_weight"],
@@ -185,7 +185,7 @@ class Trainer:
     # ---------------------------------------------------------------- state
     def state(self) -> dict:
         return {
-            "format": 1, "run_id": self.run_id, "step": self.step_no, "samples": self.samples,
+            "format": SNAPSHOT_FORMAT, "run_id": self.run_id, "step": self.step_no, "samples": self.samples,
             "settings": self.s, "model_config": self.model_config, "net": self.net.state_dict(),
             "opt": self.opt.state_dict(), "prompt_gen": self.prompt_gen.get_state(),
             "noise_gen": self.noise_gen.get_state(), "baseline": self.baseline.state_dict(),
@@ -195,6 +195,11 @@ class Trainer:
 
     def restore(self, st: dict, where: Path) -> None:
         """Resume from a snapshot, refusing one written for another model or run settings."""
+        if st.get("format") != SNAPSHOT_FORMAT:
+            raise snapshot.SnapshotError(
+                f"{where}: snapshot format {st.get('format')!r} is not {SNAPSHOT_FORMAT} (an older mathrl wrote it); "
+                f"remove {self.dir} to start over"
+            )
         if st.get("model_config") != self.model_config:
             raise snapshot.SnapshotError(
                 f"{where}: snapshot model {st.get('model_config')} does not match this run's model {self.model_config}; "
