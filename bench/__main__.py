@@ -1,12 +1,15 @@
-"""`python -m bench` (= `make bench`): RL-step, warm-up-step, naive-reference and
-prefix-sharing benchmarks.
+"""`python -m bench` (= `make bench`): RL-step, warm-up-step, naive-reference,
+prefix-sharing, time-to-accuracy and end-to-end pipeline benchmarks.
 
 Each configuration runs in a fresh subprocess (its ru_maxrss is its own peak); figures are
 medians over the timed steps after warm-up steps. The naive reference alternates our
 sampler and `generate_naive` step by step in one process, so its ratios share the load; the
 sharing section alternates prefix sharing on and off (MATHRL_NO_PREFIX_SHARING=1) the same way.
-Prints a table and writes rl_step.json, sft_step.json, naive.json, sharing.json and
-summary.json to --out.
+Time to accuracy (bench.tta) starts from nothing (problem sets, warm-up, GRPO) with a wall
+budget per task; the pipeline section (bench.pipeline) runs `make report`'s Snakemake
+command into a fresh results directory and sums its benchmark files by rule.
+Prints tables and writes one JSON per section, summary.json (targets) and table.md (the
+README's performance table) to --out.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 
 from bench.common import GROUP_SIZE, PRESETS, build_tree, machine_info, run_child
 
-SECTIONS = ("rl", "sft", "naive", "sharing")
+SECTIONS = ("rl", "sft", "naive", "sharing", "tta", "pipeline")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 # Timed steps per preset (full run); the 64-rollout RL steps are cheap, so twice as many.
 RL_STEPS = {"small": 20, "adder": 10, "multiplier": 6}
@@ -33,6 +36,14 @@ SFT_BATCH = 256
 # Targets: (label, preset, batch, limit seconds, stretch seconds or None)
 STEP_TARGETS = [("GRPO step, small @512 rollouts", "small", 512, 0.4, 0.25), ("GRPO step, adder @512 rollouts", "adder", 512, 1.0, None)]
 RSS_LIMIT_MB = 1.5 * 1024
+# Time to accuracy: (task, targets) from a fresh start.
+TTA = [("add", [0.95, 0.99]), ("mul", [0.90])]
+TTA_SFT_UNTIL = 0.9  # bench.tta's default
+# make report (default config) wall seconds: issue limit and target.
+PIPELINE_LIMIT_S, PIPELINE_TARGET_S = 15 * 60, 5 * 60
+# Targets that need a GPU; printed as not measured when CUDA is absent.
+GPU_TARGETS = ["adder GRPO step @512 rollouts on one GPU <= 10 ms", "warm-up + RL to 99% on 3-digit addition on one GPU <= 60 s",
+               "config/full.yaml grid on one GPU <= 30 min"]  # fmt: skip
 
 
 def csv_list(kind):
@@ -56,6 +67,9 @@ def parse_args(argv):
     p.add_argument("--steps", type=int, help="timed steps of every configuration (overrides the per-preset defaults)")
     p.add_argument("--warmup", type=int, help="untimed warm-up steps (default 2, 1 with --quick)")
     p.add_argument("--threads", type=int, help="torch intra-op threads in every configuration (default: torch's default)")
+    p.add_argument("--tta-budget", type=float, default=600.0, help="wall seconds per time-to-accuracy task (default 600)")
+    p.add_argument("--pipeline-existing", type=Path, metavar="RESULTS",
+                   help="summarise this finished results directory instead of running the pipeline")
     args = p.parse_args(argv)
     bad = [x for x in args.presets if x not in PRESETS]
     if bad:
@@ -68,6 +82,8 @@ def parse_args(argv):
         args.naive_batch = 512 if 512 in args.batches else max(args.batches)
     if args.warmup is None:
         args.warmup = 1 if args.quick else 2
+    if args.quick:
+        args.tta_budget = min(args.tta_budget, 30.0)
     return args
 
 
@@ -142,6 +158,23 @@ def sharing_table(recs: list[dict]) -> str:
                   "off/on", "peak RSS MiB"], rows)  # fmt: skip
 
 
+def tta_table(recs: list[dict]) -> str:
+    rows = []
+    for r in recs:
+        best = r["best"] or {}
+        for target, hit in r["reached"].items():
+            at = f"{hit['seconds']:.0f} s ({hit['phase']} step {hit['step']})" if hit else f"not in {r['budget_s']:.0f} s"
+            rows.append([r["task"], r["preset"], f"{100 * float(target):.0f}%", at,
+                         f"{100 * best.get('accuracy', math.nan):.1f}% at {best.get('seconds', math.nan):.0f} s"])  # fmt: skip
+    return table(["task", "preset", "target", "first reached", "best held-out accuracy"], rows, right_from=3)
+
+
+def pipeline_table(rec: dict) -> str:
+    stages = sorted(rec["stages"].items(), key=lambda kv: -kv[1]["job_seconds"])
+    rows = [[rule, str(st["jobs"]), f"{st['job_seconds']:.1f}", f"{st['max_seconds']:.1f}", st["max_job"]] for rule, st in stages]
+    return table(["rule", "jobs", "job seconds", "longest job s", "longest job"], rows, right_from=1)
+
+
 def targets(results: dict) -> list[dict]:
     out = []
     rl = {(r["preset"], r["batch"]): r for r in results.get("rl", [])}
@@ -160,6 +193,17 @@ def targets(results: dict) -> list[dict]:
         mb, where = max(procs)
         t.update(value_mb=mb, where=where, status="PASS" if mb < RSS_LIMIT_MB else "MISS")
     out.append(t)
+    pipe = results.get("pipeline")
+    for label, limit in (("make report, default config", PIPELINE_LIMIT_S), ("make report, default config (aim)", PIPELINE_TARGET_S)):
+        t = {"target": label, "limit_s": limit, "stretch_s": None, "value_s": None, "status": "NOT MEASURED"}
+        if pipe and pipe[0].get("wall_s") is not None:
+            t.update(value_s=pipe[0]["wall_s"], status="PASS" if pipe[0]["wall_s"] <= limit else "MISS")
+        out.append(t)
+    for r in results.get("tta", []):
+        for target, hit in r["reached"].items():
+            out.append({"target": f"{r['task']} to {100 * float(target):.0f}% from scratch (CPU, reported)", "limit_s": None,
+                        "stretch_s": None, "value_s": hit["seconds"] if hit else None,
+                        "status": "REACHED" if hit else f"NOT REACHED in {r['budget_s']:.0f} s"})  # fmt: skip
     return out
 
 
@@ -167,14 +211,14 @@ def targets_text(ts: list[dict]) -> str:
     lines = []
     for t in ts:
         if "limit_s" in t:
-            goal = f"<= {t['limit_s']:.2f} s" + (f" (stretch {t['stretch_s']:.2f} s)" if t["stretch_s"] else "")
+            goal = "-" if t["limit_s"] is None else f"<= {t['limit_s']:.2f} s" + (f" (stretch {t['stretch_s']:.2f} s)" if t["stretch_s"] else "")
             val = "-" if t["value_s"] is None else f"{t['value_s']:.3f} s"
             extra = f"  stretch {t['stretch_status']}" if "stretch_status" in t else ""
         else:
             goal = f"< {t['limit_mb'] / 1024:.1f} GiB"
             val = "-" if t["value_mb"] is None else f"{t['value_mb']:.0f} MiB ({t['where']})"
             extra = ""
-        lines.append(f"  {t['target']:<32} {goal:<28} {val:<28} {t['status']}{extra}")
+        lines.append(f"  {t['target']:<44} {goal:<28} {val:<28} {t['status']}{extra}")
     return "\n".join(lines)
 
 
@@ -218,9 +262,18 @@ def main(argv=None) -> int:
                                                                      "--steps", str(n_steps(args, NAIVE_PAIRS, p)), *common])
                 for p in args.presets
             ]  # fmt: skip
+    if "tta" in args.sections:
+        results["tta"] = [
+            child("tta", f"time to accuracy, {task}", ["--task", task, "--targets", ",".join(map(str, tg)),
+                                                      "--budget", str(args.tta_budget)] + (["--threads", str(args.threads)] if args.threads else []))
+            for task, tg in TTA
+        ]  # fmt: skip
+    if "pipeline" in args.sections:
+        argv = ["--existing", str(args.pipeline_existing)] if args.pipeline_existing else []
+        results["pipeline"] = [child("pipeline", "default pipeline (make report)", argv)]
     machine["loadavg_end"] = list(os.getloadavg())
     machine["bench_seconds"] = time.perf_counter() - t_start
-    threads = sorted({r["torch_threads"] for recs in results.values() for r in recs})
+    threads = sorted({r["torch_threads"] for recs in results.values() for r in recs if "torch_threads" in r})
     machine["torch_threads_children"] = threads
     ts = targets(results)
 
@@ -254,17 +307,57 @@ def main(argv=None) -> int:
         print("  over the full sequences (off, MATHRL_NO_PREFIX_SHARING=1), alternating step by step in one process;")
         print("  seconds are medians, off/on = the step-time ratio")
         print(table_indent(sharing_table(results["sharing"])))
+    if "tta" in results:
+        print(f"\nTime to accuracy from a fresh start (problem sets, warm-up to {TTA_SFT_UNTIL:.0%}, then GRPO @512), one CPU process,")
+        print("  held-out greedy accuracy on 500 problems; wall seconds include every evaluation")
+        print(table_indent(tta_table(results["tta"])))
+    if "pipeline" in results:
+        rec = results["pipeline"][0]
+        head = f"wall {rec['wall_s']:.0f} s with --cores {rec['cores']}" if rec.get("wall_s") is not None else f"summary of {rec['results']}"
+        print(f"\nDefault pipeline (snakemake --profile profiles/default report, as make report): {head}")
+        print("  per rule, from Snakemake's benchmark files: summed job seconds (jobs run in parallel) and the longest job")
+        print(table_indent(pipeline_table(rec)))
     print("\nTargets")
     print(targets_text(ts))
+    if not machine["cuda"]:
+        print("  GPU targets, NOT MEASURED (no CUDA device on this machine):")
+        for label in GPU_TARGETS:
+            print(f"    {label}")
 
     # ---- the JSON
     args.out.mkdir(parents=True, exist_ok=True)
-    names = {"rl": "rl_step.json", "sft": "sft_step.json", "naive": "naive.json", "sharing": "sharing.json"}
+    names = {"rl": "rl_step.json", "sft": "sft_step.json", "naive": "naive.json", "sharing": "sharing.json",
+             "tta": "tta.json", "pipeline": "pipeline.json"}  # fmt: skip
     for sec, recs in results.items():
         (args.out / names[sec]).write_text(json.dumps({"machine": machine, "settings": settings, "results": recs}, indent=2) + "\n")
     (args.out / "summary.json").write_text(json.dumps({"machine": machine, "settings": settings, "targets": ts}, indent=2) + "\n")
-    print(f"\nwrote {', '.join(names[s] for s in results)} and summary.json to {args.out}")
+    (args.out / "table.md").write_text(markdown_table(machine, results, ts))
+    print(f"\nwrote {', '.join(names[s] for s in results)}, summary.json and table.md to {args.out}")
     return 0
+
+
+def markdown_table(machine: dict, results: dict, ts: list[dict]) -> str:
+    """The README's performance table: every target with its measured value and verdict."""
+    m = machine
+    lines = [f"Measured by `make bench` on {m['date'][:10]}, git {(m['git']['commit'] or '?')[:10]}: {m['cpu']}, "
+             f"{m['cpus_usable']} usable CPUs, torch {m['torch']}, CUDA {'yes' if m['cuda'] else 'no'}; "
+             f"load average {m['loadavg_start'][0]:.1f} at start, {m['loadavg_end'][0]:.1f} at end.", "",
+             "| figure | target | measured | verdict |", "| --- | --- | --- | --- |"]  # fmt: skip
+    for t in ts:
+        if "limit_mb" in t:
+            goal, val = f"< {t['limit_mb'] / 1024:.1f} GiB", "-" if t["value_mb"] is None else f"{t['value_mb']:.0f} MiB ({t['where']})"
+        else:
+            goal = "-" if t["limit_s"] is None else f"<= {t['limit_s']:g} s" + (f" (aim {t['stretch_s']:g} s)" if t["stretch_s"] else "")
+            val = "-" if t["value_s"] is None else f"{t['value_s']:.3f} s" if t["value_s"] < 10 else f"{t['value_s']:.0f} s"
+        verdict = t["status"] + (f", aim {t['stretch_status']}" if "stretch_status" in t else "")
+        lines.append(f"| {t['target']} | {goal} | {val} | {verdict} |")
+    for r in results.get("naive", []):
+        lines.append(f"| naive reference / ours, {r['preset']} @{r['batch']} step | ratio | {r['ratio']['total']:.2f}x | - |")
+    for r in results.get("sharing", []):
+        lines.append(f"| prefix sharing off / on, {r['preset']} @{r['batch']} step | ratio | {r['ratio']['total']:.2f}x | - |")
+    if not m["cuda"]:
+        lines += [f"| {label} | (GPU) | - | NOT MEASURED (no GPU) |" for label in GPU_TARGETS]
+    return "\n".join(lines) + "\n"
 
 
 def table_indent(text: str) -> str:

@@ -12,14 +12,15 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
 def test_bench_quick_smoke(tmp_path):
     out = tmp_path / "bench"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     # One thread: the smoke test stays fast when other jobs share the cores.
-    cmd = [sys.executable, "-m", "bench", "--quick", "--presets", "small", "--batches", "64", "--threads", "1", "--out", str(out)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    cmd = [sys.executable, "-m", "bench", "--quick", "--presets", "small", "--batches", "64", "--threads", "1", "--out", str(out),
+           "--only", "rl", "--only", "sft", "--only", "naive"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "RL step" in proc.stdout and "Targets" in proc.stdout and "naive/ours" in proc.stdout
 
@@ -45,3 +46,40 @@ def test_bench_quick_smoke(tmp_path):
     statuses = {t["target"]: t["status"] for t in summary["targets"]}
     assert statuses["training process peak RSS"] in ("PASS", "MISS")
     assert statuses["GRPO step, small @512 rollouts"] == "NOT MEASURED"  # 512 was not asked for
+
+
+def test_time_to_accuracy_runs_both_phases_and_reports_misses():
+    """A trivial target is met at the first evaluation; an impossible one is reported as a miss
+    with the best accuracy, after the warm-up (stopped at once) and GRPO ran to the budget."""
+    cmd = [sys.executable, "-m", "bench.tta", "--task", "add", "--targets", "0,1", "--budget", "8", "--sft-until", "0",
+           "--sft-eval-every", "5", "--batch", "64", "--eval-every", "2", "--threads", "1"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert rec["reached"]["0"] == rec["curve"][0] and rec["curve"][0]["phase"] == "warm-up" and rec["curve"][0]["step"] == 5
+    assert rec["reached"]["1"] is None and rec["warmup_finished"]
+    phases = [c["phase"] for c in rec["curve"]]
+    assert phases.count("warm-up") == 1 and phases.count("GRPO") >= 1 and phases[-1] == "GRPO"
+    assert [c["seconds"] for c in rec["curve"]] == sorted(c["seconds"] for c in rec["curve"])
+    assert rec["best"]["accuracy"] == max(c["accuracy"] for c in rec["curve"])
+    assert 8 <= rec["wall_s"] < 60
+
+
+def test_pipeline_stage_times_sum_benchmark_files(tmp_path):
+    from bench.pipeline import stage_times
+
+    head = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+    files = {"train/a.tsv": "2.5", "train/b.tsv": "4.0", "sft/add.tsv": "30.0", "report/report.tsv": "1.5"}
+    for rel, secs in files.items():
+        path = tmp_path / "benchmarks" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(head + f"{secs}\t0:00:02\t300.5\t1\t1\t1\t0\t0\t50\t1\n")
+    stages = stage_times(tmp_path)
+    assert set(stages) == {"train", "sft", "report"}
+    assert stages["train"]["jobs"] == 2 and stages["train"]["job_seconds"] == 6.5
+    assert (stages["train"]["max_seconds"], stages["train"]["max_job"]) == (4.0, "b")
+    assert stages["sft"]["max_rss_mb"] == 300.5
+    proc = subprocess.run([sys.executable, "-m", "bench.pipeline", "--existing", str(tmp_path)], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["stages"]["report"]["job_seconds"] == 1.5
