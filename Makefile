@@ -23,7 +23,9 @@ test: setup
 	$(BIN)/pytest -q
 
 report: setup
-	$(BIN)/snakemake --profile profiles/default report
+	@start=$$(date +%s); $(BIN)/snakemake --profile profiles/default report && \
+	  echo "snakemake took $$(( $$(date +%s) - start )) s"
+	@$(BIN)/python -m bench.pipeline --existing results --table || true
 	@echo "open results/report.html"
 
 bench: setup

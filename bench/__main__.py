@@ -23,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import GROUP_SIZE, PRESETS, build_tree, machine_info, run_child
+from bench.common import GROUP_SIZE, PRESETS, build_tree, machine_info, run_child, table
+from bench.pipeline import stages_table
 
 SECTIONS = ("rl", "sft", "naive", "sharing", "tta", "pipeline")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
@@ -114,15 +115,6 @@ def spread(stat: dict) -> str:
     return "-" if math.isnan(r) else f"{100 * r:.0f}%"
 
 
-def table(headers: list[str], rows: list[list[str]], right_from: int = 1) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-
-    def line(cells):
-        return "  ".join(c.ljust(w) if i < right_from else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
-
-
 def rl_table(recs: list[dict]) -> str:
     rows = [[r["preset"], str(r["batch"]), str(r["total"]["n"]), fmt_s(r["sample"]["median"]), fmt_s(r["update"]["median"]),
              fmt_s(r["total"]["median"]), spread(r["total"]), f"{r['sequences_per_second']:.0f}",
@@ -167,12 +159,6 @@ def tta_table(recs: list[dict]) -> str:
             rows.append([r["task"], r["preset"], f"{100 * float(target):.0f}%", at,
                          f"{100 * best.get('accuracy', math.nan):.1f}% at {best.get('seconds', math.nan):.0f} s"])  # fmt: skip
     return table(["task", "preset", "target", "first reached", "best held-out accuracy"], rows, right_from=3)
-
-
-def pipeline_table(rec: dict) -> str:
-    stages = sorted(rec["stages"].items(), key=lambda kv: -kv[1]["job_seconds"])
-    rows = [[rule, str(st["jobs"]), f"{st['job_seconds']:.1f}", f"{st['max_seconds']:.1f}", st["max_job"]] for rule, st in stages]
-    return table(["rule", "jobs", "job seconds", "longest job s", "longest job"], rows, right_from=1)
 
 
 def targets(results: dict) -> list[dict]:
@@ -316,7 +302,7 @@ def main(argv=None) -> int:
         head = f"wall {rec['wall_s']:.0f} s with --cores {rec['cores']}" if rec.get("wall_s") is not None else f"summary of {rec['results']}"
         print(f"\nDefault pipeline (snakemake --profile profiles/default report, as make report): {head}")
         print("  per rule, from Snakemake's benchmark files: summed job seconds (jobs run in parallel) and the longest job")
-        print(table_indent(pipeline_table(rec)))
+        print(table_indent(stages_table(rec["stages"])))
     print("\nTargets")
     print(targets_text(ts))
     if not machine["cuda"]:

@@ -218,3 +218,12 @@ def machine_info() -> dict:
         "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(),
         "loadavg_start": list(os.getloadavg()), "git": git_state(),
     }  # fmt: skip
+
+
+def table(headers: list[str], rows: list[list[str]], right_from: int = 1) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells):
+        return "  ".join(c.ljust(w) if i < right_from else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])

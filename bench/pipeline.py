@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, emit
+from bench.common import ROOT, emit, table
 
 
 def stage_times(results: Path) -> dict[str, dict]:
@@ -46,9 +46,24 @@ def stage_times(results: Path) -> dict[str, dict]:
     return stages
 
 
+def stages_table(stages: dict[str, dict]) -> str:
+    """The per-rule times as a text table, the costliest rule first."""
+    rows = [[rule, str(st["jobs"]), f"{st['job_seconds']:.1f}", f"{st['max_seconds']:.1f}", st["max_job"]]
+            for rule, st in sorted(stages.items(), key=lambda kv: -kv[1]["job_seconds"])]  # fmt: skip
+    total = sum(st["job_seconds"] for st in stages.values())
+    rows.append(["all", str(sum(st["jobs"] for st in stages.values())), f"{total:.1f}", "", ""])
+    return table(["rule", "jobs", "job seconds", "longest job s", "longest job"], rows, right_from=1)
+
+
+def pipeline_command(results: Path, cores: str, config_items: list[str]) -> list[str]:
+    """make report's Snakemake command into `results`; the target comes first, because
+    --config takes every word after it."""
+    return [sys.executable, "-m", "snakemake", "report", "--profile", "profiles/default", "--cores", cores,
+            "--config", f"results={results}", *config_items]  # fmt: skip
+
+
 def run_pipeline(results: Path, cores: str, config_items: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/default", "--cores", cores,
-           "--config", f"results={results}", *config_items, "report"]  # fmt: skip
+    cmd = pipeline_command(results, cores, config_items)
     print(f"  running: {' '.join(cmd)}", file=sys.stderr, flush=True)
     log = results.parent / "snakemake.log"
     load_start = os.getloadavg()
@@ -69,6 +84,7 @@ def main(argv=None) -> int:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--results", type=Path, help="results directory to build (default: a fresh temporary one)")
     g.add_argument("--existing", type=Path, help="only summarise this finished results directory")
+    p.add_argument("--table", action="store_true", help="print a table of the per-rule times instead of JSON")
     p.add_argument("--cores", default="all", help="snakemake --cores (default all, as make report)")
     p.add_argument("--config-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="extra snakemake --config item, e.g. for a smaller smoke run")
@@ -77,7 +93,12 @@ def main(argv=None) -> int:
     if args.existing:
         if not (args.existing / "benchmarks").is_dir():
             p.error(f"--existing: {args.existing / 'benchmarks'} does not exist (run make report first)")
-        emit({"mode": "existing", "results": str(args.existing), "stages": stage_times(args.existing)})
+        stages = stage_times(args.existing)
+        if args.table:
+            print(f"Per-rule times of {args.existing} (Snakemake's benchmark files; jobs ran in parallel):")
+            print(stages_table(stages))
+        else:
+            emit({"mode": "existing", "results": str(args.existing), "stages": stages})
         return 0
     with tempfile.TemporaryDirectory(prefix="mathrl-bench-pipeline-") as tmp:
         results = (args.results or Path(tmp) / "results").resolve()

@@ -83,3 +83,14 @@ def test_pipeline_stage_times_sum_benchmark_files(tmp_path):
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])["stages"]["report"]["job_seconds"] == 1.5
+
+
+def test_pipeline_command_is_make_reports(tmp_path):
+    """The benchmarked command is make report's, into the fresh directory; Snakemake parses it."""
+    from bench.pipeline import pipeline_command
+
+    cmd = pipeline_command(tmp_path / "results", "all", ["train={steps: 2}"])
+    assert cmd[cmd.index("--profile") + 1] == "profiles/default" and cmd[-2:] == [f"results={tmp_path / 'results'}", "train={steps: 2}"]
+    proc = subprocess.run([*cmd, "-n", "--quiet"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not (tmp_path / "results" / "report.html").exists()
