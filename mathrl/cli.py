@@ -153,7 +153,8 @@ def cmd_launch(args) -> int:
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     try:
         return launch(train_args, gpus=args.gpus, threads=args.threads, lock_dir=args.lock_dir,
-                      dry_run=args.dry_run, torchrun_args=args.torchrun_arg, torchrun=args.torchrun)  # fmt: skip
+                      dry_run=args.dry_run, torchrun_args=args.torchrun_arg, torchrun=args.torchrun,
+                      fork_server=args.fork_server)  # fmt: skip
     except (ValueError, TimeoutError) as exc:
         print(f"mathrl launch: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
@@ -257,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("launch", help="one `mathrl train` under torchrun on GPUs of its own (for concurrent jobs)",
-                       usage="mathrl launch [--gpus N] [--threads T] [--lock-dir DIR] [--torchrun-arg ARG] [--dry-run] -- <mathrl train args>")  # fmt: skip
+                       usage="mathrl launch [--gpus N] [--threads T] [--lock-dir DIR] [--torchrun-arg ARG] [--fork-server auto|off] [--dry-run] -- <mathrl train args>")  # fmt: skip
     p.add_argument("--gpus", type=int, help="GPUs to lease, one worker each (default: 1 if a GPU is visible, else 0 = one CPU worker)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads of the job, split between workers (OMP/MKL_NUM_THREADS; default 1)")
     p.add_argument("--lock-dir", type=Path, help="GPU slot locks shared by the node's jobs (default $MATHRL_GPU_LOCK_DIR or /tmp/mathrl-gpu-locks-$USER)")
@@ -265,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the command and its environment, run nothing")
     p.add_argument("--torchrun", choices=["always", "auto"], default="always",
                    help="auto: a single CPU worker runs without torchrun's agent (saves ~2 s per run); default always")
+    p.add_argument("--fork-server", choices=["auto", "off"], default="off",
+                   help="auto: a lone CPU worker (no GPU, outside SLURM) is forked from a per-user server that has "
+                        "imported torch once, instead of a fresh interpreter (saves ~2.5 s per run); default off")
     p.add_argument("train_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="arguments for `mathrl train`")
     p.set_defaults(func=cmd_launch)
 

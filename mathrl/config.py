@@ -31,6 +31,13 @@ ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = ROOT / "config" / "config.schema.yaml"
 DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
 RUN_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+# libyaml's safe loader where PyYAML was built with it (10x faster; the same safe subset).
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def safe_load(text: str):
+    """yaml.safe_load, through libyaml when available."""
+    return yaml.load(text, Loader=YAML_LOADER)  # noqa: S506 - a safe loader
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -39,7 +46,7 @@ def read_yaml(path: str | Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"config file {path}: no such file")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = safe_load(path.read_text())
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" line {where.line + 1}" if where is not None else ""
@@ -53,7 +60,7 @@ def read_yaml(path: str | Path) -> dict:
 
 @functools.cache
 def _schema_text_parsed() -> dict:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+    return safe_load(SCHEMA_PATH.read_text())
 
 
 def load_schema() -> dict:
@@ -200,9 +207,17 @@ def validate(instance: dict, schema: dict | None = None, prefix: str = "", sourc
         raise ConfigError(head + "\n  " + "\n  ".join(lines))
 
 
+# Settings (as canonical JSON) that passed the schema: a process that expands the grid
+# twice (load, then `--run`) validates each run once.
+_VALID_SETTINGS: set[str] = set()
+
+
 def check_train(cfg: dict, settings: dict, where: str, world_size: int = 1) -> None:
-    """The checks of one run's settings that a schema cannot express."""
-    validate(settings, prefix=where, validator=_train_validator())
+    """The schema check of one run's settings, then what a schema cannot express."""
+    key = json.dumps(settings, sort_keys=True, default=repr)
+    if key not in _VALID_SETTINGS:
+        validate(settings, prefix=where, validator=_train_validator())
+        _VALID_SETTINGS.add(key)
     if settings["task"] not in cfg["tasks"]:
         raise ConfigError(
             f"{where}.task: {settings['task']!r} is not a task{_suggest(settings['task'], cfg['tasks'])}; "

@@ -150,7 +150,7 @@ def stages(cfg: dict, configs: Sequence[tuple[str, Mapping]], sources: Sequence[
 
     pipe = pipeline_settings(cfg)
     gpus = "" if pipe["gpus_per_run"] == "auto" else f" --gpus {pipe['gpus_per_run']}"  # auto: launch's own default
-    launch = f"{mathrl} launch{gpus} --threads {pipe['threads_per_run']} --torchrun {pipe['torchrun']}"
+    launch = f"{mathrl} launch{gpus} --threads {pipe['threads_per_run']} --torchrun {pipe['torchrun']} --fork-server {'auto' if pipe['fork_server'] else 'off'}"
     for run_id, spec in runs.items():
         s = spec.settings
         init = [] if s["init"] == "random" else [sft_model(s["task"]) if s["init"] is None else s["init"]]

@@ -10,6 +10,7 @@ to torchrun, which stops its workers; if the launcher itself dies, torchrun gets
 
 from __future__ import annotations
 
+import functools
 import getpass
 import os
 import shlex
@@ -51,30 +52,43 @@ def torchrun_command(nproc: int, args: Sequence[str], torchrun_args: Sequence[st
             *torchrun_args, "-m", *module, *args]  # fmt: skip
 
 
-def _parent_death_signal():
-    """A preexec_fn giving the child SIGTERM when this process dies (Linux; else None)."""
+@functools.cache
+def _prctl():
+    """libc's prctl (Linux), or None; looked up once, before any fork."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
+
+
+def set_parent_death_signal(parent: int) -> bool:
+    """Ask Linux to send this process SIGTERM when its parent dies (PR_SET_PDEATHSIG);
+    if `parent` is already gone, terminate now. False where unsupported."""
+    prctl = _prctl()
+    if prctl is None:
+        return False
+    prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+    return True
+
+
+def _parent_death_signal():
+    """A preexec_fn giving the child SIGTERM when this process dies (Linux; else None)."""
+    if _prctl() is None:
+        return None
     parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return preexec
+    return lambda: set_parent_death_signal(parent)
 
 
 def launch(args: Sequence[str] = (), *, gpus: int | None = None, threads: int = 1, lock_dir: Path | None = None,
            dry_run: bool = False, torchrun_args: Sequence[str] = (), module: Sequence[str] = ("mathrl", "train"),
-           timeout: float | None = None, out: TextIO | None = None, torchrun: str = "always") -> int:  # fmt: skip
+           timeout: float | None = None, out: TextIO | None = None, torchrun: str = "always",
+           fork_server: str = "off") -> int:  # fmt: skip
     """Run `torchrun ... -m <module> <args>` on `gpus` leased GPUs (0: CPU); its exit code.
 
     gpus None takes 1 when a GPU is visible, else 0. `module` is for tests (a tiny probe
@@ -91,6 +105,8 @@ def launch(args: Sequence[str] = (), *, gpus: int | None = None, threads: int = 
     per_worker = str(max(1, threads // nproc))
     if torchrun not in ("always", "auto"):
         raise ValueError(f"--torchrun: {torchrun!r} is not allowed; allowed: always, auto")
+    if fork_server not in ("auto", "off"):
+        raise ValueError(f"--fork-server: {fork_server!r} is not allowed; allowed: auto, off")
     # torchrun's parser reads `--run` as an ambiguous abbreviation of its own --run-path.
     args = ["--experiment-run" if a == "--run" else a for a in args]
     cmd = torchrun_command(nproc, args, torchrun_args, module, mode="auto" if torchrun == "auto" and gpus == 0 else "always")
@@ -112,6 +128,13 @@ def launch(args: Sequence[str] = (), *, gpus: int | None = None, threads: int = 
 
     with gpu_slots.acquire(gpus, lock_dir, timeout=timeout) as lease:
         env = {**os.environ, **lease.env(), "OMP_NUM_THREADS": per_worker, "MKL_NUM_THREADS": per_worker}
+        if cmd[1:3] == ["-m", "mathrl"] and fork_server == "auto":  # a lone CPU worker of mathrl itself
+            from mathrl import forkserver
+
+            if forkserver.enabled(gpus, env):
+                rc = forkserver.run(cmd[3:], env)
+                if rc is not None:
+                    return rc
         return _run(cmd, env, lease.fds)
 
 

@@ -102,6 +102,18 @@ def results(path: str) -> str:
     return os.path.join(RESULTS, path)
 
 
+class LaunchSetting:
+    """A params value that reaches a shell command (quoted) but is no rerun trigger:
+    Snakemake hashes builtin-typed params only, and how a run is started (torchrun or
+    not, forked or not) changes none of its results."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __str__(self):
+        return str(self.value)
+
+
 # ---- resources: the `pipeline` block, defaults from the schema --------------------------
 PIPELINE = {
     key: CFG["pipeline"].get(key, spec["default"])

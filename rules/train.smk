@@ -25,7 +25,9 @@ rule train:
         settings=get_run_hash,
         config=CONFIG_FILE,
         py=PY,
-        torchrun=PIPELINE["torchrun"],
+        torchrun=LaunchSetting(PIPELINE["torchrun"]),
+        fork_server=LaunchSetting("auto" if PIPELINE["fork_server"] else "off"),
     shell:
         "{params.py:q} -m mathrl launch --gpus {resources.gpu} --threads {threads} --torchrun {params.torchrun:q}"
+        " --fork-server {params.fork_server:q}"
         " -- --config {params.config:q} --experiment-run {wildcards.run_id} --on-mismatch restart > {log:q} 2>&1"

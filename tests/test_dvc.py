@@ -55,7 +55,7 @@ def test_a_stage_per_task_run_study_and_report_step_with_the_rules_commands():
     assert sft["outs"] == ["results/sft/add/model.pt", "results/sft/add/summary.json"]
 
     run = stages[stage_name("train", "clipping__grad_clip-0.5__s0")]
-    assert run["cmd"] == (f"{py} launch --threads 1 --torchrun auto -- --config config/config.yaml "
+    assert run["cmd"] == (f"{py} launch --threads 1 --torchrun auto --fork-server auto -- --config config/config.yaml "
                           "--experiment-run clipping__grad_clip-0.5__s0 --on-mismatch restart")  # fmt: skip
     assert run["params"] == [{"config/config.yaml": ["train", "algorithms", "experiments.clipping", "tasks.add"]}]
     assert "results/sft/add/model.pt" in run["deps"]

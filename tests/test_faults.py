@@ -440,7 +440,7 @@ def test_second_snakemake_on_the_same_directory_is_refused_and_the_first_complet
         (["--set", "tasks.add.ndigit=two"], "tasks.add.ndigit: 'two' is not of type 'integer'"),
         (["--set", "train.group_size=0"], "train.group_size: 0 is less than the minimum of 1"),
         (["--set", "experiments.tiny.grid.batch_size=[]"], "experiments.tiny.grid.batch_size: [] should be non-empty"),
-        (["--config", "MALFORMED"], "bad.yaml line 3: malformed YAML: mapping values are not allowed here"),
+        (["--config", "MALFORMED"], "bad.yaml line 3: malformed YAML: mapping values are not allowed"),
     ],
     ids=["unknown-key", "wrong-type", "out-of-range", "zero-run-grid", "malformed-yaml"],
 )
@@ -601,7 +601,7 @@ def test_every_value_reaching_a_rule_shell_is_quoted_or_constrained():
     assert re.search(r'study="\[A-Za-z0-9_\]\+"', block)  # run_id and task: alternations of validated names
     schema = load_schema()["definitions"]
     # Params that are no file and no free text: a closed set of safe words from the schema.
-    enum_params = {"torchrun": schema["pipeline"]["properties"]["torchrun"]["enum"]}
+    enum_params = {"torchrun": schema["pipeline"]["properties"]["torchrun"]["enum"], "fork_server": ["auto", "off"]}
     for values in enum_params.values():
         assert all(re.fullmatch(r"[a-z]+", v) for v in values)
     commands = shell_commands()

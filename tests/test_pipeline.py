@@ -157,9 +157,9 @@ def test_a_finished_grid_has_nothing_to_do_and_a_changed_setting_reruns_only_its
     assert "params have changed" in changed.stdout.lower()
     assert "rule sft" not in changed.stdout and "rule bandit" not in changed.stdout
 
-    # Scheduling is no setting: other threads and memory rerun nothing.
-    moved = snakemake(workdir, "-n", "runs", "--configfile", tiny,
-                      "--config", "pipeline={threads_per_run: 2, mem_mb_per_run: 1000}")  # fmt: skip
+    # Scheduling is no setting: other threads, memory or launch mode rerun nothing.
+    moved = snakemake(workdir, "-n", "runs", "--configfile", tiny, "--config",
+                      "pipeline={threads_per_run: 2, mem_mb_per_run: 1000, torchrun: always, fork_server: false}")  # fmt: skip
     assert moved.returncode == 0 and "Nothing to be done" in moved.stdout + moved.stderr
 
 
