@@ -15,7 +15,6 @@ it is given over `DEFAULTS`, so a partial block works too.
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 import tempfile
@@ -25,18 +24,16 @@ import pandas as pd
 import torch
 from torch import nn
 
-from mathrl.config import load_schema
-
-BANDIT_STUDIES = ("entropy_collapse", "gradient_vanishing", "reward_hacking")
-COLUMNS = ["study", "setting", "seed", "step", "phase", "entropy", "p0", "p1", "p2", "loss", "grad_norm",
-           "reward_std", "reward_mean", "proxy_reward", "true_reward", "lr", "entropy_coef"]
-SHARED_KEYS = ("steps", "batch_size", "hidden", "reward_noise")  # a setting may override these
-# The defaults are the schema's (config/config.schema.yaml): one source of truth for the
-# CLI, Snakemake and direct callers.
-_SCHEMA = load_schema()
-DEFAULTS = _SCHEMA["properties"]["bandit"]["default"]
-SETTING_DEFAULTS = {k: v["default"] for k, v in _SCHEMA["definitions"]["bandit_setting"]["properties"].items() if "default" in v}
-
+from mathrl.bandit_config import (  # noqa: F401 - re-exported
+    BANDIT_STUDIES,
+    COLUMNS,
+    DEFAULTS,
+    SETTING_DEFAULTS,
+    SHARED_KEYS,
+    converged_to,
+    proxy_scores,
+    resolve,
+)
 
 class SimplePolicy(nn.Module):
     """MLP from a state vector to action logits. The last layer starts at zero weights with
@@ -55,25 +52,9 @@ class SimplePolicy(nn.Module):
         return self.head(self.body(state))
 
 
-def converged_to(p0: float, p1: float, p2: float, threshold: float = 0.9, best_arm: int = 1) -> str:
-    """'global' if the dominant arm (probability >= threshold) is the best arm, 'local' if it
-    is another arm, 'none' if no arm reaches the threshold."""
-    probs = [p0, p1, p2]
-    top = max(range(3), key=probs.__getitem__)
-    if probs[top] < threshold:
-        return "none"
-    return "global" if top == best_arm else "local"
-
-
 def fit_proxy(lengths, rewards, labelled_arms) -> torch.Tensor:
-    """A linear reward model, score = a + b * length, fitted by least squares on the labelled
-    arms' true rewards and then applied to every arm. On arms 0-2 longer answers happen to be
-    better, so the fit rewards length, and extrapolates to the unseen padded arm."""
-    x = torch.tensor([lengths[a] for a in labelled_arms], dtype=torch.float64)
-    y = torch.tensor([rewards[a] for a in labelled_arms], dtype=torch.float64)
-    design = torch.stack([torch.ones_like(x), x], dim=1)
-    coef = torch.linalg.lstsq(design, y.unsqueeze(1)).solution.squeeze(1)
-    return (coef[0] + coef[1] * torch.tensor(lengths, dtype=torch.float64)).float()
+    """`proxy_scores` as a float32 tensor, the reward signal of the simulation."""
+    return torch.tensor(proxy_scores(lengths, rewards, labelled_arms), dtype=torch.float64).float()
 
 
 def train_seed(run: dict, seed: int, signal, n_arms: int, init_logits=None) -> list[dict]:
@@ -149,18 +130,6 @@ def _study_signal(name: str, study: dict, run: dict, arm_rewards: torch.Tensor):
         return _noisy(score, noise, gen), {"phase": "", "true_reward": true_rewards[actions].mean().item(),
                                            "proxy_reward": score.mean().item()}
     return signal, n_arms, study["init_logits"]
-
-
-def resolve(cfg: dict | None) -> dict:
-    """`DEFAULTS` with `cfg` merged over it; a study's `settings` are replaced, not merged."""
-    out = copy.deepcopy(DEFAULTS)
-    cfg = copy.deepcopy(cfg or {})
-    for name, study in cfg.pop("studies", {}).items():
-        if name not in BANDIT_STUDIES:
-            raise ValueError(f"unknown bandit study {name!r}; allowed: {', '.join(BANDIT_STUDIES)}")
-        out["studies"][name].update(study)
-    out.update(cfg)
-    return out
 
 
 def run_study(name: str, cfg: dict | None = None) -> pd.DataFrame:

@@ -90,25 +90,29 @@ class CausalSelfAttention(nn.Module):
         self.n_embd = config.n_embd
         self.dropout = config.dropout
 
-    def forward(self, x, cache: KVCache | None = None, pos: int = 0):
+    def forward(self, x, cache: KVCache | None = None, pos: int = 0, last_only: bool = False):
         """Full causal attention over x (cache None), or attention over a KV cache.
 
         With a cache, x holds positions pos..pos+T-1: either the whole prompt (pos == 0,
         causal) or a single new token (T == 1), which may attend to every cached position,
-        so it needs no mask.
+        so it needs no mask. last_only: keys and values of every position (for the cache),
+        but the output of the last position only, (B, 1, C).
         """
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        if last_only:
+            q = q[:, -1:]  # the last query sees every position: no mask needed
+        q = q.reshape(B, q.size(1), self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, Tq, hs)
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         if cache is not None:
             assert pos == 0 or T == 1, "cached attention: prefill at pos 0, then one token a step"
             k, v = cache.update(k, v, pos)  # (B, nh, pos+T, hs)
+        Tq = q.size(2)
         y = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=T > 1
-        )  # (B, nh, T, hs)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=Tq > 1
+        )  # (B, nh, Tq, hs)
+        y = y.transpose(1, 2).contiguous().view(B, Tq, C)  # (B, Tq, C)
         return self.resid_dropout(self.c_proj(y))
 
     def forward_masked(self, x, mask, start: int = 0):
@@ -150,9 +154,10 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x, cache: KVCache | None = None, pos: int = 0):
-        x = x + self.attn(self.ln_1(x), cache, pos)  # (B, T, C)
-        x = x + self.mlp(self.ln_2(x))  # (B, T, C)
+    def forward(self, x, cache: KVCache | None = None, pos: int = 0, last_only: bool = False):
+        a = self.attn(self.ln_1(x), cache, pos, last_only)  # (B, T or 1, C)
+        x = (x[:, -1:] if last_only else x) + a  # (B, T or 1, C)
+        x = x + self.mlp(self.ln_2(x))  # (B, T or 1, C)
         return x
 
     def forward_masked(self, x, mask, start: int = 0):
@@ -216,17 +221,21 @@ class GPT(nn.Module):
         """Number of parameters (the tied embedding counted once)."""
         return sum(p.numel() for p in self.parameters())
 
-    def _trunk(self, idx, caches=None, pos: int = 0):
-        """Hidden states after the final LayerNorm for tokens idx at positions pos..pos+T-1."""
+    def _trunk(self, idx, caches=None, pos: int = 0, last_only: bool = False):
+        """Hidden states after the final LayerNorm for tokens idx at positions pos..pos+T-1
+        (B, T, C); last_only: of the last position only (B, 1, C), which in the last block
+        skips the attention output and MLP of the others (their keys and values are still
+        cached)."""
         B, T = idx.size()
         assert pos + T <= self.config.block_size, \
             f"sequence of length {pos + T} exceeds block_size {self.config.block_size}"
         tok_emb = self.transformer.wte(idx)  # (B, T, C)
         pos_emb = self.transformer.wpe.weight[pos:pos + T]  # (T, C)
         x = self.transformer.drop(tok_emb + pos_emb)  # (B, T, C)
+        last = len(self.transformer.h) - 1
         for i, block in enumerate(self.transformer.h):
-            x = block(x, None if caches is None else caches[i], pos)  # (B, T, C)
-        return self.transformer.ln_f(x)  # (B, T, C)
+            x = block(x, None if caches is None else caches[i], pos, last_only and i == last)  # (B, T, C)
+        return self.transformer.ln_f(x)  # (B, T or 1, C)
 
     def forward(self, idx, return_hidden: bool = False):
         """Logits (B, T, V) for tokens idx (B, T); with return_hidden also the final
@@ -331,7 +340,7 @@ class GPT(nn.Module):
         all_logits = None
         x, pos = prompts, 0
         for t in range(n_new):
-            hidden = self._trunk(x, caches, pos)  # (N or B, T, C)
+            hidden = self._trunk(x, caches, pos, last_only=True)  # (N or B, 1, C)
             logits = self.lm_head(hidden[:, -1])  # (N or B, V)
             if t == 0 and group_size > 1:  # the prompts were prefilled once: copy to the groups
                 for cache in caches:

@@ -15,6 +15,7 @@ import math
 import numbers
 import os
 import platform
+import shutil
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -110,9 +111,13 @@ def stage_times(cfg: dict) -> pd.DataFrame:
     return df.groupby("stage").agg(jobs=("job", "count"), total_seconds=("seconds", "sum"), max_seconds=("seconds", "max"), max_rss_mb=("max_rss_mb", "max")).reset_index()
 
 
-def reproducibility(cfg: dict, t: Tables) -> dict:
-    import torch
+def gpu_names() -> str:
+    """The GPUs nvidia-smi lists on this machine, or "none" (torch is not imported for this)."""
+    names = _run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]) if shutil.which("nvidia-smi") else ""
+    return ", ".join(line.strip() for line in names.splitlines() if line.strip()) or "none"
 
+
+def reproducibility(cfg: dict, t: Tables) -> dict:
     versions = {}
     for name in ("torch", "numpy", "pandas", "matplotlib", "jinja2", "snakemake", "dvc"):
         try:
@@ -127,6 +132,9 @@ def reproducibility(cfg: dict, t: Tables) -> dict:
         dvc_status = f"built by dvc repro (stage {os.environ['DVC_STAGE']})"
     elif Path(cfg["results"]).resolve() != (ROOT / "results").resolve():
         dvc_status = f"not checked: {cfg['results']} is not the results tree dvc.yaml tracks"
+    elif not (ROOT / "dvc.lock").exists():
+        # Without a lock file `dvc status` only lists every stage as changed (and takes seconds).
+        dvc_status = "no dvc.lock: this tree was built by Snakemake, not by dvc repro"
     elif (ROOT / "dvc.yaml").exists() and (ROOT / ".dvc").exists():
         lines = (_run([sys.executable, "-m", "dvc", "status"]) or "unavailable (dvc status printed nothing)").splitlines()
         dvc_status = "\n".join(lines[:40] + ([f"... ({len(lines) - 40} more lines)"] if len(lines) > 40 else []))
@@ -138,7 +146,7 @@ def reproducibility(cfg: dict, t: Tables) -> dict:
         "versions": {"python": platform.python_version(), **versions},
         "hardware": {
             "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(), "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
+            "cpus": os.cpu_count(), "cuda": gpu_names(),
         },  # fmt: skip
         "stage_times": stage_times(cfg),
         "dvc_status": dvc_status,

@@ -15,8 +15,6 @@ import os
 import sys
 from pathlib import Path
 
-import torch
-
 from mathrl import faults
 from mathrl.errors import SnapshotError  # re-exported: callers import it from here
 
@@ -56,6 +54,8 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 
 def encode(state: dict) -> bytes:
     buf = io.BytesIO()
+    import torch  # here, not at the top: the tables, figures and report write files without torch
+
     torch.save(state, buf)
     payload = buf.getvalue()
     return MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
@@ -68,6 +68,8 @@ def decode(data: bytes, name: str) -> dict:
         raise SnapshotError(f"{name}: not a mathrl snapshot (bad header)")
     if hashlib.sha256(payload).hexdigest().encode() != header[len(MAGIC):]:
         raise SnapshotError(f"{name}: checksum mismatch (truncated or corrupted)")
+    import torch
+
     return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
 
 

@@ -165,8 +165,8 @@ wildcard_constraints:
 # ---- what each rule reads ---------------------------------------------------------------
 @lru_cache
 def bandit_studies() -> tuple:
-    """The bandit studies (imported when needed: mathrl.bandit imports torch)."""
-    from mathrl.bandit import BANDIT_STUDIES
+    """The bandit studies (from the torch-free half of mathrl.bandit)."""
+    from mathrl.bandit_config import BANDIT_STUDIES
 
     return tuple(BANDIT_STUDIES)
 

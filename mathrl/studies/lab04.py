@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from mathrl import bandit
+from mathrl import bandit_config as bandit  # the study's settings; no torch for tables and figures
 from mathrl.results import mean_spread
 
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ def hacking_table(ctx) -> pd.DataFrame:
     """Per seed: proxy score and true reward at the start and end, the true reward's rolling
     peak, the overrated arm's final share, and whether the proxy was exploited."""
     study = bandit.resolve(ctx.cfg.get("bandit"))["studies"]["reward_hacking"]
-    proxy = bandit.fit_proxy(study["arm_lengths"], study["true_rewards"], study["labelled_arms"]).tolist()
+    proxy = bandit.proxy_scores(study["arm_lengths"], study["true_rewards"], study["labelled_arms"])
     unlabelled = [a for a in range(len(proxy)) if a not in study["labelled_arms"]] or list(range(len(proxy)))
     hack_arm = max(unlabelled, key=proxy.__getitem__)  # the arm the proxy overrates: never labelled, scored highest
     rows = []

@@ -28,12 +28,13 @@ DOC = {
     "add": {"config": "AdderRLConfig", "n_layer": 4, "n_head": 8, "n_embd": 256, "expected": (0.90, 0.95)},
     "mul": {"config": "MultiplierRLConfig", "n_layer": 6, "n_head": 8, "n_embd": 256, "expected": (0.80, 0.90)},
 }
-DOC_RL = {"steps": 200, "lr": 1e-4, "batch_size": 64, "group_size": 8, "grad_clip": 1.0, "weight_decay": 0.01,
+# rl_batch_size 64 with rl_ga_steps 2: 128 sequences per optimizer step, in micro-batches of 64.
+DOC_RL = {"steps": 200, "lr": 1e-4, "batch_size": 128, "micro_batch_size": 64, "group_size": 8, "grad_clip": 1.0, "weight_decay": 0.01,
           "adam_beta1": 0.9, "adam_beta2": 0.99, "temperature": 1.0, "baseline_decay": 0.9}  # fmt: skip
 SETTING_NAMES = {
     "n_layer": "layers", "n_head": "attention heads", "n_embd": "embedding dim", "n_params": "parameters",
     "sft_steps": "warm-up steps", "sft_accuracy": "warm-up held-out accuracy", "steps": "RL steps", "lr": "learning rate",
-    "batch_size": "sequences per step", "group_size": "rollouts per prompt", "grad_clip": "gradient clip (max norm)",
+    "batch_size": "sequences per step", "micro_batch_size": "sequences per micro-batch", "group_size": "rollouts per prompt", "grad_clip": "gradient clip (max norm)",
     "weight_decay": "weight decay", "adam_beta1": "Adam beta1", "adam_beta2": "Adam beta2", "temperature": "sampling temperature",
     "baseline_decay": "REINFORCE baseline decay",
 }  # fmt: skip
