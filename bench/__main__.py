@@ -35,7 +35,7 @@ NAIVE_PAIRS = {"small": 10, "adder": 6, "multiplier": 4}
 NAIVE_PRESETS = ("small", "adder")
 SFT_BATCH = 256
 # Targets: (label, preset, batch, limit seconds, stretch seconds or None)
-STEP_TARGETS = [("GRPO step, small @512 rollouts", "small", 512, 0.4, 0.25), ("GRPO step, adder @512 rollouts", "adder", 512, 1.0, None)]
+STEP_TARGETS = [("GRPO step, small @512 rollouts", "small", 512, 0.25, None), ("GRPO step, adder @512 rollouts", "adder", 512, 1.0, None)]
 RSS_LIMIT_MB = 1.5 * 1024
 # Time to accuracy: (task, targets) from a fresh start.
 TTA = [("add", [0.95, 0.99]), ("mul", [0.90])]
