@@ -47,6 +47,28 @@ GPU_TARGETS = ["adder GRPO step @512 rollouts on one GPU <= 10 ms", "warm-up + R
                "config/full.yaml grid on one GPU <= 30 min"]  # fmt: skip
 
 
+FILES = {"rl": "rl_step.json", "sft": "sft_step.json", "naive": "naive.json", "sharing": "sharing.json",
+         "tta": "tta.json", "pipeline": "pipeline.json"}  # fmt: skip
+
+
+class Sections(dict):
+    """{section: records}; a section's JSON is written the moment it is set, so a failure in
+    a later section (or in the summary) loses no measurement."""
+
+    def __init__(self, out: Path, machine: dict, settings: dict):
+        super().__init__()
+        self.out, self.machine, self.settings = out, machine, settings
+
+    def __setitem__(self, section: str, records: list[dict]) -> None:
+        super().__setitem__(section, records)
+        self.save(section)
+
+    def save(self, section: str) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        doc = {"machine": self.machine, "settings": self.settings, "results": self[section]}
+        (self.out / FILES[section]).write_text(json.dumps(doc, indent=2) + "\n")
+
+
 def csv_list(kind):
     def parse(text: str):
         items = [kind(x) for x in text.split(",") if x.strip()]
@@ -173,7 +195,9 @@ def targets(results: dict) -> list[dict]:
             if stretch is not None:
                 t["stretch_status"] = "PASS" if v <= stretch else "MISS"
         out.append(t)
-    procs = [(r["peak_rss_mb"], f"{sec} {r['preset']}@{r['batch']}") for sec in SECTIONS for r in results.get(sec, [])]
+    # Every record that measured a process (the pipeline's jobs are Snakemake's, not ours).
+    procs = [(r["peak_rss_mb"], f"{sec} {r['preset']}@{r['batch'] if 'batch' in r else r.get('task')}")
+             for sec in SECTIONS for r in results.get(sec, []) if "peak_rss_mb" in r]  # fmt: skip
     t = {"target": "training process peak RSS", "limit_mb": RSS_LIMIT_MB, "value_mb": None, "status": "NOT MEASURED"}
     if procs:
         mb, where = max(procs)
@@ -217,7 +241,7 @@ def main(argv=None) -> int:
                 "group_size": GROUP_SIZE, "sft_batch": SFT_BATCH, "threads": args.threads or "torch default"}  # fmt: skip
     log(f"mathrl bench: sections {', '.join(args.sections)}; presets {', '.join(args.presets)}; "
         f"load average {machine['loadavg_start'][0]:.2f} at start")  # fmt: skip
-    results: dict[str, list[dict]] = {}
+    results = Sections(args.out, machine, settings)
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mathrl-bench-") as tmp:
         log("  building the throwaway results tree (problem files, random-init checkpoints)")
@@ -310,15 +334,12 @@ def main(argv=None) -> int:
         for label in GPU_TARGETS:
             print(f"    {label}")
 
-    # ---- the JSON
-    args.out.mkdir(parents=True, exist_ok=True)
-    names = {"rl": "rl_step.json", "sft": "sft_step.json", "naive": "naive.json", "sharing": "sharing.json",
-             "tta": "tta.json", "pipeline": "pipeline.json"}  # fmt: skip
-    for sec, recs in results.items():
-        (args.out / names[sec]).write_text(json.dumps({"machine": machine, "settings": settings, "results": recs}, indent=2) + "\n")
+    # ---- the JSON (each section's file was written when it ended; again with the end's machine info)
+    for sec in results:
+        results.save(sec)
     (args.out / "summary.json").write_text(json.dumps({"machine": machine, "settings": settings, "targets": ts}, indent=2) + "\n")
     (args.out / "table.md").write_text(markdown_table(machine, results, ts))
-    print(f"\nwrote {', '.join(names[s] for s in results)}, summary.json and table.md to {args.out}")
+    print(f"\nwrote {', '.join(FILES[s] for s in results)}, summary.json and table.md to {args.out}")
     return 0
 
 
