@@ -330,7 +330,11 @@ class Server:
                 self.kill_at[pid] = time.monotonic() + KILL_GRACE
 
     def start(self, conn: socket.socket) -> None:
-        data, fds, _flags, _addr = socket.recv_fds(conn, 4, 3)
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(conn, 4, 3)
+        except OSError:
+            self.drop(conn)
+            return
         try:
             if len(data) < 4 or len(fds) != 3:
                 raise ConnectionError("malformed request")

@@ -6,6 +6,10 @@ CUDA_VISIBLE_DEVICES set to the lease and OMP/MKL threads split between the work
 the lease until torchrun exits and pass its exit code on. SIGTERM and SIGINT are forwarded
 to torchrun, which stops its workers; if the launcher itself dies, torchrun gets SIGTERM
 (Linux parent-death signal), so a killed job leaves no training process on the GPU.
+
+A lone CPU worker (`--gpus 0 --torchrun auto`) runs `mathrl train` without torchrun's agent,
+and with `--fork-server auto` it is forked from `mathrl.forkserver` (torch imported once)
+instead of a fresh interpreter, with the same signal and death guarantees.
 """
 
 from __future__ import annotations
