@@ -85,8 +85,8 @@ def socket_dir() -> Path:
     return base
 
 
-def socket_path(key: str | None = None) -> Path:
-    return socket_dir() / f"{key or code_key()}.sock"
+def socket_path() -> Path:
+    return socket_dir() / f"{code_key()}.sock"
 
 
 # ---------------------------------------------------------------------- client
@@ -108,13 +108,13 @@ def _start_server(path: Path) -> None:
     log.close()
 
 
-def connect(path: Path | None = None, start: bool = True) -> socket.socket | None:
+def connect() -> socket.socket | None:
     """A connection to the server for this code, started if needed; None if impossible."""
     import fcntl
 
-    path = path or socket_path()
+    path = socket_path()
     sock = _connect(path)
-    if sock is not None or not start:
+    if sock is not None:
         return sock
     # One client starts the server; the others wait on the lock and then connect.
     with open(path.with_suffix(".lock"), "w") as lock:
@@ -140,7 +140,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return buf
 
 
-def run(argv: list[str], env: dict | None = None, cwd: str | None = None, path: Path | None = None) -> int | None:
+def run(argv: list[str], env: dict | None = None, cwd: str | None = None) -> int | None:
     """Run `mathrl <argv>` in a child of the fork server, with this process's standard
     streams; its exit status, or None if no child could be started (run it yourself).
 
@@ -149,7 +149,7 @@ def run(argv: list[str], env: dict | None = None, cwd: str | None = None, path: 
                           "cwd": cwd or os.getcwd()}).encode()  # fmt: skip
     for _attempt in range(3):  # a server that was just exiting closes without an answer
         try:
-            sock = connect(path)
+            sock = connect()
         except OSError:
             return None
         if sock is None:
@@ -169,6 +169,8 @@ def run(argv: list[str], env: dict | None = None, cwd: str | None = None, path: 
 
 def _wait(sock: socket.socket) -> int:
     """After the child started: forward signals, then return its exit status."""
+    from mathrl.launch import forwarding_signals
+
     _recv_exact(sock, 4)  # the child's pid
 
     def forward(signum, _frame):
@@ -177,11 +179,7 @@ def _wait(sock: socket.socket) -> int:
         except OSError:
             pass
 
-    import threading
-
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)} if in_main else {}
-    try:
+    with forwarding_signals(forward):
         try:
             if _recv_exact(sock, 1) != b"R":
                 raise ConnectionError("fork server sent an unexpected message")
@@ -189,9 +187,6 @@ def _wait(sock: socket.socket) -> int:
         except (ConnectionError, OSError) as exc:
             print(f"mathrl launch: error: the fork server ended before the run did ({exc})", file=sys.stderr)
             return 1
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 # ---------------------------------------------------------------------- server

@@ -14,6 +14,7 @@ instead of a fresh interpreter, with the same signal and death guarantees.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import getpass
 import os
@@ -142,6 +143,19 @@ def launch(args: Sequence[str] = (), *, gpus: int | None = None, threads: int = 
         return _run(cmd, env, lease.fds)
 
 
+@contextlib.contextmanager
+def forwarding_signals(forward):
+    """While inside, SIGTERM and SIGINT call forward(signum, frame) instead of their handlers
+    (only in the main thread, the one Python delivers signals to); restored on exit."""
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)} if in_main else {}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def _run(cmd: list[str], env: dict[str, str], keep_fds: list[int]) -> int:
     """Run cmd, forwarding SIGTERM/SIGINT to it; its exit code (128+N when killed by signal N)."""
     child: subprocess.Popen | None = None
@@ -153,20 +167,16 @@ def _run(cmd: list[str], env: dict[str, str], keep_fds: list[int]) -> int:
         else:
             child.send_signal(signum)  # a no-op once the child has exited
 
-    forwarded = (signal.SIGTERM, signal.SIGINT)
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = {s: signal.signal(s, forward) for s in forwarded} if in_main else {}
-    try:
-        # The child inherits the lock descriptors: the slots stay held until the training
-        # process is gone too, even if this process is killed first.
-        child = subprocess.Popen(cmd, env=env, pass_fds=keep_fds, preexec_fn=_parent_death_signal())
-        for signum in pending:
-            child.send_signal(signum)
-        rc = child.wait()
-    finally:
-        if child is not None and child.poll() is None:  # an exception here: leave no orphan
-            child.kill()
-            child.wait()
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    with forwarding_signals(forward):
+        try:
+            # The child inherits the lock descriptors: the slots stay held until the training
+            # process is gone too, even if this process is killed first.
+            child = subprocess.Popen(cmd, env=env, pass_fds=keep_fds, preexec_fn=_parent_death_signal())
+            for signum in pending:
+                child.send_signal(signum)
+            rc = child.wait()
+        finally:
+            if child is not None and child.poll() is None:  # an exception here: leave no orphan
+                child.kill()
+                child.wait()
     return 128 - rc if rc < 0 else rc
