@@ -30,6 +30,7 @@ from mathrl.results import COLLAPSE_DEFINITION
 from mathrl.snapshot import atomic_write_bytes
 from mathrl.studies import STUDIES
 from mathrl.studies.context import Tables
+from mathrl.verdict import number
 
 TEMPLATES = ROOT / "report" / "templates"
 
@@ -158,7 +159,7 @@ def reproducibility(cfg: dict, t: Tables) -> dict:
 def render(cfg: dict) -> str:
     t = Tables(cfg)
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(fmt=fmt, pct=pct)
+    env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(None if x is None else float(x), u, sign))
     env.globals.update(table=html_table)
     figures = figure_uris(cfg)
     sections = [{"name": s.NAME, "title": s.TITLE, "document": s.DOCUMENT, "ctx": s.section(t)} for s in STUDIES]

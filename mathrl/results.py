@@ -13,16 +13,23 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from mathrl.config import RunSpec, expand_runs
 
-# A run "collapsed" if held-out accuracy fell below this share of where it started, or a
-# non-finite loss or gradient was met. One definition, used by every table and the report.
+# A run "collapsed" if held-out accuracy fell below this share of where it started and
+# stayed there (two evaluations in a row, or at the final one), or a non-finite loss or
+# gradient was met. A single low reading is noise on 500 problems, not a collapse. A run
+# that did not collapse but ended more than DEGRADATION below its start "degraded": a slow
+# loss kept apart from collapse. One definition, used by every table and the report.
 COLLAPSE_FRACTION = 0.5
+SUSTAINED = 2  # consecutive evaluations below the line
+DEGRADATION = 0.05
 COLLAPSE_DEFINITION = (
-    f"a run collapsed if its held-out greedy accuracy at any evaluation fell below {COLLAPSE_FRACTION:.0%} "
-    "of its accuracy before RL, or if a non-finite loss or gradient was met"
+    f"a run collapsed if its held-out greedy accuracy fell below {COLLAPSE_FRACTION:.0%} of its accuracy before RL "
+    f"at {SUSTAINED} evaluations in a row or at the final one, or if a non-finite loss or gradient was met; "
+    f"a run that did not collapse but ended more than {100 * DEGRADATION:.0f} points below its start degraded"
 )
 
 
@@ -37,6 +44,13 @@ class Run:
     @property
     def ok(self) -> bool:
         return self.status in ("complete", "stopped_nonfinite")
+
+    @property
+    def settings(self) -> dict:
+        """The settings the run recorded (summary.json's `config`), else the config's expansion."""
+        if self.ok and isinstance(self.summary.get("config"), dict):
+            return {**self.spec.settings, **self.summary["config"]}
+        return self.spec.settings
 
     @property
     def initial_eval(self) -> float:
@@ -76,7 +90,24 @@ def collapsed(run: Run) -> bool | None:
     if run.status == "stopped_nonfinite" or run.metrics["skipped"].fillna(0).gt(0).any():
         return True
     evals = run.evals["eval_accuracy"]
-    return bool((evals.iloc[1:] < COLLAPSE_FRACTION * evals.iloc[0]).any())
+    return sustained_below(evals.iloc[1:], COLLAPSE_FRACTION * evals.iloc[0])
+
+
+def sustained_below(values: pd.Series, line: float, k: int = SUSTAINED) -> bool:
+    """Below `line` at `k` consecutive values, or at the last one."""
+    low = (pd.Series(values).reset_index(drop=True) < line).astype(int)
+    if not len(low):
+        return False
+    return bool(low.iloc[-1] or (low.rolling(k).sum() >= k).any())
+
+
+def degraded(run: Run) -> bool | None:
+    """Not collapsed, but final held-out accuracy more than DEGRADATION below the start."""
+    c = collapsed(run)
+    if c is None:
+        return None
+    e = run.evals["eval_accuracy"]
+    return bool(not c and e.iloc[-1] < e.iloc[0] - DEGRADATION)
 
 
 def steps_to(run: Run, target: float) -> float:
@@ -88,24 +119,36 @@ def steps_to(run: Run, target: float) -> float:
     return float(hit.iloc[0]) if len(hit) else math.nan
 
 
-def summed_drops(values: pd.Series) -> float:
-    """Sum of the decreases between consecutive values: 0 for a curve that never goes down."""
-    d = values.diff().dropna()
-    return float(-d[d < 0].sum()) + 0.0  # + 0.0: no "-0.0" for a curve that never drops
+def roughness(steps, values) -> float:
+    """Smoothness of a curve whatever its evaluation schedule: the standard deviation of the
+    residuals around its least-squares straight line (0 for a straight line; NaN under 3 points)."""
+    x, y = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+    ok = ~np.isnan(y)
+    x, y = x[ok], y[ok]
+    if len(y) < 3:
+        return math.nan
+    resid = y - np.polyval(np.polyfit(x, y, 1), x)
+    return float(np.sqrt((resid**2).sum() / (len(y) - 2)))
+
+
+def max_drawdown(values) -> float:
+    """The largest fall from a running peak to a later value (0 for a curve that never goes down)."""
+    y = pd.Series(values, dtype=float).dropna()
+    return float((y.cummax() - y).max()) + 0.0 if len(y) else math.nan
 
 
 def run_index(runs: dict[str, Run]) -> pd.DataFrame:
     """One row per expected run: its settings, outcome and alerts (the report's run index)."""
     rows = []
     for run_id, run in runs.items():
-        s, spec = run.spec.settings, run.spec
+        s, spec = run.settings, run.spec
         row = {
             "run_id": run_id, "experiment": spec.experiment, "variant": spec.variant or "",
             "point": ";".join(f"{k}={v}" for k, v in spec.point.items()), "seed": spec.seed,
             "task": s["task"], "algorithm": s["algorithm"], "batch_size": s["batch_size"], "lr": s["lr"],
             "kl_coef": s["kl_coef"], "grad_clip": s["grad_clip"], "steps": s["steps"], "status": run.status,
             "initial_eval": math.nan, "final_eval": math.nan, "best_eval": math.nan, "best_step": math.nan,
-            "final_reward": math.nan, "final_entropy": math.nan, "collapsed": None, "n_alerts": 0,
+            "final_reward": math.nan, "final_entropy": math.nan, "collapsed": None, "degraded": None, "n_alerts": 0,
             "alert_kinds": "", "wall_seconds": math.nan, "problem": run.problem,
         }  # fmt: skip
         if run.ok:
@@ -114,7 +157,7 @@ def run_index(runs: dict[str, Run]) -> pd.DataFrame:
             row.update(
                 initial_eval=run.initial_eval, final_eval=sm["final"]["eval_accuracy"], best_eval=sm["best"]["eval_accuracy"],
                 best_step=sm["best"]["step"], final_reward=float(last["reward_mean"]), final_entropy=float(last["entropy"]),
-                collapsed=collapsed(run), n_alerts=len(sm["alerts"]), alert_kinds=" ".join(kinds), wall_seconds=sm["wall_seconds"],
+                collapsed=collapsed(run), degraded=degraded(run), n_alerts=len(sm["alerts"]), alert_kinds=" ".join(kinds), wall_seconds=sm["wall_seconds"],
             )  # fmt: skip
         rows.append(row)
     return pd.DataFrame(rows)

@@ -12,6 +12,7 @@ from mathrl.config import expand_runs, load_config
 from mathrl.report import TEMPLATES, fmt, html_table, pct
 from mathrl.studies import collapse
 from mathrl.studies.context import Context, Tables
+from mathrl.verdict import number
 from tests import synthetic
 from tests.conftest import TINY, write_config
 from tests.synthetic import write_run
@@ -25,13 +26,15 @@ VARIANTS = {
     "cosine_lr": {"lr_schedule": "cosine"}, "curriculum": {"curriculum_start": 1, "curriculum_every": 4},
     "huge_lr": {"lr": 1.0, "grad_clip": None},
 }  # fmt: skip
+ROLES = {"baseline": "exact", "shaped": "shaped", "penalty": "shaped_penalty", "reward_norm": "reward_norm", "adv_norm_clip": "adv_norm_clip",
+         "entropy_schedule": "entropy_schedule", "cosine_lr": "cosine_lr", "curriculum": "curriculum", "nonfinite": "huge_lr"}  # fmt: skip
 FLAT = [0.40, 0.42, 0.44, 0.46, 0.48]
 # Held-out accuracy at steps 0 (before RL), 2, 4, 6, 8, per (variant, seed); absent: not written.
 EVALS = {
     ("exact", 0): [0.40, 0.42, 0.44, 0.30, 0.48], ("exact", 1): [0.40, 0.44, 0.46, 0.46, 0.50],
     ("shaped", 0): [0.40, 0.46, 0.52, 0.56, 0.60],  # seed 1 missing
     ("shaped_penalty", 0): [0.40, 0.44, 0.48, 0.52, 0.56], ("shaped_penalty", 1): [0.40, 0.44, 0.48, 0.52, 0.56],
-    ("reward_norm", 0): [0.40, 0.10, 0.30, 0.40, 0.45], ("reward_norm", 1): FLAT,  # seed 0 collapses (0.10 < 0.20)
+    ("reward_norm", 0): [0.40, 0.10, 0.30, 0.40, 0.45], ("reward_norm", 1): FLAT,  # seed 0: one low reading (0.10 < 0.20), then recovers
     ("adv_norm_clip", 0): FLAT, ("adv_norm_clip", 1): FLAT,
     ("entropy_schedule", 0): FLAT, ("entropy_schedule", 1): FLAT,
     ("cosine_lr", 0): FLAT, ("cosine_lr", 1): FLAT,
@@ -62,7 +65,7 @@ def cfg(tmp_path_factory):
     d = copy.deepcopy(TINY)
     d["results"] = str(tmp_path / "results")
     d["tasks"]["mul"] = {"op": "mul", "ndigit": 2, "n_train": 0, "n_test": 20, "seed": 1}
-    d["experiments"] = {"collapse": {"fixed": {"task": "mul", "steps": 8, "eval_every": 2}, "variants": VARIANTS, "seeds": [0, 1]}}
+    d["experiments"] = {"collapse": {"fixed": {"task": "mul", "steps": 8, "eval_every": 2}, "variants": VARIANTS, "roles": ROLES, "seeds": [0, 1]}}
     return load_config(write_config(tmp_path / "config.yaml", d))
 
 
@@ -100,16 +103,19 @@ def by_variant(df):
 def test_variants_table(results):
     v = by_variant(results[0]["collapse_variants"])
     e = v.loc["exact"]
-    assert e.n == 2 and e.n_runs == 2 and e.settings == "defaults"
+    assert e.n == 2 and e.n_runs == 2 and e.settings == "defaults" and e.role == "baseline"
     assert e.final_eval_mean == pytest.approx(0.49) and e.final_eval_std == pytest.approx(0.02 / math.sqrt(2))
-    assert e.mid_gain_mean == pytest.approx(0.05) and e.drops_mean == pytest.approx(0.07) and e.late_drops_mean == pytest.approx(0.07)
-    assert e.final_format_rate_mean == pytest.approx(0.8) and e.collapses == 0 and e.effect == "baseline"
-    s = v.loc["shaped"]  # seed 1 was never written: n 1 of 2, std unknown, nothing invented
+    # drawdown: seed 0 falls 0.44 -> 0.30 (0.14), seed 1 never falls
+    assert e.mid_gain_mean == pytest.approx(0.05) and e.drawdown_mean == pytest.approx(0.07) and e.late_drawdown_mean == pytest.approx(0.07)
+    assert e.final_format_rate_mean == pytest.approx(0.8) and e.collapses == 0 and math.isnan(e.diff_vs_baseline)
+    s = v.loc["shaped"]  # seed 1 was never written: n 1 of 2, no interval, nothing invented
     assert s.n == 1 and s.n_runs == 2 and math.isnan(s.final_eval_std) and s.final_eval_mean == pytest.approx(0.60)
-    assert s.diff_vs_exact == pytest.approx(0.11) and s.effect == "higher" and s.settings == "reward=shaped"
-    assert v.loc["curriculum"].effect == "lower"  # -0.09 against a noise of 2 x 0.01
-    assert v.loc["cosine_lr"].effect == "no clear difference"  # -0.01
-    assert v.loc["reward_norm"].collapses == 1 and v.loc["huge_lr"].collapses == 2
+    assert s.diff_vs_baseline == pytest.approx(0.11) and math.isnan(s.diff_lo) and s.settings == "reward=shaped"
+    c = v.loc["curriculum"]  # paired by seed: -0.08 and -0.10; t(1) = 12.706, se = 0.01
+    assert c.diff_vs_baseline == pytest.approx(-0.09) and c.diff_lo == pytest.approx(-0.09 - 0.127062, abs=1e-5)
+    assert c.diff_hi == pytest.approx(-0.09 + 0.127062, abs=1e-5)
+    assert v.loc["reward_norm"].collapses == 0  # a single reading below half the start is not a collapse
+    assert v.loc["huge_lr"].collapses == 2 and v.loc["huge_lr"].role == "nonfinite"
     assert v.loc["adv_norm_clip"].n == 1 and v.loc["adv_norm_clip"].n_runs == 2  # the failed run is not counted
     assert v.loc["entropy_schedule"].early_entropy_mean == pytest.approx(0.5)
     assert v.loc["huge_lr"].skipped_mean == pytest.approx(3.5)
@@ -117,7 +123,7 @@ def test_variants_table(results):
 
 def test_reward_design_table(results):
     d = results[0]["collapse_reward_design"]
-    assert set(d.variant) == set(collapse.REWARD_DESIGNS) and sorted(d.point.unique()) == [0, 1, 2, 3, 4]
+    assert set(d.role) == set(collapse.REWARD_DESIGNS) and sorted(d.point.unique()) == [0, 1, 2, 3, 4]
     ex = d[d.variant == "exact"].set_index("point")
     assert list(ex.step) == [0, 2, 4, 6, 8]
     assert ex.loc[2].eval_accuracy_mean == pytest.approx(0.45) and ex.loc[2].n == 2
@@ -131,38 +137,53 @@ def test_nonfinite_table(results):
     nf = results[0]["collapse_nonfinite"].set_index("seed")
     assert nf.loc[0].skipped == 6 and nf.loc[0].first_skipped_step == 3 and nf.loc[0].weights_finite
     assert nf.loc[1].status == "stopped_nonfinite" and nf.loc[1].skipped == 1 and nf.loc[1].final_eval == pytest.approx(0.38)
-    broken = nf.reset_index().assign(weights_finite=[True, False])
-    assert collapse.guard_works(broken) is False
-    assert collapse.guard_works(broken.assign(status="missing")) is None
 
 
-def test_criteria(results):
-    c = results[0]["collapse_criteria"].set_index("key")
-    passed = dict(zip(c.index, c.passed.tolist()))  # Python bools or None
-    assert list(results[0]["collapse_criteria"].columns[1:]) == ["criterion", "expected", "measured", "passed"]
-    assert c.loc["shaping"].measured == pytest.approx(0.12 - 0.05) and passed["shaping"] is True
-    assert c.loc["penalty"].measured == pytest.approx(0.05) and passed["penalty"] is True
-    assert c.loc["normalisation"].measured == 1 and passed["normalisation"] is False
-    assert c.loc["entropy"].measured == pytest.approx(0.2) and passed["entropy"] is True
-    assert c.loc["lr"].measured == pytest.approx(0.07) and passed["lr"] is True
-    assert c.loc["curriculum"].measured == pytest.approx(-0.09) and passed["curriculum"] is False
-    assert c.loc["guard"].measured == 1 and passed["guard"] is True
+def test_verdicts(results):
+    c = results[0]["collapse_verdicts"].set_index("key")
+    assert c.loc["shaping"].outcome == "not judged" and c.loc["shaping"].n == 1  # shaped has one seed: no interval
+    assert c.loc["entropy"].outcome == "agrees" and c.loc["entropy"]["diff"] == pytest.approx(0.2) and c.loc["entropy"].design == "paired"
+    lr = c.loc["lr"]  # drawdown: cosine 0, 0; exact 0.14, 0: -0.07, interval wide
+    assert lr.outcome == "inconclusive" and lr["diff"] == pytest.approx(-0.07) and lr.ci_low < 0 < lr.ci_high and lr.seeds_needed > 2
+    cur = c.loc["curriculum"]
+    assert cur.outcome == "inconclusive" and cur["diff"] == pytest.approx(-0.09) and cur.n == 2
+    norm = c.loc["normalisation"]  # no collapse anywhere: the remedy had nothing to prevent
+    assert norm.outcome == "inconclusive" and norm["diff"] == 0 and "did not engage" in norm.note
+    guard = c.loc["guard"]  # 2 of 2, Wilson interval [0.342, 1]
+    assert guard.outcome == "agrees" and guard.ci_low == pytest.approx(0.3424, abs=1e-3) and guard.n == 2
 
 
-def test_verdict_functions():
-    assert collapse.effect(0.05, 0.01) == "higher" and collapse.effect(-0.05, 0.01) == "lower"
-    assert collapse.effect(0.015, 0.01) == "no clear difference" and collapse.effect(0.005, math.nan) == "no clear difference"
-    assert collapse.effect(math.nan, 0.01) == "no data"
-    assert collapse.compare(0.3, 0.3) == (0.0, True) and collapse.compare(0.3, 0.3, strict=True)[1] is False
-    assert collapse.compare(0.2, 0.3)[1] is False and collapse.compare(math.nan, 1)[1] is None
-    assert collapse.no_collapse(0, 4) is True and collapse.no_collapse(1, 4) is False and collapse.no_collapse(math.nan, 0) is None
-    assert collapse.verdict("True", "x")["cls"] == "agrees" and collapse.verdict(False, "x")["text"].startswith("x: disagrees")
-    assert collapse.verdict(float("nan"), "x")["cls"] == ""
+def test_renamed_variants(cfg, tmp_path):
+    """Renaming the baseline in the YAML (and its role) keeps every table filled; a role
+    naming no variant, or a missing role, is an error naming the experiment."""
+    from mathrl.errors import ConfigError
+
+    d = copy.deepcopy(cfg)
+    exp = d["experiments"]["collapse"]
+    exp["variants"]["binary"] = exp["variants"].pop("exact")
+    exp["roles"] = {**ROLES, "baseline": "binary"}
+    d["results"] = str(tmp_path / "r")
+    specs = expand_runs(d)
+    for seed, evals in ((0, [0.4, 0.42, 0.44, 0.46, 0.48]), (1, [0.4, 0.44, 0.46, 0.46, 0.50])):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(synthetic, "expand_runs", lambda _: specs)
+            write_run(d, f"collapse__binary__s{seed}", rows(evals, "exact"), 0.4)
+            write_run(d, f"collapse__entropy_schedule__s{seed}", rows(FLAT, "entropy_schedule"), 0.4)
+    tabs = collapse.tables(Context(d))
+    v = tabs["collapse_verdicts"].set_index("key")
+    assert v.loc["entropy"].outcome == "agrees" and "binary" in v.loc["entropy"].measure
+    assert by_variant(tabs["collapse_variants"]).loc["binary"].role == "baseline"
+    with pytest.raises(ConfigError, match=r"experiments\.collapse\.roles\.baseline: 'exact' is not a variant"):
+        exp["roles"] = ROLES
+        collapse.tables(Context(d))
+    with pytest.raises(ConfigError, match=r"experiments\.collapse\.roles: missing role\(s\) baseline"):
+        exp["roles"] = {k: v for k, v in ROLES.items() if k != "baseline"}
+        collapse.tables(Context(d))
 
 
 def render(section_ctx, figures=None):
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(fmt=fmt, pct=pct)
+    env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(x, u, sign))
     env.globals.update(table=html_table)
     return env.get_template("sections/collapse.html.j2").render(ctx=section_ctx, figures=figures or {})
 
@@ -177,12 +198,13 @@ def test_figures_and_section(results):
         assert all(ax.get_legend() is not None for ax in axes if len(ax.get_lines()) > 1)
         matplotlib.pyplot.close(fig)
     s = collapse.section(t)
-    assert s["verdicts"]["normalisation"]["cls"] == "disagrees" and "reward_norm 1 of 2" in s["verdicts"]["normalisation"]["text"]
-    assert "60.0% ± – (n=1)" not in s["verdicts"]["shaping"]["text"]  # mid-run gain, not final
-    assert "12.0% ± – (n=1)" in s["verdicts"]["shaping"]["text"] and s["verdicts"]["shaping"]["cls"] == "agrees"
-    assert "2 of 2 huge_lr runs" in s["verdicts"]["guard"]["text"] and "first at step 3" in s["verdicts"]["guard"]["text"]
+    assert s["verdicts"]["normalisation"]["outcome"] == "inconclusive" and "exact collapsed in 0 of 2 runs" in s["verdicts"]["normalisation"]["note"]
+    assert "95% CI [-21.7 pts, +3.7 pts] (n=2 seeds, paired" in s["verdicts"]["curriculum"]["sentence"]
+    assert "seeds per arm to decide" in s["verdicts"]["curriculum"]["sentence"]
+    assert s["verdicts"]["shaping"]["sentence"].startswith("Not judged: n=1")
     html = render(s, {"collapse_variants": "data:image/png;base64,AA=="})
-    assert "disagrees" in html and "Causes of collapse" in html and "data:image/png" in html
+    assert "inconclusive" in html and "agrees" in html and "Causes of collapse" in html and "data:image/png" in html
+    assert "n per arm: 2" in html
 
 
 def test_missing_everything(cfg, tmp_path):
@@ -192,16 +214,15 @@ def test_missing_everything(cfg, tmp_path):
     assert tabs["collapse_variants"].n.eq(0).all() and tabs["collapse_variants"].final_eval_mean.isna().all()
     assert tabs["collapse_reward_design"].empty and tabs["collapse_curves"].empty
     assert (tabs["collapse_nonfinite"].status == "missing").all()
-    assert tabs["collapse_criteria"].passed.isna().all()
+    assert tabs["collapse_verdicts"].outcome.eq("not judged").all()
     t = Tables(cfg)  # nothing written at all: empty frames
     for fig in collapse.figures(t).values():
         matplotlib.pyplot.close(fig)
     html = render(collapse.section(t))
-    assert "No data" in html and "not enough data" in html
+    assert "No data" in html and "No verdicts" in html
 
 
 def test_no_experiment(cfg, tmp_path):
     """A configuration without the experiment: empty tables, no error."""
     tabs = collapse.tables(Context({**cfg, "results": str(tmp_path), "experiments": {}}))
-    assert all(df.empty for name, df in tabs.items() if name != "collapse_criteria")
-    assert tabs["collapse_criteria"].passed.isna().all()
+    assert all(df.empty for df in tabs.values())

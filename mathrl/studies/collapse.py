@@ -13,20 +13,24 @@ from __future__ import annotations
 
 import math
 
-import matplotlib.pyplot as plt
 import pandas as pd
 
-from mathrl.results import COLLAPSE_DEFINITION, collapsed, mean_spread, summed_drops
+from mathrl.results import COLLAPSE_DEFINITION, collapsed, degraded, max_drawdown, mean_spread, roughness
+from mathrl.studies.kit import COLORS, add_intervals, band, by_key, cell, per_seed, placeholder, plt, power_note, roles, verdict_frame, verdict_rows
+from mathrl.verdict import Claim, Estimate, Verdict, difference, rate_difference, wilson
 
 NAME = "collapse"
 TITLE = "Training collapse: causes and remedies"
 DOCUMENT = "training-collapse-analysis.md"
 
-BASELINE = "exact"
-REWARD_DESIGNS = ("exact", "shaped", "shaped_penalty")
+EXPERIMENT = "collapse"
+# What each run of the experiment is for; the config's `roles` block names the variant of each.
+ROLES = ("baseline", "shaped", "penalty", "reward_norm", "adv_norm_clip", "entropy_schedule", "cosine_lr", "curriculum", "nonfinite")
+REWARD_DESIGNS = ("baseline", "shaped", "penalty")
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)  # "the five points of a run", as shares of its steps
-NOISE_FLOOR = 0.01  # a difference in accuracy below one point is never called an effect
-STATS = ["initial_eval", "final_eval", "best_eval", "gain", "mid_gain", "drops", "late_drops", "collapsed",
+CEILING = 0.99  # a rate at or above this leaves a remedy nothing to raise
+NONINFERIOR_MARGIN = 0.02  # accuracy points that count as "no worse" (about the sampling error of 500 problems)
+STATS = ["initial_eval", "final_eval", "best_eval", "gain", "mid_gain", "drawdown", "late_drawdown", "roughness", "collapsed", "degraded",
          "final_format_rate", "final_entropy", "early_entropy", "skipped"]  # fmt: skip
 NONFINITE_COLUMNS = ["run_id", "seed", "status", "steps_done", "skipped", "first_skipped_step", "weights_finite", "initial_eval", "final_eval"]
 CURVE_VALUES = ["eval_accuracy", "format_rate", "entropy", "entropy_coef", "lr", "ndigit", "skipped", "frac_zero_std"]
@@ -41,18 +45,19 @@ def five_points(evals: pd.DataFrame, steps: int) -> pd.DataFrame:
     return out
 
 
-def run_stats(run) -> dict:
+def run_stats(run, role: str) -> dict:
     """One run's outcome; a run without a result keeps NaN statistics (never invented)."""
-    spec = run.spec
-    row = {"variant": spec.variant, "seed": spec.seed, "run_id": spec.run_id, "status": run.status, "algorithm": spec.settings["algorithm"]}
+    spec, settings = run.spec, run.settings
+    row = {"variant": spec.variant, "role": role, "seed": spec.seed, "run_id": spec.run_id, "status": run.status, "algorithm": settings["algorithm"]}
     if not run.ok:
         return row
-    m, e, half = run.metrics, run.evals, spec.settings["steps"] / 2
-    mid = five_points(e, spec.settings["steps"]).loc[2, "eval_accuracy"]
+    m, e, half = run.metrics, run.evals, settings["steps"] / 2
+    mid = five_points(e, settings["steps"]).loc[2, "eval_accuracy"]
+    late = e.loc[e["step"] >= half]
     row.update(
         initial_eval=run.initial_eval, final_eval=run.summary["final"]["eval_accuracy"],
-        best_eval=run.summary["best"]["eval_accuracy"], drops=summed_drops(e["eval_accuracy"]),
-        late_drops=summed_drops(e.loc[e["step"] >= half, "eval_accuracy"]), collapsed=float(collapsed(run)),
+        best_eval=run.summary["best"]["eval_accuracy"], drawdown=max_drawdown(e["eval_accuracy"]), late_drawdown=max_drawdown(late["eval_accuracy"]),
+        roughness=roughness(e["step"], e["eval_accuracy"]), collapsed=float(collapsed(run)), degraded=float(degraded(run)),
         final_format_rate=float(m["format_rate"].iloc[-1]), final_entropy=float(m["entropy"].iloc[-1]),
         early_entropy=float(m.loc[m["step"] <= half, "entropy"].mean()), skipped=float(m["skipped"].fillna(0).sum()),
     )  # fmt: skip
@@ -60,46 +65,41 @@ def run_stats(run) -> dict:
     return row
 
 
-def effect(diff: float, se: float) -> str:
-    """A plain word for a difference of means: beyond two standard errors (and one point)."""
-    if diff is None or math.isnan(diff):
-        return "no data"
-    noise = max(2 * se if se == se else 0.0, NOISE_FLOOR)
-    return "higher" if diff > noise else "lower" if diff < -noise else "no clear difference"
-
-
-def variants_table(per_run: pd.DataFrame, settings: dict) -> pd.DataFrame:
-    """Per variant: its settings, mean, std and n of every statistic, and the comparison with `exact`."""
+def variants_table(per_run: pd.DataFrame, settings: dict, baseline: str) -> pd.DataFrame:
+    """Per variant: its settings, mean, std, 95% interval and n of every statistic, and the
+    difference in final accuracy from the baseline with its 95% interval (paired by seed)."""
     out = mean_spread(per_run, ["variant"], STATS[1:2] + STATS[:1] + STATS[2:])  # n counts final evals
-    out.insert(1, "settings", [", ".join(f"{k}={val}" for k, val in (settings.get(x) or {}).items()) or "defaults" for x in out["variant"]])
+    out = add_intervals(out, ["final_eval", "gain"])
+    out.insert(1, "role", per_run.groupby("variant", sort=False)["role"].first().values if len(per_run) else [])
+    out.insert(2, "settings", [", ".join(f"{k}={val}" for k, val in (settings.get(x) or {}).items()) or "defaults" for x in out["variant"]])
     g = per_run.groupby("variant", sort=False)
-    out.insert(2, "algorithm", g["algorithm"].first().values if len(per_run) else [])
-    out.insert(4, "n_runs", g.size().values if len(per_run) else [])
+    out.insert(3, "algorithm", g["algorithm"].first().values if len(per_run) else [])
+    out.insert(5, "n_runs", g.size().values if len(per_run) else [])
     out["collapses"] = g["collapsed"].sum(min_count=1).values if len(per_run) else []
-    base = out[out["variant"] == BASELINE]
-    b_mean, b_std, b_n = (base.iloc[0][k] for k in ("final_eval_mean", "final_eval_std", "n")) if len(base) else (math.nan,) * 3
-    out["diff_vs_exact"] = out["final_eval_mean"] - b_mean
-    se = ((out["final_eval_std"] ** 2 / out["n"]) + (b_std**2 / b_n)) ** 0.5 if b_n else math.nan
-    out["effect"] = [effect(d, s) for d, s in zip(out["diff_vs_exact"], pd.Series(se, index=out.index))]
-    out.loc[out["variant"] == BASELINE, "effect"] = "baseline"
+    out["degradations"] = g["degraded"].sum(min_count=1).values if len(per_run) else []
+    base = per_seed(per_run, "final_eval", variant=baseline)
+    diffs = [difference(per_seed(per_run, "final_eval", variant=x), base) for x in out["variant"]]
+    out["diff_vs_baseline"] = [d.estimate if x != baseline else math.nan for d, x in zip(diffs, out["variant"])]
+    out["diff_lo"] = [d.lo if x != baseline else math.nan for d, x in zip(diffs, out["variant"])]
+    out["diff_hi"] = [d.hi if x != baseline else math.nan for d, x in zip(diffs, out["variant"])]
     return out
 
 
-def segment_rows(run) -> list[dict]:
+def segment_rows(run, role: str) -> list[dict]:
     """Each of the five points with the rollouts behind it: format rate and the share of
     zero-std groups over the steps since the previous point (point 0: step 1's rollouts,
     which the warm-up policy sampled)."""
-    pts, m, rows, prev = five_points(run.evals, run.spec.settings["steps"]), run.metrics, [], -1
+    pts, m, rows, prev = five_points(run.evals, run.settings["steps"]), run.metrics, [], -1
     for p in pts.itertuples():
         seg = m[m["step"] == 1] if p.step == 0 else m[(m["step"] > prev) & (m["step"] <= p.step)]
-        rows.append({"variant": run.spec.variant, "seed": run.spec.seed, "point": p.point, "step": p.step,
+        rows.append({"variant": run.spec.variant, "role": role, "seed": run.spec.seed, "point": p.point, "step": p.step,
                      "eval_accuracy": p.eval_accuracy, "format_rate": seg["format_rate"].mean(),
                      "frac_zero_std": seg["frac_zero_std"].mean()})  # fmt: skip
         prev = p.step
     return rows
 
 
-def curve_table(runs) -> pd.DataFrame:
+def curve_table(runs, role_of: dict) -> pd.DataFrame:
     """Per variant and step: the mean and std across seeds of each logged metric (step 0 is
     the evaluation before RL); n is the number of runs that reached the step."""
     frames = []
@@ -107,12 +107,12 @@ def curve_table(runs) -> pd.DataFrame:
         if r.ok:
             m = r.metrics.reindex(columns=["step"] + CURVE_VALUES)
             m = pd.concat([pd.DataFrame({"step": [0], "eval_accuracy": [r.initial_eval]}), m], ignore_index=True)
-            frames.append(m.assign(variant=r.spec.variant, seed=r.spec.seed))
+            frames.append(m.assign(variant=r.spec.variant, role=role_of.get(r.spec.variant, ""), seed=r.spec.seed))
     if not frames:
-        return mean_spread(pd.DataFrame(), ["variant", "step"], CURVE_VALUES)
+        return mean_spread(pd.DataFrame(), ["variant", "role", "step"], CURVE_VALUES)
     long = pd.concat(frames, ignore_index=True)
-    out = mean_spread(long, ["variant", "step"], CURVE_VALUES)
-    out["n"] = long.groupby(["variant", "step"], sort=False).size().values
+    out = mean_spread(long, ["variant", "role", "step"], CURVE_VALUES)
+    out["n"] = long.groupby(["variant", "role", "step"], sort=False).size().values
     return out
 
 
@@ -136,90 +136,76 @@ def nonfinite_table(runs) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- verdicts
-def _get(v: pd.DataFrame, variant: str, col: str) -> float:
-    hit = v.loc[v["variant"] == variant, col] if len(v) and col in v else pd.Series(dtype=float)
-    return float(hit.iloc[0]) if len(hit) and pd.notna(hit.iloc[0]) else math.nan
-
-
-def compare(a: float, b: float, strict: bool = False) -> tuple[float, bool | None]:
-    """(a − b, whether a ≥ b, or a > b when strict); None when either is missing."""
-    d = a - b
-    return d, None if math.isnan(d) else bool(d > 0 if strict else d >= 0)
-
-
-def no_collapse(collapses: float, n: float) -> bool | None:
-    return None if math.isnan(collapses) or not n else bool(collapses == 0)
-
-
-def guard_works(nonfinite: pd.DataFrame) -> bool | None:
-    """Every huge-LR run with a result skipped at least one update and kept finite weights."""
-    ok = nonfinite[nonfinite["status"].isin(["complete", "stopped_nonfinite"])] if len(nonfinite) else nonfinite
-    if ok.empty:
-        return None
-    return bool((ok["skipped"] > 0).all() and ok["weights_finite"].astype(str).eq("True").all())
-
-
-def criteria(v: pd.DataFrame, nonfinite: pd.DataFrame) -> pd.DataFrame:
-    """The document's expectations as checks over the variants and the huge-LR runs."""
-    g = lambda variant, col: _get(v, variant, col)  # noqa: E731
-    coll = g("reward_norm", "collapses") + g("adv_norm_clip", "collapses")
-    ok = nonfinite[nonfinite["status"].isin(["complete", "stopped_nonfinite"])] if len(nonfinite) else nonfinite
-    rows = [
-        ("shaping", "shaped reward learns at least as fast as binary exact-match reward",
-         "mid-run eval-accuracy gain: shaped − exact ≥ 0", *compare(g("shaped", "mid_gain_mean"), g(BASELINE, "mid_gain_mean"))),
-        ("penalty", "an invalid-output penalty reduces invalid output",
-         "final format rate: with penalty − without ≥ 0", *compare(g("shaped_penalty", "final_format_rate_mean"), g("shaped", "final_format_rate_mean"))),
-        ("normalisation", "reward normalisation and advantage normalisation + clipping avoid collapse",
-         "0 collapsed runs (reward_norm + adv_norm_clip)", coll, no_collapse(coll, g("reward_norm", "n") + g("adv_norm_clip", "n"))),
-        ("entropy", "a decaying entropy bonus keeps entropy higher early",
-         "first-half mean entropy: schedule − exact > 0", *compare(g("entropy_schedule", "early_entropy_mean"), g(BASELINE, "early_entropy_mean"), strict=True)),
-        ("lr", "cosine LR decay avoids late instability",
-         "second-half summed eval drops: constant − cosine ≥ 0", *compare(g(BASELINE, "late_drops_mean"), g("cosine_lr", "late_drops_mean"))),
-        ("curriculum", "a curriculum (1 digit first, then 2) helps",
-         "final eval accuracy: curriculum − exact > 0", *compare(g("curriculum", "final_eval_mean"), g(BASELINE, "final_eval_mean"), strict=True)),
-        ("guard", "a huge LR without clipping produces non-finite values; the guard catches them",
-         "fewest skipped updates of a huge_lr run > 0, weights finite", float(ok["skipped"].min()) if len(ok) else math.nan,
-         guard_works(nonfinite)),
+def verdicts(per_run: pd.DataFrame, nonfinite: pd.DataFrame, role: dict) -> list[Verdict]:
+    """The document's remedies, each against the baseline, paired by seed."""
+    base = role["baseline"]
+    val = lambda r, col: per_seed(per_run, col, variant=role[r])  # noqa: E731
+    diff = lambda r, col, ref="baseline": difference(val(r, col), val(ref, col))  # noqa: E731
+    out = [
+        Verdict(Claim("shaping", "shaped reward learns faster than binary exact-match reward",
+                      f"gain in held-out accuracy by mid-run: {role['shaped']} − {base}", unit="pts"), diff("shaped", "mid_gain")),
+    ]
+    # The penalty can only raise the format rate where there is malformed output to remove.
+    without = val("shaped", "final_format_rate")
+    ceiling = len(without) > 0 and min(without.values()) >= CEILING
+    out.append(Verdict(Claim("penalty", "an invalid-output penalty reduces invalid output", f"final format rate: {role['penalty']} − {role['shaped']}", unit="pts"),
+                       diff("penalty", "final_format_rate", "shaped"),
+                       note=f"without the penalty the format rate is already at least {CEILING:.0%} in every seed: the penalty has nothing to remove, "
+                            "so the claim cannot be tested here" if ceiling else ""))  # fmt: skip
+    if ceiling:
+        out[-1].outcome, out[-1].reason = "inconclusive", "format rate at its ceiling without the penalty"
+    # Collapse rates: the remedies pooled against the baseline (Newcombe interval from Wilson intervals).
+    k = lambda r: int(sum(val(r, "collapsed").values()))  # noqa: E731
+    n = lambda r: len(val(r, "collapsed"))  # noqa: E731
+    kb, nb, kr, nr = k("baseline"), n("baseline"), k("reward_norm") + k("adv_norm_clip"), n("reward_norm") + n("adv_norm_clip")
+    v = Verdict(Claim("normalisation", "reward normalisation and advantage normalisation with clipping avoid collapse",
+                      f"collapse rate: {base} − ({role['reward_norm']} and {role['adv_norm_clip']})", unit="pts"), rate_difference(kb, nb, kr, nr),
+                note=f"{base} collapsed in {kb} of {nb} runs, the remedies in {kr} of {nr}" + (": with no collapse to prevent, the mechanism did not engage" if nb and kb == 0 else ""))  # fmt: skip
+    out.append(v)
+    out += [
+        Verdict(Claim("entropy", "a decaying entropy bonus keeps entropy higher early", f"first-half mean token entropy: {role['entropy_schedule']} − {base}"),
+                diff("entropy_schedule", "early_entropy")),
+        Verdict(Claim("lr", "cosine LR decay avoids late instability", f"second-half largest drawdown of held-out accuracy: {role['cosine_lr']} − {base}",
+                      direction=-1, unit="pts"), diff("cosine_lr", "late_drawdown")),
+        Verdict(Claim("curriculum", "a curriculum (1 digit first, then 2) helps", f"final held-out accuracy: {role['curriculum']} − {base}", unit="pts"),
+                diff("curriculum", "final_eval")),
     ]  # fmt: skip
-    return pd.DataFrame(rows, columns=["key", "criterion", "expected", "measured", "passed"])
+    ok = nonfinite[nonfinite["status"].isin(["complete", "stopped_nonfinite"])] if len(nonfinite) else nonfinite
+    caught = int(((ok["skipped"] > 0) & ok["weights_finite"].astype(str).eq("True")).sum()) if len(ok) else 0
+    lo, hi = wilson(caught, len(ok))
+    est = Estimate(caught / len(ok), lo, hi, len(ok), "one-sample", len(ok)) if len(ok) else None
+    out.append(Verdict(Claim("guard", "a huge LR without clipping produces non-finite values; the guard catches them",
+                             f"share of {role['nonfinite']} runs whose guard skipped an update and kept the weights finite (Wilson interval)", unit="pct"),
+                       est, note=f"{caught} of {len(ok)} runs"))  # fmt: skip
+    return out
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
-    runs = ctx.experiment("collapse")
-    per_run = pd.DataFrame([run_stats(r) for r in runs], columns=["variant", "seed", "run_id", "status", "algorithm"] + STATS)
-    v = variants_table(per_run, ctx.cfg["experiments"].get("collapse", {}).get("variants") or {})
-    design = pd.DataFrame([row for r in runs if r.ok and r.spec.variant in REWARD_DESIGNS for row in segment_rows(r)],
-                          columns=["variant", "seed", "point", "step", "eval_accuracy", "format_rate", "frac_zero_std"])  # fmt: skip
-    design = mean_spread(design, ["variant", "point", "step"], ["eval_accuracy", "format_rate", "frac_zero_std"])
-    nonfinite = nonfinite_table([r for r in runs if r.spec.variant == "huge_lr"])
-    return {"collapse_variants": v, "collapse_reward_design": design, "collapse_nonfinite": nonfinite,
-            "collapse_curves": curve_table(runs), "collapse_criteria": criteria(v, nonfinite)}  # fmt: skip
+    runs = ctx.experiment(EXPERIMENT)
+    role = roles(ctx.cfg, EXPERIMENT, ROLES) if runs else {}
+    role_of = {v: r for r, v in role.items()}
+    per_run = pd.DataFrame([run_stats(r, role_of.get(r.spec.variant, "")) for r in runs],
+                           columns=["variant", "role", "seed", "run_id", "status", "algorithm"] + STATS)  # fmt: skip
+    v = variants_table(per_run, ctx.cfg["experiments"].get(EXPERIMENT, {}).get("variants") or {}, role.get("baseline", ""))
+    design = pd.DataFrame([row for r in runs if r.ok and role_of.get(r.spec.variant) in REWARD_DESIGNS for row in segment_rows(r, role_of[r.spec.variant])],
+                          columns=["variant", "role", "seed", "point", "step", "eval_accuracy", "format_rate", "frac_zero_std"])  # fmt: skip
+    design = mean_spread(design, ["variant", "role", "point", "step"], ["eval_accuracy", "format_rate", "frac_zero_std"])
+    nonfinite = nonfinite_table([r for r in runs if role_of.get(r.spec.variant) == "nonfinite"])
+    return {"collapse_variants": v, "collapse_per_run": per_run, "collapse_reward_design": design, "collapse_nonfinite": nonfinite,
+            "collapse_curves": curve_table(runs, role_of), "collapse_verdicts": verdict_frame(verdicts(per_run, nonfinite, role) if runs else [])}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- figures
-def band(*args):
-    from mathrl.plots import band as draw  # imported late: mathrl.plots imports the studies
-
-    draw(*args)
-
-
-def placeholder(ax, text):
-    from mathrl.plots import placeholder as draw
-
-    draw(ax, text)
-
-
-COLORS = plt.get_cmap("tab10").colors  # the same palette as mathrl.plots.COLORS
-def _curves(ax, c, variants, col, title, ylabel):
-    """One band per variant of `col` over steps, or a placeholder when none has data."""
+def _curves(ax, c, wanted, col, title, ylabel):
+    """One band (95% interval across seeds) per role of `col` over steps, or a placeholder."""
     drawn = 0
-    for i, variant in enumerate(variants):
-        d = c[(c["variant"] == variant) & c[f"{col}_mean"].notna()] if len(c) else c
+    for i, role in enumerate(wanted):
+        d = c[(c["role"] == role) & c[f"{col}_mean"].notna()] if len(c) else c
         if len(d):
-            band(ax, d["step"], d[f"{col}_mean"], d[f"{col}_std"], variant, COLORS[i % len(COLORS)])
+            band(ax, d["step"], d[f"{col}_mean"], d[f"{col}_std"], d["variant"].iloc[0], COLORS[i % len(COLORS)], n=d["n"])
             drawn += 1
     if not drawn:
-        placeholder(ax, f"no data: {', '.join(variants)} missing")
+        placeholder(ax, f"no data: {', '.join(wanted)} missing")
     else:
         ax.legend()
     ax.set(title=title, xlabel="RL step", ylabel=ylabel)
@@ -230,7 +216,7 @@ def fig_reward_design(t) -> plt.Figure:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     _curves(axes[0], c, REWARD_DESIGNS, "eval_accuracy", "Held-out accuracy by reward design", "eval accuracy")
     _curves(axes[1], c, REWARD_DESIGNS, "format_rate", "Well-formed answers in rollouts", "format rate")
-    fig.suptitle("Reward design on 2-digit multiplication (mean ± std across seeds)")
+    fig.suptitle("Reward design on 2-digit multiplication (mean, 95% interval across seeds)")
     return fig
 
 
@@ -241,12 +227,13 @@ def fig_variants(t) -> plt.Figure:
         placeholder(ax, "no data: the collapse runs are missing")
     else:
         x = range(len(v))
-        ax.bar(x, v["final_eval_mean"].fillna(0), yerr=v["final_eval_std"].fillna(0), color=COLORS[0], capsize=3, label="final (mean ± std)")
+        err = [(v["final_eval_mean"] - v["final_eval_lo"]).fillna(0), (v["final_eval_hi"] - v["final_eval_mean"]).fillna(0)]
+        ax.bar(x, v["final_eval_mean"].fillna(0), yerr=err, color=COLORS[0], capsize=3, label="final (mean, 95% interval)")
         for i, n in zip(x, v["n"]):
             ax.annotate(f"n={int(n)}" if n else "missing", (i, 0), ha="center", va="bottom", fontsize=7, color="0.2")
-        base = _get(v, BASELINE, "final_eval_mean")
+        base = cell(v, "final_eval_mean", role="baseline")
         if not math.isnan(base):
-            ax.axhline(base, color=COLORS[3], linestyle="--", label=f"{BASELINE} baseline")
+            ax.axhline(base, color=COLORS[3], linestyle="--", label="baseline")
         ax.set_xticks(list(x), v["variant"], rotation=30, ha="right")
         ax.legend()
     ax.set(title="Final held-out accuracy per variant", xlabel="variant", ylabel="final eval accuracy")
@@ -256,10 +243,10 @@ def fig_variants(t) -> plt.Figure:
 def fig_schedules(t) -> plt.Figure:
     c = t["collapse_curves"]
     fig, axes = plt.subplots(2, 2, figsize=(10, 6.5))
-    _curves(axes[0, 0], c, ["entropy_schedule", BASELINE], "entropy", "Policy entropy", "mean token entropy")
-    _curves(axes[0, 1], c, ["cosine_lr", BASELINE], "lr", "Learning rate", "lr")
+    _curves(axes[0, 0], c, ["entropy_schedule", "baseline"], "entropy", "Policy entropy", "mean token entropy")
+    _curves(axes[0, 1], c, ["cosine_lr", "baseline"], "lr", "Learning rate", "lr")
     _curves(axes[1, 0], c, ["curriculum"], "ndigit", "Curriculum: operand digits", "ndigit")
-    _curves(axes[1, 1], c, ["entropy_schedule", "cosine_lr", "curriculum", BASELINE], "eval_accuracy", "Held-out accuracy", "eval accuracy")
+    _curves(axes[1, 1], c, ["entropy_schedule", "cosine_lr", "curriculum", "baseline"], "eval_accuracy", "Held-out accuracy", "eval accuracy")
     fig.suptitle("Entropy bonus schedule, LR schedule and curriculum")
     fig.tight_layout()
     return fig
@@ -268,9 +255,9 @@ def fig_schedules(t) -> plt.Figure:
 def fig_nonfinite(t) -> plt.Figure:
     c = t["collapse_curves"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    _curves(axes[0], c, ["huge_lr"], "skipped", "Updates skipped by the non-finite guard", "share of runs skipping")
-    _curves(axes[1], c, ["huge_lr", BASELINE], "eval_accuracy", "Held-out accuracy", "eval accuracy")
-    fig.suptitle("LR 1.0 without gradient clipping")
+    _curves(axes[0], c, ["nonfinite"], "skipped", "Updates skipped by the non-finite guard", "share of runs skipping")
+    _curves(axes[1], c, ["nonfinite", "baseline"], "eval_accuracy", "Held-out accuracy", "eval accuracy")
+    fig.suptitle("A huge learning rate without gradient clipping")
     return fig
 
 
@@ -289,53 +276,15 @@ CAUSES = [
 ]
 
 
-def ms(v: pd.DataFrame, variant: str, col: str, pct: bool = True) -> str:
-    """'mean ± std (n=k)' of a variant's statistic, as text for a verdict."""
-    m, s, n = _get(v, variant, f"{col}_mean"), _get(v, variant, f"{col}_std"), _get(v, variant, "n")
-    if math.isnan(m):
-        return "no data"
-    f = (lambda x: f"{100 * x:.1f}%") if pct else (lambda x: f"{x:.3g}")
-    return f"{f(m)} ± {f(s) if not math.isnan(s) else '–'} (n={int(n)})"
-
-
-def verdict(passed, text: str) -> dict:
-    """A verdict paragraph: the measured numbers, then agrees / disagrees (or no data)."""
-    p = True if str(passed) == "True" else False if str(passed) == "False" else None  # bools read back from CSV too
-    tail = {True: ": agrees.", False: ": disagrees (a finding, not an error).", None: ": not enough data to judge."}[p]
-    return {"text": text + tail, "cls": {True: "agrees", False: "disagrees", None: ""}[p]}
-
-
 def section(t) -> dict:
-    v, crit, d = t["collapse_variants"], t["collapse_criteria"], t["collapse_reward_design"]
-    passed = {r.key: r.passed for r in crit.itertuples()} if len(crit) else {}
-    zs = {r.variant: r.frac_zero_std_mean for r in d[d["point"] == 0].itertuples()} if len(d) else {}
+    v, d = t["collapse_variants"], t["collapse_reward_design"]
+    rows = verdict_rows(t["collapse_verdicts"])
+    name = lambda role: (v.loc[v["role"] == role, "variant"].tolist() or [role])[0] if len(v) else role  # noqa: E731
+    setting = lambda role: (v.loc[v["role"] == role, "settings"].tolist() or ["not run"])[0] if len(v) else "not run"  # noqa: E731
+    zs = {r.role: r.frac_zero_std_mean for r in d[d["point"] == 0].itertuples()} if len(d) else {}
     z = lambda k: "–" if k not in zs or pd.isna(zs[k]) else f"{100 * zs[k]:.0f}%"  # noqa: E731
-    nf = t["collapse_nonfinite"] if len(t["collapse_nonfinite"]) else pd.DataFrame(columns=NONFINITE_COLUMNS)
-    ok = nf[nf["status"].isin(["complete", "stopped_nonfinite"])]
-    first = ok["first_skipped_step"].min() if len(ok) else math.nan
-    texts = {
-        "shaping": f"Half-way through the run, shaped reward had gained {ms(v, 'shaped', 'mid_gain')} held-out accuracy against "
-                   f"{ms(v, BASELINE, 'mid_gain')} for exact-match; at the start {z('exact')} of exact-match groups had no reward "
-                   f"spread against {z('shaped')} with shaping",
-        "penalty": f"Final format rate with the penalty {ms(v, 'shaped_penalty', 'final_format_rate')} against "
-                   f"{ms(v, 'shaped', 'final_format_rate')} without it",
-        "normalisation": f"Collapsed runs: reward_norm {fmt_count(v, 'reward_norm')}, adv_norm_clip {fmt_count(v, 'adv_norm_clip')}, "
-                         f"exact {fmt_count(v, BASELINE)}",
-        "entropy": f"Mean entropy over the first half: {ms(v, 'entropy_schedule', 'early_entropy', False)} with the schedule against "
-                   f"{ms(v, BASELINE, 'early_entropy', False)} without a bonus",
-        "lr": f"Summed eval-accuracy drops in the second half: {ms(v, 'cosine_lr', 'late_drops')} with cosine decay against "
-              f"{ms(v, BASELINE, 'late_drops')} at a constant LR",
-        "curriculum": f"Final held-out accuracy {ms(v, 'curriculum', 'final_eval')} with the curriculum against {ms(v, BASELINE, 'final_eval')}",
-        "guard": f"{len(ok)} of {len(nf)} huge_lr runs have a result; skipped updates per run {', '.join(str(int(s)) for s in ok['skipped']) or '–'}"
-                 f" (first at step {'–' if pd.isna(first) else int(first)}); weights finite in "
-                 f"{int(ok['weights_finite'].astype(str).eq('True').sum()) if len(ok) else 0} of {len(ok)}",
-    }  # fmt: skip
-    setting = lambda variant: (v.loc[v["variant"] == variant, "settings"].tolist() or ["not run"])[0] if len(v) else "not run"  # noqa: E731
-    return {"causes": CAUSES, "algorithm": (v.loc[v["variant"] == BASELINE, "algorithm"].tolist() or ["–"])[0] if len(v) else "–",
-            "settings": {k: setting(k) for k in ("shaped", "shaped_penalty", "reward_norm", "adv_norm_clip", "entropy_schedule", "cosine_lr", "curriculum", "huge_lr")}, "collapse_definition": COLLAPSE_DEFINITION, "variants": v, "reward_design": d,
-            "nonfinite": nf, "criteria": crit, "verdicts": {k: verdict(passed.get(k), s) for k, s in texts.items()}}  # fmt: skip
-
-
-def fmt_count(v: pd.DataFrame, variant: str) -> str:
-    c, n = _get(v, variant, "collapses"), _get(v, variant, "n")
-    return "no data" if math.isnan(c) else f"{int(c)} of {int(n)}"
+    return {"causes": CAUSES, "algorithm": (v.loc[v["role"] == "baseline", "algorithm"].tolist() or ["–"])[0] if len(v) else "–",
+            "names": {r: name(r) for r in ROLES}, "settings": {r: setting(r) for r in ROLES}, "collapse_definition": COLLAPSE_DEFINITION,
+            "variants": v, "reward_design": d, "nonfinite": t["collapse_nonfinite"] if len(t["collapse_nonfinite"]) else pd.DataFrame(columns=NONFINITE_COLUMNS),
+            "zero_std": {"baseline": z("baseline"), "shaped": z("shaped")}, "verdicts": by_key(rows), "verdict_list": rows,
+            "power": power_note(t["collapse_verdicts"])}  # fmt: skip

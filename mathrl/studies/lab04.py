@@ -18,6 +18,8 @@ import pandas as pd
 
 from mathrl import bandit_config as bandit  # the study's settings; no torch for tables and figures
 from mathrl.results import mean_spread
+from mathrl.studies.kit import COLORS, band, by_key, per_seed, placeholder, plt, power_note, roles, verdict_frame, verdict_rows
+from mathrl.verdict import Claim, Estimate, Verdict, difference, mean_interval, wilson
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -27,6 +29,8 @@ TITLE = "Lab 04: entropy collapse, vanishing gradients and reward hacking"
 DOCUMENT = "lab04-training-challenges.md"
 
 EXPERIMENT = "lab04_gpt"
+ROLES = ("normal", "aggressive", "remedy", "proxy", "random_policy", "perfect_policy")
+NONINFERIOR_MARGIN = 0.02  # accuracy points that count as "no worse" (about the sampling error of 500 problems)
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
 GPT_WINDOW = 5  # GPT steps averaged for the start or end of a per-step metric (runs are 20-40 steps)
 DOMINANT = 0.9  # an arm holding this much probability is where the policy converged (bandit.converged_to)
@@ -65,17 +69,6 @@ def hacked(proxy_start: float, proxy_end: float, true_start: float, true_end: fl
 def as_passed(v) -> bool | None:
     """A `passed` cell read back from CSV: True, False or None (not measured)."""
     return None if _nan(v) or v == "" else str(v).lower() in ("true", "1", "1.0")
-
-
-def judge(passed: list) -> str:
-    """'agrees' if every criterion passed, 'disagrees' if every measured one failed,
-    'partly' for a mix (or some unmeasured), 'missing' when none could be measured."""
-    known = [p for p in map(as_passed, passed) if p is not None]
-    if not known:
-        return "missing"
-    if all(known) and len(known) == len(passed):
-        return "agrees"
-    return "disagrees" if not any(known) else "partly"
 
 
 def global_found(labels: list[str]) -> str:
@@ -247,33 +240,62 @@ def _get(d: dict, key: str) -> float:
     return d.get(key, math.nan)
 
 
-def criteria(ent, van, hack, gpt) -> pd.DataFrame:
-    """The document's expectations against the pooled measurements (passed None: not measured)."""
-    aggr, norm = _row(ent, setting="aggressive", seed="all"), _row(ent, setting="normal", seed="all")
-    v, h = _row(van, seed="all"), _row(hack, seed="all")
-    gv = {name: _row(gpt, variant=name) for name in ("normal", "aggressive", "dapo_aggressive", "proxy_reward", "random_init", "near_perfect")}
-    px = gv["proxy_reward"]
-    rows = [  # part, criterion, expected, measured, test
-        ("entropy", "Bandit, aggressive: initial policy entropy about 1.1", "1.0 to 1.2", aggr.get("initial_entropy"), lambda x: 1.0 <= x <= 1.2),
-        ("entropy", "Bandit, aggressive: final policy entropy about 0.1", "≤ 0.2", aggr.get("final_entropy"), lambda x: x <= 0.2),
-        ("entropy", "Bandit, aggressive: converged to action 1, the global optimum (share of seeds)", "1 (every seed)", aggr.get("global_share"), lambda x: x == 1),
-        ("entropy", "Bandit: final entropy, normal minus aggressive (the gentle setting keeps more)", "> 0", _get(norm, "final_entropy") - _get(aggr, "final_entropy"), lambda x: x > 0),
-        ("vanishing", "Bandit: mean gradient norm with homogeneous rewards", "< 1e-4", v.get("grad_norm_homogeneous"), lambda x: x < 1e-4),
-        ("vanishing", "Bandit: mean gradient norm with diverse rewards", "> 1e-3", v.get("grad_norm_diverse"), lambda x: x > 1e-3),
-        ("vanishing", "Bandit: gradient-norm reduction, homogeneous against diverse", "> 90%", v.get("reduction"), lambda x: x > 0.9),
-        ("vanishing", "Bandit: correlation of gradient norm with reward std", "> 0", v.get("corr_grad_reward_std"), lambda x: x > 0),
-        ("hacking", "Bandit: proxy score rises (end minus start)", "> 0", _get(h, "proxy_end") - _get(h, "proxy_start"), lambda x: x > 0),
-        ("hacking", "Bandit: true reward falls (end minus start)", "< 0", _get(h, "true_end") - _get(h, "true_start"), lambda x: x < 0),
-        ("hacking", "GPT proxy_reward: training reward (the proxy score) rises", "> 0", _get(px, "reward_end_mean") - _get(px, "reward_start_mean"), lambda x: x > 0),
-        ("hacking", "GPT proxy_reward: sampled exact-match accuracy falls", "< 0", _get(px, "accuracy_end_mean") - _get(px, "accuracy_start_mean"), lambda x: x < 0),
-        ("gpt", "GPT: entropy reduction, aggressive minus normal", "> 0", _get(gv["aggressive"], "entropy_reduction_mean") - _get(gv["normal"], "entropy_reduction_mean"), lambda x: x > 0),
-        ("gpt", "GPT: final entropy, DAPO minus aggressive GRPO (DAPO keeps more)", "> 0", _get(gv["dapo_aggressive"], "entropy_end_mean") - _get(gv["aggressive"], "entropy_end_mean"), lambda x: x > 0),
-        ("gpt", "GPT: final held-out accuracy, DAPO minus aggressive GRPO (at least as good)", "≥ 0", _get(gv["dapo_aggressive"], "eval_end_mean") - _get(gv["aggressive"], "eval_end_mean"), lambda x: x >= 0),
-        ("gpt", "GPT from a random policy: share of groups with equal rewards", f"≈ 1 (≥ {NO_SIGNAL})", gv["random_init"].get("frac_zero_std_mean"), lambda x: x >= NO_SIGNAL),
-        ("gpt", "GPT near-perfect policy (1-digit addition): share of groups with equal rewards", "> 0.5 (most groups)", gv["near_perfect"].get("frac_zero_std_mean"), lambda x: x > 0.5),
-    ]  # fmt: skip
-    return pd.DataFrame([{"part": p, "criterion": c, "expected": e, "measured": math.nan if m is None else float(m), "passed": check(math.nan if m is None else float(m), t)}
-                         for p, c, e, m, t in rows])  # fmt: skip
+def _shift(values: dict, by: float) -> dict:
+    return {k: v - by for k, v in values.items()}
+
+
+def verdicts(ent, van, hack, runs, role: dict) -> list[Verdict]:
+    """The document's expectations, each as a mean or a paired difference over seeds with its 95% interval."""
+    seeds = lambda df, col, **w: per_seed(_per_seed_rows(df), col, **w)  # noqa: E731
+    out = []
+
+    def add(part, key, text, measure, est, **claim):
+        out.append(Verdict(Claim(key, text, measure, **claim), est, extra={"part": part}))
+
+    aggr = lambda col: seeds(ent, col, setting="aggressive")  # noqa: E731
+    add("entropy", "bandit_initial_entropy", "Bandit, aggressive: initial policy entropy about 1.1", "initial entropy − 1.1 (equivalence within ±0.1)",
+        mean_interval(_shift(aggr("initial_entropy"), 1.1)), kind="equivalence", margin=0.1)
+    add("entropy", "bandit_final_entropy", "Bandit, aggressive: final policy entropy about 0.1", "final entropy − 0.2", mean_interval(_shift(aggr("final_entropy"), 0.2)), direction=-1)
+    labels = _per_seed(ent, "aggressive")["converged_to"].tolist()
+    k, n = sum(x == "global" for x in labels), sum(x in ("global", "local", "none") for x in labels)
+    lo, hi = wilson(k, n)
+    add("entropy", "bandit_global", "Bandit, aggressive: the policy settles on action 1, the global optimum",
+        f"share of seeds at the global optimum ({k} of {n}, Wilson interval) − 1/2", Estimate(k / n - 0.5, lo - 0.5, hi - 0.5, n, "one-sample", n) if n else None, unit="pts")
+    add("entropy", "bandit_keeps_entropy", "Bandit: the gentle setting keeps more entropy than the aggressive one", "final entropy: normal − aggressive",
+        difference(seeds(ent, "final_entropy", setting="normal"), aggr("final_entropy")))
+    vs = lambda col: seeds(van, col)  # noqa: E731
+    add("vanishing", "bandit_homogeneous", "Bandit: the gradient vanishes when every reward of a batch is equal", "mean gradient norm, homogeneous phases − 1e-4",
+        mean_interval(_shift(vs("grad_norm_homogeneous"), 1e-4)), direction=-1)
+    add("vanishing", "bandit_diverse", "Bandit: the gradient is clearly non-zero when rewards differ", "mean gradient norm, diverse phases − 1e-3",
+        mean_interval(_shift(vs("grad_norm_diverse"), 1e-3)))
+    add("vanishing", "bandit_reduction", "Bandit: the gradient norm falls by more than 90% with equal rewards", "reduction, homogeneous against diverse, − 90%",
+        mean_interval(_shift(vs("reduction"), 0.9)), unit="pct")
+    add("vanishing", "bandit_correlation", "Bandit: the gradient norm follows the reward spread", "correlation of gradient norm with reward std (per seed)",
+        mean_interval(vs("corr_grad_reward_std")))
+    hs = lambda a, b: {s: v - seeds(hack, b).get(s, math.nan) for s, v in seeds(hack, a).items()}  # noqa: E731
+    add("hacking", "bandit_proxy_rises", "Bandit: the proxy score rises", "proxy score: end − start", mean_interval(hs("proxy_end", "proxy_start")))
+    add("hacking", "bandit_true_falls", "Bandit: the true reward falls", "true reward: end − start", mean_interval(hs("true_end", "true_start")), direction=-1)
+    g = lambda r, col: per_seed(runs, col, variant=role[r]) if r in role else {}  # noqa: E731
+    gd = lambda r, a, b: {s: v - g(r, b).get(s, math.nan) for s, v in g(r, a).items()}  # noqa: E731
+    add("hacking", "gpt_proxy_rises", "GPT with the proxy reward: the training reward (the proxy score) rises", "training reward: end − start",
+        mean_interval(gd("proxy", "reward_end", "reward_start")))
+    add("hacking", "gpt_accuracy_falls", "GPT with the proxy reward: exact-match accuracy falls", "sampled exact-match accuracy: end − start",
+        mean_interval(gd("proxy", "accuracy_end", "accuracy_start")), direction=-1, unit="pts")
+    add("gpt", "gpt_entropy_collapse", "GPT: the aggressive setting loses more token entropy than the normal one", "entropy reduction: aggressive − normal",
+        difference(g("aggressive", "entropy_reduction"), g("normal", "entropy_reduction")), unit="pct")
+    add("gpt", "gpt_dapo_entropy", "GPT: DAPO keeps more entropy than aggressive GRPO", "final token entropy: DAPO − aggressive GRPO",
+        difference(g("remedy", "entropy_end"), g("aggressive", "entropy_end")))
+    add("gpt", "gpt_dapo_accuracy", "GPT: DAPO is at least as accurate as aggressive GRPO", "final held-out accuracy: DAPO − aggressive GRPO",
+        difference(g("remedy", "eval_end"), g("aggressive", "eval_end")), kind="noninferior", margin=NONINFERIOR_MARGIN, unit="pts")
+    add("gpt", "gpt_random_no_signal", "GPT from a random policy: (almost) every group has equal rewards", f"share of groups with equal rewards − {NO_SIGNAL}",
+        mean_interval(_shift(g("random_policy", "frac_zero_std"), NO_SIGNAL)), unit="pts")
+    add("gpt", "gpt_perfect_no_signal", "GPT near-perfect policy: most groups have equal rewards", "share of groups with equal rewards − 1/2",
+        mean_interval(_shift(g("perfect_policy", "frac_zero_std"), 0.5)), unit="pts")
+    return out
+
+
+def _per_seed_rows(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["seed"].astype(str) != "all"] if len(df) and "seed" in df else df
 
 
 def _pm(d: dict, key: str, spec: str = ".3g") -> str:
@@ -294,7 +316,7 @@ def findings(ent, van, hack, gpt) -> list[str]:
     two = (f"Vanishing gradients: with every reward of a batch equal the mean gradient norm was {_pm(v, 'grad_norm_homogeneous')} against "
            f"{_pm(v, 'grad_norm_diverse')} with varied rewards (n={num(v.get('n'), '.0f')} seeds), {num(v.get('reduction'), '.1%')} lower "
            f"({v.get('severity', 'unknown')}); gradient norm and reward std correlated at r = {num(v.get('corr_grad_reward_std'), '.2f')} over all steps.")  # fmt: skip
-    h, p = _row(hack, seed="all"), _row(gpt, variant="proxy_reward")
+    h, p = _row(hack, seed="all"), _row(gpt, role="proxy")
     gpt_hacked = hacked(*(p.get(k, math.nan) for k in ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")))
     word = {True: "exploited", False: "not exploited", None: "not measured"}
     three = (f"Reward hacking: on the bandit the proxy score went from {_pm(h, 'proxy_start')} to {_pm(h, 'proxy_end')} while the true reward "
@@ -329,10 +351,13 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     ent, (van, points), hack = entropy_table(ctx), vanishing_table(ctx), hacking_table(ctx)
     runs = gpt_runs(ctx)
     gpt = gpt_table(runs)
+    role = roles(ctx.cfg, EXPERIMENT, ROLES) if len(runs) else {}
+    role_of = {v: r for r, v in role.items()}
+    gpt.insert(1, "role", gpt["variant"].map(role_of).fillna("") if len(gpt) else [])
     return {
         "lab04_entropy": ent, "lab04_vanishing": van, "lab04_vanishing_points": points, "lab04_hacking": hack,
         "lab04_bandit_curves": bandit_curves(ctx), "lab04_gpt_runs": runs, "lab04_gpt": gpt,
-        "lab04_report_template": report_template(ent, van, hack, gpt), "lab04_criteria": criteria(ent, van, hack, gpt),
+        "lab04_report_template": report_template(ent, van, hack, gpt), "lab04_verdicts": verdict_frame(verdicts(ent, van, hack, runs, role)),
     }  # fmt: skip
 
 
@@ -366,8 +391,6 @@ def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
 
 def _settings(ax, c: pd.DataFrame, metric: str, label: str) -> None:
     """One band per setting of a bandit study (labelled `label` when there is only one)."""
-    from mathrl.plots import COLORS, band  # here: mathrl.plots imports the studies
-
     groups = list(c.groupby("setting", sort=False))
     for i, (setting, g) in enumerate(groups):
         band(ax, g["step"], g[f"{metric}_mean"], g[f"{metric}_std"], setting if len(groups) > 1 else label, COLORS[i])
@@ -382,8 +405,6 @@ def _shade_homogeneous(ax, c: pd.DataFrame) -> None:
 
 
 def six_panel(t) -> "Figure":
-    from mathrl.plots import COLORS, band, placeholder, plt  # here: mathrl.plots imports the studies
-
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
     ec, gv, pts = _bandit(t, "entropy_collapse"), _bandit(t, "gradient_vanishing"), t["lab04_vanishing_points"]
     (a_ent, a_prob, a_loss), (a_grad, a_std, a_scatter) = axes
@@ -425,8 +446,6 @@ def six_panel(t) -> "Figure":
 
 
 def hacking_figure(t) -> "Figure":
-    from mathrl.plots import COLORS, band, placeholder, plt  # here: mathrl.plots imports the studies
-
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
     rh = _bandit(t, "reward_hacking")
     if len(rh):
@@ -434,7 +453,8 @@ def hacking_figure(t) -> "Figure":
         band(left, rh["step"], rh["true_reward_mean"], rh["true_reward_std"], "true reward", COLORS[2])
     else:
         placeholder(left, "no reward-hacking bandit data")
-    series = [(seed_band(t["curves"], "proxy_reward", m), label, COLORS[k]) for m, label, k in
+    proxy = _row(t["lab04_gpt"], role="proxy").get("variant", "")
+    series = [(seed_band(t["curves"], proxy, m), label, COLORS[k]) for m, label, k in
               (("reward_mean", "training reward = proxy score", 3), ("accuracy", "exact-match accuracy (sampled)", 2))]  # fmt: skip
     for s, label, color in series:
         if len(s):
@@ -449,13 +469,11 @@ def hacking_figure(t) -> "Figure":
 
 
 def gpt_figure(t) -> "Figure":
-    from mathrl.plots import COLORS, band, placeholder, plt  # here: mathrl.plots imports the studies
-
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     gpt = t["lab04_gpt"]
     variants = gpt["variant"].tolist() if "variant" in gpt else []
     panels = ((axes[0], "entropy", variants), (axes[1], "eval_accuracy", variants),
-              (axes[2], "frac_zero_std", [v for v in variants if v in ("random_init", "near_perfect")]))  # fmt: skip
+              (axes[2], "frac_zero_std", [v for v, r in zip(variants, gpt["role"]) if r in ("random_policy", "perfect_policy")]))  # fmt: skip
     for ax, metric, names in panels:
         drawn = 0
         for v in names:
@@ -492,13 +510,10 @@ CLAIMS = {
            "five times the learning rate and a tenth of the entropy bonus, a proxy reward that favours large digits, RL from a random policy "
            "(all answers wrong) and from a near-perfect one (all right), and DAPO at the aggressive settings.",
 }  # fmt: skip
-WORDS = {"agrees": "Agrees with the document.", "disagrees": "Disagrees with the document.",
-         "partly": "Agrees in part.", "missing": "Cannot be judged: the data are missing."}  # fmt: skip
-
-
 def gpt_sentence(gpt: pd.DataFrame) -> str:
     """The measured sentence of the GPT part."""
-    g = {name: _row(gpt, variant=name) for name in ("normal", "aggressive", "dapo_aggressive", "random_init", "near_perfect")}
+    g = {name: _row(gpt, role=role) for name, role in
+         (("normal", "normal"), ("aggressive", "aggressive"), ("dapo_aggressive", "remedy"), ("random_init", "random_policy"), ("near_perfect", "perfect_policy"))}
     n = {k: f"n={num(d.get('n'), '.0f')} of {num(d.get('expected'), '.0f')}" for k, d in g.items()}
     return (f"Token entropy fell by {_pm(g['aggressive'], 'entropy_reduction_mean', '.1%')} under the aggressive settings ({n['aggressive']}) "
             f"against {_pm(g['normal'], 'entropy_reduction_mean', '.1%')} under the normal ones ({n['normal']}). DAPO at the aggressive settings "
@@ -510,19 +525,16 @@ def gpt_sentence(gpt: pd.DataFrame) -> str:
 
 
 def section(t) -> dict:
-    crit = t["lab04_criteria"]
-    rows = [] if crit.empty else [{**r, "result": {True: "pass", False: "fail", None: "missing"}[as_passed(r["passed"])]} for r in crit.to_dict("records")]
+    rows = verdict_rows(t["lab04_verdicts"])
     tpl = t["lab04_report_template"]
     found = tpl.loc[tpl["part"] == "Key findings", "value"].tolist() if len(tpl) else []
     sentences = {**dict(zip(("entropy", "vanishing", "hacking"), found + ["no data"] * (3 - len(found)))), "gpt": gpt_sentence(t["lab04_gpt"])}
     parts = {}
     for part in CLAIMS:
-        mine = [r for r in rows if r["part"] == part]
-        verdict = judge([r["passed"] for r in mine])
-        failed = [r["criterion"] for r in mine if r["result"] == "fail"]
-        missing = [r["criterion"] for r in mine if r["result"] == "missing"]
-        detail = (f" Did not hold: {'; '.join(failed)}." if failed else "") + (f" Not measured: {'; '.join(missing)}." if missing and verdict != "missing" else "")
-        parts[part] = {"claim": CLAIMS[part], "measured": sentences[part], "verdict": verdict, "text": WORDS[verdict] + detail,
-                       "cls": verdict if verdict in ("agrees", "disagrees") else ""}  # fmt: skip
-    return {"parts": parts, "criteria": rows, "severity_definition": SEVERITY_DEFINITION, "bandit_window": BANDIT_WINDOW,
-            "gpt_window": GPT_WINDOW, "dominant": DOMINANT, "tables": {k: t[f"lab04_{k}"] for k in ("entropy", "vanishing", "hacking", "gpt", "report_template")}}  # fmt: skip
+        mine = [r for r in rows if r.get("part") == part]
+        counts = {o: sum(r["outcome"] == o for r in mine) for o in ("agrees", "disagrees", "inconclusive", "not judged")}
+        summary = ", ".join(f"{k} {o}" for o, k in counts.items() if k) or "no verdicts"
+        parts[part] = {"claim": CLAIMS[part], "measured": sentences[part], "rows": mine, "summary": summary}
+    return {"parts": parts, "verdict_list": rows, "power": power_note(t["lab04_verdicts"]), "severity_definition": SEVERITY_DEFINITION,
+            "bandit_window": BANDIT_WINDOW, "gpt_window": GPT_WINDOW, "dominant": DOMINANT,
+            "tables": {k: t[f"lab04_{k}"] for k in ("entropy", "vanishing", "hacking", "gpt", "report_template")}}  # fmt: skip

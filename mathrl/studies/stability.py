@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import math
 
+import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 
 from mathrl.monitor import ALERT_KINDS
-from mathrl.results import COLLAPSE_DEFINITION, collapsed, mean_spread, steps_to, summed_drops
+from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness, steps_to
+from mathrl.studies.kit import COLORS, band, per_seed, placeholder, power_note, roles, verdict_frame, verdict_rows
+from mathrl.verdict import Claim, Estimate, Verdict, difference, mean_interval, rate_difference, wilson
 
 NAME = "stability"
 TITLE = "Batch size and hyperparameters against training stability"
@@ -32,6 +36,8 @@ DOC_CLIPPING = {"none": (0.35, "fast (when it does not collapse)"), "2.0": (0.12
 DOC_VALUE_RMSE = {("none", 0.5): 0.25, ("0.2", 1.0): 0.12}
 DOC_CASE = {64: (0.18, 0.12, 3, "8 h"), 512: (0.38, 0.02, 0, "6 h")}
 
+FVD = "fixed_vs_dynamic"
+FVD_ROLES = ("A", "B", "C")  # the document's methods: A fixed at the large batch, B step-decayed LR, C adaptive KL
 FRACTIONS = (0.2, 0.4, 0.6, 0.8, 1.0)
 BIG_SWING, SMALL_SWING = 0.10, 0.03  # the document's ">10%" and "<3%", as accuracy points
 TARGET_GAIN = 0.05  # clipping speed: steps until held-out accuracy is 5 points above its start
@@ -68,13 +74,14 @@ def last(run, column: str) -> float:
 
 def measures(run) -> dict:
     """What the tables aggregate per run; NaN everywhere for a run without a result."""
-    keys = ["initial_eval", "final_eval", "best_eval", "summed_drops", "largest_drop", "share_above_10", "share_below_3",
+    keys = ["initial_eval", "final_eval", "best_eval", "roughness", "drawdown", "largest_drop", "share_above_10", "share_below_3",
             "collapsed", "final_reward", "wall_seconds", "alerts"]  # fmt: skip
     if not run.ok:
         return dict.fromkeys(keys, NAN)
-    ev = run.evals["eval_accuracy"]
+    e = run.evals
+    ev = e["eval_accuracy"]
     above, below = change_shares(ev)
-    return dict(zip(keys, [ev.iloc[0], ev.iloc[-1], ev.iloc[1:].max(), summed_drops(ev), largest_drop(ev), above, below,
+    return dict(zip(keys, [ev.iloc[0], ev.iloc[-1], ev.iloc[1:].max(), roughness(e["step"], ev), max_drawdown(ev), largest_drop(ev), above, below,
                            float(collapsed(run)), last(run, "reward_mean"), run.summary["wall_seconds"], len(run.summary["alerts"])]))  # fmt: skip
 
 
@@ -89,7 +96,7 @@ def curve_points(run) -> list[dict]:
     """Eval accuracy (nearest evaluation), entropy and reward at 20..100% of the steps."""
     out = []
     for k, f in enumerate(FRACTIONS):
-        step = round(f * run.spec.settings["steps"])
+        step = round(f * run.settings["steps"])
         row = {"point": k + 1, "step": step, "eval_step": NAN, "eval_accuracy": NAN, "entropy": NAN, "reward": NAN}
         if run.ok and step <= run.metrics["step"].max():  # a run that stopped early has no value here
             ev, m = run.evals, run.metrics.set_index("step")
@@ -117,12 +124,12 @@ def series(runs: list, metrics: list[str]) -> pd.DataFrame:
 def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
     if not runs:
         return {}
-    rows = pd.DataFrame([{"batch_size": r.spec.settings["batch_size"], **measures(r)} for r in runs])
-    batch = summarise(rows, ["batch_size"], ["final_eval", "best_eval", "summed_drops", "largest_drop", "share_above_10", "share_below_3", "collapsed"])
+    rows = pd.DataFrame([{"batch_size": r.settings["batch_size"], "seed": r.spec.seed, **measures(r)} for r in runs])
+    batch = summarise(rows, ["batch_size"], ["final_eval", "best_eval", "roughness", "drawdown", "largest_drop", "share_above_10", "share_below_3", "collapsed"])
     batch = batch.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
     batch["collapses"] = rows.groupby("batch_size", sort=False)["collapsed"].sum(min_count=1).values
     batch["doc_curve"] = batch["batch_size"].map(DOC_BATCH)
-    pts = pd.DataFrame([{"batch_size": r.spec.settings["batch_size"], **p} for r in runs for p in curve_points(r)])
+    pts = pd.DataFrame([{"batch_size": r.settings["batch_size"], **p} for r in runs for p in curve_points(r)])
     curve = summarise(pts, ["batch_size", "point", "step"], ["eval_accuracy", "entropy", "reward"])
     curve.insert(3, "eval_step", pts.groupby(["batch_size", "point", "step"], sort=False)["eval_step"].max().values)
     for j, col in enumerate(["doc_accuracy", "doc_entropy", "doc_reward"]):
@@ -133,20 +140,22 @@ def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
     case["collapses"] = cs.groupby("batch_size", sort=False)["collapsed"].sum(min_count=1).values
     for j, col in enumerate(["doc_final_reward", "doc_reward_std", "doc_collapses", "doc_time"]):
         case[col] = [DOC_CASE[b][j] if b in DOC_CASE else NAN for b in case["batch_size"]]
-    return {"stability_batch_curve": curve, "stability_batch": batch, "stability_case_study": case}
+    return {"stability_batch_curve": curve, "stability_batch": batch, "stability_case_study": case, "stability_batch_runs": rows}
 
 
-def fixed_vs_dynamic_table(runs: list) -> pd.DataFrame:
+def fixed_vs_dynamic_tables(runs: list, role: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per method (its role in the config: A, B or C) and per run."""
     if not runs:
-        return pd.DataFrame()
-    rows = pd.DataFrame([{"method": r.spec.variant.split("_")[0], "variant": r.spec.variant, **measures(r),
+        return pd.DataFrame(), pd.DataFrame()
+    method = {v: r for r, v in role.items()}
+    rows = pd.DataFrame([{"method": method.get(r.spec.variant, ""), "variant": r.spec.variant, "seed": r.spec.seed, **measures(r),
                           "final_lr": last(r, "lr"), "final_kl_coef": last(r, "kl_coef")} for r in runs])  # fmt: skip
-    out = summarise(rows, ["method", "variant"], ["final_eval", "summed_drops", "largest_drop", "final_lr", "final_kl_coef"])
+    out = summarise(rows, ["method", "variant"], ["final_eval", "roughness", "drawdown", "largest_drop", "final_lr", "final_kl_coef"])
     out["reproducibility_std"] = out["final_eval_std"]  # the document's "reproducibility": spread of the final result across seeds
     out["rank"] = out["final_eval_mean"].rank(ascending=False)
     for j, col in enumerate(["doc_final_accuracy", "doc_stability", "doc_reproducibility", "doc_rank"]):
         out[col] = out["method"].map(lambda m: DOC_METHODS.get(m, (NAN,) * 4)[j])
-    return out
+    return out, rows
 
 
 def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
@@ -178,30 +187,33 @@ def alerts_table(ctx) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def clipping_table(runs: list) -> pd.DataFrame:
+def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not runs:
-        return pd.DataFrame()
-    rows = pd.DataFrame([{"max_norm": label(r.spec.settings["grad_clip"]), **measures(r),
+        return pd.DataFrame(), pd.DataFrame()
+    rows = pd.DataFrame([{"max_norm": label(r.settings["grad_clip"]), "seed": r.spec.seed, **measures(r),
                           "steps_to_target": steps_to(r, r.initial_eval + TARGET_GAIN)} for r in runs])  # fmt: skip
     out = summarise(rows, ["max_norm"], ["collapsed", "steps_to_target", "final_eval"])
     out = out.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
     g = rows.groupby("max_norm", sort=False)
     out.insert(3, "collapses", g["collapsed"].sum(min_count=1).values)
     out.insert(5, "reached", g["steps_to_target"].count().values)
+    ci = [wilson(int(k), int(n)) if n == n and k == k else (NAN, NAN) for k, n in zip(out["collapses"], out["n"])]
+    out.insert(out.columns.get_loc("collapse_rate") + 1, "collapse_rate_lo", [c[0] for c in ci])
+    out.insert(out.columns.get_loc("collapse_rate") + 2, "collapse_rate_hi", [c[1] for c in ci])
     out["doc_collapse_rate"] = out["max_norm"].map(lambda m: DOC_CLIPPING.get(m, (NAN, ""))[0])
     out["doc_speed"] = out["max_norm"].map(lambda m: DOC_CLIPPING.get(m, (NAN, ""))[1])
-    return out
+    return out, rows
 
 
-def value_clip_table(runs: list) -> pd.DataFrame:
+def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not runs:
-        return pd.DataFrame()
-    rows = pd.DataFrame([{"value_clip": label(r.spec.settings["value_clip"]), "value_coef": float(r.spec.settings["value_coef"]),
+        return pd.DataFrame(), pd.DataFrame()
+    rows = pd.DataFrame([{"value_clip": label(r.settings["value_clip"]), "value_coef": float(r.settings["value_coef"]), "seed": r.spec.seed,
                           "final_rmse": last(r, "value_rmse"), "mean_rmse": r.metrics["value_rmse"].mean() if r.ok else NAN,
                           "final_explained_variance": last(r, "explained_variance"), "final_eval": measures(r)["final_eval"]} for r in runs])  # fmt: skip
     out = summarise(rows, ["value_clip", "value_coef"], ["final_rmse", "mean_rmse", "final_explained_variance", "final_eval"])
     out["doc_rmse"] = [DOC_VALUE_RMSE.get((c, w), NAN) for c, w in zip(out["value_clip"], out["value_coef"])]
-    return out
+    return out, rows
 
 
 # The document's diagnosis table (section 8), one row per symptom; the evidence rule picks a run.
@@ -230,7 +242,7 @@ def run_signals(run) -> dict:
             "drop_at": (ev["step"][i - 1], ev["step"][i], ev["eval_accuracy"][i - 1], ev["eval_accuracy"][i]) if i is not None else None,
             "ent_ratio": ent.iloc[-1] / ent.iloc[0] if len(ent) and ent.iloc[0] > 0 else NAN, "ent": (ent.iloc[0], ent.iloc[-1]) if len(ent) else None,
             "kl": m["kl"].max(), "kl_at": m.loc[m["kl"].idxmax(), "step"] if m["kl"].notna().any() else NAN,
-            "kl_max": run.spec.settings.get("monitor_kl_max") or math.inf,
+            "kl_max": run.settings.get("monitor_kl_max") or math.inf,
             "skipped": int(m["skipped"].fillna(0).sum()) + (run.status == "stopped_nonfinite")}  # fmt: skip
 
 
@@ -262,83 +274,74 @@ def known(*xs) -> bool:
     return all(x is not None and not (isinstance(x, float) and math.isnan(x)) for x in xs)
 
 
-def less(a, b):
-    """(b - a, a < b), or (NaN, None) when a number is missing."""
-    return (b - a, bool(a < b)) if known(a, b) else (NAN, None)
-
-
-def below(x, limit):
-    return (x, bool(x < limit)) if known(x) else (NAN, None)
-
-
-def above(x, limit):
-    return (x, bool(x > limit)) if known(x) else (NAN, None)
-
-
-def at_least(x, limit):
-    return (x, bool(x >= limit)) if known(x) else (NAN, None)
-
-
-def within(x, lo, hi):
-    return (x, bool(lo <= x <= hi)) if known(x) else (NAN, None)
-
-
-def monotone_down(rates: list):
-    """Collapse rate never rises as the clip tightens and ends below where it started."""
-    if len(rates) < 2 or not known(*rates):
-        return NAN, None
-    return rates[0] - rates[-1], bool(all(b <= a for a, b in zip(rates, rates[1:])) and rates[-1] < rates[0])
-
-
-def rates_loose_to_tight(c: pd.DataFrame) -> list:
-    """Collapse rates ordered from no clipping to the tightest max norm, whatever the config's order."""
-    if c.empty:
-        return []
-    tightness = c["max_norm"].map(lambda m: -math.inf if str(m) == "none" else -float(m))
-    return c.assign(tightness=tightness).sort_values("tightness")["collapse_rate"].tolist()
-
-
-def verdict(passed) -> str:
-    return "missing" if not known(passed) else ("agrees" if passed else "disagrees")
-
-
-def row(df: pd.DataFrame, col: str, key, value: str):
-    r = df[df[col].astype(str) == str(key)] if not df.empty and col in df else pd.DataFrame()
-    return r.iloc[0][value] if len(r) else NAN
-
-
-def criteria(t: dict) -> pd.DataFrame:
-    b, fvd, gv, acc, clip, vc = (t.get(k, pd.DataFrame()) for k in
-                                 ["stability_batch", "stability_fixed_vs_dynamic", "stability_gradvar", "stability_accumulation", "stability_clipping", "stability_value_clip"])  # fmt: skip
-    lo, hi = (b["batch_size"].min(), b["batch_size"].max()) if not b.empty else (NAN, NAN)
-    d = lambda size, col: row(b, "batch_size", size, col)  # noqa: E731
-    m = lambda k: row(fvd, "method", k, "final_eval_mean")  # noqa: E731
-    v = lambda c, w: row(vc[vc["value_coef"] == w] if not vc.empty else vc, "value_clip", c, "mean_rmse_mean")  # noqa: E731
-    ratio = row(gv, "batch_size", gv["batch_size"].min(), "ratio_to_largest") if not gv.empty else NAN
-    best_other = max(m("B"), m("C")) if known(m("B"), m("C")) else NAN
-    rmse_change = v("0.2", 1.0) / v("none", 0.5) - 1 if known(v("0.2", 1.0), v("none", 0.5)) else NAN
-    rows = [
-        (f"batch {hi} smoother than batch {lo} (summed eval drops)", "lower at the large batch", *less(d(hi, "summed_drops_mean"), d(lo, "summed_drops_mean"))),
-        (f"batch {hi}: largest eval drop below 3 points", "< 0.03", *below(d(hi, "largest_drop_mean"), SMALL_SWING)),
-        (f"batch {lo}: largest eval drop above 10 points", "> 0.10", *above(d(lo, "largest_drop_mean"), BIG_SWING)),
-        ("gradient variance falls about 6x from the smallest to the largest batch", "ratio within 2x of 6 (3 to 12)", *within(ratio, 3.0, 12.0)),
-        ("accumulated gradient equals the large-batch gradient", "relative difference < 1e-4", *below(acc["relative"].max() if not acc.empty else NAN, 1e-4)),
-        ("fixed A ends at least as accurate as dynamic B and C", "A - max(B, C) >= 0", *at_least(m("A") - best_other, 0.0)),
-        ("clipping lowers the collapse rate monotonically", "none >= 2.0 >= 1.0 >= 0.5, last < first", *monotone_down(rates_loose_to_tight(clip))),
-        ("value clipping + weight 1.0 lowers value RMSE against unclipped at 0.5", "relative change < 0", *below(rmse_change, 0.0)),
-    ]  # fmt: skip
-    return pd.DataFrame(rows, columns=["criterion", "expected", "measured", "passed"])
+def verdicts(t: dict) -> list[Verdict]:
+    """The document's claims, each a difference with its 95% interval (paired by seed)."""
+    br, fr, cr, vr = (t.get(k, pd.DataFrame()) for k in ("stability_batch_runs", "stability_fvd_runs", "stability_clipping_runs", "stability_value_clip_runs"))
+    gv, acc = t.get("stability_gradvar", pd.DataFrame()), t.get("stability_accumulation", pd.DataFrame())
+    out = []
+    if not br.empty:
+        lo, hi = br["batch_size"].min(), br["batch_size"].max()
+        b = lambda size, col: per_seed(br, col, batch_size=size)  # noqa: E731
+        out += [
+            Verdict(Claim("batch_smoother", f"batch {hi} trains more smoothly than batch {lo}",
+                          f"roughness of held-out accuracy (spread around its trend): batch {hi} − batch {lo}", direction=-1, unit="pts"),
+                    difference(b(hi, "roughness"), b(lo, "roughness"))),
+            Verdict(Claim("batch_large_calm", f"at batch {hi} consecutive evaluations change by less than 3 points",
+                          f"largest fall between consecutive evaluations at batch {hi}, minus 3 points", direction=-1, unit="pts"),
+                    mean_interval({k: v - SMALL_SWING for k, v in b(hi, "largest_drop").items()})),
+            Verdict(Claim("batch_small_swings", f"at batch {lo} the accuracy swings by more than 10 points",
+                          f"largest fall between consecutive evaluations at batch {lo}, minus 10 points", unit="pts"),
+                    mean_interval({k: v - BIG_SWING for k, v in b(lo, "largest_drop").items()})),
+            Verdict(Claim("case_reward", f"batch {hi} ends at a higher training reward than batch {lo} (the case study)",
+                          f"final training reward: batch {hi} − batch {lo}"), difference(b(hi, "final_reward"), b(lo, "final_reward"))),
+        ]  # fmt: skip
+    g = gv.dropna(subset=["variance"]) if not gv.empty else gv
+    if not g.empty:
+        ratio = g["ratio_to_largest"].iloc[0]
+        v = Verdict(Claim("gradvar", "gradient variance falls about 6x from the smallest to the largest batch", "variance ratio, smallest batch / largest",
+                          size=(3.0, 12.0)), Estimate(ratio, NAN, NAN, 1, "probe"), outcome="agrees" if 3.0 <= ratio <= 12.0 else "disagrees",
+                    reason="one probe of 10 batches per size: a point value against the document's range 3x to 12x, without an interval")  # fmt: skip
+        out.append(v)
+    if not acc.empty and acc["relative"].notna().any():
+        rel = float(acc["relative"].max())
+        out.append(Verdict(Claim("accumulation", "accumulated micro-batch gradients equal the large-batch gradient", "largest relative element-wise difference",
+                                 direction=-1, size=(0.0, 1e-4)), Estimate(rel, NAN, NAN, 1, "probe"), outcome="agrees" if rel < 1e-4 else "disagrees",
+                           reason="a deterministic check (float rounding only when below 1e-4)"))  # fmt: skip
+    if not fr.empty and fr["method"].isin(FVD_ROLES).all():
+        m = lambda k: per_seed(fr, "final_eval", method=k)  # noqa: E731
+        for other in ("B", "C"):
+            out.append(Verdict(Claim(f"fixed_vs_{other}", f"fixed hyperparameters at the large batch (A) end more accurate than {other}",
+                                     f"final held-out accuracy: A − {other}", unit="pts"), difference(m("A"), m(other))))
+    if not cr.empty:
+        loose, tight = "none", min((x for x in cr["max_norm"].unique() if x != "none"), key=float, default=None)
+        k = lambda x: (int(cr.loc[cr["max_norm"] == x, "collapsed"].sum()), int(cr.loc[cr["max_norm"] == x, "collapsed"].notna().sum()))  # noqa: E731
+        if tight is not None and loose in set(cr["max_norm"]):
+            (ka, na), (kb, nb) = k(loose), k(tight)
+            out.append(Verdict(Claim("clipping", f"clipping lowers the collapse rate (none against max norm {tight})",
+                                     f"collapse rate: no clipping − max norm {tight}", unit="pts"), rate_difference(ka, na, kb, nb),
+                               note=f"{ka} of {na} runs collapsed without clipping, {kb} of {nb} at max norm {tight}; the document: 35% and 0%"))  # fmt: skip
+    if not vr.empty:
+        r = lambda c, w: per_seed(vr[vr["value_coef"] == w], "mean_rmse", value_clip=c)  # noqa: E731
+        base = r("none", 0.5)
+        if base:
+            scale = 1 / (sum(base.values()) / len(base))
+            doc = DOC_VALUE_RMSE[("0.2", 1.0)] / DOC_VALUE_RMSE[("none", 0.5)] - 1
+            out.append(Verdict(Claim("value_clip", "value-loss clipping with value weight 1.0 lowers the value RMSE by about half",
+                                     "mean value RMSE over training: (clipped at weight 1.0 − unclipped at 0.5) / unclipped", direction=-1,
+                                     size=(doc, doc), unit="pct"), difference(r("0.2", 1.0), base).scaled(scale)))  # fmt: skip
+    return out
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     out = {**batch_tables(ctx.experiment("batch")), **gradvar_tables(ctx)}
-    out["stability_fixed_vs_dynamic"] = fixed_vs_dynamic_table(ctx.experiment("fixed_vs_dynamic"))
-    out["stability_clipping"] = clipping_table(ctx.experiment("clipping"))
-    out["stability_value_clip"] = value_clip_table(ctx.experiment("value_clip"))
+    fvd = ctx.experiment(FVD)
+    out["stability_fixed_vs_dynamic"], out["stability_fvd_runs"] = fixed_vs_dynamic_tables(fvd, roles(ctx.cfg, FVD, FVD_ROLES) if fvd else {})
+    out["stability_clipping"], out["stability_clipping_runs"] = clipping_table(ctx.experiment("clipping"))
+    out["stability_value_clip"], out["stability_value_clip_runs"] = value_clip_table(ctx.experiment("value_clip"))
     out["stability_alerts"] = alerts_table(ctx)
     out["stability_troubleshooting"] = troubleshooting_table(ctx)
     out["stability_series"] = pd.concat([series(ctx.experiment(e), ms).assign(experiment=e) for e, ms in SERIES.items()], ignore_index=True)
-    out["stability_criteria"] = criteria(out)
+    out["stability_verdicts"] = verdict_frame(verdicts(out))
     return out
 
 
@@ -349,26 +352,19 @@ def _series(t, experiment: str, metric: str) -> pd.DataFrame:
 
 
 def _curves(ax, s: pd.DataFrame, ylabel: str, title: str) -> None:
-    from mathrl.plots import COLORS, band, placeholder
-
     if s.empty:
         placeholder(ax, "no run with a result")
     for i, (_, g) in enumerate(s.groupby("order", sort=True)):
-        band(ax, g["step"], g["mean"], g["std"], g["setting"].iloc[0], COLORS[i % len(COLORS)])
+        band(ax, g["step"], g["mean"], g["std"], g["setting"].iloc[0], COLORS[i % len(COLORS)], n=g["n"])
     if not s.empty:
         ax.legend()
     ax.set(xlabel="RL step", ylabel=ylabel, title=title)
 
 
 def figures(t) -> dict:
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from mathrl.plots import COLORS, placeholder
-
     out = {}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    _curves(axes[0], _series(t, "batch", "eval_accuracy"), "held-out accuracy", "Eval accuracy by batch size (mean ± std over seeds)")
+    _curves(axes[0], _series(t, "batch", "eval_accuracy"), "held-out accuracy", "Eval accuracy by batch size (mean, 95% interval over seeds)")
     _curves(axes[1], _series(t, "batch", "entropy"), "mean token entropy", "Policy entropy by batch size")
     out["stability_batch_curves"] = fig
 
@@ -376,7 +372,7 @@ def figures(t) -> dict:
     for ax, (metric, ylabel, title) in zip(axes, [("eval_accuracy", "held-out accuracy", "Held-out accuracy"), ("lr", "learning rate", "Learning rate"), ("kl_coef", "KL coefficient", "KL coefficient")]):
         _curves(ax, _series(t, "fixed_vs_dynamic", metric), ylabel, title)
     axes[1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
-    fig.suptitle("A: fixed at the large batch; B: step-decayed LR; C: adaptive KL (mean ± std over seeds)")
+    fig.suptitle("A: fixed at the large batch; B: step-decayed LR; C: adaptive KL (mean, 95% interval over seeds)")
     out["stability_fixed_vs_dynamic"] = fig
 
     fig, ax = plt.subplots()
@@ -424,13 +420,13 @@ def figures(t) -> dict:
 
 # ---- section (verdicts with numbers, from the tables alone) -------------------------------
 def pm(r, col: str, kind: str = "pct") -> str:
-    """`mean ± std (n=k)` of a summary row; kind: pct (accuracy), pts (accuracy points), num."""
+    """`mean [95% interval] (n=k)` of a summary row; kind: pct (accuracy), pts (accuracy points), num."""
+    from mathrl.studies.kit import pm as interval
+
     if r is None or not known(r.get(f"{col}_mean")):
         return "no data"
-    m, s = r[f"{col}_mean"], r.get(f"{col}_std", NAN)
-    scale, spec, after_mean, after_spread = {"pct": (100, ".1f", "%", ""), "pts": (100, ".1f", "", " points"), "num": (1, ".3g", "", "")}[kind]
-    spread = f" ± {scale * s:{spec}}" if known(s) else ""  # one seed: no spread to show
-    return f"{scale * m:{spec}}{after_mean}{spread}{after_spread} (n={int(r['n'])})"
+    unit = {"pct": "pct", "pts": "pts", "num": "num"}[kind]
+    return interval(r[f"{col}_mean"], r.get(f"{col}_std", NAN), r["n"], unit)
 
 
 def pick(df: pd.DataFrame, col: str, key):
@@ -438,76 +434,63 @@ def pick(df: pd.DataFrame, col: str, key):
     return r.iloc[0] if len(r) else None
 
 
-def batch_verdict(b: pd.DataFrame) -> dict:
-    if b.empty or b["summed_drops_mean"].isna().all():
-        return {"status": "missing", "text": "No batch-size runs with a result."}
+def batch_text(b: pd.DataFrame) -> str:
+    if b.empty or b["roughness_mean"].isna().all():
+        return "No batch-size runs with a result."
     lo, hi = pick(b, "batch_size", b["batch_size"].min()), pick(b, "batch_size", b["batch_size"].max())
-    status = verdict(less(hi["summed_drops_mean"], lo["summed_drops_mean"])[1])
-    text = (f"Summed eval-accuracy drops were {pm(hi, 'summed_drops', 'pts')} at batch {hi['batch_size']} against {pm(lo, 'summed_drops', 'pts')} "
-            f"at batch {lo['batch_size']}; largest single drop {pm(hi, 'largest_drop', 'pts')} against {pm(lo, 'largest_drop', 'pts')}; "
-            f"final accuracy {pm(hi, 'final_eval')} against {pm(lo, 'final_eval')}. ")  # fmt: skip
-    return {"status": status, "text": text + {"agrees": "The larger batch was smoother: agrees.", "disagrees": "The larger batch was not smoother: disagrees.", "missing": ""}[status]}
+    return (f"Roughness (spread of held-out accuracy around its trend) was {pm(hi, 'roughness', 'pts')} at batch {hi['batch_size']} against {pm(lo, 'roughness', 'pts')} "
+            f"at batch {lo['batch_size']}; largest fall between consecutive evaluations {pm(hi, 'largest_drop', 'pts')} against {pm(lo, 'largest_drop', 'pts')}; "
+            f"final accuracy {pm(hi, 'final_eval')} against {pm(lo, 'final_eval')}.")  # fmt: skip
 
 
-def gradvar_verdict(gv: pd.DataFrame, acc: pd.DataFrame) -> tuple[dict, dict]:
+def gradvar_text(gv: pd.DataFrame, acc: pd.DataFrame) -> tuple[str, str]:
     g = gv.dropna(subset=["variance"]) if not gv.empty else gv
     if g.empty:
-        v = {"status": "missing", "text": "The gradient-variance probe has not run."}
+        v = "The gradient-variance probe has not run."
     else:
         lo, hi = g.iloc[0], g[g["task"] == g.iloc[0]["task"]].iloc[-1]
-        status = verdict(within(lo["ratio_to_largest"], 3.0, 12.0)[1])
-        v = {"status": status, "text": f"On {lo['task']}, the variance was {lo['variance']:.3g} at batch {lo['batch_size']:g} and {hi['variance']:.3g} at {hi['batch_size']:g}: "
-             f"{lo['ratio_to_largest']:.2f}x lower, against {lo['theory_ratio']:.0f}x from 1/N and the document's about 6x ({DOC_VARIANCE[64]} vs {DOC_VARIANCE[512]}): {status}."}  # fmt: skip
+        v = (f"On {lo['task']}, the variance was {lo['variance']:.3g} at batch {lo['batch_size']:g} and {hi['variance']:.3g} at {hi['batch_size']:g}: "
+             f"{lo['ratio_to_largest']:.2f}x lower, against {lo['theory_ratio']:.0f}x from 1/N and the document's about 6x ({DOC_VARIANCE[64]} vs {DOC_VARIANCE[512]}).")  # fmt: skip
     a = acc.dropna(subset=["relative"]).iloc[0] if not acc.empty and acc["relative"].notna().any() else None
     if a is None:
-        return v, {"status": "missing", "text": "The accumulation check has not run."}
-    status = verdict(below(a["relative"], 1e-4)[1])
-    return v, {"status": status, "text": f"Accumulating {a['steps']:g} micro-batches of {a['micro_batch_size']:g} reproduced the gradient of the whole batch of {a['batch_size']:g} "
-               f"to a largest element-wise difference of {a['max_abs_difference']:.2g} ({a['relative']:.2g} of the largest gradient element): float rounding only, {status}."}  # fmt: skip
+        return v, "The accumulation check has not run."
+    return v, (f"Accumulating {a['steps']:g} micro-batches of {a['micro_batch_size']:g} reproduced the gradient of the whole batch of {a['batch_size']:g} "
+               f"to a largest element-wise difference of {a['max_abs_difference']:.2g} ({a['relative']:.2g} of the largest gradient element).")  # fmt: skip
 
 
-def fvd_verdict(f: pd.DataFrame) -> dict:
+def fvd_text(f: pd.DataFrame) -> str:
     if f.empty or f["final_eval_mean"].isna().all():
-        return {"status": "missing", "text": "No fixed-vs-dynamic runs with a result."}
-    r = {m: pick(f, "method", m) for m in "ABC"}
+        return "No fixed-vs-dynamic runs with a result."
+    r = {m: pick(f, "method", m) for m in FVD_ROLES}
     measured = " > ".join(f.sort_values("final_eval_mean", ascending=False)["method"])
-    ok = at_least(r["A"]["final_eval_mean"] - max(r["B"]["final_eval_mean"], r["C"]["final_eval_mean"]), 0.0)[1] if all(v is not None for v in r.values()) else None
-    parts = "; ".join(f"{m} {pm(r[m], 'final_eval')}, summed drops {pm(r[m], 'summed_drops', 'pts')}" for m in "ABC" if r[m] is not None)
-    status = verdict(ok)
-    return {"status": status, "text": f"Final accuracy: {parts}. Measured order {measured}; the document's A > C > B. "
-            + {"agrees": "Fixed hyperparameters at the large batch came out on top: agrees.", "disagrees": "Fixed hyperparameters at the large batch did not come out on top: disagrees.", "missing": ""}[status]}  # fmt: skip
+    parts = "; ".join(f"{m} ({r[m]['variant']}) {pm(r[m], 'final_eval')}, roughness {pm(r[m], 'roughness', 'pts')}" for m in FVD_ROLES if r[m] is not None)
+    return f"Final accuracy: {parts}. Measured order of the means {measured}; the document's A > C > B."
 
 
-def case_verdict(c: pd.DataFrame) -> dict:
+def case_text(c: pd.DataFrame) -> str:
     if len(c) < 2 or c["final_reward_mean"].isna().any():
-        return {"status": "missing", "text": "The smallest or largest batch has no run with a result."}
+        return "The smallest or largest batch has no run with a result."
     lo, hi = c.iloc[0], c.iloc[-1]
-    ok = bool(hi["final_reward_mean"] > lo["final_reward_mean"] and hi["collapses"] <= lo["collapses"])
-    text = (f"Batch {lo['batch_size']}: final training reward {pm(lo, 'final_reward', 'num')}, {lo['collapses']:g} collapsed run(s), {lo['wall_seconds_mean']:.0f} s per run; "
-            f"batch {hi['batch_size']}: {pm(hi, 'final_reward', 'num')}, {hi['collapses']:g} collapsed, {hi['wall_seconds_mean']:.0f} s. ")  # fmt: skip
-    return {"status": verdict(ok), "text": text + ("Higher reward and no more collapses at the large batch: agrees." if ok else "The large batch did not end higher with no more collapses: disagrees.")}
+    return (f"Batch {lo['batch_size']}: final training reward {pm(lo, 'final_reward', 'num')}, {lo['collapses']:g} collapsed run(s), {lo['wall_seconds_mean']:.0f} s per run; "
+            f"batch {hi['batch_size']}: {pm(hi, 'final_reward', 'num')}, {hi['collapses']:g} collapsed, {hi['wall_seconds_mean']:.0f} s.")  # fmt: skip
 
 
-def clipping_verdict(c: pd.DataFrame) -> dict:
+def clipping_text(c: pd.DataFrame) -> str:
     if c.empty or c["collapse_rate"].isna().all():
-        return {"status": "missing", "text": "No clipping runs with a result."}
-    rates = "; ".join(f"{r.max_norm}: {r.collapses:g}/{r.n} collapsed, {r.reached}/{r.n} reached the target in {r.steps_to_target_mean:.0f} steps" if known(r.steps_to_target_mean)
-                      else f"{r.max_norm}: {r.collapses:g}/{r.n} collapsed, none reached the target" for r in c.itertuples())  # fmt: skip
-    status = verdict(monotone_down(rates_loose_to_tight(c))[1])
-    return {"status": status, "text": f"{rates}. " + {"agrees": "Tighter clipping lowered the collapse rate step by step: agrees.",
-            "disagrees": "The collapse rate did not fall step by step as the clip tightened: disagrees.", "missing": ""}[status]}  # fmt: skip
+        return "No clipping runs with a result."
+    return "; ".join(f"{r.max_norm}: {r.collapses:g}/{r.n} collapsed (95% Wilson interval {100 * r.collapse_rate_lo:.0f}% to {100 * r.collapse_rate_hi:.0f}%), "
+                     + (f"{r.reached}/{r.n} reached the target in {r.steps_to_target_mean:.0f} steps" if known(r.steps_to_target_mean) else "none reached the target")
+                     for r in c.itertuples()) + "."  # fmt: skip
 
 
-def value_verdict(v: pd.DataFrame) -> dict:
-    rmse = lambda clip, coef: row(v[v["value_coef"] == coef] if not v.empty else v, "value_clip", clip, "mean_rmse_mean")  # noqa: E731
+def value_text(v: pd.DataFrame) -> str:
     cell = lambda clip, coef: pick(v[v["value_coef"] == coef], "value_clip", clip) if not v.empty else None  # noqa: E731
-    if not known(rmse("none", 0.5), rmse("0.2", 1.0)):
-        return {"status": "missing", "text": "The unclipped (weight 0.5) or clipped (weight 1.0) PPO runs have no result."}
-    change = rmse("0.2", 1.0) / rmse("none", 0.5) - 1
-    alone = [f"{name} alone {b / rmse('none', 0.5) - 1:+.1%}" for name, b in [("clipping", rmse("0.2", 0.5)), ("weight 1.0", rmse("none", 1.0))] if known(b)]
-    status = verdict(below(change, 0.0)[1])
-    return {"status": status, "text": f"Mean value RMSE over training: unclipped at weight 0.5 {pm(cell('none', 0.5), 'mean_rmse', 'num')}, clipped at weight 1.0 "
-            f"{pm(cell('0.2', 1.0), 'mean_rmse', 'num')}: {change:+.1%} against the document's −52%" + (f" ({'; '.join(alone)})" if alone else "") + f": {status}."}  # fmt: skip
+    a, b = cell("none", 0.5), cell("0.2", 1.0)
+    if a is None or b is None:
+        return "The unclipped (weight 0.5) or clipped (weight 1.0) PPO runs have no result."
+    alone = [f"{name} {pm(x, 'mean_rmse', 'num')}" for name, x in [("clipping alone", cell("0.2", 0.5)), ("weight 1.0 alone", cell("none", 1.0))] if x is not None]
+    return (f"Mean value RMSE over training: unclipped at weight 0.5 {pm(a, 'mean_rmse', 'num')}, clipped at weight 1.0 {pm(b, 'mean_rmse', 'num')}"
+            + (f" ({'; '.join(alone)})" if alone else "") + "; the document: 0.25 and 0.12 (−52%).")  # fmt: skip
 
 
 def alerts_text(al: pd.DataFrame) -> str:
@@ -520,22 +503,24 @@ def alerts_text(al: pd.DataFrame) -> str:
 
 def section(t) -> dict:
     names = ["stability_batch_curve", "stability_batch", "stability_case_study", "stability_fixed_vs_dynamic", "stability_gradvar", "stability_accumulation",
-             "stability_alerts", "stability_clipping", "stability_value_clip", "stability_troubleshooting", "stability_criteria"]  # fmt: skip
+             "stability_alerts", "stability_clipping", "stability_value_clip", "stability_troubleshooting", "stability_verdicts"]  # fmt: skip
     tb = {n.removeprefix("stability_"): t[n] for n in names}
-    gradvar, accumulation = gradvar_verdict(tb["gradvar"], tb["accumulation"])
-    crit = tb["criteria"].copy()
-    if not crit.empty:
-        crit["result"] = [{"agrees": "pass", "disagrees": "fail"}.get(verdict(p if isinstance(p, bool) else NAN), "missing") for p in crit["passed"]]
-    ts = tb["troubleshooting"]
-    al = tb["alerts"]
+    rows = verdict_rows(tb["verdicts"])
+    keyed = {r["key"]: r for r in rows}
+    pick_rows = lambda *keys: [keyed[k] for k in keys if k in keyed]  # noqa: E731
+    gradvar, accumulation = gradvar_text(tb["gradvar"], tb["accumulation"])
+    ts, al = tb["troubleshooting"], tb["alerts"]
     return {
-        "tables": {**tb, "criteria": crit, "alerts_fired": al[al["alerts"] > 0] if not al.empty else al}, "collapse_definition": COLLAPSE_DEFINITION, "target_gain": TARGET_GAIN,
-        "big": BIG_SWING, "small": SMALL_SWING,
+        "tables": {**tb, "alerts_fired": al[al["alerts"] > 0] if not al.empty else al}, "collapse_definition": COLLAPSE_DEFINITION, "target_gain": TARGET_GAIN,
+        "big": BIG_SWING, "small": SMALL_SWING, "verdict_list": rows, "power": power_note(tb["verdicts"]),
         "verdicts": {
-            "batch": batch_verdict(tb["batch"]), "gradvar": gradvar, "accumulation": accumulation, "fixed_vs_dynamic": fvd_verdict(tb["fixed_vs_dynamic"]),
-            "case": case_verdict(tb["case_study"]), "clipping": clipping_verdict(tb["clipping"]), "value_clip": value_verdict(tb["value_clip"]),
-            "alerts": {"status": "", "text": alerts_text(tb["alerts"])},
-            "troubleshooting": {"status": "", "text": f"{int((ts['evidence_run'].astype(object).fillna('') != '').sum())} of {len(ts)} symptoms are shown by a run of this pipeline." if not ts.empty else "No runs."},
+            "batch": {"text": batch_text(tb["batch"]), "rows": pick_rows("batch_smoother", "batch_large_calm", "batch_small_swings")},
+            "gradvar": {"text": gradvar, "rows": pick_rows("gradvar")}, "accumulation": {"text": accumulation, "rows": pick_rows("accumulation")},
+            "fixed_vs_dynamic": {"text": fvd_text(tb["fixed_vs_dynamic"]), "rows": pick_rows("fixed_vs_B", "fixed_vs_C")},
+            "case": {"text": case_text(tb["case_study"]), "rows": pick_rows("case_reward")},
+            "clipping": {"text": clipping_text(tb["clipping"]), "rows": pick_rows("clipping")},
+            "value_clip": {"text": value_text(tb["value_clip"]), "rows": pick_rows("value_clip")},
+            "alerts": {"text": alerts_text(tb["alerts"]), "rows": []},
+            "troubleshooting": {"text": f"{int((ts['evidence_run'].astype(object).fillna('') != '').sum())} of {len(ts)} symptoms are shown by a run of this pipeline." if not ts.empty else "No runs.", "rows": []},
         },  # fmt: skip
-        "n_pass": int((crit.get("result", pd.Series(dtype=str)) == "pass").sum()), "n_criteria": len(crit),
     }

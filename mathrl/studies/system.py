@@ -15,7 +15,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from mathrl.console import console_line
-from mathrl.results import collapsed, mean_spread
+from mathrl.results import collapsed, degraded, mean_spread
+from mathrl.studies.kit import COLORS, add_intervals, band, by_key, per_seed, placeholder, power_note, verdict_frame, verdict_rows
+from mathrl.verdict import Claim, Verdict, mean_interval
 
 NAME = "system"
 TITLE = "The math RL training system: configurations and results"
@@ -47,7 +49,7 @@ def configs_table(ctx, runs) -> pd.DataFrame:
     for task, doc in DOC.items():
         sft = ctx.sft(task) or {}
         model = sft.get("model", {})
-        spec = next((r.spec for r in runs if r.spec.settings["task"] == task and r.spec.settings["algorithm"] == "reinforce"), None)
+        spec = next((r for r in runs if r.settings["task"] == task and r.settings["algorithm"] == "reinforce"), None)
         ours = {**{k: model.get(k, math.nan) for k in ("n_layer", "n_head", "n_embd")}, "n_params": sft.get("n_params", math.nan),
                 "sft_steps": sft.get("steps", math.nan), "sft_accuracy": sft.get("eval_accuracy", math.nan),
                 **{k: (spec.settings[k] if spec else math.nan) for k in DOC_RL}}  # fmt: skip
@@ -62,13 +64,13 @@ def configs_table(ctx, runs) -> pd.DataFrame:
 
 def run_stats(run) -> dict:
     """One run's outcome and throughput (sequences sampled per second of step time)."""
-    s = run.spec.settings
+    s = run.settings
     row = {"task": s["task"], "algorithm": s["algorithm"], "seed": run.spec.seed, "run_id": run.spec.run_id, "status": run.status}
     if run.ok:
         m = run.metrics
         row.update(final_eval=run.summary["final"]["eval_accuracy"], initial_eval=run.initial_eval,
                    best_eval=run.summary["best"]["eval_accuracy"], steps_done=float(len(m)), wall_seconds=float(m["seconds"].sum()),
-                   seq_per_s=float(m["samples"].iloc[-1] / m["seconds"].sum()), collapsed=float(collapsed(run)))  # fmt: skip
+                   seq_per_s=float(m["samples"].iloc[-1] / m["seconds"].sum()), collapsed=float(collapsed(run)), degraded=float(degraded(run)))  # fmt: skip
         row["gain"] = row["final_eval"] - row["initial_eval"]
     return row
 
@@ -78,14 +80,21 @@ def reached(final_mean: float, low: float) -> bool | None:
     return None if final_mean is None or math.isnan(final_mean) else bool(final_mean >= low)
 
 
+STATS = ["final_eval", "initial_eval", "best_eval", "gain", "steps_done", "wall_seconds", "seq_per_s", "collapsed", "degraded"]
+
+
+def per_run_table(runs) -> pd.DataFrame:
+    return pd.DataFrame([run_stats(r) for r in runs], columns=["task", "algorithm", "seed", "run_id", "status"] + STATS)
+
+
 def results_table(runs) -> pd.DataFrame:
-    stats = ["final_eval", "initial_eval", "best_eval", "gain", "steps_done", "wall_seconds", "seq_per_s", "collapsed"]
-    per_run = pd.DataFrame([run_stats(r) for r in runs], columns=["task", "algorithm", "seed", "run_id", "status"] + stats)
-    out = mean_spread(per_run, ["task", "algorithm"], stats)  # n counts runs with a final evaluation
+    per_run = per_run_table(runs)
+    out = add_intervals(mean_spread(per_run, ["task", "algorithm"], STATS), ["final_eval", "gain"])  # n counts runs with a final evaluation
     g = per_run.groupby(["task", "algorithm"], sort=False)
     out.insert(3, "n_runs", g.size().values if len(per_run) else [])
     out["collapses"] = g["collapsed"].sum(min_count=1).values if len(per_run) else []
-    out["rl_steps"] = [next((r.spec.settings["steps"] for r in runs if r.spec.settings["task"] == t), math.nan) for t in out["task"]]
+    out["degradations"] = g["degraded"].sum(min_count=1).values if len(per_run) else []
+    out["rl_steps"] = [next((r.settings["steps"] for r in runs if r.settings["task"] == t), math.nan) for t in out["task"]]
     out["expected_low"] = [DOC.get(t, {}).get("expected", (math.nan,) * 2)[0] for t in out["task"]]
     out["expected_high"] = [DOC.get(t, {}).get("expected", (math.nan,) * 2)[1] for t in out["task"]]
     out["reached"] = [reached(m, lo) for m, lo in zip(out["final_eval_mean"], out["expected_low"])]
@@ -94,7 +103,7 @@ def results_table(runs) -> pd.DataFrame:
 
 def curves_table(runs) -> pd.DataFrame:
     """Held-out accuracy per task, algorithm and evaluation step (step 0: before RL)."""
-    frames = [r.evals.assign(task=r.spec.settings["task"], algorithm=r.spec.settings["algorithm"]) for r in runs if r.ok]
+    frames = [r.evals.assign(task=r.settings["task"], algorithm=r.settings["algorithm"]) for r in runs if r.ok]
     long = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return mean_spread(long, ["task", "algorithm", "step"], ["eval_accuracy"])
 
@@ -105,12 +114,12 @@ def console_table(ctx, runs) -> pd.DataFrame:
     rows = []
     for task in DOC:
         for algorithm in ALGORITHMS:
-            run = next((r for r in runs if r.ok and r.spec.settings["task"] == task and r.spec.settings["algorithm"] == algorithm), None)
+            run = next((r for r in runs if r.ok and r.settings["task"] == task and r.settings["algorithm"] == algorithm), None)
             if run is None:
                 continue
             log = Path(ctx.root) / "logs" / "train" / f"{run.spec.run_id}.log"
             lines = [x.strip() for x in log.read_text(errors="replace").splitlines() if x.startswith("Step ")] if log.is_file() else []
-            line, source = (lines[-1], "log") if lines else (console_line(run.metrics.iloc[-1].to_dict(), run.spec.settings["steps"]), "metrics.csv")
+            line, source = (lines[-1], "log") if lines else (console_line(run.metrics.iloc[-1].to_dict(), run.settings["steps"]), "metrics.csv")
             rows.append({"task": task, "algorithm": algorithm, "run_id": run.spec.run_id, "source": source, "line": line})
     return pd.DataFrame(rows, columns=["task", "algorithm", "run_id", "source", "line"])
 
@@ -122,35 +131,35 @@ def _value(df: pd.DataFrame, col: str, **where) -> float:
     return float(sel[col].iloc[0]) if len(sel) and col in sel and pd.notna(sel[col].iloc[0]) else math.nan
 
 
-def criteria(res: pd.DataFrame) -> pd.DataFrame:
-    """The document's expectations, checked on the REINFORCE runs (its algorithm)."""
-    rows = []
+NONINFERIOR_MARGIN = 0.02  # accuracy points that count as "no worse" (about the sampling error of 500 problems)
+
+
+def verdicts(per_run: pd.DataFrame) -> list[Verdict]:
+    """The document's expectations on its own algorithm, REINFORCE, with 95% intervals over seeds."""
+    out = []
     for task, doc in DOC.items():
         lo, hi = doc["expected"]
-        final = _value(res, "final_eval_mean", task=task, algorithm="reinforce")
-        gain = _value(res, "gain_mean", task=task, algorithm="reinforce")
-        rows.append((f"{task}_accuracy", f"{doc['config']}: REINFORCE reaches the document's accuracy on {task}",
-                     f"final eval accuracy ≥ {lo:.2f} (document: {lo:.0%}–{hi:.0%})", final, reached(final, lo)))
-        rows.append((f"{task}_gain", f"{doc['config']}: RL improves on the warm-up", "final − initial eval accuracy > 0",
-                     gain, None if math.isnan(gain) else bool(gain > 0)))  # fmt: skip
-    rf = res[res["algorithm"] == "reinforce"] if len(res) else res
-    coll = rf["collapses"].sum(min_count=1) if len(rf) else math.nan
-    rows.append(("stable", "REINFORCE with the moving-average baseline and gradient clipping trains stably", "0 collapsed REINFORCE runs",
-                 float(coll), None if pd.isna(coll) else bool(coll == 0)))  # fmt: skip
-    return pd.DataFrame(rows, columns=["key", "criterion", "expected", "measured", "passed"])
+        v = lambda col: per_seed(per_run, col, task=task, algorithm="reinforce")  # noqa: E731
+        out += [
+            Verdict(Claim(f"{task}_accuracy", f"{doc['config']}: REINFORCE reaches {lo:.0%}–{hi:.0%} on {task}", f"final held-out accuracy − {lo:.0%}", unit="pts"),
+                    mean_interval({s: x - lo for s, x in v("final_eval").items()})),
+            Verdict(Claim(f"{task}_gain", f"{doc['config']}: RL improves on the warm-up", "final − initial held-out accuracy", unit="pts"), mean_interval(v("gain"))),
+            Verdict(Claim(f"{task}_stable", f"{doc['config']}: REINFORCE with the moving-average baseline and clipping trains stably (loses no accuracy)",
+                          "final − initial held-out accuracy (no loss beyond the margin)", kind="noninferior", margin=NONINFERIOR_MARGIN, unit="pts"),
+                    mean_interval(v("gain")), note=f"{int(sum(v('collapsed').values()))} of {len(v('collapsed'))} runs collapsed, {int(sum(v('degraded').values()))} degraded"),
+        ]  # fmt: skip
+    return out
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = ctx.experiment("system")
     res = results_table(runs)
     return {"system_configs": configs_table(ctx, runs), "system_results": res, "system_curves": curves_table(runs),
-            "system_console": console_table(ctx, runs), "system_criteria": criteria(res)}  # fmt: skip
+            "system_console": console_table(ctx, runs), "system_verdicts": verdict_frame(verdicts(per_run_table(runs)) if runs else [])}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- figures
 def fig_curves(t) -> plt.Figure:
-    from mathrl.plots import COLORS, band, placeholder  # late: mathrl.plots imports the studies
-
     c, res = t["system_curves"], t["system_results"]
     fig, axes = plt.subplots(1, len(DOC), figsize=(10, 3.8), sharey=True)
     for ax, task in zip(axes, DOC):
@@ -161,19 +170,17 @@ def fig_curves(t) -> plt.Figure:
         for i, algorithm in enumerate(ALGORITHMS):
             a = d[d["algorithm"] == algorithm] if len(d) else d
             if len(a):
-                band(ax, a["step"], a["eval_accuracy_mean"], a["eval_accuracy_std"], algorithm, COLORS[i])
+                band(ax, a["step"], a["eval_accuracy_mean"], a["eval_accuracy_std"], algorithm, COLORS[i], n=a["n"])
         if d.empty:
             placeholder(ax, f"no data: the {task} runs are missing")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="lower right")
         ax.set(title=f"{task} ({DOC[task]['config']})", xlabel="RL step", ylabel="held-out accuracy", ylim=(0, 1))
-    fig.suptitle("Held-out accuracy during RL (mean ± std across seeds)")
+    fig.suptitle("Held-out accuracy during RL (mean, 95% interval across seeds)")
     return fig
 
 
 def fig_throughput(t) -> plt.Figure:
-    from mathrl.plots import COLORS, placeholder
-
     res = t["system_results"]
     fig, ax = plt.subplots(figsize=(7, 3.8))
     if res.empty or res["seq_per_s_mean"].isna().all():
@@ -201,10 +208,11 @@ def figures(t) -> dict[str, plt.Figure]:
 
 # ----------------------------------------------------------------------------- section
 def pm(res: pd.DataFrame, task: str, algorithm: str, col: str = "final_eval") -> str:
+    """`mean [95% interval] (n=k)` of an accuracy."""
+    from mathrl.studies.kit import pm as interval
+
     m, s, n = (_value(res, c, task=task, algorithm=algorithm) for c in (f"{col}_mean", f"{col}_std", "n"))
-    if math.isnan(m):
-        return "no data"
-    return f"{100 * m:.1f}% ± {'–' if math.isnan(s) else f'{100 * s:.1f}%'} (n={int(n)})"
+    return interval(m, s, n, "pct")
 
 
 def scale_note(cfgs: pd.DataFrame, task: str) -> str:
@@ -220,20 +228,16 @@ def scale_note(cfgs: pd.DataFrame, task: str) -> str:
     return f" Our setup differs in scale: preset {d['preset'].iloc[0]}, " + ", ".join(diffs) + "."
 
 
-def task_verdict(res: pd.DataFrame, cfgs: pd.DataFrame, task: str) -> dict:
-    """REINFORCE's final accuracy against the document's range, with the other algorithms beside it."""
+def task_text(res: pd.DataFrame, cfgs: pd.DataFrame, task: str, rows: dict) -> dict:
+    """REINFORCE's final accuracy against the document's range, with the other algorithms beside it, and its verdicts."""
     lo, hi = DOC[task]["expected"]
-    final = _value(res, "final_eval_mean", task=task, algorithm="reinforce")
-    ok = reached(final, lo)
     others = ", ".join(f"{a} {pm(res, task, a)}" for a in ALGORITHMS if a != "reinforce")
     text = (f"On {task}, REINFORCE ended at {pm(res, task, 'reinforce')} held-out accuracy (from {pm(res, task, 'reinforce', 'initial_eval')} "
-            f"before RL; {others}), against the document's {lo:.0%}–{hi:.0%}")  # fmt: skip
-    if ok is None:
-        return {"text": text + ": not enough data to judge.", "cls": ""}
-    if ok:
-        return {"text": text + ": agrees.", "cls": "agrees"}
-    return {"text": text + ": disagrees. At this scale the document's accuracy is not reached; that is a finding." + scale_note(cfgs, task),
-            "cls": "disagrees"}  # fmt: skip
+            f"before RL; {others}), against the document's {lo:.0%}–{hi:.0%}.")  # fmt: skip
+    acc = rows.get(f"{task}_accuracy")
+    if acc and acc["outcome"] == "disagrees":
+        text += " At this scale the document's accuracy is not reached; that is a finding." + scale_note(cfgs, task)
+    return {"text": text, "rows": [rows[k] for k in (f"{task}_accuracy", f"{task}_gain", f"{task}_stable") if k in rows]}
 
 
 def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:
@@ -248,12 +252,13 @@ def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:
 
 
 def section(t) -> dict:
-    res, cfgs, crit = t["system_results"], t["system_configs"], t["system_criteria"]
+    res, cfgs = t["system_results"], t["system_configs"]
+    rows = verdict_rows(t["system_verdicts"])
     decay = _value(cfgs, "ours", task="add", key="baseline_decay")
     presets = cfgs.drop_duplicates("task")[["task", "config", "preset"]].to_dict("records") if len(cfgs) else []
     return {
-        "configs": configs_wide(cfgs), "presets": presets, "results": res, "criteria": crit, "console": t["system_console"],
-        "baseline_decay": "–" if math.isnan(decay) else f"{decay:g}",
-        "verdicts": [task_verdict(res, cfgs, task) for task in DOC],
+        "configs": configs_wide(cfgs), "presets": presets, "results": res, "console": t["system_console"],
+        "baseline_decay": "–" if math.isnan(decay) else f"{decay:g}", "verdict_list": rows, "power": power_note(t["system_verdicts"]),
+        "verdicts": [task_text(res, cfgs, task, by_key(rows)) for task in DOC],
         "doc_console": "Step 50/200 | Loss: 0.234 | Acc: 0.750 | Reward: 0.750 | LR: 1.00e-04",  # the document's example
     }

@@ -1,0 +1,170 @@
+"""What every study shares: roles from the config, per-seed values, verdict tables, text and plot style.
+
+A study keeps only its science; this module holds the plumbing, so that `mathrl.plots`
+and the study modules both import it and never each other.
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from scipy import stats  # noqa: E402
+
+from mathrl.errors import ConfigError  # noqa: E402
+from mathrl.verdict import CONFIDENCE, MAX_SEEDS, VERDICT_COLUMNS, Verdict, number, sentence  # noqa: E402
+
+NAN = math.nan
+
+# ----------------------------------------------------------------------------- roles
+def roles(cfg: dict, experiment: str, required: tuple[str, ...]) -> dict[str, str]:
+    """{role: variant} of an experiment, from its `roles` block in the config.
+
+    An experiment absent from the config has no roles (its study reports no data); one that
+    is present must name a variant for every role the study needs, and only variants it has."""
+    exp = cfg.get("experiments", {}).get(experiment)
+    if exp is None:
+        return {}
+    declared = exp.get("roles") or {}
+    missing = [r for r in required if r not in declared]
+    if missing:
+        raise ConfigError(f"experiments.{experiment}.roles: missing role(s) {', '.join(missing)} "
+                          f"(the {experiment} study needs: {', '.join(required)}; give each the name of one of its variants)")  # fmt: skip
+    variants = set((exp.get("variants") or {}).keys())
+    for role, variant in declared.items():
+        if variant not in variants:
+            raise ConfigError(f"experiments.{experiment}.roles.{role}: {variant!r} is not a variant of {experiment} "
+                              f"(allowed: {', '.join(sorted(variants)) or 'none'})")  # fmt: skip
+    return {r: declared[r] for r in declared}
+
+
+def per_seed(df: pd.DataFrame, col: str, **where) -> dict:
+    """{seed: value} of one column over the rows matching `where` (NaN kept out)."""
+    if df is None or df.empty or col not in df:
+        return {}
+    mask = np.ones(len(df), dtype=bool)
+    for k, v in where.items():
+        if k not in df:
+            return {}
+        mask &= (df[k].astype(str) == str(v)).to_numpy()
+    sel = df[mask]
+    return {s: float(v) for s, v in zip(sel["seed"], sel[col]) if pd.notna(v)}
+
+
+def cell(df: pd.DataFrame, col: str, **where) -> float:
+    """The value of `col` in the first row matching `where`; NaN when absent."""
+    if df is None or df.empty or col not in df:
+        return NAN
+    mask = np.ones(len(df), dtype=bool)
+    for k, v in where.items():
+        if k not in df:
+            return NAN
+        mask &= (df[k].astype(str) == str(v)).to_numpy()
+    vals = df.loc[mask, col]
+    return float(vals.iloc[0]) if len(vals) and pd.notna(vals.iloc[0]) else NAN
+
+
+def known(*xs) -> bool:
+    return all(x is not None and not (isinstance(x, float) and math.isnan(x)) for x in xs)
+
+
+# ----------------------------------------------------------------------------- intervals in tables
+def t_halfwidth(std, n):
+    """Half-width of the 95% t interval of a mean from its std and n (NaN for n < 2); vectorised."""
+    std, n = np.asarray(std, dtype=float), np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = np.where(n >= 2, stats.t.ppf(0.5 + CONFIDENCE / 2, np.maximum(n - 1, 1)), np.nan)
+        return t * std / np.sqrt(n)
+
+
+def add_intervals(df: pd.DataFrame, values: list[str]) -> pd.DataFrame:
+    """For each `{v}_mean`/`{v}_std` with `n`: `{v}_lo`, `{v}_hi` (95% t interval of the mean)."""
+    out = df.copy()
+    for v in values:
+        if f"{v}_mean" in out and f"{v}_std" in out and "n" in out:
+            h = t_halfwidth(out[f"{v}_std"], out["n"])
+            out[f"{v}_lo"], out[f"{v}_hi"] = out[f"{v}_mean"] - h, out[f"{v}_mean"] + h
+    return out
+
+
+def verdict_frame(verdicts: list[Verdict]) -> pd.DataFrame:
+    """One row per verdict: VERDICT_COLUMNS, then any extra columns the study added (its `part`, say)."""
+    rows = [v.row() for v in verdicts]
+    extra = list(dict.fromkeys(k for r in rows for k in r if k not in VERDICT_COLUMNS))
+    return pd.DataFrame(rows, columns=VERDICT_COLUMNS + extra)
+
+
+def verdict_rows(df: pd.DataFrame) -> list[dict]:
+    """A verdicts table read back from CSV, as dicts for the template macro (with `sentence`)."""
+    if df is None or df.empty:
+        return []
+    rows = df.astype(object).where(df.notna(), None).to_dict("records")
+    out = []
+    for r in rows:
+        r = {k: (NAN if v is None and k not in ("reason", "note", "outcome", "design", "unit") else v) for k, v in r.items()}
+        r["reason"], r["note"] = r.get("reason") or "", r.get("note") or ""
+        r["sentence"] = sentence(r)
+        out.append(r)
+    return out
+
+
+def by_key(rows: list[dict]) -> dict[str, dict]:
+    return {r["key"]: r for r in rows}
+
+
+def power_note(df: pd.DataFrame) -> str:
+    """The study's power in one sentence: n per arm and the smallest effects its verdicts can detect."""
+    if df is None or df.empty:
+        return "No verdicts: no runs with a result."
+    judged = df[df["outcome"] != "not judged"]
+    ns = sorted({int(n) for n in judged["n"].dropna()}) if len(judged) else []
+    parts = [f"n per arm: {', '.join(map(str, ns)) if ns else 'none'}"]
+    mdes = [f"{r.key} {number(r.mde, r.unit, sign=False)}" for r in judged.itertuples() if pd.notna(r.mde)]
+    if mdes:
+        parts.append("smallest effect detectable with 80% power: " + "; ".join(mdes))
+    need = [f"{r.key} {'more than ' + str(MAX_SEEDS) if r.seeds_needed > MAX_SEEDS else int(r.seeds_needed)}"
+            for r in judged.itertuples() if r.outcome == "inconclusive" and pd.notna(r.seeds_needed)]  # fmt: skip
+    if need:
+        parts.append("seeds per arm an inconclusive verdict would need: " + "; ".join(need))
+    counts = df["outcome"].value_counts()
+    parts.append(", ".join(f"{counts.get(o, 0)} {o}" for o in ("agrees", "disagrees", "inconclusive", "not judged")))
+    return ". ".join(parts) + "."
+
+
+def pm(mean, std, n, unit: str = "pts") -> str:
+    """`mean [lo, hi] (n=k)`: a mean with its 95% t interval, in a unit of mathrl.verdict.number."""
+    if not known(mean):
+        return "no data"
+    h = float(t_halfwidth(std, n)) if known(std, n) else NAN
+    ci = f" [{number(mean - h, unit, sign=False)}, {number(mean + h, unit, sign=False)}]" if known(h) else ""
+    return f"{number(mean, unit, sign=False)}{ci} (n={int(n) if known(n) else 0})"
+
+
+# ----------------------------------------------------------------------------- plot style
+STYLE = {
+    "figure.dpi": 110, "savefig.dpi": 110, "figure.figsize": (7.0, 4.0), "font.size": 9,
+    "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8, "axes.grid": True,
+    "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False, "lines.linewidth": 1.5,
+}  # fmt: skip
+COLORS = plt.get_cmap("tab10").colors
+
+
+def band(ax, x, mean, std, label, color, n=None):
+    """A mean line with a band: the 95% t interval of the mean when `n` (seeds per point) is
+    given, else ±1 std across seeds."""
+    mean, std = pd.Series(np.asarray(mean, dtype=float)), pd.Series(np.asarray(std, dtype=float))
+    half = pd.Series(t_halfwidth(std, n)) if n is not None else std
+    ax.plot(x, mean, label=label, color=color)
+    ax.fill_between(x, mean - half.fillna(0), mean + half.fillna(0), color=color, alpha=0.18, linewidth=0)
+
+
+def placeholder(ax, text: str) -> None:
+    """An honest empty panel when the data a figure needs is missing."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
+    ax.set_xticks([])
+    ax.set_yticks([])
