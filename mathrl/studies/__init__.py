@@ -1,16 +1,19 @@
-"""The documents' studies, one module per source document.
+"""The documents' studies, one module per source document, and a generic view of every experiment.
 
 Each module defines:
 - `NAME` (used in file names: tables and figures are prefixed `{NAME}_`), `TITLE`, `DOCUMENT`
-  (the seed document it reproduces);
+  (the seed document it reproduces; empty for `generic`);
 - `tables(ctx: Context) -> dict[str, DataFrame]`: computed from the files under results/
   (runs, bandit CSVs, gradvar JSON), written by `mathrl aggregate` to results/tables/;
 - `figures(t: Tables) -> dict[str, Figure]`: drawn from the tables alone (read back from
   CSV), written by `mathrl figures` to results/figures/;
 - `section(t: Tables) -> dict`: the context of its report template
-  `report/templates/sections/{NAME}.html.j2` (claims, verdicts with numbers, criteria).
+  `report/templates/sections/{NAME}.html.j2` (claims, verdicts with intervals and n).
+
+What they share (roles, per-seed values, verdict tables, text, plot style) is `kit`; the
+statistics are `mathrl.verdict`.
 """
 
-from mathrl.studies import collapse, lab04, stability, system
+from mathrl.studies import collapse, generic, lab04, stability, system
 
-STUDIES = [lab04, stability, collapse, system]
+STUDIES = [lab04, stability, collapse, system, generic]
