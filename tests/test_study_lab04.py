@@ -15,6 +15,7 @@ from mathrl.config import load_config
 from mathrl.report import TEMPLATES, fmt, html_table, pct
 from mathrl.results import curves
 from mathrl.studies import lab04
+from mathrl.verdict import number
 from mathrl.studies.context import Context, Tables
 from tests.conftest import TINY, write_config
 from tests.synthetic import write_bandit, write_run
@@ -24,6 +25,8 @@ matplotlib.use("Agg")
 VARIANTS = {"normal": {"lr": 1.0e-4, "entropy_coef": 0.01}, "aggressive": {"lr": 5.0e-4, "entropy_coef": 0.001},
             "dapo_aggressive": {"algorithm": "dapo", "lr": 5.0e-4, "entropy_coef": 0.001}, "proxy_reward": {"reward": "proxy"},
             "random_init": {"init": "random"}, "near_perfect": {"group_size": 4}}  # fmt: skip
+ROLES = {"normal": "normal", "aggressive": "aggressive", "remedy": "dapo_aggressive", "proxy": "proxy_reward", "random_policy": "random_init",
+         "perfect_policy": "near_perfect"}  # fmt: skip
 BANDIT = {"seeds": [0, 1], "studies": {"gradient_vanishing": {"phase_steps": 2}}}
 
 # entropy_collapse: (setting, seed) -> entropy per step, probabilities at the last step; normal seed 1 is missing.
@@ -97,7 +100,7 @@ def make_cfg(tmp_path):
     d = copy.deepcopy(TINY)
     d["results"] = str(tmp_path / "results")
     d["bandit"] = BANDIT
-    d["experiments"] = {"lab04_gpt": {"fixed": {"steps": 12, "eval_every": 4}, "variants": VARIANTS, "seeds": [0, 1]}}
+    d["experiments"] = {"lab04_gpt": {"fixed": {"steps": 12, "eval_every": 4}, "variants": VARIANTS, "roles": ROLES, "seeds": [0, 1]}}
     return load_config(write_config(tmp_path / "config.yaml", d))
 
 
@@ -130,9 +133,6 @@ def test_pure_verdicts():
     assert lab04.hacked(0.6, 3.0, 0.5, -0.5) is True and lab04.hacked(0.6, 3.0, 0.5, 0.7) is False
     assert lab04.hacked(0.6, math.nan, 0.5, 0.1) is None
     assert lab04.check(0.5, lambda x: x > 0) is True and lab04.check(math.nan, lambda x: x > 0) is None
-    assert lab04.judge([True, True]) == "agrees" and lab04.judge([False, math.nan]) == "disagrees"
-    assert lab04.judge([True, False]) == "partly" and lab04.judge([True, None]) == "partly"
-    assert lab04.judge([math.nan, None]) == "missing" and lab04.judge(["True", "False"]) == "partly"
     assert lab04.global_found(["global", "global"]) == "yes (2 of 2 seeds)"
     assert lab04.global_found(["global", "local", "missing"]) == "partly (1 of 2 seeds)"
     assert lab04.global_found(["none"]) == "no (0 of 1 seeds)" and lab04.global_found([]) == "no data (0 of 0 seeds)"
@@ -193,24 +193,16 @@ def test_gpt_tables(results):
 
 
 def test_criteria_and_template(results):
-    c = results[0]["lab04_criteria"].set_index("criterion")
-    assert list(results[0]["lab04_criteria"].columns[:5]) == ["part", "criterion", "expected", "measured", "passed"]
-    got = {k[:60]: (r.measured, r.passed) for k, r in c.iterrows()}
-
-    def row(prefix):
-        return next(v for k, v in got.items() if k.startswith(prefix))
-
-    assert row("Bandit, aggressive: final policy entropy") == (pytest.approx(0.15), True)
-    assert row("Bandit, aggressive: converged to action 1") == (0.5, False)  # one seed found a local optimum
-    assert row("Bandit: final entropy, normal minus") == (pytest.approx(0.65), True)
-    assert row("Bandit: mean gradient norm with homogeneous") == (pytest.approx(0.0025), False)  # seed 1 keeps 0.005
-    assert row("Bandit: gradient-norm reduction") == (pytest.approx(0.75), False)
-    assert row("Bandit: true reward falls") == (pytest.approx(-1.0), True)
-    assert row("GPT proxy_reward: training reward") == (pytest.approx(0.07), True)
-    assert row("GPT proxy_reward: sampled exact-match") == (pytest.approx(-0.14), True)
-    assert row("GPT: final entropy, DAPO minus") == (pytest.approx(0.25 - 0.1), True)
-    assert row("GPT: final held-out accuracy, DAPO minus") == (pytest.approx(0.62 - 0.385), True)
-    assert row("GPT from a random policy") == (1.0, True)
+    v = results[0]["lab04_verdicts"].set_index("key")
+    assert {"part", "outcome", "diff", "ci_low", "ci_high", "n"} <= set(results[0]["lab04_verdicts"].columns)
+    fe = v.loc["bandit_final_entropy"]  # final entropies 0.1 and 0.2, minus 0.2: -0.05, t(1) x 0.05
+    assert fe["diff"] == pytest.approx(-0.05) and fe.ci_high == pytest.approx(-0.05 + 12.7062 * 0.05, rel=1e-4) and fe.outcome == "inconclusive"
+    assert v.loc["bandit_global"]["diff"] == 0 and v.loc["bandit_global"].outcome == "inconclusive"  # one seed found a local optimum
+    assert v.loc["bandit_homogeneous"]["diff"] == pytest.approx(0.0025 - 1e-4) and v.loc["bandit_homogeneous"].outcome == "inconclusive"  # seed 1 keeps 0.005
+    assert v.loc["bandit_true_falls"]["diff"] == pytest.approx(-1.0)
+    assert v.loc["gpt_proxy_rises"]["diff"] == pytest.approx(0.07) and v.loc["gpt_accuracy_falls"]["diff"] == pytest.approx(-0.14)
+    assert v.loc["gpt_dapo_accuracy"].outcome == "not judged"  # DAPO seed 1 is missing: one value, no interval
+    assert v.loc["gpt_random_no_signal"].outcome == "agrees" and v.loc["gpt_random_no_signal"]["diff"] == pytest.approx(0.05)
     tpl = results[0]["lab04_report_template"].set_index("item")
     assert tpl.loc["Global optimum found", "value"] == "partly (1 of 2 seeds)" and tpl.loc["Severity", "value"] == "moderate"
     assert tpl.loc["Final entropy", "value"] == "0.150 ± 0.071 (n=2)"
@@ -222,7 +214,7 @@ def test_criteria_and_template(results):
 
 def render(t):
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(fmt=fmt, pct=pct)
+    env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(x, u, sign))
     env.globals.update(table=html_table)
     return env.get_template("sections/lab04.html.j2").render(ctx=lab04.section(t), figures={"lab04_six_panel": "data:x"})
 
@@ -239,19 +231,18 @@ def test_figures_and_section(results):
     band = lab04.seed_band(t["curves"], "aggressive", "eval_accuracy")
     assert band.step.tolist() == [0, 4, 8, 12] and band["mean"].iloc[-1] == pytest.approx(0.385) and band["n"].iloc[0] == 2
     s = lab04.section(t)
-    assert s["parts"]["entropy"]["verdict"] == "partly" and "converged to action 1" in s["parts"]["entropy"]["text"]
-    assert s["parts"]["hacking"]["verdict"] == "agrees" and s["parts"]["hacking"]["cls"] == "agrees"
-    assert "n=1 of 2" in s["parts"]["gpt"]["measured"]
+    assert "inconclusive" in s["parts"]["entropy"]["summary"] and len(s["parts"]["entropy"]["rows"]) == 4
+    assert "n=1 of 2" in s["parts"]["gpt"]["measured"] and "n per arm: 2" in s["power"]
     html = render(t)
-    assert "Agrees in part" in html and 'class="fail"' in html and "partly (1 of 2 seeds)" in html
+    assert "inconclusive" in html and "95% CI [" in html and "partly (1 of 2 seeds)" in html
 
 
 def test_missing_everything(tmp_path):
     tabs, t = write_tables(make_cfg(tmp_path))  # no bandit CSVs and no runs
     assert (tabs["lab04_entropy"]["converged_to"] == "missing").all() and tabs["lab04_entropy"]["final_entropy"].isna().all()
     assert tabs["lab04_gpt_runs"]["status"].eq("missing").all() and (tabs["lab04_gpt"]["n"] == 0).all()
-    assert tabs["lab04_criteria"]["passed"].isna().all() and tabs["lab04_criteria"]["measured"].isna().all()
+    assert tabs["lab04_verdicts"]["outcome"].eq("not judged").all()
     assert len(lab04.figures(t)) == 3
     s = lab04.section(t)
-    assert all(p["verdict"] == "missing" for p in s["parts"].values())
-    assert "Cannot be judged" in render(t)
+    assert all(r["outcome"] == "not judged" for p in s["parts"].values() for r in p["rows"])
+    assert "Not judged" in render(t)
