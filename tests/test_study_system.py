@@ -11,6 +11,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from mathrl.config import expand_runs, load_config
 from mathrl.report import TEMPLATES, fmt, html_table, pct
 from mathrl.studies import system
+from mathrl.verdict import number
 from mathrl.studies.context import Context, Tables
 from tests import synthetic
 from tests.conftest import TINY, write_config
@@ -22,7 +23,7 @@ matplotlib.use("Agg")
 EVALS = {
     ("add", "reinforce", 0): [0.4, 0.5, 0.6], ("add", "reinforce", 1): [0.4, 0.6, 0.8],
     ("add", "ppo", 0): [0.4, 0.95, 0.96], ("add", "ppo", 1): [0.4, 0.95, 0.96],
-    ("add", "grpo", 0): [0.4, 0.1, 0.5],  # collapses (0.1 < 0.2); seed 1 missing
+    ("add", "grpo", 0): [0.4, 0.1, 0.5],  # one low reading (0.1 < 0.2), then recovers: no collapse; seed 1 missing
     ("mul", "reinforce", 0): [0.3, 0.85, 0.9], ("mul", "reinforce", 1): [0.3, 0.85, 0.9],
 }  # fmt: skip
 CONST = {"policy_loss": 0.1234, "reward_mean": 0.5, "accuracy": 0.5, "lr": 1e-4, "entropy": 0.3, "kl": 0.01}
@@ -104,7 +105,8 @@ def test_results_table(results):
     assert reached[("add", "ppo")] is True and reached[("mul", "reinforce")] is True
     assert r.loc[("mul", "reinforce")].expected_low == 0.8
     g = r.loc[("add", "grpo")]
-    assert g.n == 1 and g.n_runs == 2 and g.collapses == 1
+    assert g.n == 1 and g.n_runs == 2 and g.collapses == 0
+    assert a.final_eval_lo == pytest.approx(0.7 - 12.7062 * 0.1, rel=1e-4)  # t(1) x 0.1414 / sqrt(2)
     m = r.loc[("mul", "ppo")]  # never written: shown, with nothing invented
     assert m.n == 0 and m.n_runs == 2 and math.isnan(m.final_eval_mean) and reached[("mul", "ppo")] is None
 
@@ -119,12 +121,12 @@ def test_curves_console_criteria(results):
     assert con.loc[("add", "ppo")].source == "metrics.csv"
     assert con.loc[("add", "ppo")].line == "Step 4/4 | Loss 0.123 | Acc 0.500 | Reward 0.500 | LR 1.00e-04 | Ent 0.300 | KL 0.0100 | Eval 0.960"
     assert ("mul", "ppo") not in con.index
-    k = tabs["system_criteria"].set_index("key")
-    passed = dict(zip(k.index, k.passed.tolist()))  # Python bools or None
-    assert list(tabs["system_criteria"].columns[1:]) == ["criterion", "expected", "measured", "passed"]
-    assert k.loc["add_accuracy"].measured == pytest.approx(0.7) and passed["add_accuracy"] is False
-    assert passed["add_gain"] is True and passed["mul_accuracy"] is True
-    assert k.loc["stable"].measured == 0 and passed["stable"] is True  # the collapsed run is GRPO's
+    k = tabs["system_verdicts"].set_index("key")
+    acc = k.loc["add_accuracy"]  # finals 0.6 and 0.8, minus 90%: -0.2 with t(1) x 0.1
+    assert acc["diff"] == pytest.approx(-0.2) and acc.ci_low == pytest.approx(-0.2 - 12.7062 * 0.1, rel=1e-4) and acc.outcome == "inconclusive"
+    assert k.loc["add_gain"]["diff"] == pytest.approx(0.3) and k.loc["add_stable"].outcome == "inconclusive"
+    assert k.loc["mul_accuracy"].outcome == "agrees" and k.loc["mul_gain"].outcome == "agrees" and k.loc["mul_stable"].outcome == "agrees"
+    assert k.loc["add_stable"].note == "0 of 2 runs collapsed, 0 degraded"
 
 
 def test_verdict_functions():
@@ -135,7 +137,7 @@ def test_verdict_functions():
 
 def render(section_ctx, figures=None):
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(fmt=fmt, pct=pct)
+    env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(x, u, sign))
     env.globals.update(table=html_table)
     return env.get_template("sections/system.html.j2").render(ctx=section_ctx, figures=figures or {})
 
@@ -151,15 +153,14 @@ def test_figures_and_section(results):
         matplotlib.pyplot.close(fig)
     s = system.section(t)
     add, mul = s["verdicts"]
-    assert add["cls"] == "disagrees" and "70.0% ± 14.1% (n=2)" in add["text"] and "90%–95%" in add["text"]
-    assert "preset small" in add["text"] and "layers 2 (document 4)" in add["text"] and "RL steps 4 (document 200)" in add["text"]
-    assert mul["cls"] == "agrees" and "ppo no data" in mul["text"]
+    assert [r["outcome"] for r in add["rows"]] == ["inconclusive"] * 3 and "70.0% [-57.1%, 197.1%] (n=2)" in add["text"] and "90%–95%" in add["text"]
+    assert [r["outcome"] for r in mul["rows"]] == ["agrees"] * 3 and "ppo no data" in mul["text"]
     assert s["baseline_decay"] == "0.9" and s["presets"][0]["preset"] == "small"
     w = s["configs"].set_index("key")
     assert w.loc["n_layer", "add_ours"] == 2 and w.loc["n_layer", "mul_document"] == 6 and math.isnan(w.loc["n_layer", "mul_ours"])
     assert list(w.index[:3]) == ["n_layer", "n_head", "n_embd"]
     html = render(s, {"system_curves": "data:image/png;base64,AA=="})
-    assert "Step 50/200" in html and "disagrees" in html and "system_throughput" in html
+    assert "Step 50/200" in html and "inconclusive" in html and "95% CI [" in html and "system_throughput" in html
 
 
 def test_missing_everything(cfg, tmp_path):
@@ -169,15 +170,15 @@ def test_missing_everything(cfg, tmp_path):
     assert tabs["system_curves"].empty and tabs["system_console"].empty
     c = tabs["system_configs"].set_index(["task", "key"])
     assert c.loc[("add", "steps")].ours == 4 and math.isnan(c.loc[("add", "n_layer")].ours)  # settings known, model not
-    assert tabs["system_criteria"].passed.isna().all()
+    assert tabs["system_verdicts"].outcome.eq("not judged").all()
     t = Tables(cfg)
     for fig in system.figures(t).values():
         matplotlib.pyplot.close(fig)
     html = render(system.section(t))
-    assert "No data" in html and "not enough data" in html
+    assert "No data" in html and "No verdicts" in html
 
 
 def test_no_experiment(cfg, tmp_path):
     tabs = system.tables(Context({**cfg, "results": str(tmp_path), "experiments": {}}))
     assert tabs["system_results"].empty and tabs["system_curves"].empty and tabs["system_console"].empty
-    assert tabs["system_configs"].ours.isna().all() and tabs["system_criteria"].passed.isna().all()
+    assert tabs["system_configs"].ours.isna().all() and tabs["system_verdicts"].empty
