@@ -317,10 +317,15 @@ def sentence(r: Mapping) -> str:
         return f"Not judged: {r.get('reason', '')}."
     n = int(r["n"]) if r.get("n") == r.get("n") and r.get("n") is not None else 0
     design = {"paired": f"n={n} seeds, paired", "unpaired": f"n={int(r.get('n_a') or 0)} vs {int(r.get('n_b') or 0)} seeds, unpaired",
-              "one-sample": f"n={n} runs", "rates": f"n={int(r.get('n_a') or 0)} vs {int(r.get('n_b') or 0)} runs, Wilson/Newcombe"}.get(r.get("design"), f"n={n}")  # fmt: skip
+              "one-sample": f"n={n} runs", "rates": f"n={int(r.get('n_a') or 0)} vs {int(r.get('n_b') or 0)} runs, Wilson/Newcombe",
+              "probe": f"n={n} probe"}.get(r.get("design"), f"n={n}")  # fmt: skip
     es = r.get("effect_size")
     eff = f", effect size {es:.2g}" if es is not None and es == es and math.isfinite(es) else ""
-    text = f"{number(r['diff'], u)}, 95% CI [{number(r['ci_low'], u)}, {number(r['ci_high'], u)}] ({design}{eff}): {r['outcome']}"
+    lo, hi = r.get("ci_low"), r.get("ci_high")
+    if lo is None or hi is None or lo != lo or hi != hi:  # a single probe or a deterministic check: no interval to give
+        text = f"{number(r['diff'], u)} ({design}, no interval): {r['outcome']}"
+    else:
+        text = f"{number(r['diff'], u)}, 95% CI [{number(lo, u)}, {number(hi, u)}] ({design}{eff}): {r['outcome']}"
     text += f" ({r['reason']})" if r.get("reason") else ""
     mde = r.get("mde")
     if mde == mde and mde is not None:

@@ -31,7 +31,7 @@ from tests import synthetic
 from tests.conftest import write_config
 from tests.synthetic import write_json, write_run
 
-SECTIONS = ["lab04", "stability", "collapse", "system", "runs", "alerts", "repro"]
+SECTIONS = ["lab04", "stability", "collapse", "system", "generic", "runs", "alerts", "repro"]
 # (experiment, variant, grid point, seed) of the run left out and of the run whose summary.json is unreadable
 MISSING = ("batch", None, {"batch_size": 512}, 1)
 FAILED = ("system", None, {"task": "mul", "algorithm": "ppo"}, 1)
@@ -44,8 +44,8 @@ REQUIRED_TABLES = {
     "lab04": {"lab04_entropy", "lab04_vanishing", "lab04_hacking", "lab04_gpt", "lab04_report_template"},
     "stability": {"stability_batch_curve", "stability_batch", "stability_gradvar", "stability_accumulation", "stability_fixed_vs_dynamic",
                   "stability_case_study", "stability_clipping", "stability_value_clip", "stability_troubleshooting"},
-    "collapse": {"collapse_variants", "collapse_reward_design", "collapse_nonfinite", "collapse_criteria"},
-    "system": {"system_results", "system_criteria", "system_console"},
+    "collapse": {"collapse_variants", "collapse_reward_design", "collapse_nonfinite"},
+    "system": {"system_results", "system_console"},
     "runs": {"sft"},
     "alerts": {"alerts"},
 }  # fmt: skip
@@ -421,7 +421,7 @@ def test_some_numbers_by_hand(report_tree, dom):
     b = csv(report_tree, "stability_batch")
     sec = dom.root.find("section", id="stability")
     tables = [table_cells(t) for t in sec.iter("table")]
-    head, rows = next((h, r) for h, r in tables if h[:3] == ["batch", "n", "of"] and "summed drops" in h)
+    head, rows = next((h, r) for h, r in tables if h[:3] == ["batch", "n", "of"] and "roughness" in h)
     for i, r in enumerate(rows):
         assert r[0] == str(b["batch_size"].iloc[i]) and r[head.index("final acc.")] == pct(b["final_eval_mean"].iloc[i])
         assert r[head.index("n")] == str(b["n"].iloc[i]) and r[head.index("of")] == str(b["expected"].iloc[i])
@@ -433,7 +433,7 @@ def test_some_numbers_by_hand(report_tree, dom):
     mul_ppo = next(r for r in rows if r[:2] == ["mul", "ppo"])
     want = s[(s.task == "mul") & (s.algorithm == "ppo")].iloc[0]
     assert mul_ppo[head.index("n")] == "1" and want["n"] == 1 and mul_ppo[head.index("planned")] == "2"
-    assert mul_ppo[head.index("final")] == pct(want["final_eval_mean"]) and mul_ppo[head.index("± std")] == "–"
+    assert mul_ppo[head.index("final")] == pct(want["final_eval_mean"]) and mul_ppo[head.index("95% from")] == "–"  # one run: no interval
 
 
 def test_run_index_matches_csv(report_tree, dom):
@@ -474,16 +474,24 @@ def test_missing_and_failed_runs_in_study_tables(report_tree, dom):
     assert sb.loc[512, "n"] == 1 and sb.loc[512, "expected"] == 2
 
 
-def test_criteria_tables_match_csv(report_tree, dom):
-    """The hand-written criteria tables of lab 04 and stability, row by row."""
-    for sid, name in (("lab04", "lab04_criteria"), ("stability", "stability_criteria")):
-        c = csv(report_tree, name)
+def test_verdict_tables_match_csv(report_tree, dom):
+    """Every study's verdicts table, row by row: the claim, its interval and n as the CSV has them, and an outcome
+    out of agrees / disagrees / inconclusive / not judged; and every verdict paragraph states an interval and n."""
+    from mathrl.verdict import OUTCOMES, number
+
+    for sid in ("lab04", "stability", "collapse", "system"):
+        c = csv(report_tree, f"{sid}_verdicts")
         sec = dom.root.find("section", id=sid)
-        head, rows = next(table_cells(t) for t in sec.iter("table") if table_cells(t)[0] == ["criterion", "expected", "measured", "result"])
+        head, rows = next(table_cells(t) for t in sec.iter("table") if table_cells(t)[0][:3] == ["claim", "measured", "the document"])
         assert len(rows) == len(c) > 0, sid
         for row, r in zip(rows, c.itertuples()):
-            passed = {True: "pass", False: "fail", "True": "pass", "False": "fail"}.get(py(r.passed), "missing")
-            assert row == [r.criterion, r.expected, fmt(py(r.measured), ".3g"), passed], (sid, r.criterion)
+            assert row[0] == r.claim and row[2] == r.expected and row[-1] == r.outcome and r.outcome in OUTCOMES, (sid, r.key)
+            assert row[4] == f"[{number(py(r.ci_low), r.unit)}, {number(py(r.ci_high), r.unit)}]", (sid, r.key)
+            assert row[5].startswith(str(int(r.n))), (sid, r.key)
+        for div in sec.iter("div"):
+            if "verdict" in div.attrs.get("class", "").split():
+                text = div.text()
+                assert "Not judged" in text or ("95% CI [" in text and "n=" in text) or "probe" in text or "deterministic" in text, text[:200]
 
 
 def test_reproducibility_section(report_tree, dom):
