@@ -153,6 +153,22 @@ def test_verdicts(results):
     assert guard.outcome == "agrees" and guard.ci_low == pytest.approx(0.3424, abs=1e-3) and guard.n == 2
 
 
+def test_settings_come_from_the_runs_summary(cfg, results):
+    """A run's settings are the ones it recorded in summary.json, not a re-expansion of the config."""
+    import json
+
+    from mathrl.results import load_runs
+
+    path = Path(cfg["results"]) / "runs" / "collapse__exact__s0" / "summary.json"
+    summary = json.loads(path.read_text())
+    try:
+        path.write_text(json.dumps({**summary, "config": {**summary["config"], "lr": 0.123}}))
+        run = load_runs(cfg)["collapse__exact__s0"]
+        assert run.settings["lr"] == 0.123 and run.spec.settings["lr"] != 0.123
+    finally:
+        path.write_text(json.dumps(summary))
+
+
 def test_renamed_variants(cfg, tmp_path):
     """Renaming the baseline in the YAML (and its role) keeps every table filled; a role
     naming no variant, or a missing role, is an error naming the experiment."""

@@ -307,7 +307,8 @@ def findings(ent, van, hack, gpt) -> list[str]:
     """The lab report's three key findings, written from the measurements (also the
     section's 'measured' sentences of its first three parts)."""
     a, n = _row(ent, setting="aggressive", seed="all"), _row(ent, setting="normal", seed="all")
-    keeps = {True: "the normal setting kept more entropy", False: "the normal setting did not keep more entropy", None: "which setting kept more entropy is unknown"}
+    keeps = {True: "the normal setting kept more entropy on average", False: "the normal setting did not keep more entropy on average",
+             None: "which setting kept more entropy is unknown"}  # fmt: skip
     one = (f"Entropy collapse: the aggressive setting's policy entropy went from {_pm(a, 'initial_entropy')} to {_pm(a, 'final_entropy')} "
            f"({num(a.get('reduction'), '.1%')} lower, n={num(a.get('n'), '.0f')}), the normal setting's to {_pm(n, 'final_entropy')} "
            f"({num(n.get('reduction'), '.1%')} lower, n={num(n.get('n'), '.0f')}): {keeps[check(_get(n, 'final_entropy') - _get(a, 'final_entropy'), lambda x: x > 0)]}; "
@@ -318,7 +319,7 @@ def findings(ent, van, hack, gpt) -> list[str]:
            f"({v.get('severity', 'unknown')}); gradient norm and reward std correlated at r = {num(v.get('corr_grad_reward_std'), '.2f')} over all steps.")  # fmt: skip
     h, p = _row(hack, seed="all"), _row(gpt, role="proxy")
     gpt_hacked = hacked(*(p.get(k, math.nan) for k in ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")))
-    word = {True: "exploited", False: "not exploited", None: "not measured"}
+    word = {True: "exploited, judging by the means", False: "not exploited, judging by the means", None: "not measured"}
     three = (f"Reward hacking: on the bandit the proxy score went from {_pm(h, 'proxy_start')} to {_pm(h, 'proxy_end')} while the true reward "
              f"went from {_pm(h, 'true_start')} (rolling peak {num(h.get('true_peak'))} near step {num(h.get('true_peak_step'), '.0f')}) to "
              f"{_pm(h, 'true_end')}, the overrated arm {num(h.get('hack_arm'), '.0f')} holding {num(h.get('hack_share_end'), '.1%')} of the policy "
