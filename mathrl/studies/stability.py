@@ -17,7 +17,8 @@ import pandas as pd
 
 from mathrl.monitor import ALERT_KINDS
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness, steps_to
-from mathrl.studies.kit import COLORS, band, per_seed, placeholder, power_note, roles, verdict_frame, verdict_rows
+from mathrl.studies.kit import pm as interval
+from mathrl.studies.kit import COLORS, band, known, per_seed, placeholder, power_note, roles, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Estimate, Verdict, difference, mean_interval, rate_difference, wilson
 
 NAME = "stability"
@@ -270,10 +271,6 @@ def troubleshooting_table(ctx) -> pd.DataFrame:
 
 
 # ---- criteria (pure functions of table values) --------------------------------------------
-def known(*xs) -> bool:
-    return all(x is not None and not (isinstance(x, float) and math.isnan(x)) for x in xs)
-
-
 def verdicts(t: dict) -> list[Verdict]:
     """The document's claims, each a difference with its 95% interval (paired by seed)."""
     br, fr, cr, vr = (t.get(k, pd.DataFrame()) for k in ("stability_batch_runs", "stability_fvd_runs", "stability_clipping_runs", "stability_value_clip_runs"))
@@ -421,8 +418,6 @@ def figures(t) -> dict:
 # ---- section (verdicts with numbers, from the tables alone) -------------------------------
 def pm(r, col: str, kind: str = "pct") -> str:
     """`mean [95% interval] (n=k)` of a summary row; kind: pct (accuracy), pts (accuracy points), num."""
-    from mathrl.studies.kit import pm as interval
-
     if r is None or not known(r.get(f"{col}_mean")):
         return "no data"
     unit = {"pct": "pct", "pts": "pts", "num": "num"}[kind]

@@ -16,6 +16,7 @@ import pandas as pd
 
 from mathrl.console import console_line
 from mathrl.results import collapsed, degraded, mean_spread
+from mathrl.studies.kit import pm as interval
 from mathrl.studies.kit import COLORS, add_intervals, band, by_key, per_seed, placeholder, power_note, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Verdict, mean_interval
 
@@ -209,8 +210,6 @@ def figures(t) -> dict[str, plt.Figure]:
 # ----------------------------------------------------------------------------- section
 def pm(res: pd.DataFrame, task: str, algorithm: str, col: str = "final_eval") -> str:
     """`mean [95% interval] (n=k)` of an accuracy."""
-    from mathrl.studies.kit import pm as interval
-
     m, s, n = (_value(res, c, task=task, algorithm=algorithm) for c in (f"{col}_mean", f"{col}_std", "n"))
     return interval(m, s, n, "pct")
 
