@@ -520,3 +520,24 @@ def test_empty_tree_renders(tmp_path):
     assert f"{len(runs)} run(s) are missing or failed" in d.root.find("main").find("p", **{"class": "missing"}).text()
     table = d.root.find("section", id="runs").find("tr", id=f"run-{runs['run_id'].iloc[0]}")
     assert [td.text() for td in table.iter("td")][8] == "missing"
+
+
+@pytest.mark.parametrize("experiment, old, new", [("fixed_vs_dynamic", "A_fixed_512", "A_big_batch"), ("collapse", "huge_lr", "overflow"),
+                                                  ("lab04_gpt", "dapo_aggressive", "dapo")])  # fmt: skip
+def test_renamed_variant_fails_naming_the_role(tmp_path, capsys, experiment, old, new):
+    """Renaming a variant without its role is an error naming the experiment and the role (exit 2,
+    no traceback); renaming both keeps the study's tables filled."""
+    from mathrl.cli import main
+
+    path = make_config(tmp_path)
+    d = yaml.safe_load(path.read_text())
+    exp = d["experiments"][experiment]
+    exp["variants"][new] = exp["variants"].pop(old)
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    assert main(["aggregate", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    role = next(r for r, v in exp["roles"].items() if v == old)
+    assert f"experiments.{experiment}.roles.{role}: '{old}' is not a variant" in err and "Traceback" not in err
+    exp["roles"][role] = new
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    assert main(["aggregate", "--config", str(path)]) == 0
