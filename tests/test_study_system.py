@@ -105,7 +105,7 @@ def test_results_table(results):
     assert reached[("add", "ppo")] is True and reached[("mul", "reinforce")] is True
     assert r.loc[("mul", "reinforce")].expected_low == 0.8
     g = r.loc[("add", "grpo")]
-    assert g.n == 1 and g.n_runs == 2 and g.collapses == 0
+    assert g.n == 1 and g.n_runs == 2 and g.collapses == 0 and g.collapse_rate_hi == pytest.approx(3.8415 / 4.8415, rel=1e-3)  # Wilson, 0 of 1
     assert a.final_eval_lo == pytest.approx(0.7 - 12.7062 * 0.1, rel=1e-4)  # t(1) x 0.1414 / sqrt(2)
     m = r.loc[("mul", "ppo")]  # never written: shown, with nothing invented
     assert m.n == 0 and m.n_runs == 2 and math.isnan(m.final_eval_mean) and reached[("mul", "ppo")] is None

@@ -16,7 +16,7 @@ import math
 import pandas as pd
 
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, degraded, max_drawdown, mean_spread, roughness
-from mathrl.studies.kit import COLORS, add_intervals, band, by_key, cell, per_seed, placeholder, plt, power_note, roles, verdict_frame, verdict_rows
+from mathrl.studies.kit import COLORS, add_intervals, add_wilson, band, by_key, cell, per_seed, placeholder, plt, power_note, roles, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Estimate, Verdict, difference, rate_difference, wilson
 
 NAME = "collapse"
@@ -77,6 +77,7 @@ def variants_table(per_run: pd.DataFrame, settings: dict, baseline: str) -> pd.D
     out.insert(5, "n_runs", g.size().values if len(per_run) else [])
     out["collapses"] = g["collapsed"].sum(min_count=1).values if len(per_run) else []
     out["degradations"] = g["degraded"].sum(min_count=1).values if len(per_run) else []
+    out = add_wilson(out, "collapses")
     base = per_seed(per_run, "final_eval", variant=baseline)
     diffs = [difference(per_seed(per_run, "final_eval", variant=x), base) for x in out["variant"]]
     out["diff_vs_baseline"] = [d.estimate if x != baseline else math.nan for d, x in zip(diffs, out["variant"])]

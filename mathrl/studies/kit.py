@@ -92,6 +92,17 @@ def add_intervals(df: pd.DataFrame, values: list[str]) -> pd.DataFrame:
     return out
 
 
+def add_wilson(df: pd.DataFrame, count: str, n: str = "n", prefix: str = "collapse_rate") -> pd.DataFrame:
+    """`{prefix}`, `{prefix}_lo`, `{prefix}_hi`: a rate count/n with its 95% Wilson interval."""
+    from mathrl.verdict import wilson
+
+    out = df.copy()
+    ci = [wilson(int(k), int(m)) if known(k, m) and m else (NAN, NAN) for k, m in zip(out[count], out[n])]
+    out[prefix] = [k / m if known(k, m) and m else NAN for k, m in zip(out[count], out[n])]
+    out[f"{prefix}_lo"], out[f"{prefix}_hi"] = [c[0] for c in ci], [c[1] for c in ci]
+    return out
+
+
 def verdict_frame(verdicts: list[Verdict]) -> pd.DataFrame:
     """One row per verdict: VERDICT_COLUMNS, then any extra columns the study added (its `part`, say)."""
     rows = [v.row() for v in verdicts]

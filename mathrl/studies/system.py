@@ -17,7 +17,7 @@ import pandas as pd
 from mathrl.console import console_line
 from mathrl.results import collapsed, degraded, mean_spread
 from mathrl.studies.kit import pm as interval
-from mathrl.studies.kit import COLORS, add_intervals, band, by_key, per_seed, placeholder, power_note, verdict_frame, verdict_rows
+from mathrl.studies.kit import COLORS, add_intervals, add_wilson, band, by_key, per_seed, placeholder, power_note, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Verdict, mean_interval
 
 NAME = "system"
@@ -95,6 +95,7 @@ def results_table(runs) -> pd.DataFrame:
     out.insert(3, "n_runs", g.size().values if len(per_run) else [])
     out["collapses"] = g["collapsed"].sum(min_count=1).values if len(per_run) else []
     out["degradations"] = g["degraded"].sum(min_count=1).values if len(per_run) else []
+    out = add_wilson(out, "collapses")
     out["rl_steps"] = [next((r.settings["steps"] for r in runs if r.settings["task"] == t), math.nan) for t in out["task"]]
     out["expected_low"] = [DOC.get(t, {}).get("expected", (math.nan,) * 2)[0] for t in out["task"]]
     out["expected_high"] = [DOC.get(t, {}).get("expected", (math.nan,) * 2)[1] for t in out["task"]]
