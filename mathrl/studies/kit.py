@@ -70,7 +70,8 @@ def cell(df: pd.DataFrame, col: str, **where) -> float:
 
 
 def known(*xs) -> bool:
-    return all(x is not None and not (isinstance(x, float) and math.isnan(x)) for x in xs)
+    """No value is None or NaN (numpy floats included)."""
+    return all(x is not None and not (isinstance(x, (float, np.floating)) and math.isnan(x)) for x in xs)
 
 
 # ----------------------------------------------------------------------------- intervals in tables

@@ -18,7 +18,7 @@ import pandas as pd
 
 from mathrl import bandit_config as bandit  # the study's settings; no torch for tables and figures
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, band, by_key, per_seed, placeholder, plt, power_note, roles, verdict_frame, verdict_rows
+from mathrl.studies.kit import COLORS, band, by_key, known, per_seed, placeholder, plt, power_note, roles, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Estimate, Verdict, difference, mean_interval, wilson
 
 if TYPE_CHECKING:
@@ -40,35 +40,31 @@ METRICS = ["entropy", "p0", "p1", "p2", "p3", "loss", "grad_norm", "reward_std",
 
 
 # ---- verdicts: small pure functions of table values ------------------------------------
-def _nan(x) -> bool:
-    return x is None or (isinstance(x, (float, np.floating)) and math.isnan(x))
-
-
 def reduction(start: float, end: float) -> float:
     """Relative decrease from start to end: 1 when it fell to zero, NaN when start is 0 or unknown."""
-    return math.nan if _nan(start) or _nan(end) or start == 0 else 1 - end / start
+    return math.nan if (not known(start)) or (not known(end)) or start == 0 else 1 - end / start
 
 
 def severity(red: float) -> str:
     """The gradient-vanishing severity of a reduction (SEVERITY_DEFINITION)."""
-    return "unknown" if _nan(red) else "severe" if red > 0.9 else "moderate" if red >= 0.5 else "mild"
+    return "unknown" if (not known(red)) else "severe" if red > 0.9 else "moderate" if red >= 0.5 else "mild"
 
 
 def check(value: float, test) -> bool | None:
     """test(value), or None when the value could not be measured."""
-    return None if _nan(value) else bool(test(value))
+    return None if (not known(value)) else bool(test(value))
 
 
 def hacked(proxy_start: float, proxy_end: float, true_start: float, true_end: float) -> bool | None:
     """Reward hacking: the optimised (proxy) score rose while the true reward fell."""
-    if any(_nan(x) for x in (proxy_start, proxy_end, true_start, true_end)):
+    if any((not known(x)) for x in (proxy_start, proxy_end, true_start, true_end)):
         return None
     return proxy_end > proxy_start and true_end < true_start
 
 
 def as_passed(v) -> bool | None:
     """A `passed` cell read back from CSV: True, False or None (not measured)."""
-    return None if _nan(v) or v == "" else str(v).lower() in ("true", "1", "1.0")
+    return None if (not known(v)) or v == "" else str(v).lower() in ("true", "1", "1.0")
 
 
 def global_found(labels: list[str]) -> str:
@@ -81,7 +77,7 @@ def global_found(labels: list[str]) -> str:
 
 def num(x, spec: str = ".3g") -> str:
     """A number in a generated sentence; a dash when it is missing."""
-    return "–" if _nan(x) else format(x, spec)
+    return "–" if (not known(x)) else format(x, spec)
 
 
 # ---- tables: from the files alone ------------------------------------------------------

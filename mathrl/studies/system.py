@@ -17,7 +17,7 @@ import pandas as pd
 from mathrl.console import console_line
 from mathrl.results import collapsed, degraded, mean_spread
 from mathrl.studies.kit import pm as interval
-from mathrl.studies.kit import COLORS, add_intervals, add_wilson, band, by_key, per_seed, placeholder, power_note, verdict_frame, verdict_rows
+from mathrl.studies.kit import COLORS, add_intervals, add_wilson, band, cell, by_key, per_seed, placeholder, power_note, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Verdict, mean_interval
 
 NAME = "system"
@@ -126,13 +126,6 @@ def console_table(ctx, runs) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["task", "algorithm", "run_id", "source", "line"])
 
 
-def _value(df: pd.DataFrame, col: str, **where) -> float:
-    sel = df
-    for k, v in where.items():
-        sel = sel[sel[k] == v] if len(sel) and k in sel else sel.iloc[0:0]
-    return float(sel[col].iloc[0]) if len(sel) and col in sel and pd.notna(sel[col].iloc[0]) else math.nan
-
-
 NONINFERIOR_MARGIN = 0.02  # accuracy points that count as "no worse" (about the sampling error of 500 problems)
 
 
@@ -166,7 +159,7 @@ def fig_curves(t) -> plt.Figure:
     fig, axes = plt.subplots(1, len(DOC), figsize=(10, 3.8), sharey=True)
     for ax, task in zip(axes, DOC):
         d = c[c["task"] == task] if len(c) else c
-        lo, hi = _value(res, "expected_low", task=task), _value(res, "expected_high", task=task)
+        lo, hi = cell(res, "expected_low", task=task), cell(res, "expected_high", task=task)
         if not math.isnan(lo):
             ax.axhspan(lo, hi, color="0.85", label="document's expected range")
         for i, algorithm in enumerate(ALGORITHMS):
@@ -190,8 +183,8 @@ def fig_throughput(t) -> plt.Figure:
     else:
         width = 0.8 / len(ALGORITHMS)
         for i, algorithm in enumerate(ALGORITHMS):
-            vals = [_value(res, "seq_per_s_mean", task=k, algorithm=algorithm) for k in DOC]
-            errs = [_value(res, "seq_per_s_std", task=k, algorithm=algorithm) for k in DOC]
+            vals = [cell(res, "seq_per_s_mean", task=k, algorithm=algorithm) for k in DOC]
+            errs = [cell(res, "seq_per_s_std", task=k, algorithm=algorithm) for k in DOC]
             x = [j + (i - 1) * width for j in range(len(DOC))]
             ax.bar(x, [0 if math.isnan(v) else v for v in vals], width, yerr=[0 if math.isnan(e) else e for e in errs],
                    capsize=3, color=COLORS[i], label=algorithm)  # fmt: skip
@@ -211,7 +204,7 @@ def figures(t) -> dict[str, plt.Figure]:
 # ----------------------------------------------------------------------------- section
 def pm(res: pd.DataFrame, task: str, algorithm: str, col: str = "final_eval") -> str:
     """`mean [95% interval] (n=k)` of an accuracy."""
-    m, s, n = (_value(res, c, task=task, algorithm=algorithm) for c in (f"{col}_mean", f"{col}_std", "n"))
+    m, s, n = (cell(res, c, task=task, algorithm=algorithm) for c in (f"{col}_mean", f"{col}_std", "n"))
     return interval(m, s, n, "pct")
 
 
@@ -254,7 +247,7 @@ def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:
 def section(t) -> dict:
     res, cfgs = t["system_results"], t["system_configs"]
     rows = verdict_rows(t["system_verdicts"])
-    decay = _value(cfgs, "ours", task="add", key="baseline_decay")
+    decay = cell(cfgs, "ours", task="add", key="baseline_decay")
     presets = cfgs.drop_duplicates("task")[["task", "config", "preset"]].to_dict("records") if len(cfgs) else []
     return {
         "configs": configs_wide(cfgs), "presets": presets, "results": res, "console": t["system_console"],
