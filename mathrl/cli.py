@@ -14,19 +14,19 @@ import os
 import sys
 from pathlib import Path
 
-from mathrl.config import DEFAULT_CONFIG, RUN_ID_CHARS, ConfigError, check_train, expand_runs, load_config, parse_overrides, run_settings
+from mathrl.config import DEFAULT_CONFIG, RUN_ID_CHARS, ConfigError, check_train, expand_runs, layered, load_config, parse_overrides, run_settings
 from mathrl.errors import ProblemFileError, SnapshotError
 
 USAGE_ERROR = 2
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", action="append", metavar="FILE", help=f"config file, repeatable (default {DEFAULT_CONFIG.relative_to(Path.cwd()) if DEFAULT_CONFIG.is_relative_to(Path.cwd()) else DEFAULT_CONFIG})")
+    p.add_argument("--config", action="append", metavar="FILE", help=f"config file layered over {DEFAULT_CONFIG.relative_to(Path.cwd()) if DEFAULT_CONFIG.is_relative_to(Path.cwd()) else DEFAULT_CONFIG}, repeatable, later files win")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any config key, e.g. --set sft.add.max_steps=200")
 
 
 def _load(args) -> dict:
-    return load_config(args.config or [DEFAULT_CONFIG], args.set)
+    return load_config(layered(args.config), args.set)
 
 
 def cmd_problems(args) -> int:

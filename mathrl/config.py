@@ -165,14 +165,24 @@ def load_config(paths=(DEFAULT_CONFIG,), overrides=()) -> dict:
     """Read, merge, override, validate and complete a configuration.
 
     `paths` are merged in order (a later file overrides an earlier one, as Snakemake does
-    with several --configfile), `overrides` are `a.b=value` strings."""
+    with several --configfile); a file that says `standalone: true` drops the ones before
+    it. `overrides` are `a.b=value` strings."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     cfg: dict = {}
     for path in paths:
-        cfg = deep_merge(cfg, read_yaml(path))
+        layer = read_yaml(path)
+        cfg = deep_merge({} if layer.get("standalone") else cfg, layer)
     cfg = apply_overrides(cfg, parse_overrides(list(overrides)))
     return complete(cfg, source=", ".join(map(str, paths)))
+
+
+def layered(paths) -> list[Path]:
+    """The config files `mathrl --config` reads: config/config.yaml, then the given ones."""
+    paths = [Path(p) for p in paths or []]
+    if paths and paths[0].resolve() == DEFAULT_CONFIG.resolve():
+        return paths
+    return [DEFAULT_CONFIG, *paths]
 
 
 def complete(cfg: dict, source: str = "") -> dict:

@@ -62,7 +62,7 @@ def write_config_file(cfg: dict) -> Path:
     so a running job never sees its config change; the write is atomic because cluster
     jobs parse the workflow (and reach this line) concurrently.
     """
-    text = yaml.safe_dump(cfg, sort_keys=True)
+    text = yaml.safe_dump({**cfg, "standalone": True}, sort_keys=True)  # read alone
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     path = Path(".snakemake", "mathrl", f"config-{digest}.yaml")
     if not path.exists():
