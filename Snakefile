@@ -29,6 +29,7 @@ localrules:
 rule all:
     input:
         results("report.html"),
+        TABLES_COMPLETE,
 
 
 rule runs:

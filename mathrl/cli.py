@@ -188,8 +188,14 @@ def cmd_aggregate(args) -> int:
     from mathrl.aggregate import aggregate
 
     cfg = _load(args)
+    from mathrl.results import missing_inputs
+
     counts = aggregate(cfg, args.out)
+    missing = len(missing_inputs(cfg))
     print(f"aggregate: {len(counts)} tables in {args.out or Path(cfg['results']) / 'tables'}")
+    if missing:
+        print(f"aggregate: {missing} input files are missing (runs not trained yet are marked missing); "
+              "these tables are not the pipeline's: `snakemake report` makes the missing inputs and redoes them")  # fmt: skip
     return 0
 
 
