@@ -77,6 +77,15 @@ def resolve_run(cfg: dict, run: str | None, run_id: str | None, overrides: list[
             raise ConfigError(f"--run: {run!r} is not a run of any experiment{hint}")
         spec = runs[run]
         settings = run_settings(cfg, {**_explicit_of(cfg, spec), **explicit})
+        from mathrl.resume import OUTSIDE_THE_STEP
+
+        changed = sorted(k for k in explicit if k not in OUTSIDE_THE_STEP and settings.get(k) != spec.settings.get(k))
+        if changed:  # results/runs/RUN would hold another run under the experiment's name
+            raise ConfigError(
+                f"--run {run}: its settings come from experiment {spec.experiment}; "
+                f"{', '.join(f'{k}={explicit[k]!r}' for k in changed)} would make another run under its name "
+                f"(the pipeline and the report would take it for {run}); use --run-id NAME for a variant"
+            )
         return run, spec.experiment, settings
     settings = run_settings(cfg, explicit)
     # The run id names a directory under results/runs and reaches shell commands and the report.

@@ -27,6 +27,7 @@ from tests.conftest import ROOT, write_config
         (["sft", "--task", "ad"], ["--task", "did you mean 'add'"]),
         (["gradvar", "--task", "nope"], ["--task", "'nope'"]),
         (["train", "--run", "tiny__nope"], ["--run", "'tiny__nope'"]),
+        (["train", "--run", "tiny__batch_size-8__s0", "lr=0.5"], ["--run tiny__batch_size-8__s0", "lr=0.5", "--run-id"]),
         (["train", "learning_rate=1e-3"], ["run.learning_rate: unknown key", "did you mean 'lr'"]),
         (["runs", "--set", "train.batch_size=-64"], ["train.batch_size: -64", "(from --set train.batch_size=-64)"]),
         (["runs", "--set", "sft.add.band=[0.6,0.3]"], ["sft.add.band", "reversed"]),
