@@ -67,13 +67,19 @@ def test_a_closed_pipe_ends_a_listing_quietly():
 def test_ctrl_c_in_a_run_says_in_one_line_where_it_resumes(run_env):
     cmd = [sys.executable, "-m", "mathrl", "train", "--config", str(run_env["config"]), "--run-id", "c",
            "steps=400", "log_every=1", "snapshot_every=1", "eval_every=1000"]  # fmt: skip
+    # SIGINT back to its default in the child: a shell's background job (`pytest &`) ignores
+    # it, and Python installs its Ctrl-C handler only where SIGINT is not ignored.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and "Step 3/" not in (proc.stdout.readline() or ""):
         pass
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
     assert proc.returncode == 130, err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert "mathrl train: interrupted; the same command resumes c from its snapshot at step" in err

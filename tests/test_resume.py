@@ -142,3 +142,15 @@ def test_a_resumed_run_equals_an_uninterrupted_one_or_is_refused_naming_the_sett
     assert code == 0 and "resuming cut" in capsys.readouterr().out
     assert train(run_env, "whole", *both, *second) == 0
     pd.testing.assert_frame_equal(metrics(run_env, "cut"), metrics(run_env, "whole"))
+
+
+def test_the_pipeline_starts_a_run_over_when_it_may_not_resume(run_env, capsys):
+    """What the pipeline passes (--on-mismatch restart) after `steps` changed under a cosine
+    schedule: the run starts over and ends as an uninterrupted run of the new length."""
+    assert train(run_env, "cos", "lr_schedule=cosine", "steps=2") == 0
+    capsys.readouterr()
+    assert main(["train", "--config", str(run_env["config"]), "--run-id", "cos", "--on-mismatch", "restart",
+                 "lr_schedule=cosine", "steps=4"]) == 0  # fmt: skip
+    assert "restarting cos from step 0" in capsys.readouterr().out
+    assert train(run_env, "cos4", "lr_schedule=cosine", "steps=4") == 0
+    pd.testing.assert_frame_equal(metrics(run_env, "cos"), metrics(run_env, "cos4"))
