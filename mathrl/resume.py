@@ -73,15 +73,19 @@ def step_plan(s: dict, step: int, task_ndigit: int, nonfinite_steps: Iterable[in
 
     `nonfinite_steps` are the steps that met a non-finite loss or gradient: only there does
     `nan_policy` decide anything."""
+    return {**scheduled(s, step, task_ndigit, frozenset(nonfinite_steps)), "settings": unscheduled(s)}
+
+
+def scheduled(s: dict, step: int, task_ndigit: int, nonfinite: frozenset) -> dict:
+    """The items of `step_plan` that depend on the step."""
     plan = {
         "lr": lr_at(s, step),
         "entropy_coef": entropy_coef_of(s, step),
         "ndigit": ndigit_at(s, step, task_ndigit),
         "evaluated": evaluated_at(s, step),
         "nan_injected": s.get("fault_nan_step") == step,
-        "settings": unscheduled(s),
     }
-    if step in set(nonfinite_steps):
+    if step in nonfinite:
         plan["nan_policy"] = s.get("nan_policy")
     return plan
 
@@ -105,10 +109,10 @@ def _first_difference(old: dict, new: dict, done: int, task_ndigit: int, nonfini
         return 1, "every step reads it"  # the same for every step: compared once
     for step in range(1, done + 1):
         try:
-            a, b = (step_plan(s, step, task_ndigit, nonfinite) for s in (old, new))
+            a, b = (scheduled(s, step, task_ndigit, nonfinite) for s in (old, new))
         except (KeyError, TypeError, ValueError) as exc:  # a setting the snapshot's mathrl did not have
             return step, f"cannot be compared ({exc})"
-        for item in a.keys() - {"settings"}:
+        for item in a:
             if item == "evaluated" and a[item] and not b[item]:
                 continue  # an evaluation the new plan does not make: forgotten, not a conflict
             if a[item] != b[item]:
