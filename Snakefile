@@ -2,7 +2,7 @@
 # reproduce the documents' training-stability studies (docs/ARCHITECTURE.md).
 #
 #   snakemake --cores 8 report                       the default, CPU-sized pipeline
-#   snakemake --cores 8 --resources gpu=4 report --configfile config/full.yaml
+#   snakemake report --cores 8 --configfile config/full.yaml --resources gpu=4
 #   snakemake --profile profiles/slurm report        the same on a SLURM cluster
 #   snakemake --cores 4 runs                         every RL run and bandit study, no report
 #   snakemake --cores 2 warmup                       the warm-up checkpoints only
@@ -29,6 +29,7 @@ localrules:
 rule all:
     input:
         results("report.html"),
+        TABLES_COMPLETE,
 
 
 rule runs:

@@ -29,6 +29,7 @@ def bench_config(results: Path | str, preset: str = "small") -> dict:
     base = read_yaml(DEFAULT_CONFIG)
     task = {**base.get("tasks", {}).get(TASK, {}), "op": "add", "ndigit": 3}
     return {
+        "standalone": True,  # without config/config.yaml's experiments, also through `mathrl --config`
         "results": str(results),
         "tasks": {TASK: task},
         "sft": {TASK: {**base.get("sft", {}).get(TASK, {}), "preset": preset}},

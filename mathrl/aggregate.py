@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mathrl.results import curves, run_index
+from mathrl.results import complete_marker, curves, missing_inputs, run_index
 from mathrl.snapshot import atomic_write_bytes
 from mathrl.studies import STUDIES
 from mathrl.studies.context import Context
@@ -71,7 +71,7 @@ def headline_metrics(tables: dict[str, pd.DataFrame]) -> dict:
 
 def aggregate(cfg: dict, out_dir: Path | None = None) -> dict[str, int]:
     """Write results/tables/{name}.csv for every table, an index.json of row counts and the
-    headline metrics.json."""
+    headline metrics.json; then results/tables.complete if no input was missing, else remove it."""
     out = Path(out_dir) if out_dir else Path(cfg["results"]) / "tables"
     counts = {}
     tables = all_tables(Context(cfg))
@@ -82,4 +82,9 @@ def aggregate(cfg: dict, out_dir: Path | None = None) -> dict[str, int]:
         counts[name] = len(df)
     atomic_write_bytes(out / "index.json", (json.dumps(counts, indent=2) + "\n").encode())
     atomic_write_bytes(out / "metrics.json", (json.dumps(headline_metrics(tables), indent=2) + "\n").encode())
+    marker = complete_marker(out)  # the pipeline's sign that no input was missing
+    if missing_inputs(cfg):
+        marker.unlink(missing_ok=True)
+    else:
+        atomic_write_bytes(marker, b"every input of the tables existed when they were written\n")
     return counts

@@ -14,19 +14,19 @@ import os
 import sys
 from pathlib import Path
 
-from mathrl.config import DEFAULT_CONFIG, RUN_ID_CHARS, ConfigError, check_train, expand_runs, load_config, parse_overrides, run_settings
+from mathrl.config import DEFAULT_CONFIG, RUN_ID_CHARS, ConfigError, check_train, expand_runs, layered, load_config, parse_overrides, run_settings
 from mathrl.errors import ProblemFileError, SnapshotError
 
 USAGE_ERROR = 2
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", action="append", metavar="FILE", help=f"config file, repeatable (default {DEFAULT_CONFIG.relative_to(Path.cwd()) if DEFAULT_CONFIG.is_relative_to(Path.cwd()) else DEFAULT_CONFIG})")
+    p.add_argument("--config", action="append", metavar="FILE", help=f"config file layered over {DEFAULT_CONFIG.relative_to(Path.cwd()) if DEFAULT_CONFIG.is_relative_to(Path.cwd()) else DEFAULT_CONFIG}, repeatable, later files win")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any config key, e.g. --set sft.add.max_steps=200")
 
 
 def _load(args) -> dict:
-    return load_config(args.config or [DEFAULT_CONFIG], args.set)
+    return load_config(layered(args.config), args.set)
 
 
 def cmd_problems(args) -> int:
@@ -77,6 +77,15 @@ def resolve_run(cfg: dict, run: str | None, run_id: str | None, overrides: list[
             raise ConfigError(f"--run: {run!r} is not a run of any experiment{hint}")
         spec = runs[run]
         settings = run_settings(cfg, {**_explicit_of(cfg, spec), **explicit})
+        from mathrl.resume import OUTSIDE_THE_STEP
+
+        changed = sorted(k for k in explicit if k not in OUTSIDE_THE_STEP and settings.get(k) != spec.settings.get(k))
+        if changed:  # results/runs/RUN would hold another run under the experiment's name
+            raise ConfigError(
+                f"--run {run}: its settings come from experiment {spec.experiment}; "
+                f"{', '.join(f'{k}={explicit[k]!r}' for k in changed)} would make another run under its name "
+                f"(the pipeline and the report would take it for {run}); use --run-id NAME for a variant"
+            )
         return run, spec.experiment, settings
     settings = run_settings(cfg, explicit)
     # The run id names a directory under results/runs and reaches shell commands and the report.
@@ -103,6 +112,7 @@ def cmd_train(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out) if args.out else Path(cfg["results"]) / "runs" / run_id
+    args.snapshot_path = out / "snapshot.pt"  # named if the run is interrupted
     d = distributed.setup(settings["device"])
     try:
         summary = Trainer(cfg, run_id, settings, out, d, experiment).run(on_mismatch=args.on_mismatch)
@@ -162,6 +172,8 @@ def cmd_launch(args) -> int:
 
 def cmd_runs(args) -> int:
     cfg = _load(args)
+    if args.experiment is not None:
+        _check_name("--experiment", args.experiment, "an experiment", cfg["experiments"])
     for run_id, spec in expand_runs(cfg).items():
         if not args.experiment or spec.experiment == args.experiment:
             print(run_id)
@@ -175,6 +187,8 @@ def cmd_bandit(args) -> int:
     block = cfg.get("bandit")
     if not block:
         raise ConfigError("bandit: the config has no bandit block")
+    if args.study is not None:
+        _check_name("--study", args.study, "a bandit study", bandit.BANDIT_STUDIES)
     studies = [args.study] if args.study else list(bandit.BANDIT_STUDIES)
     for study in studies:
         df = bandit.run_study(study, block)
@@ -188,8 +202,14 @@ def cmd_aggregate(args) -> int:
     from mathrl.aggregate import aggregate
 
     cfg = _load(args)
+    from mathrl.results import missing_inputs
+
     counts = aggregate(cfg, args.out)
+    missing = len(missing_inputs(cfg))
     print(f"aggregate: {len(counts)} tables in {args.out or Path(cfg['results']) / 'tables'}")
+    if missing:
+        print(f"aggregate: {missing} input files are missing (runs not trained yet are marked missing); "
+              "these tables are not the pipeline's: `snakemake report` makes the missing inputs and redoes them")  # fmt: skip
     return 0
 
 
@@ -224,8 +244,17 @@ def cmd_dvc_yaml(args) -> int:
 
 def _check_task(cfg: dict, names) -> None:
     for name in names:
-        if name not in cfg["tasks"]:
-            raise ConfigError(f"--task: {name!r} is not a task; allowed: {', '.join(cfg['tasks'])}")
+        _check_name("--task", name, "a task", cfg["tasks"])
+
+
+def _check_name(flag: str, name: str, what: str, allowed) -> None:
+    """A name given on the command line must be one the config (or the code) defines."""
+    if name not in allowed:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(allowed), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"{flag}: {name!r} is not {what}{hint}; allowed: {', '.join(allowed)}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -306,6 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -313,6 +345,33 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ProblemFileError, SnapshotError) as exc:
         print(f"mathrl {args.command}: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
+    except KeyboardInterrupt:
+        print(f"\nmathrl {args.command}: interrupted{_where_to_resume(args)}", file=sys.stderr)
+        return INTERRUPTED
+    except BrokenPipeError:
+        # The reader stopped reading (`mathrl runs | head -1`): no more output, and no error
+        # for a listing; any other command did not finish, which it says on stderr.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if args.command == "runs":
+            return 0
+        print(f"mathrl {args.command}: stopped: its output was closed (broken pipe){_where_to_resume(args)}", file=sys.stderr)
+        return 1
     except OSError as exc:  # a full disk, a read-only results directory: no traceback, exit 1
         print(f"mathrl {args.command}: error: {exc}", file=sys.stderr)
         return 1
+
+
+def _where_to_resume(args) -> str:
+    """For a stopped `mathrl train`: the step its snapshot holds, where the same command resumes."""
+    path = getattr(args, "snapshot_path", None)
+    if path is None:
+        return ""
+    from mathrl import snapshot
+
+    try:
+        st = snapshot.load(path)
+    except Exception:  # noqa: BLE001 - a damaged snapshot is reported when the run resumes
+        st = None
+    if st is None:
+        return f"; no snapshot yet in {path.parent}: the same command starts the run over"
+    return f"; the same command resumes {st['run_id']} from its snapshot at step {st['step']} ({path})"

@@ -118,19 +118,33 @@ def apply_overrides(cfg: dict, overrides: list[tuple[list[str], Any]]) -> dict:
     return cfg
 
 
-def _suggest(name: str, allowed) -> str:
+def _suggest(name: str, allowed, descriptions: dict | None = None) -> str:
+    """A did-you-mean: the closest spelling, else the key whose description names what the
+    unknown key's words say (`learning_rate` -> `lr`, described as "Peak learning rate.")."""
     close = difflib.get_close_matches(str(name), [str(a) for a in allowed], n=1)
+    if not close and descriptions:
+        phrase = " ".join(str(name).lower().replace("-", "_").split("_"))
+        close = sorted((k for k, text in descriptions.items() if phrase in str(text).lower()), key=len)[:1]
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _describe(error: jsonschema.ValidationError, prefix: str) -> str:
-    """One line per schema error: the dotted key, the value, what is allowed."""
+def _describe(error: jsonschema.ValidationError, prefix: str, origin=None) -> str:
+    """One line per schema error: the dotted key, the value, what is allowed (and, given
+    `origin`, which file or --set gave the value)."""
+    line = _describe_only(error, prefix)
+    came_from = origin(list(error.absolute_path)) if origin else None
+    return f"{line} (from {came_from})" if came_from else line
+
+
+def _describe_only(error: jsonschema.ValidationError, prefix: str) -> str:
     path = ".".join([prefix] + [str(p) for p in error.absolute_path] if prefix else [str(p) for p in error.absolute_path])
     where = path or "(top level)"
     if error.validator == "additionalProperties":
-        allowed = sorted(error.schema.get("properties", {}))
+        properties = error.schema.get("properties", {})
+        allowed = sorted(properties)
+        described = {k: v.get("description", "") for k, v in properties.items() if isinstance(v, dict)}
         extra = sorted(set(error.instance) - set(allowed))
-        parts = [f"{where}.{k}: unknown key{_suggest(k, allowed)}" if path else f"{k}: unknown key{_suggest(k, allowed)}" for k in extra]
+        parts = [f"{where}.{k}: unknown key{_suggest(k, allowed, described)}" if path else f"{k}: unknown key{_suggest(k, allowed, described)}" for k in extra]
         return "; ".join(parts) + f"; allowed keys: {', '.join(allowed)}"
     if error.validator == "enum":
         return f"{where}: {error.instance!r} is not allowed{_suggest(error.instance, error.validator_value)}; allowed: {', '.join(map(str, error.validator_value))}"
@@ -165,21 +179,55 @@ def load_config(paths=(DEFAULT_CONFIG,), overrides=()) -> dict:
     """Read, merge, override, validate and complete a configuration.
 
     `paths` are merged in order (a later file overrides an earlier one, as Snakemake does
-    with several --configfile), `overrides` are `a.b=value` strings."""
+    with several --configfile); a file that says `standalone: true` drops the ones before
+    it. `overrides` are `a.b=value` strings."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     cfg: dict = {}
+    layers: list[tuple[str, dict]] = []
     for path in paths:
-        cfg = deep_merge(cfg, read_yaml(path))
-    cfg = apply_overrides(cfg, parse_overrides(list(overrides)))
-    return complete(cfg, source=", ".join(map(str, paths)))
+        layer = read_yaml(path)
+        if layer.get("standalone"):
+            cfg, layers = {}, []
+        cfg = deep_merge(cfg, layer)
+        layers.append((str(path), layer))
+    pairs = parse_overrides(list(overrides))
+    cfg = apply_overrides(cfg, pairs)
+    layers += [(f"--set {item}", apply_overrides({}, [pair])) for item, pair in zip(overrides, pairs)]
+    return complete(cfg, source=", ".join(name for name, _ in layers), origin=lambda key: origin_of(layers, key))
 
 
-def complete(cfg: dict, source: str = "") -> dict:
-    """Validate a merged config dict and fill its defaults (Snakemake calls this too)."""
+def origin_of(layers: list[tuple[str, dict]], key: list) -> str | None:
+    """The last layer (file or --set) that gives a value at `key` (a path of keys)."""
+    for name, layer in reversed(layers):
+        node = layer
+        for part in key:
+            if not isinstance(node, dict) or part not in node:
+                break
+            node = node[part]
+        else:
+            return name
+    return None
+
+
+def layered(paths) -> list[Path]:
+    """The config files `mathrl --config` reads: config/config.yaml, then the given ones."""
+    paths = [Path(p) for p in paths or []]
+    if paths and paths[0].resolve() == DEFAULT_CONFIG.resolve():
+        return paths
+    return [DEFAULT_CONFIG, *paths]
+
+
+def complete(cfg: dict, source: str = "", origin=None) -> dict:
+    """Validate a merged config dict and fill its defaults (Snakemake calls this too).
+    `origin(key path)` names where a value came from, for the error messages."""
     schema = load_schema()
-    validate(cfg, schema, source=source)
+    validate(cfg, schema, source=source, origin=origin)
     cfg = fill_defaults(cfg, schema)
+    for task, block in cfg["sft"].items():
+        lo, hi = block["band"]
+        if lo > hi:
+            raise ConfigError(f"sft.{task}.band: {block['band']} is reversed; the lower end comes first, e.g. [{hi}, {lo}]")
     check_train(cfg, cfg["train"], "train")
     for name in cfg["gradvar"]["tasks"]:
         if name not in cfg["tasks"]:
@@ -197,15 +245,18 @@ def _train_validator() -> jsonschema.protocols.Validator:
 
 
 def validate(instance: dict, schema: dict | None = None, prefix: str = "", source: str = "",
-             validator: jsonschema.protocols.Validator | None = None) -> None:  # fmt: skip
+             validator: jsonschema.protocols.Validator | None = None, origin=None) -> None:  # fmt: skip
     """Validate against the schema (or a prebuilt validator); raise one ConfigError listing every problem."""
     validator = validator or jsonschema.validators.validator_for(schema)(schema)
     errors = sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
-        lines = [_describe(e, prefix) for e in errors]
+        lines = [_describe(e, prefix, origin) for e in errors]
         head = f"invalid configuration{f' ({source})' if source else ''}:"
         raise ConfigError(head + "\n  " + "\n  ".join(lines))
 
+
+# Algorithms whose advantage compares the rollouts of one prompt (group_size >= 2).
+GROUP_ALGORITHMS = ("grpo", "dapo", "rloo")
 
 # Settings (as canonical JSON) that passed the schema: a process that expands the grid
 # twice (load, then `--run`) validates each run once.
@@ -236,8 +287,23 @@ def check_train(cfg: dict, settings: dict, where: str, world_size: int = 1) -> N
             f"{where}.micro_batch_size: {micro} does not divide the per-rank batch {per_rank} "
             f"(batch_size {settings['batch_size']} / world size {world_size})"
         )
-    if settings["algorithm"] == "rloo" and settings["group_size"] < 2:
-        raise ConfigError(f"{where}.group_size: rloo needs at least 2 rollouts per prompt, got {settings['group_size']}")
+    if settings["algorithm"] in GROUP_ALGORITHMS and settings["group_size"] < 2:
+        raise ConfigError(
+            f"{where}.group_size: {settings['algorithm']} needs at least 2 rollouts per prompt (its advantage compares "
+            f"the rollouts of one prompt: with {settings['group_size']} every advantage and the loss are 0); "
+            f"use group_size >= 2, or algorithm reinforce or ppo"
+        )
+    if settings["lr_schedule"] == "cosine" and settings["warmup_steps"] >= settings["steps"]:
+        raise ConfigError(
+            f"{where}.warmup_steps: {settings['warmup_steps']} leaves no step for the cosine schedule "
+            f"(steps {settings['steps']}); use warmup_steps < steps"
+        )
+    start, ndigit = settings["curriculum_start"], cfg["tasks"][settings["task"]].get("ndigit")
+    if start is not None and ndigit is not None and start > ndigit:
+        raise ConfigError(
+            f"{where}.curriculum_start: {start} digits is above task {settings['task']}'s {ndigit}, "
+            f"so there is no curriculum; use 1..{ndigit} or null"
+        )
 
 
 @dataclass

@@ -221,7 +221,9 @@ def dvc_yaml(config_paths: Sequence[str | Path] = (), root: Path = ROOT, python:
     from mathrl.bandit import BANDIT_STUDIES  # imports torch: only here
 
     root = Path(root).resolve()
-    paths = [Path(p) for p in config_paths] or [root / "config" / "config.yaml"]
+    default = root / "config" / "config.yaml"  # every other file is layered over it, as in Snakemake and the CLI
+    paths = [Path(p) for p in config_paths]
+    paths = paths if paths and (paths[0] if paths[0].is_absolute() else Path.cwd() / paths[0]).resolve() == default else [default, *paths]
     configs = []
     for path in paths:
         absolute = (path if path.is_absolute() else Path.cwd() / path).resolve()

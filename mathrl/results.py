@@ -77,6 +77,35 @@ def load_run(run_dir: Path, spec: RunSpec) -> Run:
     return Run(spec, summary.get("status", "complete"), summary, metrics)
 
 
+def aggregate_inputs(cfg: dict) -> dict[str, list[str]]:
+    """Every file the tables are made from, by kind: what the pipeline's aggregate job waits
+    for (rules/common.smk) and what `mathrl aggregate` checks before it calls them complete."""
+    from mathrl.bandit_config import BANDIT_STUDIES  # torch-free
+
+    res = Path(cfg["results"])
+    runs = list(expand_runs(cfg))
+    return {
+        "summaries": [str(res / "runs" / run_id / "summary.json") for run_id in runs],
+        "metrics": [str(res / "runs" / run_id / "metrics.csv") for run_id in runs],
+        "bandit": [str(res / "bandit" / study / "metrics.csv") for study in BANDIT_STUDIES],
+        "gradvar": [str(res / "gradvar" / f"{task}.json") for task in cfg["gradvar"]["tasks"]],
+    }
+
+
+def missing_inputs(cfg: dict) -> list[str]:
+    """The files of `aggregate_inputs` that do not exist."""
+    return [path for paths in aggregate_inputs(cfg).values() for path in paths if not Path(path).is_file()]
+
+
+def complete_marker(tables_dir: Path) -> Path:
+    """`<results>/tables.complete`: exists only while the tables were made from every input.
+
+    The pipeline's aggregate job declares it as an output and figures and report as an
+    input, so tables written by hand from missing runs (`mathrl aggregate` before training)
+    never pass for the pipeline's: Snakemake sees the marker missing and trains the runs."""
+    return tables_dir.with_name(tables_dir.name + ".complete")
+
+
 def load_runs(cfg: dict) -> dict[str, Run]:
     """Every run the config's experiments expand into, found or not."""
     root = Path(cfg["results"]) / "runs"

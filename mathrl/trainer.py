@@ -41,10 +41,10 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import mathrl
-from mathrl import faults, snapshot
+from mathrl import faults, resume, snapshot
 from mathrl.config import ConfigError
 from mathrl.console import console_line
-from mathrl.control import MovingAverageBaseline, entropy_coef_at, lr_factor, make_kl_controller
+from mathrl.control import MovingAverageBaseline, make_kl_controller
 from mathrl.distributed import Dist, all_sum, barrier
 from mathrl.evaluation import greedy_correct
 from mathrl.losses import (
@@ -76,8 +76,6 @@ EXTRAS = [
 ]  # fmt: skip
 # Version of the snapshot layout (2: optimizer state of mathrl.optim.AdamW).
 SNAPSHOT_FORMAT = 2
-# Settings that may differ when a run resumes (they do not change what was computed so far).
-RESUMABLE_CHANGES = {"steps", "log_every", "eval_every", "snapshot_every", "wandb", "device", "fault_nan_step", "nan_policy"}
 
 
 def task_of(cfg: dict, name: str) -> Task:
@@ -210,10 +208,14 @@ class Trainer:
                 f"{where}: snapshot was trained from another start checkpoint than {self.init_path} "
                 f"(digest {st.get('init_digest')} vs {self.init_digest}); remove {self.dir} to start over"
             )
-        changed = {k for k in set(st["settings"]) | set(self.s) if k not in RESUMABLE_CHANGES and st["settings"].get(k) != self.s.get(k)}
-        if changed:
-            diff = ", ".join(f"{k}: snapshot {st['settings'].get(k)!r} vs now {self.s.get(k)!r}" for k in sorted(changed))
-            raise snapshot.SnapshotError(f"{where}: snapshot was written with other settings ({diff}); remove {self.dir} to start over")
+        nonfinite = [r["step"] for r in st["rows"] if r.get("skipped")]
+        conflicts = resume.conflicts(st["settings"], self.s, st["step"], self.task.ndigit, nonfinite)
+        if conflicts:
+            diff = "; ".join(map(str, conflicts))
+            raise snapshot.SnapshotError(f"{where}: snapshot was written with other settings, under which steps up to {st['step']} "
+                                         f"would have gone differently ({diff}); remove {self.dir} to start over")  # fmt: skip
+        forget = resume.evaluations_to_forget(st["settings"], self.s, st["step"])  # the old last step's evaluation
+        rows = [{**r, "eval_accuracy": math.nan} if r["step"] in forget else r for r in st["rows"]]
         self.net.load_state_dict(st["net"])
         self.opt.load_state_dict(st["opt"])
         self.prompt_gen.set_state(st["prompt_gen"])
@@ -221,17 +223,14 @@ class Trainer:
         self.baseline.load_state_dict(st["baseline"])
         self.kl_ctl.load_state_dict(st["kl_ctl"])
         self.monitor.load_state_dict(st["monitor"])
-        self.step_no, self.samples, self.rows = st["step"], st["samples"], list(st["rows"])
+        self.step_no, self.samples, self.rows = st["step"], st["samples"], rows
         self.initial_eval, self.status = st["initial_eval"], st["status"]
         if self.status == "complete" and self.step_no < self.s["steps"]:
             self.status = "running"  # the same run extended to more steps
 
     # ---------------------------------------------------------------- sampling
     def ndigit_at(self, step: int) -> int:
-        start = self.s["curriculum_start"]
-        if start is None:
-            return self.task.ndigit
-        return min(self.task.ndigit, start + (step - 1) // self.s["curriculum_every"])
+        return resume.ndigit_at(self.s, step, self.task.ndigit)
 
     def pool(self, nd: int) -> torch.Tensor:
         if nd not in self.pools:
@@ -363,14 +362,11 @@ class Trainer:
                 old_logp = token_logprobs(logits, tokens)
         adv, returns, baseline = self.advantages(rewards, mask, old_values)
 
-        lr = s["lr"] * lr_factor(
-            s["lr_schedule"], step - 1, s["steps"], decay_rate=s["lr_decay_rate"], decay_every=s["lr_decay_every"],
-            min_factor=s["lr_min_factor"], warmup_steps=s["warmup_steps"],
-        )  # fmt: skip
+        lr = resume.lr_at(s, step)  # the schedules of resume.step_plan, which decides what may resume
         for group in self.opt.param_groups:
             group["lr"] = lr
         kl_coef = self.kl_ctl.value
-        ent_coef = entropy_coef_at(s["entropy_schedule"], step - 1, s["steps"], s["entropy_coef"], s["entropy_coef_end"])
+        ent_coef = resume.entropy_coef_of(s, step)
         den = float(all_sum(d, mask.sum().double().cpu())) if s["loss_agg"] == "token" else float(s["batch_size"])
         eps_low, eps_high = s["clip_eps"], s["clip_eps_high"] if s["clip_eps_high"] is not None else s["clip_eps"]
         # Sums over this rank's tokens/sequences, reduced over ranks below.
@@ -457,7 +453,7 @@ class Trainer:
             self.say(f"alert: step {step}: {alert['message']}")
         if skipped:
             self.say(f"alert: step {step}: {self.monitor.alerts[-1]['message']}")
-        if step % s["eval_every"] == 0 or step == s["steps"] or self.status != "running":
+        if resume.evaluated_at(s, step) or self.status != "running":
             row["eval_accuracy"] = self.evaluate()
         row["seconds"] = time.perf_counter() - t0
         self.step_no = step

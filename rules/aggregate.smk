@@ -11,6 +11,7 @@ rule aggregate:
             subcategory="Tables",
             labels={"table": "{name}"},
         ),
+        complete=TABLES_COMPLETE,
     log:
         results("logs/aggregate.log"),
     benchmark:

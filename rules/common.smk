@@ -62,7 +62,7 @@ def write_config_file(cfg: dict) -> Path:
     so a running job never sees its config change; the write is atomic because cluster
     jobs parse the workflow (and reach this line) concurrently.
     """
-    text = yaml.safe_dump(cfg, sort_keys=True)
+    text = yaml.safe_dump({**cfg, "standalone": True}, sort_keys=True)  # read alone
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     path = Path(".snakemake", "mathrl", f"config-{digest}.yaml")
     if not path.exists():
@@ -224,12 +224,14 @@ def get_runs_targets(wildcards):
 
 def get_aggregate_inputs(wildcards):
     """The tables read every run, bandit study and gradient-variance probe."""
-    return {
-        "summaries": run_outputs("summary.json"),
-        "metrics": run_outputs("metrics.csv"),
-        "bandit": bandit_outputs(),
-        "gradvar": gradvar_outputs(),
-    }
+    from mathrl.results import aggregate_inputs
+
+    return aggregate_inputs(CFG)
+
+
+# Written by `mathrl aggregate` only when no input was missing: figures and report need it,
+# so tables made by hand before the runs existed are redone (mathrl.results.complete_marker).
+TABLES_COMPLETE = results("tables.complete")
 
 
 # ---- params rerun triggers: the hash of the settings a job's output depends on ----------

@@ -2,6 +2,7 @@ rule figures:
     """The report's figures, one PNG each, from the tables."""
     input:
         tables=results("tables"),
+        complete=TABLES_COMPLETE,
     output:
         report(
             directory(results("figures")),

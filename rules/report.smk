@@ -4,6 +4,7 @@ rule report:
     input:
         tables=results("tables"),
         figures=results("figures"),
+        complete=TABLES_COMPLETE,
     output:
         report(
             results("report.html"),

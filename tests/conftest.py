@@ -13,6 +13,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 
 TINY = {
+    "standalone": True,  # a whole configuration, not layered over config/config.yaml
     "tasks": {
         "add": {"op": "add", "ndigit": 2, "n_train": 2000, "n_test": 100, "seed": 1},
         "mul": {"op": "mul", "ndigit": 1, "n_train": 0, "n_test": 20, "seed": 1},

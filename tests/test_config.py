@@ -7,8 +7,8 @@ import copy
 import pytest
 
 from mathrl.cli import main
-from mathrl.config import ConfigError, expand_runs, load_config, parse_value
-from tests.conftest import write_config
+from mathrl.config import DEFAULT_CONFIG, ConfigError, expand_runs, layered, load_config, parse_value
+from tests.conftest import TINY, write_config
 
 
 def test_default_config_loads_and_fills_defaults():
@@ -107,3 +107,20 @@ def test_run_ids_do_not_depend_on_key_order(tiny_cfg_dict, tmp_path):
     tiny_cfg_dict["experiments"]["g"]["grid"] = {"batch_size": [8], "lr": [0.001]}
     b = set(expand_runs(load_config([write_config(tmp_path / "b.yaml", tiny_cfg_dict)])))
     assert a == b and "g__batch_size-8_lr-0.001__s0" in a
+
+
+def test_config_files_layer_over_the_default_unless_standalone(tmp_path, capsys):
+    """`--config FILE` overrides config/config.yaml key by key, as Snakemake's --configfile
+    does; a file that says `standalone: true` is read alone."""
+    assert main(["runs", "--config", str(DEFAULT_CONFIG.parent / "full.yaml"), "--experiment", "batch"]) == 0
+    assert len(capsys.readouterr().out.split()) == 4 * 5  # full.yaml's 4 batch sizes x 5 seeds
+    two_lines = tmp_path / "steps.yaml"
+    two_lines.write_text("train:\n  steps: 7\n")
+    cfg = load_config(layered([two_lines]))
+    default = load_config()
+    assert cfg["train"]["steps"] == 7 and cfg["experiments"] == default["experiments"]
+    assert main(["runs", "--config", str(two_lines)]) == 0
+    assert capsys.readouterr().out.split() == list(expand_runs(default))
+    alone = write_config(tmp_path / "alone.yaml", {**TINY, "results": str(tmp_path)})
+    assert main(["runs", "--config", str(alone)]) == 0
+    assert capsys.readouterr().out.split() == ["tiny__batch_size-8__s0", "tiny__batch_size-8__s1", "tiny__batch_size-16__s0", "tiny__batch_size-16__s1"]

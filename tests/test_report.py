@@ -59,6 +59,7 @@ def make_config(tmp: Path) -> Path:
     """config/config.yaml with two seeds, STEPS steps per run and a 20-step, one-seed bandit."""
     d = yaml.safe_load(DEFAULT_CONFIG.read_text())
     d["results"] = str(tmp / "results")
+    d["standalone"] = True  # read alone: the steps removed below must not come back from config/config.yaml
     d["train"].update(steps=STEPS, eval_every=EVAL_EVERY, log_every=1, snapshot_every=STEPS)
     for exp in d["experiments"].values():
         exp["seeds"] = [0, 1]

@@ -1,0 +1,87 @@
+"""What a user meets at the command line: every bad name or meaningless setting exits 2
+with one message naming it (no traceback), Ctrl-C says where the run resumes, and a closed
+pipe ends a listing quietly."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mathrl import snapshot
+from mathrl.cli import main
+from tests.conftest import ROOT, write_config
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        (["runs", "--experiment", "nope"], ["--experiment", "'nope'", "allowed: tiny"]),
+        (["bandit", "--study", "nope"], ["--study", "'nope'", "entropy_collapse"]),
+        (["problems", "--task", "sub"], ["--task", "'sub'", "allowed: add, mul"]),
+        (["sft", "--task", "ad"], ["--task", "did you mean 'add'"]),
+        (["gradvar", "--task", "nope"], ["--task", "'nope'"]),
+        (["train", "--run", "tiny__nope"], ["--run", "'tiny__nope'"]),
+        (["train", "--run", "tiny__batch_size-8__s0", "lr=0.5"], ["--run tiny__batch_size-8__s0", "lr=0.5", "--run-id"]),
+        (["train", "learning_rate=1e-3"], ["run.learning_rate: unknown key", "did you mean 'lr'"]),
+        (["runs", "--set", "train.batch_size=-64"], ["train.batch_size: -64", "(from --set train.batch_size=-64)"]),
+        (["runs", "--set", "sft.add.band=[0.6,0.3]"], ["sft.add.band", "reversed"]),
+        (["train", "group_size=1", "algorithm=grpo"], ["run.group_size", "grpo needs at least 2"]),
+        (["train", "group_size=1", "algorithm=dapo"], ["run.group_size", "dapo needs at least 2"]),
+        (["train", "group_size=1", "algorithm=rloo"], ["run.group_size", "rloo needs at least 2"]),
+        (["train", "lr_schedule=cosine", "warmup_steps=4"], ["run.warmup_steps", "steps 4"]),
+        (["train", "curriculum_start=3"], ["run.curriculum_start", "task add's 2"]),
+    ],
+)
+def test_each_bad_name_or_meaningless_setting_exits_2_naming_it(tiny_cfg_dict, tmp_path, capsys, argv, needles):
+    path = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    assert main([argv[0], "--config", str(path), *argv[1:]]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.startswith(f"mathrl {argv[0]}: error:"), err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_value_is_blamed_on_the_file_that_gave_it(tiny_cfg_dict, tmp_path, capsys):
+    base = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    bad = write_config(tmp_path / "bad.yaml", {"train": {"batch_size": -64}})
+    assert main(["runs", "--config", str(base), "--config", str(bad)]) == 2
+    assert f"train.batch_size: -64 is less than the minimum of 1 (from {bad})" in capsys.readouterr().err
+
+
+def test_a_closed_pipe_ends_a_listing_quietly():
+    done = subprocess.run(f"{sys.executable} -m mathrl runs | head -1", shell=True, cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, executable="/bin/bash")  # fmt: skip
+    assert done.stdout.count("\n") == 1 and done.stderr == "", done.stderr
+    status = subprocess.run(f"set -o pipefail; {sys.executable} -m mathrl runs | head -1 >/dev/null", shell=True,
+                            cwd=ROOT, timeout=120, executable="/bin/bash")  # fmt: skip
+    assert status.returncode == 0
+
+
+def test_ctrl_c_in_a_run_says_in_one_line_where_it_resumes(run_env):
+    cmd = [sys.executable, "-m", "mathrl", "train", "--config", str(run_env["config"]), "--run-id", "c",
+           "steps=400", "log_every=1", "snapshot_every=1", "eval_every=1000"]  # fmt: skip
+    # SIGINT back to its default in the child: a shell's background job (`pytest &`) ignores
+    # it, and Python installs its Ctrl-C handler only where SIGINT is not ignored.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "Step 3/" not in (proc.stdout.readline() or ""):
+        pass
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "mathrl train: interrupted; the same command resumes c from its snapshot at step" in err
+    step = int(re.search(r"at step (\d+)", err).group(1))
+    assert step >= 2 and snapshot.load(run_env["results"] / "runs" / "c" / "snapshot.pt")["step"] == step
