@@ -397,6 +397,7 @@ def serve(path: Path, idle: float = IDLE_SECONDS) -> int:
     """Import what a run needs, then serve until idle. Exit status 0, or 1 if another
     server already owns the path."""
     import torch  # noqa: F401 - the point of the server
+    import torch._dynamo  # noqa: F401 - a torch.optim step imports it (about 1.5 s); starts no thread
 
     import mathrl.cli  # noqa: F401
     import mathrl.sft  # noqa: F401

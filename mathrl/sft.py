@@ -22,7 +22,7 @@ from mathrl import snapshot
 from mathrl.distributed import pick_device
 from mathrl.evaluation import first_mistakes, greedy_correct
 from mathrl.model import GPT, gpt_config
-from mathrl.optim import AdamW
+from mathrl.optim import make_optimizer
 from mathrl.tasks import VOCAB_SIZE, Task, read_problems
 from mathrl.trainer import problems_dir, task_of, versions
 
@@ -46,7 +46,7 @@ def run_sft(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
     torch.manual_seed(s["seed"])
     gen = torch.Generator().manual_seed(s["seed"])
     model = GPT(gpt_config(s["preset"], VOCAB_SIZE, task.seq_len)).to(device)
-    opt = AdamW(model.parameters(), lr=s["lr"], weight_decay=s["weight_decay"], betas=(0.9, 0.99))
+    opt = make_optimizer(model.parameters(), "adamw", lr=s["lr"], weight_decay=s["weight_decay"], betas=(0.9, 0.99))
     lo, hi = s["band"]
     history, acc, step, t0 = [], 0.0, 0, time.perf_counter()
     log(f"sft {task_name}: {model.num_params() / 1e6:.2f}M parameters, preset {s['preset']}, until accuracy >= {lo:.2f}")

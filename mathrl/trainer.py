@@ -61,7 +61,7 @@ from mathrl.losses import (
 )
 from mathrl.model import GPT, GPTConfig, ValueHead, gpt_config
 from mathrl.monitor import StabilityMonitor
-from mathrl.optim import AdamW
+from mathrl.optim import make_optimizer, set_lr
 from mathrl.rewards import RewardSpec, compute_rewards
 from mathrl.tasks import END, VOCAB_SIZE, Task, filter_by_ndigit, read_problems
 
@@ -74,8 +74,8 @@ EXTRAS = [
     "ndigit", "format_rate", "baseline", "entropy_coef", "value_rmse", "explained_variance",
     "skipped", "sample_seconds", "update_seconds",
 ]  # fmt: skip
-# Version of the snapshot layout (2: optimizer state of mathrl.optim.AdamW).
-SNAPSHOT_FORMAT = 2
+# Version of the snapshot layout (3: optimizer state of torch.optim).
+SNAPSHOT_FORMAT = 3
 # Settings that may differ when a run resumes (they do not change what was computed so far).
 RESUMABLE_CHANGES = {"steps", "log_every", "eval_every", "snapshot_every", "wandb", "device", "fault_nan_step", "nan_policy"}
 
@@ -161,7 +161,8 @@ class Trainer:
         head = ValueHead(policy.config.n_embd) if s["algorithm"] == "ppo" else None
         self.net = ActorCritic(policy, head).to(d.device)
         self.ddp = DDP(self.net, device_ids=[d.device.index] if d.device.type == "cuda" else None) if d.active else self.net
-        self.opt = AdamW(self.net.parameters(), lr=s["lr"], betas=(s["adam_beta1"], s["adam_beta2"]), weight_decay=s["weight_decay"])
+        self.opt = make_optimizer(self.net.parameters(), s["optimizer"], lr=s["lr"], weight_decay=s["weight_decay"],
+                                  betas=(s["adam_beta1"], s["adam_beta2"]), momentum=s["momentum"])  # fmt: skip
         self.reward_spec = RewardSpec(
             kind=s["reward"], format_bonus=s["format_bonus"], digit_weight=s["digit_weight"],
             invalid_penalty=s["invalid_penalty"], proxy_correct_weight=s["proxy_correct_weight"],
@@ -367,8 +368,7 @@ class Trainer:
             s["lr_schedule"], step - 1, s["steps"], decay_rate=s["lr_decay_rate"], decay_every=s["lr_decay_every"],
             min_factor=s["lr_min_factor"], warmup_steps=s["warmup_steps"],
         )  # fmt: skip
-        for group in self.opt.param_groups:
-            group["lr"] = lr
+        set_lr(self.opt, lr)
         kl_coef = self.kl_ctl.value
         ent_coef = entropy_coef_at(s["entropy_schedule"], step - 1, s["steps"], s["entropy_coef"], s["entropy_coef_end"])
         den = float(all_sum(d, mask.sum().double().cpu())) if s["loss_agg"] == "token" else float(s["batch_size"])
