@@ -30,6 +30,7 @@ def _load(args) -> dict:
 
 
 def cmd_problems(args) -> int:
+    from mathrl.atomic import atomic_write
     from mathrl.tasks import make_problem_sets, write_problems
     from mathrl.trainer import problems_dir, task_of
 
@@ -46,7 +47,7 @@ def cmd_problems(args) -> int:
         write_problems(out / "train.txt", task, train)
         write_problems(out / "test.txt", task, test)
         meta = {"task": name, **t, "n_train_written": len(train), "n_test_written": len(test)}
-        (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        atomic_write(out / "meta.json", json.dumps(meta, indent=2) + "\n")
         print(f"problems {name}: {len(train)} train and {len(test)} test problems in {out}")
     return 0
 
@@ -120,7 +121,7 @@ def cmd_gradvar(args) -> int:
     import torch
 
     from mathrl.gradvar import accumulation_difference, gradient_variance
-    from mathrl.snapshot import atomic_write_bytes
+    from mathrl.atomic import atomic_write
     from mathrl.tasks import read_problems
     from mathrl.trainer import load_policy, problems_dir, sft_checkpoint, task_of
 
@@ -139,7 +140,7 @@ def cmd_gradvar(args) -> int:
         "accumulation": accumulation_difference(policy, task, pairs, batch, micro, g["group_size"], g["seed"], g["temperature"]),
     }  # fmt: skip
     out = Path(args.out) if args.out else Path(cfg["results"]) / "gradvar" / f"{args.task}.json"
-    atomic_write_bytes(out, (_json.dumps(result, indent=2) + "\n").encode())
+    atomic_write(out, _json.dumps(result, indent=2) + "\n")
     lo, hi = min(variance), max(variance)
     ratio = variance[lo] / variance[hi] if variance[hi] > 0 else float("nan")  # zero when every reward is equal
     print(f"gradvar {args.task}: variance {variance[lo]:.3e} at {lo} vs {variance[hi]:.3e} at {hi} "
@@ -211,13 +212,13 @@ def cmd_report(args) -> int:
 
 
 def cmd_dvc_yaml(args) -> int:
+    from mathrl.atomic import atomic_write
     from mathrl.config import ROOT
     from mathrl.dvcgen import dvc_yaml
-    from mathrl.snapshot import atomic_write_bytes
 
     out = Path(args.out) if args.out else ROOT / "dvc.yaml"
     text = dvc_yaml(args.config or [], root=out.resolve().parent, python=args.python)
-    atomic_write_bytes(out, text.encode())
+    atomic_write(out, text)
     print(f"dvc-yaml: {out}")
     return 0
 

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from mathrl import snapshot
+from mathrl.atomic import atomic_write
 from mathrl.distributed import pick_device
 from mathrl.evaluation import first_mistakes, greedy_correct
 from mathrl.model import GPT, gpt_config
@@ -79,8 +80,8 @@ def run_sft(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
     out_dir = Path(out_dir)
     state = {"model_config": asdict(model.config), "model": model.state_dict(), "task": task_name, "eval_accuracy": acc, "steps": step}
     out_dir.mkdir(parents=True, exist_ok=True)
-    snapshot.atomic_write_bytes(out_dir / "model.pt", snapshot.encode(state))
-    snapshot.atomic_write_bytes(out_dir / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
+    atomic_write(out_dir / "model.pt", snapshot.encode(state))
+    atomic_write(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     if math.isnan(acc):
         raise RuntimeError(f"sft {task_name}: evaluation returned NaN")
     return summary

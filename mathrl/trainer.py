@@ -42,6 +42,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import mathrl
 from mathrl import faults, snapshot
+from mathrl.atomic import atomic_write
 from mathrl.config import ConfigError
 from mathrl.console import console_line
 from mathrl.control import MovingAverageBaseline, entropy_coef_at, lr_factor, make_kl_controller
@@ -527,7 +528,7 @@ class Trainer:
         summary = self.summary()
         if d.is_main:
             write_metrics(self.dir / "metrics.csv", self.rows)
-            snapshot.atomic_write_bytes(self.dir / "summary.json", (json.dumps(summary, indent=2, default=str) + "\n").encode())
+            atomic_write(self.dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
         return summary
 
     def start_wandb(self):
@@ -578,4 +579,4 @@ def write_metrics(path: Path, rows: list[dict]) -> None:
     writer.writeheader()
     for row in rows:
         writer.writerow({k: row.get(k, math.nan) for k in METRICS + EXTRAS})
-    snapshot.atomic_write_bytes(path, buf.getvalue().encode())
+    atomic_write(path, buf.getvalue())

@@ -8,7 +8,6 @@ import re
 import shlex
 import shutil
 import sys
-import tempfile
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -19,6 +18,7 @@ from snakemake.utils import min_version, update_config, validate
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 import mathrl.config
+from mathrl.atomic import atomic_write
 from mathrl.config import ConfigError, config_hash
 
 min_version("8.0")
@@ -66,13 +66,7 @@ def write_config_file(cfg: dict) -> Path:
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     path = Path(".snakemake", "mathrl", f"config-{digest}.yaml")
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(
-            "w", dir=path.parent, suffix=".tmp", delete=False
-        ) as fh:
-            fh.write(text)
-        os.chmod(fh.name, 0o644)  # NamedTemporaryFile makes it private
-        os.replace(fh.name, path)
+        atomic_write(path, text)
     return path
 
 
