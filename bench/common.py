@@ -68,7 +68,8 @@ def build_tree(root: Path | str, presets=PRESETS) -> dict[str, Path]:
     from mathrl import snapshot
     from mathrl.model import GPT, gpt_config
     from mathrl.tasks import VOCAB_SIZE, make_problem_sets, write_problems
-    from mathrl.trainer import problems_dir, sft_checkpoint, task_of
+    from mathrl.layout import problems_dir, sft_checkpoint
+    from mathrl.tasks import task_of
 
     root = Path(root)
     trees: dict[str, Path] = {}

@@ -32,7 +32,8 @@ def main(argv=None) -> int:
     from mathrl.model import GPT, gpt_config
     from mathrl.sft import sft_batch
     from mathrl.tasks import VOCAB_SIZE, read_problems
-    from mathrl.trainer import problems_dir, task_of
+    from mathrl.layout import problems_dir
+    from mathrl.tasks import task_of
 
     with TempTree(args.root, args.preset) as results, contextlib.redirect_stdout(sys.stderr):
         cfg = load_cfg(results, args.preset)

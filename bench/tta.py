@@ -54,7 +54,9 @@ def run(args) -> dict:
     from mathrl.distributed import Dist
     from mathrl.sft import run_sft
     from mathrl.tasks import make_problem_sets, write_problems
-    from mathrl.trainer import Trainer, problems_dir, task_of
+    from mathrl.layout import problems_dir
+    from mathrl.tasks import task_of
+    from mathrl.trainer import Trainer
 
     targets = sorted(args.targets)
     curve: list[dict] = []

@@ -31,8 +31,8 @@ def _load(args) -> dict:
 
 def cmd_problems(args) -> int:
     from mathrl.atomic import atomic_write
-    from mathrl.tasks import make_problem_sets, write_problems
-    from mathrl.trainer import problems_dir, task_of
+    from mathrl.layout import problems_file
+    from mathrl.tasks import make_problem_sets, task_of, write_problems
 
     cfg = _load(args)
     names = [args.task] if args.task else list(cfg["tasks"])
@@ -43,9 +43,9 @@ def cmd_problems(args) -> int:
             train, test = make_problem_sets(task, t["n_train"], t["n_test"], t["seed"])
         except ValueError as exc:
             raise ConfigError(f"tasks.{name}: {exc}") from None
-        out = problems_dir(cfg, name)
-        write_problems(out / "train.txt", task, train)
-        write_problems(out / "test.txt", task, test)
+        write_problems(problems_file(cfg, name, "train"), task, train)
+        write_problems(problems_file(cfg, name, "test"), task, test)
+        out = problems_file(cfg, name, "train").parent
         meta = {"task": name, **t, "n_train_written": len(train), "n_test_written": len(test)}
         atomic_write(out / "meta.json", json.dumps(meta, indent=2) + "\n")
         print(f"problems {name}: {len(train)} train and {len(test)} test problems in {out}")
@@ -122,15 +122,16 @@ def cmd_gradvar(args) -> int:
 
     from mathrl.gradvar import accumulation_difference, gradient_variance
     from mathrl.atomic import atomic_write
-    from mathrl.tasks import read_problems
-    from mathrl.trainer import load_policy, problems_dir, sft_checkpoint, task_of
+    from mathrl.layout import problems_file, sft_checkpoint
+    from mathrl.sft import load_policy
+    from mathrl.tasks import read_problems, task_of
 
     cfg = _load(args)
     _check_task(cfg, [args.task])
     g, task = cfg["gradvar"], task_of(cfg, args.task)
     init = Path(args.init) if args.init else sft_checkpoint(cfg, args.task)
     policy, _ = load_policy(init)
-    pairs = read_problems(problems_dir(cfg, args.task) / "train.txt", task)
+    pairs = read_problems(problems_file(cfg, args.task, "train"), task)
     torch.manual_seed(g["seed"])
     variance = gradient_variance(policy, task, pairs, g["batch_sizes"], g["num_samples"], g["group_size"], g["seed"], g["temperature"])
     batch, micro = g["accumulation"]

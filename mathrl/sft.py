@@ -18,14 +18,26 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+import mathrl
 from mathrl import snapshot
 from mathrl.atomic import atomic_write
 from mathrl.distributed import pick_device
+from mathrl.errors import ConfigError
 from mathrl.evaluation import first_mistakes, greedy_correct
-from mathrl.model import GPT, gpt_config
+from mathrl.layout import problems_file
+from mathrl.model import GPT, GPTConfig, gpt_config
 from mathrl.optim import make_optimizer
-from mathrl.tasks import VOCAB_SIZE, Task, read_problems
-from mathrl.trainer import problems_dir, task_of, versions
+from mathrl.tasks import VOCAB_SIZE, Task, read_problems, task_of
+
+
+def load_policy(path: Path) -> tuple[GPT, dict]:
+    """A policy from a warm-up checkpoint (written by `run_sft`), and the checkpoint."""
+    if not Path(path).is_file():
+        raise ConfigError(f"init: checkpoint {path} does not exist (run `mathrl sft` for the task first)")
+    ckpt = snapshot.decode(Path(path).read_bytes(), str(path))
+    model = GPT(GPTConfig(**ckpt["model_config"]))
+    model.load_state_dict(ckpt["model"])
+    return model, ckpt
 
 
 def sft_batch(task: Task, pairs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,9 +51,8 @@ def sft_batch(task: Task, pairs: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 def run_sft(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
     """Train the warm-up model for a task; write model.pt and summary.json to out_dir."""
     s, task = cfg["sft"][task_name], task_of(cfg, task_name)
-    pdir = problems_dir(cfg, task_name)
-    train = read_problems(pdir / "train.txt", task)
-    test = read_problems(pdir / "test.txt", task)
+    train = read_problems(problems_file(cfg, task_name, "train"), task)
+    test = read_problems(problems_file(cfg, task_name, "test"), task)
     test = test[: s["eval_size"]] if s["eval_size"] else test
     device = pick_device(s["device"])
     torch.manual_seed(s["seed"])
@@ -71,7 +82,7 @@ def run_sft(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
         "task": task_name, "task_config": cfg["tasks"][task_name], "settings": s, "steps": step,
         "eval_accuracy": acc, "band": [lo, hi], "in_band": lo <= acc <= hi,
         "reached": acc >= lo, "n_params": model.num_params(), "model": asdict(model.config),
-        "wall_seconds": wall, "history": history, "first_mistakes": mistakes, "versions": versions(),
+        "wall_seconds": wall, "history": history, "first_mistakes": mistakes, "versions": mathrl.versions(),
     }  # fmt: skip
     if not summary["in_band"]:
         log(f"warning: sft {task_name} ended at accuracy {acc:.3f}, outside the band [{lo}, {hi}]")

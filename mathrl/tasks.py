@@ -249,3 +249,15 @@ def read_problems(path, task: Task) -> torch.Tensor:
 def filter_by_ndigit(pairs: torch.Tensor, nd: int) -> torch.Tensor:
     """The rows of ``pairs`` (N, 2) whose operands both have at most ``nd`` digits."""
     return pairs[(pairs < 10**nd).all(dim=1)]  # (M, 2)
+
+
+def task_of(cfg: dict, name: str) -> Task:
+    """The task `name` of a completed config (its `tasks` block)."""
+    t = cfg["tasks"][name]
+    return Task(op=t["op"], ndigit=t["ndigit"], reverse=t["reverse"])
+
+
+def answer_mask(tokens: torch.Tensor) -> torch.Tensor:
+    """tokens (B, L) -> (B, L) float: 1.0 on answer tokens up to and including the first end token."""
+    is_end = (tokens == END).long()  # (B, L)
+    return ((is_end.cumsum(1) - is_end) == 0).float()
