@@ -96,6 +96,14 @@ def grpo(x: AdvantageInputs) -> Advantages:
 estimator("dapo")(grpo)
 
 
+@estimator("dr_grpo")
+def dr_grpo(x: AdvantageInputs) -> Advantages:
+    """Dr. GRPO (Liu et al. 2025, arXiv 2503.20783): A = r - mean_g, GRPO without the division
+    by the group's std, which up-weights groups that are nearly all right or all wrong.
+    (Its other half, no per-sequence length normalisation, is `loss_agg: token`.)"""
+    return per_token(group_advantages(x.rewards, x.group_size, scale=False), x.mask), None
+
+
 @estimator("rloo")
 def rloo(x: AdvantageInputs) -> Advantages:
     """RLOO: A_i = r_i - mean of the other G-1 rewards of the group."""

@@ -50,6 +50,16 @@ def test_grpo_and_dapo_normalise_within_groups():
         assert returns is None
 
 
+def test_dr_grpo_centres_without_dividing_by_the_std():
+    # groups [1, 0] and [3, 3]: mean 0.5 -> +-0.5 (GRPO: +-1); a flat group gets 0
+    adv, returns = A.dr_grpo(inputs([1.0, 0.0, 3.0, 3.0]))
+    close(adv, [[0.5, 0.5], [-0.5, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    assert returns is None
+    # one right of four: 1 - 0.25 = 0.75 and -0.25 each (GRPO would divide by std sqrt(3)/4)
+    adv, _ = A.dr_grpo(A.AdvantageInputs(torch.tensor([1.0, 0.0, 0.0, 0.0]), MASK, group_size=4))
+    close(adv, [[0.75, 0.75], [-0.25, 0.0], [-0.25, -0.25], [-0.25, -0.25]])
+
+
 def test_rloo_leaves_one_out():
     # group [1, 0]: 1 - 0 = 1 and 0 - 1 = -1; group [2, 4]: -2 and 2
     adv, _ = A.rloo(inputs([1.0, 0.0, 2.0, 4.0]))
