@@ -66,10 +66,9 @@ def build_tree(root: Path | str, presets=PRESETS) -> dict[str, Path]:
     import torch
 
     from mathrl import snapshot
-    from mathrl.model import GPT, gpt_config
-    from mathrl.tasks import VOCAB_SIZE, make_problem_sets, write_problems
     from mathrl.layout import problems_dir, sft_checkpoint
-    from mathrl.tasks import task_of
+    from mathrl.model import GPT, gpt_config
+    from mathrl.tasks import VOCAB_SIZE, make_problem_sets, task_of, write_problems
 
     root = Path(root)
     trees: dict[str, Path] = {}
@@ -119,6 +118,7 @@ def make_trainer(results: Path, preset: str, batch: int, run_dir: Path):
     """A GRPO trainer on 3-digit addition, group size 8, CPU, world of one."""
     from mathrl.config import run_settings
     from mathrl.distributed import Dist
+    from mathrl.settings import RunSettings
     from mathrl.trainer import Trainer
 
     cfg = load_cfg(results, preset)
@@ -126,7 +126,7 @@ def make_trainer(results: Path, preset: str, batch: int, run_dir: Path):
         "task": TASK, "algorithm": "grpo", "batch_size": batch, "group_size": GROUP_SIZE,
         "steps": NEVER, "eval_every": NEVER, "log_every": NEVER, "snapshot_every": NEVER, "device": "cpu",
     })  # fmt: skip
-    return Trainer(cfg, f"bench_{preset}_{batch}", settings, run_dir, Dist())
+    return Trainer(cfg, f"bench_{preset}_{batch}", RunSettings.from_dict(settings), run_dir, Dist())
 
 
 def median(xs) -> float:

@@ -95,16 +95,18 @@ def cmd_train(args) -> int:
     import torch
 
     from mathrl import distributed
+    from mathrl.settings import RunSettings
     from mathrl.trainer import Trainer
 
     cfg = _load(args)
     run_id, experiment, settings = resolve_run(cfg, args.run, args.run_id, args.overrides)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     check_train(cfg, settings, "run", world_size=world)
+    settings = RunSettings.from_dict(settings)  # typed and frozen from here on
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out) if args.out else Path(cfg["results"]) / "runs" / run_id
-    d = distributed.setup(settings["device"])
+    d = distributed.setup(settings.device)
     try:
         summary = Trainer(cfg, run_id, settings, out, d, experiment).run(on_mismatch=args.on_mismatch)
     finally:

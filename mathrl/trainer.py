@@ -67,6 +67,7 @@ from mathrl.model import GPT, ValueHead, gpt_config
 from mathrl.monitor import StabilityMonitor
 from mathrl.optim import make_optimizer, set_lr
 from mathrl.rewards import RewardSpec, compute_rewards
+from mathrl.settings import RunSettings
 from mathrl.sft import load_policy
 from mathrl.tasks import VOCAB_SIZE, answer_mask, filter_by_ndigit, read_problems, task_of
 
@@ -108,51 +109,51 @@ class ActorCritic(nn.Module):
 
 
 class Trainer:
-    """One RL run. `settings` is the fully resolved train block of the run."""
+    """One RL run with its settings (built once, from the validated config)."""
 
-    def __init__(self, cfg: dict, run_id: str, settings: dict, run_dir: Path, d: Dist, experiment: str | None = None):
+    def __init__(self, cfg: dict, run_id: str, settings: RunSettings, run_dir: Path, d: Dist, experiment: str | None = None):
         self.cfg, self.run_id, self.s, self.dir, self.d, self.experiment = cfg, run_id, settings, Path(run_dir), d, experiment
         s = settings
-        self.task = task_of(cfg, s["task"])
-        files = {split: problems_file(cfg, s["task"], split) for split in ("train", "test")}
+        self.task = task_of(cfg, s.task)
+        files = {split: problems_file(cfg, s.task, split) for split in ("train", "test")}
         for path in files.values():
             if not path.is_file():
-                raise ConfigError(f"task {s['task']}: {path} is missing (run `mathrl problems` first)")
+                raise ConfigError(f"task {s.task}: {path} is missing (run `mathrl problems` first)")
         self.train_pairs = read_problems(files["train"], self.task)
         test = read_problems(files["test"], self.task)
-        self.test_pairs = test[: s["eval_size"]] if s["eval_size"] else test
+        self.test_pairs = test[: s.eval_size] if s.eval_size else test
         self.pools: dict[int, torch.Tensor] = {}
 
-        if s["init"] == "random":  # lab 04: RL from a random policy sees only zero rewards
-            torch.manual_seed(s["seed"])
-            policy, self.init_meta = GPT(gpt_config(cfg["sft"][s["task"]]["preset"], VOCAB_SIZE, self.task.seq_len)), {}
+        if s.init == "random":  # lab 04: RL from a random policy sees only zero rewards
+            torch.manual_seed(s.seed)
+            policy, self.init_meta = GPT(gpt_config(cfg["sft"][s.task]["preset"], VOCAB_SIZE, self.task.seq_len)), {}
             self.init_path = "random"
         else:
-            self.init_path = Path(s["init"]) if s["init"] else sft_checkpoint(cfg, s["task"])
+            self.init_path = Path(s.init) if s.init else sft_checkpoint(cfg, s.task)
             policy, self.init_meta = load_policy(self.init_path)
         # What the run started from: a snapshot trained from another checkpoint is not this run.
         self.init_digest = "random" if self.init_path == "random" else hashlib.sha256(Path(self.init_path).read_bytes()).hexdigest()[:16]
         self.model_config = asdict(policy.config)
         self.ref = copy.deepcopy(policy).to(d.device).eval().requires_grad_(False)
-        self.estimator = get_estimator(s["algorithm"])  # the advantage estimator (mathrl.algorithms)
+        self.estimator = get_estimator(s.algorithm)  # the advantage estimator (mathrl.algorithms)
         head = ValueHead(policy.config.n_embd) if self.estimator.critic else None
         self.net = ActorCritic(policy, head).to(d.device)
         self.ddp = DDP(self.net, device_ids=[d.device.index] if d.device.type == "cuda" else None) if d.active else self.net
-        self.opt = make_optimizer(self.net.parameters(), s["optimizer"], lr=s["lr"], weight_decay=s["weight_decay"],
-                                  betas=(s["adam_beta1"], s["adam_beta2"]), momentum=s["momentum"])  # fmt: skip
+        self.opt = make_optimizer(self.net.parameters(), s.optimizer, lr=s.lr, weight_decay=s.weight_decay,
+                                  betas=(s.adam_beta1, s.adam_beta2), momentum=s.momentum)  # fmt: skip
         self.reward_spec = RewardSpec(
-            kind=s["reward"], format_bonus=s["format_bonus"], digit_weight=s["digit_weight"],
-            invalid_penalty=s["invalid_penalty"], proxy_correct_weight=s["proxy_correct_weight"],
-            proxy_bias_weight=s["proxy_bias_weight"],
+            kind=s.reward, format_bonus=s.format_bonus, digit_weight=s.digit_weight,
+            invalid_penalty=s.invalid_penalty, proxy_correct_weight=s.proxy_correct_weight,
+            proxy_bias_weight=s.proxy_bias_weight,
         )  # fmt: skip
         # Randomness is rank-independent: every rank draws the same global prompts and noise.
-        self.prompt_gen = torch.Generator().manual_seed(s["seed"])
-        self.noise_gen = torch.Generator().manual_seed(s["seed"] + 7919)
-        self.baseline = MovingAverageBaseline(decay=s["baseline_decay"])
-        self.kl_ctl = make_kl_controller(s["kl_controller"], coef=s["kl_coef"], target=s["kl_target"], horizon=s["kl_horizon"])
+        self.prompt_gen = torch.Generator().manual_seed(s.seed)
+        self.noise_gen = torch.Generator().manual_seed(s.seed + 7919)
+        self.baseline = MovingAverageBaseline(decay=s.baseline_decay)
+        self.kl_ctl = make_kl_controller(s.kl_controller, coef=s.kl_coef, target=s.kl_target, horizon=s.kl_horizon)
         self.monitor = StabilityMonitor(
-            entropy_min=s["monitor_entropy_min"], kl_max=s["monitor_kl_max"],
-            reward_swing=s["monitor_reward_swing"], window=s["monitor_window"],
+            entropy_min=s.monitor_entropy_min, kl_max=s.monitor_kl_max,
+            reward_swing=s.monitor_reward_swing, window=s.monitor_window,
         )  # fmt: skip
         self.step_no, self.samples, self.rows, self.status = 0, 0, [], "running"
         self.initial_eval: float | None = None
@@ -164,7 +165,7 @@ class Trainer:
     def state(self) -> dict:
         return {
             "format": SNAPSHOT_FORMAT, "run_id": self.run_id, "step": self.step_no, "samples": self.samples,
-            "settings": self.s, "model_config": self.model_config, "net": self.net.state_dict(),
+            "settings": self.s.as_dict(), "model_config": self.model_config, "net": self.net.state_dict(),
             "opt": self.opt.state_dict(), "prompt_gen": self.prompt_gen.get_state(),
             "noise_gen": self.noise_gen.get_state(), "baseline": self.baseline.state_dict(),
             "kl_ctl": self.kl_ctl.state_dict(), "monitor": self.monitor.state_dict(), "rows": self.rows,
@@ -188,9 +189,10 @@ class Trainer:
                 f"{where}: snapshot was trained from another start checkpoint than {self.init_path} "
                 f"(digest {st.get('init_digest')} vs {self.init_digest}); remove {self.dir} to start over"
             )
-        changed = {k for k in set(st["settings"]) | set(self.s) if k not in RESUMABLE_CHANGES and st["settings"].get(k) != self.s.get(k)}
+        now = self.s.as_dict()
+        changed = {k for k in set(st["settings"]) | set(now) if k not in RESUMABLE_CHANGES and st["settings"].get(k) != now.get(k)}
         if changed:
-            diff = ", ".join(f"{k}: snapshot {st['settings'].get(k)!r} vs now {self.s.get(k)!r}" for k in sorted(changed))
+            diff = ", ".join(f"{k}: snapshot {st['settings'].get(k)!r} vs now {now.get(k)!r}" for k in sorted(changed))
             raise snapshot.SnapshotError(f"{where}: snapshot was written with other settings ({diff}); remove {self.dir} to start over")
         self.net.load_state_dict(st["net"])
         self.opt.load_state_dict(st["opt"])
@@ -201,21 +203,21 @@ class Trainer:
         self.monitor.load_state_dict(st["monitor"])
         self.step_no, self.samples, self.rows = st["step"], st["samples"], list(st["rows"])
         self.initial_eval, self.status = st["initial_eval"], st["status"]
-        if self.status == "complete" and self.step_no < self.s["steps"]:
+        if self.status == "complete" and self.step_no < self.s.steps:
             self.status = "running"  # the same run extended to more steps
 
     # ---------------------------------------------------------------- sampling
     def ndigit_at(self, step: int) -> int:
-        start = self.s["curriculum_start"]
+        start = self.s.curriculum_start
         if start is None:
             return self.task.ndigit
-        return min(self.task.ndigit, start + (step - 1) // self.s["curriculum_every"])
+        return min(self.task.ndigit, start + (step - 1) // self.s.curriculum_every)
 
     def pool(self, nd: int) -> torch.Tensor:
         if nd not in self.pools:
             pairs = self.train_pairs if nd == self.task.ndigit else filter_by_ndigit(self.train_pairs, nd)
             if len(pairs) == 0:
-                raise ConfigError(f"curriculum: no training problems with {nd} digits in {problems_file(self.cfg, self.s['task'], 'train')}")
+                raise ConfigError(f"curriculum: no training problems with {nd} digits in {problems_file(self.cfg, self.s.task, 'train')}")
             self.pools[nd] = pairs
         return self.pools[nd]
 
@@ -223,21 +225,21 @@ class Trainer:
     def draw(self, nd: int) -> dict:
         """Sample this rank's slice of one global batch of rollouts."""
         s, d, task = self.s, self.d, self.task
-        G, L = s["group_size"], task.answer_len
-        n_groups = s["batch_size"] // G
+        G, L = s.group_size, task.answer_len
+        n_groups = s.batch_size // G
         n_local = n_groups // d.world_size
         pool = self.pool(nd)
         idx = torch.randint(len(pool), (n_groups,), generator=self.prompt_gen)
-        noise = torch.rand(s["batch_size"], L, VOCAB_SIZE, generator=self.noise_gen)  # (B_global, L, V)
+        noise = torch.rand(s.batch_size, L, VOCAB_SIZE, generator=self.noise_gen)  # (B_global, L, V)
         lo = d.rank * n_local
         pairs = pool[idx[lo : lo + n_local]].repeat_interleave(G, dim=0)  # (B, 2)
         prompts = task.encode_prompts(pairs[:, 0], pairs[:, 1]).to(d.device)  # (B, P)
         target = task.encode_answers(pairs[:, 0], pairs[:, 1]).to(d.device)  # (B, L)
         u = noise[lo * G : (lo + n_local) * G].to(d.device)
         if self.share_prefix:  # prefill each group's prompt once
-            tokens = self.net.policy.generate(prompts[::G], L, temperature=s["temperature"], noise=u, group_size=G)  # (B, L)
+            tokens = self.net.policy.generate(prompts[::G], L, temperature=s.temperature, noise=u, group_size=G)  # (B, L)
         else:
-            tokens = self.net.policy.generate(prompts, L, temperature=s["temperature"], noise=u)  # (B, L)
+            tokens = self.net.policy.generate(prompts, L, temperature=s.temperature, noise=u)  # (B, L)
         rewards, checks = compute_rewards(self.reward_spec, tokens, target)
         return {"prompts": prompts, "tokens": tokens, "rewards": rewards.float(), **{k: v.float() for k, v in checks.items()}}
 
@@ -246,19 +248,19 @@ class Trainer:
 
         Refill rounds are decided on global counts so that every rank runs the same number
         of rounds (and collectives); each rank then keeps its own informative groups first."""
-        s, G = self.s, self.s["group_size"]
+        s, G = self.s, self.s.group_size
         batch = self.draw(nd)
-        sampled = s["batch_size"]
-        if not s["dynamic_sampling"]:
+        sampled = s.batch_size
+        if not s.dynamic_sampling:
             return batch, sampled
         n_local = len(batch["rewards"]) // G
         parts = [batch]
-        for _ in range(s["dynamic_sampling_rounds"] - 1):
+        for _ in range(s.dynamic_sampling_rounds - 1):
             informative = sum(int((p["rewards"].view(-1, G).std(1, unbiased=False) > 0).sum()) for p in parts)
             if all_sum(self.d, torch.tensor([informative])).item() >= n_local * self.d.world_size:
                 break
             parts.append(self.draw(nd))
-            sampled += s["batch_size"]
+            sampled += s.batch_size
         merged = {k: torch.cat([p[k] for p in parts]) for k in batch}
         group_std = merged["rewards"].view(-1, G).std(1, unbiased=False)
         order = torch.argsort((group_std == 0).long(), stable=True)[:n_local]  # informative groups first
@@ -268,7 +270,7 @@ class Trainer:
     # ---------------------------------------------------------------- one step
     def answer_outputs(self, net, batch: dict, lo: int, hi: int):
         """(logits (b, L, V), values (b, L) or None) of `net` that chose the answer tokens of rows lo:hi."""
-        G, P = self.s["group_size"], self.task.prompt_len
+        G, P = self.s.group_size, self.task.prompt_len
         if batch["share"]:
             return net(batch["uprompts"][lo // G : hi // G], batch["tokens"][lo:hi], G)
         logits, values = net(batch["inp"][lo:hi])
@@ -276,11 +278,11 @@ class Trainer:
 
     def rollout(self, step: int) -> dict:
         """Stage 1: this rank's rollouts of the step, rewarded, with the inputs its forwards take."""
-        s, G = self.s, self.s["group_size"]
+        s, G = self.s, self.s.group_size
         nd = self.ndigit_at(step)
         batch, sampled = self.collect(nd)
         tokens = batch["tokens"]
-        micro = s["micro_batch_size"] or len(tokens)
+        micro = s.micro_batch_size or len(tokens)
         # Groups are contiguous rows: with prefix sharing the forwards take each group's prompt
         # once (prompts[::G]) and return outputs at the answer-predicting positions only.
         # Micro-batches must then hold whole groups; otherwise the full-sequence path.
@@ -292,17 +294,17 @@ class Trainer:
     @torch.no_grad()
     def score(self, batch: dict) -> dict:
         """Stage 2: rewards shaped, reference and old log-probs, advantages by the registry."""
-        s, d, G = self.s, self.d, self.s["group_size"]
+        s, d, G = self.s, self.d, self.s.group_size
         raw, tokens, mask = batch["rewards"], batch["tokens"], batch["mask"]
         mean_r, std_r = all_mean_std(d, raw, torch.ones_like(raw))
-        rewards = normalize(raw, mean_r, std_r) if s["reward_norm"] else raw
-        rewards = clip_abs(rewards, s["reward_clip"])
+        rewards = normalize(raw, mean_r, std_r) if s.reward_norm else raw
+        rewards = clip_abs(rewards, s.reward_clip)
         if self.share_prefix:
             ref_logits = self.ref.forward_shared(batch["uprompts"], tokens, G)
         else:
             ref_logits = self.ref(batch["inp"])[:, self.task.prompt_len - 1 :]
         old_logp = old_values = None
-        if s["ppo_epochs"] > 1 or self.estimator.critic:
+        if s.ppo_epochs > 1 or self.estimator.critic:
             # the training forward's path, so that the first epoch's ratio is exactly 1
             logits, old_values = self.answer_outputs(self.net, batch, 0, len(raw))
             old_logp = token_logprobs(logits, tokens)
@@ -310,49 +312,49 @@ class Trainer:
         if self.estimator.baseline:
             n = all_sum(d, torch.tensor([rewards.sum().item(), float(len(rewards))], dtype=torch.float64))
             baseline = self.baseline.update(float(n[0] / n[1]))
-        inputs = AdvantageInputs(rewards, mask, G, old_values, baseline, gamma=s["gamma"], lam=s["gae_lambda"])
+        inputs = AdvantageInputs(rewards, mask, G, old_values, baseline, gamma=s.gamma, lam=s.gae_lambda)
         adv, returns = self.estimator.fn(inputs)
-        if s["adv_norm"]:
+        if s.adv_norm:
             adv = normalize(adv, *all_mean_std(d, adv, mask), mask=mask)
         return {"mean_r": mean_r, "std_r": std_r, "ref_logp": token_logprobs(ref_logits, tokens), "old_logp": old_logp,
-                "old_values": old_values, "adv": clip_abs(adv, s["adv_clip"]), "returns": returns, "baseline": baseline,
+                "old_values": old_values, "adv": clip_abs(adv, s.adv_clip), "returns": returns, "baseline": baseline,
                 "zero_std": float(zero_std_groups(raw, G))}  # fmt: skip
 
     def coefficients(self, step: int, mask: torch.Tensor) -> dict:
         """The step's scheduled learning rate, KL and entropy coefficients, clip range and loss divisor."""
         s = self.s
-        lr = s["lr"] * lr_factor(
-            s["lr_schedule"], step - 1, s["steps"], decay_rate=s["lr_decay_rate"], decay_every=s["lr_decay_every"],
-            min_factor=s["lr_min_factor"], warmup_steps=s["warmup_steps"],
+        lr = s.lr * lr_factor(
+            s.lr_schedule, step - 1, s.steps, decay_rate=s.lr_decay_rate, decay_every=s.lr_decay_every,
+            min_factor=s.lr_min_factor, warmup_steps=s.warmup_steps,
         )  # fmt: skip
         # Loss terms are sums over this rank divided by a global count, so ranks and micro-batches add up.
-        den = float(all_sum(self.d, mask.sum().double().cpu())) if s["loss_agg"] == "token" else float(s["batch_size"])
+        den = float(all_sum(self.d, mask.sum().double().cpu())) if s.loss_agg == "token" else float(s.batch_size)
         return {"lr": lr, "kl_coef": self.kl_ctl.value, "den": den,
-                "ent_coef": entropy_coef_at(s["entropy_schedule"], step - 1, s["steps"], s["entropy_coef"], s["entropy_coef_end"]),
-                "eps_low": s["clip_eps"], "eps_high": s["clip_eps_high"] if s["clip_eps_high"] is not None else s["clip_eps"]}  # fmt: skip
+                "ent_coef": entropy_coef_at(s.entropy_schedule, step - 1, s.steps, s.entropy_coef, s.entropy_coef_end),
+                "eps_low": s.clip_eps, "eps_high": s.clip_eps_high if s.clip_eps_high is not None else s.clip_eps}  # fmt: skip
 
     def update(self, batch: dict, scored: dict, coefs: dict, step: int) -> dict:
         """Stage 3: per PPO epoch one optimizer step, accumulated over micro-batches. A
         non-finite loss or gradient skips it (or stops the run). Returns this rank's sums."""
         s, d = self.s, self.d
         B = len(batch["tokens"])
-        micro = s["micro_batch_size"] or B
+        micro = s.micro_batch_size or B
         set_lr(self.opt, coefs["lr"])
         acc = {"pg": 0.0, "ent": 0.0, "kl": 0.0, "vloss": 0.0, "clip": 0.0, "clip_tokens": 0.0, "loss_finite": 1.0,
                "values": [], "norms": [], "skipped": False}  # fmt: skip
-        for epoch in range(s["ppo_epochs"]):
+        for epoch in range(s.ppo_epochs):
             self.opt.zero_grad(set_to_none=True)
             for lo in range(0, B, micro):
                 sync = lo + micro >= B or not d.active
                 with nullcontext() if sync else self.ddp.no_sync():
                     self.micro_batch(batch, scored, coefs, slice(lo, lo + micro), epoch, step, acc)
-            norm = float(torch.nn.utils.clip_grad_norm_(self.net.parameters(), s["grad_clip"] or math.inf))
+            norm = float(torch.nn.utils.clip_grad_norm_(self.net.parameters(), s.grad_clip or math.inf))
             acc["norms"].append(norm)
             if not (math.isfinite(norm) and all_sum(d, torch.tensor([acc["loss_finite"]])).item() == d.world_size):
                 self.opt.zero_grad(set_to_none=True)
                 acc["skipped"] = True
                 outcome = "update skipped"
-                if s["nan_policy"] == "stop":
+                if s.nan_policy == "stop":
                     outcome, self.status = "run stopped", "stopped_nonfinite"
                 self.monitor.record(step, "nonfinite", norm, f"non-finite loss or gradient (grad norm {norm}); {outcome}")
                 break
@@ -370,36 +372,36 @@ class Trainer:
         logp = token_logprobs(logits, tokens)  # (b, L)
         old = sc["old_logp"][rows] if sc["old_logp"] is not None else logp.detach()
         pg, clipped = clipped_surrogate(logp, old, sc["adv"][rows], coefs["eps_low"], coefs["eps_high"])
-        kl = kl_estimate(logp, sc["ref_logp"][rows], s["kl_estimator"])
+        kl = kl_estimate(logp, sc["ref_logp"][rows], s.kl_estimator)
         ent = token_entropy(logits)
         per_token = pg + coefs["kl_coef"] * kl - coefs["ent_coef"] * ent
         if values is not None:
-            vl = value_loss(values, sc["old_values"][rows], sc["returns"][rows], s["value_clip"])
-            per_token = per_token + s["value_coef"] * vl
+            vl = value_loss(values, sc["old_values"][rows], sc["returns"][rows], s.value_clip)
+            per_token = per_token + s.value_coef * vl
             acc["vloss"] += float((vl.detach() * m).sum())
             if epoch == 0:
                 acc["values"].append(values.detach())
-        num, _ = aggregate(per_token, m, s["loss_agg"])
+        num, _ = aggregate(per_token, m, s.loss_agg)
         loss = num / coefs["den"] * self.d.world_size
-        if s["fault_nan_step"] == step:
+        if s.fault_nan_step == step:
             loss = loss * float("nan")
         acc["loss_finite"] = min(acc["loss_finite"], float(torch.isfinite(loss.detach())))
         loss.backward()
         acc["clip"] += float((clipped.float() * m).sum())
         acc["clip_tokens"] += float(m.sum())
         if epoch == 0:
-            acc["pg"] += float(aggregate(pg.detach(), m, s["loss_agg"])[0])
+            acc["pg"] += float(aggregate(pg.detach(), m, s.loss_agg)[0])
             acc["ent"] += float((ent.detach() * m).sum())
             acc["kl"] += float((kl.detach() * m).sum())
 
     def statistics(self, step: int, batch: dict, scored: dict, coefs: dict, acc: dict) -> dict:
         """Stage 4: the step's metrics row, its sums reduced over ranks in one collective."""
-        s, G, mask = self.s, self.s["group_size"], batch["mask"]
+        s, G, mask = self.s, self.s.group_size, batch["mask"]
         local = {"pg": acc["pg"], "ent": acc["ent"], "kl": acc["kl"], "vloss": acc["vloss"], "clip": acc["clip"],
                  "clip_tokens": acc["clip_tokens"], "tokens": float(mask.sum()), "exact": float(batch["exact"].sum()),
                  "format": float(batch["format_ok"].sum()), "zero_std": scored["zero_std"], "groups": float(len(mask) // G)}  # fmt: skip
         tot = dict(zip(local, all_sum(self.d, torch.tensor(list(local.values()), dtype=torch.float64)).tolist()))
-        n_seq = s["batch_size"]
+        n_seq = s.batch_size
         rmse = ev = math.nan
         if acc["values"]:
             values0 = torch.cat(acc["values"])
@@ -434,7 +436,7 @@ class Trainer:
             self.say(f"alert: step {step}: {alert['message']}")
         if acc["skipped"]:
             self.say(f"alert: step {step}: {self.monitor.alerts[-1]['message']}")
-        if step % self.s["eval_every"] == 0 or step == self.s["steps"] or self.status != "running":
+        if step % self.s.eval_every == 0 or step == self.s.steps or self.status != "running":
             row["eval_accuracy"] = self.evaluate()
         row["seconds"] = time.perf_counter() - t0
         self.step_no = step
@@ -481,18 +483,18 @@ class Trainer:
         if d.is_main and sys.stderr.isatty():
             from tqdm import tqdm
 
-            progress = tqdm(total=s["steps"], initial=self.step_no, desc=self.run_id, leave=False)
-        while self.step_no < s["steps"] and self.status == "running":
+            progress = tqdm(total=s.steps, initial=self.step_no, desc=self.run_id, leave=False)
+        while self.step_no < s.steps and self.status == "running":
             row = self.step()
             step = row["step"]
             if progress is not None:
                 progress.update(1)
             if wandb_run is not None:
                 wandb_run.log({f"train/{k}": v for k, v in row.items()}, step=step)
-            if step % s["log_every"] == 0 or step == 1 or step == s["steps"]:
-                self.say(console_line(row, s["steps"]))
-            if d.is_main and (step % s["snapshot_every"] == 0 or step == s["steps"] or self.status != "running"):
-                if self.status == "running" and step == s["steps"]:
+            if step % s.log_every == 0 or step == 1 or step == s.steps:
+                self.say(console_line(row, s.steps))
+            if d.is_main and (step % s.snapshot_every == 0 or step == s.steps or self.status != "running"):
+                if self.status == "running" and step == s.steps:
                     self.status = "complete"
                 snapshot.save(snap_path, self.state())
         if self.status == "running":
@@ -508,7 +510,7 @@ class Trainer:
         return summary
 
     def start_wandb(self):
-        if not (self.s["wandb"] and self.d.is_main):
+        if not (self.s.wandb and self.d.is_main):
             return None
         try:
             import os
@@ -517,7 +519,7 @@ class Trainer:
         except ImportError:
             raise ConfigError("wandb: true needs the wandb package (pip install -e '.[wandb]')") from None
         os.environ.setdefault("WANDB_MODE", "offline")
-        return wandb.init(project="mathrl", name=self.run_id, config=self.s, dir=str(self.dir))
+        return wandb.init(project="mathrl", name=self.run_id, config=self.s.as_dict(), dir=str(self.dir))
 
     def summary(self) -> dict:
         evals = [(r["step"], r["eval_accuracy"]) for r in self.rows if not math.isnan(r["eval_accuracy"])]
@@ -525,10 +527,11 @@ class Trainer:
         last = self.rows[-1] if self.rows else {}
         s = self.s
         return {
-            "run_id": self.run_id, "experiment": self.experiment, "task": s["task"], "algorithm": s["algorithm"],
-            "batch_size": s["batch_size"], "lr": s["lr"], "kl_coef": s["kl_coef"], "seed": s["seed"],
-            "config": {**s, "task_config": self.cfg["tasks"][s["task"]], "model": self.model_config,
-                       "init": str(self.init_path), "world_size": self.d.world_size, "device": str(self.d.device)},
+            "run_id": self.run_id, "experiment": self.experiment, "task": s.task, "algorithm": s.algorithm,
+            "batch_size": s.batch_size, "lr": s.lr, "kl_coef": s.kl_coef, "seed": s.seed,
+            "config": s.as_dict(),  # the run's complete settings (RunSettings), as the tables read them
+            "resolved": {"task_config": self.cfg["tasks"][s.task], "model": self.model_config,
+                         "init": str(self.init_path), "world_size": self.d.world_size, "device": str(self.d.device)},
             "status": self.status,
             "initial": {"eval_accuracy": self.initial_eval},
             "final": {**last, "eval_accuracy": evals[-1][1] if evals else math.nan},

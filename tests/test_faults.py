@@ -297,7 +297,7 @@ def test_torchrun_max_restarts_recovers_from_the_snapshot(env, ddp_reference):
     assert "rank 1 killing itself in step 3" in done.stderr  # the fault did happen
     assert f"resuming two from {run_dir(env, 'two') / 'snapshot.pt'} at step 2" in done.stdout
     pd.testing.assert_frame_equal(metrics(run_dir(env, "two")), ddp_reference, check_exact=True)
-    assert json.loads((run_dir(env, "two") / "summary.json").read_text())["config"]["world_size"] == 2
+    assert json.loads((run_dir(env, "two") / "summary.json").read_text())["resolved"]["world_size"] == 2
 
 
 # --- a non-finite loss, and a missing run, in the report -----------------------------------
