@@ -28,7 +28,7 @@ localrules:
 
 rule all:
     input:
-        results("report.html"),
+        outputs("report")["report"],
 
 
 rule runs:
@@ -38,7 +38,7 @@ rule runs:
 
 rule warmup:
     input:
-        expand(results("sft/{task}/model.pt"), task=CFG["tasks"]),
+        expand(outputs("sft")["model"], task=CFG["tasks"]),
 
 
 include: "rules/problems.smk"

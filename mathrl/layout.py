@@ -8,6 +8,7 @@ do the pipeline's stages (`mathrl.stages`). Torch-free: the Snakefile reads it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 PROBLEMS = "problems/{task}/{split}.txt"  # split: train or test; one problem per line
@@ -42,3 +43,45 @@ def problems_dir(cfg: dict, task: str) -> Path:
 
 def sft_checkpoint(cfg: dict, task: str) -> Path:
     return path(cfg["results"], SFT_MODEL, task=task)
+
+
+# ---------------------------------------------------------------------- the stages
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline step, as the Snakemake rule of the same name and the DVC stages run it.
+
+    `command` is the `mathrl` subcommand; `outputs` maps output names to patterns above;
+    `wildcard` is what its jobs differ by (None: one job); `args` follow `--config` with
+    {wildcard} filled in, and `out` names the output a command is told with `--out`."""
+
+    name: str
+    command: str
+    outputs: dict[str, str]
+    wildcard: str | None = None
+    args: str = ""
+    out: str | None = None
+
+    @property
+    def log(self) -> str:
+        return f"{LOGS}/{self.name}/{{{self.wildcard}}}.log" if self.wildcard else f"{LOGS}/{self.name}.log"
+
+    @property
+    def benchmark(self) -> str:
+        return f"{BENCHMARKS}/{self.name}/{{{self.wildcard}}}.tsv" if self.wildcard else f"{BENCHMARKS}/{self.name}/{self.name}.tsv"
+
+
+def _problems(split: str) -> str:
+    return PROBLEMS.replace("{split}", split)
+
+
+STAGES = {stage.name: stage for stage in [
+    Stage("problems", "problems", {"train": _problems("train"), "test": _problems("test"), "meta": PROBLEMS_META}, "task", "--task {task}"),
+    Stage("sft", "sft", {"model": SFT_MODEL, "summary": SFT_SUMMARY}, "task", "--task {task}"),
+    # run by `mathrl launch` (GPU slots, the fork server); a run's snapshot is deliberately no output
+    Stage("train", "train", {"metrics": RUN_METRICS, "summary": RUN_SUMMARY}, "run_id", "--experiment-run {run_id} --on-mismatch restart"),
+    Stage("gradvar", "gradvar", {"json": GRADVAR}, "task", "--task {task}", out="json"),
+    Stage("bandit", "bandit", {"metrics": BANDIT}, "study", "--study {study}", out="metrics"),
+    Stage("aggregate", "aggregate", {"tables": TABLES}),
+    Stage("figures", "figures", {"figures": FIGURES}),
+    Stage("report", "report", {"report": REPORT}),
+]}  # fmt: skip

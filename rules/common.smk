@@ -18,6 +18,7 @@ from snakemake.utils import min_version, update_config, validate
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 import mathrl.config
+from mathrl import layout
 from mathrl.atomic import atomic_write
 from mathrl.config import ConfigError, config_hash
 
@@ -96,6 +97,33 @@ def results(path: str) -> str:
     return os.path.join(RESULTS, path)
 
 
+# ---- the stages: outputs, logs, benchmarks and commands from mathrl.layout ---------------
+def outputs(stage: str) -> dict:
+    """The rule's named outputs (patterns under the results directory)."""
+    return {name: results(pattern) for name, pattern in layout.STAGES[stage].outputs.items()}
+
+
+def log_of(stage: str) -> str:
+    return results(layout.STAGES[stage].log)
+
+
+def benchmark_of(stage: str) -> str:
+    return results(layout.STAGES[stage].benchmark)
+
+
+def stage_args(stage: str) -> str:
+    """The stage's arguments after --config, in shell-directive syntax."""
+    s = layout.STAGES[stage]
+    args = s.args.replace(f"{{{s.wildcard}}}", f"{{wildcards.{s.wildcard}}}") if s.wildcard else s.args
+    return args + (f" --out {{output.{s.out}:q}}" if s.out else "")
+
+
+def mathrl_shell(stage: str) -> str:
+    """`mathrl <command> --config <the config file> <args> > <log>`: a rule's whole command."""
+    parts = ["{params.py:q} -m mathrl", layout.STAGES[stage].command, "--config {params.config:q}", stage_args(stage), "> {log:q} 2>&1"]
+    return " ".join(part for part in parts if part)
+
+
 class LaunchSetting:
     """A params value that reaches a shell command (quoted) but is no rerun trigger:
     Snakemake hashes builtin-typed params only, and how a run is started (torchrun or
@@ -166,14 +194,11 @@ def bandit_studies() -> tuple:
 
 
 def problem_files(task: str) -> dict:
-    return {
-        "train": results(f"problems/{task}/train.txt"),
-        "test": results(f"problems/{task}/test.txt"),
-    }
+    return {split: results(layout.PROBLEMS.format(task=task, split=split)) for split in ("train", "test")}
 
 
 def sft_checkpoint(task: str) -> str:
-    return results(f"sft/{task}/model.pt")
+    return results(layout.SFT_MODEL.format(task=task))
 
 
 def get_sft_inputs(wildcards):
@@ -198,29 +223,29 @@ def get_gradvar_inputs(wildcards):
     return {**problem_files(wildcards.task), "init": sft_checkpoint(wildcards.task)}
 
 
-def run_outputs(name: str) -> list:
-    """`name` (summary.json or metrics.csv) of every run."""
-    return [results(f"runs/{run_id}/{name}") for run_id in RUNS]
+def run_outputs(pattern: str) -> list:
+    """`pattern` (layout.RUN_SUMMARY or RUN_METRICS) of every run."""
+    return [results(pattern.format(run_id=run_id)) for run_id in RUNS]
 
 
 def bandit_outputs() -> list:
-    return [results(f"bandit/{study}/metrics.csv") for study in bandit_studies()]
+    return [results(layout.BANDIT.format(study=study)) for study in bandit_studies()]
 
 
 def gradvar_outputs() -> list:
-    return [results(f"gradvar/{task}.json") for task in CFG["gradvar"]["tasks"]]
+    return [results(layout.GRADVAR.format(task=task)) for task in CFG["gradvar"]["tasks"]]
 
 
 def get_runs_targets(wildcards):
     """Target `runs`: every RL run and every bandit study."""
-    return run_outputs("summary.json") + bandit_outputs()
+    return run_outputs(layout.RUN_SUMMARY) + bandit_outputs()
 
 
 def get_aggregate_inputs(wildcards):
     """The tables read every run, bandit study and gradient-variance probe."""
     return {
-        "summaries": run_outputs("summary.json"),
-        "metrics": run_outputs("metrics.csv"),
+        "summaries": run_outputs(layout.RUN_SUMMARY),
+        "metrics": run_outputs(layout.RUN_METRICS),
         "bandit": bandit_outputs(),
         "gradvar": gradvar_outputs(),
     }

@@ -1,10 +1,10 @@
 rule figures:
     """The report's figures, one PNG each, from the tables."""
     input:
-        tables=results("tables"),
+        tables=outputs("aggregate")["tables"],
     output:
         report(
-            directory(results("figures")),
+            directory(outputs("figures")["figures"]),
             patterns=["{name}.png"],
             caption="../report/captions/figures.rst",
             category=get_report_section,
@@ -12,9 +12,9 @@ rule figures:
             labels={"figure": "{name}"},
         ),
     log:
-        results("logs/figures.log"),
+        log_of("figures"),
     benchmark:
-        results("benchmarks/figures/figures.tsv")
+        benchmark_of("figures")
     conda:
         "envs/mathrl.yaml"
     threads: PIPELINE["threads_other"]
@@ -26,4 +26,4 @@ rule figures:
         config=CONFIG_FILE,
         py=PY,
     shell:
-        "{params.py:q} -m mathrl figures --config {params.config:q} > {log:q} 2>&1"
+        mathrl_shell("figures")
