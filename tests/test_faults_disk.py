@@ -6,12 +6,10 @@ from __future__ import annotations
 import json
 import resource
 import signal
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import PY, metrics, run, run_dir, train_cmd
+from conftest import PY, run, run_dir, train_cmd
 
 from mathrl import snapshot
 from mathrl.cli import main

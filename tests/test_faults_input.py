@@ -4,8 +4,7 @@ from __future__ import annotations
 
 
 import pytest
-import yaml
-from conftest import run, tiny_cfg, write_config
+from conftest import tiny_cfg, write_config
 
 from mathrl.cli import main
 

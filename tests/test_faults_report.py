@@ -7,7 +7,7 @@ import re
 
 import pandas as pd
 import pytest
-from conftest import copy_tree, run, run_dir
+from conftest import copy_tree, run_dir
 
 from mathrl.cli import main
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, run, run_dir, tiny_cfg, write_config
+from conftest import ROOT, run_dir, tiny_cfg, write_config
 
 from mathrl import snapshot
 from mathrl.cli import main

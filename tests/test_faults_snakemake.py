@@ -3,7 +3,6 @@ directory."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shutil
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import PY, SNAKEFILE, child_env, finished_runs, gone, metrics, planned_runs, run, snakemake, tiny_config, wait_for
+from conftest import PY, SNAKEFILE, child_env, finished_runs, gone, planned_runs, run, snakemake, tiny_config, wait_for
 
 from mathrl import snapshot
 from mathrl.cli import main

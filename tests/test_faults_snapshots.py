@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import metrics, run, run_dir
+from conftest import run_dir
 
-from mathrl import snapshot
 from mathrl.cli import main
 
 pytestmark = pytest.mark.faults

@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import finished_runs, planned_runs, snakemake, tiny_config
+from conftest import SNAKEFILE, finished_runs, planned_runs, snakemake, tiny_config
 
 from mathrl.config import expand_runs, load_config
 
