@@ -60,6 +60,7 @@ class Stage:
     wildcard: str | None = None
     args: str = ""
     out: str | None = None
+    launched: bool = False  # run through `mathrl launch` (GPU slots, torchrun, the fork server)
 
     @property
     def log(self) -> str:
@@ -78,10 +79,25 @@ STAGES = {stage.name: stage for stage in [
     Stage("problems", "problems", {"train": _problems("train"), "test": _problems("test"), "meta": PROBLEMS_META}, "task", "--task {task}"),
     Stage("sft", "sft", {"model": SFT_MODEL, "summary": SFT_SUMMARY}, "task", "--task {task}"),
     # run by `mathrl launch` (GPU slots, the fork server); a run's snapshot is deliberately no output
-    Stage("train", "train", {"metrics": RUN_METRICS, "summary": RUN_SUMMARY}, "run_id", "--experiment-run {run_id} --on-mismatch restart"),
+    Stage("train", "train", {"metrics": RUN_METRICS, "summary": RUN_SUMMARY}, "run_id", "--experiment-run {run_id} --on-mismatch restart",
+          launched=True),
     Stage("gradvar", "gradvar", {"json": GRADVAR}, "task", "--task {task}", out="json"),
     Stage("bandit", "bandit", {"metrics": BANDIT}, "study", "--study {study}", out="metrics"),
     Stage("aggregate", "aggregate", {"tables": TABLES}),
     Stage("figures", "figures", {"figures": FIGURES}),
     Stage("report", "report", {"report": REPORT}),
 ]}  # fmt: skip
+
+
+def snakemake_shell(stage: str) -> str:
+    """The stage's command in a Snakemake rule's `shell:` syntax: wildcards, outputs, params
+    and the log quoted or constrained (rules/*.smk; tests/test_faults_security.py checks)."""
+    s = STAGES[stage]
+    args = s.args.replace(f"{{{s.wildcard}}}", f"{{wildcards.{s.wildcard}}}") if s.wildcard else s.args
+    if s.out:
+        args += f" --out {{output.{s.out}:q}}"
+    head = f"{{params.py:q}} -m mathrl {s.command}"
+    if s.launched:
+        head = ("{params.py:q} -m mathrl launch --gpus {resources.gpu} --threads {threads} --torchrun {params.torchrun:q}"
+                " --fork-server {params.fork_server:q} --")  # fmt: skip
+    return " ".join(part for part in (head, "--config {params.config:q}", args, "> {log:q} 2>&1") if part)

@@ -100,7 +100,9 @@ def results(path: str) -> str:
 # ---- the stages: outputs, logs, benchmarks and commands from mathrl.layout ---------------
 def outputs(stage: str) -> dict:
     """The rule's named outputs (patterns under the results directory)."""
-    return {name: results(pattern) for name, pattern in layout.STAGES[stage].outputs.items()}
+    return {
+        name: results(pattern) for name, pattern in layout.STAGES[stage].outputs.items()
+    }
 
 
 def log_of(stage: str) -> str:
@@ -111,17 +113,9 @@ def benchmark_of(stage: str) -> str:
     return results(layout.STAGES[stage].benchmark)
 
 
-def stage_args(stage: str) -> str:
-    """The stage's arguments after --config, in shell-directive syntax."""
-    s = layout.STAGES[stage]
-    args = s.args.replace(f"{{{s.wildcard}}}", f"{{wildcards.{s.wildcard}}}") if s.wildcard else s.args
-    return args + (f" --out {{output.{s.out}:q}}" if s.out else "")
-
-
 def mathrl_shell(stage: str) -> str:
     """`mathrl <command> --config <the config file> <args> > <log>`: a rule's whole command."""
-    parts = ["{params.py:q} -m mathrl", layout.STAGES[stage].command, "--config {params.config:q}", stage_args(stage), "> {log:q} 2>&1"]
-    return " ".join(part for part in parts if part)
+    return layout.snakemake_shell(stage)
 
 
 class LaunchSetting:
@@ -194,7 +188,10 @@ def bandit_studies() -> tuple:
 
 
 def problem_files(task: str) -> dict:
-    return {split: results(layout.PROBLEMS.format(task=task, split=split)) for split in ("train", "test")}
+    return {
+        split: results(layout.PROBLEMS.format(task=task, split=split))
+        for split in ("train", "test")
+    }
 
 
 def sft_checkpoint(task: str) -> str:
@@ -233,7 +230,9 @@ def bandit_outputs() -> list:
 
 
 def gradvar_outputs() -> list:
-    return [results(layout.GRADVAR.format(task=task)) for task in CFG["gradvar"]["tasks"]]
+    return [
+        results(layout.GRADVAR.format(task=task)) for task in CFG["gradvar"]["tasks"]
+    ]
 
 
 def get_runs_targets(wildcards):

@@ -27,6 +27,4 @@ rule train:
         torchrun=LaunchSetting(PIPELINE["torchrun"]),
         fork_server=LaunchSetting("auto" if PIPELINE["fork_server"] else "off"),
     shell:
-        "{params.py:q} -m mathrl launch --gpus {resources.gpu} --threads {threads} --torchrun {params.torchrun:q}"
-        " --fork-server {params.fork_server:q}"
-        " -- --config {params.config:q} " + stage_args("train") + " > {log:q} 2>&1"
+        mathrl_shell("train")

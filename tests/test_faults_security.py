@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import ROOT, run_dir, tiny_cfg, write_config
 
-from mathrl import snapshot
+from mathrl import layout, snapshot
 from mathrl.cli import main
 from mathrl.config import load_schema
 
@@ -62,7 +62,8 @@ def test_snapshot_with_code_is_refused_even_with_a_valid_checksum(env, capsys):
 
 
 def shell_commands() -> dict[str, str]:
-    """Each rule's shell command (its string literals joined), by rule name."""
+    """Each rule's shell command (its string literals joined, or the layout's command for
+    `mathrl_shell("stage")`), by rule name."""
     commands = {}
     for smk in sorted((ROOT / "rules").glob("*.smk")):
         lines = smk.read_text().splitlines()
@@ -71,6 +72,9 @@ def shell_commands() -> dict[str, str]:
             if m := re.match(r"rule (\w+):", line):
                 rule = m[1]
             if line.strip() == "shell:":
+                if call := re.fullmatch(r'mathrl_shell\("(\w+)"\)', lines[i + 1].strip()):
+                    commands[rule] = layout.snakemake_shell(call[1])
+                    continue
                 parts = []
                 for nxt in lines[i + 1 :]:
                     if not nxt.strip().startswith(('"', "'")):
