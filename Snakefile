@@ -28,8 +28,8 @@ localrules:
 
 rule all:
     input:
-        results("report.html"),
-        TABLES_COMPLETE,
+        outputs("report")["report"],
+        outputs("aggregate")["complete"],
 
 
 rule runs:
@@ -39,7 +39,7 @@ rule runs:
 
 rule warmup:
     input:
-        expand(results("sft/{task}/model.pt"), task=CFG["tasks"]),
+        expand(outputs("sft")["model"], task=CFG["tasks"]),
 
 
 include: "rules/problems.smk"

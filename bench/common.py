@@ -67,9 +67,10 @@ def build_tree(root: Path | str, presets=PRESETS) -> dict[str, Path]:
     import torch
 
     from mathrl import snapshot
+    from mathrl.atomic import atomic_write
+    from mathrl.layout import problems_dir, sft_checkpoint
     from mathrl.model import GPT, gpt_config
-    from mathrl.tasks import VOCAB_SIZE, make_problem_sets, write_problems
-    from mathrl.trainer import problems_dir, sft_checkpoint, task_of
+    from mathrl.tasks import VOCAB_SIZE, make_problem_sets, task_of, write_problems
 
     root = Path(root)
     trees: dict[str, Path] = {}
@@ -93,7 +94,7 @@ def build_tree(root: Path | str, presets=PRESETS) -> dict[str, Path]:
                  "eval_accuracy": float("nan"), "steps": 0}  # fmt: skip
         path = sft_checkpoint(cfg, TASK)
         path.parent.mkdir(parents=True, exist_ok=True)
-        snapshot.atomic_write_bytes(path, snapshot.encode(state))
+        atomic_write(path, snapshot.encode(state))
         trees[preset] = results
     return trees
 
@@ -119,6 +120,7 @@ def make_trainer(results: Path, preset: str, batch: int, run_dir: Path):
     """A GRPO trainer on 3-digit addition, group size 8, CPU, world of one."""
     from mathrl.config import run_settings
     from mathrl.distributed import Dist
+    from mathrl.settings import RunSettings
     from mathrl.trainer import Trainer
 
     cfg = load_cfg(results, preset)
@@ -126,7 +128,7 @@ def make_trainer(results: Path, preset: str, batch: int, run_dir: Path):
         "task": TASK, "algorithm": "grpo", "batch_size": batch, "group_size": GROUP_SIZE,
         "steps": NEVER, "eval_every": NEVER, "log_every": NEVER, "snapshot_every": NEVER, "device": "cpu",
     })  # fmt: skip
-    return Trainer(cfg, f"bench_{preset}_{batch}", settings, run_dir, Dist())
+    return Trainer(cfg, f"bench_{preset}_{batch}", RunSettings.from_dict(settings), run_dir, Dist())
 
 
 def median(xs) -> float:

@@ -85,7 +85,7 @@ def main(argv=None) -> int:
             setup = time.perf_counter() - t0
             kind = "rl_naive" if args.compare_naive else "rl_sharing" if args.compare_sharing else "rl"
             record = {"kind": kind, "preset": args.preset, "batch": args.batch,
-                      "group_size": trainer.s["group_size"], "algorithm": trainer.s["algorithm"], "task": "add/3",
+                      "group_size": trainer.s.group_size, "algorithm": trainer.s.algorithm, "task": "add/3",
                       "params": trainer.net.policy.num_params(), "warmup": args.warmup, "setup_seconds": setup,
                       "prefix_sharing": trainer.share_prefix}  # fmt: skip
             if args.compare_sharing:

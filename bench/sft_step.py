@@ -29,19 +29,20 @@ def main(argv=None) -> int:
     import torch
     import torch.nn.functional as F
 
+    from mathrl.layout import problems_file
     from mathrl.model import GPT, gpt_config
+    from mathrl.optim import make_optimizer
     from mathrl.sft import sft_batch
-    from mathrl.tasks import VOCAB_SIZE, read_problems
-    from mathrl.trainer import problems_dir, task_of
+    from mathrl.tasks import VOCAB_SIZE, read_problems, task_of
 
     with TempTree(args.root, args.preset) as results, contextlib.redirect_stdout(sys.stderr):
         cfg = load_cfg(results, args.preset)
         s, task = cfg["sft"][TASK], task_of(cfg, TASK)
-        train = read_problems(problems_dir(cfg, TASK) / "train.txt", task)
+        train = read_problems(problems_file(cfg, TASK, "train"), task)
         torch.manual_seed(s["seed"])
         gen = torch.Generator().manual_seed(s["seed"])
         model = GPT(gpt_config(args.preset, VOCAB_SIZE, task.seq_len))
-        opt = torch.optim.AdamW(model.parameters(), lr=s["lr"], weight_decay=s["weight_decay"], betas=(0.9, 0.99))
+        opt = make_optimizer(model.parameters(), "adamw", lr=s["lr"], weight_decay=s["weight_decay"], betas=(0.9, 0.99))  # as mathrl.sft
 
         def step() -> float:
             t0 = time.perf_counter()

@@ -52,9 +52,11 @@ def config(results: Path, task: str, args) -> dict:
 def run(args) -> dict:
     from mathrl.config import run_settings
     from mathrl.distributed import Dist
+    from mathrl.layout import problems_dir
+    from mathrl.settings import RunSettings
     from mathrl.sft import run_sft
-    from mathrl.tasks import make_problem_sets, write_problems
-    from mathrl.trainer import Trainer, problems_dir, task_of
+    from mathrl.tasks import make_problem_sets, task_of, write_problems
+    from mathrl.trainer import Trainer
 
     targets = sorted(args.targets)
     curve: list[dict] = []
@@ -92,7 +94,7 @@ def run(args) -> dict:
             sft_done = False
         if sft_done and max(c["accuracy"] for c in curve) < targets[-1]:
             settings = run_settings(cfg, {"seed": 0})
-            trainer = Trainer(cfg, "bench_tta", settings, Path(tmp) / "run", Dist())
+            trainer = Trainer(cfg, "bench_tta", RunSettings.from_dict(settings), Path(tmp) / "run", Dist())
             while elapsed() < args.budget:
                 row = trainer.step()
                 if trainer.step_no % args.eval_every == 0:

@@ -6,3 +6,13 @@ hyperparameter trade-offs, measured rather than described.
 """
 
 __version__ = "0.1.0"
+
+
+def versions() -> dict:
+    """The versions a result was computed with (recorded in every summary.json)."""
+    import platform
+
+    import numpy
+    import torch
+
+    return {"mathrl": __version__, "python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__}

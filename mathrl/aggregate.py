@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from mathrl.results import complete_marker, curves, missing_inputs, run_index
-from mathrl.snapshot import atomic_write_bytes
+from mathrl.atomic import atomic_write
 from mathrl.studies import STUDIES
 from mathrl.studies.context import Context
 
@@ -78,13 +78,13 @@ def aggregate(cfg: dict, out_dir: Path | None = None) -> dict[str, int]:
     for name, df in tables.items():
         buf = io.StringIO()
         df.to_csv(buf, index=False)
-        atomic_write_bytes(out / f"{name}.csv", buf.getvalue().encode())
+        atomic_write(out / f"{name}.csv", buf.getvalue().encode())
         counts[name] = len(df)
-    atomic_write_bytes(out / "index.json", (json.dumps(counts, indent=2) + "\n").encode())
-    atomic_write_bytes(out / "metrics.json", (json.dumps(headline_metrics(tables), indent=2) + "\n").encode())
+    atomic_write(out / "index.json", (json.dumps(counts, indent=2) + "\n").encode())
+    atomic_write(out / "metrics.json", (json.dumps(headline_metrics(tables), indent=2) + "\n").encode())
     marker = complete_marker(out)  # the pipeline's sign that no input was missing
     if missing_inputs(cfg):
         marker.unlink(missing_ok=True)
     else:
-        atomic_write_bytes(marker, b"every input of the tables existed when they were written\n")
+        atomic_write(marker, b"every input of the tables existed when they were written\n")
     return counts

@@ -16,14 +16,13 @@ it is given over `DEFAULTS`, so a partial block works too.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 import torch
 from torch import nn
 
+from mathrl.atomic import atomic_write
 from mathrl.bandit_config import (  # noqa: F401 - re-exported
     BANDIT_STUDIES,
     COLUMNS,
@@ -159,16 +158,5 @@ def run_study(name: str, cfg: dict | None = None) -> pd.DataFrame:
 
 
 def write_study(df: pd.DataFrame, path: str | Path) -> Path:
-    """Write `df` as CSV atomically: a temp file in the same directory, then os.replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            df.to_csv(fh, index=False)
-        os.chmod(tmp, 0o644)  # mkstemp makes it 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Write `df` as CSV atomically (mathrl.atomic)."""
+    return atomic_write(path, df.to_csv(index=False, lineterminator="\n"))

@@ -30,8 +30,9 @@ def _load(args) -> dict:
 
 
 def cmd_problems(args) -> int:
-    from mathrl.tasks import make_problem_sets, write_problems
-    from mathrl.trainer import problems_dir, task_of
+    from mathrl.atomic import atomic_write
+    from mathrl.layout import problems_file
+    from mathrl.tasks import make_problem_sets, task_of, write_problems
 
     cfg = _load(args)
     names = [args.task] if args.task else list(cfg["tasks"])
@@ -42,11 +43,11 @@ def cmd_problems(args) -> int:
             train, test = make_problem_sets(task, t["n_train"], t["n_test"], t["seed"])
         except ValueError as exc:
             raise ConfigError(f"tasks.{name}: {exc}") from None
-        out = problems_dir(cfg, name)
-        write_problems(out / "train.txt", task, train)
-        write_problems(out / "test.txt", task, test)
+        write_problems(problems_file(cfg, name, "train"), task, train)
+        write_problems(problems_file(cfg, name, "test"), task, test)
+        out = problems_file(cfg, name, "train").parent
         meta = {"task": name, **t, "n_train_written": len(train), "n_test_written": len(test)}
-        (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        atomic_write(out / "meta.json", json.dumps(meta, indent=2) + "\n")
         print(f"problems {name}: {len(train)} train and {len(test)} test problems in {out}")
     return 0
 
@@ -103,17 +104,19 @@ def cmd_train(args) -> int:
     import torch
 
     from mathrl import distributed
+    from mathrl.settings import RunSettings
     from mathrl.trainer import Trainer
 
     cfg = _load(args)
     run_id, experiment, settings = resolve_run(cfg, args.run, args.run_id, args.overrides)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     check_train(cfg, settings, "run", world_size=world)
+    settings = RunSettings.from_dict(settings)  # typed and frozen from here on
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out) if args.out else Path(cfg["results"]) / "runs" / run_id
     args.snapshot_path = out / "snapshot.pt"  # named if the run is interrupted
-    d = distributed.setup(settings["device"])
+    d = distributed.setup(settings.device)
     try:
         summary = Trainer(cfg, run_id, settings, out, d, experiment).run(on_mismatch=args.on_mismatch)
     finally:
@@ -130,16 +133,17 @@ def cmd_gradvar(args) -> int:
     import torch
 
     from mathrl.gradvar import accumulation_difference, gradient_variance
-    from mathrl.snapshot import atomic_write_bytes
-    from mathrl.tasks import read_problems
-    from mathrl.trainer import load_policy, problems_dir, sft_checkpoint, task_of
+    from mathrl.atomic import atomic_write
+    from mathrl.layout import problems_file, sft_checkpoint
+    from mathrl.sft import load_policy
+    from mathrl.tasks import read_problems, task_of
 
     cfg = _load(args)
     _check_task(cfg, [args.task])
     g, task = cfg["gradvar"], task_of(cfg, args.task)
     init = Path(args.init) if args.init else sft_checkpoint(cfg, args.task)
     policy, _ = load_policy(init)
-    pairs = read_problems(problems_dir(cfg, args.task) / "train.txt", task)
+    pairs = read_problems(problems_file(cfg, args.task, "train"), task)
     torch.manual_seed(g["seed"])
     variance = gradient_variance(policy, task, pairs, g["batch_sizes"], g["num_samples"], g["group_size"], g["seed"], g["temperature"])
     batch, micro = g["accumulation"]
@@ -149,7 +153,7 @@ def cmd_gradvar(args) -> int:
         "accumulation": accumulation_difference(policy, task, pairs, batch, micro, g["group_size"], g["seed"], g["temperature"]),
     }  # fmt: skip
     out = Path(args.out) if args.out else Path(cfg["results"]) / "gradvar" / f"{args.task}.json"
-    atomic_write_bytes(out, (_json.dumps(result, indent=2) + "\n").encode())
+    atomic_write(out, _json.dumps(result, indent=2) + "\n")
     lo, hi = min(variance), max(variance)
     ratio = variance[lo] / variance[hi] if variance[hi] > 0 else float("nan")  # zero when every reward is equal
     print(f"gradvar {args.task}: variance {variance[lo]:.3e} at {lo} vs {variance[hi]:.3e} at {hi} "
@@ -231,13 +235,13 @@ def cmd_report(args) -> int:
 
 
 def cmd_dvc_yaml(args) -> int:
+    from mathrl.atomic import atomic_write
     from mathrl.config import ROOT
     from mathrl.dvcgen import dvc_yaml
-    from mathrl.snapshot import atomic_write_bytes
 
     out = Path(args.out) if args.out else ROOT / "dvc.yaml"
     text = dvc_yaml(args.config or [], root=out.resolve().parent, python=args.python)
-    atomic_write_bytes(out, text.encode())
+    atomic_write(out, text)
     print(f"dvc-yaml: {out}")
     return 0
 

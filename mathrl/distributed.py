@@ -6,6 +6,7 @@ every collective below is the identity. gloo serves CPU runs and NCCL CUDA runs.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -73,6 +74,14 @@ def all_sum(d: Dist, values: torch.Tensor) -> torch.Tensor:
     if d.active:
         dist.all_reduce(out, op=dist.ReduceOp.SUM)
     return out
+
+
+def all_mean_std(d: Dist, x: torch.Tensor, weight: torch.Tensor) -> tuple[float, float]:
+    """The weighted mean and population std of `x` over every rank's entries (weight 0 leaves
+    an entry out): from the all-reduced sums of w, w x and w x^2."""
+    t = all_sum(d, torch.stack([(x * weight).sum(), (x * x * weight).sum(), weight.sum()]).double().cpu())
+    mean = float(t[0] / t[2])
+    return mean, math.sqrt(max(float(t[1] / t[2]) - mean * mean, 0.0))
 
 
 def all_max(d: Dist, values: torch.Tensor) -> torch.Tensor:

@@ -12,9 +12,11 @@ What each stage is:
   works whether or not the venv is activated; `--python python` writes a file for an
   interpreter on PATH instead, e.g. a conda environment).
 - `deps` are the inputs the rule declares, `config/config.schema.yaml` (it fills every
-  default) and every `mathrl/**/*.py` file, listed one by one: the package directory
-  itself would include `__pycache__/`, which changes whenever Python recompiles something
-  and would rerun every stage.
+  default) and the `mathrl/` directory; `.dvcignore` leaves `__pycache__/` (which changes
+  whenever Python recompiles something) and this module (it changes no result) out of its
+  hash.
+- paths, commands and arguments come from `mathrl.layout` (its `STAGES`), which the
+  Snakemake rules read too.
 - `params` are the config keys the command reads, from each config file that sets them.
 - `outs` are the rule's outputs. A run also tracks its snapshot, with `persist: true`: DVC
   deletes other outputs before it runs a stage, and the snapshot must survive so that a
@@ -54,10 +56,12 @@ from pathlib import Path
 
 import yaml
 
+from mathrl import layout
 from mathrl.config import ROOT, ConfigError, expand_runs, load_config, load_schema, read_yaml
 
 DEFAULT_PYTHON = ".venv/bin/python"
 SCHEMA = "config/config.schema.yaml"
+CODE = "mathrl"  # the package, one directory dependency of every stage
 TIMESTAMP = ".snakemake_timestamp"  # Snakemake's mtime carrier inside a directory output
 # Config keys that are no setting of any result: scheduling, and where results go.
 NOT_SETTINGS = ("pipeline", "results")
@@ -89,131 +93,139 @@ def pipeline_settings(cfg: dict) -> dict:
     return {key: cfg.get("pipeline", {}).get(key, spec["default"]) for key, spec in props.items()}
 
 
-def stages(cfg: dict, configs: Sequence[tuple[str, Mapping]], sources: Sequence[str], bandit_studies: Sequence[str],
-           python: str = DEFAULT_PYTHON) -> dict:  # fmt: skip
-    """The dvc.yaml document (a dict) for a completed config.
+class _Writer:
+    """Builds dvc.yaml's stages from the layout (mathrl.layout.STAGES) for one config."""
 
-    `configs` are (path as dvc.yaml names it, the file's own YAML) in merge order; `sources`
-    the mathrl source files every stage depends on; paths relative to dvc.yaml's directory.
-    """
-    results = Path(cfg["results"])
-    if results.is_absolute() or ".." in results.parts:
-        raise ConfigError(f"results: {cfg['results']!r} must be a relative path inside the repository for DVC")
+    def __init__(self, cfg: dict, configs: Sequence[tuple[str, Mapping]], python: str):
+        self.results = Path(cfg["results"])
+        if self.results.is_absolute() or ".." in self.results.parts:
+            raise ConfigError(f"results: {cfg['results']!r} must be a relative path inside the repository for DVC")
+        self.cfg, self.configs = cfg, configs
+        self.config_args = " ".join(f"--config {shlex.quote(path)}" for path, _ in configs)
+        self.python = shlex.quote(python)
+        self.mathrl = f"{self.python} -m mathrl"
 
-    def res(*parts: str) -> str:
-        return results.joinpath(*parts).as_posix()
+    def res(self, pattern: str, **wildcards) -> str:
+        """A layout pattern, filled in, under the results directory (posix, relative)."""
+        return (self.results / pattern.format(**wildcards)).as_posix()
 
-    config_args = " ".join(f"--config {shlex.quote(path)}" for path, _ in configs)
-    mathrl = f"{shlex.quote(python)} -m mathrl"
-    code = [*sources, SCHEMA]
+    def outs(self, stage: str, **wildcards) -> list[str]:
+        return [self.res(p, **wildcards) for p in layout.STAGES[stage].outputs.values()]
 
-    def params(*keys: str) -> list:
+    def command(self, stage: str, **wildcards) -> str:
+        """`mathrl <command> --config ... <args>`, as the rule's shell line (rules/common.smk)."""
+        s = layout.STAGES[stage]
+        parts = [self.mathrl, s.command, self.config_args, s.args.format(**wildcards)]
+        if s.out:
+            parts.append(f"--out {shlex.quote(self.res(s.outputs[s.out], **wildcards))}")
+        return " ".join(part for part in parts if part)
+
+    def params(self, *keys: str) -> list:
         out = []
-        for path, raw in configs:
+        for path, raw in self.configs:
             present = [key for key in keys if _has(raw, key)]
             if present:
                 out.append({path: present})
         return out
 
-    def stage(cmd, deps, keys, outs) -> dict:
-        entry = {"cmd": cmd, "deps": [*deps, *code]}
-        if p := params(*keys):
+    def stage(self, cmd, deps, keys, outs) -> dict:
+        # The package as one directory dependency: .dvcignore leaves __pycache__/ out of its hash.
+        entry = {"cmd": cmd, "deps": [*deps, CODE, SCHEMA]}
+        if p := self.params(*keys):
             entry["params"] = p
         entry["outs"] = outs
         return entry
 
-    def problems(task: str) -> dict:
-        return {"train": res("problems", task, "train.txt"), "test": res("problems", task, "test.txt")}
 
-    def sft_model(task: str) -> str:
-        return res("sft", task, "model.pt")
+def _task_stages(w: _Writer, tasks: Sequence[str], warm: set[str]) -> dict:
+    doc = {}
+    for task in tasks:
+        doc[stage_name("problems", task)] = w.stage(w.command("problems", task=task), [], [f"tasks.{task}"], w.outs("problems", task=task))
+    for task in (t for t in tasks if t in warm):
+        doc[stage_name("sft", task)] = w.stage(
+            w.command("sft", task=task), w.outs("problems", task=task)[:2], [f"tasks.{task}", f"sft.{task}"], w.outs("sft", task=task)
+        )  # fmt: skip
+    return doc
 
+
+def _run_stages(w: _Writer, runs: dict) -> dict:
+    pipe = pipeline_settings(w.cfg)
+    gpus = "" if pipe["gpus_per_run"] == "auto" else f" --gpus {pipe['gpus_per_run']}"  # auto: launch's own default
+    launch = f"{w.mathrl} launch{gpus} --threads {pipe['threads_per_run']} --torchrun {pipe['torchrun']} --fork-server {'auto' if pipe['fork_server'] else 'off'}"
+    doc = {}
+    for run_id, spec in runs.items():
+        s = spec.settings
+        init = [] if s["init"] == "random" else [w.res(layout.SFT_MODEL, task=s["task"]) if s["init"] is None else s["init"]]
+        keys = ["train", "algorithms", f"experiments.{spec.experiment}", f"tasks.{s['task']}"]
+        if s["init"] == "random":  # the fresh model takes the warm-up's preset
+            keys.append(f"sft.{s['task']}")
+        args = layout.STAGES["train"].args.format(run_id=run_id)
+        doc[stage_name("train", run_id)] = w.stage(
+            f"{launch} -- {w.config_args} {args}", [*w.outs("problems", task=s["task"])[:2], *init], keys,
+            [*w.outs("train", run_id=run_id), {w.res(layout.RUN_SNAPSHOT, run_id=run_id): {"persist": True}}],
+        )  # fmt: skip
+    return doc
+
+
+def _probe_stages(w: _Writer, bandit_studies: Sequence[str]) -> dict:
+    doc = {}
+    for task in w.cfg["gradvar"]["tasks"]:
+        deps = [*w.outs("problems", task=task)[:2], w.res(layout.SFT_MODEL, task=task)]
+        doc[stage_name("gradvar", task)] = w.stage(w.command("gradvar", task=task), deps, ["gradvar", f"tasks.{task}"], w.outs("gradvar", task=task))
+    for study in bandit_studies:
+        doc[stage_name("bandit", study)] = w.stage(w.command("bandit", study=study), [], ["bandit"], w.outs("bandit", study=study))
+    return doc
+
+
+def _report_stages(w: _Writer, runs: dict, bandit_studies: Sequence[str], warm_tasks: Sequence[str]) -> dict:
+    # Tables, figures and the report read every setting (as their Snakemake params hash).
+    summary_keys = sorted({key for _, raw in w.configs for key in raw if key not in NOT_SETTINGS})
+    tables, figures = w.res(layout.TABLES), w.res(layout.FIGURES)
+    inputs = [*(out for run_id in runs for out in w.outs("train", run_id=run_id)),
+              *(w.res(layout.BANDIT, study=study) for study in bandit_studies),
+              *(w.res(layout.GRADVAR, task=task) for task in w.cfg["gradvar"]["tasks"]),
+              *(w.res(layout.SFT_SUMMARY, task=task) for task in warm_tasks)]  # the warm-up table  # fmt: skip
+    configfiles = " ".join(shlex.quote(path) for path, _ in w.configs)
+    snakemake = f"{w.python} -m snakemake"
+    return {
+        "aggregate": w.stage([w.command("aggregate"), f"touch {shlex.quote(f'{tables}/{TIMESTAMP}')}"], inputs, summary_keys, w.outs("aggregate")),
+        "figures": w.stage([w.command("figures"), f"touch {shlex.quote(f'{figures}/{TIMESTAMP}')}"], [tables], summary_keys, [figures]),
+        # Snakemake's report job, after Snakemake has taken in what DVC built (module docstring).
+        "report": w.stage(
+            [f"{snakemake} figures --touch --forceall --cores 1 --quiet all --configfile {configfiles}",
+             f"{snakemake} report --forcerun report --cores 1 --configfile {configfiles}"],
+            [tables, figures, "report/templates", "Snakefile", "rules"], summary_keys, w.outs("report"),
+        ),
+    }  # fmt: skip
+
+
+def _plots(w: _Writer, runs: dict) -> list:
+    plots = []
+    for experiment in w.cfg["experiments"]:
+        ids = [run_id for run_id, spec in runs.items() if spec.experiment == experiment]
+        for metric, what in (("eval_accuracy", "held-out accuracy"), ("entropy", "policy entropy")):
+            plots.append({f"{experiment}-{metric}": {
+                "title": f"{experiment}: {what} per RL step", "x": "step",
+                "y": {w.res(layout.RUN_METRICS, run_id=run_id): metric for run_id in ids},
+            }})  # fmt: skip
+    return plots
+
+
+def stages(cfg: dict, configs: Sequence[tuple[str, Mapping]], bandit_studies: Sequence[str], python: str = DEFAULT_PYTHON) -> dict:
+    """The dvc.yaml document (a dict) for a completed config.
+
+    `configs` are (path as dvc.yaml names it, the file's own YAML) in merge order; paths
+    relative to dvc.yaml's directory."""
+    w = _Writer(cfg, configs, python)
     runs = expand_runs(cfg)
     used = {spec.settings["task"] for spec in runs.values()} | set(cfg["gradvar"]["tasks"])
     warm = {spec.settings["task"] for spec in runs.values() if spec.settings["init"] is None} | set(cfg["gradvar"]["tasks"])
     tasks = [task for task in cfg["tasks"] if task in used]
     if len({stage_name("train", run_id) for run_id in runs}) < len(runs):
         raise ConfigError("experiments: two run ids that differ only in '.' against 'p' would share a DVC stage name")
-    doc: dict = {}
-
-    for task in tasks:
-        doc[stage_name("problems", task)] = stage(
-            f"{mathrl} problems {config_args} --task {task}", [], [f"tasks.{task}"],
-            [res("problems", task, name) for name in ("train.txt", "test.txt", "meta.json")],
-        )  # fmt: skip
-    for task in tasks:
-        if task in warm:
-            doc[stage_name("sft", task)] = stage(
-                f"{mathrl} sft {config_args} --task {task}", problems(task).values(), [f"tasks.{task}", f"sft.{task}"],
-                [sft_model(task), res("sft", task, "summary.json")],
-            )  # fmt: skip
-
-    pipe = pipeline_settings(cfg)
-    gpus = "" if pipe["gpus_per_run"] == "auto" else f" --gpus {pipe['gpus_per_run']}"  # auto: launch's own default
-    launch = f"{mathrl} launch{gpus} --threads {pipe['threads_per_run']} --torchrun {pipe['torchrun']} --fork-server {'auto' if pipe['fork_server'] else 'off'}"
-    for run_id, spec in runs.items():
-        s = spec.settings
-        init = [] if s["init"] == "random" else [sft_model(s["task"]) if s["init"] is None else s["init"]]
-        keys = ["train", "algorithms", f"experiments.{spec.experiment}", f"tasks.{s['task']}"]
-        if s["init"] == "random":  # the fresh model takes the warm-up's preset
-            keys.append(f"sft.{s['task']}")
-        run_dir = ("runs", run_id)
-        doc[stage_name("train", run_id)] = stage(
-            f"{launch} -- {config_args} --experiment-run {run_id} --on-mismatch restart",
-            [*problems(s["task"]).values(), *init], keys,
-            [res(*run_dir, "metrics.csv"), res(*run_dir, "summary.json"),
-             {res(*run_dir, "snapshot.pt"): {"persist": True}}],
-        )  # fmt: skip
-    for task in cfg["gradvar"]["tasks"]:
-        out = res("gradvar", f"{task}.json")
-        doc[stage_name("gradvar", task)] = stage(
-            f"{mathrl} gradvar {config_args} --task {task} --out {shlex.quote(out)}",
-            [*problems(task).values(), sft_model(task)], ["gradvar", f"tasks.{task}"], [out],
-        )  # fmt: skip
-    for study in bandit_studies:
-        out = res("bandit", study, "metrics.csv")
-        doc[stage_name("bandit", study)] = stage(f"{mathrl} bandit {config_args} --study {study} --out {shlex.quote(out)}", [], ["bandit"], [out])
-
-    # Tables, figures and the report read every setting (as their Snakemake params hash).
-    summary_keys = sorted({key for _, raw in configs for key in raw if key not in NOT_SETTINGS})
-    tables, figures = res("tables"), res("figures")
-    run_files = [res("runs", run_id, name) for run_id in runs for name in ("summary.json", "metrics.csv")]
-    doc["aggregate"] = stage(
-        [f"{mathrl} aggregate {config_args}", f"touch {shlex.quote(f'{tables}/{TIMESTAMP}')}"],
-        [*run_files, *(res("bandit", study, "metrics.csv") for study in bandit_studies),
-         *(res("gradvar", f"{task}.json") for task in cfg["gradvar"]["tasks"]),
-         *(res("sft", task, "summary.json") for task in tasks if task in warm)],  # the warm-up table
-        summary_keys, [tables],
-    )  # fmt: skip
-    doc["figures"] = stage([f"{mathrl} figures {config_args}", f"touch {shlex.quote(f'{figures}/{TIMESTAMP}')}"], [tables], summary_keys, [figures])
-    configfiles = " ".join(shlex.quote(path) for path, _ in configs)
-    snakemake = f"{shlex.quote(python)} -m snakemake"
-    doc["report"] = stage(
-        # Snakemake's report job, after Snakemake has taken in what DVC built (module docstring).
-        [f"{snakemake} figures --touch --forceall --cores 1 --quiet all --configfile {configfiles}",
-         f"{snakemake} report --forcerun report --cores 1 --configfile {configfiles}"],
-        [tables, figures, "report/templates", "Snakefile", "rules"], summary_keys, [res("report.html")],
-    )  # fmt: skip
-
-    plots = []
-    for experiment in cfg["experiments"]:
-        ids = [run_id for run_id, spec in runs.items() if spec.experiment == experiment]
-        for metric, what in (("eval_accuracy", "held-out accuracy"), ("entropy", "policy entropy")):
-            plots.append({f"{experiment}-{metric}": {
-                "title": f"{experiment}: {what} per RL step", "x": "step",
-                "y": {res("runs", run_id, "metrics.csv"): metric for run_id in ids},
-            }})  # fmt: skip
-    return {"stages": doc, "metrics": [res("tables", "metrics.json")], "plots": plots}
-
-
-def source_files(root: Path) -> list[str]:
-    """Every mathrl/**/*.py under `root` but this module (which changes no result: what it
-    writes differently shows up as changed stages), relative to `root`, sorted."""
-    files = sorted(p.relative_to(root).as_posix() for p in (root / "mathrl").rglob("*.py")
-                   if "__pycache__" not in p.parts and p.name != Path(__file__).name)  # fmt: skip
-    if not files:
-        raise ConfigError(f"{root / 'mathrl'}: no mathrl sources next to the dvc.yaml to write")
-    return files
+    doc = {**_task_stages(w, tasks, warm), **_run_stages(w, runs), **_probe_stages(w, bandit_studies),
+           **_report_stages(w, runs, bandit_studies, [t for t in tasks if t in warm])}  # fmt: skip
+    return {"stages": doc, "metrics": [w.res(layout.TABLES) + "/metrics.json"], "plots": _plots(w, runs)}
 
 
 def dvc_yaml(config_paths: Sequence[str | Path] = (), root: Path = ROOT, python: str = DEFAULT_PYTHON) -> str:
@@ -231,6 +243,9 @@ def dvc_yaml(config_paths: Sequence[str | Path] = (), root: Path = ROOT, python:
             raise ConfigError(f"--config {path}: DVC reads params only from files inside {root}")
         configs.append((absolute.relative_to(root).as_posix(), read_yaml(absolute)))
     cfg = load_config([root / p for p, _ in configs])
-    doc = stages(copy.deepcopy(cfg), configs, source_files(root), list(BANDIT_STUDIES), python)
-    body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=1000)
+    if not (root / CODE).is_dir():
+        raise ConfigError(f"{root / CODE}: no mathrl sources next to the dvc.yaml to write")
+    doc = stages(copy.deepcopy(cfg), configs, list(BANDIT_STUDIES), python)
+    # Lists of plain values (deps, params keys) on one line each: a stage reads as a few lines.
+    body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=1000)
     return HEADER.format(configs=", ".join(p for p, _ in configs)) + body

@@ -3,8 +3,9 @@
 `import torch` costs about 2.4 s of CPU on the 2-core machines this project targets, more
 than a whole short CPU run of the default grid takes to train. So the pipeline's lone CPU
 worker (`mathrl launch --fork-server auto`, no GPU, outside SLURM) does not start a fresh
-interpreter: it asks a per-user server process, which has already imported torch and the
-trainer, to fork a child that runs `mathrl <argv>` with the job's environment, working
+interpreter: it asks a per-user server process, which has already imported what the
+launcher names (torch, torch._dynamo, the trainer), to fork a child that runs
+`python -m mathrl <argv>` with the job's environment, working
 directory and standard streams (passed over a Unix socket). Everything a run computes is
 unchanged; only the import is shared.
 
@@ -24,7 +25,7 @@ Lifetime and safety:
   launcher starts the run the ordinary way.
 
 Protocol (stream socket): the client sends a 4-byte length with its stdin, stdout and
-stderr attached (SCM_RIGHTS), then that many bytes of JSON {argv, env, cwd}. The server
+stderr attached (SCM_RIGHTS), then that many bytes of JSON {module, argv, env, cwd}. The server
 answers b"A" + pid once the child is forked, and b"R" + exit status (128+N for a signal)
 when it ends. The client may send b"S" + signal number at any time.
 """
@@ -32,9 +33,11 @@ when it ends. The client may send b"S" + signal number at any time.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import json
 import os
+import runpy
 import selectors
 import signal
 import socket
@@ -43,6 +46,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from mathrl.processes import forwarding_signals, prctl, set_parent_death_signal
 
 IDLE_SECONDS = 60.0  # the server exits after this long with no child and no client
 KILL_GRACE = 10.0  # seconds between SIGTERM and SIGKILL for a child whose client died
@@ -85,8 +90,10 @@ def socket_dir() -> Path:
     return base
 
 
-def socket_path() -> Path:
-    return socket_dir() / f"{code_key()}.sock"
+def socket_path(preload: tuple[str, ...] = ()) -> Path:
+    """One server per code version and preload list."""
+    extra = f"-{hashlib.sha256(' '.join(preload).encode()).hexdigest()[:6]}" if preload else ""
+    return socket_dir() / f"{code_key()}{extra}.sock"
 
 
 # ---------------------------------------------------------------------- client
@@ -100,19 +107,19 @@ def _connect(path: Path) -> socket.socket | None:
         return None
 
 
-def _start_server(path: Path) -> None:
+def _start_server(path: Path, preload: tuple[str, ...]) -> None:
     idle = os.environ.get("MATHRL_FORK_SERVER_IDLE") or str(IDLE_SECONDS)
     log = open(path.with_suffix(".log"), "ab")
-    subprocess.Popen([sys.executable, "-m", "mathrl.forkserver", str(path), idle], stdin=subprocess.DEVNULL,
+    subprocess.Popen([sys.executable, "-m", "mathrl.forkserver", str(path), idle, *preload], stdin=subprocess.DEVNULL,
                      stdout=log, stderr=log, start_new_session=True, close_fds=True)  # fmt: skip
     log.close()
 
 
-def connect() -> socket.socket | None:
+def connect(preload: tuple[str, ...] = ()) -> socket.socket | None:
     """A connection to the server for this code, started if needed; None if impossible."""
     import fcntl
 
-    path = socket_path()
+    path = socket_path(preload)
     sock = _connect(path)
     if sock is not None:
         return sock
@@ -122,7 +129,7 @@ def connect() -> socket.socket | None:
         sock = _connect(path)
         if sock is None:
             path.unlink(missing_ok=True)  # a socket nobody answers on: its server was killed
-            _start_server(path)
+            _start_server(path, preload)
             deadline = time.monotonic() + START_TIMEOUT
             while sock is None and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -140,16 +147,18 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return buf
 
 
-def run(argv: list[str], env: dict | None = None, cwd: str | None = None) -> int | None:
-    """Run `mathrl <argv>` in a child of the fork server, with this process's standard
-    streams; its exit status, or None if no child could be started (run it yourself).
+def run(argv: list[str], env: dict | None = None, cwd: str | None = None, module: str = "mathrl",
+        preload: tuple[str, ...] = ()) -> int | None:  # fmt: skip
+    """Run `python -m <module> <argv>` in a child of the fork server (one that imported
+    `preload`), with this process's standard streams; its exit status, or None if no child
+    could be started (run it yourself).
 
     SIGTERM and SIGINT received meanwhile are passed on to the child."""
-    payload = json.dumps({"argv": list(argv), "env": dict(os.environ if env is None else env),
+    payload = json.dumps({"module": module, "argv": list(argv), "env": dict(os.environ if env is None else env),
                           "cwd": cwd or os.getcwd()}).encode()  # fmt: skip
     for _attempt in range(3):  # a server that was just exiting closes without an answer
         try:
-            sock = connect()
+            sock = connect(tuple(preload))
         except OSError:
             return None
         if sock is None:
@@ -169,8 +178,6 @@ def run(argv: list[str], env: dict | None = None, cwd: str | None = None) -> int
 
 def _wait(sock: socket.socket) -> int:
     """After the child started: forward signals, then return its exit status."""
-    from mathrl.launch import forwarding_signals
-
     _recv_exact(sock, 4)  # the child's pid
 
     def forward(signum, _frame):
@@ -202,8 +209,6 @@ def _child(request: dict, fds: list[int], server_pid: int) -> None:
         for s in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
             signal.signal(s, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        from mathrl.launch import set_parent_death_signal
-
         set_parent_death_signal(server_pid)
         os.chdir(request["cwd"])
         os.environ.clear()
@@ -217,10 +222,10 @@ def _child(request: dict, fds: list[int], server_pid: int) -> None:
         threads = os.environ.get("OMP_NUM_THREADS", "").strip()
         if threads.isdigit() and int(threads) > 0:
             torch.set_num_threads(int(threads))
-        sys.argv = ["mathrl", *request["argv"]]
-        from mathrl.cli import main
-
-        rc = main(request["argv"])
+        # What `python -m <module> <argv>` does; a module's __main__ ends by raising SystemExit.
+        sys.argv = [request["module"], *request["argv"]]
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        rc = 0
     except SystemExit as exc:
         rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if isinstance(exc.code, str):
@@ -393,17 +398,12 @@ class Server:
             pass
 
 
-def serve(path: Path, idle: float = IDLE_SECONDS) -> int:
-    """Import what a run needs, then serve until idle. Exit status 0, or 1 if another
-    server already owns the path."""
-    import torch  # noqa: F401 - the point of the server
-
-    import mathrl.cli  # noqa: F401
-    import mathrl.sft  # noqa: F401
-    import mathrl.trainer  # noqa: F401
-    from mathrl.launch import _prctl
-
-    _prctl()  # resolved before any fork
+def serve(path: Path, idle: float = IDLE_SECONDS, preload: tuple[str, ...] = ()) -> int:
+    """Import `preload` (the point of the server: the caller names what its runs import),
+    then serve until idle. Exit status 0, or 1 if another server already owns the path."""
+    for module in preload:
+        importlib.import_module(module)
+    prctl()  # resolved before any fork
     server = Server(path, idle)
     if not server.listen():
         return 1
@@ -418,4 +418,4 @@ def serve(path: Path, idle: float = IDLE_SECONDS) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(Path(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else IDLE_SECONDS))
+    sys.exit(serve(Path(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else IDLE_SECONDS, tuple(sys.argv[3:])))

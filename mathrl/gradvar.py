@@ -18,8 +18,7 @@ import torch
 from mathrl.losses import aggregate, group_advantages, token_logprobs
 from mathrl.model import GPT
 from mathrl.rewards import RewardSpec, compute_rewards
-from mathrl.tasks import VOCAB_SIZE, Task
-from mathrl.trainer import answer_mask
+from mathrl.tasks import VOCAB_SIZE, Task, answer_mask
 
 
 def rollouts(policy: GPT, task: Task, pairs: torch.Tensor, n: int, group_size: int, gen: torch.Generator, temperature: float) -> dict:

@@ -14,22 +14,22 @@ instead of a fresh interpreter, with the same signal and death guarantees.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import getpass
 import os
 import shlex
-import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
 from mathrl import gpus as gpu_slots
+from mathrl.processes import forwarding_signals, parent_death_preexec
 
 ENV_KEYS = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# What the fork server imports before it forks a run: the commands a run may be, and what
+# a torch.optim step imports lazily (torch._dynamo, about 1.5 s of CPU; mathrl.optim).
+FORK_PRELOAD = ("torch", "torch._dynamo", "mathrl.cli", "mathrl.trainer", "mathrl.sft")
 
 
 def default_lock_dir() -> Path:
@@ -55,39 +55,6 @@ def torchrun_command(nproc: int, args: Sequence[str], torchrun_args: Sequence[st
         return [sys.executable, "-m", *module, *args]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
             *torchrun_args, "-m", *module, *args]  # fmt: skip
-
-
-@functools.cache
-def _prctl():
-    """libc's prctl (Linux), or None; looked up once, before any fork."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-def set_parent_death_signal(parent: int) -> bool:
-    """Ask Linux to send this process SIGTERM when its parent dies (PR_SET_PDEATHSIG);
-    if `parent` is already gone, terminate now. False where unsupported."""
-    prctl = _prctl()
-    if prctl is None:
-        return False
-    prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os.kill(os.getpid(), signal.SIGTERM)
-    return True
-
-
-def _parent_death_signal():
-    """A preexec_fn giving the child SIGTERM when this process dies (Linux; else None)."""
-    if _prctl() is None:
-        return None
-    parent = os.getpid()
-    return lambda: set_parent_death_signal(parent)
 
 
 def launch(args: Sequence[str] = (), *, gpus: int | None = None, threads: int = 1, lock_dir: Path | None = None,
@@ -137,23 +104,10 @@ def launch(args: Sequence[str] = (), *, gpus: int | None = None, threads: int = 
             from mathrl import forkserver
 
             if forkserver.enabled(gpus, env):
-                rc = forkserver.run(cmd[3:], env)
+                rc = forkserver.run(cmd[3:], env, module=cmd[2], preload=FORK_PRELOAD)
                 if rc is not None:
                     return rc
         return _run(cmd, env, lease.fds)
-
-
-@contextlib.contextmanager
-def forwarding_signals(forward):
-    """While inside, SIGTERM and SIGINT call forward(signum, frame) instead of their handlers
-    (only in the main thread, the one Python delivers signals to); restored on exit."""
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)} if in_main else {}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 def _run(cmd: list[str], env: dict[str, str], keep_fds: list[int]) -> int:
@@ -171,7 +125,7 @@ def _run(cmd: list[str], env: dict[str, str], keep_fds: list[int]) -> int:
         try:
             # The child inherits the lock descriptors: the slots stay held until the training
             # process is gone too, even if this process is killed first.
-            child = subprocess.Popen(cmd, env=env, pass_fds=keep_fds, preexec_fn=_parent_death_signal())
+            child = subprocess.Popen(cmd, env=env, pass_fds=keep_fds, preexec_fn=parent_death_preexec())
             for signum in pending:
                 child.send_signal(signum)
             rc = child.wait()

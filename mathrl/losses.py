@@ -16,7 +16,6 @@ import math
 
 import torch
 
-KL_ESTIMATORS = ("k1", "k2", "k3")
 LOSS_AGG_MODES = ("token", "sequence")
 
 
@@ -74,26 +73,24 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
 # --------------------------------------------------------------------------- KL
 
 
+# Per-token estimators of KL(pi || ref) by name, as functions of d = ref_logp - logp (the log
+# of the ratio ref/pi at tokens sampled from pi):
+KL_ESTIMATORS = {
+    "k1": lambda d: -d,  # logp - ref_logp: unbiased, high variance, can be negative
+    "k2": lambda d: 0.5 * d.square(),  # biased, low variance, >= 0
+    # exp(d) - d - 1: unbiased (E_pi[exp(d)] = 1) and >= 0 (Schulman). expm1(d) - d: no
+    # cancellation when d is tiny, the usual case while the policy is close to the reference.
+    "k3": lambda d: torch.expm1(d) - d,
+}
+
+
 def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
-    """Per-token estimate of KL(pi || ref) from tokens sampled from pi.
-
-    logp, ref_logp (B, T): log-probs of the sampled tokens under the policy and the
-    reference. With ``d = ref_logp - logp`` (log of the ratio ref/pi):
-
-    - k1 = -d = logp - ref_logp           unbiased, high variance, can be negative
-    - k2 = d^2 / 2                         biased, low variance, >= 0
-    - k3 = exp(d) - d - 1                  unbiased (E_pi[exp(d)] = 1) and >= 0 (Schulman)
-    """
-    d = ref_logp - logp
-    if kind == "k1":
-        return -d
-    if kind == "k2":
-        return 0.5 * d.square()
-    if kind == "k3":
-        # expm1(d) - d instead of exp(d) - 1 - d: no cancellation when d is tiny, which is
-        # the usual case when the policy is still close to the reference.
-        return torch.expm1(d) - d
-    raise ValueError(f"unknown KL estimator kind={kind!r}; allowed: {', '.join(KL_ESTIMATORS)}")
+    """Per-token estimate of KL(pi || ref) from tokens sampled from pi, by the estimator
+    named `kind` (KL_ESTIMATORS). logp, ref_logp (B, T): log-probs of the sampled tokens
+    under the policy and the reference -> (B, T)."""
+    if kind not in KL_ESTIMATORS:
+        raise ValueError(f"unknown KL estimator kind={kind!r}; allowed: {', '.join(KL_ESTIMATORS)}")
+    return KL_ESTIMATORS[kind](ref_logp - logp)
 
 
 # --------------------------------------------------------------------------- advantages
@@ -154,13 +151,18 @@ def rloo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     return (g - others_mean).view(-1)
 
 
-def frac_zero_std(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """Share of groups whose rewards are all equal (zero std, hence zero GRPO advantage).
+def zero_std_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Number of groups whose rewards are all equal (zero std, hence zero GRPO advantage).
 
-    rewards (B,) -> 0-dim float tensor in [0, 1].
+    rewards (B,) -> 0-dim float tensor; a count, so ranks can add theirs up.
     """
     g = _groups(rewards, group_size)
-    return (g == g[:, :1]).all(dim=1).float().mean()
+    return (g == g[:, :1]).all(dim=1).float().sum()
+
+
+def frac_zero_std(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Share of groups whose rewards are all equal: rewards (B,) -> 0-dim tensor in [0, 1]."""
+    return zero_std_groups(rewards, group_size) / (rewards.numel() // group_size)
 
 
 def gae_advantages(
@@ -202,19 +204,15 @@ def gae_advantages(
     return adv, returns
 
 
-def normalize(x: torch.Tensor, eps: float = 1e-8, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Whiten ``x`` to zero mean and unit std: ``(x - mean) / (std + eps)``.
+def normalize(x: torch.Tensor, mean: float, std: float, eps: float = 1e-8, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Whiten ``x`` with given statistics: ``(x - mean) / (std + eps)``.
 
-    Any shape. With ``mask`` the statistics come from the masked entries only and the
-    result is 0 outside the mask (PPO's per-batch advantage normalisation over real tokens).
-    Population std, so one element or constant input gives 0, not NaN.
+    Any shape. The statistics are arguments because a distributed trainer takes them over
+    every rank's batch (``distributed.all_mean_std``). With ``mask`` the result is 0 outside
+    it (advantage normalisation over real answer tokens only).
     """
-    if mask is None:
-        return (x - x.mean()) / (x.std(unbiased=False) + eps)
-    mean = masked_mean(x, mask)
-    var = masked_mean((x - mean).square(), mask)
-    out = (x - mean) / (var.sqrt() + eps)
-    return torch.where(mask.bool(), out, torch.zeros_like(out))
+    out = (x - mean) / (std + eps)
+    return out if mask is None else torch.where(mask.bool(), out, torch.zeros_like(out))
 
 
 def clip_abs(x: torch.Tensor, limit: float | None) -> torch.Tensor:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from mathrl.snapshot import atomic_write_bytes
+from mathrl.atomic import atomic_write
 from mathrl.studies import STUDIES
 from mathrl.studies.context import Tables
 from mathrl.studies.kit import STYLE
@@ -26,6 +26,6 @@ def figures(cfg: dict, out_dir: Path | None = None) -> list[str]:
                 buf = io.BytesIO()
                 fig.savefig(buf, format="png", bbox_inches="tight")
                 plt.close(fig)
-                atomic_write_bytes(out / f"{name}.png", buf.getvalue())
+                atomic_write(out / f"{name}.png", buf.getvalue())
                 names.append(name)
     return names

@@ -27,7 +27,7 @@ from markupsafe import Markup, escape
 
 from mathrl.config import ROOT, config_hash
 from mathrl.results import COLLAPSE_DEFINITION
-from mathrl.snapshot import atomic_write_bytes
+from mathrl.atomic import atomic_write
 from mathrl.studies import STUDIES
 from mathrl.studies.context import Tables
 from mathrl.verdict import number
@@ -174,7 +174,7 @@ def render(cfg: dict) -> str:
 def write_report(cfg: dict, out: Path | None = None) -> Path:
     out = Path(out) if out else Path(cfg["results"]) / "report.html"
     html = render(cfg)
-    atomic_write_bytes(out, html.encode())
+    atomic_write(out, html.encode())
     return out
 
 

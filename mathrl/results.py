@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mathrl import layout
 from mathrl.config import RunSpec, expand_runs
 
 # A run "collapsed" if held-out accuracy fell below this share of where it started and
@@ -82,13 +83,12 @@ def aggregate_inputs(cfg: dict) -> dict[str, list[str]]:
     for (rules/common.smk) and what `mathrl aggregate` checks before it calls them complete."""
     from mathrl.bandit_config import BANDIT_STUDIES  # torch-free
 
-    res = Path(cfg["results"])
-    runs = list(expand_runs(cfg))
+    res, runs = cfg["results"], list(expand_runs(cfg))
     return {
-        "summaries": [str(res / "runs" / run_id / "summary.json") for run_id in runs],
-        "metrics": [str(res / "runs" / run_id / "metrics.csv") for run_id in runs],
-        "bandit": [str(res / "bandit" / study / "metrics.csv") for study in BANDIT_STUDIES],
-        "gradvar": [str(res / "gradvar" / f"{task}.json") for task in cfg["gradvar"]["tasks"]],
+        "summaries": [str(layout.path(res, layout.RUN_SUMMARY, run_id=run_id)) for run_id in runs],
+        "metrics": [str(layout.path(res, layout.RUN_METRICS, run_id=run_id)) for run_id in runs],
+        "bandit": [str(layout.path(res, layout.BANDIT, study=study)) for study in BANDIT_STUDIES],
+        "gradvar": [str(layout.path(res, layout.GRADVAR, task=task)) for task in cfg["gradvar"]["tasks"]],
     }
 
 
@@ -98,7 +98,8 @@ def missing_inputs(cfg: dict) -> list[str]:
 
 
 def complete_marker(tables_dir: Path) -> Path:
-    """`<results>/tables.complete`: exists only while the tables were made from every input.
+    """`<tables>.complete` beside the tables (layout.TABLES_COMPLETE for the pipeline's):
+    exists only while the tables were made from every input.
 
     The pipeline's aggregate job declares it as an output and figures and report as an
     input, so tables written by hand from missing runs (`mathrl aggregate` before training)

@@ -18,13 +18,26 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+import mathrl
 from mathrl import snapshot
+from mathrl.atomic import atomic_write
 from mathrl.distributed import pick_device
+from mathrl.errors import ConfigError
 from mathrl.evaluation import first_mistakes, greedy_correct
-from mathrl.model import GPT, gpt_config
-from mathrl.optim import AdamW
-from mathrl.tasks import VOCAB_SIZE, Task, read_problems
-from mathrl.trainer import problems_dir, task_of, versions
+from mathrl.layout import problems_file
+from mathrl.model import GPT, GPTConfig, gpt_config
+from mathrl.optim import make_optimizer
+from mathrl.tasks import VOCAB_SIZE, Task, read_problems, task_of
+
+
+def load_policy(path: Path) -> tuple[GPT, dict]:
+    """A policy from a warm-up checkpoint (written by `run_sft`), and the checkpoint."""
+    if not Path(path).is_file():
+        raise ConfigError(f"init: checkpoint {path} does not exist (run `mathrl sft` for the task first)")
+    ckpt = snapshot.decode(Path(path).read_bytes(), str(path))
+    model = GPT(GPTConfig(**ckpt["model_config"]))
+    model.load_state_dict(ckpt["model"])
+    return model, ckpt
 
 
 def sft_batch(task: Task, pairs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -38,15 +51,14 @@ def sft_batch(task: Task, pairs: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 def run_sft(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
     """Train the warm-up model for a task; write model.pt and summary.json to out_dir."""
     s, task = cfg["sft"][task_name], task_of(cfg, task_name)
-    pdir = problems_dir(cfg, task_name)
-    train = read_problems(pdir / "train.txt", task)
-    test = read_problems(pdir / "test.txt", task)
+    train = read_problems(problems_file(cfg, task_name, "train"), task)
+    test = read_problems(problems_file(cfg, task_name, "test"), task)
     test = test[: s["eval_size"]] if s["eval_size"] else test
     device = pick_device(s["device"])
     torch.manual_seed(s["seed"])
     gen = torch.Generator().manual_seed(s["seed"])
     model = GPT(gpt_config(s["preset"], VOCAB_SIZE, task.seq_len)).to(device)
-    opt = AdamW(model.parameters(), lr=s["lr"], weight_decay=s["weight_decay"], betas=(0.9, 0.99))
+    opt = make_optimizer(model.parameters(), "adamw", lr=s["lr"], weight_decay=s["weight_decay"], betas=(0.9, 0.99))
     lo, hi = s["band"]
     history, acc, step, t0 = [], 0.0, 0, time.perf_counter()
     log(f"sft {task_name}: {model.num_params() / 1e6:.2f}M parameters, preset {s['preset']}, until accuracy >= {lo:.2f}")
@@ -70,7 +82,7 @@ def run_sft(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
         "task": task_name, "task_config": cfg["tasks"][task_name], "settings": s, "steps": step,
         "eval_accuracy": acc, "band": [lo, hi], "in_band": lo <= acc <= hi,
         "reached": acc >= lo, "n_params": model.num_params(), "model": asdict(model.config),
-        "wall_seconds": wall, "history": history, "first_mistakes": mistakes, "versions": versions(),
+        "wall_seconds": wall, "history": history, "first_mistakes": mistakes, "versions": mathrl.versions(),
     }  # fmt: skip
     if not summary["in_band"]:
         log(f"warning: sft {task_name} ended at accuracy {acc:.3f}, outside the band [{lo}, {hi}]")
@@ -79,8 +91,8 @@ def run_sft(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
     out_dir = Path(out_dir)
     state = {"model_config": asdict(model.config), "model": model.state_dict(), "task": task_name, "eval_accuracy": acc, "steps": step}
     out_dir.mkdir(parents=True, exist_ok=True)
-    snapshot.atomic_write_bytes(out_dir / "model.pt", snapshot.encode(state))
-    snapshot.atomic_write_bytes(out_dir / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
+    atomic_write(out_dir / "model.pt", snapshot.encode(state))
+    atomic_write(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     if math.isnan(acc):
         raise RuntimeError(f"sft {task_name}: evaluation returned NaN")
     return summary

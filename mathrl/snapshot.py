@@ -16,40 +16,11 @@ import sys
 from pathlib import Path
 
 from mathrl import faults
+from mathrl.atomic import write_tmp
 from mathrl.errors import SnapshotError  # re-exported: callers import it from here
 
 MAGIC = b"MATHRL-SNAPSHOT-1 sha256="
 
-
-def _write_tmp(path: Path, data: bytes, pause: float = 0.0) -> Path:
-    """Write `data` beside `path` under a temporary name, flushed to disk.
-
-    A failed write (a full disk) removes the temporary file and raises an OSError naming
-    `path`; `pause` is the fault-injection tests' sleep halfway through (mathrl.faults)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as fh:
-            if pause:
-                fh.write(data[: len(data) // 2])
-                fh.flush()
-                faults.pause(pause, f"wrote half of {tmp}")
-                data = data[len(data) // 2 :]
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except BaseException as exc:
-        tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise OSError(exc.errno, f"cannot write {path} ({exc.strerror or exc}); the file in place is unchanged") from exc
-        raise
-    return tmp
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write `data` to `path` so that a reader sees the old file or the new one, never half."""
-    path = Path(path)
-    os.replace(_write_tmp(path, data), path)
 
 
 def encode(state: dict) -> bytes:
@@ -78,7 +49,7 @@ def save(path: str | Path, state: dict) -> None:
     path = Path(path)
     for stale in path.parent.glob(f".{path.name}.tmp*"):  # half-written by a killed process: never read, only space
         stale.unlink(missing_ok=True)
-    tmp = _write_tmp(path, encode(state), faults.in_snapshot_write(state.get("step")))  # a full disk fails here, the old files intact
+    tmp = write_tmp(path, encode(state), faults.in_snapshot_write(state.get("step")))  # a full disk fails here, the old files intact
     if path.exists():
         os.replace(path, path.with_name(path.name + ".prev"))
     os.replace(tmp, path)

@@ -17,15 +17,14 @@ curriculum over fewer digits only narrows the operand range, never the width.
 from __future__ import annotations
 
 import operator
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple
 
 import torch
 
+from mathrl.atomic import atomic_write
 from mathrl.errors import ProblemFileError  # re-exported: callers import it from here
 
 VOCAB: str = "0123456789+*=$"
@@ -214,14 +213,7 @@ def write_problems(path, task: Task, pairs: torch.Tensor) -> None:
     task._check_operands(a, b)
     fn = OPS[task.op].fn
     text = "".join(f"{task.prompt_text(x, y)}{fn(x, y)}\n" for x, y in zip(a.tolist(), b.tolist()))
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, text)
 
 
 _LINE = re.compile(r"([0-9]+)([+*])([0-9]+)=([0-9]+)")
@@ -257,3 +249,15 @@ def read_problems(path, task: Task) -> torch.Tensor:
 def filter_by_ndigit(pairs: torch.Tensor, nd: int) -> torch.Tensor:
     """The rows of ``pairs`` (N, 2) whose operands both have at most ``nd`` digits."""
     return pairs[(pairs < 10**nd).all(dim=1)]  # (M, 2)
+
+
+def task_of(cfg: dict, name: str) -> Task:
+    """The task `name` of a completed config (its `tasks` block)."""
+    t = cfg["tasks"][name]
+    return Task(op=t["op"], ndigit=t["ndigit"], reverse=t["reverse"])
+
+
+def answer_mask(tokens: torch.Tensor) -> torch.Tensor:
+    """tokens (B, L) -> (B, L) float: 1.0 on answer tokens up to and including the first end token."""
+    is_end = (tokens == END).long()  # (B, L)
+    return ((is_end.cumsum(1) - is_end) == 0).float()

@@ -1,21 +1,22 @@
 """The RL trainer: sample, reward, estimate advantages, update, monitor, snapshot.
 
-One step, read top to bottom in `Trainer.step`:
-1. draw prompts for the global batch (groups of `group_size` copies of a prompt) and the
-   Gumbel noise for sampling; this rank samples its slice with the KV cache;
-2. reward the answers (the training reward; exact-match accuracy is logged regardless);
+One step, `Trainer.step`, in four stages read top to bottom:
+1. `rollout`: draw prompts for the global batch (groups of `group_size` copies of a prompt)
+   and the Gumbel noise for sampling; this rank samples its slice with the KV cache and
+   rewards the answers (the training reward; exact-match accuracy is logged regardless);
    with dynamic sampling, groups whose rewards are all equal are replaced by fresh ones;
-3. advantages by algorithm: REINFORCE (moving-average baseline), GRPO/DAPO (group
-   normalised), RLOO (leave one out), PPO (value head + GAE);
-4. for each PPO epoch one optimizer step over the whole batch, accumulated over
-   micro-batches; the loss per answer token is
+2. `score`: rewards normalised and clipped as configured, reference and old log-probs, and
+   advantages from the algorithm's estimator in the registry (`mathrl.algorithms`);
+3. `update`: for each PPO epoch one optimizer step over the whole batch, accumulated over
+   micro-batches (`micro_batch`); the loss per answer token is
    surrogate + kl_coef * KL(pi || ref) - entropy_coef * entropy (+ value_coef * value loss),
    aggregated per token or per sequence and divided by a global count, so micro-batches
    and ranks add up exactly to the large-batch gradient. The KL penalty sits in the loss
-   (as in GRPO) for every algorithm, so the KL studies compare like with like;
-5. a non-finite loss or gradient never reaches the weights: the update is skipped (or the
+   (as in GRPO) for every algorithm, so the KL studies compare like with like. A
+   non-finite loss or gradient never reaches the weights: the update is skipped (or the
    run stopped) and an alert recorded;
-6. metrics reduced over ranks; rank 0 logs, writes and snapshots.
+4. `statistics`: the metrics row, its sums reduced over ranks in one collective; then the
+   KL controller, the monitor and evaluation. Rank 0 logs, writes and snapshots.
 
 REINFORCE runs through the same clipped surrogate with old log-probs equal to the current
 ones: the ratio is 1, the clip inactive, and the gradient is exactly -A * grad log pi.
@@ -29,7 +30,6 @@ import hashlib
 import json
 import math
 import os
-import platform
 import sys
 import time
 from contextlib import nullcontext
@@ -42,28 +42,34 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import mathrl
 from mathrl import faults, resume, snapshot
+from mathrl.atomic import atomic_write
 from mathrl.config import ConfigError
 from mathrl.console import console_line
+from mathrl.algorithms import AdvantageInputs, get_estimator
 from mathrl.control import MovingAverageBaseline, make_kl_controller
-from mathrl.distributed import Dist, all_sum, barrier
+from mathrl.distributed import Dist, all_mean_std, all_sum, barrier
 from mathrl.evaluation import greedy_correct
+from mathrl.layout import problems_file, sft_checkpoint
 from mathrl.losses import (
     aggregate,
+    clip_abs,
     clipped_surrogate,
     explained_variance,
-    gae_advantages,
-    group_advantages,
     kl_estimate,
-    rloo_advantages,
+    normalize,
     token_entropy,
     token_logprobs,
     value_loss,
+    value_rmse,
+    zero_std_groups,
 )
-from mathrl.model import GPT, GPTConfig, ValueHead, gpt_config
+from mathrl.model import GPT, ValueHead, gpt_config
 from mathrl.monitor import StabilityMonitor
-from mathrl.optim import AdamW
+from mathrl.optim import make_optimizer, set_lr
 from mathrl.rewards import RewardSpec, compute_rewards
-from mathrl.tasks import END, VOCAB_SIZE, Task, filter_by_ndigit, read_problems
+from mathrl.settings import RunSettings
+from mathrl.sft import load_policy
+from mathrl.tasks import VOCAB_SIZE, answer_mask, filter_by_ndigit, read_problems, task_of
 
 # metrics.csv columns fixed by DESIGN.md, then our extras.
 METRICS = [
@@ -74,31 +80,8 @@ EXTRAS = [
     "ndigit", "format_rate", "baseline", "entropy_coef", "value_rmse", "explained_variance",
     "skipped", "sample_seconds", "update_seconds",
 ]  # fmt: skip
-# Version of the snapshot layout (2: optimizer state of mathrl.optim.AdamW).
-SNAPSHOT_FORMAT = 2
-
-
-def task_of(cfg: dict, name: str) -> Task:
-    t = cfg["tasks"][name]
-    return Task(op=t["op"], ndigit=t["ndigit"], reverse=t["reverse"])
-
-
-def problems_dir(cfg: dict, task_name: str) -> Path:
-    return Path(cfg["results"]) / "problems" / task_name
-
-
-def sft_checkpoint(cfg: dict, task_name: str) -> Path:
-    return Path(cfg["results"]) / "sft" / task_name / "model.pt"
-
-
-def load_policy(path: Path) -> tuple[GPT, dict]:
-    """A policy from a warm-up checkpoint (written by `mathrl sft`)."""
-    if not Path(path).is_file():
-        raise ConfigError(f"init: checkpoint {path} does not exist (run `mathrl sft` for the task first)")
-    ckpt = snapshot.decode(Path(path).read_bytes(), str(path))
-    model = GPT(GPTConfig(**ckpt["model_config"]))
-    model.load_state_dict(ckpt["model"])
-    return model, ckpt
+# Version of the snapshot layout (3: optimizer state of torch.optim).
+SNAPSHOT_FORMAT = 3
 
 
 class ActorCritic(nn.Module):
@@ -123,56 +106,53 @@ class ActorCritic(nn.Module):
         return logits, self.value_head(hidden)
 
 
-def answer_mask(tokens: torch.Tensor) -> torch.Tensor:
-    """1.0 for answer tokens up to and including the first end token."""
-    is_end = (tokens == END).long()  # (B, L)
-    return ((is_end.cumsum(1) - is_end) == 0).float()
-
-
 class Trainer:
-    """One RL run. `settings` is the fully resolved train block of the run."""
+    """One RL run with its settings (built once, from the validated config)."""
 
-    def __init__(self, cfg: dict, run_id: str, settings: dict, run_dir: Path, d: Dist, experiment: str | None = None):
+    def __init__(self, cfg: dict, run_id: str, settings: RunSettings, run_dir: Path, d: Dist, experiment: str | None = None):
         self.cfg, self.run_id, self.s, self.dir, self.d, self.experiment = cfg, run_id, settings, Path(run_dir), d, experiment
+        self.record = settings.as_dict()  # the settings as summary.json and snapshots record them; resume's schedules read it
         s = settings
-        self.task = task_of(cfg, s["task"])
-        pdir = problems_dir(cfg, s["task"])
-        for split in ("train", "test"):
-            if not (pdir / f"{split}.txt").is_file():
-                raise ConfigError(f"task {s['task']}: {pdir / f'{split}.txt'} is missing (run `mathrl problems` first)")
-        self.train_pairs = read_problems(pdir / "train.txt", self.task)
-        test = read_problems(pdir / "test.txt", self.task)
-        self.test_pairs = test[: s["eval_size"]] if s["eval_size"] else test
+        self.task = task_of(cfg, s.task)
+        files = {split: problems_file(cfg, s.task, split) for split in ("train", "test")}
+        for path in files.values():
+            if not path.is_file():
+                raise ConfigError(f"task {s.task}: {path} is missing (run `mathrl problems` first)")
+        self.train_pairs = read_problems(files["train"], self.task)
+        test = read_problems(files["test"], self.task)
+        self.test_pairs = test[: s.eval_size] if s.eval_size else test
         self.pools: dict[int, torch.Tensor] = {}
 
-        if s["init"] == "random":  # lab 04: RL from a random policy sees only zero rewards
-            torch.manual_seed(s["seed"])
-            policy, self.init_meta = GPT(gpt_config(cfg["sft"][s["task"]]["preset"], VOCAB_SIZE, self.task.seq_len)), {}
+        if s.init == "random":  # lab 04: RL from a random policy sees only zero rewards
+            torch.manual_seed(s.seed)
+            policy, self.init_meta = GPT(gpt_config(cfg["sft"][s.task]["preset"], VOCAB_SIZE, self.task.seq_len)), {}
             self.init_path = "random"
         else:
-            self.init_path = Path(s["init"]) if s["init"] else sft_checkpoint(cfg, s["task"])
+            self.init_path = Path(s.init) if s.init else sft_checkpoint(cfg, s.task)
             policy, self.init_meta = load_policy(self.init_path)
         # What the run started from: a snapshot trained from another checkpoint is not this run.
         self.init_digest = "random" if self.init_path == "random" else hashlib.sha256(Path(self.init_path).read_bytes()).hexdigest()[:16]
         self.model_config = asdict(policy.config)
         self.ref = copy.deepcopy(policy).to(d.device).eval().requires_grad_(False)
-        head = ValueHead(policy.config.n_embd) if s["algorithm"] == "ppo" else None
+        self.estimator = get_estimator(s.algorithm)  # the advantage estimator (mathrl.algorithms)
+        head = ValueHead(policy.config.n_embd) if self.estimator.critic else None
         self.net = ActorCritic(policy, head).to(d.device)
         self.ddp = DDP(self.net, device_ids=[d.device.index] if d.device.type == "cuda" else None) if d.active else self.net
-        self.opt = AdamW(self.net.parameters(), lr=s["lr"], betas=(s["adam_beta1"], s["adam_beta2"]), weight_decay=s["weight_decay"])
+        self.opt = make_optimizer(self.net.parameters(), s.optimizer, lr=s.lr, weight_decay=s.weight_decay,
+                                  betas=(s.adam_beta1, s.adam_beta2), momentum=s.momentum)  # fmt: skip
         self.reward_spec = RewardSpec(
-            kind=s["reward"], format_bonus=s["format_bonus"], digit_weight=s["digit_weight"],
-            invalid_penalty=s["invalid_penalty"], proxy_correct_weight=s["proxy_correct_weight"],
-            proxy_bias_weight=s["proxy_bias_weight"],
+            kind=s.reward, format_bonus=s.format_bonus, digit_weight=s.digit_weight,
+            invalid_penalty=s.invalid_penalty, proxy_correct_weight=s.proxy_correct_weight,
+            proxy_bias_weight=s.proxy_bias_weight,
         )  # fmt: skip
         # Randomness is rank-independent: every rank draws the same global prompts and noise.
-        self.prompt_gen = torch.Generator().manual_seed(s["seed"])
-        self.noise_gen = torch.Generator().manual_seed(s["seed"] + 7919)
-        self.baseline = MovingAverageBaseline(decay=s["baseline_decay"])
-        self.kl_ctl = make_kl_controller(s["kl_controller"], coef=s["kl_coef"], target=s["kl_target"], horizon=s["kl_horizon"])
+        self.prompt_gen = torch.Generator().manual_seed(s.seed)
+        self.noise_gen = torch.Generator().manual_seed(s.seed + 7919)
+        self.baseline = MovingAverageBaseline(decay=s.baseline_decay)
+        self.kl_ctl = make_kl_controller(s.kl_controller, coef=s.kl_coef, target=s.kl_target, horizon=s.kl_horizon)
         self.monitor = StabilityMonitor(
-            entropy_min=s["monitor_entropy_min"], kl_max=s["monitor_kl_max"],
-            reward_swing=s["monitor_reward_swing"], window=s["monitor_window"],
+            entropy_min=s.monitor_entropy_min, kl_max=s.monitor_kl_max,
+            reward_swing=s.monitor_reward_swing, window=s.monitor_window,
         )  # fmt: skip
         self.step_no, self.samples, self.rows, self.status = 0, 0, [], "running"
         self.initial_eval: float | None = None
@@ -184,7 +164,7 @@ class Trainer:
     def state(self) -> dict:
         return {
             "format": SNAPSHOT_FORMAT, "run_id": self.run_id, "step": self.step_no, "samples": self.samples,
-            "settings": self.s, "model_config": self.model_config, "net": self.net.state_dict(),
+            "settings": self.record, "model_config": self.model_config, "net": self.net.state_dict(),
             "opt": self.opt.state_dict(), "prompt_gen": self.prompt_gen.get_state(),
             "noise_gen": self.noise_gen.get_state(), "baseline": self.baseline.state_dict(),
             "kl_ctl": self.kl_ctl.state_dict(), "monitor": self.monitor.state_dict(), "rows": self.rows,
@@ -209,12 +189,12 @@ class Trainer:
                 f"(digest {st.get('init_digest')} vs {self.init_digest}); remove {self.dir} to start over"
             )
         nonfinite = [r["step"] for r in st["rows"] if r.get("skipped")]
-        conflicts = resume.conflicts(st["settings"], self.s, st["step"], self.task.ndigit, nonfinite)
+        conflicts = resume.conflicts(st["settings"], self.record, st["step"], self.task.ndigit, nonfinite)
         if conflicts:
             diff = "; ".join(map(str, conflicts))
             raise snapshot.SnapshotError(f"{where}: snapshot was written with other settings, under which steps up to {st['step']} "
                                          f"would have gone differently ({diff}); remove {self.dir} to start over")  # fmt: skip
-        forget = resume.evaluations_to_forget(st["settings"], self.s, st["step"])  # the old last step's evaluation
+        forget = resume.evaluations_to_forget(st["settings"], self.record, st["step"])  # the old last step's evaluation
         rows = [{**r, "eval_accuracy": math.nan} if r["step"] in forget else r for r in st["rows"]]
         self.net.load_state_dict(st["net"])
         self.opt.load_state_dict(st["opt"])
@@ -225,18 +205,18 @@ class Trainer:
         self.monitor.load_state_dict(st["monitor"])
         self.step_no, self.samples, self.rows = st["step"], st["samples"], rows
         self.initial_eval, self.status = st["initial_eval"], st["status"]
-        if self.status == "complete" and self.step_no < self.s["steps"]:
+        if self.status == "complete" and self.step_no < self.s.steps:
             self.status = "running"  # the same run extended to more steps
 
     # ---------------------------------------------------------------- sampling
     def ndigit_at(self, step: int) -> int:
-        return resume.ndigit_at(self.s, step, self.task.ndigit)
+        return resume.ndigit_at(self.record, step, self.task.ndigit)
 
     def pool(self, nd: int) -> torch.Tensor:
         if nd not in self.pools:
             pairs = self.train_pairs if nd == self.task.ndigit else filter_by_ndigit(self.train_pairs, nd)
             if len(pairs) == 0:
-                raise ConfigError(f"curriculum: no training problems with {nd} digits in {problems_dir(self.cfg, self.s['task'])}")
+                raise ConfigError(f"curriculum: no training problems with {nd} digits in {problems_file(self.cfg, self.s.task, 'train')}")
             self.pools[nd] = pairs
         return self.pools[nd]
 
@@ -244,21 +224,21 @@ class Trainer:
     def draw(self, nd: int) -> dict:
         """Sample this rank's slice of one global batch of rollouts."""
         s, d, task = self.s, self.d, self.task
-        G, L = s["group_size"], task.answer_len
-        n_groups = s["batch_size"] // G
+        G, L = s.group_size, task.answer_len
+        n_groups = s.batch_size // G
         n_local = n_groups // d.world_size
         pool = self.pool(nd)
         idx = torch.randint(len(pool), (n_groups,), generator=self.prompt_gen)
-        noise = torch.rand(s["batch_size"], L, VOCAB_SIZE, generator=self.noise_gen)  # (B_global, L, V)
+        noise = torch.rand(s.batch_size, L, VOCAB_SIZE, generator=self.noise_gen)  # (B_global, L, V)
         lo = d.rank * n_local
         pairs = pool[idx[lo : lo + n_local]].repeat_interleave(G, dim=0)  # (B, 2)
         prompts = task.encode_prompts(pairs[:, 0], pairs[:, 1]).to(d.device)  # (B, P)
         target = task.encode_answers(pairs[:, 0], pairs[:, 1]).to(d.device)  # (B, L)
         u = noise[lo * G : (lo + n_local) * G].to(d.device)
         if self.share_prefix:  # prefill each group's prompt once
-            tokens = self.net.policy.generate(prompts[::G], L, temperature=s["temperature"], noise=u, group_size=G)  # (B, L)
+            tokens = self.net.policy.generate(prompts[::G], L, temperature=s.temperature, noise=u, group_size=G)  # (B, L)
         else:
-            tokens = self.net.policy.generate(prompts, L, temperature=s["temperature"], noise=u)  # (B, L)
+            tokens = self.net.policy.generate(prompts, L, temperature=s.temperature, noise=u)  # (B, L)
         rewards, checks = compute_rewards(self.reward_spec, tokens, target)
         return {"prompts": prompts, "tokens": tokens, "rewards": rewards.float(), **{k: v.float() for k, v in checks.items()}}
 
@@ -267,19 +247,19 @@ class Trainer:
 
         Refill rounds are decided on global counts so that every rank runs the same number
         of rounds (and collectives); each rank then keeps its own informative groups first."""
-        s, G = self.s, self.s["group_size"]
+        s, G = self.s, self.s.group_size
         batch = self.draw(nd)
-        sampled = s["batch_size"]
-        if not s["dynamic_sampling"]:
+        sampled = s.batch_size
+        if not s.dynamic_sampling:
             return batch, sampled
         n_local = len(batch["rewards"]) // G
         parts = [batch]
-        for _ in range(s["dynamic_sampling_rounds"] - 1):
+        for _ in range(s.dynamic_sampling_rounds - 1):
             informative = sum(int((p["rewards"].view(-1, G).std(1, unbiased=False) > 0).sum()) for p in parts)
             if all_sum(self.d, torch.tensor([informative])).item() >= n_local * self.d.world_size:
                 break
             parts.append(self.draw(nd))
-            sampled += s["batch_size"]
+            sampled += s.batch_size
         merged = {k: torch.cat([p[k] for p in parts]) for k in batch}
         group_std = merged["rewards"].view(-1, G).std(1, unbiased=False)
         order = torch.argsort((group_std == 0).long(), stable=True)[:n_local]  # informative groups first
@@ -287,173 +267,172 @@ class Trainer:
         return {k: v[rows] for k, v in merged.items()}, sampled
 
     # ---------------------------------------------------------------- one step
-    def advantages(self, rewards: torch.Tensor, mask: torch.Tensor, old_values) -> tuple[torch.Tensor, torch.Tensor | None, float]:
-        """(B, L) advantages, PPO returns (or None) and the REINFORCE baseline (NaN otherwise)."""
-        s, G, algo = self.s, self.s["group_size"], self.s["algorithm"]
-        baseline, returns = math.nan, None
-        if algo == "reinforce":
-            n = all_sum(self.d, torch.tensor([rewards.sum().item(), float(len(rewards))], dtype=torch.float64))
-            baseline = self.baseline.update(float(n[0] / n[1]))
-            adv = (rewards - baseline)[:, None].expand_as(mask)
-        elif algo in ("grpo", "dapo"):
-            adv = group_advantages(rewards, G)[:, None].expand_as(mask)
-        elif algo == "rloo":
-            adv = rloo_advantages(rewards, G)[:, None].expand_as(mask)
-        else:  # ppo
-            adv, returns = gae_advantages(rewards, old_values, mask, gamma=s["gamma"], lam=s["gae_lambda"])
-        adv = adv * mask
-        if s["adv_norm"]:
-            mean, std = self.global_mean_std(adv, mask)
-            adv = (adv - mean) / (std + 1e-8) * mask
-        if s["adv_clip"] is not None:
-            adv = adv.clamp(-s["adv_clip"], s["adv_clip"])
-        return adv, returns, baseline
+    def answer_outputs(self, net, batch: dict, lo: int, hi: int):
+        """(logits (b, L, V), values (b, L) or None) of `net` that chose the answer tokens of rows lo:hi."""
+        G, P = self.s.group_size, self.task.prompt_len
+        if batch["share"]:
+            return net(batch["uprompts"][lo // G : hi // G], batch["tokens"][lo:hi], G)
+        logits, values = net(batch["inp"][lo:hi])
+        return logits[:, P - 1 :], None if values is None else values[:, P - 1 :]
 
-    def global_mean_std(self, x: torch.Tensor, weight: torch.Tensor) -> tuple[float, float]:
-        t = all_sum(self.d, torch.stack([(x * weight).sum(), (x * x * weight).sum(), weight.sum()]).double().cpu())
-        mean = float(t[0] / t[2])
-        return mean, math.sqrt(max(float(t[1] / t[2]) - mean * mean, 0.0))
-
-    def step(self) -> dict:
-        s, d, G = self.s, self.d, self.s["group_size"]
-        step = self.step_no + 1
-        t0 = time.perf_counter()
+    def rollout(self, step: int) -> dict:
+        """Stage 1: this rank's rollouts of the step, rewarded, with the inputs its forwards take."""
+        s, G = self.s, self.s.group_size
         nd = self.ndigit_at(step)
         batch, sampled = self.collect(nd)
-        t1 = time.perf_counter()
-
-        raw = batch["rewards"]
         tokens = batch["tokens"]
-        mask = answer_mask(tokens)  # (B, L)
-        B, P = len(raw), self.task.prompt_len
-        micro = s["micro_batch_size"] or B
+        micro = s.micro_batch_size or len(tokens)
         # Groups are contiguous rows: with prefix sharing the forwards take each group's prompt
         # once (prompts[::G]) and return outputs at the answer-predicting positions only.
         # Micro-batches must then hold whole groups; otherwise the full-sequence path.
         share = self.share_prefix and micro % G == 0
-        uprompts = batch["prompts"][::G]  # (B/G, P)
-        inp = None if share else torch.cat([batch["prompts"], tokens], dim=1)[:, :-1]  # (B, P+L-1)
+        return {**batch, "mask": answer_mask(tokens), "ndigit": nd, "sampled": sampled, "share": share,
+                "uprompts": batch["prompts"][::G],  # (B/G, P)
+                "inp": None if share else torch.cat([batch["prompts"], tokens], dim=1)[:, :-1]}  # (B, P+L-1)  # fmt: skip
 
-        def answer_outputs(lo: int, hi: int):
-            """(logits (b, L, V), values (b, L) or None) that chose answer tokens of rows lo:hi."""
-            if share:
-                return self.ddp(uprompts[lo // G : hi // G], tokens[lo:hi], G)
-            logits, values = self.ddp(inp[lo:hi])
-            return logits[:, P - 1 :], None if values is None else values[:, P - 1 :]
-        zero_std = (raw.view(-1, G).std(1, unbiased=False) == 0).float().sum()
-        mean_r, std_r = self.global_mean_std(raw, torch.ones_like(raw))
-        rewards = raw
-        if s["reward_norm"]:
-            rewards = (rewards - mean_r) / (std_r + 1e-8)
-        if s["reward_clip"] is not None:
-            rewards = rewards.clamp(-s["reward_clip"], s["reward_clip"])
+    @torch.no_grad()
+    def score(self, batch: dict) -> dict:
+        """Stage 2: rewards shaped, reference and old log-probs, advantages by the registry."""
+        s, d, G = self.s, self.d, self.s.group_size
+        raw, tokens, mask = batch["rewards"], batch["tokens"], batch["mask"]
+        mean_r, std_r = all_mean_std(d, raw, torch.ones_like(raw))
+        rewards = normalize(raw, mean_r, std_r) if s.reward_norm else raw
+        rewards = clip_abs(rewards, s.reward_clip)
+        if self.share_prefix:
+            ref_logits = self.ref.forward_shared(batch["uprompts"], tokens, G)
+        else:
+            ref_logits = self.ref(batch["inp"])[:, self.task.prompt_len - 1 :]
+        old_logp = old_values = None
+        if s.ppo_epochs > 1 or self.estimator.critic:
+            # the training forward's path, so that the first epoch's ratio is exactly 1
+            logits, old_values = self.answer_outputs(self.net, batch, 0, len(raw))
+            old_logp = token_logprobs(logits, tokens)
+        baseline = math.nan
+        if self.estimator.baseline:
+            n = all_sum(d, torch.tensor([rewards.sum().item(), float(len(rewards))], dtype=torch.float64))
+            baseline = self.baseline.update(float(n[0] / n[1]))
+        inputs = AdvantageInputs(rewards, mask, G, old_values, baseline, gamma=s.gamma, lam=s.gae_lambda)
+        adv, returns = self.estimator.fn(inputs)
+        if s.adv_norm:
+            adv = normalize(adv, *all_mean_std(d, adv, mask), mask=mask)
+        return {"mean_r": mean_r, "std_r": std_r, "ref_logp": token_logprobs(ref_logits, tokens), "old_logp": old_logp,
+                "old_values": old_values, "adv": clip_abs(adv, s.adv_clip), "returns": returns, "baseline": baseline,
+                "zero_std": float(zero_std_groups(raw, G))}  # fmt: skip
 
-        with torch.no_grad():
-            ref_logits = self.ref.forward_shared(uprompts, tokens, G) if self.share_prefix else self.ref(inp)[:, P - 1 :]
-            ref_logp = token_logprobs(ref_logits, tokens)  # (B, L)
-            old_logp = old_values = None
-            if s["ppo_epochs"] > 1 or s["algorithm"] == "ppo":
-                # the training forward's path, so that the first epoch's ratio is exactly 1
-                if share:
-                    logits, old_values = self.net(uprompts, tokens, G)
-                else:
-                    logits, values = self.net(inp)
-                    logits, old_values = logits[:, P - 1 :], None if values is None else values[:, P - 1 :]
-                old_logp = token_logprobs(logits, tokens)
-        adv, returns, baseline = self.advantages(rewards, mask, old_values)
+    def coefficients(self, step: int, mask: torch.Tensor) -> dict:
+        """The step's scheduled learning rate, KL and entropy coefficients, clip range and loss divisor."""
+        s = self.s
+        lr = resume.lr_at(self.record, step)  # the schedules of resume.step_plan, which decides what may resume
+        # Loss terms are sums over this rank divided by a global count, so ranks and micro-batches add up.
+        den = float(all_sum(self.d, mask.sum().double().cpu())) if s.loss_agg == "token" else float(s.batch_size)
+        return {"lr": lr, "kl_coef": self.kl_ctl.value, "den": den,
+                "ent_coef": resume.entropy_coef_of(self.record, step),
+                "eps_low": s.clip_eps, "eps_high": s.clip_eps_high if s.clip_eps_high is not None else s.clip_eps}  # fmt: skip
 
-        lr = resume.lr_at(s, step)  # the schedules of resume.step_plan, which decides what may resume
-        for group in self.opt.param_groups:
-            group["lr"] = lr
-        kl_coef = self.kl_ctl.value
-        ent_coef = resume.entropy_coef_of(s, step)
-        den = float(all_sum(d, mask.sum().double().cpu())) if s["loss_agg"] == "token" else float(s["batch_size"])
-        eps_low, eps_high = s["clip_eps"], s["clip_eps_high"] if s["clip_eps_high"] is not None else s["clip_eps"]
-        # Sums over this rank's tokens/sequences, reduced over ranks below.
-        acc = dict.fromkeys(["pg", "ent", "kl", "vloss", "clip", "clip_tokens", "loss_finite"], 0.0)
-        acc["loss_finite"] = 1.0
-        acc_values = []
-        norms, skipped = [], False
-        for epoch in range(s["ppo_epochs"]):
+    def update(self, batch: dict, scored: dict, coefs: dict, step: int) -> dict:
+        """Stage 3: per PPO epoch one optimizer step, accumulated over micro-batches. A
+        non-finite loss or gradient skips it (or stops the run). Returns this rank's sums."""
+        s, d = self.s, self.d
+        B = len(batch["tokens"])
+        micro = s.micro_batch_size or B
+        set_lr(self.opt, coefs["lr"])
+        acc = {"pg": 0.0, "ent": 0.0, "kl": 0.0, "vloss": 0.0, "clip": 0.0, "clip_tokens": 0.0, "loss_finite": 1.0,
+               "values": [], "norms": [], "skipped": False}  # fmt: skip
+        for epoch in range(s.ppo_epochs):
             self.opt.zero_grad(set_to_none=True)
             for lo in range(0, B, micro):
-                sl = slice(lo, lo + micro)
                 sync = lo + micro >= B or not d.active
                 with nullcontext() if sync else self.ddp.no_sync():
-                    logits, values = answer_outputs(lo, lo + micro)  # (b, L, V): the logits that chose each answer token
-                    logp = token_logprobs(logits, tokens[sl])  # (b, L)
-                    old = old_logp[sl] if old_logp is not None else logp.detach()
-                    pg, clipped = clipped_surrogate(logp, old, adv[sl], eps_low, eps_high)
-                    kl = kl_estimate(logp, ref_logp[sl], s["kl_estimator"])
-                    ent = token_entropy(logits)
-                    per_token = pg + kl_coef * kl - ent_coef * ent
-                    m = mask[sl]
-                    if values is not None:
-                        v = values
-                        vl = value_loss(v, old_values[sl], returns[sl], s["value_clip"])
-                        per_token = per_token + s["value_coef"] * vl
-                        acc["vloss"] += float((vl.detach() * m).sum())
-                        if epoch == 0:
-                            acc_values.append(v.detach())
-                    num, _ = aggregate(per_token, m, s["loss_agg"])
-                    loss = num / den * d.world_size
-                    if s["fault_nan_step"] == step:
-                        loss = loss * float("nan")
-                    acc["loss_finite"] = min(acc["loss_finite"], float(torch.isfinite(loss.detach())))
-                    loss.backward()
-                acc["clip"] += float((clipped.float() * m).sum())
-                acc["clip_tokens"] += float(m.sum())
-                if epoch == 0:
-                    acc["pg"] += float(aggregate(pg.detach(), m, s["loss_agg"])[0])
-                    acc["ent"] += float((ent.detach() * m).sum())
-                    acc["kl"] += float((kl.detach() * m).sum())
-            norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(), s["grad_clip"] or math.inf)
-            norms.append(float(norm))
-            finite = math.isfinite(norms[-1]) and all_sum(d, torch.tensor([acc["loss_finite"]])).item() == d.world_size
-            if not finite:
+                    self.micro_batch(batch, scored, coefs, slice(lo, lo + micro), epoch, step, acc)
+            norm = float(torch.nn.utils.clip_grad_norm_(self.net.parameters(), s.grad_clip or math.inf))
+            acc["norms"].append(norm)
+            if not (math.isfinite(norm) and all_sum(d, torch.tensor([acc["loss_finite"]])).item() == d.world_size):
                 self.opt.zero_grad(set_to_none=True)
-                skipped = True
-                msg = f"non-finite loss or gradient (grad norm {norms[-1]}); update skipped"
-                if s["nan_policy"] == "stop":
-                    msg = f"non-finite loss or gradient (grad norm {norms[-1]}); run stopped"
-                    self.status = "stopped_nonfinite"
-                self.monitor.record(step, "nonfinite", norms[-1], msg)
+                acc["skipped"] = True
+                outcome = "update skipped"
+                if s.nan_policy == "stop":
+                    outcome, self.status = "run stopped", "stopped_nonfinite"
+                self.monitor.record(step, "nonfinite", norm, f"non-finite loss or gradient (grad norm {norm}); {outcome}")
                 break
             if epoch == 0:
                 faults.in_step(step, d.rank)  # test-only hooks (no-ops unless their env vars are set)
             self.opt.step()
-        t2 = time.perf_counter()
+        return acc
 
-        # Reduce the step's statistics over ranks in one collective.
-        keys = ["pg", "ent", "kl", "vloss", "clip", "clip_tokens", "tokens", "exact", "format", "zero_std", "groups"]
-        local = [acc["pg"], acc["ent"], acc["kl"], acc["vloss"], acc["clip"], acc["clip_tokens"], float(mask.sum()),
-                 float(batch["exact"].sum()), float(batch["format_ok"].sum()), float(zero_std), float(B // G)]  # fmt: skip
-        tot = dict(zip(keys, all_sum(d, torch.tensor(local, dtype=torch.float64)).tolist()))
-        n_seq = s["batch_size"]
-        entropy, kl_mean = tot["ent"] / tot["tokens"], tot["kl"] / tot["tokens"]
-        value_rmse = ev = math.nan
-        if acc_values:
-            values0 = torch.cat(acc_values)
-            value_rmse = float(((values0 - returns) ** 2 * mask).sum() / mask.sum()) ** 0.5
-            ev = float(explained_variance(values0, returns, mask))
-        self.samples += sampled
-        row = {
-            "step": step, "samples": self.samples, "reward_mean": mean_r, "reward_std": std_r,
-            "accuracy": tot["exact"] / n_seq, "eval_accuracy": math.nan, "entropy": entropy, "kl": kl_mean,
-            "kl_coef": kl_coef, "grad_norm": float(sum(norms) / len(norms)), "policy_loss": tot["pg"] / den,
-            "value_loss": tot["vloss"] / tot["clip_tokens"] if s["algorithm"] == "ppo" else math.nan,
-            "clip_frac": tot["clip"] / tot["clip_tokens"], "frac_zero_std": tot["zero_std"] / tot["groups"], "lr": lr,
-            "ndigit": nd, "format_rate": tot["format"] / n_seq, "baseline": baseline, "entropy_coef": ent_coef,
-            "value_rmse": value_rmse, "explained_variance": ev, "skipped": int(skipped),
-            "sample_seconds": t1 - t0, "update_seconds": t2 - t1,
+    def micro_batch(self, batch: dict, scored: dict, coefs: dict, rows: slice, epoch: int, step: int, acc: dict) -> None:
+        """Forward, loss and backward of some rows; their loss terms added to `acc`. The loss per answer
+        token is surrogate + kl_coef KL - entropy_coef entropy (+ value_coef value loss)."""
+        s, sc = self.s, scored
+        tokens, m = batch["tokens"][rows], batch["mask"][rows]
+        logits, values = self.answer_outputs(self.ddp, batch, rows.start, rows.stop)  # (b, L, V): the logits that chose each answer token
+        logp = token_logprobs(logits, tokens)  # (b, L)
+        old = sc["old_logp"][rows] if sc["old_logp"] is not None else logp.detach()
+        pg, clipped = clipped_surrogate(logp, old, sc["adv"][rows], coefs["eps_low"], coefs["eps_high"])
+        kl = kl_estimate(logp, sc["ref_logp"][rows], s.kl_estimator)
+        ent = token_entropy(logits)
+        per_token = pg + coefs["kl_coef"] * kl - coefs["ent_coef"] * ent
+        if values is not None:
+            vl = value_loss(values, sc["old_values"][rows], sc["returns"][rows], s.value_clip)
+            per_token = per_token + s.value_coef * vl
+            acc["vloss"] += float((vl.detach() * m).sum())
+            if epoch == 0:
+                acc["values"].append(values.detach())
+        num, _ = aggregate(per_token, m, s.loss_agg)
+        loss = num / coefs["den"] * self.d.world_size
+        if s.fault_nan_step == step:
+            loss = loss * float("nan")
+        acc["loss_finite"] = min(acc["loss_finite"], float(torch.isfinite(loss.detach())))
+        loss.backward()
+        acc["clip"] += float((clipped.float() * m).sum())
+        acc["clip_tokens"] += float(m.sum())
+        if epoch == 0:
+            acc["pg"] += float(aggregate(pg.detach(), m, s.loss_agg)[0])
+            acc["ent"] += float((ent.detach() * m).sum())
+            acc["kl"] += float((kl.detach() * m).sum())
+
+    def statistics(self, step: int, batch: dict, scored: dict, coefs: dict, acc: dict) -> dict:
+        """Stage 4: the step's metrics row, its sums reduced over ranks in one collective."""
+        s, G, mask = self.s, self.s.group_size, batch["mask"]
+        local = {"pg": acc["pg"], "ent": acc["ent"], "kl": acc["kl"], "vloss": acc["vloss"], "clip": acc["clip"],
+                 "clip_tokens": acc["clip_tokens"], "tokens": float(mask.sum()), "exact": float(batch["exact"].sum()),
+                 "format": float(batch["format_ok"].sum()), "zero_std": scored["zero_std"], "groups": float(len(mask) // G)}  # fmt: skip
+        tot = dict(zip(local, all_sum(self.d, torch.tensor(list(local.values()), dtype=torch.float64)).tolist()))
+        n_seq = s.batch_size
+        rmse = ev = math.nan
+        if acc["values"]:
+            values0 = torch.cat(acc["values"])
+            rmse = value_rmse(values0, scored["returns"], mask)
+            ev = explained_variance(values0, scored["returns"], mask)
+        return {
+            "step": step, "samples": self.samples + batch["sampled"], "reward_mean": scored["mean_r"],
+            "reward_std": scored["std_r"], "accuracy": tot["exact"] / n_seq, "eval_accuracy": math.nan,
+            "entropy": tot["ent"] / tot["tokens"], "kl": tot["kl"] / tot["tokens"], "kl_coef": coefs["kl_coef"],
+            "grad_norm": float(sum(acc["norms"]) / len(acc["norms"])), "policy_loss": tot["pg"] / coefs["den"],
+            "value_loss": tot["vloss"] / tot["clip_tokens"] if self.estimator.critic else math.nan,
+            "clip_frac": tot["clip"] / tot["clip_tokens"], "frac_zero_std": tot["zero_std"] / tot["groups"], "lr": coefs["lr"],
+            "ndigit": batch["ndigit"], "format_rate": tot["format"] / n_seq, "baseline": scored["baseline"],
+            "entropy_coef": coefs["ent_coef"], "value_rmse": rmse, "explained_variance": ev, "skipped": int(acc["skipped"]),
         }  # fmt: skip
-        if not skipped:
-            self.kl_ctl.update(kl_mean)
-        for alert in self.monitor.check(step, entropy=entropy, kl=kl_mean, reward_mean=mean_r):
+
+    def step(self) -> dict:
+        """One RL step: rollout, score, update, statistics; then the KL controller, monitor and evaluation."""
+        step = self.step_no + 1
+        t0 = time.perf_counter()
+        batch = self.rollout(step)
+        t1 = time.perf_counter()
+        scored = self.score(batch)
+        coefs = self.coefficients(step, batch["mask"])
+        acc = self.update(batch, scored, coefs, step)
+        t2 = time.perf_counter()
+        row = {**self.statistics(step, batch, scored, coefs, acc), "sample_seconds": t1 - t0, "update_seconds": t2 - t1}
+        self.samples = row["samples"]
+        if not acc["skipped"]:
+            self.kl_ctl.update(row["kl"])
+        for alert in self.monitor.check(step, entropy=row["entropy"], kl=row["kl"], reward_mean=row["reward_mean"]):
             self.say(f"alert: step {step}: {alert['message']}")
-        if skipped:
+        if acc["skipped"]:
             self.say(f"alert: step {step}: {self.monitor.alerts[-1]['message']}")
-        if resume.evaluated_at(s, step) or self.status != "running":
+        if resume.evaluated_at(self.record, step) or self.status != "running":
             row["eval_accuracy"] = self.evaluate()
         row["seconds"] = time.perf_counter() - t0
         self.step_no = step
@@ -500,18 +479,18 @@ class Trainer:
         if d.is_main and sys.stderr.isatty():
             from tqdm import tqdm
 
-            progress = tqdm(total=s["steps"], initial=self.step_no, desc=self.run_id, leave=False)
-        while self.step_no < s["steps"] and self.status == "running":
+            progress = tqdm(total=s.steps, initial=self.step_no, desc=self.run_id, leave=False)
+        while self.step_no < s.steps and self.status == "running":
             row = self.step()
             step = row["step"]
             if progress is not None:
                 progress.update(1)
             if wandb_run is not None:
                 wandb_run.log({f"train/{k}": v for k, v in row.items()}, step=step)
-            if step % s["log_every"] == 0 or step == 1 or step == s["steps"]:
-                self.say(console_line(row, s["steps"]))
-            if d.is_main and (step % s["snapshot_every"] == 0 or step == s["steps"] or self.status != "running"):
-                if self.status == "running" and step == s["steps"]:
+            if step % s.log_every == 0 or step == 1 or step == s.steps:
+                self.say(console_line(row, s.steps))
+            if d.is_main and (step % s.snapshot_every == 0 or step == s.steps or self.status != "running"):
+                if self.status == "running" and step == s.steps:
                     self.status = "complete"
                 snapshot.save(snap_path, self.state())
         if self.status == "running":
@@ -523,11 +502,11 @@ class Trainer:
         summary = self.summary()
         if d.is_main:
             write_metrics(self.dir / "metrics.csv", self.rows)
-            snapshot.atomic_write_bytes(self.dir / "summary.json", (json.dumps(summary, indent=2, default=str) + "\n").encode())
+            atomic_write(self.dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
         return summary
 
     def start_wandb(self):
-        if not (self.s["wandb"] and self.d.is_main):
+        if not (self.s.wandb and self.d.is_main):
             return None
         try:
             import os
@@ -536,7 +515,7 @@ class Trainer:
         except ImportError:
             raise ConfigError("wandb: true needs the wandb package (pip install -e '.[wandb]')") from None
         os.environ.setdefault("WANDB_MODE", "offline")
-        return wandb.init(project="mathrl", name=self.run_id, config=self.s, dir=str(self.dir))
+        return wandb.init(project="mathrl", name=self.run_id, config=self.s.as_dict(), dir=str(self.dir))
 
     def summary(self) -> dict:
         evals = [(r["step"], r["eval_accuracy"]) for r in self.rows if not math.isnan(r["eval_accuracy"])]
@@ -544,25 +523,20 @@ class Trainer:
         last = self.rows[-1] if self.rows else {}
         s = self.s
         return {
-            "run_id": self.run_id, "experiment": self.experiment, "task": s["task"], "algorithm": s["algorithm"],
-            "batch_size": s["batch_size"], "lr": s["lr"], "kl_coef": s["kl_coef"], "seed": s["seed"],
-            "config": {**s, "task_config": self.cfg["tasks"][s["task"]], "model": self.model_config,
-                       "init": str(self.init_path), "world_size": self.d.world_size, "device": str(self.d.device)},
+            "run_id": self.run_id, "experiment": self.experiment, "task": s.task, "algorithm": s.algorithm,
+            "batch_size": s.batch_size, "lr": s.lr, "kl_coef": s.kl_coef, "seed": s.seed,
+            "config": s.as_dict(),  # the run's complete settings (RunSettings), as the tables read them
+            "resolved": {"task_config": self.cfg["tasks"][s.task], "model": self.model_config,
+                         "init": str(self.init_path), "world_size": self.d.world_size, "device": str(self.d.device)},
             "status": self.status,
             "initial": {"eval_accuracy": self.initial_eval},
             "final": {**last, "eval_accuracy": evals[-1][1] if evals else math.nan},
             "best": {"step": best[0], "eval_accuracy": best[1]},
             "steps_done": self.step_no,
             "wall_seconds": sum(r["seconds"] for r in self.rows),
-            "versions": versions(),
+            "versions": mathrl.versions(),
             "alerts": self.monitor.alerts,
         }  # fmt: skip
-
-
-def versions() -> dict:
-    import numpy
-
-    return {"mathrl": mathrl.__version__, "python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__}
 
 
 def write_metrics(path: Path, rows: list[dict]) -> None:
@@ -574,4 +548,4 @@ def write_metrics(path: Path, rows: list[dict]) -> None:
     writer.writeheader()
     for row in rows:
         writer.writerow({k: row.get(k, math.nan) for k in METRICS + EXTRAS})
-    snapshot.atomic_write_bytes(path, buf.getvalue().encode())
+    atomic_write(path, buf.getvalue())

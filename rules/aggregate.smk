@@ -4,18 +4,18 @@ rule aggregate:
         unpack(get_aggregate_inputs),
     output:
         report(
-            directory(results("tables")),
+            directory(outputs("aggregate")["tables"]),
             patterns=["{name}.csv"],
             caption="../report/captions/tables.rst",
             category=get_report_section,
             subcategory="Tables",
             labels={"table": "{name}"},
         ),
-        complete=TABLES_COMPLETE,
+        complete=outputs("aggregate")["complete"],
     log:
-        results("logs/aggregate.log"),
+        log_of("aggregate"),
     benchmark:
-        results("benchmarks/aggregate/aggregate.tsv")
+        benchmark_of("aggregate")
     conda:
         "envs/mathrl.yaml"
     threads: PIPELINE["threads_other"]
@@ -27,4 +27,4 @@ rule aggregate:
         config=CONFIG_FILE,
         py=PY,
     shell:
-        "{params.py:q} -m mathrl aggregate --config {params.config:q} > {log:q} 2>&1"
+        mathrl_shell("aggregate")

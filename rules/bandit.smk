@@ -1,11 +1,11 @@
 rule bandit:
     """One of lab 04's bandit studies: every setting and seed."""
     output:
-        metrics=results("bandit/{study}/metrics.csv"),
+        **outputs("bandit"),
     log:
-        results("logs/bandit/{study}.log"),
+        log_of("bandit"),
     benchmark:
-        results("benchmarks/bandit/{study}.tsv")
+        benchmark_of("bandit")
     conda:
         "envs/mathrl.yaml"
     threads: PIPELINE["threads_other"]
@@ -17,5 +17,4 @@ rule bandit:
         config=CONFIG_FILE,
         py=PY,
     shell:
-        "{params.py:q} -m mathrl bandit --config {params.config:q}"
-        " --study {wildcards.study} --out {output.metrics:q} > {log:q} 2>&1"
+        mathrl_shell("bandit")

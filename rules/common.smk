@@ -8,7 +8,6 @@ import re
 import shlex
 import shutil
 import sys
-import tempfile
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -19,6 +18,8 @@ from snakemake.utils import min_version, update_config, validate
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 import mathrl.config
+from mathrl import layout
+from mathrl.atomic import atomic_write
 from mathrl.config import ConfigError, config_hash
 
 min_version("8.0")
@@ -66,13 +67,7 @@ def write_config_file(cfg: dict) -> Path:
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     path = Path(".snakemake", "mathrl", f"config-{digest}.yaml")
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(
-            "w", dir=path.parent, suffix=".tmp", delete=False
-        ) as fh:
-            fh.write(text)
-        os.chmod(fh.name, 0o644)  # NamedTemporaryFile makes it private
-        os.replace(fh.name, path)
+        atomic_write(path, text)
     return path
 
 
@@ -100,6 +95,27 @@ RUNS = mathrl.config.expand_runs(CFG)
 def results(path: str) -> str:
     """A path under the configured results directory."""
     return os.path.join(RESULTS, path)
+
+
+# ---- the stages: outputs, logs, benchmarks and commands from mathrl.layout ---------------
+def outputs(stage: str) -> dict:
+    """The rule's named outputs (patterns under the results directory)."""
+    return {
+        name: results(pattern) for name, pattern in layout.STAGES[stage].outputs.items()
+    }
+
+
+def log_of(stage: str) -> str:
+    return results(layout.STAGES[stage].log)
+
+
+def benchmark_of(stage: str) -> str:
+    return results(layout.STAGES[stage].benchmark)
+
+
+def mathrl_shell(stage: str) -> str:
+    """`mathrl <command> --config <the config file> <args> > <log>`: a rule's whole command."""
+    return layout.snakemake_shell(stage)
 
 
 class LaunchSetting:
@@ -173,13 +189,13 @@ def bandit_studies() -> tuple:
 
 def problem_files(task: str) -> dict:
     return {
-        "train": results(f"problems/{task}/train.txt"),
-        "test": results(f"problems/{task}/test.txt"),
+        split: results(layout.PROBLEMS.format(task=task, split=split))
+        for split in ("train", "test")
     }
 
 
 def sft_checkpoint(task: str) -> str:
-    return results(f"sft/{task}/model.pt")
+    return results(layout.SFT_MODEL.format(task=task))
 
 
 def get_sft_inputs(wildcards):
@@ -204,22 +220,18 @@ def get_gradvar_inputs(wildcards):
     return {**problem_files(wildcards.task), "init": sft_checkpoint(wildcards.task)}
 
 
-def run_outputs(name: str) -> list:
-    """`name` (summary.json or metrics.csv) of every run."""
-    return [results(f"runs/{run_id}/{name}") for run_id in RUNS]
+def run_outputs(pattern: str) -> list:
+    """`pattern` (layout.RUN_SUMMARY or RUN_METRICS) of every run."""
+    return [results(pattern.format(run_id=run_id)) for run_id in RUNS]
 
 
 def bandit_outputs() -> list:
-    return [results(f"bandit/{study}/metrics.csv") for study in bandit_studies()]
-
-
-def gradvar_outputs() -> list:
-    return [results(f"gradvar/{task}.json") for task in CFG["gradvar"]["tasks"]]
+    return [results(layout.BANDIT.format(study=study)) for study in bandit_studies()]
 
 
 def get_runs_targets(wildcards):
     """Target `runs`: every RL run and every bandit study."""
-    return run_outputs("summary.json") + bandit_outputs()
+    return run_outputs(layout.RUN_SUMMARY) + bandit_outputs()
 
 
 def get_aggregate_inputs(wildcards):
@@ -227,11 +239,6 @@ def get_aggregate_inputs(wildcards):
     from mathrl.results import aggregate_inputs
 
     return aggregate_inputs(CFG)
-
-
-# Written by `mathrl aggregate` only when no input was missing: figures and report need it,
-# so tables made by hand before the runs existed are redone (mathrl.results.complete_marker).
-TABLES_COMPLETE = results("tables.complete")
 
 
 # ---- params rerun triggers: the hash of the settings a job's output depends on ----------

@@ -1,11 +1,11 @@
 rule figures:
     """The report's figures, one PNG each, from the tables."""
     input:
-        tables=results("tables"),
-        complete=TABLES_COMPLETE,
+        tables=outputs("aggregate")["tables"],
+        complete=outputs("aggregate")["complete"],
     output:
         report(
-            directory(results("figures")),
+            directory(outputs("figures")["figures"]),
             patterns=["{name}.png"],
             caption="../report/captions/figures.rst",
             category=get_report_section,
@@ -13,9 +13,9 @@ rule figures:
             labels={"figure": "{name}"},
         ),
     log:
-        results("logs/figures.log"),
+        log_of("figures"),
     benchmark:
-        results("benchmarks/figures/figures.tsv")
+        benchmark_of("figures")
     conda:
         "envs/mathrl.yaml"
     threads: PIPELINE["threads_other"]
@@ -27,4 +27,4 @@ rule figures:
         config=CONFIG_FILE,
         py=PY,
     shell:
-        "{params.py:q} -m mathrl figures --config {params.config:q} > {log:q} 2>&1"
+        mathrl_shell("figures")

@@ -4,11 +4,11 @@ rule gradvar:
     input:
         unpack(get_gradvar_inputs),
     output:
-        json=results("gradvar/{task}.json"),
+        **outputs("gradvar"),
     log:
-        results("logs/gradvar/{task}.log"),
+        log_of("gradvar"),
     benchmark:
-        results("benchmarks/gradvar/{task}.tsv")
+        benchmark_of("gradvar")
     conda:
         "envs/mathrl.yaml"
     threads: PIPELINE["threads_other"]
@@ -20,5 +20,4 @@ rule gradvar:
         config=CONFIG_FILE,
         py=PY,
     shell:
-        "{params.py:q} -m mathrl gradvar --config {params.config:q}"
-        " --task {wildcards.task} --out {output.json:q} > {log:q} 2>&1"
+        mathrl_shell("gradvar")

@@ -1,13 +1,11 @@
 rule problems:
     """The seeded train and held-out test problem sets of a task."""
     output:
-        train=results("problems/{task}/train.txt"),
-        test=results("problems/{task}/test.txt"),
-        meta=results("problems/{task}/meta.json"),
+        **outputs("problems"),
     log:
-        results("logs/problems/{task}.log"),
+        log_of("problems"),
     benchmark:
-        results("benchmarks/problems/{task}.tsv")
+        benchmark_of("problems")
     conda:
         "envs/mathrl.yaml"
     threads: PIPELINE["threads_other"]
@@ -19,5 +17,4 @@ rule problems:
         config=CONFIG_FILE,
         py=PY,
     shell:
-        "{params.py:q} -m mathrl problems --config {params.config:q}"
-        " --task {wildcards.task} > {log:q} 2>&1"
+        mathrl_shell("problems")

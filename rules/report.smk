@@ -2,19 +2,19 @@ rule report:
     """The self-contained HTML report: every table and figure, and each stage's wall time
     (from the benchmarks)."""
     input:
-        tables=results("tables"),
-        figures=results("figures"),
-        complete=TABLES_COMPLETE,
+        tables=outputs("aggregate")["tables"],
+        figures=outputs("figures")["figures"],
+        complete=outputs("aggregate")["complete"],
     output:
         report(
-            results("report.html"),
+            outputs("report")["report"],
             caption="../report/captions/report.rst",
             category="Report",
         ),
     log:
-        results("logs/report.log"),
+        log_of("report"),
     benchmark:
-        results("benchmarks/report/report.tsv")
+        benchmark_of("report")
     conda:
         "envs/mathrl.yaml"
     threads: PIPELINE["threads_other"]
@@ -26,4 +26,4 @@ rule report:
         config=CONFIG_FILE,
         py=PY,
     shell:
-        "{params.py:q} -m mathrl report --config {params.config:q} > {log:q} 2>&1"
+        mathrl_shell("report")

@@ -3,12 +3,11 @@ rule sft:
     input:
         unpack(get_sft_inputs),
     output:
-        model=results("sft/{task}/model.pt"),
-        summary=results("sft/{task}/summary.json"),
+        **outputs("sft"),
     log:
-        results("logs/sft/{task}.log"),
+        log_of("sft"),
     benchmark:
-        results("benchmarks/sft/{task}.tsv")
+        benchmark_of("sft")
     conda:
         "envs/mathrl.yaml"
     threads: PIPELINE["threads_sft"]
@@ -21,5 +20,4 @@ rule sft:
         config=CONFIG_FILE,
         py=PY,
     shell:
-        "{params.py:q} -m mathrl sft --config {params.config:q}"
-        " --task {wildcards.task} > {log:q} 2>&1"
+        mathrl_shell("sft")

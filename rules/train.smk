@@ -8,12 +8,11 @@ rule train:
     input:
         unpack(get_run_inputs),
     output:
-        metrics=results("runs/{run_id}/metrics.csv"),
-        summary=results("runs/{run_id}/summary.json"),
+        **outputs("train"),
     log:
-        results("logs/train/{run_id}.log"),
+        log_of("train"),
     benchmark:
-        results("benchmarks/train/{run_id}.tsv")
+        benchmark_of("train")
     conda:
         "envs/mathrl.yaml"
     threads: PIPELINE["threads_per_run"]
@@ -28,6 +27,4 @@ rule train:
         torchrun=LaunchSetting(PIPELINE["torchrun"]),
         fork_server=LaunchSetting("auto" if PIPELINE["fork_server"] else "off"),
     shell:
-        "{params.py:q} -m mathrl launch --gpus {resources.gpu} --threads {threads} --torchrun {params.torchrun:q}"
-        " --fork-server {params.fork_server:q}"
-        " -- --config {params.config:q} --experiment-run {wildcards.run_id} --on-mismatch restart > {log:q} 2>&1"
+        mathrl_shell("train")

@@ -1,16 +1,28 @@
-"""Shared fixtures: a tiny configuration and a warmed-up tiny task, built once per session."""
+"""Shared fixtures and helpers: a tiny configuration and a warmed-up tiny task, built once
+per session; running Snakemake on the repository's Snakefile (test_pipeline, the fault
+tests); the fault tests' processes, run directories and metrics (tests/test_faults_*.py)."""
 
 from __future__ import annotations
 
 import copy
 import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+SNAKEFILE = ROOT / "Snakefile"
+DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
+PY = sys.executable
 
 TINY = {
     "standalone": True,  # a whole configuration, not layered over config/config.yaml
@@ -69,3 +81,185 @@ def run_env(warm, tmp_path) -> dict:
     cfg["results"] = str(tmp_path / "results")
     shutil.copytree(warm["results"], cfg["results"])
     return {"config": write_config(tmp_path / "config.yaml", cfg), "results": Path(cfg["results"]), "cfg": cfg}
+
+
+# --- Snakemake on the repository's Snakefile (test_pipeline, the fault tests) --------------
+
+
+def snakemake(workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`snakemake -s Snakefile --directory workdir ARGS`, output and errors together."""
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(workdir), *args]
+    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+
+
+def planned_runs(output: str) -> set[str]:
+    """Run ids of the train jobs a Snakemake log (dry run or real) lists."""
+    return set(re.findall(r"^\s*wildcards: run_id=(\S+)", output, re.M))
+
+
+def tiny_config(workdir: Path, experiments: dict | None = None) -> Path:
+    """conftest's TINY at pipeline scale: a 20-step warm-up (its accuracy does not matter
+    here), short bandit studies and gradient probe, CPU jobs; results under workdir."""
+    cfg = copy.deepcopy(TINY)
+    cfg["results"] = "results"  # relative: under --directory workdir
+    cfg["sft"]["add"].update(max_steps=20, eval_every=10)
+    cfg["bandit"] = {"steps": 10, "seeds": [0]}
+    cfg["gradvar"] = {"batch_sizes": [8, 16], "num_samples": 2, "group_size": 4, "accumulation": [16, 8]}
+    cfg["pipeline"] = {"gpus_per_run": 0, "gpus_sft": 0}
+    # Run a takes its steps from `train`, run b pins its own: a change of train.steps
+    # touches a only.
+    cfg["experiments"] = experiments or {"tiny": {"variants": {"a": {}, "b": {"steps": 4}}, "seeds": [0]}}
+    path = workdir / "tiny.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def finished_runs(log: str) -> set[str]:
+    """Run ids of the train jobs a Snakemake log reports finished (recorded as complete)."""
+    run_of_job = dict(re.findall(r"^\s*jobid: (\d+)\n(?:\s+\w+: .*\n)*?\s*wildcards: run_id=(\S+)", log, re.M))
+    return {run_of_job[j] for j in re.findall(r"Finished job(?:id)?:? (\d+)", log) if j in run_of_job}
+
+
+# --- the fault tests: processes, run directories, metrics -----------------------------------
+
+VOLATILE = ["seconds", "sample_seconds", "update_seconds"]  # wall-clock columns
+# Every step snapshotted, so a kill in step 3 has a complete snapshot of step 2 behind it.
+KILL_SETTINGS = ["steps=4", "snapshot_every=1", "reward=shaped"]
+
+
+
+def child_env(**extra: str) -> dict:
+    """The environment of a command under test: one thread, no fault hook unless given."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MATHRL_FAULT_", "TORCHELASTIC_"))}
+    return {**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **extra}
+
+
+def train_cmd(env: dict, run_id: str, *settings: str) -> list[str]:
+    return [PY, "-m", "mathrl", "train", "--config", str(env["config"]), "--run-id", run_id, "--threads", "1", *settings]
+
+
+def torchrun_cmd(env: dict, run_id: str, *settings: str, extra: tuple = ()) -> list[str]:
+    return [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *extra,
+            "-m", "mathrl", "train", "--config", str(env["config"]), "--run-id", run_id, *settings]  # fmt: skip
+
+
+def run(cmd: list[str], timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+    kw.setdefault("env", child_env())
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def run_dir(env: dict, run_id: str) -> Path:
+    return env["results"] / "runs" / run_id
+
+
+def metrics(directory: Path) -> pd.DataFrame:
+    return pd.read_csv(directory / "metrics.csv").drop(columns=VOLATILE)
+
+
+def snapshot_files(directory: Path) -> dict[str, bytes]:
+    """Every snapshot-related file of a run directory (temporary ones included) by name."""
+    return {p.name: p.read_bytes() for p in sorted(directory.glob("*snapshot*"))}
+
+
+class Background:
+    """Commands started in the background, output to a file, killed (group) at teardown."""
+
+    def __init__(self):
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, cmd: list[str], log: Path, env: dict, cwd: Path | None = None, err: Path | None = None) -> subprocess.Popen:
+        """Start `cmd` in a session of its own: stdout to `log`, stderr to `err` (or `log`)."""
+        out = open(log, "w")
+        errors = open(err, "w") if err else subprocess.STDOUT
+        try:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=errors, env=env, cwd=cwd, start_new_session=True)
+        finally:
+            out.close()
+            if err:
+                errors.close()
+        self.procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture
+def background():
+    bg = Background()
+    yield bg
+    bg.close()
+
+
+def wait_for(proc: subprocess.Popen, log: Path, pattern: str, timeout: float = 180, until=None) -> re.Match:
+    """The first match of `pattern` in the growing file `log` (and `until()` true)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = log.read_text() if log.exists() else ""
+        m = re.search(pattern, text)
+        if m and (until is None or until()):
+            return m
+        assert proc.poll() is None, f"exited with {proc.returncode} before {pattern!r}:\n{text[-4000:]}"
+        assert time.monotonic() < deadline, f"no {pattern!r} in {timeout}s:\n{text[-4000:]}"
+        time.sleep(0.05)
+
+
+def gone(pid: int, timeout: float = 30) -> bool:
+    """Whether process `pid` has ended (a zombie counts) within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# --- the fault tests: one warm-up per session ------------------------------------------
+
+
+def tiny_cfg(results: Path) -> dict:
+    """conftest's TINY with test_pipeline's 20-step warm-up (same files as its tiny_config)."""
+    cfg = copy.deepcopy(TINY)
+    cfg["results"] = str(results)
+    cfg["sft"]["add"].update(max_steps=20, eval_every=10)
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def tree(tmp_path_factory) -> Path:
+    """The add task's problem sets and a 20-step warm-up checkpoint, built once per session: a results tree."""
+    from mathrl.cli import main
+
+    base = tmp_path_factory.mktemp("faults_tree")
+    path = write_config(base / "config.yaml", tiny_cfg(base / "results"))
+    assert main(["problems", "--config", str(path), "--task", "add"]) == 0
+    assert main(["sft", "--config", str(path), "--task", "add"]) == 0
+    return base / "results"
+
+
+def copy_tree(tree: Path, where: Path, **changes) -> dict:
+    """A private copy of the warmed-up tree and its config (with `changes` at the top level)."""
+    cfg = {**tiny_cfg(where / "results"), **changes}
+    shutil.copytree(tree, where / "results")
+    return {"config": write_config(where / "config.yaml", cfg), "results": where / "results", "cfg": cfg, "dir": where}
+
+
+@pytest.fixture
+def env(tree, tmp_path) -> dict:
+    return copy_tree(tree, tmp_path)
+
+
+@pytest.fixture(scope="session")
+def reference(tree, tmp_path_factory) -> pd.DataFrame:
+    """metrics.csv of an uninterrupted single-process run with KILL_SETTINGS."""
+    e = copy_tree(tree, tmp_path_factory.mktemp("reference"))
+    done = run(train_cmd(e, "r", *KILL_SETTINGS))
+    assert done.returncode == 0, done.stderr
+    return metrics(run_dir(e, "r"))

@@ -137,6 +137,7 @@ def test_rloo_advantages():
 def test_frac_zero_std():
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
     close(L.frac_zero_std(rewards, 4), 0.5)
+    close(L.zero_std_groups(rewards, 4), 1.0)
     close(
         L.frac_zero_std(torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0]), 2), 2 / 3
     )  # [1,1] [0,1] [0,0]
@@ -168,10 +169,10 @@ def test_gae_discounting_by_hand():
 
 
 def test_normalize_and_clip_abs():
-    close(L.normalize(torch.tensor([1.0, 3.0])), [-1.0, 1.0])  # mean 2, population std 1
-    assert (L.normalize(torch.tensor([4.0, 4.0])) == 0).all()
+    close(L.normalize(torch.tensor([1.0, 3.0]), 2.0, 1.0), [-1.0, 1.0])  # mean 2, population std 1
+    assert (L.normalize(torch.tensor([4.0, 4.0]), 4.0, 0.0) == 0).all()  # constant input: 0, not NaN
     x, mask = torch.tensor([1.0, 3.0, 100.0]), torch.tensor([1, 1, 0])
-    close(L.normalize(x, mask=mask), [-1.0, 1.0, 0.0])
+    close(L.normalize(x, 2.0, 1.0, mask=mask), [-1.0, 1.0, 0.0])
     close(L.clip_abs(torch.tensor([-3.0, 0.5, 2.0]), 1.0), [-1.0, 0.5, 1.0])
     close(L.clip_abs(torch.tensor([-3.0, 2.0]), None), [-3.0, 2.0])
 

@@ -9,9 +9,7 @@ is then absent and the `--configfile` given is the whole config).
 
 from __future__ import annotations
 
-import copy
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -21,43 +19,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import TINY
+from conftest import SNAKEFILE, finished_runs, planned_runs, snakemake, tiny_config
 
 from mathrl.config import expand_runs, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
-SNAKEFILE = ROOT / "Snakefile"
 DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
-
-
-def snakemake(workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`snakemake -s Snakefile --directory workdir ARGS`, output and errors together."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(workdir), *args]
-    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
-
-
-def planned_runs(output: str) -> set[str]:
-    """Run ids of the train jobs a Snakemake log (dry run or real) lists."""
-    return set(re.findall(r"^\s*wildcards: run_id=(\S+)", output, re.M))
-
-
-def tiny_config(workdir: Path, experiments: dict | None = None) -> Path:
-    """conftest's TINY at pipeline scale: a 20-step warm-up (its accuracy does not matter
-    here), short bandit studies and gradient probe, CPU jobs; results under workdir."""
-    cfg = copy.deepcopy(TINY)
-    cfg["results"] = "results"  # relative: under --directory workdir
-    cfg["sft"]["add"].update(max_steps=20, eval_every=10)
-    cfg["bandit"] = {"steps": 10, "seeds": [0]}
-    cfg["gradvar"] = {"batch_sizes": [8, 16], "num_samples": 2, "group_size": 4, "accumulation": [16, 8]}
-    cfg["pipeline"] = {"gpus_per_run": 0, "gpus_sft": 0}
-    # Run a takes its steps from `train`, run b pins its own: a change of train.steps
-    # touches a only.
-    cfg["experiments"] = experiments or {"tiny": {"variants": {"a": {}, "b": {"steps": 4}}, "seeds": [0]}}
-    path = workdir / "tiny.yaml"
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    return path
 
 
 # --- static checks -------------------------------------------------------------------------
@@ -177,12 +144,6 @@ def test_a_finished_grid_has_nothing_to_do_and_a_changed_setting_reruns_only_its
     moved = snakemake(workdir, "-n", "runs", "--configfile", tiny, "--config",
                       "pipeline={threads_per_run: 2, mem_mb_per_run: 1000, torchrun: always, fork_server: false}")  # fmt: skip
     assert moved.returncode == 0 and "Nothing to be done" in moved.stdout + moved.stderr
-
-
-def finished_runs(log: str) -> set[str]:
-    """Run ids of the train jobs a Snakemake log reports finished (recorded as complete)."""
-    run_of_job = dict(re.findall(r"^\s*jobid: (\d+)\n(?:\s+\w+: .*\n)*?\s*wildcards: run_id=(\S+)", log, re.M))
-    return {run_of_job[j] for j in re.findall(r"Finished job(?:id)?:? (\d+)", log) if j in run_of_job}
 
 
 @pytest.mark.slow

@@ -153,7 +153,7 @@ def test_two_process_ddp_equals_one_process(run_env):
     a, b = (metrics(run_env, r).drop(columns=VOLATILE) for r in ("one", "two"))
     pd.testing.assert_frame_equal(a, b, rtol=1e-4, atol=1e-6)
     assert_same_weights(weights(run_env, "one"), weights(run_env, "two"))
-    assert summary(run_env, "two")["config"]["world_size"] == 2
+    assert summary(run_env, "two")["resolved"]["world_size"] == 2
     assert "Step 3/3" in two.stdout and two.stdout.count("Step 3/3") == 1  # only rank 0 prints
 
 

@@ -1,0 +1,118 @@
+"""The RL algorithms by name: advantage estimators as pure functions in a registry.
+
+In the spirit of verl's `core_algos.py`: `train.algorithm` names an estimator here, and
+the trainer looks it up and calls it; no other line of the trainer depends on which
+algorithm runs. An estimator takes the step's `AdvantageInputs` and returns per-token
+advantages (B, T), 0 outside the mask, and the value targets (B, T) if it trains a critic
+(else None). Its registration says what it needs from the trainer:
+
+- `critic=True`: a value head on the policy; `inputs.values` holds the rollout's values
+  and the returned targets train it (PPO);
+- `baseline=True`: `inputs.baseline` holds the moving-average baseline, which the trainer
+  updates with this batch's mean reward just before the call (REINFORCE).
+
+Losses, KL estimators and the aggregation of per-token terms are pure functions in
+`mathrl.losses`, which these estimators are built from.
+
+Adding an algorithm: a function here under `@estimator("name")`, and the name in the
+schema's `&algorithms` list (config/config.schema.yaml; a test checks the two agree).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from mathrl.losses import baseline_advantages, gae_advantages, group_advantages, rloo_advantages
+
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """What an estimator may read. Shapes: B rollouts, T answer tokens."""
+
+    rewards: torch.Tensor  # (B,) one per rollout; groups of group_size consecutive rows share a prompt
+    mask: torch.Tensor  # (B, T) 1.0 on answer tokens up to and including the end token
+    group_size: int
+    values: torch.Tensor | None = None  # (B, T) the rollout's values (critic estimators only)
+    baseline: float = math.nan  # the moving-average baseline (baseline estimators only)
+    gamma: float = 1.0  # discount over answer tokens (GAE)
+    lam: float = 1.0  # GAE lambda
+
+
+Advantages = tuple[torch.Tensor, torch.Tensor | None]  # (advantages (B, T), value targets (B, T) or None)
+
+
+@dataclass(frozen=True)
+class Estimator:
+    name: str
+    fn: Callable[[AdvantageInputs], Advantages]
+    critic: bool = False
+    baseline: bool = False
+
+
+ESTIMATORS: dict[str, Estimator] = {}
+
+
+def estimator(name: str, *, critic: bool = False, baseline: bool = False):
+    """Register the decorated function as the advantage estimator `name`."""
+
+    def register(fn: Callable[[AdvantageInputs], Advantages]):
+        if name in ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is registered twice")
+        ESTIMATORS[name] = Estimator(name, fn, critic=critic, baseline=baseline)
+        return fn
+
+    return register
+
+
+def get_estimator(name: str) -> Estimator:
+    if name not in ESTIMATORS:
+        raise ValueError(f"algorithm: {name!r} is not allowed; allowed: {', '.join(ESTIMATORS)}")
+    return ESTIMATORS[name]
+
+
+def per_token(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """A per-sequence advantage (B,) on every answer token: (B, T), 0 outside the mask."""
+    return advantages[:, None] * mask
+
+
+@estimator("reinforce", baseline=True)
+def reinforce(x: AdvantageInputs) -> Advantages:
+    """REINFORCE: A = r - b, b the moving average of past batches' mean rewards."""
+    return per_token(baseline_advantages(x.rewards, x.baseline), x.mask), None
+
+
+@estimator("grpo")
+def grpo(x: AdvantageInputs) -> Advantages:
+    """GRPO: each reward against its group, A = (r - mean_g) / (std_g + eps)."""
+    return per_token(group_advantages(x.rewards, x.group_size), x.mask), None
+
+
+# DAPO's advantage is GRPO's; what makes it DAPO is its preset (config: algorithms.dapo):
+# clip-higher, dynamic sampling, token-level loss.
+estimator("dapo")(grpo)
+
+
+@estimator("dr_grpo")
+def dr_grpo(x: AdvantageInputs) -> Advantages:
+    """Dr. GRPO (Liu et al. 2025, arXiv 2503.20783): A = r - mean_g, GRPO without the division
+    by the group's std, which up-weights groups that are nearly all right or all wrong.
+    (Its other half, no per-sequence length normalisation, is `loss_agg: token`.)"""
+    return per_token(group_advantages(x.rewards, x.group_size, scale=False), x.mask), None
+
+
+@estimator("rloo")
+def rloo(x: AdvantageInputs) -> Advantages:
+    """RLOO: A_i = r_i - mean of the other G-1 rewards of the group."""
+    return per_token(rloo_advantages(x.rewards, x.group_size), x.mask), None
+
+
+@estimator("ppo", critic=True)
+def ppo(x: AdvantageInputs) -> Advantages:
+    """PPO: GAE over the answer tokens from the critic's values; returns are its targets."""
+    if x.values is None:
+        raise ValueError("ppo: the advantage needs the rollout's values (a critic)")
+    return gae_advantages(x.rewards, x.values, x.mask, gamma=x.gamma, lam=x.lam)

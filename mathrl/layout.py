@@ -1,0 +1,104 @@
+"""Where every result lives, stated once.
+
+Paths are relative to the configured results directory (`results`, default results/),
+with Snakemake-style {wildcards}. The CLI, the trainer, the Snakemake rules
+(rules/common.smk) and the DVC generator (mathrl.dvcgen) all take them from here, and so
+do the pipeline's stages (`mathrl.stages`). Torch-free: the Snakefile reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+PROBLEMS = "problems/{task}/{split}.txt"  # split: train or test; one problem per line
+PROBLEMS_META = "problems/{task}/meta.json"
+SFT_MODEL = "sft/{task}/model.pt"  # the warm-up checkpoint, every RL run's default start
+SFT_SUMMARY = "sft/{task}/summary.json"
+RUN_DIR = "runs/{run_id}"
+RUN_METRICS = RUN_DIR + "/metrics.csv"
+RUN_SUMMARY = RUN_DIR + "/summary.json"
+RUN_SNAPSHOT = RUN_DIR + "/snapshot.pt"
+GRADVAR = "gradvar/{task}.json"
+BANDIT = "bandit/{study}/metrics.csv"
+TABLES = "tables"
+TABLES_COMPLETE = TABLES + ".complete"  # written only when no table input was missing (results.complete_marker)
+FIGURES = "figures"
+REPORT = "report.html"
+LOGS = "logs"
+BENCHMARKS = "benchmarks"
+
+
+def path(results: str | Path, pattern: str, **wildcards) -> Path:
+    """`pattern` with its wildcards filled, under `results`."""
+    return Path(results) / pattern.format(**wildcards)
+
+
+def problems_file(cfg: dict, task: str, split: str) -> Path:
+    return path(cfg["results"], PROBLEMS, task=task, split=split)
+
+
+def problems_dir(cfg: dict, task: str) -> Path:
+    return problems_file(cfg, task, "train").parent
+
+
+def sft_checkpoint(cfg: dict, task: str) -> Path:
+    return path(cfg["results"], SFT_MODEL, task=task)
+
+
+# ---------------------------------------------------------------------- the stages
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline step, as the Snakemake rule of the same name and the DVC stages run it.
+
+    `command` is the `mathrl` subcommand; `outputs` maps output names to patterns above;
+    `wildcard` is what its jobs differ by (None: one job); `args` follow `--config` with
+    {wildcard} filled in, and `out` names the output a command is told with `--out`."""
+
+    name: str
+    command: str
+    outputs: dict[str, str]
+    wildcard: str | None = None
+    args: str = ""
+    out: str | None = None
+    launched: bool = False  # run through `mathrl launch` (GPU slots, torchrun, the fork server)
+
+    @property
+    def log(self) -> str:
+        return f"{LOGS}/{self.name}/{{{self.wildcard}}}.log" if self.wildcard else f"{LOGS}/{self.name}.log"
+
+    @property
+    def benchmark(self) -> str:
+        return f"{BENCHMARKS}/{self.name}/{{{self.wildcard}}}.tsv" if self.wildcard else f"{BENCHMARKS}/{self.name}/{self.name}.tsv"
+
+
+def _problems(split: str) -> str:
+    return PROBLEMS.replace("{split}", split)
+
+
+STAGES = {stage.name: stage for stage in [
+    Stage("problems", "problems", {"train": _problems("train"), "test": _problems("test"), "meta": PROBLEMS_META}, "task", "--task {task}"),
+    Stage("sft", "sft", {"model": SFT_MODEL, "summary": SFT_SUMMARY}, "task", "--task {task}"),
+    # run by `mathrl launch` (GPU slots, the fork server); a run's snapshot is deliberately no output
+    Stage("train", "train", {"metrics": RUN_METRICS, "summary": RUN_SUMMARY}, "run_id", "--experiment-run {run_id} --on-mismatch restart",
+          launched=True),
+    Stage("gradvar", "gradvar", {"json": GRADVAR}, "task", "--task {task}", out="json"),
+    Stage("bandit", "bandit", {"metrics": BANDIT}, "study", "--study {study}", out="metrics"),
+    Stage("aggregate", "aggregate", {"tables": TABLES, "complete": TABLES_COMPLETE}),
+    Stage("figures", "figures", {"figures": FIGURES}),
+    Stage("report", "report", {"report": REPORT}),
+]}  # fmt: skip
+
+
+def snakemake_shell(stage: str) -> str:
+    """The stage's command in a Snakemake rule's `shell:` syntax: wildcards, outputs, params
+    and the log quoted or constrained (rules/*.smk; tests/test_faults_security.py checks)."""
+    s = STAGES[stage]
+    args = s.args.replace(f"{{{s.wildcard}}}", f"{{wildcards.{s.wildcard}}}") if s.wildcard else s.args
+    if s.out:
+        args += f" --out {{output.{s.out}:q}}"
+    head = f"{{params.py:q}} -m mathrl {s.command}"
+    if s.launched:
+        head = ("{params.py:q} -m mathrl launch --gpus {resources.gpu} --threads {threads} --torchrun {params.torchrun:q}"
+                " --fork-server {params.fork_server:q} --")  # fmt: skip
+    return " ".join(part for part in (head, "--config {params.config:q}", args, "> {log:q} 2>&1") if part)

@@ -1,0 +1,111 @@
+"""`RunSettings`: one RL run's settings, typed and frozen.
+
+A run's settings are built once, from the validated and completed config
+(`config.run_settings` / `config.expand_runs` resolve the train defaults, the algorithm's
+preset and the experiment's own values), by `RunSettings.from_dict`, which refuses a key
+too many or too few. The schema (config/config.schema.yaml, `definitions.train`) stays the
+one place where defaults, ranges and meanings live: `RunSettings.help(name)` is the
+schema's description of a field, and tests check that the fields here are exactly the
+schema's keys with matching types. Every summary.json records `as_dict()` under `config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from mathrl.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    # what is trained, from where, for how long
+    task: str
+    algorithm: str
+    init: str | None
+    steps: int
+    batch_size: int
+    group_size: int
+    micro_batch_size: int
+    # optimizer and learning-rate schedule
+    lr: float
+    lr_schedule: str
+    lr_decay_rate: float
+    lr_decay_every: int
+    lr_min_factor: float
+    warmup_steps: int
+    optimizer: str
+    weight_decay: float
+    adam_beta1: float
+    adam_beta2: float
+    momentum: float
+    grad_clip: float | None
+    # KL penalty and entropy bonus
+    kl_coef: float
+    kl_estimator: str
+    kl_controller: str
+    kl_target: float
+    kl_horizon: int
+    entropy_coef: float
+    entropy_schedule: str
+    entropy_coef_end: float
+    # sampling and reward
+    temperature: float
+    reward: str
+    format_bonus: float
+    digit_weight: float
+    invalid_penalty: float
+    proxy_correct_weight: float
+    proxy_bias_weight: float
+    reward_norm: bool
+    reward_clip: float | None
+    # advantages and the loss
+    adv_norm: bool
+    adv_clip: float | None
+    baseline_decay: float
+    ppo_epochs: int
+    clip_eps: float | None
+    clip_eps_high: float | None
+    value_coef: float
+    value_clip: float | None
+    gae_lambda: float
+    gamma: float
+    dynamic_sampling: bool
+    dynamic_sampling_rounds: int
+    loss_agg: str
+    curriculum_start: int | None
+    curriculum_every: int
+    # evaluation, logging, snapshots, faults, monitor, device
+    eval_every: int
+    eval_size: int
+    log_every: int
+    snapshot_every: int
+    seed: int
+    nan_policy: str
+    fault_nan_step: int | None
+    monitor_entropy_min: float
+    monitor_kl_max: float
+    monitor_reward_swing: float
+    monitor_window: int
+    device: str
+    wandb: bool
+
+    @classmethod
+    def from_dict(cls, settings: dict[str, Any]) -> RunSettings:
+        """From a run's resolved settings (every key of the schema's `train`, no other)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        missing, unknown = sorted(names - set(settings)), sorted(set(settings) - names)
+        if missing or unknown:
+            raise ConfigError(f"run settings: missing {', '.join(missing) or 'none'}; unknown {', '.join(unknown) or 'none'}")
+        return cls(**settings)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def help(name: str) -> str:
+        """The schema's description of setting `name`."""
+        from mathrl.config import load_schema
+
+        return load_schema()["definitions"]["train"]["properties"][name]["description"]

@@ -1,0 +1,62 @@
+"""Fault injection in the report: a non-finite loss shows, a missing run is marked and
+never invented, free text is escaped."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+from conftest import copy_tree, run_dir
+
+from mathrl.cli import main
+
+pytestmark = pytest.mark.faults
+
+
+# --- a non-finite loss, and a missing run, in the report -----------------------------------
+
+DESCRIPTION = "<script>alert('x')</script> & friends"
+
+
+@pytest.fixture(scope="module")
+def reported(tree, tmp_path_factory) -> dict:
+    """An experiment of two runs: `nan` (non-finite loss at step 2) is run, `clean` is not;
+    then `mathrl aggregate` and `mathrl report` on that tree."""
+    experiments = {"fault": {"description": DESCRIPTION, "fixed": {"steps": 3},
+                             "variants": {"nan": {"fault_nan_step": 2}, "clean": {}}, "seeds": [0]}}  # fmt: skip
+    e = copy_tree(tree, tmp_path_factory.mktemp("reported"), experiments=experiments)
+    assert main(["train", "--config", str(e["config"]), "--run", "fault__nan__s0"]) == 0
+    assert main(["aggregate", "--config", str(e["config"])]) == 0
+    assert main(["report", "--config", str(e["config"])]) == 0
+    tables = e["results"] / "tables"
+    return {**e, "runs": pd.read_csv(tables / "runs.csv").set_index("run_id"), "curves": pd.read_csv(tables / "curves.csv"),
+            "alerts": pd.read_csv(tables / "alerts.csv"), "html": (e["results"] / "report.html").read_text()}  # fmt: skip
+
+
+def section(html: str, sid: str) -> str:
+    return re.search(rf'<section id="{sid}">(.*?)</section>', html, re.S)[1]
+
+
+def test_nonfinite_loss_shows_in_the_report(reported):
+    alerts = reported["alerts"]
+    assert alerts[["run_id", "step", "kind"]].values.tolist() == [["fault__nan__s0", 2, "nonfinite"]]
+    assert "nonfinite" in reported["runs"].loc["fault__nan__s0", "alert_kinds"]
+    rows = re.findall(r"<tr>(.*?)</tr>", section(reported["html"], "alerts"), re.S)
+    assert [r for r in rows if "fault__nan__s0" in r and ">nonfinite<" in r and ">2<" in r], rows
+
+
+def test_missing_run_is_marked_and_never_invented(reported):
+    runs, curves, html = reported["runs"], reported["curves"], reported["html"]
+    assert runs.loc["fault__clean__s0", "status"] == "missing" and runs.loc["fault__nan__s0", "status"] == "complete"
+    assert set(curves["run_id"]) == {"fault__nan__s0"} and len(curves) == 3
+    assert not (run_dir(reported, "fault__clean__s0")).exists()  # reading the tree wrote nothing there
+    row = re.search(r'<tr id="run-fault__clean__s0">.*?</tr>', html, re.S)[0]
+    assert '<td class="missing">missing</td>' in row
+    assert "1 run(s) are missing or failed" in html
+
+
+def test_free_text_is_escaped_in_the_report(reported):
+    html = reported["html"]
+    assert "<script" not in html.lower()
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; friends" in html
