@@ -51,18 +51,19 @@ class Estimator:
     fn: Callable[[AdvantageInputs], Advantages]
     critic: bool = False
     baseline: bool = False
+    grouped: bool = False  # compares the rollouts of one prompt: needs group_size >= 2
 
 
 ESTIMATORS: dict[str, Estimator] = {}
 
 
-def estimator(name: str, *, critic: bool = False, baseline: bool = False):
+def estimator(name: str, *, critic: bool = False, baseline: bool = False, grouped: bool = False):
     """Register the decorated function as the advantage estimator `name`."""
 
     def register(fn: Callable[[AdvantageInputs], Advantages]):
         if name in ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is registered twice")
-        ESTIMATORS[name] = Estimator(name, fn, critic=critic, baseline=baseline)
+        ESTIMATORS[name] = Estimator(name, fn, critic=critic, baseline=baseline, grouped=grouped)
         return fn
 
     return register
@@ -85,7 +86,7 @@ def reinforce(x: AdvantageInputs) -> Advantages:
     return per_token(baseline_advantages(x.rewards, x.baseline), x.mask), None
 
 
-@estimator("grpo")
+@estimator("grpo", grouped=True)
 def grpo(x: AdvantageInputs) -> Advantages:
     """GRPO: each reward against its group, A = (r - mean_g) / (std_g + eps)."""
     return per_token(group_advantages(x.rewards, x.group_size), x.mask), None
@@ -93,10 +94,10 @@ def grpo(x: AdvantageInputs) -> Advantages:
 
 # DAPO's advantage is GRPO's; what makes it DAPO is its preset (config: algorithms.dapo):
 # clip-higher, dynamic sampling, token-level loss.
-estimator("dapo")(grpo)
+estimator("dapo", grouped=True)(grpo)
 
 
-@estimator("dr_grpo")
+@estimator("dr_grpo", grouped=True)
 def dr_grpo(x: AdvantageInputs) -> Advantages:
     """Dr. GRPO (Liu et al. 2025, arXiv 2503.20783): A = r - mean_g, GRPO without the division
     by the group's std, which up-weights groups that are nearly all right or all wrong.
@@ -104,7 +105,7 @@ def dr_grpo(x: AdvantageInputs) -> Advantages:
     return per_token(group_advantages(x.rewards, x.group_size, scale=False), x.mask), None
 
 
-@estimator("rloo")
+@estimator("rloo", grouped=True)
 def rloo(x: AdvantageInputs) -> Advantages:
     """RLOO: A_i = r_i - mean of the other G-1 rewards of the group."""
     return per_token(rloo_advantages(x.rewards, x.group_size), x.mask), None

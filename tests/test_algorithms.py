@@ -21,6 +21,12 @@ def inputs(rewards, **kw) -> A.AdvantageInputs:
     return A.AdvantageInputs(torch.tensor(rewards), MASK, group_size=2, **kw)
 
 
+def test_the_config_refuses_group_size_1_for_exactly_the_grouped_estimators():
+    from mathrl.config import GROUP_ALGORITHMS
+
+    assert sorted(GROUP_ALGORITHMS) == sorted(name for name, e in A.ESTIMATORS.items() if e.grouped)
+
+
 def test_the_schema_names_exactly_the_registered_algorithms():
     schema = load_schema()
     assert sorted(schema["definitions"]["train"]["properties"]["algorithm"]["enum"]) == sorted(A.ESTIMATORS)

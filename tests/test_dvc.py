@@ -66,7 +66,7 @@ def test_a_stage_per_task_run_study_and_report_step_with_the_rules_commands():
     assert "results/sft/add/model.pt" not in random["deps"] and "sft.add" in random["params"][0]["config/config.yaml"]
 
     agg = stages["aggregate"]
-    assert agg["cmd"][0] == f"{py} aggregate --config config/config.yaml" and agg["outs"] == ["results/tables"]
+    assert agg["cmd"][0] == f"{py} aggregate --config config/config.yaml" and agg["outs"] == ["results/tables", "results/tables.complete"]
     assert {f"results/runs/{r}/summary.json" for r in runs} <= set(agg["deps"])
     assert "pipeline" not in agg["params"][0]["config/config.yaml"]
     assert stages["report"]["outs"] == ["results/report.html"]

@@ -10,6 +10,7 @@ is then absent and the `--configfile` given is the whole config).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
