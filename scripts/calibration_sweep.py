@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from statsmodels.stats.proportion import confint_proportions_2indep
+from mathrl.verdict import rate_difference
 
 RUNS = Path("results/runs")
 CPU_LOG = Path("results/calibration_cpu_seconds.tsv")
@@ -76,7 +76,8 @@ def table(run_ids: list[str]) -> None:
         s = json.loads(path.read_text())
         n = s["config"].get("eval_size") or 500
         p0, p1 = s["initial"]["eval_accuracy"], s["final"]["eval_accuracy"]
-        lo, hi = confint_proportions_2indep(round(p1 * n), n, round(p0 * n), n, method="newcomb")
+        est = rate_difference(round(p1 * n), n, round(p0 * n), n)  # Newcombe's interval, as the report's rates
+        lo, hi = est.lo, est.hi
         rows = evals(run_id)
         accs = [number(r, "eval_accuracy") for r in rows if not math.isnan(number(r, "eval_accuracy"))]
         last = rows[-1]
