@@ -270,7 +270,7 @@ class GPT(nn.Module):
             raise ValueError("answers must hold at least one token")
         assert P + L - 1 <= self.config.block_size, \
             f"sequence of length {P + L - 1} exceeds block_size {self.config.block_size}"
-        La, S = L - 1, P + G * (L - 1)
+        La = L - 1
         # One "prefix tree" sequence per prompt: its P tokens at positions 0..P-1, then its G
         # answers' first L-1 tokens, each at positions P..P+L-2; the mask keeps the answers
         # apart, so every Linear of a layer runs once over N*(P + G*(L-1)) rows.

@@ -18,7 +18,7 @@ import pandas as pd
 
 from mathrl import bandit_config as bandit  # the study's settings; no torch for tables and figures
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, band, by_key, known, per_seed, placeholder, plt, power_note, roles, verdict_frame, verdict_rows
+from mathrl.studies.kit import COLORS, band, known, per_seed, placeholder, plt, power_note, roles, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Estimate, Verdict, difference, mean_interval, wilson
 
 if TYPE_CHECKING:
