@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -25,13 +26,23 @@ def alerts_table(ctx: Context) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["run_id", "experiment", "variant", "seed", "step", "kind", "value", "threshold", "message"])
 
 
+def last_rise(history: list[dict], evaluations: int = 4) -> float:
+    """How much validation accuracy rose over the warm-up's last `evaluations` readings: a
+    large value means RL starts mid-transition, where part of any gain is the warm-up's own
+    momentum. NaN with fewer readings (or none: no validation split)."""
+    accs = [h["val_accuracy"] for h in history if "val_accuracy" in h]
+    return accs[-1] - accs[-evaluations] if len(accs) >= evaluations else math.nan
+
+
 def sft_table(ctx: Context) -> pd.DataFrame:
     rows = []
     for task in ctx.cfg["tasks"]:
         s = ctx.sft(task)
         if s is not None:
             rows.append({"task": task, "preset": s["settings"]["preset"], "n_params": s["n_params"], "steps": s["steps"],
-                         "eval_accuracy": s["eval_accuracy"], "band_low": s["band"][0], "band_high": s["band"][1],
+                         "val_accuracy": s.get("val_accuracy", math.nan), "last_rise": last_rise(s.get("history", [])),
+                         "eval_accuracy": s["eval_accuracy"], "n_test": s.get("n_test", math.nan),
+                         "band_low": s["band"][0], "band_high": s["band"][1],
                          "in_band": s["in_band"], "wall_seconds": s["wall_seconds"]})  # fmt: skip
     return pd.DataFrame(rows)
 

@@ -31,8 +31,8 @@ def _load(args) -> dict:
 
 def cmd_problems(args) -> int:
     from mathrl.atomic import atomic_write
-    from mathrl.layout import problems_file
-    from mathrl.tasks import make_problem_sets, task_of, write_problems
+    from mathrl.layout import PROBLEM_SPLITS, problems_file
+    from mathrl.tasks import problem_splits, task_of, write_problems
 
     cfg = _load(args)
     names = [args.task] if args.task else list(cfg["tasks"])
@@ -40,15 +40,16 @@ def cmd_problems(args) -> int:
     for name in names:
         t, task = cfg["tasks"][name], task_of(cfg, name)
         try:
-            train, test = make_problem_sets(task, t["n_train"], t["n_test"], t["seed"])
+            splits = problem_splits(task, t["n_train"], t["n_test"], t["seed"], n_val=t["n_val"])
         except ValueError as exc:
             raise ConfigError(f"tasks.{name}: {exc}") from None
-        write_problems(problems_file(cfg, name, "train"), task, train)
-        write_problems(problems_file(cfg, name, "test"), task, test)
+        for split in PROBLEM_SPLITS:
+            write_problems(problems_file(cfg, name, split), task, splits[split])
         out = problems_file(cfg, name, "train").parent
-        meta = {"task": name, **t, "n_train_written": len(train), "n_test_written": len(test)}
+        meta = {"task": name, **t, **{f"n_{split}_written": len(splits[split]) for split in PROBLEM_SPLITS}}
         atomic_write(out / "meta.json", json.dumps(meta, indent=2) + "\n")
-        print(f"problems {name}: {len(train)} train and {len(test)} test problems in {out}")
+        sizes = ", ".join(f"{len(splits[split])} {split}" for split in PROBLEM_SPLITS)
+        print(f"problems {name}: {sizes} problems in {out}")
     return 0
 
 
@@ -77,6 +78,9 @@ def resolve_run(cfg: dict, run: str | None, run_id: str | None, overrides: list[
             hint = f"; did you mean {', '.join(close)}?" if close else "; `mathrl runs` lists them"
             raise ConfigError(f"--run: {run!r} is not a run of any experiment{hint}")
         spec = runs[run]
+        if spec.same_as:  # trained once, under the first run with these settings
+            print(f"{run} has the settings of {spec.same_as}: training that run", file=sys.stderr)
+            run, spec = spec.same_as, runs[spec.same_as]
         settings = run_settings(cfg, {**_explicit_of(cfg, spec), **explicit})
         from mathrl.resume import OUTSIDE_THE_STEP
 

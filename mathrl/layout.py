@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-PROBLEMS = "problems/{task}/{split}.txt"  # split: train or test; one problem per line
+PROBLEMS = "problems/{task}/{split}.txt"  # split: one of PROBLEM_SPLITS; one problem per line
+PROBLEM_SPLITS = ("train", "val", "test")  # val: the warm-up's stopping rule; test: every score
 PROBLEMS_META = "problems/{task}/meta.json"
 SFT_MODEL = "sft/{task}/model.pt"  # the warm-up checkpoint, every RL run's default start
 SFT_SUMMARY = "sft/{task}/summary.json"
@@ -77,7 +78,7 @@ def _problems(split: str) -> str:
 
 
 STAGES = {stage.name: stage for stage in [
-    Stage("problems", "problems", {"train": _problems("train"), "test": _problems("test"), "meta": PROBLEMS_META}, "task", "--task {task}"),
+    Stage("problems", "problems", {**{split: _problems(split) for split in PROBLEM_SPLITS}, "meta": PROBLEMS_META}, "task", "--task {task}"),
     Stage("sft", "sft", {"model": SFT_MODEL, "summary": SFT_SUMMARY}, "task", "--task {task}"),
     # run by `mathrl launch` (GPU slots, the fork server); a run's snapshot is deliberately no output
     Stage("train", "train", {"metrics": RUN_METRICS, "summary": RUN_SUMMARY}, "run_id", "--experiment-run {run_id} --on-mismatch restart",

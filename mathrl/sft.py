@@ -2,9 +2,11 @@
 
 RL from a random policy sees only zero rewards (every group homogeneous, every advantage
 zero: lab 04's vanishing gradient), so each task is first trained with cross-entropy on its
-answer tokens (prompt positions masked out of the loss) and stopped as soon as held-out
-greedy accuracy reaches the lower end of the band, or at the step cap. The checkpoint is
-where RL starts and the reference policy of the KL penalty.
+answer tokens (prompt positions masked out of the loss) and stopped as soon as greedy
+accuracy on the validation split reaches the lower end of the band, or at the step cap.
+The stopping rule never reads the test set that every RL run is later scored on (it would
+stop on a lucky draw of exactly those problems); the test accuracy is measured once, at
+the end. The checkpoint is where RL starts and the reference policy of the KL penalty.
 """
 
 from __future__ import annotations
@@ -52,16 +54,18 @@ def run_sft(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
     """Train the warm-up model for a task; write model.pt and summary.json to out_dir."""
     s, task = cfg["sft"][task_name], task_of(cfg, task_name)
     train = read_problems(problems_file(cfg, task_name, "train"), task)
+    val = read_problems(problems_file(cfg, task_name, "val"), task)
+    val = val[: s["eval_size"]] if s["eval_size"] else val
     test = read_problems(problems_file(cfg, task_name, "test"), task)
-    test = test[: s["eval_size"]] if s["eval_size"] else test
     device = pick_device(s["device"])
     torch.manual_seed(s["seed"])
     gen = torch.Generator().manual_seed(s["seed"])
     model = GPT(gpt_config(s["preset"], VOCAB_SIZE, task.seq_len)).to(device)
     opt = make_optimizer(model.parameters(), "adamw", lr=s["lr"], weight_decay=s["weight_decay"], betas=(0.9, 0.99))
     lo, hi = s["band"]
-    history, acc, step, t0 = [], 0.0, 0, time.perf_counter()
-    log(f"sft {task_name}: {model.num_params() / 1e6:.2f}M parameters, preset {s['preset']}, until accuracy >= {lo:.2f}")
+    history, val_acc, step, t0 = [], math.nan, 0, time.perf_counter()
+    rule = f"until validation accuracy >= {lo:.2f}" if len(val) else f"for {s['max_steps']} steps (no validation split)"
+    log(f"sft {task_name}: {model.num_params() / 1e6:.2f}M parameters, preset {s['preset']}, {rule}")
     while step < s["max_steps"]:
         step += 1
         x, y = sft_batch(task, train[torch.randint(len(train), (s["batch_size"],), generator=gen)])
@@ -70,22 +74,25 @@ def run_sft(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        if step % s["eval_every"] == 0 or step == s["max_steps"]:
-            acc = float(greedy_correct(model, task, test, device).float().mean())
-            history.append({"step": step, "loss": loss.item(), "eval_accuracy": acc})
-            log(f"sft {task_name} step {step} | loss {loss.item():.4f} | eval accuracy {acc:.3f}")
-            if acc >= lo:
+        if len(val) and (step % s["eval_every"] == 0 or step == s["max_steps"]):
+            val_acc = float(greedy_correct(model, task, val, device).float().mean())
+            history.append({"step": step, "loss": loss.item(), "val_accuracy": val_acc})
+            log(f"sft {task_name} step {step} | loss {loss.item():.4f} | validation accuracy {val_acc:.3f}")
+            if val_acc >= lo:
                 break
     wall = time.perf_counter() - t0
+    acc = float(greedy_correct(model, task, test, device).float().mean())
+    log(f"sft {task_name} stopped at step {step} | test accuracy {acc:.3f} ({len(test)} held-out problems)")
     mistakes = first_mistakes(model, task, test, device)
+    judged = val_acc if len(val) else acc
     summary = {
         "task": task_name, "task_config": cfg["tasks"][task_name], "settings": s, "steps": step,
-        "eval_accuracy": acc, "band": [lo, hi], "in_band": lo <= acc <= hi,
-        "reached": acc >= lo, "n_params": model.num_params(), "model": asdict(model.config),
+        "eval_accuracy": acc, "val_accuracy": val_acc, "n_test": len(test), "n_val": len(val),
+        "band": [lo, hi], "in_band": lo <= judged <= hi, "reached": judged >= lo, "n_params": model.num_params(), "model": asdict(model.config),
         "wall_seconds": wall, "history": history, "first_mistakes": mistakes, "versions": mathrl.versions(),
     }  # fmt: skip
     if not summary["in_band"]:
-        log(f"warning: sft {task_name} ended at accuracy {acc:.3f}, outside the band [{lo}, {hi}]")
+        log(f"warning: sft {task_name} ended at {'validation' if len(val) else 'test'} accuracy {judged:.3f}, outside the band [{lo}, {hi}]")
     for line in mistakes:
         log(f"  mistake: {line}")
     out_dir = Path(out_dir)

@@ -182,26 +182,36 @@ def _distinct_indices(k: int, total: int, generator: torch.Generator) -> torch.T
             return drawn[:k]
 
 
-def make_problem_sets(task: Task, n_train: int | None, n_test: int, seed: int):
-    """Disjoint ``(train, test)`` sets of distinct (a, b) pairs, each (N, 2), fixed by ``seed``.
+def problem_splits(task: Task, n_train: int | None, n_test: int, seed: int, n_val: int = 0) -> dict[str, torch.Tensor]:
+    """Disjoint ``train``, ``val`` and ``test`` sets of distinct (a, b) pairs, each (N, 2), fixed by ``seed``.
 
-    ``n_train`` None or 0 means every pair not in the test set (for small spaces)."""
+    The test set is the first ``n_test`` pairs of the seeded order whatever ``n_val`` is, so
+    adding a validation split leaves the held-out test set unchanged; validation takes the
+    next ``n_val`` pairs and training the rest. ``n_train`` None or 0 means every pair not
+    held out (for small spaces)."""
     total = 10 ** (2 * task.ndigit)
     rest = not n_train
-    if n_test < 0 or (n_train or 0) < 0 or n_test + (n_train or 0) > total:
+    held = n_test + n_val
+    if n_test < 0 or n_val < 0 or (n_train or 0) < 0 or held + (n_train or 0) > total:
         raise ValueError(f"{task} has {total} distinct problems: cannot draw n_train={n_train} "
-                         f"plus n_test={n_test} distinct ones")
+                         f"plus n_test={n_test} plus n_val={n_val} distinct ones")
     gen = torch.Generator().manual_seed(seed)
     if total <= _RANDPERM_LIMIT:
         idx = torch.randperm(total, generator=gen)
-        idx = idx if rest else idx[: n_test + n_train]
+        idx = idx if rest else idx[: held + n_train]
     elif rest:
-        raise ValueError(f"n_train={n_train!r} (all the rest) would be {total - n_test} "
+        raise ValueError(f"n_train={n_train!r} (all the rest) would be {total - held} "
                          f"problems for {task}; give n_train explicitly")
     else:
-        idx = _distinct_indices(n_test + n_train, total, gen)
-    pairs = _index_to_pairs(idx, task.ndigit)  # (n_test + n_train, 2)
-    return pairs[n_test:], pairs[:n_test]
+        idx = _distinct_indices(held + n_train, total, gen)
+    pairs = _index_to_pairs(idx, task.ndigit)  # (n_test + n_val + n_train, 2)
+    return {"train": pairs[held:], "val": pairs[n_test:held], "test": pairs[:n_test]}
+
+
+def make_problem_sets(task: Task, n_train: int | None, n_test: int, seed: int):
+    """Disjoint ``(train, test)`` sets without a validation split (see `problem_splits`)."""
+    splits = problem_splits(task, n_train, n_test, seed)
+    return splits["train"], splits["test"]
 
 
 def write_problems(path, task: Task, pairs: torch.Tensor) -> None:

@@ -89,7 +89,7 @@ else:
     PY = Path(sys.executable)
 
 RESULTS = CFG["results"]
-RUNS = mathrl.config.expand_runs(CFG)
+RUNS = mathrl.config.trained_runs(CFG)  # runs that reuse another's identical settings are read, not trained
 
 
 def results(path: str) -> str:
@@ -190,7 +190,7 @@ def bandit_studies() -> tuple:
 def problem_files(task: str) -> dict:
     return {
         split: results(layout.PROBLEMS.format(task=task, split=split))
-        for split in ("train", "test")
+        for split in layout.PROBLEM_SPLITS
     }
 
 

@@ -27,8 +27,8 @@ PY = sys.executable
 TINY = {
     "standalone": True,  # a whole configuration, not layered over config/config.yaml
     "tasks": {
-        "add": {"op": "add", "ndigit": 2, "n_train": 2000, "n_test": 100, "seed": 1},
-        "mul": {"op": "mul", "ndigit": 1, "n_train": 0, "n_test": 20, "seed": 1},
+        "add": {"op": "add", "ndigit": 2, "n_train": 2000, "n_test": 100, "n_val": 100, "seed": 1},
+        "mul": {"op": "mul", "ndigit": 1, "n_train": 0, "n_test": 20, "n_val": 20, "seed": 1},
     },
     "sft": {
         "add": {"preset": "small", "lr": 2.0e-3, "batch_size": 128, "max_steps": 400, "eval_every": 20, "band": [0.3, 0.9]},

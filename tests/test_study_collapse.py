@@ -64,7 +64,7 @@ def cfg(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("collapse")
     d = copy.deepcopy(TINY)
     d["results"] = str(tmp_path / "results")
-    d["tasks"]["mul"] = {"op": "mul", "ndigit": 2, "n_train": 0, "n_test": 20, "seed": 1}
+    d["tasks"]["mul"] = {"op": "mul", "ndigit": 2, "n_train": 0, "n_test": 20, "n_val": 20, "seed": 1}
     d["experiments"] = {"collapse": {"fixed": {"task": "mul", "steps": 8, "eval_every": 2}, "variants": VARIANTS, "roles": ROLES, "seeds": [0, 1]}}
     return load_config(write_config(tmp_path / "config.yaml", d))
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mathrl.tasks import (END, EQUALS, OPS, VOCAB, VOCAB_SIZE, ProblemFileError, Task, decode,
-                          encode, filter_by_ndigit, make_problem_sets, read_problems,
+                          encode, filter_by_ndigit, make_problem_sets, problem_splits, read_problems,
                           write_problems)
 
 ADD3, MUL2 = Task("add", 3), Task("mul", 2)
@@ -109,6 +109,20 @@ def test_problem_sets_all_the_rest_and_too_many():
     assert len(_keys(train) | _keys(test)) == 10_000
     with pytest.raises(ValueError, match="10000 distinct.*9500.*501"):
         make_problem_sets(MUL2, 9500, 501, seed=0)
+
+
+@pytest.mark.parametrize("task, n_train", [(ADD3, 5000), (MUL2, 0), (Task("add", 5), 3000)])
+def test_validation_split_is_disjoint_and_leaves_the_test_set_unchanged(task, n_train):
+    splits = problem_splits(task, n_train, 500, seed=3, n_val=700)
+    assert len(splits["val"]) == 700 and len(_keys(splits["val"])) == 700
+    assert not _keys(splits["val"]) & _keys(splits["test"]) and not _keys(splits["val"]) & _keys(splits["train"])
+    assert torch.equal(splits["test"], make_problem_sets(task, n_train, 500, seed=3)[1])  # adding val moves no test problem
+    if n_train:
+        assert len(splits["train"]) == n_train
+    else:
+        assert len(splits["train"]) + 700 + 500 == 10_000
+    with pytest.raises(ValueError, match="n_val=9000"):
+        problem_splits(MUL2, 0, 1001, seed=0, n_val=9000)
 
 
 def test_problem_sets_by_rejection_for_large_spaces():
