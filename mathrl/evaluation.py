@@ -1,4 +1,6 @@
-"""Greedy evaluation on held-out problems, shared by the warm-up and the RL trainer."""
+"""Evaluation on held-out problems, shared by the warm-up and the RL trainer: greedy
+answers (the score every study reads) and answers sampled at the policy's temperature
+(what RL itself sees; the gap between the two is how much RL has sharpened the policy)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,25 @@ def greedy_correct(model, task: Task, pairs: torch.Tensor, device, batch_size: i
         prompts = task.encode_prompts(chunk[:, 0], chunk[:, 1]).to(device)  # (N, P)
         target = task.encode_answers(chunk[:, 0], chunk[:, 1]).to(device)  # (N, W+1)
         generated = model.generate(prompts, task.answer_len, greedy=True)  # (N, W+1)
+        out.append((generated == target).all(dim=1).cpu())
+    model.train(model_was_training)
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.bool)
+
+
+@torch.no_grad()
+def sampled_correct(model, task: Task, pairs: torch.Tensor, device, noise: torch.Tensor, temperature: float = 1.0,
+                    batch_size: int = 1024) -> torch.Tensor:
+    """A bool per problem: did one answer sampled at `temperature` match exactly? `noise` is
+    the uniform noise of `GPT.generate`, (N, answer_len, V), so the draw is reproducible."""
+    model_was_training = model.training
+    model.eval()
+    out = []
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start : start + batch_size]
+        prompts = task.encode_prompts(chunk[:, 0], chunk[:, 1]).to(device)
+        target = task.encode_answers(chunk[:, 0], chunk[:, 1]).to(device)
+        u = noise[start : start + batch_size].to(device)
+        generated = model.generate(prompts, task.answer_len, temperature=temperature, noise=u)
         out.append((generated == target).all(dim=1).cpu())
     model.train(model_was_training)
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.bool)

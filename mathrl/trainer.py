@@ -48,7 +48,7 @@ from mathrl.console import console_line
 from mathrl.algorithms import AdvantageInputs, get_estimator
 from mathrl.control import MovingAverageBaseline, make_kl_controller
 from mathrl.distributed import Dist, all_mean_std, all_sum, barrier
-from mathrl.evaluation import greedy_correct
+from mathrl.evaluation import greedy_correct, sampled_correct
 from mathrl.layout import problems_file, sft_checkpoint
 from mathrl.losses import (
     aggregate,
@@ -77,11 +77,11 @@ METRICS = [
     "kl_coef", "grad_norm", "policy_loss", "value_loss", "clip_frac", "frac_zero_std", "lr", "seconds",
 ]  # fmt: skip
 EXTRAS = [
-    "ndigit", "format_rate", "baseline", "entropy_coef", "value_rmse", "explained_variance",
+    "eval_sampled_accuracy", "ndigit", "format_rate", "baseline", "entropy_coef", "value_rmse", "explained_variance",
     "skipped", "sample_seconds", "update_seconds",
 ]  # fmt: skip
-# Version of the snapshot layout (3: optimizer state of torch.optim).
-SNAPSHOT_FORMAT = 3
+# Version of the snapshot layout (3: optimizer state of torch.optim; 4: the held-out sampled accuracy).
+SNAPSHOT_FORMAT = 4
 
 
 class ActorCritic(nn.Module):
@@ -156,6 +156,7 @@ class Trainer:
         )  # fmt: skip
         self.step_no, self.samples, self.rows, self.status = 0, 0, [], "running"
         self.initial_eval: float | None = None
+        self.initial_sampled = math.nan
         # Prefix sharing (GPT.forward_shared, generate(group_size=G)): each group's prompt is
         # computed once. MATHRL_NO_PREFIX_SHARING=1 turns it off: a benchmark switch.
         self.share_prefix = os.environ.get("MATHRL_NO_PREFIX_SHARING", "").strip() in ("", "0")
@@ -168,7 +169,7 @@ class Trainer:
             "opt": self.opt.state_dict(), "prompt_gen": self.prompt_gen.get_state(),
             "noise_gen": self.noise_gen.get_state(), "baseline": self.baseline.state_dict(),
             "kl_ctl": self.kl_ctl.state_dict(), "monitor": self.monitor.state_dict(), "rows": self.rows,
-            "initial_eval": self.initial_eval, "status": self.status, "init_digest": self.init_digest,
+            "initial_eval": self.initial_eval, "initial_sampled": self.initial_sampled, "status": self.status, "init_digest": self.init_digest,
         }  # fmt: skip
 
     def restore(self, st: dict, where: Path) -> None:
@@ -195,7 +196,7 @@ class Trainer:
             raise snapshot.SnapshotError(f"{where}: snapshot was written with other settings, under which steps up to {st['step']} "
                                          f"would have gone differently ({diff}); remove {self.dir} to start over")  # fmt: skip
         forget = resume.evaluations_to_forget(st["settings"], self.record, st["step"])  # the old last step's evaluation
-        rows = [{**r, "eval_accuracy": math.nan} if r["step"] in forget else r for r in st["rows"]]
+        rows = [{**r, "eval_accuracy": math.nan, "eval_sampled_accuracy": math.nan} if r["step"] in forget else r for r in st["rows"]]
         self.net.load_state_dict(st["net"])
         self.opt.load_state_dict(st["opt"])
         self.prompt_gen.set_state(st["prompt_gen"])
@@ -204,7 +205,7 @@ class Trainer:
         self.kl_ctl.load_state_dict(st["kl_ctl"])
         self.monitor.load_state_dict(st["monitor"])
         self.step_no, self.samples, self.rows = st["step"], st["samples"], rows
-        self.initial_eval, self.status = st["initial_eval"], st["status"]
+        self.initial_eval, self.initial_sampled, self.status = st["initial_eval"], st["initial_sampled"], st["status"]
         if self.status == "complete" and self.step_no < self.s.steps:
             self.status = "running"  # the same run extended to more steps
 
@@ -405,7 +406,7 @@ class Trainer:
             ev = explained_variance(values0, scored["returns"], mask)
         return {
             "step": step, "samples": self.samples + batch["sampled"], "reward_mean": scored["mean_r"],
-            "reward_std": scored["std_r"], "accuracy": tot["exact"] / n_seq, "eval_accuracy": math.nan,
+            "reward_std": scored["std_r"], "accuracy": tot["exact"] / n_seq, "eval_accuracy": math.nan, "eval_sampled_accuracy": math.nan,
             "entropy": tot["ent"] / tot["tokens"], "kl": tot["kl"] / tot["tokens"], "kl_coef": coefs["kl_coef"],
             "grad_norm": float(sum(acc["norms"]) / len(acc["norms"])), "policy_loss": tot["pg"] / coefs["den"],
             "value_loss": tot["vloss"] / tot["clip_tokens"] if self.estimator.critic else math.nan,
@@ -433,19 +434,25 @@ class Trainer:
         if acc["skipped"]:
             self.say(f"alert: step {step}: {self.monitor.alerts[-1]['message']}")
         if resume.evaluated_at(self.record, step) or self.status != "running":
-            row["eval_accuracy"] = self.evaluate()
+            row["eval_accuracy"], row["eval_sampled_accuracy"] = self.evaluate(step)
         row["seconds"] = time.perf_counter() - t0
         self.step_no = step
         self.rows.append(row)
         return row
 
-    def evaluate(self) -> float:
-        """Greedy exact-match accuracy on the held-out problems, split over ranks."""
-        d = self.d
-        mine = self.test_pairs[d.rank :: d.world_size]
-        correct = greedy_correct(self.net.policy, self.task, mine, d.device)
-        n = all_sum(d, torch.tensor([float(correct.sum()), float(len(correct))], dtype=torch.float64))
-        return float(n[0] / n[1])
+    def evaluate(self, step: int) -> tuple[float, float]:
+        """Held-out exact-match accuracy, greedy and sampled at the policy's temperature (one
+        answer per problem, noise seeded by the run's seed and the step, so a resumed run
+        draws the same answers), each problem on one rank."""
+        d, s = self.d, self.s
+        mine = slice(d.rank, None, d.world_size)
+        noise = torch.rand(len(self.test_pairs), self.task.answer_len, VOCAB_SIZE,
+                           generator=torch.Generator().manual_seed(s.seed * 100_003 + step))  # fmt: skip
+        greedy = greedy_correct(self.net.policy, self.task, self.test_pairs[mine], d.device)
+        sampled = sampled_correct(self.net.policy, self.task, self.test_pairs[mine], d.device, noise[mine], s.temperature)
+        counts = [float(greedy.sum()), float(sampled.sum()), float(len(greedy))]
+        n = all_sum(d, torch.tensor(counts, dtype=torch.float64))
+        return float(n[0] / n[2]), float(n[1] / n[2])
 
     # ---------------------------------------------------------------- the run
     def say(self, text: str) -> None:
@@ -473,7 +480,7 @@ class Trainer:
                     snapshot.set_aside(snap_path)
                 self.say(f"restarting {self.run_id} from step 0: {exc}; the old snapshot is kept as snapshot.stale.pt")
         if self.initial_eval is None:
-            self.initial_eval = self.evaluate()
+            self.initial_eval, self.initial_sampled = self.evaluate(0)
         wandb_run = self.start_wandb()
         progress = None
         if d.is_main and sys.stderr.isatty():
@@ -527,9 +534,10 @@ class Trainer:
             "batch_size": s.batch_size, "lr": s.lr, "kl_coef": s.kl_coef, "seed": s.seed,
             "config": s.as_dict(),  # the run's complete settings (RunSettings), as the tables read them
             "resolved": {"task_config": self.cfg["tasks"][s.task], "model": self.model_config,
-                         "init": str(self.init_path), "world_size": self.d.world_size, "device": str(self.d.device)},
+                         "init": str(self.init_path), "world_size": self.d.world_size, "device": str(self.d.device),
+                         "n_eval": len(self.test_pairs)},
             "status": self.status,
-            "initial": {"eval_accuracy": self.initial_eval},
+            "initial": {"eval_accuracy": self.initial_eval, "eval_sampled_accuracy": self.initial_sampled},
             "final": {**last, "eval_accuracy": evals[-1][1] if evals else math.nan},
             "best": {"step": best[0], "eval_accuracy": best[1]},
             "steps_done": self.step_no,
