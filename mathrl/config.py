@@ -318,6 +318,12 @@ class RunSpec:
     point: dict  # the grid values of this run
     seed: int
     settings: dict = field(repr=False)  # fully resolved train settings
+    same_as: str | None = None  # an earlier run of identical settings, whose results this one reads
+
+    @property
+    def trained_as(self) -> str:
+        """The run id whose directory holds this run's results."""
+        return self.same_as or self.run_id
 
 
 def _fmt(value: Any) -> str:
@@ -331,15 +337,25 @@ def _fmt(value: Any) -> str:
 
 
 def run_settings(cfg: dict, explicit: dict) -> dict:
-    """Train defaults, then the chosen algorithm's preset, then the explicit settings."""
+    """Train defaults, then the chosen algorithm's preset, then the explicit settings; `lr`
+    is then multiplied by `lr_scale` (so the settings hold the LR the run trains with)."""
     algorithm = explicit.get("algorithm", cfg["train"]["algorithm"])
     preset = cfg.get("algorithms", {}).get(algorithm, {})
-    return {**cfg["train"], **preset, **explicit}
+    settings = {**cfg["train"], **preset, **explicit}
+    scale, lr = settings.get("lr_scale", 1.0), settings.get("lr")
+    if scale != 1.0 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (scale, lr)):
+        settings["lr"] = lr * scale  # (a malformed value is left for the schema check to name)
+    return settings
 
 
 def expand_runs(cfg: dict) -> dict[str, RunSpec]:
-    """All runs of all experiments, by run id `{experiment}__{variant}_{key}-{value}__s{seed}`."""
+    """All runs of all experiments, by run id `{experiment}__{variant}_{key}-{value}__s{seed}`.
+
+    A run whose resolved settings equal an earlier run's (another experiment's reference
+    cell, say) is not trained twice: its spec names that run in `same_as`, and its results
+    are read from there."""
     runs: dict[str, RunSpec] = {}
+    first_of: dict[str, str] = {}  # settings hash -> the first run id with those settings
     for name, exp in cfg["experiments"].items():
         variants = exp.get("variants") or {None: {}}
         grid = exp.get("grid") or {}
@@ -358,8 +374,14 @@ def expand_runs(cfg: dict) -> dict[str, RunSpec]:
             check_train(cfg, settings, where)
             if run_id in runs:
                 raise ConfigError(f"experiments.{name}: duplicate run id {run_id}")
-            runs[run_id] = RunSpec(run_id, name, variant, point, seed, settings)
+            same_as = first_of.setdefault(config_hash(settings), run_id)
+            runs[run_id] = RunSpec(run_id, name, variant, point, seed, settings, same_as if same_as != run_id else None)
     return runs
+
+
+def trained_runs(cfg: dict) -> dict[str, RunSpec]:
+    """The runs that are trained: every run of `expand_runs` but those that reuse another's."""
+    return {run_id: spec for run_id, spec in expand_runs(cfg).items() if spec.same_as is None}
 
 
 def config_hash(obj: Any) -> str:

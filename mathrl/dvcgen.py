@@ -57,7 +57,7 @@ from pathlib import Path
 import yaml
 
 from mathrl import layout
-from mathrl.config import ROOT, ConfigError, expand_runs, load_config, load_schema, read_yaml
+from mathrl.config import ROOT, ConfigError, load_config, load_schema, read_yaml, trained_runs
 
 DEFAULT_PYTHON = ".venv/bin/python"
 SCHEMA = "config/config.schema.yaml"
@@ -217,7 +217,7 @@ def stages(cfg: dict, configs: Sequence[tuple[str, Mapping]], bandit_studies: Se
     `configs` are (path as dvc.yaml names it, the file's own YAML) in merge order; paths
     relative to dvc.yaml's directory."""
     w = _Writer(cfg, configs, python)
-    runs = expand_runs(cfg)
+    runs = trained_runs(cfg)
     used = {spec.settings["task"] for spec in runs.values()} | set(cfg["gradvar"]["tasks"])
     warm = {spec.settings["task"] for spec in runs.values() if spec.settings["init"] is None} | set(cfg["gradvar"]["tasks"])
     tasks = [task for task in cfg["tasks"] if task in used]

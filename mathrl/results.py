@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from mathrl import layout
-from mathrl.config import RunSpec, expand_runs
+from mathrl.config import RunSpec, expand_runs, trained_runs
 
 # A run "collapsed" if held-out accuracy fell below this share of where it started and
 # stayed there (two evaluations in a row, or at the final one), or a non-finite loss or
@@ -83,7 +83,7 @@ def aggregate_inputs(cfg: dict) -> dict[str, list[str]]:
     for (rules/common.smk) and what `mathrl aggregate` checks before it calls them complete."""
     from mathrl.bandit_config import BANDIT_STUDIES  # torch-free
 
-    res, runs = cfg["results"], list(expand_runs(cfg))
+    res, runs = cfg["results"], list(trained_runs(cfg))
     return {
         "summaries": [str(layout.path(res, layout.RUN_SUMMARY, run_id=run_id)) for run_id in runs],
         "metrics": [str(layout.path(res, layout.RUN_METRICS, run_id=run_id)) for run_id in runs],
@@ -108,9 +108,10 @@ def complete_marker(tables_dir: Path) -> Path:
 
 
 def load_runs(cfg: dict) -> dict[str, Run]:
-    """Every run the config's experiments expand into, found or not."""
+    """Every run the config's experiments expand into, found or not (a run that reuses
+    another's settings is read from that run's directory)."""
     root = Path(cfg["results"]) / "runs"
-    return {run_id: load_run(root / run_id, spec) for run_id, spec in expand_runs(cfg).items()}
+    return {run_id: load_run(root / spec.trained_as, spec) for run_id, spec in expand_runs(cfg).items()}
 
 
 def collapsed(run: Run) -> bool | None:
@@ -179,7 +180,7 @@ def run_index(runs: dict[str, Run]) -> pd.DataFrame:
             "kl_coef": s["kl_coef"], "grad_clip": s["grad_clip"], "steps": s["steps"], "status": run.status,
             "initial_eval": math.nan, "final_eval": math.nan, "best_eval": math.nan, "best_step": math.nan,
             "final_reward": math.nan, "final_entropy": math.nan, "collapsed": None, "degraded": None, "n_alerts": 0,
-            "alert_kinds": "", "wall_seconds": math.nan, "problem": run.problem,
+            "alert_kinds": "", "wall_seconds": math.nan, "problem": run.problem, "same_as": spec.same_as or "",
         }  # fmt: skip
         if run.ok:
             sm, last = run.summary, run.metrics.iloc[-1]

@@ -30,6 +30,7 @@ class RunSettings:
     micro_batch_size: int
     # optimizer and learning-rate schedule
     lr: float
+    lr_scale: float
     lr_schedule: str
     lr_decay_rate: float
     lr_decay_every: int

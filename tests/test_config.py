@@ -7,7 +7,8 @@ import copy
 import pytest
 
 from mathrl.cli import main
-from mathrl.config import DEFAULT_CONFIG, ConfigError, expand_runs, layered, load_config, parse_value
+from mathrl.config import DEFAULT_CONFIG, ConfigError, expand_runs, layered, load_config, parse_value, trained_runs
+from mathrl.results import load_runs
 from tests.conftest import TINY, write_config
 
 
@@ -107,6 +108,35 @@ def test_run_ids_do_not_depend_on_key_order(tiny_cfg_dict, tmp_path):
     tiny_cfg_dict["experiments"]["g"]["grid"] = {"batch_size": [8], "lr": [0.001]}
     b = set(expand_runs(load_config([write_config(tmp_path / "b.yaml", tiny_cfg_dict)])))
     assert a == b and "g__batch_size-8_lr-0.001__s0" in a
+
+
+def test_lr_scale_states_a_learning_rate_relative_to_the_reference(tiny_cfg_dict, tmp_path):
+    tiny_cfg_dict["experiments"]["rel"] = {"variants": {"ref": {}, "hot": {"lr_scale": 5}, "own": {"lr": 1.0e-3, "lr_scale": 2}}, "seeds": [0]}
+    runs = expand_runs(load_config([write_config(tmp_path / "a.yaml", tiny_cfg_dict)]))
+    base = tiny_cfg_dict["train"]["lr"]
+    assert runs["rel__ref__s0"].settings["lr"] == base and runs["rel__hot__s0"].settings["lr"] == pytest.approx(5 * base)
+    assert runs["rel__own__s0"].settings["lr"] == pytest.approx(2.0e-3)  # scales the experiment's own lr
+    tiny_cfg_dict["train"]["lr"] = 1.0e-4  # a new reference moves the aggressive setting with it
+    again = expand_runs(load_config([write_config(tmp_path / "b.yaml", tiny_cfg_dict)]))
+    assert again["rel__hot__s0"].settings["lr"] == pytest.approx(5.0e-4)
+
+
+def test_a_run_with_another_experiments_settings_is_trained_once_and_read_by_both(tiny_cfg_dict, tmp_path):
+    tiny_cfg_dict["experiments"]["again"] = {"variants": {"same": {"batch_size": 16}, "other": {"batch_size": 32}}, "seeds": [1, 5]}
+    cfg = load_config([write_config(tmp_path / "a.yaml", tiny_cfg_dict)])
+    runs, trained = expand_runs(cfg), trained_runs(cfg)
+    assert runs["again__same__s1"].same_as == "tiny__batch_size-16__s1"  # the tiny grid's batch 16, seed 1
+    assert runs["again__same__s5"].same_as is None and runs["again__other__s1"].same_as is None  # seed 5 / batch 32 are new
+    assert set(trained) == set(runs) - {"again__same__s1"}
+    alias = runs["again__same__s1"]
+    assert alias.trained_as == "tiny__batch_size-16__s1" and alias.experiment == "again" and alias.variant == "same"
+    source = tmp_path / "results" / "runs" / "tiny__batch_size-16__s1"
+    source.mkdir(parents=True)
+    (source / "summary.json").write_text('{"status": "complete"}')
+    (source / "metrics.csv").write_text("step\n1\n")
+    loaded = load_runs(cfg)
+    assert loaded["again__same__s1"].status == "complete" and loaded["again__same__s1"].spec == alias
+    assert loaded["again__same__s5"].status == "missing"
 
 
 def test_config_files_layer_over_the_default_unless_standalone(tmp_path, capsys):

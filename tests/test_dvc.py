@@ -23,7 +23,7 @@ import yaml
 from conftest import TINY
 
 from mathrl.cli import main
-from mathrl.config import ROOT, ConfigError, expand_runs, load_config
+from mathrl.config import ROOT, ConfigError, load_config, trained_runs
 from mathrl.dvcgen import DEFAULT_PYTHON, dvc_yaml, stage_name
 
 DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
@@ -41,7 +41,7 @@ def test_the_committed_dvc_yaml_is_generated_from_config_yaml():
 def test_a_stage_per_task_run_study_and_report_step_with_the_rules_commands():
     doc = yaml.safe_load(dvc_yaml())
     stages, cfg = doc["stages"], load_config(DEFAULT_CONFIG)
-    runs = expand_runs(cfg)
+    runs = trained_runs(cfg)
     assert {name for name in stages if name.startswith("train-")} == {stage_name("train", r) for r in runs}
     assert all(re.fullmatch(r"[A-Za-z0-9_-]+", name) for name in stages)
     py = f"{DEFAULT_PYTHON} -m mathrl"

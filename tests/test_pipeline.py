@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import SNAKEFILE, finished_runs, planned_runs, snakemake, tiny_config
 
-from mathrl.config import expand_runs, load_config
+from mathrl.config import load_config, trained_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
@@ -50,7 +50,7 @@ def test_dry_run_plans_a_train_job_per_run_of_the_default_config(tmp_path):
     res = snakemake(tmp_path, "-n", "runs", "--configfile", str(DEFAULT_CONFIG))
     elapsed = time.monotonic() - start
     assert res.returncode == 0, res.stdout + res.stderr
-    expected = set(expand_runs(load_config(DEFAULT_CONFIG)))
+    expected = set(trained_runs(load_config(DEFAULT_CONFIG)))
     assert expected and planned_runs(res.stdout) == expected
     assert elapsed < 60, f"planning took {elapsed:.0f}s"
     assert not (tmp_path / "results").exists()  # a dry run writes no results
@@ -68,7 +68,7 @@ def test_tables_made_by_hand_before_the_runs_do_not_pass_for_the_pipelines(tmp_p
     for target in ("report", "figures", "all"):
         res = snakemake(tmp_path, "-n", target, "--configfile", str(tiny))
         assert res.returncode == 0, res.stdout + res.stderr
-        assert planned_runs(res.stdout) == set(expand_runs(load_config(tiny))), target
+        assert planned_runs(res.stdout) == set(trained_runs(load_config(tiny))), target
         assert re.search(r"^aggregate\s+1$", res.stdout, re.M), target
 
 
