@@ -53,7 +53,8 @@ def built(tmp_path_factory, _schema_once):
     c["experiments"] = {
         "lab04_gpt": {"variants": {"random_init": {"init": "random"}}, "seeds": [0]},
         "batch": {"grid": {"batch_size": [64, 512]}, "seeds": [0, 1]},
-        "fixed_vs_dynamic": {"variants": {"A_fixed_512": {"batch_size": 512}, "B_step_lr_128": {"batch_size": 128, "lr_schedule": "step", "lr_decay_every": 2},
+        "fixed_vs_dynamic": {"fixed": {"log_every": 7},  # not the batch study's settings: no run shared with it here
+                             "variants": {"A_fixed_512": {"batch_size": 512}, "B_step_lr_128": {"batch_size": 128, "lr_schedule": "step", "lr_decay_every": 2},
                                           "C_adaptive_kl_128": {"batch_size": 128, "kl_controller": "threshold", "kl_target": 0.05}},
                              "roles": {"A": "A_fixed_512", "B": "B_step_lr_128", "C": "C_adaptive_kl_128"}, "seeds": [0, 1]},
         "clipping": {"grid": {"grad_clip": [None, 2.0, 1.0, 0.5]}, "seeds": [0, 1]},
@@ -225,7 +226,7 @@ def render(ctx: dict, figures: dict) -> str:
 def check_figures(figs):
     import matplotlib.pyplot as plt
 
-    assert set(figs) == {"stability_batch_curves", "stability_fixed_vs_dynamic", "stability_gradvar", "stability_clipping", "stability_value_clip"}
+    assert set(figs) == {"stability_batch_curves", "stability_equal_samples", "stability_fixed_vs_dynamic", "stability_gradvar", "stability_clipping", "stability_value_clip"}
     for name, fig in figs.items():
         for ax in fig.axes:
             assert ax.get_title(), name
@@ -241,6 +242,11 @@ def test_figures_and_section_from_csv(cfg, tree):
     check_figures(figs)
     s = st.section(t)
     assert [r["outcome"] for r in s["verdicts"]["fixed_vs_dynamic"]["rows"]] == ["inconclusive", "not judged"]
+    # equal samples: both batches logged 16 rollouts per step here, so they share every evaluation; compared at the last (160)
+    es = t["stability_equal_samples"]
+    assert set(es["samples"]) == {32, 64, 96, 128, 160} and len(es) == 3 * 5  # batch 64 (2 seeds) and 512 (1 seed), 5 evaluations each
+    [eq] = s["verdicts"]["equal_samples"]["rows"]
+    assert eq["key"] == "equal_samples_64" and eq["n"] == 1 and eq["outcome"] == "not judged"  # batch 512 has one seed
     assert "Roughness (spread of held-out accuracy around its trend) was 0.0 pts (n=1) at batch 512" in s["verdicts"]["batch"]["text"]
     assert s["verdicts"]["alerts"]["text"] == "Of 22 runs with a result, the monitor raised high_kl in 1 run(s) (1 alerts); reward_swing in 1 run(s) (2 alerts)."
     assert "clipped at weight 1.0 0.145 (n=1)" in s["verdicts"]["value_clip"]["text"]
@@ -257,3 +263,14 @@ def test_empty_results_render(cfg, tmp_path):
     s = st.section(t)
     assert all(r["outcome"] == "not judged" for v in s["verdicts"].values() for r in v["rows"])
     assert "No data" in render(s, {}) or "missing" in render(s, {})
+
+
+def test_dynamic_schedules_are_also_judged_at_their_own_batch():
+    """With the equal-batch control, B and C are compared with fixed hyperparameters at their batch (paired by seed)."""
+    finals = {"A": [0.70, 0.72, 0.71], "B": [0.50, 0.52, 0.51], "C": [0.60, 0.61, 0.62], "equal_batch": [0.45, 0.46, 0.47]}
+    fr = pd.DataFrame([{"method": m, "seed": s, "final_eval": f} for m, fs in finals.items() for s, f in enumerate(fs)])
+    v = {x.claim.key: x for x in st.verdicts({"stability_fvd_runs": fr})}
+    assert v["dynamic_B_equal_batch"].est.estimate == pytest.approx(0.05) and v["dynamic_B_equal_batch"].outcome == "agrees"
+    assert v["dynamic_C_equal_batch"].est.estimate == pytest.approx(0.15) and v["fixed_vs_B"].note.startswith("A differs from B and C in batch size")
+    without = {x.claim.key for x in st.verdicts({"stability_fvd_runs": fr[fr["method"] != "equal_batch"]})}
+    assert without == {"fixed_vs_B", "fixed_vs_C"}

@@ -37,8 +37,9 @@ def per_run(ctx) -> pd.DataFrame:
     rows = []
     for exp in ctx.cfg["experiments"]:
         for order, run in enumerate(ctx.experiment(exp)):
+            n_eval = ((run.summary or {}).get("resolved") or {}).get("n_eval") or run.settings.get("eval_size") or math.nan
             row = {"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "status": run.status,
-                   "eval_size": run.settings.get("eval_size", math.nan)}  # fmt: skip
+                   "eval_size": n_eval}  # fmt: skip
             if run.ok:
                 e = run.evals["eval_accuracy"]
                 row.update(start=float(e.iloc[0]), final=float(e.iloc[-1]), best=float(e.iloc[1:].max()) if len(e) > 1 else math.nan)

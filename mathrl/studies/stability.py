@@ -39,6 +39,7 @@ DOC_CASE = {64: (0.18, 0.12, 3, "8 h"), 512: (0.38, 0.02, 0, "6 h")}
 
 FVD = "fixed_vs_dynamic"
 FVD_ROLES = ("A", "B", "C")  # the document's methods: A fixed at the large batch, B step-decayed LR, C adaptive KL
+FVD_CONTROL = "equal_batch"  # fixed hyperparameters at B's and C's batch: separates the schedule from the batch size
 FRACTIONS = (0.2, 0.4, 0.6, 0.8, 1.0)
 BIG_SWING, SMALL_SWING = 0.10, 0.03  # the document's ">10%" and "<3%", as accuracy points
 TARGET_GAIN = 0.05  # clipping speed: steps until held-out accuracy is 5 points above its start
@@ -144,11 +145,27 @@ def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
     return {"stability_batch_curve": curve, "stability_batch": batch, "stability_case_study": case, "stability_batch_runs": rows}
 
 
+def accuracy_by_samples(run) -> pd.DataFrame:
+    """(samples, eval_accuracy) at each evaluation of a run, from 0 samples (the start)."""
+    if not run.ok:
+        return pd.DataFrame(columns=["samples", "eval_accuracy"])
+    m = run.metrics.loc[run.metrics["eval_accuracy"].notna(), ["samples", "eval_accuracy"]]
+    return pd.concat([pd.DataFrame({"samples": [0], "eval_accuracy": [run.initial_eval]}), m], ignore_index=True)
+
+
+def equal_samples_table(runs: list) -> pd.DataFrame:
+    """Held-out accuracy per batch size, seed and number of rollouts sampled, at every
+    evaluation: the batch study's comparison at equal samples beside its equal steps."""
+    rows = [{"batch_size": r.settings["batch_size"], "seed": r.spec.seed, "samples": int(p.samples), "eval_accuracy": p.eval_accuracy}
+            for r in runs for p in accuracy_by_samples(r).itertuples() if p.samples > 0]  # fmt: skip
+    return pd.DataFrame(rows, columns=["batch_size", "seed", "samples", "eval_accuracy"])
+
+
 def fixed_vs_dynamic_tables(runs: list, role: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per method (its role in the config: A, B or C) and per run."""
     if not runs:
         return pd.DataFrame(), pd.DataFrame()
-    method = {v: r for r, v in role.items()}
+    method = {v: r for r, v in role.items() if r in (*FVD_ROLES, FVD_CONTROL)}
     rows = pd.DataFrame([{"method": method.get(r.spec.variant, ""), "variant": r.spec.variant, "seed": r.spec.seed, **measures(r),
                           "final_lr": last(r, "lr"), "final_kl_coef": last(r, "kl_coef")} for r in runs])  # fmt: skip
     out = summarise(rows, ["method", "variant"], ["final_eval", "roughness", "drawdown", "largest_drop", "final_lr", "final_kl_coef"])
@@ -304,11 +321,27 @@ def verdicts(t: dict) -> list[Verdict]:
         out.append(Verdict(Claim("accumulation", "accumulated micro-batch gradients equal the large-batch gradient", "largest relative element-wise difference",
                                  direction=-1, size=(0.0, 1e-4)), Estimate(rel, NAN, NAN, 1, "probe"), outcome="agrees" if rel < 1e-4 else "disagrees",
                            reason="a deterministic check (float rounding only when below 1e-4)"))  # fmt: skip
-    if not fr.empty and fr["method"].isin(FVD_ROLES).all():
+    if not fr.empty and set(FVD_ROLES) <= set(fr["method"]):
         m = lambda k: per_seed(fr, "final_eval", method=k)  # noqa: E731
+        control = FVD_CONTROL in set(fr["method"])
         for other in ("B", "C"):
             out.append(Verdict(Claim(f"fixed_vs_{other}", f"fixed hyperparameters at the large batch (A) end more accurate than {other}",
-                                     f"final held-out accuracy: A − {other}", unit="pts"), difference(m("A"), m(other))))
+                                     f"final held-out accuracy: A − {other}", unit="pts"), difference(m("A"), m(other)),
+                               note="A differs from B and C in batch size as well as in its schedule: the equal-batch rows separate the two" if control else ""))  # fmt: skip
+            if control:
+                out.append(Verdict(Claim(f"dynamic_{other}_equal_batch", f"at equal batch, {other}'s dynamic schedule ends more accurate than fixed hyperparameters",
+                                         f"final held-out accuracy: {other} − fixed, both at {other}'s batch", unit="pts"), difference(m(other), m(FVD_CONTROL))))  # fmt: skip
+    es = t.get("stability_equal_samples", pd.DataFrame())
+    if not es.empty and not br.empty:
+        hi = br["batch_size"].max()
+        for small in sorted(set(es["batch_size"]) - {hi}):
+            common = set(es.loc[es["batch_size"] == hi, "samples"]) & set(es.loc[es["batch_size"] == small, "samples"])
+            if common:
+                n = max(common)
+                at = lambda b: per_seed(es, "eval_accuracy", batch_size=b, samples=n)  # noqa: E731
+                out.append(Verdict(Claim(f"equal_samples_{small}", f"at equal samples ({n:,}), batch {hi} is more accurate than batch {small}",
+                                         f"held-out accuracy after {n:,} samples: batch {hi} − batch {small}", unit="pts"), difference(at(hi), at(small)),
+                                   note="the document compares batch sizes at equal steps; this control gives each batch the same number of rollouts"))  # fmt: skip
     if not cr.empty:
         loose, tight = "none", min((x for x in cr["max_norm"].unique() if x != "none"), key=float, default=None)
         k = lambda x: (int(cr.loc[cr["max_norm"] == x, "collapsed"].sum()), int(cr.loc[cr["max_norm"] == x, "collapsed"].notna().sum()))  # noqa: E731
@@ -333,6 +366,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     out = {**batch_tables(ctx.experiment("batch")), **gradvar_tables(ctx)}
     fvd = ctx.experiment(FVD)
     out["stability_fixed_vs_dynamic"], out["stability_fvd_runs"] = fixed_vs_dynamic_tables(fvd, roles(ctx.cfg, FVD, FVD_ROLES) if fvd else {})
+    out["stability_equal_samples"] = equal_samples_table(ctx.experiment("batch"))
     out["stability_clipping"], out["stability_clipping_runs"] = clipping_table(ctx.experiment("clipping"))
     out["stability_value_clip"], out["stability_value_clip_runs"] = value_clip_table(ctx.experiment("value_clip"))
     out["stability_alerts"] = alerts_table(ctx)
@@ -371,6 +405,19 @@ def figures(t) -> dict:
     axes[1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
     fig.suptitle("A: fixed at the large batch; B: step-decayed LR; C: adaptive KL (mean, 95% interval over seeds)")
     out["stability_fixed_vs_dynamic"] = fig
+
+    fig, ax = plt.subplots()
+    es = t["stability_equal_samples"]
+    if es.empty:
+        placeholder(ax, "no batch-study runs with a result")
+    for i, (b, g) in enumerate(es.groupby("batch_size") if not es.empty else []):
+        m = g.groupby("samples")["eval_accuracy"].agg(["mean", "std", "count"]).reset_index()
+        band(ax, m["samples"], m["mean"], m["std"], f"batch {b}", COLORS[i % len(COLORS)], n=m["count"])
+    if not es.empty:
+        ax.set_xscale("log")
+        ax.legend()
+    ax.set(xlabel="rollouts sampled (log scale)", ylabel="held-out accuracy", title="Accuracy against rollouts sampled, per batch size (95% interval over seeds)")
+    out["stability_equal_samples"] = fig
 
     fig, ax = plt.subplots()
     gv = t["stability_gradvar"].dropna(subset=["variance"]) if not t["stability_gradvar"].empty else pd.DataFrame()
@@ -462,6 +509,14 @@ def fvd_text(f: pd.DataFrame) -> str:
     return f"Final accuracy: {parts}. Measured order of the means {measured}; the document's A > C > B."
 
 
+def equal_samples_text(es: pd.DataFrame) -> str:
+    if es.empty:
+        return "No batch-study runs with a result."
+    last = es.groupby("batch_size")["samples"].max()
+    return ("Rollouts sampled by the end of the runs: " + ", ".join(f"batch {b}: {n:,}" for b, n in last.items())
+            + ". At equal steps the larger batch has seen proportionally more rollouts; below, each pair is compared at the largest number of rollouts both have been evaluated at.")
+
+
 def case_text(c: pd.DataFrame) -> str:
     if len(c) < 2 or c["final_reward_mean"].isna().any():
         return "The smallest or largest batch has no run with a result."
@@ -497,7 +552,7 @@ def alerts_text(al: pd.DataFrame) -> str:
 
 
 def section(t) -> dict:
-    names = ["stability_batch_curve", "stability_batch", "stability_case_study", "stability_fixed_vs_dynamic", "stability_gradvar", "stability_accumulation",
+    names = ["stability_batch_curve", "stability_batch", "stability_equal_samples", "stability_case_study", "stability_fixed_vs_dynamic", "stability_gradvar", "stability_accumulation",
              "stability_alerts", "stability_clipping", "stability_value_clip", "stability_troubleshooting", "stability_verdicts"]  # fmt: skip
     tb = {n.removeprefix("stability_"): t[n] for n in names}
     rows = verdict_rows(tb["verdicts"])
@@ -511,7 +566,8 @@ def section(t) -> dict:
         "verdicts": {
             "batch": {"text": batch_text(tb["batch"]), "rows": pick_rows("batch_smoother", "batch_large_calm", "batch_small_swings")},
             "gradvar": {"text": gradvar, "rows": pick_rows("gradvar")}, "accumulation": {"text": accumulation, "rows": pick_rows("accumulation")},
-            "fixed_vs_dynamic": {"text": fvd_text(tb["fixed_vs_dynamic"]), "rows": pick_rows("fixed_vs_B", "fixed_vs_C")},
+            "fixed_vs_dynamic": {"text": fvd_text(tb["fixed_vs_dynamic"]), "rows": pick_rows("fixed_vs_B", "fixed_vs_C", "dynamic_B_equal_batch", "dynamic_C_equal_batch")},
+            "equal_samples": {"text": equal_samples_text(tb["equal_samples"]), "rows": [r for r in rows if r["key"].startswith("equal_samples_")]},
             "case": {"text": case_text(tb["case_study"]), "rows": pick_rows("case_reward")},
             "clipping": {"text": clipping_text(tb["clipping"]), "rows": pick_rows("clipping")},
             "value_clip": {"text": value_text(tb["value_clip"]), "rows": pick_rows("value_clip")},

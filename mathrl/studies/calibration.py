@@ -1,0 +1,242 @@
+"""The testbed's calibration: is there a reference setting in which RL learns?
+
+A study of how RL training goes wrong needs a setting in which it goes right; every remedy
+is judged against it. Three questions, each answered from this run's files:
+
+1. **The pilot.** The `calibration` experiment sweeps the learning rate (as a multiple of
+   each task's reference, the variant its `reference_<task>` role names) at two batch
+   sizes for a few dozen steps. A setting *learns* when its gain (final − start held-out
+   accuracy) has a 95% interval above 0 (Newcombe, on the problems evaluated) and its
+   accuracy never makes a sustained drop (two evaluations in a row more than 5 points below
+   the start). The pilot's pick is the largest multiple that learns; the configured
+   reference should be it.
+2. **Each experiment's reference.** An experiment's `reference` role names the setting in
+   which RL should learn (a variant, or a grid point as `key=value`). Its gain over seeds
+   is a verdict: the interval above 0, or the report says it does not learn and by how much.
+3. **How many runs end below their warm-up.** Every trained run (a run shared by two
+   experiments counts once), destructive variants included: the share ending more than 5
+   points below its start, with its Wilson interval, against the testbed's target of at
+   most a quarter.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from mathrl.studies.kit import COLORS, placeholder, plt, power_note, verdict_frame, verdict_rows
+from mathrl.verdict import Claim, Verdict, mean_interval, rate_difference, wilson
+
+NAME = "calibration"
+TITLE = "Calibration: a reference setting in which RL learns"
+DOCUMENT = ""
+
+PILOT = "calibration"
+DROP = 0.05  # "more than 5 points below": a sustained drop (pilot) and a run ending below its warm-up
+TARGET_BELOW = 0.25  # at most a quarter of the runs may end that far below their warm-up
+NAN = math.nan
+
+
+# ----------------------------------------------------------------------------- pure rules
+def sustained_drop(accuracies, start: float, margin: float = DROP) -> bool:
+    """Two evaluations in a row more than `margin` below `start`, or the last one is."""
+    below = [a < start - margin for a in accuracies]
+    return bool(below and (below[-1] or any(x and y for x, y in zip(below, below[1:]))))
+
+
+def learns(gain_lo: float, dropped: bool) -> bool:
+    """The pilot's rule: the gain's interval lies above 0 and accuracy never dropped for long."""
+    return bool(gain_lo == gain_lo and gain_lo > 0 and not dropped)
+
+
+def pick(multiples_learning: dict[float, bool]) -> float:
+    """The largest LR multiple that learns (NaN when none does)."""
+    ok = [m for m, good in multiples_learning.items() if good]
+    return max(ok) if ok else NAN
+
+
+# ----------------------------------------------------------------------------- per run
+def n_evaluated(run) -> int:
+    """Held-out problems per evaluation of a run (eval_size 0 means all of the test set)."""
+    resolved = (run.summary or {}).get("resolved", {})
+    return int(resolved.get("n_eval") or run.settings.get("eval_size") or 0)
+
+
+def gain_row(run) -> dict:
+    """Start, final, gain with its Newcombe interval on the evaluated problems, sustained drop."""
+    row = {"start": NAN, "final": NAN, "gain": NAN, "gain_lo": NAN, "gain_hi": NAN, "sustained_drop": None, "n_eval": NAN}
+    if not run.ok:
+        return row
+    ev = run.evals["eval_accuracy"].tolist()
+    n = n_evaluated(run)
+    start, final = ev[0], ev[-1]
+    row.update(start=start, final=final, gain=final - start, n_eval=n, sustained_drop=sustained_drop(ev[1:], start))
+    if n:
+        est = rate_difference(round(final * n), n, round(start * n), n)
+        row.update(gain_lo=est.lo, gain_hi=est.hi)
+    return row
+
+
+def pilot_table(ctx) -> pd.DataFrame:
+    """One row per pilot run: task, batch, LR and its multiple of the task's reference, outcome."""
+    runs = ctx.experiment(PILOT)
+    if not runs:
+        return pd.DataFrame()
+    roles = ctx.cfg["experiments"][PILOT].get("roles") or {}
+    ref_lr = {}
+    for r in runs:
+        for role, variant in roles.items():
+            if role.startswith("reference_") and r.spec.variant == variant:
+                ref_lr[role.removeprefix("reference_")] = r.settings["lr"]
+    rows = []
+    for r in runs:
+        s = r.settings
+        base = ref_lr.get(s["task"], NAN)
+        row = {"variant": r.spec.variant, "seed": r.spec.seed, "task": s["task"], "batch_size": s["batch_size"], "lr": s["lr"],
+               "multiple": s["lr"] / base if base == base else NAN, "steps": s["steps"], "status": r.status, **gain_row(r)}  # fmt: skip
+        row["learns"] = learns(row["gain_lo"], bool(row["sustained_drop"])) if r.ok else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def pick_table(pilot: pd.DataFrame, ctx) -> pd.DataFrame:
+    """Per task and batch: the multiples tried, the pick, and whether the configured reference is it."""
+    if pilot.empty:
+        return pd.DataFrame()
+    rows = []
+    for (task, batch), g in pilot.groupby(["task", "batch_size"], sort=False):
+        done = g[g["learns"].notna()]
+        tried = sorted(done["multiple"].round(3).tolist())
+        chosen = pick({float(m): bool(ok) for m, ok in zip(done["multiple"], done["learns"])})
+        rows.append({"task": task, "batch_size": batch, "tried": ", ".join(f"{m:g}x" for m in tried), "n_learning": int(done["learns"].sum()),
+                     "pick": chosen, "reference_is_pick": bool(chosen == chosen and abs(chosen - 1) < 1e-6) if len(done) else None})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- references
+def setting_of(spec) -> str:
+    return spec.variant or ", ".join(f"{k}={'none' if v is None else v}" for k, v in spec.point.items())
+
+
+def reference_runs(ctx, experiment: str) -> list:
+    """The runs of an experiment's `reference` role (a variant name, or a grid point `key=value`)."""
+    ref = (ctx.cfg["experiments"][experiment].get("roles") or {}).get("reference")
+    if ref is None:
+        return []
+    return [r for r in ctx.experiment(experiment) if setting_of(r.spec) == ref or r.spec.variant == ref]
+
+
+def reference_verdicts(ctx) -> tuple[list[Verdict], pd.DataFrame]:
+    """Per experiment with a reference: does RL learn there (gain over seeds, t interval)?"""
+    out, rows = [], []
+    for exp, spec in ctx.cfg["experiments"].items():
+        runs = reference_runs(ctx, exp)
+        if not runs:
+            rows.append({"experiment": exp, "reference": (spec.get("roles") or {}).get("reference", ""), "task": "", "n": 0})
+            continue
+        per = {r.spec.seed: gain_row(r) for r in runs if r.ok}
+        est = mean_interval({s: g["gain"] for s, g in per.items()})
+        task = runs[0].settings["task"]
+        start = sum(g["start"] for g in per.values()) / len(per) if per else NAN
+        final = sum(g["final"] for g in per.values()) / len(per) if per else NAN
+        v = Verdict(Claim(f"reference_{exp}", f"RL learns in {exp}'s reference setting ({setting_of(runs[0].spec)}, {task})",
+                          "held-out accuracy: final − start, mean over seeds", unit="pts"), est,
+                    note=f"start {start:.1%}, final {final:.1%} on {task}" if per else "")  # fmt: skip
+        out.append(v)
+        rows.append({"experiment": exp, "reference": setting_of(runs[0].spec), "task": task, "n": est.n, "start": start, "final": final,
+                     "gain": est.estimate, "gain_lo": est.lo, "gain_hi": est.hi, "outcome": v.outcome})  # fmt: skip
+    return out, pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- all runs
+def all_gains(ctx) -> pd.DataFrame:
+    """Every trained run once (a run two experiments share is counted under the first)."""
+    rows = []
+    for run_id, r in ctx.runs.items():
+        if r.spec.same_as or not r.ok:
+            continue
+        g = gain_row(r)
+        rows.append({"run_id": run_id, "experiment": r.spec.experiment, "setting": setting_of(r.spec), "seed": r.spec.seed,
+                     "task": r.settings["task"], "start": g["start"], "final": g["final"], "gain": g["gain"],
+                     "below": bool(g["gain"] < -DROP), "above": bool(g["gain"] > DROP)})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def below_table(gains: pd.DataFrame) -> pd.DataFrame:
+    """Per experiment and overall: runs ending more than 5 points below / above their start."""
+    if gains.empty:
+        return pd.DataFrame()
+    parts = [(exp, g) for exp, g in gains.groupby("experiment", sort=False)] + [("all runs", gains)]
+    rows = []
+    for name, g in parts:
+        k, n = int(g["below"].sum()), len(g)
+        lo, hi = wilson(k, n)
+        rows.append({"experiment": name, "runs": n, "below": k, "below_rate": k / n, "below_lo": lo, "below_hi": hi,
+                     "above": int(g["above"].sum()), "above_rate": float(g["above"].mean()), "median_gain": float(g["gain"].median())})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def tables(ctx) -> dict[str, pd.DataFrame]:
+    pilot = pilot_table(ctx)
+    verdicts, refs = reference_verdicts(ctx)
+    gains = all_gains(ctx)
+    return {"calibration_pilot": pilot, "calibration_pick": pick_table(pilot, ctx), "calibration_references": refs,
+            "calibration_gains": gains, "calibration_below": below_table(gains), "calibration_verdicts": verdict_frame(verdicts)}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- figures
+def pilot_figure(p: pd.DataFrame) -> plt.Figure:
+    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    done = p[p["gain"].notna()] if len(p) else p
+    for i, ((task, batch), g) in enumerate(done.groupby(["task", "batch_size"], sort=False) if len(done) else []):
+        g = g.sort_values("multiple")
+        err = [100 * (g["gain"] - g["gain_lo"]), 100 * (g["gain_hi"] - g["gain"])]
+        ax.errorbar(g["multiple"], 100 * g["gain"], yerr=err, marker="o", capsize=3, color=COLORS[i % len(COLORS)], label=f"{task}, batch {batch}")
+        for m, y, drop in zip(g["multiple"], 100 * g["gain"], g["sustained_drop"]):
+            if drop:
+                ax.annotate("drop", (m, y), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    if done.empty:
+        placeholder(ax, "no calibration runs")
+    else:
+        ax.set_xscale("log")
+        ax.axhline(0, color="0.5", linewidth=0.8)
+        ax.legend()
+    ax.set(xlabel="learning rate, multiple of the task's reference", ylabel="gain in held-out accuracy (points)",
+           title="Calibration pilot: gain after the pilot's steps (95% Newcombe interval)")
+    return fig
+
+
+def gains_figure(g: pd.DataFrame) -> plt.Figure:
+    fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
+    if g.empty:
+        placeholder(ax, "no runs with a result")
+    else:
+        exps = list(dict.fromkeys(g["experiment"]))
+        for i, e in enumerate(exps):
+            y = 100 * g.loc[g["experiment"] == e, "gain"]
+            x = [i + 0.25 * ((j % 5) - 2) / 2 for j in range(len(y))]
+            ax.scatter(x, y, s=12, color=COLORS[i % len(COLORS)])
+        ax.axhline(-100 * DROP, color="tab:red", linestyle="--", linewidth=0.8, label="5 points below the warm-up")
+        ax.axhline(0, color="0.5", linewidth=0.8)
+        ax.set_xticks(range(len(exps)), exps, rotation=30, ha="right")
+        ax.legend()
+    ax.set(ylabel="final − start held-out accuracy (points)", title="Every trained run's gain over its warm-up")
+    return fig
+
+
+def figures(t) -> dict[str, plt.Figure]:
+    return {"calibration_pilot": pilot_figure(t["calibration_pilot"]), "calibration_gains": gains_figure(t["calibration_gains"])}
+
+
+# ----------------------------------------------------------------------------- report
+def section(t) -> dict:
+    below = t["calibration_below"]
+    overall = below[below["experiment"] == "all runs"] if len(below) else below
+    total = overall.iloc[0].to_dict() if len(overall) else {}
+    return {
+        "pilot": t["calibration_pilot"], "pick": t["calibration_pick"], "references": t["calibration_references"],
+        "below": below, "overall": total, "target": TARGET_BELOW, "drop": DROP,
+        "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),
+        "verdicts": verdict_rows(t["calibration_verdicts"]), "power": power_note(t["calibration_verdicts"]),
+    }  # fmt: skip
