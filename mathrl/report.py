@@ -54,6 +54,11 @@ def pct(value, digits: int = 1) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.{digits}f}%"
 
 
+def trained(runs: pd.DataFrame) -> pd.Series:
+    """Rows of the run index that are trained runs (not a second experiment's read of one)."""
+    return runs["same_as"].fillna("").eq("") if "same_as" in runs else pd.Series(True, index=runs.index)
+
+
 def html_table(df: pd.DataFrame, columns: list[str] | dict | None = None, formats: dict | None = None, caption: str = "") -> Markup:
     """A DataFrame as an escaped HTML table; `columns` may map column names to headers.
 
@@ -167,7 +172,7 @@ def render(cfg: dict) -> str:
     return env.get_template("report.html.j2").render(
         sections=sections, figures=figures, runs=runs, alerts=t["alerts"], sft=t["sft"],
         repro=reproducibility(cfg, t), cfg=cfg, config_text=json.dumps(cfg, indent=1, default=str),
-        n_missing=int((runs["status"].isin(["missing", "failed"])).sum()) if not runs.empty else 0,
+        n_missing=int((runs["status"].isin(["missing", "failed"]) & trained(runs)).sum()) if not runs.empty else 0,
     )
 
 

@@ -31,16 +31,17 @@ from tests import synthetic
 from tests.conftest import write_config
 from tests.synthetic import write_json, write_run
 
-SECTIONS = ["lab04", "stability", "collapse", "system", "generic", "runs", "alerts", "repro"]
+SECTIONS = ["calibration", "lab04", "stability", "collapse", "system", "generic", "runs", "alerts", "repro"]
 # (experiment, variant, grid point, seed) of the run left out and of the run whose summary.json is unreadable
 MISSING = ("batch", None, {"batch_size": 512}, 1)
-FAILED = ("system", None, {"task": "mul", "algorithm": "ppo"}, 1)
+FAILED = ("system", "mul", {}, 1)
 STEPS, EVAL_EVERY = 8, 2
 INJECTED = '<script>alert("description")</script>'  # in an experiment's free-text description
 INJECTED_ALERT = "<img src=x onerror=alert(2)> & <b>bold</b>"  # in an alert message read from a summary.json
 
 # CSV tables each section must render through the `table()` helper, unchanged: their cells are checked.
 REQUIRED_TABLES = {
+    "calibration": {"calibration_pilot", "calibration_pick", "calibration_below"},
     "lab04": {"lab04_entropy", "lab04_vanishing", "lab04_hacking", "lab04_gpt", "lab04_report_template"},
     "stability": {"stability_batch_curve", "stability_batch", "stability_gradvar", "stability_accumulation", "stability_fixed_vs_dynamic",
                   "stability_case_study", "stability_clipping", "stability_value_clip", "stability_troubleshooting"},
@@ -138,7 +139,7 @@ def write_tree(cfg: dict) -> dict[str, str]:
         write_json(cfg, f"sft/{task}/summary.json", {
             "settings": {"preset": cfg["sft"][task]["preset"]}, "model": {"n_layer": 2, "n_head": 4, "n_embd": 128},
             "n_params": 400256, "steps": 425, "eval_accuracy": acc, "band": band, "in_band": band[0] <= acc <= band[1], "wall_seconds": 12.5})  # fmt: skip
-    log = Path(cfg["results"]) / "logs" / "train" / f"{run_id_of(specs, 'system', None, {'task': 'add', 'algorithm': 'reinforce'}, 0)}.log"
+    log = Path(cfg["results"]) / "logs" / "train" / f"{run_id_of(specs, 'system', 'add', {}, 0)}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(f"Step {STEPS}/{STEPS} | Loss 0.123 | Acc 0.500 | Eval 0.600\n")
     return {"experiments": {run_id: spec.experiment for run_id, spec in specs.items()}, "missing": missing, "failed": failed,
@@ -431,10 +432,10 @@ def test_some_numbers_by_hand(report_tree, dom):
     s = csv(report_tree, "system_results")
     sec = dom.root.find("section", id="system")
     head, rows = next(table_cells(t) for t in sec.iter("table") if table_cells(t)[0][:2] == ["task", "algorithm"])
-    mul_ppo = next(r for r in rows if r[:2] == ["mul", "ppo"])
-    want = s[(s.task == "mul") & (s.algorithm == "ppo")].iloc[0]
-    assert mul_ppo[head.index("n")] == "1" and want["n"] == 1 and mul_ppo[head.index("planned")] == "2"
-    assert mul_ppo[head.index("final")] == pct(want["final_eval_mean"]) and mul_ppo[head.index("95% from")] == "–"  # one run: no interval
+    mul = next(r for r in rows if r[:2] == ["mul", "reinforce"])
+    want = s[(s.task == "mul") & (s.algorithm == "reinforce")].iloc[0]
+    assert mul[head.index("n")] == "1" and want["n"] == 1 and mul[head.index("planned")] == "2"
+    assert mul[head.index("final")] == pct(want["final_eval_mean"]) and mul[head.index("95% from")] == "–"  # one run: no interval
 
 
 def test_run_index_matches_csv(report_tree, dom):
@@ -448,20 +449,23 @@ def test_run_index_matches_csv(report_tree, dom):
     trs = [tr for tr in table.find("tbody").iter("tr")]
     assert [tr.attrs.get("id") for tr in trs] == [f"run-{r}" for r in runs["run_id"]]
     for tr, r in zip(trs, runs.itertuples()):
-        cells = [td.text() for td in tr.iter("td")]
+        cells = [td.text().replace(" :", ":") for td in tr.iter("td")]  # (text() puts a space after the link in the status cell)
         setting = " ".join(x for x in (r.variant, r.point) if isinstance(x, str)) or "–"
-        want = [r.run_id, r.experiment, setting, str(r.seed), r.task, r.algorithm, str(r.batch_size), fmt(r.lr), r.status,
+        status = r.status + (f" (same settings as {r.same_as}: trained once)" if isinstance(r.same_as, str) else "")
+        want = [r.run_id, r.experiment, setting, str(r.seed), r.task, r.algorithm, str(r.batch_size), fmt(r.lr), status,
                 pct(r.initial_eval), pct(r.final_eval), f"{pct(r.best_eval)} ({fmt(r.best_step)})", fmt(py(r.collapsed)),
                 fmt(r.alert_kinds), fmt(r.wall_seconds, ".1f")]  # fmt: skip
         assert cells == want, r.run_id
     status = dict(zip(runs["run_id"], runs["status"]))
     assert status[report_tree["missing"]] == "missing" and status[report_tree["failed"]] == "failed"
     assert status[report_tree["stopped"]] == "stopped_nonfinite"
-    assert sum(s in ("missing", "failed") for s in status.values()) == 2
+    shared = dict(zip(runs["run_id"], runs["same_as"].fillna("")))
+    assert sum(s in ("missing", "failed") and not shared[r] for r, s in status.items()) == 2  # trained runs; a read of the missing one is missing too
+    assert any(shared[r] == report_tree["missing"] and status[r] == "missing" for r in status)
     for run_id, word in ((report_tree["missing"], "missing"), (report_tree["failed"], "failed")):
         tr = table.find("tr", id=f"run-{run_id}")
         td = [td for td in tr.iter("td")][head.index("status")]
-        assert td.text() == word and "missing" in td.attrs.get("class", "")
+        assert td.text() == word and "missing" in td.attrs.get("class", "")  # (the trained run itself: no "same settings")
         assert all(c.text() == "–" for c in [td for td in tr.iter("td")][head.index("initial") : head.index("final") + 1])
     banner = dom.root.find("main").find("p", **{"class": "missing"})
     assert banner is not None and "2 run(s) are missing or failed" in banner.text()
@@ -470,7 +474,7 @@ def test_run_index_matches_csv(report_tree, dom):
 def test_missing_and_failed_runs_in_study_tables(report_tree, dom):
     """The missing batch seed and the failed system seed are counted out where their study counts runs."""
     sr = csv(report_tree, "system_results").set_index(["task", "algorithm"])
-    assert sr.loc[("mul", "ppo"), "n"] == 1 and sr.loc[("mul", "ppo"), "n_runs"] == 2
+    assert sr.loc[("mul", "reinforce"), "n"] == 1 and sr.loc[("mul", "reinforce"), "n_runs"] == 2
     sb = csv(report_tree, "stability_batch").set_index("batch_size")
     assert sb.loc[512, "n"] == 1 and sb.loc[512, "expected"] == 2
 
@@ -518,7 +522,8 @@ def test_empty_tree_renders(tmp_path):
     assert d.root.find("img") is None and "was not drawn" in html
     runs = pd.read_csv(tmp_path / "results" / "tables" / "runs.csv")
     assert runs["status"].eq("missing").all()
-    assert f"{len(runs)} run(s) are missing or failed" in d.root.find("main").find("p", **{"class": "missing"}).text()
+    trained = runs["same_as"].isna().sum()  # a run read by a second experiment is counted once
+    assert 0 < trained < len(runs) and f"{trained} run(s) are missing or failed" in d.root.find("main").find("p", **{"class": "missing"}).text()
     table = d.root.find("section", id="runs").find("tr", id=f"run-{runs['run_id'].iloc[0]}")
     assert [td.text() for td in table.iter("td")][8] == "missing"
 
@@ -539,6 +544,6 @@ def test_renamed_variant_fails_naming_the_role(tmp_path, capsys, experiment, old
     err = capsys.readouterr().err
     role = next(r for r, v in exp["roles"].items() if v == old)
     assert f"experiments.{experiment}.roles.{role}: '{old}' is not a variant" in err and "Traceback" not in err
-    exp["roles"][role] = new
+    exp["roles"] = {r: new if v == old else v for r, v in exp["roles"].items()}  # every role the variant plays
     path.write_text(yaml.safe_dump(d, sort_keys=False))
     assert main(["aggregate", "--config", str(path)]) == 0
