@@ -45,6 +45,7 @@ def ctx(tmp_path):
                         "roles": {"reference_add": "ref"}, "seeds": [0]},
         "study": {"fixed": {"eval_every": 4}, "grid": {"batch_size": [8, 16]}, "roles": {"reference": "batch_size=16"}, "seeds": [0, 1, 2]},
         "plain": {"variants": {"only": {"lr_scale": 2}}, "seeds": [0]},
+        "high": {"variants": {"top": {"lr_scale": 3}}, "roles": {"reference": "top"}, "seeds": [0, 1]},
     }  # fmt: skip
     cfg = load_config(write_config(tmp_path / "config.yaml", d))
     # the pilot: slow gains +10 points, ref +30, hot drops 20 points and stays there
@@ -53,6 +54,8 @@ def ctx(tmp_path):
     for seed, gain in enumerate([0.10, 0.12, 0.08]):  # the reference of `study` gains ~10 points in every seed
         write_run(cfg, f"study__batch_size-16__s{seed}", curve(4, 2, lambda s, g=gain: 0.4 + g * s / 4), initial_eval=0.4)
         write_run(cfg, f"study__batch_size-8__s{seed}", curve(4, 2, lambda s: 0.4 - 0.1 * s / 4), initial_eval=0.4)  # ends 10 points down
+    for seed in (0, 1):  # starts at 95%: nothing left to gain
+        write_run(cfg, f"high__top__s{seed}", curve(4, 2, lambda s: 0.95), initial_eval=0.95)
     return Context(cfg)
 
 
@@ -71,15 +74,16 @@ def test_pilot_table_and_pick(ctx):
 def test_references_are_verdicts_and_the_share_below_the_warm_up(ctx):
     t = cal.tables(ctx)
     v = t["calibration_verdicts"].set_index("key")
-    assert list(v.index) == ["reference_study"]  # `plain` and the pilot declare no `reference`
+    assert list(v.index) == ["reference_study", "reference_high"]  # `plain` and the pilot declare no `reference`
+    assert v.loc["reference_high", "outcome"] == "inconclusive" and "no headroom" in v.loc["reference_high", "note"]  # gain 0 in both seeds
     assert v.loc["reference_study", "diff"] == pytest.approx(0.10) and v.loc["reference_study", "outcome"] == "agrees"
     assert v.loc["reference_study", "n"] == 3 and v.loc["reference_study", "ci_low"] > 0
     refs = t["calibration_references"].set_index("experiment")
     assert refs.loc["plain", "n"] == 0
     below = t["calibration_below"].set_index("experiment")
     # missing runs (plain) are not counted; 3 batch-8 runs and the pilot's hot run end > 5 points down
-    assert below.loc["all runs", "runs"] == 9 and below.loc["all runs", "below"] == 4
+    assert below.loc["all runs", "runs"] == 11 and below.loc["all runs", "below"] == 4
     lo, hi = below.loc["all runs", ["below_lo", "below_hi"]]
-    assert lo < 4 / 9 < hi
+    assert lo < 4 / 11 < hi
     section = cal.section(t)
     assert section["overall"]["below"] == 4 and section["meets_target"] is False
