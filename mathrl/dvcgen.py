@@ -143,7 +143,7 @@ def _task_stages(w: _Writer, tasks: Sequence[str], warm: set[str]) -> dict:
         doc[stage_name("problems", task)] = w.stage(w.command("problems", task=task), [], [f"tasks.{task}"], w.outs("problems", task=task))
     for task in (t for t in tasks if t in warm):
         doc[stage_name("sft", task)] = w.stage(
-            w.command("sft", task=task), w.outs("problems", task=task)[:2], [f"tasks.{task}", f"sft.{task}"], w.outs("sft", task=task)
+            w.command("sft", task=task), w.outs("problems", task=task)[: len(layout.PROBLEM_SPLITS)], [f"tasks.{task}", f"sft.{task}"], w.outs("sft", task=task)
         )  # fmt: skip
     return doc
 
@@ -161,7 +161,7 @@ def _run_stages(w: _Writer, runs: dict) -> dict:
             keys.append(f"sft.{s['task']}")
         args = layout.STAGES["train"].args.format(run_id=run_id)
         doc[stage_name("train", run_id)] = w.stage(
-            f"{launch} -- {w.config_args} {args}", [*w.outs("problems", task=s["task"])[:2], *init], keys,
+            f"{launch} -- {w.config_args} {args}", [*w.outs("problems", task=s["task"])[: len(layout.PROBLEM_SPLITS)], *init], keys,
             [*w.outs("train", run_id=run_id), {w.res(layout.RUN_SNAPSHOT, run_id=run_id): {"persist": True}}],
         )  # fmt: skip
     return doc
@@ -170,7 +170,7 @@ def _run_stages(w: _Writer, runs: dict) -> dict:
 def _probe_stages(w: _Writer, bandit_studies: Sequence[str]) -> dict:
     doc = {}
     for task in w.cfg["gradvar"]["tasks"]:
-        deps = [*w.outs("problems", task=task)[:2], w.res(layout.SFT_MODEL, task=task)]
+        deps = [*w.outs("problems", task=task)[: len(layout.PROBLEM_SPLITS)], w.res(layout.SFT_MODEL, task=task)]
         doc[stage_name("gradvar", task)] = w.stage(w.command("gradvar", task=task), deps, ["gradvar", f"tasks.{task}"], w.outs("gradvar", task=task))
     for study in bandit_studies:
         doc[stage_name("bandit", study)] = w.stage(w.command("bandit", study=study), [], ["bandit"], w.outs("bandit", study=study))

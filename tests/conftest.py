@@ -109,7 +109,7 @@ def tiny_config(workdir: Path, experiments: dict | None = None) -> Path:
     cfg["pipeline"] = {"gpus_per_run": 0, "gpus_sft": 0}
     # Run a takes its steps from `train`, run b pins its own: a change of train.steps
     # touches a only.
-    cfg["experiments"] = experiments or {"tiny": {"variants": {"a": {}, "b": {"steps": 4}}, "seeds": [0]}}
+    cfg["experiments"] = experiments or {"tiny": {"variants": {"a": {}, "b": {"steps": 3}}, "seeds": [0]}}
     path = workdir / "tiny.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path

@@ -49,7 +49,7 @@ def test_a_stage_per_task_run_study_and_report_step_with_the_rules_commands():
     sft = stages["sft-add"]
     assert sft["cmd"] == f"{py} sft --config config/config.yaml --task add"
     assert sft["params"] == [{"config/config.yaml": ["tasks.add", "sft.add"]}]
-    assert sft["deps"] == ["results/problems/add/train.txt", "results/problems/add/test.txt", "mathrl", "config/config.schema.yaml"]
+    assert sft["deps"] == ["results/problems/add/train.txt", "results/problems/add/val.txt", "results/problems/add/test.txt", "mathrl", "config/config.schema.yaml"]
     # the package is one directory dependency; .dvcignore keeps bytecode and the generator out of its hash
     ignored = (ROOT / ".dvcignore").read_text().splitlines()
     assert "__pycache__/" in ignored and "/mathrl/dvcgen.py" in ignored
@@ -105,7 +105,7 @@ def tiny_config() -> dict:
     cfg["bandit"] = {"steps": 20, "seeds": [0]}
     cfg["gradvar"] = {"batch_sizes": [8, 16], "num_samples": 2, "group_size": 4, "accumulation": [16, 8]}
     cfg["pipeline"] = {"gpus_per_run": 0, "gpus_sft": 0}
-    cfg["experiments"] = {"tiny": {"variants": {"a": {}, "b": {"steps": 4}}, "seeds": [0]}}
+    cfg["experiments"] = {"tiny": {"variants": {"a": {}, "b": {"steps": 3}}, "seeds": [0]}}
     return cfg
 
 
