@@ -33,7 +33,7 @@ OUTSIDE_THE_STEP = frozenset({"log_every", "snapshot_every", "wandb"})
 SCHEDULED = frozenset({
     "steps", "lr", "lr_schedule", "lr_decay_rate", "lr_decay_every", "lr_min_factor", "warmup_steps",
     "entropy_coef", "entropy_schedule", "entropy_coef_end", "curriculum_start", "curriculum_every",
-    "eval_every", "fault_nan_step", "nan_policy",
+    "eval_every", "fault_nan_step", "fault_grad_spike_step", "nan_policy",
 })  # fmt: skip
 
 
@@ -84,6 +84,7 @@ def scheduled(s: dict, step: int, task_ndigit: int, nonfinite: frozenset) -> dic
         "ndigit": ndigit_at(s, step, task_ndigit),
         "evaluated": evaluated_at(s, step),
         "nan_injected": s.get("fault_nan_step") == step,
+        "spike_injected": s.get("fault_grad_spike_step") == step,
     }
     if step in nonfinite:
         plan["nan_policy"] = s.get("nan_policy")

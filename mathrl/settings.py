@@ -84,6 +84,9 @@ class RunSettings:
     seed: int
     nan_policy: str
     fault_nan_step: int | None
+    fault_grad_spike_step: int | None
+    fault_grad_spike_scale: float
+    critic_warmup_steps: int
     monitor_entropy_min: float
     monitor_kl_max: float
     monitor_reward_swing: float
