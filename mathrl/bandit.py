@@ -104,7 +104,7 @@ def _study_signal(name: str, study: dict, run: dict, arm_rewards: torch.Tensor):
         def signal(actions, step, gen):
             true = arm_rewards[actions]
             return _noisy(true, noise, gen), {"phase": "", "true_reward": true.mean().item(), "proxy_reward": math.nan}
-        return signal, len(arm_rewards), None
+        return signal, len(arm_rewards), run.get("init_logits")  # a biased start, when the setting gives one
     if name == "gradient_vanishing":
         def signal(actions, step, gen):
             true = arm_rewards[actions]

@@ -38,7 +38,9 @@ SCHEDULED = frozenset({
 
 
 def lr_at(s: dict, step: int) -> float:
-    """The learning rate of 1-based `step`."""
+    """The learning rate of 1-based `step` (critic_warmup_lr during critic pre-training, when set)."""
+    if step <= s.get("critic_warmup_steps", 0) and s.get("critic_warmup_lr"):
+        return s["critic_warmup_lr"]  # only the value head has gradients then
     return s["lr"] * lr_factor(
         s["lr_schedule"], step - 1, s["steps"], decay_rate=s["lr_decay_rate"], decay_every=s["lr_decay_every"],
         min_factor=s["lr_min_factor"], warmup_steps=s["warmup_steps"],

@@ -87,6 +87,7 @@ class RunSettings:
     fault_grad_spike_step: int | None
     fault_grad_spike_scale: float
     critic_warmup_steps: int
+    critic_warmup_lr: float | None
     monitor_entropy_min: float
     monitor_kl_max: float
     monitor_reward_swing: float
