@@ -108,7 +108,7 @@ def write_tree(cfg: dict) -> dict[str, str]:
     """Every run but MISSING, FAILED unreadable; bandit CSVs, gradvar, warm-ups, a log."""
     specs = expand_runs(cfg)
     missing, failed = run_id_of(specs, *MISSING), run_id_of(specs, *FAILED)
-    noisy = run_id_of(specs, "clipping", None, {"grad_clip": None}, 0)
+    noisy = run_id_of(specs, "clipping", "sgd_spike", {}, 0)
     low_entropy = run_id_of(specs, "batch", None, {"batch_size": 64}, 0)
     for run_id, spec in specs.items():
         if run_id == missing:

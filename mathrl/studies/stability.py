@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 
 from mathrl.monitor import ALERT_KINDS
-from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness, steps_to
+from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
 from mathrl.studies.kit import pm as interval
-from mathrl.studies.kit import COLORS, band, known, per_seed, placeholder, power_note, roles, verdict_frame, verdict_rows
+from mathrl.studies.kit import COLORS, band, engaged, judged, known, per_seed, placeholder, power_note, roles, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Estimate, Verdict, difference, mean_interval, rate_difference, wilson
 
 NAME = "stability"
@@ -41,7 +41,6 @@ FVD = "fixed_vs_dynamic"
 FVD_ROLES = ("A", "B", "C")  # the document's methods: A fixed at the large batch, B step-decayed LR, C adaptive KL
 FRACTIONS = (0.2, 0.4, 0.6, 0.8, 1.0)
 BIG_SWING, SMALL_SWING = 0.10, 0.03  # the document's ">10%" and "<3%", as accuracy points
-TARGET_GAIN = 0.05  # clipping speed: steps until held-out accuracy is 5 points above its start
 SERIES = {"batch": ["eval_accuracy", "entropy"], "fixed_vs_dynamic": ["eval_accuracy", "lr", "kl_coef"],
           "clipping": ["eval_accuracy"], "value_clip": ["value_rmse", "eval_accuracy"]}  # fmt: skip
 NAN = math.nan
@@ -188,22 +187,60 @@ def alerts_table(ctx) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+SPIKE_FACTOR = 10.0  # the spike "was injected" when the gradient norm at its step is this many times the run's median
+
+
+def spike_ratio(grad_norms: pd.Series, steps: pd.Series, spike_step) -> float:
+    """Gradient norm (before clipping) at the spike step over the median of the other steps; NaN without a spike."""
+    if spike_step is None or not known(spike_step):
+        return NAN
+    at, rest = grad_norms[steps == spike_step], grad_norms[steps != spike_step].dropna()
+    if not len(at) or not len(rest) or not known(at.iloc[0]) or rest.median() <= 0:
+        return NAN
+    return float(at.iloc[0] / rest.median())
+
+
+def cell_name(optimizer: str, grad_clip, spike) -> str:
+    return f"{optimizer}, clip {label(grad_clip)}, {'spike' if spike is not None else 'no spike'}"
+
+
+def clipping_runs(runs: list) -> pd.DataFrame:
+    """One row per clipping run: its cell (optimizer, max norm, spike or not), collapse, the
+    largest fall below its start after the spike, and the spike's measured size."""
+    rows = []
+    for r in runs:
+        st, m = r.settings, measures(r)
+        spike = st.get("fault_grad_spike_step")
+        after = r.evals[r.evals["step"] >= (spike or 0)]["eval_accuracy"] if r.ok else pd.Series(dtype=float)
+        rows.append({"optimizer": st.get("optimizer", "adamw"), "max_norm": label(st["grad_clip"]), "spike": "yes" if spike is not None else "no",
+                     "cell": cell_name(st.get("optimizer", "adamw"), st["grad_clip"], spike), "seed": r.spec.seed, "collapsed": m["collapsed"],
+                     "initial_eval": m["initial_eval"], "final_eval": m["final_eval"],
+                     "drop_after_spike": float(m["initial_eval"] - after.min()) if len(after) else NAN,
+                     "spike_ratio": spike_ratio(r.metrics["grad_norm"], r.metrics["step"], spike) if r.ok else NAN,
+                     "spike_norm": float(r.metrics.loc[r.metrics["step"] == spike, "grad_norm"].iloc[0]) if r.ok and spike is not None and (r.metrics["step"] == spike).any() else NAN})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
 def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per cell (optimizer x max norm x spike): collapse rate with its 95% Wilson interval."""
     if not runs:
         return pd.DataFrame(), pd.DataFrame()
-    rows = pd.DataFrame([{"max_norm": label(r.settings["grad_clip"]), "seed": r.spec.seed, **measures(r),
-                          "steps_to_target": steps_to(r, r.initial_eval + TARGET_GAIN)} for r in runs])  # fmt: skip
-    out = summarise(rows, ["max_norm"], ["collapsed", "steps_to_target", "final_eval"])
+    rows = clipping_runs(runs)
+    out = summarise(rows, ["cell", "optimizer", "max_norm", "spike"], ["collapsed", "drop_after_spike", "final_eval", "spike_ratio"])
     out = out.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
-    g = rows.groupby("max_norm", sort=False)
-    out.insert(3, "collapses", g["collapsed"].sum(min_count=1).values)
-    out.insert(5, "reached", g["steps_to_target"].count().values)
-    ci = [wilson(int(k), int(n)) if n == n and k == k else (NAN, NAN) for k, n in zip(out["collapses"], out["n"])]
+    out.insert(out.columns.get_loc("n"), "collapses", rows.groupby("cell", sort=False)["collapsed"].sum(min_count=1).values)
+    ci = [wilson(int(k), int(n)) if known(k, n) and n else (NAN, NAN) for k, n in zip(out["collapses"], out["n"])]
     out.insert(out.columns.get_loc("collapse_rate") + 1, "collapse_rate_lo", [c[0] for c in ci])
     out.insert(out.columns.get_loc("collapse_rate") + 2, "collapse_rate_hi", [c[1] for c in ci])
     out["doc_collapse_rate"] = out["max_norm"].map(lambda m: DOC_CLIPPING.get(m, (NAN, ""))[0])
-    out["doc_speed"] = out["max_norm"].map(lambda m: DOC_CLIPPING.get(m, (NAN, ""))[1])
     return out, rows
+
+
+def separated(a: tuple[float, float], b: tuple[float, float]) -> bool | None:
+    """Whether two intervals (lo, hi) do not overlap; None when either is unknown."""
+    if not known(*a, *b):
+        return None
+    return a[1] < b[0] or b[1] < a[0]
 
 
 def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -270,6 +307,47 @@ def troubleshooting_table(ctx) -> pd.DataFrame:
     return pd.DataFrame([{"symptom": a, "cause": b, "fix": c, "rule": d, "evidence_run": r, "evidence": e} for (a, b, c, d), (r, e) in zip(SYMPTOMS, evidence)])
 
 
+def clipping_verdicts(cr: pd.DataFrame) -> list[Verdict]:
+    """Collapse rates after an injected spike: clipping against none under SGD, and SGD against
+    Adam without clipping. Each is judged only where the spike was injected (and, for
+    clipping, where the clip bound at the spike)."""
+    def cell(opt, clip, spike):
+        g = cr[(cr["optimizer"] == opt) & (cr["max_norm"] == clip) & (cr["spike"] == spike)]
+        return g, int(g["collapsed"].sum()), int(g["collapsed"].notna().sum())
+
+    def spiked(g, name):
+        return engaged(f"spike ({name})", "gradient norm at the spike step / median of the other steps", g["spike_ratio"].tolist(), SPIKE_FACTOR)
+
+    clips = sorted({x for x in cr["max_norm"] if x != "none"}, key=float)
+    out = []
+    for opt in ("sgd", "adamw"):
+        free, kf, nf = cell(opt, "none", "yes")
+        if not nf or not clips:
+            continue
+        clipped, kc, nc = cell(opt, clips[0], "yes")
+        if not nc:
+            continue
+        binds = engaged(f"clip {clips[0]}", "share of runs whose spike-step gradient norm exceeds the max norm",
+                        [float(x > float(clips[0])) for x in clipped["spike_norm"] if known(x)], 1.0)
+        (lf, hf), (lc, hc) = wilson(kf, nf), wilson(kc, nc)
+        out.append(judged(Claim(f"clipping_{opt}", f"{opt}: clipping the gradient norm to {clips[0]} lowers the collapse rate after a gradient spike",
+                                f"collapse rate after a spike, {opt}: no clipping − max norm {clips[0]}", unit="pts"),
+                          rate_difference(kf, nf, kc, nc), spiked(free, f"{opt}, no clipping"), spiked(clipped, f"{opt}, clip {clips[0]}"), binds,
+                          note=f"{kf} of {nf} runs collapsed without clipping (Wilson {100 * lf:.0f}% to {100 * hf:.0f}%), {kc} of {nc} with it "
+                               f"({100 * lc:.0f}% to {100 * hc:.0f}%); intervals {'do not overlap' if separated((lf, hf), (lc, hc)) else 'overlap: inconclusive at this n'}"))  # fmt: skip
+    sgd, ks, ns = cell("sgd", "none", "yes")
+    adam, ka, na = cell("adamw", "none", "yes")
+    if ns and na:
+        (ls, hs), (la, ha) = wilson(ks, ns), wilson(ka, na)
+        sep = separated((ls, hs), (la, ha))
+        out.append(judged(Claim("adam_bounds_step", "without clipping, Adam survives a gradient spike that collapses SGD (Adam bounds the step by itself)",
+                                "collapse rate after a spike without clipping: SGD − Adam", unit="pts"),
+                          rate_difference(ks, ns, ka, na), spiked(sgd, "sgd"), spiked(adam, "adamw"),
+                          note=f"SGD {ks} of {ns} (Wilson {100 * ls:.0f}% to {100 * hs:.0f}%), Adam {ka} of {na} ({100 * la:.0f}% to {100 * ha:.0f}%): "
+                               + ("the rates are separated (Wilson intervals do not overlap)" if sep else f"the Wilson intervals overlap: the rates themselves are not separated at n = {min(ns, na)} per cell")))  # fmt: skip
+    return out
+
+
 # ---- criteria (pure functions of table values) --------------------------------------------
 def verdicts(t: dict) -> list[Verdict]:
     """The document's claims, each a difference with its 95% interval (paired by seed)."""
@@ -310,13 +388,7 @@ def verdicts(t: dict) -> list[Verdict]:
             out.append(Verdict(Claim(f"fixed_vs_{other}", f"fixed hyperparameters at the large batch (A) end more accurate than {other}",
                                      f"final held-out accuracy: A − {other}", unit="pts"), difference(m("A"), m(other))))
     if not cr.empty:
-        loose, tight = "none", min((x for x in cr["max_norm"].unique() if x != "none"), key=float, default=None)
-        k = lambda x: (int(cr.loc[cr["max_norm"] == x, "collapsed"].sum()), int(cr.loc[cr["max_norm"] == x, "collapsed"].notna().sum()))  # noqa: E731
-        if tight is not None and loose in set(cr["max_norm"]):
-            (ka, na), (kb, nb) = k(loose), k(tight)
-            out.append(Verdict(Claim("clipping", f"clipping lowers the collapse rate (none against max norm {tight})",
-                                     f"collapse rate: no clipping − max norm {tight}", unit="pts"), rate_difference(ka, na, kb, nb),
-                               note=f"{ka} of {na} runs collapsed without clipping, {kb} of {nb} at max norm {tight}; the document: 35% and 0%"))  # fmt: skip
+        out += clipping_verdicts(cr)
     if not vr.empty:
         r = lambda c, w: per_seed(vr[vr["value_coef"] == w], "mean_rmse", value_clip=c)  # noqa: E731
         base = r("none", 0.5)
@@ -397,12 +469,12 @@ def figures(t) -> dict:
         placeholder(axes[0], "no clipping runs")
     else:
         x = np.arange(len(c))
-        axes[0].bar(x - 0.2, c["collapse_rate"], width=0.4, color=COLORS[3], label="measured")
-        axes[0].bar(x + 0.2, c["doc_collapse_rate"], width=0.4, color="0.75", label="document's claim")
-        axes[0].set_xticks(x, labels=c["max_norm"].astype(str))
-        axes[0].legend()
-    axes[0].set(xlabel="max gradient norm", ylabel="share of runs collapsed", title="Collapse rate by clipping threshold")
-    _curves(axes[1], _series(t, "clipping", "eval_accuracy"), "held-out accuracy", "Eval accuracy by clipping threshold")
+        err = np.vstack([c["collapse_rate"] - c["collapse_rate_lo"], c["collapse_rate_hi"] - c["collapse_rate"]])
+        axes[0].bar(x, c["collapse_rate"], width=0.6, color=[COLORS[0] if o == "sgd" else COLORS[1] for o in c["optimizer"]], yerr=err, capsize=3)
+        axes[0].set_xticks(x, labels=c["cell"].str.replace(", ", "\n"), fontsize=7)
+        axes[0].set_ylim(0, 1.05)
+    axes[0].set(xlabel="optimizer, max gradient norm, injected spike", ylabel="share of runs collapsed", title="Collapse rate per cell (95% Wilson interval)")
+    _curves(axes[1], _series(t, "clipping", "eval_accuracy"), "held-out accuracy", "Eval accuracy per cell")
     out["stability_clipping"] = fig
 
     fig, ax = plt.subplots()
@@ -473,8 +545,8 @@ def case_text(c: pd.DataFrame) -> str:
 def clipping_text(c: pd.DataFrame) -> str:
     if c.empty or c["collapse_rate"].isna().all():
         return "No clipping runs with a result."
-    return "; ".join(f"{r.max_norm}: {r.collapses:g}/{r.n} collapsed (95% Wilson interval {100 * r.collapse_rate_lo:.0f}% to {100 * r.collapse_rate_hi:.0f}%), "
-                     + (f"{r.reached}/{r.n} reached the target in {r.steps_to_target_mean:.0f} steps" if known(r.steps_to_target_mean) else "none reached the target")
+    return "; ".join(f"{r.cell}: {r.collapses:g}/{r.n} collapsed (95% Wilson interval {100 * r.collapse_rate_lo:.0f}% to {100 * r.collapse_rate_hi:.0f}%)"
+                     + (f", spike {r.spike_ratio_mean:.0f}x the median gradient norm" if known(r.spike_ratio_mean) else "")
                      for r in c.itertuples()) + "."  # fmt: skip
 
 
@@ -506,14 +578,14 @@ def section(t) -> dict:
     gradvar, accumulation = gradvar_text(tb["gradvar"], tb["accumulation"])
     ts, al = tb["troubleshooting"], tb["alerts"]
     return {
-        "tables": {**tb, "alerts_fired": al[al["alerts"] > 0] if not al.empty else al}, "collapse_definition": COLLAPSE_DEFINITION, "target_gain": TARGET_GAIN,
+        "tables": {**tb, "alerts_fired": al[al["alerts"] > 0] if not al.empty else al}, "collapse_definition": COLLAPSE_DEFINITION, "spike_factor": SPIKE_FACTOR,
         "big": BIG_SWING, "small": SMALL_SWING, "verdict_list": rows, "power": power_note(tb["verdicts"]),
         "verdicts": {
             "batch": {"text": batch_text(tb["batch"]), "rows": pick_rows("batch_smoother", "batch_large_calm", "batch_small_swings")},
             "gradvar": {"text": gradvar, "rows": pick_rows("gradvar")}, "accumulation": {"text": accumulation, "rows": pick_rows("accumulation")},
             "fixed_vs_dynamic": {"text": fvd_text(tb["fixed_vs_dynamic"]), "rows": pick_rows("fixed_vs_B", "fixed_vs_C")},
             "case": {"text": case_text(tb["case_study"]), "rows": pick_rows("case_reward")},
-            "clipping": {"text": clipping_text(tb["clipping"]), "rows": pick_rows("clipping")},
+            "clipping": {"text": clipping_text(tb["clipping"]), "rows": pick_rows("clipping_sgd", "clipping_adamw", "adam_bounds_step")},
             "value_clip": {"text": value_text(tb["value_clip"]), "rows": pick_rows("value_clip")},
             "alerts": {"text": alerts_text(tb["alerts"]), "rows": []},
             "troubleshooting": {"text": f"{int((ts['evidence_run'].astype(object).fillna('') != '').sum())} of {len(ts)} symptoms are shown by a run of this pipeline." if not ts.empty else "No runs.", "rows": []},
