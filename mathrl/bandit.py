@@ -32,6 +32,7 @@ from mathrl.bandit_config import (  # noqa: F401 - re-exported
     converged_to,
     proxy_scores,
     resolve,
+    study_seeds,
 )
 
 class SimplePolicy(nn.Module):
@@ -143,7 +144,7 @@ def run_study(name: str, cfg: dict | None = None) -> pd.DataFrame:
     for setting, overrides in study["settings"].items():
         run = {**{k: cfg[k] for k in (*SHARED_KEYS, "state_dim")}, **SETTING_DEFAULTS, **overrides}
         signal, n_arms, init_logits = _study_signal(name, study, run, arm_rewards)
-        for seed in cfg["seeds"]:
+        for seed in study_seeds(cfg, name):
             df = pd.DataFrame(train_seed(run, int(seed), signal, n_arms, init_logits))
             df.insert(0, "seed", int(seed))
             df.insert(0, "setting", setting)

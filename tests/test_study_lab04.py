@@ -246,3 +246,25 @@ def test_missing_everything(tmp_path):
     s = lab04.section(t)
     assert all(r["outcome"] == "not judged" for p in s["parts"].values() for r in p["rows"])
     assert "Not judged" in render(t)
+
+
+def test_local_optima_rates_and_verdicts_by_hand():
+    """Per setting: counts of global/local/neither and the Wilson interval of the local rate;
+    the biased-start verdicts are judged only where the start was biased."""
+    import pandas as pd
+
+    from mathrl.studies import lab04 as lab
+
+    per = [("aggressive_biased", s, "local" if s < 3 else "global", 0.005) for s in range(10)]
+    per += [("normal_biased", s, "none", 0.005) for s in range(10)]
+    ent = pd.DataFrame(per, columns=["setting", "seed", "converged_to", "initial_best_prob"])
+    t = lab.local_optima_table(ent).set_index("setting")
+    a = t.loc["aggressive_biased"]
+    assert (a["n"], a["global"], a["local"], a["none"], a["local_rate"]) == (10, 7, 3, 0, 0.3)
+    assert (a["local_rate_lo"], a["local_rate_hi"]) == pytest.approx((0.1078, 0.6032), abs=1e-4)  # Wilson, 3 of 10
+    v = {x.claim.key: x for x in lab.verdicts(ent, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), {})}
+    assert v["bandit_local_reached"].outcome == "agrees"  # the Wilson interval of 3/10 excludes 0
+    assert v["bandit_local_aggressive"].est.estimate == pytest.approx(0.3)
+    unbiased = ent.assign(initial_best_prob=1 / 3)
+    v = {x.claim.key: x for x in lab.verdicts(unbiased, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), {})}
+    assert v["bandit_local_aggressive"].outcome == "not judged" and "initial probability of the global arm 0.333" in v["bandit_local_aggressive"].reason

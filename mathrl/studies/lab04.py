@@ -18,8 +18,8 @@ import pandas as pd
 
 from mathrl import bandit_config as bandit  # the study's settings; no torch for tables and figures
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, band, known, per_seed, placeholder, plt, power_note, roles, verdict_frame, verdict_rows
-from mathrl.verdict import Claim, Estimate, Verdict, difference, mean_interval, wilson
+from mathrl.studies.kit import COLORS, band, engaged, judged, known, per_seed, placeholder, plt, power_note, roles, verdict_frame, verdict_rows
+from mathrl.verdict import Claim, Estimate, Verdict, difference, mean_interval, rate_difference, wilson
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -97,7 +97,7 @@ def _expected(ctx, study: str, df: pd.DataFrame | None) -> list[tuple[str, int, 
     cfg = bandit.resolve(ctx.cfg.get("bandit"))
     out = []
     for setting in cfg["studies"][study]["settings"]:
-        for seed in cfg["seeds"]:
+        for seed in bandit.study_seeds(cfg, study):
             g = pd.DataFrame() if df is None else df[(df["setting"] == setting) & (df["seed"] == int(seed))]
             out.append((setting, int(seed), g.sort_values("step") if len(g) else g))
     return out
@@ -110,16 +110,16 @@ def entropy_table(ctx) -> pd.DataFrame:
     rows = []
     for setting, seed, g in _expected(ctx, "entropy_collapse", ctx.bandit("entropy_collapse")):
         row = {"setting": setting, "seed": seed, "initial_entropy": math.nan, "final_entropy": math.nan, "reduction": math.nan,
-               "dominant_action": math.nan, "dominant_prob": math.nan, "global_share": math.nan, "converged_to": "missing"}  # fmt: skip
+               "dominant_action": math.nan, "dominant_prob": math.nan, "global_share": math.nan, "initial_best_prob": math.nan, "converged_to": "missing"}  # fmt: skip
         if len(g):
             first, last = g.iloc[0], g.iloc[-1]
             probs = [float(last[f"p{i}"]) for i in range(3)]
             top = int(np.argmax(probs))
             label = bandit.converged_to(*probs, threshold=DOMINANT, best_arm=best)
-            row.update(initial_entropy=first["entropy"], final_entropy=last["entropy"], dominant_action=top, dominant_prob=probs[top],
+            row.update(initial_entropy=first["entropy"], final_entropy=last["entropy"], dominant_action=top, dominant_prob=probs[top], initial_best_prob=float(first[f"p{best}"]),
                        reduction=reduction(first["entropy"], last["entropy"]), converged_to=label, global_share=float(label == "global"))  # fmt: skip
         rows.append(row)
-    out = _pooled(pd.DataFrame(rows), ["setting"], ["initial_entropy", "final_entropy", "reduction", "dominant_prob", "global_share"])
+    out = _pooled(pd.DataFrame(rows), ["setting"], ["initial_entropy", "final_entropy", "reduction", "dominant_prob", "global_share", "initial_best_prob"])
     for setting, g in out[out["seed"] != "all"].groupby("setting", sort=False):
         labels = g["converged_to"].tolist()
         pooled = (out["setting"] == setting) & (out["seed"] == "all")
@@ -127,6 +127,26 @@ def entropy_table(ctx) -> pd.DataFrame:
         actions = g["dominant_action"].dropna().unique()
         out.loc[pooled, "dominant_action"] = actions[0] if len(actions) == 1 else math.nan
     return out
+
+
+BIASED = ("aggressive_biased", "normal_biased")  # the entropy-collapse settings that start away from the global optimum
+BIASED_START = 0.05  # a start is biased when the global arm's initial probability is at most this
+
+
+def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
+    """Per setting: how many seeds ended at the global optimum, a local one or neither, and the
+    local-optimum rate with its 95% Wilson interval."""
+    per = _per_seed_rows(ent)
+    rows = []
+    for setting, g in per.groupby("setting", sort=False):
+        labels = g["converged_to"].tolist()
+        n = sum(x in ("global", "local", "none") for x in labels)
+        k = labels.count("local")
+        lo, hi = wilson(k, n)
+        rows.append({"setting": setting, "n": n, "global": labels.count("global"), "local": k, "none": labels.count("none"),
+                     "local_rate": k / n if n else math.nan, "local_rate_lo": lo, "local_rate_hi": hi,
+                     "initial_best_prob": g["initial_best_prob"].mean()})  # fmt: skip
+    return pd.DataFrame(rows, columns=["setting", "n", "global", "local", "none", "local_rate", "local_rate_lo", "local_rate_hi", "initial_best_prob"])
 
 
 def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -259,6 +279,18 @@ def verdicts(ent, van, hack, runs, role: dict) -> list[Verdict]:
         f"share of seeds at the global optimum ({k} of {n}, Wilson interval) − 1/2", Estimate(k / n - 0.5, lo - 0.5, hi - 0.5, n, "one-sample", n) if n else None, unit="pts")
     add("entropy", "bandit_keeps_entropy", "Bandit: the gentle setting keeps more entropy than the aggressive one", "final entropy: normal − aggressive",
         difference(seeds(ent, "final_entropy", setting="normal"), aggr("final_entropy")))
+    loc = local_optima_table(ent) if len(ent) else pd.DataFrame(columns=["setting"])
+    counts = {r.setting: (int(r.local), int(r.n), r.initial_best_prob) for r in loc.itertuples()}
+    if all(b in counts for b in BIASED):
+        (ka, na, pa), (kn, nn, pn) = counts[BIASED[0]], counts[BIASED[1]]
+        start = [engaged(f"biased start ({b})", "initial probability of the global arm", [p], BIASED_START, direction=-1) for b, p in zip(BIASED, (pa, pn))]
+        lo, hi = wilson(ka, na)
+        out.append(judged(Claim("bandit_local_reached", "Bandit, aggressive from a biased start: some seeds settle on a local optimum",
+                                f"local-optimum rate of {BIASED[0]} ({ka} of {na}, Wilson interval)", unit="pts"),
+                          Estimate(ka / na, lo, hi, na, "one-sample", na) if na else None, start[0], extra={"part": "entropy"}))
+        out.append(judged(Claim("bandit_local_aggressive", "Bandit, biased start: the aggressive setting settles on a local optimum more often than the normal one",
+                                f"local-optimum rate: {BIASED[0]} − {BIASED[1]}", unit="pts"), rate_difference(ka, na, kn, nn), *start,
+                          note=f"{ka} of {na} seeds local under the aggressive setting, {kn} of {nn} under the normal one", extra={"part": "entropy"}))  # fmt: skip
     vs = lambda col: seeds(van, col)  # noqa: E731
     add("vanishing", "bandit_homogeneous", "Bandit: the gradient vanishes when every reward of a batch is equal", "mean gradient norm, homogeneous phases − 1e-4",
         mean_interval(_shift(vs("grad_norm_homogeneous"), 1e-4)), direction=-1)
@@ -288,6 +320,11 @@ def verdicts(ent, van, hack, runs, role: dict) -> list[Verdict]:
     add("gpt", "gpt_perfect_no_signal", "GPT near-perfect policy: most groups have equal rewards", "share of groups with equal rewards − 1/2",
         mean_interval(_shift(g("perfect_policy", "frac_zero_std"), 0.5)), unit="pts")
     return out
+
+
+def _pooled_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The pooled rows (seed 'all') of a bandit table: one per setting."""
+    return df[df["seed"].astype(str) == "all"] if len(df) and "seed" in df else df
 
 
 def _per_seed_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -352,7 +389,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     role_of = {v: r for r, v in role.items()}
     gpt.insert(1, "role", gpt["variant"].map(role_of).fillna("") if len(gpt) else [])
     return {
-        "lab04_entropy": ent, "lab04_vanishing": van, "lab04_vanishing_points": points, "lab04_hacking": hack,
+        "lab04_entropy": ent, "lab04_local_optima": local_optima_table(ent), "lab04_vanishing": van, "lab04_vanishing_points": points, "lab04_hacking": hack,
         "lab04_bandit_curves": bandit_curves(ctx), "lab04_gpt_runs": runs, "lab04_gpt": gpt,
         "lab04_report_template": report_template(ent, van, hack, gpt), "lab04_verdicts": verdict_frame(verdicts(ent, van, hack, runs, role)),
     }  # fmt: skip
@@ -534,4 +571,5 @@ def section(t) -> dict:
         parts[part] = {"claim": CLAIMS[part], "measured": sentences[part], "rows": mine, "summary": summary}
     return {"parts": parts, "verdict_list": rows, "power": power_note(t["lab04_verdicts"]), "severity_definition": SEVERITY_DEFINITION,
             "bandit_window": BANDIT_WINDOW, "gpt_window": GPT_WINDOW, "dominant": DOMINANT,
-            "tables": {k: t[f"lab04_{k}"] for k in ("entropy", "vanishing", "hacking", "gpt", "report_template")}}  # fmt: skip
+            "tables": {**{k: t[f"lab04_{k}"] for k in ("entropy", "local_optima", "vanishing", "hacking", "gpt", "report_template")},
+                       "entropy_pooled": _pooled_rows(t["lab04_entropy"])}}  # fmt: skip
