@@ -29,7 +29,11 @@ TITLE = "Lab 04: entropy collapse, vanishing gradients and reward hacking"
 DOCUMENT = "lab04-training-challenges.md"
 
 EXPERIMENT = "lab04_gpt"
-ROLES = ("normal", "aggressive", "remedy", "proxy", "random_policy", "perfect_policy")
+ROLES = ("normal", "aggressive", "clip_higher", "remedy", "proxy", "random_policy", "perfect_policy")
+ENTROPY_FALL = 0.10  # the aggressive setting shows entropy collapse: token entropy falls by at least this share...
+CLIP_BINDS = 0.01  # an upper clip binds: at least this share of tokens clipped (clip_frac; clip_frac_high once logged)
+DYNAMIC = 1.05  # dynamic sampling acted: at least this many rollouts drawn per rollout kept
+EQUAL_SAMPLES = (0.75, 1.33)  # "equal samples": the remedy's total rollouts within this ratio of the reference's
 NONINFERIOR_MARGIN = 0.02  # accuracy points that count as "no worse" (about the sampling error of 500 problems)
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
 GPT_WINDOW = 5  # GPT steps averaged for the start or end of a per-step metric (runs are 20-40 steps)
@@ -209,7 +213,7 @@ def bandit_curves(ctx) -> pd.DataFrame:
 
 
 GPT_VALUES = ["accuracy_start", "accuracy_end", "eval_start", "eval_end", "entropy_start", "entropy_end", "entropy_reduction",
-              "frac_zero_std", "grad_norm", "reward_start", "reward_end"]  # fmt: skip
+              "frac_zero_std", "grad_norm", "reward_start", "reward_end", "accuracy_gain", "clip_frac", "clip_frac_high", "samples", "draws_per_rollout"]  # fmt: skip
 
 
 def gpt_runs(ctx) -> pd.DataFrame:
@@ -224,6 +228,10 @@ def gpt_runs(ctx) -> pd.DataFrame:
                        entropy_start=head["entropy"].mean(), entropy_end=tail["entropy"].mean(), frac_zero_std=m["frac_zero_std"].mean(),
                        grad_norm=m["grad_norm"].mean(), reward_start=head["reward_mean"].mean(), reward_end=tail["reward_mean"].mean())  # fmt: skip
             row["entropy_reduction"] = reduction(row["entropy_start"], row["entropy_end"])
+            st = run.settings
+            row.update(accuracy_gain=row["accuracy_end"] - row["accuracy_start"], clip_frac=m["clip_frac"].mean(),
+                       clip_frac_high=m["clip_frac_high"].mean() if "clip_frac_high" in m else math.nan, samples=float(m["samples"].iloc[-1]),
+                       draws_per_rollout=float(m["samples"].iloc[-1]) / (len(m) * st["batch_size"]))  # fmt: skip
         rows.append(row)
     return pd.DataFrame(rows).reindex(columns=["run_id", "variant", "seed", "status", *GPT_VALUES])
 
@@ -311,10 +319,24 @@ def verdicts(ent, van, hack, runs, role: dict) -> list[Verdict]:
         mean_interval(gd("proxy", "accuracy_end", "accuracy_start")), direction=-1, unit="pts")
     add("gpt", "gpt_entropy_collapse", "GPT: the aggressive setting loses more token entropy than the normal one", "entropy reduction: aggressive − normal",
         difference(g("aggressive", "entropy_reduction"), g("normal", "entropy_reduction")), unit="pct")
-    add("gpt", "gpt_dapo_entropy", "GPT: DAPO keeps more entropy than aggressive GRPO", "final token entropy: DAPO − aggressive GRPO",
-        difference(g("remedy", "entropy_end"), g("aggressive", "entropy_end")))
-    add("gpt", "gpt_dapo_accuracy", "GPT: DAPO is at least as accurate as aggressive GRPO", "final held-out accuracy: DAPO − aggressive GRPO",
-        difference(g("remedy", "eval_end"), g("aggressive", "eval_end")), kind="noninferior", margin=NONINFERIOR_MARGIN, unit="pts")
+    # DAPO's remedies are judged only on a setting that shows the problem (entropy falls while sampled accuracy rises) and where their mechanism acted.
+    problem = [engaged("entropy collapse (aggressive)", "token-entropy reduction over the run", g("aggressive", "entropy_reduction"), ENTROPY_FALL),
+               engaged("learning (aggressive)", "sampled accuracy, end − start", g("aggressive", "accuracy_gain"), 0.0)]
+    binds = lambda r: engaged(f"upper clip ({role.get(r, r)})", "share of tokens clipped (clip_frac)", g(r, "clip_frac"), CLIP_BINDS)  # noqa: E731
+    ratio = {s_: v / g("aggressive", "samples")[s_] for s_, v in g("remedy", "samples").items() if g("aggressive", "samples").get(s_)}
+    equal = [engaged("equal samples", "rollouts drawn: DAPO / aggressive", ratio, EQUAL_SAMPLES[0]), engaged("equal samples", "rollouts drawn: DAPO / aggressive", ratio, EQUAL_SAMPLES[1], -1)]
+    dynamic = engaged("dynamic sampling", "rollouts drawn per rollout kept", g("remedy", "draws_per_rollout"), DYNAMIC)
+
+    def gated(key, text, measure, est, *checks, **claim):
+        out.append(judged(Claim(key, text, measure, **claim), est, *checks, extra={"part": "gpt"}))
+
+    gated("gpt_clip_higher_entropy", "GPT: clip-higher keeps more entropy than aggressive GRPO", "final token entropy: clip-higher − aggressive GRPO",
+          difference(g("clip_higher", "entropy_end"), g("aggressive", "entropy_end")), *problem, binds("clip_higher"))
+    gated("gpt_dapo_entropy", "GPT: DAPO keeps more entropy than aggressive GRPO", "final token entropy: DAPO − aggressive GRPO",
+          difference(g("remedy", "entropy_end"), g("aggressive", "entropy_end")), *problem, binds("remedy"), dynamic)
+    gated("gpt_dapo_accuracy", "GPT: DAPO is at least as accurate as aggressive GRPO at about equal samples", "final held-out accuracy: DAPO − aggressive GRPO",
+          difference(g("remedy", "eval_end"), g("aggressive", "eval_end")), *problem, binds("remedy"), dynamic, *equal,
+          kind="noninferior", margin=NONINFERIOR_MARGIN, unit="pts")
     add("gpt", "gpt_random_no_signal", "GPT from a random policy: (almost) every group has equal rewards", f"share of groups with equal rewards − {NO_SIGNAL}",
         mean_interval(_shift(g("random_policy", "frac_zero_std"), NO_SIGNAL)), unit="pts")
     add("gpt", "gpt_perfect_no_signal", "GPT near-perfect policy: most groups have equal rewards", "share of groups with equal rewards − 1/2",
@@ -540,20 +562,27 @@ CLAIMS = {
                  "ones, a fall of more than 90%, and a gradient norm that follows the reward std.",
     "hacking": "The document's results show a reward-model score that keeps climbing while the true reward (human preference) rises "
                "briefly and then falls, even below zero: the agent learns the reward model's flaws instead of the goal.",
-    "gpt": "The document names DAPO (clip-higher, dynamic sampling) as the cure for entropy collapse. On the GPT we repeat the challenges: "
-           "five times the learning rate and a tenth of the entropy bonus, a proxy reward that favours large digits, RL from a random policy "
-           "(all answers wrong) and from a near-perfect one (all right), and DAPO at the aggressive settings.",
+    "gpt": "The document names DAPO (clip-higher, dynamic sampling) as the cure for entropy collapse. On the GPT we repeat the challenges "
+           "from the calibrated reference: a multiple of its learning rate and a tenth of the entropy bonus, a proxy reward that favours large digits, "
+           "RL from a random policy (all answers wrong) and from a near-perfect one (all right), and DAPO's remedies at the aggressive settings with two "
+           "PPO epochs, so that the ratio moves and the upper clip can bind (with one epoch the ratio is always 1). Full DAPO runs half the steps, "
+           "since dynamic sampling draws about twice the rollouts per step: the comparison is at about equal samples. A remedy is judged only "
+           "where the aggressive setting shows the problem (entropy falls while sampled accuracy rises) and the remedy's mechanism acted.",
 }  # fmt: skip
 def gpt_sentence(gpt: pd.DataFrame) -> str:
     """The measured sentence of the GPT part."""
     g = {name: _row(gpt, role=role) for name, role in
-         (("normal", "normal"), ("aggressive", "aggressive"), ("dapo_aggressive", "remedy"), ("random_init", "random_policy"), ("near_perfect", "perfect_policy"))}
+         (("normal", "normal"), ("aggressive", "aggressive"), ("clip_higher", "clip_higher"), ("dapo_aggressive", "remedy"),
+          ("random_init", "random_policy"), ("near_perfect", "perfect_policy"))}  # fmt: skip
     n = {k: f"n={num(d.get('n'), '.0f')} of {num(d.get('expected'), '.0f')}" for k, d in g.items()}
-    return (f"Token entropy fell by {_pm(g['aggressive'], 'entropy_reduction_mean', '.1%')} under the aggressive settings ({n['aggressive']}) "
-            f"against {_pm(g['normal'], 'entropy_reduction_mean', '.1%')} under the normal ones ({n['normal']}). DAPO at the aggressive settings "
-            f"({n['dapo_aggressive']}) ended at entropy {_pm(g['dapo_aggressive'], 'entropy_end_mean')} and held-out accuracy "
-            f"{_pm(g['dapo_aggressive'], 'eval_end_mean', '.1%')}, against {_pm(g['aggressive'], 'entropy_end_mean')} and "
-            f"{_pm(g['aggressive'], 'eval_end_mean', '.1%')} for aggressive GRPO. Share of groups with equal rewards: "
+    return (f"Token entropy fell by {_pm(g['aggressive'], 'entropy_reduction_mean', '.1%')} under the aggressive settings ({n['aggressive']}), "
+            f"sampled accuracy changing by {_pm(g['aggressive'], 'accuracy_gain_mean')}, against {_pm(g['normal'], 'entropy_reduction_mean', '.1%')} "
+            f"under the normal ones ({n['normal']}). Clip-higher with two PPO epochs ({n['clip_higher']}) clipped {_pm(g['clip_higher'], 'clip_frac_mean')} "
+            f"of tokens and ended at entropy {_pm(g['clip_higher'], 'entropy_end_mean')}; DAPO ({n['dapo_aggressive']}) clipped "
+            f"{_pm(g['dapo_aggressive'], 'clip_frac_mean')}, drew {_pm(g['dapo_aggressive'], 'draws_per_rollout_mean')} rollouts per rollout kept, "
+            f"{_pm(g['dapo_aggressive'], 'samples_mean', '.0f')} in all against {_pm(g['aggressive'], 'samples_mean', '.0f')} for aggressive GRPO, and ended at "
+            f"entropy {_pm(g['dapo_aggressive'], 'entropy_end_mean')} and held-out accuracy {_pm(g['dapo_aggressive'], 'eval_end_mean', '.1%')}, against "
+            f"{_pm(g['aggressive'], 'entropy_end_mean')} and {_pm(g['aggressive'], 'eval_end_mean', '.1%')} for aggressive GRPO. Share of groups with equal rewards: "
             f"{_pm(g['random_init'], 'frac_zero_std_mean')} from a random policy ({n['random_init']}), "
             f"{_pm(g['near_perfect'], 'frac_zero_std_mean')} from a near-perfect one ({n['near_perfect']}).")  # fmt: skip
 
