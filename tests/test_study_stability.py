@@ -171,6 +171,12 @@ def test_fixed_vs_dynamic_and_clipping(tree):
     assert one(c, cell="adamw, clip none, spike")["doc_collapse_rate"] == 0.35
 
 
+def test_critic_explained_variance_by_step_20():
+    m = pd.DataFrame({"step": range(1, 26), "explained_variance": [0.0] * 15 + [0.1, 0.2, 0.3, 0.4, 0.5] + [0.9] * 5})
+    assert st.critic_ev(m) == pytest.approx(0.3)  # steps 16-20 only
+    assert st.critic_ev(m.head(3)) == 0.0 and math.isnan(st.critic_ev(m.assign(explained_variance=math.nan)))
+
+
 def test_pure_clipping_helpers():
     steps = pd.Series([1, 2, 3, 4, 5])
     assert st.spike_ratio(pd.Series([1.0, 2.0, 500.0, 3.0, 2.0]), steps, 3) == 250.0  # 500 over the median 2 of the others
@@ -217,6 +223,7 @@ def test_troubleshooting_and_criteria(tree):
     assert adam.outcome == "agrees" and adam["diff"] == pytest.approx(1.0) and "intervals overlap" in adam.note
     assert "clipping_adamw" not in v.index  # no clipped AdamW cell in this tree
     assert v.loc["value_clip"].outcome == "not judged" and v.loc["batch_smoother"].outcome == "not judged"
+    assert "critic (clipped, weight 1.0) engaged: explained variance, steps 16-20 0.4" in v.loc["value_clip"].engaged  # n=1 is why it is not judged
     swings = v.loc["batch_small_swings"]  # largest falls 0.2 and 0.3 at batch 64, minus 10 points
     assert swings["diff"] == pytest.approx(0.15) and swings.outcome == "inconclusive"
 

@@ -243,13 +243,24 @@ def separated(a: tuple[float, float], b: tuple[float, float]) -> bool | None:
     return a[1] < b[0] or b[1] < a[0]
 
 
+CRITIC_EV = 0.1  # the critic has learned when it explains at least this share of the returns' variance by step CRITIC_BY
+CRITIC_BY = 20
+
+
+def critic_ev(metrics: pd.DataFrame, by: int = CRITIC_BY, window: int = 5) -> float:
+    """Mean explained variance of the value head over the `window` steps ending at step `by` (or the run's last)."""
+    m = metrics[metrics["step"] <= by].tail(window)["explained_variance"].dropna()
+    return float(m.mean()) if len(m) else NAN
+
+
 def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not runs:
         return pd.DataFrame(), pd.DataFrame()
     rows = pd.DataFrame([{"value_clip": label(r.settings["value_clip"]), "value_coef": float(r.settings["value_coef"]), "seed": r.spec.seed,
                           "final_rmse": last(r, "value_rmse"), "mean_rmse": r.metrics["value_rmse"].mean() if r.ok else NAN,
-                          "final_explained_variance": last(r, "explained_variance"), "final_eval": measures(r)["final_eval"]} for r in runs])  # fmt: skip
-    out = summarise(rows, ["value_clip", "value_coef"], ["final_rmse", "mean_rmse", "final_explained_variance", "final_eval"])
+                          "final_explained_variance": last(r, "explained_variance"), "ev_by_20": critic_ev(r.metrics) if r.ok else NAN,
+                          "final_eval": measures(r)["final_eval"]} for r in runs])  # fmt: skip
+    out = summarise(rows, ["value_clip", "value_coef"], ["final_rmse", "mean_rmse", "final_explained_variance", "ev_by_20", "final_eval"])
     out["doc_rmse"] = [DOC_VALUE_RMSE.get((c, w), NAN) for c, w in zip(out["value_clip"], out["value_coef"])]
     return out, rows
 
@@ -395,9 +406,12 @@ def verdicts(t: dict) -> list[Verdict]:
         if base:
             scale = 1 / (sum(base.values()) / len(base))
             doc = DOC_VALUE_RMSE[("0.2", 1.0)] / DOC_VALUE_RMSE[("none", 0.5)] - 1
-            out.append(Verdict(Claim("value_clip", "value-loss clipping with value weight 1.0 lowers the value RMSE by about half",
-                                     "mean value RMSE over training: (clipped at weight 1.0 − unclipped at 0.5) / unclipped", direction=-1,
-                                     size=(doc, doc), unit="pct"), difference(r("0.2", 1.0), base).scaled(scale)))  # fmt: skip
+            ev = lambda c, w: per_seed(vr[vr["value_coef"] == w], "ev_by_20", value_clip=c)  # noqa: E731
+            learned = [engaged(f"critic ({name})", f"explained variance, steps {CRITIC_BY - 4}-{CRITIC_BY}", ev(c, w), CRITIC_EV)
+                       for name, c, w in (("unclipped, weight 0.5", "none", 0.5), ("clipped, weight 1.0", "0.2", 1.0))]
+            out.append(judged(Claim("value_clip", "value-loss clipping with value weight 1.0 lowers the value RMSE by about half",
+                                    "mean value RMSE over training: (clipped at weight 1.0 − unclipped at 0.5) / unclipped", direction=-1,
+                                    size=(doc, doc), unit="pct"), difference(r("0.2", 1.0), base).scaled(scale), *learned))  # fmt: skip
     return out
 
 
