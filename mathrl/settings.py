@@ -92,6 +92,7 @@ class RunSettings:
     monitor_kl_max: float
     monitor_reward_swing: float
     monitor_window: int
+    monitor_swing_sigmas: float | None
     device: str
     wandb: bool
 

@@ -153,6 +153,7 @@ class Trainer:
         self.monitor = StabilityMonitor(
             entropy_min=s.monitor_entropy_min, kl_max=s.monitor_kl_max,
             reward_swing=s.monitor_reward_swing, window=s.monitor_window,
+            swing_sigmas=s.monitor_swing_sigmas, batch_size=s.batch_size,
         )  # fmt: skip
         self.step_no, self.samples, self.rows, self.status = 0, 0, [], "running"
         self.initial_eval: float | None = None
