@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from mathrl.monitor import ALERT_KINDS
+from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
 from mathrl.studies.kit import pm as interval
 from mathrl.studies.kit import COLORS, band, engaged, judged, known, per_seed, placeholder, power_note, roles, verdict_frame, verdict_rows
@@ -172,6 +172,53 @@ def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
         acc_rows.append({"task": task, "status": "complete" if probe else "missing", "batch_size": acc["batch_size"], "micro_batch_size": acc["micro_batch_size"],
                          **{k: acc.get(k, NAN) for k in ("steps", "max_abs_difference", "max_abs_gradient", "relative")}})  # fmt: skip
     return {"stability_gradvar": pd.DataFrame(var_rows), "stability_accumulation": pd.DataFrame(acc_rows)}
+
+
+DROP, HORIZON = 0.05, 10  # an alert should precede a sustained 5-point drop of held-out accuracy within 10 steps
+FIXED_SWING, SWING_SIGMAS = 0.3, 6.0  # the document's fixed reward-swing threshold, and ours in standard errors of the batch mean
+
+
+def replay(run, **monitor) -> list[dict]:
+    """The alerts a monitor with these thresholds raises over a run's logged metrics (a pure replay)."""
+    mon = StabilityMonitor(**monitor)
+    for r in run.metrics[["step", "entropy", "kl", "reward_mean"]].itertuples():
+        mon.check(r.step, r.entropy, r.kl, r.reward_mean)
+    return mon.alerts
+
+
+def detectors(run) -> dict[str, list[int]]:
+    """Alert steps per detector on one run: the document's fixed reward swing, the noise-scaled one,
+    and the run's own KL and entropy thresholds."""
+    st, off = run.settings, {"entropy_min": None, "kl_max": None, "reward_swing": None}
+    steps = lambda alerts: [a["step"] for a in alerts]  # noqa: E731
+    return {f"reward_swing, fixed {FIXED_SWING:g}": steps(replay(run, **{**off, "reward_swing": FIXED_SWING}, window=st["monitor_window"])),
+            f"reward_swing, {SWING_SIGMAS:g} standard errors of the batch mean": steps(replay(run, **off, window=st["monitor_window"], swing_sigmas=SWING_SIGMAS, batch_size=st["batch_size"])),
+            "high_kl": steps(replay(run, **{**off, "kl_max": st["monitor_kl_max"]})),
+            "low_entropy": steps(replay(run, **{**off, "entropy_min": st["monitor_entropy_min"]}))}  # fmt: skip
+
+
+def alert_scores(runs: list) -> pd.DataFrame:
+    """Per detector, over every run with a result: how often an alert was followed by a sustained drop
+    within HORIZON steps (precision, beside the base rate of a random step), and how many drops an
+    alert announced (recall); Wilson intervals."""
+    counts, base = {}, [0, 0]
+    for run in runs:
+        drops = sustained_drops(run.evals["step"], run.evals["eval_accuracy"], DROP)
+        steps = run.metrics["step"].tolist()
+        base[0] += sum(any(s < d <= s + HORIZON for d in drops) for s in steps)
+        base[1] += len(steps)
+        for name, alerts in detectors(run).items():
+            c = counts.setdefault(name, [0, 0, 0, 0])
+            for i, x in enumerate(precision_recall(alerts, drops, HORIZON)):
+                c[i] += x
+    rows = []
+    for name, (hit, n_alerts, caught, n_drops) in counts.items():
+        (plo, phi), (rlo, rhi) = wilson(hit, n_alerts), wilson(caught, n_drops)
+        rows.append({"detector": name, "alerts": n_alerts, "followed_by_drop": hit, "precision": hit / n_alerts if n_alerts else NAN, "precision_lo": plo,
+                     "precision_hi": phi, "drops": n_drops, "announced": caught, "recall": caught / n_drops if n_drops else NAN, "recall_lo": rlo,
+                     "recall_hi": rhi, "base_rate": base[0] / base[1] if base[1] else NAN})  # fmt: skip
+    return pd.DataFrame(rows, columns=["detector", "alerts", "followed_by_drop", "precision", "precision_lo", "precision_hi", "drops", "announced",
+                                       "recall", "recall_lo", "recall_hi", "base_rate"])  # fmt: skip
 
 
 def alerts_table(ctx) -> pd.DataFrame:
@@ -422,6 +469,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     out["stability_clipping"], out["stability_clipping_runs"] = clipping_table(ctx.experiment("clipping"))
     out["stability_value_clip"], out["stability_value_clip_runs"] = value_clip_table(ctx.experiment("value_clip"))
     out["stability_alerts"] = alerts_table(ctx)
+    out["stability_alert_scores"] = alert_scores([r for r in ctx.runs.values() if r.ok])
     out["stability_troubleshooting"] = troubleshooting_table(ctx)
     out["stability_series"] = pd.concat([series(ctx.experiment(e), ms).assign(experiment=e) for e, ms in SERIES.items()], ignore_index=True)
     out["stability_verdicts"] = verdict_frame(verdicts(out))
@@ -574,6 +622,22 @@ def value_text(v: pd.DataFrame) -> str:
             + (f" ({'; '.join(alone)})" if alone else "") + "; the document: 0.25 and 0.12 (−52%).")  # fmt: skip
 
 
+def scores_text(sc: pd.DataFrame) -> str:
+    if sc.empty:
+        return "No runs to score the alerts on."
+    parts = [f"{r.detector}: precision {interval_rate(r.followed_by_drop, r.alerts)}, recall {interval_rate(r.announced, r.drops)}" for r in sc.itertuples()]
+    return (f"Against sustained drops (held-out accuracy at least {100 * DROP:.0f} points below its running best at two evaluations in a row) starting within "
+            f"{HORIZON} steps after the alert; a random step is followed by one with probability {sc['base_rate'].iloc[0]:.2f}. " + "; ".join(parts) + ".")
+
+
+def interval_rate(k, n) -> str:
+    """`k/n (95% Wilson lo-hi%)`, or `no alerts` for n = 0."""
+    if not n:
+        return "– (none)"
+    lo, hi = wilson(int(k), int(n))
+    return f"{k}/{n} ({100 * lo:.0f}% to {100 * hi:.0f}%)"
+
+
 def alerts_text(al: pd.DataFrame) -> str:
     if al.empty:
         return "No runs."
@@ -584,7 +648,7 @@ def alerts_text(al: pd.DataFrame) -> str:
 
 def section(t) -> dict:
     names = ["stability_batch_curve", "stability_batch", "stability_case_study", "stability_fixed_vs_dynamic", "stability_gradvar", "stability_accumulation",
-             "stability_alerts", "stability_clipping", "stability_value_clip", "stability_troubleshooting", "stability_verdicts"]  # fmt: skip
+             "stability_alerts", "stability_alert_scores", "stability_clipping", "stability_value_clip", "stability_troubleshooting", "stability_verdicts"]  # fmt: skip
     tb = {n.removeprefix("stability_"): t[n] for n in names}
     rows = verdict_rows(tb["verdicts"])
     keyed = {r["key"]: r for r in rows}
@@ -601,7 +665,7 @@ def section(t) -> dict:
             "case": {"text": case_text(tb["case_study"]), "rows": pick_rows("case_reward")},
             "clipping": {"text": clipping_text(tb["clipping"]), "rows": pick_rows("clipping_sgd", "clipping_adamw", "adam_bounds_step")},
             "value_clip": {"text": value_text(tb["value_clip"]), "rows": pick_rows("value_clip")},
-            "alerts": {"text": alerts_text(tb["alerts"]), "rows": []},
+            "alerts": {"text": alerts_text(tb["alerts"]) + " " + scores_text(tb["alert_scores"]), "rows": []},
             "troubleshooting": {"text": f"{int((ts['evidence_run'].astype(object).fillna('') != '').sum())} of {len(ts)} symptoms are shown by a run of this pipeline." if not ts.empty else "No runs.", "rows": []},
         },  # fmt: skip
     }
