@@ -213,8 +213,11 @@ def test_troubleshooting_and_criteria(tree):
     t = tree["stability_troubleshooting"].set_index("symptom")
     assert t.loc["reward does not rise", "evidence_run"] == "lab04_gpt__random_init__s0"
     assert t.loc["reward drops suddenly", "evidence_run"] == "clipping__sgd_spike__s0" and "step 2 -> 10.0% at step 4" in t.loc["reward drops suddenly", "evidence"]
-    assert t.loc["entropy collapses fast", "evidence_run"] == "clipping__sgd_spike__s0"
-    assert t.loc["KL explodes", "evidence_run"] == "clipping__sgd_spike__s0" and "KL 2 at step 5" in t.loc["KL explodes", "evidence"]
+    assert t.loc["reward drops suddenly", "cause_shown"] == "no gradient clipping (and an outsized gradient)"
+    # sgd_spike s0's entropy falls tenfold, but it has no entropy bonus at all: no evidence for "bonus too weak"
+    assert t.loc["entropy collapses fast", "evidence_run"] == "" and t.loc["entropy collapses fast", "evidence"] == "no run of this pipeline has this cause"
+    # its KL of 2 is not from PPO epochs or a wider clip, and no run of this tree has those
+    assert t.loc["KL explodes", "evidence_run"] == "" and t.loc["KL explodes", "evidence"] == "no run of this pipeline has this cause"
     assert t.loc["out of memory", "evidence"] == "not observed in this pipeline"
     assert t.loc["non-finite loss or gradient", "evidence_run"] == "collapse__huge_lr__s0"
     v = tree["stability_verdicts"].set_index("key")

@@ -312,20 +312,31 @@ def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     return out, rows
 
 
-# The document's diagnosis table (section 8), one row per symptom; the evidence rule picks a run.
+# The document's diagnosis table (section 8), one row per symptom: the evidence rule picks a run among those
+# whose settings carry the cause the document names (`CAUSE_FILTERS`), never among arbitrary runs.
 SYMPTOMS = [
     ("reward does not rise", "learning rate too small; batch too small; reward function wrong", "raise the LR 10x; batch 512+; check the verifier",
      "largest mean frac_zero_std (share of groups with equal rewards), shown when >= 0.9"),
     ("reward drops suddenly", "learning rate too large; KL coefficient too small; no gradient clipping", "cut the LR 10x; KL coefficient 0.1; clip the gradient norm",
      "largest single drop of eval accuracy between evaluations, shown when > 10 points"),
     ("entropy collapses fast", "sampling temperature too low; entropy bonus too weak; strong length penalty", "temperature 0.8; entropy_coef 0.02; drop explicit penalties",
-     "lowest final/first-step entropy ratio, shown when < 0.5"),
+     "lowest final/first-step entropy ratio, shown when < 0.8"),
     ("KL explodes", "clip epsilon too large; too many PPO epochs; batch too small", "clip_epsilon 0.1; PPO epochs 4 -> 2; larger batch",
      "largest KL to the reference, shown when above the run's monitor threshold"),
     ("out of memory", "batch set wrongly; sequences too long; no mixed precision", "check the accumulation; truncate; torch.cuda.amp",
      "none: this pipeline records no memory failures"),
     ("non-finite loss or gradient", "learning rate far too large, no clipping", "skip the update (the guard), lower the LR, clip",
      "most updates skipped by the non-finite guard"),
+]  # fmt: skip
+REFERENCE_LR = 3.0e-4  # the calibrated reference (docs/notes/calibration-pilot.md); "too large" is a multiple of it
+# (which of the document's causes, a test of a run's settings) per symptom, in SYMPTOMS' order.
+CAUSE_FILTERS = [
+    ("reward function wrong for the policy: exact match pays a random policy nothing", lambda st: st.get("init") == "random" and st.get("reward") == "exact"),
+    ("no gradient clipping (and an outsized gradient)", lambda st: st.get("grad_clip") is None),
+    ("entropy bonus too weak (present, below 0.01)", lambda st: 0 < st.get("entropy_coef", 0.0) < 0.01 and st.get("init") != "random"),
+    ("several PPO epochs or a wider upper clip", lambda st: st.get("ppo_epochs", 1) > 1 or st.get("clip_eps_high") is not None),
+    ("none", lambda st: False),
+    ("learning rate far too large, no clipping", lambda st: st.get("grad_clip") is None and st.get("lr", 0) > 1e3 * REFERENCE_LR),
 ]  # fmt: skip
 
 
@@ -343,26 +354,29 @@ def run_signals(run) -> dict:
 
 
 def troubleshooting_table(ctx) -> pd.DataFrame:
-    sig = {rid: run_signals(r) for rid, r in ctx.runs.items() if r.ok}
-    s = pd.DataFrame(sig).T.infer_objects() if sig else pd.DataFrame(columns=["zero_std", "drop", "ent_ratio", "kl", "skipped"])
+    ok = {rid: r for rid, r in ctx.runs.items() if r.ok}
+    sig = {rid: run_signals(r) for rid, r in ok.items()}
 
-    def choose(col, largest, ok, text):
-        """The most extreme run by `col`; its evidence, or "not observed" when it fails `ok`."""
-        v = pd.to_numeric(s[col], errors="coerce").dropna()
+    def choose(cause, col, largest, passes, text):
+        """The most extreme run by `col` among those with the document's cause; "not observed" when it fails `passes`."""
+        rids = [rid for rid, r in ok.items() if cause(r.settings)]
+        v = pd.to_numeric(pd.Series({rid: sig[rid][col] for rid in rids}, dtype=float), errors="coerce").dropna()
         if v.empty:
-            return "", "not observed in this pipeline"
+            return "", "no run of this pipeline has this cause"
         rid = v.idxmax() if largest else v.idxmin()
-        return (rid, text(sig[rid])) if ok(sig[rid]) else ("", f"not observed in this pipeline (most extreme: {text(sig[rid])})")
+        return (rid, text(sig[rid])) if passes(sig[rid]) else ("", f"not observed in this pipeline (most extreme run with this cause, {rid}: {text(sig[rid])})")
 
-    evidence = [
-        choose("zero_std", True, lambda g: g["zero_std"] >= 0.9, lambda g: f"mean frac_zero_std {g['zero_std']:.2f}"),
-        choose("drop", True, lambda g: g["drop"] > BIG_SWING, lambda g: "eval accuracy {2:.1%} at step {0:g} -> {3:.1%} at step {1:g}".format(*g["drop_at"]) if g["drop_at"] else "no drop"),
-        choose("ent_ratio", False, lambda g: g["ent_ratio"] < 0.5, lambda g: f"entropy {g['ent'][0]:.3f} at the first step -> {g['ent'][1]:.3f} at the last"),
-        choose("kl", True, lambda g: g["kl"] > g["kl_max"], lambda g: f"KL {g['kl']:.3g} at step {g['kl_at']:g} (monitor threshold {g['kl_max']:g})"),
-        ("", "not observed in this pipeline"),
-        choose("skipped", True, lambda g: g["skipped"] > 0, lambda g: f"{g['skipped']} update(s) skipped by the non-finite guard"),
+    rules = [
+        ("zero_std", True, lambda g: g["zero_std"] >= 0.9, lambda g: f"mean frac_zero_std {g['zero_std']:.2f}"),
+        ("drop", True, lambda g: g["drop"] > BIG_SWING, lambda g: "eval accuracy {2:.1%} at step {0:g} -> {3:.1%} at step {1:g}".format(*g["drop_at"]) if g["drop_at"] else "no drop"),
+        ("ent_ratio", False, lambda g: g["ent_ratio"] < 0.8, lambda g: f"entropy {g['ent'][0]:.3f} at the first step -> {g['ent'][1]:.3f} at the last"),
+        ("kl", True, lambda g: g["kl"] > g["kl_max"], lambda g: f"KL {g['kl']:.3g} at step {g['kl_at']:g} (monitor threshold {g['kl_max']:g})"),
+        None,
+        ("skipped", True, lambda g: g["skipped"] > 0, lambda g: f"{g['skipped']} update(s) skipped by the non-finite guard"),
     ]  # fmt: skip
-    return pd.DataFrame([{"symptom": a, "cause": b, "fix": c, "rule": d, "evidence_run": r, "evidence": e} for (a, b, c, d), (r, e) in zip(SYMPTOMS, evidence)])
+    evidence = [choose(f, *rule) if rule else ("", "not observed in this pipeline") for (_, f), rule in zip(CAUSE_FILTERS, rules)]
+    return pd.DataFrame([{"symptom": a, "cause": b, "fix": c, "rule": d, "cause_shown": cause, "evidence_run": r, "evidence": e}
+                         for (a, b, c, d), (cause, _), (r, e) in zip(SYMPTOMS, CAUSE_FILTERS, evidence)])  # fmt: skip
 
 
 def clipping_verdicts(cr: pd.DataFrame) -> list[Verdict]:
