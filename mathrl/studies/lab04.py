@@ -322,7 +322,11 @@ def verdicts(ent, van, hack, runs, role: dict) -> list[Verdict]:
     # DAPO's remedies are judged only on a setting that shows the problem (entropy falls while sampled accuracy rises) and where their mechanism acted.
     problem = [engaged("entropy collapse (aggressive)", "token-entropy reduction over the run", g("aggressive", "entropy_reduction"), ENTROPY_FALL),
                engaged("learning (aggressive)", "sampled accuracy, end − start", g("aggressive", "accuracy_gain"), 0.0)]
-    binds = lambda r: engaged(f"upper clip ({role.get(r, r)})", "share of tokens clipped (clip_frac)", g(r, "clip_frac"), CLIP_BINDS)  # noqa: E731
+    def binds(r):  # the upper clip's own share once the trainer logs clip_frac_high; until then all clipped tokens (clip_frac)
+        high = g(r, "clip_frac_high")
+        col = "clip_frac_high" if high else "clip_frac"
+        return engaged(f"upper clip ({role.get(r, r)})", f"share of tokens clipped ({col})", high or g(r, "clip_frac"), CLIP_BINDS)
+
     ratio = {s_: v / g("aggressive", "samples")[s_] for s_, v in g("remedy", "samples").items() if g("aggressive", "samples").get(s_)}
     equal = [engaged("equal samples", "rollouts drawn: DAPO / aggressive", ratio, EQUAL_SAMPLES[0]), engaged("equal samples", "rollouts drawn: DAPO / aggressive", ratio, EQUAL_SAMPLES[1], -1)]
     dynamic = engaged("dynamic sampling", "rollouts drawn per rollout kept", g("remedy", "draws_per_rollout"), DYNAMIC)
