@@ -93,7 +93,8 @@ def variants_table(per_run: pd.DataFrame, settings: dict, baseline: str) -> pd.D
     out.insert(5, "n_runs", g.size().values if len(per_run) else [])
     out["collapses"] = g["collapsed"].sum(min_count=1).values if len(per_run) else []
     out["degradations"] = g["degraded"].sum(min_count=1).values if len(per_run) else []
-    out = add_wilson(out, "collapses")
+    out["runs_judged"] = g["collapsed"].count().values if len(per_run) else []  # runs whose collapse is known (a final evaluation may be missing)
+    out = add_wilson(out, "collapses", n="runs_judged")
     base = per_seed(per_run, "final_eval", variant=baseline)
     diffs = [difference(per_seed(per_run, "final_eval", variant=x), base) for x in out["variant"]]
     out["diff_vs_baseline"] = [d.estimate if x != baseline else math.nan for d, x in zip(diffs, out["variant"])]
