@@ -32,6 +32,7 @@ from mathrl.bandit_config import (  # noqa: F401 - re-exported
     converged_to,
     proxy_scores,
     resolve,
+    study_seeds,
 )
 
 class SimplePolicy(nn.Module):
@@ -104,7 +105,7 @@ def _study_signal(name: str, study: dict, run: dict, arm_rewards: torch.Tensor):
         def signal(actions, step, gen):
             true = arm_rewards[actions]
             return _noisy(true, noise, gen), {"phase": "", "true_reward": true.mean().item(), "proxy_reward": math.nan}
-        return signal, len(arm_rewards), None
+        return signal, len(arm_rewards), run.get("init_logits")  # a biased start, when the setting gives one
     if name == "gradient_vanishing":
         def signal(actions, step, gen):
             true = arm_rewards[actions]
@@ -143,7 +144,7 @@ def run_study(name: str, cfg: dict | None = None) -> pd.DataFrame:
     for setting, overrides in study["settings"].items():
         run = {**{k: cfg[k] for k in (*SHARED_KEYS, "state_dim")}, **SETTING_DEFAULTS, **overrides}
         signal, n_arms, init_logits = _study_signal(name, study, run, arm_rewards)
-        for seed in cfg["seeds"]:
+        for seed in study_seeds(cfg, name):
             df = pd.DataFrame(train_seed(run, int(seed), signal, n_arms, init_logits))
             df.insert(0, "seed", int(seed))
             df.insert(0, "setting", setting)

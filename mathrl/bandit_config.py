@@ -32,6 +32,12 @@ def converged_to(p0: float, p1: float, p2: float, threshold: float = 0.9, best_a
     return "global" if top == best_arm else "local"
 
 
+def study_seeds(cfg: dict, study: str) -> list[int]:
+    """The seeds of one study of a resolved block: 0..n_seeds-1 where the study sets n_seeds, else the shared seeds."""
+    n = cfg["studies"][study].get("n_seeds")
+    return list(range(int(n))) if n else [int(s) for s in cfg["seeds"]]
+
+
 def resolve(cfg: dict | None) -> dict:
     """`DEFAULTS` with `cfg` merged over it; a study's `settings` are replaced, not merged."""
     out = copy.deepcopy(DEFAULTS)

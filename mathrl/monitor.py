@@ -26,7 +26,10 @@ class StabilityMonitor:
     - ``low_entropy``: ``entropy < entropy_min``;
     - ``high_kl``: ``kl > kl_max``;
     - ``reward_swing``: ``max - min`` of the last ``window`` reward means ``> reward_swing``,
-      checked only once ``window`` values have been seen.
+      checked only once ``window`` values have been seen. With ``swing_sigmas`` and
+      ``batch_size`` the threshold is instead that many sampling standard errors of a batch
+      mean at the window's mean reward (``noise_threshold``): a swing a batch of that size
+      produces by chance does not fire.
 
     A threshold of None switches its check off. A NaN measurement (e.g. the KL of an
     algorithm without a reference) neither raises nor clears an alert and a NaN reward is
@@ -39,6 +42,8 @@ class StabilityMonitor:
         kl_max: float | None = 0.5,
         reward_swing: float | None = 0.3,
         window: int = 10,
+        swing_sigmas: float | None = None,
+        batch_size: int | None = None,
     ):
         if window < 2:
             raise ValueError(f"reward-swing window must be >= 2, got {window}")
@@ -46,6 +51,7 @@ class StabilityMonitor:
         self.kl_max = kl_max
         self.reward_swing = reward_swing
         self.window = int(window)
+        self.swing_sigmas, self.batch_size = swing_sigmas, batch_size
         self._rewards: deque[float] = deque(maxlen=self.window)
         self._active = {kind: False for kind in _CHECKED}
         self._alerts: list[dict] = []
@@ -127,17 +133,20 @@ class StabilityMonitor:
 
         if not math.isnan(reward_mean):
             self._rewards.append(reward_mean)
-        if self.reward_swing is not None and len(self._rewards) == self.window:
+        scaled = self.swing_sigmas is not None and bool(self.batch_size)
+        if (self.reward_swing is not None or scaled) and len(self._rewards) == self.window:
             lo, hi = min(self._rewards), max(self._rewards)
+            mean = sum(self._rewards) / len(self._rewards)
+            threshold = noise_threshold(mean, self.batch_size, self.swing_sigmas) if scaled else self.reward_swing
             raised.append(
                 self._edge(
                     step,
                     "reward_swing",
-                    hi - lo > self.reward_swing,
+                    hi - lo > threshold,
                     hi - lo,
-                    self.reward_swing,
+                    threshold,
                     f"reward mean swung {hi - lo:.4g} ({lo:.4g} to {hi:.4g}) within the last "
-                    f"{self.window} steps, above {self.reward_swing:g}",
+                    f"{self.window} steps, above {threshold:.4g}",
                 )
             )
 
@@ -155,3 +164,39 @@ class StabilityMonitor:
         self._rewards = deque((float(r) for r in state["rewards"]), maxlen=self.window)
         self._active = {kind: bool(state["active"].get(kind, False)) for kind in _CHECKED}
         self._alerts = [dict(a) for a in state["alerts"]]
+
+
+# ----------------------------------------------------------------------------- noise and scoring (pure)
+def noise_threshold(mean_reward: float, batch_size: int, sigmas: float) -> float:
+    """`sigmas` standard errors of a batch-mean reward: sqrt(p (1 - p) / batch_size) at the
+    mean reward p (clamped to [0, 1]; a 0/1 reward's binomial error), floored at one
+    rollout's share 1 / batch_size so a reward at 0 or 1 does not make every wobble an alert."""
+    p = min(max(float(mean_reward), 0.0), 1.0)
+    return float(sigmas) * max(math.sqrt(p * (1 - p) / batch_size), 1.0 / batch_size)
+
+
+def sustained_drops(steps, accuracy, drop: float = 0.05, sustain: int = 2) -> list:
+    """Steps where held-out accuracy starts a sustained drop: at least `drop` below its running
+    best for `sustain` evaluations in a row (the step of the first of them). One drop is
+    counted once; a new one may start after accuracy has come back within `drop` of the best."""
+    out, best, run, start = [], -math.inf, 0, None
+    for step, acc in zip(steps, accuracy):
+        if acc != acc:  # NaN: no evaluation
+            continue
+        if acc <= best - drop:
+            run, start = run + 1, start if run else step
+            if run == sustain:
+                out.append(start)
+        else:
+            run, start = 0, None
+        best = max(best, acc)
+    return out
+
+
+def precision_recall(alert_steps, drop_steps, horizon: int) -> tuple[int, int, int, int]:
+    """(alerts followed by a drop onset within `horizon` steps, alerts, drops preceded by an alert
+    within `horizon` steps, drops): the counts behind an alert's precision and recall."""
+    alerts, drops = sorted(alert_steps), sorted(drop_steps)
+    hit = sum(any(a < d <= a + horizon for d in drops) for a in alerts)
+    caught = sum(any(d - horizon <= a < d for a in alerts) for d in drops)
+    return hit, len(alerts), caught, len(drops)

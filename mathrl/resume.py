@@ -33,12 +33,14 @@ OUTSIDE_THE_STEP = frozenset({"log_every", "snapshot_every", "wandb"})
 SCHEDULED = frozenset({
     "steps", "lr", "lr_schedule", "lr_decay_rate", "lr_decay_every", "lr_min_factor", "warmup_steps",
     "entropy_coef", "entropy_schedule", "entropy_coef_end", "curriculum_start", "curriculum_every",
-    "eval_every", "fault_nan_step", "nan_policy",
+    "eval_every", "fault_nan_step", "fault_grad_spike_step", "nan_policy",
 })  # fmt: skip
 
 
 def lr_at(s: dict, step: int) -> float:
-    """The learning rate of 1-based `step`."""
+    """The learning rate of 1-based `step` (critic_warmup_lr during critic pre-training, when set)."""
+    if step <= s.get("critic_warmup_steps", 0) and s.get("critic_warmup_lr"):
+        return s["critic_warmup_lr"]  # only the value head has gradients then
     return s["lr"] * lr_factor(
         s["lr_schedule"], step - 1, s["steps"], decay_rate=s["lr_decay_rate"], decay_every=s["lr_decay_every"],
         min_factor=s["lr_min_factor"], warmup_steps=s["warmup_steps"],
@@ -84,6 +86,7 @@ def scheduled(s: dict, step: int, task_ndigit: int, nonfinite: frozenset) -> dic
         "ndigit": ndigit_at(s, step, task_ndigit),
         "evaluated": evaluated_at(s, step),
         "nan_injected": s.get("fault_nan_step") == step,
+        "spike_injected": s.get("fault_grad_spike_step") == step,
     }
     if step in nonfinite:
         plan["nan_policy"] = s.get("nan_policy")

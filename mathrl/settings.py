@@ -85,10 +85,15 @@ class RunSettings:
     seed: int
     nan_policy: str
     fault_nan_step: int | None
+    fault_grad_spike_step: int | None
+    fault_grad_spike_scale: float
+    critic_warmup_steps: int
+    critic_warmup_lr: float | None
     monitor_entropy_min: float
     monitor_kl_max: float
     monitor_reward_swing: float
     monitor_window: int
+    monitor_swing_sigmas: float | None
     device: str
     wandb: bool
 

@@ -153,6 +153,7 @@ class Trainer:
         self.monitor = StabilityMonitor(
             entropy_min=s.monitor_entropy_min, kl_max=s.monitor_kl_max,
             reward_swing=s.monitor_reward_swing, window=s.monitor_window,
+            swing_sigmas=s.monitor_swing_sigmas, batch_size=s.batch_size,
         )  # fmt: skip
         self.step_no, self.samples, self.rows, self.status = 0, 0, [], "running"
         self.initial_eval: float | None = None
@@ -345,6 +346,9 @@ class Trainer:
                 sync = lo + micro >= B or not d.active
                 with nullcontext() if sync else self.ddp.no_sync():
                     self.micro_batch(batch, scored, coefs, slice(lo, lo + micro), epoch, step, acc)
+            if step <= s.critic_warmup_steps:  # critic pre-training: the value loss moves only the value head
+                for p in self.net.policy.parameters():
+                    p.grad = None
             norm = float(torch.nn.utils.clip_grad_norm_(self.net.parameters(), s.grad_clip or math.inf))
             acc["norms"].append(norm)
             if not (math.isfinite(norm) and all_sum(d, torch.tensor([acc["loss_finite"]])).item() == d.world_size):
@@ -374,6 +378,8 @@ class Trainer:
         per_token = pg + coefs["kl_coef"] * kl - coefs["ent_coef"] * ent
         if values is not None:
             vl = value_loss(values, sc["old_values"][rows], sc["returns"][rows], s.value_clip)
+            if step <= s.critic_warmup_steps:
+                per_token = 0.0 * per_token  # critic pre-training: no policy terms (kept in the graph for DDP)
             per_token = per_token + s.value_coef * vl
             acc["vloss"] += float((vl.detach() * m).sum())
             if epoch == 0:
@@ -382,6 +388,8 @@ class Trainer:
         loss = num / coefs["den"] * self.d.world_size
         if s.fault_nan_step == step:
             loss = loss * float("nan")
+        if s.fault_grad_spike_step == step:  # the clipping study's injected gradient spike
+            loss = loss * s.fault_grad_spike_scale
         acc["loss_finite"] = min(acc["loss_finite"], float(torch.isfinite(loss.detach())))
         loss.backward()
         acc["clip"] += float((clipped.float() * m).sum())

@@ -55,12 +55,12 @@ def test_a_stage_per_task_run_study_and_report_step_with_the_rules_commands():
     assert "__pycache__/" in ignored and "/mathrl/dvcgen.py" in ignored
     assert sft["outs"] == ["results/sft/add/model.pt", "results/sft/add/summary.json"]
 
-    run = stages[stage_name("train", "clipping__grad_clip-0.5__s0")]
+    run = stages[stage_name("train", "clipping__sgd_spike_clip1__s0")]
     assert run["cmd"] == (f"{py} launch --threads 1 --torchrun auto --fork-server auto -- --config config/config.yaml "
-                          "--experiment-run clipping__grad_clip-0.5__s0 --on-mismatch restart")  # fmt: skip
+                          "--experiment-run clipping__sgd_spike_clip1__s0 --on-mismatch restart")  # fmt: skip
     assert run["params"] == [{"config/config.yaml": ["train", "algorithms", "experiments.clipping", "tasks.add"]}]
     assert "results/sft/add/model.pt" in run["deps"]
-    run_dir = "results/runs/clipping__grad_clip-0.5__s0"
+    run_dir = "results/runs/clipping__sgd_spike_clip1__s0"
     assert run["outs"] == [f"{run_dir}/metrics.csv", f"{run_dir}/summary.json", {f"{run_dir}/snapshot.pt": {"persist": True}}]
     random = stages[stage_name("train", "lab04_gpt__random_init__s0")]  # no warm-up model; its preset
     assert "results/sft/add/model.pt" not in random["deps"] and "sft.add" in random["params"][0]["config/config.yaml"]

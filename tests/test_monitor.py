@@ -3,6 +3,7 @@
 import io
 import math
 
+import pytest
 import torch
 
 from mathrl.monitor import StabilityMonitor
@@ -100,3 +101,32 @@ def test_state_roundtrip_gives_identical_later_alerts():
         (5, "low_entropy"),
         (5, "reward_swing"),
     ]
+
+
+def test_noise_threshold_by_hand():
+    from mathrl.monitor import noise_threshold
+
+    assert noise_threshold(0.5, 100, 6) == pytest.approx(6 * 0.05)  # sqrt(0.25 / 100)
+    assert noise_threshold(0.5, 400, 6) == pytest.approx(6 * 0.025)  # four times the batch: half the threshold
+    assert noise_threshold(0.0, 100, 6) == pytest.approx(6 / 100) and noise_threshold(1.3, 100, 6) == pytest.approx(6 / 100)  # floor
+
+
+def test_scaled_reward_swing_ignores_noise_of_its_batch():
+    # batch 64 at p = 0.5: se = 0.0625, 6 sigmas = 0.375; a 0.3 swing is noise here, a 0.45 one is not
+    quiet = StabilityMonitor(entropy_min=None, kl_max=None, reward_swing=0.1, window=3, swing_sigmas=6, batch_size=64)
+    assert feed(quiet, rewards=[0.35, 0.65, 0.5]) == []
+    loud = StabilityMonitor(entropy_min=None, kl_max=None, reward_swing=0.1, window=3, swing_sigmas=6, batch_size=64)
+    assert feed(loud, rewards=[0.3, 0.75, 0.5]) == [(2, "reward_swing")]  # steps count from 0
+
+
+def test_sustained_drops_and_precision_recall_by_hand():
+    from mathrl.monitor import precision_recall, sustained_drops
+
+    steps = [0, 5, 10, 15, 20, 25, 30, 35]
+    acc = [0.40, 0.50, 0.44, 0.43, 0.50, 0.44, 0.52, 0.51]
+    assert sustained_drops(steps, acc) == [10]  # 0.44, 0.43 both >= 5 points below the best 0.50; step 25 is one reading only
+    assert sustained_drops(steps, acc, sustain=1) == [10, 25]
+    assert sustained_drops([0, 5, 10], [0.5, float("nan"), 0.5]) == []
+    # alerts at 3 (drop at 10 within 10 steps: hit), 12 (nothing after within 10: miss); drops 10 and 40 (40 unannounced)
+    assert precision_recall([3, 12], [10, 40], horizon=10) == (1, 2, 1, 2)
+    assert precision_recall([], [10], horizon=10) == (0, 0, 0, 1)

@@ -42,7 +42,7 @@ INJECTED_ALERT = "<img src=x onerror=alert(2)> & <b>bold</b>"  # in an alert mes
 # CSV tables each section must render through the `table()` helper, unchanged: their cells are checked.
 REQUIRED_TABLES = {
     "calibration": {"calibration_pilot", "calibration_pick", "calibration_below"},
-    "lab04": {"lab04_entropy", "lab04_vanishing", "lab04_hacking", "lab04_gpt", "lab04_report_template"},
+    "lab04": {"lab04_local_optima", "lab04_vanishing", "lab04_hacking", "lab04_gpt", "lab04_report_template"},
     "stability": {"stability_batch_curve", "stability_batch", "stability_gradvar", "stability_accumulation", "stability_fixed_vs_dynamic",
                   "stability_case_study", "stability_clipping", "stability_value_clip", "stability_troubleshooting"},
     "collapse": {"collapse_variants", "collapse_reward_design", "collapse_nonfinite"},
@@ -109,7 +109,7 @@ def write_tree(cfg: dict) -> dict[str, str]:
     """Every run but MISSING, FAILED unreadable; bandit CSVs, gradvar, warm-ups, a log."""
     specs = expand_runs(cfg)
     missing, failed = run_id_of(specs, *MISSING), run_id_of(specs, *FAILED)
-    noisy = run_id_of(specs, "clipping", None, {"grad_clip": None}, 0)
+    noisy = run_id_of(specs, "clipping", "sgd_spike", {}, 0)
     low_entropy = run_id_of(specs, "batch", None, {"batch_size": 64}, 0)
     for run_id, spec in specs.items():
         if run_id == missing:

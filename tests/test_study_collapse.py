@@ -20,13 +20,13 @@ from tests.synthetic import write_run
 matplotlib.use("Agg")
 
 VARIANTS = {
-    "exact": {}, "shaped": {"reward": "shaped"}, "shaped_penalty": {"reward": "shaped_penalty"},
-    "reward_norm": {"reward_norm": True}, "adv_norm_clip": {"adv_norm": True, "adv_clip": 5.0},
+    "exact": {}, "random_exact": {"init": "random"}, "shaped": {"init": "random", "reward": "shaped"},
+    "shaped_penalty": {"init": "random", "reward": "shaped_penalty"}, "adv_norm_clip": {"adv_norm": True, "adv_clip": 1.0},
     "entropy_schedule": {"entropy_coef": 0.01, "entropy_schedule": "cosine", "entropy_coef_end": 0.0},
-    "cosine_lr": {"lr_schedule": "cosine"}, "curriculum": {"curriculum_start": 1, "curriculum_every": 4},
+    "cosine_lr": {"lr_schedule": "cosine"}, "curriculum": {"init": "random", "reward": "shaped", "curriculum_start": 1, "curriculum_every": 4},
     "huge_lr": {"lr": 1.0, "grad_clip": None},
 }  # fmt: skip
-ROLES = {"baseline": "exact", "shaped": "shaped", "penalty": "shaped_penalty", "reward_norm": "reward_norm", "adv_norm_clip": "adv_norm_clip",
+ROLES = {"baseline": "exact", "random_baseline": "random_exact", "shaped": "shaped", "penalty": "shaped_penalty", "adv_norm_clip": "adv_norm_clip",
          "entropy_schedule": "entropy_schedule", "cosine_lr": "cosine_lr", "curriculum": "curriculum", "nonfinite": "huge_lr"}  # fmt: skip
 FLAT = [0.40, 0.42, 0.44, 0.46, 0.48]
 # Held-out accuracy at steps 0 (before RL), 2, 4, 6, 8, per (variant, seed); absent: not written.
@@ -34,13 +34,13 @@ EVALS = {
     ("exact", 0): [0.40, 0.42, 0.44, 0.30, 0.48], ("exact", 1): [0.40, 0.44, 0.46, 0.46, 0.50],
     ("shaped", 0): [0.40, 0.46, 0.52, 0.56, 0.60],  # seed 1 missing
     ("shaped_penalty", 0): [0.40, 0.44, 0.48, 0.52, 0.56], ("shaped_penalty", 1): [0.40, 0.44, 0.48, 0.52, 0.56],
-    ("reward_norm", 0): [0.40, 0.10, 0.30, 0.40, 0.45], ("reward_norm", 1): FLAT,  # seed 0: one low reading (0.10 < 0.20), then recovers
+    ("random_exact", 0): [0.40, 0.10, 0.30, 0.40, 0.45], ("random_exact", 1): FLAT,  # seed 0: one low reading (0.10 < 0.20), then recovers
     ("adv_norm_clip", 0): FLAT, ("adv_norm_clip", 1): FLAT,
     ("entropy_schedule", 0): FLAT, ("entropy_schedule", 1): FLAT,
     ("cosine_lr", 0): FLAT, ("cosine_lr", 1): FLAT,
     ("curriculum", 0): [0.40] * 5, ("curriculum", 1): [0.40] * 5,
 }  # fmt: skip
-FORMAT = {"exact": 0.8, "shaped": 0.9, "shaped_penalty": 0.95}
+FORMAT = {"exact": 0.8, "random_exact": 0.8, "shaped": 0.9, "shaped_penalty": 0.95}
 
 
 def rows(evals, variant):
@@ -53,6 +53,12 @@ def rows(evals, variant):
             row.update(entropy=0.5 if step <= 4 else 0.2, entropy_coef=0.01 * (8 - step) / 8)
         if variant == "curriculum":
             row["ndigit"] = 1 if step <= 4 else 2
+        if variant == "random_exact":
+            row["frac_zero_std"] = 1.0  # every reward of a random policy is 0: no signal anywhere
+        if variant == "exact" and step == 8:
+            row["entropy"] = 0.2  # the baseline's entropy falls by a third: the problem an entropy bonus addresses
+        if variant == "cosine_lr":
+            row["lr"] = 3e-4 * (9 - step) / 8  # decays to an eighth
         if step % 2 == 0:
             row["eval_accuracy"] = evals[step // 2]
         out.append(row)
@@ -110,11 +116,11 @@ def test_variants_table(results):
     assert e.final_format_rate_mean == pytest.approx(0.8) and e.collapses == 0 and math.isnan(e.diff_vs_baseline)
     s = v.loc["shaped"]  # seed 1 was never written: n 1 of 2, no interval, nothing invented
     assert s.n == 1 and s.n_runs == 2 and math.isnan(s.final_eval_std) and s.final_eval_mean == pytest.approx(0.60)
-    assert s.diff_vs_baseline == pytest.approx(0.11) and math.isnan(s.diff_lo) and s.settings == "reward=shaped"
+    assert s.diff_vs_baseline == pytest.approx(0.11) and math.isnan(s.diff_lo) and s.settings == "init=random, reward=shaped"
     c = v.loc["curriculum"]  # paired by seed: -0.08 and -0.10; t(1) = 12.706, se = 0.01
     assert c.diff_vs_baseline == pytest.approx(-0.09) and c.diff_lo == pytest.approx(-0.09 - 0.127062, abs=1e-5)
     assert c.diff_hi == pytest.approx(-0.09 + 0.127062, abs=1e-5)
-    assert v.loc["reward_norm"].collapses == 0  # a single reading below half the start is not a collapse
+    assert v.loc["random_exact"].collapses == 0  # a single reading below half the start is not a collapse
     assert v.loc["huge_lr"].collapses == 2 and v.loc["huge_lr"].role == "nonfinite"
     assert v.loc["adv_norm_clip"].n == 1 and v.loc["adv_norm_clip"].n_runs == 2  # the failed run is not counted
     assert v.loc["entropy_schedule"].early_entropy_mean == pytest.approx(0.5)
@@ -124,11 +130,10 @@ def test_variants_table(results):
 def test_reward_design_table(results):
     d = results[0]["collapse_reward_design"]
     assert set(d.role) == set(collapse.REWARD_DESIGNS) and sorted(d.point.unique()) == [0, 1, 2, 3, 4]
-    ex = d[d.variant == "exact"].set_index("point")
+    ex = d[d.variant == "random_exact"].set_index("point")
     assert list(ex.step) == [0, 2, 4, 6, 8]
-    assert ex.loc[2].eval_accuracy_mean == pytest.approx(0.45) and ex.loc[2].n == 2
-    assert ex.loc[0].frac_zero_std_mean == pytest.approx(0.75)  # step 1: the warm-up policy's rollouts
-    assert ex.loc[1].frac_zero_std_mean == pytest.approx(0.625)  # steps 1-2
+    assert ex.loc[2].eval_accuracy_mean == pytest.approx(0.37) and ex.loc[2].n == 2  # 0.30 and 0.44 at step 4
+    assert ex.loc[0].frac_zero_std_mean == pytest.approx(1.0) and ex.loc[1].frac_zero_std_mean == pytest.approx(1.0)  # a random policy: no signal
     assert ex.loc[4].format_rate_mean == pytest.approx(0.8)
     assert d[d.variant == "shaped"].n.eq(1).all()
 
@@ -145,10 +150,15 @@ def test_verdicts(results):
     assert c.loc["entropy"].outcome == "agrees" and c.loc["entropy"]["diff"] == pytest.approx(0.2) and c.loc["entropy"].design == "paired"
     lr = c.loc["lr"]  # drawdown: cosine 0, 0; exact 0.14, 0: -0.07, interval wide
     assert lr.outcome == "inconclusive" and lr["diff"] == pytest.approx(-0.07) and lr.ci_low < 0 < lr.ci_high and lr.seeds_needed > 2
-    cur = c.loc["curriculum"]
-    assert cur.outcome == "inconclusive" and cur["diff"] == pytest.approx(-0.09) and cur.n == 2
+    assert "LR decay (cosine_lr) engaged: last LR / first LR 0.125" in lr.engaged
+    cur = c.loc["curriculum"]  # against shaped (the same random start), which has one seed
+    assert cur.outcome == "not judged" and cur.n == 1 and "first stage unsolved (curriculum) engaged: sampled accuracy on the first stage 0.5" in cur.engaged
     norm = c.loc["normalisation"]  # no collapse anywhere: the remedy had nothing to prevent
-    assert norm.outcome == "inconclusive" and norm["diff"] == 0 and "did not engage" in norm.note
+    assert norm.outcome == "not judged" and norm["diff"] == 0
+    assert "collapse to prevent (exact) did not engage: collapsed runs 0 (needs >= 1)" in norm.reason
+    assert "advantage clip (adv_norm_clip) not measured" in norm.reason  # adv_abs_max is not logged by this tree
+    pen = c.loc["penalty"]  # malformed answers exist (format rate 0.95 at step 1), but shaped has one seed
+    assert pen.outcome == "not judged" and "malformed answers (shaped_penalty) engaged" in pen.engaged
     guard = c.loc["guard"]  # 2 of 2, Wilson interval [0.342, 1]
     assert guard.outcome == "agrees" and guard.ci_low == pytest.approx(0.3424, abs=1e-3) and guard.n == 2
 
@@ -214,9 +224,8 @@ def test_figures_and_section(results):
         assert all(ax.get_legend() is not None for ax in axes if len(ax.get_lines()) > 1)
         matplotlib.pyplot.close(fig)
     s = collapse.section(t)
-    assert s["verdicts"]["normalisation"]["outcome"] == "inconclusive" and "exact collapsed in 0 of 2 runs" in s["verdicts"]["normalisation"]["note"]
-    assert "95% CI [-21.7 pts, +3.7 pts] (n=2 seeds, paired" in s["verdicts"]["curriculum"]["sentence"]
-    assert "seeds per arm to decide" in s["verdicts"]["curriculum"]["sentence"]
+    assert s["verdicts"]["normalisation"]["outcome"] == "not judged" and "exact collapsed in 0 of 2 runs" in s["verdicts"]["normalisation"]["note"]
+    assert "(n=2 seeds, paired" in s["verdicts"]["lr"]["sentence"] and "seeds per arm to decide" in s["verdicts"]["lr"]["sentence"]
     assert s["verdicts"]["shaping"]["sentence"].startswith("Not judged: n=1")
     html = render(s, {"collapse_variants": "data:image/png;base64,AA=="})
     assert "inconclusive" in html and "agrees" in html and "Causes of collapse" in html and "data:image/png" in html

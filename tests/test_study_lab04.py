@@ -23,9 +23,10 @@ from tests.synthetic import write_bandit, write_run
 matplotlib.use("Agg")
 
 VARIANTS = {"normal": {"lr": 1.0e-4, "entropy_coef": 0.01}, "aggressive": {"lr": 5.0e-4, "entropy_coef": 0.001},
+            "clip_higher": {"lr": 5.0e-4, "entropy_coef": 0.001, "ppo_epochs": 2, "clip_eps_high": 0.28},
             "dapo_aggressive": {"algorithm": "dapo", "lr": 5.0e-4, "entropy_coef": 0.001}, "proxy_reward": {"reward": "proxy"},
             "random_init": {"init": "random"}, "near_perfect": {"group_size": 4}}  # fmt: skip
-ROLES = {"normal": "normal", "aggressive": "aggressive", "remedy": "dapo_aggressive", "proxy": "proxy_reward", "random_policy": "random_init",
+ROLES = {"normal": "normal", "aggressive": "aggressive", "clip_higher": "clip_higher", "remedy": "dapo_aggressive", "proxy": "proxy_reward", "random_policy": "random_init",
          "perfect_policy": "near_perfect"}  # fmt: skip
 BANDIT = {"seeds": [0, 1], "studies": {"gradient_vanishing": {"phase_steps": 2}}}
 
@@ -66,6 +67,7 @@ def write_bandits(cfg):
 GPT = {
     "normal": (lambda s: 0.5 + 0.01 * s, lambda s: 0.3 - 0.01 * s, 0.3, None),
     "aggressive": (lambda s: 0.5 - 0.01 * s, lambda s: 0.3 - 0.02 * s, 0.3, None),
+    "clip_higher": (lambda s: 0.5 + 0.01 * s, lambda s: 0.3 - 0.01 * s, 0.3, None),
     "dapo_aggressive": (lambda s: 0.5 + 0.01 * s, lambda s: 0.3 - 0.005 * s, 0.3, None),
     "proxy_reward": (lambda s: 0.5 - 0.02 * s, lambda s: 0.3, 0.3, lambda s: 0.6 + 0.01 * s),
     "random_init": (lambda s: 0.0, lambda s: 0.5, 1.0, None),
@@ -82,7 +84,8 @@ def write_gpt(cfg):
             for s in range(1, 13):
                 a = acc(s) + 0.01 * seed
                 row = {"step": s, "accuracy": a, "reward_mean": reward(s) if reward else a, "entropy": ent(s), "frac_zero_std": fzs,
-                       "grad_norm": 0.5, "seconds": 1.0, **({"eval_accuracy": a} if s % 4 == 0 else {})}  # fmt: skip
+                       "grad_norm": 0.5, "seconds": 1.0, "clip_frac": 0.05 if variant in ("clip_higher", "dapo_aggressive") else 0.0,
+                       "samples": 16 * s * (2 if variant == "dapo_aggressive" else 1), **({"eval_accuracy": a} if s % 4 == 0 else {})}  # fmt: skip
                 rows.append(row)
             write_run(cfg, f"lab04_gpt__{variant}__s{seed}", rows, initial_eval=0.5)
 
@@ -202,6 +205,10 @@ def test_criteria_and_template(results):
     assert v.loc["bandit_true_falls"]["diff"] == pytest.approx(-1.0)
     assert v.loc["gpt_proxy_rises"]["diff"] == pytest.approx(0.07) and v.loc["gpt_accuracy_falls"]["diff"] == pytest.approx(-0.14)
     assert v.loc["gpt_dapo_accuracy"].outcome == "not judged"  # DAPO seed 1 is missing: one value, no interval
+    ch = v.loc["gpt_clip_higher_entropy"]  # the aggressive setting's sampled accuracy falls: no "entropy falls while reward rises" to remedy
+    assert ch.outcome == "not judged" and "learning (aggressive) did not engage: sampled accuracy, end − start -0.07" in ch.reason
+    assert "upper clip (clip_higher) engaged: share of tokens clipped (clip_frac) 0.05" in ch.engaged
+    assert "dynamic sampling engaged: rollouts drawn per rollout kept" in v.loc["gpt_dapo_entropy"].engaged
     assert v.loc["gpt_random_no_signal"].outcome == "agrees" and v.loc["gpt_random_no_signal"]["diff"] == pytest.approx(0.05)
     tpl = results[0]["lab04_report_template"].set_index("item")
     assert tpl.loc["Global optimum found", "value"] == "partly (1 of 2 seeds)" and tpl.loc["Severity", "value"] == "moderate"
@@ -246,3 +253,25 @@ def test_missing_everything(tmp_path):
     s = lab04.section(t)
     assert all(r["outcome"] == "not judged" for p in s["parts"].values() for r in p["rows"])
     assert "Not judged" in render(t)
+
+
+def test_local_optima_rates_and_verdicts_by_hand():
+    """Per setting: counts of global/local/neither and the Wilson interval of the local rate;
+    the biased-start verdicts are judged only where the start was biased."""
+    import pandas as pd
+
+    from mathrl.studies import lab04 as lab
+
+    per = [("aggressive_biased", s, "local" if s < 3 else "global", 0.005) for s in range(10)]
+    per += [("normal_biased", s, "none", 0.005) for s in range(10)]
+    ent = pd.DataFrame(per, columns=["setting", "seed", "converged_to", "initial_best_prob"])
+    t = lab.local_optima_table(ent).set_index("setting")
+    a = t.loc["aggressive_biased"]
+    assert (a["n"], a["global"], a["local"], a["none"], a["local_rate"]) == (10, 7, 3, 0, 0.3)
+    assert (a["local_rate_lo"], a["local_rate_hi"]) == pytest.approx((0.1078, 0.6032), abs=1e-4)  # Wilson, 3 of 10
+    v = {x.claim.key: x for x in lab.verdicts(ent, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), {})}
+    assert v["bandit_local_reached"].outcome == "agrees"  # the Wilson interval of 3/10 excludes 0
+    assert v["bandit_local_aggressive"].est.estimate == pytest.approx(0.3)
+    unbiased = ent.assign(initial_best_prob=1 / 3)
+    v = {x.claim.key: x for x in lab.verdicts(unbiased, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), {})}
+    assert v["bandit_local_aggressive"].outcome == "not judged" and "initial probability of the global arm 0.333" in v["bandit_local_aggressive"].reason

@@ -57,7 +57,9 @@ def built(tmp_path_factory, _schema_once):
                              "variants": {"A_fixed_512": {"batch_size": 512}, "B_step_lr_128": {"batch_size": 128, "lr_schedule": "step", "lr_decay_every": 2},
                                           "C_adaptive_kl_128": {"batch_size": 128, "kl_controller": "threshold", "kl_target": 0.05}},
                              "roles": {"A": "A_fixed_512", "B": "B_step_lr_128", "C": "C_adaptive_kl_128"}, "seeds": [0, 1]},
-        "clipping": {"grid": {"grad_clip": [None, 2.0, 1.0, 0.5]}, "seeds": [0, 1]},
+        "clipping": {"fixed": {"fault_grad_spike_step": 3}, "seeds": [0, 1],
+                     "variants": {"sgd_spike": {"optimizer": "sgd", "lr": 0.01, "grad_clip": None}, "sgd_spike_clip1": {"optimizer": "sgd", "lr": 0.01, "grad_clip": 1.0},
+                                  "adamw_spike": {"grad_clip": None}, "adamw_no_spike": {"grad_clip": None, "fault_grad_spike_step": None}}},
         "value_clip": {"fixed": {"algorithm": "ppo"}, "grid": {"value_clip": [None, 0.2], "value_coef": [0.5, 1.0]}, "seeds": [0]},
         "collapse": {"variants": {"huge_lr": {"lr": 1.0, "grad_clip": None}}, "seeds": [0]},
     }  # fmt: skip
@@ -89,14 +91,17 @@ def write_tree(cfg):
     for v, finals in [("A_fixed_512", [0.7, 0.6]), ("B_step_lr_128", [0.5, 0.55]), ("C_adaptive_kl_128", [0.6])]:  # C seed 1 missing
         for seed, f in enumerate(finals):
             w(f"fixed_vs_dynamic__{v}__s{seed}", rows([0.5, 0.5, 0.5, 0.5, f], lr=1e-4, kl_coef=0.05))
-    w("clipping__grad_clip-none__s0", rows([0.6, 0.1, 0.1, 0.1, 0.1], entropy=lambda s: 1.0 if s == 1 else 0.1, kl=lambda s: 2.0 if s == 5 else 0.01))
-    w("clipping__grad_clip-none__s1", rows([0.56, 0.6, 0.6, 0.6, 0.6]))
-    w("clipping__grad_clip-2__s0", rows([0.5, 0.5, 0.56, 0.6, 0.6], skipped_at=3))
-    w("clipping__grad_clip-2__s1", rows([0.5, 0.56, 0.6, 0.6, 0.6]))
-    w("clipping__grad_clip-1__s0", rows([0.5, 0.5, 0.56, 0.6, 0.6]))
-    w("clipping__grad_clip-1__s1", rows([0.5, 0.5, 0.5, 0.56, 0.6]))
-    w("clipping__grad_clip-0.5__s0", rows([0.5] * 5))
-    w("clipping__grad_clip-0.5__s1", rows([0.5, 0.5, 0.5, 0.5, 0.56]))
+    def spiked(r, at=3, size=1000.0):  # the injected spike: the gradient norm of step `at`
+        return [{**x, "grad_norm": size if x["step"] == at else 1.0} for x in r]
+
+    w("clipping__sgd_spike__s0", spiked(rows([0.6, 0.1, 0.1, 0.1, 0.1], entropy=lambda s: 1.0 if s == 1 else 0.1, kl=lambda s: 2.0 if s == 5 else 0.01)))
+    w("clipping__sgd_spike__s1", spiked(rows([0.2, 0.1, 0.1, 0.1, 0.1])))
+    w("clipping__sgd_spike_clip1__s0", spiked(rows([0.5] * 5)))
+    w("clipping__sgd_spike_clip1__s1", spiked(rows([0.5, 0.5, 0.5, 0.5, 0.56])))
+    w("clipping__adamw_spike__s0", spiked(rows([0.5, 0.45, 0.5, 0.5, 0.5])))
+    w("clipping__adamw_spike__s1", spiked(rows([0.5] * 5)))
+    w("clipping__adamw_no_spike__s0", rows([0.5] * 5, grad_norm=1.0))
+    w("clipping__adamw_no_spike__s1", rows([0.5] * 5, grad_norm=1.0))
     for clip, coef, rmse in [("none", 0.5, 0.3), ("none", 1.0, 0.25), ("0.2", 0.5, 0.2), ("0.2", 1.0, 0.15)]:
         r = rows([0.5] * 5, value_rmse=rmse, explained_variance=0.4)
         if clip == "0.2" and coef == 1.0:
@@ -159,11 +164,26 @@ def test_fixed_vs_dynamic_and_clipping(tree):
     assert (one(f, method="C")["n"], one(f, method="C")["expected"], one(f, method="A")["rank"]) == (1, 2, 1)
     assert one(f, method="B")["doc_final_accuracy"] == 0.523 and one(f, method="B")["final_lr_mean"] == 1e-4
     c = tree["stability_clipping"]
-    assert list(c["max_norm"]) == ["none", "2.0", "1.0", "0.5"]
-    assert list(c["collapse_rate"]) == [0.5, 0.5, 0.0, 0.0] and list(c["collapses"]) == [1, 1, 0, 0]
-    assert one(c, max_norm="0.5")["collapse_rate_hi"] == pytest.approx(3.8415 / 5.8415, rel=1e-3)  # Wilson, 0 of 2
-    assert list(c["reached"]) == [2, 2, 2, 1] and list(c["steps_to_target_mean"]) == [2.0, 5.0, 7.0, 10.0]
-    assert one(c, max_norm="none")["doc_collapse_rate"] == 0.35
+    assert list(c["cell"]) == ["sgd, clip none, spike", "sgd, clip 1.0, spike", "adamw, clip none, spike", "adamw, clip none, no spike"]
+    assert list(c["collapses"]) == [2, 0, 0, 0] and list(c["collapse_rate"]) == [1.0, 0.0, 0.0, 0.0]
+    assert one(c, cell="sgd, clip 1.0, spike")["collapse_rate_hi"] == pytest.approx(3.8415 / 5.8415, rel=1e-3)  # Wilson, 0 of 2
+    assert one(c, cell="sgd, clip none, spike")["spike_ratio_mean"] == 1000.0 and math.isnan(one(c, cell="adamw, clip none, no spike")["spike_ratio_mean"])
+    assert one(c, cell="sgd, clip none, spike")["drop_after_spike_mean"] == pytest.approx(0.4)  # from 0.5 to 0.1 after step 3
+    assert one(c, cell="adamw, clip none, spike")["doc_collapse_rate"] == 0.35
+
+
+def test_critic_explained_variance_by_step_20():
+    m = pd.DataFrame({"step": range(1, 26), "explained_variance": [0.0] * 15 + [0.1, 0.2, 0.3, 0.4, 0.5] + [0.9] * 5})
+    assert st.critic_ev(m) == pytest.approx(0.3)  # steps 16-20 only
+    assert st.critic_ev(m.head(3)) == 0.0 and math.isnan(st.critic_ev(m.assign(explained_variance=math.nan)))
+
+
+def test_pure_clipping_helpers():
+    steps = pd.Series([1, 2, 3, 4, 5])
+    assert st.spike_ratio(pd.Series([1.0, 2.0, 500.0, 3.0, 2.0]), steps, 3) == 250.0  # 500 over the median 2 of the others
+    assert math.isnan(st.spike_ratio(pd.Series([1.0] * 5), steps, None))
+    assert st.separated((0.0, 0.3), (0.5, 1.0)) is True and st.separated((0.0, 0.6), (0.5, 1.0)) is False
+    assert st.separated((math.nan, 0.3), (0.5, 1.0)) is None
 
 
 def test_value_gradvar_alerts(tree):
@@ -182,12 +202,23 @@ def test_value_gradvar_alerts(tree):
     assert one(al, experiment="batch", kind="low_entropy")["runs_with_alert"] == 0
 
 
+def test_alert_scores(tree):
+    sc = tree["stability_alert_scores"].set_index("detector")
+    # Two sustained drops in the tree: clipping sgd_spike s0 (0.6 -> 0.1 at step 4) and s1 (0.5 start, 0.2 at step 2... onset step 2).
+    le = sc.loc["low_entropy"]  # sgd_spike s0's entropy falls below 0.5 at step 2, two steps before its drop
+    assert (le.alerts, le.followed_by_drop, le.drops, le.announced) == (1, 1, 2, 1)
+    assert sc.loc["reward_swing, fixed 0.3"].alerts == 0 and 0 < le.base_rate < 1
+
+
 def test_troubleshooting_and_criteria(tree):
     t = tree["stability_troubleshooting"].set_index("symptom")
     assert t.loc["reward does not rise", "evidence_run"] == "lab04_gpt__random_init__s0"
-    assert t.loc["reward drops suddenly", "evidence_run"] == "clipping__grad_clip-none__s0" and "step 2 -> 10.0% at step 4" in t.loc["reward drops suddenly", "evidence"]
-    assert t.loc["entropy collapses fast", "evidence_run"] == "clipping__grad_clip-none__s0"
-    assert t.loc["KL explodes", "evidence_run"] == "clipping__grad_clip-none__s0" and "KL 2 at step 5" in t.loc["KL explodes", "evidence"]
+    assert t.loc["reward drops suddenly", "evidence_run"] == "clipping__sgd_spike__s0" and "step 2 -> 10.0% at step 4" in t.loc["reward drops suddenly", "evidence"]
+    assert t.loc["reward drops suddenly", "cause_shown"] == "no gradient clipping (and an outsized gradient)"
+    # sgd_spike s0's entropy falls tenfold, but it has no entropy bonus at all: no evidence for "bonus too weak"
+    assert t.loc["entropy collapses fast", "evidence_run"] == "" and t.loc["entropy collapses fast", "evidence"] == "no run of this pipeline has this cause"
+    # its KL of 2 is not from PPO epochs or a wider clip, and no run of this tree has those
+    assert t.loc["KL explodes", "evidence_run"] == "" and t.loc["KL explodes", "evidence"] == "no run of this pipeline has this cause"
     assert t.loc["out of memory", "evidence"] == "not observed in this pipeline"
     assert t.loc["non-finite loss or gradient", "evidence_run"] == "collapse__huge_lr__s0"
     v = tree["stability_verdicts"].set_index("key")
@@ -196,9 +227,15 @@ def test_troubleshooting_and_criteria(tree):
     assert (b.outcome, b.design, b.n) == ("inconclusive", "paired", 2) and b["diff"] == pytest.approx(0.125)
     assert b.ci_low == pytest.approx(0.125 - 12.7062 * 0.075, rel=1e-4) and b.seeds_needed > 2
     assert v.loc["fixed_vs_C"].outcome == "not judged"  # C has one seed: no interval
-    clip = v.loc["clipping"]  # 1 of 2 without clipping, 0 of 2 at 0.5
-    assert clip.outcome == "inconclusive" and clip["diff"] == pytest.approx(0.5) and clip.design == "rates"
+    clip = v.loc["clipping_sgd"]  # SGD after a spike: 2 of 2 collapsed without clipping, 0 of 2 with it
+    assert clip.outcome == "agrees" and clip["diff"] == pytest.approx(1.0) and clip.design == "rates"
+    assert clip.ci_low == pytest.approx(1 - math.sqrt(2) * 0.6576, abs=1e-3)  # Newcombe from Wilson (2 of 2: [0.3424, 1]; 0 of 2: [0, 0.6576])
+    assert "spike (sgd, no clipping) engaged: gradient norm at the spike step / median of the other steps 1e+03" in clip.engaged
+    adam = v.loc["adam_bounds_step"]
+    assert adam.outcome == "agrees" and adam["diff"] == pytest.approx(1.0) and "intervals overlap" in adam.note
+    assert "clipping_adamw" not in v.index  # no clipped AdamW cell in this tree
     assert v.loc["value_clip"].outcome == "not judged" and v.loc["batch_smoother"].outcome == "not judged"
+    assert "critic (clipped, weight 1.0) engaged: explained variance, steps 16-20 0.4" in v.loc["value_clip"].engaged  # n=1 is why it is not judged
     swings = v.loc["batch_small_swings"]  # largest falls 0.2 and 0.3 at batch 64, minus 10 points
     assert swings["diff"] == pytest.approx(0.15) and swings.outcome == "inconclusive"
 
@@ -248,7 +285,8 @@ def test_figures_and_section_from_csv(cfg, tree):
     [eq] = s["verdicts"]["equal_samples"]["rows"]
     assert eq["key"] == "equal_samples_64" and eq["n"] == 1 and eq["outcome"] == "not judged"  # batch 512 has one seed
     assert "Roughness (spread of held-out accuracy around its trend) was 0.0 pts (n=1) at batch 512" in s["verdicts"]["batch"]["text"]
-    assert s["verdicts"]["alerts"]["text"] == "Of 22 runs with a result, the monitor raised high_kl in 1 run(s) (1 alerts); reward_swing in 1 run(s) (2 alerts)."
+    assert s["verdicts"]["alerts"]["text"].startswith("Of 22 runs with a result, the monitor raised high_kl in 1 run(s) (1 alerts); reward_swing in 1 run(s) (2 alerts). Against")
+    assert "low_entropy: precision 1/1 (21% to 100%), recall 1/2" in s["verdicts"]["alerts"]["text"]
     assert "clipped at weight 1.0 0.145 (n=1)" in s["verdicts"]["value_clip"]["text"]
     html = render(s, {"stability_batch_curves": "data:image/png;base64,"})
     assert "stability_fixed_vs_dynamic was not drawn" in html and "inconclusive" in html and "95% CI [" in html and st.COLLAPSE_DEFINITION in html

@@ -178,3 +178,24 @@ def test_changed_settings_restart_only_when_asked(run_env, capsys):
     assert "restarting r from step 0" in out
     assert (run_env["results"] / "runs" / "r" / "snapshot.stale.pt").exists()
     assert summary(run_env, "r")["lr"] == 0.001
+
+
+def test_injected_gradient_spike_multiplies_the_gradient_at_its_step(run_env):
+    """The spike hook scales the loss, so the (pre-clip) gradient norm, by its factor at that step only."""
+    assert train(run_env, "clean", "steps=3", "grad_clip=null") == 0
+    assert train(run_env, "spiked", "steps=3", "grad_clip=null", "fault_grad_spike_step=1", "fault_grad_spike_scale=1000") == 0
+    clean, spiked = metrics(run_env, "clean"), metrics(run_env, "spiked")
+    ratio = spiked.loc[spiked.step == 1, "grad_norm"].item() / clean.loc[clean.step == 1, "grad_norm"].item()
+    assert ratio == pytest.approx(1000, rel=1e-3)
+
+
+def test_critic_warmup_trains_only_the_value_head(run_env):
+    """During critic pre-training the policy's weights stay those it started from."""
+    assert train(run_env, "warm", "algorithm=ppo", "steps=2", "critic_warmup_steps=2", "snapshot_every=1") == 0
+    w = weights(run_env, "warm")
+    assert train(run_env, "frozen", "algorithm=ppo", "steps=2", "lr=1e-12", "snapshot_every=1") == 0
+    ref = weights(run_env, "frozen")
+    policy = [k for k in w if not k.startswith("value_head")]
+    assert policy and all(torch.equal(w[k], ref[k]) or torch.allclose(w[k], ref[k], atol=1e-9) for k in policy)
+    heads = [k for k in w if k.startswith("value_head")]
+    assert heads and any(not torch.allclose(w[k], ref[k], atol=1e-6) for k in heads)

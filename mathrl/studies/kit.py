@@ -7,6 +7,7 @@ and the study modules both import it and never each other.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import matplotlib
 
@@ -74,6 +75,52 @@ def known(*xs) -> bool:
     return all(x is not None and not (isinstance(x, (float, np.floating)) and math.isnan(x)) for x in xs)
 
 
+# ----------------------------------------------------------------------------- mechanisms that engaged
+@dataclass(frozen=True)
+class Engaged:
+    """Whether a variant's mechanism acted in its runs: a measured value against a threshold.
+
+    A remedy that never acted (an upper clip that never binds, a penalty that meets no
+    malformed answer, a critic that explains nothing) says nothing about the document's
+    claim, so a verdict that rests on it is "not judged" (see `judged`). direction +1: the
+    check passes at value >= threshold; -1: at value <= threshold."""
+
+    mechanism: str
+    measure: str
+    value: float
+    threshold: float
+    direction: int = 1
+
+    @property
+    def passed(self) -> bool | None:
+        """True or False; None when the value could not be measured."""
+        if not known(self.value):
+            return None
+        return bool(self.value >= self.threshold) if self.direction > 0 else bool(self.value <= self.threshold)
+
+    def describe(self) -> str:
+        word = {True: "engaged", False: "did not engage", None: "not measured"}[self.passed]
+        sign = ">=" if self.direction > 0 else "<="
+        value = "–" if not known(self.value) else f"{self.value:.3g}"
+        return f"{self.mechanism} {word}: {self.measure} {value} (needs {sign} {self.threshold:g})"
+
+
+def engaged(mechanism: str, measure: str, values, threshold: float, direction: int = 1) -> Engaged:
+    """An `Engaged` check on the mean of `values` (a {seed: value} mapping or a list; NaN dropped)."""
+    vals = [float(v) for v in (values.values() if hasattr(values, "values") else values) if known(v)]
+    return Engaged(mechanism, measure, float(np.mean(vals)) if vals else NAN, float(threshold), direction)
+
+
+def judged(claim, est, *checks: Engaged, **kw) -> Verdict:
+    """A verdict that is given only where every check passed; otherwise "not judged" with the
+    measured reason. The checks' measured values go to the row's `engaged` column either way."""
+    extra = {**kw.pop("extra", {}), "engaged": "; ".join(c.describe() for c in checks)}
+    failed = [c for c in checks if not c.passed]
+    if failed:
+        return Verdict(claim, est, outcome="not judged", reason="mechanism not engaged: " + "; ".join(c.describe() for c in failed), extra=extra, **kw)
+    return Verdict(claim, est, extra=extra, **kw)
+
+
 # ----------------------------------------------------------------------------- intervals in tables
 def t_halfwidth(std, n):
     """Half-width of the 95% t interval of a mean from its std and n (NaN for n < 2); vectorised."""
@@ -118,8 +165,8 @@ def verdict_rows(df: pd.DataFrame) -> list[dict]:
     rows = df.astype(object).where(df.notna(), None).to_dict("records")
     out = []
     for r in rows:
-        r = {k: (NAN if v is None and k not in ("reason", "note", "outcome", "design", "unit") else v) for k, v in r.items()}
-        r["reason"], r["note"] = r.get("reason") or "", r.get("note") or ""
+        r = {k: (NAN if v is None and k not in ("reason", "note", "outcome", "design", "unit", "engaged") else v) for k, v in r.items()}
+        r["reason"], r["note"], r["engaged"] = r.get("reason") or "", r.get("note") or "", r.get("engaged") or ""
         r["sentence"] = sentence(r)
         out.append(r)
     return out

@@ -18,8 +18,8 @@ import pandas as pd
 
 from mathrl import bandit_config as bandit  # the study's settings; no torch for tables and figures
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, band, known, per_seed, placeholder, plt, power_note, roles, verdict_frame, verdict_rows
-from mathrl.verdict import Claim, Estimate, Verdict, difference, mean_interval, wilson
+from mathrl.studies.kit import COLORS, band, engaged, judged, known, per_seed, placeholder, plt, power_note, roles, verdict_frame, verdict_rows
+from mathrl.verdict import Claim, Estimate, Verdict, difference, mean_interval, rate_difference, wilson
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -29,7 +29,11 @@ TITLE = "Lab 04: entropy collapse, vanishing gradients and reward hacking"
 DOCUMENT = "lab04-training-challenges.md"
 
 EXPERIMENT = "lab04_gpt"
-ROLES = ("normal", "aggressive", "remedy", "proxy", "random_policy", "perfect_policy")
+ROLES = ("normal", "aggressive", "clip_higher", "remedy", "proxy", "random_policy", "perfect_policy")
+ENTROPY_FALL = 0.10  # the aggressive setting shows entropy collapse: token entropy falls by at least this share...
+CLIP_BINDS = 0.01  # an upper clip binds: at least this share of tokens clipped (clip_frac; clip_frac_high once logged)
+DYNAMIC = 1.05  # dynamic sampling acted: at least this many rollouts drawn per rollout kept
+EQUAL_SAMPLES = (0.75, 1.33)  # "equal samples": the remedy's total rollouts within this ratio of the reference's
 NONINFERIOR_MARGIN = 0.02  # accuracy points that count as "no worse" (about the sampling error of 500 problems)
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
 GPT_WINDOW = 5  # GPT steps averaged for the start or end of a per-step metric (runs are 20-40 steps)
@@ -97,7 +101,7 @@ def _expected(ctx, study: str, df: pd.DataFrame | None) -> list[tuple[str, int, 
     cfg = bandit.resolve(ctx.cfg.get("bandit"))
     out = []
     for setting in cfg["studies"][study]["settings"]:
-        for seed in cfg["seeds"]:
+        for seed in bandit.study_seeds(cfg, study):
             g = pd.DataFrame() if df is None else df[(df["setting"] == setting) & (df["seed"] == int(seed))]
             out.append((setting, int(seed), g.sort_values("step") if len(g) else g))
     return out
@@ -110,16 +114,16 @@ def entropy_table(ctx) -> pd.DataFrame:
     rows = []
     for setting, seed, g in _expected(ctx, "entropy_collapse", ctx.bandit("entropy_collapse")):
         row = {"setting": setting, "seed": seed, "initial_entropy": math.nan, "final_entropy": math.nan, "reduction": math.nan,
-               "dominant_action": math.nan, "dominant_prob": math.nan, "global_share": math.nan, "converged_to": "missing"}  # fmt: skip
+               "dominant_action": math.nan, "dominant_prob": math.nan, "global_share": math.nan, "initial_best_prob": math.nan, "converged_to": "missing"}  # fmt: skip
         if len(g):
             first, last = g.iloc[0], g.iloc[-1]
             probs = [float(last[f"p{i}"]) for i in range(3)]
             top = int(np.argmax(probs))
             label = bandit.converged_to(*probs, threshold=DOMINANT, best_arm=best)
-            row.update(initial_entropy=first["entropy"], final_entropy=last["entropy"], dominant_action=top, dominant_prob=probs[top],
+            row.update(initial_entropy=first["entropy"], final_entropy=last["entropy"], dominant_action=top, dominant_prob=probs[top], initial_best_prob=float(first[f"p{best}"]),
                        reduction=reduction(first["entropy"], last["entropy"]), converged_to=label, global_share=float(label == "global"))  # fmt: skip
         rows.append(row)
-    out = _pooled(pd.DataFrame(rows), ["setting"], ["initial_entropy", "final_entropy", "reduction", "dominant_prob", "global_share"])
+    out = _pooled(pd.DataFrame(rows), ["setting"], ["initial_entropy", "final_entropy", "reduction", "dominant_prob", "global_share", "initial_best_prob"])
     for setting, g in out[out["seed"] != "all"].groupby("setting", sort=False):
         labels = g["converged_to"].tolist()
         pooled = (out["setting"] == setting) & (out["seed"] == "all")
@@ -127,6 +131,26 @@ def entropy_table(ctx) -> pd.DataFrame:
         actions = g["dominant_action"].dropna().unique()
         out.loc[pooled, "dominant_action"] = actions[0] if len(actions) == 1 else math.nan
     return out
+
+
+BIASED = ("aggressive_biased", "normal_biased")  # the entropy-collapse settings that start away from the global optimum
+BIASED_START = 0.05  # a start is biased when the global arm's initial probability is at most this
+
+
+def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
+    """Per setting: how many seeds ended at the global optimum, a local one or neither, and the
+    local-optimum rate with its 95% Wilson interval."""
+    per = _per_seed_rows(ent)
+    rows = []
+    for setting, g in per.groupby("setting", sort=False):
+        labels = g["converged_to"].tolist()
+        n = sum(x in ("global", "local", "none") for x in labels)
+        k = labels.count("local")
+        lo, hi = wilson(k, n)
+        rows.append({"setting": setting, "n": n, "global": labels.count("global"), "local": k, "none": labels.count("none"),
+                     "local_rate": k / n if n else math.nan, "local_rate_lo": lo, "local_rate_hi": hi,
+                     "initial_best_prob": g["initial_best_prob"].mean()})  # fmt: skip
+    return pd.DataFrame(rows, columns=["setting", "n", "global", "local", "none", "local_rate", "local_rate_lo", "local_rate_hi", "initial_best_prob"])
 
 
 def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -189,7 +213,7 @@ def bandit_curves(ctx) -> pd.DataFrame:
 
 
 GPT_VALUES = ["accuracy_start", "accuracy_end", "eval_start", "eval_end", "entropy_start", "entropy_end", "entropy_reduction",
-              "frac_zero_std", "grad_norm", "reward_start", "reward_end"]  # fmt: skip
+              "frac_zero_std", "grad_norm", "reward_start", "reward_end", "accuracy_gain", "clip_frac", "clip_frac_high", "samples", "draws_per_rollout"]  # fmt: skip
 
 
 def gpt_runs(ctx) -> pd.DataFrame:
@@ -204,6 +228,10 @@ def gpt_runs(ctx) -> pd.DataFrame:
                        entropy_start=head["entropy"].mean(), entropy_end=tail["entropy"].mean(), frac_zero_std=m["frac_zero_std"].mean(),
                        grad_norm=m["grad_norm"].mean(), reward_start=head["reward_mean"].mean(), reward_end=tail["reward_mean"].mean())  # fmt: skip
             row["entropy_reduction"] = reduction(row["entropy_start"], row["entropy_end"])
+            st = run.settings
+            row.update(accuracy_gain=row["accuracy_end"] - row["accuracy_start"], clip_frac=m["clip_frac"].mean(),
+                       clip_frac_high=m["clip_frac_high"].mean() if "clip_frac_high" in m else math.nan, samples=float(m["samples"].iloc[-1]),
+                       draws_per_rollout=float(m["samples"].iloc[-1]) / (len(m) * st["batch_size"]))  # fmt: skip
         rows.append(row)
     return pd.DataFrame(rows).reindex(columns=["run_id", "variant", "seed", "status", *GPT_VALUES])
 
@@ -259,6 +287,18 @@ def verdicts(ent, van, hack, runs, role: dict) -> list[Verdict]:
         f"share of seeds at the global optimum ({k} of {n}, Wilson interval) − 1/2", Estimate(k / n - 0.5, lo - 0.5, hi - 0.5, n, "one-sample", n) if n else None, unit="pts")
     add("entropy", "bandit_keeps_entropy", "Bandit: the gentle setting keeps more entropy than the aggressive one", "final entropy: normal − aggressive",
         difference(seeds(ent, "final_entropy", setting="normal"), aggr("final_entropy")))
+    loc = local_optima_table(ent) if len(ent) else pd.DataFrame(columns=["setting"])
+    counts = {r.setting: (int(r.local), int(r.n), r.initial_best_prob) for r in loc.itertuples()}
+    if all(b in counts for b in BIASED):
+        (ka, na, pa), (kn, nn, pn) = counts[BIASED[0]], counts[BIASED[1]]
+        start = [engaged(f"biased start ({b})", "initial probability of the global arm", [p], BIASED_START, direction=-1) for b, p in zip(BIASED, (pa, pn))]
+        lo, hi = wilson(ka, na)
+        out.append(judged(Claim("bandit_local_reached", "Bandit, aggressive from a biased start: some seeds settle on a local optimum",
+                                f"local-optimum rate of {BIASED[0]} ({ka} of {na}, Wilson interval)", unit="pts"),
+                          Estimate(ka / na, lo, hi, na, "one-sample", na) if na else None, start[0], extra={"part": "entropy"}))
+        out.append(judged(Claim("bandit_local_aggressive", "Bandit, biased start: the aggressive setting settles on a local optimum more often than the normal one",
+                                f"local-optimum rate: {BIASED[0]} − {BIASED[1]}", unit="pts"), rate_difference(ka, na, kn, nn), *start,
+                          note=f"{ka} of {na} seeds local under the aggressive setting, {kn} of {nn} under the normal one", extra={"part": "entropy"}))  # fmt: skip
     vs = lambda col: seeds(van, col)  # noqa: E731
     add("vanishing", "bandit_homogeneous", "Bandit: the gradient vanishes when every reward of a batch is equal", "mean gradient norm, homogeneous phases − 1e-4",
         mean_interval(_shift(vs("grad_norm_homogeneous"), 1e-4)), direction=-1)
@@ -279,15 +319,38 @@ def verdicts(ent, van, hack, runs, role: dict) -> list[Verdict]:
         mean_interval(gd("proxy", "accuracy_end", "accuracy_start")), direction=-1, unit="pts")
     add("gpt", "gpt_entropy_collapse", "GPT: the aggressive setting loses more token entropy than the normal one", "entropy reduction: aggressive − normal",
         difference(g("aggressive", "entropy_reduction"), g("normal", "entropy_reduction")), unit="pct")
-    add("gpt", "gpt_dapo_entropy", "GPT: DAPO keeps more entropy than aggressive GRPO", "final token entropy: DAPO − aggressive GRPO",
-        difference(g("remedy", "entropy_end"), g("aggressive", "entropy_end")))
-    add("gpt", "gpt_dapo_accuracy", "GPT: DAPO is at least as accurate as aggressive GRPO", "final held-out accuracy: DAPO − aggressive GRPO",
-        difference(g("remedy", "eval_end"), g("aggressive", "eval_end")), kind="noninferior", margin=NONINFERIOR_MARGIN, unit="pts")
+    # DAPO's remedies are judged only on a setting that shows the problem (entropy falls while sampled accuracy rises) and where their mechanism acted.
+    problem = [engaged("entropy collapse (aggressive)", "token-entropy reduction over the run", g("aggressive", "entropy_reduction"), ENTROPY_FALL),
+               engaged("learning (aggressive)", "sampled accuracy, end − start", g("aggressive", "accuracy_gain"), 0.0)]
+    def binds(r):  # the upper clip's own share once the trainer logs clip_frac_high; until then all clipped tokens (clip_frac)
+        high = g(r, "clip_frac_high")
+        col = "clip_frac_high" if high else "clip_frac"
+        return engaged(f"upper clip ({role.get(r, r)})", f"share of tokens clipped ({col})", high or g(r, "clip_frac"), CLIP_BINDS)
+
+    ratio = {s_: v / g("aggressive", "samples")[s_] for s_, v in g("remedy", "samples").items() if g("aggressive", "samples").get(s_)}
+    equal = [engaged("equal samples", "rollouts drawn: DAPO / aggressive", ratio, EQUAL_SAMPLES[0]), engaged("equal samples", "rollouts drawn: DAPO / aggressive", ratio, EQUAL_SAMPLES[1], -1)]
+    dynamic = engaged("dynamic sampling", "rollouts drawn per rollout kept", g("remedy", "draws_per_rollout"), DYNAMIC)
+
+    def gated(key, text, measure, est, *checks, **claim):
+        out.append(judged(Claim(key, text, measure, **claim), est, *checks, extra={"part": "gpt"}))
+
+    gated("gpt_clip_higher_entropy", "GPT: clip-higher keeps more entropy than aggressive GRPO", "final token entropy: clip-higher − aggressive GRPO",
+          difference(g("clip_higher", "entropy_end"), g("aggressive", "entropy_end")), *problem, binds("clip_higher"))
+    gated("gpt_dapo_entropy", "GPT: DAPO keeps more entropy than aggressive GRPO", "final token entropy: DAPO − aggressive GRPO",
+          difference(g("remedy", "entropy_end"), g("aggressive", "entropy_end")), *problem, binds("remedy"), dynamic)
+    gated("gpt_dapo_accuracy", "GPT: DAPO is at least as accurate as aggressive GRPO at about equal samples", "final held-out accuracy: DAPO − aggressive GRPO",
+          difference(g("remedy", "eval_end"), g("aggressive", "eval_end")), *problem, binds("remedy"), dynamic, *equal,
+          kind="noninferior", margin=NONINFERIOR_MARGIN, unit="pts")
     add("gpt", "gpt_random_no_signal", "GPT from a random policy: (almost) every group has equal rewards", f"share of groups with equal rewards − {NO_SIGNAL}",
         mean_interval(_shift(g("random_policy", "frac_zero_std"), NO_SIGNAL)), unit="pts")
     add("gpt", "gpt_perfect_no_signal", "GPT near-perfect policy: most groups have equal rewards", "share of groups with equal rewards − 1/2",
         mean_interval(_shift(g("perfect_policy", "frac_zero_std"), 0.5)), unit="pts")
     return out
+
+
+def _pooled_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The pooled rows (seed 'all') of a bandit table: one per setting."""
+    return df[df["seed"].astype(str) == "all"] if len(df) and "seed" in df else df
 
 
 def _per_seed_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -352,7 +415,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     role_of = {v: r for r, v in role.items()}
     gpt.insert(1, "role", gpt["variant"].map(role_of).fillna("") if len(gpt) else [])
     return {
-        "lab04_entropy": ent, "lab04_vanishing": van, "lab04_vanishing_points": points, "lab04_hacking": hack,
+        "lab04_entropy": ent, "lab04_local_optima": local_optima_table(ent), "lab04_vanishing": van, "lab04_vanishing_points": points, "lab04_hacking": hack,
         "lab04_bandit_curves": bandit_curves(ctx), "lab04_gpt_runs": runs, "lab04_gpt": gpt,
         "lab04_report_template": report_template(ent, van, hack, gpt), "lab04_verdicts": verdict_frame(verdicts(ent, van, hack, runs, role)),
     }  # fmt: skip
@@ -503,20 +566,27 @@ CLAIMS = {
                  "ones, a fall of more than 90%, and a gradient norm that follows the reward std.",
     "hacking": "The document's results show a reward-model score that keeps climbing while the true reward (human preference) rises "
                "briefly and then falls, even below zero: the agent learns the reward model's flaws instead of the goal.",
-    "gpt": "The document names DAPO (clip-higher, dynamic sampling) as the cure for entropy collapse. On the GPT we repeat the challenges: "
-           "five times the learning rate and a tenth of the entropy bonus, a proxy reward that favours large digits, RL from a random policy "
-           "(all answers wrong) and from a near-perfect one (all right), and DAPO at the aggressive settings.",
+    "gpt": "The document names DAPO (clip-higher, dynamic sampling) as the cure for entropy collapse. On the GPT we repeat the challenges "
+           "from the calibrated reference: a multiple of its learning rate and a tenth of the entropy bonus, a proxy reward that favours large digits, "
+           "RL from a random policy (all answers wrong) and from a near-perfect one (all right), and DAPO's remedies at the aggressive settings with two "
+           "PPO epochs, so that the ratio moves and the upper clip can bind (with one epoch the ratio is always 1). Full DAPO runs half the steps, "
+           "since dynamic sampling draws about twice the rollouts per step: the comparison is at about equal samples. A remedy is judged only "
+           "where the aggressive setting shows the problem (entropy falls while sampled accuracy rises) and the remedy's mechanism acted.",
 }  # fmt: skip
 def gpt_sentence(gpt: pd.DataFrame) -> str:
     """The measured sentence of the GPT part."""
     g = {name: _row(gpt, role=role) for name, role in
-         (("normal", "normal"), ("aggressive", "aggressive"), ("dapo_aggressive", "remedy"), ("random_init", "random_policy"), ("near_perfect", "perfect_policy"))}
+         (("normal", "normal"), ("aggressive", "aggressive"), ("clip_higher", "clip_higher"), ("dapo_aggressive", "remedy"),
+          ("random_init", "random_policy"), ("near_perfect", "perfect_policy"))}  # fmt: skip
     n = {k: f"n={num(d.get('n'), '.0f')} of {num(d.get('expected'), '.0f')}" for k, d in g.items()}
-    return (f"Token entropy fell by {_pm(g['aggressive'], 'entropy_reduction_mean', '.1%')} under the aggressive settings ({n['aggressive']}) "
-            f"against {_pm(g['normal'], 'entropy_reduction_mean', '.1%')} under the normal ones ({n['normal']}). DAPO at the aggressive settings "
-            f"({n['dapo_aggressive']}) ended at entropy {_pm(g['dapo_aggressive'], 'entropy_end_mean')} and held-out accuracy "
-            f"{_pm(g['dapo_aggressive'], 'eval_end_mean', '.1%')}, against {_pm(g['aggressive'], 'entropy_end_mean')} and "
-            f"{_pm(g['aggressive'], 'eval_end_mean', '.1%')} for aggressive GRPO. Share of groups with equal rewards: "
+    return (f"Token entropy fell by {_pm(g['aggressive'], 'entropy_reduction_mean', '.1%')} under the aggressive settings ({n['aggressive']}), "
+            f"sampled accuracy changing by {_pm(g['aggressive'], 'accuracy_gain_mean')}, against {_pm(g['normal'], 'entropy_reduction_mean', '.1%')} "
+            f"under the normal ones ({n['normal']}). Clip-higher with two PPO epochs ({n['clip_higher']}) clipped {_pm(g['clip_higher'], 'clip_frac_mean')} "
+            f"of tokens and ended at entropy {_pm(g['clip_higher'], 'entropy_end_mean')}; DAPO ({n['dapo_aggressive']}) clipped "
+            f"{_pm(g['dapo_aggressive'], 'clip_frac_mean')}, drew {_pm(g['dapo_aggressive'], 'draws_per_rollout_mean')} rollouts per rollout kept, "
+            f"{_pm(g['dapo_aggressive'], 'samples_mean', '.0f')} in all against {_pm(g['aggressive'], 'samples_mean', '.0f')} for aggressive GRPO, and ended at "
+            f"entropy {_pm(g['dapo_aggressive'], 'entropy_end_mean')} and held-out accuracy {_pm(g['dapo_aggressive'], 'eval_end_mean', '.1%')}, against "
+            f"{_pm(g['aggressive'], 'entropy_end_mean')} and {_pm(g['aggressive'], 'eval_end_mean', '.1%')} for aggressive GRPO. Share of groups with equal rewards: "
             f"{_pm(g['random_init'], 'frac_zero_std_mean')} from a random policy ({n['random_init']}), "
             f"{_pm(g['near_perfect'], 'frac_zero_std_mean')} from a near-perfect one ({n['near_perfect']}).")  # fmt: skip
 
@@ -534,4 +604,5 @@ def section(t) -> dict:
         parts[part] = {"claim": CLAIMS[part], "measured": sentences[part], "rows": mine, "summary": summary}
     return {"parts": parts, "verdict_list": rows, "power": power_note(t["lab04_verdicts"]), "severity_definition": SEVERITY_DEFINITION,
             "bandit_window": BANDIT_WINDOW, "gpt_window": GPT_WINDOW, "dominant": DOMINANT,
-            "tables": {k: t[f"lab04_{k}"] for k in ("entropy", "vanishing", "hacking", "gpt", "report_template")}}  # fmt: skip
+            "tables": {**{k: t[f"lab04_{k}"] for k in ("entropy", "local_optima", "vanishing", "hacking", "gpt", "report_template")},
+                       "entropy_pooled": _pooled_rows(t["lab04_entropy"])}}  # fmt: skip

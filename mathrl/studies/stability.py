@@ -15,10 +15,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from mathrl.monitor import ALERT_KINDS
-from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness, steps_to
+from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
+from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
 from mathrl.studies.kit import pm as interval
-from mathrl.studies.kit import COLORS, band, known, per_seed, placeholder, power_note, roles, verdict_frame, verdict_rows
+from mathrl.studies.kit import COLORS, band, engaged, judged, known, per_seed, placeholder, power_note, roles, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Estimate, Verdict, difference, mean_interval, rate_difference, wilson
 
 NAME = "stability"
@@ -42,7 +42,6 @@ FVD_ROLES = ("A", "B", "C")  # the document's methods: A fixed at the large batc
 FVD_CONTROL = "equal_batch"  # fixed hyperparameters at B's and C's batch: separates the schedule from the batch size
 FRACTIONS = (0.2, 0.4, 0.6, 0.8, 1.0)
 BIG_SWING, SMALL_SWING = 0.10, 0.03  # the document's ">10%" and "<3%", as accuracy points
-TARGET_GAIN = 0.05  # clipping speed: steps until held-out accuracy is 5 points above its start
 SERIES = {"batch": ["eval_accuracy", "entropy"], "fixed_vs_dynamic": ["eval_accuracy", "lr", "kl_coef"],
           "clipping": ["eval_accuracy"], "value_clip": ["value_rmse", "eval_accuracy"]}  # fmt: skip
 NAN = math.nan
@@ -192,6 +191,53 @@ def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
     return {"stability_gradvar": pd.DataFrame(var_rows), "stability_accumulation": pd.DataFrame(acc_rows)}
 
 
+DROP, HORIZON = 0.05, 10  # an alert should precede a sustained 5-point drop of held-out accuracy within 10 steps
+FIXED_SWING, SWING_SIGMAS = 0.3, 6.0  # the document's fixed reward-swing threshold, and ours in standard errors of the batch mean
+
+
+def replay(run, **monitor) -> list[dict]:
+    """The alerts a monitor with these thresholds raises over a run's logged metrics (a pure replay)."""
+    mon = StabilityMonitor(**monitor)
+    for r in run.metrics[["step", "entropy", "kl", "reward_mean"]].itertuples():
+        mon.check(r.step, r.entropy, r.kl, r.reward_mean)
+    return mon.alerts
+
+
+def detectors(run) -> dict[str, list[int]]:
+    """Alert steps per detector on one run: the document's fixed reward swing, the noise-scaled one,
+    and the run's own KL and entropy thresholds."""
+    st, off = run.settings, {"entropy_min": None, "kl_max": None, "reward_swing": None}
+    steps = lambda alerts: [a["step"] for a in alerts]  # noqa: E731
+    return {f"reward_swing, fixed {FIXED_SWING:g}": steps(replay(run, **{**off, "reward_swing": FIXED_SWING}, window=st["monitor_window"])),
+            f"reward_swing, {SWING_SIGMAS:g} standard errors of the batch mean": steps(replay(run, **off, window=st["monitor_window"], swing_sigmas=SWING_SIGMAS, batch_size=st["batch_size"])),
+            "high_kl": steps(replay(run, **{**off, "kl_max": st["monitor_kl_max"]})),
+            "low_entropy": steps(replay(run, **{**off, "entropy_min": st["monitor_entropy_min"]}))}  # fmt: skip
+
+
+def alert_scores(runs: list) -> pd.DataFrame:
+    """Per detector, over every run with a result: how often an alert was followed by a sustained drop
+    within HORIZON steps (precision, beside the base rate of a random step), and how many drops an
+    alert announced (recall); Wilson intervals."""
+    counts, base = {}, [0, 0]
+    for run in runs:
+        drops = sustained_drops(run.evals["step"], run.evals["eval_accuracy"], DROP)
+        steps = run.metrics["step"].tolist()
+        base[0] += sum(any(s < d <= s + HORIZON for d in drops) for s in steps)
+        base[1] += len(steps)
+        for name, alerts in detectors(run).items():
+            c = counts.setdefault(name, [0, 0, 0, 0])
+            for i, x in enumerate(precision_recall(alerts, drops, HORIZON)):
+                c[i] += x
+    rows = []
+    for name, (hit, n_alerts, caught, n_drops) in counts.items():
+        (plo, phi), (rlo, rhi) = wilson(hit, n_alerts), wilson(caught, n_drops)
+        rows.append({"detector": name, "alerts": n_alerts, "followed_by_drop": hit, "precision": hit / n_alerts if n_alerts else NAN, "precision_lo": plo,
+                     "precision_hi": phi, "drops": n_drops, "announced": caught, "recall": caught / n_drops if n_drops else NAN, "recall_lo": rlo,
+                     "recall_hi": rhi, "base_rate": base[0] / base[1] if base[1] else NAN})  # fmt: skip
+    return pd.DataFrame(rows, columns=["detector", "alerts", "followed_by_drop", "precision", "precision_lo", "precision_hi", "drops", "announced",
+                                       "recall", "recall_lo", "recall_hi", "base_rate"])  # fmt: skip
+
+
 def alerts_table(ctx) -> pd.DataFrame:
     rows = []
     for exp in ctx.cfg["experiments"]:
@@ -205,22 +251,70 @@ def alerts_table(ctx) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+SPIKE_FACTOR = 10.0  # the spike "was injected" when the gradient norm at its step is this many times the run's median
+
+
+def spike_ratio(grad_norms: pd.Series, steps: pd.Series, spike_step) -> float:
+    """Gradient norm (before clipping) at the spike step over the median of the other steps; NaN without a spike."""
+    if spike_step is None or not known(spike_step):
+        return NAN
+    at, rest = grad_norms[steps == spike_step], grad_norms[steps != spike_step].dropna()
+    if not len(at) or not len(rest) or not known(at.iloc[0]) or rest.median() <= 0:
+        return NAN
+    return float(at.iloc[0] / rest.median())
+
+
+def cell_name(optimizer: str, grad_clip, spike) -> str:
+    return f"{optimizer}, clip {label(grad_clip)}, {'spike' if spike is not None else 'no spike'}"
+
+
+def clipping_runs(runs: list) -> pd.DataFrame:
+    """One row per clipping run: its cell (optimizer, max norm, spike or not), collapse, the
+    largest fall below its start after the spike, and the spike's measured size."""
+    rows = []
+    for r in runs:
+        st, m = r.settings, measures(r)
+        spike = st.get("fault_grad_spike_step")
+        after = r.evals[r.evals["step"] >= (spike or 0)]["eval_accuracy"] if r.ok else pd.Series(dtype=float)
+        rows.append({"optimizer": st.get("optimizer", "adamw"), "max_norm": label(st["grad_clip"]), "spike": "yes" if spike is not None else "no",
+                     "cell": cell_name(st.get("optimizer", "adamw"), st["grad_clip"], spike), "seed": r.spec.seed, "collapsed": m["collapsed"],
+                     "initial_eval": m["initial_eval"], "final_eval": m["final_eval"],
+                     "drop_after_spike": float(m["initial_eval"] - after.min()) if len(after) else NAN,
+                     "spike_ratio": spike_ratio(r.metrics["grad_norm"], r.metrics["step"], spike) if r.ok else NAN,
+                     "spike_norm": float(r.metrics.loc[r.metrics["step"] == spike, "grad_norm"].iloc[0]) if r.ok and spike is not None and (r.metrics["step"] == spike).any() else NAN})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
 def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per cell (optimizer x max norm x spike): collapse rate with its 95% Wilson interval."""
     if not runs:
         return pd.DataFrame(), pd.DataFrame()
-    rows = pd.DataFrame([{"max_norm": label(r.settings["grad_clip"]), "seed": r.spec.seed, **measures(r),
-                          "steps_to_target": steps_to(r, r.initial_eval + TARGET_GAIN)} for r in runs])  # fmt: skip
-    out = summarise(rows, ["max_norm"], ["collapsed", "steps_to_target", "final_eval"])
+    rows = clipping_runs(runs)
+    out = summarise(rows, ["cell", "optimizer", "max_norm", "spike"], ["collapsed", "drop_after_spike", "final_eval", "spike_ratio"])
     out = out.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
-    g = rows.groupby("max_norm", sort=False)
-    out.insert(3, "collapses", g["collapsed"].sum(min_count=1).values)
-    out.insert(5, "reached", g["steps_to_target"].count().values)
-    ci = [wilson(int(k), int(n)) if n == n and k == k else (NAN, NAN) for k, n in zip(out["collapses"], out["n"])]
+    out.insert(out.columns.get_loc("n"), "collapses", rows.groupby("cell", sort=False)["collapsed"].sum(min_count=1).values)
+    ci = [wilson(int(k), int(n)) if known(k, n) and n else (NAN, NAN) for k, n in zip(out["collapses"], out["n"])]
     out.insert(out.columns.get_loc("collapse_rate") + 1, "collapse_rate_lo", [c[0] for c in ci])
     out.insert(out.columns.get_loc("collapse_rate") + 2, "collapse_rate_hi", [c[1] for c in ci])
     out["doc_collapse_rate"] = out["max_norm"].map(lambda m: DOC_CLIPPING.get(m, (NAN, ""))[0])
-    out["doc_speed"] = out["max_norm"].map(lambda m: DOC_CLIPPING.get(m, (NAN, ""))[1])
     return out, rows
+
+
+def separated(a: tuple[float, float], b: tuple[float, float]) -> bool | None:
+    """Whether two intervals (lo, hi) do not overlap; None when either is unknown."""
+    if not known(*a, *b):
+        return None
+    return a[1] < b[0] or b[1] < a[0]
+
+
+CRITIC_EV = 0.1  # the critic has learned when it explains at least this share of the returns' variance by step CRITIC_BY
+CRITIC_BY = 20
+
+
+def critic_ev(metrics: pd.DataFrame, by: int = CRITIC_BY, window: int = 5) -> float:
+    """Mean explained variance of the value head over the `window` steps ending at step `by` (or the run's last)."""
+    m = metrics[metrics["step"] <= by].tail(window)["explained_variance"].dropna()
+    return float(m.mean()) if len(m) else NAN
 
 
 def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -228,26 +322,38 @@ def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
         return pd.DataFrame(), pd.DataFrame()
     rows = pd.DataFrame([{"value_clip": label(r.settings["value_clip"]), "value_coef": float(r.settings["value_coef"]), "seed": r.spec.seed,
                           "final_rmse": last(r, "value_rmse"), "mean_rmse": r.metrics["value_rmse"].mean() if r.ok else NAN,
-                          "final_explained_variance": last(r, "explained_variance"), "final_eval": measures(r)["final_eval"]} for r in runs])  # fmt: skip
-    out = summarise(rows, ["value_clip", "value_coef"], ["final_rmse", "mean_rmse", "final_explained_variance", "final_eval"])
+                          "final_explained_variance": last(r, "explained_variance"), "ev_by_20": critic_ev(r.metrics) if r.ok else NAN,
+                          "final_eval": measures(r)["final_eval"]} for r in runs])  # fmt: skip
+    out = summarise(rows, ["value_clip", "value_coef"], ["final_rmse", "mean_rmse", "final_explained_variance", "ev_by_20", "final_eval"])
     out["doc_rmse"] = [DOC_VALUE_RMSE.get((c, w), NAN) for c, w in zip(out["value_clip"], out["value_coef"])]
     return out, rows
 
 
-# The document's diagnosis table (section 8), one row per symptom; the evidence rule picks a run.
+# The document's diagnosis table (section 8), one row per symptom: the evidence rule picks a run among those
+# whose settings carry the cause the document names (`CAUSE_FILTERS`), never among arbitrary runs.
 SYMPTOMS = [
     ("reward does not rise", "learning rate too small; batch too small; reward function wrong", "raise the LR 10x; batch 512+; check the verifier",
      "largest mean frac_zero_std (share of groups with equal rewards), shown when >= 0.9"),
     ("reward drops suddenly", "learning rate too large; KL coefficient too small; no gradient clipping", "cut the LR 10x; KL coefficient 0.1; clip the gradient norm",
      "largest single drop of eval accuracy between evaluations, shown when > 10 points"),
     ("entropy collapses fast", "sampling temperature too low; entropy bonus too weak; strong length penalty", "temperature 0.8; entropy_coef 0.02; drop explicit penalties",
-     "lowest final/first-step entropy ratio, shown when < 0.5"),
+     "lowest final/first-step entropy ratio, shown when < 0.8"),
     ("KL explodes", "clip epsilon too large; too many PPO epochs; batch too small", "clip_epsilon 0.1; PPO epochs 4 -> 2; larger batch",
      "largest KL to the reference, shown when above the run's monitor threshold"),
     ("out of memory", "batch set wrongly; sequences too long; no mixed precision", "check the accumulation; truncate; torch.cuda.amp",
      "none: this pipeline records no memory failures"),
     ("non-finite loss or gradient", "learning rate far too large, no clipping", "skip the update (the guard), lower the LR, clip",
      "most updates skipped by the non-finite guard"),
+]  # fmt: skip
+REFERENCE_LR = 3.0e-4  # the calibrated reference (docs/notes/calibration-pilot.md); "too large" is a multiple of it
+# (which of the document's causes, a test of a run's settings) per symptom, in SYMPTOMS' order.
+CAUSE_FILTERS = [
+    ("reward function wrong for the policy: exact match pays a random policy nothing", lambda st: st.get("init") == "random" and st.get("reward") == "exact"),
+    ("no gradient clipping (and an outsized gradient)", lambda st: st.get("grad_clip") is None),
+    ("entropy bonus too weak (present, below 0.01)", lambda st: 0 < st.get("entropy_coef", 0.0) < 0.01 and st.get("init") != "random"),
+    ("several PPO epochs or a wider upper clip", lambda st: st.get("ppo_epochs", 1) > 1 or st.get("clip_eps_high") is not None),
+    ("none", lambda st: False),
+    ("learning rate far too large, no clipping", lambda st: st.get("grad_clip") is None and st.get("lr", 0) > 1e3 * REFERENCE_LR),
 ]  # fmt: skip
 
 
@@ -265,26 +371,70 @@ def run_signals(run) -> dict:
 
 
 def troubleshooting_table(ctx) -> pd.DataFrame:
-    sig = {rid: run_signals(r) for rid, r in ctx.runs.items() if r.ok}
-    s = pd.DataFrame(sig).T.infer_objects() if sig else pd.DataFrame(columns=["zero_std", "drop", "ent_ratio", "kl", "skipped"])
+    ok = {rid: r for rid, r in ctx.runs.items() if r.ok}
+    sig = {rid: run_signals(r) for rid, r in ok.items()}
 
-    def choose(col, largest, ok, text):
-        """The most extreme run by `col`; its evidence, or "not observed" when it fails `ok`."""
-        v = pd.to_numeric(s[col], errors="coerce").dropna()
+    def choose(cause, col, largest, passes, text):
+        """The most extreme run by `col` among those with the document's cause; "not observed" when it fails `passes`."""
+        rids = [rid for rid, r in ok.items() if cause(r.settings)]
+        v = pd.to_numeric(pd.Series({rid: sig[rid][col] for rid in rids}, dtype=float), errors="coerce").dropna()
         if v.empty:
-            return "", "not observed in this pipeline"
+            return "", "no run of this pipeline has this cause"
         rid = v.idxmax() if largest else v.idxmin()
-        return (rid, text(sig[rid])) if ok(sig[rid]) else ("", f"not observed in this pipeline (most extreme: {text(sig[rid])})")
+        return (rid, text(sig[rid])) if passes(sig[rid]) else ("", f"not observed in this pipeline (most extreme run with this cause, {rid}: {text(sig[rid])})")
 
-    evidence = [
-        choose("zero_std", True, lambda g: g["zero_std"] >= 0.9, lambda g: f"mean frac_zero_std {g['zero_std']:.2f}"),
-        choose("drop", True, lambda g: g["drop"] > BIG_SWING, lambda g: "eval accuracy {2:.1%} at step {0:g} -> {3:.1%} at step {1:g}".format(*g["drop_at"]) if g["drop_at"] else "no drop"),
-        choose("ent_ratio", False, lambda g: g["ent_ratio"] < 0.5, lambda g: f"entropy {g['ent'][0]:.3f} at the first step -> {g['ent'][1]:.3f} at the last"),
-        choose("kl", True, lambda g: g["kl"] > g["kl_max"], lambda g: f"KL {g['kl']:.3g} at step {g['kl_at']:g} (monitor threshold {g['kl_max']:g})"),
-        ("", "not observed in this pipeline"),
-        choose("skipped", True, lambda g: g["skipped"] > 0, lambda g: f"{g['skipped']} update(s) skipped by the non-finite guard"),
+    rules = [
+        ("zero_std", True, lambda g: g["zero_std"] >= 0.9, lambda g: f"mean frac_zero_std {g['zero_std']:.2f}"),
+        ("drop", True, lambda g: g["drop"] > BIG_SWING, lambda g: "eval accuracy {2:.1%} at step {0:g} -> {3:.1%} at step {1:g}".format(*g["drop_at"]) if g["drop_at"] else "no drop"),
+        ("ent_ratio", False, lambda g: g["ent_ratio"] < 0.8, lambda g: f"entropy {g['ent'][0]:.3f} at the first step -> {g['ent'][1]:.3f} at the last"),
+        ("kl", True, lambda g: g["kl"] > g["kl_max"], lambda g: f"KL {g['kl']:.3g} at step {g['kl_at']:g} (monitor threshold {g['kl_max']:g})"),
+        None,
+        ("skipped", True, lambda g: g["skipped"] > 0, lambda g: f"{g['skipped']} update(s) skipped by the non-finite guard"),
     ]  # fmt: skip
-    return pd.DataFrame([{"symptom": a, "cause": b, "fix": c, "rule": d, "evidence_run": r, "evidence": e} for (a, b, c, d), (r, e) in zip(SYMPTOMS, evidence)])
+    evidence = [choose(f, *rule) if rule else ("", "not observed in this pipeline") for (_, f), rule in zip(CAUSE_FILTERS, rules)]
+    return pd.DataFrame([{"symptom": a, "cause": b, "fix": c, "rule": d, "cause_shown": cause, "evidence_run": r, "evidence": e}
+                         for (a, b, c, d), (cause, _), (r, e) in zip(SYMPTOMS, CAUSE_FILTERS, evidence)])  # fmt: skip
+
+
+def clipping_verdicts(cr: pd.DataFrame) -> list[Verdict]:
+    """Collapse rates after an injected spike: clipping against none under SGD, and SGD against
+    Adam without clipping. Each is judged only where the spike was injected (and, for
+    clipping, where the clip bound at the spike)."""
+    def cell(opt, clip, spike):
+        g = cr[(cr["optimizer"] == opt) & (cr["max_norm"] == clip) & (cr["spike"] == spike)]
+        return g, int(g["collapsed"].sum()), int(g["collapsed"].notna().sum())
+
+    def spiked(g, name):
+        return engaged(f"spike ({name})", "gradient norm at the spike step / median of the other steps", g["spike_ratio"].tolist(), SPIKE_FACTOR)
+
+    clips = sorted({x for x in cr["max_norm"] if x != "none"}, key=float)
+    out = []
+    for opt in ("sgd", "adamw"):
+        free, kf, nf = cell(opt, "none", "yes")
+        if not nf or not clips:
+            continue
+        clipped, kc, nc = cell(opt, clips[0], "yes")
+        if not nc:
+            continue
+        binds = engaged(f"clip {clips[0]}", "share of runs whose spike-step gradient norm exceeds the max norm",
+                        [float(x > float(clips[0])) for x in clipped["spike_norm"] if known(x)], 1.0)
+        (lf, hf), (lc, hc) = wilson(kf, nf), wilson(kc, nc)
+        out.append(judged(Claim(f"clipping_{opt}", f"{opt}: clipping the gradient norm to {clips[0]} lowers the collapse rate after a gradient spike",
+                                f"collapse rate after a spike, {opt}: no clipping − max norm {clips[0]}", unit="pts"),
+                          rate_difference(kf, nf, kc, nc), spiked(free, f"{opt}, no clipping"), spiked(clipped, f"{opt}, clip {clips[0]}"), binds,
+                          note=f"{kf} of {nf} runs collapsed without clipping (Wilson {100 * lf:.0f}% to {100 * hf:.0f}%), {kc} of {nc} with it "
+                               f"({100 * lc:.0f}% to {100 * hc:.0f}%); intervals {'do not overlap' if separated((lf, hf), (lc, hc)) else 'overlap: inconclusive at this n'}"))  # fmt: skip
+    sgd, ks, ns = cell("sgd", "none", "yes")
+    adam, ka, na = cell("adamw", "none", "yes")
+    if ns and na:
+        (ls, hs), (la, ha) = wilson(ks, ns), wilson(ka, na)
+        sep = separated((ls, hs), (la, ha))
+        out.append(judged(Claim("adam_bounds_step", "without clipping, Adam survives a gradient spike that collapses SGD (Adam bounds the step by itself)",
+                                "collapse rate after a spike without clipping: SGD − Adam", unit="pts"),
+                          rate_difference(ks, ns, ka, na), spiked(sgd, "sgd"), spiked(adam, "adamw"),
+                          note=f"SGD {ks} of {ns} (Wilson {100 * ls:.0f}% to {100 * hs:.0f}%), Adam {ka} of {na} ({100 * la:.0f}% to {100 * ha:.0f}%): "
+                               + ("the rates are separated (Wilson intervals do not overlap)" if sep else f"the Wilson intervals overlap: the rates themselves are not separated at n = {min(ns, na)} per cell")))  # fmt: skip
+    return out
 
 
 # ---- criteria (pure functions of table values) --------------------------------------------
@@ -343,22 +493,19 @@ def verdicts(t: dict) -> list[Verdict]:
                                          f"held-out accuracy after {n:,} samples: batch {hi} − batch {small}", unit="pts"), difference(at(hi), at(small)),
                                    note="the document compares batch sizes at equal steps; this control gives each batch the same number of rollouts"))  # fmt: skip
     if not cr.empty:
-        loose, tight = "none", min((x for x in cr["max_norm"].unique() if x != "none"), key=float, default=None)
-        k = lambda x: (int(cr.loc[cr["max_norm"] == x, "collapsed"].sum()), int(cr.loc[cr["max_norm"] == x, "collapsed"].notna().sum()))  # noqa: E731
-        if tight is not None and loose in set(cr["max_norm"]):
-            (ka, na), (kb, nb) = k(loose), k(tight)
-            out.append(Verdict(Claim("clipping", f"clipping lowers the collapse rate (none against max norm {tight})",
-                                     f"collapse rate: no clipping − max norm {tight}", unit="pts"), rate_difference(ka, na, kb, nb),
-                               note=f"{ka} of {na} runs collapsed without clipping, {kb} of {nb} at max norm {tight}; the document: 35% and 0%"))  # fmt: skip
+        out += clipping_verdicts(cr)
     if not vr.empty:
         r = lambda c, w: per_seed(vr[vr["value_coef"] == w], "mean_rmse", value_clip=c)  # noqa: E731
         base = r("none", 0.5)
         if base:
             scale = 1 / (sum(base.values()) / len(base))
             doc = DOC_VALUE_RMSE[("0.2", 1.0)] / DOC_VALUE_RMSE[("none", 0.5)] - 1
-            out.append(Verdict(Claim("value_clip", "value-loss clipping with value weight 1.0 lowers the value RMSE by about half",
-                                     "mean value RMSE over training: (clipped at weight 1.0 − unclipped at 0.5) / unclipped", direction=-1,
-                                     size=(doc, doc), unit="pct"), difference(r("0.2", 1.0), base).scaled(scale)))  # fmt: skip
+            ev = lambda c, w: per_seed(vr[vr["value_coef"] == w], "ev_by_20", value_clip=c)  # noqa: E731
+            learned = [engaged(f"critic ({name})", f"explained variance, steps {CRITIC_BY - 4}-{CRITIC_BY}", ev(c, w), CRITIC_EV)
+                       for name, c, w in (("unclipped, weight 0.5", "none", 0.5), ("clipped, weight 1.0", "0.2", 1.0))]
+            out.append(judged(Claim("value_clip", "value-loss clipping with value weight 1.0 lowers the value RMSE by about half",
+                                    "mean value RMSE over training: (clipped at weight 1.0 − unclipped at 0.5) / unclipped", direction=-1,
+                                    size=(doc, doc), unit="pct"), difference(r("0.2", 1.0), base).scaled(scale), *learned))  # fmt: skip
     return out
 
 
@@ -370,6 +517,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     out["stability_clipping"], out["stability_clipping_runs"] = clipping_table(ctx.experiment("clipping"))
     out["stability_value_clip"], out["stability_value_clip_runs"] = value_clip_table(ctx.experiment("value_clip"))
     out["stability_alerts"] = alerts_table(ctx)
+    out["stability_alert_scores"] = alert_scores([r for r in ctx.runs.values() if r.ok])
     out["stability_troubleshooting"] = troubleshooting_table(ctx)
     out["stability_series"] = pd.concat([series(ctx.experiment(e), ms).assign(experiment=e) for e, ms in SERIES.items()], ignore_index=True)
     out["stability_verdicts"] = verdict_frame(verdicts(out))
@@ -444,12 +592,12 @@ def figures(t) -> dict:
         placeholder(axes[0], "no clipping runs")
     else:
         x = np.arange(len(c))
-        axes[0].bar(x - 0.2, c["collapse_rate"], width=0.4, color=COLORS[3], label="measured")
-        axes[0].bar(x + 0.2, c["doc_collapse_rate"], width=0.4, color="0.75", label="document's claim")
-        axes[0].set_xticks(x, labels=c["max_norm"].astype(str))
-        axes[0].legend()
-    axes[0].set(xlabel="max gradient norm", ylabel="share of runs collapsed", title="Collapse rate by clipping threshold")
-    _curves(axes[1], _series(t, "clipping", "eval_accuracy"), "held-out accuracy", "Eval accuracy by clipping threshold")
+        err = np.vstack([c["collapse_rate"] - c["collapse_rate_lo"], c["collapse_rate_hi"] - c["collapse_rate"]])
+        axes[0].bar(x, c["collapse_rate"], width=0.6, color=[COLORS[0] if o == "sgd" else COLORS[1] for o in c["optimizer"]], yerr=err, capsize=3)
+        axes[0].set_xticks(x, labels=c["cell"].str.replace(", ", "\n"), fontsize=7)
+        axes[0].set_ylim(0, 1.05)
+    axes[0].set(xlabel="optimizer, max gradient norm, injected spike", ylabel="share of runs collapsed", title="Collapse rate per cell (95% Wilson interval)")
+    _curves(axes[1], _series(t, "clipping", "eval_accuracy"), "held-out accuracy", "Eval accuracy per cell")
     out["stability_clipping"] = fig
 
     fig, ax = plt.subplots()
@@ -528,8 +676,8 @@ def case_text(c: pd.DataFrame) -> str:
 def clipping_text(c: pd.DataFrame) -> str:
     if c.empty or c["collapse_rate"].isna().all():
         return "No clipping runs with a result."
-    return "; ".join(f"{r.max_norm}: {r.collapses:g}/{r.n} collapsed (95% Wilson interval {100 * r.collapse_rate_lo:.0f}% to {100 * r.collapse_rate_hi:.0f}%), "
-                     + (f"{r.reached}/{r.n} reached the target in {r.steps_to_target_mean:.0f} steps" if known(r.steps_to_target_mean) else "none reached the target")
+    return "; ".join(f"{r.cell}: {r.collapses:g}/{r.n} collapsed (95% Wilson interval {100 * r.collapse_rate_lo:.0f}% to {100 * r.collapse_rate_hi:.0f}%)"
+                     + (f", spike {r.spike_ratio_mean:.0f}x the median gradient norm" if known(r.spike_ratio_mean) else "")
                      for r in c.itertuples()) + "."  # fmt: skip
 
 
@@ -543,6 +691,22 @@ def value_text(v: pd.DataFrame) -> str:
             + (f" ({'; '.join(alone)})" if alone else "") + "; the document: 0.25 and 0.12 (−52%).")  # fmt: skip
 
 
+def scores_text(sc: pd.DataFrame) -> str:
+    if sc.empty:
+        return "No runs to score the alerts on."
+    parts = [f"{r.detector}: precision {interval_rate(r.followed_by_drop, r.alerts)}, recall {interval_rate(r.announced, r.drops)}" for r in sc.itertuples()]
+    return (f"Against sustained drops (held-out accuracy at least {100 * DROP:.0f} points below its running best at two evaluations in a row) starting within "
+            f"{HORIZON} steps after the alert; a random step is followed by one with probability {sc['base_rate'].iloc[0]:.2f}. " + "; ".join(parts) + ".")
+
+
+def interval_rate(k, n) -> str:
+    """`k/n (95% Wilson lo-hi%)`, or `no alerts` for n = 0."""
+    if not n:
+        return "– (none)"
+    lo, hi = wilson(int(k), int(n))
+    return f"{k}/{n} ({100 * lo:.0f}% to {100 * hi:.0f}%)"
+
+
 def alerts_text(al: pd.DataFrame) -> str:
     if al.empty:
         return "No runs."
@@ -552,8 +716,9 @@ def alerts_text(al: pd.DataFrame) -> str:
 
 
 def section(t) -> dict:
-    names = ["stability_batch_curve", "stability_batch", "stability_equal_samples", "stability_case_study", "stability_fixed_vs_dynamic", "stability_gradvar", "stability_accumulation",
-             "stability_alerts", "stability_clipping", "stability_value_clip", "stability_troubleshooting", "stability_verdicts"]  # fmt: skip
+    names = ["stability_batch_curve", "stability_batch", "stability_equal_samples", "stability_case_study", "stability_fixed_vs_dynamic", "stability_gradvar",
+             "stability_accumulation", "stability_alerts", "stability_alert_scores", "stability_clipping", "stability_value_clip", "stability_troubleshooting",
+             "stability_verdicts"]  # fmt: skip
     tb = {n.removeprefix("stability_"): t[n] for n in names}
     rows = verdict_rows(tb["verdicts"])
     keyed = {r["key"]: r for r in rows}
@@ -561,7 +726,7 @@ def section(t) -> dict:
     gradvar, accumulation = gradvar_text(tb["gradvar"], tb["accumulation"])
     ts, al = tb["troubleshooting"], tb["alerts"]
     return {
-        "tables": {**tb, "alerts_fired": al[al["alerts"] > 0] if not al.empty else al}, "collapse_definition": COLLAPSE_DEFINITION, "target_gain": TARGET_GAIN,
+        "tables": {**tb, "alerts_fired": al[al["alerts"] > 0] if not al.empty else al}, "collapse_definition": COLLAPSE_DEFINITION, "spike_factor": SPIKE_FACTOR,
         "big": BIG_SWING, "small": SMALL_SWING, "verdict_list": rows, "power": power_note(tb["verdicts"]),
         "verdicts": {
             "batch": {"text": batch_text(tb["batch"]), "rows": pick_rows("batch_smoother", "batch_large_calm", "batch_small_swings")},
@@ -569,9 +734,9 @@ def section(t) -> dict:
             "fixed_vs_dynamic": {"text": fvd_text(tb["fixed_vs_dynamic"]), "rows": pick_rows("fixed_vs_B", "fixed_vs_C", "dynamic_B_equal_batch", "dynamic_C_equal_batch")},
             "equal_samples": {"text": equal_samples_text(tb["equal_samples"]), "rows": [r for r in rows if r["key"].startswith("equal_samples_")]},
             "case": {"text": case_text(tb["case_study"]), "rows": pick_rows("case_reward")},
-            "clipping": {"text": clipping_text(tb["clipping"]), "rows": pick_rows("clipping")},
+            "clipping": {"text": clipping_text(tb["clipping"]), "rows": pick_rows("clipping_sgd", "clipping_adamw", "adam_bounds_step")},
             "value_clip": {"text": value_text(tb["value_clip"]), "rows": pick_rows("value_clip")},
-            "alerts": {"text": alerts_text(tb["alerts"]), "rows": []},
+            "alerts": {"text": alerts_text(tb["alerts"]) + " " + scores_text(tb["alert_scores"]), "rows": []},
             "troubleshooting": {"text": f"{int((ts['evidence_run'].astype(object).fillna('') != '').sum())} of {len(ts)} symptoms are shown by a run of this pipeline." if not ts.empty else "No runs.", "rows": []},
         },  # fmt: skip
     }

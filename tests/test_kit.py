@@ -1,0 +1,32 @@
+"""The verdict kit's mechanism checks: a verdict is given only where its mechanism engaged."""
+
+from __future__ import annotations
+
+import math
+
+from mathrl.studies.kit import Engaged, engaged, judged, verdict_frame, verdict_rows
+from mathrl.verdict import Claim, difference
+
+
+def test_engaged_check_by_hand():
+    c = engaged("upper clip", "mean clip_frac", {0: 0.0, 1: 0.02, 2: 0.04}, 0.01)
+    assert c.value == 0.02 and c.passed is True  # mean of 0, 0.02, 0.04
+    assert engaged("upper clip", "mean clip_frac", [0.0, 0.0, 0.003], 0.01).passed is False
+    assert engaged("x", "y", {0: math.nan}, 0.1).passed is None  # nothing measured
+    low = engaged("format errors gone", "malformed share", [0.2, 0.4], 0.05, direction=-1)
+    assert abs(low.value - 0.3) < 1e-12
+    assert low.passed is False and Engaged("m", "v", 0.05, 0.05, -1).passed is True  # the threshold itself passes
+    assert "did not engage" in low.describe() and "0.3" in low.describe() and "<= 0.05" in low.describe()
+
+
+def test_judged_withholds_the_verdict_and_says_why():
+    claim = Claim("k", "remedy helps", "a − b")
+    est = difference({0: 0.3, 1: 0.4, 2: 0.35}, {0: 0.1, 1: 0.2, 2: 0.15})  # +0.2 every seed: agrees when judged
+    ok = judged(claim, est, engaged("clip", "clip_frac", [0.05], 0.01))
+    assert ok.outcome == "agrees" and "engaged: clip_frac 0.05" in ok.extra["engaged"]
+    no = judged(claim, est, engaged("clip", "clip_frac", [0.05], 0.01), engaged("critic", "explained variance", [-0.02], 0.1))
+    assert no.outcome == "not judged"
+    assert no.reason == "mechanism not engaged: critic did not engage: explained variance -0.02 (needs >= 0.1)"
+    rows = verdict_rows(verdict_frame([ok, no]))
+    assert rows[1]["sentence"].startswith("Not judged: mechanism not engaged: critic did not engage")
+    assert "clip engaged" in rows[1]["engaged"]
