@@ -54,7 +54,8 @@ def run_sft(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
     """Train the warm-up model for a task; write model.pt and summary.json to out_dir."""
     s, task = cfg["sft"][task_name], task_of(cfg, task_name)
     train = read_problems(problems_file(cfg, task_name, "train"), task)
-    val = read_problems(problems_file(cfg, task_name, "val"), task)
+    no_val = torch.zeros((0, 2), dtype=torch.long)
+    val = read_problems(problems_file(cfg, task_name, "val"), task) if cfg["tasks"][task_name]["n_val"] else no_val
     val = val[: s["eval_size"]] if s["eval_size"] else val
     test = read_problems(problems_file(cfg, task_name, "test"), task)
     device = pick_device(s["device"])
