@@ -442,24 +442,27 @@ class Trainer:
         if acc["skipped"]:
             self.say(f"alert: step {step}: {self.monitor.alerts[-1]['message']}")
         if resume.evaluated_at(self.record, step) or self.status != "running":
-            row["eval_accuracy"], row["eval_sampled_accuracy"] = self.evaluate(step)
+            last = step == self.s.steps or self.status != "running"
+            row["eval_accuracy"], row["eval_sampled_accuracy"] = self.evaluate(step, sampled=last)
         row["seconds"] = time.perf_counter() - t0
         self.step_no = step
         self.rows.append(row)
         return row
 
-    def evaluate(self, step: int) -> tuple[float, float]:
-        """Held-out exact-match accuracy, greedy and sampled at the policy's temperature (one
-        answer per problem, noise seeded by the run's seed and the step, so a resumed run
-        draws the same answers), each problem on one rank."""
+    def evaluate(self, step: int, sampled: bool = True) -> tuple[float, float]:
+        """Held-out exact-match accuracy, greedy and (when `sampled`: before RL and at the last
+        step) sampled at the policy's temperature: one answer per problem, noise seeded by the
+        run's seed and the step, so a resumed run draws the same answers. NaN when not sampled.
+        Each problem is evaluated on one rank."""
         d, s = self.d, self.s
         mine = slice(d.rank, None, d.world_size)
-        noise = torch.rand(len(self.test_pairs), self.task.answer_len, VOCAB_SIZE,
-                           generator=torch.Generator().manual_seed(s.seed * 100_003 + step))  # fmt: skip
         greedy = greedy_correct(self.net.policy, self.task, self.test_pairs[mine], d.device)
-        sampled = sampled_correct(self.net.policy, self.task, self.test_pairs[mine], d.device, noise[mine], s.temperature)
-        counts = [float(greedy.sum()), float(sampled.sum()), float(len(greedy))]
-        n = all_sum(d, torch.tensor(counts, dtype=torch.float64))
+        hits = math.nan
+        if sampled:
+            noise = torch.rand(len(self.test_pairs), self.task.answer_len, VOCAB_SIZE,
+                               generator=torch.Generator().manual_seed(s.seed * 100_003 + step))  # fmt: skip
+            hits = float(sampled_correct(self.net.policy, self.task, self.test_pairs[mine], d.device, noise[mine], s.temperature).sum())
+        n = all_sum(d, torch.tensor([float(greedy.sum()), hits, float(len(greedy))], dtype=torch.float64))
         return float(n[0] / n[2]), float(n[1] / n[2])
 
     # ---------------------------------------------------------------- the run

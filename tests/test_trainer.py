@@ -53,6 +53,7 @@ def test_each_algorithm_runs_and_writes_the_contract(run_env, algorithm):
     for col in ["reward_mean", "accuracy", "entropy", "kl", "grad_norm", "policy_loss", "lr", "frac_zero_std"]:
         assert df[col].notna().all() and (df[col].abs() < 1e6).all(), col
     assert df["eval_accuracy"].notna().sum() == 2  # steps 2 and 3 (eval_every 2, and the last)
+    assert list(df["eval_sampled_accuracy"].notna()) == [False, False, True]  # sampled answers: at the last step only
     assert df["value_loss"].notna().all() == (algorithm == "ppo")
     assert df["baseline"].notna().all() == (algorithm == "reinforce")
     assert (df["samples"] >= 16 * df["step"]).all()
@@ -60,6 +61,7 @@ def test_each_algorithm_runs_and_writes_the_contract(run_env, algorithm):
     for key in ["run_id", "experiment", "task", "algorithm", "batch_size", "lr", "kl_coef", "seed", "config", "final", "best", "wall_seconds", "versions", "alerts"]:
         assert key in s, key
     assert s["algorithm"] == algorithm and s["status"] == "complete" and s["config"]["batch_size"] == 16
+    assert 0 <= s["initial"]["eval_sampled_accuracy"] <= 1 and s["resolved"]["n_eval"] == 50  # before RL too; tiny eval_size
 
 
 def test_same_seed_same_metrics_on_cpu(run_env):
