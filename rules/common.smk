@@ -89,7 +89,9 @@ else:
     PY = Path(sys.executable)
 
 RESULTS = CFG["results"]
-RUNS = mathrl.config.trained_runs(CFG)  # runs that reuse another's identical settings are read, not trained
+RUNS = mathrl.config.trained_runs(
+    CFG
+)  # runs that reuse another's identical settings are read, not trained
 
 
 def results(path: str) -> str:
