@@ -47,16 +47,24 @@ from mathrl.config import ConfigError
 from mathrl.console import console_line
 from mathrl.algorithms import AdvantageInputs, get_estimator
 from mathrl.control import MovingAverageBaseline, make_kl_controller
-from mathrl.distributed import Dist, all_mean_std, all_sum, barrier
+from mathrl.distributed import Dist, all_max, all_mean_std, all_sum, barrier
 from mathrl.evaluation import greedy_correct
 from mathrl.layout import problems_file, sft_checkpoint
 from mathrl.losses import (
     aggregate,
+    centred_product,
     clip_abs,
+    clip_cov_tokens,
+    clip_sides,
     clipped_surrogate,
+    covariance_penalised,
     explained_variance,
     kl_estimate,
+    kl_cov_tokens,
+    moment_sums,
+    moments,
     normalize,
+    ppo_kl,
     token_entropy,
     token_logprobs,
     value_loss,
@@ -79,6 +87,10 @@ METRICS = [
 EXTRAS = [
     "ndigit", "format_rate", "baseline", "entropy_coef", "value_rmse", "explained_variance",
     "skipped", "sample_seconds", "update_seconds",
+    # update diagnostics (issue 17): clip_frac = clip_frac_low + clip_frac_high; ppo_kl as verl's
+    # actor/ppo_kl; token-level advantage statistics; the log-prob/advantage covariance
+    # (arXiv 2505.22617); cov_frac: share of tokens Clip-Cov or KL-Cov acted on
+    "clip_frac_low", "clip_frac_high", "ppo_kl", "adv_mean", "adv_std", "adv_abs_max", "logp_adv_cov", "cov_frac",
 ]  # fmt: skip
 # Version of the snapshot layout (3: optimizer state of torch.optim).
 SNAPSHOT_FORMAT = 3
@@ -311,7 +323,8 @@ class Trainer:
         if self.estimator.baseline:
             n = all_sum(d, torch.tensor([rewards.sum().item(), float(len(rewards))], dtype=torch.float64))
             baseline = self.baseline.update(float(n[0] / n[1]))
-        inputs = AdvantageInputs(rewards, mask, G, old_values, baseline, gamma=s.gamma, lam=s.gae_lambda)
+        inputs = AdvantageInputs(rewards, mask, G, old_values, baseline, gamma=s.gamma, lam=s.gae_lambda,
+                                 mean_std=lambda x, w: all_mean_std(d, x, w))  # fmt: skip
         adv, returns = self.estimator.fn(inputs)
         if s.adv_norm:
             adv = normalize(adv, *all_mean_std(d, adv, mask), mask=mask)
@@ -337,7 +350,8 @@ class Trainer:
         micro = s.micro_batch_size or B
         set_lr(self.opt, coefs["lr"])
         acc = {"pg": 0.0, "ent": 0.0, "kl": 0.0, "vloss": 0.0, "clip": 0.0, "clip_tokens": 0.0, "loss_finite": 1.0,
-               "values": [], "norms": [], "skipped": False}  # fmt: skip
+               "values": [], "norms": [], "skipped": False, "clip_low": 0.0, "clip_high": 0.0, "ppo_kl": 0.0,
+               "cov_tokens": 0.0, "moments": torch.zeros(6, dtype=torch.float64), "adv_abs_max": 0.0}  # fmt: skip
         for epoch in range(s.ppo_epochs):
             self.opt.zero_grad(set_to_none=True)
             for lo in range(0, B, micro):
@@ -367,7 +381,17 @@ class Trainer:
         logits, values = self.answer_outputs(self.ddp, batch, rows.start, rows.stop)  # (b, L, V): the logits that chose each answer token
         logp = token_logprobs(logits, tokens)  # (b, L)
         old = sc["old_logp"][rows] if sc["old_logp"] is not None else logp.detach()
-        pg, clipped = clipped_surrogate(logp, old, sc["adv"][rows], coefs["eps_low"], coefs["eps_high"])
+        adv = sc["adv"][rows]
+        pg, clipped = clipped_surrogate(logp, old, adv, coefs["eps_low"], coefs["eps_high"])
+        if s.policy_loss != "vanilla":  # Clip-Cov / KL-Cov (arXiv 2505.22617) within this micro-batch, as verl does
+            cov = centred_product(logp, adv, m)
+            if s.policy_loss == "clip_cov":
+                gen = torch.Generator().manual_seed(s.seed * 1_000_003 + step * 1009 + epoch * 101 + rows.start)
+                chosen = clip_cov_tokens(cov, m, s.cov_ratio, s.clip_cov_lower, s.clip_cov_upper, gen, exclude=clipped)
+            else:
+                chosen = kl_cov_tokens(cov, m, s.cov_ratio)
+            pg = covariance_penalised(pg, logp, old, chosen, s.policy_loss, s.kl_cov_coef)
+            acc["cov_tokens"] += float((chosen.float() * m).sum())
         kl = kl_estimate(logp, sc["ref_logp"][rows], s.kl_estimator)
         ent = token_entropy(logits)
         per_token = pg + coefs["kl_coef"] * kl - coefs["ent_coef"] * ent
@@ -384,8 +408,14 @@ class Trainer:
         acc["loss_finite"] = min(acc["loss_finite"], float(torch.isfinite(loss.detach())))
         loss.backward()
         acc["clip"] += float((clipped.float() * m).sum())
+        low, high = clip_sides(logp.detach(), old, clipped)
+        acc["clip_low"] += float((low.float() * m).sum())
+        acc["clip_high"] += float((high.float() * m).sum())
+        acc["ppo_kl"] += float((ppo_kl(logp.detach(), old) * m).sum())
         acc["clip_tokens"] += float(m.sum())
         if epoch == 0:
+            acc["moments"] += moment_sums(logp.detach(), adv, m).cpu()
+            acc["adv_abs_max"] = max(acc["adv_abs_max"], float(torch.where(m.bool(), adv.abs(), torch.zeros_like(adv)).max()))
             acc["pg"] += float(aggregate(pg.detach(), m, s.loss_agg)[0])
             acc["ent"] += float((ent.detach() * m).sum())
             acc["kl"] += float((kl.detach() * m).sum())
@@ -396,7 +426,10 @@ class Trainer:
         local = {"pg": acc["pg"], "ent": acc["ent"], "kl": acc["kl"], "vloss": acc["vloss"], "clip": acc["clip"],
                  "clip_tokens": acc["clip_tokens"], "tokens": float(mask.sum()), "exact": float(batch["exact"].sum()),
                  "format": float(batch["format_ok"].sum()), "zero_std": scored["zero_std"], "groups": float(len(mask) // G)}  # fmt: skip
+        local.update(clip_low=acc["clip_low"], clip_high=acc["clip_high"], ppo_kl=acc["ppo_kl"], cov_tokens=acc["cov_tokens"])
         tot = dict(zip(local, all_sum(self.d, torch.tensor(list(local.values()), dtype=torch.float64)).tolist()))
+        mom = moments(all_sum(self.d, acc["moments"]))  # x: log-prob of the sampled token, y: advantage
+        adv_abs_max = float(all_max(self.d, torch.tensor([acc["adv_abs_max"]], dtype=torch.float64))[0])
         n_seq = s.batch_size
         rmse = ev = math.nan
         if acc["values"]:
@@ -412,11 +445,15 @@ class Trainer:
             "clip_frac": tot["clip"] / tot["clip_tokens"], "frac_zero_std": tot["zero_std"] / tot["groups"], "lr": coefs["lr"],
             "ndigit": batch["ndigit"], "format_rate": tot["format"] / n_seq, "baseline": scored["baseline"],
             "entropy_coef": coefs["ent_coef"], "value_rmse": rmse, "explained_variance": ev, "skipped": int(acc["skipped"]),
+            "clip_frac_low": tot["clip_low"] / tot["clip_tokens"], "clip_frac_high": tot["clip_high"] / tot["clip_tokens"],
+            "ppo_kl": tot["ppo_kl"] / tot["clip_tokens"], "adv_mean": mom["mean_y"], "adv_std": mom["std_y"],
+            "adv_abs_max": adv_abs_max, "logp_adv_cov": mom["cov"],
+            "cov_frac": tot["cov_tokens"] / tot["clip_tokens"] if s.policy_loss != "vanilla" else math.nan,
         }  # fmt: skip
 
     def step(self) -> dict:
         """One RL step: rollout, score, update, statistics; then the KL controller, monitor and evaluation."""
-        step = self.step_no + 1
+        s, step = self.s, self.step_no + 1
         t0 = time.perf_counter()
         batch = self.rollout(step)
         t1 = time.perf_counter()
@@ -429,6 +466,9 @@ class Trainer:
         if not acc["skipped"]:
             self.kl_ctl.update(row["kl"])
         for alert in self.monitor.check(step, entropy=row["entropy"], kl=row["kl"], reward_mean=row["reward_mean"]):
+            self.say(f"alert: step {step}: {alert['message']}")
+        for alert in self.monitor.check_trends(step, grad_norm=row["grad_norm"], entropy=row["entropy"],
+                                               grad_spike=s.monitor_grad_spike, entropy_rise=s.monitor_entropy_rise):
             self.say(f"alert: step {step}: {alert['message']}")
         if acc["skipped"]:
             self.say(f"alert: step {step}: {self.monitor.alerts[-1]['message']}")
@@ -535,6 +575,7 @@ class Trainer:
             "steps_done": self.step_no,
             "wall_seconds": sum(r["seconds"] for r in self.rows),
             "versions": mathrl.versions(),
+            "git": mathrl.git_state(),  # the commit and whether tracked files had changes
             "alerts": self.monitor.alerts,
         }  # fmt: skip
 
