@@ -48,7 +48,7 @@ from mathrl.console import console_line
 from mathrl.algorithms import AdvantageInputs, get_estimator
 from mathrl.control import MovingAverageBaseline, make_kl_controller
 from mathrl.distributed import Dist, all_max, all_mean_std, all_sum, barrier
-from mathrl.evaluation import greedy_correct
+from mathrl.evaluation import greedy_correct, sampled_correct_counts
 from mathrl.layout import problems_file, sft_checkpoint
 from mathrl.losses import (
     aggregate,
@@ -168,6 +168,11 @@ class Trainer:
         )  # fmt: skip
         self.step_no, self.samples, self.rows, self.status = 0, 0, [], "running"
         self.initial_eval: float | None = None
+        # per held-out problem: greedy correctness at the start and at the last evaluation
+        # (heldout.csv), and pass@k's correct counts before and after RL (pass_at_k.csv)
+        self.initial_correct: list[int] | None = None
+        self.last_correct: list[int] | None = None
+        self.pass_counts: dict[str, list[int]] = {}
         # Prefix sharing (GPT.forward_shared, generate(group_size=G)): each group's prompt is
         # computed once. MATHRL_NO_PREFIX_SHARING=1 turns it off: a benchmark switch.
         self.share_prefix = os.environ.get("MATHRL_NO_PREFIX_SHARING", "").strip() in ("", "0")
@@ -181,6 +186,7 @@ class Trainer:
             "noise_gen": self.noise_gen.get_state(), "baseline": self.baseline.state_dict(),
             "kl_ctl": self.kl_ctl.state_dict(), "monitor": self.monitor.state_dict(), "rows": self.rows,
             "initial_eval": self.initial_eval, "status": self.status, "init_digest": self.init_digest,
+            "initial_correct": self.initial_correct, "last_correct": self.last_correct, "pass_counts": self.pass_counts,
         }  # fmt: skip
 
     def restore(self, st: dict, where: Path) -> None:
@@ -217,6 +223,8 @@ class Trainer:
         self.monitor.load_state_dict(st["monitor"])
         self.step_no, self.samples, self.rows = st["step"], st["samples"], rows
         self.initial_eval, self.status = st["initial_eval"], st["status"]
+        self.initial_correct, self.last_correct = st.get("initial_correct"), st.get("last_correct")
+        self.pass_counts = dict(st.get("pass_counts") or {})
         if self.status == "complete" and self.step_no < self.s.steps:
             self.status = "running"  # the same run extended to more steps
 
@@ -484,8 +492,20 @@ class Trainer:
         d = self.d
         mine = self.test_pairs[d.rank :: d.world_size]
         correct = greedy_correct(self.net.policy, self.task, mine, d.device)
-        n = all_sum(d, torch.tensor([float(correct.sum()), float(len(correct))], dtype=torch.float64))
-        return float(n[0] / n[1])
+        full = torch.zeros(len(self.test_pairs), dtype=torch.float64)
+        full[d.rank :: d.world_size] = correct.double()
+        full = all_sum(d, full)  # every problem's result, in test-set order
+        self.last_correct = [int(v) for v in full.tolist()]
+        return float(full.mean())
+
+    def pass_at_k_counts(self) -> list[int]:
+        """Correct samples out of pass_at_k_samples per problem, for the first pass_at_k_problems
+        held-out problems at the sampling temperature; the same noise before and after RL."""
+        s = self.s
+        gen = torch.Generator().manual_seed(s.seed + 104729)
+        pairs = self.test_pairs[: s.pass_at_k_problems]
+        counts = sampled_correct_counts(self.net.policy, self.task, pairs, s.pass_at_k_samples, s.temperature, self.d.device, gen)
+        return [int(c) for c in counts]
 
     # ---------------------------------------------------------------- the run
     def say(self, text: str) -> None:
@@ -514,6 +534,9 @@ class Trainer:
                 self.say(f"restarting {self.run_id} from step 0: {exc}; the old snapshot is kept as snapshot.stale.pt")
         if self.initial_eval is None:
             self.initial_eval = self.evaluate()
+            self.initial_correct = self.last_correct
+        if s.pass_at_k and d.is_main and "initial" not in self.pass_counts:
+            self.pass_counts["initial"] = self.pass_at_k_counts()
         wandb_run = self.start_wandb()
         progress = None
         if d.is_main and sys.stderr.isatty():
@@ -539,11 +562,28 @@ class Trainer:
             progress.close()
         if wandb_run is not None:
             wandb_run.finish()
+        if s.pass_at_k and d.is_main and self.status == "complete" and "final" not in self.pass_counts:
+            self.pass_counts["final"] = self.pass_at_k_counts()
         summary = self.summary()
         if d.is_main:
             write_metrics(self.dir / "metrics.csv", self.rows)
+            self.write_problem_files()
             atomic_write(self.dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
         return summary
+
+    def write_problem_files(self) -> None:
+        """heldout.csv: a, b and greedy correctness (0/1) at the start and at the last evaluation
+        of every held-out problem; pass_at_k.csv (runs with pass_at_k): a, b, phase
+        (initial/final), samples and correct samples per problem."""
+        pairs = self.test_pairs.tolist()
+        if self.initial_correct is not None and self.last_correct is not None:
+            lines = ["a,b,initial,final"] + [f"{a},{b},{i},{f}" for (a, b), i, f in zip(pairs, self.initial_correct, self.last_correct)]
+            atomic_write(self.dir / "heldout.csv", "\n".join(lines) + "\n")
+        if self.pass_counts:
+            lines = ["phase,a,b,samples,correct"]
+            for phase, counts in self.pass_counts.items():
+                lines += [f"{phase},{a},{b},{self.s.pass_at_k_samples},{c}" for (a, b), c in zip(pairs, counts)]
+            atomic_write(self.dir / "pass_at_k.csv", "\n".join(lines) + "\n")
 
     def start_wandb(self):
         if not (self.s.wandb and self.d.is_main):

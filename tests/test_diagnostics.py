@@ -4,8 +4,10 @@ the advantage-scaling estimators, the two trend alerts of the monitor, and the g
 
 from __future__ import annotations
 
+import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -198,3 +200,66 @@ def test_trainer_logs_the_update_diagnostics(run_env):
     for kind in ("clip_cov", "kl_cov"):
         df, _ = run(kind, f"policy_loss={kind}", "cov_ratio=0.1", "ppo_epochs=2", "clip_cov_lower=-1")
         assert (df["cov_frac"] > 0).all(), kind
+
+
+# ------------------------------------------------------------------ analyses (mathrl.diagnostics)
+def test_pass_at_k_is_the_unbiased_estimator():
+    from mathrl.diagnostics import pass_at_k
+
+    # n=4, c=1: pass@1 = 1/4; pass@2 = 1 - C(3,2)/C(4,2) = 1 - 3/6; pass@4 = 1
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)
+    assert pass_at_k(4, 1, 4) == pytest.approx(1.0)
+    # n=5, c=2, k=2: 1 - C(3,2)/C(5,2) = 1 - 3/10; c=0 -> 0; vectorised over problems
+    assert pass_at_k([5, 5, 5], [2, 0, 5], 2).tolist() == pytest.approx([0.7, 0.0, 1.0])
+    with pytest.raises(ValueError, match="1 <= k <= n"):
+        pass_at_k(4, 1, 5)
+
+
+def test_carries_of_additions():
+    from mathrl.diagnostics import carries
+
+    # 0+0: none; 5+5: one; 999+1: three; 456+544: 6+4 carry, 5+4+1 carry, 4+5+1 carry -> 3; 123+456: none
+    assert carries([0, 5, 999, 456, 123], [0, 5, 1, 544, 456]).tolist() == [0, 1, 3, 3, 0]
+
+
+def test_entropy_law_fit_recovers_the_coefficients_and_predicts_the_second_half():
+    from mathrl.diagnostics import fit_entropy_law
+
+    h = np.linspace(0.6, 0.1, 40)
+    r = -0.5 * np.exp(h) + 1.2  # a = 0.5, b = 1.2, ceiling 0.7
+    fit = fit_entropy_law(h, r)
+    assert fit["a"] == pytest.approx(0.5, abs=1e-6) and fit["b"] == pytest.approx(1.2, abs=1e-6)
+    assert fit["ceiling"] == pytest.approx(0.7, abs=1e-6) and fit["r2"] == pytest.approx(1.0)
+    assert fit["half_rmse"] == pytest.approx(0.0, abs=1e-6) and fit["n"] == 40
+    # a reward that does not follow entropy: R^2 near 0, the second half badly predicted
+    flat = fit_entropy_law(h, np.where(np.arange(40) < 20, 0.3, 0.6))
+    assert flat["r2"] < 0.9 and flat["half_rmse"] == pytest.approx(0.3, abs=0.05)
+    assert np.isnan(fit_entropy_law([0.1, 0.2], [0.3, 0.4])["a"])
+
+
+def test_noise_scale_from_two_batch_sizes():
+    from mathrl.diagnostics import noise_scale
+
+    # |G|^2 = 2, tr(Sigma) = 64: E|g_B|^2 = 2 + 64/B -> 3 at B=64, 2.125 at B=512
+    out = noise_scale(64, 512, 3.0, 2.125)
+    assert out["grad_sq"] == pytest.approx(2.0) and out["trace_sigma"] == pytest.approx(64.0)
+    assert out["noise_scale"] == pytest.approx(32.0)
+    assert np.isnan(noise_scale(64, 512, 10.0, 1.0)["noise_scale"])  # |G|^2 estimated below 0: noise swamps it
+
+
+def test_pass_at_k_counts_and_heldout_files(run_env):
+    import pandas as pd
+
+    from mathrl.cli import main
+
+    assert main(["train", "--config", str(run_env["config"]), "--run-id", "pk", "steps=2", "pass_at_k=true",
+                 "pass_at_k_problems=5", "pass_at_k_samples=8"]) == 0  # fmt: skip
+    d = run_env["results"] / "runs" / "pk"
+    pk = pd.read_csv(d / "pass_at_k.csv")
+    assert list(pk["phase"].unique()) == ["initial", "final"] and len(pk) == 10
+    assert ((pk["correct"] >= 0) & (pk["correct"] <= 8) & (pk["samples"] == 8)).all()
+    held = pd.read_csv(d / "heldout.csv")
+    summary = json.loads((d / "summary.json").read_text())
+    assert held["initial"].mean() == pytest.approx(summary["initial"]["eval_accuracy"])
+    assert held["final"].mean() == pytest.approx(summary["final"]["eval_accuracy"])
