@@ -96,6 +96,7 @@ class RunSettings:
     clip_cov_lower: float
     clip_cov_upper: float
     kl_cov_coef: float
+    grad_noise_scale: bool
     pass_at_k: bool
     pass_at_k_problems: int
     pass_at_k_samples: int

@@ -47,6 +47,7 @@ from mathrl.config import ConfigError
 from mathrl.console import console_line
 from mathrl.algorithms import AdvantageInputs, get_estimator
 from mathrl.control import MovingAverageBaseline, make_kl_controller
+from mathrl.diagnostics import noise_scale
 from mathrl.distributed import Dist, all_max, all_mean_std, all_sum, barrier
 from mathrl.evaluation import greedy_correct, sampled_correct_counts
 from mathrl.layout import problems_file, sft_checkpoint
@@ -91,6 +92,9 @@ EXTRAS = [
     # actor/ppo_kl; token-level advantage statistics; the log-prob/advantage covariance
     # (arXiv 2505.22617); cov_frac: share of tokens Clip-Cov or KL-Cov acted on
     "clip_frac_low", "clip_frac_high", "ppo_kl", "adv_mean", "adv_std", "adv_abs_max", "logp_adv_cov", "cov_frac",
+    # the gradient noise scale tr(Σ)/|G|² from micro-batch gradients (train.grad_noise_scale):
+    # mean squared norm of a micro-batch's own gradient, of the batch's, and the ratio of the estimates
+    "grad_sq_micro", "grad_sq_batch", "grad_noise_scale",
 ]  # fmt: skip
 # Version of the snapshot layout (3: optimizer state of torch.optim).
 SNAPSHOT_FORMAT = 3
@@ -360,12 +364,25 @@ class Trainer:
         acc = {"pg": 0.0, "ent": 0.0, "kl": 0.0, "vloss": 0.0, "clip": 0.0, "clip_tokens": 0.0, "loss_finite": 1.0,
                "values": [], "norms": [], "skipped": False, "clip_low": 0.0, "clip_high": 0.0, "ppo_kl": 0.0,
                "cov_tokens": 0.0, "moments": torch.zeros(6, dtype=torch.float64), "adv_abs_max": 0.0}  # fmt: skip
+        acc["noise"] = {"grad_sq_micro": math.nan, "grad_sq_batch": math.nan, "grad_noise_scale": math.nan}
         for epoch in range(s.ppo_epochs):
             self.opt.zero_grad(set_to_none=True)
+            track = s.grad_noise_scale and epoch == 0 and micro < B and not d.active
+            prev, micro_sq = None, []
             for lo in range(0, B, micro):
                 sync = lo + micro >= B or not d.active
                 with nullcontext() if sync else self.ddp.no_sync():
                     self.micro_batch(batch, scored, coefs, slice(lo, lo + micro), epoch, step, acc)
+                if track:  # this micro-batch's own gradient: its share of the accumulated one, rescaled to its own mean
+                    flat = torch.cat([p.grad.detach().flatten().double() for p in self.net.parameters() if p.grad is not None])
+                    part = flat if prev is None else flat - prev
+                    prev = flat
+                    own = float(batch["mask"][lo : lo + micro].sum()) if s.loss_agg == "token" else float(len(batch["tokens"][lo : lo + micro]))
+                    micro_sq.append(float((part * (coefs["den"] / own)).square().sum()))
+            if track and prev is not None:
+                sq_micro, sq_batch = sum(micro_sq) / len(micro_sq), float(prev.square().sum())
+                acc["noise"] = {"grad_sq_micro": sq_micro, "grad_sq_batch": sq_batch,
+                                "grad_noise_scale": noise_scale(micro, B, sq_micro, sq_batch)["noise_scale"]}  # fmt: skip
             norm = float(torch.nn.utils.clip_grad_norm_(self.net.parameters(), s.grad_clip or math.inf))
             acc["norms"].append(norm)
             if not (math.isfinite(norm) and all_sum(d, torch.tensor([acc["loss_finite"]])).item() == d.world_size):
@@ -457,6 +474,7 @@ class Trainer:
             "ppo_kl": tot["ppo_kl"] / tot["clip_tokens"], "adv_mean": mom["mean_y"], "adv_std": mom["std_y"],
             "adv_abs_max": adv_abs_max, "logp_adv_cov": mom["cov"],
             "cov_frac": tot["cov_tokens"] / tot["clip_tokens"] if s.policy_loss != "vanilla" else math.nan,
+            **acc["noise"],
         }  # fmt: skip
 
     def step(self) -> dict:

@@ -197,6 +197,14 @@ def test_trainer_logs_the_update_diagnostics(run_env):
     two, _ = run("two_epochs", "ppo_epochs=2", "clip_eps=0.01")
     assert two["clip_frac"].tolist() == pytest.approx((two["clip_frac_low"] + two["clip_frac_high"]).tolist())
     assert (two["clip_frac"] > 0).all() and (two["ppo_kl"] != 0).all()  # the second epoch moved the ratio off 1
+    assert one[["grad_sq_micro", "grad_sq_batch", "grad_noise_scale"]].isna().all().all()  # not asked for
+    noisy, _ = run("noise", "grad_noise_scale=true", "micro_batch_size=4")
+    # a micro-batch of 4 is noisier than the batch of 16: E|g_b|^2 = |G|^2 + tr(Sigma)/b
+    assert (noisy["grad_sq_micro"] > noisy["grad_sq_batch"]).all() and (noisy["grad_sq_batch"] > 0).all()
+    from mathrl.diagnostics import noise_scale
+
+    r = noisy.iloc[0]
+    assert r["grad_noise_scale"] == pytest.approx(noise_scale(4, 16, r["grad_sq_micro"], r["grad_sq_batch"])["noise_scale"], nan_ok=True)
     for kind in ("clip_cov", "kl_cov"):
         df, _ = run(kind, f"policy_loss={kind}", "cov_ratio=0.1", "ppo_epochs=2", "clip_cov_lower=-1")
         assert (df["cov_frac"] > 0).all(), kind

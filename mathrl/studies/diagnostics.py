@@ -202,6 +202,24 @@ def noise_scale_table(ctx) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["task", "grad_sq", "trace_sigma", "noise_scale", "batch_size", "lr", "gain_mean", "gain_lo", "gain_hi", "n", "lr_scale"])
 
 
+def noise_scale_steps(ctx) -> pd.DataFrame:
+    """Runs that logged the squared gradient norms (grad_noise_scale: true): B_noise over the
+    first and the last quarter of the steps, from the squared norms averaged over those steps
+    (McCandlish et al. average |G|² and tr(Σ) before taking their ratio; one step's is noisy)."""
+    rows = []
+    for exp, run in ok_runs(ctx):
+        m = run.metrics
+        if "grad_sq_micro" not in m or m["grad_sq_micro"].notna().sum() < 4:
+            continue
+        q, b, big = max(1, len(m) // 4), run.settings.get("micro_batch_size"), run.settings.get("batch_size")
+        est = {part: dx.noise_scale(b, big, float(w["grad_sq_micro"].mean()), float(w["grad_sq_batch"].mean()))["noise_scale"]
+               for part, w in (("early", m.head(q)), ("late", m.tail(q)))}  # fmt: skip
+        rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "batch_size": big, **est,
+                     "undefined_steps": int(m["grad_noise_scale"].isna().sum())})  # fmt: skip
+    df = pd.DataFrame(rows, columns=["experiment", "setting", "seed", "batch_size", "early", "late", "undefined_steps"])
+    return add_intervals(mean_spread(df, ["experiment", "setting", "batch_size"], ["early", "late", "undefined_steps"]), ["early", "late"])
+
+
 # ----------------------------------------------------------------------------- update diagnostics
 UPDATE = ["clip_frac_low", "clip_frac_high", "ppo_kl", "adv_std", "adv_abs_max", "logp_adv_cov", "cov_entropy_corr"]
 
@@ -246,7 +264,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         "diagnostics_pass_at_k_runs": pk, "diagnostics_pass_at_k": pass_at_k_summary(pk),
         "diagnostics_entropy_law_runs": law, "diagnostics_entropy_law": entropy_law_summary(law),
         "diagnostics_adv_scaling_runs": adv, "diagnostics_adv_scaling": adv_scaling_summary(adv),
-        "diagnostics_noise_scale": noise_scale_table(ctx),
+        "diagnostics_noise_scale": noise_scale_table(ctx), "diagnostics_noise_scale_steps": noise_scale_steps(ctx),
         "diagnostics_update_runs": upd, "diagnostics_update": update_summary(upd),
         "diagnostics_verdicts": verdict_frame(verdicts),
     }  # fmt: skip
@@ -306,7 +324,7 @@ def section(t) -> dict:
     return {
         "pass_at_k": t["diagnostics_pass_at_k"], "pass_at_k_runs": t["diagnostics_pass_at_k_runs"],
         "law": law, "law_runs": t["diagnostics_entropy_law_runs"], "adv": t["diagnostics_adv_scaling"],
-        "noise": t["diagnostics_noise_scale"], "updates": t["diagnostics_update"],
+        "noise": t["diagnostics_noise_scale"], "noise_steps": t["diagnostics_noise_scale_steps"], "updates": t["diagnostics_update"],
         "verdicts": rows, "power": power_note(v), "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE, "margin": EQUIVALENCE,
         "experiment": EXPERIMENT,
     }  # fmt: skip
