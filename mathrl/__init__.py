@@ -16,3 +16,26 @@ def versions() -> dict:
     import torch
 
     return {"mathrl": __version__, "python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__}
+
+
+def git_state(where=None) -> dict:
+    """The code a result was computed with: ``{"commit": sha, "clean": bool}`` of the git
+    checkout that holds this package (clean: no change to tracked files), or both None where
+    that is not a git checkout or git is missing."""
+    import subprocess
+    from pathlib import Path
+
+    cwd = Path(where) if where is not None else Path(__file__).resolve().parent
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return {"commit": None, "clean": None}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "clean": None if status is None else status == ""}

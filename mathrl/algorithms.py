@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mathrl.losses import baseline_advantages, gae_advantages, group_advantages, rloo_advantages
+from mathrl.losses import baseline_advantages, gae_advantages, group_advantages, normalize, rloo_advantages
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,15 @@ class AdvantageInputs:
     baseline: float = math.nan  # the moving-average baseline (baseline estimators only)
     gamma: float = 1.0  # discount over answer tokens (GAE)
     lam: float = 1.0  # GAE lambda
+    # (x, weight) -> weighted mean and population std over the GLOBAL batch (every rank's
+    # entries); the trainer passes distributed.all_mean_std. Batch-scaled estimators use it.
+    mean_std: Callable[[torch.Tensor, torch.Tensor], tuple[float, float]] | None = None
+
+    def batch_mean_std(self, x: torch.Tensor, weight: torch.Tensor) -> tuple[float, float]:
+        if self.mean_std is not None:
+            return self.mean_std(x, weight)
+        mean = float((x * weight).sum() / weight.sum())
+        return mean, math.sqrt(max(float((x * x * weight).sum() / weight.sum()) - mean * mean, 0.0))
 
 
 Advantages = tuple[torch.Tensor, torch.Tensor | None]  # (advantages (B, T), value targets (B, T) or None)
@@ -103,6 +112,32 @@ def dr_grpo(x: AdvantageInputs) -> Advantages:
     by the group's std, which up-weights groups that are nearly all right or all wrong.
     (Its other half, no per-sequence length normalisation, is `loss_agg: token`.)"""
     return per_token(group_advantages(x.rewards, x.group_size, scale=False), x.mask), None
+
+
+# Advantage scaling, the four ways practitioners use (issue 17): by the group's std (grpo),
+# none (dr_grpo), by the batch's std (grpo_batch_std) and REINFORCE++ with a group baseline
+# then whitening over the batch (reinforce_pp_baseline). With binary rewards the group std is
+# sqrt(p(1-p)) of the prompt's success rate p, so only the first up-weights prompts that are
+# nearly always or nearly never solved.
+
+
+@estimator("grpo_batch_std", grouped=True)
+def grpo_batch_std(x: AdvantageInputs) -> Advantages:
+    """GRPO's group-mean baseline scaled by the whole batch's reward std (TRL's
+    ``scale_rewards="batch"``): A = (r - mean_g) / (std_batch + eps). Every group keeps its
+    relative weight; only the overall scale is normalised."""
+    _, std = x.batch_mean_std(x.rewards, torch.ones_like(x.rewards))
+    return per_token(group_advantages(x.rewards, x.group_size, scale=False) / (std + 1e-6), x.mask), None
+
+
+@estimator("reinforce_pp_baseline", grouped=True)
+def reinforce_pp_baseline(x: AdvantageInputs) -> Advantages:
+    """REINFORCE++ with a baseline (Hu et al. 2025, arXiv 2501.03262; verl's
+    ``reinforce_plus_plus_baseline``): r - mean_g on every answer token, then whitened over all
+    answer tokens of the batch, A = (c - mean) / (std + eps)."""
+    centred = per_token(group_advantages(x.rewards, x.group_size, scale=False), x.mask)
+    mean, std = x.batch_mean_std(centred, x.mask.to(centred.dtype))
+    return normalize(centred, mean, std, eps=1e-6, mask=x.mask), None
 
 
 @estimator("rloo", grouped=True)

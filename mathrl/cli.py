@@ -136,7 +136,8 @@ def cmd_gradvar(args) -> int:
 
     import torch
 
-    from mathrl.gradvar import accumulation_difference, gradient_variance
+    from mathrl.diagnostics import noise_scale
+    from mathrl.gradvar import accumulation_difference, gradient_moments
     from mathrl.atomic import atomic_write
     from mathrl.layout import problems_file, sft_checkpoint
     from mathrl.sft import load_policy
@@ -149,11 +150,14 @@ def cmd_gradvar(args) -> int:
     policy, _ = load_policy(init)
     pairs = read_problems(problems_file(cfg, args.task, "train"), task)
     torch.manual_seed(g["seed"])
-    variance = gradient_variance(policy, task, pairs, g["batch_sizes"], g["num_samples"], g["group_size"], g["seed"], g["temperature"])
+    moments = gradient_moments(policy, task, pairs, g["batch_sizes"], g["num_samples"], g["group_size"], g["seed"], g["temperature"])
+    variance = {n: m["variance"] for n, m in moments.items()}
     batch, micro = g["accumulation"]
+    small, big = min(moments), max(moments)
     result = {
         "task": args.task, "init": str(init), "settings": g,
-        "variance": [{"batch_size": n, "variance": v} for n, v in variance.items()],
+        "variance": [{"batch_size": n, **m} for n, m in moments.items()],
+        "noise_scale": {"small": small, "big": big, **noise_scale(small, big, moments[small]["sq_norm"], moments[big]["sq_norm"])} if small < big else None,
         "accumulation": accumulation_difference(policy, task, pairs, batch, micro, g["group_size"], g["seed"], g["temperature"]),
     }  # fmt: skip
     out = Path(args.out) if args.out else Path(cfg["results"]) / "gradvar" / f"{args.task}.json"

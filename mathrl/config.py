@@ -258,7 +258,7 @@ def validate(instance: dict, schema: dict | None = None, prefix: str = "", sourc
 # Algorithms whose advantage compares the rollouts of one prompt (group_size >= 2): the
 # estimators registered with grouped=True in mathrl.algorithms (named here so that validation
 # imports no torch; tests/test_algorithms.py keeps the two equal).
-GROUP_ALGORITHMS = ("grpo", "dapo", "dr_grpo", "rloo")
+GROUP_ALGORITHMS = ("grpo", "dapo", "dr_grpo", "rloo", "grpo_batch_std", "reinforce_pp_baseline")
 
 # Settings (as canonical JSON) that passed the schema: a process that expands the grid
 # twice (load, then `--run`) validates each run once.

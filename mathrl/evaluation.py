@@ -59,3 +59,24 @@ def first_mistakes(model, task: Task, pairs: torch.Tensor, device, limit: int = 
         f"{task.prompt_text(int(a), int(b))} -> {decode(g.tolist())} (want {task.answer_text(int(a), int(b))})"
         for (a, b), g in zip(wrong.tolist(), generated)
     ]
+
+
+@torch.no_grad()
+def sampled_correct_counts(model, task: Task, pairs: torch.Tensor, samples: int, temperature: float, device,
+                           generator: torch.Generator, rows_per_batch: int = 4096) -> torch.Tensor:
+    """Correct answers out of `samples` sampled at `temperature` per problem (pass@k's c):
+    (N,) int for `pairs` (N, 2). The noise comes from `generator`, so the same generator state
+    draws the same samples for the same model (before and after RL: common random numbers)."""
+    model_was_training = model.training
+    model.eval()
+    per = max(1, rows_per_batch // samples)
+    out = []
+    for start in range(0, len(pairs), per):
+        chunk = pairs[start : start + per]
+        prompts = task.encode_prompts(chunk[:, 0], chunk[:, 1]).to(device)  # (n, P)
+        target = task.encode_answers(chunk[:, 0], chunk[:, 1]).repeat_interleave(samples, dim=0).to(device)  # (n S, W+1)
+        noise = torch.rand(len(chunk) * samples, task.answer_len, model.config.vocab_size, generator=generator).to(device)
+        tokens = model.generate(prompts, task.answer_len, temperature=temperature, noise=noise, group_size=samples)
+        out.append((tokens == target).all(dim=1).view(len(chunk), samples).sum(dim=1).cpu())
+    model.train(model_was_training)
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.long)

@@ -6,6 +6,9 @@ variance across batches of every gradient element, averaged within each paramete
 and then across tensors (the stability document's `compute_gradient_variance`). Theory:
 Var[grad] = Var[per-rollout grad] / N, so 64 -> 512 should divide it by about 8.
 
+The same gradients give the gradient noise scale tr(Σ)/|G|^2 (McCandlish et al. 2018) from
+the mean squared gradient norm at the smallest and the largest batch size.
+
 Also measured here: one batch's gradient computed whole against accumulated over
 micro-batches (loss divided by the number of micro-batches), the largest element-wise
 difference, which should be float noise.
@@ -46,15 +49,25 @@ def flat_grad(policy: GPT, loss: torch.Tensor) -> list[torch.Tensor]:
     return [g.detach().flatten() for g in torch.autograd.grad(loss, params)]
 
 
-def gradient_variance(policy, task, pairs, batch_sizes, num_samples, group_size, seed, temperature=1.0) -> dict:
-    """Mean per-element gradient variance across `num_samples` fresh batches, per batch size."""
+def gradient_moments(policy, task, pairs, batch_sizes, num_samples, group_size, seed, temperature=1.0) -> dict:
+    """Per batch size, over `num_samples` fresh batches: `variance`, the mean per-element
+    gradient variance (averaged within each parameter tensor, then across tensors), and
+    `sq_norm`, the mean squared norm |g|^2 of a batch's gradient (the input of the gradient
+    noise scale, mathrl.diagnostics.noise_scale)."""
     out = {}
     for n in batch_sizes:
         gen = torch.Generator().manual_seed(seed)
         grads = [flat_grad(policy, pg_loss(policy, task, rollouts(policy, task, pairs, n, group_size, gen, temperature))) for _ in range(num_samples)]
         per_param = [torch.stack([g[i] for g in grads]).var(dim=0).mean() for i in range(len(grads[0]))]
-        out[n] = float(torch.stack(per_param).mean())
+        sq_norm = sum(float(sum(t.double().square().sum() for t in g)) for g in grads) / len(grads)
+        out[n] = {"variance": float(torch.stack(per_param).mean()), "sq_norm": sq_norm}
     return out
+
+
+def gradient_variance(policy, task, pairs, batch_sizes, num_samples, group_size, seed, temperature=1.0) -> dict:
+    """Mean per-element gradient variance across `num_samples` fresh batches, per batch size."""
+    moments = gradient_moments(policy, task, pairs, batch_sizes, num_samples, group_size, seed, temperature)
+    return {n: m["variance"] for n, m in moments.items()}
 
 
 def accumulation_difference(policy, task, pairs, batch_size, micro_batch_size, group_size, seed, temperature=1.0) -> dict:

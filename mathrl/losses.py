@@ -327,3 +327,118 @@ def value_rmse(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) 
     values, returns, mask (B, T) -> float: ``sqrt(mean_masked((V - R)^2))``.
     """
     return float(masked_mean((values - returns).square(), mask).sqrt())
+
+
+# --------------------------------------------------------------------------- update diagnostics
+# What the metrics row reports about an update beside the loss: which side of the PPO clip
+# bound, how far the policy moved from the rollout's, the advantages' spread, and the
+# covariance between log-probability and advantage that drives the change of entropy
+# (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs", arXiv 2505.22617).
+
+
+def clip_sides(logp: torch.Tensor, old_logp: torch.Tensor, clipped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split ``clipped`` (from ``clipped_surrogate``) by the bound that binds.
+
+    logp, old_logp (B, T), clipped (B, T) bool -> (low, high), both (B, T) bool. A clipped
+    token with ratio < 1 sits at the lower bound 1 - eps_low (its advantage is negative), one
+    with ratio > 1 at the upper bound 1 + eps_high (its advantage is positive): TRL's
+    ``clip_ratio/low_mean`` and ``clip_ratio/high_mean``. ``low | high == clipped``.
+    """
+    log_ratio = logp - old_logp
+    return clipped & (log_ratio < 0), clipped & (log_ratio > 0)
+
+
+def ppo_kl(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token estimate of KL(old || new) from tokens sampled by the old policy:
+    ``old_logp - logp`` (B, T) (the k1 estimator); its masked mean is verl's ``actor/ppo_kl``.
+    0 on the first epoch, where the policy has not moved yet."""
+    return old_logp - logp
+
+
+def moment_sums(x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Sums over the masked positions from which means, stds and the covariance of x and y follow.
+
+    x, y, mask (B, T) -> float64 tensor ``[n, Σx, Σy, Σxy, Σx², Σy²]``; sums, so micro-batches
+    and ranks add theirs up before ``moments``."""
+    m = mask.bool()
+    x = torch.where(m, x.double(), torch.zeros((), dtype=torch.float64))
+    y = torch.where(m, y.double(), torch.zeros((), dtype=torch.float64))
+    return torch.stack([m.double().sum(), x.sum(), y.sum(), (x * y).sum(), (x * x).sum(), (y * y).sum()])
+
+
+def moments(sums) -> dict[str, float]:
+    """From ``moment_sums``: the means, population stds and population covariance of x and y
+    (``cov = E[xy] - E[x] E[y]``); all NaN over no positions."""
+    n, sx, sy, sxy, sxx, syy = (float(v) for v in sums)
+    if n <= 0:
+        return dict.fromkeys(("mean_x", "mean_y", "std_x", "std_y", "cov"), math.nan)
+    mx, my = sx / n, sy / n
+    return {"mean_x": mx, "mean_y": my, "std_x": math.sqrt(max(sxx / n - mx * mx, 0.0)),
+            "std_y": math.sqrt(max(syy / n - my * my, 0.0)), "cov": sxy / n - mx * my}  # fmt: skip
+
+
+def centred_product(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each token's term of the log-prob/advantage covariance:
+    ``(logp - mean logp) * (A - mean A)``, means over the masked tokens; (B, T), 0 outside the
+    mask. Its masked mean is the token-level covariance ``logp_adv_cov``; Clip-Cov and KL-Cov
+    pick the tokens where it is large (they drive entropy down the most)."""
+    logp = logp.detach()
+    c = (logp - masked_mean(logp, mask)) * (advantages - masked_mean(advantages, mask))
+    return torch.where(mask.bool(), c, torch.zeros_like(c))
+
+
+def clip_cov_tokens(
+    cov: torch.Tensor,
+    mask: torch.Tensor,
+    ratio: float,
+    lower: float,
+    upper: float,
+    generator: torch.Generator | None = None,
+    exclude: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Clip-Cov (arXiv 2505.22617, verl ``compute_policy_loss_clip_cov``): the tokens whose
+    policy gradient is cut.
+
+    cov (B, T) from ``centred_product``; mask (B, T) -> (B, T) bool. Of the masked tokens
+    with ``lower < cov < upper`` (and not in ``exclude``: those PPO's clip already cut), a
+    uniformly random ``max(1, int(ratio * n_tokens))`` are chosen (all of them if fewer).
+    """
+    eligible = mask.bool() & (cov > lower) & (cov < upper)
+    if exclude is not None:
+        eligible &= ~exclude.bool()
+    idx = eligible.flatten().nonzero().squeeze(1)
+    k = min(max(1, int(ratio * float(mask.float().sum()))), len(idx))
+    chosen = torch.zeros(cov.numel(), dtype=torch.bool, device=cov.device)
+    if k:
+        chosen[idx[torch.randperm(len(idx), generator=generator)[:k].to(idx.device)]] = True
+    return chosen.view_as(cov)
+
+
+def kl_cov_tokens(cov: torch.Tensor, mask: torch.Tensor, ratio: float) -> torch.Tensor:
+    """KL-Cov (arXiv 2505.22617, verl ``compute_policy_loss_kl_cov``): the tokens that get a KL
+    penalty: the ``max(1, int(ratio * n_tokens))`` masked tokens of largest ``cov``.
+    cov, mask (B, T) -> (B, T) bool."""
+    n = int(mask.bool().sum())
+    chosen = torch.zeros(cov.numel(), dtype=torch.bool, device=cov.device)
+    if n:
+        k = min(max(1, int(ratio * n)), n)
+        flat = torch.where(mask.bool(), cov, torch.full_like(cov, -math.inf)).flatten()
+        chosen[torch.topk(flat, k).indices] = True
+    return chosen.view_as(cov)
+
+
+def covariance_penalised(
+    pg: torch.Tensor, logp: torch.Tensor, old_logp: torch.Tensor, chosen: torch.Tensor, kind: str, kl_coef: float = 1.0
+) -> torch.Tensor:
+    """The per-token surrogate ``pg`` (B, T) with Clip-Cov or KL-Cov applied on ``chosen`` tokens:
+
+    - ``clip_cov``: their loss (hence gradient) is 0;
+    - ``kl_cov``: ``kl_coef * |logp - old_logp|`` is added to their loss. Its gradient is 0
+      where the policy has not moved (the first epoch, with one update per batch): KL-Cov acts
+      only from a second PPO epoch on.
+    """
+    if kind == "clip_cov":
+        return torch.where(chosen, torch.zeros_like(pg), pg)
+    if kind == "kl_cov":
+        return torch.where(chosen, pg + kl_coef * (logp - old_logp).abs(), pg)
+    raise ValueError(f"unknown covariance remedy kind={kind!r}; allowed: clip_cov, kl_cov")

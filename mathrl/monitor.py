@@ -14,10 +14,11 @@ and bury the moment it started, which is what one reads the log for.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 
-ALERT_KINDS = ("low_entropy", "high_kl", "reward_swing", "nonfinite")
-_CHECKED = ("low_entropy", "high_kl", "reward_swing")
+ALERT_KINDS = ("low_entropy", "high_kl", "reward_swing", "nonfinite", "grad_norm_spike", "entropy_rise")
+_CHECKED = ("low_entropy", "high_kl", "reward_swing", "grad_norm_spike", "entropy_rise")
 
 
 class StabilityMonitor:
@@ -152,9 +153,39 @@ class StabilityMonitor:
 
         return [a for a in raised if a is not None]
 
+    def check_trends(self, step: int, grad_norm: float, entropy: float,
+                     grad_spike: float | None = 5.0, entropy_rise: float | None = 0.5) -> list[dict]:
+        """Two alerts against the run's own recent history (the previous ``window`` steps, this
+        one excluded), checked once ``window`` values have been seen:
+
+        - ``grad_norm_spike``: ``grad_norm > grad_spike * median(previous grad norms)``;
+        - ``entropy_rise``: ``entropy > (1 + entropy_rise) * min(previous entropies)``.
+
+        A threshold of None switches its check off; NaN (and a non-finite gradient norm, which
+        the trainer reports as "nonfinite") is not kept and decides nothing."""
+        grad_norm, entropy, window = float(grad_norm), float(entropy), self.window
+        if not hasattr(self, "_norms"):  # the trend histories (kept apart from the three checks' state)
+            self._norms, self._entropies = deque(maxlen=window), deque(maxlen=window)
+        raised = []
+        if grad_spike is not None and len(self._norms) == window and math.isfinite(grad_norm):
+            ref = statistics.median(self._norms)
+            raised.append(self._edge(step, "grad_norm_spike", grad_norm > grad_spike * ref, grad_norm, grad_spike * ref,
+                                     f"gradient norm {grad_norm:.4g} above {grad_spike:g} x the median {ref:.4g} of the last {window} steps"))
+        if entropy_rise is not None and len(self._entropies) == window and not math.isnan(entropy):
+            low = min(self._entropies)
+            raised.append(self._edge(step, "entropy_rise", entropy > (1 + entropy_rise) * low, entropy, (1 + entropy_rise) * low,
+                                     f"entropy {entropy:.4g} rose above {1 + entropy_rise:g} x its minimum {low:.4g} of the last {window} steps"))
+        if math.isfinite(grad_norm):  # a non-finite norm is the "nonfinite" alert's, not a spike
+            self._norms.append(grad_norm)
+        if not math.isnan(entropy):
+            self._entropies.append(entropy)
+        return [a for a in raised if a is not None]
+
     def state_dict(self) -> dict:
         """History and edge states as plain Python types (loads with weights_only=True)."""
         return {
+            "norms": list(getattr(self, "_norms", [])),
+            "entropies": list(getattr(self, "_entropies", [])),
             "rewards": list(self._rewards),
             "active": dict(self._active),
             "alerts": [dict(a) for a in self._alerts],
@@ -164,6 +195,8 @@ class StabilityMonitor:
         self._rewards = deque((float(r) for r in state["rewards"]), maxlen=self.window)
         self._active = {kind: bool(state["active"].get(kind, False)) for kind in _CHECKED}
         self._alerts = [dict(a) for a in state["alerts"]]
+        self._norms = deque((float(v) for v in state.get("norms", [])), maxlen=self.window)
+        self._entropies = deque((float(v) for v in state.get("entropies", [])), maxlen=self.window)
 
 
 # ----------------------------------------------------------------------------- noise and scoring (pure)

@@ -94,6 +94,18 @@ class RunSettings:
     monitor_reward_swing: float
     monitor_window: int
     monitor_swing_sigmas: float | None
+    monitor_grad_spike: float | None
+    monitor_entropy_rise: float | None
+    # diagnostics and entropy remedies (issue 17)
+    policy_loss: str
+    cov_ratio: float
+    clip_cov_lower: float
+    clip_cov_upper: float
+    kl_cov_coef: float
+    grad_noise_scale: bool
+    pass_at_k: bool
+    pass_at_k_problems: int
+    pass_at_k_samples: int
     device: str
     wandb: bool
 

@@ -47,16 +47,25 @@ from mathrl.config import ConfigError
 from mathrl.console import console_line
 from mathrl.algorithms import AdvantageInputs, get_estimator
 from mathrl.control import MovingAverageBaseline, make_kl_controller
-from mathrl.distributed import Dist, all_mean_std, all_sum, barrier
-from mathrl.evaluation import greedy_correct, sampled_correct
+from mathrl.diagnostics import noise_scale
+from mathrl.distributed import Dist, all_max, all_mean_std, all_sum, barrier
+from mathrl.evaluation import greedy_correct, sampled_correct, sampled_correct_counts
 from mathrl.layout import problems_file, sft_checkpoint
 from mathrl.losses import (
     aggregate,
+    centred_product,
     clip_abs,
+    clip_cov_tokens,
+    clip_sides,
     clipped_surrogate,
+    covariance_penalised,
     explained_variance,
     kl_estimate,
+    kl_cov_tokens,
+    moment_sums,
+    moments,
     normalize,
+    ppo_kl,
     token_entropy,
     token_logprobs,
     value_loss,
@@ -79,6 +88,13 @@ METRICS = [
 EXTRAS = [
     "eval_sampled_accuracy", "ndigit", "format_rate", "baseline", "entropy_coef", "value_rmse", "explained_variance",
     "skipped", "sample_seconds", "update_seconds",
+    # update diagnostics (issue 17): clip_frac = clip_frac_low + clip_frac_high; ppo_kl as verl's
+    # actor/ppo_kl; token-level advantage statistics; the log-prob/advantage covariance
+    # (arXiv 2505.22617); cov_frac: share of tokens Clip-Cov or KL-Cov acted on
+    "clip_frac_low", "clip_frac_high", "ppo_kl", "adv_mean", "adv_std", "adv_abs_max", "logp_adv_cov", "cov_frac",
+    # the gradient noise scale tr(Σ)/|G|² from micro-batch gradients (train.grad_noise_scale):
+    # mean squared norm of a micro-batch's own gradient, of the batch's, and the ratio of the estimates
+    "grad_sq_micro", "grad_sq_batch", "grad_noise_scale",
 ]  # fmt: skip
 # Version of the snapshot layout (3: optimizer state of torch.optim; 4: the held-out sampled accuracy).
 SNAPSHOT_FORMAT = 4
@@ -158,6 +174,11 @@ class Trainer:
         self.step_no, self.samples, self.rows, self.status = 0, 0, [], "running"
         self.initial_eval: float | None = None
         self.initial_sampled = math.nan
+        # per held-out problem: greedy correctness at the start and at the last evaluation
+        # (heldout.csv), and pass@k's correct counts before and after RL (pass_at_k.csv)
+        self.initial_correct: list[int] | None = None
+        self.last_correct: list[int] | None = None
+        self.pass_counts: dict[str, list[int]] = {}
         # Prefix sharing (GPT.forward_shared, generate(group_size=G)): each group's prompt is
         # computed once. MATHRL_NO_PREFIX_SHARING=1 turns it off: a benchmark switch.
         self.share_prefix = os.environ.get("MATHRL_NO_PREFIX_SHARING", "").strip() in ("", "0")
@@ -171,6 +192,7 @@ class Trainer:
             "noise_gen": self.noise_gen.get_state(), "baseline": self.baseline.state_dict(),
             "kl_ctl": self.kl_ctl.state_dict(), "monitor": self.monitor.state_dict(), "rows": self.rows,
             "initial_eval": self.initial_eval, "initial_sampled": self.initial_sampled, "status": self.status, "init_digest": self.init_digest,
+            "initial_correct": self.initial_correct, "last_correct": self.last_correct, "pass_counts": self.pass_counts,
         }  # fmt: skip
 
     def restore(self, st: dict, where: Path) -> None:
@@ -207,6 +229,8 @@ class Trainer:
         self.monitor.load_state_dict(st["monitor"])
         self.step_no, self.samples, self.rows = st["step"], st["samples"], rows
         self.initial_eval, self.initial_sampled, self.status = st["initial_eval"], st["initial_sampled"], st["status"]
+        self.initial_correct, self.last_correct = st.get("initial_correct"), st.get("last_correct")
+        self.pass_counts = dict(st.get("pass_counts") or {})
         if self.status == "complete" and self.step_no < self.s.steps:
             self.status = "running"  # the same run extended to more steps
 
@@ -313,7 +337,8 @@ class Trainer:
         if self.estimator.baseline:
             n = all_sum(d, torch.tensor([rewards.sum().item(), float(len(rewards))], dtype=torch.float64))
             baseline = self.baseline.update(float(n[0] / n[1]))
-        inputs = AdvantageInputs(rewards, mask, G, old_values, baseline, gamma=s.gamma, lam=s.gae_lambda)
+        inputs = AdvantageInputs(rewards, mask, G, old_values, baseline, gamma=s.gamma, lam=s.gae_lambda,
+                                 mean_std=lambda x, w: all_mean_std(d, x, w))  # fmt: skip
         adv, returns = self.estimator.fn(inputs)
         if s.adv_norm:
             adv = normalize(adv, *all_mean_std(d, adv, mask), mask=mask)
@@ -339,13 +364,27 @@ class Trainer:
         micro = s.micro_batch_size or B
         set_lr(self.opt, coefs["lr"])
         acc = {"pg": 0.0, "ent": 0.0, "kl": 0.0, "vloss": 0.0, "clip": 0.0, "clip_tokens": 0.0, "loss_finite": 1.0,
-               "values": [], "norms": [], "skipped": False}  # fmt: skip
+               "values": [], "norms": [], "skipped": False, "clip_low": 0.0, "clip_high": 0.0, "ppo_kl": 0.0,
+               "cov_tokens": 0.0, "moments": torch.zeros(6, dtype=torch.float64), "adv_abs_max": 0.0}  # fmt: skip
+        acc["noise"] = {"grad_sq_micro": math.nan, "grad_sq_batch": math.nan, "grad_noise_scale": math.nan}
         for epoch in range(s.ppo_epochs):
             self.opt.zero_grad(set_to_none=True)
+            track = s.grad_noise_scale and epoch == 0 and micro < B and not d.active
+            prev, micro_sq = None, []
             for lo in range(0, B, micro):
                 sync = lo + micro >= B or not d.active
                 with nullcontext() if sync else self.ddp.no_sync():
                     self.micro_batch(batch, scored, coefs, slice(lo, lo + micro), epoch, step, acc)
+                if track:  # this micro-batch's own gradient: its share of the accumulated one, rescaled to its own mean
+                    flat = torch.cat([p.grad.detach().flatten().double() for p in self.net.parameters() if p.grad is not None])
+                    part = flat if prev is None else flat - prev
+                    prev = flat
+                    own = float(batch["mask"][lo : lo + micro].sum()) if s.loss_agg == "token" else float(len(batch["tokens"][lo : lo + micro]))
+                    micro_sq.append(float((part * (coefs["den"] / own)).square().sum()))
+            if track and prev is not None:
+                sq_micro, sq_batch = sum(micro_sq) / len(micro_sq), float(prev.square().sum())
+                acc["noise"] = {"grad_sq_micro": sq_micro, "grad_sq_batch": sq_batch,
+                                "grad_noise_scale": noise_scale(micro, B, sq_micro, sq_batch)["noise_scale"]}  # fmt: skip
             if step <= s.critic_warmup_steps:  # critic pre-training: the value loss moves only the value head
                 for p in self.net.policy.parameters():
                     p.grad = None
@@ -372,7 +411,17 @@ class Trainer:
         logits, values = self.answer_outputs(self.ddp, batch, rows.start, rows.stop)  # (b, L, V): the logits that chose each answer token
         logp = token_logprobs(logits, tokens)  # (b, L)
         old = sc["old_logp"][rows] if sc["old_logp"] is not None else logp.detach()
-        pg, clipped = clipped_surrogate(logp, old, sc["adv"][rows], coefs["eps_low"], coefs["eps_high"])
+        adv = sc["adv"][rows]
+        pg, clipped = clipped_surrogate(logp, old, adv, coefs["eps_low"], coefs["eps_high"])
+        if s.policy_loss != "vanilla":  # Clip-Cov / KL-Cov (arXiv 2505.22617) within this micro-batch, as verl does
+            cov = centred_product(logp, adv, m)
+            if s.policy_loss == "clip_cov":
+                gen = torch.Generator().manual_seed(s.seed * 1_000_003 + step * 1009 + epoch * 101 + rows.start)
+                chosen = clip_cov_tokens(cov, m, s.cov_ratio, s.clip_cov_lower, s.clip_cov_upper, gen, exclude=clipped)
+            else:
+                chosen = kl_cov_tokens(cov, m, s.cov_ratio)
+            pg = covariance_penalised(pg, logp, old, chosen, s.policy_loss, s.kl_cov_coef)
+            acc["cov_tokens"] += float((chosen.float() * m).sum())
         kl = kl_estimate(logp, sc["ref_logp"][rows], s.kl_estimator)
         ent = token_entropy(logits)
         per_token = pg + coefs["kl_coef"] * kl - coefs["ent_coef"] * ent
@@ -393,8 +442,14 @@ class Trainer:
         acc["loss_finite"] = min(acc["loss_finite"], float(torch.isfinite(loss.detach())))
         loss.backward()
         acc["clip"] += float((clipped.float() * m).sum())
+        low, high = clip_sides(logp.detach(), old, clipped)
+        acc["clip_low"] += float((low.float() * m).sum())
+        acc["clip_high"] += float((high.float() * m).sum())
+        acc["ppo_kl"] += float((ppo_kl(logp.detach(), old) * m).sum())
         acc["clip_tokens"] += float(m.sum())
         if epoch == 0:
+            acc["moments"] += moment_sums(logp.detach(), adv, m).cpu()
+            acc["adv_abs_max"] = max(acc["adv_abs_max"], float(torch.where(m.bool(), adv.abs(), torch.zeros_like(adv)).max()))
             acc["pg"] += float(aggregate(pg.detach(), m, s.loss_agg)[0])
             acc["ent"] += float((ent.detach() * m).sum())
             acc["kl"] += float((kl.detach() * m).sum())
@@ -405,7 +460,10 @@ class Trainer:
         local = {"pg": acc["pg"], "ent": acc["ent"], "kl": acc["kl"], "vloss": acc["vloss"], "clip": acc["clip"],
                  "clip_tokens": acc["clip_tokens"], "tokens": float(mask.sum()), "exact": float(batch["exact"].sum()),
                  "format": float(batch["format_ok"].sum()), "zero_std": scored["zero_std"], "groups": float(len(mask) // G)}  # fmt: skip
+        local.update(clip_low=acc["clip_low"], clip_high=acc["clip_high"], ppo_kl=acc["ppo_kl"], cov_tokens=acc["cov_tokens"])
         tot = dict(zip(local, all_sum(self.d, torch.tensor(list(local.values()), dtype=torch.float64)).tolist()))
+        mom = moments(all_sum(self.d, acc["moments"]))  # x: log-prob of the sampled token, y: advantage
+        adv_abs_max = float(all_max(self.d, torch.tensor([acc["adv_abs_max"]], dtype=torch.float64))[0])
         n_seq = s.batch_size
         rmse = ev = math.nan
         if acc["values"]:
@@ -421,11 +479,16 @@ class Trainer:
             "clip_frac": tot["clip"] / tot["clip_tokens"], "frac_zero_std": tot["zero_std"] / tot["groups"], "lr": coefs["lr"],
             "ndigit": batch["ndigit"], "format_rate": tot["format"] / n_seq, "baseline": scored["baseline"],
             "entropy_coef": coefs["ent_coef"], "value_rmse": rmse, "explained_variance": ev, "skipped": int(acc["skipped"]),
+            "clip_frac_low": tot["clip_low"] / tot["clip_tokens"], "clip_frac_high": tot["clip_high"] / tot["clip_tokens"],
+            "ppo_kl": tot["ppo_kl"] / tot["clip_tokens"], "adv_mean": mom["mean_y"], "adv_std": mom["std_y"],
+            "adv_abs_max": adv_abs_max, "logp_adv_cov": mom["cov"],
+            "cov_frac": tot["cov_tokens"] / tot["clip_tokens"] if s.policy_loss != "vanilla" else math.nan,
+            **acc["noise"],
         }  # fmt: skip
 
     def step(self) -> dict:
         """One RL step: rollout, score, update, statistics; then the KL controller, monitor and evaluation."""
-        step = self.step_no + 1
+        s, step = self.s, self.step_no + 1
         t0 = time.perf_counter()
         batch = self.rollout(step)
         t1 = time.perf_counter()
@@ -439,6 +502,9 @@ class Trainer:
             self.kl_ctl.update(row["kl"])
         for alert in self.monitor.check(step, entropy=row["entropy"], kl=row["kl"], reward_mean=row["reward_mean"]):
             self.say(f"alert: step {step}: {alert['message']}")
+        for alert in self.monitor.check_trends(step, grad_norm=row["grad_norm"], entropy=row["entropy"],
+                                               grad_spike=s.monitor_grad_spike, entropy_rise=s.monitor_entropy_rise):
+            self.say(f"alert: step {step}: {alert['message']}")
         if acc["skipped"]:
             self.say(f"alert: step {step}: {self.monitor.alerts[-1]['message']}")
         if resume.evaluated_at(self.record, step) or self.status != "running":
@@ -450,20 +516,33 @@ class Trainer:
         return row
 
     def evaluate(self, step: int, sampled: bool = True) -> tuple[float, float]:
-        """Held-out exact-match accuracy, greedy and (when `sampled`: before RL and at the last
-        step) sampled at the policy's temperature: one answer per problem, noise seeded by the
-        run's seed and the step, so a resumed run draws the same answers. NaN when not sampled.
+        """Held-out exact-match accuracy, greedy (every problem's result kept in `last_correct`,
+        in test-set order, for heldout.csv) and, when `sampled` (before RL and at the last step),
+        sampled at the policy's temperature: one answer per problem, noise seeded by the run's
+        seed and the step, so a resumed run draws the same answers; NaN when not sampled.
         Each problem is evaluated on one rank."""
         d, s = self.d, self.s
         mine = slice(d.rank, None, d.world_size)
-        greedy = greedy_correct(self.net.policy, self.task, self.test_pairs[mine], d.device)
+        full = torch.zeros(len(self.test_pairs), dtype=torch.float64)
+        full[mine] = greedy_correct(self.net.policy, self.task, self.test_pairs[mine], d.device).double()
+        full = all_sum(d, full)  # every problem's result, in test-set order
+        self.last_correct = [int(v) for v in full.tolist()]
         hits = math.nan
         if sampled:
             noise = torch.rand(len(self.test_pairs), self.task.answer_len, VOCAB_SIZE,
                                generator=torch.Generator().manual_seed(s.seed * 100_003 + step))  # fmt: skip
-            hits = float(sampled_correct(self.net.policy, self.task, self.test_pairs[mine], d.device, noise[mine], s.temperature).sum())
-        n = all_sum(d, torch.tensor([float(greedy.sum()), hits, float(len(greedy))], dtype=torch.float64))
-        return float(n[0] / n[2]), float(n[1] / n[2])
+            right = sampled_correct(self.net.policy, self.task, self.test_pairs[mine], d.device, noise[mine], s.temperature)
+            hits = float(all_sum(d, torch.tensor([float(right.sum())], dtype=torch.float64))[0])
+        return float(full.mean()), hits / len(self.test_pairs)
+
+    def pass_at_k_counts(self) -> list[int]:
+        """Correct samples out of pass_at_k_samples per problem, for the first pass_at_k_problems
+        held-out problems at the sampling temperature; the same noise before and after RL."""
+        s = self.s
+        gen = torch.Generator().manual_seed(s.seed + 104729)
+        pairs = self.test_pairs[: s.pass_at_k_problems]
+        counts = sampled_correct_counts(self.net.policy, self.task, pairs, s.pass_at_k_samples, s.temperature, self.d.device, gen)
+        return [int(c) for c in counts]
 
     # ---------------------------------------------------------------- the run
     def say(self, text: str) -> None:
@@ -492,6 +571,9 @@ class Trainer:
                 self.say(f"restarting {self.run_id} from step 0: {exc}; the old snapshot is kept as snapshot.stale.pt")
         if self.initial_eval is None:
             self.initial_eval, self.initial_sampled = self.evaluate(0)
+            self.initial_correct = self.last_correct
+        if s.pass_at_k and d.is_main and "initial" not in self.pass_counts:
+            self.pass_counts["initial"] = self.pass_at_k_counts()
         wandb_run = self.start_wandb()
         progress = None
         if d.is_main and sys.stderr.isatty():
@@ -517,11 +599,28 @@ class Trainer:
             progress.close()
         if wandb_run is not None:
             wandb_run.finish()
+        if s.pass_at_k and d.is_main and self.status == "complete" and "final" not in self.pass_counts:
+            self.pass_counts["final"] = self.pass_at_k_counts()
         summary = self.summary()
         if d.is_main:
             write_metrics(self.dir / "metrics.csv", self.rows)
+            self.write_problem_files()
             atomic_write(self.dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
         return summary
+
+    def write_problem_files(self) -> None:
+        """heldout.csv: a, b and greedy correctness (0/1) at the start and at the last evaluation
+        of every held-out problem; pass_at_k.csv (runs with pass_at_k): a, b, phase
+        (initial/final), samples and correct samples per problem."""
+        pairs = self.test_pairs.tolist()
+        if self.initial_correct is not None and self.last_correct is not None:
+            lines = ["a,b,initial,final"] + [f"{a},{b},{i},{f}" for (a, b), i, f in zip(pairs, self.initial_correct, self.last_correct)]
+            atomic_write(self.dir / "heldout.csv", "\n".join(lines) + "\n")
+        if self.pass_counts:
+            lines = ["phase,a,b,samples,correct"]
+            for phase, counts in self.pass_counts.items():
+                lines += [f"{phase},{a},{b},{self.s.pass_at_k_samples},{c}" for (a, b), c in zip(pairs, counts)]
+            atomic_write(self.dir / "pass_at_k.csv", "\n".join(lines) + "\n")
 
     def start_wandb(self):
         if not (self.s.wandb and self.d.is_main):
@@ -554,6 +653,7 @@ class Trainer:
             "steps_done": self.step_no,
             "wall_seconds": sum(r["seconds"] for r in self.rows),
             "versions": mathrl.versions(),
+            "git": mathrl.git_state(),  # the commit and whether tracked files had changes
             "alerts": self.monitor.alerts,
         }  # fmt: skip
 

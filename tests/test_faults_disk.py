@@ -38,7 +38,7 @@ def test_full_disk_during_a_snapshot_keeps_the_previous_one(env, capsys):
     d = run_dir(env, "r")
     argv = ["train", "--config", str(env["config"]), "--run-id", "r", "snapshot_every=2"]
     assert main([*argv, "steps=2"]) == 0
-    before = {name: (d / name).read_bytes() for name in ("snapshot.pt", "metrics.csv", "summary.json")}
+    before = {name: (d / name).read_bytes() for name in ("snapshot.pt", "metrics.csv", "summary.json", "heldout.csv")}
 
     full = run(train_cmd(env, "r", "snapshot_every=2", "steps=4"), preexec_fn=file_size_limit(len(before["snapshot.pt"]) // 2))
     assert full.returncode == 1, full.stderr

@@ -31,7 +31,7 @@ from tests import synthetic
 from tests.conftest import write_config
 from tests.synthetic import write_json, write_run
 
-SECTIONS = ["calibration", "lab04", "stability", "collapse", "system", "generic", "runs", "alerts", "repro"]
+SECTIONS = ["calibration", "lab04", "stability", "collapse", "system", "diagnostics", "generic", "runs", "alerts", "repro"]
 # (experiment, variant, grid point, seed) of the run left out and of the run whose summary.json is unreadable
 MISSING = ("batch", None, {"batch_size": 512}, 1)
 FAILED = ("system", "mul", {}, 1)

@@ -14,6 +14,6 @@ What they share (roles, per-seed values, verdict tables, text, plot style) is `k
 statistics are `mathrl.verdict`.
 """
 
-from mathrl.studies import calibration, collapse, generic, lab04, stability, system
+from mathrl.studies import calibration, collapse, diagnostics, generic, lab04, stability, system
 
-STUDIES = [calibration, lab04, stability, collapse, system, generic]
+STUDIES = [calibration, lab04, stability, collapse, system, diagnostics, generic]

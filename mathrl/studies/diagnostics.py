@@ -1,0 +1,346 @@
+"""Beyond the documents (issue 17): pass@k before and after RL, the entropy-performance law,
+advantage scaling by difficulty, the gradient noise scale, and the per-step update diagnostics.
+
+Everything is computed from files the runs wrote: `pass_at_k.csv` (runs with `pass_at_k`),
+`heldout.csv` (every run: greedy correctness per held-out problem at the start and at the
+end), `metrics.csv`, and the gradient probe's JSON. The maths is `mathrl.diagnostics`;
+intervals come from scipy.stats.bootstrap (over problems) and `mathrl.verdict` (over seeds).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from mathrl import diagnostics as dx
+from mathrl import layout
+from mathrl.results import mean_spread
+from mathrl.studies.kit import COLORS, add_intervals, band, placeholder, plt, power_note, verdict_frame, verdict_rows
+from mathrl.verdict import Claim, Verdict, difference, mean_interval
+
+NAME = "diagnostics"
+TITLE = "Beyond the documents: pass@k, the entropy law, advantage scaling, noise scale"
+DOCUMENT = ""
+
+EXPERIMENT = "adv_scaling"  # the advantage-scaling experiment (its roles name the four variants)
+KS = (1, 2, 4, 8, 16, 32, 64)
+LAW_R2 = 0.5  # the law "holds" in a run when its fit explains at least half the variance ...
+LAW_RMSE = 0.05  # ... and the first half's fit predicts the second half within 5 points (RMSE)
+EQUIVALENCE = 0.03  # advantage scalings "do not matter" when they agree within ±3 points
+NAN = math.nan
+
+
+def run_dir(ctx, run):
+    return layout.path(ctx.cfg["results"], layout.RUN_SUMMARY, run_id=run.spec.run_id).parent
+
+
+def setting(spec) -> str:
+    return spec.variant or ", ".join(f"{k}={v}" for k, v in spec.point.items()) or "default"
+
+
+def ok_runs(ctx):
+    for exp in ctx.cfg.get("experiments", {}):
+        for run in ctx.experiment(exp):
+            if run.ok:
+                yield exp, run
+
+
+def bootstrap_mean(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of a mean over problems (scipy.stats.bootstrap)."""
+    if len(x) < 2 or np.ptp(x) == 0:
+        return (float(np.mean(x)), float(np.mean(x))) if len(x) else (NAN, NAN)
+    res = stats.bootstrap((x,), np.mean, n_resamples=2000, method="percentile", random_state=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+# ----------------------------------------------------------------------------- pass@k
+def pass_at_k_runs(ctx) -> pd.DataFrame:
+    rows = []
+    for exp, run in ok_runs(ctx):
+        path = run_dir(ctx, run) / "pass_at_k.csv"
+        if not path.exists():
+            continue
+        df = pd.read_csv(path)
+        for phase, g in df.groupby("phase", sort=False):
+            n, c = g["samples"].to_numpy(), g["correct"].to_numpy()
+            for k in (k for k in KS if k <= n.min()):
+                p = dx.pass_at_k(n, c, k)
+                lo, hi = bootstrap_mean(p)
+                rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "phase": phase, "k": k,
+                             "problems": len(p), "pass_at_k": float(p.mean()), "boot_lo": lo, "boot_hi": hi})  # fmt: skip
+    return pd.DataFrame(rows, columns=["experiment", "setting", "seed", "phase", "k", "problems", "pass_at_k", "boot_lo", "boot_hi"])
+
+
+def pass_at_k_summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per experiment, setting, phase and k: the mean over seeds with its t interval."""
+    out = add_intervals(mean_spread(runs, ["experiment", "setting", "phase", "k"], ["pass_at_k"]), ["pass_at_k"])
+    for col in ("pass_at_k_lo", "pass_at_k_hi"):  # a t interval of a share reaches past [0, 1] with 3 seeds near 1
+        if col in out:
+            out[col] = out[col].clip(0.0, 1.0)
+    return out
+
+
+def pass_at_k_verdicts(runs: pd.DataFrame) -> list[Verdict]:
+    """Does RL narrow exploration? pass@1 should rise; the question is what happens at k = max."""
+    out = []
+    for (exp, name), g in runs.groupby(["experiment", "setting"], sort=False):
+        kmax = int(g["k"].max())
+        for k, direction, text in [(1, 1, "RL raises pass@1 (the sampled answer is right more often)"),
+                                   (kmax, -1, f"RL narrows exploration: pass@{kmax} falls")]:  # fmt: skip
+            v = {ph: dict(zip(h["seed"], h["pass_at_k"])) for ph, h in g[g["k"] == k].groupby("phase")}
+            est = difference(v.get("final", {}), v.get("initial", {})) if v else None
+            out.append(Verdict(Claim(f"pass_at_{k}_{name}", f"{exp}/{name}: {text}", f"pass@{k} after − before RL", direction=direction, unit="pts"),
+                               est, extra={"part": "pass@k"}))  # fmt: skip
+    return out
+
+
+# ----------------------------------------------------------------------------- the entropy law
+def entropy_law_runs(ctx) -> pd.DataFrame:
+    """One fit per run: training accuracy (sampled, per step) against policy entropy."""
+    rows = []
+    for exp, run in ok_runs(ctx):
+        m = run.metrics
+        if "entropy" not in m or "accuracy" not in m or len(m) < 8:
+            continue
+        fit = dx.fit_entropy_law(m["entropy"].to_numpy(), m["accuracy"].to_numpy())
+        final_eval = float(run.evals["eval_accuracy"].iloc[-1])
+        reached = float(m["accuracy"].tail(5).mean())
+        rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "steps": len(m), **fit,
+                     "entropy_start": float(m["entropy"].iloc[0]), "entropy_end": float(m["entropy"].iloc[-1]),
+                     "reached": reached, "final_eval": final_eval, "ceiling_minus_reached": fit["ceiling"] - reached,
+                     "holds": bool(fit["r2"] >= LAW_R2 and fit["half_rmse"] <= LAW_RMSE) if fit["r2"] == fit["r2"] and fit["half_rmse"] == fit["half_rmse"] else None})  # fmt: skip
+    return pd.DataFrame(rows, columns=["experiment", "setting", "seed", "steps", "n", "a", "b", "r2", "ceiling", "half_rmse", "half_mae",
+                                       "entropy_start", "entropy_end", "reached", "final_eval", "ceiling_minus_reached", "holds"])  # fmt: skip
+
+
+LAW_VALUES = ["r2", "a", "b", "ceiling", "reached", "final_eval", "ceiling_minus_reached", "half_rmse", "entropy_drop"]
+
+
+def entropy_law_summary(runs: pd.DataFrame) -> pd.DataFrame:
+    if runs.empty:
+        return pd.DataFrame(columns=["experiment", "setting", "n", "holds"])
+    runs = runs.assign(entropy_drop=runs["entropy_start"] - runs["entropy_end"], holds=runs["holds"].astype(float))
+    out = add_intervals(mean_spread(runs, ["experiment", "setting"], LAW_VALUES), LAW_VALUES)
+    out["holds"] = runs.groupby(["experiment", "setting"], sort=False)["holds"].sum().values
+    return out
+
+
+# ----------------------------------------------------------------------------- advantage scaling
+def adv_scaling_runs(ctx) -> pd.DataFrame:
+    """Per run of the advantage-scaling experiment and number of carries: held-out greedy
+    accuracy at the start and the end (heldout.csv)."""
+    rows = []
+    for run in ctx.experiment(EXPERIMENT):
+        path = run_dir(ctx, run) / "heldout.csv"
+        if not run.ok or not path.exists():
+            continue
+        h = pd.read_csv(path)
+        is_add = ctx.cfg["tasks"].get(run.settings.get("task"), {}).get("op") == "add"
+        h["carries"] = dx.carries(h["a"], h["b"]) if is_add else -1  # carries are addition's measure of difficulty
+        for c, g in [("all", h), *h.groupby("carries")]:
+            rows.append({"setting": setting(run.spec), "seed": run.spec.seed, "carries": str(c), "problems": len(g),
+                         "initial": float(g["initial"].mean()), "final": float(g["final"].mean())})  # fmt: skip
+    df = pd.DataFrame(rows, columns=["setting", "seed", "carries", "problems", "initial", "final"])
+    df["gain"] = df["final"] - df["initial"]
+    return df
+
+
+def adv_scaling_summary(runs: pd.DataFrame) -> pd.DataFrame:
+    values = ["initial", "final", "gain"]
+    out = add_intervals(mean_spread(runs, ["setting", "carries"], values + ["problems"]), values)
+    return out
+
+
+def adv_scaling_verdicts(runs: pd.DataFrame, roles: dict) -> list[Verdict]:
+    """The reference learns; each other scaling against it (equivalence within ±3 points), on
+    all problems and per number of carries."""
+    if runs.empty or "baseline" not in roles:
+        return []
+    base = roles["baseline"]
+    val = lambda name, c, col="final": dict(zip(*runs[(runs.setting == name) & (runs.carries == c)][["seed", col]].T.values))  # noqa: E731
+    reference = Verdict(Claim("adv_reference_learns", f"{EXPERIMENT}: the reference ({base}) gains held-out accuracy", "final − initial held-out accuracy", unit="pts"),
+                        mean_interval(val(base, "all", "gain")), extra={"part": "advantage scaling", "carries": "all"})  # fmt: skip
+    out = [reference]
+    for role, name in roles.items():
+        if role == "baseline":
+            continue
+        for c in ["all", *sorted((x for x in runs["carries"].unique() if x != "all"), key=int)]:
+            where = "all problems" if c == "all" else f"{c} carr{'y' if c == '1' else 'ies'}"
+            claim = Claim(f"adv_{name}_vs_{base}_c{c}", f"{EXPERIMENT}: {name} ends as {base} does ({where})",
+                          f"final held-out accuracy, {name} − {base}", kind="equivalence", margin=EQUIVALENCE, unit="pts")  # fmt: skip
+            est, extra = difference(val(name, c), val(base, c)), {"part": "advantage scaling", "carries": c}
+            if reference.outcome != "agrees":  # a variant is judged only against a reference in which RL learns
+                out.append(Verdict(claim, est, outcome="not judged", extra=extra,
+                                   reason=f"the reference's gain has no 95% interval above 0 ({reference.outcome}); the difference is shown, not judged"))  # fmt: skip
+            else:
+                out.append(Verdict(claim, est, extra=extra))
+    return out
+
+
+# ----------------------------------------------------------------------------- noise scale
+def noise_scale_table(ctx) -> pd.DataFrame:
+    """The gradient probe's noise scale beside the batch study's outcome per batch size."""
+    rows = []
+    batch_runs = [r for r in ctx.experiment("batch") if r.ok]
+    gains = pd.DataFrame([{"batch_size": r.settings["batch_size"], "lr": r.settings["lr"], "gain": float(r.evals["eval_accuracy"].iloc[-1] - r.initial_eval)}
+                          for r in batch_runs], columns=["batch_size", "lr", "gain"])  # fmt: skip
+    for task in ctx.cfg.get("gradvar", {}).get("tasks", []):
+        probe = ctx.gradvar(task) or {}
+        ns = probe.get("noise_scale") or {}
+        b_noise = ns.get("noise_scale", NAN)
+        sizes = sorted(set(gains["batch_size"])) or [NAN]
+        for b in sizes:
+            g = gains[gains["batch_size"] == b]["gain"]
+            est = mean_interval(g.tolist())
+            rows.append({"task": task, "grad_sq": ns.get("grad_sq", NAN), "trace_sigma": ns.get("trace_sigma", NAN), "noise_scale": b_noise,
+                         "batch_size": b, "lr": float(gains[gains["batch_size"] == b]["lr"].iloc[0]) if len(g) else NAN,
+                         "gain_mean": est.estimate, "gain_lo": est.lo, "gain_hi": est.hi, "n": est.n,
+                         # McCandlish et al.: the best step size grows as B / (B + B_noise); relative to the largest batch
+                         "lr_scale": (b / (b + b_noise)) / (max(sizes) / (max(sizes) + b_noise)) if b == b and b_noise == b_noise else NAN})  # fmt: skip
+    return pd.DataFrame(rows, columns=["task", "grad_sq", "trace_sigma", "noise_scale", "batch_size", "lr", "gain_mean", "gain_lo", "gain_hi", "n", "lr_scale"])
+
+
+def noise_scale_steps(ctx) -> pd.DataFrame:
+    """Runs that logged the squared gradient norms (grad_noise_scale: true): B_noise over the
+    first and the last quarter of the steps, from the squared norms averaged over those steps
+    (McCandlish et al. average |G|² and tr(Σ) before taking their ratio; one step's is noisy)."""
+    rows = []
+    for exp, run in ok_runs(ctx):
+        m = run.metrics
+        if "grad_sq_micro" not in m or m["grad_sq_micro"].notna().sum() < 4:
+            continue
+        q, b, big = max(1, len(m) // 4), run.settings.get("micro_batch_size"), run.settings.get("batch_size")
+        est = {part: dx.noise_scale(b, big, float(w["grad_sq_micro"].mean()), float(w["grad_sq_batch"].mean()))["noise_scale"]
+               for part, w in (("early", m.head(q)), ("late", m.tail(q)))}  # fmt: skip
+        rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "batch_size": big, **est,
+                     "undefined_steps": int(m["grad_noise_scale"].isna().sum())})  # fmt: skip
+    df = pd.DataFrame(rows, columns=["experiment", "setting", "seed", "batch_size", "early", "late", "undefined_steps"])
+    return add_intervals(mean_spread(df, ["experiment", "setting", "batch_size"], ["early", "late", "undefined_steps"]), ["early", "late"])
+
+
+# ----------------------------------------------------------------------------- update diagnostics
+UPDATE = ["clip_frac_low", "clip_frac_high", "ppo_kl", "adv_std", "adv_abs_max", "logp_adv_cov", "cov_entropy_corr"]
+
+
+def update_runs(ctx) -> pd.DataFrame:
+    """Per run: the step means of the update diagnostics, and the Spearman correlation between
+    the log-prob/advantage covariance at step t and the entropy change H(t+1) − H(t) (the
+    Entropy Mechanism paper: entropy falls where the covariance is positive)."""
+    rows = []
+    for exp, run in ok_runs(ctx):
+        m = run.metrics
+        if "logp_adv_cov" not in m:
+            continue
+        cov, dh = m["logp_adv_cov"].to_numpy()[:-1], np.diff(m["entropy"].to_numpy())
+        keep = np.isfinite(cov) & np.isfinite(dh)
+        rho = float(stats.spearmanr(cov[keep], dh[keep]).statistic) if keep.sum() >= 5 and np.ptp(cov[keep]) > 0 else NAN
+        rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed,
+                     **{c: float(m[c].mean()) for c in UPDATE[:-1]}, "cov_entropy_corr": rho})  # fmt: skip
+    return pd.DataFrame(rows, columns=["experiment", "setting", "seed", *UPDATE])
+
+
+def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
+    return add_intervals(mean_spread(runs, ["experiment", "setting"], UPDATE), UPDATE)
+
+
+def covariance_verdict(runs: pd.DataFrame) -> list[Verdict]:
+    """Across every run with the diagnostic: is the correlation negative on average?"""
+    vals = runs["cov_entropy_corr"].dropna() if len(runs) else pd.Series(dtype=float)
+    return [Verdict(Claim("cov_drives_entropy", "Entropy falls after steps with a positive log-prob/advantage covariance (arXiv 2505.22617)",
+                          "Spearman correlation of logp_adv_cov(t) and H(t+1) − H(t), mean over runs", direction=-1, unit="num"),
+                    mean_interval(dict(enumerate(vals))), extra={"part": "entropy mechanism"})]  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- the study
+def tables(ctx) -> dict[str, pd.DataFrame]:
+    from mathrl.studies.kit import roles as roles_of
+
+    pk, law, adv, upd = pass_at_k_runs(ctx), entropy_law_runs(ctx), adv_scaling_runs(ctx), update_runs(ctx)
+    roles = roles_of(ctx.cfg, EXPERIMENT, ("baseline",))
+    verdicts = pass_at_k_verdicts(pk) + adv_scaling_verdicts(adv, roles) + covariance_verdict(upd)
+    return {
+        "diagnostics_pass_at_k_runs": pk, "diagnostics_pass_at_k": pass_at_k_summary(pk),
+        "diagnostics_entropy_law_runs": law, "diagnostics_entropy_law": entropy_law_summary(law),
+        "diagnostics_adv_scaling_runs": adv, "diagnostics_adv_scaling": adv_scaling_summary(adv),
+        "diagnostics_noise_scale": noise_scale_table(ctx), "diagnostics_noise_scale_steps": noise_scale_steps(ctx),
+        "diagnostics_update_runs": upd, "diagnostics_update": update_summary(upd),
+        "diagnostics_verdicts": verdict_frame(verdicts),
+    }  # fmt: skip
+
+
+def figures(t) -> dict[str, plt.Figure]:
+    out = {}
+    pk = t["diagnostics_pass_at_k"]
+    fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
+    if len(pk):
+        for i, ((exp, name, phase), g) in enumerate(pk.groupby(["experiment", "setting", "phase"], sort=False)):
+            band(ax, g["k"], g["pass_at_k_mean"], g["pass_at_k_std"], f"{exp}/{name} {phase}", COLORS[i % len(COLORS)], n=g["n"])
+        ax.set_xscale("log", base=2)
+        ax.legend(fontsize=7)
+    else:
+        placeholder(ax, "no run asked for pass@k")
+    ax.set(xlabel="k", ylabel="pass@k (held-out)", title="pass@k before and after RL (95% interval over seeds)")
+    out["diagnostics_pass_at_k"] = fig
+
+    law = t["diagnostics_entropy_law_runs"]
+    fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
+    if len(law):
+        ax.scatter(law["r2"], law["half_rmse"] * 100, s=12, c=[COLORS[i % len(COLORS)] for i in pd.factorize(law["experiment"])[0]])
+        ax.axvline(LAW_R2, color="0.5", ls=":")
+        ax.axhline(LAW_RMSE * 100, color="0.5", ls=":")
+        for i, exp in enumerate(pd.unique(law["experiment"])):
+            ax.scatter([], [], color=COLORS[i % len(COLORS)], label=exp, s=12)
+        ax.legend(fontsize=7)
+    else:
+        placeholder(ax, "no runs to fit")
+    ax.set(xlabel="R² of R = −a·exp(H) + b", ylabel="first-half fit's error on the second half (RMSE, points)",
+           title="The entropy law per run (lower right: it holds)")  # fmt: skip
+    out["diagnostics_entropy_law"] = fig
+
+    adv = t["diagnostics_adv_scaling"]
+    fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
+    adv = adv[adv["carries"].astype(str) != "all"] if len(adv) else adv
+    if len(adv):
+        names = list(pd.unique(adv["setting"]))
+        for i, (name, g) in enumerate(adv.groupby("setting", sort=False)):
+            x = g["carries"].astype(int).to_numpy() + (i - (len(names) - 1) / 2) * 0.18
+            ax.errorbar(x, g["gain_mean"] * 100, yerr=[(g["gain_mean"] - g["gain_lo"]) * 100, (g["gain_hi"] - g["gain_mean"]) * 100],
+                        fmt="o", color=COLORS[i % len(COLORS)], label=name, capsize=2)  # fmt: skip
+        ax.axhline(0, color="0.5", lw=0.8)
+        ax.legend(fontsize=7)
+    else:
+        placeholder(ax, "no advantage-scaling runs")
+    ax.set(xlabel="carries in the problem", ylabel="held-out gain (points)", title="Advantage scaling by difficulty (95% interval over seeds)")
+    out["diagnostics_adv_scaling"] = fig
+    return out
+
+
+def law_text(runs: pd.DataFrame) -> str:
+    """When the law holds, in words computed from the per-run fits."""
+    runs = runs.dropna(subset=["holds"]) if len(runs) else runs
+    if runs.empty:
+        return "No run was long enough to fit."
+    holds = runs["holds"].astype(str).str.lower() == "true"
+    drop = runs["entropy_start"] - runs["entropy_end"]
+    by = runs.assign(h=holds).groupby(["experiment", "setting"], sort=False)["h"].agg(["sum", "count"])
+    most = [f"{e}/{n}" for (e, n), r in by.iterrows() if r["sum"] * 2 > r["count"]]
+    text = (f"The law holds in {int(holds.sum())} of {len(runs)} runs. The runs where it holds lost {drop[holds].mean():.3f} nats of entropy "
+            f"on average, against {drop[~holds].mean():.3f} in the others." if holds.any() and (~holds).any() else
+            f"The law holds in {int(holds.sum())} of {len(runs)} runs.")  # fmt: skip
+    return text + (f" It holds in most seeds of: {', '.join(most)}." if most else " It holds in most seeds of no setting.")
+
+
+def section(t) -> dict:
+    v = t["diagnostics_verdicts"]
+    rows = verdict_rows(v)
+    law = t["diagnostics_entropy_law"]
+    return {
+        "pass_at_k": t["diagnostics_pass_at_k"], "pass_at_k_runs": t["diagnostics_pass_at_k_runs"],
+        "law": law, "law_runs": t["diagnostics_entropy_law_runs"], "law_text": law_text(t["diagnostics_entropy_law_runs"]), "adv": t["diagnostics_adv_scaling"],
+        "noise": t["diagnostics_noise_scale"], "noise_steps": t["diagnostics_noise_scale_steps"], "updates": t["diagnostics_update"],
+        "verdicts": rows, "power": power_note(v), "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE, "margin": EQUIVALENCE,
+        "experiment": EXPERIMENT,
+    }  # fmt: skip

@@ -1,0 +1,154 @@
+"""The diagnostics study (issue 17) on a hand-made results tree: pass@k, the entropy law,
+advantage scaling by carries, the noise scale beside the batch study, the update diagnostics."""
+
+import copy
+import math
+
+import matplotlib
+import numpy as np
+import pytest
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from mathrl.config import expand_runs, load_config
+from mathrl.report import TEMPLATES, fmt, html_table, pct
+from mathrl.studies import diagnostics
+from mathrl.studies.context import Context, Tables
+from mathrl.verdict import number
+from tests import synthetic
+from tests.conftest import TINY, write_config
+from tests.synthetic import write_json, write_run
+
+matplotlib.use("Agg")
+
+# held-out problems (2-digit addition): carries 0, 0, 1, 1
+PROBLEMS = [(12, 13), (40, 50), (15, 15), (19, 1)]
+
+
+def law_rows(seed: int, a: float = 0.5, b: float = 1.2, steps: int = 12) -> list[dict]:
+    """Entropy falls, faster after steps of larger covariance (dH = -0.02 - 0.01 cov);
+    training accuracy follows the law exactly."""
+    rows, h = [], 0.6
+    for step in range(1, steps + 1):
+        if step > 1:
+            h -= 0.02 + 0.01 * ((step - 1) % 3)
+        rows.append({"step": step, "samples": 16 * step, "entropy": h, "accuracy": -a * math.exp(h) + b, "reward_mean": 0.5,
+                     "seconds": 1.0, "clip_frac_low": 0.01, "clip_frac_high": 0.03, "ppo_kl": 0.002, "adv_std": 0.9 + 0.01 * seed,
+                     "adv_abs_max": 2.0, "logp_adv_cov": float(step % 3),
+                     **({"eval_accuracy": 0.6} if step == steps else {})})  # fmt: skip
+    return rows
+
+
+@pytest.fixture(scope="module")
+def cfg(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("diag")
+    d = copy.deepcopy(TINY)
+    d["results"] = str(tmp_path / "results")
+    d["gradvar"] = {"tasks": ["add"], "batch_sizes": [8, 16]}
+    d["experiments"] = {
+        "batch": {"fixed": {"steps": 12}, "grid": {"batch_size": [8, 16]}, "seeds": [0, 1]},
+        "adv_scaling": {"fixed": {"steps": 12}, "variants": {"group_std": {"algorithm": "grpo", "pass_at_k": True}, "none": {"algorithm": "dr_grpo"}},
+                        "roles": {"baseline": "group_std", "none": "none"}, "seeds": [0, 1]},
+    }  # fmt: skip
+    return load_config(write_config(tmp_path / "config.yaml", d))
+
+
+@pytest.fixture(scope="module")
+def results(cfg):
+    specs = expand_runs(cfg)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(synthetic, "expand_runs", lambda _: specs)
+        # batch: gains 0.1 (batch 8) and 0.3 (batch 16) over an initial 0.5 (final eval 0.6 or 0.8)
+        for b, final in [(8, 0.6), (16, 0.8)]:
+            for s in (0, 1):
+                rows = law_rows(s)
+                rows[-1]["eval_accuracy"] = final
+                write_run(cfg, f"batch__batch_size-{b}__s{s}", rows, 0.5)
+        for name in ("group_std", "none"):
+            for s in (0, 1):
+                d = write_run(cfg, f"adv_scaling__{name}__s{s}", law_rows(s), 0.5)
+                # held-out: group_std ends right on all four, none only on the 0-carry two; both start at 0,1,0,1
+                final = [1, 1, 1, 1] if name == "group_std" else [1, 1, 0, 0]
+                (d / "heldout.csv").write_text("a,b,initial,final\n" + "".join(f"{a},{b},{i % 2},{f}\n" for (a, b), i, f in zip(PROBLEMS, range(4), final)))
+                if name == "group_std":  # 4 samples per problem: initial 1 correct each, final 2 (seed 0) or 3 (seed 1)
+                    lines = ["phase,a,b,samples,correct"] + [f"initial,{a},{b},4,1" for a, b in PROBLEMS] + [f"final,{a},{b},4,{2 + s}" for a, b in PROBLEMS]
+                    (d / "pass_at_k.csv").write_text("\n".join(lines) + "\n")
+        write_json(cfg, "gradvar/add.json", {"noise_scale": {"small": 8, "big": 16, "grad_sq": 2.0, "trace_sigma": 32.0, "noise_scale": 16.0}})
+    tabs = diagnostics.tables(Context(cfg))
+    t = Tables(cfg)
+    t.dir.mkdir(parents=True, exist_ok=True)
+    for name, df in tabs.items():
+        df.to_csv(t.dir / f"{name}.csv", index=False)
+    return tabs, t
+
+
+def test_pass_at_k_tables_and_verdicts(results):
+    tabs = results[0]
+    s = tabs["diagnostics_pass_at_k"].set_index(["phase", "k"])
+    assert list(s.loc["initial"].index) == [1, 2, 4]  # k up to the 4 samples
+    assert s.loc[("initial", 1)].pass_at_k_mean == pytest.approx(0.25)
+    assert s.loc[("initial", 2)].pass_at_k_mean == pytest.approx(0.5)  # 1 - C(3,2)/C(4,2)
+    assert s.loc[("final", 1)].pass_at_k_mean == pytest.approx((0.5 + 0.75) / 2)
+    assert s.loc[("final", 4)].pass_at_k_mean == pytest.approx(1.0) and s.loc[("final", 4)].pass_at_k_hi <= 1.0
+    v = tabs["diagnostics_verdicts"].set_index("key")
+    assert v.loc["pass_at_1_group_std"]["diff"] == pytest.approx(0.375)
+    assert v.loc["pass_at_4_group_std"]["diff"] == pytest.approx(0.0)  # 1.0 before and after
+    runs = tabs["diagnostics_pass_at_k_runs"]
+    one = runs[(runs.seed == 0) & (runs.phase == "final") & (runs.k == 1)].iloc[0]
+    assert one.pass_at_k == pytest.approx(0.5) and one.boot_lo == one.boot_hi == pytest.approx(0.5)  # every problem the same
+
+
+def test_entropy_law_fits_the_hand_made_law(results):
+    law = results[0]["diagnostics_entropy_law_runs"]
+    assert len(law) == 8 and law["a"].tolist() == pytest.approx([0.5] * 8, abs=1e-6)
+    assert law["ceiling"].tolist() == pytest.approx([0.7] * 8, abs=1e-6) and law["holds"].all()
+    s = results[0]["diagnostics_entropy_law"].set_index(["experiment", "setting"])
+    r = s.loc[("adv_scaling", "none")]
+    assert r.n == 2 and r.holds == 2 and r.r2_mean == pytest.approx(1.0)
+    rows = law_rows(0)
+    assert r.reached_mean == pytest.approx(np.mean([row["accuracy"] for row in rows[-5:]]))
+
+
+def test_adv_scaling_by_carries(results):
+    tabs = results[0]
+    a = tabs["diagnostics_adv_scaling"].set_index(["setting", "carries"])
+    assert a.loc[("group_std", "all")].final_mean == 1.0 and a.loc[("none", "all")].final_mean == 0.5
+    assert a.loc[("none", "0")].final_mean == 1.0 and a.loc[("none", "1")].final_mean == 0.0
+    assert a.loc[("group_std", "1")].gain_mean == 0.5  # from 0, 1 to 1, 1
+    v = tabs["diagnostics_verdicts"].set_index("key")
+    ref = v.loc["adv_reference_learns"]
+    assert ref["diff"] == pytest.approx(0.5) and ref.outcome == "agrees"  # both seeds gain 0.5: a zero-width interval above 0
+    assert v.loc["adv_none_vs_group_std_c1"]["diff"] == pytest.approx(-1.0)
+    assert v.loc["adv_none_vs_group_std_c1"].outcome == "disagrees"  # outside the ±3-point equivalence margin
+    assert v.loc["adv_none_vs_group_std_c0"].outcome == "agrees"  # both right on every 0-carry problem
+    # a reference whose gain interval includes 0: the variants are shown but not judged
+    runs = results[0]["diagnostics_adv_scaling_runs"].copy()
+    runs.loc[(runs.setting == "group_std") & (runs.seed == 1), "gain"] = -0.4
+    later = {x.claim.key: x for x in diagnostics.adv_scaling_verdicts(runs, {"baseline": "group_std", "none": "none"})}
+    assert later["adv_reference_learns"].outcome == "inconclusive"
+    assert later["adv_none_vs_group_std_c1"].outcome == "not judged" and "reference" in later["adv_none_vs_group_std_c1"].reason
+
+
+def test_noise_scale_beside_the_batch_study(results):
+    ns = results[0]["diagnostics_noise_scale"].set_index("batch_size")
+    assert ns.loc[8].noise_scale == 16.0 and ns.loc[8].gain_mean == pytest.approx(0.1) and ns.loc[16].gain_mean == pytest.approx(0.3)
+    assert ns.loc[8].lr_scale == pytest.approx((8 / 24) / (16 / 32)) and ns.loc[16].lr_scale == pytest.approx(1.0)
+
+
+def test_update_diagnostics_and_the_covariance_correlation(results):
+    u = results[0]["diagnostics_update"].set_index(["experiment", "setting"])
+    r = u.loc[("adv_scaling", "group_std")]
+    assert r.clip_frac_high_mean == pytest.approx(0.03) and r.adv_std_mean == pytest.approx(0.905)
+    assert r.cov_entropy_corr_mean < -0.9  # entropy falls more after each larger covariance (float noise breaks ties)
+    v = results[0]["diagnostics_verdicts"].set_index("key").loc["cov_drives_entropy"]
+    assert v["diff"] < -0.9 and v["n"] == 8 and v["outcome"] == "agrees"
+
+
+def test_section_renders(results, cfg):
+    t = results[1]
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined, autoescape=True)
+    env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(x, u, sign))
+    env.globals.update(table=html_table)
+    figs = diagnostics.figures(t)
+    assert set(figs) == {"diagnostics_pass_at_k", "diagnostics_entropy_law", "diagnostics_adv_scaling"}
+    html = env.get_template("sections/diagnostics.html.j2").render(ctx=diagnostics.section(t), figures={})
+    assert "pass@k before and after RL" in html and "adv_scaling" in html and "B_noise" in html
