@@ -220,6 +220,8 @@ class Trainer:
                                          f"would have gone differently ({diff}); remove {self.dir} to start over")  # fmt: skip
         forget = resume.evaluations_to_forget(st["settings"], self.record, st["step"])  # the old last step's evaluation
         rows = [{**r, "eval_accuracy": math.nan, "eval_sampled_accuracy": math.nan} if r["step"] in forget else r for r in st["rows"]]
+        # answers are sampled at the last step only: an extended run's old last step keeps its greedy evaluation alone
+        rows = [r if r["step"] == self.s.steps else {**r, "eval_sampled_accuracy": math.nan} for r in rows]
         self.net.load_state_dict(st["net"])
         self.opt.load_state_dict(st["opt"])
         self.prompt_gen.set_state(st["prompt_gen"])
