@@ -351,11 +351,12 @@ def run_settings(cfg: dict, explicit: dict) -> dict:
 def expand_runs(cfg: dict) -> dict[str, RunSpec]:
     """All runs of all experiments, by run id `{experiment}__{variant}_{key}-{value}__s{seed}`.
 
-    A run whose resolved settings equal an earlier run's (another experiment's reference
-    cell, say) is not trained twice: its spec names that run in `same_as`, and its results
-    are read from there."""
+    Runs whose resolved settings are equal (another experiment's reference cell, say) are
+    trained once: under the smallest of their ids, whatever order the experiments come in
+    (Snakemake's config and the CLI's sorted dump of it must agree); the others name it in
+    `same_as` and their results are read from there."""
     runs: dict[str, RunSpec] = {}
-    first_of: dict[str, str] = {}  # settings hash -> the first run id with those settings
+    first_of: dict[str, str] = {}  # settings hash -> the smallest run id with those settings
     for name, exp in cfg["experiments"].items():
         variants = exp.get("variants") or {None: {}}
         grid = exp.get("grid") or {}
@@ -374,8 +375,12 @@ def expand_runs(cfg: dict) -> dict[str, RunSpec]:
             check_train(cfg, settings, where)
             if run_id in runs:
                 raise ConfigError(f"experiments.{name}: duplicate run id {run_id}")
-            same_as = first_of.setdefault(config_hash(settings), run_id)
-            runs[run_id] = RunSpec(run_id, name, variant, point, seed, settings, same_as if same_as != run_id else None)
+            runs[run_id] = RunSpec(run_id, name, variant, point, seed, settings)
+            key = config_hash(settings)
+            first_of[key] = min(first_of.get(key, run_id), run_id)
+    for spec in runs.values():  # the smallest id trains: independent of the order of experiments in any dump
+        canonical = first_of[config_hash(spec.settings)]
+        spec.same_as = canonical if canonical != spec.run_id else None
     return runs
 
 

@@ -125,17 +125,21 @@ def test_a_run_with_another_experiments_settings_is_trained_once_and_read_by_bot
     tiny_cfg_dict["experiments"]["again"] = {"variants": {"same": {"batch_size": 16}, "other": {"batch_size": 32}}, "seeds": [1, 5]}
     cfg = load_config([write_config(tmp_path / "a.yaml", tiny_cfg_dict)])
     runs, trained = expand_runs(cfg), trained_runs(cfg)
-    assert runs["again__same__s1"].same_as == "tiny__batch_size-16__s1"  # the tiny grid's batch 16, seed 1
+    # the tiny grid's batch 16, seed 1 has again__same__s1's settings: the smaller id trains
+    assert runs["tiny__batch_size-16__s1"].same_as == "again__same__s1" and runs["again__same__s1"].same_as is None
     assert runs["again__same__s5"].same_as is None and runs["again__other__s1"].same_as is None  # seed 5 / batch 32 are new
-    assert set(trained) == set(runs) - {"again__same__s1"}
-    alias = runs["again__same__s1"]
-    assert alias.trained_as == "tiny__batch_size-16__s1" and alias.experiment == "again" and alias.variant == "same"
-    source = tmp_path / "results" / "runs" / "tiny__batch_size-16__s1"
+    assert set(trained) == set(runs) - {"tiny__batch_size-16__s1"}
+    alias = runs["tiny__batch_size-16__s1"]
+    assert alias.trained_as == "again__same__s1" and alias.experiment == "tiny" and alias.point == {"batch_size": 16}
+    # the pipeline dumps the config with sorted keys for the CLI: the same run must train whatever the order
+    reordered = {**tiny_cfg_dict, "experiments": dict(reversed(list(tiny_cfg_dict["experiments"].items())))}
+    assert set(trained_runs(load_config([write_config(tmp_path / "b.yaml", reordered)]))) == set(trained)
+    source = tmp_path / "results" / "runs" / "again__same__s1"
     source.mkdir(parents=True)
     (source / "summary.json").write_text('{"status": "complete"}')
     (source / "metrics.csv").write_text("step\n1\n")
     loaded = load_runs(cfg)
-    assert loaded["again__same__s1"].status == "complete" and loaded["again__same__s1"].spec == alias
+    assert loaded["tiny__batch_size-16__s1"].status == "complete" and loaded["tiny__batch_size-16__s1"].spec == alias
     assert loaded["again__same__s5"].status == "missing"
 
 
