@@ -70,7 +70,7 @@ def build_tree(root: Path | str, presets=PRESETS) -> dict[str, Path]:
     from mathrl.atomic import atomic_write
     from mathrl.layout import problems_dir, sft_checkpoint
     from mathrl.model import GPT, gpt_config
-    from mathrl.tasks import VOCAB_SIZE, make_problem_sets, task_of, write_problems
+    from mathrl.tasks import VOCAB_SIZE, task_of, write_problem_splits
 
     root = Path(root)
     trees: dict[str, Path] = {}
@@ -81,10 +81,7 @@ def build_tree(root: Path | str, presets=PRESETS) -> dict[str, Path]:
         task = task_of(cfg, TASK)
         pdir = problems_dir(cfg, TASK)
         if first is None:
-            t = cfg["tasks"][TASK]
-            train, test = make_problem_sets(task, t["n_train"], t["n_test"], t["seed"])
-            write_problems(pdir / "train.txt", task, train)
-            write_problems(pdir / "test.txt", task, test)
+            write_problem_splits(cfg, TASK)
             first = pdir
         else:
             shutil.copytree(first, pdir, dirs_exist_ok=True)

@@ -1,14 +1,15 @@
 """Time to accuracy in a fresh process: `python -m bench.tta --task add --targets 0.95,0.99 --budget 600`.
 
 The clock starts before anything exists: problem sets are generated, a warm-up model is
-trained with cross-entropy until held-out greedy accuracy reaches `--sft-until` (or its
-share of the budget runs out), then GRPO continues from it, evaluating every
+trained with cross-entropy until greedy accuracy on the validation split reaches
+`--sft-until` (or its share of the budget runs out), then GRPO continues from it, evaluating every
 `--eval-every` steps. For each target the record holds the wall second, phase and step of
 the first evaluation at or above it, or null when the budget ended first; the accuracy
 curve (seconds, phase, step, accuracy) comes with it, so a miss shows how far it got.
 
-Evaluations are on the task's whole held-out set (500 problems by default) and their time
-counts, as a user waiting for the figure would count it.
+The warm-up's points are its validation readings (its stopping rule); GRPO's are on the
+task's whole held-out test set (500 problems by default). Evaluation time counts, as a
+user waiting for the figure would count it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from bench.common import PRESETS, add_threads_arg, apply_threads, emit, proc_inf
 NEVER = 10**9
 TASKS = {"add": {"op": "add", "ndigit": 3, "n_train": 20000, "n_test": 500, "seed": 1234},
          "mul": {"op": "mul", "ndigit": 2, "n_train": 0, "n_test": 500, "seed": 1234}}  # fmt: skip
-SFT_LINE = re.compile(r"step (\d+) \| loss \S+ \| eval accuracy ([0-9.]+)")
+SFT_LINE = re.compile(r"step (\d+) \| loss \S+ \| validation accuracy ([0-9.]+)")
 
 
 class OutOfTime(Exception):
@@ -52,10 +53,9 @@ def config(results: Path, task: str, args) -> dict:
 def run(args) -> dict:
     from mathrl.config import run_settings
     from mathrl.distributed import Dist
-    from mathrl.layout import problems_dir
     from mathrl.settings import RunSettings
     from mathrl.sft import run_sft
-    from mathrl.tasks import make_problem_sets, task_of, write_problems
+    from mathrl.tasks import write_problem_splits
     from mathrl.trainer import Trainer
 
     targets = sorted(args.targets)
@@ -72,11 +72,7 @@ def run(args) -> dict:
     with tempfile.TemporaryDirectory(prefix="mathrl-bench-tta-") as tmp:
         results = Path(tmp) / "results"
         cfg = config(results, args.task, args)
-        t = cfg["tasks"][args.task]
-        train, test = make_problem_sets(task_of(cfg, args.task), t["n_train"], t["n_test"], t["seed"])
-        pdir = problems_dir(cfg, args.task)
-        write_problems(pdir / "train.txt", task_of(cfg, args.task), train)
-        write_problems(pdir / "test.txt", task_of(cfg, args.task), test)
+        write_problem_splits(cfg, args.task)
 
         sft_deadline = args.budget * args.sft_share
 
@@ -98,7 +94,7 @@ def run(args) -> dict:
             while elapsed() < args.budget:
                 row = trainer.step()
                 if trainer.step_no % args.eval_every == 0:
-                    record("GRPO", trainer.step_no, trainer.evaluate())
+                    record("GRPO", trainer.step_no, trainer.evaluate(trainer.step_no, sampled=False)[0])
                     if curve[-1]["accuracy"] >= targets[-1]:
                         break
                 if row.get("skipped"):

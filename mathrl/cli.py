@@ -30,24 +30,17 @@ def _load(args) -> dict:
 
 
 def cmd_problems(args) -> int:
-    from mathrl.atomic import atomic_write
-    from mathrl.layout import PROBLEM_SPLITS, problems_file
-    from mathrl.tasks import problem_splits, task_of, write_problems
+    from mathrl.layout import PROBLEM_SPLITS
+    from mathrl.tasks import write_problem_splits
 
     cfg = _load(args)
     names = [args.task] if args.task else list(cfg["tasks"])
     _check_task(cfg, names)
     for name in names:
-        t, task = cfg["tasks"][name], task_of(cfg, name)
         try:
-            splits = problem_splits(task, t["n_train"], t["n_test"], t["seed"], n_val=t["n_val"])
+            out, splits = write_problem_splits(cfg, name)
         except ValueError as exc:
             raise ConfigError(f"tasks.{name}: {exc}") from None
-        for split in PROBLEM_SPLITS:
-            write_problems(problems_file(cfg, name, split), task, splits[split])
-        out = problems_file(cfg, name, "train").parent
-        meta = {"task": name, **t, **{f"n_{split}_written": len(splits[split]) for split in PROBLEM_SPLITS}}
-        atomic_write(out / "meta.json", json.dumps(meta, indent=2) + "\n")
         sizes = ", ".join(f"{len(splits[split])} {split}" for split in PROBLEM_SPLITS)
         print(f"problems {name}: {sizes} problems in {out}")
     return 0

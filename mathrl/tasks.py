@@ -16,6 +16,7 @@ curriculum over fewer digits only narrows the operand range, never the width.
 
 from __future__ import annotations
 
+import json
 import operator
 import re
 from dataclasses import dataclass
@@ -212,6 +213,21 @@ def make_problem_sets(task: Task, n_train: int | None, n_test: int, seed: int):
     """Disjoint ``(train, test)`` sets without a validation split (see `problem_splits`)."""
     splits = problem_splits(task, n_train, n_test, seed)
     return splits["train"], splits["test"]
+
+
+def write_problem_splits(cfg: dict, name: str) -> tuple[Path, dict[str, torch.Tensor]]:
+    """Draw task `name`'s splits as configured (`problem_splits`) and write each to its file
+    under the results tree, with ``meta.json`` beside them; returns that folder and the splits."""
+    from mathrl.layout import PROBLEM_SPLITS, problems_file
+
+    t, task = cfg["tasks"][name], task_of(cfg, name)
+    splits = problem_splits(task, t["n_train"], t["n_test"], t["seed"], n_val=t["n_val"])
+    for split in PROBLEM_SPLITS:
+        write_problems(problems_file(cfg, name, split), task, splits[split])
+    out = problems_file(cfg, name, "train").parent
+    meta = {"task": name, **t, **{f"n_{split}_written": len(splits[split]) for split in PROBLEM_SPLITS}}
+    atomic_write(out / "meta.json", json.dumps(meta, indent=2) + "\n")
+    return out, splits
 
 
 def write_problems(path, task: Task, pairs: torch.Tensor) -> None:
