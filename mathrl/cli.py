@@ -266,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mathrl", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="<command>")
 
-    p = sub.add_parser("problems", help="write the seeded train and held-out test problem sets")
+    p = sub.add_parser("problems", help="write the seeded train, validation and held-out test problem sets")
     _common(p)
     p.add_argument("--task", help="one task (default: all)")
     p.set_defaults(func=cmd_problems)
