@@ -5,7 +5,10 @@ logits, trained by REINFORCE with a batch-mean baseline and Adam. Each study ret
 per (setting, seed, step), with the columns in `COLUMNS` (plus `p3`.. when a study has more
 than three arms). Everything runs on the CPU and is deterministic per seed: the seed fixes
 the initial weights (`torch.manual_seed`, inside `fork_rng` so the caller's RNG is untouched)
-and an explicit generator draws the actions and any reward noise.
+and an explicit generator draws the actions and any reward noise. All seeds of a setting are
+trained together, their weights stacked along a leading seed axis (`train_seeds`): one batched
+forward, backward and Adam step per step instead of one per seed, with each seed's results
+those of training it alone.
 
 Configuration is the `bandit:` block of config/config.yaml (see config/bandit.defaults.yaml):
 shared keys at the top, then per study a `settings` mapping (name -> lr, entropy_coef and
@@ -18,6 +21,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 from torch import nn
@@ -57,65 +61,131 @@ def fit_proxy(lengths, rewards, labelled_arms) -> torch.Tensor:
     return torch.tensor(proxy_scores(lengths, rewards, labelled_arms), dtype=torch.float64).float()
 
 
-def train_seed(run: dict, seed: int, signal, n_arms: int, init_logits=None) -> list[dict]:
-    """Train one policy for run['steps'] steps; return one metrics dict per step.
+def init_params(seeds, state_dim: int, hidden: int, n_actions: int, init_logits=None) -> list[torch.Tensor]:
+    """Each seed's `SimplePolicy` weights, built under `torch.manual_seed(seed)` (inside
+    `fork_rng`), stacked along a leading seed axis: [w1 (S, hidden, state_dim), b1 (S, hidden),
+    w2 (S, n_actions, hidden), b2 (S, n_actions)], as leaf tensors that require grad."""
+    policies = []
+    for seed in seeds:
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            policies.append(SimplePolicy(state_dim, hidden, n_actions, init_logits))
+    per_seed = [list(policy.parameters()) for policy in policies]
+    return [torch.stack(ps).detach().requires_grad_() for ps in zip(*per_seed)]
 
-    `signal(actions, step, gen) -> (rewards, extras)` gives the rewards the policy is
-    trained on and the row's `phase`, `true_reward` and `proxy_reward`.
-    REINFORCE with the batch-mean baseline: advantage = reward - mean reward of the batch
-    (no learned value, no std normalisation); loss = -mean(logp * adv) - entropy_coef * H,
-    where H is the entropy of the full action distribution (nats)."""
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        policy = SimplePolicy(run["state_dim"], run["hidden"], n_arms, init_logits)
-    opt = torch.optim.Adam(policy.parameters(), lr=run["lr"])
-    gen = torch.Generator().manual_seed(seed)
+
+def batched_logits(params: list[torch.Tensor], state: torch.Tensor) -> torch.Tensor:
+    """`SimplePolicy.forward` of S policies at once (`params` as from `init_params`) on the one
+    state vector: logits [S, n_actions]."""
+    w1, b1, w2, b2 = params
+    hidden = torch.tanh(w1 @ state + b1)
+    return (w2 @ hidden.unsqueeze(-1)).squeeze(-1) + b2
+
+
+def reinforce_loss(logp, actions, rewards, entropy, entropy_coef: float) -> torch.Tensor:
+    """Per-seed REINFORCE loss with the batch-mean baseline, for logp [S, A], actions and
+    rewards [S, B], entropy [S]: advantage = reward - mean reward of the seed's batch (no
+    learned value, no std normalisation); loss = -mean(logp[action] * adv) - entropy_coef * H."""
+    adv = rewards - rewards.mean(dim=-1, keepdim=True)
+    return -(logp.gather(-1, actions) * adv).mean(dim=-1) - entropy_coef * entropy
+
+
+def per_seed_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The L2 norm over all parameters of each seed's gradient, [S], for stacked grads [S, ...]."""
+    return torch.sqrt(sum(g.pow(2).flatten(1).sum(dim=1) for g in grads))
+
+
+def sample_actions(probs: torch.Tensor, batch_size: int, gens: list[torch.Generator]) -> torch.Tensor:
+    """`batch_size` actions per seed, [S, B], each seed's row drawn with its own generator."""
+    return torch.stack([torch.multinomial(p, batch_size, replacement=True, generator=g) for p, g in zip(probs, gens)])
+
+
+def train_seeds(run: dict, seeds: list[int], signal, n_arms: int, init_logits=None) -> pd.DataFrame:
+    """Train one policy per seed for run['steps'] steps, all seeds together; return one row
+    per (seed, step), seed-major.
+
+    The seeds share nothing but the tensors they are stacked in: each has its own initial
+    weights (`init_params`), its own generator (seeded with the seed) for the actions and the
+    reward noise, and its own REINFORCE loss (`reinforce_loss`, H the entropy of its full
+    action distribution, in nats). One Adam over the stacked parameters, stepped on the sum of
+    the seeds' losses, is exactly one Adam per seed: each seed's gradient is that of its own
+    loss, and Adam is elementwise.
+
+    `signal(actions, step, gens) -> (rewards, extras)` maps actions [S, B] to the rewards
+    the policies are trained on and the rows' `phase` (one string for the step) and
+    `true_reward` and `proxy_reward` (one value per seed)."""
+    params = init_params(seeds, run["state_dim"], run["hidden"], n_arms, init_logits)
+    opt = torch.optim.Adam(params, lr=run["lr"])
+    gens = [torch.Generator().manual_seed(seed) for seed in seeds]
     state = torch.ones(run["state_dim"])
-    rows = []
+    history = []
     for step in range(run["steps"]):
-        logp = torch.log_softmax(policy(state), dim=-1)
+        logp = torch.log_softmax(batched_logits(params, state), dim=-1)
         probs = logp.exp()
-        entropy = -(probs * logp).sum()
-        actions = torch.multinomial(probs.detach(), run["batch_size"], replacement=True, generator=gen)
-        rewards, extras = signal(actions, step, gen)
-        adv = rewards - rewards.mean()
-        loss = -(logp[actions] * adv).mean() - run["entropy_coef"] * entropy
+        entropy = -(probs * logp).sum(dim=-1)
+        actions = sample_actions(probs.detach(), run["batch_size"], gens)
+        rewards, extras = signal(actions, step, gens)
+        loss = reinforce_loss(logp, actions, rewards, entropy, run["entropy_coef"])
         opt.zero_grad()
-        loss.backward()
-        grad_norm = torch.sqrt(sum(p.grad.pow(2).sum() for p in policy.parameters())).item()
+        loss.sum().backward()
+        grad_norm = per_seed_norm([p.grad for p in params])
         opt.step()
-        p = probs.detach().tolist()
-        rows.append({"step": step, "entropy": entropy.item(),
-                     **{f"p{i}": p[i] for i in range(n_arms)}, "loss": loss.item(), "grad_norm": grad_norm,
-                     "reward_std": rewards.std(unbiased=False).item(), "reward_mean": rewards.mean().item(),
-                     **extras})
-    return rows
+        history.append({"entropy": entropy.detach(), "probs": probs.detach(), "loss": loss.detach(),
+                        "grad_norm": grad_norm, "reward_std": rewards.std(dim=-1, correction=0),
+                        "reward_mean": rewards.mean(dim=-1), **extras})
+    return _history_frame(history, seeds, n_arms)
 
 
-def _noisy(base: torch.Tensor, noise: float, gen: torch.Generator) -> torch.Tensor:
-    return base + noise * torch.randn(base.shape, generator=gen) if noise > 0 else base
+def _history_frame(history: list[dict], seeds: list[int], n_arms: int) -> pd.DataFrame:
+    """`train_seeds`' per-step records as a frame, one row per (seed, step), seed-major."""
+    n_steps = len(history)
+
+    def column(key):  # [steps, S] -> seed-major float64
+        return torch.stack([h[key] for h in history]).T.reshape(-1).double().numpy()
+
+    probs = torch.stack([h["probs"] for h in history]).transpose(0, 1).reshape(-1, n_arms).double().numpy()
+    return pd.DataFrame({
+        "seed": np.repeat(np.asarray(seeds, dtype=np.int64), n_steps),
+        "step": np.tile(np.arange(n_steps, dtype=np.int64), len(seeds)),
+        "entropy": column("entropy"),
+        **{f"p{i}": probs[:, i] for i in range(n_arms)},
+        **{key: column(key) for key in ("loss", "grad_norm", "reward_std", "reward_mean")},
+        "phase": [h["phase"] for h in history] * len(seeds),
+        **{key: column(key) for key in ("true_reward", "proxy_reward")},
+    })
 
 
-def _study_signal(name: str, study: dict, run: dict, arm_rewards: torch.Tensor):
-    """The study's reward signal (see `train_seed`), its number of arms and initial logits.
-    `true_reward` is the mean noiseless arm reward of the batch; `proxy_reward` the mean
-    proxy score (reward hacking only, NaN elsewhere)."""
+def _noisy(base: torch.Tensor, noise: float, gens: list[torch.Generator]) -> torch.Tensor:
+    """`base` [S, B] plus Gaussian noise of std `noise`, each seed's row drawn with its own generator."""
+    if noise <= 0:
+        return base
+    return base + noise * torch.stack([torch.randn(row.shape, generator=g) for row, g in zip(base, gens)])
+
+
+def study_signal(name: str, study: dict, run: dict, arm_rewards: torch.Tensor):
+    """The study's reward signal (see `train_seeds`), its number of arms and initial logits.
+    `true_reward` is the mean noiseless arm reward of each seed's batch; `proxy_reward` the
+    mean proxy score (reward hacking only, NaN elsewhere)."""
     noise = run["reward_noise"]
+
+    def no_proxy(actions):
+        return torch.full((len(actions),), math.nan)
+
     if name == "entropy_collapse":
-        def signal(actions, step, gen):
+        def signal(actions, step, gens):
             true = arm_rewards[actions]
-            return _noisy(true, noise, gen), {"phase": "", "true_reward": true.mean().item(), "proxy_reward": math.nan}
+            return _noisy(true, noise, gens), {"phase": "", "true_reward": true.mean(dim=-1), "proxy_reward": no_proxy(actions)}
         return signal, len(arm_rewards), run.get("init_logits")  # a biased start, when the setting gives one
     if name == "gradient_vanishing":
-        def signal(actions, step, gen):
+        def signal(actions, step, gens):
             true = arm_rewards[actions]
-            extras = {"phase": "diverse", "true_reward": true.mean().item(), "proxy_reward": math.nan}
+            extras = {"phase": "diverse", "true_reward": true.mean(dim=-1), "proxy_reward": no_proxy(actions)}
             # Every reward equal: the advantage and the policy gradient are exactly 0 (Adam's
             # momentum still moves the weights a little; grad_norm shows the vanishing).
             if (step // study["phase_steps"]) % 2 == 1:
                 extras["phase"] = "homogeneous"
                 return torch.full_like(true, float(study["homogeneous_reward"])), extras
-            return _noisy(true, noise, gen), extras
+            return _noisy(true, noise, gens), extras
         return signal, len(arm_rewards), None
     n_arms = len(study["true_rewards"])
     if len(study["arm_lengths"]) != n_arms or len(study["init_logits"]) != n_arms:
@@ -125,32 +195,32 @@ def _study_signal(name: str, study: dict, run: dict, arm_rewards: torch.Tensor):
     true_rewards = torch.tensor(study["true_rewards"], dtype=torch.float32)
     proxy = fit_proxy(study["arm_lengths"], study["true_rewards"], study["labelled_arms"])
 
-    def signal(actions, step, gen):
+    def signal(actions, step, gens):
         score = proxy[actions]  # the policy is trained on the proxy score, never the true reward
-        return _noisy(score, noise, gen), {"phase": "", "true_reward": true_rewards[actions].mean().item(),
-                                           "proxy_reward": score.mean().item()}
+        return _noisy(score, noise, gens), {"phase": "", "true_reward": true_rewards[actions].mean(dim=-1),
+                                            "proxy_reward": score.mean(dim=-1)}
     return signal, n_arms, study["init_logits"]
 
 
 def run_study(name: str, cfg: dict | None = None) -> pd.DataFrame:
     """Run study `name` (one of BANDIT_STUDIES) for every setting and seed of the `bandit`
-    block `cfg`; one row per setting, seed and step."""
+    block `cfg`, all seeds of a setting trained together (`train_seeds`); one row per
+    setting, seed and step."""
     if name not in BANDIT_STUDIES:
         raise ValueError(f"unknown bandit study {name!r}; allowed: {', '.join(BANDIT_STUDIES)}")
     cfg = resolve(cfg)
     study = cfg["studies"][name]
     arm_rewards = torch.tensor(cfg["arm_rewards"], dtype=torch.float32)
+    seeds = study_seeds(cfg, name)
     frames = []
     for setting, overrides in study["settings"].items():
         run = {**{k: cfg[k] for k in (*SHARED_KEYS, "state_dim")}, **SETTING_DEFAULTS, **overrides}
-        signal, n_arms, init_logits = _study_signal(name, study, run, arm_rewards)
-        for seed in study_seeds(cfg, name):
-            df = pd.DataFrame(train_seed(run, int(seed), signal, n_arms, init_logits))
-            df.insert(0, "seed", int(seed))
-            df.insert(0, "setting", setting)
-            df.insert(0, "study", name)
-            df["lr"], df["entropy_coef"] = float(run["lr"]), float(run["entropy_coef"])
-            frames.append(df)
+        signal, n_arms, init_logits = study_signal(name, study, run, arm_rewards)
+        df = train_seeds(run, seeds, signal, n_arms, init_logits)
+        df.insert(0, "setting", setting)
+        df.insert(0, "study", name)
+        df["lr"], df["entropy_coef"] = float(run["lr"]), float(run["entropy_coef"])
+        frames.append(df)
     df = pd.concat(frames, ignore_index=True)
     extra_p = sorted((c for c in df.columns if c[0] == "p" and c[1:].isdigit() and c not in COLUMNS),
                      key=lambda c: int(c[1:]))

@@ -5,8 +5,10 @@ import math
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pandas as pd
 import pytest
+import torch
 import yaml
 
 from mathrl import bandit
@@ -46,6 +48,52 @@ def test_deterministic_per_seed():
     one = run_study("entropy_collapse", {**SHORT, "seeds": [1]})
     pd.testing.assert_frame_equal(one.reset_index(drop=True), a[a.seed == 1].reset_index(drop=True))
     assert not a[a.seed == 0].p1.reset_index(drop=True).equals(a[a.seed == 1].p1.reset_index(drop=True))
+
+
+def reference_rows(name: str, cfg: dict, setting: str, seed: int) -> list[list]:
+    """The straightforward trainer the batched one must match: one seed, its own SimplePolicy
+    and Adam, the study's signal called on that seed alone."""
+    cfg = bandit.resolve(cfg)
+    study = cfg["studies"][name]
+    run = {**{k: cfg[k] for k in (*bandit.SHARED_KEYS, "state_dim")}, **bandit.SETTING_DEFAULTS, **study["settings"][setting]}
+    signal, n_arms, init_logits = bandit.study_signal(name, study, run, torch.tensor(cfg["arm_rewards"]))
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        policy = bandit.SimplePolicy(run["state_dim"], run["hidden"], n_arms, init_logits)
+    opt = torch.optim.Adam(policy.parameters(), lr=run["lr"])
+    gen = torch.Generator().manual_seed(seed)
+    state = torch.ones(run["state_dim"])
+    rows = []
+    for step in range(run["steps"]):
+        logp = torch.log_softmax(policy(state), dim=-1)
+        probs = logp.exp()
+        entropy = -(probs * logp).sum()
+        actions = torch.multinomial(probs.detach(), run["batch_size"], replacement=True, generator=gen)
+        rewards, extras = signal(actions[None], step, [gen])
+        rewards = rewards[0]
+        loss = -(logp[actions] * (rewards - rewards.mean())).mean() - run["entropy_coef"] * entropy
+        opt.zero_grad()
+        loss.backward()
+        grad_norm = torch.sqrt(sum(p.grad.pow(2).sum() for p in policy.parameters()))
+        opt.step()
+        rows.append([extras["phase"], entropy.item(), *probs.tolist(), loss.item(), grad_norm.item(),
+                     rewards.std(correction=0).item(), rewards.mean().item(),
+                     extras["proxy_reward"].item(), extras["true_reward"].item()])
+    return rows
+
+
+@pytest.mark.parametrize("name", BANDIT_STUDIES)
+def test_batched_seeds_match_one_seed_at_a_time(name):
+    biased = {"lr": 5e-3, "entropy_coef": 1e-3, "init_logits": [0.0, -4.0, 1.0], "reward_noise": 0.5}
+    studies = {"entropy_collapse": {"settings": {"normal": {"lr": 1e-3, "entropy_coef": 0.01}, "biased": biased}},
+               "gradient_vanishing": {"phase_steps": 5}}
+    cfg = {"steps": 25, "seeds": [0, 3, 7], "reward_noise": 0.2, "studies": {k: v for k, v in studies.items() if k == name}}
+    df = run_study(name, cfg)
+    metrics = [c for c in df.columns[4:] if c not in ("lr", "entropy_coef")]
+    for (setting, seed), got in df.groupby(["setting", "seed"], sort=False):
+        want = pd.DataFrame(reference_rows(name, cfg, setting, seed), columns=metrics)
+        assert list(got.phase) == list(want.phase)
+        np.testing.assert_allclose(got[metrics[1:]].to_numpy(), want[metrics[1:]].to_numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_uniform_start(studies):
