@@ -126,6 +126,9 @@ def test_adv_scaling_by_carries(results):
     later = {x.claim.key: x for x in diagnostics.adv_scaling_verdicts(runs, {"baseline": "group_std", "none": "none"})}
     assert later["adv_reference_learns"].outcome == "inconclusive"
     assert later["adv_none_vs_group_std_c1"].outcome == "not judged" and "reference" in later["adv_none_vs_group_std_c1"].reason
+    # the baseline is never compared with itself, also when another role (the experiment's reference) names it
+    keys = {x.claim.key for x in diagnostics.adv_scaling_verdicts(runs, {"baseline": "group_std", "reference": "group_std", "none": "none"})}
+    assert not any(k.startswith("adv_group_std_vs_") for k in keys) and "adv_none_vs_group_std_call" in keys
 
 
 def test_noise_scale_beside_the_batch_study(results):

@@ -164,8 +164,8 @@ def adv_scaling_verdicts(runs: pd.DataFrame, roles: dict) -> list[Verdict]:
     reference = Verdict(Claim("adv_reference_learns", f"{EXPERIMENT}: the reference ({base}) gains held-out accuracy", "final − initial held-out accuracy", unit="pts"),
                         mean_interval(val(base, "all", "gain")), extra={"part": "advantage scaling", "carries": "all"})  # fmt: skip
     out = [reference]
-    for role, name in roles.items():
-        if role == "baseline":
+    for name in dict.fromkeys(roles.values()):
+        if name == base:  # the baseline, under whatever role names it (e.g. also the experiment's reference)
             continue
         for c in ["all", *sorted((x for x in runs["carries"].unique() if x != "all"), key=int)]:
             where = "all problems" if c == "all" else f"{c} carr{'y' if c == '1' else 'ies'}"
