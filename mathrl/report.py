@@ -56,7 +56,9 @@ def pct(value, digits: int = 1) -> str:
 
 def trained(runs: pd.DataFrame) -> pd.Series:
     """Rows of the run index that are trained runs (not a second experiment's read of one)."""
-    return runs["same_as"].fillna("").eq("") if "same_as" in runs else pd.Series(True, index=runs.index)
+    if "same_as" not in runs:
+        return pd.Series(True, index=runs.index)
+    return runs["same_as"].isna() | runs["same_as"].eq("")  # read from CSV, an all-empty column is float NaN
 
 
 def html_table(df: pd.DataFrame, columns: list[str] | dict | None = None, formats: dict | None = None, caption: str = "") -> Markup:
