@@ -348,6 +348,17 @@ def run_settings(cfg: dict, explicit: dict) -> dict:
     return settings
 
 
+def _check_lr_or_scale(block: dict, where: str) -> None:
+    """One block sets `lr` or `lr_scale`, not both: layered files merge a variant's keys, so an
+    absolute `lr` from one file times the `lr_scale` of another trains at their product."""
+    if "lr" in block and block.get("lr_scale", 1.0) != 1.0:
+        raise ConfigError(
+            f"{where}: sets both lr ({block['lr']}) and lr_scale ({block['lr_scale']}), so it would train at their "
+            f"product; lr_scale multiplies the reference LR (train.lr or the experiment's fixed lr): keep one "
+            f"(a file layered over config/config.yaml may have added the other)"
+        )
+
+
 def expand_runs(cfg: dict) -> dict[str, RunSpec]:
     """All runs of all experiments, by run id `{experiment}__{variant}_{key}-{value}__s{seed}`.
 
@@ -357,6 +368,7 @@ def expand_runs(cfg: dict) -> dict[str, RunSpec]:
     `same_as` and their results are read from there."""
     runs: dict[str, RunSpec] = {}
     first_of: dict[str, str] = {}  # settings hash -> the smallest run id with those settings
+    cell_of: dict[tuple[str, str], str] = {}  # (experiment, settings hash) -> its first run id
     for name, exp in cfg["experiments"].items():
         variants = exp.get("variants") or {None: {}}
         grid = exp.get("grid") or {}
@@ -372,11 +384,19 @@ def expand_runs(cfg: dict) -> dict[str, RunSpec]:
             explicit = {**exp.get("fixed", {}), **(vsettings or {}), **point, "seed": seed}
             settings = run_settings(cfg, explicit)
             where = f"experiments.{name}" + (f".variants.{variant}" if variant else "")
+            _check_lr_or_scale(exp.get("fixed") or {}, f"experiments.{name}.fixed")
+            _check_lr_or_scale(vsettings or {}, where)
             check_train(cfg, settings, where)
             if run_id in runs:
                 raise ConfigError(f"experiments.{name}: duplicate run id {run_id}")
-            runs[run_id] = RunSpec(run_id, name, variant, point, seed, settings)
             key = config_hash(settings)
+            twin = cell_of.setdefault((name, key), run_id)
+            if twin != run_id:
+                raise ConfigError(
+                    f"experiments.{name}: runs {twin} and {run_id} have the same settings, so one of them tests "
+                    f"nothing (does a grid key repeat what a variant sets, or a layered file add a grid?)"
+                )
+            runs[run_id] = RunSpec(run_id, name, variant, point, seed, settings)
             first_of[key] = min(first_of.get(key, run_id), run_id)
     for spec in runs.values():  # the smallest id trains: independent of the order of experiments in any dump
         canonical = first_of[config_hash(spec.settings)]

@@ -111,14 +111,54 @@ def test_run_ids_do_not_depend_on_key_order(tiny_cfg_dict, tmp_path):
 
 
 def test_lr_scale_states_a_learning_rate_relative_to_the_reference(tiny_cfg_dict, tmp_path):
-    tiny_cfg_dict["experiments"]["rel"] = {"variants": {"ref": {}, "hot": {"lr_scale": 5}, "own": {"lr": 1.0e-3, "lr_scale": 2}}, "seeds": [0]}
+    tiny_cfg_dict["experiments"]["rel"] = {"variants": {"ref": {}, "hot": {"lr_scale": 5}}, "seeds": [0]}
+    tiny_cfg_dict["experiments"]["own"] = {"fixed": {"lr": 1.0e-3}, "variants": {"ref": {}, "hot": {"lr_scale": 2}}, "seeds": [0]}
     runs = expand_runs(load_config([write_config(tmp_path / "a.yaml", tiny_cfg_dict)]))
     base = tiny_cfg_dict["train"]["lr"]
     assert runs["rel__ref__s0"].settings["lr"] == base and runs["rel__hot__s0"].settings["lr"] == pytest.approx(5 * base)
-    assert runs["rel__own__s0"].settings["lr"] == pytest.approx(2.0e-3)  # scales the experiment's own lr
+    assert runs["own__hot__s0"].settings["lr"] == pytest.approx(2.0e-3)  # scales the experiment's own lr
     tiny_cfg_dict["train"]["lr"] = 1.0e-4  # a new reference moves the aggressive setting with it
     again = expand_runs(load_config([write_config(tmp_path / "b.yaml", tiny_cfg_dict)]))
     assert again["rel__hot__s0"].settings["lr"] == pytest.approx(5.0e-4)
+
+
+def test_a_layered_lr_on_a_variant_with_lr_scale_is_refused(tiny_cfg_dict, tmp_path):
+    """A file layered over another merges a variant's keys: an absolute lr there times the
+    base file's lr_scale would silently train at the product (full.yaml once ran lab 04's
+    'aggressive' at 10x the reference instead of 2x)."""
+    tiny_cfg_dict["experiments"]["rel"] = {"variants": {"ref": {}, "hot": {"lr_scale": 2}}, "seeds": [0]}
+    base = write_config(tmp_path / "base.yaml", tiny_cfg_dict)
+    assert expand_runs(load_config([base]))["rel__hot__s0"].settings["lr"] == pytest.approx(2 * tiny_cfg_dict["train"]["lr"])
+    over = tmp_path / "over.yaml"
+    over.write_text("experiments:\n  rel:\n    variants:\n      hot: {lr: 5.0e-4}\n")
+    with pytest.raises(ConfigError, match=r"experiments\.rel\.variants\.hot: sets both lr \(0\.0005\) and lr_scale \(2\)"):
+        load_config([base, over])
+
+
+def test_two_runs_of_one_experiment_with_equal_settings_are_refused(tiny_cfg_dict, tmp_path):
+    """A grid key that repeats what a variant sets makes cells that test nothing."""
+    tiny_cfg_dict["experiments"]["dup"] = {"variants": {"clip1": {"grad_clip": 1.0}, "clip2": {"grad_clip": 2.0}},
+                                           "grid": {"grad_clip": [1.0]}, "seeds": [0]}
+    with pytest.raises(ConfigError, match="experiments.dup: runs dup__clip1_grad_clip-1__s0 and dup__clip2_grad_clip-1__s0 have the same settings"):
+        load_config([write_config(tmp_path / "a.yaml", tiny_cfg_dict)])
+
+
+def test_full_yaml_keeps_the_defaults_multiples_of_the_reference_lr():
+    """Aggressive settings mean the same at both scales: each variant's LR over its
+    experiment's reference LR is the default's ratio in config/full.yaml too."""
+    default, full = load_config(), load_config(layered([DEFAULT_CONFIG.parent / "full.yaml"]))
+    for name, exp in default["experiments"].items():
+        ref = exp.get("roles", {}).get("reference")
+        scaled = [v for v, block in (exp.get("variants") or {}).items() if (block or {}).get("lr_scale", 1.0) != 1.0]
+        if not ref or ref not in (exp.get("variants") or {}) or not scaled:
+            continue
+        for cfg_ratio in [default, full]:
+            runs = expand_runs(cfg_ratio)
+            seed = cfg_ratio["experiments"][name]["seeds"][0]
+            ref_lr = runs[f"{name}__{ref}__s{seed}"].settings["lr"]
+            for variant in scaled:
+                ratio = runs[f"{name}__{variant}__s{seed}"].settings["lr"] / ref_lr
+                assert ratio == pytest.approx(exp["variants"][variant]["lr_scale"]), (name, variant, ratio)
 
 
 def test_a_run_with_another_experiments_settings_is_trained_once_and_read_by_both(tiny_cfg_dict, tmp_path):
