@@ -75,6 +75,11 @@ def resolve_run(cfg: dict, run: str | None, run_id: str | None, overrides: list[
             print(f"{run} has the settings of {spec.same_as}: training that run", file=sys.stderr)
             run, spec = spec.same_as, runs[spec.same_as]
         settings = run_settings(cfg, {**_explicit_of(cfg, spec), **explicit})
+        if run_id is not None:  # a variant of the experiment's run, under a name of its own
+            if run_id in runs:
+                raise ConfigError(f"--run-id: {run_id!r} is a run of experiment {runs[run_id].experiment}; "
+                                  f"name the variant of {run} otherwise")  # fmt: skip
+            return _checked_run_id(run_id), None, settings
         from mathrl.resume import OUTSIDE_THE_STEP
 
         changed = sorted(k for k in explicit if k not in OUTSIDE_THE_STEP and settings.get(k) != spec.settings.get(k))
@@ -86,10 +91,14 @@ def resolve_run(cfg: dict, run: str | None, run_id: str | None, overrides: list[
             )
         return run, spec.experiment, settings
     settings = run_settings(cfg, explicit)
-    # The run id names a directory under results/runs and reaches shell commands and the report.
-    if run_id is not None and (not run_id or not set(run_id) <= RUN_ID_CHARS or run_id.startswith(".")):
+    return _checked_run_id(run_id) if run_id is not None else "adhoc", None, settings
+
+
+def _checked_run_id(run_id: str) -> str:
+    """The run id names a directory under results/runs and reaches shell commands and the report."""
+    if not run_id or not set(run_id) <= RUN_ID_CHARS or run_id.startswith("."):
         raise ConfigError(f"--run-id: {run_id!r} is not allowed; use letters, digits and _ . - (not starting with .)")
-    return run_id or "adhoc", None, settings
+    return run_id
 
 
 def _explicit_of(cfg: dict, spec) -> dict:
@@ -285,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--on-mismatch", choices=["error", "restart"], default="error",
                    help="a snapshot from other settings or another start checkpoint: stop with an error (default), "
                         "or set it aside as snapshot.stale.pt and start over (the pipeline's choice after a config change)")
-    p.add_argument("--run-id", help="name of an ad hoc run (default: adhoc)")
+    p.add_argument("--run-id", help="name of an ad hoc run (default: adhoc); with --run, a variant of that run: its settings, then KEY=VALUE")
     p.add_argument("--out", help="run directory (default results/runs/RUN_ID)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads per process (default: torch's choice)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="run settings, e.g. lr=1e-3 batch_size=64")

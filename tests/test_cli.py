@@ -48,6 +48,19 @@ def test_each_bad_name_or_meaningless_setting_exits_2_naming_it(tiny_cfg_dict, t
     assert not (tmp_path / "results").exists()
 
 
+def test_a_variant_of_an_experiments_run_trains_under_its_own_name(tiny_cfg_dict, tmp_path, monkeypatch):
+    """`--run RUN --run-id NAME lr=...`: RUN's settings with the change, in results/runs/NAME
+    (what the refusal of `--run RUN lr=...` suggests); an experiment's run id is not a free name."""
+    from mathrl import cli
+
+    cfg = cli.load_config([write_config(tmp_path / "c.yaml", tiny_cfg_dict)])
+    run_id, experiment, settings = cli.resolve_run(cfg, "tiny__batch_size-16__s1", "hot", ["lr=0.5"])
+    assert (run_id, experiment) == ("hot", None)
+    assert settings["lr"] == 0.5 and settings["batch_size"] == 16 and settings["seed"] == 1
+    with pytest.raises(cli.ConfigError, match="'tiny__batch_size-8__s0' is a run of experiment tiny"):
+        cli.resolve_run(cfg, "tiny__batch_size-16__s1", "tiny__batch_size-8__s0", ["lr=0.5"])
+
+
 def test_a_value_is_blamed_on_the_file_that_gave_it(tiny_cfg_dict, tmp_path, capsys):
     base = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
     bad = write_config(tmp_path / "bad.yaml", {"train": {"batch_size": -64}})
