@@ -25,9 +25,10 @@ matplotlib.use("Agg")
 VARIANTS = {"normal": {"lr": 1.0e-4, "entropy_coef": 0.01}, "aggressive": {"lr": 5.0e-4, "entropy_coef": 0.001},
             "clip_higher": {"lr": 5.0e-4, "entropy_coef": 0.001, "ppo_epochs": 2, "clip_eps_high": 0.28},
             "dapo_aggressive": {"algorithm": "dapo", "lr": 5.0e-4, "entropy_coef": 0.001}, "proxy_reward": {"reward": "proxy"},
-            "random_init": {"init": "random"}, "near_perfect": {"group_size": 4}}  # fmt: skip
+            "random_init": {"init": "random"}, "near_perfect": {"group_size": 4},
+            "clip_cov": {"lr": 5.0e-4, "entropy_coef": 0.001, "ppo_epochs": 2, "policy_loss": "clip_cov"}}  # fmt: skip
 ROLES = {"normal": "normal", "aggressive": "aggressive", "clip_higher": "clip_higher", "remedy": "dapo_aggressive", "proxy": "proxy_reward", "random_policy": "random_init",
-         "perfect_policy": "near_perfect"}  # fmt: skip
+         "perfect_policy": "near_perfect", "clip_cov": "clip_cov"}  # an optional role: the study judges Clip-Cov because it is named  # fmt: skip
 BANDIT = {"seeds": [0, 1], "studies": {"gradient_vanishing": {"phase_steps": 2}}}
 
 # entropy_collapse: (setting, seed) -> entropy per step, probabilities at the last step; normal seed 1 is missing.
@@ -72,6 +73,7 @@ GPT = {
     "proxy_reward": (lambda s: 0.5 - 0.02 * s, lambda s: 0.3, 0.3, lambda s: 0.6 + 0.01 * s),
     "random_init": (lambda s: 0.0, lambda s: 0.5, 1.0, None),
     "near_perfect": (lambda s: 0.98, lambda s: 0.1, 0.8, None),
+    "clip_cov": (lambda s: 0.5 + 0.01 * s, lambda s: 0.3 - 0.01 * s, 0.3, None),
 }
 
 
@@ -85,7 +87,8 @@ def write_gpt(cfg):
                 a = acc(s) + 0.01 * seed
                 row = {"step": s, "accuracy": a, "reward_mean": reward(s) if reward else a, "entropy": ent(s), "frac_zero_std": fzs,
                        "grad_norm": 0.5, "seconds": 1.0, "clip_frac": 0.05 if variant in ("clip_higher", "dapo_aggressive") else 0.0,
-                       "samples": 16 * s * (2 if variant == "dapo_aggressive" else 1), **({"eval_accuracy": a} if s % 4 == 0 else {})}  # fmt: skip
+                       "samples": 16 * s * (2 if variant == "dapo_aggressive" else 1), **({"eval_accuracy": a} if s % 4 == 0 else {}),
+                       **({"cov_frac": 0.002} if variant == "clip_cov" else {})}  # fmt: skip
                 rows.append(row)
             write_run(cfg, f"lab04_gpt__{variant}__s{seed}", rows, initial_eval=0.5)
 
@@ -209,6 +212,9 @@ def test_criteria_and_template(results):
     assert ch.outcome == "not judged" and "learning (aggressive) did not engage: sampled accuracy, end − start -0.07" in ch.reason
     assert "upper clip (clip_higher) engaged: share of tokens clipped (clip_frac) 0.05" in ch.engaged
     assert "dynamic sampling engaged: rollouts drawn per rollout kept" in v.loc["gpt_dapo_entropy"].engaged
+    cc = v.loc["gpt_clip_cov_entropy"]  # judged on the same gate: the aggressive setting does not learn here
+    assert cc.outcome == "not judged" and "covariance rule (clip_cov) engaged: share of answer tokens it acted on (cov_frac) 0.002" in cc.engaged
+    assert "gpt_kl_cov_entropy" not in v.index  # no variant has the role: no row
     assert v.loc["gpt_random_no_signal"].outcome == "agrees" and v.loc["gpt_random_no_signal"]["diff"] == pytest.approx(0.05)
     tpl = results[0]["lab04_report_template"].set_index("item")
     assert tpl.loc["Global optimum found", "value"] == "partly (1 of 2 seeds)" and tpl.loc["Severity", "value"] == "moderate"
@@ -253,6 +259,24 @@ def test_missing_everything(tmp_path):
     s = lab04.section(t)
     assert all(r["outcome"] == "not judged" for p in s["parts"].values() for r in p["rows"])
     assert "Not judged" in render(t)
+
+
+def test_covariance_remedies_are_judged_only_where_their_rule_acted(results):
+    """Clip-Cov against aggressive GRPO, by hand: three seeds, the problem shown (entropy falls
+    by 20% while sampled accuracy rises); judged where cov_frac > 0, not judged where it is 0."""
+    ent, van, hack = (results[0][k] for k in ("lab04_entropy", "lab04_vanishing", "lab04_hacking"))
+    rows = [{"variant": "aggressive", "seed": s, "entropy_reduction": 0.2, "accuracy_gain": 0.05, "entropy_end": 0.40 + 0.01 * s,
+             "eval_end": 0.50, "cov_frac": math.nan} for s in range(3)]  # fmt: skip
+    rows += [{"variant": "cc", "seed": s, "entropy_end": 0.45 + 0.01 * s + 0.001 * (s == 2), "eval_end": 0.50, "cov_frac": 0.002} for s in range(3)]
+    runs = pd.DataFrame(rows)
+    role = {"aggressive": "aggressive", "clip_cov": "cc"}
+    v = {x.claim.key: x for x in lab04.verdicts(ent, van, hack, runs, role)}
+    cc = v["gpt_clip_cov_entropy"]
+    assert cc.outcome == "agrees" and cc.est.estimate == pytest.approx(0.05 + 0.001 / 3) and cc.est.n == 3
+    assert "gpt_kl_cov_entropy" not in v
+    idle = lab04.verdicts(ent, van, hack, runs.assign(cov_frac=runs["cov_frac"].where(runs["variant"] != "cc", 0.0)), role)
+    cc = {x.claim.key: x for x in idle}["gpt_clip_cov_entropy"]
+    assert cc.outcome == "not judged" and "covariance rule (cc) did not engage" in cc.reason
 
 
 def test_local_optima_rates_and_verdicts_by_hand():

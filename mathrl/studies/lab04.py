@@ -32,6 +32,10 @@ EXPERIMENT = "lab04_gpt"
 ROLES = ("normal", "aggressive", "clip_higher", "remedy", "proxy", "random_policy", "perfect_policy")
 ENTROPY_FALL = 0.10  # the aggressive setting shows entropy collapse: token entropy falls by at least this share...
 CLIP_BINDS = 0.01  # an upper clip binds: at least this share of tokens clipped (clip_frac; clip_frac_high once logged)
+COV_ACTS = 1e-4  # Clip-Cov / KL-Cov acted: at least this share of answer tokens chosen by the covariance rule (cov_frac)
+# Optional roles: the covariance remedies of arXiv 2505.22617, judged like clip-higher where an experiment names them
+# (config/full.yaml does; the default leaves them out of its budget).
+COV_REMEDIES = {"clip_cov": "Clip-Cov", "kl_cov": "KL-Cov"}
 DYNAMIC = 1.05  # dynamic sampling acted: at least this many rollouts drawn per rollout kept
 EQUAL_SAMPLES = (0.75, 1.33)  # "equal samples": the remedy's total rollouts within this ratio of the reference's
 NONINFERIOR_MARGIN = 0.02  # accuracy points that count as "no worse" (about the sampling error of 500 problems)
@@ -213,7 +217,7 @@ def bandit_curves(ctx) -> pd.DataFrame:
 
 
 GPT_VALUES = ["accuracy_start", "accuracy_end", "eval_start", "eval_end", "entropy_start", "entropy_end", "entropy_reduction",
-              "frac_zero_std", "grad_norm", "reward_start", "reward_end", "accuracy_gain", "clip_frac", "clip_frac_high", "samples", "draws_per_rollout"]  # fmt: skip
+              "frac_zero_std", "grad_norm", "reward_start", "reward_end", "accuracy_gain", "clip_frac", "clip_frac_high", "samples", "draws_per_rollout", "cov_frac"]  # fmt: skip
 
 
 def gpt_runs(ctx) -> pd.DataFrame:
@@ -231,7 +235,8 @@ def gpt_runs(ctx) -> pd.DataFrame:
             st = run.settings
             row.update(accuracy_gain=row["accuracy_end"] - row["accuracy_start"], clip_frac=m["clip_frac"].mean(),
                        clip_frac_high=m["clip_frac_high"].mean() if "clip_frac_high" in m else math.nan, samples=float(m["samples"].iloc[-1]),
-                       draws_per_rollout=float(m["samples"].iloc[-1]) / (len(m) * st["batch_size"]))  # fmt: skip
+                       draws_per_rollout=float(m["samples"].iloc[-1]) / (len(m) * st["batch_size"]),
+                       cov_frac=m["cov_frac"].mean() if "cov_frac" in m else math.nan)  # fmt: skip
         rows.append(row)
     return pd.DataFrame(rows).reindex(columns=["run_id", "variant", "seed", "status", *GPT_VALUES])
 
@@ -341,6 +346,13 @@ def verdicts(ent, van, hack, runs, role: dict) -> list[Verdict]:
     gated("gpt_dapo_accuracy", "GPT: DAPO is at least as accurate as aggressive GRPO at about equal samples", "final held-out accuracy: DAPO − aggressive GRPO",
           difference(g("remedy", "eval_end"), g("aggressive", "eval_end")), *problem, binds("remedy"), dynamic, *equal,
           kind="noninferior", margin=NONINFERIOR_MARGIN, unit="pts")
+    for r, name in COV_REMEDIES.items():
+        if r in role:
+            acts = engaged(f"covariance rule ({role[r]})", "share of answer tokens it acted on (cov_frac)", g(r, "cov_frac"), COV_ACTS)
+            gated(f"gpt_{r}_entropy", f"GPT: {name} keeps more entropy than aggressive GRPO", f"final token entropy: {name} − aggressive GRPO",
+                  difference(g(r, "entropy_end"), g("aggressive", "entropy_end")), *problem, acts)
+            gated(f"gpt_{r}_accuracy", f"GPT: {name} is at least as accurate as aggressive GRPO", f"final held-out accuracy: {name} − aggressive GRPO",
+                  difference(g(r, "eval_end"), g("aggressive", "eval_end")), *problem, acts, kind="noninferior", margin=NONINFERIOR_MARGIN, unit="pts")
     add("gpt", "gpt_random_no_signal", "GPT from a random policy: (almost) every group has equal rewards", f"share of groups with equal rewards − {NO_SIGNAL}",
         mean_interval(_shift(g("random_policy", "frac_zero_std"), NO_SIGNAL)), unit="pts")
     add("gpt", "gpt_perfect_no_signal", "GPT near-perfect policy: most groups have equal rewards", "share of groups with equal rewards − 1/2",
@@ -568,8 +580,9 @@ CLAIMS = {
                "briefly and then falls, even below zero: the agent learns the reward model's flaws instead of the goal.",
     "gpt": "The document names DAPO (clip-higher, dynamic sampling) as the cure for entropy collapse. On the GPT we repeat the challenges "
            "from the calibrated reference: a multiple of its learning rate and a tenth of the entropy bonus, a proxy reward that favours large digits, "
-           "RL from a random policy (all answers wrong) and from a near-perfect one (all right), and DAPO's remedies at the aggressive settings with two "
-           "PPO epochs, so that the ratio moves and the upper clip can bind (with one epoch the ratio is always 1). Full DAPO runs half the steps, "
+           "RL from a random policy (all answers wrong) and from a near-perfect one (all right), and DAPO's remedies at the aggressive settings. The "
+           "normal, aggressive and remedy settings all take two PPO epochs per batch, so that the ratio moves and a clip can bind (with one epoch the "
+           "ratio is always 1), and a remedy differs from the aggressive setting by nothing but itself. Full DAPO runs half the steps, "
            "since dynamic sampling draws about twice the rollouts per step: the comparison is at about equal samples. A remedy is judged only "
            "where the aggressive setting shows the problem (entropy falls while sampled accuracy rises) and the remedy's mechanism acted.",
 }  # fmt: skip
@@ -588,7 +601,18 @@ def gpt_sentence(gpt: pd.DataFrame) -> str:
             f"entropy {_pm(g['dapo_aggressive'], 'entropy_end_mean')} and held-out accuracy {_pm(g['dapo_aggressive'], 'eval_end_mean', '.1%')}, against "
             f"{_pm(g['aggressive'], 'entropy_end_mean')} and {_pm(g['aggressive'], 'eval_end_mean', '.1%')} for aggressive GRPO. Share of groups with equal rewards: "
             f"{_pm(g['random_init'], 'frac_zero_std_mean')} from a random policy ({n['random_init']}), "
-            f"{_pm(g['near_perfect'], 'frac_zero_std_mean')} from a near-perfect one ({n['near_perfect']}).")  # fmt: skip
+            f"{_pm(g['near_perfect'], 'frac_zero_std_mean')} from a near-perfect one ({n['near_perfect']}).") + cov_sentence(gpt)  # fmt: skip
+
+
+def cov_sentence(gpt: pd.DataFrame) -> str:
+    """The covariance remedies' part of the measured sentence: empty where no experiment names them."""
+    parts = []
+    for r, name in COV_REMEDIES.items():
+        d = _row(gpt, role=r)
+        if d:
+            parts.append(f" {name} (n={num(d.get('n'), '.0f')} of {num(d.get('expected'), '.0f')}) acted on {_pm(d, 'cov_frac_mean')} of answer "
+                         f"tokens and ended at entropy {_pm(d, 'entropy_end_mean')} and held-out accuracy {_pm(d, 'eval_end_mean', '.1%')}.")  # fmt: skip
+    return "".join(parts)
 
 
 def section(t) -> dict:
