@@ -346,17 +346,27 @@ def verdicts(ent, van, hack, runs, role: dict) -> list[Verdict]:
     gated("gpt_dapo_accuracy", "GPT: DAPO is at least as accurate as aggressive GRPO at about equal samples", "final held-out accuracy: DAPO − aggressive GRPO",
           difference(g("remedy", "eval_end"), g("aggressive", "eval_end")), *problem, binds("remedy"), dynamic, *equal,
           kind="noninferior", margin=NONINFERIOR_MARGIN, unit="pts")
-    for r, name in COV_REMEDIES.items():
-        if r in role:
-            acts = engaged(f"covariance rule ({role[r]})", "share of answer tokens it acted on (cov_frac)", g(r, "cov_frac"), COV_ACTS)
-            gated(f"gpt_{r}_entropy", f"GPT: {name} keeps more entropy than aggressive GRPO", f"final token entropy: {name} − aggressive GRPO",
-                  difference(g(r, "entropy_end"), g("aggressive", "entropy_end")), *problem, acts)
-            gated(f"gpt_{r}_accuracy", f"GPT: {name} is at least as accurate as aggressive GRPO", f"final held-out accuracy: {name} − aggressive GRPO",
-                  difference(g(r, "eval_end"), g("aggressive", "eval_end")), *problem, acts, kind="noninferior", margin=NONINFERIOR_MARGIN, unit="pts")
+    out += cov_verdicts(g, role, problem)
     add("gpt", "gpt_random_no_signal", "GPT from a random policy: (almost) every group has equal rewards", f"share of groups with equal rewards − {NO_SIGNAL}",
         mean_interval(_shift(g("random_policy", "frac_zero_std"), NO_SIGNAL)), unit="pts")
     add("gpt", "gpt_perfect_no_signal", "GPT near-perfect policy: most groups have equal rewards", "share of groups with equal rewards − 1/2",
         mean_interval(_shift(g("perfect_policy", "frac_zero_std"), 0.5)), unit="pts")
+    return out
+
+
+def cov_verdicts(g, role: dict, problem: list) -> list[Verdict]:
+    """Clip-Cov and KL-Cov against aggressive GRPO, for the roles a config names; gated like
+    clip-higher on the problem being shown and on the covariance rule having acted."""
+    out = []
+    for r, name in COV_REMEDIES.items():
+        if r not in role:
+            continue
+        acts = engaged(f"covariance rule ({role[r]})", "share of answer tokens it acted on (cov_frac)", g(r, "cov_frac"), COV_ACTS)
+        out.append(judged(Claim(f"gpt_{r}_entropy", f"GPT: {name} keeps more entropy than aggressive GRPO", f"final token entropy: {name} − aggressive GRPO"),
+                          difference(g(r, "entropy_end"), g("aggressive", "entropy_end")), *problem, acts, extra={"part": "gpt"}))
+        out.append(judged(Claim(f"gpt_{r}_accuracy", f"GPT: {name} is at least as accurate as aggressive GRPO", f"final held-out accuracy: {name} − aggressive GRPO",
+                                kind="noninferior", margin=NONINFERIOR_MARGIN, unit="pts"),
+                          difference(g(r, "eval_end"), g("aggressive", "eval_end")), *problem, acts, extra={"part": "gpt"}))
     return out
 
 
