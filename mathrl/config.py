@@ -375,6 +375,9 @@ def expand_runs(cfg: dict) -> dict[str, RunSpec]:
         points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
         if not points:
             raise ConfigError(f"experiments.{name}: the grid expands to zero runs")
+        _check_lr_or_scale(exp.get("fixed") or {}, f"experiments.{name}.fixed")
+        for variant, vsettings in variants.items():
+            _check_lr_or_scale(vsettings or {}, f"experiments.{name}" + (f".variants.{variant}" if variant else ""))
         for (variant, vsettings), point, seed in itertools.product(variants.items(), points, exp["seeds"]):
             # Grid keys in sorted order: a run id must not depend on how a YAML tool ordered them.
             parts = ([variant] if variant else []) + [f"{k}-{_fmt(point[k])}" for k in sorted(point)]
@@ -384,8 +387,6 @@ def expand_runs(cfg: dict) -> dict[str, RunSpec]:
             explicit = {**exp.get("fixed", {}), **(vsettings or {}), **point, "seed": seed}
             settings = run_settings(cfg, explicit)
             where = f"experiments.{name}" + (f".variants.{variant}" if variant else "")
-            _check_lr_or_scale(exp.get("fixed") or {}, f"experiments.{name}.fixed")
-            _check_lr_or_scale(vsettings or {}, where)
             check_train(cfg, settings, where)
             if run_id in runs:
                 raise ConfigError(f"experiments.{name}: duplicate run id {run_id}")

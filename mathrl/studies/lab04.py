@@ -40,7 +40,7 @@ DYNAMIC = 1.05  # dynamic sampling acted: at least this many rollouts drawn per 
 EQUAL_SAMPLES = (0.75, 1.33)  # "equal samples": the remedy's total rollouts within this ratio of the reference's
 NONINFERIOR_MARGIN = 0.02  # accuracy points that count as "no worse" (about the sampling error of 500 problems)
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
-GPT_WINDOW = 5  # GPT steps averaged for the start or end of a per-step metric (runs are 20-40 steps)
+GPT_WINDOW = 5  # GPT steps averaged for the start or end of a per-step metric; at most half a run, so the two never overlap
 DOMINANT = 0.9  # an arm holding this much probability is where the policy converged (bandit.converged_to)
 NO_SIGNAL = 0.95  # frac_zero_std at or above this: (almost) no group carries a learning signal
 SEVERITY_DEFINITION = "mild: the mean gradient norm fell by less than 50%; moderate: by 50-90%; severe: by more than 90%"
@@ -227,7 +227,8 @@ def gpt_runs(ctx) -> pd.DataFrame:
         row = {"run_id": run.spec.run_id, "variant": run.spec.variant or "", "seed": run.spec.seed, "status": run.status}
         if run.ok:
             m = run.metrics.sort_values("step")
-            head, tail, evals = m.head(GPT_WINDOW), m.tail(GPT_WINDOW), run.evals["eval_accuracy"]
+            window = max(1, min(GPT_WINDOW, len(m) // 2))  # DAPO's 8-step runs: steps 1-4 against 5-8
+            head, tail, evals = m.head(window), m.tail(window), run.evals["eval_accuracy"]
             row.update(accuracy_start=head["accuracy"].mean(), accuracy_end=tail["accuracy"].mean(), eval_start=evals.iloc[0], eval_end=evals.iloc[-1],
                        entropy_start=head["entropy"].mean(), entropy_end=tail["entropy"].mean(), frac_zero_std=m["frac_zero_std"].mean(),
                        grad_norm=m["grad_norm"].mean(), reward_start=head["reward_mean"].mean(), reward_end=tail["reward_mean"].mean())  # fmt: skip
