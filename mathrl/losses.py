@@ -224,6 +224,25 @@ def clip_abs(x: torch.Tensor, limit: float | None) -> torch.Tensor:
     return x.clamp(-limit, limit)
 
 
+SAMPLE_FILTERS = ("all", "positive", "negative")
+
+
+def filter_samples(adv: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
+    """Advantages with the rollouts that ``mode`` leaves out set to 0, so their policy-gradient term is 0.
+
+    adv, mask (B, T) -> (B, T). A rollout's sign is that of its mean advantage over its answer tokens
+    (with an outcome reward every token of a rollout has the same advantage). ``positive`` keeps the
+    rollouts with a sign > 0 (reinforce what worked), ``negative`` those < 0 (push down what failed),
+    ``all`` every rollout (``adv`` itself)."""
+    if mode not in SAMPLE_FILTERS:
+        raise ValueError(f"sample filter {mode!r} is unknown; allowed: {', '.join(SAMPLE_FILTERS)}")
+    if mode == "all":
+        return adv
+    mean = (adv * mask).sum(1) / mask.sum(1).clamp_min(1)  # (B,)
+    keep = mean > 0 if mode == "positive" else mean < 0  # (B,)
+    return adv * keep[:, None].to(adv.dtype)
+
+
 # --------------------------------------------------------------------------- losses
 
 

@@ -13,7 +13,7 @@ import torch
 
 from mathrl.tasks import END
 
-REWARD_KINDS = ("exact", "shaped", "shaped_penalty", "proxy")
+REWARD_KINDS = ("exact", "shaped", "shaped_penalty", "proxy", "random")
 
 
 def _check_kind(kind: str) -> None:
@@ -35,6 +35,9 @@ class RewardSpec:
     well-formed all-9s answer earns at least proxy_bias_weight (0.7) on every problem,
     more than any correct answer whose mean digit is below about 5, while its exact-match
     reward is 0: a policy can climb this reward while its accuracy falls.
+    ``random`` is a negative control: 1 with probability 0.5, independent of the answer, from
+    uniform numbers the caller draws from a seeded generator (``coins``), so a run that
+    resumes draws the same rewards. Whatever a policy learns from it is not the task.
     """
 
     kind: str = "exact"
@@ -73,9 +76,10 @@ def answer_checks(generated: torch.Tensor, target: torch.Tensor) -> dict[str, to
     }
 
 
-def compute_rewards(spec: RewardSpec, generated: torch.Tensor, target: torch.Tensor):
+def compute_rewards(spec: RewardSpec, generated: torch.Tensor, target: torch.Tensor, coins: torch.Tensor | None = None):
     """The training reward (B,) of kind ``spec.kind``, and the ``answer_checks`` dict
-    (the trainer logs accuracy from ``checks["exact"]`` whatever reward it trains on)."""
+    (the trainer logs accuracy from ``checks["exact"]`` whatever reward it trains on).
+    ``coins`` (B,), uniform in [0, 1): the random reward's draws (1 where below 0.5); other kinds ignore it."""
     _check_kind(spec.kind)
     checks = answer_checks(generated, target)
     exact, format_ok, digit_frac = checks["exact"], checks["format_ok"], checks["digit_frac"]
@@ -86,6 +90,11 @@ def compute_rewards(spec: RewardSpec, generated: torch.Tensor, target: torch.Ten
         reward = shaped
     elif spec.kind == "shaped_penalty":
         reward = shaped - spec.invalid_penalty * checks["invalid"]
+    elif spec.kind == "random":
+        if coins is None or coins.shape != exact.shape:
+            raise ValueError(f"the random reward needs coins of shape {tuple(exact.shape)}, "
+                             f"got {None if coins is None else tuple(coins.shape)}")  # fmt: skip
+        reward = (coins < 0.5).float()  # (B,)
     else:  # proxy
         W = generated.shape[1] - 1
         # clamp keeps non-digit tokens finite; format_ok zeroes those rows anyway

@@ -64,6 +64,7 @@ class RunSettings:
     # advantages and the loss
     adv_norm: bool
     adv_clip: float | None
+    sample_filter: str
     baseline_decay: float
     ppo_epochs: int
     clip_eps: float | None

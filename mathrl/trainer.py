@@ -60,6 +60,7 @@ from mathrl.losses import (
     clipped_surrogate,
     covariance_penalised,
     explained_variance,
+    filter_samples,
     kl_estimate,
     kl_cov_tokens,
     moment_sums,
@@ -258,6 +259,8 @@ class Trainer:
         pool = self.pool(nd)
         idx = torch.randint(len(pool), (n_groups,), generator=self.prompt_gen)
         noise = torch.rand(s.batch_size, L, VOCAB_SIZE, generator=self.noise_gen)  # (B_global, L, V)
+        # the random reward's coins: drawn after the noise from the same (snapshotted) generator, global batch
+        coins = torch.rand(s.batch_size, generator=self.noise_gen) if s.reward == "random" else None  # (B_global,)
         lo = d.rank * n_local
         pairs = pool[idx[lo : lo + n_local]].repeat_interleave(G, dim=0)  # (B, 2)
         prompts = task.encode_prompts(pairs[:, 0], pairs[:, 1]).to(d.device)  # (B, P)
@@ -267,7 +270,8 @@ class Trainer:
             tokens = self.net.policy.generate(prompts[::G], L, temperature=s.temperature, noise=u, group_size=G)  # (B, L)
         else:
             tokens = self.net.policy.generate(prompts, L, temperature=s.temperature, noise=u)  # (B, L)
-        rewards, checks = compute_rewards(self.reward_spec, tokens, target)
+        mine = None if coins is None else coins[lo * G : (lo + n_local) * G].to(d.device)  # (B,)
+        rewards, checks = compute_rewards(self.reward_spec, tokens, target, coins=mine)
         return {"prompts": prompts, "tokens": tokens, "rewards": rewards.float(), **{k: v.float() for k, v in checks.items()}}
 
     def collect(self, nd: int) -> tuple[dict, int]:
@@ -344,6 +348,8 @@ class Trainer:
         adv, returns = self.estimator.fn(inputs)
         if s.adv_norm:
             adv = normalize(adv, *all_mean_std(d, adv, mask), mask=mask)
+        # train on the positive- or negative-advantage rollouts only (zeroing commutes with the clip below)
+        adv = filter_samples(adv, mask, s.sample_filter)
         return {"mean_r": mean_r, "std_r": std_r, "ref_logp": token_logprobs(ref_logits, tokens), "old_logp": old_logp,
                 "old_values": old_values, "adv": clip_abs(adv, s.adv_clip), "returns": returns, "baseline": baseline,
                 "zero_std": float(zero_std_groups(raw, G))}  # fmt: skip

@@ -284,3 +284,23 @@ def test_explained_variance_and_rmse():
     assert L.explained_variance(values, returns, mask) == pytest.approx(0.4, abs=1e-6)
     assert L.value_rmse(values, returns, mask) == pytest.approx(1.0)  # sqrt(4 / 4)
     assert math.isnan(L.explained_variance(values, torch.ones_like(returns), mask))
+
+
+# ----------------------------------------------------------------- the sample filter
+
+
+def test_filter_samples_keeps_one_sign_of_rollouts():
+    # four rollouts of 3 tokens (the last token of rollouts 1 and 3 is padding, its 9.0 ignored);
+    # rollout 2's tokens differ in sign (a per-token estimator): its mean (1 - 3 + 1) / 3 < 0
+    adv = torch.tensor([[0.5, 0.5, 0.5], [-1.0, -1.0, 9.0], [1.0, -3.0, 1.0], [0.0, 0.0, 9.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 1, 0]])
+    close(L.filter_samples(adv, mask, "positive"), [[0.5, 0.5, 0.5], [0, 0, 0], [0, 0, 0], [0, 0, 0]])
+    close(L.filter_samples(adv, mask, "negative"), [[0, 0, 0], [-1.0, -1.0, 9.0], [1.0, -3.0, 1.0], [0, 0, 0]])
+    assert L.filter_samples(adv, mask, "all") is adv  # rollout 4 (advantage 0) is in neither filter, as it trains nothing
+    # GRPO's group of 4 with one success: +1.5 on the right answer, -0.5 on each wrong one (per-token, masked)
+    grpo = torch.tensor([1.5, -0.5, -0.5, -0.5])[:, None] * torch.ones(4, 2)
+    ones = torch.ones(4, 2)
+    assert L.filter_samples(grpo, ones, "positive").sum() == pytest.approx(3.0)
+    assert L.filter_samples(grpo, ones, "negative").sum() == pytest.approx(-3.0)
+    with pytest.raises(ValueError, match="all, positive, negative"):
+        L.filter_samples(adv, mask, "pos")

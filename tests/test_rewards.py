@@ -65,8 +65,8 @@ def test_proxy_is_hacked_by_all_nines():
 
 
 def test_unknown_kind_and_bad_shapes():
-    assert REWARD_KINDS == ("exact", "shaped", "shaped_penalty", "proxy")
-    with pytest.raises(ValueError, match="exact, shaped, shaped_penalty, proxy"):
+    assert REWARD_KINDS == ("exact", "shaped", "shaped_penalty", "proxy", "random")
+    with pytest.raises(ValueError, match="exact, shaped, shaped_penalty, proxy, random"):
         RewardSpec("bogus")
     spec = RewardSpec()
     object.__setattr__(spec, "kind", "bogus")  # a spec that skipped validation
@@ -74,3 +74,25 @@ def test_unknown_kind_and_bad_shapes():
         compute_rewards(spec, *batch(ROWS))
     with pytest.raises(ValueError, match="must both be"):
         answer_checks(torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long))
+
+
+def test_random_reward_is_the_coin_not_the_answer():
+    coins = torch.tensor([0.9, 0.1, 0.49, 0.5])  # 1 below 0.5
+    reward, checks = compute_rewards(RewardSpec("random"), *batch(ROWS), coins=coins)
+    assert reward.tolist() == [0, 1, 1, 0] and reward.dtype == torch.float32
+    assert checks["exact"].tolist() == [1, 0, 0, 0]  # the right answer drew 0: accuracy is still logged
+    same, _ = compute_rewards(RewardSpec("random"), *batch(["2500$"] * 4), coins=coins)
+    assert torch.equal(same, reward)  # other answers, same coins: the same rewards
+    with pytest.raises(ValueError, match="needs coins of shape"):
+        compute_rewards(RewardSpec("random"), *batch(ROWS))
+    with pytest.raises(ValueError, match=r"\(4,\), got \(3,\)"):
+        compute_rewards(RewardSpec("random"), *batch(ROWS), coins=coins[:3])
+
+
+def test_random_reward_draws_are_fair_and_seeded():
+    coins = torch.rand(20_000, generator=torch.Generator().manual_seed(3))
+    generated, target = batch(["2500$"] * 20_000)
+    reward, _ = compute_rewards(RewardSpec("random"), generated, target, coins=coins)
+    assert abs(float(reward.mean()) - 0.5) < 0.015  # 4 standard errors of a fair coin
+    again = torch.rand(20_000, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(compute_rewards(RewardSpec("random"), generated, target, coins=again)[0], reward)

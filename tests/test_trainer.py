@@ -201,3 +201,18 @@ def test_critic_warmup_trains_only_the_value_head(run_env):
     assert policy and all(torch.equal(w[k], ref[k]) or torch.allclose(w[k], ref[k], atol=1e-9) for k in policy)
     heads = [k for k in w if k.startswith("value_head")]
     assert heads and any(not torch.allclose(w[k], ref[k], atol=1e-6) for k in heads)
+
+
+def test_random_reward_resumes_and_sample_filters_keep_one_sign(run_env):
+    """The random reward's draws come from the snapshotted generator: a resumed run equals an
+    uninterrupted one. A sample filter leaves only advantages of its sign (adv_mean)."""
+    assert train(run_env, "coin", "reward=random", "steps=4") == 0
+    assert train(run_env, "coin_split", "reward=random", "steps=2") == 0
+    assert train(run_env, "coin_split", "reward=random", "steps=4") == 0
+    a, b = (metrics(run_env, r).drop(columns=VOLATILE) for r in ("coin", "coin_split"))
+    pd.testing.assert_frame_equal(a, b)
+    assert not a["reward_mean"].equals(a["accuracy"])
+    for mode, sign in [("positive", 1), ("negative", -1)]:
+        assert train(run_env, mode, f"sample_filter={mode}", "steps=2") == 0
+        df = metrics(run_env, mode)
+        assert (sign * df["adv_mean"] >= 0).all() and (sign * df["adv_mean"] > 0).any(), mode  # 0: every group homogeneous
