@@ -11,14 +11,14 @@ ScaleRL fits a run's pass rate R against the compute C it has spent with a sigmo
 
 A recipe can raise the ceiling (A) or only reach the same ceiling sooner (B, C_mid); ScaleRL's
 point is that the two are different questions. ``fit_curve`` fits A, B and log C_mid by bounded
-least squares (scipy.optimize.curve_fit, several starts); ``half_fit_error`` fits the points of the
-first half of the compute and measures the error on the second half (is the fitted curve a forecast?).
+least squares (scipy.optimize.least_squares, curve_fit's solver, several starts); ``half_fit_error``
+fits the points of the first half of the compute and measures the error on the second half (is the
+fitted curve a forecast?).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 
@@ -34,7 +34,11 @@ FLAT = 1e-3
 """A fitted curve that rises less than this (a tenth of a point) over the measured compute has no gain:
 A is then R0, and B and C_mid are undefined (with flat data any A fits, its rise placed beyond the data)."""
 
-FIT_KEYS = ("A", "B", "C_mid", "rmse", "points", "fitted", "a_at_bound", "reason")
+MAX_NFEV = 300
+"""Evaluations per start of the solver: a fit that needs more sits on a ridge (B at its bound), where more evaluations
+move B and not the fit (its error changes in the fifth decimal)."""
+
+FIT_KEYS = ("A", "B", "C_mid", "rmse", "points", "fitted", "converged", "a_at_bound", "reason")
 
 
 def sigmoid_curve(c, r0: float, a: float, b: float, c_mid: float) -> np.ndarray:
@@ -61,17 +65,32 @@ def fit_curve(compute, accuracy, r0: float, min_points: int = MIN_POINTS) -> dic
     """Fit A, B and C_mid of ``sigmoid_curve`` to one run's points (compute C, accuracy R), R0 given.
 
     Points with C <= 0 or a NaN are dropped. Returns A, B, C_mid, rmse (of the fit), points (used),
-    fitted (bool), a_at_bound (A at 1: the curve has not bent, so its ceiling is the bound, not a
-    measurement) and reason (why not fitted, or why B and C_mid are NaN; empty otherwise).
+    fitted (bool), converged (the solver met its tolerance; else it stopped at its evaluation budget
+    with the best point found, as on the ridge where B runs to its bound and the curve is a step),
+    a_at_bound (A at 1: the curve has not bent, so its ceiling is the bound, not a measurement) and
+    reason (why not fitted, or why B and C_mid are NaN; empty otherwise).
     Not fitted with fewer than ``min_points`` points or an R0 outside [0, 1).
-    A fit that rises less than FLAT over the measured compute has A = R0 and B, C_mid NaN."""
-    from scipy.optimize import OptimizeWarning, curve_fit
+    A fit that rises less than FLAT over the measured compute has A = R0 and B, C_mid NaN.
+
+    The solver is scipy.optimize.least_squares (trust-region reflective, the bounds below), which is
+    what curve_fit runs with bounds; called directly it returns its best point at the budget, where
+    curve_fit raises. Several starts over C_mid, the best kept."""
+    from scipy.optimize import least_squares
 
     c, r = _points(compute, accuracy)
-    out = {"A": math.nan, "B": math.nan, "C_mid": math.nan, "rmse": math.nan, "points": int(len(c)),
-           "fitted": False, "a_at_bound": False, "reason": ""}  # fmt: skip
+    out = {
+        "A": math.nan,
+        "B": math.nan,
+        "C_mid": math.nan,
+        "rmse": math.nan,
+        "points": len(c),
+        "fitted": False,
+        "converged": False,
+        "a_at_bound": False,
+        "reason": "",
+    }
     if len(c) < min_points:
-        out["reason"] = f"{len(c)} points after the start (a fit needs {min_points})"
+        out["reason"] = f"{len(c)} point{'' if len(c) == 1 else 's'} after the start (a fit needs {min_points})"
         return out
     if not (math.isfinite(r0) and 0.0 <= r0 < 1.0):
         out["reason"] = f"starting value R0 = {r0} is not in [0, 1)"
@@ -80,24 +99,22 @@ def fit_curve(compute, accuracy, r0: float, min_points: int = MIN_POINTS) -> dic
     lower = (r0, B_BOUNDS[0], x[0] - math.log(C_MID_SPAN))
     upper = (1.0, B_BOUNDS[1], x[-1] + math.log(C_MID_SPAN))
     a0 = float(np.clip(r.max(), r0 + 1e-3, 1.0 - 1e-6))
-    best, best_sse = None, math.inf
+    best = None
     for log_mid in np.linspace(x[0], x[-1], 4):  # several starts: the least-squares surface has flat valleys
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", OptimizeWarning)
-                p, _ = curve_fit(f, x, r, p0=(a0, 1.0, log_mid), bounds=(lower, upper), method="trf", maxfev=5000)
-        except (RuntimeError, ValueError):
-            continue
-        sse = float(np.sum((r - f(x, *p)) ** 2))
-        if sse < best_sse:
-            best, best_sse = p, sse
+        res = least_squares(
+            lambda p: f(x, *p) - r, x0=(a0, 1.0, log_mid), bounds=(lower, upper), method="trf", max_nfev=MAX_NFEV
+        )
+        if np.all(np.isfinite(res.x)) and (best is None or res.cost < best.cost):
+            best = res
     if best is None:
-        out["reason"] = "the optimiser did not converge"
+        out["reason"] = "the solver found no finite fit"
         return out
-    a, b, log_mid = (float(v) for v in best)
-    out.update(rmse=math.sqrt(best_sse / len(c)), fitted=True)
+    a, b, log_mid = (float(v) for v in best.x)
+    out.update(rmse=math.sqrt(2 * best.cost / len(c)), fitted=True, converged=bool(best.status > 0))
     if f(x[-1], a, b, log_mid) - r0 < FLAT:
-        out.update(A=r0, reason="no gain: the fitted curve stays at R0 over the measured compute, so B and C_mid are undefined")
+        out.update(
+            A=r0, reason="no gain: the fitted curve stays at R0 over the measured compute, so B and C_mid are undefined"
+        )
     else:
         out.update(A=a, B=b, C_mid=math.exp(log_mid), a_at_bound=bool(a >= 1.0 - 1e-6))
     return out
@@ -120,5 +137,7 @@ def half_fit_error(compute, accuracy, r0: float, min_points: int = MIN_POINTS) -
     elif not math.isfinite(fit["B"]):  # no gain in the first half: the forecast is R0 (flat)
         out["half_mae"] = float(np.mean(np.abs(r[~first] - fit["A"])))
     else:
-        out["half_mae"] = float(np.mean(np.abs(r[~first] - sigmoid_curve(c[~first], r0, fit["A"], fit["B"], fit["C_mid"]))))
+        out["half_mae"] = float(
+            np.mean(np.abs(r[~first] - sigmoid_curve(c[~first], r0, fit["A"], fit["B"], fit["C_mid"])))
+        )
     return out

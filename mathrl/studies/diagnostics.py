@@ -5,6 +5,8 @@ Everything is computed from files the runs wrote: `pass_at_k.csv` (runs with `pa
 `heldout.csv` (every run: greedy correctness per held-out problem at the start and at the
 end), `metrics.csv`, and the gradient probe's JSON. The maths is `mathrl.diagnostics`;
 intervals come from scipy.stats.bootstrap (over problems) and `mathrl.verdict` (over seeds).
+Two parts live in modules of their own: compute-performance curves (`compute_curves`) and the
+negative controls (`negative_controls`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from scipy import stats
 from mathrl import diagnostics as dx
 from mathrl import layout
 from mathrl.results import mean_spread
+from mathrl.studies import compute_curves, negative_controls
 from mathrl.studies.kit import COLORS, add_intervals, band, placeholder, plt, power_note, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Verdict, difference, mean_interval
 
@@ -268,6 +271,9 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         "diagnostics_noise_scale": noise_scale_table(ctx), "diagnostics_noise_scale_steps": noise_scale_steps(ctx),
         "diagnostics_update_runs": upd, "diagnostics_update": update_summary(upd),
         "diagnostics_verdicts": verdict_frame(verdicts),
+        **compute_curves.tables(((exp, setting(run.spec), run) for exp, run in ok_runs(ctx)), ctx.cfg),
+        **negative_controls.tables([(setting(r.spec), r) for r in ctx.experiment(negative_controls.EXPERIMENT) if r.ok],
+                                   pk, roles_of(ctx.cfg, negative_controls.EXPERIMENT, ("reference",))),
     }  # fmt: skip
 
 
@@ -315,6 +321,7 @@ def figures(t) -> dict[str, plt.Figure]:
         placeholder(ax, "no advantage-scaling runs")
     ax.set(xlabel="carries in the problem", ylabel="held-out gain (points)", title="Advantage scaling by difficulty (95% interval over seeds)")
     out["diagnostics_adv_scaling"] = fig
+    out["diagnostics_curves"] = compute_curves.figure(t)
     return out
 
 
@@ -343,4 +350,5 @@ def section(t) -> dict:
         "noise": t["diagnostics_noise_scale"], "noise_steps": t["diagnostics_noise_scale_steps"], "updates": t["diagnostics_update"],
         "verdicts": rows, "power": power_note(v), "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE, "margin": EQUIVALENCE,
         "experiment": EXPERIMENT,
+        **compute_curves.section(t), **negative_controls.section(t),
     }  # fmt: skip

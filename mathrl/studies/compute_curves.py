@@ -1,0 +1,357 @@
+"""Compute-performance curves, a part of the diagnostics study (not a report section of its own).
+
+ScaleRL's sigmoid (`mathrl.curves`, arXiv 2510.13786) fitted to each run's held-out greedy accuracy against the
+rollouts it has sampled (the `samples` column of metrics.csv; every rollout of a task has the same number of answer
+tokens, so tokens would only rescale C_mid). Per setting: the ceiling A and the efficiency B with 95% t intervals
+over seeds (one fit per seed; a bootstrap over three to five seeds would understate the spread), C_mid, and the error
+of a fit on the first half of a run's compute predicting its second half. The batch study is restated as ceiling
+against efficiency: each batch size's A and B against the reference batch's, paired by seed.
+
+The functions take the runs as (experiment, setting, run) triples, which `mathrl.studies.diagnostics` passes in.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from mathrl import curves
+from mathrl.studies.kit import COLORS, band, placeholder, plt, t_halfwidth
+from mathrl.verdict import Estimate, difference, mean_interval
+
+NAN = math.nan
+BATCH = "batch"  # the experiment restated as ceiling against efficiency
+GRID = 40  # points of each drawn curve
+RUN_COLUMNS = [
+    "experiment",
+    "setting",
+    "seed",
+    "R0",
+    "C_max",
+    *curves.FIT_KEYS,
+    "half_mae",
+    "half_points",
+    "half_predicted",
+    "half_reason",
+]
+
+
+def evaluation_points(run) -> pd.DataFrame:
+    """(step, eval_accuracy, samples) at the run's evaluations, the start first (step 0, no samples yet)."""
+    e = run.evals
+    samples = dict(zip(run.metrics["step"], run.metrics["samples"]))
+    return e.assign(samples=[0.0 if s == 0 else float(samples.get(s, NAN)) for s in e["step"]])
+
+
+def fit_runs(runs) -> pd.DataFrame:
+    """One fit per run (and one of its first half): A, B, C_mid, how many points, and why not where not."""
+    rows = []
+    for exp, name, run in runs:
+        p = evaluation_points(run)
+        c, r = p["samples"].to_numpy(), p["eval_accuracy"].to_numpy()
+        rows.append(
+            {
+                "experiment": exp,
+                "setting": name,
+                "seed": run.spec.seed,
+                "R0": run.initial_eval,
+                "C_max": float(np.nanmax(c)),
+                **curves.fit_curve(c, r, run.initial_eval),
+                **curves.half_fit_error(c, r, run.initial_eval),
+            }
+        )
+    return pd.DataFrame(rows, columns=RUN_COLUMNS)
+
+
+def _interval(values, within: tuple[float, float] = (-math.inf, math.inf)) -> dict:
+    """Mean and 95% t interval over runs, the interval cut to `within` (A's [0, 1]: a t interval of three ceilings
+    near 1 reaches past it)."""
+    est = mean_interval(list(values))
+    return {"mean": est.estimate, "lo": max(est.lo, within[0]), "hi": min(est.hi, within[1]), "n": est.n}
+
+
+def _note(g: pd.DataFrame, fitted: pd.DataFrame) -> str:
+    """Why a setting's numbers are missing or read with care, in words."""
+    if fitted.empty:
+        return f"not fitted: {g['reason'].iloc[0]}"
+    parts = []
+    if int(fitted["a_at_bound"].sum()):
+        parts.append(
+            f"A at its bound 1 in {int(fitted['a_at_bound'].sum())} of {len(fitted)} runs (the curve has not bent)"
+        )
+    flat = int(fitted["B"].isna().sum())
+    if flat:
+        parts.append(f"no gain in {flat} of {len(fitted)} runs (A = R0, no B)")
+    step = int((~fitted["converged"].astype(bool) & fitted["B"].notna()).sum())
+    if step:
+        parts.append(
+            f"a step in log C in {step} of {len(fitted)} runs "
+            f"(B runs to its bound {curves.B_BOUNDS[1]:g}; A and C_mid hold)"
+        )
+    if fitted["half_mae"].isna().all():
+        parts.append(f"no half fit: {fitted['half_reason'].iloc[0]}")
+    return "; ".join(parts)
+
+
+def summary(fits: pd.DataFrame) -> pd.DataFrame:
+    """Per experiment and setting: A and B with 95% t intervals over the fitted runs, C_mid (geometric mean),
+    the half-fit prediction error, the points a run's fit rests on, and a note."""
+    rows = []
+    for (exp, name), g in fits.groupby(["experiment", "setting"], sort=False):
+        fitted = g[g["fitted"].astype(bool)]
+        a, b, half = (
+            _interval(fitted["A"].dropna(), (0.0, 1.0)),
+            _interval(fitted["B"].dropna()),
+            _interval(fitted["half_mae"].dropna()),
+        )
+        log_mid = np.log(fitted["C_mid"].dropna())
+        rows.append(
+            {
+                "experiment": exp,
+                "setting": name,
+                "runs": len(g),
+                "n": len(fitted),
+                "points": int(g["points"].median()),
+                "R0": float(g["R0"].mean()),
+                "A_mean": a["mean"],
+                "A_lo": a["lo"],
+                "A_hi": a["hi"],
+                "a_at_bound": int(fitted["a_at_bound"].sum()),
+                "B_n": b["n"],
+                "B_mean": b["mean"],
+                "B_lo": b["lo"],
+                "B_hi": b["hi"],
+                "C_mid": float(np.exp(log_mid.mean())) if len(log_mid) else NAN,
+                "rmse_mean": float(fitted["rmse"].mean()),
+                "half_n": half["n"],
+                "half_mae_mean": half["mean"],
+                "half_mae_lo": half["lo"],
+                "half_mae_hi": half["hi"],
+                "fitted": len(fitted) > 0,
+                "note": _note(g, fitted),
+            }
+        )
+    cols = [
+        "experiment",
+        "setting",
+        "runs",
+        "n",
+        "points",
+        "R0",
+        "A_mean",
+        "A_lo",
+        "A_hi",
+        "a_at_bound",
+        "B_n",
+        "B_mean",
+        "B_lo",
+        "B_hi",
+        "C_mid",
+        "rmse_mean",
+        "half_n",
+        "half_mae_mean",
+        "half_mae_lo",
+        "half_mae_hi",
+        "fitted",
+        "note",
+    ]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def batch_reference(cfg: dict) -> str:
+    """The batch study's reference cell (its `reference` role, a grid point like batch_size=512), else the
+    largest batch."""
+    exp = cfg.get("experiments", {}).get(BATCH) or {}
+    declared = (exp.get("roles") or {}).get("reference")
+    sizes = (exp.get("grid") or {}).get("batch_size") or []
+    return declared or (f"batch_size={max(sizes)}" if sizes else "")
+
+
+def batch_table(fits: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """The batch study as ceiling against efficiency: per batch size, A and B, and their differences from the
+    reference batch's (paired by seed; B over the seeds where both runs gained)."""
+    rows = []
+    f = fits[(fits["experiment"] == BATCH) & fits["fitted"].astype(bool)] if len(fits) else fits
+    ref = f[f["setting"] == reference].set_index("seed") if len(f) else f
+    for name, g in f.groupby("setting", sort=False):
+        g = g.set_index("seed")
+        da, db = difference(g["A"], ref["A"]), difference(g["B"].dropna(), ref["B"].dropna())
+        if name == reference:  # not a difference from itself
+            da = db = Estimate(NAN, NAN, NAN, 0, "paired")
+        a, b = _interval(g["A"], (0.0, 1.0)), _interval(g["B"].dropna())
+        rows.append(
+            {
+                "setting": name,
+                "batch_size": int(str(name).split("=")[-1]) if "=" in str(name) else NAN,
+                "reference": name == reference,
+                "n": a["n"],
+                "A_mean": a["mean"],
+                "A_lo": a["lo"],
+                "A_hi": a["hi"],
+                "a_at_bound": int(g["a_at_bound"].sum()),
+                "B_n": b["n"],
+                "B_mean": b["mean"],
+                "B_lo": b["lo"],
+                "B_hi": b["hi"],
+                "dA": da.estimate,
+                "dA_lo": da.lo,
+                "dA_hi": da.hi,
+                "dA_n": da.n,
+                "dB": db.estimate,
+                "dB_lo": db.lo,
+                "dB_hi": db.hi,
+                "dB_n": db.n,
+            }
+        )
+    cols = [
+        "setting",
+        "batch_size",
+        "reference",
+        "n",
+        "A_mean",
+        "A_lo",
+        "A_hi",
+        "a_at_bound",
+        "B_n",
+        "B_mean",
+        "B_lo",
+        "B_hi",
+        "dA",
+        "dA_lo",
+        "dA_hi",
+        "dA_n",
+        "dB",
+        "dB_lo",
+        "dB_hi",
+        "dB_n",
+    ]
+    out = pd.DataFrame(rows, columns=cols)
+    return out.sort_values("batch_size", kind="stable").reset_index(drop=True) if len(out) else out
+
+
+def drawn(fits: pd.DataFrame, runs) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """What the figure draws, for the batch study's settings with a fit: the mean measured accuracy per evaluation
+    (with its spread over seeds), and the fitted curves on a grid of compute (mean and spread over seeds)."""
+    points, grid = [], []
+    fitted = fits[(fits["experiment"] == BATCH) & fits["fitted"].astype(bool)] if len(fits) else fits
+    for exp, name, run in runs:
+        if exp != BATCH or name not in set(fitted["setting"]):
+            continue
+        p = evaluation_points(run)
+        points += [
+            {"setting": name, "seed": run.spec.seed, "samples": c, "accuracy": r}
+            for c, r in zip(p["samples"], p["eval_accuracy"])
+        ]
+    pts = pd.DataFrame(points, columns=["setting", "seed", "samples", "accuracy"])
+    for name, g in fitted.groupby("setting", sort=False):
+        first = pts.loc[(pts["setting"] == name) & (pts["samples"] > 0), "samples"].min()
+        c = np.geomspace(first, g["C_max"].max(), GRID)  # from the first evaluation after the start to the last
+        for fit in g.itertuples():
+            r = (
+                np.full(GRID, fit.R0)
+                if not np.isfinite(fit.B)
+                else curves.sigmoid_curve(c, fit.R0, fit.A, fit.B, fit.C_mid)
+            )
+            grid += [{"setting": name, "seed": fit.seed, "samples": x, "fit": y} for x, y in zip(c, r)]
+    fit = pd.DataFrame(grid, columns=["setting", "seed", "samples", "fit"])
+    return _spread(pts, "accuracy"), _spread(fit, "fit")
+
+
+def _spread(df: pd.DataFrame, col: str) -> pd.DataFrame:
+    if df.empty:
+        return pd.DataFrame(columns=["setting", "samples", "n", f"{col}_mean", f"{col}_std"])
+    g = df.groupby(["setting", "samples"], sort=False)[col]
+    return pd.DataFrame({"n": g.count(), f"{col}_mean": g.mean(), f"{col}_std": g.std()}).reset_index()
+
+
+def tables(runs, cfg: dict) -> dict[str, pd.DataFrame]:
+    runs = list(runs)
+    fits = fit_runs(runs)
+    points, fitted = drawn(fits, runs)
+    return {
+        "diagnostics_curves_runs": fits,
+        "diagnostics_curves": summary(fits),
+        "diagnostics_curves_batch": batch_table(fits, batch_reference(cfg)),
+        "diagnostics_curves_points": points,
+        "diagnostics_curves_fit": fitted,
+    }
+
+
+def figure(t) -> plt.Figure:
+    """Held-out accuracy against rollouts sampled in the batch study (points with 95% t intervals over seeds), and the
+    fitted curves (band: 95% t interval over seeds)."""
+    pts, fit = t["diagnostics_curves_points"], t["diagnostics_curves_fit"]
+    fig, ax = plt.subplots(figsize=(6.4, 3.8), layout="constrained")
+    if len(fit):
+        start = pts[pts["samples"] == 0]
+        for i, (name, g) in enumerate(fit.groupby("setting", sort=False)):
+            color = COLORS[i % len(COLORS)]
+            band(ax, g["samples"], g["fit_mean"] * 100, g["fit_std"] * 100, f"{name} (fit)", color, n=g["n"])
+            p = pts[(pts["setting"] == name) & (pts["samples"] > 0)]
+            half = np.nan_to_num(t_halfwidth(p["accuracy_std"], p["n"])) * 100
+            ax.errorbar(
+                p["samples"], p["accuracy_mean"] * 100, yerr=half, fmt="o", ms=4, color=color, capsize=2, zorder=3
+            )
+        if len(start):
+            ax.axhline(float(start["accuracy_mean"].mean()) * 100, color="0.4", ls=":", lw=1, label="start (R0)")
+        ax.set_xscale("log")
+        ax.legend(fontsize=7)
+    else:
+        placeholder(ax, "no run of the batch study has enough evaluations to fit")
+    ax.set(
+        xlabel="rollouts sampled (compute C)",
+        ylabel="held-out greedy accuracy (%)",
+        title="Batch study: accuracy against compute, R(C) = R0 + (A − R0)/(1 + (C_mid/C)^B)",
+    )
+    return fig
+
+
+def batch_text(batch: pd.DataFrame) -> str:
+    """Which batch sizes move the ceiling A and which only the efficiency B, from the paired intervals."""
+    if batch.empty or not batch["reference"].astype(bool).any():
+        return "No batch-study fits to compare: see the notes in the table above."
+    ref = batch[batch["reference"].astype(bool)].iloc[0]
+    others = batch[~batch["reference"].astype(bool)]
+    excl = lambda lo, hi: bool(np.isfinite(lo) and np.isfinite(hi) and (lo > 0 or hi < 0))
+    moves_a = [
+        f"{r.setting} (ΔA {r.dA:+.3f} [{r.dA_lo:+.3f}, {r.dA_hi:+.3f}])"
+        for r in others.itertuples()
+        if excl(r.dA_lo, r.dA_hi)
+    ]
+    only_b = [
+        f"{r.setting} (ΔB {r.dB:+.2f} [{r.dB_lo:+.2f}, {r.dB_hi:+.2f}])"
+        for r in others.itertuples()
+        if not excl(r.dA_lo, r.dA_hi) and excl(r.dB_lo, r.dB_hi)
+    ]
+    neither = [str(r.setting) for r in others.itertuples() if not excl(r.dA_lo, r.dA_hi) and not excl(r.dB_lo, r.dB_hi)]
+    none = "no batch size"
+    text = (
+        f"Against {ref.setting}: the 95% interval of the paired difference in A excludes 0 for "
+        f"{', '.join(moves_a) or none}; only B's does for {', '.join(only_b) or none}; "
+        f"neither for {', '.join(neither) or none}."
+    )
+    if int(ref.a_at_bound):
+        text += (
+            f" A of {ref.setting} sits at its bound 1 in {int(ref.a_at_bound)} of {int(ref.n)} runs: its curve has not "
+            "bent within the measured compute, so its ceiling is not measured and differences in A from it are bounds, "
+            "not estimates."
+        )
+    return text
+
+
+def section(t) -> dict:
+    s = t["diagnostics_curves"]
+    counted = s.groupby("experiment", sort=False)["points"].median() if len(s) else pd.Series(dtype=float)
+    return {
+        "curves": s[s["fitted"].astype(bool)] if len(s) else s,
+        "curves_not_fitted": s[~s["fitted"].astype(bool)] if len(s) else s,
+        "curves_points": ", ".join(f"{e} {int(p)}" for e, p in counted.items()),
+        "curves_batch": t["diagnostics_curves_batch"],
+        "curves_batch_text": batch_text(t["diagnostics_curves_batch"]),
+        "curves_min_points": curves.MIN_POINTS,
+        "curves_settings": len(s),
+        "curves_fitted": int(s["fitted"].astype(bool).sum()) if len(s) else 0,
+        "curves_half": int((s["half_n"] > 0).sum()) if len(s) else 0,
+    }

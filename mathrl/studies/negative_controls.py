@@ -1,0 +1,185 @@
+"""Negative controls, a part of the diagnostics study (not a report section of its own).
+
+The experiment `negative_controls` trains, beside its reference, on a reward that ignores the answer (`reward:
+random`, with and without the ratio clip) and on one sign of advantage only (`sample_filter: positive | negative`).
+Its tables: per variant the held-out accuracy change from the start (greedy and sampled) with 95% t intervals over
+seeds and its difference from the reference (paired by seed), what engaged (clip fraction, the sign of the mean
+advantage, entropy and KL at the end), and pass@k at k = 1 and the largest k before and after RL. The tables state
+measurements; the claims read them (see the report section for the columns).
+
+The functions take the experiment's complete runs, which `mathrl.studies.diagnostics` passes in.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from mathrl.verdict import Estimate, difference, mean_interval
+
+NAN = math.nan
+EXPERIMENT = "negative_controls"
+ROLES = ("reference", "random_reward", "random_reward_noclip", "positive_only", "negative_only")
+RUN_COLUMNS = [
+    "setting",
+    "role",
+    "seed",
+    "initial",
+    "final",
+    "change",
+    "initial_sampled",
+    "final_sampled",
+    "sampled_change",
+    "clip_frac",
+    "adv_mean",
+    "reward_mean",
+    "entropy_start",
+    "entropy_end",
+    "kl_end",
+]
+
+
+def role_of(roles: dict) -> dict[str, str]:
+    """{variant: its roles, joined} from the experiment's {role: variant}."""
+    out: dict[str, list[str]] = {}
+    for role, variant in roles.items():
+        out.setdefault(variant, []).append(role)
+    return {v: ", ".join(r) for v, r in out.items()}
+
+
+def control_runs(runs, roles: dict) -> pd.DataFrame:
+    """Per run: held-out accuracy at the start and the end (greedy; sampled at the policy's temperature), and
+    step means of what shows a mechanism engaged (clip fraction, mean advantage, reward), entropy and KL."""
+    names, rows = role_of(roles), []
+    for name, run in runs:
+        m = run.metrics
+        initial, final = run.initial_eval, float(run.evals["eval_accuracy"].iloc[-1])
+        s0 = run.summary.get("initial", {}).get("eval_sampled_accuracy", NAN)
+        s1 = m["eval_sampled_accuracy"].dropna()
+        s1 = float(s1.iloc[-1]) if len(s1) else NAN
+        rows.append(
+            {
+                "setting": name,
+                "role": names.get(name, ""),
+                "seed": run.spec.seed,
+                "initial": initial,
+                "final": final,
+                "change": final - initial,
+                "initial_sampled": s0,
+                "final_sampled": s1,
+                "sampled_change": s1 - s0,
+                "clip_frac": float(m["clip_frac"].mean()),
+                "adv_mean": float(m["adv_mean"].mean()),
+                "reward_mean": float(m["reward_mean"].mean()),
+                "entropy_start": float(m["entropy"].iloc[0]),
+                "entropy_end": float(m["entropy"].iloc[-1]),
+                "kl_end": float(m["kl"].iloc[-1]),
+            }
+        )
+    return pd.DataFrame(rows, columns=RUN_COLUMNS)
+
+
+def _columns(prefix: str, est: Estimate) -> dict:
+    return {f"{prefix}_mean": est.estimate, f"{prefix}_lo": est.lo, f"{prefix}_hi": est.hi}
+
+
+def control_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
+    """Per variant: the greedy and sampled held-out change from the start (95% t interval over seeds), the final
+    greedy accuracy minus the reference's (paired by seed; empty for the reference), and the engagement columns'
+    means."""
+    ref_name = roles.get("reference")
+    ref = runs[runs["setting"] == ref_name].set_index("seed") if len(runs) else runs
+    rows = []
+    for name, g in runs.groupby("setting", sort=False):
+        g = g.set_index("seed")
+        vs = (
+            difference(g["final"], ref["final"])
+            if name != ref_name and len(ref)
+            else Estimate(NAN, NAN, NAN, 0, "paired")
+        )
+        rows.append(
+            {
+                "setting": name,
+                "role": g["role"].iloc[0],
+                "n": int(g["change"].notna().sum()),
+                "initial_mean": float(g["initial"].mean()),
+                "final_mean": float(g["final"].mean()),
+                **_columns("change", mean_interval(g["change"])),
+                **_columns("sampled_change", mean_interval(g["sampled_change"])),
+                **_columns("vs_reference", vs),
+                "vs_reference_n": vs.n,
+                **{
+                    f"{c}_mean": float(g[c].mean())
+                    for c in ("clip_frac", "adv_mean", "reward_mean", "entropy_start", "entropy_end", "kl_end")
+                },
+            }
+        )
+    cols = [
+        "setting",
+        "role",
+        "n",
+        "initial_mean",
+        "final_mean",
+        "change_mean",
+        "change_lo",
+        "change_hi",
+        "sampled_change_mean",
+        "sampled_change_lo",
+        "sampled_change_hi",
+        "vs_reference_mean",
+        "vs_reference_lo",
+        "vs_reference_hi",
+        "vs_reference_n",
+        "clip_frac_mean",
+        "adv_mean_mean",
+        "reward_mean_mean",
+        "entropy_start_mean",
+        "entropy_end_mean",
+        "kl_end_mean",
+    ]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def control_pass_at_k(pk: pd.DataFrame, roles: dict) -> pd.DataFrame:
+    """pass@k of the experiment's runs at k = 1 and the largest k: before and after RL (means over seeds) and the
+    change (after − before, paired by seed, 95% t interval)."""
+    cols = ["setting", "role", "k", "n", "initial_mean", "final_mean", "change_mean", "change_lo", "change_hi"]
+    pk = pk[pk["experiment"] == EXPERIMENT] if len(pk) else pk
+    if pk.empty:
+        return pd.DataFrame(columns=cols)
+    names, rows = role_of(roles), []
+    kmax = int(pk["k"].max())
+    for (name, k), g in pk[pk["k"].isin([1, kmax])].groupby(["setting", "k"], sort=False):
+        v = {phase: dict(zip(h["seed"], h["pass_at_k"])) for phase, h in g.groupby("phase")}
+        before, after = v.get("initial", {}), v.get("final", {})
+        est = difference(after, before)
+        rows.append(
+            {
+                "setting": name,
+                "role": names.get(name, ""),
+                "k": int(k),
+                "n": est.n,
+                "initial_mean": float(pd.Series(before).mean()) if before else NAN,
+                "final_mean": float(pd.Series(after).mean()) if after else NAN,
+                **_columns("change", est),
+            }
+        )
+    return pd.DataFrame(rows, columns=cols).sort_values(["k", "setting"], kind="stable").reset_index(drop=True)
+
+
+def tables(runs, pk: pd.DataFrame, roles: dict) -> dict[str, pd.DataFrame]:
+    per_run = control_runs(runs, roles)
+    return {
+        "diagnostics_negative_controls_runs": per_run,
+        "diagnostics_negative_controls": control_summary(per_run, roles),
+        "diagnostics_negative_controls_pass_at_k": control_pass_at_k(pk, roles),
+    }
+
+
+def section(t) -> dict:
+    return {
+        "controls": t["diagnostics_negative_controls"],
+        "controls_pass_at_k": t["diagnostics_negative_controls_pass_at_k"],
+        "controls_experiment": EXPERIMENT,
+    }
