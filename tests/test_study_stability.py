@@ -182,8 +182,6 @@ def test_pure_clipping_helpers():
     steps = pd.Series([1, 2, 3, 4, 5])
     assert st.spike_ratio(pd.Series([1.0, 2.0, 500.0, 3.0, 2.0]), steps, 3) == 250.0  # 500 over the median 2 of the others
     assert math.isnan(st.spike_ratio(pd.Series([1.0] * 5), steps, None))
-    assert st.separated((0.0, 0.3), (0.5, 1.0)) is True and st.separated((0.0, 0.6), (0.5, 1.0)) is False
-    assert st.separated((math.nan, 0.3), (0.5, 1.0)) is None
 
 
 def test_value_gradvar_alerts(tree):
