@@ -356,13 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--out", help="output path (default under the results directory)")
         p.set_defaults(func=func)
 
-    p = sub.add_parser("claims", help="the declared claims and, once the tables exist, their outcomes (results/tables/claims.csv)")
-    _common(p)
-    p.add_argument("--kind", choices=["document", "setup", "reference", "beyond", "user"], help="only claims of this kind")
-    p.add_argument("--measures", action="store_true", help="list the registered measures of a run (the run_measures table's columns)")
-    p.add_argument("--width", type=int, default=70, help="widest column shown (default 70 characters)")
-    p.set_defaults(func=cmd_claims)
-
+    _claims_parser(sub)
     p = sub.add_parser("bandit", help="lab 04's bandit studies")
     _common(p)
     p.add_argument("--study", help="one study (default: all)")
@@ -375,6 +369,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--python", default=".venv/bin/python", help="interpreter the stages run mathrl with (default .venv/bin/python)")
     p.set_defaults(func=cmd_dvc_yaml)
     return parser
+
+
+def _claims_parser(sub) -> None:
+    p = sub.add_parser("claims", help="the declared claims and, once the tables exist, their outcomes (results/tables/claims.csv)")
+    _common(p)
+    p.add_argument("--kind", choices=["document", "setup", "reference", "beyond", "user"], help="only claims of this kind")
+    p.add_argument("--measures", action="store_true", help="list the registered measures of a run (the run_measures table's columns)")
+    p.add_argument("--width", type=int, default=70, help="widest column shown (default 70 characters)")
+    p.set_defaults(func=cmd_claims)
 
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
