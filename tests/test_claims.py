@@ -153,3 +153,40 @@ def test_the_shipped_claims_parse_and_list():
     assert {"document", "setup", "reference", "beyond"} <= {s.kind for s in specs}
     listed = claims.listing(cfg)
     assert listed["claim_id"].is_unique and listed["source"].str.len().gt(0).all()
+
+
+def test_a_users_claim_from_yaml_to_the_report(tmp_path):
+    """The README's example of a user's experiment with one declared claim: aggregate judges it (kind user, paired by seed),
+    `mathrl claims` lists it, and the report's section for the experiment shows the verdict."""
+    import copy
+
+    import yaml
+
+    from mathrl.cli import main
+    from tests.conftest import TINY, write_config
+    from tests.synthetic import curve, write_run
+
+    from mathrl.config import ROOT
+
+    example = yaml.safe_load((ROOT / "config" / "examples" / "grpo_vs_rloo.yaml").read_text())  # the README's example
+    example["experiments"]["grpo_vs_rloo"]["seeds"] = [0, 1, 2]
+    cfg = {**copy.deepcopy(TINY), "results": str(tmp_path / "results"), **example}
+    path = write_config(tmp_path / "mine.yaml", cfg)
+    from mathrl.config import load_config
+
+    loaded = load_config(path)
+    finals = {"grpo": [0.40, 0.42, 0.41], "rloo": [0.46, 0.49, 0.47]}
+    for variant, accs in finals.items():
+        for seed, acc in enumerate(accs):
+            write_run(loaded, f"grpo_vs_rloo__{variant}__s{seed}", curve(4, 2, lambda s, a=acc: 0.3 + (a - 0.3) * s / 4), initial_eval=0.3)
+    assert main(["aggregate", "--config", str(path)]) == 0
+    c = pd.read_csv(tmp_path / "results" / "tables" / "claims.csv").set_index("claim_id")
+    r = c.loc["rloo_beats_grpo"]
+    d = [0.06, 0.07, 0.06]
+    assert (r.kind, r.section, r.part, r.outcome, r.n) == ("user", "generic", "grpo_vs_rloo", "agrees", 3)
+    assert r.difference == pytest.approx(sum(d) / 3) and r.ci_low > 0 and math.isnan(r.p_holm)  # not in the documents' family
+    assert main(["report", "--config", str(path)]) == 0
+    html = (tmp_path / "results" / "report.html").read_text()
+    section = html[html.index('<h3 id="generic-grpo_vs_rloo">') :]
+    assert "RLOO&#39;s final held-out accuracy exceeds GRPO&#39;s, paired by seed" in section and "agrees" in section
+    assert main(["claims", "--config", str(path), "--kind", "user"]) == 0
