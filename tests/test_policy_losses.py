@@ -165,6 +165,23 @@ def test_step_metrics_add_up_micro_batches_and_fill_every_column():
         m.value("entropyy", 1.0)
 
 
+def test_every_column_is_named_where_it_is_computed():
+    """Each column of metrics.csv is named as a string literal by the code that writes the row
+    (the trainer, the policy losses, the noise probe), besides its declaration in COLUMNS: no
+    declared column is left that nothing computes."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parent.parent / "mathrl"
+    literals = set()
+    for name in ("trainer.py", "policy_losses.py", "metrics.py"):
+        tree = ast.parse((package / name).read_text())
+        declared = {id(n) for a in tree.body if isinstance(a, ast.Assign) for n in ast.walk(a.value)}
+        literals |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                     and id(n) not in declared}  # fmt: skip
+    assert [c for c in COLUMNS if c not in literals] == []
+
+
 def test_noise_probe_takes_each_micro_batch_gradient_at_its_own_scale():
     p = torch.nn.Parameter(torch.zeros(2))
     probe = GradNoiseProbe([p], micro_size=2, batch_size=4, divisor=4.0)
