@@ -15,7 +15,7 @@ from mathrl.studies.context import Context, Tables
 from mathrl.verdict import number
 from tests import synthetic
 from tests.conftest import TINY, write_config
-from tests.synthetic import write_run
+from tests.synthetic import verdicts, with_claims, write_run
 
 matplotlib.use("Agg")
 
@@ -94,7 +94,7 @@ def build(cfg):
     stopped[2].update(skipped=1, eval_accuracy=0.38)
     write_run(cfg, "collapse__huge_lr__s1", stopped, 0.40, status="stopped_nonfinite")
     (Path(cfg["results"]) / "runs" / "collapse__adv_norm_clip__s1" / "summary.json").write_text("{truncated")  # a failed run
-    tabs = collapse.tables(Context(cfg))
+    tabs = with_claims(cfg, collapse.tables(Context(cfg)))
     out = Tables(cfg)
     out.dir.mkdir(parents=True, exist_ok=True)
     for name, df in tabs.items():
@@ -145,20 +145,20 @@ def test_nonfinite_table(results):
 
 
 def test_verdicts(results):
-    c = results[0]["collapse_verdicts"].set_index("key")
+    c = verdicts(results[0], "collapse")
     assert c.loc["shaping"].outcome == "not judged" and c.loc["shaping"].n == 1  # shaped has one seed: no interval
     assert c.loc["entropy"].outcome == "agrees" and c.loc["entropy"]["diff"] == pytest.approx(0.2) and c.loc["entropy"].design == "paired"
     lr = c.loc["lr"]  # drawdown: cosine 0, 0; exact 0.14, 0: -0.07, interval wide
     assert lr.outcome == "inconclusive" and lr["diff"] == pytest.approx(-0.07) and lr.ci_low < 0 < lr.ci_high and lr.seeds_needed > 2
     assert "LR decay (cosine_lr) engaged: last LR / first LR 0.125" in lr.engaged
     cur = c.loc["curriculum"]  # against shaped (the same random start), which has one seed
-    assert cur.outcome == "not judged" and cur.n == 1 and "first stage unsolved (curriculum) engaged: sampled accuracy on the first stage 0.5" in cur.engaged
+    assert cur.outcome == "not judged" and cur.n == 1 and "first stage unsolved (curriculum) established: sampled accuracy on the first stage 0.5" in cur.engaged
     norm = c.loc["normalisation"]  # no collapse anywhere: the remedy had nothing to prevent
     assert norm.outcome == "not judged" and norm["diff"] == 0
-    assert "collapse to prevent (exact) did not engage: collapsed runs 0 (needs >= 1)" in norm.reason
+    assert "collapse to prevent (baseline) not established: collapsed runs 0 (needs >= 1)" in norm.reason
     assert "advantage clip (adv_norm_clip) not measured" in norm.reason  # adv_abs_max is not logged by this tree
     pen = c.loc["penalty"]  # malformed answers exist (format rate 0.95 at step 1), but shaped has one seed
-    assert pen.outcome == "not judged" and "malformed answers (shaped_penalty) engaged" in pen.engaged
+    assert pen.outcome == "not judged" and "malformed answers (penalty) established" in pen.engaged
     guard = c.loc["guard"]  # 2 of 2, Wilson interval [0.342, 1]
     assert guard.outcome == "agrees" and guard.ci_low == pytest.approx(0.3424, abs=1e-3) and guard.n == 2
 
@@ -195,8 +195,8 @@ def test_renamed_variants(cfg, tmp_path):
             mp.setattr(synthetic, "expand_runs", lambda _: specs)
             write_run(d, f"collapse__binary__s{seed}", rows(evals, "exact"), 0.4)
             write_run(d, f"collapse__entropy_schedule__s{seed}", rows(FLAT, "entropy_schedule"), 0.4)
-    tabs = collapse.tables(Context(d))
-    v = tabs["collapse_verdicts"].set_index("key")
+    tabs = with_claims(d, collapse.tables(Context(d)))
+    v = verdicts(tabs, "collapse")
     assert v.loc["entropy"].outcome == "agrees" and "binary" in v.loc["entropy"].measure
     assert by_variant(tabs["collapse_variants"]).loc["binary"].role == "baseline"
     with pytest.raises(ConfigError, match=r"experiments\.collapse\.roles\.baseline: 'exact' is not a variant"):
@@ -224,7 +224,7 @@ def test_figures_and_section(results):
         assert all(ax.get_legend() is not None for ax in axes if len(ax.get_lines()) > 1)
         matplotlib.pyplot.close(fig)
     s = collapse.section(t)
-    assert s["verdicts"]["normalisation"]["outcome"] == "not judged" and "exact collapsed in 0 of 2 runs" in s["verdicts"]["normalisation"]["note"]
+    assert s["verdicts"]["normalisation"]["outcome"] == "not judged" and s["verdicts"]["normalisation"]["note"] == "0 of 2 runs against 0 of 1"
     assert "(n=2 seeds, paired" in s["verdicts"]["lr"]["sentence"] and "seeds per arm to decide" in s["verdicts"]["lr"]["sentence"]
     assert s["verdicts"]["shaping"]["sentence"].startswith("Not judged: n=1")
     html = render(s, {"collapse_variants": "data:image/png;base64,AA=="})
@@ -235,11 +235,11 @@ def test_figures_and_section(results):
 def test_missing_everything(cfg, tmp_path):
     cfg = {**cfg, "results": str(tmp_path / "empty")}
     """No run written: every table exists but says nothing; figures and section still render."""
-    tabs = collapse.tables(Context(cfg))
+    tabs = with_claims(cfg, collapse.tables(Context(cfg)))
     assert tabs["collapse_variants"].n.eq(0).all() and tabs["collapse_variants"].final_eval_mean.isna().all()
     assert tabs["collapse_reward_design"].empty and tabs["collapse_curves"].empty
     assert (tabs["collapse_nonfinite"].status == "missing").all()
-    assert tabs["collapse_verdicts"].outcome.eq("not judged").all()
+    assert verdicts(tabs, "collapse").outcome.eq("not judged").all()
     t = Tables(cfg)  # nothing written at all: empty frames
     for fig in collapse.figures(t).values():
         matplotlib.pyplot.close(fig)

@@ -15,7 +15,7 @@ from mathrl.verdict import number
 from mathrl.studies.context import Context, Tables
 from tests import synthetic
 from tests.conftest import TINY, write_config
-from tests.synthetic import write_json, write_run
+from tests.synthetic import verdicts, with_claims, write_json, write_run
 
 matplotlib.use("Agg")
 
@@ -70,7 +70,7 @@ def build(cfg):
     log = Path(cfg["results"]) / "logs" / "train" / f"{run_id('add', 'reinforce', 0)}.log"
     log.parent.mkdir(parents=True)
     log.write_text("Step 1/4 | Loss 0.100\nalert: something\nStep 4/4 | Loss 0.123 | Acc 0.500 | Eval 0.600\n")
-    tabs = system.tables(Context(cfg))
+    tabs = with_claims(cfg, system.tables(Context(cfg)))
     t = Tables(cfg)
     t.dir.mkdir(parents=True, exist_ok=True)
     for name, df in tabs.items():
@@ -121,12 +121,12 @@ def test_curves_console_criteria(results):
     assert con.loc[("add", "ppo")].source == "metrics.csv"
     assert con.loc[("add", "ppo")].line == "Step 4/4 | Loss 0.123 | Acc 0.500 | Reward 0.500 | LR 1.00e-04 | Ent 0.300 | KL 0.0100 | Eval 0.960"
     assert ("mul", "ppo") not in con.index
-    k = tabs["system_verdicts"].set_index("key")
+    k = verdicts(tabs, "system")
     acc = k.loc["add_accuracy"]  # finals 0.6 and 0.8, minus 90%: -0.2 with t(1) x 0.1
     assert acc["diff"] == pytest.approx(-0.2) and acc.ci_low == pytest.approx(-0.2 - 12.7062 * 0.1, rel=1e-4) and acc.outcome == "inconclusive"
     assert k.loc["add_gain"]["diff"] == pytest.approx(0.3) and k.loc["add_stable"].outcome == "inconclusive"
-    assert k.loc["mul_accuracy"].outcome == "agrees" and k.loc["mul_gain"].outcome == "agrees" and k.loc["mul_stable"].outcome == "agrees"
-    assert k.loc["add_stable"].note == "0 of 2 runs collapsed, 0 degraded"
+    assert (k.loc[["mul_accuracy", "mul_gain", "mul_stable"], "outcome_unadjusted"] == "agrees").all()
+    assert k.loc["mul_accuracy"].kind == "document" and k.loc["add_accuracy"].p_holm >= k.loc["add_accuracy"].p_value
 
 
 def test_verdict_functions():
@@ -165,12 +165,12 @@ def test_figures_and_section(results):
 
 def test_missing_everything(cfg, tmp_path):
     cfg = {**cfg, "results": str(tmp_path / "empty")}
-    tabs = system.tables(Context(cfg))
+    tabs = with_claims(cfg, system.tables(Context(cfg)))
     assert tabs["system_results"].n.eq(0).all() and tabs["system_results"].reached.isna().all()
     assert tabs["system_curves"].empty and tabs["system_console"].empty
     c = tabs["system_configs"].set_index(["task", "key"])
     assert c.loc[("add", "steps")].ours == 4 and math.isnan(c.loc[("add", "n_layer")].ours)  # settings known, model not
-    assert tabs["system_verdicts"].outcome.eq("not judged").all()
+    assert verdicts(tabs, "system").outcome.eq("not judged").all()
     t = Tables(cfg)
     for fig in system.figures(t).values():
         matplotlib.pyplot.close(fig)
@@ -179,6 +179,6 @@ def test_missing_everything(cfg, tmp_path):
 
 
 def test_no_experiment(cfg, tmp_path):
-    tabs = system.tables(Context({**cfg, "results": str(tmp_path), "experiments": {}}))
+    tabs = with_claims(cfg, system.tables(Context({**cfg, "results": str(tmp_path), "experiments": {}})))
     assert tabs["system_results"].empty and tabs["system_curves"].empty and tabs["system_console"].empty
-    assert tabs["system_configs"].ours.isna().all() and tabs["system_verdicts"].empty
+    assert tabs["system_configs"].ours.isna().all() and verdicts(tabs, "system").outcome.eq("not judged").all()

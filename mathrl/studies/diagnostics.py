@@ -20,9 +20,9 @@ from scipy import stats
 from mathrl import diagnostics as dx
 from mathrl import layout
 from mathrl.results import mean_spread
-from mathrl.studies import compute_curves, negative_controls
-from mathrl.studies.kit import COLORS, add_intervals, band, placeholder, plt, power_note, verdict_frame, verdict_rows
-from mathrl.verdict import Claim, Verdict, difference, mean_interval
+from mathrl.studies import compute_curves, kit, negative_controls
+from mathrl.studies.kit import COLORS, add_intervals, band, claim_frame, placeholder, plt, power_note, verdict_rows
+from mathrl.verdict import mean_interval
 
 NAME = "diagnostics"
 TITLE = "Beyond the documents: pass@k, the entropy law, advantage scaling, noise scale"
@@ -32,7 +32,6 @@ EXPERIMENT = "adv_scaling"  # the advantage-scaling experiment (its roles name t
 KS = (1, 2, 4, 8, 16, 32, 64)
 LAW_R2 = 0.5  # the law "holds" in a run when its fit explains at least half the variance ...
 LAW_RMSE = 0.05  # ... and the first half's fit predicts the second half within 5 points (RMSE)
-EQUIVALENCE = 0.03  # advantage scalings "do not matter" when they agree within ±3 points
 NAN = math.nan
 
 
@@ -83,20 +82,6 @@ def pass_at_k_summary(runs: pd.DataFrame) -> pd.DataFrame:
     for col in ("pass_at_k_lo", "pass_at_k_hi"):  # a t interval of a share reaches past [0, 1] with 3 seeds near 1
         if col in out:
             out[col] = out[col].clip(0.0, 1.0)
-    return out
-
-
-def pass_at_k_verdicts(runs: pd.DataFrame) -> list[Verdict]:
-    """Does RL narrow exploration? pass@1 should rise; the question is what happens at k = max."""
-    out = []
-    for (exp, name), g in runs.groupby(["experiment", "setting"], sort=False):
-        kmax = int(g["k"].max())
-        for k, direction, text in [(1, 1, "RL raises pass@1 (the sampled answer is right more often)"),
-                                   (kmax, -1, f"RL narrows exploration: pass@{kmax} falls")]:  # fmt: skip
-            v = {ph: dict(zip(h["seed"], h["pass_at_k"])) for ph, h in g[g["k"] == k].groupby("phase")}
-            est = difference(v.get("final", {}), v.get("initial", {})) if v else None
-            out.append(Verdict(Claim(f"pass_at_{k}_{name}", f"{exp}/{name}: {text}", f"pass@{k} after − before RL", direction=direction, unit="pts"),
-                               est, extra={"part": "pass@k"}))  # fmt: skip
     return out
 
 
@@ -154,32 +139,6 @@ def adv_scaling_runs(ctx) -> pd.DataFrame:
 def adv_scaling_summary(runs: pd.DataFrame) -> pd.DataFrame:
     values = ["initial", "final", "gain"]
     out = add_intervals(mean_spread(runs, ["setting", "carries"], values + ["problems"]), values)
-    return out
-
-
-def adv_scaling_verdicts(runs: pd.DataFrame, roles: dict) -> list[Verdict]:
-    """The reference learns; each other scaling against it (equivalence within ±3 points), on
-    all problems and per number of carries."""
-    if runs.empty or "baseline" not in roles:
-        return []
-    base = roles["baseline"]
-    val = lambda name, c, col="final": dict(zip(*runs[(runs.setting == name) & (runs.carries == c)][["seed", col]].T.values))  # noqa: E731
-    reference = Verdict(Claim("adv_reference_learns", f"{EXPERIMENT}: the reference ({base}) gains held-out accuracy", "final − initial held-out accuracy", unit="pts"),
-                        mean_interval(val(base, "all", "gain")), extra={"part": "advantage scaling", "carries": "all"})  # fmt: skip
-    out = [reference]
-    for name in dict.fromkeys(roles.values()):
-        if name == base:  # the baseline, under whatever role names it (e.g. also the experiment's reference)
-            continue
-        for c in ["all", *sorted((x for x in runs["carries"].unique() if x != "all"), key=int)]:
-            where = "all problems" if c == "all" else f"{c} carr{'y' if c == '1' else 'ies'}"
-            claim = Claim(f"adv_{name}_vs_{base}_c{c}", f"{EXPERIMENT}: {name} ends as {base} does ({where})",
-                          f"final held-out accuracy, {name} − {base}", kind="equivalence", margin=EQUIVALENCE, unit="pts")  # fmt: skip
-            est, extra = difference(val(name, c), val(base, c)), {"part": "advantage scaling", "carries": c}
-            if reference.outcome != "agrees":  # a variant is judged only against a reference in which RL learns
-                out.append(Verdict(claim, est, outcome="not judged", extra=extra,
-                                   reason=f"the reference's gain has no 95% interval above 0 ({reference.outcome}); the difference is shown, not judged"))  # fmt: skip
-            else:
-                out.append(Verdict(claim, est, extra=extra))
     return out
 
 
@@ -249,33 +208,18 @@ def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
     return add_intervals(mean_spread(runs, ["experiment", "setting"], UPDATE), UPDATE)
 
 
-def covariance_verdict(runs: pd.DataFrame) -> list[Verdict]:
-    """Across every run with the diagnostic: is the correlation negative on average?"""
-    vals = runs["cov_entropy_corr"].dropna() if len(runs) else pd.Series(dtype=float)
-    return [Verdict(Claim("cov_drives_entropy", "Entropy falls after steps with a positive log-prob/advantage covariance (arXiv 2505.22617)",
-                          "Spearman correlation of logp_adv_cov(t) and H(t+1) − H(t), mean over runs", direction=-1, unit="num"),
-                    mean_interval(dict(enumerate(vals))), extra={"part": "entropy mechanism"})]  # fmt: skip
-
-
 # ----------------------------------------------------------------------------- the study
 def tables(ctx) -> dict[str, pd.DataFrame]:
-    from mathrl.studies.kit import roles as roles_of
-
     pk, law, adv, upd = pass_at_k_runs(ctx), entropy_law_runs(ctx), adv_scaling_runs(ctx), update_runs(ctx)
-    roles = roles_of(ctx.cfg, EXPERIMENT, ("baseline",))
-    # the negative controls' pass@k has a table of its own: "RL raises pass@1" is not a claim about them
-    pk_claims = pk[pk["experiment"] != negative_controls.EXPERIMENT]
-    verdicts = pass_at_k_verdicts(pk_claims) + adv_scaling_verdicts(adv, roles) + covariance_verdict(upd)
     return {
         "diagnostics_pass_at_k_runs": pk, "diagnostics_pass_at_k": pass_at_k_summary(pk),
         "diagnostics_entropy_law_runs": law, "diagnostics_entropy_law": entropy_law_summary(law),
         "diagnostics_adv_scaling_runs": adv, "diagnostics_adv_scaling": adv_scaling_summary(adv),
         "diagnostics_noise_scale": noise_scale_table(ctx), "diagnostics_noise_scale_steps": noise_scale_steps(ctx),
         "diagnostics_update_runs": upd, "diagnostics_update": update_summary(upd),
-        "diagnostics_verdicts": verdict_frame(verdicts),
         **compute_curves.tables(((exp, setting(run.spec), run) for exp, run in ok_runs(ctx)), ctx.cfg),
         **negative_controls.tables([(setting(r.spec), r) for r in ctx.experiment(negative_controls.EXPERIMENT) if r.ok],
-                                   pk, roles_of(ctx.cfg, negative_controls.EXPERIMENT, ("reference",))),
+                                   pk, kit.roles(ctx.cfg, negative_controls.EXPERIMENT, ("reference",))),
     }  # fmt: skip
 
 
@@ -343,14 +287,14 @@ def law_text(runs: pd.DataFrame) -> str:
 
 
 def section(t) -> dict:
-    v = t["diagnostics_verdicts"]
+    v = claim_frame(t, NAME)
     rows = verdict_rows(v)
     law = t["diagnostics_entropy_law"]
     return {
         "pass_at_k": t["diagnostics_pass_at_k"], "pass_at_k_runs": t["diagnostics_pass_at_k_runs"],
         "law": law, "law_runs": t["diagnostics_entropy_law_runs"], "law_text": law_text(t["diagnostics_entropy_law_runs"]), "adv": t["diagnostics_adv_scaling"],
         "noise": t["diagnostics_noise_scale"], "noise_steps": t["diagnostics_noise_scale_steps"], "updates": t["diagnostics_update"],
-        "verdicts": rows, "power": power_note(v), "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE, "margin": EQUIVALENCE,
+        "verdicts": rows, "power": power_note(v), "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE,
         "experiment": EXPERIMENT,
         **compute_curves.section(t), **negative_controls.section(t),
     }  # fmt: skip

@@ -1,4 +1,4 @@
-"""What every study shares: roles from the config, per-seed values, verdict tables, text and plot style.
+"""What every study shares: roles from the config, per-seed values, views of claims.csv, text and plot style.
 
 A study keeps only its science; this module holds the plumbing, so that `mathrl.plots`
 and the study modules both import it and never each other.
@@ -7,7 +7,6 @@ and the study modules both import it and never each other.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import matplotlib
 
@@ -18,7 +17,7 @@ import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from mathrl.errors import ConfigError  # noqa: E402
-from mathrl.verdict import CONFIDENCE, MAX_SEEDS, VERDICT_COLUMNS, Verdict, number, sentence  # noqa: E402
+from mathrl.verdict import CONFIDENCE, MAX_SEEDS, number, sentence  # noqa: E402
 
 NAN = math.nan
 
@@ -75,52 +74,6 @@ def known(*xs) -> bool:
     return all(x is not None and not (isinstance(x, (float, np.floating)) and math.isnan(x)) for x in xs)
 
 
-# ----------------------------------------------------------------------------- mechanisms that engaged
-@dataclass(frozen=True)
-class Engaged:
-    """Whether a variant's mechanism acted in its runs: a measured value against a threshold.
-
-    A remedy that never acted (an upper clip that never binds, a penalty that meets no
-    malformed answer, a critic that explains nothing) says nothing about the document's
-    claim, so a verdict that rests on it is "not judged" (see `judged`). direction +1: the
-    check passes at value >= threshold; -1: at value <= threshold."""
-
-    mechanism: str
-    measure: str
-    value: float
-    threshold: float
-    direction: int = 1
-
-    @property
-    def passed(self) -> bool | None:
-        """True or False; None when the value could not be measured."""
-        if not known(self.value):
-            return None
-        return bool(self.value >= self.threshold) if self.direction > 0 else bool(self.value <= self.threshold)
-
-    def describe(self) -> str:
-        word = {True: "engaged", False: "did not engage", None: "not measured"}[self.passed]
-        sign = ">=" if self.direction > 0 else "<="
-        value = "–" if not known(self.value) else f"{self.value:.3g}"
-        return f"{self.mechanism} {word}: {self.measure} {value} (needs {sign} {self.threshold:g})"
-
-
-def engaged(mechanism: str, measure: str, values, threshold: float, direction: int = 1) -> Engaged:
-    """An `Engaged` check on the mean of `values` (a {seed: value} mapping or a list; NaN dropped)."""
-    vals = [float(v) for v in (values.values() if hasattr(values, "values") else values) if known(v)]
-    return Engaged(mechanism, measure, float(np.mean(vals)) if vals else NAN, float(threshold), direction)
-
-
-def judged(claim, est, *checks: Engaged, **kw) -> Verdict:
-    """A verdict that is given only where every check passed; otherwise "not judged" with the
-    measured reason. The checks' measured values go to the row's `engaged` column either way."""
-    extra = {**kw.pop("extra", {}), "engaged": "; ".join(c.describe() for c in checks)}
-    failed = [c for c in checks if not c.passed]
-    if failed:
-        return Verdict(claim, est, outcome="not judged", reason="mechanism not engaged: " + "; ".join(c.describe() for c in failed), extra=extra, **kw)
-    return Verdict(claim, est, extra=extra, **kw)
-
-
 # ----------------------------------------------------------------------------- intervals in tables
 def t_halfwidth(std, n):
     """Half-width of the 95% t interval of a mean from its std and n (NaN for n < 2); vectorised."""
@@ -151,11 +104,18 @@ def add_wilson(df: pd.DataFrame, count: str, n: str = "n", prefix: str = "collap
     return out
 
 
-def verdict_frame(verdicts: list[Verdict]) -> pd.DataFrame:
-    """One row per verdict: VERDICT_COLUMNS, then any extra columns the study added (its `part`, say)."""
-    rows = [v.row() for v in verdicts]
-    extra = list(dict.fromkeys(k for r in rows for k in r if k not in VERDICT_COLUMNS))
-    return pd.DataFrame(rows, columns=VERDICT_COLUMNS + extra)
+def claim_frame(t, section: str, part: str | None = None) -> pd.DataFrame:
+    """A section's rows of claims.csv (the one engine's verdicts, `mathrl.claims`) under the
+    names the report's verdict macros read: key, claim, diff, and the checks' text as `engaged`."""
+    from mathrl.claims import section_rows
+
+    return claim_view(section_rows(t["claims"], section, part))
+
+
+def claim_view(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows of claims.csv under the verdict macros' names."""
+    return df.rename(columns={"claim_id": "key", "statement": "claim", "difference": "diff", "engaged": "engaged_passed",
+                              "checks": "engaged"})  # fmt: skip
 
 
 def verdict_rows(df: pd.DataFrame) -> list[dict]:

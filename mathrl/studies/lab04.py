@@ -18,8 +18,8 @@ import pandas as pd
 
 from mathrl import bandit_config as bandit  # the study's settings; no torch for tables and figures
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, band, engaged, judged, known, per_seed, placeholder, plt, power_note, roles, verdict_frame, verdict_rows
-from mathrl.verdict import Claim, Estimate, Verdict, difference, mean_interval, rate_difference, wilson
+from mathrl.studies.kit import COLORS, band, claim_frame, known, placeholder, plt, power_note, roles, verdict_rows
+from mathrl.verdict import wilson
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -30,24 +30,17 @@ DOCUMENT = "lab04-training-challenges.md"
 
 EXPERIMENT = "lab04_gpt"
 ROLES = ("normal", "aggressive", "clip_higher", "remedy", "proxy", "random_policy", "perfect_policy")
-ENTROPY_FALL = 0.10  # the aggressive setting shows entropy collapse: token entropy falls by at least this share...
-CLIP_BINDS = 0.01  # an upper clip binds: at least this share of tokens clipped (clip_frac; clip_frac_high once logged)
-COV_ACTS = 1e-4  # Clip-Cov / KL-Cov acted: at least this share of answer tokens chosen by the covariance rule (cov_frac)
-# Optional roles: the covariance remedies of arXiv 2505.22617, judged like clip-higher where an experiment names them
-# (config/full.yaml does; the default leaves them out of its budget).
+# Optional roles: the covariance remedies of arXiv 2505.22617, judged like clip-higher (config/claims.yaml) where an
+# experiment names them (config/full.yaml does; the default leaves them out of its budget).
 COV_REMEDIES = {"clip_cov": "Clip-Cov", "kl_cov": "KL-Cov"}
-DYNAMIC = 1.05  # dynamic sampling acted: at least this many rollouts drawn per rollout kept
-EQUAL_SAMPLES = (0.75, 1.33)  # "equal samples": the remedy's total rollouts within this ratio of the reference's
-NONINFERIOR_MARGIN = 0.02  # accuracy points that count as "no worse" (about the sampling error of 500 problems)
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
 GPT_WINDOW = 5  # GPT steps averaged for the start or end of a per-step metric; at most half a run, so the two never overlap
 DOMINANT = 0.9  # an arm holding this much probability is where the policy converged (bandit.converged_to)
-NO_SIGNAL = 0.95  # frac_zero_std at or above this: (almost) no group carries a learning signal
 SEVERITY_DEFINITION = "mild: the mean gradient norm fell by less than 50%; moderate: by 50-90%; severe: by more than 90%"
 METRICS = ["entropy", "p0", "p1", "p2", "p3", "loss", "grad_norm", "reward_std", "reward_mean", "proxy_reward", "true_reward"]
 
 
-# ---- verdicts: small pure functions of table values ------------------------------------
+# ---- small pure functions of table values -----------------------------------------------
 def reduction(start: float, end: float) -> float:
     """Relative decrease from start to end: 1 when it fell to zero, NaN when start is 0 or unknown."""
     return math.nan if (not known(start)) or (not known(end)) or start == 0 else 1 - end / start
@@ -118,16 +111,16 @@ def entropy_table(ctx) -> pd.DataFrame:
     rows = []
     for setting, seed, g in _expected(ctx, "entropy_collapse", ctx.bandit("entropy_collapse")):
         row = {"setting": setting, "seed": seed, "initial_entropy": math.nan, "final_entropy": math.nan, "reduction": math.nan,
-               "dominant_action": math.nan, "dominant_prob": math.nan, "global_share": math.nan, "initial_best_prob": math.nan, "converged_to": "missing"}  # fmt: skip
+               "dominant_action": math.nan, "dominant_prob": math.nan, "global_share": math.nan, "local_share": math.nan, "initial_best_prob": math.nan, "converged_to": "missing"}  # fmt: skip
         if len(g):
             first, last = g.iloc[0], g.iloc[-1]
             probs = [float(last[f"p{i}"]) for i in range(3)]
             top = int(np.argmax(probs))
             label = bandit.converged_to(*probs, threshold=DOMINANT, best_arm=best)
             row.update(initial_entropy=first["entropy"], final_entropy=last["entropy"], dominant_action=top, dominant_prob=probs[top], initial_best_prob=float(first[f"p{best}"]),
-                       reduction=reduction(first["entropy"], last["entropy"]), converged_to=label, global_share=float(label == "global"))  # fmt: skip
+                       reduction=reduction(first["entropy"], last["entropy"]), converged_to=label, global_share=float(label == "global"), local_share=float(label == "local"))  # fmt: skip
         rows.append(row)
-    out = _pooled(pd.DataFrame(rows), ["setting"], ["initial_entropy", "final_entropy", "reduction", "dominant_prob", "global_share", "initial_best_prob"])
+    out = _pooled(pd.DataFrame(rows), ["setting"], ["initial_entropy", "final_entropy", "reduction", "dominant_prob", "global_share", "local_share", "initial_best_prob"])
     for setting, g in out[out["seed"] != "all"].groupby("setting", sort=False):
         labels = g["converged_to"].tolist()
         pooled = (out["setting"] == setting) & (out["seed"] == "all")
@@ -137,8 +130,6 @@ def entropy_table(ctx) -> pd.DataFrame:
     return out
 
 
-BIASED = ("aggressive_biased", "normal_biased")  # the entropy-collapse settings that start away from the global optimum
-BIASED_START = 0.05  # a start is biased when the global arm's initial probability is at most this
 
 
 def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
@@ -270,107 +261,6 @@ def _get(d: dict, key: str) -> float:
     return d.get(key, math.nan)
 
 
-def _shift(values: dict, by: float) -> dict:
-    return {k: v - by for k, v in values.items()}
-
-
-def verdicts(ent, van, hack, runs, role: dict) -> list[Verdict]:
-    """The document's expectations, each as a mean or a paired difference over seeds with its 95% interval."""
-    seeds = lambda df, col, **w: per_seed(_per_seed_rows(df), col, **w)  # noqa: E731
-    out = []
-
-    def add(part, key, text, measure, est, **claim):
-        out.append(Verdict(Claim(key, text, measure, **claim), est, extra={"part": part}))
-
-    aggr = lambda col: seeds(ent, col, setting="aggressive")  # noqa: E731
-    add("entropy", "bandit_initial_entropy", "Bandit, aggressive: initial policy entropy about 1.1", "initial entropy − 1.1 (equivalence within ±0.1)",
-        mean_interval(_shift(aggr("initial_entropy"), 1.1)), kind="equivalence", margin=0.1)
-    add("entropy", "bandit_final_entropy", "Bandit, aggressive: final policy entropy about 0.1", "final entropy − 0.2", mean_interval(_shift(aggr("final_entropy"), 0.2)), direction=-1)
-    labels = _per_seed(ent, "aggressive")["converged_to"].tolist()
-    k, n = sum(x == "global" for x in labels), sum(x in ("global", "local", "none") for x in labels)
-    lo, hi = wilson(k, n)
-    add("entropy", "bandit_global", "Bandit, aggressive: the policy settles on action 1, the global optimum",
-        f"share of seeds at the global optimum ({k} of {n}, Wilson interval) − 1/2", Estimate(k / n - 0.5, lo - 0.5, hi - 0.5, n, "one-sample", n) if n else None, unit="pts")
-    add("entropy", "bandit_keeps_entropy", "Bandit: the gentle setting keeps more entropy than the aggressive one", "final entropy: normal − aggressive",
-        difference(seeds(ent, "final_entropy", setting="normal"), aggr("final_entropy")))
-    loc = local_optima_table(ent) if len(ent) else pd.DataFrame(columns=["setting"])
-    counts = {r.setting: (int(r.local), int(r.n), r.initial_best_prob) for r in loc.itertuples()}
-    if all(b in counts for b in BIASED):
-        (ka, na, pa), (kn, nn, pn) = counts[BIASED[0]], counts[BIASED[1]]
-        start = [engaged(f"biased start ({b})", "initial probability of the global arm", [p], BIASED_START, direction=-1) for b, p in zip(BIASED, (pa, pn))]
-        lo, hi = wilson(ka, na)
-        out.append(judged(Claim("bandit_local_reached", "Bandit, aggressive from a biased start: some seeds settle on a local optimum",
-                                f"local-optimum rate of {BIASED[0]} ({ka} of {na}, Wilson interval)", unit="pts"),
-                          Estimate(ka / na, lo, hi, na, "one-sample", na) if na else None, start[0], extra={"part": "entropy"}))
-        out.append(judged(Claim("bandit_local_aggressive", "Bandit, biased start: the aggressive setting settles on a local optimum more often than the normal one",
-                                f"local-optimum rate: {BIASED[0]} − {BIASED[1]}", unit="pts"), rate_difference(ka, na, kn, nn), *start,
-                          note=f"{ka} of {na} seeds local under the aggressive setting, {kn} of {nn} under the normal one", extra={"part": "entropy"}))  # fmt: skip
-    vs = lambda col: seeds(van, col)  # noqa: E731
-    add("vanishing", "bandit_homogeneous", "Bandit: the gradient vanishes when every reward of a batch is equal", "mean gradient norm, homogeneous phases − 1e-4",
-        mean_interval(_shift(vs("grad_norm_homogeneous"), 1e-4)), direction=-1)
-    add("vanishing", "bandit_diverse", "Bandit: the gradient is clearly non-zero when rewards differ", "mean gradient norm, diverse phases − 1e-3",
-        mean_interval(_shift(vs("grad_norm_diverse"), 1e-3)))
-    add("vanishing", "bandit_reduction", "Bandit: the gradient norm falls by more than 90% with equal rewards", "reduction, homogeneous against diverse, − 90%",
-        mean_interval(_shift(vs("reduction"), 0.9)), unit="pct")
-    add("vanishing", "bandit_correlation", "Bandit: the gradient norm follows the reward spread", "correlation of gradient norm with reward std (per seed)",
-        mean_interval(vs("corr_grad_reward_std")))
-    hs = lambda a, b: {s: v - seeds(hack, b).get(s, math.nan) for s, v in seeds(hack, a).items()}  # noqa: E731
-    add("hacking", "bandit_proxy_rises", "Bandit: the proxy score rises", "proxy score: end − start", mean_interval(hs("proxy_end", "proxy_start")))
-    add("hacking", "bandit_true_falls", "Bandit: the true reward falls", "true reward: end − start", mean_interval(hs("true_end", "true_start")), direction=-1)
-    g = lambda r, col: per_seed(runs, col, variant=role[r]) if r in role else {}  # noqa: E731
-    gd = lambda r, a, b: {s: v - g(r, b).get(s, math.nan) for s, v in g(r, a).items()}  # noqa: E731
-    add("hacking", "gpt_proxy_rises", "GPT with the proxy reward: the training reward (the proxy score) rises", "training reward: end − start",
-        mean_interval(gd("proxy", "reward_end", "reward_start")))
-    add("hacking", "gpt_accuracy_falls", "GPT with the proxy reward: exact-match accuracy falls", "sampled exact-match accuracy: end − start",
-        mean_interval(gd("proxy", "accuracy_end", "accuracy_start")), direction=-1, unit="pts")
-    add("gpt", "gpt_entropy_collapse", "GPT: the aggressive setting loses more token entropy than the normal one", "entropy reduction: aggressive − normal",
-        difference(g("aggressive", "entropy_reduction"), g("normal", "entropy_reduction")), unit="pct")
-    # DAPO's remedies are judged only on a setting that shows the problem (entropy falls while sampled accuracy rises) and where their mechanism acted.
-    problem = [engaged("entropy collapse (aggressive)", "token-entropy reduction over the run", g("aggressive", "entropy_reduction"), ENTROPY_FALL),
-               engaged("learning (aggressive)", "sampled accuracy, end − start", g("aggressive", "accuracy_gain"), 0.0)]
-    def binds(r):  # the upper clip's own share once the trainer logs clip_frac_high; until then all clipped tokens (clip_frac)
-        high = g(r, "clip_frac_high")
-        col = "clip_frac_high" if high else "clip_frac"
-        return engaged(f"upper clip ({role.get(r, r)})", f"share of tokens clipped ({col})", high or g(r, "clip_frac"), CLIP_BINDS)
-
-    ratio = {s_: v / g("aggressive", "samples")[s_] for s_, v in g("remedy", "samples").items() if g("aggressive", "samples").get(s_)}
-    equal = [engaged("equal samples", "rollouts drawn: DAPO / aggressive", ratio, EQUAL_SAMPLES[0]), engaged("equal samples", "rollouts drawn: DAPO / aggressive", ratio, EQUAL_SAMPLES[1], -1)]
-    dynamic = engaged("dynamic sampling", "rollouts drawn per rollout kept", g("remedy", "draws_per_rollout"), DYNAMIC)
-
-    def gated(key, text, measure, est, *checks, **claim):
-        out.append(judged(Claim(key, text, measure, **claim), est, *checks, extra={"part": "gpt"}))
-
-    gated("gpt_clip_higher_entropy", "GPT: clip-higher keeps more entropy than aggressive GRPO", "final token entropy: clip-higher − aggressive GRPO",
-          difference(g("clip_higher", "entropy_end"), g("aggressive", "entropy_end")), *problem, binds("clip_higher"))
-    gated("gpt_dapo_entropy", "GPT: DAPO keeps more entropy than aggressive GRPO", "final token entropy: DAPO − aggressive GRPO",
-          difference(g("remedy", "entropy_end"), g("aggressive", "entropy_end")), *problem, binds("remedy"), dynamic)
-    gated("gpt_dapo_accuracy", "GPT: DAPO is at least as accurate as aggressive GRPO at about equal samples", "final held-out accuracy: DAPO − aggressive GRPO",
-          difference(g("remedy", "eval_end"), g("aggressive", "eval_end")), *problem, binds("remedy"), dynamic, *equal,
-          kind="noninferior", margin=NONINFERIOR_MARGIN, unit="pts")
-    out += cov_verdicts(g, role, problem)
-    add("gpt", "gpt_random_no_signal", "GPT from a random policy: (almost) every group has equal rewards", f"share of groups with equal rewards − {NO_SIGNAL}",
-        mean_interval(_shift(g("random_policy", "frac_zero_std"), NO_SIGNAL)), unit="pts")
-    add("gpt", "gpt_perfect_no_signal", "GPT near-perfect policy: most groups have equal rewards", "share of groups with equal rewards − 1/2",
-        mean_interval(_shift(g("perfect_policy", "frac_zero_std"), 0.5)), unit="pts")
-    return out
-
-
-def cov_verdicts(g, role: dict, problem: list) -> list[Verdict]:
-    """Clip-Cov and KL-Cov against aggressive GRPO, for the roles a config names; gated like
-    clip-higher on the problem being shown and on the covariance rule having acted."""
-    out = []
-    for r, name in COV_REMEDIES.items():
-        if r not in role:
-            continue
-        acts = engaged(f"covariance rule ({role[r]})", "share of answer tokens it acted on (cov_frac)", g(r, "cov_frac"), COV_ACTS)
-        out.append(judged(Claim(f"gpt_{r}_entropy", f"GPT: {name} keeps more entropy than aggressive GRPO", f"final token entropy: {name} − aggressive GRPO"),
-                          difference(g(r, "entropy_end"), g("aggressive", "entropy_end")), *problem, acts, extra={"part": "gpt"}))
-        out.append(judged(Claim(f"gpt_{r}_accuracy", f"GPT: {name} is at least as accurate as aggressive GRPO", f"final held-out accuracy: {name} − aggressive GRPO",
-                                kind="noninferior", margin=NONINFERIOR_MARGIN, unit="pts"),
-                          difference(g(r, "eval_end"), g("aggressive", "eval_end")), *problem, acts, extra={"part": "gpt"}))
-    return out
-
-
 def _pooled_rows(df: pd.DataFrame) -> pd.DataFrame:
     """The pooled rows (seed 'all') of a bandit table: one per setting."""
     return df[df["seed"].astype(str) == "all"] if len(df) and "seed" in df else df
@@ -440,7 +330,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     return {
         "lab04_entropy": ent, "lab04_local_optima": local_optima_table(ent), "lab04_vanishing": van, "lab04_vanishing_points": points, "lab04_hacking": hack,
         "lab04_bandit_curves": bandit_curves(ctx), "lab04_gpt_runs": runs, "lab04_gpt": gpt,
-        "lab04_report_template": report_template(ent, van, hack, gpt), "lab04_verdicts": verdict_frame(verdicts(ent, van, hack, runs, role)),
+        "lab04_report_template": report_template(ent, van, hack, gpt),
     }  # fmt: skip
 
 
@@ -627,17 +517,20 @@ def cov_sentence(gpt: pd.DataFrame) -> str:
 
 
 def section(t) -> dict:
-    rows = verdict_rows(t["lab04_verdicts"])
+    claims = claim_frame(t, NAME)
+    rows = verdict_rows(claims)
     tpl = t["lab04_report_template"]
     found = tpl.loc[tpl["part"] == "Key findings", "value"].tolist() if len(tpl) else []
     sentences = {**dict(zip(("entropy", "vanishing", "hacking"), found + ["no data"] * (3 - len(found)))), "gpt": gpt_sentence(t["lab04_gpt"])}
     parts = {}
     for part in CLAIMS:
         mine = [r for r in rows if r.get("part") == part]
-        counts = {o: sum(r["outcome"] == o for r in mine) for o in ("agrees", "disagrees", "inconclusive", "not judged")}
+        claims_, setup = [r for r in mine if r.get("kind") != "setup"], sum(r.get("kind") == "setup" for r in mine)
+        counts = {o: sum(r["outcome"] == o for r in claims_) for o in ("agrees", "disagrees", "inconclusive", "not judged")}
         summary = ", ".join(f"{k} {o}" for o, k in counts.items() if k) or "no verdicts"
+        summary += f"; and {setup} setup check{'s' * (setup != 1)}, not counted" if setup else ""
         parts[part] = {"claim": CLAIMS[part], "measured": sentences[part], "rows": mine, "summary": summary}
-    return {"parts": parts, "verdict_list": rows, "power": power_note(t["lab04_verdicts"]), "severity_definition": SEVERITY_DEFINITION,
+    return {"parts": parts, "verdict_list": rows, "power": power_note(claims), "severity_definition": SEVERITY_DEFINITION,
             "bandit_window": BANDIT_WINDOW, "gpt_window": GPT_WINDOW, "dominant": DOMINANT,
             "tables": {**{k: t[f"lab04_{k}"] for k in ("entropy", "local_optima", "vanishing", "hacking", "gpt", "report_template")},
                        "entropy_pooled": _pooled_rows(t["lab04_entropy"])}}  # fmt: skip

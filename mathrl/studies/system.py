@@ -17,8 +17,7 @@ import pandas as pd
 from mathrl.console import console_line
 from mathrl.results import collapsed, degraded, mean_spread
 from mathrl.studies.kit import pm as interval
-from mathrl.studies.kit import COLORS, add_intervals, add_wilson, band, cell, by_key, per_seed, placeholder, power_note, verdict_frame, verdict_rows
-from mathrl.verdict import Claim, Verdict, mean_interval
+from mathrl.studies.kit import COLORS, add_intervals, add_wilson, band, cell, by_key, claim_frame, placeholder, power_note, verdict_rows
 
 NAME = "system"
 TITLE = "The math RL training system: configurations and results"
@@ -126,31 +125,11 @@ def console_table(ctx, runs) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["task", "algorithm", "run_id", "source", "line"])
 
 
-NONINFERIOR_MARGIN = 0.02  # accuracy points that count as "no worse" (about the sampling error of 500 problems)
-
-
-def verdicts(per_run: pd.DataFrame) -> list[Verdict]:
-    """The document's expectations on its own algorithm, REINFORCE, with 95% intervals over seeds."""
-    out = []
-    for task, doc in DOC.items():
-        lo, hi = doc["expected"]
-        v = lambda col: per_seed(per_run, col, task=task, algorithm="reinforce")  # noqa: E731
-        out += [
-            Verdict(Claim(f"{task}_accuracy", f"{doc['config']}: REINFORCE reaches {lo:.0%}–{hi:.0%} on {task}", f"final held-out accuracy − {lo:.0%}", unit="pts"),
-                    mean_interval({s: x - lo for s, x in v("final_eval").items()})),
-            Verdict(Claim(f"{task}_gain", f"{doc['config']}: RL improves on the warm-up", "final − initial held-out accuracy", unit="pts"), mean_interval(v("gain"))),
-            Verdict(Claim(f"{task}_stable", f"{doc['config']}: REINFORCE with the moving-average baseline and clipping trains stably (loses no accuracy)",
-                          "final − initial held-out accuracy (no loss beyond the margin)", kind="noninferior", margin=NONINFERIOR_MARGIN, unit="pts"),
-                    mean_interval(v("gain")), note=f"{int(sum(v('collapsed').values()))} of {len(v('collapsed'))} runs collapsed, {int(sum(v('degraded').values()))} degraded"),
-        ]  # fmt: skip
-    return out
-
-
 def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = ctx.experiment("system")
     res = results_table(runs)
     return {"system_configs": configs_table(ctx, runs), "system_results": res, "system_curves": curves_table(runs),
-            "system_console": console_table(ctx, runs), "system_verdicts": verdict_frame(verdicts(per_run_table(runs)) if runs else [])}  # fmt: skip
+            "system_console": console_table(ctx, runs), "system_runs": per_run_table(runs)}
 
 
 # ----------------------------------------------------------------------------- figures
@@ -246,12 +225,13 @@ def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:
 
 def section(t) -> dict:
     res, cfgs = t["system_results"], t["system_configs"]
-    rows = verdict_rows(t["system_verdicts"])
+    claims = claim_frame(t, NAME)
+    rows = verdict_rows(claims)
     decay = cell(cfgs, "ours", task="add", key="baseline_decay")
     presets = cfgs.drop_duplicates("task")[["task", "config", "preset"]].to_dict("records") if len(cfgs) else []
     return {
         "configs": configs_wide(cfgs), "presets": presets, "results": res, "console": t["system_console"],
-        "baseline_decay": "–" if math.isnan(decay) else f"{decay:g}", "verdict_list": rows, "power": power_note(t["system_verdicts"]),
+        "baseline_decay": "–" if math.isnan(decay) else f"{decay:g}", "verdict_list": rows, "power": power_note(claims),
         "verdicts": [task_text(res, cfgs, task, by_key(rows)) for task in DOC],
         "doc_console": "Step 50/200 | Loss: 0.234 | Acc: 0.750 | Reward: 0.750 | LR: 1.00e-04",  # the document's example
     }
