@@ -172,3 +172,20 @@ def test_section_and_figure_render(results):
     assert "Compute-performance curves" in html and "ceiling against efficiency" in html and "Negative controls" in html
     assert "batch 10" in html and "negative_controls 1" in html  # evaluations after the start per run
     assert "random_reward" in html and "Against batch_size=16" in html
+
+
+def test_negative_control_claims_read_these_tables(results, cfg):
+    from mathrl import claims
+
+    judged = claims.judge_all(cfg, results[0]).set_index("claim_id")
+    r = judged.loc["nc_random_reward_no_gain"]
+    assert r.difference == pytest.approx(-0.05) and r.n == 2 and "the ratio clip binds engaged" in r.checks
+    psr = judged.loc["nc_positive_only_pass_at_1"]
+    assert psr.difference == pytest.approx(0.5) and psr.outcome == "agrees"  # 0.25 -> 0.75 in both seeds
+    assert judged.loc["nc_positive_only_pass_at_max"].difference == pytest.approx(0.0)
+    # this experiment declares no random_reward_noclip or negative_only: those claims are shown, not judged
+    assert judged.loc["nc_clip_under_random_reward"].outcome == "not judged"
+    assert judged.loc["nc_negative_only_pass_at_1"].outcome == "not judged"
+    # the controls' pass@k is not read by the claims that RL raises pass@1
+    assert not judged.index.str.startswith("pass_at_").any()
+    assert results[0]["diagnostics_pass_at_k_runs"].empty

@@ -211,6 +211,7 @@ def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- the study
 def tables(ctx) -> dict[str, pd.DataFrame]:
     pk, law, adv, upd = pass_at_k_runs(ctx), entropy_law_runs(ctx), adv_scaling_runs(ctx), update_runs(ctx)
+    controls, pk = pk[pk["experiment"] == negative_controls.EXPERIMENT], pk[pk["experiment"] != negative_controls.EXPERIMENT]
     return {
         "diagnostics_pass_at_k_runs": pk, "diagnostics_pass_at_k": pass_at_k_summary(pk),
         "diagnostics_entropy_law_runs": law, "diagnostics_entropy_law": entropy_law_summary(law),
@@ -219,7 +220,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         "diagnostics_update_runs": upd, "diagnostics_update": update_summary(upd),
         **compute_curves.tables(((exp, setting(run.spec), run) for exp, run in ok_runs(ctx)), ctx.cfg),
         **negative_controls.tables([(setting(r.spec), r) for r in ctx.experiment(negative_controls.EXPERIMENT) if r.ok],
-                                   pk, kit.roles(ctx.cfg, negative_controls.EXPERIMENT, ("reference",))),
+                                   controls, kit.roles(ctx.cfg, negative_controls.EXPERIMENT, ("reference",))),
     }  # fmt: skip
 
 

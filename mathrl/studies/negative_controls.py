@@ -7,7 +7,8 @@ seeds and its difference from the reference (paired by seed), what engaged (clip
 advantage, entropy and KL at the end), and pass@k at k = 1 and the largest k before and after RL. The tables state
 measurements; the claims read them (see the report section for the columns).
 
-The functions take the experiment's complete runs, which `mathrl.studies.diagnostics` passes in.
+The functions take the experiment's complete runs and their pass@k rows, which `mathrl.studies.diagnostics` passes in.
+The claims on these tables are declared in config/claims.yaml (part "negative controls").
 """
 
 from __future__ import annotations
@@ -169,8 +170,11 @@ def control_pass_at_k(pk: pd.DataFrame, roles: dict) -> pd.DataFrame:
 
 
 def tables(runs, pk: pd.DataFrame, roles: dict) -> dict[str, pd.DataFrame]:
+    """The experiment's tables from its complete runs, the pass@k rows of its runs (`pk`, per run, phase and k;
+    kept apart from the other runs' pass@k, whose claims are not theirs) and its roles."""
     per_run = control_runs(runs, roles)
     return {
+        "diagnostics_negative_controls_pass_at_k_runs": pk,
         "diagnostics_negative_controls_runs": per_run,
         "diagnostics_negative_controls": control_summary(per_run, roles),
         "diagnostics_negative_controls_pass_at_k": control_pass_at_k(pk, roles),
