@@ -7,7 +7,8 @@ the step's `StepMetrics` (`mathrl.metrics`) where it computes them:
    rewards the answers (the training reward; exact-match accuracy is logged regardless);
    with dynamic sampling, groups whose rewards are all equal are replaced by fresh ones;
 2. `score`: rewards normalised and clipped as configured, reference and old log-probs, and
-   advantages from the algorithm's estimator in the registry (`mathrl.algorithms`);
+   advantages from the algorithm's estimator in the registry (`mathrl.algorithms`), kept for one
+   sign of advantage only where `sample_filter` says so;
 3. `update`: for each PPO epoch one optimizer step over the whole batch, accumulated over
    micro-batches (`micro_batch`); the loss per answer token is the policy loss named by
    `policy_loss` in its registry (`mathrl.policy_losses`)
