@@ -1,10 +1,19 @@
-"""The verdict kit's mechanism checks: a verdict is given only where its mechanism engaged."""
+"""The study kit: mechanism checks (a verdict is given only where its mechanism engaged), roles and bands."""
 
 from __future__ import annotations
 
 import math
 
-from mathrl.studies.kit import Engaged, engaged, judged, verdict_frame, verdict_rows
+from mathrl.studies.kit import (
+    Engaged,
+    band_limits,
+    bounds,
+    engaged,
+    judged,
+    role_of,
+    verdict_frame,
+    verdict_rows,
+)
 from mathrl.verdict import Claim, difference
 
 
@@ -30,3 +39,21 @@ def test_judged_withholds_the_verdict_and_says_why():
     rows = verdict_rows(verdict_frame([ok, no]))
     assert rows[1]["sentence"].startswith("Not judged: mechanism not engaged: critic did not engage")
     assert "clip engaged" in rows[1]["engaged"]
+
+
+def test_band_is_a_clipped_t_interval_by_hand():
+    # mean 0.05, std 0.1, n 3: t(2) = 4.3027, half-width 4.3027 x 0.1 / sqrt(3) = 0.2484
+    lo, hi = band_limits([0.05, 0.5], [0.1, 0.1], [3, 1])
+    assert abs(lo[0] - (0.05 - 0.24841)) < 1e-4 and abs(hi[0] - (0.05 + 0.24841)) < 1e-4
+    assert lo[1] == hi[1] == 0.5  # one seed: no interval, the band is the line
+    lo, hi = band_limits([0.05, 0.97], [0.1, 0.1], 3, bounds=bounds("eval_accuracy"))
+    assert lo[0] == 0.0 and hi[1] == 1.0 and abs(hi[0] - 0.29841) < 1e-4
+    lo, hi = band_limits([0.05], [0.1], 3, bounds=bounds("entropy"))  # bounded below only
+    assert lo[0] == 0.0 and hi[0] > 0.29
+    assert bounds("loss") is None
+
+
+def test_a_variant_with_two_roles_is_named_by_the_studys_own():
+    role = {"baseline": "exact", "shaped": "shaped", "reference": "exact"}
+    assert role_of(role, ("baseline", "shaped")) == {"exact": "baseline", "shaped": "shaped"}
+    assert role_of({"reference": "exact"}, ("baseline",)) == {"exact": "reference"}  # no role of the study: the other one

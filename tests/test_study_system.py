@@ -87,6 +87,7 @@ def test_configs_table(results):
     assert c.loc[("add", "steps")].ours == 4 and c.loc[("add", "steps")].document == 200
     assert c.loc[("add", "lr")].document == 1e-4 and c.loc[("mul", "baseline_decay")].ours == 0.9
     assert c.loc[("add", "batch_size")].ours == 16 and c.loc[("add", "grad_clip")].ours == 1.0
+    assert c.loc[("add", "micro_batch_size")].ours == 16  # micro_batch_size 0 (no accumulation): the whole batch, never "0"
     assert set(results[0]["system_configs"].query("task == 'add'").preset) == {"small"}
     assert set(results[0]["system_configs"].query("task == 'mul'").preset) == {"missing"}
 
@@ -129,6 +130,12 @@ def test_curves_console_criteria(results):
     assert k.loc["add_stable"].note == "0 of 2 runs collapsed, 0 degraded"
 
 
+def test_sequences_per_micro_batch():
+    assert system.per_micro_batch({"micro_batch_size": 64, "batch_size": 512}) == 64
+    assert system.per_micro_batch({"micro_batch_size": 0, "batch_size": 512}) == 512
+    assert system.per_micro_batch({"micro_batch_size": 0, "batch_size": 512}, world_size=2) == 256  # each rank's share
+
+
 def test_verdict_functions():
     assert system.reached(0.9, 0.9) is True and system.reached(0.89, 0.9) is False and system.reached(math.nan, 0.9) is None
     row = {"step": 3, "policy_loss": 0.5, "accuracy": 0.25, "reward_mean": 0.25, "lr": 3e-4, "entropy": 0.1, "kl": 0.0, "eval_accuracy": math.nan}
@@ -150,6 +157,14 @@ def test_figures_and_section(results):
         for ax in fig.axes:
             assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
             assert ax.get_legend() is not None
+    for ax in figs["system_curves"].axes:
+        # the document's range belongs to its step 200: a bar beside these 4-step runs, labelled so, not a band over their steps
+        target = [line for line in ax.get_lines() if line.get_label().startswith("document:")]
+        assert len(target) == 1 and "at step 200 (beyond these 4 steps)" in target[0].get_label() and not ax.patches
+        assert ax.get_xlim()[1] < 10
+        ys = [y for c in ax.collections for p in c.get_paths() for y in p.vertices[:, 1]]  # add/reinforce: 0.7 ± 1.27 unclipped
+        assert ys and 0 <= min(ys) and max(ys) <= 1
+    for fig in figs.values():
         matplotlib.pyplot.close(fig)
     s = system.section(t)
     add, mul = s["verdicts"]

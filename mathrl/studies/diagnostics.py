@@ -18,7 +18,7 @@ from scipy import stats
 from mathrl import diagnostics as dx
 from mathrl import layout
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, add_intervals, band, placeholder, plt, power_note, verdict_frame, verdict_rows
+from mathrl.studies.kit import COLORS, add_intervals, band, bounds, placeholder, plt, power_note, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Verdict, difference, mean_interval
 
 NAME = "diagnostics"
@@ -277,7 +277,8 @@ def figures(t) -> dict[str, plt.Figure]:
     fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
     if len(pk):
         for i, ((exp, name, phase), g) in enumerate(pk.groupby(["experiment", "setting", "phase"], sort=False)):
-            band(ax, g["k"], g["pass_at_k_mean"], g["pass_at_k_std"], f"{exp}/{name} {phase}", COLORS[i % len(COLORS)], n=g["n"])
+            band(ax, g["k"], g["pass_at_k_mean"], g["pass_at_k_std"], f"{exp}/{name} {phase}", COLORS[i % len(COLORS)],
+                 n=g["n"], bounds=bounds("pass_at_k"))
         ax.set_xscale("log", base=2)
         ax.legend(fontsize=7)
     else:

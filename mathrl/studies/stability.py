@@ -18,7 +18,7 @@ import pandas as pd
 from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
 from mathrl.studies.kit import pm as interval
-from mathrl.studies.kit import COLORS, band, engaged, judged, known, per_seed, placeholder, power_note, roles, verdict_frame, verdict_rows
+from mathrl.studies.kit import COLORS, band, bounds, engaged, judged, known, per_seed, placeholder, power_note, roles, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Estimate, Verdict, difference, mean_interval, rate_difference, wilson
 
 NAME = "stability"
@@ -534,7 +534,8 @@ def _curves(ax, s: pd.DataFrame, ylabel: str, title: str) -> None:
     if s.empty:
         placeholder(ax, "no run with a result")
     for i, (_, g) in enumerate(s.groupby("order", sort=True)):
-        band(ax, g["step"], g["mean"], g["std"], g["setting"].iloc[0], COLORS[i % len(COLORS)], n=g["n"])
+        band(ax, g["step"], g["mean"], g["std"], g["setting"].iloc[0], COLORS[i % len(COLORS)], n=g["n"],
+             bounds=bounds(g["metric"].iloc[0]))
     if not s.empty:
         ax.legend()
     ax.set(xlabel="RL step", ylabel=ylabel, title=title)
@@ -560,7 +561,8 @@ def figures(t) -> dict:
         placeholder(ax, "no batch-study runs with a result")
     for i, (b, g) in enumerate(es.groupby("batch_size") if not es.empty else []):
         m = g.groupby("samples")["eval_accuracy"].agg(["mean", "std", "count"]).reset_index()
-        band(ax, m["samples"], m["mean"], m["std"], f"batch {b}", COLORS[i % len(COLORS)], n=m["count"])
+        band(ax, m["samples"], m["mean"], m["std"], f"batch {b}", COLORS[i % len(COLORS)], n=m["count"],
+             bounds=bounds("eval_accuracy"))
     if not es.empty:
         ax.set_xscale("log")
         ax.legend()
