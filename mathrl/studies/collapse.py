@@ -238,7 +238,7 @@ def _curves(ax, c, wanted, col, title, ylabel):
 
 def fig_reward_design(t) -> plt.Figure:
     c = t["collapse_curves"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")  # the suptitle clear of the titles
     _curves(axes[0], c, REWARD_DESIGNS, "eval_accuracy", "Held-out accuracy by reward design", "eval accuracy")
     _curves(axes[1], c, REWARD_DESIGNS, "format_rate", "Well-formed answers in rollouts", "format rate")
     fig.suptitle(f"Reward design on 2-digit multiplication ({BAND_NOTE})")
@@ -281,7 +281,7 @@ def fig_schedules(t) -> plt.Figure:
 
 def fig_nonfinite(t) -> plt.Figure:
     c = t["collapse_curves"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     _curves(axes[0], c, ["nonfinite"], "skipped", "Updates skipped by the non-finite guard", "share of runs skipping")
     _curves(axes[1], c, ["nonfinite", "baseline"], "eval_accuracy", "Held-out accuracy", "eval accuracy")
     fig.suptitle(f"A huge learning rate without gradient clipping ({BAND_NOTE})")

@@ -481,6 +481,7 @@ def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
 
 
 COMPARED = ("normal", "aggressive", "clip_higher", "remedy", *COV_REMEDIES)  # GPT roles whose entropy and accuracy are compared
+ACTION_COLORS = (COLORS[4], COLORS[5], COLORS[9])  # the bandit's actions, in colours no setting of the other panels uses
 STARTS = ("random_policy", "perfect_policy")  # GPT roles starting from a random or a near-perfect policy: drawn apart
 
 
@@ -515,13 +516,13 @@ def _probabilities(fig, cell, ec: pd.DataFrame) -> list:
         ax = fig.add_subplot(grid[k // cols, k % cols], sharey=axes[0] if axes else None)
         g = ec[ec["setting"] == setting]
         for i in range(3):
-            band(ax, g["step"], g[f"p{i}_mean"], g[f"p{i}_std"], f"action {i}", COLORS[i], n=g["n"],
+            band(ax, g["step"], g[f"p{i}_mean"], g[f"p{i}_std"], f"action {i}", ACTION_COLORS[i], n=g["n"],
                  bounds=bounds(f"p{i}"))
         ax.set_title(f"Action probabilities: {setting}", fontsize=8)
         ax.set_xlabel("step", fontsize=7)
         ax.set_ylabel("probability", fontsize=7)
         ax.tick_params(labelsize=7)
-        ax.legend(fontsize=6, loc="center right", handlelength=1.2, borderpad=0.3, labelspacing=0.2)
+        ax.legend(fontsize=7, loc="center right", handlelength=1.2, borderpad=0.3, labelspacing=0.2)
         axes.append(ax)
     axes[0].set_ylim(-0.02, 1.02)
     return axes

@@ -174,11 +174,12 @@ def target(ax, lo: float, hi: float, last_step: float) -> None:
     edge = blended_transform_factory(ax.transAxes, ax.transData)  # x in axes fractions, y in accuracy
     ax.plot([0.985, 0.985], [lo, hi], color="0.45", lw=6, solid_capstyle="butt", transform=edge, clip_on=False,
             label=f"{label} (beyond these {last_step:g} steps)" if known(last_step) else label)  # fmt: skip
+    ax.text(0.97, hi, f"step {step}", transform=edge, ha="right", va="bottom", fontsize=7, color="0.3")
 
 
 def fig_curves(t) -> plt.Figure:
     c, res = t["system_curves"], t["system_results"]
-    fig, axes = plt.subplots(1, len(DOC), figsize=(10, 3.8), sharey=True)
+    fig, axes = plt.subplots(1, len(DOC), figsize=(10, 3.8), sharey=True, layout="constrained")
     for ax, task in zip(axes, DOC):
         d = c[c["task"] == task] if len(c) else c
         for i, algorithm in enumerate(ALGORITHMS):
