@@ -6,10 +6,12 @@ import math
 
 from mathrl.studies.kit import (
     Engaged,
+    add_intervals,
     band_limits,
     bounds,
     engaged,
     judged,
+    pm,
     role_of,
     verdict_frame,
     verdict_rows,
@@ -57,3 +59,14 @@ def test_a_variant_with_two_roles_is_named_by_the_studys_own():
     role = {"baseline": "exact", "shaped": "shaped", "reference": "exact"}
     assert role_of(role, ("baseline", "shaped")) == {"exact": "baseline", "shaped": "shaped"}
     assert role_of({"reference": "exact"}, ("baseline",)) == {"exact": "reference"}  # no role of the study: the other one
+
+
+def test_table_and_text_intervals_of_an_accuracy_stay_within_its_range():
+    import pandas as pd
+
+    df = pd.DataFrame({"final_mean": [0.006], "final_std": [0.01], "gain_mean": [0.006], "gain_std": [0.01], "n": [3]})
+    out = add_intervals(df, ["final", "gain"], bounds={"final": bounds("eval_accuracy")})
+    assert out["final_lo"][0] == 0.0 and abs(out["final_hi"][0] - (0.006 + 0.024841)) < 1e-5  # t(2) x 0.01 / sqrt(3)
+    assert abs(out["gain_lo"][0] - (0.006 - 0.024841)) < 1e-5  # a difference: not clipped
+    assert pm(0.006, 0.01, 3, "pct", bounds=bounds("eval_accuracy")) == "0.6% [0.0%, 3.1%] (n=3)"
+    assert pm(0.006, 0.01, 3, "pct") == "0.6% [-1.9%, 3.1%] (n=3)"

@@ -222,7 +222,11 @@ def test_criteria_and_template(results):
     tpl = results[0]["lab04_report_template"].set_index("item")
     assert tpl.loc["Global optimum found", "value"] == "partly (1 of 2 seeds)" and tpl.loc["Severity", "value"] == "moderate"
     assert tpl.loc["Final entropy", "value"] == "0.300 ± 0.071 (n=2)"
-    assert "seed 1: action 0 (p = 0.940)" in tpl.loc["Final dominant action (probability)", "value"]
+    dominant = tpl.loc["Final dominant action (probability)", "value"]
+    assert dominant == "action 0 (p = 0.940) in 1 of 2 seeds; action 1 (p = 0.950) in 1 of 2 seeds"
+    many = pd.DataFrame({"dominant_action": [1.0] * 99 + [2.0, math.nan],
+                         "dominant_prob": [0.993, 0.997] + [0.995] * 97 + [0.91, math.nan]})
+    assert lab04.dominant_actions(many) == "action 1 (p = 0.993 to 0.997) in 99 of 100 seeds; action 2 (p = 0.910) in 1 of 100 seeds"
     findings = results[0]["lab04_report_template"].query("part == 'Key findings'")["value"].tolist()
     assert len(findings) == 3 and "0.3 ± 0.0707" in findings[0] and "the normal setting kept more entropy" in findings[0]
     assert "75.0% lower (moderate)" in findings[1] and findings[2].count(": exploited") == 2

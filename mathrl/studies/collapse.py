@@ -85,7 +85,7 @@ def variants_table(per_run: pd.DataFrame, settings: dict, baseline: str) -> pd.D
     """Per variant: its settings, mean, std, 95% interval and n of every statistic, and the
     difference in final accuracy from the baseline with its 95% interval (paired by seed)."""
     out = mean_spread(per_run, ["variant"], STATS[1:2] + STATS[:1] + STATS[2:])  # n counts final evals
-    out = add_intervals(out, ["final_eval", "gain"])
+    out = add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
     out.insert(1, "role", per_run.groupby("variant", sort=False)["role"].first().values if len(per_run) else [])
     out.insert(2, "settings", [", ".join(f"{k}={val}" for k, val in (settings.get(x) or {}).items()) or "defaults" for x in out["variant"]])
     g = per_run.groupby("variant", sort=False)

@@ -18,7 +18,7 @@ from scipy import stats
 from mathrl import diagnostics as dx
 from mathrl import layout
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, add_intervals, band, bounds, placeholder, plt, power_note, verdict_frame, verdict_rows
+from mathrl.studies.kit import COLORS, SHARE, add_intervals, band, bounds, placeholder, plt, power_note, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Verdict, difference, mean_interval
 
 NAME = "diagnostics"
@@ -76,7 +76,8 @@ def pass_at_k_runs(ctx) -> pd.DataFrame:
 
 def pass_at_k_summary(runs: pd.DataFrame) -> pd.DataFrame:
     """Per experiment, setting, phase and k: the mean over seeds with its t interval."""
-    out = add_intervals(mean_spread(runs, ["experiment", "setting", "phase", "k"], ["pass_at_k"]), ["pass_at_k"])
+    out = mean_spread(runs, ["experiment", "setting", "phase", "k"], ["pass_at_k"])
+    out = add_intervals(out, ["pass_at_k"], bounds={"pass_at_k": SHARE})
     for col in ("pass_at_k_lo", "pass_at_k_hi"):  # a t interval of a share reaches past [0, 1] with 3 seeds near 1
         if col in out:
             out[col] = out[col].clip(0.0, 1.0)
@@ -150,7 +151,8 @@ def adv_scaling_runs(ctx) -> pd.DataFrame:
 
 def adv_scaling_summary(runs: pd.DataFrame) -> pd.DataFrame:
     values = ["initial", "final", "gain"]
-    out = add_intervals(mean_spread(runs, ["setting", "carries"], values + ["problems"]), values)
+    out = mean_spread(runs, ["setting", "carries"], values + ["problems"])
+    out = add_intervals(out, values, bounds={"initial": SHARE, "final": SHARE})  # accuracies; the gain is a difference
     return out
 
 

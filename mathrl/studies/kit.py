@@ -140,13 +140,16 @@ def t_halfwidth(std, n):
         return t * std / np.sqrt(n)
 
 
-def add_intervals(df: pd.DataFrame, values: list[str]) -> pd.DataFrame:
-    """For each `{v}_mean`/`{v}_std` with `n`: `{v}_lo`, `{v}_hi` (95% t interval of the mean)."""
+def add_intervals(df: pd.DataFrame, values: list[str], bounds: dict | None = None) -> pd.DataFrame:
+    """For each `{v}_mean`/`{v}_std` with `n`: `{v}_lo`, `{v}_hi` (95% t interval of the mean), clipped
+    to `bounds[v]` (lo, hi; either None) where given, so an accuracy's interval stays within [0, 1]."""
     out = df.copy()
     for v in values:
         if f"{v}_mean" in out and f"{v}_std" in out and "n" in out:
             h = t_halfwidth(out[f"{v}_std"], out["n"])
             out[f"{v}_lo"], out[f"{v}_hi"] = out[f"{v}_mean"] - h, out[f"{v}_mean"] + h
+            if (bounds or {}).get(v) is not None:
+                out[f"{v}_lo"], out[f"{v}_hi"] = out[f"{v}_lo"].clip(*bounds[v]), out[f"{v}_hi"].clip(*bounds[v])
     return out
 
 
@@ -205,12 +208,14 @@ def power_note(df: pd.DataFrame) -> str:
     return ". ".join(parts) + "."
 
 
-def pm(mean, std, n, unit: str = "pts") -> str:
-    """`mean [lo, hi] (n=k)`: a mean with its 95% t interval, in a unit of mathrl.verdict.number."""
+def pm(mean, std, n, unit: str = "pts", bounds: tuple | None = None) -> str:
+    """`mean [lo, hi] (n=k)`: a mean with its 95% t interval (clipped to `bounds`), in a unit of
+    mathrl.verdict.number."""
     if not known(mean):
         return "no data"
     h = float(t_halfwidth(std, n)) if known(std, n) else NAN
-    ci = f" [{number(mean - h, unit, sign=False)}, {number(mean + h, unit, sign=False)}]" if known(h) else ""
+    lo, hi = band_limits([mean], [std], n, bounds) if known(h) else ([NAN], [NAN])
+    ci = f" [{number(lo[0], unit, sign=False)}, {number(hi[0], unit, sign=False)}]" if known(h) else ""
     return f"{number(mean, unit, sign=False)}{ci} (n={int(n) if known(n) else 0})"
 
 

@@ -419,10 +419,22 @@ def findings(ent, van, hack, gpt) -> list[str]:
     return [one, two, three]
 
 
+def dominant_actions(per: pd.DataFrame) -> str:
+    """Each final dominant action with the seeds that ended on it and the range of its probability
+    ('action 1 (p = 0.993 to 0.997) in 100 of 100 seeds'); empty when no seed has a result."""
+    done = per.dropna(subset=["dominant_action"]) if len(per) else per
+    parts = []
+    for action, g in done.groupby("dominant_action", sort=True):
+        lo, hi = g["dominant_prob"].min(), g["dominant_prob"].max()
+        p = num(lo, ".3f") if num(lo, ".3f") == num(hi, ".3f") else f"{num(lo, '.3f')} to {num(hi, '.3f')}"
+        parts.append(f"action {action:.0f} (p = {p}) in {len(g)} of {len(done)} seeds")
+    return "; ".join(parts)
+
+
 def report_template(ent, van, hack, gpt) -> pd.DataFrame:
     """The document's lab-report template, filled in (aggressive bandit setting, pooled seeds)."""
     a, v, per = _row(ent, setting="aggressive", seed="all"), _row(van, seed="all"), _per_seed(ent, "aggressive")
-    dom = "; ".join(f"seed {r.seed}: action {num(r.dominant_action, '.0f')} (p = {num(r.dominant_prob, '.3f')})" for r in per.itertuples())
+    dom = dominant_actions(per)
     n = f" (n={num(a.get('n'), '.0f')})"
     rows = [
         ("Entropy collapse", "Initial entropy", _pm(a, "initial_entropy", ".3f") + n, a.get("initial_entropy")),

@@ -18,7 +18,7 @@ import pandas as pd
 from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
 from mathrl.studies.kit import pm as interval
-from mathrl.studies.kit import COLORS, band, bounds, engaged, judged, known, per_seed, placeholder, power_note, roles, verdict_frame, verdict_rows
+from mathrl.studies.kit import COLORS, SHARE, band, bounds, engaged, judged, known, per_seed, placeholder, power_note, roles, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Estimate, Verdict, difference, mean_interval, rate_difference, wilson
 
 NAME = "stability"
@@ -618,7 +618,7 @@ def pm(r, col: str, kind: str = "pct") -> str:
     if r is None or not known(r.get(f"{col}_mean")):
         return "no data"
     unit = {"pct": "pct", "pts": "pts", "num": "num"}[kind]
-    return interval(r[f"{col}_mean"], r.get(f"{col}_std", NAN), r["n"], unit)
+    return interval(r[f"{col}_mean"], r.get(f"{col}_std", NAN), r["n"], unit, bounds=SHARE if kind == "pct" else None)
 
 
 def pick(df: pd.DataFrame, col: str, key):

@@ -18,7 +18,7 @@ from matplotlib.transforms import blended_transform_factory
 from mathrl.console import console_line
 from mathrl.results import collapsed, degraded, mean_spread
 from mathrl.studies.kit import pm as interval
-from mathrl.studies.kit import BAND_NOTE, COLORS, add_intervals, add_wilson, band, bounds, cell, by_key, known, t_halfwidth, per_seed, placeholder, power_note, verdict_frame, verdict_rows
+from mathrl.studies.kit import BAND_NOTE, COLORS, SHARE, add_intervals, add_wilson, band, bounds, cell, by_key, known, t_halfwidth, per_seed, placeholder, power_note, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Verdict, mean_interval
 
 NAME = "system"
@@ -99,7 +99,8 @@ def per_run_table(runs) -> pd.DataFrame:
 
 def results_table(runs) -> pd.DataFrame:
     per_run = per_run_table(runs)
-    out = add_intervals(mean_spread(per_run, ["task", "algorithm"], STATS), ["final_eval", "gain"])  # n counts runs with a final evaluation
+    out = mean_spread(per_run, ["task", "algorithm"], STATS)  # n counts runs with a final evaluation
+    out = add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
     g = per_run.groupby(["task", "algorithm"], sort=False)
     out.insert(3, "n_runs", g.size().values if len(per_run) else [])
     out["collapses"] = g["collapsed"].sum(min_count=1).values if len(per_run) else []
@@ -233,7 +234,7 @@ def figures(t) -> dict[str, plt.Figure]:
 def pm(res: pd.DataFrame, task: str, algorithm: str, col: str = "final_eval") -> str:
     """`mean [95% interval] (n=k)` of an accuracy."""
     m, s, n = (cell(res, c, task=task, algorithm=algorithm) for c in (f"{col}_mean", f"{col}_std", "n"))
-    return interval(m, s, n, "pct")
+    return interval(m, s, n, "pct", bounds=SHARE)
 
 
 def scale_note(cfgs: pd.DataFrame, task: str) -> str:
@@ -252,9 +253,10 @@ def scale_note(cfgs: pd.DataFrame, task: str) -> str:
 def task_text(res: pd.DataFrame, cfgs: pd.DataFrame, task: str, rows: dict) -> dict:
     """REINFORCE's final accuracy against the document's range, with the other algorithms beside it, and its verdicts."""
     lo, hi = DOC[task]["expected"]
-    others = ", ".join(f"{a} {pm(res, task, a)}" for a in ALGORITHMS if a != "reinforce")
+    planned = set(zip(res["task"], res["algorithm"])) if len(res) else set()  # an algorithm the config runs not: left out
+    others = "".join(f"; {a} {pm(res, task, a)}" for a in ALGORITHMS if a != "reinforce" and (task, a) in planned)
     text = (f"On {task}, REINFORCE ended at {pm(res, task, 'reinforce')} held-out accuracy (from {pm(res, task, 'reinforce', 'initial_eval')} "
-            f"before RL; {others}), against the document's {lo:.0%}–{hi:.0%}.")  # fmt: skip
+            f"before RL{others}), against the document's {lo:.0%}–{hi:.0%}.")  # fmt: skip
     acc = rows.get(f"{task}_accuracy")
     if acc and acc["outcome"] == "disagrees":
         text += " At this scale the document's accuracy is not reached; that is a finding." + scale_note(cfgs, task)
