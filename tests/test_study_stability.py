@@ -312,3 +312,10 @@ def test_dynamic_schedules_are_also_judged_at_their_own_batch():
     assert v["dynamic_C_equal_batch"].est.estimate == pytest.approx(0.15) and v["fixed_vs_B"].note.startswith("A differs from B and C in batch size")
     without = {x.claim.key for x in st.verdicts({"stability_fvd_runs": fr[fr["method"] != "equal_batch"]})}
     assert without == {"fixed_vs_B", "fixed_vs_C"}
+
+
+def test_stated_intervals_stay_within_the_range_of_their_quantity():
+    """Roughness is a size (at least 0), accuracy a share: their t intervals (n=3, t(2) = 4.303) are clipped in the text."""
+    r = {"roughness_mean": 0.011, "roughness_std": 0.01, "final_eval_mean": 0.99, "final_eval_std": 0.01, "n": 3}
+    assert st.pm(r, "roughness", "pts") == "1.1 pts [0.0 pts, 3.6 pts] (n=3)"  # unclipped: -1.4 pts
+    assert st.pm(r, "final_eval") == "99.0% [96.5%, 100.0%] (n=3)"  # unclipped: 101.5%

@@ -18,7 +18,7 @@ import pandas as pd
 from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
 from mathrl.studies.kit import pm as interval
-from mathrl.studies.kit import COLORS, SHARE, band, bounds, engaged, judged, known, per_seed, placeholder, power_note, roles, verdict_frame, verdict_rows
+from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, band, bounds, engaged, judged, known, per_seed, placeholder, power_note, roles, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Estimate, Verdict, difference, mean_interval, rate_difference, wilson
 
 NAME = "stability"
@@ -614,11 +614,12 @@ def figures(t) -> dict:
 
 # ---- section (verdicts with numbers, from the tables alone) -------------------------------
 def pm(r, col: str, kind: str = "pct") -> str:
-    """`mean [95% interval] (n=k)` of a summary row; kind: pct (accuracy), pts (accuracy points), num."""
+    """`mean [95% interval] (n=k)` of a summary row; kind: pct (accuracy, interval within [0, 1]), pts (a size in
+    accuracy points: roughness or a drop, interval at least 0), num."""
     if r is None or not known(r.get(f"{col}_mean")):
         return "no data"
     unit = {"pct": "pct", "pts": "pts", "num": "num"}[kind]
-    return interval(r[f"{col}_mean"], r.get(f"{col}_std", NAN), r["n"], unit, bounds=SHARE if kind == "pct" else None)
+    return interval(r[f"{col}_mean"], r.get(f"{col}_std", NAN), r["n"], unit, bounds={"pct": SHARE, "pts": NONNEGATIVE}.get(kind))
 
 
 def pick(df: pd.DataFrame, col: str, key):
