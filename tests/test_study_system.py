@@ -179,6 +179,9 @@ def test_figures_and_section(results):
     assert list(w.index[:3]) == ["n_layer", "n_head", "n_embd"]
     html = render(s, {"system_curves": "data:image/png;base64,AA=="})
     assert "Step 50/200" in html and "inconclusive" in html and "95% CI [" in html and "system_throughput" in html
+    assert "Beside it this experiment runs PPO (a value head" in html
+    alone = render({**s, "beside": []})
+    assert "runs REINFORCE alone" in alone and "Beside it" not in alone
 
 
 def test_missing_everything(cfg, tmp_path):

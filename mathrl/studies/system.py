@@ -35,6 +35,9 @@ DOC = {
 # rl_batch_size 64 with rl_ga_steps 2: 128 sequences per optimizer step, in micro-batches of 64.
 DOC_RL = {"steps": 200, "lr": 1e-4, "batch_size": 128, "micro_batch_size": 64, "group_size": 8, "grad_clip": 1.0, "weight_decay": 0.01,
           "adam_beta1": 0.9, "adam_beta2": 0.99, "temperature": 1.0, "baseline_decay": 0.9}  # fmt: skip
+# What each algorithm run beside the document's REINFORCE is, for the section's text.
+BESIDE = {"ppo": "PPO (a value head on the shared trunk, GAE advantages, clipped ratio)",
+          "grpo": "GRPO (advantages normalised within each group of rollouts of one prompt)"}
 SETTING_NAMES = {
     "n_layer": "layers", "n_head": "attention heads", "n_embd": "embedding dim", "n_params": "parameters",
     "sft_steps": "warm-up steps", "sft_accuracy": "warm-up held-out accuracy", "steps": "RL steps", "lr": "learning rate",
@@ -283,5 +286,6 @@ def section(t) -> dict:
         "configs": configs_wide(cfgs), "presets": presets, "results": res, "console": t["system_console"],
         "baseline_decay": "–" if math.isnan(decay) else f"{decay:g}", "verdict_list": rows, "power": power_note(t["system_verdicts"]),
         "verdicts": [task_text(res, cfgs, task, by_key(rows)) for task in DOC], "doc_steps": DOC_RL["steps"],
+        "beside": [BESIDE[a] for a in ALGORITHMS if a in BESIDE and len(res) and (res["algorithm"] == a).any()],
         "doc_console": "Step 50/200 | Loss: 0.234 | Acc: 0.750 | Reward: 0.750 | LR: 1.00e-04",  # the document's example
     }
