@@ -18,7 +18,7 @@ from scipy import stats
 from mathrl import diagnostics as dx
 from mathrl import layout
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, SHARE, add_intervals, band, bounds, placeholder, plt, power_note, verdict_frame, verdict_rows
+from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, add_intervals, band, bounds, placeholder, plt, power_note, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Verdict, difference, mean_interval
 
 NAME = "diagnostics"
@@ -118,13 +118,15 @@ def entropy_law_runs(ctx) -> pd.DataFrame:
 
 
 LAW_VALUES = ["r2", "a", "b", "ceiling", "reached", "final_eval", "ceiling_minus_reached", "half_rmse", "entropy_drop"]
+# The range of each bounded value; the fitted a, b and ceiling are left as fitted (a ceiling above 1 is an extrapolation).
+LAW_BOUNDS = {"r2": (None, 1.0), "reached": SHARE, "final_eval": SHARE, "half_rmse": NONNEGATIVE}
 
 
 def entropy_law_summary(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=["experiment", "setting", "n", "holds"])
     runs = runs.assign(entropy_drop=runs["entropy_start"] - runs["entropy_end"], holds=runs["holds"].astype(float))
-    out = add_intervals(mean_spread(runs, ["experiment", "setting"], LAW_VALUES), LAW_VALUES)
+    out = add_intervals(mean_spread(runs, ["experiment", "setting"], LAW_VALUES), LAW_VALUES, bounds=LAW_BOUNDS)
     out["holds"] = runs.groupby(["experiment", "setting"], sort=False)["holds"].sum().values
     return out
 
@@ -245,7 +247,9 @@ def update_runs(ctx) -> pd.DataFrame:
 
 
 def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
-    return add_intervals(mean_spread(runs, ["experiment", "setting"], UPDATE), UPDATE)
+    limits = {"clip_frac_low": SHARE, "clip_frac_high": SHARE, "adv_std": NONNEGATIVE, "adv_abs_max": NONNEGATIVE,
+              "cov_entropy_corr": (-1.0, 1.0)}
+    return add_intervals(mean_spread(runs, ["experiment", "setting"], UPDATE), UPDATE, bounds=limits)
 
 
 def covariance_verdict(runs: pd.DataFrame) -> list[Verdict]:
