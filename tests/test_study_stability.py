@@ -276,6 +276,14 @@ def test_figures_and_section_from_csv(cfg, tree):
     ax = figs["stability_batch_curves"].axes[0]
     assert ax.get_xlabel() == "RL step" and len(ax.get_legend().get_texts()) == 2
     assert figs["stability_gradvar"].axes[0].get_yscale() == "log"
+    styles = {line.get_label(): line.get_linestyle() for line in figs["stability_value_clip"].axes[0].get_lines()}
+    assert len(styles) == 4 and all((s == "--") == ("value_clip=0.2" in k) for k, s in styles.items())  # the caption: clipped dashed
+    names = {"value_clip=none, value_coef=0.5": "unclipped_w0.5", "value_clip=0.2, value_coef=1.0": "clipped_w1"}  # as variants
+    for name in ("stability_series", "stability_value_clip_runs"):
+        t._cache[name] = t[name].assign(setting=t[name]["setting"].replace(names))
+    fig = st.figures(t)["stability_value_clip"]
+    styles = {line.get_label(): line.get_linestyle() for line in fig.axes[0].get_lines()}
+    assert styles["clipped_w1"] == "--" and styles["unclipped_w0.5"] == "-"
     check_figures(figs)
     s = st.section(t)
     assert [r["outcome"] for r in s["verdicts"]["fixed_vs_dynamic"]["rows"]] == ["inconclusive", "not judged"]

@@ -320,7 +320,7 @@ def critic_ev(metrics: pd.DataFrame, by: int = CRITIC_BY, window: int = 5) -> fl
 def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not runs:
         return pd.DataFrame(), pd.DataFrame()
-    rows = pd.DataFrame([{"value_clip": label(r.settings["value_clip"]), "value_coef": float(r.settings["value_coef"]), "seed": r.spec.seed,
+    rows = pd.DataFrame([{"value_clip": label(r.settings["value_clip"]), "value_coef": float(r.settings["value_coef"]), "seed": r.spec.seed, "setting": setting(r.spec),
                           "final_rmse": last(r, "value_rmse"), "mean_rmse": r.metrics["value_rmse"].mean() if r.ok else NAN,
                           "final_explained_variance": last(r, "explained_variance"), "ev_by_20": critic_ev(r.metrics) if r.ok else NAN,
                           "final_eval": measures(r)["final_eval"]} for r in runs])  # fmt: skip
@@ -604,8 +604,10 @@ def figures(t) -> dict:
 
     fig, ax = plt.subplots()
     _curves(ax, _series(t, "value_clip", "value_rmse"), "value RMSE (against returns)", "PPO value error by value clipping and weight")
+    vr = t["stability_value_clip_runs"]
+    clipped = set(vr.loc[vr["value_clip"].astype(str) != "none", "setting"]) if "setting" in vr else set()
     for line in ax.get_lines():  # clipped dashed, so settings whose curves coincide stay visible
-        line.set_linestyle("--" if line.get_label().startswith("value_clip=0") else "-")
+        line.set_linestyle("--" if line.get_label() in clipped else "-")
     if ax.get_legend():
         ax.legend()
     out["stability_value_clip"] = fig
