@@ -58,7 +58,7 @@ def test_band_is_a_clipped_t_interval_by_hand():
 def test_a_variant_with_two_roles_is_named_by_the_studys_own():
     role = {"baseline": "exact", "shaped": "shaped", "reference": "exact"}
     assert role_of(role, ("baseline", "shaped")) == {"exact": "baseline", "shaped": "shaped"}
-    assert role_of({"reference": "exact"}, ("baseline",)) == {"exact": "reference"}  # no role of the study: the other one
+    assert role_of({"reference": "exact"}, ("baseline",)) == {"exact": "reference"}  # none of the study's: the other
 
 
 def test_table_and_text_intervals_of_an_accuracy_stay_within_its_range():

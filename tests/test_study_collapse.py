@@ -148,7 +148,8 @@ def test_an_evaluation_nearest_two_points_is_one_row():
 
     evals = pd.DataFrame({"step": [0, 5, 10, 15], "eval_accuracy": [0.1, 0.2, 0.3, 0.4]})
     metrics = pd.DataFrame({"step": range(1, 16), "format_rate": [0.5] * 15, "frac_zero_std": [0.9] * 15})
-    run = SimpleNamespace(evals=evals, metrics=metrics, settings={"steps": 15}, spec=SimpleNamespace(variant="v", seed=0))
+    spec = SimpleNamespace(variant="v", seed=0)
+    run = SimpleNamespace(evals=evals, metrics=metrics, settings={"steps": 15}, spec=spec)
     rows = collapse.segment_rows(run, "shaped")
     assert [r["step"] for r in rows] == [0, 5, 10, 15] and [r["point"] for r in rows] == [0, 1, 3, 4]
     assert all(r["format_rate"] == 0.5 for r in rows)  # no empty segment behind a repeated step
@@ -247,7 +248,7 @@ def test_figures_and_section(results):
     # the baseline's variant also holds the calibration's `reference` role: its dashed line is drawn all the same
     labels = [line.get_label() for line in figs["collapse_variants"].axes[0].get_lines()]
     assert "baseline" in labels
-    for ax in figs["collapse_reward_design"].axes:  # accuracy and format rate: bands within [0, 1] (exact: 0.30 and 0.44 at step 6)
+    for ax in figs["collapse_reward_design"].axes:  # accuracy, format rate: bands within [0, 1] (0.30 and 0.44 at step 6)
         lo, hi = band_extent(ax)
         assert 0 <= lo and hi <= 1
     for name in ("collapse_schedules", "collapse_nonfinite"):

@@ -226,7 +226,8 @@ def test_criteria_and_template(results):
     assert dominant == "action 0 (p = 0.940) in 1 of 2 seeds; action 1 (p = 0.950) in 1 of 2 seeds"
     many = pd.DataFrame({"dominant_action": [1.0] * 99 + [2.0, math.nan],
                          "dominant_prob": [0.993, 0.997] + [0.995] * 97 + [0.91, math.nan]})
-    assert lab04.dominant_actions(many) == "action 1 (p = 0.993 to 0.997) in 99 of 100 seeds; action 2 (p = 0.910) in 1 of 100 seeds"
+    want = "action 1 (p = 0.993 to 0.997) in 99 of 100 seeds; action 2 (p = 0.910) in 1 of 100 seeds"
+    assert lab04.dominant_actions(many) == want
     findings = results[0]["lab04_report_template"].query("part == 'Key findings'")["value"].tolist()
     assert len(findings) == 3 and "0.3 ± 0.0707" in findings[0] and "the normal setting kept more entropy" in findings[0]
     assert "75.0% lower (moderate)" in findings[1] and findings[2].count(": exploited") == 2
@@ -279,13 +280,15 @@ def test_figures_are_readable_and_their_bands_bounded(results):
     probs = [ax for ax in six.axes if ax.get_title().startswith("Action probabilities")]
     assert len(probs) == 2  # one small panel per entropy-collapse setting (aggressive, normal)
     for ax in probs:
-        assert len(ax.get_lines()) == 3 and [t.get_text() for t in ax.get_legend().get_texts()] == ["action 0", "action 1", "action 2"]
+        legend = [text.get_text() for text in ax.get_legend().get_texts()]
+        assert len(ax.get_lines()) == 3 and legend == ["action 0", "action 1", "action 2"]
         lo, hi = band_extent(ax)  # aggressive p0: 0.02 and 0.94 over two seeds, t(1) = 12.7 unclipped
         assert 0 <= lo and hi <= 1
     entropy = next(ax for ax in six.axes if ax.get_title().startswith("Policy entropy"))
     assert band_extent(entropy)[0] >= 0
     compared, starts = gpt.axes[0], gpt.axes[3]
-    assert {line.get_label() for line in compared.get_lines()} == {"normal", "aggressive", "clip_higher", "dapo_aggressive", "clip_cov"}
+    labels = {line.get_label() for line in compared.get_lines()}
+    assert labels == {"normal", "aggressive", "clip_higher", "dapo_aggressive", "clip_cov"}
     assert {line.get_label() for line in starts.get_lines()} == {"random_init", "near_perfect"}
     assert compared.get_ylim()[1] < 0.5  # the random start's entropy (0.5) is drawn apart
     for fig in (six, gpt, lab04.hacking_figure(t)):

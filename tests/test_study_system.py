@@ -107,7 +107,7 @@ def test_results_table(results):
     assert r.loc[("mul", "reinforce")].expected_low == 0.8
     g = r.loc[("add", "grpo")]
     assert g.n == 1 and g.n_runs == 2 and g.collapses == 0 and g.collapse_rate_hi == pytest.approx(3.8415 / 4.8415, rel=1e-3)  # Wilson, 0 of 1
-    assert a.final_eval_lo == 0 and a.final_eval_hi == 1  # 0.7 -/+ t(1) x 0.1414 / sqrt(2) = 1.27, clipped to an accuracy's range
+    assert a.final_eval_lo == 0 and a.final_eval_hi == 1  # 0.7 -/+ t(1) x 0.1414 / sqrt(2) = 1.27, clipped to [0, 1]
     assert a.gain_lo == pytest.approx(0.3 - 12.7062 * 0.1, rel=1e-4)  # a gain is a difference: not clipped
     m = r.loc[("mul", "ppo")]  # never written: shown, with nothing invented
     assert m.n == 0 and m.n_runs == 2 and math.isnan(m.final_eval_mean) and reached[("mul", "ppo")] is None
@@ -159,11 +159,11 @@ def test_figures_and_section(results):
             assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
             assert ax.get_legend() is not None
     for ax in figs["system_curves"].axes:
-        # the document's range belongs to its step 200: a bar beside these 4-step runs, labelled so, not a band over their steps
+        # the document's range belongs to its step 200: a bar beside these 4-step runs, labelled so, not a band over them
         target = [line for line in ax.get_lines() if line.get_label().startswith("document:")]
         assert len(target) == 1 and "at step 200 (beyond these 4 steps)" in target[0].get_label() and not ax.patches
         assert ax.get_xlim()[1] < 10
-        ys = [y for c in ax.collections for p in c.get_paths() for y in p.vertices[:, 1]]  # add/reinforce: 0.7 ± 1.27 unclipped
+        ys = [y for c in ax.collections for p in c.get_paths() for y in p.vertices[:, 1]]  # add: 0.7 ± 1.27 unclipped
         assert ys and 0 <= min(ys) and max(ys) <= 1
     for fig in figs.values():
         matplotlib.pyplot.close(fig)

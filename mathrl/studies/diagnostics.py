@@ -118,7 +118,7 @@ def entropy_law_runs(ctx) -> pd.DataFrame:
 
 
 LAW_VALUES = ["r2", "a", "b", "ceiling", "reached", "final_eval", "ceiling_minus_reached", "half_rmse", "entropy_drop"]
-# The range of each bounded value; the fitted a, b and ceiling are left as fitted (a ceiling above 1 is an extrapolation).
+# The range of each bounded value; the fitted a, b and ceiling stay as fitted (a ceiling above 1 is an extrapolation).
 LAW_BOUNDS = {"r2": (None, 1.0), "reached": SHARE, "final_eval": SHARE, "half_rmse": NONNEGATIVE}
 
 

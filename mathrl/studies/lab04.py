@@ -112,7 +112,7 @@ def _expected(ctx, study: str, df: pd.DataFrame | None) -> list[tuple[str, int, 
 
 
 def window(steps: int, size: int) -> int:
-    """Steps averaged for a run's start or its end value: `size`, but at most half the run, so the two never overlap."""
+    """Steps averaged for a run's start or its end value: `size`, at most half the run (the two never overlap)."""
     return max(1, min(size, steps // 2))
 
 
@@ -492,8 +492,8 @@ def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
         ax.legend()
 
 
-COMPARED = ("normal", "aggressive", "clip_higher", "remedy", *COV_REMEDIES)  # GPT roles whose entropy and accuracy are compared
-ACTION_COLORS = (COLORS[4], COLORS[5], COLORS[9])  # the bandit's actions, in colours no setting of the other panels uses
+COMPARED = ("normal", "aggressive", "clip_higher", "remedy", *COV_REMEDIES)  # GPT roles whose entropy, accuracy are compared
+ACTION_COLORS = (COLORS[4], COLORS[5], COLORS[9])  # the bandit's actions, in colours no setting of the panels uses
 STARTS = ("random_policy", "perfect_policy")  # GPT roles starting from a random or a near-perfect policy: drawn apart
 
 

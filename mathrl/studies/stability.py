@@ -621,7 +621,8 @@ def pm(r, col: str, kind: str = "pct") -> str:
     if r is None or not known(r.get(f"{col}_mean")):
         return "no data"
     unit = {"pct": "pct", "pts": "pts", "num": "num"}[kind]
-    return interval(r[f"{col}_mean"], r.get(f"{col}_std", NAN), r["n"], unit, bounds={"pct": SHARE, "pts": NONNEGATIVE}.get(kind))
+    limits = {"pct": SHARE, "pts": NONNEGATIVE}.get(kind)
+    return interval(r[f"{col}_mean"], r.get(f"{col}_std", NAN), r["n"], unit, bounds=limits)
 
 
 def pick(df: pd.DataFrame, col: str, key):

@@ -212,9 +212,9 @@ def fig_throughput(t) -> plt.Figure:
         width = 0.8 / len(ALGORITHMS)
         for i, algorithm in enumerate(ALGORITHMS):
             vals = [cell(res, "seq_per_s_mean", task=k, algorithm=algorithm) for k in DOC]
-            spread = [(cell(res, "seq_per_s_std", task=k, algorithm=algorithm), cell(res, "n", task=k, algorithm=algorithm))
-                      for k in DOC]
-            errs = [0.0 if not known(v, *sn) else float(t_halfwidth(*sn)) for v, sn in zip(vals, spread)]
+            stds = [cell(res, "seq_per_s_std", task=k, algorithm=algorithm) for k in DOC]
+            ns = [cell(res, "n", task=k, algorithm=algorithm) for k in DOC]
+            errs = [0.0 if not known(v, sd, n) else float(t_halfwidth(sd, n)) for v, sd, n in zip(vals, stds, ns)]
             errs = [0.0 if math.isnan(e) else e for e in errs]  # one seed: no interval
             x = [j + (i - 1) * width for j in range(len(DOC))]
             ax.bar(x, [0 if math.isnan(v) else v for v in vals], width, capsize=3, color=COLORS[i], label=algorithm,
@@ -256,7 +256,7 @@ def scale_note(cfgs: pd.DataFrame, task: str) -> str:
 def task_text(res: pd.DataFrame, cfgs: pd.DataFrame, task: str, rows: dict) -> dict:
     """REINFORCE's final accuracy against the document's range, with the other algorithms beside it, and its verdicts."""
     lo, hi = DOC[task]["expected"]
-    planned = set(zip(res["task"], res["algorithm"])) if len(res) else set()  # an algorithm the config runs not: left out
+    planned = set(zip(res["task"], res["algorithm"])) if len(res) else set()  # one the config does not run is left out
     others = "".join(f"; {a} {pm(res, task, a)}" for a in ALGORITHMS if a != "reinforce" and (task, a) in planned)
     text = (f"On {task}, REINFORCE ended at {pm(res, task, 'reinforce')} held-out accuracy (from {pm(res, task, 'reinforce', 'initial_eval')} "
             f"before RL{others}), against the document's {lo:.0%}–{hi:.0%}.")  # fmt: skip
