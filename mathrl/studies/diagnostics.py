@@ -29,6 +29,7 @@ EXPERIMENT = "adv_scaling"  # the advantage-scaling experiment (its roles name t
 KS = (1, 2, 4, 8, 16, 32, 64)
 LAW_R2 = 0.5  # the law "holds" in a run when its fit explains at least half the variance ...
 LAW_RMSE = 0.05  # ... and the first half's fit predicts the second half within 5 points (RMSE)
+REACHED_STEPS = 5  # the accuracy a run reached: the mean sampled accuracy of its last this many steps
 EQUIVALENCE = 0.03  # advantage scalings "do not matter" when they agree within ±3 points
 NAN = math.nan
 
@@ -108,7 +109,7 @@ def entropy_law_runs(ctx) -> pd.DataFrame:
             continue
         fit = dx.fit_entropy_law(m["entropy"].to_numpy(), m["accuracy"].to_numpy())
         final_eval = float(run.evals["eval_accuracy"].iloc[-1])
-        reached = float(m["accuracy"].tail(5).mean())
+        reached = float(m["accuracy"].tail(REACHED_STEPS).mean())
         rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "steps": len(m), **fit,
                      "entropy_start": float(m["entropy"].iloc[0]), "entropy_end": float(m["entropy"].iloc[-1]),
                      "reached": reached, "final_eval": final_eval, "ceiling_minus_reached": fit["ceiling"] - reached,
@@ -349,5 +350,6 @@ def section(t) -> dict:
         "law": law, "law_runs": t["diagnostics_entropy_law_runs"], "law_text": law_text(t["diagnostics_entropy_law_runs"]), "adv": t["diagnostics_adv_scaling"],
         "noise": t["diagnostics_noise_scale"], "noise_steps": t["diagnostics_noise_scale_steps"], "updates": t["diagnostics_update"],
         "verdicts": rows, "power": power_note(v), "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE, "margin": EQUIVALENCE,
+        "reached_steps": REACHED_STEPS,
         "experiment": EXPERIMENT,
     }  # fmt: skip
