@@ -18,7 +18,7 @@ from scipy import stats
 from mathrl import diagnostics as dx
 from mathrl import layout
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, add_intervals, band, claim_frame, placeholder, plt, power_note, verdict_rows
+from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, add_intervals, band, bounds, claim_frame, placeholder, plt, power_note, verdict_rows
 from mathrl.verdict import mean_interval
 
 NAME = "diagnostics"
@@ -29,6 +29,7 @@ EXPERIMENT = "adv_scaling"  # the advantage-scaling experiment (its roles name t
 KS = (1, 2, 4, 8, 16, 32, 64)
 LAW_R2 = 0.5  # the law "holds" in a run when its fit explains at least half the variance ...
 LAW_RMSE = 0.05  # ... and the first half's fit predicts the second half within 5 points (RMSE)
+REACHED_STEPS = 5  # the accuracy a run reached: the mean sampled accuracy of its last this many steps
 NAN = math.nan
 
 
@@ -75,7 +76,8 @@ def pass_at_k_runs(ctx) -> pd.DataFrame:
 
 def pass_at_k_summary(runs: pd.DataFrame) -> pd.DataFrame:
     """Per experiment, setting, phase and k: the mean over seeds with its t interval."""
-    out = add_intervals(mean_spread(runs, ["experiment", "setting", "phase", "k"], ["pass_at_k"]), ["pass_at_k"])
+    out = mean_spread(runs, ["experiment", "setting", "phase", "k"], ["pass_at_k"])
+    out = add_intervals(out, ["pass_at_k"], bounds={"pass_at_k": SHARE})
     for col in ("pass_at_k_lo", "pass_at_k_hi"):  # a t interval of a share reaches past [0, 1] with 3 seeds near 1
         if col in out:
             out[col] = out[col].clip(0.0, 1.0)
@@ -92,7 +94,7 @@ def entropy_law_runs(ctx) -> pd.DataFrame:
             continue
         fit = dx.fit_entropy_law(m["entropy"].to_numpy(), m["accuracy"].to_numpy())
         final_eval = float(run.evals["eval_accuracy"].iloc[-1])
-        reached = float(m["accuracy"].tail(5).mean())
+        reached = float(m["accuracy"].tail(REACHED_STEPS).mean())
         rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "steps": len(m), **fit,
                      "entropy_start": float(m["entropy"].iloc[0]), "entropy_end": float(m["entropy"].iloc[-1]),
                      "reached": reached, "final_eval": final_eval, "ceiling_minus_reached": fit["ceiling"] - reached,
@@ -102,13 +104,15 @@ def entropy_law_runs(ctx) -> pd.DataFrame:
 
 
 LAW_VALUES = ["r2", "a", "b", "ceiling", "reached", "final_eval", "ceiling_minus_reached", "half_rmse", "entropy_drop"]
+# The range of each bounded value; the fitted a, b and ceiling stay as fitted (a ceiling above 1 is an extrapolation).
+LAW_BOUNDS = {"r2": (None, 1.0), "reached": SHARE, "final_eval": SHARE, "half_rmse": NONNEGATIVE}
 
 
 def entropy_law_summary(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=["experiment", "setting", "n", "holds"])
     runs = runs.assign(entropy_drop=runs["entropy_start"] - runs["entropy_end"], holds=runs["holds"].astype(float))
-    out = add_intervals(mean_spread(runs, ["experiment", "setting"], LAW_VALUES), LAW_VALUES)
+    out = add_intervals(mean_spread(runs, ["experiment", "setting"], LAW_VALUES), LAW_VALUES, bounds=LAW_BOUNDS)
     out["holds"] = runs.groupby(["experiment", "setting"], sort=False)["holds"].sum().values
     return out
 
@@ -135,7 +139,8 @@ def adv_scaling_runs(ctx) -> pd.DataFrame:
 
 def adv_scaling_summary(runs: pd.DataFrame) -> pd.DataFrame:
     values = ["initial", "final", "gain"]
-    out = add_intervals(mean_spread(runs, ["setting", "carries"], values + ["problems"]), values)
+    out = mean_spread(runs, ["setting", "carries"], values + ["problems"])
+    out = add_intervals(out, values, bounds={"initial": SHARE, "final": SHARE})  # accuracies; the gain is a difference
     return out
 
 
@@ -202,7 +207,9 @@ def update_runs(ctx) -> pd.DataFrame:
 
 
 def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
-    return add_intervals(mean_spread(runs, ["experiment", "setting"], UPDATE), UPDATE)
+    limits = {"clip_frac_low": SHARE, "clip_frac_high": SHARE, "adv_std": NONNEGATIVE, "adv_abs_max": NONNEGATIVE,
+              "cov_entropy_corr": (-1.0, 1.0)}
+    return add_intervals(mean_spread(runs, ["experiment", "setting"], UPDATE), UPDATE, bounds=limits)
 
 
 # ----------------------------------------------------------------------------- the study
@@ -223,7 +230,8 @@ def figures(t) -> dict[str, plt.Figure]:
     fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
     if len(pk):
         for i, ((exp, name, phase), g) in enumerate(pk.groupby(["experiment", "setting", "phase"], sort=False)):
-            band(ax, g["k"], g["pass_at_k_mean"], g["pass_at_k_std"], f"{exp}/{name} {phase}", COLORS[i % len(COLORS)], n=g["n"])
+            band(ax, g["k"], g["pass_at_k_mean"], g["pass_at_k_std"], f"{exp}/{name} {phase}", COLORS[i % len(COLORS)],
+                 n=g["n"], bounds=bounds("pass_at_k"))
         ax.set_xscale("log", base=2)
         ax.legend(fontsize=7)
     else:
@@ -288,5 +296,6 @@ def section(t) -> dict:
         "law": law, "law_runs": t["diagnostics_entropy_law_runs"], "law_text": law_text(t["diagnostics_entropy_law_runs"]), "adv": t["diagnostics_adv_scaling"],
         "noise": t["diagnostics_noise_scale"], "noise_steps": t["diagnostics_noise_scale_steps"], "updates": t["diagnostics_update"],
         "verdicts": rows, "power": power_note(v), "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE,
+        "reached_steps": REACHED_STEPS,
         "experiment": EXPERIMENT,
     }  # fmt: skip
