@@ -138,7 +138,7 @@ def cmd_gradvar(args) -> int:
 
     import torch
 
-    from mathrl.diagnostics import noise_scale
+    from mathrl.analysis import noise_scale
     from mathrl.gradvar import accumulation_difference, gradient_moments
     from mathrl.atomic import atomic_write
     from mathrl.layout import problems_file, sft_checkpoint

@@ -47,7 +47,7 @@ from mathrl.config import ConfigError
 from mathrl.console import console_line
 from mathrl.algorithms import AdvantageInputs, get_estimator
 from mathrl.control import MovingAverageBaseline, make_kl_controller
-from mathrl.diagnostics import noise_scale
+from mathrl.analysis import noise_scale
 from mathrl.distributed import Dist, all_max, all_mean_std, all_sum, barrier
 from mathrl.evaluation import greedy_correct, sampled_correct, sampled_correct_counts
 from mathrl.layout import problems_file, sft_checkpoint
@@ -88,7 +88,7 @@ METRICS = [
 EXTRAS = [
     "eval_sampled_accuracy", "ndigit", "format_rate", "baseline", "entropy_coef", "value_rmse", "explained_variance",
     "skipped", "sample_seconds", "update_seconds",
-    # update diagnostics (issue 17): clip_frac = clip_frac_low + clip_frac_high; ppo_kl as verl's
+    # update diagnostics: clip_frac = clip_frac_low + clip_frac_high; ppo_kl as verl's
     # actor/ppo_kl; token-level advantage statistics; the log-prob/advantage covariance
     # (arXiv 2505.22617); cov_frac: share of tokens Clip-Cov or KL-Cov acted on
     "clip_frac_low", "clip_frac_high", "ppo_kl", "adv_mean", "adv_std", "adv_abs_max", "logp_adv_cov", "cov_frac",

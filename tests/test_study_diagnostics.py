@@ -1,4 +1,4 @@
-"""The diagnostics study (issue 17) on a hand-made results tree: pass@k, the entropy law,
+"""The diagnostics study on a hand-made results tree: pass@k, the entropy law,
 advantage scaling by carries, the noise scale beside the batch study, the update diagnostics."""
 
 import copy
