@@ -37,7 +37,7 @@ LR_DECAY = 0.5  # the schedule acted: the last step's LR is at most this share o
 UNSOLVED = 0.8  # a curriculum stage is not already solved: sampled accuracy at most this on its first stage
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)  # "the five points of a run", as shares of its steps
 CEILING = 0.99  # a rate at or above this leaves a remedy nothing to raise
-NONINFERIOR_MARGIN = 0.02  # accuracy points that count as "no worse" (about the sampling error of 500 problems)
+NONINFERIOR_MARGIN = 0.02  # accuracy that counts as "no worse" (1.3 standard errors at 50% on 1000 problems)
 STATS = ["initial_eval", "final_eval", "best_eval", "gain", "mid_gain", "drawdown", "late_drawdown", "roughness", "collapsed", "degraded",
          "final_format_rate", "final_entropy", "early_entropy", "skipped", "initial_format_rate", "zero_std", "entropy_fall", "lr_ratio",
          "first_stage_accuracy", "adv_abs_max"]  # fmt: skip

@@ -31,14 +31,14 @@ DOCUMENT = "lab04-training-challenges.md"
 EXPERIMENT = "lab04_gpt"
 ROLES = ("normal", "aggressive", "clip_higher", "remedy", "proxy", "random_policy", "perfect_policy")
 ENTROPY_FALL = 0.10  # the aggressive setting shows entropy collapse: token entropy falls by at least this share...
-CLIP_BINDS = 0.01  # an upper clip binds: at least this share of tokens clipped (clip_frac; clip_frac_high once logged)
+CLIP_BINDS = 0.01  # an upper clip binds: at least this share of tokens clipped by it (clip_frac_high)
 COV_ACTS = 1e-4  # Clip-Cov / KL-Cov acted: at least this share of answer tokens chosen by the covariance rule (cov_frac)
 # Optional roles: the covariance remedies of arXiv 2505.22617, judged like clip-higher where an experiment names them
 # (config/full.yaml does; the default leaves them out of its budget).
 COV_REMEDIES = {"clip_cov": "Clip-Cov", "kl_cov": "KL-Cov"}
 DYNAMIC = 1.05  # dynamic sampling acted: at least this many rollouts drawn per rollout kept
 EQUAL_SAMPLES = (0.75, 1.33)  # "equal samples": the remedy's total rollouts within this ratio of the reference's
-NONINFERIOR_MARGIN = 0.02  # accuracy points that count as "no worse" (about the sampling error of 500 problems)
+NONINFERIOR_MARGIN = 0.02  # accuracy that counts as "no worse" (1.3 standard errors at 50% on 1000 problems)
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
 GPT_WINDOW = 5  # GPT steps averaged for the start or end of a per-step metric; at most half a run, so the two never overlap
 DOMINANT = 0.9  # an arm holding this much probability is where the policy converged (bandit.converged_to)
@@ -328,7 +328,7 @@ def verdicts(ent, van, hack, runs, role: dict) -> list[Verdict]:
     # DAPO's remedies are judged only on a setting that shows the problem (entropy falls while sampled accuracy rises) and where their mechanism acted.
     problem = [engaged("entropy collapse (aggressive)", "token-entropy reduction over the run", g("aggressive", "entropy_reduction"), ENTROPY_FALL),
                engaged("learning (aggressive)", "sampled accuracy, end − start", g("aggressive", "accuracy_gain"), 0.0)]
-    def binds(r):  # the upper clip's own share once the trainer logs clip_frac_high; until then all clipped tokens (clip_frac)
+    def binds(r):  # the upper clip's own share; all clipped tokens (clip_frac) for a metrics file without it
         high = g(r, "clip_frac_high")
         col = "clip_frac_high" if high else "clip_frac"
         return engaged(f"upper clip ({role.get(r, r)})", f"share of tokens clipped ({col})", high or g(r, "clip_frac"), CLIP_BINDS)
