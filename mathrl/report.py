@@ -166,10 +166,13 @@ def reproducibility(cfg: dict, t: Tables) -> dict:
 def environment() -> Environment:
     """The report's Jinja environment: its templates, the filters `fmt`, `pct` and `unit`, and the
     `table()` helper. The study tests render their sections with it, so they see what the report does."""
-    env = Environment(
-        loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True
-    )
-    env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(None if x is None else float(x), u, sign))
+    loader = FileSystemLoader(TEMPLATES)
+    env = Environment(loader=loader, autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+
+    def unit(x, u="num", sign=True):
+        return number(None if x is None else float(x), u, sign)
+
+    env.filters.update(fmt=fmt, pct=pct, unit=unit)
     env.globals.update(table=html_table)
     return env
 

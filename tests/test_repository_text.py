@@ -10,8 +10,23 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SCANNED = ["mathrl", "config", "tests", "docs", "scripts", "bench", "rules", "report", "profiles",
-           "README.md", "Snakefile", "Makefile", "pyproject.toml"]  # fmt: skip
+SCANNED = [
+    "mathrl",
+    "config",
+    "tests",
+    "docs",
+    "scripts",
+    "bench",
+    "rules",
+    "report",
+    "profiles",
+    "README.md",
+    "Snakefile",
+    "Makefile",
+    "pyproject.toml",
+    "dvc.yaml",
+    ".dvcignore",
+]
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".smk", ".j2", ".toml", ".txt", ".cfg", ""}
 
 # Another project's tracker, cited as a source: removed from a line before it is judged.
@@ -54,7 +69,13 @@ def scanned_files() -> list[Path]:
 
 def test_the_scan_reads_the_code_the_docs_and_the_config():
     names = {f.relative_to(ROOT).as_posix() for f in scanned_files()}
-    assert {"README.md", "mathrl/trainer.py", "config/config.yaml", "docs/ARCHITECTURE.md", "tests/conftest.py"} <= names
+    assert {
+        "README.md",
+        "mathrl/trainer.py",
+        "config/config.yaml",
+        "docs/ARCHITECTURE.md",
+        "tests/conftest.py",
+    } <= names
 
 
 def test_the_matcher_flags_history_and_passes_the_project():
