@@ -114,7 +114,7 @@ def test_a_stage_per_task_run_study_and_report_step_with_the_rules_commands():
     # the template draws a panel per experiment and a line per run from the curves table's columns
     template = json.loads((ROOT / ".dvc" / "plots" / f"{plots['entropy']['template']}.json").read_text())
     assert template["data"] == {"values": "<DVC_METRIC_DATA>"} and template["facet"]["field"] == "experiment"
-    assert template["spec"]["encoding"]["detail"]["field"] == "run_id"
+    assert {"field": "run_id", "type": "nominal"} in template["spec"]["encoding"]["detail"]
 
 
 def test_override_files_reach_the_commands_and_the_params_and_the_cli_writes_both_files(tmp_path, monkeypatch):
