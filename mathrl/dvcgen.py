@@ -23,7 +23,8 @@ What each stage is:
 - `deps` are the inputs the rule declares, `config/config.schema.yaml` (it fills every
   default) and the `mathrl/` directory; `.dvcignore` leaves `__pycache__/` (which changes
   whenever Python recompiles something) and this module (it changes no result) out of its
-  hash. The aggregate stage depends on the directories its inputs live in.
+  hash. The aggregate stage depends on the directories its inputs live in (so a run of your
+  own written there, `mathrl train --run-id mine`, reruns it too).
 - paths, commands and arguments come from `mathrl.layout` (its `STAGES`), which the
   Snakemake rules read too.
 - `outs` are the rule's outputs. A run also tracks its snapshot, with `persist: true`: DVC
@@ -157,10 +158,6 @@ def stage(cmd, deps: Sequence, params: Sequence[str], outs: Sequence) -> dict:
     return {"cmd": cmd, "deps": [*deps, CODE, SCHEMA], "params": [{PARAMS: list(params)}], "outs": list(outs)}
 
 
-def each(over: str, do: dict) -> dict:
-    return {"foreach": f"${{{over}}}", "do": do}
-
-
 def _step_stages(w: _Writer, lists: dict) -> dict:
     """The stages of the tasks, runs and probes, one `foreach` each (none over an empty list)."""
 
@@ -175,14 +172,14 @@ def _step_stages(w: _Writer, lists: dict) -> dict:
         "config.experiments.${item.experiment}",
         "config.tasks.${item.task}",
     ]
-    doc = {
-        "problems": each(
+    steps = {  # stage name: (the list in dvc-params.yaml it iterates over, the stage)
+        "problems": (
             "problem_tasks",
             stage(
                 w.command("problems", task="${item}"), [], ["config.tasks.${item}"], w.outs("problems", task="${item}")
             ),
         ),
-        "sft": each(
+        "sft": (
             "warm_up_tasks",
             stage(
                 w.command("sft", task="${item}"),
@@ -191,14 +188,12 @@ def _step_stages(w: _Writer, lists: dict) -> dict:
                 w.outs("sft", task="${item}"),
             ),
         ),
-        "train": each(
-            "runs", stage(train_cmd, [*w.problems("${item.task}"), "${item.init}"], run_params, train_outs())
-        ),
-        "train-from-scratch": each(
+        "train": ("runs", stage(train_cmd, [*w.problems("${item.task}"), "${item.init}"], run_params, train_outs())),
+        "train-from-scratch": (
             "runs_from_scratch",
             stage(train_cmd, w.problems("${item.task}"), [*run_params, "config.sft.${item.task}"], train_outs()),
         ),
-        "gradvar": each(
+        "gradvar": (
             "gradvar_tasks",
             stage(
                 w.command("gradvar", task="${item}"),
@@ -207,12 +202,12 @@ def _step_stages(w: _Writer, lists: dict) -> dict:
                 w.outs("gradvar", task="${item}"),
             ),
         ),
-        "bandit": each(
+        "bandit": (
             "bandit_studies",
             stage(w.command("bandit", study="${item}"), [], ["config.bandit"], w.outs("bandit", study="${item}")),
         ),
     }
-    return {name: entry for name, entry in doc.items() if lists[entry["foreach"][2:-1]]}
+    return {name: {"foreach": f"${{{over}}}", "do": do} for name, (over, do) in steps.items() if lists[over]}
 
 
 def _report_stages(w: _Writer, lists: dict) -> dict:
