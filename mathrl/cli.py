@@ -342,7 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="CSV path (with --study)")
     p.set_defaults(func=cmd_bandit)
 
-    p = sub.add_parser("dvc-yaml", help="write dvc.yaml (DVC stages over these commands) and its params from the config")
+    p = sub.add_parser("dvc-yaml", help="write dvc.yaml (DVC stages over these commands) and its params file")
     p.add_argument("--config", action="append", metavar="FILE", help="config file, repeatable, inside the repository (default config/config.yaml)")
     p.add_argument("--out", help="path of the dvc.yaml to write, dvc-params.yaml beside it; its directory is the "
                                  "repository root (default dvc.yaml)")

@@ -4,9 +4,9 @@ Per experiment and setting (a variant or a grid point): held-out accuracy, polic
 KL to the reference and training reward over the steps, with 95% interval bands across
 seeds; and a table of start, final, best and gain with their 95% intervals. Held-out
 accuracy on N problems carries its own sampling error (a standard error of about 1.1 points
-at 50% on the default's 2000 problems, 1.6 on 1000), shown beside the final accuracy. Where the experiment declares a
-`baseline` role, each setting's probability of improvement over it (rliable.metrics: the
-share of seed pairs in which it ends higher) is given too.
+at 50% on the default's 2000 problems, 1.6 on 1000), shown beside the final accuracy.
+Where the experiment declares a `baseline` role, each setting's probability of improvement
+over it (rliable.metrics: the share of seed pairs in which it ends higher) is given too.
 """
 
 from __future__ import annotations
