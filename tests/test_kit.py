@@ -1,11 +1,11 @@
-"""The studies' view of claims.csv: a section's rows under the names the verdict macros read."""
+"""The study kit: the view of claims.csv a section shows, roles and bands."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from mathrl import claims
-from mathrl.studies.kit import claim_frame, power_note, verdict_rows
+from mathrl.studies.kit import add_intervals, band_limits, bounds, claim_frame, pm, power_note, role_of, verdict_rows
 
 
 def test_a_sections_claims_as_verdict_rows():
@@ -24,3 +24,32 @@ def test_a_sections_claims_as_verdict_rows():
     assert out[0]["outcome"] == "agrees" and "95% CI [" in out[0]["sentence"] and "n=3 seeds, paired" in out[0]["sentence"]
     assert out[1]["sentence"].startswith("Not judged: failure not established: fall (b) not established: fall 0 (needs >= 0.5)")
     assert "1 agrees" in power_note(view) and "1 not judged" in power_note(view)
+
+
+def test_band_is_a_clipped_t_interval_by_hand():
+    # mean 0.05, std 0.1, n 3: t(2) = 4.3027, half-width 4.3027 x 0.1 / sqrt(3) = 0.2484
+    lo, hi = band_limits([0.05, 0.5], [0.1, 0.1], [3, 1])
+    assert abs(lo[0] - (0.05 - 0.24841)) < 1e-4 and abs(hi[0] - (0.05 + 0.24841)) < 1e-4
+    assert lo[1] == hi[1] == 0.5  # one seed: no interval, the band is the line
+    lo, hi = band_limits([0.05, 0.97], [0.1, 0.1], 3, bounds=bounds("eval_accuracy"))
+    assert lo[0] == 0.0 and hi[1] == 1.0 and abs(hi[0] - 0.29841) < 1e-4
+    lo, hi = band_limits([0.05], [0.1], 3, bounds=bounds("entropy"))  # bounded below only
+    assert lo[0] == 0.0 and hi[0] > 0.29
+    assert bounds("loss") is None
+
+
+def test_a_variant_with_two_roles_is_named_by_the_studys_own():
+    role = {"baseline": "exact", "shaped": "shaped", "reference": "exact"}
+    assert role_of(role, ("baseline", "shaped")) == {"exact": "baseline", "shaped": "shaped"}
+    assert role_of({"reference": "exact"}, ("baseline",)) == {"exact": "reference"}  # none of the study's: the other
+
+
+def test_table_and_text_intervals_of_an_accuracy_stay_within_its_range():
+    import pandas as pd
+
+    df = pd.DataFrame({"final_mean": [0.006], "final_std": [0.01], "gain_mean": [0.006], "gain_std": [0.01], "n": [3]})
+    out = add_intervals(df, ["final", "gain"], bounds={"final": bounds("eval_accuracy")})
+    assert out["final_lo"][0] == 0.0 and abs(out["final_hi"][0] - (0.006 + 0.024841)) < 1e-5  # t(2) x 0.01 / sqrt(3)
+    assert abs(out["gain_lo"][0] - (0.006 - 0.024841)) < 1e-5  # a difference: not clipped
+    assert pm(0.006, 0.01, 3, "pct", bounds=bounds("eval_accuracy")) == "0.6% [0.0%, 3.1%] (n=3)"
+    assert pm(0.006, 0.01, 3, "pct") == "0.6% [-1.9%, 3.1%] (n=3)"

@@ -296,7 +296,7 @@ def test_filter_samples_keeps_one_sign_of_rollouts():
     mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 1, 0]])
     close(L.filter_samples(adv, mask, "positive"), [[0.5, 0.5, 0.5], [0, 0, 0], [0, 0, 0], [0, 0, 0]])
     close(L.filter_samples(adv, mask, "negative"), [[0, 0, 0], [-1.0, -1.0, 9.0], [1.0, -3.0, 1.0], [0, 0, 0]])
-    assert L.filter_samples(adv, mask, "all") is adv  # rollout 4 (advantage 0) is in neither filter, as it trains nothing
+    assert L.filter_samples(adv, mask, "all") is adv  # rollout 4 (advantage 0) is in neither filter: it trains nothing
     # GRPO's group of 4 with one success: +1.5 on the right answer, -0.5 on each wrong one (per-token, masked)
     grpo = torch.tensor([1.5, -0.5, -0.5, -0.5])[:, None] * torch.ones(4, 2)
     ones = torch.ones(4, 2)

@@ -438,6 +438,18 @@ def test_some_numbers_by_hand(report_tree, dom):
     assert mul[head.index("final")] == pct(want["final_eval_mean"]) and mul[head.index("95% from")] == "–"  # one run: no interval
 
 
+def test_sentences_show_measured_values_not_placeholders(report_tree, dom):
+    """Where every run has a result, no sentence prints a dash for a mean or an n: lab 04's normal
+    setting also holds the calibration's `reference` role and is found all the same."""
+    lab04 = dom.root.find("section", id="lab04").text()
+    assert "– ± –" not in lab04 and "n=– of –" not in lab04
+    assert re.search(r"under the normal ones \(n=2 of 2\)", lab04)
+    system = dom.root.find("section", id="system")
+    head, rows = next(table_cells(t) for t in system.iter("table") if table_cells(t)[0][:1] == ["setting"])
+    micro = next(r for r in rows if r[0] == "sequences per micro-batch")
+    assert micro[head.index("add: ours")] not in ("0", "–")  # micro_batch_size 0 means the whole batch
+
+
 def test_run_index_matches_csv(report_tree, dom):
     runs = pd.read_csv(report_tree["results"] / "tables" / "runs.csv")
     assert set(runs["run_id"]) == set(report_tree["experiments"])

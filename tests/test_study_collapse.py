@@ -6,13 +6,11 @@ from pathlib import Path
 
 import matplotlib
 import pytest
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from mathrl.config import expand_runs, load_config
-from mathrl.report import TEMPLATES, fmt, html_table, pct
+from mathrl.report import environment
 from mathrl.studies import collapse
 from mathrl.studies.context import Context, Tables
-from mathrl.verdict import number
 from tests import synthetic
 from tests.conftest import TINY, write_config
 from tests.synthetic import verdicts, with_claims, write_run
@@ -27,7 +25,8 @@ VARIANTS = {
     "huge_lr": {"lr": 1.0, "grad_clip": None},
 }  # fmt: skip
 ROLES = {"baseline": "exact", "random_baseline": "random_exact", "shaped": "shaped", "penalty": "shaped_penalty", "adv_norm_clip": "adv_norm_clip",
-         "entropy_schedule": "entropy_schedule", "cosine_lr": "cosine_lr", "curriculum": "curriculum", "nonfinite": "huge_lr"}  # fmt: skip
+         "entropy_schedule": "entropy_schedule", "cosine_lr": "cosine_lr", "curriculum": "curriculum", "nonfinite": "huge_lr",
+         "reference": "exact"}  # the calibration's role on the baseline's variant, as in config/config.yaml  # fmt: skip
 FLAT = [0.40, 0.42, 0.44, 0.46, 0.48]
 # Held-out accuracy at steps 0 (before RL), 2, 4, 6, 8, per (variant, seed); absent: not written.
 EVALS = {
@@ -138,6 +137,28 @@ def test_reward_design_table(results):
     assert d[d.variant == "shaped"].n.eq(1).all()
 
 
+def test_an_evaluation_nearest_two_points_is_one_row():
+    """15 steps evaluated every 5: the quarter (3.75) and the half (7.5) are both nearest to step 5,
+    which is one row (point 1), not two."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    evals = pd.DataFrame({"step": [0, 5, 10, 15], "eval_accuracy": [0.1, 0.2, 0.3, 0.4]})
+    metrics = pd.DataFrame({"step": range(1, 16), "format_rate": [0.5] * 15, "frac_zero_std": [0.9] * 15})
+    spec = SimpleNamespace(variant="v", seed=0)
+    run = SimpleNamespace(evals=evals, metrics=metrics, settings={"steps": 15}, spec=spec)
+    rows = collapse.segment_rows(run, "shaped")
+    assert [r["step"] for r in rows] == [0, 5, 10, 15] and [r["point"] for r in rows] == [0, 1, 3, 4]
+    assert all(r["format_rate"] == 0.5 for r in rows)  # no empty segment behind a repeated step
+
+
+def band_extent(ax):
+    """The lowest and highest y of every band (fill_between) of an axes."""
+    ys = [y for c in ax.collections for p in c.get_paths() for y in p.vertices[:, 1]]
+    return (min(ys), max(ys)) if ys else (0.0, 0.0)
+
+
 def test_nonfinite_table(results):
     nf = results[0]["collapse_nonfinite"].set_index("seed")
     assert nf.loc[0].skipped == 6 and nf.loc[0].first_skipped_step == 3 and nf.loc[0].weights_finite
@@ -187,7 +208,7 @@ def test_renamed_variants(cfg, tmp_path):
     d = copy.deepcopy(cfg)
     exp = d["experiments"]["collapse"]
     exp["variants"]["binary"] = exp["variants"].pop("exact")
-    exp["roles"] = {**ROLES, "baseline": "binary"}
+    exp["roles"] = {**ROLES, "baseline": "binary", "reference": "binary"}
     d["results"] = str(tmp_path / "r")
     specs = expand_runs(d)
     for seed, evals in ((0, [0.4, 0.42, 0.44, 0.46, 0.48]), (1, [0.4, 0.44, 0.46, 0.46, 0.50])):
@@ -208,9 +229,7 @@ def test_renamed_variants(cfg, tmp_path):
 
 
 def render(section_ctx, figures=None):
-    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(x, u, sign))
-    env.globals.update(table=html_table)
+    env = environment()
     return env.get_template("sections/collapse.html.j2").render(ctx=section_ctx, figures=figures or {})
 
 
@@ -222,6 +241,15 @@ def test_figures_and_section(results):
         axes = [ax for ax in fig.axes if ax.get_title()]
         assert axes and all(ax.get_xlabel() and ax.get_ylabel() for ax in axes)
         assert all(ax.get_legend() is not None for ax in axes if len(ax.get_lines()) > 1)
+    # the baseline's variant also holds the calibration's `reference` role: its dashed line is drawn all the same
+    labels = [line.get_label() for line in figs["collapse_variants"].axes[0].get_lines()]
+    assert "baseline" in labels
+    for ax in figs["collapse_reward_design"].axes:  # accuracy, format rate: bands within [0, 1] (0.30 and 0.44 at step 6)
+        lo, hi = band_extent(ax)
+        assert 0 <= lo and hi <= 1
+    for name in ("collapse_schedules", "collapse_nonfinite"):
+        assert "95% t interval" in figs[name]._suptitle.get_text()
+    for fig in figs.values():
         matplotlib.pyplot.close(fig)
     s = collapse.section(t)
     assert s["verdicts"]["normalisation"]["outcome"] == "not judged" and s["verdicts"]["normalisation"]["note"] == "0 of 2 runs against 0 of 1"

@@ -6,14 +6,12 @@ import copy
 import matplotlib
 import numpy as np
 import pytest
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from mathrl.config import expand_runs, load_config
 from mathrl.curves import sigmoid_curve
-from mathrl.report import TEMPLATES, fmt, html_table, pct
+from mathrl.report import environment
 from mathrl.studies import compute_curves, diagnostics
 from mathrl.studies.context import Context, Tables
-from mathrl.verdict import number
 from tests import synthetic
 from tests.conftest import TINY, write_config
 from tests.synthetic import write_run
@@ -165,10 +163,7 @@ def test_section_and_figure_render(results):
         "diagnostics_curves" in figs
         and figs["diagnostics_curves"].axes[0].get_xlabel() == "rollouts sampled (compute C)"
     )
-    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined, autoescape=True)
-    env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(x, u, sign))
-    env.globals.update(table=html_table)
-    html = env.get_template("sections/diagnostics.html.j2").render(ctx=diagnostics.section(t), figures={})
+    html = environment().get_template("sections/diagnostics.html.j2").render(ctx=diagnostics.section(t), figures={})
     assert "Compute-performance curves" in html and "ceiling against efficiency" in html and "Negative controls" in html
     assert "batch 10" in html and "negative_controls 1" in html  # evaluations after the start per run
     assert "random_reward" in html and "Against batch_size=16" in html

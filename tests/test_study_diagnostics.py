@@ -1,4 +1,4 @@
-"""The diagnostics study (issue 17) on a hand-made results tree: pass@k, the entropy law,
+"""The diagnostics study on a hand-made results tree: pass@k, the entropy law,
 advantage scaling by carries, the noise scale beside the batch study, the update diagnostics."""
 
 import copy
@@ -6,14 +6,13 @@ import math
 
 import matplotlib
 import numpy as np
+import pandas as pd
 import pytest
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from mathrl.config import expand_runs, load_config
-from mathrl.report import TEMPLATES, fmt, html_table, pct
+from mathrl.report import environment
 from mathrl.studies import diagnostics
 from mathrl.studies.context import Context, Tables
-from mathrl.verdict import number
 from mathrl import claims
 from mathrl.measures import run_measures
 from tests import synthetic
@@ -149,10 +148,21 @@ def test_update_diagnostics_and_the_covariance_correlation(results):
 
 def test_section_renders(results, cfg):
     t = results[1]
-    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined, autoescape=True)
-    env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(x, u, sign))
-    env.globals.update(table=html_table)
+    env = environment()
     figs = diagnostics.figures(t)
-    assert set(figs) == {"diagnostics_pass_at_k", "diagnostics_entropy_law", "diagnostics_adv_scaling", "diagnostics_curves"}
+    parts = {"diagnostics_pass_at_k", "diagnostics_entropy_law", "diagnostics_adv_scaling", "diagnostics_curves"}
+    assert set(figs) == parts
     html = env.get_template("sections/diagnostics.html.j2").render(ctx=diagnostics.section(t), figures={})
     assert "pass@k before and after RL" in html and "adv_scaling" in html and "B_noise" in html
+
+
+def test_entropy_law_intervals_stay_within_their_range():
+    """R² is at most 1, the half-run error at least 0, reached accuracy within [0, 1]: their t intervals (two seeds,
+    t(1) = 12.7) are clipped there; the fitted ceiling is not (above 1 it reads as the extrapolation it is)."""
+    runs = pd.DataFrame({"experiment": "e", "setting": "s", "seed": [0, 1], "r2": [0.90, 0.99], "a": 0.5,
+                         "b": [1.0, 1.2], "ceiling": [0.5, 0.7], "reached": [0.02, 0.04], "final_eval": [0.97, 0.99],
+                         "ceiling_minus_reached": 0.5, "half_rmse": [0.01, 0.03], "entropy_start": 1.0, "entropy_end": 0.5,
+                         "holds": True})  # fmt: skip
+    r = diagnostics.entropy_law_summary(runs).iloc[0]
+    assert r.r2_hi == 1.0 and r.half_rmse_lo == 0.0 and r.reached_lo == 0.0 and r.final_eval_hi == 1.0
+    assert r.ceiling_hi > 1.0 and r.r2_lo == pytest.approx(0.945 - 12.7062 * 0.045, rel=1e-4)

@@ -8,14 +8,12 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 import mathrl.config
 from mathrl.config import load_config
-from mathrl.report import TEMPLATES, fmt, html_table, pct
+from mathrl.report import environment
 from mathrl.results import curves
 from mathrl.studies import lab04
-from mathrl.verdict import number
 from mathrl.studies.context import Context, Tables
 from tests.conftest import TINY, write_config
 from tests.synthetic import verdicts, with_claims, write_bandit, write_run
@@ -28,7 +26,8 @@ VARIANTS = {"normal": {"lr": 1.0e-4, "entropy_coef": 0.01}, "aggressive": {"lr":
             "random_init": {"init": "random"}, "near_perfect": {"group_size": 4},
             "clip_cov": {"lr": 5.0e-4, "entropy_coef": 0.001, "ppo_epochs": 2, "policy_loss": "clip_cov"}}  # fmt: skip
 ROLES = {"normal": "normal", "aggressive": "aggressive", "clip_higher": "clip_higher", "remedy": "dapo_aggressive", "proxy": "proxy_reward", "random_policy": "random_init",
-         "perfect_policy": "near_perfect", "clip_cov": "clip_cov"}  # an optional role: the study judges Clip-Cov because it is named  # fmt: skip
+         "perfect_policy": "near_perfect", "clip_cov": "clip_cov",  # an optional role: the study judges Clip-Cov because it is named
+         "reference": "normal"}  # the calibration's role on the normal variant, as in config/config.yaml  # fmt: skip
 BANDIT = {"seeds": [0, 1], "studies": {"gradient_vanishing": {"phase_steps": 2}}}
 
 # entropy_collapse: (setting, seed) -> entropy per step, probabilities at the last step; normal seed 1 is missing.
@@ -148,17 +147,19 @@ def test_pure_verdicts():
 def test_entropy_table(results):
     e = results[0]["lab04_entropy"]
     s0 = e[(e.setting == "aggressive") & (e.seed.astype(str) == "0")].iloc[0]
-    assert s0.final_entropy == pytest.approx(0.1) and s0.reduction == pytest.approx(1 - 0.1 / 1.1)
+    # 4-step runs: start = mean of steps 0-1, end = mean of steps 2-3 (the window is at most half the run)
+    assert s0.initial_entropy == pytest.approx(0.95) and s0.final_entropy == pytest.approx(0.25)
+    assert s0.reduction == pytest.approx(1 - 0.25 / 0.95) and s0.initial_best_prob == pytest.approx(1 / 3)
     assert s0.dominant_action == 1 and s0.dominant_prob == pytest.approx(0.95) and s0.converged_to == "global"
     s1 = e[(e.setting == "aggressive") & (e.seed.astype(str) == "1")].iloc[0]
     assert s1.dominant_action == 0 and s1.converged_to == "local"
     a = pooled(e, "aggressive")
-    assert a.n == 2 and a.final_entropy == pytest.approx(0.15) and a.final_entropy_std == pytest.approx(np.std([0.1, 0.2], ddof=1))
+    assert a.n == 2 and a.final_entropy == pytest.approx(0.30) and a.final_entropy_std == pytest.approx(np.std([0.25, 0.35], ddof=1))
     assert a.global_share == 0.5 and a.converged_to == "global 1, local 1" and math.isnan(a.dominant_action)
     missing = e[(e.setting == "normal") & (e.seed.astype(str) == "1")].iloc[0]  # not in the CSV: shown, not invented
     assert missing.n == 0 and missing.converged_to == "missing" and math.isnan(missing.final_entropy)
     n = pooled(e, "normal")
-    assert n.n == 1 and n.final_entropy == pytest.approx(0.8) and n.converged_to == "none 1" and math.isnan(n.final_entropy_std)
+    assert n.n == 1 and n.final_entropy == pytest.approx(0.85) and n.converged_to == "none 1" and math.isnan(n.final_entropy_std)
 
 
 def test_vanishing_table(results):
@@ -202,8 +203,8 @@ def test_gpt_tables(results):
 def test_criteria_and_template(results):
     v = verdicts(results[0], "lab04")
     assert {"part", "outcome", "diff", "ci_low", "ci_high", "n", "p_value", "kind"} <= set(v.columns)
-    fe = v.loc["bandit_final_entropy"]  # final entropies 0.1 and 0.2, minus 0.2: -0.05, t(1) x 0.05
-    assert fe["diff"] == pytest.approx(-0.05) and fe.ci_high == pytest.approx(-0.05 + 12.7062 * 0.05, rel=1e-4) and fe.outcome == "inconclusive"
+    fe = v.loc["bandit_final_entropy"]  # final entropies 0.25 and 0.35, minus 0.2: 0.1, t(1) x 0.05
+    assert fe["diff"] == pytest.approx(0.1) and fe.ci_high == pytest.approx(0.1 + 12.7062 * 0.05, rel=1e-4) and fe.outcome == "inconclusive"
     assert v.loc["bandit_global"]["diff"] == 0 and v.loc["bandit_global"].outcome == "inconclusive"  # one seed found a local optimum
     assert v.loc["bandit_homogeneous"]["diff"] == pytest.approx(0.0025 - 1e-4) and v.loc["bandit_homogeneous"].outcome == "inconclusive"  # seed 1 keeps 0.005
     assert v.loc["bandit_true_falls"]["diff"] == pytest.approx(-1.0)
@@ -220,17 +221,20 @@ def test_criteria_and_template(results):
     assert v.loc["gpt_random_no_signal"].outcome == "agrees" and v.loc["gpt_random_no_signal"]["diff"] == pytest.approx(0.05)
     tpl = results[0]["lab04_report_template"].set_index("item")
     assert tpl.loc["Global optimum found", "value"] == "partly (1 of 2 seeds)" and tpl.loc["Severity", "value"] == "moderate"
-    assert tpl.loc["Final entropy", "value"] == "0.150 ± 0.071 (n=2)"
-    assert "seed 1: action 0 (p = 0.940)" in tpl.loc["Final dominant action (probability)", "value"]
+    assert tpl.loc["Final entropy", "value"] == "0.300 ± 0.071 (n=2)"
+    dominant = tpl.loc["Final dominant action (probability)", "value"]
+    assert dominant == "action 0 (p = 0.940) in 1 of 2 seeds; action 1 (p = 0.950) in 1 of 2 seeds"
+    many = pd.DataFrame({"dominant_action": [1.0] * 99 + [2.0, math.nan],
+                         "dominant_prob": [0.993, 0.997] + [0.995] * 97 + [0.91, math.nan]})
+    want = "action 1 (p = 0.993 to 0.997) in 99 of 100 seeds; action 2 (p = 0.910) in 1 of 100 seeds"
+    assert lab04.dominant_actions(many) == want
     findings = results[0]["lab04_report_template"].query("part == 'Key findings'")["value"].tolist()
-    assert len(findings) == 3 and "0.15 ± 0.0707" in findings[0] and "the normal setting kept more entropy" in findings[0]
+    assert len(findings) == 3 and "0.3 ± 0.0707" in findings[0] and "the normal setting kept more entropy" in findings[0]
     assert "75.0% lower (moderate)" in findings[1] and findings[2].count(": exploited") == 2
 
 
 def render(t):
-    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(x, u, sign))
-    env.globals.update(table=html_table)
+    env = environment()
     return env.get_template("sections/lab04.html.j2").render(ctx=lab04.section(t), figures={"lab04_six_panel": "data:x"})
 
 
@@ -251,6 +255,44 @@ def test_figures_and_section(results):
     assert "n=1 of 2" in s["parts"]["gpt"]["measured"] and "n per arm: 2" in s["power"]
     html = render(t)
     assert "inconclusive" in html and "95% CI [" in html and "partly (1 of 2 seeds)" in html
+
+
+def band_extent(ax):
+    """The lowest and highest y of every band (fill_between) of an axes."""
+    ys = [y for c in ax.collections for p in c.get_paths() for y in p.vertices[:, 1]]
+    return (min(ys), max(ys)) if ys else (0.0, 0.0)
+
+
+def test_the_normal_setting_is_found_beside_a_second_role(results):
+    """`normal` also holds the calibration's `reference` role: the table names it by the study's
+    role, and the measured sentence prints its values, not dashes."""
+    gpt = results[0]["lab04_gpt"].set_index("variant")
+    assert gpt.loc["normal", "role"] == "normal"
+    measured = lab04.section(results[1])["parts"]["gpt"]["measured"]
+    assert "– ±" not in measured and "n=– of –" not in measured
+    assert "under the normal ones (n=2 of 2)" in measured
+
+
+def test_figures_are_readable_and_their_bands_bounded(results):
+    t = results[1]
+    six, gpt = lab04.six_panel(t), lab04.gpt_figure(t)
+    probs = [ax for ax in six.axes if ax.get_title().startswith("Action probabilities")]
+    assert len(probs) == 2  # one small panel per entropy-collapse setting (aggressive, normal)
+    for ax in probs:
+        legend = [text.get_text() for text in ax.get_legend().get_texts()]
+        assert len(ax.get_lines()) == 3 and legend == ["action 0", "action 1", "action 2"]
+        lo, hi = band_extent(ax)  # aggressive p0: 0.02 and 0.94 over two seeds, t(1) = 12.7 unclipped
+        assert 0 <= lo and hi <= 1
+    entropy = next(ax for ax in six.axes if ax.get_title().startswith("Policy entropy"))
+    assert band_extent(entropy)[0] >= 0
+    compared, starts = gpt.axes[0], gpt.axes[3]
+    labels = {line.get_label() for line in compared.get_lines()}
+    assert labels == {"normal", "aggressive", "clip_higher", "dapo_aggressive", "clip_cov"}
+    assert {line.get_label() for line in starts.get_lines()} == {"random_init", "near_perfect"}
+    assert compared.get_ylim()[1] < 0.5  # the random start's entropy (0.5) is drawn apart
+    for fig in (six, gpt, lab04.hacking_figure(t)):
+        assert "95% t interval" in fig._suptitle.get_text()
+        matplotlib.pyplot.close(fig)
 
 
 def test_missing_everything(tmp_path):

@@ -250,15 +250,9 @@ def save(cfg, tables) -> Tables:
 
 
 def render(ctx: dict, figures: dict) -> str:
-    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+    from mathrl.report import environment
 
-    from mathrl.report import TEMPLATES, fmt, html_table, pct
-    from mathrl.verdict import number
-
-    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined)
-    env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(x, u, sign))
-    env.globals.update(table=html_table)
-    return env.from_string('{% include "sections/stability.html.j2" %}').render(ctx=ctx, figures=figures)
+    return environment().get_template("sections/stability.html.j2").render(ctx=ctx, figures=figures)
 
 
 def check_figures(figs):
@@ -277,6 +271,15 @@ def test_figures_and_section_from_csv(cfg, tree):
     ax = figs["stability_batch_curves"].axes[0]
     assert ax.get_xlabel() == "RL step" and len(ax.get_legend().get_texts()) == 2
     assert figs["stability_gradvar"].axes[0].get_yscale() == "log"
+    styles = {line.get_label(): line.get_linestyle() for line in figs["stability_value_clip"].axes[0].get_lines()}
+    assert len(styles) == 4 and all((s == "--") == ("value_clip=0.2" in k) for k, s in styles.items())  # clipped dashed
+    names = {"value_clip=none, value_coef=0.5": "unclipped_w0.5", "value_clip=0.2, value_coef=1.0": "clipped_w1"}
+    for name in ("stability_series", "stability_value_clip_runs"):
+        t._cache[name] = t[name].assign(setting=t[name]["setting"].replace(names))
+    named = st.figures(t)
+    styles = {line.get_label(): line.get_linestyle() for line in named["stability_value_clip"].axes[0].get_lines()}
+    assert styles["clipped_w1"] == "--" and styles["unclipped_w0.5"] == "-"
+    check_figures(named)
     check_figures(figs)
     s = st.section(t)
     # B against A, C against A (one seed: no interval); the equal-batch rows have no control in this tree
@@ -317,3 +320,10 @@ def test_dynamic_schedules_are_also_judged_at_their_own_batch():
     assert v.loc["dynamic_C_equal_batch"]["diff"] == pytest.approx(0.15) and v.loc["fixed_vs_B"].note.startswith("A differs from B and C in batch size")
     without = synthetic.verdicts({"claims": claims.judge_all({}, {"stability_fvd_runs": fr[fr["method"] != "equal_batch"]})}, "stability")
     assert without.loc["dynamic_B_equal_batch"].outcome == "not judged" and without.loc["fixed_vs_B"].outcome == "agrees"
+
+
+def test_stated_intervals_stay_within_the_range_of_their_quantity():
+    """Roughness is a size (at least 0), accuracy a share: their t intervals (n=3, t(2) = 4.303) are clipped."""
+    r = {"roughness_mean": 0.011, "roughness_std": 0.01, "final_eval_mean": 0.99, "final_eval_std": 0.01, "n": 3}
+    assert st.pm(r, "roughness", "pts") == "1.1 pts [0.0 pts, 3.6 pts] (n=3)"  # unclipped: -1.4 pts
+    assert st.pm(r, "final_eval") == "99.0% [96.5%, 100.0%] (n=3)"  # unclipped: 101.5%

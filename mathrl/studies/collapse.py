@@ -17,7 +17,7 @@ import math
 import pandas as pd
 
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, degraded, max_drawdown, mean_spread, roughness
-from mathrl.studies.kit import COLORS, add_intervals, add_wilson, band, by_key, cell, claim_frame, per_seed, placeholder, plt, power_note, roles, verdict_rows
+from mathrl.studies.kit import BAND_NOTE, COLORS, SHARE, add_intervals, add_wilson, band, bounds, by_key, cell, claim_frame, per_seed, placeholder, plt, power_note, role_of, roles, verdict_rows
 from mathrl.verdict import difference
 
 NAME = "collapse"
@@ -80,7 +80,7 @@ def variants_table(per_run: pd.DataFrame, settings: dict, baseline: str) -> pd.D
     """Per variant: its settings, mean, std, 95% interval and n of every statistic, and the
     difference in final accuracy from the baseline with its 95% interval (paired by seed)."""
     out = mean_spread(per_run, ["variant"], STATS[1:2] + STATS[:1] + STATS[2:])  # n counts final evals
-    out = add_intervals(out, ["final_eval", "gain"])
+    out = add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
     out.insert(1, "role", per_run.groupby("variant", sort=False)["role"].first().values if len(per_run) else [])
     out.insert(2, "settings", [", ".join(f"{k}={val}" for k, val in (settings.get(x) or {}).items()) or "defaults" for x in out["variant"]])
     g = per_run.groupby("variant", sort=False)
@@ -101,8 +101,9 @@ def variants_table(per_run: pd.DataFrame, settings: dict, baseline: str) -> pd.D
 def segment_rows(run, role: str) -> list[dict]:
     """Each of the five points with the rollouts behind it: format rate and the share of
     zero-std groups over the steps since the previous point (point 0: step 1's rollouts,
-    which the warm-up policy sampled)."""
-    pts, m, rows, prev = five_points(run.evals, run.settings["steps"]), run.metrics, [], -1
+    which the warm-up policy sampled). An evaluation nearest to two of the points (a run
+    with fewer than five evaluations after step 0) is one row, under the first."""
+    pts, m, rows, prev = five_points(run.evals, run.settings["steps"]).drop_duplicates("step"), run.metrics, [], -1
     for p in pts.itertuples():
         seg = m[m["step"] == 1] if p.step == 0 else m[(m["step"] > prev) & (m["step"] <= p.step)]
         rows.append({"variant": run.spec.variant, "role": role, "seed": run.spec.seed, "point": p.point, "step": p.step,
@@ -152,26 +153,27 @@ def nonfinite_table(runs) -> pd.DataFrame:
 def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = ctx.experiment(EXPERIMENT)
     role = roles(ctx.cfg, EXPERIMENT, ROLES) if runs else {}
-    role_of = {v: r for r, v in role.items()}
-    per_run = pd.DataFrame([run_stats(r, role_of.get(r.spec.variant, "")) for r in runs],
+    named = role_of(role, ROLES)  # the calibration's `reference` shares the baseline's variant: the baseline names it
+    per_run = pd.DataFrame([run_stats(r, named.get(r.spec.variant, "")) for r in runs],
                            columns=["variant", "role", "seed", "run_id", "status", "algorithm"] + STATS)  # fmt: skip
     v = variants_table(per_run, ctx.cfg["experiments"].get(EXPERIMENT, {}).get("variants") or {}, role.get("baseline", ""))
-    design = pd.DataFrame([row for r in runs if r.ok and role_of.get(r.spec.variant) in REWARD_DESIGNS for row in segment_rows(r, role_of[r.spec.variant])],
+    design = pd.DataFrame([row for r in runs if r.ok and named.get(r.spec.variant) in REWARD_DESIGNS for row in segment_rows(r, named[r.spec.variant])],
                           columns=["variant", "role", "seed", "point", "step", "eval_accuracy", "format_rate", "frac_zero_std"])  # fmt: skip
     design = mean_spread(design, ["variant", "role", "point", "step"], ["eval_accuracy", "format_rate", "frac_zero_std"])
-    nonfinite = nonfinite_table([r for r in runs if role_of.get(r.spec.variant) == "nonfinite"])
+    nonfinite = nonfinite_table([r for r in runs if named.get(r.spec.variant) == "nonfinite"])
     return {"collapse_variants": v, "collapse_per_run": per_run, "collapse_reward_design": design, "collapse_nonfinite": nonfinite,
-            "collapse_curves": curve_table(runs, role_of)}
+            "collapse_curves": curve_table(runs, named)}
 
 
 # ----------------------------------------------------------------------------- figures
 def _curves(ax, c, wanted, col, title, ylabel):
-    """One band (95% interval across seeds) per role of `col` over steps, or a placeholder."""
+    """One band (BAND_NOTE) per role of `col` over steps, or a placeholder."""
     drawn = 0
     for i, role in enumerate(wanted):
         d = c[(c["role"] == role) & c[f"{col}_mean"].notna()] if len(c) else c
         if len(d):
-            band(ax, d["step"], d[f"{col}_mean"], d[f"{col}_std"], d["variant"].iloc[0], COLORS[i % len(COLORS)], n=d["n"])
+            band(ax, d["step"], d[f"{col}_mean"], d[f"{col}_std"], d["variant"].iloc[0], COLORS[i % len(COLORS)],
+                 n=d["n"], bounds=bounds(col))
             drawn += 1
     if not drawn:
         placeholder(ax, f"no data: {', '.join(wanted)} missing")
@@ -182,10 +184,10 @@ def _curves(ax, c, wanted, col, title, ylabel):
 
 def fig_reward_design(t) -> plt.Figure:
     c = t["collapse_curves"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")  # the suptitle clear of the titles
     _curves(axes[0], c, REWARD_DESIGNS, "eval_accuracy", "Held-out accuracy by reward design", "eval accuracy")
     _curves(axes[1], c, REWARD_DESIGNS, "format_rate", "Well-formed answers in rollouts", "format rate")
-    fig.suptitle("Reward design on 2-digit multiplication (mean, 95% interval across seeds)")
+    fig.suptitle(f"Reward design on 2-digit multiplication ({BAND_NOTE})")
     return fig
 
 
@@ -196,8 +198,10 @@ def fig_variants(t) -> plt.Figure:
         placeholder(ax, "no data: the collapse runs are missing")
     else:
         x = range(len(v))
-        err = [(v["final_eval_mean"] - v["final_eval_lo"]).fillna(0), (v["final_eval_hi"] - v["final_eval_mean"]).fillna(0)]
-        ax.bar(x, v["final_eval_mean"].fillna(0), yerr=err, color=COLORS[0], capsize=3, label="final (mean, 95% interval)")
+        lo, hi = v["final_eval_lo"].clip(*SHARE), v["final_eval_hi"].clip(*SHARE)  # an accuracy stays within [0, 1]
+        err = [(v["final_eval_mean"] - lo).fillna(0), (hi - v["final_eval_mean"]).fillna(0)]
+        ax.bar(x, v["final_eval_mean"].fillna(0), yerr=err, color=COLORS[0], capsize=3,
+               label="final (mean, 95% t interval)")
         for i, n in zip(x, v["n"]):
             ax.annotate(f"n={int(n)}" if n else "missing", (i, 0), ha="center", va="bottom", fontsize=7, color="0.2")
         base = cell(v, "final_eval_mean", role="baseline")
@@ -216,17 +220,17 @@ def fig_schedules(t) -> plt.Figure:
     _curves(axes[0, 1], c, ["cosine_lr", "baseline"], "lr", "Learning rate", "lr")
     _curves(axes[1, 0], c, ["curriculum"], "ndigit", "Curriculum: operand digits", "ndigit")
     _curves(axes[1, 1], c, ["entropy_schedule", "cosine_lr", "curriculum", "baseline"], "eval_accuracy", "Held-out accuracy", "eval accuracy")
-    fig.suptitle("Entropy bonus schedule, LR schedule and curriculum")
+    fig.suptitle(f"Entropy bonus schedule, LR schedule and curriculum ({BAND_NOTE})")
     fig.tight_layout()
     return fig
 
 
 def fig_nonfinite(t) -> plt.Figure:
     c = t["collapse_curves"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     _curves(axes[0], c, ["nonfinite"], "skipped", "Updates skipped by the non-finite guard", "share of runs skipping")
     _curves(axes[1], c, ["nonfinite", "baseline"], "eval_accuracy", "Held-out accuracy", "eval accuracy")
-    fig.suptitle("A huge learning rate without gradient clipping")
+    fig.suptitle(f"A huge learning rate without gradient clipping ({BAND_NOTE})")
     return fig
 
 

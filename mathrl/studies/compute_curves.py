@@ -288,7 +288,8 @@ def figure(t) -> plt.Figure:
         start = pts[pts["samples"] == 0]
         for i, (name, g) in enumerate(fit.groupby("setting", sort=False)):
             color = COLORS[i % len(COLORS)]
-            band(ax, g["samples"], g["fit_mean"] * 100, g["fit_std"] * 100, f"{name} (fit)", color, n=g["n"])
+            mean, std = g["fit_mean"] * 100, g["fit_std"] * 100
+            band(ax, g["samples"], mean, std, f"{name} (fit)", color, n=g["n"], bounds=(0, 100))
             p = pts[(pts["setting"] == name) & (pts["samples"] > 0)]
             half = np.nan_to_num(t_halfwidth(p["accuracy_std"], p["n"])) * 100
             ax.errorbar(
@@ -308,24 +309,31 @@ def figure(t) -> plt.Figure:
     return fig
 
 
+def _excludes_zero(lo: float, hi: float) -> bool:
+    return bool(np.isfinite(lo) and np.isfinite(hi) and (lo > 0 or hi < 0))
+
+
 def batch_text(batch: pd.DataFrame) -> str:
     """Which batch sizes move the ceiling A and which only the efficiency B, from the paired intervals."""
     if batch.empty or not batch["reference"].astype(bool).any():
         return "No batch-study fits to compare: see the notes in the table above."
     ref = batch[batch["reference"].astype(bool)].iloc[0]
     others = batch[~batch["reference"].astype(bool)]
-    excl = lambda lo, hi: bool(np.isfinite(lo) and np.isfinite(hi) and (lo > 0 or hi < 0))
     moves_a = [
         f"{r.setting} (ΔA {r.dA:+.3f} [{r.dA_lo:+.3f}, {r.dA_hi:+.3f}])"
         for r in others.itertuples()
-        if excl(r.dA_lo, r.dA_hi)
+        if _excludes_zero(r.dA_lo, r.dA_hi)
     ]
     only_b = [
         f"{r.setting} (ΔB {r.dB:+.2f} [{r.dB_lo:+.2f}, {r.dB_hi:+.2f}])"
         for r in others.itertuples()
-        if not excl(r.dA_lo, r.dA_hi) and excl(r.dB_lo, r.dB_hi)
+        if not _excludes_zero(r.dA_lo, r.dA_hi) and _excludes_zero(r.dB_lo, r.dB_hi)
     ]
-    neither = [str(r.setting) for r in others.itertuples() if not excl(r.dA_lo, r.dA_hi) and not excl(r.dB_lo, r.dB_hi)]
+    neither = [
+        str(r.setting)
+        for r in others.itertuples()
+        if not _excludes_zero(r.dA_lo, r.dA_hi) and not _excludes_zero(r.dB_lo, r.dB_hi)
+    ]
     none = "no batch size"
     text = (
         f"Against {ref.setting}: the 95% interval of the paired difference in A excludes 0 for "

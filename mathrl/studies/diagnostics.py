@@ -1,9 +1,9 @@
-"""Beyond the documents (issue 17): pass@k before and after RL, the entropy-performance law,
+"""Beyond the documents: pass@k before and after RL, the entropy-performance law,
 advantage scaling by difficulty, the gradient noise scale, and the per-step update diagnostics.
 
 Everything is computed from files the runs wrote: `pass_at_k.csv` (runs with `pass_at_k`),
 `heldout.csv` (every run: greedy correctness per held-out problem at the start and at the
-end), `metrics.csv`, and the gradient probe's JSON. The maths is `mathrl.diagnostics`;
+end), `metrics.csv`, and the gradient probe's JSON. The maths is `mathrl.analysis`;
 intervals come from scipy.stats.bootstrap (over problems) and `mathrl.verdict` (over seeds).
 Two parts live in modules of their own: compute-performance curves (`compute_curves`) and the
 negative controls (`negative_controls`).
@@ -17,11 +17,14 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from mathrl import diagnostics as dx
+# modules, not `from mathrl.studies import ...`: the package's __init__ imports this module
+import mathrl.studies.compute_curves as compute_curves
+import mathrl.studies.kit as kit
+import mathrl.studies.negative_controls as negative_controls
+from mathrl import analysis as dx
 from mathrl import layout
 from mathrl.results import mean_spread
-from mathrl.studies import compute_curves, kit, negative_controls
-from mathrl.studies.kit import COLORS, add_intervals, band, claim_frame, placeholder, plt, power_note, verdict_rows
+from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, add_intervals, band, bounds, claim_frame, placeholder, plt, power_note, verdict_rows
 from mathrl.verdict import mean_interval
 
 NAME = "diagnostics"
@@ -32,6 +35,7 @@ EXPERIMENT = "adv_scaling"  # the advantage-scaling experiment (its roles name t
 KS = (1, 2, 4, 8, 16, 32, 64)
 LAW_R2 = 0.5  # the law "holds" in a run when its fit explains at least half the variance ...
 LAW_RMSE = 0.05  # ... and the first half's fit predicts the second half within 5 points (RMSE)
+REACHED_STEPS = 5  # the accuracy a run reached: the mean sampled accuracy of its last this many steps
 NAN = math.nan
 
 
@@ -78,7 +82,8 @@ def pass_at_k_runs(ctx) -> pd.DataFrame:
 
 def pass_at_k_summary(runs: pd.DataFrame) -> pd.DataFrame:
     """Per experiment, setting, phase and k: the mean over seeds with its t interval."""
-    out = add_intervals(mean_spread(runs, ["experiment", "setting", "phase", "k"], ["pass_at_k"]), ["pass_at_k"])
+    out = mean_spread(runs, ["experiment", "setting", "phase", "k"], ["pass_at_k"])
+    out = add_intervals(out, ["pass_at_k"], bounds={"pass_at_k": SHARE})
     for col in ("pass_at_k_lo", "pass_at_k_hi"):  # a t interval of a share reaches past [0, 1] with 3 seeds near 1
         if col in out:
             out[col] = out[col].clip(0.0, 1.0)
@@ -95,7 +100,7 @@ def entropy_law_runs(ctx) -> pd.DataFrame:
             continue
         fit = dx.fit_entropy_law(m["entropy"].to_numpy(), m["accuracy"].to_numpy())
         final_eval = float(run.evals["eval_accuracy"].iloc[-1])
-        reached = float(m["accuracy"].tail(5).mean())
+        reached = float(m["accuracy"].tail(REACHED_STEPS).mean())
         rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "steps": len(m), **fit,
                      "entropy_start": float(m["entropy"].iloc[0]), "entropy_end": float(m["entropy"].iloc[-1]),
                      "reached": reached, "final_eval": final_eval, "ceiling_minus_reached": fit["ceiling"] - reached,
@@ -105,13 +110,15 @@ def entropy_law_runs(ctx) -> pd.DataFrame:
 
 
 LAW_VALUES = ["r2", "a", "b", "ceiling", "reached", "final_eval", "ceiling_minus_reached", "half_rmse", "entropy_drop"]
+# The range of each bounded value; the fitted a, b and ceiling stay as fitted (a ceiling above 1 is an extrapolation).
+LAW_BOUNDS = {"r2": (None, 1.0), "reached": SHARE, "final_eval": SHARE, "half_rmse": NONNEGATIVE}
 
 
 def entropy_law_summary(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=["experiment", "setting", "n", "holds"])
     runs = runs.assign(entropy_drop=runs["entropy_start"] - runs["entropy_end"], holds=runs["holds"].astype(float))
-    out = add_intervals(mean_spread(runs, ["experiment", "setting"], LAW_VALUES), LAW_VALUES)
+    out = add_intervals(mean_spread(runs, ["experiment", "setting"], LAW_VALUES), LAW_VALUES, bounds=LAW_BOUNDS)
     out["holds"] = runs.groupby(["experiment", "setting"], sort=False)["holds"].sum().values
     return out
 
@@ -138,7 +145,8 @@ def adv_scaling_runs(ctx) -> pd.DataFrame:
 
 def adv_scaling_summary(runs: pd.DataFrame) -> pd.DataFrame:
     values = ["initial", "final", "gain"]
-    out = add_intervals(mean_spread(runs, ["setting", "carries"], values + ["problems"]), values)
+    out = mean_spread(runs, ["setting", "carries"], values + ["problems"])
+    out = add_intervals(out, values, bounds={"initial": SHARE, "final": SHARE})  # accuracies; the gain is a difference
     return out
 
 
@@ -205,13 +213,16 @@ def update_runs(ctx) -> pd.DataFrame:
 
 
 def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
-    return add_intervals(mean_spread(runs, ["experiment", "setting"], UPDATE), UPDATE)
+    limits = {"clip_frac_low": SHARE, "clip_frac_high": SHARE, "adv_std": NONNEGATIVE, "adv_abs_max": NONNEGATIVE,
+              "cov_entropy_corr": (-1.0, 1.0)}
+    return add_intervals(mean_spread(runs, ["experiment", "setting"], UPDATE), UPDATE, bounds=limits)
 
 
 # ----------------------------------------------------------------------------- the study
 def tables(ctx) -> dict[str, pd.DataFrame]:
     pk, law, adv, upd = pass_at_k_runs(ctx), entropy_law_runs(ctx), adv_scaling_runs(ctx), update_runs(ctx)
-    controls, pk = pk[pk["experiment"] == negative_controls.EXPERIMENT], pk[pk["experiment"] != negative_controls.EXPERIMENT]
+    is_control = pk["experiment"] == negative_controls.EXPERIMENT  # their pass@k has claims of its own
+    controls, pk = pk[is_control], pk[~is_control]
     return {
         "diagnostics_pass_at_k_runs": pk, "diagnostics_pass_at_k": pass_at_k_summary(pk),
         "diagnostics_entropy_law_runs": law, "diagnostics_entropy_law": entropy_law_summary(law),
@@ -230,7 +241,8 @@ def figures(t) -> dict[str, plt.Figure]:
     fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
     if len(pk):
         for i, ((exp, name, phase), g) in enumerate(pk.groupby(["experiment", "setting", "phase"], sort=False)):
-            band(ax, g["k"], g["pass_at_k_mean"], g["pass_at_k_std"], f"{exp}/{name} {phase}", COLORS[i % len(COLORS)], n=g["n"])
+            band(ax, g["k"], g["pass_at_k_mean"], g["pass_at_k_std"], f"{exp}/{name} {phase}", COLORS[i % len(COLORS)],
+                 n=g["n"], bounds=bounds("pass_at_k"))
         ax.set_xscale("log", base=2)
         ax.legend(fontsize=7)
     else:
@@ -296,6 +308,7 @@ def section(t) -> dict:
         "law": law, "law_runs": t["diagnostics_entropy_law_runs"], "law_text": law_text(t["diagnostics_entropy_law_runs"]), "adv": t["diagnostics_adv_scaling"],
         "noise": t["diagnostics_noise_scale"], "noise_steps": t["diagnostics_noise_scale_steps"], "updates": t["diagnostics_update"],
         "verdicts": rows, "power": power_note(v), "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE,
+        "reached_steps": REACHED_STEPS,
         "experiment": EXPERIMENT,
         **compute_curves.section(t), **negative_controls.section(t),
     }  # fmt: skip

@@ -1,7 +1,7 @@
 """What every study shares: roles from the config, per-seed values, views of claims.csv, text and plot style.
 
-A study keeps only its science; this module holds the plumbing, so that `mathrl.plots`
-and the study modules both import it and never each other.
+A study keeps only its science; this module holds the plumbing and the plot style, which
+`mathrl.plots` (the driver over the studies' figures) imports too, so no study imports the driver.
 """
 
 from __future__ import annotations
@@ -41,6 +41,16 @@ def roles(cfg: dict, experiment: str, required: tuple[str, ...]) -> dict[str, st
             raise ConfigError(f"experiments.{experiment}.roles.{role}: {variant!r} is not a variant of {experiment} "
                               f"(allowed: {', '.join(sorted(variants)) or 'none'})")  # fmt: skip
     return {r: declared[r] for r in declared}
+
+
+def role_of(role: dict[str, str], study_roles: tuple[str, ...]) -> dict[str, str]:
+    """{variant: role}, the inverse of `roles`. A variant can hold several roles (the study's own and
+    another study's, such as the calibration's `reference`); it is named by the first of the study's
+    roles in `study_roles` order, and by another role only where it holds none of them."""
+    out: dict[str, str] = {}
+    for r in [*[r for r in study_roles if r in role], *[r for r in role if r not in study_roles]]:
+        out.setdefault(role[r], r)
+    return out
 
 
 def per_seed(df: pd.DataFrame, col: str, **where) -> dict:
@@ -83,13 +93,16 @@ def t_halfwidth(std, n):
         return t * std / np.sqrt(n)
 
 
-def add_intervals(df: pd.DataFrame, values: list[str]) -> pd.DataFrame:
-    """For each `{v}_mean`/`{v}_std` with `n`: `{v}_lo`, `{v}_hi` (95% t interval of the mean)."""
+def add_intervals(df: pd.DataFrame, values: list[str], bounds: dict | None = None) -> pd.DataFrame:
+    """For each `{v}_mean`/`{v}_std` with `n`: `{v}_lo`, `{v}_hi` (95% t interval of the mean), clipped
+    to `bounds[v]` (lo, hi; either None) where given, so an accuracy's interval stays within [0, 1]."""
     out = df.copy()
     for v in values:
         if f"{v}_mean" in out and f"{v}_std" in out and "n" in out:
             h = t_halfwidth(out[f"{v}_std"], out["n"])
             out[f"{v}_lo"], out[f"{v}_hi"] = out[f"{v}_mean"] - h, out[f"{v}_mean"] + h
+            if (bounds or {}).get(v) is not None:
+                out[f"{v}_lo"], out[f"{v}_hi"] = out[f"{v}_lo"].clip(*bounds[v]), out[f"{v}_hi"].clip(*bounds[v])
     return out
 
 
@@ -155,12 +168,14 @@ def power_note(df: pd.DataFrame) -> str:
     return ". ".join(parts) + "."
 
 
-def pm(mean, std, n, unit: str = "pts") -> str:
-    """`mean [lo, hi] (n=k)`: a mean with its 95% t interval, in a unit of mathrl.verdict.number."""
+def pm(mean, std, n, unit: str = "pts", bounds: tuple | None = None) -> str:
+    """`mean [lo, hi] (n=k)`: a mean with its 95% t interval (clipped to `bounds`), in a unit of
+    mathrl.verdict.number."""
     if not known(mean):
         return "no data"
     h = float(t_halfwidth(std, n)) if known(std, n) else NAN
-    ci = f" [{number(mean - h, unit, sign=False)}, {number(mean + h, unit, sign=False)}]" if known(h) else ""
+    lo, hi = band_limits([mean], [std], n, bounds) if known(h) else ([NAN], [NAN])
+    ci = f" [{number(lo[0], unit, sign=False)}, {number(hi[0], unit, sign=False)}]" if known(h) else ""
     return f"{number(mean, unit, sign=False)}{ci} (n={int(n) if known(n) else 0})"
 
 
@@ -173,13 +188,41 @@ STYLE = {
 COLORS = plt.get_cmap("tab10").colors
 
 
-def band(ax, x, mean, std, label, color, n=None):
-    """A mean line with a band: the 95% t interval of the mean when `n` (seeds per point) is
-    given, else ±1 std across seeds."""
-    mean, std = pd.Series(np.asarray(mean, dtype=float)), pd.Series(np.asarray(std, dtype=float))
-    half = pd.Series(t_halfwidth(std, n)) if n is not None else std
-    ax.plot(x, mean, label=label, color=color)
-    ax.fill_between(x, mean - half.fillna(0), mean + half.fillna(0), color=color, alpha=0.18, linewidth=0)
+BAND_NOTE = "mean and 95% t interval of the mean across seeds"  # what every band of every figure is
+
+# The range of each bounded quantity a figure draws (None: unbounded on that side); a band never leaves it.
+SHARE = (0.0, 1.0)
+NONNEGATIVE = (0.0, None)
+BOUNDS = {
+    "eval_accuracy": SHARE, "accuracy": SHARE, "format_rate": SHARE, "frac_zero_std": SHARE, "pass_at_k": SHARE,
+    "skipped": SHARE, "p0": SHARE, "p1": SHARE, "p2": SHARE, "p3": SHARE, "clip_frac": SHARE, "cov_frac": SHARE,
+    "entropy": NONNEGATIVE, "kl": NONNEGATIVE, "grad_norm": NONNEGATIVE, "reward_std": NONNEGATIVE,
+    "value_rmse": NONNEGATIVE, "lr": NONNEGATIVE, "kl_coef": NONNEGATIVE, "entropy_coef": NONNEGATIVE,
+}  # fmt: skip
+
+
+def bounds(metric: str) -> tuple[float | None, float | None] | None:
+    """The range of a logged metric (BOUNDS), or None for a quantity without one (a loss, a reward)."""
+    return BOUNDS.get(metric)
+
+
+def band_limits(mean, std, n, bounds=None) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper edge of the 95% t interval of a mean across seeds (n seeds per point), clipped
+    to `bounds` (lo, hi; either None) so a share never leaves [0, 1]; where n < 2 both edges are the mean."""
+    mean = np.asarray(mean, dtype=float)
+    half = np.nan_to_num(np.broadcast_to(t_halfwidth(std, n), mean.shape), nan=0.0)
+    lo, hi = mean - half, mean + half
+    if bounds is not None:
+        lo, hi = np.clip(lo, bounds[0], bounds[1]), np.clip(hi, bounds[0], bounds[1])
+    return lo, hi
+
+
+def band(ax, x, mean, std, label, color, n, bounds=None, **line):
+    """A mean line with its band, the 95% t interval of the mean across seeds (n: seeds per point),
+    clipped to `bounds` (see `bounds()`); `line` goes to the line (a linestyle, say)."""
+    lo, hi = band_limits(mean, std, n, bounds)
+    ax.plot(x, np.asarray(mean, dtype=float), label=label, color=color, **line)
+    ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
 
 
 def placeholder(ax, text: str) -> None:

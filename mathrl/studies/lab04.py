@@ -18,7 +18,7 @@ import pandas as pd
 
 from mathrl import bandit_config as bandit  # the study's settings; no torch for tables and figures
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, band, claim_frame, known, placeholder, plt, power_note, roles, verdict_rows
+from mathrl.studies.kit import BAND_NOTE, COLORS, band, bounds, claim_frame, known, placeholder, plt, power_note, role_of, roles, verdict_rows
 from mathrl.verdict import wilson
 
 if TYPE_CHECKING:
@@ -104,21 +104,29 @@ def _expected(ctx, study: str, df: pd.DataFrame | None) -> list[tuple[str, int, 
     return out
 
 
+def window(steps: int, size: int) -> int:
+    """Steps averaged for a run's start or its end value: `size`, at most half the run (the two never overlap)."""
+    return max(1, min(size, steps // 2))
+
+
 def entropy_table(ctx) -> pd.DataFrame:
-    """Per setting and seed: entropy at the first and last step, its reduction, the dominant
-    action at the last step and where the policy converged (bandit.converged_to)."""
+    """Per setting and seed: entropy over the first and last BANDIT_WINDOW steps, its reduction, the
+    initial probability of the global arm (step 0), the dominant action at the last step and where
+    the policy converged (bandit.converged_to)."""
     best = int(np.argmax(bandit.resolve(ctx.cfg.get("bandit"))["arm_rewards"]))  # the global optimum (action 1 in the document)
     rows = []
     for setting, seed, g in _expected(ctx, "entropy_collapse", ctx.bandit("entropy_collapse")):
         row = {"setting": setting, "seed": seed, "initial_entropy": math.nan, "final_entropy": math.nan, "reduction": math.nan,
                "dominant_action": math.nan, "dominant_prob": math.nan, "global_share": math.nan, "local_share": math.nan, "initial_best_prob": math.nan, "converged_to": "missing"}  # fmt: skip
         if len(g):
-            first, last = g.iloc[0], g.iloc[-1]
+            first, last, k = g.iloc[0], g.iloc[-1], window(len(g), BANDIT_WINDOW)
+            start, end = g["entropy"].head(k).mean(), g["entropy"].tail(k).mean()
             probs = [float(last[f"p{i}"]) for i in range(3)]
             top = int(np.argmax(probs))
             label = bandit.converged_to(*probs, threshold=DOMINANT, best_arm=best)
-            row.update(initial_entropy=first["entropy"], final_entropy=last["entropy"], dominant_action=top, dominant_prob=probs[top], initial_best_prob=float(first[f"p{best}"]),
-                       reduction=reduction(first["entropy"], last["entropy"]), converged_to=label, global_share=float(label == "global"), local_share=float(label == "local"))  # fmt: skip
+            row.update(initial_entropy=start, final_entropy=end, reduction=reduction(start, end), dominant_action=top,
+                       dominant_prob=probs[top], initial_best_prob=float(first[f"p{best}"]), converged_to=label,
+                       global_share=float(label == "global"), local_share=float(label == "local"))
         rows.append(row)
     out = _pooled(pd.DataFrame(rows), ["setting"], ["initial_entropy", "final_entropy", "reduction", "dominant_prob", "global_share", "local_share", "initial_best_prob"])
     for setting, g in out[out["seed"] != "all"].groupby("setting", sort=False):
@@ -183,7 +191,7 @@ def hacking_table(ctx) -> pd.DataFrame:
     for setting, seed, g in _expected(ctx, "reward_hacking", ctx.bandit("reward_hacking")):
         row = {"setting": setting, "seed": seed, "hack_arm": hack_arm}
         if len(g):
-            head, tail = g.head(BANDIT_WINDOW), g.tail(BANDIT_WINDOW)
+            head, tail = g.head(window(len(g), BANDIT_WINDOW)), g.tail(window(len(g), BANDIT_WINDOW))
             rolling = g["true_reward"].rolling(BANDIT_WINDOW, min_periods=1).mean()
             row.update(proxy_start=head["proxy_reward"].mean(), proxy_end=tail["proxy_reward"].mean(), true_start=head["true_reward"].mean(),
                        true_peak=rolling.max(), true_peak_step=float(g["step"].iloc[int(np.argmax(rolling.to_numpy()))]),
@@ -218,8 +226,8 @@ def gpt_runs(ctx) -> pd.DataFrame:
         row = {"run_id": run.spec.run_id, "variant": run.spec.variant or "", "seed": run.spec.seed, "status": run.status}
         if run.ok:
             m = run.metrics.sort_values("step")
-            window = max(1, min(GPT_WINDOW, len(m) // 2))  # DAPO's 8-step runs: steps 1-4 against 5-8
-            head, tail, evals = m.head(window), m.tail(window), run.evals["eval_accuracy"]
+            k = window(len(m), GPT_WINDOW)  # DAPO's 8-step runs: steps 1-4 against 5-8
+            head, tail, evals = m.head(k), m.tail(k), run.evals["eval_accuracy"]
             row.update(accuracy_start=head["accuracy"].mean(), accuracy_end=tail["accuracy"].mean(), eval_start=evals.iloc[0], eval_end=evals.iloc[-1],
                        entropy_start=head["entropy"].mean(), entropy_end=tail["entropy"].mean(), frac_zero_std=m["frac_zero_std"].mean(),
                        grad_norm=m["grad_norm"].mean(), reward_start=head["reward_mean"].mean(), reward_end=tail["reward_mean"].mean())  # fmt: skip
@@ -301,10 +309,22 @@ def findings(ent, van, hack, gpt) -> list[str]:
     return [one, two, three]
 
 
+def dominant_actions(per: pd.DataFrame) -> str:
+    """Each final dominant action with the seeds that ended on it and the range of its probability
+    ('action 1 (p = 0.993 to 0.997) in 100 of 100 seeds'); empty when no seed has a result."""
+    done = per.dropna(subset=["dominant_action"]) if len(per) else per
+    parts = []
+    for action, g in done.groupby("dominant_action", sort=True):
+        lo, hi = g["dominant_prob"].min(), g["dominant_prob"].max()
+        p = num(lo, ".3f") if num(lo, ".3f") == num(hi, ".3f") else f"{num(lo, '.3f')} to {num(hi, '.3f')}"
+        parts.append(f"action {action:.0f} (p = {p}) in {len(g)} of {len(done)} seeds")
+    return "; ".join(parts)
+
+
 def report_template(ent, van, hack, gpt) -> pd.DataFrame:
     """The document's lab-report template, filled in (aggressive bandit setting, pooled seeds)."""
     a, v, per = _row(ent, setting="aggressive", seed="all"), _row(van, seed="all"), _per_seed(ent, "aggressive")
-    dom = "; ".join(f"seed {r.seed}: action {num(r.dominant_action, '.0f')} (p = {num(r.dominant_prob, '.3f')})" for r in per.itertuples())
+    dom = dominant_actions(per)
     n = f" (n={num(a.get('n'), '.0f')})"
     rows = [
         ("Entropy collapse", "Initial entropy", _pm(a, "initial_entropy", ".3f") + n, a.get("initial_entropy")),
@@ -325,8 +345,8 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = gpt_runs(ctx)
     gpt = gpt_table(runs)
     role = roles(ctx.cfg, EXPERIMENT, ROLES) if len(runs) else {}
-    role_of = {v: r for r, v in role.items()}
-    gpt.insert(1, "role", gpt["variant"].map(role_of).fillna("") if len(gpt) else [])
+    named = role_of(role, (*ROLES, *COV_REMEDIES))
+    gpt.insert(1, "role", gpt["variant"].map(named).fillna("") if len(gpt) else [])
     return {
         "lab04_entropy": ent, "lab04_local_optima": local_optima_table(ent), "lab04_vanishing": van, "lab04_vanishing_points": points, "lab04_hacking": hack,
         "lab04_bandit_curves": bandit_curves(ctx), "lab04_gpt_runs": runs, "lab04_gpt": gpt,
@@ -362,11 +382,17 @@ def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
         ax.legend()
 
 
+COMPARED = ("normal", "aggressive", "clip_higher", "remedy", *COV_REMEDIES)  # GPT roles whose entropy, accuracy are compared
+ACTION_COLORS = (COLORS[4], COLORS[5], COLORS[9])  # the bandit's actions, in colours no setting of the panels uses
+STARTS = ("random_policy", "perfect_policy")  # GPT roles starting from a random or a near-perfect policy: drawn apart
+
+
 def _settings(ax, c: pd.DataFrame, metric: str, label: str) -> None:
     """One band per setting of a bandit study (labelled `label` when there is only one)."""
     groups = list(c.groupby("setting", sort=False))
     for i, (setting, g) in enumerate(groups):
-        band(ax, g["step"], g[f"{metric}_mean"], g[f"{metric}_std"], setting if len(groups) > 1 else label, COLORS[i])
+        band(ax, g["step"], g[f"{metric}_mean"], g[f"{metric}_std"], setting if len(groups) > 1 else label, COLORS[i],
+             n=g["n"], bounds=bounds(metric))
 
 
 def _shade_homogeneous(ax, c: pd.DataFrame) -> None:
@@ -377,20 +403,42 @@ def _shade_homogeneous(ax, c: pd.DataFrame) -> None:
         ax.axvspan(a - 0.5, b + 0.5, color="0.6", alpha=0.15, lw=0, label="homogeneous rewards" if i == 0 else None)
 
 
+def _probabilities(fig, cell, ec: pd.DataFrame) -> list:
+    """The action probabilities, one small panel per entropy-collapse setting (a colour per action)."""
+    settings = list(dict.fromkeys(ec["setting"])) if len(ec) else []
+    if not settings:
+        ax = fig.add_subplot(cell)
+        placeholder(ax, "no entropy-collapse data")
+        _label(ax, "Action probabilities", "step", "probability")
+        return [ax]
+    cols = min(2, len(settings))
+    grid = cell.subgridspec(-(-len(settings) // cols), cols, hspace=0.55, wspace=0.3)
+    axes = []
+    for k, setting in enumerate(settings):
+        ax = fig.add_subplot(grid[k // cols, k % cols], sharey=axes[0] if axes else None)
+        g = ec[ec["setting"] == setting]
+        for i in range(3):
+            band(ax, g["step"], g[f"p{i}_mean"], g[f"p{i}_std"], f"action {i}", ACTION_COLORS[i], n=g["n"],
+                 bounds=bounds(f"p{i}"))
+        ax.set_title(f"Action probabilities: {setting}", fontsize=8)
+        ax.set_xlabel("step", fontsize=7)
+        ax.set_ylabel("probability", fontsize=7)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=7, loc="center right", handlelength=1.2, borderpad=0.3, labelspacing=0.2)
+        axes.append(ax)
+    axes[0].set_ylim(-0.02, 1.02)
+    return axes
+
+
 def six_panel(t) -> "Figure":
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    fig = plt.figure(figsize=(15, 8.5))
+    grid = fig.add_gridspec(2, 3)
+    a_ent, a_loss = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 2])
+    a_grad, a_std, a_scatter = (fig.add_subplot(grid[1, k]) for k in range(3))
     ec, gv, pts = _bandit(t, "entropy_collapse"), _bandit(t, "gradient_vanishing"), t["lab04_vanishing_points"]
-    (a_ent, a_prob, a_loss), (a_grad, a_std, a_scatter) = axes
     for ax, metric in ((a_ent, "entropy"), (a_loss, "loss")):
         _settings(ax, ec, metric, metric) if len(ec) else placeholder(ax, "no entropy-collapse data")
-    aggr, other = ec[ec["setting"] == "aggressive"] if len(ec) else ec, ec[ec["setting"] != "aggressive"] if len(ec) else ec
-    if len(aggr):
-        for i in range(3):
-            band(a_prob, aggr["step"], aggr[f"p{i}_mean"], aggr[f"p{i}_std"], f"action {i} (aggressive)", COLORS[i])
-            for setting, g in other.groupby("setting"):
-                a_prob.plot(g["step"], g[f"p{i}_mean"], ls="--", color=COLORS[i], lw=1, label=f"action {i} ({setting})")
-    else:
-        placeholder(a_prob, "no aggressive-setting data")
+    _probabilities(fig, grid[0, 1], ec)
     if len(gv):
         for ax, metric in ((a_grad, "grad_norm"), (a_std, "reward_std")):
             _shade_homogeneous(ax, gv)
@@ -408,12 +456,11 @@ def six_panel(t) -> "Figure":
     else:
         placeholder(a_scatter, "no gradient-vanishing data")
     _label(a_ent, "Policy entropy (entropy collapse)", "step", "entropy (nats)")
-    _label(a_prob, "Action probabilities", "step", "probability")
     _label(a_loss, "Training loss", "step", "loss")
     _label(a_grad, "Gradient norm (vanishing gradients)", "step", "gradient norm (symlog)")
     _label(a_std, "Reward std within the batch", "step", "reward std")
     _label(a_scatter, "Gradient norm against reward std", "reward std", "gradient norm (symlog)")
-    fig.suptitle("Lab 04 on the bandit: mean ± std across seeds")
+    fig.suptitle(f"Lab 04 on the bandit: {BAND_NOTE}")
     fig.tight_layout()
     return fig
 
@@ -422,45 +469,57 @@ def hacking_figure(t) -> "Figure":
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
     rh = _bandit(t, "reward_hacking")
     if len(rh):
-        band(left, rh["step"], rh["proxy_reward_mean"], rh["proxy_reward_std"], "proxy score (optimised)", COLORS[3])
-        band(left, rh["step"], rh["true_reward_mean"], rh["true_reward_std"], "true reward", COLORS[2])
+        band(left, rh["step"], rh["proxy_reward_mean"], rh["proxy_reward_std"], "proxy score (optimised)", COLORS[3],
+             n=rh["n"])
+        band(left, rh["step"], rh["true_reward_mean"], rh["true_reward_std"], "true reward", COLORS[2], n=rh["n"])
     else:
         placeholder(left, "no reward-hacking bandit data")
     proxy = _row(t["lab04_gpt"], role="proxy").get("variant", "")
-    series = [(seed_band(t["curves"], proxy, m), label, COLORS[k]) for m, label, k in
-              (("reward_mean", "training reward = proxy score", 3), ("accuracy", "exact-match accuracy (sampled)", 2))]  # fmt: skip
-    for s, label, color in series:
+    series = [(seed_band(t["curves"], proxy, m), label, COLORS[k], bounds(m)) for m, label, k in
+              (("reward_mean", "training reward = proxy score", 3), ("accuracy", "exact-match accuracy (sampled)", 2))]
+    for s, label, color, limits in series:
         if len(s):
-            band(right, s["step"], s["mean"], s["std"], label, color)
-    if not any(len(s) for s, _, _ in series):
+            band(right, s["step"], s["mean"], s["std"], label, color, n=s["n"], bounds=limits)
+    if not any(len(s) for s, *_ in series):
         placeholder(right, "no proxy_reward GPT runs")
     _label(left, "Bandit: proxy score and true reward", "step", "mean reward of the batch")
     _label(right, "GPT, proxy_reward variant", "step", "reward / accuracy")
-    fig.suptitle("Reward hacking: mean ± std across seeds")
+    fig.suptitle(f"Reward hacking: {BAND_NOTE}")
     fig.tight_layout()
     return fig
 
 
+def _gpt_panel(ax, t, names: list[str], metric: str, colour: dict) -> None:
+    """One band per lab04_gpt variant of `names` (a placeholder when none has a result)."""
+    drawn = 0
+    for v in names:
+        s = seed_band(t["curves"], v, metric)
+        if len(s):
+            band(ax, s["step"], s["mean"], s["std"], v, colour[v], n=s["n"], bounds=bounds(metric))
+            drawn += 1
+    if not drawn:
+        placeholder(ax, "no lab04_gpt runs")
+
+
 def gpt_figure(t) -> "Figure":
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    """Top: entropy and held-out accuracy of the settings the section compares; bottom, apart
+    (their entropy would stretch the axis): the random and near-perfect starts."""
+    fig, axes = plt.subplots(2, 2, figsize=(12, 7.5))
     gpt = t["lab04_gpt"]
     variants = gpt["variant"].tolist() if "variant" in gpt else []
-    panels = ((axes[0], "entropy", variants), (axes[1], "eval_accuracy", variants),
-              (axes[2], "frac_zero_std", [v for v, r in zip(variants, gpt["role"]) if r in ("random_policy", "perfect_policy")]))  # fmt: skip
-    for ax, metric, names in panels:
-        drawn = 0
-        for v in names:
-            s = seed_band(t["curves"], v, metric)
-            if len(s):
-                band(ax, s["step"], s["mean"], s["std"], v, COLORS[variants.index(v) % len(COLORS)])
-                drawn += 1
-        if not drawn:
-            placeholder(ax, "no lab04_gpt runs")
-    _label(axes[0], "Token entropy", "RL step", "mean per-token entropy")
-    _label(axes[1], "Held-out accuracy (step 0: before RL)", "RL step", "greedy exact-match accuracy")
-    axes[2].set_ylim(-0.02, 1.02)  # a share
-    _label(axes[2], "Groups with equal rewards", "RL step", "frac_zero_std")
-    fig.suptitle("Lab 04 on the GPT: mean ± std across seeds")
+    role = dict(zip(variants, gpt["role"])) if "role" in gpt else {}
+    colour = {v: COLORS[k % len(COLORS)] for k, v in enumerate(variants)}
+    compared = [v for v in variants if role.get(v) in COMPARED]
+    starts = [v for v in variants if role.get(v) in STARTS]
+    for ax, names, metric in ((axes[0, 0], compared, "entropy"), (axes[0, 1], compared, "eval_accuracy"),
+                              (axes[1, 0], starts, "frac_zero_std"), (axes[1, 1], starts, "entropy")):  # fmt: skip
+        _gpt_panel(ax, t, names, metric, colour)
+    _label(axes[0, 0], "Token entropy", "RL step", "mean per-token entropy")
+    _label(axes[0, 1], "Held-out accuracy (step 0: before RL)", "RL step", "greedy exact-match accuracy")
+    axes[1, 0].set_ylim(-0.02, 1.02)  # a share
+    _label(axes[1, 0], "Random and near-perfect starts: groups with equal rewards", "RL step", "frac_zero_std")
+    _label(axes[1, 1], "Random and near-perfect starts: token entropy", "RL step", "mean per-token entropy")
+    fig.suptitle(f"Lab 04 on the GPT: {BAND_NOTE}")
     fig.tight_layout()
     return fig
 
@@ -496,13 +555,18 @@ def gpt_sentence(gpt: pd.DataFrame) -> str:
     return (f"Token entropy fell by {_pm(g['aggressive'], 'entropy_reduction_mean', '.1%')} under the aggressive settings ({n['aggressive']}), "
             f"sampled accuracy changing by {_pm(g['aggressive'], 'accuracy_gain_mean')}, against {_pm(g['normal'], 'entropy_reduction_mean', '.1%')} "
             f"under the normal ones ({n['normal']}). Clip-higher with two PPO epochs ({n['clip_higher']}) clipped {_pm(g['clip_higher'], 'clip_frac_mean')} "
-            f"of tokens and ended at entropy {_pm(g['clip_higher'], 'entropy_end_mean')}; DAPO ({n['dapo_aggressive']}) clipped "
-            f"{_pm(g['dapo_aggressive'], 'clip_frac_mean')}, drew {_pm(g['dapo_aggressive'], 'draws_per_rollout_mean')} rollouts per rollout kept, "
+            f"of tokens{_upper(g['clip_higher'])} and ended at entropy {_pm(g['clip_higher'], 'entropy_end_mean')}; DAPO ({n['dapo_aggressive']}) clipped "
+            f"{_pm(g['dapo_aggressive'], 'clip_frac_mean')}{_upper(g['dapo_aggressive'])}, drew {_pm(g['dapo_aggressive'], 'draws_per_rollout_mean')} rollouts per rollout kept, "
             f"{_pm(g['dapo_aggressive'], 'samples_mean', '.0f')} in all against {_pm(g['aggressive'], 'samples_mean', '.0f')} for aggressive GRPO, and ended at "
             f"entropy {_pm(g['dapo_aggressive'], 'entropy_end_mean')} and held-out accuracy {_pm(g['dapo_aggressive'], 'eval_end_mean', '.1%')}, against "
             f"{_pm(g['aggressive'], 'entropy_end_mean')} and {_pm(g['aggressive'], 'eval_end_mean', '.1%')} for aggressive GRPO. Share of groups with equal rewards: "
             f"{_pm(g['random_init'], 'frac_zero_std_mean')} from a random policy ({n['random_init']}), "
             f"{_pm(g['near_perfect'], 'frac_zero_std_mean')} from a near-perfect one ({n['near_perfect']}).") + cov_sentence(gpt)  # fmt: skip
+
+
+def _upper(d: dict) -> str:
+    """' (x ± s at the upper clip)': the upper clip's own share of a pooled row, where the runs logged it."""
+    return f" ({_pm(d, 'clip_frac_high_mean')} at the upper clip)" if known(d.get("clip_frac_high_mean")) else ""
 
 
 def cov_sentence(gpt: pd.DataFrame) -> str:

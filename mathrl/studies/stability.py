@@ -18,7 +18,7 @@ import pandas as pd
 from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
 from mathrl.studies.kit import pm as interval
-from mathrl.studies.kit import COLORS, band, claim_frame, known, placeholder, power_note, roles, verdict_rows
+from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, band, bounds, claim_frame, known, placeholder, power_note, roles, verdict_rows
 from mathrl.verdict import wilson
 
 NAME = "stability"
@@ -336,7 +336,7 @@ def critic_ev(metrics: pd.DataFrame, by: int = CRITIC_BY, window: int = 5) -> fl
 def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not runs:
         return pd.DataFrame(), pd.DataFrame()
-    rows = pd.DataFrame([{"value_clip": label(r.settings["value_clip"]), "value_coef": float(r.settings["value_coef"]), "seed": r.spec.seed,
+    rows = pd.DataFrame([{"value_clip": label(r.settings["value_clip"]), "value_coef": float(r.settings["value_coef"]), "seed": r.spec.seed, "setting": setting(r.spec),
                           "final_rmse": last(r, "value_rmse"), "mean_rmse": r.metrics["value_rmse"].mean() if r.ok else NAN,
                           "final_explained_variance": last(r, "explained_variance"), "ev_by_20": critic_ev(r.metrics) if r.ok else NAN,
                           "final_eval": measures(r)["final_eval"]} for r in runs])  # fmt: skip
@@ -361,7 +361,8 @@ SYMPTOMS = [
     ("non-finite loss or gradient", "learning rate far too large, no clipping", "skip the update (the guard), lower the LR, clip",
      "most updates skipped by the non-finite guard"),
 ]  # fmt: skip
-REFERENCE_LR = 3.0e-4  # the calibrated reference (docs/notes/calibration-pilot.md); "too large" is a multiple of it
+# The calibrated reference (docs/notebook/2026-11-23-calibration-pilot.md); "too large" is a multiple of it.
+REFERENCE_LR = 3.0e-4
 # (which of the document's causes, a test of a run's settings) per symptom, in SYMPTOMS' order.
 CAUSE_FILTERS = [
     ("reward function wrong for the policy: exact match pays a random policy nothing", lambda st: st.get("init") == "random" and st.get("reward") == "exact"),
@@ -437,7 +438,8 @@ def _curves(ax, s: pd.DataFrame, ylabel: str, title: str) -> None:
     if s.empty:
         placeholder(ax, "no run with a result")
     for i, (_, g) in enumerate(s.groupby("order", sort=True)):
-        band(ax, g["step"], g["mean"], g["std"], g["setting"].iloc[0], COLORS[i % len(COLORS)], n=g["n"])
+        band(ax, g["step"], g["mean"], g["std"], g["setting"].iloc[0], COLORS[i % len(COLORS)], n=g["n"],
+             bounds=bounds(g["metric"].iloc[0]))
     if not s.empty:
         ax.legend()
     ax.set(xlabel="RL step", ylabel=ylabel, title=title)
@@ -463,7 +465,8 @@ def figures(t) -> dict:
         placeholder(ax, "no batch-study runs with a result")
     for i, (b, g) in enumerate(es.groupby("batch_size") if not es.empty else []):
         m = g.groupby("samples")["eval_accuracy"].agg(["mean", "std", "count"]).reset_index()
-        band(ax, m["samples"], m["mean"], m["std"], f"batch {b}", COLORS[i % len(COLORS)], n=m["count"])
+        band(ax, m["samples"], m["mean"], m["std"], f"batch {b}", COLORS[i % len(COLORS)], n=m["count"],
+             bounds=bounds("eval_accuracy"))
     if not es.empty:
         ax.set_xscale("log")
         ax.legend()
@@ -505,8 +508,10 @@ def figures(t) -> dict:
 
     fig, ax = plt.subplots()
     _curves(ax, _series(t, "value_clip", "value_rmse"), "value RMSE (against returns)", "PPO value error by value clipping and weight")
+    vr = t["stability_value_clip_runs"]
+    clipped = set(vr.loc[vr["value_clip"].astype(str) != "none", "setting"]) if "setting" in vr else set()
     for line in ax.get_lines():  # clipped dashed, so settings whose curves coincide stay visible
-        line.set_linestyle("--" if line.get_label().startswith("value_clip=0") else "-")
+        line.set_linestyle("--" if line.get_label() in clipped else "-")
     if ax.get_legend():
         ax.legend()
     out["stability_value_clip"] = fig
@@ -515,11 +520,13 @@ def figures(t) -> dict:
 
 # ---- section (verdicts with numbers, from the tables alone) -------------------------------
 def pm(r, col: str, kind: str = "pct") -> str:
-    """`mean [95% interval] (n=k)` of a summary row; kind: pct (accuracy), pts (accuracy points), num."""
+    """`mean [95% interval] (n=k)` of a summary row; kind: pct (accuracy, interval within [0, 1]), pts (a size in
+    accuracy points: roughness or a drop, interval at least 0), num."""
     if r is None or not known(r.get(f"{col}_mean")):
         return "no data"
     unit = {"pct": "pct", "pts": "pts", "num": "num"}[kind]
-    return interval(r[f"{col}_mean"], r.get(f"{col}_std", NAN), r["n"], unit)
+    limits = {"pct": SHARE, "pts": NONNEGATIVE}.get(kind)
+    return interval(r[f"{col}_mean"], r.get(f"{col}_std", NAN), r["n"], unit, bounds=limits)
 
 
 def pick(df: pd.DataFrame, col: str, key):
