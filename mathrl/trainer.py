@@ -72,10 +72,13 @@ from mathrl.losses import (
     value_rmse,
     zero_std_groups,
 )
+from mathrl.mismatch import METRICS as MISMATCH_METRICS
+from mathrl.mismatch import correction_weights, corrected_count, mismatch_max, mismatch_metrics, mismatch_sums
 from mathrl.model import GPT, ValueHead, gpt_config
 from mathrl.monitor import StabilityMonitor
 from mathrl.optim import make_optimizer, set_lr
 from mathrl.rewards import RewardSpec, compute_rewards
+from mathrl.sampler import RolloutSampler, sampler_logprobs
 from mathrl.settings import RunSettings
 from mathrl.sft import load_policy
 from mathrl.tasks import VOCAB_SIZE, answer_mask, filter_by_ndigit, read_problems, task_of
@@ -95,6 +98,8 @@ EXTRAS = [
     # the gradient noise scale tr(Σ)/|G|² from micro-batch gradients (train.grad_noise_scale):
     # mean squared norm of a micro-batch's own gradient, of the batch's, and the ratio of the estimates
     "grad_sq_micro", "grad_sq_batch", "grad_noise_scale",
+    # the rollout/trainer mismatch (mathrl.mismatch): sampler against trainer log-probs of the sampled tokens
+    *MISMATCH_METRICS,
 ]  # fmt: skip
 # Version of the snapshot layout (3: optimizer state of torch.optim; 4: the held-out sampled accuracy).
 SNAPSHOT_FORMAT = 4
@@ -153,6 +158,9 @@ class Trainer:
         self.estimator = get_estimator(s.algorithm)  # the advantage estimator (mathrl.algorithms)
         head = ValueHead(policy.config.n_embd) if self.estimator.critic else None
         self.net = ActorCritic(policy, head).to(d.device)
+        # the policy that samples rollouts: the trainer's own, or a copy in another precision or with stale weights
+        self.sampler = RolloutSampler(self.net.policy, s.sampler_dtype, s.rollout_staleness)
+        self.sampling_policy = self.net.policy  # this step's (RolloutSampler.policy_for_step)
         self.ddp = DDP(self.net, device_ids=[d.device.index] if d.device.type == "cuda" else None) if d.active else self.net
         self.opt = make_optimizer(self.net.parameters(), s.optimizer, lr=s.lr, weight_decay=s.weight_decay,
                                   betas=(s.adam_beta1, s.adam_beta2), momentum=s.momentum)  # fmt: skip
@@ -193,6 +201,7 @@ class Trainer:
             "kl_ctl": self.kl_ctl.state_dict(), "monitor": self.monitor.state_dict(), "rows": self.rows,
             "initial_eval": self.initial_eval, "initial_sampled": self.initial_sampled, "status": self.status, "init_digest": self.init_digest,
             "initial_correct": self.initial_correct, "last_correct": self.last_correct, "pass_counts": self.pass_counts,
+            "sampler": self.sampler.state_dict(),
         }  # fmt: skip
 
     def restore(self, st: dict, where: Path) -> None:
@@ -233,6 +242,7 @@ class Trainer:
         self.initial_eval, self.initial_sampled, self.status = st["initial_eval"], st["initial_sampled"], st["status"]
         self.initial_correct, self.last_correct = st.get("initial_correct"), st.get("last_correct")
         self.pass_counts = dict(st.get("pass_counts") or {})
+        self.sampler.load_state_dict(st.get("sampler") or {})
         if self.status == "complete" and self.step_no < self.s.steps:
             self.status = "running"  # the same run extended to more steps
 
@@ -263,12 +273,17 @@ class Trainer:
         prompts = task.encode_prompts(pairs[:, 0], pairs[:, 1]).to(d.device)  # (B, P)
         target = task.encode_answers(pairs[:, 0], pairs[:, 1]).to(d.device)  # (B, L)
         u = noise[lo * G : (lo + n_local) * G].to(d.device)
+        how = {"temperature": s.temperature, "noise": u, "top_k": s.sample_top_k, "top_p": s.sample_top_p}
         if self.share_prefix:  # prefill each group's prompt once
-            tokens = self.net.policy.generate(prompts[::G], L, temperature=s.temperature, noise=u, group_size=G)  # (B, L)
+            tokens, logits = self.sampling_policy.generate(prompts[::G], L, group_size=G, return_logits=True, **how)
         else:
-            tokens = self.net.policy.generate(prompts, L, temperature=s.temperature, noise=u)  # (B, L)
+            tokens, logits = self.sampling_policy.generate(prompts, L, return_logits=True, **how)  # (B, L), (B, L, V)
         rewards, checks = compute_rewards(self.reward_spec, tokens, target)
-        return {"prompts": prompts, "tokens": tokens, "rewards": rewards.float(), **{k: v.float() for k, v in checks.items()}}
+        # what the sampler records of each token: its log-prob under the distribution it sampled from
+        sampler_logp = sampler_logprobs(logits, tokens, s.temperature, s.sample_top_k, s.sample_top_p)
+        checks = {k: v.float() for k, v in checks.items()}
+        return {"prompts": prompts, "tokens": tokens, "rewards": rewards.float(), **checks,
+                "sampler_logp": sampler_logp}  # fmt: skip
 
     def collect(self, nd: int) -> tuple[dict, int]:
         """One batch of rollouts; with dynamic sampling, homogeneous groups are replaced.
@@ -307,6 +322,7 @@ class Trainer:
         """Stage 1: this rank's rollouts of the step, rewarded, with the inputs its forwards take."""
         s, G = self.s, self.s.group_size
         nd = self.ndigit_at(step)
+        self.sampling_policy = self.sampler.policy_for_step(self.net.policy)
         batch, sampled = self.collect(nd)
         tokens = batch["tokens"]
         micro = s.micro_batch_size or len(tokens)
@@ -367,7 +383,8 @@ class Trainer:
         set_lr(self.opt, coefs["lr"])
         acc = {"pg": 0.0, "ent": 0.0, "kl": 0.0, "vloss": 0.0, "clip": 0.0, "clip_tokens": 0.0, "loss_finite": 1.0,
                "values": [], "norms": [], "skipped": False, "clip_low": 0.0, "clip_high": 0.0, "ppo_kl": 0.0,
-               "cov_tokens": 0.0, "moments": torch.zeros(6, dtype=torch.float64), "adv_abs_max": 0.0}  # fmt: skip
+               "cov_tokens": 0.0, "moments": torch.zeros(6, dtype=torch.float64), "adv_abs_max": 0.0,
+               "mismatch": torch.zeros(10, dtype=torch.float64), "mismatch_max": 0.0, "corrected": 0.0}  # fmt: skip
         acc["noise"] = {"grad_sq_micro": math.nan, "grad_sq_batch": math.nan, "grad_noise_scale": math.nan}
         for epoch in range(s.ppo_epochs):
             self.opt.zero_grad(set_to_none=True)
@@ -424,6 +441,12 @@ class Trainer:
                 chosen = kl_cov_tokens(cov, m, s.cov_ratio)
             pg = covariance_penalised(pg, logp, old, chosen, s.policy_loss, s.kl_cov_coef)
             acc["cov_tokens"] += float((chosen.float() * m).sum())
+        # The rollout correction: one detached per-token weight of the trainer's log-prob before the update
+        # (`old`) against the sampler's, on the policy-gradient term (None, and no change, when no correction is set).
+        sampler_logp = batch["sampler_logp"][rows]
+        weight = correction_weights(old, sampler_logp, m, s.tis_cap, s.mis_cap, s.seq_mask_cap)
+        if weight is not None:
+            pg = pg * weight
         kl = kl_estimate(logp, sc["ref_logp"][rows], s.kl_estimator)
         ent = token_entropy(logits)
         per_token = pg + coefs["kl_coef"] * kl - coefs["ent_coef"] * ent
@@ -455,6 +478,10 @@ class Trainer:
             acc["pg"] += float(aggregate(pg.detach(), m, s.loss_agg)[0])
             acc["ent"] += float((ent.detach() * m).sum())
             acc["kl"] += float((kl.detach() * m).sum())
+            acc["mismatch"] += mismatch_sums(old, sampler_logp, m).cpu()
+            acc["mismatch_max"] = max(acc["mismatch_max"], mismatch_max(old, sampler_logp, m))
+            if weight is not None:
+                acc["corrected"] += corrected_count(weight, old, sampler_logp, m)
 
     def statistics(self, step: int, batch: dict, scored: dict, coefs: dict, acc: dict) -> dict:
         """Stage 4: the step's metrics row, its sums reduced over ranks in one collective."""
@@ -466,6 +493,11 @@ class Trainer:
         tot = dict(zip(local, all_sum(self.d, torch.tensor(list(local.values()), dtype=torch.float64)).tolist()))
         mom = moments(all_sum(self.d, acc["moments"]))  # x: log-prob of the sampled token, y: advantage
         adv_abs_max = float(all_max(self.d, torch.tensor([acc["adv_abs_max"]], dtype=torch.float64))[0])
+        mis_sums = all_sum(self.d, torch.cat([acc["mismatch"], torch.tensor([acc["corrected"]], dtype=torch.float64)]))
+        mis_max = float(all_max(self.d, torch.tensor([acc["mismatch_max"]], dtype=torch.float64))[0])
+        mismatch = mismatch_metrics(mis_sums[:-1], mis_max)
+        corrected = any(c is not None for c in (s.tis_cap, s.mis_cap, s.seq_mask_cap)) and mis_sums[0] > 0
+        mismatch["mismatch_corrected_frac"] = float(mis_sums[-1] / mis_sums[0]) if corrected else math.nan
         n_seq = s.batch_size
         rmse = ev = math.nan
         if acc["values"]:
@@ -485,7 +517,7 @@ class Trainer:
             "ppo_kl": tot["ppo_kl"] / tot["clip_tokens"], "adv_mean": mom["mean_y"], "adv_std": mom["std_y"],
             "adv_abs_max": adv_abs_max, "logp_adv_cov": mom["cov"],
             "cov_frac": tot["cov_tokens"] / tot["clip_tokens"] if s.policy_loss != "vanilla" else math.nan,
-            **acc["noise"],
+            **acc["noise"], **mismatch,
         }  # fmt: skip
 
     def step(self) -> dict:
