@@ -156,7 +156,8 @@ def metrics(env, run_id) -> pd.DataFrame:
     return pd.read_csv(env["results"] / "runs" / run_id / "metrics.csv")
 
 
-SOURCES = {"bf16": ["sampler_dtype=bfloat16"], "fp16": ["sampler_dtype=float16"], "stale": ["rollout_staleness=1", "lr=3e-3"],
+SOURCES = {"bf16": ["sampler_dtype=bfloat16"], "fp16": ["sampler_dtype=float16"],
+           "stale": ["rollout_staleness=1", "lr=3e-3"],
            "top_p": ["sample_top_p=0.9"], "top_k": ["sample_top_k=3"]}  # fmt: skip
 
 

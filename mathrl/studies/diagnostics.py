@@ -18,6 +18,7 @@ from scipy import stats
 from mathrl import diagnostics as dx
 from mathrl import layout
 from mathrl.results import mean_spread
+from mathrl.studies import mismatch
 from mathrl.studies.kit import COLORS, add_intervals, band, placeholder, plt, power_note, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Verdict, difference, mean_interval
 
@@ -268,6 +269,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         "diagnostics_noise_scale": noise_scale_table(ctx), "diagnostics_noise_scale_steps": noise_scale_steps(ctx),
         "diagnostics_update_runs": upd, "diagnostics_update": update_summary(upd),
         "diagnostics_verdicts": verdict_frame(verdicts),
+        **mismatch.tables(ctx, roles_of(ctx.cfg, mismatch.EXPERIMENT, ("control",))),  # the rollout/trainer mismatch
     }  # fmt: skip
 
 
@@ -315,6 +317,7 @@ def figures(t) -> dict[str, plt.Figure]:
         placeholder(ax, "no advantage-scaling runs")
     ax.set(xlabel="carries in the problem", ylabel="held-out gain (points)", title="Advantage scaling by difficulty (95% interval over seeds)")
     out["diagnostics_adv_scaling"] = fig
+    out.update(mismatch.figures(t))  # the rollout/trainer mismatch
     return out
 
 
@@ -343,4 +346,5 @@ def section(t) -> dict:
         "noise": t["diagnostics_noise_scale"], "noise_steps": t["diagnostics_noise_scale_steps"], "updates": t["diagnostics_update"],
         "verdicts": rows, "power": power_note(v), "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE, "margin": EQUIVALENCE,
         "experiment": EXPERIMENT,
+        "mismatch": mismatch.section(t),  # the rollout/trainer mismatch (sections/mismatch.html.j2)
     }  # fmt: skip
