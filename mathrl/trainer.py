@@ -2,14 +2,17 @@
 
 One step, `Trainer.step`, in four stages read top to bottom:
 1. `rollout`: draw prompts for the global batch (groups of `group_size` copies of a prompt)
-   and the Gumbel noise for sampling; this rank samples its slice with the KV cache and
-   rewards the answers (the training reward; exact-match accuracy is logged regardless);
-   with dynamic sampling, groups whose rewards are all equal are replaced by fresh ones;
+   and the Gumbel noise for sampling; this rank samples its slice with the KV cache (by the
+   policy of `mathrl.sampler`: the trainer's own unless a source of mismatch is set), records
+   the sampler's log-prob of each token, and rewards the answers (the training reward;
+   exact-match accuracy is logged regardless); with dynamic sampling, groups whose rewards
+   are all equal are replaced by fresh ones;
 2. `score`: rewards normalised and clipped as configured, reference and old log-probs, and
    advantages from the algorithm's estimator in the registry (`mathrl.algorithms`);
 3. `update`: for each PPO epoch one optimizer step over the whole batch, accumulated over
    micro-batches (`micro_batch`); the loss per answer token is
-   surrogate + kl_coef * KL(pi || ref) - entropy_coef * entropy (+ value_coef * value loss),
+   surrogate (times the rollout correction's weight, when one is set: `mathrl.mismatch`)
+   + kl_coef * KL(pi || ref) - entropy_coef * entropy (+ value_coef * value loss),
    aggregated per token or per sequence and divided by a global count, so micro-batches
    and ranks add up exactly to the large-batch gradient. The KL penalty sits in the loss
    (as in GRPO) for every algorithm, so the KL studies compare like with like. A
