@@ -18,7 +18,10 @@ from scipy import stats
 from mathrl import diagnostics as dx
 from mathrl import layout
 from mathrl.results import mean_spread
-from mathrl.studies import mismatch
+from mathrl.studies.mismatch import EXPERIMENT as MISMATCH_EXPERIMENT
+from mathrl.studies.mismatch import figures as mismatch_figures
+from mathrl.studies.mismatch import section as mismatch_section
+from mathrl.studies.mismatch import tables as mismatch_tables
 from mathrl.studies.kit import COLORS, add_intervals, band, placeholder, plt, power_note, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Verdict, difference, mean_interval
 
@@ -269,7 +272,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         "diagnostics_noise_scale": noise_scale_table(ctx), "diagnostics_noise_scale_steps": noise_scale_steps(ctx),
         "diagnostics_update_runs": upd, "diagnostics_update": update_summary(upd),
         "diagnostics_verdicts": verdict_frame(verdicts),
-        **mismatch.tables(ctx, roles_of(ctx.cfg, mismatch.EXPERIMENT, ("control",))),  # the rollout/trainer mismatch
+        **mismatch_tables(ctx, roles_of(ctx.cfg, MISMATCH_EXPERIMENT, ("control",))),  # the rollout/trainer mismatch
     }  # fmt: skip
 
 
@@ -317,7 +320,7 @@ def figures(t) -> dict[str, plt.Figure]:
         placeholder(ax, "no advantage-scaling runs")
     ax.set(xlabel="carries in the problem", ylabel="held-out gain (points)", title="Advantage scaling by difficulty (95% interval over seeds)")
     out["diagnostics_adv_scaling"] = fig
-    out.update(mismatch.figures(t))  # the rollout/trainer mismatch
+    out.update(mismatch_figures(t))  # the rollout/trainer mismatch
     return out
 
 
@@ -346,5 +349,5 @@ def section(t) -> dict:
         "noise": t["diagnostics_noise_scale"], "noise_steps": t["diagnostics_noise_scale_steps"], "updates": t["diagnostics_update"],
         "verdicts": rows, "power": power_note(v), "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE, "margin": EQUIVALENCE,
         "experiment": EXPERIMENT,
-        "mismatch": mismatch.section(t),  # the rollout/trainer mismatch (sections/mismatch.html.j2)
+        "mismatch": mismatch_section(t),  # the rollout/trainer mismatch (sections/mismatch.html.j2)
     }  # fmt: skip
