@@ -152,6 +152,6 @@ def test_section_renders(results, cfg):
     env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(x, u, sign))
     env.globals.update(table=html_table)
     figs = diagnostics.figures(t)
-    assert set(figs) == {"diagnostics_pass_at_k", "diagnostics_entropy_law", "diagnostics_adv_scaling"}
+    assert set(figs) == {"diagnostics_pass_at_k", "diagnostics_entropy_law", "diagnostics_adv_scaling", "diagnostics_mismatch"}
     html = env.get_template("sections/diagnostics.html.j2").render(ctx=diagnostics.section(t), figures={})
     assert "pass@k before and after RL" in html and "adv_scaling" in html and "B_noise" in html
