@@ -127,14 +127,14 @@ def figures(t) -> dict[str, plt.Figure]:
     """The per-token log-prob gap along training per setting (mean over seeds): mean per token
     (solid) and the step's largest (dashed), on a log scale that shows the control's rounding."""
     steps = t["diagnostics_mismatch_steps"]
-    fig, ax = plt.subplots(figsize=(6.4, 3.8), layout="constrained")
+    fig, ax = plt.subplots(figsize=(7.2, 3.8), layout="constrained")
     if len(steps):
         for i, (name, g) in enumerate(steps.groupby("setting", sort=False)):
             color = COLORS[i % len(COLORS)]
             ax.plot(g["step"], g["mismatch_logp_diff_mean_mean"], color=color, label=f"{name}: mean")
             ax.plot(g["step"], g["mismatch_logp_diff_max_mean"], color=color, ls="--", lw=1, label=f"{name}: max")
         ax.set_yscale("log")
-        ax.legend(fontsize=6, ncol=2)
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     else:
         placeholder(ax, f"no runs of {EXPERIMENT}")
     ax.set(
