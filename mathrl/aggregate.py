@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from mathrl import claims
+from mathrl.measures import run_measures
 from mathrl.results import complete_marker, curves, missing_inputs, run_index
 from mathrl.atomic import atomic_write
 from mathrl.studies import STUDIES
@@ -48,13 +50,31 @@ def sft_table(ctx: Context) -> pd.DataFrame:
 
 
 def all_tables(ctx: Context) -> dict[str, pd.DataFrame]:
-    tables = {"runs": run_index(ctx.runs), "curves": curves(ctx.runs), "alerts": alerts_table(ctx), "sft": sft_table(ctx)}
+    """Every table the report shows; last, claims.csv: every declared claim judged over the others."""
+    tables = {"runs": run_index(ctx.runs), "curves": curves(ctx.runs), "alerts": alerts_table(ctx), "sft": sft_table(ctx),
+              "run_measures": run_measures(ctx.runs)}  # fmt: skip
     for study in STUDIES:
         for name, df in study.tables(ctx).items():
             if name in tables:
                 raise ValueError(f"study {study.NAME}: table {name} is defined twice")
             tables[name] = df
+    tables["claims"] = claims.judge_all(ctx.cfg, as_read_back(tables))
+    tables["claims_counts"] = claims.counts(tables["claims"])
     return tables
+
+
+def as_read_back(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The tables as the report reads them back from CSV (the claims judge exactly what is written)."""
+    out = {}
+    for name, df in tables.items():
+        buf = io.StringIO()
+        df.to_csv(buf, index=False)
+        buf.seek(0)
+        try:
+            out[name] = pd.read_csv(buf)
+        except pd.errors.EmptyDataError:
+            out[name] = pd.DataFrame()
+    return out
 
 
 def headline_metrics(tables: dict[str, pd.DataFrame]) -> dict:

@@ -227,6 +227,27 @@ def cmd_aggregate(args) -> int:
     return 0
 
 
+def cmd_claims(args) -> int:
+    """The declared claims (id, kind, source, statement) and, where claims.csv exists, their outcomes."""
+    from mathrl import claims, layout
+
+    cfg = _load(args)
+    if args.measures:
+        from mathrl.measures import MEASURES
+
+        for name, (text, _) in MEASURES.items():
+            print(f"{name:16s} {text}")
+        return 0
+    done = layout.path(cfg["results"], layout.CLAIMS)
+    table = claims.listing(cfg, done if done.is_file() else None, kind=args.kind)
+    print(table.to_string(index=False, max_colwidth=args.width) if len(table) else "no claims")
+    if not done.is_file():
+        print(f"\n{len(table)} claims declared; no outcomes yet ({done} does not exist: `mathrl aggregate` judges them)")
+    else:
+        print("\n" + "; ".join(f"{k}: {n}" for k, n in table["outcome"].value_counts().items()) + f" (from {done})")
+    return 0
+
+
 def cmd_figures(args) -> int:
     from mathrl.plots import figures
 
@@ -335,6 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--out", help="output path (default under the results directory)")
         p.set_defaults(func=func)
 
+    _claims_parser(sub)
     p = sub.add_parser("bandit", help="lab 04's bandit studies")
     _common(p)
     p.add_argument("--study", help="one study (default: all)")
@@ -347,6 +369,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--python", default=".venv/bin/python", help="interpreter the stages run mathrl with (default .venv/bin/python)")
     p.set_defaults(func=cmd_dvc_yaml)
     return parser
+
+
+def _claims_parser(sub) -> None:
+    p = sub.add_parser("claims", help="the declared claims and, once the tables exist, their outcomes (results/tables/claims.csv)")
+    _common(p)
+    p.add_argument("--kind", choices=["document", "setup", "reference", "beyond", "user"], help="only claims of this kind")
+    p.add_argument("--measures", action="store_true", help="list the registered measures of a run (the run_measures table's columns)")
+    p.add_argument("--width", type=int, default=70, help="widest column shown (default 70 characters)")
+    p.set_defaults(func=cmd_claims)
 
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C

@@ -184,7 +184,8 @@ def _report_stages(w: _Writer, runs: dict, bandit_studies: Sequence[str], warm_t
     inputs = [*(out for run_id in runs for out in w.outs("train", run_id=run_id)),
               *(w.res(layout.BANDIT, study=study) for study in bandit_studies),
               *(w.res(layout.GRADVAR, task=task) for task in w.cfg["gradvar"]["tasks"]),
-              *(w.res(layout.SFT_SUMMARY, task=task) for task in warm_tasks)]  # the warm-up table  # fmt: skip
+              *(w.res(layout.SFT_SUMMARY, task=task) for task in warm_tasks),  # the warm-up table
+              layout.CLAIMS_FILE]  # the declared claims, judged over the tables  # fmt: skip
     configfiles = " ".join(shlex.quote(path) for path, _ in w.configs)
     snakemake = f"{w.python} -m snakemake"
     return {

@@ -28,6 +28,8 @@ FIGURES = "figures"
 REPORT = "report.html"
 LOGS = "logs"
 BENCHMARKS = "benchmarks"
+CLAIMS_FILE = "config/claims.yaml"  # the declared claims (relative to the repository, not to results); an input of the tables
+CLAIMS = TABLES + "/claims.csv"  # every verdict the report prints, one row per claim (mathrl.claims)
 
 
 def path(results: str | Path, pattern: str, **wildcards) -> Path:

@@ -259,6 +259,75 @@ def clipped_surrogate(
     return -torch.minimum(unclipped, clipped_obj), clipped_obj < unclipped
 
 
+def gspo_surrogate(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GSPO (Zheng et al. 2025, arXiv 2507.18071): PPO's clipped surrogate on a sequence-level ratio.
+
+    logp, old_logp, advantages, mask (B, T) -> (per_token_loss (B, T), clipped (B, T) bool):
+
+        s_i   = exp(mean over the answer tokens t of sequence i of (logp - old_logp))
+        loss  = -min(s_i * A, clamp(s_i, 1 - eps_low, 1 + eps_high) * A)    on each token of i
+
+    in the paper's GSPO-token form: each token's ratio is ``sg(s_i) * pi / sg(pi)``, equal to
+    s_i in value, with gradient ``s_i * grad logp_t``. With one advantage per sequence the
+    clip is decided per sequence, and the mean over a sequence's tokens (``loss_agg:
+    sequence``) is GSPO's loss of that sequence, with GSPO's gradient. The paper's ranges are
+    tiny (3e-4, 4e-4): a mean log-ratio moves far less than a token's.
+    """
+    seq = masked_sum(logp.detach() - old_logp, mask, dim=1) / mask.float().sum(dim=1).clamp(min=1)  # (B,)
+    log_ratio = logp - logp.detach() + seq[:, None]  # (B, T): log s_i in value
+    return clipped_surrogate(log_ratio, torch.zeros_like(log_ratio), advantages, eps_low, eps_high)
+
+
+def cispo_surrogate(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, eps_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """CISPO (MiniMax 2025, arXiv 2506.13585): REINFORCE weighted by a clipped, detached
+    importance weight, so the clip bounds a token's step but never removes its gradient.
+
+    logp, old_logp, advantages (B, T) -> (per_token_loss (B, T), clipped (B, T) bool):
+
+        w    = min(exp(logp - old_logp), 1 + eps_high)      (no gradient through w)
+        loss = -w * A * logp
+
+    ``clipped`` marks the tokens whose weight the bound cut (the paper sets no lower bound).
+    """
+    ratio = torch.exp(logp.detach() - old_logp)
+    weight = ratio.clamp(max=1.0 + eps_high)
+    return -weight * advantages * logp, ratio > 1.0 + eps_high
+
+
+def dual_clip_surrogate(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_low: float | None,
+    eps_high: float | None,
+    clip_ratio_c: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Dual-clip PPO (Ye et al. 2020, arXiv 1912.09729; verl's ``clip_ratio_c``): the clipped
+    surrogate, bounded for negative advantages by ``clip_ratio_c * A``.
+
+    logp, old_logp, advantages (B, T) -> (per_token_loss (B, T), clipped (B, T) bool, dual (B, T) bool):
+
+        loss = min(ppo_loss, -clip_ratio_c * A)    where A < 0;   ppo_loss elsewhere
+
+    so a token whose ratio grew far past 1 while its advantage is negative adds at most
+    ``-clip_ratio_c * A`` and no gradient. ``clipped`` is ``clipped_surrogate``'s; ``dual``
+    marks the tokens the lower bound hit (ratio > clip_ratio_c, A < 0; never clipped ones).
+    """
+    pg, clipped = clipped_surrogate(logp, old_logp, advantages, eps_low, eps_high)
+    bound = -clip_ratio_c * advantages
+    dual = (advantages < 0) & (pg > bound)
+    return torch.where(dual, bound, pg), clipped, dual
+
+
 def value_loss(
     values: torch.Tensor,
     old_values: torch.Tensor,

@@ -53,20 +53,20 @@ def mismatch_max(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: t
     return float(torch.where(mask.bool(), d, torch.zeros_like(d)).max()) if d.numel() else 0.0
 
 
-def mismatch_metrics(sums, max_abs: float) -> dict[str, float]:
-    """From `mismatch_sums` and `mismatch_max`: mean and max |d| per token, the k3 KL, the χ²
-    (E[w²] - 1), the effective sample size of w normalised to (0, 1] ((Σw)² / (n Σw²)) and the
-    Pearson correlation of sampler and trainer log-probs; NaN over no tokens (correlation NaN
-    when either log-prob is constant)."""
+def mismatch_metrics(sums) -> dict[str, float]:
+    """From `mismatch_sums`: the mean |d| per token, the k3 KL, the χ² (E[w²] - 1), the effective
+    sample size of w normalised to (0, 1] ((Σw)² / (n Σw²)) and the Pearson correlation of sampler
+    and trainer log-probs; NaN over no tokens (correlation NaN when either log-prob is constant).
+    The largest |d| is `mismatch_max`'s."""
     n, sd, sk3, sw, sw2, ss, st, sst, sss, stt = (float(v) for v in sums)
+    names = ["mismatch_logp_diff_mean", "mismatch_kl_k3", "mismatch_chi2", "mismatch_ess", "mismatch_logp_corr"]
     if n <= 0:
-        return dict.fromkeys(METRICS[:-1], math.nan)
+        return dict.fromkeys(names, math.nan)
     var_s, var_t = sss / n - (ss / n) ** 2, stt / n - (st / n) ** 2
     cov = sst / n - (ss / n) * (st / n)
     corr = cov / math.sqrt(var_s * var_t) if var_s > 0 and var_t > 0 else math.nan
-    return {"mismatch_logp_diff_mean": sd / n, "mismatch_logp_diff_max": max_abs, "mismatch_kl_k3": sk3 / n,
-            "mismatch_chi2": sw2 / n - 1.0, "mismatch_ess": sw * sw / (n * sw2) if sw2 > 0 else math.nan,
-            "mismatch_logp_corr": corr}  # fmt: skip
+    ess = sw * sw / (n * sw2) if sw2 > 0 else math.nan
+    return dict(zip(names, [sd / n, sk3 / n, sw2 / n - 1.0, ess, corr]))
 
 
 # --------------------------------------------------------------------------- corrections
@@ -93,28 +93,22 @@ def sequence_mask_weights(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor
     return keep.expand_as(d).double()
 
 
-def correction_weights(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
-                       tis_cap: float | None = None, mis_cap: float | None = None,
-                       seq_mask_cap: float | None = None) -> torch.Tensor | None:  # fmt: skip
-    """The per-token weight (B, T), detached, float32, that multiplies the policy-gradient term:
-    the product of TIS (tis_cap), token masking (mis_cap) and sequence masking (seq_mask_cap),
-    each off when None; None when all are off (the loss is left exactly as it is)."""
+def correction(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
+               tis_cap: float | None = None, mis_cap: float | None = None,
+               seq_mask_cap: float | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:  # fmt: skip
+    """The per-token weight (B, T), detached, float32, that multiplies the policy loss: the product
+    of TIS (tis_cap), token masking (mis_cap) and sequence masking (seq_mask_cap), each off when
+    None; and which tokens the correction changed (float 0/1, (B, T)): capped by TIS or given
+    weight 0 by a mask. (None, None) when all are off: the loss is left exactly as it is."""
     if tis_cap is None and mis_cap is None and seq_mask_cap is None:
-        return None
+        return None, None
     trainer_logp, sampler_logp = trainer_logp.detach(), sampler_logp.detach()
     w = importance_weights(trainer_logp, sampler_logp)
     weight = truncated_weights(w, tis_cap) if tis_cap is not None else torch.ones_like(w)
+    changed = w > tis_cap if tis_cap is not None else torch.zeros_like(w, dtype=torch.bool)
     if mis_cap is not None:
         weight = weight * token_mask_weights(w, mis_cap)
     if seq_mask_cap is not None:
         weight = weight * sequence_mask_weights(trainer_logp, sampler_logp, mask, seq_mask_cap)
-    return weight.float()
-
-
-def corrected_count(weight: torch.Tensor, trainer_logp: torch.Tensor, sampler_logp: torch.Tensor,
-                    mask: torch.Tensor) -> float:  # fmt: skip
-    """How many masked tokens a correction changed: capped or dropped, i.e. weight below w
-    (a relative tolerance keeps the float32 cast of an untouched weight from counting)."""
-    w = importance_weights(trainer_logp.detach(), sampler_logp.detach())
-    changed = weight.double() < w * (1 - 1e-6)
-    return float((changed & mask.bool()).sum())
+    changed = changed | (weight == 0)
+    return weight.float(), changed.float()

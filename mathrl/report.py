@@ -163,6 +163,21 @@ def reproducibility(cfg: dict, t: Tables) -> dict:
     }
 
 
+def claims_summary(t: Tables) -> dict:
+    """The report's opening counts (claims_counts.csv) and its setup checks, shown apart."""
+    from mathrl.studies.kit import claim_view, verdict_rows
+
+    c = t["claims"]
+    if c.empty:
+        return {"counts": pd.DataFrame(), "setup": [], "family": 0, "demoted": 0}
+    doc = c["kind"].eq("document")
+    return {
+        "counts": t["claims_counts"], "setup": verdict_rows(claim_view(c[c["kind"].eq("setup")])),
+        "family": int((doc & c["p_value"].notna()).sum()),
+        "demoted": int((doc & c["outcome"].ne(c["outcome_unadjusted"])).sum()),
+    }
+
+
 def render(cfg: dict) -> str:
     t = Tables(cfg)
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
@@ -172,7 +187,7 @@ def render(cfg: dict) -> str:
     sections = [{"name": s.NAME, "title": s.TITLE, "document": s.DOCUMENT, "ctx": s.section(t)} for s in STUDIES]
     runs = t["runs"]
     return env.get_template("report.html.j2").render(
-        sections=sections, figures=figures, runs=runs, alerts=t["alerts"], sft=t["sft"],
+        claims=claims_summary(t), sections=sections, figures=figures, runs=runs, alerts=t["alerts"], sft=t["sft"],
         repro=reproducibility(cfg, t), cfg=cfg, config_text=json.dumps(cfg, indent=1, default=str),
         n_missing=int((runs["status"].isin(["missing", "failed"]) & trained(runs)).sum()) if not runs.empty else 0,
     )

@@ -110,6 +110,10 @@ class RunSettings:
     clip_cov_lower: float
     clip_cov_upper: float
     kl_cov_coef: float
+    gspo_clip_low: float
+    gspo_clip_high: float
+    cispo_clip_high: float
+    clip_ratio_c: float
     grad_noise_scale: bool
     pass_at_k: bool
     pass_at_k_problems: int

@@ -1,6 +1,7 @@
 """The RL trainer: sample, reward, estimate advantages, update, monitor, snapshot.
 
-One step, `Trainer.step`, in four stages read top to bottom:
+One step, `Trainer.step`, in three stages read top to bottom, each recording its metrics in
+the step's `StepMetrics` (`mathrl.metrics`) where it computes them:
 1. `rollout`: draw prompts for the global batch (groups of `group_size` copies of a prompt)
    and the Gumbel noise for sampling; this rank samples its slice with the KV cache (by the
    policy of `mathrl.sampler`: the trainer's own unless a source of mismatch is set), records
@@ -10,19 +11,21 @@ One step, `Trainer.step`, in four stages read top to bottom:
 2. `score`: rewards normalised and clipped as configured, reference and old log-probs, and
    advantages from the algorithm's estimator in the registry (`mathrl.algorithms`);
 3. `update`: for each PPO epoch one optimizer step over the whole batch, accumulated over
-   micro-batches (`micro_batch`); the loss per answer token is
-   surrogate (times the rollout correction's weight, when one is set: `mathrl.mismatch`)
+   micro-batches (`micro_batch`); the loss per answer token is the policy loss named by
+   `policy_loss` in its registry (`mathrl.policy_losses`), times the rollout correction's
+   weight when one is set (`mathrl.mismatch`)
    + kl_coef * KL(pi || ref) - entropy_coef * entropy (+ value_coef * value loss),
    aggregated per token or per sequence and divided by a global count, so micro-batches
    and ranks add up exactly to the large-batch gradient. The KL penalty sits in the loss
    (as in GRPO) for every algorithm, so the KL studies compare like with like. A
    non-finite loss or gradient never reaches the weights: the update is skipped (or the
-   run stopped) and an alert recorded;
-4. `statistics`: the metrics row, its sums reduced over ranks in one collective; then the
-   KL controller, the monitor and evaluation. Rank 0 logs, writes and snapshots.
+   run stopped) and an alert recorded.
+Then the metrics row, its sums reduced over ranks in one collective; the KL controller, the
+monitor and evaluation. Rank 0 logs, writes and snapshots.
 
-REINFORCE runs through the same clipped surrogate with old log-probs equal to the current
-ones: the ratio is 1, the clip inactive, and the gradient is exactly -A * grad log pi.
+REINFORCE runs through the same clipped surrogate (`policy_loss: vanilla`) with old log-probs
+equal to the current ones: the ratio is 1, the clip inactive, and the gradient is exactly
+-A * grad log pi.
 """
 
 from __future__ import annotations
@@ -50,23 +53,15 @@ from mathrl.config import ConfigError
 from mathrl.console import console_line
 from mathrl.algorithms import AdvantageInputs, get_estimator
 from mathrl.control import MovingAverageBaseline, make_kl_controller
-from mathrl.diagnostics import noise_scale
-from mathrl.distributed import Dist, all_max, all_mean_std, all_sum, barrier
+from mathrl.distributed import Dist, all_mean_std, all_sum, barrier
 from mathrl.evaluation import greedy_correct, sampled_correct, sampled_correct_counts
 from mathrl.layout import problems_file, sft_checkpoint
 from mathrl.losses import (
     aggregate,
-    centred_product,
     clip_abs,
-    clip_cov_tokens,
-    clip_sides,
-    clipped_surrogate,
-    covariance_penalised,
     explained_variance,
     kl_estimate,
-    kl_cov_tokens,
     moment_sums,
-    moments,
     normalize,
     ppo_kl,
     token_entropy,
@@ -75,35 +70,19 @@ from mathrl.losses import (
     value_rmse,
     zero_std_groups,
 )
-from mathrl.mismatch import METRICS as MISMATCH_METRICS
-from mathrl.mismatch import correction_weights, corrected_count, mismatch_max, mismatch_metrics, mismatch_sums
+# METRICS and EXTRAS: metrics.csv's layout, as the tests and callers read it from here
+from mathrl.metrics import COLUMNS, EXTRAS, METRICS, GradNoiseProbe, StepMetrics  # noqa: F401
+from mathrl.mismatch import correction, mismatch_max, mismatch_metrics, mismatch_sums
 from mathrl.model import GPT, ValueHead, gpt_config
 from mathrl.monitor import StabilityMonitor
 from mathrl.optim import make_optimizer, set_lr
+from mathrl.policy_losses import PolicyLossInputs, get_policy_loss
 from mathrl.rewards import RewardSpec, compute_rewards
 from mathrl.sampler import RolloutSampler, sampler_logprobs
 from mathrl.settings import RunSettings
 from mathrl.sft import load_policy
 from mathrl.tasks import VOCAB_SIZE, answer_mask, filter_by_ndigit, read_problems, task_of
 
-# metrics.csv columns fixed by DESIGN.md, then our extras.
-METRICS = [
-    "step", "samples", "reward_mean", "reward_std", "accuracy", "eval_accuracy", "entropy", "kl",
-    "kl_coef", "grad_norm", "policy_loss", "value_loss", "clip_frac", "frac_zero_std", "lr", "seconds",
-]  # fmt: skip
-EXTRAS = [
-    "eval_sampled_accuracy", "ndigit", "format_rate", "baseline", "entropy_coef", "value_rmse", "explained_variance",
-    "skipped", "sample_seconds", "update_seconds",
-    # update diagnostics (issue 17): clip_frac = clip_frac_low + clip_frac_high; ppo_kl as verl's
-    # actor/ppo_kl; token-level advantage statistics; the log-prob/advantage covariance
-    # (arXiv 2505.22617); cov_frac: share of tokens Clip-Cov or KL-Cov acted on
-    "clip_frac_low", "clip_frac_high", "ppo_kl", "adv_mean", "adv_std", "adv_abs_max", "logp_adv_cov", "cov_frac",
-    # the gradient noise scale tr(Σ)/|G|² from micro-batch gradients (train.grad_noise_scale):
-    # mean squared norm of a micro-batch's own gradient, of the batch's, and the ratio of the estimates
-    "grad_sq_micro", "grad_sq_batch", "grad_noise_scale",
-    # the rollout/trainer mismatch (mathrl.mismatch): sampler against trainer log-probs of the sampled tokens
-    *MISMATCH_METRICS,
-]  # fmt: skip
 # Version of the snapshot layout (3: optimizer state of torch.optim; 4: the held-out sampled accuracy).
 SNAPSHOT_FORMAT = 4
 
@@ -159,6 +138,7 @@ class Trainer:
         self.model_config = asdict(policy.config)
         self.ref = copy.deepcopy(policy).to(d.device).eval().requires_grad_(False)
         self.estimator = get_estimator(s.algorithm)  # the advantage estimator (mathrl.algorithms)
+        self.policy_loss = get_policy_loss(s.policy_loss)  # the per-token surrogate (mathrl.policy_losses)
         head = ValueHead(policy.config.n_embd) if self.estimator.critic else None
         self.net = ActorCritic(policy, head).to(d.device)
         # the policy that samples rollouts: the trainer's own, or a copy in another precision or with stale weights
@@ -321,28 +301,34 @@ class Trainer:
         logits, values = net(batch["inp"][lo:hi])
         return logits[:, P - 1 :], None if values is None else values[:, P - 1 :]
 
-    def rollout(self, step: int) -> dict:
+    def rollout(self, step: int, metrics: StepMetrics) -> dict:
         """Stage 1: this rank's rollouts of the step, rewarded, with the inputs its forwards take."""
         s, G = self.s, self.s.group_size
         nd = self.ndigit_at(step)
         self.sampling_policy = self.sampler.policy_for_step(self.net.policy)
         batch, sampled = self.collect(nd)
         tokens = batch["tokens"]
+        metrics.value("ndigit", nd)
+        metrics.ratio("accuracy", float(batch["exact"].sum()), float(len(tokens)))
+        metrics.ratio("format_rate", float(batch["format_ok"].sum()), float(len(tokens)))
         micro = s.micro_batch_size or len(tokens)
         # Groups are contiguous rows: with prefix sharing the forwards take each group's prompt
         # once (prompts[::G]) and return outputs at the answer-predicting positions only.
         # Micro-batches must then hold whole groups; otherwise the full-sequence path.
         share = self.share_prefix and micro % G == 0
-        return {**batch, "mask": answer_mask(tokens), "ndigit": nd, "sampled": sampled, "share": share,
+        return {**batch, "mask": answer_mask(tokens), "sampled": sampled, "share": share,
                 "uprompts": batch["prompts"][::G],  # (B/G, P)
                 "inp": None if share else torch.cat([batch["prompts"], tokens], dim=1)[:, :-1]}  # (B, P+L-1)  # fmt: skip
 
     @torch.no_grad()
-    def score(self, batch: dict) -> dict:
+    def score(self, batch: dict, metrics: StepMetrics) -> dict:
         """Stage 2: rewards shaped, reference and old log-probs, advantages by the registry."""
         s, d, G = self.s, self.d, self.s.group_size
         raw, tokens, mask = batch["rewards"], batch["tokens"], batch["mask"]
         mean_r, std_r = all_mean_std(d, raw, torch.ones_like(raw))
+        metrics.value("reward_mean", mean_r)
+        metrics.value("reward_std", std_r)
+        metrics.ratio("frac_zero_std", float(zero_std_groups(raw, G)), float(len(mask) // G))
         rewards = normalize(raw, mean_r, std_r) if s.reward_norm else raw
         rewards = clip_abs(rewards, s.reward_clip)
         if self.share_prefix:
@@ -358,63 +344,60 @@ class Trainer:
         if self.estimator.baseline:
             n = all_sum(d, torch.tensor([rewards.sum().item(), float(len(rewards))], dtype=torch.float64))
             baseline = self.baseline.update(float(n[0] / n[1]))
+            metrics.value("baseline", baseline)
         inputs = AdvantageInputs(rewards, mask, G, old_values, baseline, gamma=s.gamma, lam=s.gae_lambda,
                                  mean_std=lambda x, w: all_mean_std(d, x, w))  # fmt: skip
         adv, returns = self.estimator.fn(inputs)
         if s.adv_norm:
             adv = normalize(adv, *all_mean_std(d, adv, mask), mask=mask)
-        return {"mean_r": mean_r, "std_r": std_r, "ref_logp": token_logprobs(ref_logits, tokens), "old_logp": old_logp,
-                "old_values": old_values, "adv": clip_abs(adv, s.adv_clip), "returns": returns, "baseline": baseline,
-                "zero_std": float(zero_std_groups(raw, G))}  # fmt: skip
+        return {"ref_logp": token_logprobs(ref_logits, tokens), "old_logp": old_logp, "old_values": old_values,
+                "adv": clip_abs(adv, s.adv_clip), "returns": returns}  # fmt: skip
 
-    def coefficients(self, step: int, mask: torch.Tensor) -> dict:
-        """The step's scheduled learning rate, KL and entropy coefficients, clip range and loss divisor."""
+    def coefficients(self, step: int, mask: torch.Tensor, metrics: StepMetrics) -> dict:
+        """The step's scheduled learning rate, KL and entropy coefficients and loss divisor."""
         s = self.s
         lr = resume.lr_at(self.record, step)  # the schedules of resume.step_plan, which decides what may resume
         # Loss terms are sums over this rank divided by a global count, so ranks and micro-batches add up.
         den = float(all_sum(self.d, mask.sum().double().cpu())) if s.loss_agg == "token" else float(s.batch_size)
-        return {"lr": lr, "kl_coef": self.kl_ctl.value, "den": den,
-                "ent_coef": resume.entropy_coef_of(self.record, step),
-                "eps_low": s.clip_eps, "eps_high": s.clip_eps_high if s.clip_eps_high is not None else s.clip_eps}  # fmt: skip
+        coefs = {"lr": lr, "kl_coef": self.kl_ctl.value, "den": den,
+                 "ent_coef": resume.entropy_coef_of(self.record, step)}  # fmt: skip
+        metrics.value("lr", lr)
+        metrics.value("kl_coef", coefs["kl_coef"])
+        metrics.value("entropy_coef", coefs["ent_coef"])
+        return coefs
 
-    def update(self, batch: dict, scored: dict, coefs: dict, step: int) -> dict:
+    def update(self, batch: dict, scored: dict, coefs: dict, step: int, metrics: StepMetrics) -> bool:
         """Stage 3: per PPO epoch one optimizer step, accumulated over micro-batches. A
-        non-finite loss or gradient skips it (or stops the run). Returns this rank's sums."""
+        non-finite loss or gradient skips it (or stops the run); returns whether it was skipped."""
         s, d = self.s, self.d
         B = len(batch["tokens"])
         micro = s.micro_batch_size or B
         set_lr(self.opt, coefs["lr"])
-        acc = {"pg": 0.0, "ent": 0.0, "kl": 0.0, "vloss": 0.0, "clip": 0.0, "clip_tokens": 0.0, "loss_finite": 1.0,
-               "values": [], "norms": [], "skipped": False, "clip_low": 0.0, "clip_high": 0.0, "ppo_kl": 0.0,
-               "cov_tokens": 0.0, "moments": torch.zeros(6, dtype=torch.float64), "adv_abs_max": 0.0,
-               "mismatch": torch.zeros(10, dtype=torch.float64), "mismatch_max": 0.0, "corrected": 0.0}  # fmt: skip
-        acc["noise"] = {"grad_sq_micro": math.nan, "grad_sq_batch": math.nan, "grad_noise_scale": math.nan}
+        norms, values, skipped = [], [], False
         for epoch in range(s.ppo_epochs):
             self.opt.zero_grad(set_to_none=True)
-            track = s.grad_noise_scale and epoch == 0 and micro < B and not d.active
-            prev, micro_sq = None, []
+            probe = None
+            if s.grad_noise_scale and epoch == 0 and micro < B and not d.active:
+                probe = GradNoiseProbe(self.net.parameters(), micro, B, coefs["den"])
+            finite = True
             for lo in range(0, B, micro):
                 sync = lo + micro >= B or not d.active
                 with nullcontext() if sync else self.ddp.no_sync():
-                    self.micro_batch(batch, scored, coefs, slice(lo, lo + micro), epoch, step, acc)
-                if track:  # this micro-batch's own gradient: its share of the accumulated one, rescaled to its own mean
-                    flat = torch.cat([p.grad.detach().flatten().double() for p in self.net.parameters() if p.grad is not None])
-                    part = flat if prev is None else flat - prev
-                    prev = flat
-                    own = float(batch["mask"][lo : lo + micro].sum()) if s.loss_agg == "token" else float(len(batch["tokens"][lo : lo + micro]))
-                    micro_sq.append(float((part * (coefs["den"] / own)).square().sum()))
-            if track and prev is not None:
-                sq_micro, sq_batch = sum(micro_sq) / len(micro_sq), float(prev.square().sum())
-                acc["noise"] = {"grad_sq_micro": sq_micro, "grad_sq_batch": sq_batch,
-                                "grad_noise_scale": noise_scale(micro, B, sq_micro, sq_batch)["noise_scale"]}  # fmt: skip
+                    rows = slice(lo, lo + micro)
+                    finite &= self.micro_batch(batch, scored, coefs, rows, epoch, step, metrics, values)
+                if probe is not None:  # this micro-batch's own gradient, as a mean over its own tokens or sequences
+                    own = batch["mask"][rows].sum() if s.loss_agg == "token" else len(batch["tokens"][rows])
+                    probe.observe(float(own))
+            if probe is not None:
+                probe.record(metrics)
             if step <= s.critic_warmup_steps:  # critic pre-training: the value loss moves only the value head
                 for p in self.net.policy.parameters():
                     p.grad = None
             norm = float(torch.nn.utils.clip_grad_norm_(self.net.parameters(), s.grad_clip or math.inf))
-            acc["norms"].append(norm)
-            if not (math.isfinite(norm) and all_sum(d, torch.tensor([acc["loss_finite"]])).item() == d.world_size):
+            norms.append(norm)
+            if not (math.isfinite(norm) and all_sum(d, torch.tensor([float(finite)])).item() == d.world_size):
                 self.opt.zero_grad(set_to_none=True)
-                acc["skipped"] = True
+                skipped = True
                 outcome = "update skipped"
                 if s.nan_policy == "stop":
                     outcome, self.status = "run stopped", "stopped_nonfinite"
@@ -423,31 +406,32 @@ class Trainer:
             if epoch == 0:
                 faults.in_step(step, d.rank)  # test-only hooks (no-ops unless their env vars are set)
             self.opt.step()
-        return acc
+        metrics.value("grad_norm", float(sum(norms) / len(norms)))
+        metrics.value("skipped", int(skipped))
+        if values:  # the critic's values before the update, against its targets (this rank's)
+            values0, mask = torch.cat(values), batch["mask"]
+            metrics.value("value_rmse", value_rmse(values0, scored["returns"], mask))
+            metrics.value("explained_variance", explained_variance(values0, scored["returns"], mask))
+        return skipped
 
-    def micro_batch(self, batch: dict, scored: dict, coefs: dict, rows: slice, epoch: int, step: int, acc: dict) -> None:
-        """Forward, loss and backward of some rows; their loss terms added to `acc`. The loss per answer
-        token is surrogate + kl_coef KL - entropy_coef entropy (+ value_coef value loss)."""
+    def micro_batch(self, batch: dict, scored: dict, coefs: dict, rows: slice, epoch: int, step: int,
+                    metrics: StepMetrics, values0: list) -> bool:
+        """Forward, loss and backward of some rows, their metrics recorded; whether the loss was finite.
+        The loss per answer token is the policy loss + kl_coef KL - entropy_coef entropy (+ value_coef
+        value loss); on the first epoch the critic's values go to `values0`."""
         s, sc = self.s, scored
         tokens, m = batch["tokens"][rows], batch["mask"][rows]
         logits, values = self.answer_outputs(self.ddp, batch, rows.start, rows.stop)  # (b, L, V): the logits that chose each answer token
         logp = token_logprobs(logits, tokens)  # (b, L)
         old = sc["old_logp"][rows] if sc["old_logp"] is not None else logp.detach()
         adv = sc["adv"][rows]
-        pg, clipped = clipped_surrogate(logp, old, adv, coefs["eps_low"], coefs["eps_high"])
-        if s.policy_loss != "vanilla":  # Clip-Cov / KL-Cov (arXiv 2505.22617) within this micro-batch, as verl does
-            cov = centred_product(logp, adv, m)
-            if s.policy_loss == "clip_cov":
-                gen = torch.Generator().manual_seed(s.seed * 1_000_003 + step * 1009 + epoch * 101 + rows.start)
-                chosen = clip_cov_tokens(cov, m, s.cov_ratio, s.clip_cov_lower, s.clip_cov_upper, gen, exclude=clipped)
-            else:
-                chosen = kl_cov_tokens(cov, m, s.cov_ratio)
-            pg = covariance_penalised(pg, logp, old, chosen, s.policy_loss, s.kl_cov_coef)
-            acc["cov_tokens"] += float((chosen.float() * m).sum())
+        # the seed of a loss's random choices (Clip-Cov's tokens), this micro-batch's own
+        seed = s.seed * 1_000_003 + step * 1009 + epoch * 101 + rows.start
+        pg, diagnostics = self.policy_loss(PolicyLossInputs(logp, old, adv, m, s, seed=seed))
         # The rollout correction: one detached per-token weight of the trainer's log-prob before the update
-        # (`old`) against the sampler's, on the policy-gradient term (None, and no change, when no correction is set).
+        # (`old`) against the sampler's, on the policy loss (None, and no change, when no correction is set).
         sampler_logp = batch["sampler_logp"][rows]
-        weight = correction_weights(old, sampler_logp, m, s.tis_cap, s.mis_cap, s.seq_mask_cap)
+        weight, corrected = correction(old, sampler_logp, m, s.tis_cap, s.mis_cap, s.seq_mask_cap)
         if weight is not None:
             pg = pg * weight
         kl = kl_estimate(logp, sc["ref_logp"][rows], s.kl_estimator)
@@ -458,91 +442,60 @@ class Trainer:
             if step <= s.critic_warmup_steps:
                 per_token = 0.0 * per_token  # critic pre-training: no policy terms (kept in the graph for DDP)
             per_token = per_token + s.value_coef * vl
-            acc["vloss"] += float((vl.detach() * m).sum())
+            metrics.masked_mean("value_loss", vl.detach(), m)
             if epoch == 0:
-                acc["values"].append(values.detach())
+                values0.append(values.detach())
         num, _ = aggregate(per_token, m, s.loss_agg)
         loss = num / coefs["den"] * self.d.world_size
         if s.fault_nan_step == step:
             loss = loss * float("nan")
         if s.fault_grad_spike_step == step:  # the clipping study's injected gradient spike
             loss = loss * s.fault_grad_spike_scale
-        acc["loss_finite"] = min(acc["loss_finite"], float(torch.isfinite(loss.detach())))
+        finite = bool(torch.isfinite(loss.detach()))
         loss.backward()
-        acc["clip"] += float((clipped.float() * m).sum())
-        low, high = clip_sides(logp.detach(), old, clipped)
-        acc["clip_low"] += float((low.float() * m).sum())
-        acc["clip_high"] += float((high.float() * m).sum())
-        acc["ppo_kl"] += float((ppo_kl(logp.detach(), old) * m).sum())
-        acc["clip_tokens"] += float(m.sum())
+        for name, x in diagnostics.items():
+            metrics.masked_mean(name, x, m)
+        metrics.masked_mean("ppo_kl", ppo_kl(logp.detach(), old), m)
         if epoch == 0:
-            acc["moments"] += moment_sums(logp.detach(), adv, m).cpu()
-            acc["adv_abs_max"] = max(acc["adv_abs_max"], float(torch.where(m.bool(), adv.abs(), torch.zeros_like(adv)).max()))
-            acc["pg"] += float(aggregate(pg.detach(), m, s.loss_agg)[0])
-            acc["ent"] += float((ent.detach() * m).sum())
-            acc["kl"] += float((kl.detach() * m).sum())
-            acc["mismatch"] += mismatch_sums(old, sampler_logp, m).cpu()
-            acc["mismatch_max"] = max(acc["mismatch_max"], mismatch_max(old, sampler_logp, m))
-            if weight is not None:
-                acc["corrected"] += corrected_count(weight, old, sampler_logp, m)
-
-    def statistics(self, step: int, batch: dict, scored: dict, coefs: dict, acc: dict) -> dict:
-        """Stage 4: the step's metrics row, its sums reduced over ranks in one collective."""
-        s, G, mask = self.s, self.s.group_size, batch["mask"]
-        local = {"pg": acc["pg"], "ent": acc["ent"], "kl": acc["kl"], "vloss": acc["vloss"], "clip": acc["clip"],
-                 "clip_tokens": acc["clip_tokens"], "tokens": float(mask.sum()), "exact": float(batch["exact"].sum()),
-                 "format": float(batch["format_ok"].sum()), "zero_std": scored["zero_std"], "groups": float(len(mask) // G)}  # fmt: skip
-        local.update(clip_low=acc["clip_low"], clip_high=acc["clip_high"], ppo_kl=acc["ppo_kl"], cov_tokens=acc["cov_tokens"])
-        tot = dict(zip(local, all_sum(self.d, torch.tensor(list(local.values()), dtype=torch.float64)).tolist()))
-        mom = moments(all_sum(self.d, acc["moments"]))  # x: log-prob of the sampled token, y: advantage
-        adv_abs_max = float(all_max(self.d, torch.tensor([acc["adv_abs_max"]], dtype=torch.float64))[0])
-        mis_sums = all_sum(self.d, torch.cat([acc["mismatch"], torch.tensor([acc["corrected"]], dtype=torch.float64)]))
-        mis_max = float(all_max(self.d, torch.tensor([acc["mismatch_max"]], dtype=torch.float64))[0])
-        mismatch = mismatch_metrics(mis_sums[:-1], mis_max)
-        corrected = any(c is not None for c in (s.tis_cap, s.mis_cap, s.seq_mask_cap)) and mis_sums[0] > 0
-        mismatch["mismatch_corrected_frac"] = float(mis_sums[-1] / mis_sums[0]) if corrected else math.nan
-        n_seq = s.batch_size
-        rmse = ev = math.nan
-        if acc["values"]:
-            values0 = torch.cat(acc["values"])
-            rmse = value_rmse(values0, scored["returns"], mask)
-            ev = explained_variance(values0, scored["returns"], mask)
-        return {
-            "step": step, "samples": self.samples + batch["sampled"], "reward_mean": scored["mean_r"],
-            "reward_std": scored["std_r"], "accuracy": tot["exact"] / n_seq, "eval_accuracy": math.nan, "eval_sampled_accuracy": math.nan,
-            "entropy": tot["ent"] / tot["tokens"], "kl": tot["kl"] / tot["tokens"], "kl_coef": coefs["kl_coef"],
-            "grad_norm": float(sum(acc["norms"]) / len(acc["norms"])), "policy_loss": tot["pg"] / coefs["den"],
-            "value_loss": tot["vloss"] / tot["clip_tokens"] if self.estimator.critic else math.nan,
-            "clip_frac": tot["clip"] / tot["clip_tokens"], "frac_zero_std": tot["zero_std"] / tot["groups"], "lr": coefs["lr"],
-            "ndigit": batch["ndigit"], "format_rate": tot["format"] / n_seq, "baseline": scored["baseline"],
-            "entropy_coef": coefs["ent_coef"], "value_rmse": rmse, "explained_variance": ev, "skipped": int(acc["skipped"]),
-            "clip_frac_low": tot["clip_low"] / tot["clip_tokens"], "clip_frac_high": tot["clip_high"] / tot["clip_tokens"],
-            "ppo_kl": tot["ppo_kl"] / tot["clip_tokens"], "adv_mean": mom["mean_y"], "adv_std": mom["std_y"],
-            "adv_abs_max": adv_abs_max, "logp_adv_cov": mom["cov"],
-            "cov_frac": tot["cov_tokens"] / tot["clip_tokens"] if s.policy_loss != "vanilla" else math.nan,
-            **acc["noise"], **mismatch,
-        }  # fmt: skip
+            # x: log-prob of the sampled token, y: its advantage (after normalisation and clipping)
+            metrics.moments(moment_sums(logp.detach(), adv, m), mean_y="adv_mean", std_y="adv_std", cov="logp_adv_cov")
+            metrics.maximum("adv_abs_max", float(torch.where(m.bool(), adv.abs(), torch.zeros_like(adv)).max()))
+            metrics.divided("policy_loss", float(aggregate(pg.detach(), m, s.loss_agg)[0]), coefs["den"])
+            metrics.masked_mean("entropy", ent.detach(), m)
+            metrics.masked_mean("kl", kl.detach(), m)
+            # the rollout/trainer mismatch of the sampled tokens, before the update
+            metrics.summed(mismatch_sums(old, sampler_logp, m), mismatch_metrics)
+            metrics.maximum("mismatch_logp_diff_max", mismatch_max(old, sampler_logp, m))
+            if corrected is not None:
+                metrics.masked_mean("mismatch_corrected_frac", corrected, m)
+        return finite
 
     def step(self) -> dict:
-        """One RL step: rollout, score, update, statistics; then the KL controller, monitor and evaluation."""
+        """One RL step: rollout, score, update, its metrics row reduced over ranks; then the KL
+        controller, monitor and evaluation."""
         s, step = self.s, self.step_no + 1
+        metrics = StepMetrics()
         t0 = time.perf_counter()
-        batch = self.rollout(step)
+        batch = self.rollout(step, metrics)
         t1 = time.perf_counter()
-        scored = self.score(batch)
-        coefs = self.coefficients(step, batch["mask"])
-        acc = self.update(batch, scored, coefs, step)
+        scored = self.score(batch, metrics)
+        coefs = self.coefficients(step, batch["mask"], metrics)
+        skipped = self.update(batch, scored, coefs, step, metrics)
         t2 = time.perf_counter()
-        row = {**self.statistics(step, batch, scored, coefs, acc), "sample_seconds": t1 - t0, "update_seconds": t2 - t1}
+        metrics.value("step", step)
+        metrics.value("samples", self.samples + batch["sampled"])
+        metrics.value("sample_seconds", t1 - t0)
+        metrics.value("update_seconds", t2 - t1)
+        row = metrics.reduce(self.d)
         self.samples = row["samples"]
-        if not acc["skipped"]:
+        if not skipped:
             self.kl_ctl.update(row["kl"])
         for alert in self.monitor.check(step, entropy=row["entropy"], kl=row["kl"], reward_mean=row["reward_mean"]):
             self.say(f"alert: step {step}: {alert['message']}")
         for alert in self.monitor.check_trends(step, grad_norm=row["grad_norm"], entropy=row["entropy"],
                                                grad_spike=s.monitor_grad_spike, entropy_rise=s.monitor_entropy_rise):
             self.say(f"alert: step {step}: {alert['message']}")
-        if acc["skipped"]:
+        if skipped:
             self.say(f"alert: step {step}: {self.monitor.alerts[-1]['message']}")
         if resume.evaluated_at(self.record, step) or self.status != "running":
             last = step == self.s.steps or self.status != "running"
@@ -700,8 +653,8 @@ def write_metrics(path: Path, rows: list[dict]) -> None:
     import io
 
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=METRICS + EXTRAS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: row.get(k, math.nan) for k in METRICS + EXTRAS})
+        writer.writerow({k: row.get(k, math.nan) for k in COLUMNS})
     atomic_write(path, buf.getvalue())

@@ -2,6 +2,7 @@ rule aggregate:
     """The report's tables, one CSV each, from every run, bandit study and probe."""
     input:
         unpack(get_aggregate_inputs),
+        claims=CLAIMS_FILE,
     output:
         report(
             directory(outputs("aggregate")["tables"]),

@@ -62,3 +62,19 @@ def write_json(cfg: dict, rel: str, obj: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj))
     return path
+
+
+def with_claims(cfg: dict, tabs: dict) -> dict:
+    """A study's tables and claims.csv judged over them, as `mathrl aggregate` judges every table."""
+    from mathrl import claims
+    from mathrl.aggregate import as_read_back
+
+    return {**tabs, "claims": claims.judge_all(cfg, as_read_back(tabs))}
+
+
+def verdicts(tabs: dict, section: str) -> pd.DataFrame:
+    """A section's rows of claims.csv by claim id, under the verdict macros' names (key, claim, diff, engaged)."""
+    from mathrl.studies.kit import claim_view
+
+    c = tabs["claims"]
+    return claim_view(c[c["section"] == section]).set_index("key")

@@ -11,8 +11,7 @@ import torch
 
 from mathrl.cli import main
 from mathrl.mismatch import (
-    corrected_count,
-    correction_weights,
+    correction,
     importance_weights,
     mismatch_max,
     mismatch_metrics,
@@ -29,7 +28,7 @@ LN2 = math.log(2.0)
 
 def metrics_of(trainer, sampler, mask):
     t, s, m = torch.tensor(trainer), torch.tensor(sampler), torch.tensor(mask)
-    return mismatch_metrics(mismatch_sums(t, s, m), mismatch_max(t, s, m))
+    return {**mismatch_metrics(mismatch_sums(t, s, m)), "mismatch_logp_diff_max": mismatch_max(t, s, m)}
 
 
 # ---------------------------------------------------------------- diagnostics by hand
@@ -56,7 +55,7 @@ def test_equal_log_probs_are_no_mismatch_and_no_tokens_are_nan():
     for name in ("mismatch_logp_diff_mean", "mismatch_logp_diff_max", "mismatch_kl_k3", "mismatch_chi2"):
         assert out[name] == 0, name
     assert out["mismatch_ess"] == 1.0
-    empty = metrics_of([[-0.5]], [[-0.7]], [[0.0]])
+    empty = mismatch_metrics(mismatch_sums(torch.tensor([[-0.5]]), torch.tensor([[-0.7]]), torch.tensor([[0.0]])))
     assert all(math.isnan(v) for v in empty.values())
 
 
@@ -93,14 +92,15 @@ def test_corrections_multiply_are_detached_and_are_none_when_off():
     sampler = torch.zeros(1, 4)
     trainer = W.log().float().requires_grad_(True)
     mask = torch.ones(1, 4)
-    assert correction_weights(trainer, sampler, mask) is None
-    both = correction_weights(trainer, sampler, mask, tis_cap=1.0, mis_cap=2.0)
+    assert correction(trainer, sampler, mask) == (None, None)
+    both, changed = correction(trainer, sampler, mask, tis_cap=1.0, mis_cap=2.0)
     torch.testing.assert_close(both, torch.tensor([[0.0, 0.8, 1.0, 0.0]]))
     assert not both.requires_grad and both.dtype == torch.float32
-    # changed: w 0.25 and 3 (dropped) and 1.5 (capped at 1); 0.8 untouched
-    assert corrected_count(both, trainer, sampler, mask) == 3
-    seq = correction_weights(trainer, sampler, mask, seq_mask_cap=2.0)  # geometric mean 0.84: kept
-    assert seq.tolist() == [[1.0] * 4]
+    assert changed.tolist() == [[1.0, 0.0, 1.0, 1.0]]  # w 0.25 and 3 dropped, 1.5 capped at 1; 0.8 untouched
+    masked, changed = correction(trainer, sampler, mask, mis_cap=2.0)
+    assert masked.tolist() == [[0.0, 1.0, 1.0, 0.0]] and changed.tolist() == [[1.0, 0.0, 0.0, 1.0]]  # kept: weight 1
+    seq, changed = correction(trainer, sampler, mask, seq_mask_cap=2.0)  # geometric mean 0.84: kept
+    assert seq.tolist() == [[1.0] * 4] and changed.sum() == 0
     torch.testing.assert_close(importance_weights(trainer, sampler), W)
 
 

@@ -31,7 +31,7 @@ from tests import synthetic
 from tests.conftest import write_config
 from tests.synthetic import write_json, write_run
 
-SECTIONS = ["calibration", "lab04", "stability", "collapse", "system", "diagnostics", "generic", "runs", "alerts", "repro"]
+SECTIONS = ["claims", "calibration", "lab04", "stability", "collapse", "system", "diagnostics", "generic", "runs", "alerts", "repro"]
 # (experiment, variant, grid point, seed) of the run left out and of the run whose summary.json is unreadable
 MISSING = ("batch", None, {"batch_size": 512}, 1)
 FAILED = ("system", "mul", {}, 1)
@@ -438,6 +438,18 @@ def test_some_numbers_by_hand(report_tree, dom):
     assert mul[head.index("final")] == pct(want["final_eval_mean"]) and mul[head.index("95% from")] == "–"  # one run: no interval
 
 
+def test_sentences_show_measured_values_not_placeholders(report_tree, dom):
+    """Where every run has a result, no sentence prints a dash for a mean or an n: lab 04's normal
+    setting also holds the calibration's `reference` role and is found all the same."""
+    lab04 = dom.root.find("section", id="lab04").text()
+    assert "– ± –" not in lab04 and "n=– of –" not in lab04
+    assert re.search(r"under the normal ones \(n=2 of 2\)", lab04)
+    system = dom.root.find("section", id="system")
+    head, rows = next(table_cells(t) for t in system.iter("table") if table_cells(t)[0][:1] == ["setting"])
+    micro = next(r for r in rows if r[0] == "sequences per micro-batch")
+    assert micro[head.index("add: ours")] not in ("0", "–")  # micro_batch_size 0 means the whole batch
+
+
 def test_run_index_matches_csv(report_tree, dom):
     runs = pd.read_csv(report_tree["results"] / "tables" / "runs.csv")
     assert set(runs["run_id"]) == set(report_tree["experiments"])
@@ -479,24 +491,32 @@ def test_missing_and_failed_runs_in_study_tables(report_tree, dom):
     assert sb.loc[512, "n"] == 1 and sb.loc[512, "expected"] == 2
 
 
-def test_verdict_tables_match_csv(report_tree, dom):
-    """Every study's verdicts table, row by row: the claim, its interval and n as the CSV has them, and an outcome
-    out of agrees / disagrees / inconclusive / not judged; and every verdict paragraph states an interval and n."""
+def test_verdict_tables_match_claims_csv(report_tree, dom):
+    """Every study's verdicts table is a view of claims.csv, row by row: the claim, its interval and n as the CSV has
+    them, and an outcome out of agrees / disagrees / inconclusive / not judged; every verdict paragraph states an
+    interval and n; and the opening counts are claims.csv's counts."""
     from mathrl.verdict import OUTCOMES, number
 
+    claims = csv(report_tree, "claims")
     for sid in ("lab04", "stability", "collapse", "system"):
-        c = csv(report_tree, f"{sid}_verdicts")
+        c = claims[claims["section"] == sid]
         sec = dom.root.find("section", id=sid)
-        head, rows = next(table_cells(t) for t in sec.iter("table") if table_cells(t)[0][:3] == ["claim", "measured", "the document"])
+        head, rows = next(table_cells(t) for t in sec.iter("table") if table_cells(t)[0][:3] == ["claim", "kind", "measured"])
         assert len(rows) == len(c) > 0, sid
         for row, r in zip(rows, c.itertuples()):
-            assert row[0] == r.claim and row[2] == r.expected and row[-1] == r.outcome and r.outcome in OUTCOMES, (sid, r.key)
-            assert row[4] == f"[{number(py(r.ci_low), r.unit)}, {number(py(r.ci_high), r.unit)}]", (sid, r.key)
-            assert row[5].startswith(str(int(r.n))), (sid, r.key)
+            assert row[0] == r.statement and row[1] == r.kind and row[-1] == r.outcome and r.outcome in OUTCOMES, (sid, r.claim_id)
+            assert row[5] == f"[{number(py(r.ci_low), r.unit)}, {number(py(r.ci_high), r.unit)}]", (sid, r.claim_id)
+            assert row[6].startswith(str(int(r.n))), (sid, r.claim_id)
         for div in sec.iter("div"):
             if "verdict" in div.attrs.get("class", "").split():
                 text = div.text()
-                assert "Not judged" in text or ("95% CI [" in text and "n=" in text) or "probe" in text or "deterministic" in text, text[:200]
+                assert "Not judged" in text or ("95% CI [" in text and "n=" in text) or "no interval" in text, text[:200]
+    head, rows = table_cells(dom.root.find("section", id="claims").find("table"))
+    counts = claims.groupby(["kind", "outcome"]).size()
+    for row in rows:
+        assert int(row[-1].replace(",", "")) == int(counts.loc[row[0]].sum()), row
+    assert {"p_value", "p_holm", "p_bh", "failure_established", "engaged"} <= set(claims.columns)
+    assert claims.loc[claims["kind"] != "document", "p_holm"].isna().all()
 
 
 def test_reproducibility_section(report_tree, dom):

@@ -10,8 +10,9 @@ import pytest
 from mathrl.config import load_config
 from mathrl.studies import calibration as cal
 from mathrl.studies.context import Context
+from mathrl.measures import run_measures
 from tests.conftest import TINY, write_config
-from tests.synthetic import curve, write_run
+from tests.synthetic import curve, verdicts, with_claims, write_run
 
 
 # ---- the pure rules, on cases worked by hand ------------------------------------------------
@@ -72,10 +73,13 @@ def test_pilot_table_and_pick(ctx):
 
 
 def test_references_are_verdicts_and_the_share_below_the_warm_up(ctx):
-    t = cal.tables(ctx)
-    v = t["calibration_verdicts"].set_index("key")
+    t = with_claims(ctx.cfg, cal.tables(ctx))
+    t["run_measures"] = run_measures(ctx.runs)
+    t = with_claims(ctx.cfg, t)
+    v = verdicts(t, "calibration")
     assert list(v.index) == ["reference_study", "reference_high"]  # `plain` and the pilot declare no `reference`
-    assert v.loc["reference_high", "outcome"] == "inconclusive" and "no headroom" in v.loc["reference_high", "note"]  # gain 0 in both seeds
+    assert v.loc["reference_high", "outcome"] == "inconclusive"  # gain 0 in both seeds
+    assert bool(t["calibration_references"].set_index("experiment").loc["high", "no_headroom"])
     assert v.loc["reference_study", "diff"] == pytest.approx(0.10) and v.loc["reference_study", "outcome"] == "agrees"
     assert v.loc["reference_study", "n"] == 3 and v.loc["reference_study", "ci_low"] > 0
     refs = t["calibration_references"].set_index("experiment")

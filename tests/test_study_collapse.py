@@ -15,7 +15,7 @@ from mathrl.studies.context import Context, Tables
 from mathrl.verdict import number
 from tests import synthetic
 from tests.conftest import TINY, write_config
-from tests.synthetic import write_run
+from tests.synthetic import verdicts, with_claims, write_run
 
 matplotlib.use("Agg")
 
@@ -27,7 +27,8 @@ VARIANTS = {
     "huge_lr": {"lr": 1.0, "grad_clip": None},
 }  # fmt: skip
 ROLES = {"baseline": "exact", "random_baseline": "random_exact", "shaped": "shaped", "penalty": "shaped_penalty", "adv_norm_clip": "adv_norm_clip",
-         "entropy_schedule": "entropy_schedule", "cosine_lr": "cosine_lr", "curriculum": "curriculum", "nonfinite": "huge_lr"}  # fmt: skip
+         "entropy_schedule": "entropy_schedule", "cosine_lr": "cosine_lr", "curriculum": "curriculum", "nonfinite": "huge_lr",
+         "reference": "exact"}  # the calibration's role on the baseline's variant, as in config/config.yaml  # fmt: skip
 FLAT = [0.40, 0.42, 0.44, 0.46, 0.48]
 # Held-out accuracy at steps 0 (before RL), 2, 4, 6, 8, per (variant, seed); absent: not written.
 EVALS = {
@@ -94,7 +95,7 @@ def build(cfg):
     stopped[2].update(skipped=1, eval_accuracy=0.38)
     write_run(cfg, "collapse__huge_lr__s1", stopped, 0.40, status="stopped_nonfinite")
     (Path(cfg["results"]) / "runs" / "collapse__adv_norm_clip__s1" / "summary.json").write_text("{truncated")  # a failed run
-    tabs = collapse.tables(Context(cfg))
+    tabs = with_claims(cfg, collapse.tables(Context(cfg)))
     out = Tables(cfg)
     out.dir.mkdir(parents=True, exist_ok=True)
     for name, df in tabs.items():
@@ -138,6 +139,28 @@ def test_reward_design_table(results):
     assert d[d.variant == "shaped"].n.eq(1).all()
 
 
+def test_an_evaluation_nearest_two_points_is_one_row():
+    """15 steps evaluated every 5: the quarter (3.75) and the half (7.5) are both nearest to step 5,
+    which is one row (point 1), not two."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    evals = pd.DataFrame({"step": [0, 5, 10, 15], "eval_accuracy": [0.1, 0.2, 0.3, 0.4]})
+    metrics = pd.DataFrame({"step": range(1, 16), "format_rate": [0.5] * 15, "frac_zero_std": [0.9] * 15})
+    spec = SimpleNamespace(variant="v", seed=0)
+    run = SimpleNamespace(evals=evals, metrics=metrics, settings={"steps": 15}, spec=spec)
+    rows = collapse.segment_rows(run, "shaped")
+    assert [r["step"] for r in rows] == [0, 5, 10, 15] and [r["point"] for r in rows] == [0, 1, 3, 4]
+    assert all(r["format_rate"] == 0.5 for r in rows)  # no empty segment behind a repeated step
+
+
+def band_extent(ax):
+    """The lowest and highest y of every band (fill_between) of an axes."""
+    ys = [y for c in ax.collections for p in c.get_paths() for y in p.vertices[:, 1]]
+    return (min(ys), max(ys)) if ys else (0.0, 0.0)
+
+
 def test_nonfinite_table(results):
     nf = results[0]["collapse_nonfinite"].set_index("seed")
     assert nf.loc[0].skipped == 6 and nf.loc[0].first_skipped_step == 3 and nf.loc[0].weights_finite
@@ -145,20 +168,20 @@ def test_nonfinite_table(results):
 
 
 def test_verdicts(results):
-    c = results[0]["collapse_verdicts"].set_index("key")
+    c = verdicts(results[0], "collapse")
     assert c.loc["shaping"].outcome == "not judged" and c.loc["shaping"].n == 1  # shaped has one seed: no interval
     assert c.loc["entropy"].outcome == "agrees" and c.loc["entropy"]["diff"] == pytest.approx(0.2) and c.loc["entropy"].design == "paired"
     lr = c.loc["lr"]  # drawdown: cosine 0, 0; exact 0.14, 0: -0.07, interval wide
     assert lr.outcome == "inconclusive" and lr["diff"] == pytest.approx(-0.07) and lr.ci_low < 0 < lr.ci_high and lr.seeds_needed > 2
     assert "LR decay (cosine_lr) engaged: last LR / first LR 0.125" in lr.engaged
     cur = c.loc["curriculum"]  # against shaped (the same random start), which has one seed
-    assert cur.outcome == "not judged" and cur.n == 1 and "first stage unsolved (curriculum) engaged: sampled accuracy on the first stage 0.5" in cur.engaged
+    assert cur.outcome == "not judged" and cur.n == 1 and "first stage unsolved (curriculum) established: sampled accuracy on the first stage 0.5" in cur.engaged
     norm = c.loc["normalisation"]  # no collapse anywhere: the remedy had nothing to prevent
     assert norm.outcome == "not judged" and norm["diff"] == 0
-    assert "collapse to prevent (exact) did not engage: collapsed runs 0 (needs >= 1)" in norm.reason
+    assert "collapse to prevent (baseline) not established: collapsed runs 0 (needs >= 1)" in norm.reason
     assert "advantage clip (adv_norm_clip) not measured" in norm.reason  # adv_abs_max is not logged by this tree
     pen = c.loc["penalty"]  # malformed answers exist (format rate 0.95 at step 1), but shaped has one seed
-    assert pen.outcome == "not judged" and "malformed answers (shaped_penalty) engaged" in pen.engaged
+    assert pen.outcome == "not judged" and "malformed answers (penalty) established" in pen.engaged
     guard = c.loc["guard"]  # 2 of 2, Wilson interval [0.342, 1]
     assert guard.outcome == "agrees" and guard.ci_low == pytest.approx(0.3424, abs=1e-3) and guard.n == 2
 
@@ -187,7 +210,7 @@ def test_renamed_variants(cfg, tmp_path):
     d = copy.deepcopy(cfg)
     exp = d["experiments"]["collapse"]
     exp["variants"]["binary"] = exp["variants"].pop("exact")
-    exp["roles"] = {**ROLES, "baseline": "binary"}
+    exp["roles"] = {**ROLES, "baseline": "binary", "reference": "binary"}
     d["results"] = str(tmp_path / "r")
     specs = expand_runs(d)
     for seed, evals in ((0, [0.4, 0.42, 0.44, 0.46, 0.48]), (1, [0.4, 0.44, 0.46, 0.46, 0.50])):
@@ -195,8 +218,8 @@ def test_renamed_variants(cfg, tmp_path):
             mp.setattr(synthetic, "expand_runs", lambda _: specs)
             write_run(d, f"collapse__binary__s{seed}", rows(evals, "exact"), 0.4)
             write_run(d, f"collapse__entropy_schedule__s{seed}", rows(FLAT, "entropy_schedule"), 0.4)
-    tabs = collapse.tables(Context(d))
-    v = tabs["collapse_verdicts"].set_index("key")
+    tabs = with_claims(d, collapse.tables(Context(d)))
+    v = verdicts(tabs, "collapse")
     assert v.loc["entropy"].outcome == "agrees" and "binary" in v.loc["entropy"].measure
     assert by_variant(tabs["collapse_variants"]).loc["binary"].role == "baseline"
     with pytest.raises(ConfigError, match=r"experiments\.collapse\.roles\.baseline: 'exact' is not a variant"):
@@ -222,9 +245,18 @@ def test_figures_and_section(results):
         axes = [ax for ax in fig.axes if ax.get_title()]
         assert axes and all(ax.get_xlabel() and ax.get_ylabel() for ax in axes)
         assert all(ax.get_legend() is not None for ax in axes if len(ax.get_lines()) > 1)
+    # the baseline's variant also holds the calibration's `reference` role: its dashed line is drawn all the same
+    labels = [line.get_label() for line in figs["collapse_variants"].axes[0].get_lines()]
+    assert "baseline" in labels
+    for ax in figs["collapse_reward_design"].axes:  # accuracy, format rate: bands within [0, 1] (0.30 and 0.44 at step 6)
+        lo, hi = band_extent(ax)
+        assert 0 <= lo and hi <= 1
+    for name in ("collapse_schedules", "collapse_nonfinite"):
+        assert "95% t interval" in figs[name]._suptitle.get_text()
+    for fig in figs.values():
         matplotlib.pyplot.close(fig)
     s = collapse.section(t)
-    assert s["verdicts"]["normalisation"]["outcome"] == "not judged" and "exact collapsed in 0 of 2 runs" in s["verdicts"]["normalisation"]["note"]
+    assert s["verdicts"]["normalisation"]["outcome"] == "not judged" and s["verdicts"]["normalisation"]["note"] == "0 of 2 runs against 0 of 1"
     assert "(n=2 seeds, paired" in s["verdicts"]["lr"]["sentence"] and "seeds per arm to decide" in s["verdicts"]["lr"]["sentence"]
     assert s["verdicts"]["shaping"]["sentence"].startswith("Not judged: n=1")
     html = render(s, {"collapse_variants": "data:image/png;base64,AA=="})
@@ -235,11 +267,11 @@ def test_figures_and_section(results):
 def test_missing_everything(cfg, tmp_path):
     cfg = {**cfg, "results": str(tmp_path / "empty")}
     """No run written: every table exists but says nothing; figures and section still render."""
-    tabs = collapse.tables(Context(cfg))
+    tabs = with_claims(cfg, collapse.tables(Context(cfg)))
     assert tabs["collapse_variants"].n.eq(0).all() and tabs["collapse_variants"].final_eval_mean.isna().all()
     assert tabs["collapse_reward_design"].empty and tabs["collapse_curves"].empty
     assert (tabs["collapse_nonfinite"].status == "missing").all()
-    assert tabs["collapse_verdicts"].outcome.eq("not judged").all()
+    assert verdicts(tabs, "collapse").outcome.eq("not judged").all()
     t = Tables(cfg)  # nothing written at all: empty frames
     for fig in collapse.figures(t).values():
         matplotlib.pyplot.close(fig)

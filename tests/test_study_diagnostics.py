@@ -6,6 +6,7 @@ import math
 
 import matplotlib
 import numpy as np
+import pandas as pd
 import pytest
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
@@ -14,9 +15,11 @@ from mathrl.report import TEMPLATES, fmt, html_table, pct
 from mathrl.studies import diagnostics
 from mathrl.studies.context import Context, Tables
 from mathrl.verdict import number
+from mathrl import claims
+from mathrl.measures import run_measures
 from tests import synthetic
 from tests.conftest import TINY, write_config
-from tests.synthetic import write_json, write_run
+from tests.synthetic import verdicts, with_claims, write_json, write_run
 
 matplotlib.use("Agg")
 
@@ -73,7 +76,7 @@ def results(cfg):
                     lines = ["phase,a,b,samples,correct"] + [f"initial,{a},{b},4,1" for a, b in PROBLEMS] + [f"final,{a},{b},4,{2 + s}" for a, b in PROBLEMS]
                     (d / "pass_at_k.csv").write_text("\n".join(lines) + "\n")
         write_json(cfg, "gradvar/add.json", {"noise_scale": {"small": 8, "big": 16, "grad_sq": 2.0, "trace_sigma": 32.0, "noise_scale": 16.0}})
-    tabs = diagnostics.tables(Context(cfg))
+    tabs = with_claims(cfg, {**diagnostics.tables(Context(cfg)), "run_measures": run_measures(Context(cfg).runs)})
     t = Tables(cfg)
     t.dir.mkdir(parents=True, exist_ok=True)
     for name, df in tabs.items():
@@ -89,9 +92,9 @@ def test_pass_at_k_tables_and_verdicts(results):
     assert s.loc[("initial", 2)].pass_at_k_mean == pytest.approx(0.5)  # 1 - C(3,2)/C(4,2)
     assert s.loc[("final", 1)].pass_at_k_mean == pytest.approx((0.5 + 0.75) / 2)
     assert s.loc[("final", 4)].pass_at_k_mean == pytest.approx(1.0) and s.loc[("final", 4)].pass_at_k_hi <= 1.0
-    v = tabs["diagnostics_verdicts"].set_index("key")
-    assert v.loc["pass_at_1_group_std"]["diff"] == pytest.approx(0.375)
-    assert v.loc["pass_at_4_group_std"]["diff"] == pytest.approx(0.0)  # 1.0 before and after
+    v = verdicts(tabs, "diagnostics")
+    assert v.loc["pass_at_1_group_std"]["diff"] == pytest.approx(0.375) and v.loc["pass_at_1_group_std"].kind == "beyond"
+    assert v.loc["pass_at_kmax_group_std"]["diff"] == pytest.approx(0.0) and "pass@4" in v.loc["pass_at_kmax_group_std"].claim
     runs = tabs["diagnostics_pass_at_k_runs"]
     one = runs[(runs.seed == 0) & (runs.phase == "final") & (runs.k == 1)].iloc[0]
     assert one.pass_at_k == pytest.approx(0.5) and one.boot_lo == one.boot_hi == pytest.approx(0.5)  # every problem the same
@@ -114,21 +117,20 @@ def test_adv_scaling_by_carries(results):
     assert a.loc[("group_std", "all")].final_mean == 1.0 and a.loc[("none", "all")].final_mean == 0.5
     assert a.loc[("none", "0")].final_mean == 1.0 and a.loc[("none", "1")].final_mean == 0.0
     assert a.loc[("group_std", "1")].gain_mean == 0.5  # from 0, 1 to 1, 1
-    v = tabs["diagnostics_verdicts"].set_index("key")
-    ref = v.loc["adv_reference_learns"]
-    assert ref["diff"] == pytest.approx(0.5) and ref.outcome == "agrees"  # both seeds gain 0.5: a zero-width interval above 0
+    v = verdicts(tabs, "diagnostics")
     assert v.loc["adv_none_vs_group_std_c1"]["diff"] == pytest.approx(-1.0)
     assert v.loc["adv_none_vs_group_std_c1"].outcome == "disagrees"  # outside the ±3-point equivalence margin
     assert v.loc["adv_none_vs_group_std_c0"].outcome == "agrees"  # both right on every 0-carry problem
     # a reference whose gain interval includes 0: the variants are shown but not judged
     runs = results[0]["diagnostics_adv_scaling_runs"].copy()
     runs.loc[(runs.setting == "group_std") & (runs.seed == 1), "gain"] = -0.4
-    later = {x.claim.key: x for x in diagnostics.adv_scaling_verdicts(runs, {"baseline": "group_std", "none": "none"})}
-    assert later["adv_reference_learns"].outcome == "inconclusive"
-    assert later["adv_none_vs_group_std_c1"].outcome == "not judged" and "reference" in later["adv_none_vs_group_std_c1"].reason
+    roles = {"baseline": "group_std", "reference": "group_std", "none": "none"}
+    later = verdicts({"claims": claims.judge_all({"experiments": {"adv_scaling": {"seeds": [0, 1], "roles": roles}}},
+                                                 {"diagnostics_adv_scaling_runs": runs})}, "diagnostics")  # fmt: skip
+    c1 = later.loc["adv_none_vs_group_std_c1"]
+    assert c1.outcome == "not judged" and c1.reason.startswith("precondition not met: RL learns in the reference not met")
     # the baseline is never compared with itself, also when another role (the experiment's reference) names it
-    keys = {x.claim.key for x in diagnostics.adv_scaling_verdicts(runs, {"baseline": "group_std", "reference": "group_std", "none": "none"})}
-    assert not any(k.startswith("adv_group_std_vs_") for k in keys) and "adv_none_vs_group_std_call" in keys
+    assert not any(k.startswith("adv_group_std_vs_") for k in later.index) and "adv_none_vs_group_std_call" in later.index
 
 
 def test_noise_scale_beside_the_batch_study(results):
@@ -142,7 +144,7 @@ def test_update_diagnostics_and_the_covariance_correlation(results):
     r = u.loc[("adv_scaling", "group_std")]
     assert r.clip_frac_high_mean == pytest.approx(0.03) and r.adv_std_mean == pytest.approx(0.905)
     assert r.cov_entropy_corr_mean < -0.9  # entropy falls more after each larger covariance (float noise breaks ties)
-    v = results[0]["diagnostics_verdicts"].set_index("key").loc["cov_drives_entropy"]
+    v = verdicts(results[0], "diagnostics").loc["cov_drives_entropy"]
     assert v["diff"] < -0.9 and v["n"] == 8 and v["outcome"] == "agrees"
 
 
@@ -155,3 +157,15 @@ def test_section_renders(results, cfg):
     assert set(figs) == {"diagnostics_pass_at_k", "diagnostics_entropy_law", "diagnostics_adv_scaling", "diagnostics_mismatch"}
     html = env.get_template("sections/diagnostics.html.j2").render(ctx=diagnostics.section(t), figures={})
     assert "pass@k before and after RL" in html and "adv_scaling" in html and "B_noise" in html
+
+
+def test_entropy_law_intervals_stay_within_their_range():
+    """R² is at most 1, the half-run error at least 0, reached accuracy within [0, 1]: their t intervals (two seeds,
+    t(1) = 12.7) are clipped there; the fitted ceiling is not (above 1 it reads as the extrapolation it is)."""
+    runs = pd.DataFrame({"experiment": "e", "setting": "s", "seed": [0, 1], "r2": [0.90, 0.99], "a": 0.5,
+                         "b": [1.0, 1.2], "ceiling": [0.5, 0.7], "reached": [0.02, 0.04], "final_eval": [0.97, 0.99],
+                         "ceiling_minus_reached": 0.5, "half_rmse": [0.01, 0.03], "entropy_start": 1.0, "entropy_end": 0.5,
+                         "holds": True})  # fmt: skip
+    r = diagnostics.entropy_law_summary(runs).iloc[0]
+    assert r.r2_hi == 1.0 and r.half_rmse_lo == 0.0 and r.reached_lo == 0.0 and r.final_eval_hi == 1.0
+    assert r.ceiling_hi > 1.0 and r.r2_lo == pytest.approx(0.945 - 12.7062 * 0.045, rel=1e-4)

@@ -18,7 +18,7 @@ from mathrl.studies import lab04
 from mathrl.verdict import number
 from mathrl.studies.context import Context, Tables
 from tests.conftest import TINY, write_config
-from tests.synthetic import write_bandit, write_run
+from tests.synthetic import verdicts, with_claims, write_bandit, write_run
 
 matplotlib.use("Agg")
 
@@ -28,7 +28,8 @@ VARIANTS = {"normal": {"lr": 1.0e-4, "entropy_coef": 0.01}, "aggressive": {"lr":
             "random_init": {"init": "random"}, "near_perfect": {"group_size": 4},
             "clip_cov": {"lr": 5.0e-4, "entropy_coef": 0.001, "ppo_epochs": 2, "policy_loss": "clip_cov"}}  # fmt: skip
 ROLES = {"normal": "normal", "aggressive": "aggressive", "clip_higher": "clip_higher", "remedy": "dapo_aggressive", "proxy": "proxy_reward", "random_policy": "random_init",
-         "perfect_policy": "near_perfect", "clip_cov": "clip_cov"}  # an optional role: the study judges Clip-Cov because it is named  # fmt: skip
+         "perfect_policy": "near_perfect", "clip_cov": "clip_cov",  # an optional role: the study judges Clip-Cov because it is named
+         "reference": "normal"}  # the calibration's role on the normal variant, as in config/config.yaml  # fmt: skip
 BANDIT = {"seeds": [0, 1], "studies": {"gradient_vanishing": {"phase_steps": 2}}}
 
 # entropy_collapse: (setting, seed) -> entropy per step, probabilities at the last step; normal seed 1 is missing.
@@ -87,6 +88,7 @@ def write_gpt(cfg):
                 a = acc(s) + 0.01 * seed
                 row = {"step": s, "accuracy": a, "reward_mean": reward(s) if reward else a, "entropy": ent(s), "frac_zero_std": fzs,
                        "grad_norm": 0.5, "seconds": 1.0, "clip_frac": 0.05 if variant in ("clip_higher", "dapo_aggressive") else 0.0,
+                       "clip_frac_high": 0.03 if variant in ("clip_higher", "dapo_aggressive") else 0.0,
                        "samples": 16 * s * (2 if variant == "dapo_aggressive" else 1), **({"eval_accuracy": a} if s % 4 == 0 else {}),
                        **({"cov_frac": 0.002} if variant == "clip_cov" else {})}  # fmt: skip
                 rows.append(row)
@@ -112,7 +114,7 @@ def make_cfg(tmp_path):
 
 def write_tables(cfg):
     ctx = Context(cfg)
-    tabs = lab04.tables(ctx)
+    tabs = with_claims(cfg, lab04.tables(ctx))
     t = Tables(cfg)
     t.dir.mkdir(parents=True, exist_ok=True)
     for name, df in {**tabs, "curves": curves(ctx.runs)}.items():
@@ -147,17 +149,19 @@ def test_pure_verdicts():
 def test_entropy_table(results):
     e = results[0]["lab04_entropy"]
     s0 = e[(e.setting == "aggressive") & (e.seed.astype(str) == "0")].iloc[0]
-    assert s0.final_entropy == pytest.approx(0.1) and s0.reduction == pytest.approx(1 - 0.1 / 1.1)
+    # 4-step runs: start = mean of steps 0-1, end = mean of steps 2-3 (the window is at most half the run)
+    assert s0.initial_entropy == pytest.approx(0.95) and s0.final_entropy == pytest.approx(0.25)
+    assert s0.reduction == pytest.approx(1 - 0.25 / 0.95) and s0.initial_best_prob == pytest.approx(1 / 3)
     assert s0.dominant_action == 1 and s0.dominant_prob == pytest.approx(0.95) and s0.converged_to == "global"
     s1 = e[(e.setting == "aggressive") & (e.seed.astype(str) == "1")].iloc[0]
     assert s1.dominant_action == 0 and s1.converged_to == "local"
     a = pooled(e, "aggressive")
-    assert a.n == 2 and a.final_entropy == pytest.approx(0.15) and a.final_entropy_std == pytest.approx(np.std([0.1, 0.2], ddof=1))
+    assert a.n == 2 and a.final_entropy == pytest.approx(0.30) and a.final_entropy_std == pytest.approx(np.std([0.25, 0.35], ddof=1))
     assert a.global_share == 0.5 and a.converged_to == "global 1, local 1" and math.isnan(a.dominant_action)
     missing = e[(e.setting == "normal") & (e.seed.astype(str) == "1")].iloc[0]  # not in the CSV: shown, not invented
     assert missing.n == 0 and missing.converged_to == "missing" and math.isnan(missing.final_entropy)
     n = pooled(e, "normal")
-    assert n.n == 1 and n.final_entropy == pytest.approx(0.8) and n.converged_to == "none 1" and math.isnan(n.final_entropy_std)
+    assert n.n == 1 and n.final_entropy == pytest.approx(0.85) and n.converged_to == "none 1" and math.isnan(n.final_entropy_std)
 
 
 def test_vanishing_table(results):
@@ -199,18 +203,19 @@ def test_gpt_tables(results):
 
 
 def test_criteria_and_template(results):
-    v = results[0]["lab04_verdicts"].set_index("key")
-    assert {"part", "outcome", "diff", "ci_low", "ci_high", "n"} <= set(results[0]["lab04_verdicts"].columns)
-    fe = v.loc["bandit_final_entropy"]  # final entropies 0.1 and 0.2, minus 0.2: -0.05, t(1) x 0.05
-    assert fe["diff"] == pytest.approx(-0.05) and fe.ci_high == pytest.approx(-0.05 + 12.7062 * 0.05, rel=1e-4) and fe.outcome == "inconclusive"
+    v = verdicts(results[0], "lab04")
+    assert {"part", "outcome", "diff", "ci_low", "ci_high", "n", "p_value", "kind"} <= set(v.columns)
+    fe = v.loc["bandit_final_entropy"]  # final entropies 0.25 and 0.35, minus 0.2: 0.1, t(1) x 0.05
+    assert fe["diff"] == pytest.approx(0.1) and fe.ci_high == pytest.approx(0.1 + 12.7062 * 0.05, rel=1e-4) and fe.outcome == "inconclusive"
     assert v.loc["bandit_global"]["diff"] == 0 and v.loc["bandit_global"].outcome == "inconclusive"  # one seed found a local optimum
     assert v.loc["bandit_homogeneous"]["diff"] == pytest.approx(0.0025 - 1e-4) and v.loc["bandit_homogeneous"].outcome == "inconclusive"  # seed 1 keeps 0.005
     assert v.loc["bandit_true_falls"]["diff"] == pytest.approx(-1.0)
     assert v.loc["gpt_proxy_rises"]["diff"] == pytest.approx(0.07) and v.loc["gpt_accuracy_falls"]["diff"] == pytest.approx(-0.14)
     assert v.loc["gpt_dapo_accuracy"].outcome == "not judged"  # DAPO seed 1 is missing: one value, no interval
     ch = v.loc["gpt_clip_higher_entropy"]  # the aggressive setting's sampled accuracy falls: no "entropy falls while reward rises" to remedy
-    assert ch.outcome == "not judged" and "learning (aggressive) did not engage: sampled accuracy, end − start -0.07" in ch.reason
-    assert "upper clip (clip_higher) engaged: share of tokens clipped (clip_frac) 0.05" in ch.engaged
+    assert ch.outcome == "not judged" and "learning (aggressive) not established: sampled accuracy, end − start -0.07" in ch.reason
+    assert ch.failure_established is False or ch.failure_established == "False"
+    assert "upper clip (clip_higher) engaged: share of tokens clipped at the upper bound 0.03" in ch.engaged
     assert "dynamic sampling engaged: rollouts drawn per rollout kept" in v.loc["gpt_dapo_entropy"].engaged
     cc = v.loc["gpt_clip_cov_entropy"]  # judged on the same gate: the aggressive setting does not learn here
     assert cc.outcome == "not judged" and "covariance rule (clip_cov) engaged: share of answer tokens it acted on (cov_frac) 0.002" in cc.engaged
@@ -218,10 +223,15 @@ def test_criteria_and_template(results):
     assert v.loc["gpt_random_no_signal"].outcome == "agrees" and v.loc["gpt_random_no_signal"]["diff"] == pytest.approx(0.05)
     tpl = results[0]["lab04_report_template"].set_index("item")
     assert tpl.loc["Global optimum found", "value"] == "partly (1 of 2 seeds)" and tpl.loc["Severity", "value"] == "moderate"
-    assert tpl.loc["Final entropy", "value"] == "0.150 ± 0.071 (n=2)"
-    assert "seed 1: action 0 (p = 0.940)" in tpl.loc["Final dominant action (probability)", "value"]
+    assert tpl.loc["Final entropy", "value"] == "0.300 ± 0.071 (n=2)"
+    dominant = tpl.loc["Final dominant action (probability)", "value"]
+    assert dominant == "action 0 (p = 0.940) in 1 of 2 seeds; action 1 (p = 0.950) in 1 of 2 seeds"
+    many = pd.DataFrame({"dominant_action": [1.0] * 99 + [2.0, math.nan],
+                         "dominant_prob": [0.993, 0.997] + [0.995] * 97 + [0.91, math.nan]})
+    want = "action 1 (p = 0.993 to 0.997) in 99 of 100 seeds; action 2 (p = 0.910) in 1 of 100 seeds"
+    assert lab04.dominant_actions(many) == want
     findings = results[0]["lab04_report_template"].query("part == 'Key findings'")["value"].tolist()
-    assert len(findings) == 3 and "0.15 ± 0.0707" in findings[0] and "the normal setting kept more entropy" in findings[0]
+    assert len(findings) == 3 and "0.3 ± 0.0707" in findings[0] and "the normal setting kept more entropy" in findings[0]
     assert "75.0% lower (moderate)" in findings[1] and findings[2].count(": exploited") == 2
 
 
@@ -244,17 +254,56 @@ def test_figures_and_section(results):
     band = lab04.seed_band(t["curves"], "aggressive", "eval_accuracy")
     assert band.step.tolist() == [0, 4, 8, 12] and band["mean"].iloc[-1] == pytest.approx(0.385) and band["n"].iloc[0] == 2
     s = lab04.section(t)
-    assert "inconclusive" in s["parts"]["entropy"]["summary"] and len(s["parts"]["entropy"]["rows"]) == 4
+    assert "inconclusive" in s["parts"]["entropy"]["summary"] and len(s["parts"]["entropy"]["rows"]) == 6
+    assert s["parts"]["entropy"]["summary"].endswith("and 2 setup checks, not counted")
     assert "n=1 of 2" in s["parts"]["gpt"]["measured"] and "n per arm: 2" in s["power"]
     html = render(t)
     assert "inconclusive" in html and "95% CI [" in html and "partly (1 of 2 seeds)" in html
+
+
+def band_extent(ax):
+    """The lowest and highest y of every band (fill_between) of an axes."""
+    ys = [y for c in ax.collections for p in c.get_paths() for y in p.vertices[:, 1]]
+    return (min(ys), max(ys)) if ys else (0.0, 0.0)
+
+
+def test_the_normal_setting_is_found_beside_a_second_role(results):
+    """`normal` also holds the calibration's `reference` role: the table names it by the study's
+    role, and the measured sentence prints its values, not dashes."""
+    gpt = results[0]["lab04_gpt"].set_index("variant")
+    assert gpt.loc["normal", "role"] == "normal"
+    measured = lab04.section(results[1])["parts"]["gpt"]["measured"]
+    assert "– ±" not in measured and "n=– of –" not in measured
+    assert "under the normal ones (n=2 of 2)" in measured
+
+
+def test_figures_are_readable_and_their_bands_bounded(results):
+    t = results[1]
+    six, gpt = lab04.six_panel(t), lab04.gpt_figure(t)
+    probs = [ax for ax in six.axes if ax.get_title().startswith("Action probabilities")]
+    assert len(probs) == 2  # one small panel per entropy-collapse setting (aggressive, normal)
+    for ax in probs:
+        legend = [text.get_text() for text in ax.get_legend().get_texts()]
+        assert len(ax.get_lines()) == 3 and legend == ["action 0", "action 1", "action 2"]
+        lo, hi = band_extent(ax)  # aggressive p0: 0.02 and 0.94 over two seeds, t(1) = 12.7 unclipped
+        assert 0 <= lo and hi <= 1
+    entropy = next(ax for ax in six.axes if ax.get_title().startswith("Policy entropy"))
+    assert band_extent(entropy)[0] >= 0
+    compared, starts = gpt.axes[0], gpt.axes[3]
+    labels = {line.get_label() for line in compared.get_lines()}
+    assert labels == {"normal", "aggressive", "clip_higher", "dapo_aggressive", "clip_cov"}
+    assert {line.get_label() for line in starts.get_lines()} == {"random_init", "near_perfect"}
+    assert compared.get_ylim()[1] < 0.5  # the random start's entropy (0.5) is drawn apart
+    for fig in (six, gpt, lab04.hacking_figure(t)):
+        assert "95% t interval" in fig._suptitle.get_text()
+        matplotlib.pyplot.close(fig)
 
 
 def test_missing_everything(tmp_path):
     tabs, t = write_tables(make_cfg(tmp_path))  # no bandit CSVs and no runs
     assert (tabs["lab04_entropy"]["converged_to"] == "missing").all() and tabs["lab04_entropy"]["final_entropy"].isna().all()
     assert tabs["lab04_gpt_runs"]["status"].eq("missing").all() and (tabs["lab04_gpt"]["n"] == 0).all()
-    assert tabs["lab04_verdicts"]["outcome"].eq("not judged").all()
+    assert verdicts(tabs, "lab04")["outcome"].eq("not judged").all()
     assert len(lab04.figures(t)) == 3
     s = lab04.section(t)
     assert all(r["outcome"] == "not judged" for p in s["parts"].values() for r in p["rows"])
@@ -271,22 +320,30 @@ def test_a_short_runs_start_and_end_windows_do_not_overlap(tmp_path):
     assert run["entropy_start"] == pytest.approx(2.5) and run["entropy_end"] == pytest.approx(6.5)
 
 
-def test_covariance_remedies_are_judged_only_where_their_rule_acted(results):
+def lab04_claims(tables: dict, roles: dict) -> pd.DataFrame:
+    """The lab-04 claims judged over hand-made tables, for an experiment with these roles."""
+    from mathrl import claims
+
+    cfg = {"experiments": {"lab04_gpt": {"seeds": [0, 1, 2], "roles": roles}}}
+    c = claims.judge_all(cfg, tables)
+    return verdicts({"claims": c}, "lab04")
+
+
+def test_covariance_remedies_are_judged_only_where_their_rule_acted():
     """Clip-Cov against aggressive GRPO, by hand: three seeds, the problem shown (entropy falls
     by 20% while sampled accuracy rises); judged where cov_frac > 0, not judged where it is 0."""
-    ent, van, hack = (results[0][k] for k in ("lab04_entropy", "lab04_vanishing", "lab04_hacking"))
     rows = [{"variant": "aggressive", "seed": s, "entropy_reduction": 0.2, "accuracy_gain": 0.05, "entropy_end": 0.40 + 0.01 * s,
              "eval_end": 0.50, "cov_frac": math.nan} for s in range(3)]  # fmt: skip
     rows += [{"variant": "cc", "seed": s, "entropy_end": 0.45 + 0.01 * s + 0.001 * (s == 2), "eval_end": 0.50, "cov_frac": 0.002} for s in range(3)]
     runs = pd.DataFrame(rows)
     role = {"aggressive": "aggressive", "clip_cov": "cc"}
-    v = {x.claim.key: x for x in lab04.verdicts(ent, van, hack, runs, role)}
-    cc = v["gpt_clip_cov_entropy"]
-    assert cc.outcome == "agrees" and cc.est.estimate == pytest.approx(0.05 + 0.001 / 3) and cc.est.n == 3
-    assert "gpt_kl_cov_entropy" not in v
-    idle = lab04.verdicts(ent, van, hack, runs.assign(cov_frac=runs["cov_frac"].where(runs["variant"] != "cc", 0.0)), role)
-    cc = {x.claim.key: x for x in idle}["gpt_clip_cov_entropy"]
-    assert cc.outcome == "not judged" and "covariance rule (cc) did not engage" in cc.reason
+    v = lab04_claims({"lab04_gpt_runs": runs}, role)
+    cc = v.loc["gpt_clip_cov_entropy"]
+    assert cc.outcome == "agrees" and cc["diff"] == pytest.approx(0.05 + 0.001 / 3) and cc.n == 3 and cc.kind == "beyond"
+    assert "gpt_kl_cov_entropy" not in v.index
+    idle = lab04_claims({"lab04_gpt_runs": runs.assign(cov_frac=runs["cov_frac"].where(runs["variant"] != "cc", 0.0))}, role)
+    cc = idle.loc["gpt_clip_cov_entropy"]
+    assert cc.outcome == "not judged" and "covariance rule (clip_cov) did not engage" in cc.reason
 
 
 def test_local_optima_rates_and_verdicts_by_hand():
@@ -303,9 +360,9 @@ def test_local_optima_rates_and_verdicts_by_hand():
     a = t.loc["aggressive_biased"]
     assert (a["n"], a["global"], a["local"], a["none"], a["local_rate"]) == (10, 7, 3, 0, 0.3)
     assert (a["local_rate_lo"], a["local_rate_hi"]) == pytest.approx((0.1078, 0.6032), abs=1e-4)  # Wilson, 3 of 10
-    v = {x.claim.key: x for x in lab.verdicts(ent, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), {})}
-    assert v["bandit_local_reached"].outcome == "agrees"  # the Wilson interval of 3/10 excludes 0
-    assert v["bandit_local_aggressive"].est.estimate == pytest.approx(0.3)
-    unbiased = ent.assign(initial_best_prob=1 / 3)
-    v = {x.claim.key: x for x in lab.verdicts(unbiased, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), {})}
-    assert v["bandit_local_aggressive"].outcome == "not judged" and "initial probability of the global arm 0.333" in v["bandit_local_aggressive"].reason
+    ent = ent.assign(local_share=(ent["converged_to"] == "local").astype(float))
+    v = lab04_claims({"lab04_entropy": ent}, {})
+    assert v.loc["bandit_local_reached"].outcome == "agrees"  # the Wilson interval of 3/10 excludes 0
+    assert v.loc["bandit_local_aggressive"]["diff"] == pytest.approx(0.3)
+    v = lab04_claims({"lab04_entropy": ent.assign(initial_best_prob=1 / 3)}, {})
+    assert v.loc["bandit_local_aggressive"].outcome == "not judged" and "initial probability of the global arm 0.333" in v.loc["bandit_local_aggressive"].reason

@@ -68,7 +68,7 @@ def built(tmp_path_factory, _schema_once):
         specs = expand_runs(cfg)
         mp.setattr(synthetic, "expand_runs", lambda _cfg: specs)
         write_tree(cfg)
-        return cfg, st.tables(Context(cfg))
+        return cfg, synthetic.with_claims(cfg, st.tables(Context(cfg)))
 
 
 @pytest.fixture
@@ -182,8 +182,6 @@ def test_pure_clipping_helpers():
     steps = pd.Series([1, 2, 3, 4, 5])
     assert st.spike_ratio(pd.Series([1.0, 2.0, 500.0, 3.0, 2.0]), steps, 3) == 250.0  # 500 over the median 2 of the others
     assert math.isnan(st.spike_ratio(pd.Series([1.0] * 5), steps, None))
-    assert st.separated((0.0, 0.3), (0.5, 1.0)) is True and st.separated((0.0, 0.6), (0.5, 1.0)) is False
-    assert st.separated((math.nan, 0.3), (0.5, 1.0)) is None
 
 
 def test_value_gradvar_alerts(tree):
@@ -221,19 +219,22 @@ def test_troubleshooting_and_criteria(tree):
     assert t.loc["KL explodes", "evidence_run"] == "" and t.loc["KL explodes", "evidence"] == "no run of this pipeline has this cause"
     assert t.loc["out of memory", "evidence"] == "not observed in this pipeline"
     assert t.loc["non-finite loss or gradient", "evidence_run"] == "collapse__huge_lr__s0"
-    v = tree["stability_verdicts"].set_index("key")
+    v = synthetic.verdicts(tree, "stability")
     assert v.loc["gradvar"].outcome == "agrees" and v.loc["gradvar"]["diff"] == pytest.approx(8.0) and v.loc["accumulation"].outcome == "agrees"
     b = v.loc["fixed_vs_B"]  # A − B per seed: 0.2, 0.05; t(1) = 12.706, se = 0.075
     assert (b.outcome, b.design, b.n) == ("inconclusive", "paired", 2) and b["diff"] == pytest.approx(0.125)
     assert b.ci_low == pytest.approx(0.125 - 12.7062 * 0.075, rel=1e-4) and b.seeds_needed > 2
     assert v.loc["fixed_vs_C"].outcome == "not judged"  # C has one seed: no interval
     clip = v.loc["clipping_sgd"]  # SGD after a spike: 2 of 2 collapsed without clipping, 0 of 2 with it
-    assert clip.outcome == "agrees" and clip["diff"] == pytest.approx(1.0) and clip.design == "rates"
+    assert clip.outcome_unadjusted == "agrees" and clip["diff"] == pytest.approx(1.0) and clip.design == "rates"
+    # 2 of 2 against 0 of 2: Fisher's exact p is 1/3, so across the family the interval's "agrees" does not stand
+    assert clip.outcome == "inconclusive" and clip.p_value == pytest.approx(1 / 3) and "Holm" in clip.reason
     assert clip.ci_low == pytest.approx(1 - math.sqrt(2) * 0.6576, abs=1e-3)  # Newcombe from Wilson (2 of 2: [0.3424, 1]; 0 of 2: [0, 0.6576])
-    assert "spike (sgd, no clipping) engaged: gradient norm at the spike step / median of the other steps 1e+03" in clip.engaged
+    assert "spike (sgd, no clipping) met: gradient norm at the spike step / median of the other steps 1e+03" in clip.engaged
+    assert "clip (sgd) engaged: share of runs whose spike-step gradient norm exceeds the max norm 1" in clip.engaged
     adam = v.loc["adam_bounds_step"]
-    assert adam.outcome == "agrees" and adam["diff"] == pytest.approx(1.0) and "intervals overlap" in adam.note
-    assert "clipping_adamw" not in v.index  # no clipped AdamW cell in this tree
+    assert adam.outcome_unadjusted == "agrees" and adam["diff"] == pytest.approx(1.0) and adam.note == "2 of 2 runs against 0 of 2"
+    assert v.loc["clipping_adamw"].outcome == "not judged"  # no clipped AdamW cell in this tree
     assert v.loc["value_clip"].outcome == "not judged" and v.loc["batch_smoother"].outcome == "not judged"
     assert "critic (clipped, weight 1.0) engaged: explained variance, steps 16-20 0.4" in v.loc["value_clip"].engaged  # n=1 is why it is not judged
     swings = v.loc["batch_small_swings"]  # largest falls 0.2 and 0.3 at batch 64, minus 10 points
@@ -276,9 +277,19 @@ def test_figures_and_section_from_csv(cfg, tree):
     ax = figs["stability_batch_curves"].axes[0]
     assert ax.get_xlabel() == "RL step" and len(ax.get_legend().get_texts()) == 2
     assert figs["stability_gradvar"].axes[0].get_yscale() == "log"
+    styles = {line.get_label(): line.get_linestyle() for line in figs["stability_value_clip"].axes[0].get_lines()}
+    assert len(styles) == 4 and all((s == "--") == ("value_clip=0.2" in k) for k, s in styles.items())  # clipped dashed
+    names = {"value_clip=none, value_coef=0.5": "unclipped_w0.5", "value_clip=0.2, value_coef=1.0": "clipped_w1"}
+    for name in ("stability_series", "stability_value_clip_runs"):
+        t._cache[name] = t[name].assign(setting=t[name]["setting"].replace(names))
+    named = st.figures(t)
+    styles = {line.get_label(): line.get_linestyle() for line in named["stability_value_clip"].axes[0].get_lines()}
+    assert styles["clipped_w1"] == "--" and styles["unclipped_w0.5"] == "-"
+    check_figures(named)
     check_figures(figs)
     s = st.section(t)
-    assert [r["outcome"] for r in s["verdicts"]["fixed_vs_dynamic"]["rows"]] == ["inconclusive", "not judged"]
+    # B against A, C against A (one seed: no interval); the equal-batch rows have no control in this tree
+    assert [r["outcome"] for r in s["verdicts"]["fixed_vs_dynamic"]["rows"]] == ["inconclusive", "not judged", "not judged", "not judged"]
     # equal samples: both batches logged 16 rollouts per step here, so they share every evaluation; compared at the last (160)
     es = t["stability_equal_samples"]
     assert set(es["samples"]) == {32, 64, 96, 128, 160} and len(es) == 3 * 5  # batch 64 (2 seeds) and 512 (1 seed), 5 evaluations each
@@ -294,8 +305,9 @@ def test_figures_and_section_from_csv(cfg, tree):
 
 def test_empty_results_render(cfg, tmp_path):
     cfg = {**cfg, "results": str(tmp_path / "empty")}
-    tables = st.tables(Context(cfg))  # nothing was run
-    assert one(tables["stability_batch"], batch_size=64)["n"] == 0 and tables["stability_verdicts"]["outcome"].eq("not judged").all()
+    tables = synthetic.with_claims(cfg, st.tables(Context(cfg)))  # nothing was run
+    assert one(tables["stability_batch"], batch_size=64)["n"] == 0
+    assert synthetic.verdicts(tables, "stability")["outcome"].eq("not judged").all()
     t = save(cfg, tables)
     check_figures(st.figures(t))
     s = st.section(t)
@@ -307,8 +319,17 @@ def test_dynamic_schedules_are_also_judged_at_their_own_batch():
     """With the equal-batch control, B and C are compared with fixed hyperparameters at their batch (paired by seed)."""
     finals = {"A": [0.70, 0.72, 0.71], "B": [0.50, 0.52, 0.51], "C": [0.60, 0.61, 0.62], "equal_batch": [0.45, 0.46, 0.47]}
     fr = pd.DataFrame([{"method": m, "seed": s, "final_eval": f} for m, fs in finals.items() for s, f in enumerate(fs)])
-    v = {x.claim.key: x for x in st.verdicts({"stability_fvd_runs": fr})}
-    assert v["dynamic_B_equal_batch"].est.estimate == pytest.approx(0.05) and v["dynamic_B_equal_batch"].outcome == "agrees"
-    assert v["dynamic_C_equal_batch"].est.estimate == pytest.approx(0.15) and v["fixed_vs_B"].note.startswith("A differs from B and C in batch size")
-    without = {x.claim.key for x in st.verdicts({"stability_fvd_runs": fr[fr["method"] != "equal_batch"]})}
-    assert without == {"fixed_vs_B", "fixed_vs_C"}
+    from mathrl import claims
+
+    v = synthetic.verdicts({"claims": claims.judge_all({}, {"stability_fvd_runs": fr})}, "stability")
+    assert v.loc["dynamic_B_equal_batch"]["diff"] == pytest.approx(0.05) and v.loc["dynamic_B_equal_batch"].outcome == "agrees"
+    assert v.loc["dynamic_C_equal_batch"]["diff"] == pytest.approx(0.15) and v.loc["fixed_vs_B"].note.startswith("A differs from B and C in batch size")
+    without = synthetic.verdicts({"claims": claims.judge_all({}, {"stability_fvd_runs": fr[fr["method"] != "equal_batch"]})}, "stability")
+    assert without.loc["dynamic_B_equal_batch"].outcome == "not judged" and without.loc["fixed_vs_B"].outcome == "agrees"
+
+
+def test_stated_intervals_stay_within_the_range_of_their_quantity():
+    """Roughness is a size (at least 0), accuracy a share: their t intervals (n=3, t(2) = 4.303) are clipped."""
+    r = {"roughness_mean": 0.011, "roughness_std": 0.01, "final_eval_mean": 0.99, "final_eval_std": 0.01, "n": 3}
+    assert st.pm(r, "roughness", "pts") == "1.1 pts [0.0 pts, 3.6 pts] (n=3)"  # unclipped: -1.4 pts
+    assert st.pm(r, "final_eval") == "99.0% [96.5%, 100.0%] (n=3)"  # unclipped: 101.5%

@@ -15,7 +15,7 @@ from mathrl.verdict import number
 from mathrl.studies.context import Context, Tables
 from tests import synthetic
 from tests.conftest import TINY, write_config
-from tests.synthetic import write_json, write_run
+from tests.synthetic import verdicts, with_claims, write_json, write_run
 
 matplotlib.use("Agg")
 
@@ -70,7 +70,7 @@ def build(cfg):
     log = Path(cfg["results"]) / "logs" / "train" / f"{run_id('add', 'reinforce', 0)}.log"
     log.parent.mkdir(parents=True)
     log.write_text("Step 1/4 | Loss 0.100\nalert: something\nStep 4/4 | Loss 0.123 | Acc 0.500 | Eval 0.600\n")
-    tabs = system.tables(Context(cfg))
+    tabs = with_claims(cfg, system.tables(Context(cfg)))
     t = Tables(cfg)
     t.dir.mkdir(parents=True, exist_ok=True)
     for name, df in tabs.items():
@@ -87,6 +87,7 @@ def test_configs_table(results):
     assert c.loc[("add", "steps")].ours == 4 and c.loc[("add", "steps")].document == 200
     assert c.loc[("add", "lr")].document == 1e-4 and c.loc[("mul", "baseline_decay")].ours == 0.9
     assert c.loc[("add", "batch_size")].ours == 16 and c.loc[("add", "grad_clip")].ours == 1.0
+    assert c.loc[("add", "micro_batch_size")].ours == 16  # micro_batch_size 0 (no accumulation): the whole batch
     assert set(results[0]["system_configs"].query("task == 'add'").preset) == {"small"}
     assert set(results[0]["system_configs"].query("task == 'mul'").preset) == {"missing"}
 
@@ -106,7 +107,8 @@ def test_results_table(results):
     assert r.loc[("mul", "reinforce")].expected_low == 0.8
     g = r.loc[("add", "grpo")]
     assert g.n == 1 and g.n_runs == 2 and g.collapses == 0 and g.collapse_rate_hi == pytest.approx(3.8415 / 4.8415, rel=1e-3)  # Wilson, 0 of 1
-    assert a.final_eval_lo == pytest.approx(0.7 - 12.7062 * 0.1, rel=1e-4)  # t(1) x 0.1414 / sqrt(2)
+    assert a.final_eval_lo == 0 and a.final_eval_hi == 1  # 0.7 -/+ t(1) x 0.1414 / sqrt(2) = 1.27, clipped to [0, 1]
+    assert a.gain_lo == pytest.approx(0.3 - 12.7062 * 0.1, rel=1e-4)  # a gain is a difference: not clipped
     m = r.loc[("mul", "ppo")]  # never written: shown, with nothing invented
     assert m.n == 0 and m.n_runs == 2 and math.isnan(m.final_eval_mean) and reached[("mul", "ppo")] is None
 
@@ -121,12 +123,18 @@ def test_curves_console_criteria(results):
     assert con.loc[("add", "ppo")].source == "metrics.csv"
     assert con.loc[("add", "ppo")].line == "Step 4/4 | Loss 0.123 | Acc 0.500 | Reward 0.500 | LR 1.00e-04 | Ent 0.300 | KL 0.0100 | Eval 0.960"
     assert ("mul", "ppo") not in con.index
-    k = tabs["system_verdicts"].set_index("key")
+    k = verdicts(tabs, "system")
     acc = k.loc["add_accuracy"]  # finals 0.6 and 0.8, minus 90%: -0.2 with t(1) x 0.1
     assert acc["diff"] == pytest.approx(-0.2) and acc.ci_low == pytest.approx(-0.2 - 12.7062 * 0.1, rel=1e-4) and acc.outcome == "inconclusive"
     assert k.loc["add_gain"]["diff"] == pytest.approx(0.3) and k.loc["add_stable"].outcome == "inconclusive"
-    assert k.loc["mul_accuracy"].outcome == "agrees" and k.loc["mul_gain"].outcome == "agrees" and k.loc["mul_stable"].outcome == "agrees"
-    assert k.loc["add_stable"].note == "0 of 2 runs collapsed, 0 degraded"
+    assert (k.loc[["mul_accuracy", "mul_gain", "mul_stable"], "outcome_unadjusted"] == "agrees").all()
+    assert k.loc["mul_accuracy"].kind == "document" and k.loc["add_accuracy"].p_holm >= k.loc["add_accuracy"].p_value
+
+
+def test_sequences_per_micro_batch():
+    assert system.per_micro_batch({"micro_batch_size": 64, "batch_size": 512}) == 64
+    assert system.per_micro_batch({"micro_batch_size": 0, "batch_size": 512}) == 512
+    assert system.per_micro_batch({"micro_batch_size": 0, "batch_size": 512}, world_size=2) == 256  # each rank's share
 
 
 def test_verdict_functions():
@@ -150,27 +158,40 @@ def test_figures_and_section(results):
         for ax in fig.axes:
             assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
             assert ax.get_legend() is not None
+    for ax in figs["system_curves"].axes:
+        # the document's range belongs to its step 200: a bar beside these 4-step runs, labelled so, not a band over them
+        target = [line for line in ax.get_lines() if line.get_label().startswith("document:")]
+        assert len(target) == 1 and "at step 200 (beyond these 4 steps)" in target[0].get_label() and not ax.patches
+        assert ax.get_xlim()[1] < 10
+        ys = [y for c in ax.collections for p in c.get_paths() for y in p.vertices[:, 1]]  # add: 0.7 ± 1.27 unclipped
+        assert ys and 0 <= min(ys) and max(ys) <= 1
+    for fig in figs.values():
         matplotlib.pyplot.close(fig)
     s = system.section(t)
     add, mul = s["verdicts"]
-    assert [r["outcome"] for r in add["rows"]] == ["inconclusive"] * 3 and "70.0% [-57.1%, 197.1%] (n=2)" in add["text"] and "90%–95%" in add["text"]
-    assert [r["outcome"] for r in mul["rows"]] == ["agrees"] * 3 and "ppo no data" in mul["text"]
+    assert [r["outcome"] for r in add["rows"]] == ["inconclusive"] * 3 and "70.0% [0.0%, 100.0%] (n=2)" in add["text"] and "90%–95%" in add["text"]
+    assert [r["outcome"] for r in mul["rows"]] == ["agrees"] * 3 and "; ppo no data" in mul["text"]  # planned, not written
+    alone = system.task_text(t["system_results"].query("algorithm == 'reinforce'"), t["system_configs"], "mul", {})
+    assert "before RL), against" in alone["text"] and "no data" not in alone["text"]  # PPO, GRPO not in the config
     assert s["baseline_decay"] == "0.9" and s["presets"][0]["preset"] == "small"
     w = s["configs"].set_index("key")
     assert w.loc["n_layer", "add_ours"] == 2 and w.loc["n_layer", "mul_document"] == 6 and math.isnan(w.loc["n_layer", "mul_ours"])
     assert list(w.index[:3]) == ["n_layer", "n_head", "n_embd"]
     html = render(s, {"system_curves": "data:image/png;base64,AA=="})
     assert "Step 50/200" in html and "inconclusive" in html and "95% CI [" in html and "system_throughput" in html
+    assert "Beside it this experiment runs PPO (a value head" in html
+    alone = render({**s, "beside": []})
+    assert "runs REINFORCE alone" in alone and "Beside it" not in alone
 
 
 def test_missing_everything(cfg, tmp_path):
     cfg = {**cfg, "results": str(tmp_path / "empty")}
-    tabs = system.tables(Context(cfg))
+    tabs = with_claims(cfg, system.tables(Context(cfg)))
     assert tabs["system_results"].n.eq(0).all() and tabs["system_results"].reached.isna().all()
     assert tabs["system_curves"].empty and tabs["system_console"].empty
     c = tabs["system_configs"].set_index(["task", "key"])
     assert c.loc[("add", "steps")].ours == 4 and math.isnan(c.loc[("add", "n_layer")].ours)  # settings known, model not
-    assert tabs["system_verdicts"].outcome.eq("not judged").all()
+    assert verdicts(tabs, "system").outcome.eq("not judged").all()
     t = Tables(cfg)
     for fig in system.figures(t).values():
         matplotlib.pyplot.close(fig)
@@ -179,6 +200,6 @@ def test_missing_everything(cfg, tmp_path):
 
 
 def test_no_experiment(cfg, tmp_path):
-    tabs = system.tables(Context({**cfg, "results": str(tmp_path), "experiments": {}}))
+    tabs = with_claims(cfg, system.tables(Context({**cfg, "results": str(tmp_path), "experiments": {}})))
     assert tabs["system_results"].empty and tabs["system_curves"].empty and tabs["system_console"].empty
-    assert tabs["system_configs"].ours.isna().all() and tabs["system_verdicts"].empty
+    assert tabs["system_configs"].ours.isna().all() and verdicts(tabs, "system").outcome.eq("not judged").all()

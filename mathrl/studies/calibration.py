@@ -25,8 +25,8 @@ import math
 
 import pandas as pd
 
-from mathrl.studies.kit import COLORS, placeholder, plt, power_note, verdict_frame, verdict_rows
-from mathrl.verdict import Claim, Verdict, mean_interval, rate_difference, wilson
+from mathrl.studies.kit import COLORS, claim_frame, placeholder, plt, power_note, verdict_rows
+from mathrl.verdict import mean_interval, rate_difference, wilson
 
 NAME = "calibration"
 TITLE = "Calibration: a reference setting in which RL learns"
@@ -128,9 +128,10 @@ def reference_runs(ctx, experiment: str) -> list:
     return [r for r in ctx.experiment(experiment) if setting_of(r.spec) == ref or r.spec.variant == ref]
 
 
-def reference_verdicts(ctx) -> tuple[list[Verdict], pd.DataFrame]:
-    """Per experiment with a reference: does RL learn there (gain over seeds, t interval)?"""
-    out, rows = [], []
+def references_table(ctx) -> pd.DataFrame:
+    """Per experiment with a reference: its setting, start, final and the gain over seeds (t
+    interval); the verdict on it is the claim `reference_{experiment}` (config/claims.yaml)."""
+    rows = []
     for exp, spec in ctx.cfg["experiments"].items():
         runs = reference_runs(ctx, exp)
         if not runs:
@@ -138,18 +139,11 @@ def reference_verdicts(ctx) -> tuple[list[Verdict], pd.DataFrame]:
             continue
         per = {r.spec.seed: gain_row(r) for r in runs if r.ok}
         est = mean_interval({s: g["gain"] for s, g in per.items()})
-        task = runs[0].settings["task"]
         start = sum(g["start"] for g in per.values()) / len(per) if per else NAN
-        final = sum(g["final"] for g in per.values()) / len(per) if per else NAN
-        note = f"start {start:.1%}, final {final:.1%} on {task}" if per else ""
-        if per and start >= HEADROOM:
-            note += f"; no headroom: the start is within {1 - HEADROOM:.0%} of a perfect score"
-        v = Verdict(Claim(f"reference_{exp}", f"RL learns in {exp}'s reference setting ({setting_of(runs[0].spec)}, {task})",
-                          "held-out accuracy: final − start, mean over seeds", unit="pts"), est, note=note)  # fmt: skip
-        out.append(v)
-        rows.append({"experiment": exp, "reference": setting_of(runs[0].spec), "task": task, "n": est.n, "start": start, "final": final,
-                     "gain": est.estimate, "gain_lo": est.lo, "gain_hi": est.hi, "outcome": v.outcome})  # fmt: skip
-    return out, pd.DataFrame(rows)
+        rows.append({"experiment": exp, "reference": setting_of(runs[0].spec), "task": runs[0].settings["task"], "n": est.n, "start": start,
+                     "final": sum(g["final"] for g in per.values()) / len(per) if per else NAN, "gain": est.estimate,
+                     "gain_lo": est.lo, "gain_hi": est.hi, "no_headroom": bool(per) and start >= HEADROOM})  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 # ----------------------------------------------------------------------------- all runs
@@ -182,10 +176,10 @@ def below_table(gains: pd.DataFrame) -> pd.DataFrame:
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     pilot = pilot_table(ctx)
-    verdicts, refs = reference_verdicts(ctx)
+    refs = references_table(ctx)
     gains = all_gains(ctx)
     return {"calibration_pilot": pilot, "calibration_pick": pick_table(pilot, ctx), "calibration_references": refs,
-            "calibration_gains": gains, "calibration_below": below_table(gains), "calibration_verdicts": verdict_frame(verdicts)}  # fmt: skip
+            "calibration_gains": gains, "calibration_below": below_table(gains)}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- figures
@@ -241,5 +235,5 @@ def section(t) -> dict:
         "pilot": t["calibration_pilot"], "pick": t["calibration_pick"], "references": t["calibration_references"],
         "below": below, "overall": total, "target": TARGET_BELOW, "drop": DROP,
         "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),
-        "verdicts": verdict_rows(t["calibration_verdicts"]), "power": power_note(t["calibration_verdicts"]),
+        "verdicts": verdict_rows(claim_frame(t, NAME)), "power": power_note(claim_frame(t, NAME)),
     }  # fmt: skip

@@ -7,7 +7,7 @@ clipping, a decaying entropy bonus, a decaying LR, a curriculum. The `collapse` 
 runs each remedy where its problem exists: the reward designs and the curriculum from a random
 policy (every answer malformed, every exact-match reward 0), the others from the warm-up at the
 reference where RL learns; plus a huge learning rate without clipping that must trip the
-non-finite guard. Each verdict is judged only where its mechanism engaged (kit.Engaged).
+non-finite guard. Each verdict is judged only where its mechanism engaged (the checks of config/claims.yaml).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import math
 import pandas as pd
 
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, degraded, max_drawdown, mean_spread, roughness
-from mathrl.studies.kit import COLORS, add_intervals, add_wilson, band, by_key, cell, engaged, judged, per_seed, placeholder, plt, power_note, roles, verdict_frame, verdict_rows
-from mathrl.verdict import Claim, Estimate, Verdict, difference, rate_difference, wilson
+from mathrl.studies.kit import BAND_NOTE, COLORS, SHARE, add_intervals, add_wilson, band, bounds, by_key, cell, claim_frame, per_seed, placeholder, plt, power_note, role_of, roles, verdict_rows
+from mathrl.verdict import difference
 
 NAME = "collapse"
 TITLE = "Training collapse: causes and remedies"
@@ -28,20 +28,13 @@ EXPERIMENT = "collapse"
 # What each run of the experiment is for; the config's `roles` block names the variant of each.
 ROLES = ("baseline", "random_baseline", "shaped", "penalty", "adv_norm_clip", "entropy_schedule", "cosine_lr", "curriculum", "nonfinite")
 REWARD_DESIGNS = ("random_baseline", "shaped", "penalty")
-# Where each remedy's problem exists and its mechanism acts (kit.Engaged thresholds).
-SPARSE = 0.9  # the sparse-reward problem: at least this share of groups with all rewards equal under exact match
-MALFORMED = 0.95  # malformed answers exist: a format rate at step 1 of at most this
-ENTROPY_FALL = 0.10  # entropy collapse exists: the baseline's entropy falls by at least this share over the run
-LATE_DRAWDOWN = 0.02  # late instability exists: the baseline's second-half drawdown is at least 2 points
-LR_DECAY = 0.5  # the schedule acted: the last step's LR is at most this share of the first
-UNSOLVED = 0.8  # a curriculum stage is not already solved: sampled accuracy at most this on its first stage
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)  # "the five points of a run", as shares of its steps
 CEILING = 0.99  # a rate at or above this leaves a remedy nothing to raise
-NONINFERIOR_MARGIN = 0.02  # accuracy points that count as "no worse" (about the sampling error of 500 problems)
 STATS = ["initial_eval", "final_eval", "best_eval", "gain", "mid_gain", "drawdown", "late_drawdown", "roughness", "collapsed", "degraded",
          "final_format_rate", "final_entropy", "early_entropy", "skipped", "initial_format_rate", "zero_std", "entropy_fall", "lr_ratio",
-         "first_stage_accuracy", "adv_abs_max"]  # fmt: skip
-NONFINITE_COLUMNS = ["run_id", "seed", "status", "steps_done", "skipped", "first_skipped_step", "weights_finite", "initial_eval", "final_eval"]
+         "first_stage_accuracy", "adv_abs_max", "adv_clip_ratio"]  # fmt: skip
+NONFINITE_COLUMNS = ["run_id", "seed", "status", "steps_done", "skipped", "first_skipped_step", "weights_finite", "caught", "initial_eval",
+                     "final_eval"]  # fmt: skip
 CURVE_VALUES = ["eval_accuracy", "format_rate", "entropy", "entropy_coef", "lr", "ndigit", "skipped", "frac_zero_std"]
 
 
@@ -78,6 +71,8 @@ def run_stats(run, role: str) -> dict:
                lr_ratio=float(lr.iloc[-1] / lr.iloc[0]) if len(lr) and lr.iloc[0] > 0 else math.nan,
                first_stage_accuracy=float(first_stage.mean()) if len(first_stage) else math.nan,
                adv_abs_max=float(m["adv_abs_max"].mean()) if "adv_abs_max" in m else math.nan)  # fmt: skip
+    clip = settings.get("adv_clip")
+    row["adv_clip_ratio"] = row["adv_abs_max"] / float(clip) if clip else math.nan  # >= 1: the clip bound on average
     return row
 
 
@@ -85,7 +80,7 @@ def variants_table(per_run: pd.DataFrame, settings: dict, baseline: str) -> pd.D
     """Per variant: its settings, mean, std, 95% interval and n of every statistic, and the
     difference in final accuracy from the baseline with its 95% interval (paired by seed)."""
     out = mean_spread(per_run, ["variant"], STATS[1:2] + STATS[:1] + STATS[2:])  # n counts final evals
-    out = add_intervals(out, ["final_eval", "gain"])
+    out = add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
     out.insert(1, "role", per_run.groupby("variant", sort=False)["role"].first().values if len(per_run) else [])
     out.insert(2, "settings", [", ".join(f"{k}={val}" for k, val in (settings.get(x) or {}).items()) or "defaults" for x in out["variant"]])
     g = per_run.groupby("variant", sort=False)
@@ -106,8 +101,9 @@ def variants_table(per_run: pd.DataFrame, settings: dict, baseline: str) -> pd.D
 def segment_rows(run, role: str) -> list[dict]:
     """Each of the five points with the rollouts behind it: format rate and the share of
     zero-std groups over the steps since the previous point (point 0: step 1's rollouts,
-    which the warm-up policy sampled)."""
-    pts, m, rows, prev = five_points(run.evals, run.settings["steps"]), run.metrics, [], -1
+    which the warm-up policy sampled). An evaluation nearest to two of the points (a run
+    with fewer than five evaluations after step 0) is one row, under the first."""
+    pts, m, rows, prev = five_points(run.evals, run.settings["steps"]).drop_duplicates("step"), run.metrics, [], -1
     for p in pts.itertuples():
         seg = m[m["step"] == 1] if p.step == 0 else m[(m["step"] > prev) & (m["step"] <= p.step)]
         rows.append({"variant": run.spec.variant, "role": role, "seed": run.spec.seed, "point": p.point, "step": p.step,
@@ -149,83 +145,35 @@ def nonfinite_table(runs) -> pd.DataFrame:
             row.update(steps_done=len(m), skipped=int(len(hits)), first_skipped_step=float(hits.iloc[0]) if len(hits) else math.nan,
                        weights_finite=bool(math.isfinite(final) and math.isfinite(m["entropy"].iloc[-1])),
                        initial_eval=r.initial_eval, final_eval=final)  # fmt: skip
+            row["caught"] = float(row["skipped"] > 0 and row["weights_finite"])  # the guard skipped an update, the weights stayed finite
         rows.append(row)
     return pd.DataFrame(rows, columns=NONFINITE_COLUMNS)
-
-
-# ----------------------------------------------------------------------------- verdicts
-def verdicts(per_run: pd.DataFrame, nonfinite: pd.DataFrame, role: dict, settings: dict | None = None) -> list[Verdict]:
-    """The document's remedies, each against its reference (paired by seed), each judged only
-    where its problem exists and its mechanism acted (kit.Engaged)."""
-    base = role["baseline"]
-    val = lambda r, col: per_seed(per_run, col, variant=role[r])  # noqa: E731
-    diff = lambda r, col, ref="baseline": difference(val(r, col), val(ref, col))  # noqa: E731
-    check = lambda r, col, what, measure, threshold, direction=1: engaged(what, measure, val(r, col), threshold, direction)  # noqa: E731
-    sparse = check("random_baseline", "zero_std", f"sparse reward ({role['random_baseline']})", "share of groups with equal rewards", SPARSE)
-    malformed = check("penalty", "initial_format_rate", f"malformed answers ({role['penalty']})", "format rate at step 1", MALFORMED, -1)
-    out = [
-        judged(Claim("shaping", "shaped reward learns faster than binary exact-match reward",
-                     f"gain in held-out accuracy by mid-run: {role['shaped']} − {role['random_baseline']}", unit="pts"),
-               diff("shaped", "mid_gain", "random_baseline"), sparse),
-        judged(Claim("penalty", "an invalid-output penalty reduces invalid output", f"final format rate: {role['penalty']} − {role['shaped']}", unit="pts"),
-               diff("penalty", "final_format_rate", "shaped"), malformed),
-    ]  # fmt: skip
-    # Advantage normalisation with clipping against the baseline's collapse (Newcombe interval from Wilson intervals).
-    k = lambda r: int(sum(val(r, "collapsed").values()))  # noqa: E731
-    n = lambda r: len(val(r, "collapsed"))  # noqa: E731
-    kb, nb, kr, nr = k("baseline"), n("baseline"), k("adv_norm_clip"), n("adv_norm_clip")
-    clip = ((settings or {}).get(role["adv_norm_clip"]) or {}).get("adv_clip")
-    out.append(judged(Claim("normalisation", "advantage normalisation with clipping avoids collapse",
-                            f"collapse rate: {base} − {role['adv_norm_clip']}", unit="pts"), rate_difference(kb, nb, kr, nr),
-                      engaged(f"collapse to prevent ({base})", "collapsed runs", [kb], 1),
-                      engaged(f"advantage clip ({role['adv_norm_clip']})", f"mean largest |advantage| before the clip at {clip}", val("adv_norm_clip", "adv_abs_max"),
-                              float(clip) if clip else math.inf),
-                      note=f"{base} collapsed in {kb} of {nb} runs, {role['adv_norm_clip']} in {kr} of {nr}"))  # fmt: skip
-    out += [
-        judged(Claim("entropy", "a decaying entropy bonus keeps entropy higher early", f"first-half mean token entropy: {role['entropy_schedule']} − {base}"),
-               diff("entropy_schedule", "early_entropy"), check("baseline", "entropy_fall", f"entropy collapse ({base})", "entropy fall over the run", ENTROPY_FALL)),
-        judged(Claim("lr", "cosine LR decay avoids late instability", f"second-half largest drawdown of held-out accuracy: {role['cosine_lr']} − {base}",
-                     direction=-1, unit="pts"), diff("cosine_lr", "late_drawdown"),
-               check("baseline", "late_drawdown", f"late instability ({base})", "second-half drawdown", LATE_DRAWDOWN),
-               check("cosine_lr", "lr_ratio", f"LR decay ({role['cosine_lr']})", "last LR / first LR", LR_DECAY, -1)),
-        judged(Claim("curriculum", "a curriculum (1 digit first, then 2) helps", f"final held-out accuracy: {role['curriculum']} − {role['shaped']}", unit="pts"),
-               diff("curriculum", "final_eval", "shaped"),
-               check("curriculum", "first_stage_accuracy", f"first stage unsolved ({role['curriculum']})", "sampled accuracy on the first stage", UNSOLVED, -1)),
-    ]  # fmt: skip
-    ok = nonfinite[nonfinite["status"].isin(["complete", "stopped_nonfinite"])] if len(nonfinite) else nonfinite
-    caught = int(((ok["skipped"] > 0) & ok["weights_finite"].astype(str).eq("True")).sum()) if len(ok) else 0
-    lo, hi = wilson(caught, len(ok))
-    est = Estimate(caught / len(ok), lo, hi, len(ok), "one-sample", len(ok)) if len(ok) else None
-    out.append(Verdict(Claim("guard", "a huge LR without clipping produces non-finite values; the guard catches them",
-                             f"share of {role['nonfinite']} runs whose guard skipped an update and kept the weights finite (Wilson interval)", unit="pct"),
-                       est, note=f"{caught} of {len(ok)} runs"))  # fmt: skip
-    return out
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = ctx.experiment(EXPERIMENT)
     role = roles(ctx.cfg, EXPERIMENT, ROLES) if runs else {}
-    role_of = {v: r for r, v in role.items()}
-    per_run = pd.DataFrame([run_stats(r, role_of.get(r.spec.variant, "")) for r in runs],
+    named = role_of(role, ROLES)  # the calibration's `reference` shares the baseline's variant: the baseline names it
+    per_run = pd.DataFrame([run_stats(r, named.get(r.spec.variant, "")) for r in runs],
                            columns=["variant", "role", "seed", "run_id", "status", "algorithm"] + STATS)  # fmt: skip
     v = variants_table(per_run, ctx.cfg["experiments"].get(EXPERIMENT, {}).get("variants") or {}, role.get("baseline", ""))
-    design = pd.DataFrame([row for r in runs if r.ok and role_of.get(r.spec.variant) in REWARD_DESIGNS for row in segment_rows(r, role_of[r.spec.variant])],
+    design = pd.DataFrame([row for r in runs if r.ok and named.get(r.spec.variant) in REWARD_DESIGNS for row in segment_rows(r, named[r.spec.variant])],
                           columns=["variant", "role", "seed", "point", "step", "eval_accuracy", "format_rate", "frac_zero_std"])  # fmt: skip
     design = mean_spread(design, ["variant", "role", "point", "step"], ["eval_accuracy", "format_rate", "frac_zero_std"])
-    nonfinite = nonfinite_table([r for r in runs if role_of.get(r.spec.variant) == "nonfinite"])
+    nonfinite = nonfinite_table([r for r in runs if named.get(r.spec.variant) == "nonfinite"])
     return {"collapse_variants": v, "collapse_per_run": per_run, "collapse_reward_design": design, "collapse_nonfinite": nonfinite,
-            "collapse_curves": curve_table(runs, role_of),
-            "collapse_verdicts": verdict_frame(verdicts(per_run, nonfinite, role, ctx.cfg["experiments"].get(EXPERIMENT, {}).get("variants")) if runs else [])}  # fmt: skip
+            "collapse_curves": curve_table(runs, named)}
 
 
 # ----------------------------------------------------------------------------- figures
 def _curves(ax, c, wanted, col, title, ylabel):
-    """One band (95% interval across seeds) per role of `col` over steps, or a placeholder."""
+    """One band (BAND_NOTE) per role of `col` over steps, or a placeholder."""
     drawn = 0
     for i, role in enumerate(wanted):
         d = c[(c["role"] == role) & c[f"{col}_mean"].notna()] if len(c) else c
         if len(d):
-            band(ax, d["step"], d[f"{col}_mean"], d[f"{col}_std"], d["variant"].iloc[0], COLORS[i % len(COLORS)], n=d["n"])
+            band(ax, d["step"], d[f"{col}_mean"], d[f"{col}_std"], d["variant"].iloc[0], COLORS[i % len(COLORS)],
+                 n=d["n"], bounds=bounds(col))
             drawn += 1
     if not drawn:
         placeholder(ax, f"no data: {', '.join(wanted)} missing")
@@ -236,10 +184,10 @@ def _curves(ax, c, wanted, col, title, ylabel):
 
 def fig_reward_design(t) -> plt.Figure:
     c = t["collapse_curves"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")  # the suptitle clear of the titles
     _curves(axes[0], c, REWARD_DESIGNS, "eval_accuracy", "Held-out accuracy by reward design", "eval accuracy")
     _curves(axes[1], c, REWARD_DESIGNS, "format_rate", "Well-formed answers in rollouts", "format rate")
-    fig.suptitle("Reward design on 2-digit multiplication (mean, 95% interval across seeds)")
+    fig.suptitle(f"Reward design on 2-digit multiplication ({BAND_NOTE})")
     return fig
 
 
@@ -250,8 +198,10 @@ def fig_variants(t) -> plt.Figure:
         placeholder(ax, "no data: the collapse runs are missing")
     else:
         x = range(len(v))
-        err = [(v["final_eval_mean"] - v["final_eval_lo"]).fillna(0), (v["final_eval_hi"] - v["final_eval_mean"]).fillna(0)]
-        ax.bar(x, v["final_eval_mean"].fillna(0), yerr=err, color=COLORS[0], capsize=3, label="final (mean, 95% interval)")
+        lo, hi = v["final_eval_lo"].clip(*SHARE), v["final_eval_hi"].clip(*SHARE)  # an accuracy stays within [0, 1]
+        err = [(v["final_eval_mean"] - lo).fillna(0), (hi - v["final_eval_mean"]).fillna(0)]
+        ax.bar(x, v["final_eval_mean"].fillna(0), yerr=err, color=COLORS[0], capsize=3,
+               label="final (mean, 95% t interval)")
         for i, n in zip(x, v["n"]):
             ax.annotate(f"n={int(n)}" if n else "missing", (i, 0), ha="center", va="bottom", fontsize=7, color="0.2")
         base = cell(v, "final_eval_mean", role="baseline")
@@ -270,17 +220,17 @@ def fig_schedules(t) -> plt.Figure:
     _curves(axes[0, 1], c, ["cosine_lr", "baseline"], "lr", "Learning rate", "lr")
     _curves(axes[1, 0], c, ["curriculum"], "ndigit", "Curriculum: operand digits", "ndigit")
     _curves(axes[1, 1], c, ["entropy_schedule", "cosine_lr", "curriculum", "baseline"], "eval_accuracy", "Held-out accuracy", "eval accuracy")
-    fig.suptitle("Entropy bonus schedule, LR schedule and curriculum")
+    fig.suptitle(f"Entropy bonus schedule, LR schedule and curriculum ({BAND_NOTE})")
     fig.tight_layout()
     return fig
 
 
 def fig_nonfinite(t) -> plt.Figure:
     c = t["collapse_curves"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     _curves(axes[0], c, ["nonfinite"], "skipped", "Updates skipped by the non-finite guard", "share of runs skipping")
     _curves(axes[1], c, ["nonfinite", "baseline"], "eval_accuracy", "Held-out accuracy", "eval accuracy")
-    fig.suptitle("A huge learning rate without gradient clipping")
+    fig.suptitle(f"A huge learning rate without gradient clipping ({BAND_NOTE})")
     return fig
 
 
@@ -301,7 +251,8 @@ CAUSES = [
 
 def section(t) -> dict:
     v, d = t["collapse_variants"], t["collapse_reward_design"]
-    rows = verdict_rows(t["collapse_verdicts"])
+    claims = claim_frame(t, NAME)
+    rows = verdict_rows(claims)
     name = lambda role: (v.loc[v["role"] == role, "variant"].tolist() or [role])[0] if len(v) else role  # noqa: E731
     setting = lambda role: (v.loc[v["role"] == role, "settings"].tolist() or ["not run"])[0] if len(v) else "not run"  # noqa: E731
     zs = {r.role: r.frac_zero_std_mean for r in d[d["point"] == 0].itertuples()} if len(d) else {}
@@ -310,4 +261,4 @@ def section(t) -> dict:
             "names": {r: name(r) for r in ROLES}, "settings": {r: setting(r) for r in ROLES}, "collapse_definition": COLLAPSE_DEFINITION,
             "variants": v, "reward_design": d, "nonfinite": t["collapse_nonfinite"] if len(t["collapse_nonfinite"]) else pd.DataFrame(columns=NONFINITE_COLUMNS),
             "zero_std": {"baseline": z("random_baseline"), "shaped": z("shaped")}, "verdicts": by_key(rows), "verdict_list": rows,
-            "power": power_note(t["collapse_verdicts"])}  # fmt: skip
+            "power": power_note(claims)}  # fmt: skip

@@ -18,12 +18,13 @@ from scipy import stats
 from mathrl import diagnostics as dx
 from mathrl import layout
 from mathrl.results import mean_spread
+from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, add_intervals, band, bounds, claim_frame, placeholder, plt, power_note, verdict_rows
+from mathrl.studies.kit import roles as roles_of
 from mathrl.studies.mismatch import EXPERIMENT as MISMATCH_EXPERIMENT
 from mathrl.studies.mismatch import figures as mismatch_figures
 from mathrl.studies.mismatch import section as mismatch_section
 from mathrl.studies.mismatch import tables as mismatch_tables
-from mathrl.studies.kit import COLORS, add_intervals, band, placeholder, plt, power_note, verdict_frame, verdict_rows
-from mathrl.verdict import Claim, Verdict, difference, mean_interval
+from mathrl.verdict import mean_interval
 
 NAME = "diagnostics"
 TITLE = "Beyond the documents: pass@k, the entropy law, advantage scaling, noise scale"
@@ -33,7 +34,7 @@ EXPERIMENT = "adv_scaling"  # the advantage-scaling experiment (its roles name t
 KS = (1, 2, 4, 8, 16, 32, 64)
 LAW_R2 = 0.5  # the law "holds" in a run when its fit explains at least half the variance ...
 LAW_RMSE = 0.05  # ... and the first half's fit predicts the second half within 5 points (RMSE)
-EQUIVALENCE = 0.03  # advantage scalings "do not matter" when they agree within ±3 points
+REACHED_STEPS = 5  # the accuracy a run reached: the mean sampled accuracy of its last this many steps
 NAN = math.nan
 
 
@@ -80,24 +81,11 @@ def pass_at_k_runs(ctx) -> pd.DataFrame:
 
 def pass_at_k_summary(runs: pd.DataFrame) -> pd.DataFrame:
     """Per experiment, setting, phase and k: the mean over seeds with its t interval."""
-    out = add_intervals(mean_spread(runs, ["experiment", "setting", "phase", "k"], ["pass_at_k"]), ["pass_at_k"])
+    out = mean_spread(runs, ["experiment", "setting", "phase", "k"], ["pass_at_k"])
+    out = add_intervals(out, ["pass_at_k"], bounds={"pass_at_k": SHARE})
     for col in ("pass_at_k_lo", "pass_at_k_hi"):  # a t interval of a share reaches past [0, 1] with 3 seeds near 1
         if col in out:
             out[col] = out[col].clip(0.0, 1.0)
-    return out
-
-
-def pass_at_k_verdicts(runs: pd.DataFrame) -> list[Verdict]:
-    """Does RL narrow exploration? pass@1 should rise; the question is what happens at k = max."""
-    out = []
-    for (exp, name), g in runs.groupby(["experiment", "setting"], sort=False):
-        kmax = int(g["k"].max())
-        for k, direction, text in [(1, 1, "RL raises pass@1 (the sampled answer is right more often)"),
-                                   (kmax, -1, f"RL narrows exploration: pass@{kmax} falls")]:  # fmt: skip
-            v = {ph: dict(zip(h["seed"], h["pass_at_k"])) for ph, h in g[g["k"] == k].groupby("phase")}
-            est = difference(v.get("final", {}), v.get("initial", {})) if v else None
-            out.append(Verdict(Claim(f"pass_at_{k}_{name}", f"{exp}/{name}: {text}", f"pass@{k} after − before RL", direction=direction, unit="pts"),
-                               est, extra={"part": "pass@k"}))  # fmt: skip
     return out
 
 
@@ -111,7 +99,7 @@ def entropy_law_runs(ctx) -> pd.DataFrame:
             continue
         fit = dx.fit_entropy_law(m["entropy"].to_numpy(), m["accuracy"].to_numpy())
         final_eval = float(run.evals["eval_accuracy"].iloc[-1])
-        reached = float(m["accuracy"].tail(5).mean())
+        reached = float(m["accuracy"].tail(REACHED_STEPS).mean())
         rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "steps": len(m), **fit,
                      "entropy_start": float(m["entropy"].iloc[0]), "entropy_end": float(m["entropy"].iloc[-1]),
                      "reached": reached, "final_eval": final_eval, "ceiling_minus_reached": fit["ceiling"] - reached,
@@ -121,13 +109,15 @@ def entropy_law_runs(ctx) -> pd.DataFrame:
 
 
 LAW_VALUES = ["r2", "a", "b", "ceiling", "reached", "final_eval", "ceiling_minus_reached", "half_rmse", "entropy_drop"]
+# The range of each bounded value; the fitted a, b and ceiling stay as fitted (a ceiling above 1 is an extrapolation).
+LAW_BOUNDS = {"r2": (None, 1.0), "reached": SHARE, "final_eval": SHARE, "half_rmse": NONNEGATIVE}
 
 
 def entropy_law_summary(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=["experiment", "setting", "n", "holds"])
     runs = runs.assign(entropy_drop=runs["entropy_start"] - runs["entropy_end"], holds=runs["holds"].astype(float))
-    out = add_intervals(mean_spread(runs, ["experiment", "setting"], LAW_VALUES), LAW_VALUES)
+    out = add_intervals(mean_spread(runs, ["experiment", "setting"], LAW_VALUES), LAW_VALUES, bounds=LAW_BOUNDS)
     out["holds"] = runs.groupby(["experiment", "setting"], sort=False)["holds"].sum().values
     return out
 
@@ -154,33 +144,8 @@ def adv_scaling_runs(ctx) -> pd.DataFrame:
 
 def adv_scaling_summary(runs: pd.DataFrame) -> pd.DataFrame:
     values = ["initial", "final", "gain"]
-    out = add_intervals(mean_spread(runs, ["setting", "carries"], values + ["problems"]), values)
-    return out
-
-
-def adv_scaling_verdicts(runs: pd.DataFrame, roles: dict) -> list[Verdict]:
-    """The reference learns; each other scaling against it (equivalence within ±3 points), on
-    all problems and per number of carries."""
-    if runs.empty or "baseline" not in roles:
-        return []
-    base = roles["baseline"]
-    val = lambda name, c, col="final": dict(zip(*runs[(runs.setting == name) & (runs.carries == c)][["seed", col]].T.values))  # noqa: E731
-    reference = Verdict(Claim("adv_reference_learns", f"{EXPERIMENT}: the reference ({base}) gains held-out accuracy", "final − initial held-out accuracy", unit="pts"),
-                        mean_interval(val(base, "all", "gain")), extra={"part": "advantage scaling", "carries": "all"})  # fmt: skip
-    out = [reference]
-    for name in dict.fromkeys(roles.values()):
-        if name == base:  # the baseline, under whatever role names it (e.g. also the experiment's reference)
-            continue
-        for c in ["all", *sorted((x for x in runs["carries"].unique() if x != "all"), key=int)]:
-            where = "all problems" if c == "all" else f"{c} carr{'y' if c == '1' else 'ies'}"
-            claim = Claim(f"adv_{name}_vs_{base}_c{c}", f"{EXPERIMENT}: {name} ends as {base} does ({where})",
-                          f"final held-out accuracy, {name} − {base}", kind="equivalence", margin=EQUIVALENCE, unit="pts")  # fmt: skip
-            est, extra = difference(val(name, c), val(base, c)), {"part": "advantage scaling", "carries": c}
-            if reference.outcome != "agrees":  # a variant is judged only against a reference in which RL learns
-                out.append(Verdict(claim, est, outcome="not judged", extra=extra,
-                                   reason=f"the reference's gain has no 95% interval above 0 ({reference.outcome}); the difference is shown, not judged"))  # fmt: skip
-            else:
-                out.append(Verdict(claim, est, extra=extra))
+    out = mean_spread(runs, ["setting", "carries"], values + ["problems"])
+    out = add_intervals(out, values, bounds={"initial": SHARE, "final": SHARE})  # accuracies; the gain is a difference
     return out
 
 
@@ -247,31 +212,20 @@ def update_runs(ctx) -> pd.DataFrame:
 
 
 def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
-    return add_intervals(mean_spread(runs, ["experiment", "setting"], UPDATE), UPDATE)
-
-
-def covariance_verdict(runs: pd.DataFrame) -> list[Verdict]:
-    """Across every run with the diagnostic: is the correlation negative on average?"""
-    vals = runs["cov_entropy_corr"].dropna() if len(runs) else pd.Series(dtype=float)
-    return [Verdict(Claim("cov_drives_entropy", "Entropy falls after steps with a positive log-prob/advantage covariance (arXiv 2505.22617)",
-                          "Spearman correlation of logp_adv_cov(t) and H(t+1) − H(t), mean over runs", direction=-1, unit="num"),
-                    mean_interval(dict(enumerate(vals))), extra={"part": "entropy mechanism"})]  # fmt: skip
+    limits = {"clip_frac_low": SHARE, "clip_frac_high": SHARE, "adv_std": NONNEGATIVE, "adv_abs_max": NONNEGATIVE,
+              "cov_entropy_corr": (-1.0, 1.0)}
+    return add_intervals(mean_spread(runs, ["experiment", "setting"], UPDATE), UPDATE, bounds=limits)
 
 
 # ----------------------------------------------------------------------------- the study
 def tables(ctx) -> dict[str, pd.DataFrame]:
-    from mathrl.studies.kit import roles as roles_of
-
     pk, law, adv, upd = pass_at_k_runs(ctx), entropy_law_runs(ctx), adv_scaling_runs(ctx), update_runs(ctx)
-    roles = roles_of(ctx.cfg, EXPERIMENT, ("baseline",))
-    verdicts = pass_at_k_verdicts(pk) + adv_scaling_verdicts(adv, roles) + covariance_verdict(upd)
     return {
         "diagnostics_pass_at_k_runs": pk, "diagnostics_pass_at_k": pass_at_k_summary(pk),
         "diagnostics_entropy_law_runs": law, "diagnostics_entropy_law": entropy_law_summary(law),
         "diagnostics_adv_scaling_runs": adv, "diagnostics_adv_scaling": adv_scaling_summary(adv),
         "diagnostics_noise_scale": noise_scale_table(ctx), "diagnostics_noise_scale_steps": noise_scale_steps(ctx),
         "diagnostics_update_runs": upd, "diagnostics_update": update_summary(upd),
-        "diagnostics_verdicts": verdict_frame(verdicts),
         **mismatch_tables(ctx, roles_of(ctx.cfg, MISMATCH_EXPERIMENT, ("control",))),  # the rollout/trainer mismatch
     }  # fmt: skip
 
@@ -282,7 +236,8 @@ def figures(t) -> dict[str, plt.Figure]:
     fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
     if len(pk):
         for i, ((exp, name, phase), g) in enumerate(pk.groupby(["experiment", "setting", "phase"], sort=False)):
-            band(ax, g["k"], g["pass_at_k_mean"], g["pass_at_k_std"], f"{exp}/{name} {phase}", COLORS[i % len(COLORS)], n=g["n"])
+            band(ax, g["k"], g["pass_at_k_mean"], g["pass_at_k_std"], f"{exp}/{name} {phase}", COLORS[i % len(COLORS)],
+                 n=g["n"], bounds=bounds("pass_at_k"))
         ax.set_xscale("log", base=2)
         ax.legend(fontsize=7)
     else:
@@ -340,14 +295,15 @@ def law_text(runs: pd.DataFrame) -> str:
 
 
 def section(t) -> dict:
-    v = t["diagnostics_verdicts"]
+    v = claim_frame(t, NAME)
     rows = verdict_rows(v)
     law = t["diagnostics_entropy_law"]
     return {
         "pass_at_k": t["diagnostics_pass_at_k"], "pass_at_k_runs": t["diagnostics_pass_at_k_runs"],
         "law": law, "law_runs": t["diagnostics_entropy_law_runs"], "law_text": law_text(t["diagnostics_entropy_law_runs"]), "adv": t["diagnostics_adv_scaling"],
         "noise": t["diagnostics_noise_scale"], "noise_steps": t["diagnostics_noise_scale_steps"], "updates": t["diagnostics_update"],
-        "verdicts": rows, "power": power_note(v), "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE, "margin": EQUIVALENCE,
+        "verdicts": rows, "power": power_note(v), "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE,
+        "reached_steps": REACHED_STEPS,
         "experiment": EXPERIMENT,
         "mismatch": mismatch_section(t),  # the rollout/trainer mismatch (sections/mismatch.html.j2)
     }  # fmt: skip

@@ -6,7 +6,8 @@ seeds; and a table of start, final, best and gain with their 95% intervals. Held
 accuracy on N problems carries its own sampling error (about ±2.2 points of standard error
 at 50% on 500 problems), shown beside the final accuracy. Where the experiment declares a
 `baseline` role, each setting's probability of improvement over it (rliable.metrics: the
-share of seed pairs in which it ends higher) is given too.
+share of seed pairs in which it ends higher) is given too. An experiment's own `claims:` are
+judged by the claims engine (mathrl.claims) and shown under its table.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pandas as pd
 from rliable import metrics as rly
 
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, add_intervals, band, placeholder, plt
+from mathrl.studies.kit import COLORS, add_intervals, band, claim_frame, placeholder, plt, verdict_rows
 from mathrl.verdict import binomial_halfwidth
 
 NAME = "generic"
@@ -125,5 +126,5 @@ def section(t) -> dict:
     for e, spec in cfg["experiments"].items():
         rows = s[s["experiment"] == e] if "experiment" in s else s.iloc[0:0]
         exps.append({"name": e, "description": spec.get("description", ""), "summary": rows, "figure": f"generic_{e}",
-                     "roles": spec.get("roles") or {}})  # fmt: skip
+                     "roles": spec.get("roles") or {}, "claims": verdict_rows(claim_frame(t, NAME, e))})  # fmt: skip
     return {"experiments": exps}

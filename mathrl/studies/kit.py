@@ -1,4 +1,4 @@
-"""What every study shares: roles from the config, per-seed values, verdict tables, text and plot style.
+"""What every study shares: roles from the config, per-seed values, views of claims.csv, text and plot style.
 
 A study keeps only its science; this module holds the plumbing, so that `mathrl.plots`
 and the study modules both import it and never each other.
@@ -7,7 +7,6 @@ and the study modules both import it and never each other.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import matplotlib
 
@@ -18,7 +17,7 @@ import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from mathrl.errors import ConfigError  # noqa: E402
-from mathrl.verdict import CONFIDENCE, MAX_SEEDS, VERDICT_COLUMNS, Verdict, number, sentence  # noqa: E402
+from mathrl.verdict import CONFIDENCE, MAX_SEEDS, number, sentence  # noqa: E402
 
 NAN = math.nan
 
@@ -42,6 +41,16 @@ def roles(cfg: dict, experiment: str, required: tuple[str, ...]) -> dict[str, st
             raise ConfigError(f"experiments.{experiment}.roles.{role}: {variant!r} is not a variant of {experiment} "
                               f"(allowed: {', '.join(sorted(variants)) or 'none'})")  # fmt: skip
     return {r: declared[r] for r in declared}
+
+
+def role_of(role: dict[str, str], study_roles: tuple[str, ...]) -> dict[str, str]:
+    """{variant: role}, the inverse of `roles`. A variant can hold several roles (the study's own and
+    another study's, such as the calibration's `reference`); it is named by the first of the study's
+    roles in `study_roles` order, and by another role only where it holds none of them."""
+    out: dict[str, str] = {}
+    for r in [*[r for r in study_roles if r in role], *[r for r in role if r not in study_roles]]:
+        out.setdefault(role[r], r)
+    return out
 
 
 def per_seed(df: pd.DataFrame, col: str, **where) -> dict:
@@ -75,52 +84,6 @@ def known(*xs) -> bool:
     return all(x is not None and not (isinstance(x, (float, np.floating)) and math.isnan(x)) for x in xs)
 
 
-# ----------------------------------------------------------------------------- mechanisms that engaged
-@dataclass(frozen=True)
-class Engaged:
-    """Whether a variant's mechanism acted in its runs: a measured value against a threshold.
-
-    A remedy that never acted (an upper clip that never binds, a penalty that meets no
-    malformed answer, a critic that explains nothing) says nothing about the document's
-    claim, so a verdict that rests on it is "not judged" (see `judged`). direction +1: the
-    check passes at value >= threshold; -1: at value <= threshold."""
-
-    mechanism: str
-    measure: str
-    value: float
-    threshold: float
-    direction: int = 1
-
-    @property
-    def passed(self) -> bool | None:
-        """True or False; None when the value could not be measured."""
-        if not known(self.value):
-            return None
-        return bool(self.value >= self.threshold) if self.direction > 0 else bool(self.value <= self.threshold)
-
-    def describe(self) -> str:
-        word = {True: "engaged", False: "did not engage", None: "not measured"}[self.passed]
-        sign = ">=" if self.direction > 0 else "<="
-        value = "–" if not known(self.value) else f"{self.value:.3g}"
-        return f"{self.mechanism} {word}: {self.measure} {value} (needs {sign} {self.threshold:g})"
-
-
-def engaged(mechanism: str, measure: str, values, threshold: float, direction: int = 1) -> Engaged:
-    """An `Engaged` check on the mean of `values` (a {seed: value} mapping or a list; NaN dropped)."""
-    vals = [float(v) for v in (values.values() if hasattr(values, "values") else values) if known(v)]
-    return Engaged(mechanism, measure, float(np.mean(vals)) if vals else NAN, float(threshold), direction)
-
-
-def judged(claim, est, *checks: Engaged, **kw) -> Verdict:
-    """A verdict that is given only where every check passed; otherwise "not judged" with the
-    measured reason. The checks' measured values go to the row's `engaged` column either way."""
-    extra = {**kw.pop("extra", {}), "engaged": "; ".join(c.describe() for c in checks)}
-    failed = [c for c in checks if not c.passed]
-    if failed:
-        return Verdict(claim, est, outcome="not judged", reason="mechanism not engaged: " + "; ".join(c.describe() for c in failed), extra=extra, **kw)
-    return Verdict(claim, est, extra=extra, **kw)
-
-
 # ----------------------------------------------------------------------------- intervals in tables
 def t_halfwidth(std, n):
     """Half-width of the 95% t interval of a mean from its std and n (NaN for n < 2); vectorised."""
@@ -130,13 +93,16 @@ def t_halfwidth(std, n):
         return t * std / np.sqrt(n)
 
 
-def add_intervals(df: pd.DataFrame, values: list[str]) -> pd.DataFrame:
-    """For each `{v}_mean`/`{v}_std` with `n`: `{v}_lo`, `{v}_hi` (95% t interval of the mean)."""
+def add_intervals(df: pd.DataFrame, values: list[str], bounds: dict | None = None) -> pd.DataFrame:
+    """For each `{v}_mean`/`{v}_std` with `n`: `{v}_lo`, `{v}_hi` (95% t interval of the mean), clipped
+    to `bounds[v]` (lo, hi; either None) where given, so an accuracy's interval stays within [0, 1]."""
     out = df.copy()
     for v in values:
         if f"{v}_mean" in out and f"{v}_std" in out and "n" in out:
             h = t_halfwidth(out[f"{v}_std"], out["n"])
             out[f"{v}_lo"], out[f"{v}_hi"] = out[f"{v}_mean"] - h, out[f"{v}_mean"] + h
+            if (bounds or {}).get(v) is not None:
+                out[f"{v}_lo"], out[f"{v}_hi"] = out[f"{v}_lo"].clip(*bounds[v]), out[f"{v}_hi"].clip(*bounds[v])
     return out
 
 
@@ -151,11 +117,18 @@ def add_wilson(df: pd.DataFrame, count: str, n: str = "n", prefix: str = "collap
     return out
 
 
-def verdict_frame(verdicts: list[Verdict]) -> pd.DataFrame:
-    """One row per verdict: VERDICT_COLUMNS, then any extra columns the study added (its `part`, say)."""
-    rows = [v.row() for v in verdicts]
-    extra = list(dict.fromkeys(k for r in rows for k in r if k not in VERDICT_COLUMNS))
-    return pd.DataFrame(rows, columns=VERDICT_COLUMNS + extra)
+def claim_frame(t, section: str, part: str | None = None) -> pd.DataFrame:
+    """A section's rows of claims.csv (the one engine's verdicts, `mathrl.claims`) under the
+    names the report's verdict macros read: key, claim, diff, and the checks' text as `engaged`."""
+    from mathrl.claims import section_rows
+
+    return claim_view(section_rows(t["claims"], section, part))
+
+
+def claim_view(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows of claims.csv under the verdict macros' names."""
+    return df.rename(columns={"claim_id": "key", "statement": "claim", "difference": "diff", "engaged": "engaged_passed",
+                              "checks": "engaged"})  # fmt: skip
 
 
 def verdict_rows(df: pd.DataFrame) -> list[dict]:
@@ -195,12 +168,14 @@ def power_note(df: pd.DataFrame) -> str:
     return ". ".join(parts) + "."
 
 
-def pm(mean, std, n, unit: str = "pts") -> str:
-    """`mean [lo, hi] (n=k)`: a mean with its 95% t interval, in a unit of mathrl.verdict.number."""
+def pm(mean, std, n, unit: str = "pts", bounds: tuple | None = None) -> str:
+    """`mean [lo, hi] (n=k)`: a mean with its 95% t interval (clipped to `bounds`), in a unit of
+    mathrl.verdict.number."""
     if not known(mean):
         return "no data"
     h = float(t_halfwidth(std, n)) if known(std, n) else NAN
-    ci = f" [{number(mean - h, unit, sign=False)}, {number(mean + h, unit, sign=False)}]" if known(h) else ""
+    lo, hi = band_limits([mean], [std], n, bounds) if known(h) else ([NAN], [NAN])
+    ci = f" [{number(lo[0], unit, sign=False)}, {number(hi[0], unit, sign=False)}]" if known(h) else ""
     return f"{number(mean, unit, sign=False)}{ci} (n={int(n) if known(n) else 0})"
 
 
@@ -213,13 +188,41 @@ STYLE = {
 COLORS = plt.get_cmap("tab10").colors
 
 
-def band(ax, x, mean, std, label, color, n=None):
-    """A mean line with a band: the 95% t interval of the mean when `n` (seeds per point) is
-    given, else ±1 std across seeds."""
-    mean, std = pd.Series(np.asarray(mean, dtype=float)), pd.Series(np.asarray(std, dtype=float))
-    half = pd.Series(t_halfwidth(std, n)) if n is not None else std
-    ax.plot(x, mean, label=label, color=color)
-    ax.fill_between(x, mean - half.fillna(0), mean + half.fillna(0), color=color, alpha=0.18, linewidth=0)
+BAND_NOTE = "mean and 95% t interval of the mean across seeds"  # what every band of every figure is
+
+# The range of each bounded quantity a figure draws (None: unbounded on that side); a band never leaves it.
+SHARE = (0.0, 1.0)
+NONNEGATIVE = (0.0, None)
+BOUNDS = {
+    "eval_accuracy": SHARE, "accuracy": SHARE, "format_rate": SHARE, "frac_zero_std": SHARE, "pass_at_k": SHARE,
+    "skipped": SHARE, "p0": SHARE, "p1": SHARE, "p2": SHARE, "p3": SHARE, "clip_frac": SHARE, "cov_frac": SHARE,
+    "entropy": NONNEGATIVE, "kl": NONNEGATIVE, "grad_norm": NONNEGATIVE, "reward_std": NONNEGATIVE,
+    "value_rmse": NONNEGATIVE, "lr": NONNEGATIVE, "kl_coef": NONNEGATIVE, "entropy_coef": NONNEGATIVE,
+}  # fmt: skip
+
+
+def bounds(metric: str) -> tuple[float | None, float | None] | None:
+    """The range of a logged metric (BOUNDS), or None for a quantity without one (a loss, a reward)."""
+    return BOUNDS.get(metric)
+
+
+def band_limits(mean, std, n, bounds=None) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper edge of the 95% t interval of a mean across seeds (n seeds per point), clipped
+    to `bounds` (lo, hi; either None) so a share never leaves [0, 1]; where n < 2 both edges are the mean."""
+    mean = np.asarray(mean, dtype=float)
+    half = np.nan_to_num(np.broadcast_to(t_halfwidth(std, n), mean.shape), nan=0.0)
+    lo, hi = mean - half, mean + half
+    if bounds is not None:
+        lo, hi = np.clip(lo, bounds[0], bounds[1]), np.clip(hi, bounds[0], bounds[1])
+    return lo, hi
+
+
+def band(ax, x, mean, std, label, color, n, bounds=None, **line):
+    """A mean line with its band, the 95% t interval of the mean across seeds (n: seeds per point),
+    clipped to `bounds` (see `bounds()`); `line` goes to the line (a linestyle, say)."""
+    lo, hi = band_limits(mean, std, n, bounds)
+    ax.plot(x, np.asarray(mean, dtype=float), label=label, color=color, **line)
+    ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
 
 
 def placeholder(ax, text: str) -> None:

@@ -18,8 +18,8 @@ import pandas as pd
 
 from mathrl import bandit_config as bandit  # the study's settings; no torch for tables and figures
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, band, engaged, judged, known, per_seed, placeholder, plt, power_note, roles, verdict_frame, verdict_rows
-from mathrl.verdict import Claim, Estimate, Verdict, difference, mean_interval, rate_difference, wilson
+from mathrl.studies.kit import BAND_NOTE, COLORS, band, bounds, claim_frame, known, placeholder, plt, power_note, role_of, roles, verdict_rows
+from mathrl.verdict import wilson
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -30,24 +30,17 @@ DOCUMENT = "lab04-training-challenges.md"
 
 EXPERIMENT = "lab04_gpt"
 ROLES = ("normal", "aggressive", "clip_higher", "remedy", "proxy", "random_policy", "perfect_policy")
-ENTROPY_FALL = 0.10  # the aggressive setting shows entropy collapse: token entropy falls by at least this share...
-CLIP_BINDS = 0.01  # an upper clip binds: at least this share of tokens clipped (clip_frac; clip_frac_high once logged)
-COV_ACTS = 1e-4  # Clip-Cov / KL-Cov acted: at least this share of answer tokens chosen by the covariance rule (cov_frac)
-# Optional roles: the covariance remedies of arXiv 2505.22617, judged like clip-higher where an experiment names them
-# (config/full.yaml does; the default leaves them out of its budget).
+# Optional roles: the covariance remedies of arXiv 2505.22617, judged like clip-higher (config/claims.yaml) where an
+# experiment names them (config/full.yaml does; the default leaves them out of its budget).
 COV_REMEDIES = {"clip_cov": "Clip-Cov", "kl_cov": "KL-Cov"}
-DYNAMIC = 1.05  # dynamic sampling acted: at least this many rollouts drawn per rollout kept
-EQUAL_SAMPLES = (0.75, 1.33)  # "equal samples": the remedy's total rollouts within this ratio of the reference's
-NONINFERIOR_MARGIN = 0.02  # accuracy points that count as "no worse" (about the sampling error of 500 problems)
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
 GPT_WINDOW = 5  # GPT steps averaged for the start or end of a per-step metric; at most half a run, so the two never overlap
 DOMINANT = 0.9  # an arm holding this much probability is where the policy converged (bandit.converged_to)
-NO_SIGNAL = 0.95  # frac_zero_std at or above this: (almost) no group carries a learning signal
 SEVERITY_DEFINITION = "mild: the mean gradient norm fell by less than 50%; moderate: by 50-90%; severe: by more than 90%"
 METRICS = ["entropy", "p0", "p1", "p2", "p3", "loss", "grad_norm", "reward_std", "reward_mean", "proxy_reward", "true_reward"]
 
 
-# ---- verdicts: small pure functions of table values ------------------------------------
+# ---- small pure functions of table values -----------------------------------------------
 def reduction(start: float, end: float) -> float:
     """Relative decrease from start to end: 1 when it fell to zero, NaN when start is 0 or unknown."""
     return math.nan if (not known(start)) or (not known(end)) or start == 0 else 1 - end / start
@@ -111,23 +104,31 @@ def _expected(ctx, study: str, df: pd.DataFrame | None) -> list[tuple[str, int, 
     return out
 
 
+def window(steps: int, size: int) -> int:
+    """Steps averaged for a run's start or its end value: `size`, at most half the run (the two never overlap)."""
+    return max(1, min(size, steps // 2))
+
+
 def entropy_table(ctx) -> pd.DataFrame:
-    """Per setting and seed: entropy at the first and last step, its reduction, the dominant
-    action at the last step and where the policy converged (bandit.converged_to)."""
+    """Per setting and seed: entropy over the first and last BANDIT_WINDOW steps, its reduction, the
+    initial probability of the global arm (step 0), the dominant action at the last step and where
+    the policy converged (bandit.converged_to)."""
     best = int(np.argmax(bandit.resolve(ctx.cfg.get("bandit"))["arm_rewards"]))  # the global optimum (action 1 in the document)
     rows = []
     for setting, seed, g in _expected(ctx, "entropy_collapse", ctx.bandit("entropy_collapse")):
         row = {"setting": setting, "seed": seed, "initial_entropy": math.nan, "final_entropy": math.nan, "reduction": math.nan,
-               "dominant_action": math.nan, "dominant_prob": math.nan, "global_share": math.nan, "initial_best_prob": math.nan, "converged_to": "missing"}  # fmt: skip
+               "dominant_action": math.nan, "dominant_prob": math.nan, "global_share": math.nan, "local_share": math.nan, "initial_best_prob": math.nan, "converged_to": "missing"}  # fmt: skip
         if len(g):
-            first, last = g.iloc[0], g.iloc[-1]
+            first, last, k = g.iloc[0], g.iloc[-1], window(len(g), BANDIT_WINDOW)
+            start, end = g["entropy"].head(k).mean(), g["entropy"].tail(k).mean()
             probs = [float(last[f"p{i}"]) for i in range(3)]
             top = int(np.argmax(probs))
             label = bandit.converged_to(*probs, threshold=DOMINANT, best_arm=best)
-            row.update(initial_entropy=first["entropy"], final_entropy=last["entropy"], dominant_action=top, dominant_prob=probs[top], initial_best_prob=float(first[f"p{best}"]),
-                       reduction=reduction(first["entropy"], last["entropy"]), converged_to=label, global_share=float(label == "global"))  # fmt: skip
+            row.update(initial_entropy=start, final_entropy=end, reduction=reduction(start, end), dominant_action=top,
+                       dominant_prob=probs[top], initial_best_prob=float(first[f"p{best}"]), converged_to=label,
+                       global_share=float(label == "global"), local_share=float(label == "local"))
         rows.append(row)
-    out = _pooled(pd.DataFrame(rows), ["setting"], ["initial_entropy", "final_entropy", "reduction", "dominant_prob", "global_share", "initial_best_prob"])
+    out = _pooled(pd.DataFrame(rows), ["setting"], ["initial_entropy", "final_entropy", "reduction", "dominant_prob", "global_share", "local_share", "initial_best_prob"])
     for setting, g in out[out["seed"] != "all"].groupby("setting", sort=False):
         labels = g["converged_to"].tolist()
         pooled = (out["setting"] == setting) & (out["seed"] == "all")
@@ -137,8 +138,6 @@ def entropy_table(ctx) -> pd.DataFrame:
     return out
 
 
-BIASED = ("aggressive_biased", "normal_biased")  # the entropy-collapse settings that start away from the global optimum
-BIASED_START = 0.05  # a start is biased when the global arm's initial probability is at most this
 
 
 def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
@@ -192,7 +191,7 @@ def hacking_table(ctx) -> pd.DataFrame:
     for setting, seed, g in _expected(ctx, "reward_hacking", ctx.bandit("reward_hacking")):
         row = {"setting": setting, "seed": seed, "hack_arm": hack_arm}
         if len(g):
-            head, tail = g.head(BANDIT_WINDOW), g.tail(BANDIT_WINDOW)
+            head, tail = g.head(window(len(g), BANDIT_WINDOW)), g.tail(window(len(g), BANDIT_WINDOW))
             rolling = g["true_reward"].rolling(BANDIT_WINDOW, min_periods=1).mean()
             row.update(proxy_start=head["proxy_reward"].mean(), proxy_end=tail["proxy_reward"].mean(), true_start=head["true_reward"].mean(),
                        true_peak=rolling.max(), true_peak_step=float(g["step"].iloc[int(np.argmax(rolling.to_numpy()))]),
@@ -227,8 +226,8 @@ def gpt_runs(ctx) -> pd.DataFrame:
         row = {"run_id": run.spec.run_id, "variant": run.spec.variant or "", "seed": run.spec.seed, "status": run.status}
         if run.ok:
             m = run.metrics.sort_values("step")
-            window = max(1, min(GPT_WINDOW, len(m) // 2))  # DAPO's 8-step runs: steps 1-4 against 5-8
-            head, tail, evals = m.head(window), m.tail(window), run.evals["eval_accuracy"]
+            k = window(len(m), GPT_WINDOW)  # DAPO's 8-step runs: steps 1-4 against 5-8
+            head, tail, evals = m.head(k), m.tail(k), run.evals["eval_accuracy"]
             row.update(accuracy_start=head["accuracy"].mean(), accuracy_end=tail["accuracy"].mean(), eval_start=evals.iloc[0], eval_end=evals.iloc[-1],
                        entropy_start=head["entropy"].mean(), entropy_end=tail["entropy"].mean(), frac_zero_std=m["frac_zero_std"].mean(),
                        grad_norm=m["grad_norm"].mean(), reward_start=head["reward_mean"].mean(), reward_end=tail["reward_mean"].mean())  # fmt: skip
@@ -268,107 +267,6 @@ def _per_seed(df: pd.DataFrame, setting: str) -> pd.DataFrame:
 def _get(d: dict, key: str) -> float:
     """A value of a `_row` dict; NaN when the row or the column is missing."""
     return d.get(key, math.nan)
-
-
-def _shift(values: dict, by: float) -> dict:
-    return {k: v - by for k, v in values.items()}
-
-
-def verdicts(ent, van, hack, runs, role: dict) -> list[Verdict]:
-    """The document's expectations, each as a mean or a paired difference over seeds with its 95% interval."""
-    seeds = lambda df, col, **w: per_seed(_per_seed_rows(df), col, **w)  # noqa: E731
-    out = []
-
-    def add(part, key, text, measure, est, **claim):
-        out.append(Verdict(Claim(key, text, measure, **claim), est, extra={"part": part}))
-
-    aggr = lambda col: seeds(ent, col, setting="aggressive")  # noqa: E731
-    add("entropy", "bandit_initial_entropy", "Bandit, aggressive: initial policy entropy about 1.1", "initial entropy − 1.1 (equivalence within ±0.1)",
-        mean_interval(_shift(aggr("initial_entropy"), 1.1)), kind="equivalence", margin=0.1)
-    add("entropy", "bandit_final_entropy", "Bandit, aggressive: final policy entropy about 0.1", "final entropy − 0.2", mean_interval(_shift(aggr("final_entropy"), 0.2)), direction=-1)
-    labels = _per_seed(ent, "aggressive")["converged_to"].tolist()
-    k, n = sum(x == "global" for x in labels), sum(x in ("global", "local", "none") for x in labels)
-    lo, hi = wilson(k, n)
-    add("entropy", "bandit_global", "Bandit, aggressive: the policy settles on action 1, the global optimum",
-        f"share of seeds at the global optimum ({k} of {n}, Wilson interval) − 1/2", Estimate(k / n - 0.5, lo - 0.5, hi - 0.5, n, "one-sample", n) if n else None, unit="pts")
-    add("entropy", "bandit_keeps_entropy", "Bandit: the gentle setting keeps more entropy than the aggressive one", "final entropy: normal − aggressive",
-        difference(seeds(ent, "final_entropy", setting="normal"), aggr("final_entropy")))
-    loc = local_optima_table(ent) if len(ent) else pd.DataFrame(columns=["setting"])
-    counts = {r.setting: (int(r.local), int(r.n), r.initial_best_prob) for r in loc.itertuples()}
-    if all(b in counts for b in BIASED):
-        (ka, na, pa), (kn, nn, pn) = counts[BIASED[0]], counts[BIASED[1]]
-        start = [engaged(f"biased start ({b})", "initial probability of the global arm", [p], BIASED_START, direction=-1) for b, p in zip(BIASED, (pa, pn))]
-        lo, hi = wilson(ka, na)
-        out.append(judged(Claim("bandit_local_reached", "Bandit, aggressive from a biased start: some seeds settle on a local optimum",
-                                f"local-optimum rate of {BIASED[0]} ({ka} of {na}, Wilson interval)", unit="pts"),
-                          Estimate(ka / na, lo, hi, na, "one-sample", na) if na else None, start[0], extra={"part": "entropy"}))
-        out.append(judged(Claim("bandit_local_aggressive", "Bandit, biased start: the aggressive setting settles on a local optimum more often than the normal one",
-                                f"local-optimum rate: {BIASED[0]} − {BIASED[1]}", unit="pts"), rate_difference(ka, na, kn, nn), *start,
-                          note=f"{ka} of {na} seeds local under the aggressive setting, {kn} of {nn} under the normal one", extra={"part": "entropy"}))  # fmt: skip
-    vs = lambda col: seeds(van, col)  # noqa: E731
-    add("vanishing", "bandit_homogeneous", "Bandit: the gradient vanishes when every reward of a batch is equal", "mean gradient norm, homogeneous phases − 1e-4",
-        mean_interval(_shift(vs("grad_norm_homogeneous"), 1e-4)), direction=-1)
-    add("vanishing", "bandit_diverse", "Bandit: the gradient is clearly non-zero when rewards differ", "mean gradient norm, diverse phases − 1e-3",
-        mean_interval(_shift(vs("grad_norm_diverse"), 1e-3)))
-    add("vanishing", "bandit_reduction", "Bandit: the gradient norm falls by more than 90% with equal rewards", "reduction, homogeneous against diverse, − 90%",
-        mean_interval(_shift(vs("reduction"), 0.9)), unit="pct")
-    add("vanishing", "bandit_correlation", "Bandit: the gradient norm follows the reward spread", "correlation of gradient norm with reward std (per seed)",
-        mean_interval(vs("corr_grad_reward_std")))
-    hs = lambda a, b: {s: v - seeds(hack, b).get(s, math.nan) for s, v in seeds(hack, a).items()}  # noqa: E731
-    add("hacking", "bandit_proxy_rises", "Bandit: the proxy score rises", "proxy score: end − start", mean_interval(hs("proxy_end", "proxy_start")))
-    add("hacking", "bandit_true_falls", "Bandit: the true reward falls", "true reward: end − start", mean_interval(hs("true_end", "true_start")), direction=-1)
-    g = lambda r, col: per_seed(runs, col, variant=role[r]) if r in role else {}  # noqa: E731
-    gd = lambda r, a, b: {s: v - g(r, b).get(s, math.nan) for s, v in g(r, a).items()}  # noqa: E731
-    add("hacking", "gpt_proxy_rises", "GPT with the proxy reward: the training reward (the proxy score) rises", "training reward: end − start",
-        mean_interval(gd("proxy", "reward_end", "reward_start")))
-    add("hacking", "gpt_accuracy_falls", "GPT with the proxy reward: exact-match accuracy falls", "sampled exact-match accuracy: end − start",
-        mean_interval(gd("proxy", "accuracy_end", "accuracy_start")), direction=-1, unit="pts")
-    add("gpt", "gpt_entropy_collapse", "GPT: the aggressive setting loses more token entropy than the normal one", "entropy reduction: aggressive − normal",
-        difference(g("aggressive", "entropy_reduction"), g("normal", "entropy_reduction")), unit="pct")
-    # DAPO's remedies are judged only on a setting that shows the problem (entropy falls while sampled accuracy rises) and where their mechanism acted.
-    problem = [engaged("entropy collapse (aggressive)", "token-entropy reduction over the run", g("aggressive", "entropy_reduction"), ENTROPY_FALL),
-               engaged("learning (aggressive)", "sampled accuracy, end − start", g("aggressive", "accuracy_gain"), 0.0)]
-    def binds(r):  # the upper clip's own share once the trainer logs clip_frac_high; until then all clipped tokens (clip_frac)
-        high = g(r, "clip_frac_high")
-        col = "clip_frac_high" if high else "clip_frac"
-        return engaged(f"upper clip ({role.get(r, r)})", f"share of tokens clipped ({col})", high or g(r, "clip_frac"), CLIP_BINDS)
-
-    ratio = {s_: v / g("aggressive", "samples")[s_] for s_, v in g("remedy", "samples").items() if g("aggressive", "samples").get(s_)}
-    equal = [engaged("equal samples", "rollouts drawn: DAPO / aggressive", ratio, EQUAL_SAMPLES[0]), engaged("equal samples", "rollouts drawn: DAPO / aggressive", ratio, EQUAL_SAMPLES[1], -1)]
-    dynamic = engaged("dynamic sampling", "rollouts drawn per rollout kept", g("remedy", "draws_per_rollout"), DYNAMIC)
-
-    def gated(key, text, measure, est, *checks, **claim):
-        out.append(judged(Claim(key, text, measure, **claim), est, *checks, extra={"part": "gpt"}))
-
-    gated("gpt_clip_higher_entropy", "GPT: clip-higher keeps more entropy than aggressive GRPO", "final token entropy: clip-higher − aggressive GRPO",
-          difference(g("clip_higher", "entropy_end"), g("aggressive", "entropy_end")), *problem, binds("clip_higher"))
-    gated("gpt_dapo_entropy", "GPT: DAPO keeps more entropy than aggressive GRPO", "final token entropy: DAPO − aggressive GRPO",
-          difference(g("remedy", "entropy_end"), g("aggressive", "entropy_end")), *problem, binds("remedy"), dynamic)
-    gated("gpt_dapo_accuracy", "GPT: DAPO is at least as accurate as aggressive GRPO at about equal samples", "final held-out accuracy: DAPO − aggressive GRPO",
-          difference(g("remedy", "eval_end"), g("aggressive", "eval_end")), *problem, binds("remedy"), dynamic, *equal,
-          kind="noninferior", margin=NONINFERIOR_MARGIN, unit="pts")
-    out += cov_verdicts(g, role, problem)
-    add("gpt", "gpt_random_no_signal", "GPT from a random policy: (almost) every group has equal rewards", f"share of groups with equal rewards − {NO_SIGNAL}",
-        mean_interval(_shift(g("random_policy", "frac_zero_std"), NO_SIGNAL)), unit="pts")
-    add("gpt", "gpt_perfect_no_signal", "GPT near-perfect policy: most groups have equal rewards", "share of groups with equal rewards − 1/2",
-        mean_interval(_shift(g("perfect_policy", "frac_zero_std"), 0.5)), unit="pts")
-    return out
-
-
-def cov_verdicts(g, role: dict, problem: list) -> list[Verdict]:
-    """Clip-Cov and KL-Cov against aggressive GRPO, for the roles a config names; gated like
-    clip-higher on the problem being shown and on the covariance rule having acted."""
-    out = []
-    for r, name in COV_REMEDIES.items():
-        if r not in role:
-            continue
-        acts = engaged(f"covariance rule ({role[r]})", "share of answer tokens it acted on (cov_frac)", g(r, "cov_frac"), COV_ACTS)
-        out.append(judged(Claim(f"gpt_{r}_entropy", f"GPT: {name} keeps more entropy than aggressive GRPO", f"final token entropy: {name} − aggressive GRPO"),
-                          difference(g(r, "entropy_end"), g("aggressive", "entropy_end")), *problem, acts, extra={"part": "gpt"}))
-        out.append(judged(Claim(f"gpt_{r}_accuracy", f"GPT: {name} is at least as accurate as aggressive GRPO", f"final held-out accuracy: {name} − aggressive GRPO",
-                                kind="noninferior", margin=NONINFERIOR_MARGIN, unit="pts"),
-                          difference(g(r, "eval_end"), g("aggressive", "eval_end")), *problem, acts, extra={"part": "gpt"}))
-    return out
 
 
 def _pooled_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -411,10 +309,22 @@ def findings(ent, van, hack, gpt) -> list[str]:
     return [one, two, three]
 
 
+def dominant_actions(per: pd.DataFrame) -> str:
+    """Each final dominant action with the seeds that ended on it and the range of its probability
+    ('action 1 (p = 0.993 to 0.997) in 100 of 100 seeds'); empty when no seed has a result."""
+    done = per.dropna(subset=["dominant_action"]) if len(per) else per
+    parts = []
+    for action, g in done.groupby("dominant_action", sort=True):
+        lo, hi = g["dominant_prob"].min(), g["dominant_prob"].max()
+        p = num(lo, ".3f") if num(lo, ".3f") == num(hi, ".3f") else f"{num(lo, '.3f')} to {num(hi, '.3f')}"
+        parts.append(f"action {action:.0f} (p = {p}) in {len(g)} of {len(done)} seeds")
+    return "; ".join(parts)
+
+
 def report_template(ent, van, hack, gpt) -> pd.DataFrame:
     """The document's lab-report template, filled in (aggressive bandit setting, pooled seeds)."""
     a, v, per = _row(ent, setting="aggressive", seed="all"), _row(van, seed="all"), _per_seed(ent, "aggressive")
-    dom = "; ".join(f"seed {r.seed}: action {num(r.dominant_action, '.0f')} (p = {num(r.dominant_prob, '.3f')})" for r in per.itertuples())
+    dom = dominant_actions(per)
     n = f" (n={num(a.get('n'), '.0f')})"
     rows = [
         ("Entropy collapse", "Initial entropy", _pm(a, "initial_entropy", ".3f") + n, a.get("initial_entropy")),
@@ -435,12 +345,12 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = gpt_runs(ctx)
     gpt = gpt_table(runs)
     role = roles(ctx.cfg, EXPERIMENT, ROLES) if len(runs) else {}
-    role_of = {v: r for r, v in role.items()}
-    gpt.insert(1, "role", gpt["variant"].map(role_of).fillna("") if len(gpt) else [])
+    named = role_of(role, (*ROLES, *COV_REMEDIES))
+    gpt.insert(1, "role", gpt["variant"].map(named).fillna("") if len(gpt) else [])
     return {
         "lab04_entropy": ent, "lab04_local_optima": local_optima_table(ent), "lab04_vanishing": van, "lab04_vanishing_points": points, "lab04_hacking": hack,
         "lab04_bandit_curves": bandit_curves(ctx), "lab04_gpt_runs": runs, "lab04_gpt": gpt,
-        "lab04_report_template": report_template(ent, van, hack, gpt), "lab04_verdicts": verdict_frame(verdicts(ent, van, hack, runs, role)),
+        "lab04_report_template": report_template(ent, van, hack, gpt),
     }  # fmt: skip
 
 
@@ -472,11 +382,17 @@ def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
         ax.legend()
 
 
+COMPARED = ("normal", "aggressive", "clip_higher", "remedy", *COV_REMEDIES)  # GPT roles whose entropy, accuracy are compared
+ACTION_COLORS = (COLORS[4], COLORS[5], COLORS[9])  # the bandit's actions, in colours no setting of the panels uses
+STARTS = ("random_policy", "perfect_policy")  # GPT roles starting from a random or a near-perfect policy: drawn apart
+
+
 def _settings(ax, c: pd.DataFrame, metric: str, label: str) -> None:
     """One band per setting of a bandit study (labelled `label` when there is only one)."""
     groups = list(c.groupby("setting", sort=False))
     for i, (setting, g) in enumerate(groups):
-        band(ax, g["step"], g[f"{metric}_mean"], g[f"{metric}_std"], setting if len(groups) > 1 else label, COLORS[i])
+        band(ax, g["step"], g[f"{metric}_mean"], g[f"{metric}_std"], setting if len(groups) > 1 else label, COLORS[i],
+             n=g["n"], bounds=bounds(metric))
 
 
 def _shade_homogeneous(ax, c: pd.DataFrame) -> None:
@@ -487,20 +403,42 @@ def _shade_homogeneous(ax, c: pd.DataFrame) -> None:
         ax.axvspan(a - 0.5, b + 0.5, color="0.6", alpha=0.15, lw=0, label="homogeneous rewards" if i == 0 else None)
 
 
+def _probabilities(fig, cell, ec: pd.DataFrame) -> list:
+    """The action probabilities, one small panel per entropy-collapse setting (a colour per action)."""
+    settings = list(dict.fromkeys(ec["setting"])) if len(ec) else []
+    if not settings:
+        ax = fig.add_subplot(cell)
+        placeholder(ax, "no entropy-collapse data")
+        _label(ax, "Action probabilities", "step", "probability")
+        return [ax]
+    cols = min(2, len(settings))
+    grid = cell.subgridspec(-(-len(settings) // cols), cols, hspace=0.55, wspace=0.3)
+    axes = []
+    for k, setting in enumerate(settings):
+        ax = fig.add_subplot(grid[k // cols, k % cols], sharey=axes[0] if axes else None)
+        g = ec[ec["setting"] == setting]
+        for i in range(3):
+            band(ax, g["step"], g[f"p{i}_mean"], g[f"p{i}_std"], f"action {i}", ACTION_COLORS[i], n=g["n"],
+                 bounds=bounds(f"p{i}"))
+        ax.set_title(f"Action probabilities: {setting}", fontsize=8)
+        ax.set_xlabel("step", fontsize=7)
+        ax.set_ylabel("probability", fontsize=7)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=7, loc="center right", handlelength=1.2, borderpad=0.3, labelspacing=0.2)
+        axes.append(ax)
+    axes[0].set_ylim(-0.02, 1.02)
+    return axes
+
+
 def six_panel(t) -> "Figure":
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    fig = plt.figure(figsize=(15, 8.5))
+    grid = fig.add_gridspec(2, 3)
+    a_ent, a_loss = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 2])
+    a_grad, a_std, a_scatter = (fig.add_subplot(grid[1, k]) for k in range(3))
     ec, gv, pts = _bandit(t, "entropy_collapse"), _bandit(t, "gradient_vanishing"), t["lab04_vanishing_points"]
-    (a_ent, a_prob, a_loss), (a_grad, a_std, a_scatter) = axes
     for ax, metric in ((a_ent, "entropy"), (a_loss, "loss")):
         _settings(ax, ec, metric, metric) if len(ec) else placeholder(ax, "no entropy-collapse data")
-    aggr, other = ec[ec["setting"] == "aggressive"] if len(ec) else ec, ec[ec["setting"] != "aggressive"] if len(ec) else ec
-    if len(aggr):
-        for i in range(3):
-            band(a_prob, aggr["step"], aggr[f"p{i}_mean"], aggr[f"p{i}_std"], f"action {i} (aggressive)", COLORS[i])
-            for setting, g in other.groupby("setting"):
-                a_prob.plot(g["step"], g[f"p{i}_mean"], ls="--", color=COLORS[i], lw=1, label=f"action {i} ({setting})")
-    else:
-        placeholder(a_prob, "no aggressive-setting data")
+    _probabilities(fig, grid[0, 1], ec)
     if len(gv):
         for ax, metric in ((a_grad, "grad_norm"), (a_std, "reward_std")):
             _shade_homogeneous(ax, gv)
@@ -518,12 +456,11 @@ def six_panel(t) -> "Figure":
     else:
         placeholder(a_scatter, "no gradient-vanishing data")
     _label(a_ent, "Policy entropy (entropy collapse)", "step", "entropy (nats)")
-    _label(a_prob, "Action probabilities", "step", "probability")
     _label(a_loss, "Training loss", "step", "loss")
     _label(a_grad, "Gradient norm (vanishing gradients)", "step", "gradient norm (symlog)")
     _label(a_std, "Reward std within the batch", "step", "reward std")
     _label(a_scatter, "Gradient norm against reward std", "reward std", "gradient norm (symlog)")
-    fig.suptitle("Lab 04 on the bandit: mean ± std across seeds")
+    fig.suptitle(f"Lab 04 on the bandit: {BAND_NOTE}")
     fig.tight_layout()
     return fig
 
@@ -532,45 +469,57 @@ def hacking_figure(t) -> "Figure":
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
     rh = _bandit(t, "reward_hacking")
     if len(rh):
-        band(left, rh["step"], rh["proxy_reward_mean"], rh["proxy_reward_std"], "proxy score (optimised)", COLORS[3])
-        band(left, rh["step"], rh["true_reward_mean"], rh["true_reward_std"], "true reward", COLORS[2])
+        band(left, rh["step"], rh["proxy_reward_mean"], rh["proxy_reward_std"], "proxy score (optimised)", COLORS[3],
+             n=rh["n"])
+        band(left, rh["step"], rh["true_reward_mean"], rh["true_reward_std"], "true reward", COLORS[2], n=rh["n"])
     else:
         placeholder(left, "no reward-hacking bandit data")
     proxy = _row(t["lab04_gpt"], role="proxy").get("variant", "")
-    series = [(seed_band(t["curves"], proxy, m), label, COLORS[k]) for m, label, k in
-              (("reward_mean", "training reward = proxy score", 3), ("accuracy", "exact-match accuracy (sampled)", 2))]  # fmt: skip
-    for s, label, color in series:
+    series = [(seed_band(t["curves"], proxy, m), label, COLORS[k], bounds(m)) for m, label, k in
+              (("reward_mean", "training reward = proxy score", 3), ("accuracy", "exact-match accuracy (sampled)", 2))]
+    for s, label, color, limits in series:
         if len(s):
-            band(right, s["step"], s["mean"], s["std"], label, color)
-    if not any(len(s) for s, _, _ in series):
+            band(right, s["step"], s["mean"], s["std"], label, color, n=s["n"], bounds=limits)
+    if not any(len(s) for s, *_ in series):
         placeholder(right, "no proxy_reward GPT runs")
     _label(left, "Bandit: proxy score and true reward", "step", "mean reward of the batch")
     _label(right, "GPT, proxy_reward variant", "step", "reward / accuracy")
-    fig.suptitle("Reward hacking: mean ± std across seeds")
+    fig.suptitle(f"Reward hacking: {BAND_NOTE}")
     fig.tight_layout()
     return fig
 
 
+def _gpt_panel(ax, t, names: list[str], metric: str, colour: dict) -> None:
+    """One band per lab04_gpt variant of `names` (a placeholder when none has a result)."""
+    drawn = 0
+    for v in names:
+        s = seed_band(t["curves"], v, metric)
+        if len(s):
+            band(ax, s["step"], s["mean"], s["std"], v, colour[v], n=s["n"], bounds=bounds(metric))
+            drawn += 1
+    if not drawn:
+        placeholder(ax, "no lab04_gpt runs")
+
+
 def gpt_figure(t) -> "Figure":
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    """Top: entropy and held-out accuracy of the settings the section compares; bottom, apart
+    (their entropy would stretch the axis): the random and near-perfect starts."""
+    fig, axes = plt.subplots(2, 2, figsize=(12, 7.5))
     gpt = t["lab04_gpt"]
     variants = gpt["variant"].tolist() if "variant" in gpt else []
-    panels = ((axes[0], "entropy", variants), (axes[1], "eval_accuracy", variants),
-              (axes[2], "frac_zero_std", [v for v, r in zip(variants, gpt["role"]) if r in ("random_policy", "perfect_policy")]))  # fmt: skip
-    for ax, metric, names in panels:
-        drawn = 0
-        for v in names:
-            s = seed_band(t["curves"], v, metric)
-            if len(s):
-                band(ax, s["step"], s["mean"], s["std"], v, COLORS[variants.index(v) % len(COLORS)])
-                drawn += 1
-        if not drawn:
-            placeholder(ax, "no lab04_gpt runs")
-    _label(axes[0], "Token entropy", "RL step", "mean per-token entropy")
-    _label(axes[1], "Held-out accuracy (step 0: before RL)", "RL step", "greedy exact-match accuracy")
-    axes[2].set_ylim(-0.02, 1.02)  # a share
-    _label(axes[2], "Groups with equal rewards", "RL step", "frac_zero_std")
-    fig.suptitle("Lab 04 on the GPT: mean ± std across seeds")
+    role = dict(zip(variants, gpt["role"])) if "role" in gpt else {}
+    colour = {v: COLORS[k % len(COLORS)] for k, v in enumerate(variants)}
+    compared = [v for v in variants if role.get(v) in COMPARED]
+    starts = [v for v in variants if role.get(v) in STARTS]
+    for ax, names, metric in ((axes[0, 0], compared, "entropy"), (axes[0, 1], compared, "eval_accuracy"),
+                              (axes[1, 0], starts, "frac_zero_std"), (axes[1, 1], starts, "entropy")):  # fmt: skip
+        _gpt_panel(ax, t, names, metric, colour)
+    _label(axes[0, 0], "Token entropy", "RL step", "mean per-token entropy")
+    _label(axes[0, 1], "Held-out accuracy (step 0: before RL)", "RL step", "greedy exact-match accuracy")
+    axes[1, 0].set_ylim(-0.02, 1.02)  # a share
+    _label(axes[1, 0], "Random and near-perfect starts: groups with equal rewards", "RL step", "frac_zero_std")
+    _label(axes[1, 1], "Random and near-perfect starts: token entropy", "RL step", "mean per-token entropy")
+    fig.suptitle(f"Lab 04 on the GPT: {BAND_NOTE}")
     fig.tight_layout()
     return fig
 
@@ -606,13 +555,18 @@ def gpt_sentence(gpt: pd.DataFrame) -> str:
     return (f"Token entropy fell by {_pm(g['aggressive'], 'entropy_reduction_mean', '.1%')} under the aggressive settings ({n['aggressive']}), "
             f"sampled accuracy changing by {_pm(g['aggressive'], 'accuracy_gain_mean')}, against {_pm(g['normal'], 'entropy_reduction_mean', '.1%')} "
             f"under the normal ones ({n['normal']}). Clip-higher with two PPO epochs ({n['clip_higher']}) clipped {_pm(g['clip_higher'], 'clip_frac_mean')} "
-            f"of tokens and ended at entropy {_pm(g['clip_higher'], 'entropy_end_mean')}; DAPO ({n['dapo_aggressive']}) clipped "
-            f"{_pm(g['dapo_aggressive'], 'clip_frac_mean')}, drew {_pm(g['dapo_aggressive'], 'draws_per_rollout_mean')} rollouts per rollout kept, "
+            f"of tokens{_upper(g['clip_higher'])} and ended at entropy {_pm(g['clip_higher'], 'entropy_end_mean')}; DAPO ({n['dapo_aggressive']}) clipped "
+            f"{_pm(g['dapo_aggressive'], 'clip_frac_mean')}{_upper(g['dapo_aggressive'])}, drew {_pm(g['dapo_aggressive'], 'draws_per_rollout_mean')} rollouts per rollout kept, "
             f"{_pm(g['dapo_aggressive'], 'samples_mean', '.0f')} in all against {_pm(g['aggressive'], 'samples_mean', '.0f')} for aggressive GRPO, and ended at "
             f"entropy {_pm(g['dapo_aggressive'], 'entropy_end_mean')} and held-out accuracy {_pm(g['dapo_aggressive'], 'eval_end_mean', '.1%')}, against "
             f"{_pm(g['aggressive'], 'entropy_end_mean')} and {_pm(g['aggressive'], 'eval_end_mean', '.1%')} for aggressive GRPO. Share of groups with equal rewards: "
             f"{_pm(g['random_init'], 'frac_zero_std_mean')} from a random policy ({n['random_init']}), "
             f"{_pm(g['near_perfect'], 'frac_zero_std_mean')} from a near-perfect one ({n['near_perfect']}).") + cov_sentence(gpt)  # fmt: skip
+
+
+def _upper(d: dict) -> str:
+    """' (x ± s at the upper clip)': the upper clip's own share of a pooled row, where the runs logged it."""
+    return f" ({_pm(d, 'clip_frac_high_mean')} at the upper clip)" if known(d.get("clip_frac_high_mean")) else ""
 
 
 def cov_sentence(gpt: pd.DataFrame) -> str:
@@ -627,17 +581,20 @@ def cov_sentence(gpt: pd.DataFrame) -> str:
 
 
 def section(t) -> dict:
-    rows = verdict_rows(t["lab04_verdicts"])
+    claims = claim_frame(t, NAME)
+    rows = verdict_rows(claims)
     tpl = t["lab04_report_template"]
     found = tpl.loc[tpl["part"] == "Key findings", "value"].tolist() if len(tpl) else []
     sentences = {**dict(zip(("entropy", "vanishing", "hacking"), found + ["no data"] * (3 - len(found)))), "gpt": gpt_sentence(t["lab04_gpt"])}
     parts = {}
     for part in CLAIMS:
         mine = [r for r in rows if r.get("part") == part]
-        counts = {o: sum(r["outcome"] == o for r in mine) for o in ("agrees", "disagrees", "inconclusive", "not judged")}
+        claims_, setup = [r for r in mine if r.get("kind") != "setup"], sum(r.get("kind") == "setup" for r in mine)
+        counts = {o: sum(r["outcome"] == o for r in claims_) for o in ("agrees", "disagrees", "inconclusive", "not judged")}
         summary = ", ".join(f"{k} {o}" for o, k in counts.items() if k) or "no verdicts"
+        summary += f"; and {setup} setup check{'s' * (setup != 1)}, not counted" if setup else ""
         parts[part] = {"claim": CLAIMS[part], "measured": sentences[part], "rows": mine, "summary": summary}
-    return {"parts": parts, "verdict_list": rows, "power": power_note(t["lab04_verdicts"]), "severity_definition": SEVERITY_DEFINITION,
+    return {"parts": parts, "verdict_list": rows, "power": power_note(claims), "severity_definition": SEVERITY_DEFINITION,
             "bandit_window": BANDIT_WINDOW, "gpt_window": GPT_WINDOW, "dominant": DOMINANT,
             "tables": {**{k: t[f"lab04_{k}"] for k in ("entropy", "local_optima", "vanishing", "hacking", "gpt", "report_template")},
                        "entropy_pooled": _pooled_rows(t["lab04_entropy"])}}  # fmt: skip

@@ -18,8 +18,8 @@ import pandas as pd
 from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
 from mathrl.studies.kit import pm as interval
-from mathrl.studies.kit import COLORS, band, engaged, judged, known, per_seed, placeholder, power_note, roles, verdict_frame, verdict_rows
-from mathrl.verdict import Claim, Estimate, Verdict, difference, mean_interval, rate_difference, wilson
+from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, band, bounds, claim_frame, known, placeholder, power_note, roles, verdict_rows
+from mathrl.verdict import wilson
 
 NAME = "stability"
 TITLE = "Batch size and hyperparameters against training stability"
@@ -160,6 +160,25 @@ def equal_samples_table(runs: list) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["batch_size", "seed", "samples", "eval_accuracy"])
 
 
+def equal_samples_pairs(es: pd.DataFrame) -> pd.DataFrame:
+    """Per smaller batch and seed: held-out accuracy of the largest batch and of the smaller one at
+    the largest number of rollouts both were evaluated at (the comparison at equal samples)."""
+    columns = ["batch_size", "large_batch", "seed", "samples", "large", "small"]
+    if es.empty:
+        return pd.DataFrame(columns=columns)
+    hi, rows = es["batch_size"].max(), []
+    for small in sorted(set(es["batch_size"]) - {hi}):
+        common = set(es.loc[es["batch_size"] == hi, "samples"]) & set(es.loc[es["batch_size"] == small, "samples"])
+        if not common:
+            continue
+        at = es[es["samples"] == max(common)]
+        large = dict(zip(at.loc[at["batch_size"] == hi, "seed"], at.loc[at["batch_size"] == hi, "eval_accuracy"]))
+        for seed, acc in zip(at.loc[at["batch_size"] == small, "seed"], at.loc[at["batch_size"] == small, "eval_accuracy"]):
+            rows.append({"batch_size": small, "large_batch": hi, "seed": seed, "samples": max(common),
+                         "large": large.get(seed, NAN), "small": acc})  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
+
+
 def fixed_vs_dynamic_tables(runs: list, role: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per method (its role in the config: A, B or C) and per run."""
     if not runs:
@@ -282,7 +301,12 @@ def clipping_runs(runs: list) -> pd.DataFrame:
                      "drop_after_spike": float(m["initial_eval"] - after.min()) if len(after) else NAN,
                      "spike_ratio": spike_ratio(r.metrics["grad_norm"], r.metrics["step"], spike) if r.ok else NAN,
                      "spike_norm": float(r.metrics.loc[r.metrics["step"] == spike, "grad_norm"].iloc[0]) if r.ok and spike is not None and (r.metrics["step"] == spike).any() else NAN})  # fmt: skip
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    clip = pd.to_numeric(out["max_norm"], errors="coerce") if len(out) else pd.Series(dtype=float)
+    # the clip bound at the spike: its gradient norm (before clipping) exceeded the max norm; NaN without a clip
+    out["clip_bound"] = np.where(clip.notna() & out.get("spike_norm", pd.Series(dtype=float)).notna(),
+                                 (out.get("spike_norm", 0) > clip).astype(float), NAN) if len(out) else []  # fmt: skip
+    return out
 
 
 def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -300,15 +324,7 @@ def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     return out, rows
 
 
-def separated(a: tuple[float, float], b: tuple[float, float]) -> bool | None:
-    """Whether two intervals (lo, hi) do not overlap; None when either is unknown."""
-    if not known(*a, *b):
-        return None
-    return a[1] < b[0] or b[1] < a[0]
-
-
-CRITIC_EV = 0.1  # the critic has learned when it explains at least this share of the returns' variance by step CRITIC_BY
-CRITIC_BY = 20
+CRITIC_BY = 20  # the step by which the critic must explain part of the returns (its check is in config/claims.yaml)
 
 
 def critic_ev(metrics: pd.DataFrame, by: int = CRITIC_BY, window: int = 5) -> float:
@@ -320,7 +336,7 @@ def critic_ev(metrics: pd.DataFrame, by: int = CRITIC_BY, window: int = 5) -> fl
 def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not runs:
         return pd.DataFrame(), pd.DataFrame()
-    rows = pd.DataFrame([{"value_clip": label(r.settings["value_clip"]), "value_coef": float(r.settings["value_coef"]), "seed": r.spec.seed,
+    rows = pd.DataFrame([{"value_clip": label(r.settings["value_clip"]), "value_coef": float(r.settings["value_coef"]), "seed": r.spec.seed, "setting": setting(r.spec),
                           "final_rmse": last(r, "value_rmse"), "mean_rmse": r.metrics["value_rmse"].mean() if r.ok else NAN,
                           "final_explained_variance": last(r, "explained_variance"), "ev_by_20": critic_ev(r.metrics) if r.ok else NAN,
                           "final_eval": measures(r)["final_eval"]} for r in runs])  # fmt: skip
@@ -396,131 +412,18 @@ def troubleshooting_table(ctx) -> pd.DataFrame:
                          for (a, b, c, d), (cause, _), (r, e) in zip(SYMPTOMS, CAUSE_FILTERS, evidence)])  # fmt: skip
 
 
-def clipping_verdicts(cr: pd.DataFrame) -> list[Verdict]:
-    """Collapse rates after an injected spike: clipping against none under SGD, and SGD against
-    Adam without clipping. Each is judged only where the spike was injected (and, for
-    clipping, where the clip bound at the spike)."""
-    def cell(opt, clip, spike):
-        g = cr[(cr["optimizer"] == opt) & (cr["max_norm"] == clip) & (cr["spike"] == spike)]
-        return g, int(g["collapsed"].sum()), int(g["collapsed"].notna().sum())
-
-    def spiked(g, name):
-        return engaged(f"spike ({name})", "gradient norm at the spike step / median of the other steps", g["spike_ratio"].tolist(), SPIKE_FACTOR)
-
-    clips = sorted({x for x in cr["max_norm"] if x != "none"}, key=float)
-    out = []
-    for opt in ("sgd", "adamw"):
-        free, kf, nf = cell(opt, "none", "yes")
-        if not nf or not clips:
-            continue
-        clipped, kc, nc = cell(opt, clips[0], "yes")
-        if not nc:
-            continue
-        binds = engaged(f"clip {clips[0]}", "share of runs whose spike-step gradient norm exceeds the max norm",
-                        [float(x > float(clips[0])) for x in clipped["spike_norm"] if known(x)], 1.0)
-        (lf, hf), (lc, hc) = wilson(kf, nf), wilson(kc, nc)
-        out.append(judged(Claim(f"clipping_{opt}", f"{opt}: clipping the gradient norm to {clips[0]} lowers the collapse rate after a gradient spike",
-                                f"collapse rate after a spike, {opt}: no clipping − max norm {clips[0]}", unit="pts"),
-                          rate_difference(kf, nf, kc, nc), spiked(free, f"{opt}, no clipping"), spiked(clipped, f"{opt}, clip {clips[0]}"), binds,
-                          note=f"{kf} of {nf} runs collapsed without clipping (Wilson {100 * lf:.0f}% to {100 * hf:.0f}%), {kc} of {nc} with it "
-                               f"({100 * lc:.0f}% to {100 * hc:.0f}%); intervals {'do not overlap' if separated((lf, hf), (lc, hc)) else 'overlap: inconclusive at this n'}"))  # fmt: skip
-    sgd, ks, ns = cell("sgd", "none", "yes")
-    adam, ka, na = cell("adamw", "none", "yes")
-    if ns and na:
-        (ls, hs), (la, ha) = wilson(ks, ns), wilson(ka, na)
-        sep = separated((ls, hs), (la, ha))
-        out.append(judged(Claim("adam_bounds_step", "without clipping, Adam survives a gradient spike that collapses SGD (Adam bounds the step by itself)",
-                                "collapse rate after a spike without clipping: SGD − Adam", unit="pts"),
-                          rate_difference(ks, ns, ka, na), spiked(sgd, "sgd"), spiked(adam, "adamw"),
-                          note=f"SGD {ks} of {ns} (Wilson {100 * ls:.0f}% to {100 * hs:.0f}%), Adam {ka} of {na} ({100 * la:.0f}% to {100 * ha:.0f}%): "
-                               + ("the rates are separated (Wilson intervals do not overlap)" if sep else f"the Wilson intervals overlap: the rates themselves are not separated at n = {min(ns, na)} per cell")))  # fmt: skip
-    return out
-
-
-# ---- criteria (pure functions of table values) --------------------------------------------
-def verdicts(t: dict) -> list[Verdict]:
-    """The document's claims, each a difference with its 95% interval (paired by seed)."""
-    br, fr, cr, vr = (t.get(k, pd.DataFrame()) for k in ("stability_batch_runs", "stability_fvd_runs", "stability_clipping_runs", "stability_value_clip_runs"))
-    gv, acc = t.get("stability_gradvar", pd.DataFrame()), t.get("stability_accumulation", pd.DataFrame())
-    out = []
-    if not br.empty:
-        lo, hi = br["batch_size"].min(), br["batch_size"].max()
-        b = lambda size, col: per_seed(br, col, batch_size=size)  # noqa: E731
-        out += [
-            Verdict(Claim("batch_smoother", f"batch {hi} trains more smoothly than batch {lo}",
-                          f"roughness of held-out accuracy (spread around its trend): batch {hi} − batch {lo}", direction=-1, unit="pts"),
-                    difference(b(hi, "roughness"), b(lo, "roughness"))),
-            Verdict(Claim("batch_large_calm", f"at batch {hi} consecutive evaluations change by less than 3 points",
-                          f"largest fall between consecutive evaluations at batch {hi}, minus 3 points", direction=-1, unit="pts"),
-                    mean_interval({k: v - SMALL_SWING for k, v in b(hi, "largest_drop").items()})),
-            Verdict(Claim("batch_small_swings", f"at batch {lo} the accuracy swings by more than 10 points",
-                          f"largest fall between consecutive evaluations at batch {lo}, minus 10 points", unit="pts"),
-                    mean_interval({k: v - BIG_SWING for k, v in b(lo, "largest_drop").items()})),
-            Verdict(Claim("case_reward", f"batch {hi} ends at a higher training reward than batch {lo} (the case study)",
-                          f"final training reward: batch {hi} − batch {lo}"), difference(b(hi, "final_reward"), b(lo, "final_reward"))),
-        ]  # fmt: skip
-    g = gv.dropna(subset=["variance"]) if not gv.empty else gv
-    if not g.empty:
-        ratio = g["ratio_to_largest"].iloc[0]
-        v = Verdict(Claim("gradvar", "gradient variance falls about 6x from the smallest to the largest batch", "variance ratio, smallest batch / largest",
-                          size=(3.0, 12.0)), Estimate(ratio, NAN, NAN, 1, "probe"), outcome="agrees" if 3.0 <= ratio <= 12.0 else "disagrees",
-                    reason="one probe of 10 batches per size: a point value against the document's range 3x to 12x, without an interval")  # fmt: skip
-        out.append(v)
-    if not acc.empty and acc["relative"].notna().any():
-        rel = float(acc["relative"].max())
-        out.append(Verdict(Claim("accumulation", "accumulated micro-batch gradients equal the large-batch gradient", "largest relative element-wise difference",
-                                 direction=-1, size=(0.0, 1e-4)), Estimate(rel, NAN, NAN, 1, "probe"), outcome="agrees" if rel < 1e-4 else "disagrees",
-                           reason="a deterministic check (float rounding only when below 1e-4)"))  # fmt: skip
-    if not fr.empty and set(FVD_ROLES) <= set(fr["method"]):
-        m = lambda k: per_seed(fr, "final_eval", method=k)  # noqa: E731
-        control = FVD_CONTROL in set(fr["method"])
-        for other in ("B", "C"):
-            out.append(Verdict(Claim(f"fixed_vs_{other}", f"fixed hyperparameters at the large batch (A) end more accurate than {other}",
-                                     f"final held-out accuracy: A − {other}", unit="pts"), difference(m("A"), m(other)),
-                               note="A differs from B and C in batch size as well as in its schedule: the equal-batch rows separate the two" if control else ""))  # fmt: skip
-            if control:
-                out.append(Verdict(Claim(f"dynamic_{other}_equal_batch", f"at equal batch, {other}'s dynamic schedule ends more accurate than fixed hyperparameters",
-                                         f"final held-out accuracy: {other} − fixed, both at {other}'s batch", unit="pts"), difference(m(other), m(FVD_CONTROL))))  # fmt: skip
-    es = t.get("stability_equal_samples", pd.DataFrame())
-    if not es.empty and not br.empty:
-        hi = br["batch_size"].max()
-        for small in sorted(set(es["batch_size"]) - {hi}):
-            common = set(es.loc[es["batch_size"] == hi, "samples"]) & set(es.loc[es["batch_size"] == small, "samples"])
-            if common:
-                n = max(common)
-                at = lambda b: per_seed(es, "eval_accuracy", batch_size=b, samples=n)  # noqa: E731
-                out.append(Verdict(Claim(f"equal_samples_{small}", f"at equal samples ({n:,}), batch {hi} is more accurate than batch {small}",
-                                         f"held-out accuracy after {n:,} samples: batch {hi} − batch {small}", unit="pts"), difference(at(hi), at(small)),
-                                   note="the document compares batch sizes at equal steps; this control gives each batch the same number of rollouts"))  # fmt: skip
-    if not cr.empty:
-        out += clipping_verdicts(cr)
-    if not vr.empty:
-        r = lambda c, w: per_seed(vr[vr["value_coef"] == w], "mean_rmse", value_clip=c)  # noqa: E731
-        base = r("none", 0.5)
-        if base:
-            scale = 1 / (sum(base.values()) / len(base))
-            doc = DOC_VALUE_RMSE[("0.2", 1.0)] / DOC_VALUE_RMSE[("none", 0.5)] - 1
-            ev = lambda c, w: per_seed(vr[vr["value_coef"] == w], "ev_by_20", value_clip=c)  # noqa: E731
-            learned = [engaged(f"critic ({name})", f"explained variance, steps {CRITIC_BY - 4}-{CRITIC_BY}", ev(c, w), CRITIC_EV)
-                       for name, c, w in (("unclipped, weight 0.5", "none", 0.5), ("clipped, weight 1.0", "0.2", 1.0))]
-            out.append(judged(Claim("value_clip", "value-loss clipping with value weight 1.0 lowers the value RMSE by about half",
-                                    "mean value RMSE over training: (clipped at weight 1.0 − unclipped at 0.5) / unclipped", direction=-1,
-                                    size=(doc, doc), unit="pct"), difference(r("0.2", 1.0), base).scaled(scale), *learned))  # fmt: skip
-    return out
-
-
 def tables(ctx) -> dict[str, pd.DataFrame]:
     out = {**batch_tables(ctx.experiment("batch")), **gradvar_tables(ctx)}
     fvd = ctx.experiment(FVD)
     out["stability_fixed_vs_dynamic"], out["stability_fvd_runs"] = fixed_vs_dynamic_tables(fvd, roles(ctx.cfg, FVD, FVD_ROLES) if fvd else {})
     out["stability_equal_samples"] = equal_samples_table(ctx.experiment("batch"))
+    out["stability_equal_samples_pairs"] = equal_samples_pairs(out["stability_equal_samples"])
     out["stability_clipping"], out["stability_clipping_runs"] = clipping_table(ctx.experiment("clipping"))
     out["stability_value_clip"], out["stability_value_clip_runs"] = value_clip_table(ctx.experiment("value_clip"))
     out["stability_alerts"] = alerts_table(ctx)
     out["stability_alert_scores"] = alert_scores([r for r in ctx.runs.values() if r.ok])
     out["stability_troubleshooting"] = troubleshooting_table(ctx)
     out["stability_series"] = pd.concat([series(ctx.experiment(e), ms).assign(experiment=e) for e, ms in SERIES.items()], ignore_index=True)
-    out["stability_verdicts"] = verdict_frame(verdicts(out))
     return out
 
 
@@ -534,7 +437,8 @@ def _curves(ax, s: pd.DataFrame, ylabel: str, title: str) -> None:
     if s.empty:
         placeholder(ax, "no run with a result")
     for i, (_, g) in enumerate(s.groupby("order", sort=True)):
-        band(ax, g["step"], g["mean"], g["std"], g["setting"].iloc[0], COLORS[i % len(COLORS)], n=g["n"])
+        band(ax, g["step"], g["mean"], g["std"], g["setting"].iloc[0], COLORS[i % len(COLORS)], n=g["n"],
+             bounds=bounds(g["metric"].iloc[0]))
     if not s.empty:
         ax.legend()
     ax.set(xlabel="RL step", ylabel=ylabel, title=title)
@@ -560,7 +464,8 @@ def figures(t) -> dict:
         placeholder(ax, "no batch-study runs with a result")
     for i, (b, g) in enumerate(es.groupby("batch_size") if not es.empty else []):
         m = g.groupby("samples")["eval_accuracy"].agg(["mean", "std", "count"]).reset_index()
-        band(ax, m["samples"], m["mean"], m["std"], f"batch {b}", COLORS[i % len(COLORS)], n=m["count"])
+        band(ax, m["samples"], m["mean"], m["std"], f"batch {b}", COLORS[i % len(COLORS)], n=m["count"],
+             bounds=bounds("eval_accuracy"))
     if not es.empty:
         ax.set_xscale("log")
         ax.legend()
@@ -602,8 +507,10 @@ def figures(t) -> dict:
 
     fig, ax = plt.subplots()
     _curves(ax, _series(t, "value_clip", "value_rmse"), "value RMSE (against returns)", "PPO value error by value clipping and weight")
+    vr = t["stability_value_clip_runs"]
+    clipped = set(vr.loc[vr["value_clip"].astype(str) != "none", "setting"]) if "setting" in vr else set()
     for line in ax.get_lines():  # clipped dashed, so settings whose curves coincide stay visible
-        line.set_linestyle("--" if line.get_label().startswith("value_clip=0") else "-")
+        line.set_linestyle("--" if line.get_label() in clipped else "-")
     if ax.get_legend():
         ax.legend()
     out["stability_value_clip"] = fig
@@ -612,11 +519,13 @@ def figures(t) -> dict:
 
 # ---- section (verdicts with numbers, from the tables alone) -------------------------------
 def pm(r, col: str, kind: str = "pct") -> str:
-    """`mean [95% interval] (n=k)` of a summary row; kind: pct (accuracy), pts (accuracy points), num."""
+    """`mean [95% interval] (n=k)` of a summary row; kind: pct (accuracy, interval within [0, 1]), pts (a size in
+    accuracy points: roughness or a drop, interval at least 0), num."""
     if r is None or not known(r.get(f"{col}_mean")):
         return "no data"
     unit = {"pct": "pct", "pts": "pts", "num": "num"}[kind]
-    return interval(r[f"{col}_mean"], r.get(f"{col}_std", NAN), r["n"], unit)
+    limits = {"pct": SHARE, "pts": NONNEGATIVE}.get(kind)
+    return interval(r[f"{col}_mean"], r.get(f"{col}_std", NAN), r["n"], unit, bounds=limits)
 
 
 def pick(df: pd.DataFrame, col: str, key):
@@ -717,17 +626,17 @@ def alerts_text(al: pd.DataFrame) -> str:
 
 def section(t) -> dict:
     names = ["stability_batch_curve", "stability_batch", "stability_equal_samples", "stability_case_study", "stability_fixed_vs_dynamic", "stability_gradvar",
-             "stability_accumulation", "stability_alerts", "stability_alert_scores", "stability_clipping", "stability_value_clip", "stability_troubleshooting",
-             "stability_verdicts"]  # fmt: skip
+             "stability_accumulation", "stability_alerts", "stability_alert_scores", "stability_clipping", "stability_value_clip", "stability_troubleshooting"]  # fmt: skip
     tb = {n.removeprefix("stability_"): t[n] for n in names}
-    rows = verdict_rows(tb["verdicts"])
+    claims = claim_frame(t, NAME)
+    rows = verdict_rows(claims)
     keyed = {r["key"]: r for r in rows}
     pick_rows = lambda *keys: [keyed[k] for k in keys if k in keyed]  # noqa: E731
     gradvar, accumulation = gradvar_text(tb["gradvar"], tb["accumulation"])
     ts, al = tb["troubleshooting"], tb["alerts"]
     return {
         "tables": {**tb, "alerts_fired": al[al["alerts"] > 0] if not al.empty else al}, "collapse_definition": COLLAPSE_DEFINITION, "spike_factor": SPIKE_FACTOR,
-        "big": BIG_SWING, "small": SMALL_SWING, "verdict_list": rows, "power": power_note(tb["verdicts"]),
+        "big": BIG_SWING, "small": SMALL_SWING, "verdict_list": rows, "power": power_note(claims),
         "verdicts": {
             "batch": {"text": batch_text(tb["batch"]), "rows": pick_rows("batch_smoother", "batch_large_calm", "batch_small_swings")},
             "gradvar": {"text": gradvar, "rows": pick_rows("gradvar")}, "accumulation": {"text": accumulation, "rows": pick_rows("accumulation")},

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.transforms import blended_transform_factory
 
 from mathrl.console import console_line
 from mathrl.results import collapsed, degraded, mean_spread
 from mathrl.studies.kit import pm as interval
-from mathrl.studies.kit import COLORS, add_intervals, add_wilson, band, cell, by_key, per_seed, placeholder, power_note, verdict_frame, verdict_rows
-from mathrl.verdict import Claim, Verdict, mean_interval
+from mathrl.studies.kit import BAND_NOTE, COLORS, SHARE, add_intervals, add_wilson, band, bounds, by_key, cell, claim_frame, known, placeholder, power_note, t_halfwidth, verdict_rows
 
 NAME = "system"
 TITLE = "The math RL training system: configurations and results"
@@ -34,6 +34,9 @@ DOC = {
 # rl_batch_size 64 with rl_ga_steps 2: 128 sequences per optimizer step, in micro-batches of 64.
 DOC_RL = {"steps": 200, "lr": 1e-4, "batch_size": 128, "micro_batch_size": 64, "group_size": 8, "grad_clip": 1.0, "weight_decay": 0.01,
           "adam_beta1": 0.9, "adam_beta2": 0.99, "temperature": 1.0, "baseline_decay": 0.9}  # fmt: skip
+# What each algorithm run beside the document's REINFORCE is, for the section's text.
+BESIDE = {"ppo": "PPO (a value head on the shared trunk, GAE advantages, clipped ratio)",
+          "grpo": "GRPO (advantages normalised within each group of rollouts of one prompt)"}
 SETTING_NAMES = {
     "n_layer": "layers", "n_head": "attention heads", "n_embd": "embedding dim", "n_params": "parameters",
     "sft_steps": "warm-up steps", "sft_accuracy": "warm-up held-out accuracy", "steps": "RL steps", "lr": "learning rate",
@@ -44,6 +47,11 @@ SETTING_NAMES = {
 
 
 # ----------------------------------------------------------------------------- tables
+def per_micro_batch(settings: dict, world_size: int = 1) -> float:
+    """Sequences per backward pass on a rank: micro_batch_size, or with 0 (no accumulation) the rank's whole batch."""
+    return float(settings["micro_batch_size"] or settings["batch_size"] // max(1, world_size))
+
+
 def configs_table(ctx, runs) -> pd.DataFrame:
     """Per task: our model (from the warm-up summary) and RL settings beside the document's."""
     rows = []
@@ -54,6 +62,9 @@ def configs_table(ctx, runs) -> pd.DataFrame:
         ours = {**{k: model.get(k, math.nan) for k in ("n_layer", "n_head", "n_embd")}, "n_params": sft.get("n_params", math.nan),
                 "sft_steps": sft.get("steps", math.nan), "sft_accuracy": sft.get("eval_accuracy", math.nan),
                 **{k: (spec.settings[k] if spec else math.nan) for k in DOC_RL}}  # fmt: skip
+        if spec:
+            world = ((spec.summary or {}).get("resolved") or {}).get("world_size", 1)
+            ours["micro_batch_size"] = per_micro_batch(spec.settings, world)
         theirs = {**{k: doc[k] for k in ("n_layer", "n_head", "n_embd")}, **DOC_RL}
         preset = sft.get("settings", {}).get("preset", "missing")
         for key, label in SETTING_NAMES.items():
@@ -90,7 +101,8 @@ def per_run_table(runs) -> pd.DataFrame:
 
 def results_table(runs) -> pd.DataFrame:
     per_run = per_run_table(runs)
-    out = add_intervals(mean_spread(per_run, ["task", "algorithm"], STATS), ["final_eval", "gain"])  # n counts runs with a final evaluation
+    out = mean_spread(per_run, ["task", "algorithm"], STATS)  # n counts runs with a final evaluation
+    out = add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
     g = per_run.groupby(["task", "algorithm"], sort=False)
     out.insert(3, "n_runs", g.size().values if len(per_run) else [])
     out["collapses"] = g["collapsed"].sum(min_count=1).values if len(per_run) else []
@@ -126,52 +138,47 @@ def console_table(ctx, runs) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["task", "algorithm", "run_id", "source", "line"])
 
 
-NONINFERIOR_MARGIN = 0.02  # accuracy points that count as "no worse" (about the sampling error of 500 problems)
-
-
-def verdicts(per_run: pd.DataFrame) -> list[Verdict]:
-    """The document's expectations on its own algorithm, REINFORCE, with 95% intervals over seeds."""
-    out = []
-    for task, doc in DOC.items():
-        lo, hi = doc["expected"]
-        v = lambda col: per_seed(per_run, col, task=task, algorithm="reinforce")  # noqa: E731
-        out += [
-            Verdict(Claim(f"{task}_accuracy", f"{doc['config']}: REINFORCE reaches {lo:.0%}–{hi:.0%} on {task}", f"final held-out accuracy − {lo:.0%}", unit="pts"),
-                    mean_interval({s: x - lo for s, x in v("final_eval").items()})),
-            Verdict(Claim(f"{task}_gain", f"{doc['config']}: RL improves on the warm-up", "final − initial held-out accuracy", unit="pts"), mean_interval(v("gain"))),
-            Verdict(Claim(f"{task}_stable", f"{doc['config']}: REINFORCE with the moving-average baseline and clipping trains stably (loses no accuracy)",
-                          "final − initial held-out accuracy (no loss beyond the margin)", kind="noninferior", margin=NONINFERIOR_MARGIN, unit="pts"),
-                    mean_interval(v("gain")), note=f"{int(sum(v('collapsed').values()))} of {len(v('collapsed'))} runs collapsed, {int(sum(v('degraded').values()))} degraded"),
-        ]  # fmt: skip
-    return out
-
-
 def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = ctx.experiment("system")
     res = results_table(runs)
     return {"system_configs": configs_table(ctx, runs), "system_results": res, "system_curves": curves_table(runs),
-            "system_console": console_table(ctx, runs), "system_verdicts": verdict_frame(verdicts(per_run_table(runs)) if runs else [])}  # fmt: skip
+            "system_console": console_table(ctx, runs), "system_runs": per_run_table(runs)}
 
 
 # ----------------------------------------------------------------------------- figures
+def target(ax, lo: float, hi: float, last_step: float) -> None:
+    """The document's expected range, at the document's step: a bar there when the runs reach it,
+    else a bar at the right edge of the axes, labelled with the step it belongs to."""
+    step = DOC_RL["steps"]
+    label = f"document: {lo:.0%}–{hi:.0%} at step {step}"
+    if known(last_step) and last_step >= step:
+        ax.plot([step, step], [lo, hi], color="0.45", lw=6, solid_capstyle="butt", label=label)
+        return
+    edge = blended_transform_factory(ax.transAxes, ax.transData)  # x in axes fractions, y in accuracy
+    ax.plot([0.985, 0.985], [lo, hi], color="0.45", lw=6, solid_capstyle="butt", transform=edge, clip_on=False,
+            label=f"{label} (beyond these {last_step:g} steps)" if known(last_step) else label)  # fmt: skip
+    ax.text(0.97, hi, f"step {step}", transform=edge, ha="right", va="bottom", fontsize=7, color="0.3")
+
+
 def fig_curves(t) -> plt.Figure:
     c, res = t["system_curves"], t["system_results"]
-    fig, axes = plt.subplots(1, len(DOC), figsize=(10, 3.8), sharey=True)
+    fig, axes = plt.subplots(1, len(DOC), figsize=(10, 3.8), sharey=True, layout="constrained")
     for ax, task in zip(axes, DOC):
         d = c[c["task"] == task] if len(c) else c
-        lo, hi = cell(res, "expected_low", task=task), cell(res, "expected_high", task=task)
-        if not math.isnan(lo):
-            ax.axhspan(lo, hi, color="0.85", label="document's expected range")
         for i, algorithm in enumerate(ALGORITHMS):
             a = d[d["algorithm"] == algorithm] if len(d) else d
             if len(a):
-                band(ax, a["step"], a["eval_accuracy_mean"], a["eval_accuracy_std"], algorithm, COLORS[i], n=a["n"])
+                band(ax, a["step"], a["eval_accuracy_mean"], a["eval_accuracy_std"], algorithm, COLORS[i], n=a["n"],
+                     bounds=bounds("eval_accuracy"))
+        lo, hi = cell(res, "expected_low", task=task), cell(res, "expected_high", task=task)
+        if not math.isnan(lo):
+            target(ax, lo, hi, d["step"].max() if len(d) else math.nan)
         if d.empty:
             placeholder(ax, f"no data: the {task} runs are missing")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="lower right")
         ax.set(title=f"{task} ({DOC[task]['config']})", xlabel="RL step", ylabel="held-out accuracy", ylim=(0, 1))
-    fig.suptitle("Held-out accuracy during RL (mean, 95% interval across seeds)")
+    fig.suptitle(f"Held-out accuracy during RL ({BAND_NOTE})")
     return fig
 
 
@@ -184,16 +191,20 @@ def fig_throughput(t) -> plt.Figure:
         width = 0.8 / len(ALGORITHMS)
         for i, algorithm in enumerate(ALGORITHMS):
             vals = [cell(res, "seq_per_s_mean", task=k, algorithm=algorithm) for k in DOC]
-            errs = [cell(res, "seq_per_s_std", task=k, algorithm=algorithm) for k in DOC]
+            stds = [cell(res, "seq_per_s_std", task=k, algorithm=algorithm) for k in DOC]
+            ns = [cell(res, "n", task=k, algorithm=algorithm) for k in DOC]
+            errs = [0.0 if not known(v, sd, n) else float(t_halfwidth(sd, n)) for v, sd, n in zip(vals, stds, ns)]
+            errs = [0.0 if math.isnan(e) else e for e in errs]  # one seed: no interval
             x = [j + (i - 1) * width for j in range(len(DOC))]
-            ax.bar(x, [0 if math.isnan(v) else v for v in vals], width, yerr=[0 if math.isnan(e) else e for e in errs],
-                   capsize=3, color=COLORS[i], label=algorithm)  # fmt: skip
+            ax.bar(x, [0 if math.isnan(v) else v for v in vals], width, capsize=3, color=COLORS[i], label=algorithm,
+                   yerr=[[min(e, 0 if math.isnan(v) else v) for e, v in zip(errs, vals)], errs])  # never below 0
             for xi, v in zip(x, vals):
                 if math.isnan(v):  # a missing bar says so rather than reading as zero throughput
                     ax.annotate("missing", (xi, 0), ha="center", va="bottom", rotation=90, fontsize=7, color="0.4")
         ax.set_xticks(range(len(DOC)), list(DOC))
         ax.legend()
-    ax.set(title="Training throughput", xlabel="task", ylabel="sequences per second")
+    ax.set(title="Training throughput (mean and 95% t interval across seeds)", xlabel="task",
+           ylabel="sequences per second")
     return fig
 
 
@@ -205,7 +216,7 @@ def figures(t) -> dict[str, plt.Figure]:
 def pm(res: pd.DataFrame, task: str, algorithm: str, col: str = "final_eval") -> str:
     """`mean [95% interval] (n=k)` of an accuracy."""
     m, s, n = (cell(res, c, task=task, algorithm=algorithm) for c in (f"{col}_mean", f"{col}_std", "n"))
-    return interval(m, s, n, "pct")
+    return interval(m, s, n, "pct", bounds=SHARE)
 
 
 def scale_note(cfgs: pd.DataFrame, task: str) -> str:
@@ -224,9 +235,10 @@ def scale_note(cfgs: pd.DataFrame, task: str) -> str:
 def task_text(res: pd.DataFrame, cfgs: pd.DataFrame, task: str, rows: dict) -> dict:
     """REINFORCE's final accuracy against the document's range, with the other algorithms beside it, and its verdicts."""
     lo, hi = DOC[task]["expected"]
-    others = ", ".join(f"{a} {pm(res, task, a)}" for a in ALGORITHMS if a != "reinforce")
+    planned = set(zip(res["task"], res["algorithm"])) if len(res) else set()  # one the config does not run is left out
+    others = "".join(f"; {a} {pm(res, task, a)}" for a in ALGORITHMS if a != "reinforce" and (task, a) in planned)
     text = (f"On {task}, REINFORCE ended at {pm(res, task, 'reinforce')} held-out accuracy (from {pm(res, task, 'reinforce', 'initial_eval')} "
-            f"before RL; {others}), against the document's {lo:.0%}–{hi:.0%}.")  # fmt: skip
+            f"before RL{others}), against the document's {lo:.0%}–{hi:.0%}.")  # fmt: skip
     acc = rows.get(f"{task}_accuracy")
     if acc and acc["outcome"] == "disagrees":
         text += " At this scale the document's accuracy is not reached; that is a finding." + scale_note(cfgs, task)
@@ -246,12 +258,14 @@ def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:
 
 def section(t) -> dict:
     res, cfgs = t["system_results"], t["system_configs"]
-    rows = verdict_rows(t["system_verdicts"])
+    claims = claim_frame(t, NAME)
+    rows = verdict_rows(claims)
     decay = cell(cfgs, "ours", task="add", key="baseline_decay")
     presets = cfgs.drop_duplicates("task")[["task", "config", "preset"]].to_dict("records") if len(cfgs) else []
     return {
         "configs": configs_wide(cfgs), "presets": presets, "results": res, "console": t["system_console"],
-        "baseline_decay": "–" if math.isnan(decay) else f"{decay:g}", "verdict_list": rows, "power": power_note(t["system_verdicts"]),
-        "verdicts": [task_text(res, cfgs, task, by_key(rows)) for task in DOC],
+        "baseline_decay": "–" if math.isnan(decay) else f"{decay:g}", "verdict_list": rows, "power": power_note(claims),
+        "verdicts": [task_text(res, cfgs, task, by_key(rows)) for task in DOC], "doc_steps": DOC_RL["steps"],
+        "beside": [BESIDE[a] for a in ALGORITHMS if a in BESIDE and len(res) and (res["algorithm"] == a).any()],
         "doc_console": "Step 50/200 | Loss: 0.234 | Acc: 0.750 | Reward: 0.750 | LR: 1.00e-04",  # the document's example
     }

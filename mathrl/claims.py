@@ -1,0 +1,507 @@
+"""Claims as data, judged by one engine.
+
+A claim is declared in YAML (`config/claims.yaml` for the documents', the papers' and the
+testbed's claims; an experiment's own `claims:` block for a user's). It names a table of
+per-seed measures (`run_measures`, one row per RL run, or a study's table), the column it
+measures, the arms compared (filters on that table's rows), how they are compared, what the
+document expects, and the checks that must pass before the comparison means anything: that
+the failure a remedy exists for was shown (`failure`), and that the remedy's mechanism acted
+(`engaged`). The engine turns each claim into one row of `results/tables/claims.csv`:
+
+- the per-seed values of each arm (rows whose seed is `all` are pooled rows, never values);
+- an estimate with its 95% interval (`mathrl.verdict`: paired by seed where the arms share
+  their seeds, else Welch; Wilson and Newcombe for rates);
+- a p-value from scipy.stats for the claim's own test, adjusted across the family of
+  `document` claims by Holm and by Benjamini-Hochberg (statsmodels);
+- the outcome: `mathrl.verdict.judge` on the interval, "not judged" where a check failed,
+  and "inconclusive" where a decided document claim does not survive Holm's adjustment.
+
+The report's verdict tables are views of that file. The grammar is in
+`config/claims.schema.yaml`; docs/ARCHITECTURE.md shows a claim end to end.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+from scipy import stats
+
+from mathrl.errors import ConfigError
+from mathrl.verdict import Claim, Estimate, Verdict, difference, mean_interval, rate_difference, wilson
+
+KINDS = ("document", "setup", "reference", "beyond", "user")
+COMPARES = ("difference", "one_sample", "rate", "relative", "point")
+ALPHA = 0.05
+COLUMNS = ["claim_id", "kind", "source", "statement", "outcome", "difference", "ci_low", "ci_high", "n", "p_value", "p_holm",
+           "p_bh", "engaged", "failure_established", "reason"]  # fmt: skip
+EXTRA = ["section", "part", "measure", "expected", "unit", "design", "n_a", "n_b", "effect_size", "mde", "seeds_needed",
+         "note", "checks", "outcome_unadjusted"]  # fmt: skip
+SPECIAL = ("max", "min")  # arm values resolved over the table: the largest or smallest numeric value of the column
+
+
+# ----------------------------------------------------------------------------- declarations
+@dataclass(frozen=True)
+class Check:
+    """A registered predicate: the mean (or sum, or max) of a measure over one arm's seeds
+    against a threshold. `ratio_to`: the measure divided seed by seed by another arm's."""
+
+    type: str  # failure (the problem a remedy is for was shown) | engaged (its mechanism acted) | precondition
+    label: str
+    measure: str
+    arm: str | dict = "a"
+    stat: str = "mean"
+    at_least: float | None = None
+    at_most: float | None = None
+    ratio_to: str | None = None
+    text: str = ""
+    table: str | None = None
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """One declared claim (see config/claims.schema.yaml for every field's meaning)."""
+
+    id: str
+    kind: str
+    source: str
+    statement: str
+    table: str
+    measure: str
+    a: dict
+    b: dict | None = None
+    compare: str = "difference"
+    value: float = 0.0
+    direction: int = 1
+    size: tuple[float, float] | None = None
+    equivalence: float | None = None
+    noninferior: float | None = None
+    unit: str = "num"
+    measure_text: str = ""
+    section: str = ""
+    part: str = ""
+    experiment: str | None = None
+    checks: tuple[Check, ...] = ()
+    optional_roles: tuple[str, ...] = ()
+    note: str = ""
+    paired: bool | None = None
+
+    @property
+    def verdict_claim(self) -> Claim:
+        if self.equivalence is not None:
+            return Claim(self.id, self.statement, self.measure_text or self.measure, "equivalence", margin=float(self.equivalence), unit=self.unit)
+        if self.noninferior is not None:
+            return Claim(self.id, self.statement, self.measure_text or self.measure, "noninferior", self.direction,
+                         margin=float(self.noninferior), unit=self.unit)  # fmt: skip
+        return Claim(self.id, self.statement, self.measure_text or self.measure, "direction", self.direction, size=self.size, unit=self.unit)
+
+
+def _fill(obj, subs: Mapping[str, str]):
+    """`{name}` placeholders of a foreach replaced in every string of a declaration."""
+    if isinstance(obj, str):
+        return re.sub(r"\{(\w+)\}", lambda m: str(subs[m.group(1)]) if m.group(1) in subs else m.group(0), obj)
+    if isinstance(obj, list):
+        return [_fill(x, subs) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _fill(v, subs) for k, v in obj.items()}
+    return obj
+
+
+def validate(decl: dict, where: str) -> None:
+    """A declaration against the schema's `claim` definition; the error names the claim and the key."""
+    from mathrl.config import load_schema, validate as against
+
+    schema = load_schema()
+    against(decl, {**schema["definitions"]["claim"], "definitions": schema["definitions"]}, prefix=where)
+
+
+def parse(d: dict, where: str) -> ClaimSpec:
+    """One claim declaration (validated, already expanded) as a ClaimSpec."""
+    compare = d.get("compare") or ("difference" if d.get("b") else "one_sample")
+    d = dict(d)
+    expect = dict(d.pop("expect", None) or {})
+    size = expect.get("size")
+    checks = tuple(Check(**c) for c in d.get("checks") or ())
+    return ClaimSpec(
+        id=str(d["id"]), kind=d["kind"], source=str(d.get("source", "")), statement=str(d["statement"]),
+        table=d.get("table", "run_measures"), measure=d["measure"], a=dict(d["a"]), b=dict(d["b"]) if d.get("b") else None,
+        compare=compare, value=float(d.get("value", 0.0)), direction=int(expect.get("direction", 1)),
+        size=(float(size[0]), float(size[1])) if size is not None else None,
+        equivalence=expect.get("equivalence"), noninferior=expect.get("noninferior"), unit=d.get("unit", "num"),
+        measure_text=d.get("measure_text", ""), section=d.get("section", ""), part=d.get("part", ""),
+        experiment=d.get("experiment"), checks=checks, optional_roles=tuple(d.get("optional") or ()), note=d.get("note", ""),
+        paired=d.get("paired"),
+    )  # fmt: skip
+
+
+def expand(decl: dict, tables: Mapping[str, pd.DataFrame] | None = None, cfg: dict | None = None) -> list[dict]:
+    """A declaration with `foreach: {name: [values] | "*" | {role_of: R}}` as one declaration per
+    combination; "*" takes the column's distinct values in the claim's table (kept as a placeholder without tables)."""
+    loops = decl.get("foreach")
+    if not loops:
+        return [decl]
+    body = {k: v for k, v in decl.items() if k != "foreach"}
+    names, choices = [], []
+    for name, values in loops.items():
+        if values == "*" and tables is None:  # a listing before any table exists: the placeholder stays
+            values = ["{%s}" % name]
+        elif values == "*":
+            df = tables.get(_fill(body.get("table", "run_measures"), {}))
+            values = [] if df is None or df.empty or name not in df else sorted(_rows(df)[name].dropna().astype(str).unique(), key=_natural)
+        elif isinstance(values, dict) and "experiments_with_role" in values:
+            role = values["experiments_with_role"]
+            values = [e for e, x in ((cfg or {}).get("experiments") or {}).items() if role in (x.get("roles") or {})]
+        names.append(name)
+        choices.append([str(v) for v in values])
+    return [_fill(body, dict(zip(names, combo))) for combo in itertools.product(*choices)]
+
+
+def _natural(s: str):
+    try:
+        return (0, float(s), s)
+    except ValueError:
+        return (1, 0.0, s)
+
+
+def declarations(cfg: dict, path: Path | None = None) -> list[tuple[dict, str]]:
+    """(declaration, where it was written) for the claims file and every experiment's `claims:` block."""
+    path = Path(path) if path else default_claims_file()
+    out = []
+    if path.exists():
+        data = yaml.safe_load(path.read_text()) or {}
+        for i, d in enumerate(data.get("claims") or []):
+            out.append((d, f"{path.name}: claims[{i}] ({d.get('id', '?')})"))
+    for exp, spec in (cfg.get("experiments") or {}).items():
+        for i, d in enumerate(spec.get("claims") or []):
+            out.append(({"kind": "user", "experiment": exp, "section": "generic", "part": exp, "source": f"experiment {exp}", **d},
+                        f"experiments.{exp}.claims[{i}] ({d.get('id', '?')})"))  # fmt: skip
+    return out
+
+
+def default_claims_file() -> Path:
+    from mathrl.config import ROOT
+    from mathrl.layout import CLAIMS_FILE
+
+    return ROOT / CLAIMS_FILE
+
+
+def load(cfg: dict, tables: Mapping[str, pd.DataFrame] | None = None, path: Path | None = None) -> list[ClaimSpec]:
+    """Every claim of a configuration, expanded and parsed; duplicate ids are an error."""
+    out, seen = [], {}
+    for decl, where in declarations(cfg, path):
+        validate(decl, where)
+        for d in expand(decl, tables, cfg):
+            spec = parse(d, where)
+            if spec.id in seen:
+                raise ConfigError(f"{where}: claim id {spec.id!r} is declared twice (first in {seen[spec.id]})")
+            seen[spec.id] = where
+            out.append(spec)
+    return out
+
+
+# ----------------------------------------------------------------------------- arms
+def _rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Per-seed rows: a study's pooled rows (seed `all`) are summaries, not measurements."""
+    return df[df["seed"].astype(str) != "all"] if "seed" in df else df
+
+
+def _numbers(s: pd.Series) -> pd.Series:
+    return pd.to_numeric(s, errors="coerce").dropna()
+
+
+@dataclass
+class Arm:
+    """The rows of one arm and the settings that selected them (`role` resolved to a variant)."""
+
+    rows: pd.DataFrame
+    where: dict = field(default_factory=dict)
+    measure: str = ""
+
+    def values(self) -> dict:
+        """{seed: value} when seeds are unique in the arm, else {row position: value}."""
+        if self.rows.empty or self.measure not in self.rows:
+            return {}
+        v = pd.to_numeric(self.rows[self.measure], errors="coerce")
+        keys = self.rows["seed"] if "seed" in self.rows and self.rows["seed"].is_unique else range(len(self.rows))
+        return {k: float(x) for k, x in zip(keys, v) if x == x}
+
+
+def resolve_role(cfg: dict, experiment: str | None, role: str) -> dict:
+    """A role of an experiment as a filter: its variant, or the grid point `key=value` it names."""
+    roles = ((cfg.get("experiments") or {}).get(experiment or "") or {}).get("roles") or {}
+    if role not in roles:
+        raise KeyError(role)
+    target = str(roles[role])
+    if "=" in target:
+        key, value = target.split("=", 1)
+        return {key: value}
+    return {"variant": target}
+
+
+def select(df: pd.DataFrame, where: dict, cfg: dict, spec: ClaimSpec) -> Arm:
+    """The rows of `df` matching an arm's filter (`role`, `measure` and `table` are not columns)."""
+    where = dict(where)
+    measure = str(where.pop("measure", spec.measure))
+    where.pop("table", None)
+    experiment = where.pop("experiment", spec.experiment)
+    if "role" in where:  # through the config's roles (one variant may hold several roles), else the table's own column
+        role = where.pop("role")
+        declared = ((cfg.get("experiments") or {}).get(experiment or "") or {}).get("roles") or {}
+        where.update(resolve_role(cfg, experiment, role) if role in declared or "role" not in df else {"role": role})
+    if "variant" in where and "variant" not in df and "setting" in df:  # tables that name a variant its setting
+        where["setting"] = where.pop("variant")
+    rows = _rows(df)
+    if experiment and "experiment" in rows:
+        rows = rows[rows["experiment"] == experiment]
+    resolved = {}
+    for col, want in where.items():
+        if col not in rows:
+            return Arm(rows.iloc[0:0], {**resolved, col: want}, measure)
+        if want in SPECIAL:
+            nums = _numbers(rows[col])
+            want = (nums.max() if want == "max" else nums.min()) if len(nums) else math.nan
+        if isinstance(want, float) and math.isnan(want):
+            return Arm(rows.iloc[0:0], resolved, measure)
+        rows = rows[_equal(rows[col], want)]
+        resolved[col] = _plain(want)
+    return Arm(rows, resolved, measure)
+
+
+def _equal(col: pd.Series, want) -> pd.Series:
+    """Column equals value, numerically where both are numbers (512 == 512.0 == "512")."""
+    try:
+        w = float(want)
+        return pd.to_numeric(col, errors="coerce").eq(w) | col.astype(str).eq(str(want))
+    except (TypeError, ValueError):
+        return col.astype(str).eq(str(want))
+
+
+def _plain(x):
+    if isinstance(x, (float, np.floating)) and float(x).is_integer():
+        return int(x)
+    return x.item() if isinstance(x, np.generic) else x
+
+
+# ----------------------------------------------------------------------------- statistics
+def estimate(spec: ClaimSpec, a: dict, b: dict) -> tuple[Estimate | None, float, str]:
+    """(estimate, p-value of the claim's own test, note) for one claim's per-seed values."""
+    if spec.compare == "point":
+        vals = list(a.values())
+        if not vals:
+            return None, math.nan, ""
+        v = float(np.mean(vals)) - spec.value
+        return Estimate(v, math.nan, math.nan, len(vals), "probe", len(vals)), math.nan, ""
+    if spec.compare == "rate":
+        ka, na = int(sum(x > 0 for x in a.values())), len(a)
+        if not b:
+            lo, hi = wilson(ka, na)
+            est = Estimate(ka / na - spec.value, lo - spec.value, hi - spec.value, na, "rates", na) if na else None
+            p = float(stats.binomtest(ka, na, spec.value).pvalue) if na and 0 < spec.value < 1 else math.nan
+            return est, p, f"{ka} of {na} runs"
+        kb, nb = int(sum(x > 0 for x in b.values())), len(b)
+        if not na or not nb:
+            return None, math.nan, ""
+        p = float(stats.fisher_exact([[ka, na - ka], [kb, nb - kb]]).pvalue)
+        return rate_difference(ka, na, kb, nb), p, f"{ka} of {na} runs against {kb} of {nb}"
+    if spec.compare == "one_sample":
+        vals = {k: x - spec.value for k, x in a.items()}
+        return mean_interval(vals), _p_one(spec, list(vals.values())), ""
+    est = difference(a, b, spec.paired)
+    if spec.compare == "relative":
+        base = np.mean(list(b.values())) if b else math.nan
+        return (est.scaled(1 / base) if base else est), _p_two(spec, a, b, est.kind), ""
+    return est, _p_two(spec, a, b, est.kind), ""
+
+
+def _alternative(spec: ClaimSpec) -> list[tuple[float, str]]:
+    """The null values and sides of the claim's test (TOST for equivalence: both)."""
+    if spec.equivalence is not None:
+        m = float(spec.equivalence)
+        return [(-m, "greater"), (m, "less")]
+    if spec.noninferior is not None:
+        m = float(spec.noninferior)
+        return [(-m, "greater")] if spec.direction > 0 else [(m, "less")]
+    return [(0.0, "two-sided")]
+
+
+def _p_one(spec: ClaimSpec, x: list[float]) -> float:
+    if len(x) < 2 or np.std(x) <= 1e-12 * max(1.0, abs(float(np.mean(x)))):  # no spread: an exact value, no test
+        return math.nan
+    return max(float(stats.ttest_1samp(x, m, alternative=side).pvalue) for m, side in _alternative(spec))
+
+
+def _p_two(spec: ClaimSpec, a: dict, b: dict, design: str) -> float:
+    if design == "paired":
+        common = sorted(set(a) & set(b), key=str)
+        return _p_one(spec, [a[k] - b[k] for k in common])
+    xa, xb = list(a.values()), list(b.values())
+    if len(xa) < 2 or len(xb) < 2:
+        return math.nan
+    out = []
+    for m, side in _alternative(spec):
+        p = stats.ttest_ind(np.array(xa) - m, xb, equal_var=False, alternative=side).pvalue
+        out.append(float(p))
+    return max(out) if all(p == p for p in out) else math.nan
+
+
+# ----------------------------------------------------------------------------- checks
+STATS = {
+    "mean": lambda x: float(np.mean(x)), "sum": lambda x: float(np.sum(x)), "max": lambda x: float(np.max(x)),
+    "min": lambda x: float(np.min(x)), "ci_low": lambda x: mean_interval(x).lo, "ci_high": lambda x: mean_interval(x).hi,
+}  # how a check reduces an arm's per-seed values; ci_low / ci_high: the ends of the mean's 95% t interval
+def run_check(check: Check, spec: ClaimSpec, tables: Mapping[str, pd.DataFrame], cfg: dict, arms: dict) -> tuple[bool | None, str]:
+    """(passed, its description with the measured value); None when it could not be measured."""
+    df = tables.get(check.table or spec.table)
+    where = arms.get(check.arm) if isinstance(check.arm, str) else check.arm
+    if df is None or df.empty or where is None:
+        return None, f"{check.label} not measured: no data"
+    vals = select(df, {**where, "measure": check.measure}, cfg, spec).values()
+    if check.ratio_to:
+        other = select(df, {**arms[check.ratio_to], "measure": check.measure}, cfg, spec).values()
+        vals = {k: v / other[k] for k, v in vals.items() if other.get(k)}
+    x = list(vals.values())
+    if not x:
+        return None, f"{check.label} not measured: {check.text or check.measure} has no values"
+    value = STATS[check.stat](x)
+    if not value == value:
+        return None, f"{check.label} not measured: {check.stat} of {check.text or check.measure} needs more values"
+    ok = (check.at_least is None or value >= check.at_least) and (check.at_most is None or value <= check.at_most)
+    bounds = " and ".join(f"{s} {t:g}" for s, t in ((">=", check.at_least), ("<=", check.at_most)) if t is not None)
+    word = {"failure": ("established", "not established"), "engaged": ("engaged", "did not engage"), "precondition": ("met", "not met")}[check.type][not ok]
+    return bool(ok), f"{check.label} {word}: {check.text or check.measure} {value:.3g} (needs {bounds})"
+
+
+# ----------------------------------------------------------------------------- the engine
+def judge_claim(spec: ClaimSpec, tables: Mapping[str, pd.DataFrame], cfg: dict) -> dict | None:
+    """One claim's row (before the family's adjustment); None where an optional role is absent."""
+    exp_roles = ((cfg.get("experiments") or {}).get(spec.experiment or "") or {}).get("roles") or {}
+    if any(r not in exp_roles for r in spec.optional_roles):
+        return None
+    df = tables.get(spec.table)
+    arms = {"a": spec.a, **({"b": spec.b} if spec.b else {})}
+    claim = spec.verdict_claim
+    base = {"claim_id": spec.id, "kind": spec.kind, "source": spec.source, "section": spec.section, "part": spec.part}
+    if df is None or df.empty:
+        v = Verdict(claim, None, outcome="not judged", reason=f"no data: table {spec.table} is empty or missing")
+        return {**base, **_row(v, spec, math.nan, "", [], [])}
+    try:
+        a = select(df, spec.a, cfg, spec)
+        b = select(df, spec.b, cfg, spec) if spec.b else None
+    except KeyError as e:
+        if spec.kind == "user":  # a user's claim names a role their experiment lacks: their mistake to fix
+            raise ConfigError(f"claim {spec.id}: experiment {spec.experiment!r} has no role {e.args[0]!r}") from None
+        v = Verdict(claim, None, outcome="not judged", reason=f"experiment {spec.experiment} declares no role {e.args[0]!r}")
+        return {**base, **_row(v, spec, math.nan, "", [], [])}
+    statement, measure_text = (_arm_values(x, a, b) for x in (spec.statement, claim.measure))
+    claim = Claim(claim.key, statement, measure_text, claim.kind, claim.direction, claim.size, claim.margin, claim.unit)
+    est, p, note = estimate(spec, a.values(), b.values() if b else {})
+    results = [(c, *run_check(c, spec, tables, cfg, arms)) for c in spec.checks]
+    failed = [(c, text) for c, ok, text in results if not ok]
+    if est is not None and spec.compare == "point":
+        v = _point_verdict(claim, est, spec)
+    elif failed:
+        first = {c.type for c, _ in failed}
+        kind = next(w for t, w in (("precondition", "precondition not met"), ("failure", "failure not established"),
+                                   ("engaged", "mechanism not engaged")) if t in first)  # fmt: skip
+        v = Verdict(claim, est, outcome="not judged", reason=f"{kind}: " + "; ".join(t for _, t in failed))
+    else:
+        v = Verdict(claim, est)
+    v.note = "; ".join(x for x in (spec.note, note) if x)
+    return {**base, "statement": statement, **_row(v, spec, p, "", results, failed)}
+
+
+def _arm_values(text: str, a: Arm, b: Arm | None) -> str:
+    """`{a.col}` / `{b.col}` in a statement: the value an arm resolved (the largest batch, say)."""
+    arms = {"a": a, "b": b}
+    return re.sub(r"\{([ab])\.(\w+)\}", lambda m: str((arms[m.group(1)].where if arms[m.group(1)] else {}).get(m.group(2), m.group(0))), text)
+
+
+def _point_verdict(claim: Claim, est: Estimate, spec: ClaimSpec) -> Verdict:
+    """A single value (a probe, a deterministic check) against the document's range: no interval."""
+    lo, hi = spec.size if spec.size else (-math.inf, math.inf) if spec.direction == 0 else (0, math.inf) if spec.direction > 0 else (-math.inf, 0)
+    inside = lo <= est.estimate <= hi
+    return Verdict(claim, est, outcome="agrees" if inside else "disagrees",
+                   reason=f"a single value against the expected range, without an interval (n={est.n})")  # fmt: skip
+
+
+def _row(v: Verdict, spec: ClaimSpec, p: float, _unused: str, results: list, failed: list) -> dict:
+    r = v.row()
+    failures = [ok for c, ok, _ in results if c.type == "failure"]
+    engages = [ok for c, ok, _ in results if c.type == "engaged"]
+    return {
+        "statement": r["claim"], "outcome": r["outcome"], "difference": r["diff"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
+        "n": r["n"], "p_value": p, "p_holm": math.nan, "p_bh": math.nan,
+        "engaged": (all(bool(x) for x in engages) if engages else ""),
+        "failure_established": (all(bool(x) for x in failures) if failures else ""),
+        "reason": r["reason"], "measure": r["measure"], "expected": r["expected"], "unit": r["unit"], "design": r["design"],
+        "n_a": r["n_a"], "n_b": r["n_b"], "effect_size": r["effect_size"], "mde": r["mde"], "seeds_needed": r["seeds_needed"],
+        "note": r["note"], "checks": "; ".join(t for _, _, t in results), "outcome_unadjusted": r["outcome"],
+    }  # fmt: skip
+
+
+def adjust(df: pd.DataFrame) -> pd.DataFrame:
+    """Holm and Benjamini-Hochberg across the document claims with a p-value; a decided document
+    claim whose Holm-adjusted p is not below ALPHA becomes inconclusive, with the reason."""
+    from statsmodels.stats.multitest import multipletests
+
+    out = df.copy()
+    family = out["kind"].eq("document") & pd.to_numeric(out["p_value"], errors="coerce").notna()
+    if family.any():
+        p = out.loc[family, "p_value"].astype(float).to_numpy()
+        out.loc[family, "p_holm"] = multipletests(p, method="holm")[1]
+        out.loc[family, "p_bh"] = multipletests(p, method="fdr_bh")[1]
+    size = int(family.sum())
+    for i in out.index[family]:
+        r = out.loc[i]
+        tests_outcome = r["outcome"] == "agrees" or (r["outcome"] == "disagrees" and "other side" in str(r["reason"]))
+        if tests_outcome and r["p_holm"] >= ALPHA:
+            out.loc[i, "outcome"] = "inconclusive"
+            out.loc[i, "reason"] = (f"{r['reason']}, but not after Holm's adjustment across {size} document claims "
+                                    f"(p = {r['p_value']:.3g}, adjusted {r['p_holm']:.3g})")  # fmt: skip
+    return out
+
+
+def judge_all(cfg: dict, tables: Mapping[str, pd.DataFrame], path: Path | None = None) -> pd.DataFrame:
+    """claims.csv: every declared claim judged, with the family's adjusted p-values."""
+    rows = [r for spec in load(cfg, tables, path) if (r := judge_claim(spec, tables, cfg)) is not None]
+    return adjust(pd.DataFrame(rows, columns=COLUMNS + EXTRA))
+
+
+# ----------------------------------------------------------------------------- views
+def section_rows(claims: pd.DataFrame, section: str, part: str | None = None) -> pd.DataFrame:
+    """A report section's verdicts (setup checks included: the template shows them apart)."""
+    if claims is None or claims.empty:
+        return pd.DataFrame(columns=COLUMNS + EXTRA)
+    sel = claims["section"].astype(str).eq(section)
+    if part is not None:
+        sel &= claims["part"].astype(str).eq(part)
+    return claims[sel]
+
+
+def counts(claims: pd.DataFrame) -> pd.DataFrame:
+    """Outcomes by kind of claim: the report's totals are these counts."""
+    if claims is None or claims.empty:
+        return pd.DataFrame(columns=["kind", "agrees", "disagrees", "inconclusive", "not judged", "total"])
+    t = pd.crosstab(claims["kind"], claims["outcome"]).reindex(columns=["agrees", "disagrees", "inconclusive", "not judged"], fill_value=0)
+    t["total"] = t.sum(axis=1)
+    return t.reindex([k for k in KINDS if k in t.index]).reset_index()
+
+
+def listing(cfg: dict, judged: Path | None = None, kind: str | None = None) -> pd.DataFrame:
+    """id, kind, source and statement of every declared claim; with a claims.csv, its outcome,
+    difference, interval and n (a claim expanded over table values is listed once per value judged)."""
+    if judged is not None:
+        df = pd.read_csv(judged)
+        out = df[["claim_id", "kind", "source", "statement", "outcome", "difference", "ci_low", "ci_high", "n"]]
+    else:
+        rows = [{"claim_id": d.get("id", "?"), "kind": d.get("kind", "user"), "source": d.get("source", ""),
+                 "statement": d.get("statement", "")} for decl, _ in declarations(cfg) for d in expand(decl, None, cfg)]  # fmt: skip
+        out = pd.DataFrame(rows, columns=["claim_id", "kind", "source", "statement"])
+    return out[out["kind"] == kind] if kind else out

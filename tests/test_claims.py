@@ -1,0 +1,192 @@
+"""The claims engine: declarations, arms, statistics, checks and the family's adjustment, on
+tables small enough to check by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from scipy import stats
+
+from mathrl import claims
+from mathrl.errors import ConfigError
+
+CFG = {"experiments": {"e": {"seeds": [0, 1, 2], "roles": {"ref": "base", "remedy": "fix", "point": "batch_size=512"}}}}
+
+
+def table(**cols) -> pd.DataFrame:
+    return pd.DataFrame(cols)
+
+
+def judge(decl: dict, tables: dict, cfg: dict = CFG) -> dict:
+    claims.validate(decl, decl["id"])
+    (d,) = claims.expand(decl, tables, cfg)
+    return claims.judge_claim(claims.parse(d, d["id"]), tables, cfg)
+
+
+RUNS = table(variant=["base"] * 3 + ["fix"] * 3, seed=[0, 1, 2] * 2, acc=[0.50, 0.52, 0.48, 0.55, 0.58, 0.57], experiment=["e"] * 6)
+
+
+def test_paired_difference_by_role():
+    r = judge({"id": "x", "kind": "document", "statement": "fix beats base", "measure": "acc", "experiment": "e", "table": "t",
+               "a": {"role": "remedy"}, "b": {"role": "ref"}}, {"t": RUNS})  # fmt: skip
+    d = [0.05, 0.06, 0.09]  # fix − base, seed by seed
+    half = stats.t.ppf(0.975, 2) * stats.tstd(d) / math.sqrt(3)
+    assert r["difference"] == pytest.approx(sum(d) / 3) and r["n"] == 3 and r["design"] == "paired"
+    assert (r["ci_low"], r["ci_high"]) == pytest.approx((sum(d) / 3 - half, sum(d) / 3 + half))
+    assert r["p_value"] == pytest.approx(stats.ttest_1samp(d, 0).pvalue) and r["outcome"] == "agrees"
+
+
+def test_one_sample_against_a_value_and_the_wrong_side():
+    r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "acc", "table": "t", "a": {"variant": "base"}, "value": 0.6},
+              {"t": RUNS})  # fmt: skip
+    assert r["difference"] == pytest.approx(-0.1) and r["outcome"] == "disagrees"  # the interval lies below the value
+
+
+def test_rates_wilson_and_newcombe():
+    t = table(arm=["a"] * 10 + ["b"] * 10, seed=list(range(10)) * 2, collapsed=[1.0] * 10 + [0.0] * 10)
+    r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "collapsed", "table": "t", "compare": "rate",
+               "a": {"arm": "a"}, "b": {"arm": "b"}}, {"t": t})  # fmt: skip
+    assert r["difference"] == 1.0 and r["ci_low"] > 0.6 and r["note"] == "10 of 10 runs against 0 of 10"
+    assert r["p_value"] == pytest.approx(stats.fisher_exact([[10, 0], [0, 10]]).pvalue) and r["outcome"] == "agrees"
+    one = judge({"id": "y", "kind": "setup", "statement": "s", "measure": "collapsed", "table": "t", "compare": "rate", "value": 0.5,
+                 "a": {"arm": "a"}}, {"t": t})  # fmt: skip
+    lo, hi = stats.binomtest(10, 10).proportion_ci(method="wilson")
+    assert (one["ci_low"], one["ci_high"]) == pytest.approx((lo - 0.5, hi - 0.5))
+
+
+def test_grid_point_role_max_and_the_statement_shows_it():
+    t = table(batch_size=[64, 64, 512, 512], seed=[0, 1, 0, 1], rough=[0.05, 0.07, 0.01, 0.02])
+    r = judge({"id": "x", "kind": "document", "statement": "batch {a.batch_size} is smoother than {b.batch_size}", "measure": "rough",
+               "table": "t", "a": {"batch_size": "max"}, "b": {"batch_size": "min"}, "expect": {"direction": -1}}, {"t": t})  # fmt: skip
+    assert r["statement"] == "batch 512 is smoother than 64" and r["difference"] == pytest.approx(-0.045)
+    role = judge({"id": "y", "kind": "reference", "statement": "s", "measure": "rough", "table": "t", "experiment": "e",
+                  "a": {"role": "point"}}, {"t": t})  # fmt: skip
+    assert role["n"] == 2 and role["difference"] == pytest.approx(0.015)
+
+
+def test_pooled_rows_are_not_values():
+    t = table(setting=["s", "s", "s"], seed=["0", "1", "all"], v=[1.0, 3.0, 2.0])
+    r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "v", "table": "t", "a": {"setting": "s"}}, {"t": t})
+    assert r["n"] == 2 and r["difference"] == 2.0
+
+
+def test_a_remedy_waits_for_its_failure_and_its_mechanism():
+    t = RUNS.assign(fall=[0.02] * 6, acted=[0.0] * 3 + [0.3] * 3)
+    decl = {"id": "x", "kind": "document", "statement": "s", "measure": "acc", "table": "t", "experiment": "e",
+            "a": {"role": "remedy"}, "b": {"role": "ref"},
+            "checks": [{"type": "failure", "label": "collapse (base)", "measure": "fall", "arm": "b", "at_least": 0.5},
+                       {"type": "engaged", "label": "rule (fix)", "measure": "acted", "arm": "a", "at_least": 0.1}]}  # fmt: skip
+    r = judge(decl, {"t": t})
+    assert r["outcome"] == "not judged" and r["failure_established"] is False and r["engaged"] is True
+    assert r["reason"].startswith("failure not established: collapse (base) not established: fall 0.02 (needs >= 0.5)")
+    assert judge(decl, {"t": t.assign(fall=0.9)})["outcome"] == "agrees"
+
+
+def test_equal_samples_ratio_check_and_ci_low():
+    t = RUNS.assign(samples=[100.0] * 3 + [200.0] * 3)
+    check = {"type": "engaged", "label": "equal samples", "measure": "samples", "arm": "a", "ratio_to": "b", "at_least": 0.75, "at_most": 1.33}
+    r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "acc", "table": "t", "a": {"variant": "fix"}, "b": {"variant": "base"},
+               "checks": [check]}, {"t": t})  # fmt: skip
+    assert r["outcome"] == "not judged" and "samples 2 (needs >= 0.75 and <= 1.33)" in r["reason"]
+    low = {"type": "precondition", "label": "learns", "measure": "acc", "arm": "a", "stat": "ci_low", "at_least": 0.6}
+    r = judge({"id": "y", "kind": "document", "statement": "s", "measure": "acc", "table": "t", "a": {"variant": "fix"}, "checks": [low]}, {"t": t})
+    assert r["outcome"] == "not judged" and r["reason"].startswith("precondition not met")
+
+
+def test_equivalence_uses_two_one_sided_tests():
+    t = table(arm=["a"] * 5 + ["b"] * 5, seed=list(range(5)) * 2, v=[0.500, 0.510, 0.490, 0.505, 0.495] + [0.501, 0.509, 0.492, 0.503, 0.497])
+    r = judge({"id": "x", "kind": "beyond", "statement": "s", "measure": "v", "table": "t", "a": {"arm": "a"}, "b": {"arm": "b"},
+               "expect": {"equivalence": 0.03}}, {"t": t})  # fmt: skip
+    d = [a - b for a, b in zip(t["v"][:5], t["v"][5:])]
+    tost = max(stats.ttest_1samp(d, -0.03, alternative="greater").pvalue, stats.ttest_1samp(d, 0.03, alternative="less").pvalue)
+    assert r["outcome"] == "agrees" and r["p_value"] == pytest.approx(tost)
+
+
+def test_point_claims_have_no_interval():
+    r = judge({"id": "x", "kind": "setup", "statement": "s", "measure": "rel", "table": "t", "compare": "point", "a": {},
+               "expect": {"size": [0.0, 1e-4]}}, {"t": table(rel=[3e-7])})  # fmt: skip
+    assert r["outcome"] == "agrees" and math.isnan(r["ci_low"]) and "without an interval" in r["reason"]
+
+
+def test_holm_demotes_a_document_claim_that_does_not_survive_the_family():
+    rows = pd.DataFrame({"kind": ["document"] * 3 + ["setup"], "p_value": [0.02, 0.03, 0.04, 0.001],
+                         "outcome": ["agrees"] * 4, "reason": ["r"] * 4, "p_holm": math.nan, "p_bh": math.nan})  # fmt: skip
+    out = claims.adjust(rows)
+    assert list(out["p_holm"][:3]) == pytest.approx([0.06, 0.06, 0.06]) and list(out["p_bh"][:3]) == pytest.approx([0.04, 0.04, 0.04])
+    assert (out["outcome"][:3] == "inconclusive").all() and "Holm" in out["reason"][0]
+    assert out["outcome"][3] == "agrees" and math.isnan(out["p_holm"][3])  # setup checks are not in the family
+
+
+def test_foreach_expands_lists_table_values_and_experiments():
+    decl = {"foreach": {"x": ["a", "b"], "e": {"experiments_with_role": "ref"}}, "id": "c_{x}_{e}", "statement": "{x}", "measure": "m", "a": {}}
+    assert [d["id"] for d in claims.expand(decl, {}, CFG)] == ["c_a_e", "c_b_e"]
+    star = {"foreach": {"k": "*"}, "id": "k{k}", "table": "t", "statement": "s", "measure": "m", "a": {"k": "{k}"}}
+    assert [d["a"]["k"] for d in claims.expand(star, {"t": table(k=[2, 10, 2], seed=[0, 1, 2])})] == ["2", "10"]
+    assert claims.expand(star, None)[0]["id"] == "k{k}"  # listed before any table exists
+
+
+def test_bad_declarations_name_the_claim_and_the_key():
+    with pytest.raises(ConfigError, match=r"mine.kind: 'guess' is not allowed; allowed: document"):
+        claims.validate({"id": "x", "kind": "guess", "statement": "s", "measure": "m", "a": {}}, "mine")
+    with pytest.raises(ConfigError, match=r"mine.*colour"):
+        claims.validate({"id": "x", "statement": "s", "measure": "m", "a": {}, "colour": 1}, "mine")
+    with pytest.raises(ConfigError, match="has no role 'nobody'"):
+        judge({"id": "x", "kind": "user", "statement": "s", "measure": "acc", "table": "t", "experiment": "e", "a": {"role": "nobody"}}, {"t": RUNS})
+    doc = judge({"id": "x", "kind": "document", "statement": "s", "measure": "acc", "table": "t", "experiment": "e", "a": {"role": "nobody"}},
+                {"t": RUNS})  # a config without the study's role: shown, not judged  # fmt: skip
+    assert doc["outcome"] == "not judged" and "declares no role 'nobody'" in doc["reason"]
+
+
+def test_missing_table_is_not_judged():
+    r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "m", "table": "absent", "a": {}}, {})
+    assert r["outcome"] == "not judged" and "absent" in r["reason"]
+
+
+def test_the_shipped_claims_parse_and_list():
+    from mathrl.config import load_config
+
+    cfg = load_config()
+    specs = claims.load(cfg, {})
+    assert len({s.id for s in specs}) == len(specs) > 40
+    assert {"document", "setup", "reference", "beyond"} <= {s.kind for s in specs}
+    listed = claims.listing(cfg)
+    assert listed["claim_id"].is_unique and listed["source"].str.len().gt(0).all()
+
+
+def test_a_users_claim_from_yaml_to_the_report(tmp_path):
+    """The README's example of a user's experiment with one declared claim: aggregate judges it (kind user, paired by seed),
+    `mathrl claims` lists it, and the report's section for the experiment shows the verdict."""
+    import copy
+
+    import yaml
+
+    from mathrl.cli import main
+    from tests.conftest import TINY, write_config
+    from tests.synthetic import curve, write_run
+
+    from mathrl.config import ROOT
+
+    example = yaml.safe_load((ROOT / "config" / "examples" / "grpo_vs_rloo.yaml").read_text())  # the README's example
+    example["experiments"]["grpo_vs_rloo"]["seeds"] = [0, 1, 2]
+    cfg = {**copy.deepcopy(TINY), "results": str(tmp_path / "results"), **example}
+    path = write_config(tmp_path / "mine.yaml", cfg)
+    from mathrl.config import load_config
+
+    loaded = load_config(path)
+    finals = {"grpo": [0.40, 0.42, 0.41], "rloo": [0.46, 0.49, 0.47]}
+    for variant, accs in finals.items():
+        for seed, acc in enumerate(accs):
+            write_run(loaded, f"grpo_vs_rloo__{variant}__s{seed}", curve(4, 2, lambda s, a=acc: 0.3 + (a - 0.3) * s / 4), initial_eval=0.3)
+    assert main(["aggregate", "--config", str(path)]) == 0
+    c = pd.read_csv(tmp_path / "results" / "tables" / "claims.csv").set_index("claim_id")
+    r = c.loc["rloo_beats_grpo"]
+    d = [0.06, 0.07, 0.06]
+    assert (r.kind, r.section, r.part, r.outcome, r.n) == ("user", "generic", "grpo_vs_rloo", "agrees", 3)
+    assert r.difference == pytest.approx(sum(d) / 3) and r.ci_low > 0 and math.isnan(r.p_holm)  # not in the documents' family
+    assert main(["report", "--config", str(path)]) == 0
+    html = (tmp_path / "results" / "report.html").read_text()
+    section = html[html.index('<h3 id="generic-grpo_vs_rloo">') :]
+    assert "RLOO&#39;s final held-out accuracy exceeds GRPO&#39;s, paired by seed" in section and "agrees" in section
+    assert main(["claims", "--config", str(path), "--kind", "user"]) == 0
