@@ -114,7 +114,7 @@ def dr_grpo(x: AdvantageInputs) -> Advantages:
     return per_token(group_advantages(x.rewards, x.group_size, scale=False), x.mask), None
 
 
-# Advantage scaling, the four ways practitioners use (issue 17): by the group's std (grpo),
+# Advantage scaling, the four ways practitioners use: by the group's std (grpo),
 # none (dr_grpo), by the batch's std (grpo_batch_std) and REINFORCE++ with a group baseline
 # then whitening over the batch (reinforce_pp_baseline). With binary rewards the group std is
 # sqrt(p(1-p)) of the prompt's success rate p, so only the first up-weights prompts that are

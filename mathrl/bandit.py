@@ -10,7 +10,7 @@ trained together, their weights stacked along a leading seed axis (`train_seeds`
 forward, backward and Adam step per step instead of one per seed, with each seed's results
 those of training it alone.
 
-Configuration is the `bandit:` block of config/config.yaml (see config/bandit.defaults.yaml):
+Configuration is the `bandit:` block of config/config.yaml (defaults: config/config.schema.yaml):
 shared keys at the top, then per study a `settings` mapping (name -> lr, entropy_coef and
 optional overrides of the shared keys) and the study's own keys. `run_study` merges the block
 it is given over `DEFAULTS`, so a partial block works too.

@@ -138,7 +138,7 @@ def cmd_gradvar(args) -> int:
 
     import torch
 
-    from mathrl.diagnostics import noise_scale
+    from mathrl.analysis import noise_scale
     from mathrl.gradvar import accumulation_difference, gradient_moments
     from mathrl.atomic import atomic_write
     from mathrl.layout import problems_file, sft_checkpoint
@@ -268,12 +268,13 @@ def cmd_report(args) -> int:
 def cmd_dvc_yaml(args) -> int:
     from mathrl.atomic import atomic_write
     from mathrl.config import ROOT
-    from mathrl.dvcgen import dvc_yaml
+    from mathrl.dvcgen import dvc_files
 
     out = Path(args.out) if args.out else ROOT / "dvc.yaml"
-    text = dvc_yaml(args.config or [], root=out.resolve().parent, python=args.python)
-    atomic_write(out, text)
-    print(f"dvc-yaml: {out}")
+    for name, text in dvc_files(args.config or [], root=out.resolve().parent, python=args.python).items():
+        path = out if name == "dvc.yaml" else out.parent / name  # the params file beside it (its `vars:`)
+        atomic_write(path, text)
+        print(f"dvc-yaml: {path}")
     return 0
 
 
@@ -363,9 +364,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="CSV path (with --study)")
     p.set_defaults(func=cmd_bandit)
 
-    p = sub.add_parser("dvc-yaml", help="write dvc.yaml (DVC stages over these commands) from the config")
+    p = sub.add_parser("dvc-yaml", help="write dvc.yaml (DVC stages over these commands) and its params file")
     p.add_argument("--config", action="append", metavar="FILE", help="config file, repeatable, inside the repository (default config/config.yaml)")
-    p.add_argument("--out", help="path of the file to write; its directory is the repository root (default dvc.yaml)")
+    p.add_argument("--out", help="path of the dvc.yaml to write, dvc-params.yaml beside it; its directory is the "
+                                 "repository root (default dvc.yaml)")
     p.add_argument("--python", default=".venv/bin/python", help="interpreter the stages run mathrl with (default .venv/bin/python)")
     p.set_defaults(func=cmd_dvc_yaml)
     return parser

@@ -1,6 +1,6 @@
 """Test-only fault hooks, driven by environment variables (unset: each is a no-op).
 
-They let the fault-injection tests (tests/test_faults.py) stop a run at a chosen instant
+They let the fault-injection tests (tests/test_faults_*.py) stop a run at a chosen instant
 deterministically; nothing in the pipeline sets them.
 
 - MATHRL_FAULT_SLEEP_AT_STEP=N:SECONDS   sleep in the middle of step N, after the backward

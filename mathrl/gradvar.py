@@ -53,7 +53,7 @@ def gradient_moments(policy, task, pairs, batch_sizes, num_samples, group_size, 
     """Per batch size, over `num_samples` fresh batches: `variance`, the mean per-element
     gradient variance (averaged within each parameter tensor, then across tensors), and
     `sq_norm`, the mean squared norm |g|^2 of a batch's gradient (the input of the gradient
-    noise scale, mathrl.diagnostics.noise_scale)."""
+    noise scale, mathrl.analysis.noise_scale)."""
     out = {}
     for n in batch_sizes:
         gen = torch.Generator().manual_seed(seed)

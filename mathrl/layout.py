@@ -2,8 +2,9 @@
 
 Paths are relative to the configured results directory (`results`, default results/),
 with Snakemake-style {wildcards}. The CLI, the trainer, the Snakemake rules
-(rules/common.smk) and the DVC generator (mathrl.dvcgen) all take them from here, and so
-do the pipeline's stages (`mathrl.stages`). Torch-free: the Snakefile reads it.
+(rules/common.smk) and the DVC generator (mathrl.dvcgen) all take them from here, and the
+pipeline's stages too (`STAGES`: each stage's command, outputs, log and benchmark). Torch-free:
+the Snakefile reads it.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from mathrl.diagnostics import noise_scale
+from mathrl.analysis import noise_scale
 from mathrl.distributed import Dist, all_max, all_sum
 from mathrl.losses import moments
 from mathrl.mismatch import METRICS as MISMATCH

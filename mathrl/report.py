@@ -178,11 +178,23 @@ def claims_summary(t: Tables) -> dict:
     }
 
 
+def environment() -> Environment:
+    """The report's Jinja environment: its templates, the filters `fmt`, `pct` and `unit`, and the
+    `table()` helper. The study tests render their sections with it, so they see what the report does."""
+    loader = FileSystemLoader(TEMPLATES)
+    env = Environment(loader=loader, autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+
+    def unit(x, u="num", sign=True):
+        return number(None if x is None else float(x), u, sign)
+
+    env.filters.update(fmt=fmt, pct=pct, unit=unit)
+    env.globals.update(table=html_table)
+    return env
+
+
 def render(cfg: dict) -> str:
     t = Tables(cfg)
-    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(None if x is None else float(x), u, sign))
-    env.globals.update(table=html_table)
+    env = environment()
     figures = figure_uris(cfg)
     sections = [{"name": s.NAME, "title": s.TITLE, "document": s.DOCUMENT, "ctx": s.section(t)} for s in STUDIES]
     runs = t["runs"]

@@ -21,9 +21,10 @@ from mathrl.config import RunSpec, expand_runs, trained_runs
 
 # A run "collapsed" if held-out accuracy fell below this share of where it started and
 # stayed there (two evaluations in a row, or at the final one), or a non-finite loss or
-# gradient was met. A single low reading is noise on 500 problems, not a collapse. A run
-# that did not collapse but ended more than DEGRADATION below its start "degraded": a slow
-# loss kept apart from collapse. One definition, used by every table and the report.
+# gradient was met. A single low reading can be the noise of a small `eval_size`, not a
+# collapse. A run that did not collapse but ended more than DEGRADATION below its start
+# "degraded": a slow loss kept apart from collapse. One definition, used by every table and
+# the report.
 COLLAPSE_FRACTION = 0.5
 SUSTAINED = 2  # consecutive evaluations below the line
 DEGRADATION = 0.05

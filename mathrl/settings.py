@@ -104,7 +104,7 @@ class RunSettings:
     monitor_swing_sigmas: float | None
     monitor_grad_spike: float | None
     monitor_entropy_rise: float | None
-    # diagnostics and entropy remedies (issue 17)
+    # diagnostics and entropy remedies
     policy_loss: str
     cov_ratio: float
     clip_cov_lower: float

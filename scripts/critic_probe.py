@@ -1,4 +1,4 @@
-"""Can a linear critic on the warm-up policy's trunk explain the returns? (issue 15, value clipping)
+"""Can a linear critic on the warm-up policy's trunk explain the returns? (the value-clipping study)
 
 Samples groups of 8 answers per prompt from the addition warm-up (temperature 1, exact-match
 reward), fits ridge regressions from the final-LayerNorm hidden state at each answer-predicting

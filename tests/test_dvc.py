@@ -1,5 +1,6 @@
-"""DVC: dvc.yaml is generated from the config (and the committed one is up to date), and on a
-fresh clone `dvc repro` builds the report, a second one has nothing to do, and neither has
+"""DVC: dvc.yaml and its params file are generated from the config (and the committed ones are
+up to date), dvc.yaml is short and DVC expands it into the pipeline's stages, and on a fresh
+clone `dvc repro` builds the report, a second one has nothing to do, and neither has
 Snakemake afterwards; `dvc metrics show` and `dvc plots show` work.
 
 The end-to-end test runs in a throwaway copy of the working tree (its own git repository,
@@ -24,66 +25,108 @@ from conftest import TINY
 
 from mathrl.cli import main
 from mathrl.config import ROOT, ConfigError, load_config, trained_runs
-from mathrl.dvcgen import DEFAULT_PYTHON, dvc_yaml, stage_name
+from mathrl.dvcgen import DEFAULT_PYTHON, PARAMS, dvc_files, dvc_yaml, run_key
 
 DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
 
 
-def test_the_committed_dvc_yaml_is_generated_from_config_yaml():
-    expected = dvc_yaml()
-    committed = (ROOT / "dvc.yaml").read_text() if (ROOT / "dvc.yaml").exists() else ""
-    assert committed == expected, (
-        "dvc.yaml is out of date with config/config.yaml or the mathrl sources: "
-        "run `mathrl dvc-yaml` (in the venv) and commit dvc.yaml"
-    )
+def dvc_stages(root: Path = ROOT) -> dict:
+    """The stages as DVC itself expands dvc.yaml (its `foreach` over dvc-params.yaml), by name."""
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        return {stage.name: stage for stage in repo.index.stages}
+
+
+def params_of(stage) -> dict:
+    return {dep.def_path: list(dep.params) for dep in stage.deps if hasattr(dep, "params")}
+
+
+def paths(entries) -> list[str]:
+    return [entry.def_path for entry in entries if not hasattr(entry, "params")]
+
+
+def test_the_committed_dvc_files_are_generated_from_config_yaml():
+    for name, expected in dvc_files().items():
+        committed = (ROOT / name).read_text() if (ROOT / name).exists() else ""
+        assert committed == expected, (
+            f"{name} is out of date with config/config.yaml or the mathrl sources: "
+            "run `mathrl dvc-yaml` (in the venv) and commit dvc.yaml and dvc-params.yaml"
+        )
+
+
+def test_dvc_yaml_is_short_and_its_lists_are_data():
+    text = dvc_yaml()
+    assert len(text.splitlines()) < 200
+    doc, params = yaml.safe_load(text), yaml.safe_load(dvc_files()[PARAMS])
+    assert doc["vars"] == [PARAMS]
+    assert doc["stages"]["train"]["foreach"] == "${runs}" and "${item.run_id}" in doc["stages"]["train"]["do"]["cmd"]
+    runs = trained_runs(load_config(DEFAULT_CONFIG))
+    listed = {**params["runs"], **params["runs_from_scratch"]}
+    assert {item["run_id"] for item in listed.values()} == set(runs) and set(listed) == {run_key(r) for r in runs}
+    assert run_key("calibration__add_512_x3.3__s0") == "calibration__add_512_x3p3__s0"
 
 
 def test_a_stage_per_task_run_study_and_report_step_with_the_rules_commands():
-    doc = yaml.safe_load(dvc_yaml())
-    stages, cfg = doc["stages"], load_config(DEFAULT_CONFIG)
+    stages, cfg = dvc_stages(), load_config(DEFAULT_CONFIG)
     runs = trained_runs(cfg)
-    assert {name for name in stages if name.startswith("train-")} == {stage_name("train", r) for r in runs}
-    assert all(re.fullmatch(r"[A-Za-z0-9_-]+", name) for name in stages)
+    scratch = {r for r, spec in runs.items() if spec.settings["init"] == "random"}
+    assert {name for name in stages if name.startswith("train")} == (
+        {f"train@{run_key(r)}" for r in set(runs) - scratch} | {f"train-from-scratch@{run_key(r)}" for r in scratch})
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]+(@[A-Za-z0-9_-]+)?", name) for name in stages)
     py = f"{DEFAULT_PYTHON} -m mathrl"
 
-    sft = stages["sft-add"]
-    assert sft["cmd"] == f"{py} sft --config config/config.yaml --task add"
-    assert sft["params"] == [{"config/config.yaml": ["tasks.add", "sft.add"]}]
-    assert sft["deps"] == ["results/problems/add/train.txt", "results/problems/add/val.txt", "results/problems/add/test.txt", "mathrl", "config/config.schema.yaml"]
+    sft = stages["sft@add"]
+    assert sft.cmd == f"{py} sft --config config/config.yaml --task add"
+    assert params_of(sft) == {PARAMS: ["config.tasks.add", "config.sft.add"]}
+    problems = [f"results/problems/add/{split}.txt" for split in ("train", "val", "test")]
+    assert paths(sft.deps) == [*problems, "mathrl", "config/config.schema.yaml"]
     # the package is one directory dependency; .dvcignore keeps bytecode and the generator out of its hash
     ignored = (ROOT / ".dvcignore").read_text().splitlines()
     assert "__pycache__/" in ignored and "/mathrl/dvcgen.py" in ignored
-    assert sft["outs"] == ["results/sft/add/model.pt", "results/sft/add/summary.json"]
+    assert paths(sft.outs) == ["results/sft/add/model.pt", "results/sft/add/summary.json"]
 
-    run = stages[stage_name("train", "clipping__sgd_spike_clip1__s0")]
-    assert run["cmd"] == (f"{py} launch --threads 1 --torchrun auto --fork-server auto -- --config config/config.yaml "
-                          "--experiment-run clipping__sgd_spike_clip1__s0 --on-mismatch restart")  # fmt: skip
-    assert run["params"] == [{"config/config.yaml": ["train", "algorithms", "experiments.clipping", "tasks.add"]}]
-    assert "results/sft/add/model.pt" in run["deps"]
+    run = stages[f"train@{run_key('clipping__sgd_spike_clip1__s0')}"]
+    assert run.cmd == (f"{py} launch --threads 1 --torchrun auto --fork-server auto -- --config config/config.yaml "
+                       "--experiment-run clipping__sgd_spike_clip1__s0 --on-mismatch restart")  # fmt: skip
+    run_params = ["config.train", "config.algorithms", "config.experiments.clipping", "config.tasks.add"]
+    assert params_of(run) == {PARAMS: run_params}
+    assert "results/sft/add/model.pt" in paths(run.deps)
     run_dir = "results/runs/clipping__sgd_spike_clip1__s0"
-    assert run["outs"] == [f"{run_dir}/metrics.csv", f"{run_dir}/summary.json", {f"{run_dir}/snapshot.pt": {"persist": True}}]
-    random = stages[stage_name("train", "lab04_gpt__random_init__s0")]  # no warm-up model; its preset
-    assert "results/sft/add/model.pt" not in random["deps"] and "sft.add" in random["params"][0]["config/config.yaml"]
+    assert paths(run.outs) == [f"{run_dir}/metrics.csv", f"{run_dir}/summary.json", f"{run_dir}/snapshot.pt"]
+    assert [out.persist for out in run.outs] == [False, False, True]
+    random = stages["train-from-scratch@lab04_gpt__random_init__s0"]  # no warm-up model; its preset
+    assert "results/sft/add/model.pt" not in paths(random.deps) and "config.sft.add" in params_of(random)[PARAMS]
 
     agg = stages["aggregate"]
-    assert agg["cmd"][0] == f"{py} aggregate --config config/config.yaml" and agg["outs"] == ["results/tables", "results/tables.complete"]
-    assert {f"results/runs/{r}/summary.json" for r in runs} <= set(agg["deps"])
-    assert "pipeline" not in agg["params"][0]["config/config.yaml"]
-    assert stages["report"]["outs"] == ["results/report.html"]
-    assert any("snakemake report --forcerun report" in c for c in stages["report"]["cmd"])
+    assert agg.cmd[0] == f"{py} aggregate --config config/config.yaml"
+    assert paths(agg.outs) == ["results/tables", "results/tables.complete"]
+    assert {"results/runs", "results/bandit", "results/gradvar", "results/sft"} <= set(paths(agg.deps))
+    assert params_of(agg) == {PARAMS: ["config"]}
+    assert "pipeline" not in yaml.safe_load(dvc_files()[PARAMS])["config"]
+    assert paths(stages["report"].outs) == ["results/report.html"]
+    assert any("snakemake report --forcerun report" in c for c in stages["report"].cmd)
+    doc = yaml.safe_load(dvc_yaml())
     assert doc["metrics"] == ["results/tables/metrics.json"]
-    assert {name for plot in doc["plots"] for name in plot} >= {"batch-eval_accuracy", "batch-entropy"}
+    plots = {name: props for plot in doc["plots"] for name, props in plot.items()}
+    assert set(plots) == {"eval_accuracy", "entropy"}
+    assert plots["entropy"]["y"] == {"results/tables/curves.csv": "entropy"}
+    # the template draws a panel per experiment and a line per run from the curves table's columns
+    template = json.loads((ROOT / ".dvc" / "plots" / f"{plots['entropy']['template']}.json").read_text())
+    assert template["data"] == {"values": "<DVC_METRIC_DATA>"} and template["facet"]["field"] == "experiment"
+    assert {"field": "run_id", "type": "nominal"} in template["spec"]["encoding"]["detail"]
 
 
-def test_override_files_give_params_from_each_file_and_the_cli_writes_the_file(tmp_path, monkeypatch):
+def test_override_files_reach_the_commands_and_the_params_and_the_cli_writes_both_files(tmp_path, monkeypatch):
     # A second config file inside the repository overriding the first (as full.yaml does).
     monkeypatch.chdir(ROOT)
-    text = dvc_yaml([DEFAULT_CONFIG, ROOT / "config" / "full.yaml"])
-    doc = yaml.safe_load(text)
-    sft = doc["stages"]["sft-add"]
-    assert "--config config/config.yaml --config config/full.yaml" in sft["cmd"]
-    assert sft["params"][0] == {"config/config.yaml": ["tasks.add", "sft.add"]}
-    assert all(len(entry) == 1 and list(entry)[0] in ("config/config.yaml", "config/full.yaml") for entry in sft["params"])
+    full = ROOT / "config" / "full.yaml"
+    files = dvc_files([DEFAULT_CONFIG, full])
+    doc, params = yaml.safe_load(files["dvc.yaml"]), yaml.safe_load(files[PARAMS])
+    assert "--config config/config.yaml --config config/full.yaml" in doc["stages"]["sft"]["do"]["cmd"]
+    merged = load_config([DEFAULT_CONFIG, full])
+    assert params["config"]["experiments"]["system"] == merged["experiments"]["system"]  # what each stage's params read
+    assert params["config"]["experiments"]["system"] != load_config(DEFAULT_CONFIG)["experiments"]["system"]
     assert "--configfile config/config.yaml config/full.yaml" in " ".join(doc["stages"]["report"]["cmd"])
 
     outside = tmp_path / "c.yaml"
@@ -151,13 +194,13 @@ def test_dvc_repro_builds_the_report_then_nothing_is_left_to_do_for_dvc_or_snake
     results = repo / "results"
     assert (results / "report.html").stat().st_size > 0
     ran = set(re.findall(r"Running stage '([^']+)'", first.out))
-    stages = set(yaml.safe_load((repo / "dvc.yaml").read_text())["stages"])
-    assert ran == stages and {"train-tiny__a__s0", "train-tiny__b__s0", "report"} <= ran
-    assert "sft-mul" not in stages  # no run uses mul: `snakemake report` builds no warm-up for it either
+    stages = set(dvc_stages(repo))
+    assert ran == stages and {"train@tiny__a__s0", "train@tiny__b__s0", "report"} <= ran
+    assert "sft@mul" not in stages  # no run uses mul: `snakemake report` builds no warm-up for it either
     for run_id in ("tiny__a__s0", "tiny__b__s0"):
         assert (results / "runs" / run_id / "snapshot.pt").is_file()
     lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
-    assert any(out["path"].endswith("snapshot.pt") for out in lock["train-tiny__a__s0"]["outs"])
+    assert any(out["path"].endswith("snapshot.pt") for out in lock["train@tiny__a__s0"]["outs"])
 
     second = run([*dvc, "repro"], repo, env)
     assert second.returncode == 0, second.out
@@ -176,5 +219,6 @@ def test_dvc_repro_builds_the_report_then_nothing_is_left_to_do_for_dvc_or_snake
     plots = run([*dvc, "plots", "show", "--json"], repo, env)
     assert plots.returncode == 0, plots.out
     data = json.loads(plots.stdout)["data"]
-    assert {"tiny-eval_accuracy", "tiny-entropy"} <= set(data)
-    assert data["tiny-entropy"][0]["content"]["data"]["values"], "the plot has no points"
+    assert {"eval_accuracy", "entropy"} <= set(data)
+    values = data["entropy"][0]["content"]["data"]["values"]
+    assert {row["run_id"] for row in values} == {"tiny__a__s0", "tiny__b__s0"}, "a line per run"

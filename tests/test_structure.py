@@ -7,9 +7,6 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mathrl"
 MAX_FUNCTION_LINES = 80
-# Helper 13's branch (issue 16's plots <-> studies part) removes this edge's cycle; the lead
-# deletes the entry when merging it.
-KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
 
 
 def module_name(path: Path) -> str:
@@ -50,8 +47,6 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
     def visit(start, node, path):
         for nxt in graph.get(node, ()):
-            if (node, nxt) in KNOWN_CYCLE_EDGES or (nxt, node) in KNOWN_CYCLE_EDGES:
-                continue
             if nxt == start:
                 i = path.index(min(path))
                 found.add(tuple(path[i:] + path[:i]))

@@ -6,13 +6,11 @@ from pathlib import Path
 
 import matplotlib
 import pytest
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from mathrl.config import expand_runs, load_config
-from mathrl.report import TEMPLATES, fmt, html_table, pct
+from mathrl.report import environment
 from mathrl.studies import collapse
 from mathrl.studies.context import Context, Tables
-from mathrl.verdict import number
 from tests import synthetic
 from tests.conftest import TINY, write_config
 from tests.synthetic import verdicts, with_claims, write_run
@@ -231,9 +229,7 @@ def test_renamed_variants(cfg, tmp_path):
 
 
 def render(section_ctx, figures=None):
-    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(x, u, sign))
-    env.globals.update(table=html_table)
+    env = environment()
     return env.get_template("sections/collapse.html.j2").render(ctx=section_ctx, figures=figures or {})
 
 

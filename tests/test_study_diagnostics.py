@@ -1,4 +1,4 @@
-"""The diagnostics study (issue 17) on a hand-made results tree: pass@k, the entropy law,
+"""The diagnostics study on a hand-made results tree: pass@k, the entropy law,
 advantage scaling by carries, the noise scale beside the batch study, the update diagnostics."""
 
 import copy
@@ -8,13 +8,11 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from mathrl.config import expand_runs, load_config
-from mathrl.report import TEMPLATES, fmt, html_table, pct
+from mathrl.report import environment
 from mathrl.studies import diagnostics
 from mathrl.studies.context import Context, Tables
-from mathrl.verdict import number
 from mathrl import claims
 from mathrl.measures import run_measures
 from tests import synthetic
@@ -150,9 +148,7 @@ def test_update_diagnostics_and_the_covariance_correlation(results):
 
 def test_section_renders(results, cfg):
     t = results[1]
-    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined, autoescape=True)
-    env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(x, u, sign))
-    env.globals.update(table=html_table)
+    env = environment()
     figs = diagnostics.figures(t)
     assert set(figs) == {"diagnostics_pass_at_k", "diagnostics_entropy_law", "diagnostics_adv_scaling", "diagnostics_mismatch"}
     html = env.get_template("sections/diagnostics.html.j2").render(ctx=diagnostics.section(t), figures={})

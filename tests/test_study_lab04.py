@@ -8,14 +8,12 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 import mathrl.config
 from mathrl.config import load_config
-from mathrl.report import TEMPLATES, fmt, html_table, pct
+from mathrl.report import environment
 from mathrl.results import curves
 from mathrl.studies import lab04
-from mathrl.verdict import number
 from mathrl.studies.context import Context, Tables
 from tests.conftest import TINY, write_config
 from tests.synthetic import verdicts, with_claims, write_bandit, write_run
@@ -236,9 +234,7 @@ def test_criteria_and_template(results):
 
 
 def render(t):
-    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(x, u, sign))
-    env.globals.update(table=html_table)
+    env = environment()
     return env.get_template("sections/lab04.html.j2").render(ctx=lab04.section(t), figures={"lab04_six_panel": "data:x"})
 
 

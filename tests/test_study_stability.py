@@ -250,15 +250,9 @@ def save(cfg, tables) -> Tables:
 
 
 def render(ctx: dict, figures: dict) -> str:
-    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+    from mathrl.report import environment
 
-    from mathrl.report import TEMPLATES, fmt, html_table, pct
-    from mathrl.verdict import number
-
-    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined)
-    env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(x, u, sign))
-    env.globals.update(table=html_table)
-    return env.from_string('{% include "sections/stability.html.j2" %}').render(ctx=ctx, figures=figures)
+    return environment().get_template("sections/stability.html.j2").render(ctx=ctx, figures=figures)
 
 
 def check_figures(figs):

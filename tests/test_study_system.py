@@ -6,12 +6,10 @@ from pathlib import Path
 
 import matplotlib
 import pytest
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from mathrl.config import expand_runs, load_config
-from mathrl.report import TEMPLATES, fmt, html_table, pct
+from mathrl.report import environment
 from mathrl.studies import system
-from mathrl.verdict import number
 from mathrl.studies.context import Context, Tables
 from tests import synthetic
 from tests.conftest import TINY, write_config
@@ -144,9 +142,7 @@ def test_verdict_functions():
 
 
 def render(section_ctx, figures=None):
-    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(x, u, sign))
-    env.globals.update(table=html_table)
+    env = environment()
     return env.get_template("sections/system.html.j2").render(ctx=section_ctx, figures=figures or {})
 
 

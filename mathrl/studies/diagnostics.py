@@ -1,9 +1,9 @@
-"""Beyond the documents (issue 17): pass@k before and after RL, the entropy-performance law,
+"""Beyond the documents: pass@k before and after RL, the entropy-performance law,
 advantage scaling by difficulty, the gradient noise scale, and the per-step update diagnostics.
 
 Everything is computed from files the runs wrote: `pass_at_k.csv` (runs with `pass_at_k`),
 `heldout.csv` (every run: greedy correctness per held-out problem at the start and at the
-end), `metrics.csv`, and the gradient probe's JSON. The maths is `mathrl.diagnostics`;
+end), `metrics.csv`, and the gradient probe's JSON. The maths is `mathrl.analysis`;
 intervals come from scipy.stats.bootstrap (over problems) and `mathrl.verdict` (over seeds).
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from mathrl import diagnostics as dx
+from mathrl import analysis as dx
 from mathrl import layout
 from mathrl.results import mean_spread
 from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, add_intervals, band, bounds, claim_frame, placeholder, plt, power_note, verdict_rows

@@ -1,7 +1,7 @@
 """What every study shares: roles from the config, per-seed values, views of claims.csv, text and plot style.
 
-A study keeps only its science; this module holds the plumbing, so that `mathrl.plots`
-and the study modules both import it and never each other.
+A study keeps only its science; this module holds the plumbing and the plot style, which
+`mathrl.plots` (the driver over the studies' figures) imports too, so no study imports the driver.
 """
 
 from __future__ import annotations

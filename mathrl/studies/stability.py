@@ -361,7 +361,8 @@ SYMPTOMS = [
     ("non-finite loss or gradient", "learning rate far too large, no clipping", "skip the update (the guard), lower the LR, clip",
      "most updates skipped by the non-finite guard"),
 ]  # fmt: skip
-REFERENCE_LR = 3.0e-4  # the calibrated reference (docs/notes/calibration-pilot.md); "too large" is a multiple of it
+# The calibrated reference (docs/notebook/2026-11-23-calibration-pilot.md); "too large" is a multiple of it.
+REFERENCE_LR = 3.0e-4
 # (which of the document's causes, a test of a run's settings) per symptom, in SYMPTOMS' order.
 CAUSE_FILTERS = [
     ("reward function wrong for the policy: exact match pays a random policy nothing", lambda st: st.get("init") == "random" and st.get("reward") == "exact"),

@@ -1,4 +1,4 @@
-"""The analyses of issue 17 as pure, torch-free functions: pass@k, carries, the
+"""Analyses beyond the documents as pure, torch-free functions: pass@k, carries, the
 entropy-performance law, the gradient noise scale.
 
 - ``pass_at_k``: the unbiased estimator of Chen et al. 2021 ("Evaluating Large Language
