@@ -150,7 +150,8 @@ def test_section_renders(results, cfg):
     t = results[1]
     env = environment()
     figs = diagnostics.figures(t)
-    assert set(figs) == {"diagnostics_pass_at_k", "diagnostics_entropy_law", "diagnostics_adv_scaling", "diagnostics_mismatch"}
+    expected = {"diagnostics_pass_at_k", "diagnostics_entropy_law", "diagnostics_adv_scaling", "diagnostics_mismatch"}
+    assert set(figs) == expected
     html = env.get_template("sections/diagnostics.html.j2").render(ctx=diagnostics.section(t), figures={})
     assert "pass@k before and after RL" in html and "adv_scaling" in html and "B_noise" in html
 
