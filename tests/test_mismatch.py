@@ -67,6 +67,21 @@ def test_sums_of_parts_add_up_to_the_sums_of_the_whole():
     torch.testing.assert_close(parts, mismatch_sums(t, s, m))
 
 
+def test_step_metrics_reduce_the_sums_of_micro_batches_to_the_whole_batchs_diagnostics():
+    from mathrl.distributed import Dist
+    from mathrl.metrics import StepMetrics
+
+    gen = torch.Generator().manual_seed(1)
+    t, s, m = -torch.rand(6, 4, generator=gen), -torch.rand(6, 4, generator=gen), torch.ones(6, 4)
+    metrics = StepMetrics()
+    for rows in (slice(0, 2), slice(2, 6)):
+        metrics.summed(mismatch_sums(t[rows], s[rows], m[rows]), mismatch_metrics)
+    row = metrics.reduce(Dist())
+    whole = mismatch_metrics(mismatch_sums(t, s, m))
+    assert {k: row[k] for k in whole} == pytest.approx(whole)
+    assert math.isnan(row["mismatch_logp_diff_max"]) and math.isnan(row["mismatch_corrected_frac"])  # not recorded
+
+
 # ---------------------------------------------------------------- corrections by hand
 W = torch.tensor([[0.25, 0.8, 1.5, 3.0]], dtype=torch.float64)
 
