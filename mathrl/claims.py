@@ -50,8 +50,9 @@ SPECIAL = ("max", "min")  # arm values resolved over the table: the largest or s
 # ----------------------------------------------------------------------------- declarations
 @dataclass(frozen=True)
 class Check:
-    """A registered predicate: the mean (or sum, or max) of a measure over one arm's seeds
-    against a threshold. `ratio_to`: the measure divided seed by seed by another arm's."""
+    """A registered predicate: the mean (or sum, or max, or an end of its 95% interval) of a
+    measure over one arm's seeds against a threshold. `ratio_to` / `minus_to`: the measure
+    divided by, or less, another arm's seed by seed first (an arm: a, b, or a filter)."""
 
     type: str  # failure (the problem a remedy is for was shown) | engaged (its mechanism acted) | precondition
     label: str
@@ -60,7 +61,8 @@ class Check:
     stat: str = "mean"
     at_least: float | None = None
     at_most: float | None = None
-    ratio_to: str | None = None
+    ratio_to: str | dict | None = None
+    minus_to: str | dict | None = None
     text: str = ""
     table: str | None = None
 
@@ -363,9 +365,12 @@ def run_check(check: Check, spec: ClaimSpec, tables: Mapping[str, pd.DataFrame],
     if df is None or df.empty or where is None:
         return None, f"{check.label} not measured: no data"
     vals = select(df, {**where, "measure": check.measure}, cfg, spec).values()
-    if check.ratio_to:
-        other = select(df, {**arms[check.ratio_to], "measure": check.measure}, cfg, spec).values()
-        vals = {k: v / other[k] for k, v in vals.items() if other.get(k)}
+    for against, combine in ((check.ratio_to, lambda v, o: v / o if o else math.nan), (check.minus_to, lambda v, o: v - o)):
+        if against:
+            o_where = arms.get(against) if isinstance(against, str) else against
+            other = select(df, {**o_where, "measure": check.measure}, cfg, spec).values()
+            vals = {k: combine(v, other[k]) for k, v in vals.items() if k in other}
+            vals = {k: v for k, v in vals.items() if v == v}
     x = list(vals.values())
     if not x:
         return None, f"{check.label} not measured: {check.text or check.measure} has no values"

@@ -19,6 +19,7 @@ import torch
 from mathrl.analysis import noise_scale
 from mathrl.distributed import Dist, all_max, all_sum
 from mathrl.losses import moments
+from mathrl.mismatch import METRICS as MISMATCH
 
 # metrics.csv columns fixed by DESIGN.md, then our extras (README.md, "Outputs", says what each means).
 METRICS = [
@@ -38,6 +39,8 @@ EXTRAS = [
     # the policy losses' own clips (mathrl.policy_losses): sequences GSPO's clip cut, tokens whose
     # importance weight CISPO's bound cut, tokens dual-clip's lower bound hit
     "seq_clip_frac", "is_clip_frac", "dual_clip_frac",
+    # the rollout/trainer mismatch (mathrl.mismatch): sampler against trainer log-probs of the sampled tokens
+    *MISMATCH,
 ]  # fmt: skip
 COLUMNS = METRICS + EXTRAS
 
@@ -54,7 +57,9 @@ class StepMetrics:
     - `divided`: a sum over micro-batches and ranks divided by a count already global (the
       loss's divisor);
     - `maximum`: the largest value over micro-batches and ranks;
-    - `moments`: means, stds and covariance of two tensors over a mask (`losses.moment_sums`).
+    - `moments`: means, stds and covariance of two tensors over a mask (`losses.moment_sums`);
+    - `summed`: any sums, added up likewise, from which a function computes columns (statistics
+      that are no single quotient, such as an effective sample size).
     """
 
     def __init__(self):
@@ -63,6 +68,7 @@ class StepMetrics:
         self._divided: dict[str, list[float]] = {}  # name -> [sum, global divisor]
         self._maxima: dict[str, float] = {}
         self._moments: dict[tuple[tuple[str, str], ...], torch.Tensor] = {}  # (moment, column) pairs -> sums
+        self._summed: dict[object, list] = {}  # finish -> [sums, finish]
 
     @staticmethod
     def _known(name: str) -> str:
@@ -98,12 +104,19 @@ class StepMetrics:
         key = tuple((moment, self._known(name)) for moment, name in columns.items())
         self._moments[key] = self._moments.get(key, torch.zeros(6, dtype=torch.float64)) + sums.cpu()
 
+    def summed(self, sums: torch.Tensor, finish) -> None:
+        """Add `sums` (a float64 vector); at `reduce`, `finish(total)` returns {column: value}."""
+        entry = self._summed.setdefault(finish, [torch.zeros(len(sums), dtype=torch.float64), finish])
+        entry[0] = entry[0] + sums.detach().double().cpu()
+
     def reduce(self, d: Dist) -> dict:
         """The row: every column, in COLUMNS' order; sums added over ranks in one collective
         (and the maxima in one more). Every rank records the same names."""
         ratios, divided, blocks = sorted(self._ratios), sorted(self._divided), sorted(self._moments)
         local = [v for n in ratios for v in self._ratios[n]] + [self._divided[n][0] for n in divided]
         local += [v for key in blocks for v in self._moments[key].tolist()]
+        summed = list(self._summed.values())
+        local += [v for sums, _ in summed for v in sums.tolist()]
         tot = all_sum(d, torch.tensor(local, dtype=torch.float64)).tolist() if local else []
         row = dict.fromkeys(COLUMNS, math.nan)
         for i, name in enumerate(ratios):
@@ -116,6 +129,11 @@ class StepMetrics:
         for i, key in enumerate(blocks):
             found = moments(tot[at + 6 * i : at + 6 * i + 6])
             row.update({name: found[moment] for moment, name in key})
+        at += 6 * len(blocks)
+        for sums, finish in summed:
+            n = len(sums)
+            row.update({self._known(k): v for k, v in finish(tot[at : at + n]).items()})
+            at += n
         if self._maxima:
             names = sorted(self._maxima)
             top = all_max(d, torch.tensor([self._maxima[n] for n in names], dtype=torch.float64)).tolist()

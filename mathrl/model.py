@@ -185,6 +185,24 @@ def prefix_tree_mask(P: int, G: int, La: int, device: str = "cpu") -> torch.Tens
     return mask.to(device)
 
 
+def truncate_logits(logits, top_k: int = 0, top_p: float = 1.0):
+    """Truncated sampling: logits (..., V) with -inf outside the top_k largest (0: no limit; ties at the k-th kept) and
+    outside the nucleus, the fewest most likely tokens whose probability reaches top_p (1.0: no
+    limit; the token that crosses top_p is kept). Sampling from the result samples the truncated
+    distribution renormalised. Unchanged (the same tensor) when neither limit is set."""
+    if top_k > 0 and top_k < logits.size(-1):
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]  # (..., 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.float().softmax(-1)
+        before = probs.cumsum(-1) - probs  # probability of the more likely tokens
+        drop_sorted = before >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
 def _gumbel(noise):
     """Gumbel(0, 1) noise g = -log(-log(u)) from uniform u in [0, 1)."""
     return -torch.log(-torch.log(noise))
@@ -309,16 +327,17 @@ class GPT(nn.Module):
         return _gumbel(noise)  # (B, n_new, V)
 
     @staticmethod
-    def _pick(logits, g, temperature: float):
-        """Gumbel-max: argmax(logits / temperature + g) samples softmax(logits / temperature);
-        greedy argmax when g is None."""
+    def _pick(logits, g, temperature: float, top_k: int = 0, top_p: float = 1.0):
+        """Gumbel-max: argmax(logits / temperature + g) samples softmax(logits / temperature),
+        truncated to top_k / top_p when set (truncate_logits); greedy argmax when g is None."""
         if g is None:
             return logits.argmax(dim=-1)  # (B,)
-        return (logits.float() / temperature + g).argmax(dim=-1)  # (B,)
+        return (truncate_logits(logits.float() / temperature, top_k, top_p) + g).argmax(dim=-1)  # (B,)
 
     @torch.no_grad()
     def generate(self, prompts, n_new: int, temperature: float = 1.0, noise=None,
-                 greedy: bool = False, return_logits: bool = False, group_size: int = 1):
+                 greedy: bool = False, return_logits: bool = False, group_size: int = 1,
+                 top_k: int = 0, top_p: float = 1.0):
         """Sample n_new tokens after prompts (N, P) with a KV cache; returns (B, n_new) tokens,
         B = N * group_size.
 
@@ -328,8 +347,9 @@ class GPT(nn.Module):
         noise: uniform u in [0, 1), shape (B, n_new, V); token t is
         argmax(logits_t / temperature + g_t), g = -log(-log(u)), a sample of
         softmax(logits_t / temperature). Drawn with torch.rand when None. greedy=True or
-        temperature == 0 takes the argmax. return_logits also returns the (untempered)
-        logits of each step, (B, n_new, V).
+        temperature == 0 takes the argmax. top_k, top_p: truncated sampling (truncate_logits, on
+        the tempered logits). return_logits also returns the (untempered, untruncated) logits of
+        each step, (B, n_new, V).
         """
         greedy = greedy or temperature == 0
         g = self._check_sampling(prompts, n_new, noise, greedy, group_size)  # (B, n_new, V) or None
@@ -350,7 +370,7 @@ class GPT(nn.Module):
                 if all_logits is None:
                     all_logits = logits.new_empty(B, n_new, logits.size(-1))  # (B, n_new, V)
                 all_logits[:, t] = logits
-            out[:, t] = self._pick(logits, None if g is None else g[:, t], temperature)
+            out[:, t] = self._pick(logits, None if g is None else g[:, t], temperature, top_k, top_p)
             pos += x.size(1)
             x = out[:, t:t + 1]  # (B, 1)
         return (out, all_logits) if return_logits else out

@@ -53,6 +53,14 @@ class RunSettings:
     entropy_coef_end: float
     # sampling and reward
     temperature: float
+    # the rollout/trainer mismatch: its sources and the importance-sampling corrections
+    sampler_dtype: str
+    rollout_staleness: int
+    sample_top_k: int
+    sample_top_p: float
+    tis_cap: float | None
+    mis_cap: float | None
+    seq_mask_cap: float | None
     reward: str
     format_bonus: float
     digit_weight: float

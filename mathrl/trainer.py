@@ -3,15 +3,18 @@
 One step, `Trainer.step`, in three stages read top to bottom, each recording its metrics in
 the step's `StepMetrics` (`mathrl.metrics`) where it computes them:
 1. `rollout`: draw prompts for the global batch (groups of `group_size` copies of a prompt)
-   and the Gumbel noise for sampling; this rank samples its slice with the KV cache and
-   rewards the answers (the training reward; exact-match accuracy is logged regardless);
-   with dynamic sampling, groups whose rewards are all equal are replaced by fresh ones;
+   and the Gumbel noise for sampling; this rank samples its slice with the KV cache (by the
+   policy of `mathrl.sampler`: the trainer's own unless a source of mismatch is set), records
+   the sampler's log-prob of each token, and rewards the answers (the training reward;
+   exact-match accuracy is logged regardless); with dynamic sampling, groups whose rewards
+   are all equal are replaced by fresh ones;
 2. `score`: rewards normalised and clipped as configured, reference and old log-probs, and
    advantages from the algorithm's estimator in the registry (`mathrl.algorithms`), kept for one
    sign of advantage only where `sample_filter` says so;
 3. `update`: for each PPO epoch one optimizer step over the whole batch, accumulated over
    micro-batches (`micro_batch`); the loss per answer token is the policy loss named by
-   `policy_loss` in its registry (`mathrl.policy_losses`)
+   `policy_loss` in its registry (`mathrl.policy_losses`), times the rollout correction's
+   weight when one is set (`mathrl.mismatch`)
    + kl_coef * KL(pi || ref) - entropy_coef * entropy (+ value_coef * value loss),
    aggregated per token or per sequence and divided by a global count, so micro-batches
    and ranks add up exactly to the large-batch gradient. The KL penalty sits in the loss
@@ -71,11 +74,13 @@ from mathrl.losses import (
 )
 # METRICS and EXTRAS: metrics.csv's layout, as the tests and callers read it from here
 from mathrl.metrics import COLUMNS, EXTRAS, METRICS, GradNoiseProbe, StepMetrics  # noqa: F401
+from mathrl.mismatch import correction, mismatch_max, mismatch_metrics, mismatch_sums
 from mathrl.model import GPT, ValueHead, gpt_config
 from mathrl.monitor import StabilityMonitor
 from mathrl.optim import make_optimizer, set_lr
 from mathrl.policy_losses import PolicyLossInputs, get_policy_loss
 from mathrl.rewards import RewardSpec, compute_rewards
+from mathrl.sampler import RolloutSampler, sampler_logprobs
 from mathrl.settings import RunSettings
 from mathrl.sft import load_policy
 from mathrl.tasks import VOCAB_SIZE, answer_mask, filter_by_ndigit, read_problems, task_of
@@ -138,6 +143,9 @@ class Trainer:
         self.policy_loss = get_policy_loss(s.policy_loss)  # the per-token surrogate (mathrl.policy_losses)
         head = ValueHead(policy.config.n_embd) if self.estimator.critic else None
         self.net = ActorCritic(policy, head).to(d.device)
+        # the policy that samples rollouts: the trainer's own, or a copy in another precision or with stale weights
+        self.sampler = RolloutSampler(self.net.policy, s.sampler_dtype, s.rollout_staleness)
+        self.sampling_policy = self.net.policy  # this step's (RolloutSampler.policy_for_step)
         self.ddp = DDP(self.net, device_ids=[d.device.index] if d.device.type == "cuda" else None) if d.active else self.net
         self.opt = make_optimizer(self.net.parameters(), s.optimizer, lr=s.lr, weight_decay=s.weight_decay,
                                   betas=(s.adam_beta1, s.adam_beta2), momentum=s.momentum)  # fmt: skip
@@ -178,6 +186,7 @@ class Trainer:
             "kl_ctl": self.kl_ctl.state_dict(), "monitor": self.monitor.state_dict(), "rows": self.rows,
             "initial_eval": self.initial_eval, "initial_sampled": self.initial_sampled, "status": self.status, "init_digest": self.init_digest,
             "initial_correct": self.initial_correct, "last_correct": self.last_correct, "pass_counts": self.pass_counts,
+            "sampler": self.sampler.state_dict(),
         }  # fmt: skip
 
     def restore(self, st: dict, where: Path) -> None:
@@ -218,6 +227,7 @@ class Trainer:
         self.initial_eval, self.initial_sampled, self.status = st["initial_eval"], st["initial_sampled"], st["status"]
         self.initial_correct, self.last_correct = st.get("initial_correct"), st.get("last_correct")
         self.pass_counts = dict(st.get("pass_counts") or {})
+        self.sampler.load_state_dict(st.get("sampler") or {})
         if self.status == "complete" and self.step_no < self.s.steps:
             self.status = "running"  # the same run extended to more steps
 
@@ -250,13 +260,18 @@ class Trainer:
         prompts = task.encode_prompts(pairs[:, 0], pairs[:, 1]).to(d.device)  # (B, P)
         target = task.encode_answers(pairs[:, 0], pairs[:, 1]).to(d.device)  # (B, L)
         u = noise[lo * G : (lo + n_local) * G].to(d.device)
+        how = {"temperature": s.temperature, "noise": u, "top_k": s.sample_top_k, "top_p": s.sample_top_p}
         if self.share_prefix:  # prefill each group's prompt once
-            tokens = self.net.policy.generate(prompts[::G], L, temperature=s.temperature, noise=u, group_size=G)  # (B, L)
+            tokens, logits = self.sampling_policy.generate(prompts[::G], L, group_size=G, return_logits=True, **how)
         else:
-            tokens = self.net.policy.generate(prompts, L, temperature=s.temperature, noise=u)  # (B, L)
+            tokens, logits = self.sampling_policy.generate(prompts, L, return_logits=True, **how)  # (B, L), (B, L, V)
         mine = None if coins is None else coins[lo * G : (lo + n_local) * G].to(d.device)  # (B,)
         rewards, checks = compute_rewards(self.reward_spec, tokens, target, coins=mine)
-        return {"prompts": prompts, "tokens": tokens, "rewards": rewards.float(), **{k: v.float() for k, v in checks.items()}}
+        # what the sampler records of each token: its log-prob under the distribution it sampled from
+        sampler_logp = sampler_logprobs(logits, tokens, s.temperature, s.sample_top_k, s.sample_top_p)
+        checks = {k: v.float() for k, v in checks.items()}
+        return {"prompts": prompts, "tokens": tokens, "rewards": rewards.float(), **checks,
+                "sampler_logp": sampler_logp}  # fmt: skip
 
     def collect(self, nd: int) -> tuple[dict, int]:
         """One batch of rollouts; with dynamic sampling, homogeneous groups are replaced.
@@ -295,6 +310,7 @@ class Trainer:
         """Stage 1: this rank's rollouts of the step, rewarded, with the inputs its forwards take."""
         s, G = self.s, self.s.group_size
         nd = self.ndigit_at(step)
+        self.sampling_policy = self.sampler.policy_for_step(self.net.policy)
         batch, sampled = self.collect(nd)
         tokens = batch["tokens"]
         metrics.value("ndigit", nd)
@@ -419,6 +435,12 @@ class Trainer:
         # the seed of a loss's random choices (Clip-Cov's tokens), this micro-batch's own
         seed = s.seed * 1_000_003 + step * 1009 + epoch * 101 + rows.start
         pg, diagnostics = self.policy_loss(PolicyLossInputs(logp, old, adv, m, s, seed=seed))
+        # The rollout correction: one detached per-token weight of the trainer's log-prob before the update
+        # (`old`) against the sampler's, on the policy loss (None, and no change, when no correction is set).
+        sampler_logp = batch["sampler_logp"][rows]
+        weight, corrected = correction(old, sampler_logp, m, s.tis_cap, s.mis_cap, s.seq_mask_cap)
+        if weight is not None:
+            pg = pg * weight
         kl = kl_estimate(logp, sc["ref_logp"][rows], s.kl_estimator)
         ent = token_entropy(logits)
         per_token = pg + coefs["kl_coef"] * kl - coefs["ent_coef"] * ent
@@ -448,6 +470,11 @@ class Trainer:
             metrics.divided("policy_loss", float(aggregate(pg.detach(), m, s.loss_agg)[0]), coefs["den"])
             metrics.masked_mean("entropy", ent.detach(), m)
             metrics.masked_mean("kl", kl.detach(), m)
+            # the rollout/trainer mismatch of the sampled tokens, before the update
+            metrics.summed(mismatch_sums(old, sampler_logp, m), mismatch_metrics)
+            metrics.maximum("mismatch_logp_diff_max", mismatch_max(old, sampler_logp, m))
+            if corrected is not None:
+                metrics.masked_mean("mismatch_corrected_frac", corrected, m)
         return finite
 
     def step(self) -> dict:

@@ -190,3 +190,16 @@ def test_a_users_claim_from_yaml_to_the_report(tmp_path):
     section = html[html.index('<h3 id="generic-grpo_vs_rloo">') :]
     assert "RLOO&#39;s final held-out accuracy exceeds GRPO&#39;s, paired by seed" in section and "agrees" in section
     assert main(["claims", "--config", str(path), "--kind", "user"]) == 0
+
+
+def test_a_failure_shown_as_a_loss_whose_interval_lies_below_zero():
+    """minus_to with ci_high: the remedied setting's loss against a control, seed by seed, must lie below 0."""
+    t = table(variant=["ctl"] * 3 + ["bad"] * 3 + ["fix"] * 3, seed=[0, 1, 2] * 3,
+              acc=[0.50, 0.52, 0.51, 0.40, 0.43, 0.41, 0.49, 0.50, 0.50])  # fmt: skip
+    loss = {"type": "failure", "label": "loss", "measure": "acc", "arm": "b", "minus_to": {"variant": "ctl"}, "stat": "ci_high", "at_most": 0.0}
+    decl = {"id": "x", "kind": "beyond", "statement": "fix recovers", "measure": "acc", "table": "t",
+            "a": {"variant": "fix"}, "b": {"variant": "bad"}, "checks": [loss]}  # fmt: skip
+    r = judge(decl, {"t": t})
+    assert r["failure_established"] is True and r["outcome"] == "agrees" and r["difference"] == pytest.approx(0.25 / 3)
+    same = judge(decl, {"t": t.assign(acc=[0.50, 0.52, 0.51, 0.52, 0.50, 0.51, 0.49, 0.50, 0.50])})
+    assert same["outcome"] == "not judged" and same["failure_established"] is False

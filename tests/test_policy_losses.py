@@ -167,14 +167,14 @@ def test_step_metrics_add_up_micro_batches_and_fill_every_column():
 
 def test_every_column_is_named_where_it_is_computed():
     """Each column of metrics.csv is named as a string literal by the code that writes the row
-    (the trainer, the policy losses, the noise probe), besides its declaration in COLUMNS: no
+    (the trainer, the policy losses, the mismatch diagnostics, the noise probe), besides its declaration in COLUMNS: no
     declared column is left that nothing computes."""
     import ast
     from pathlib import Path
 
     package = Path(__file__).resolve().parent.parent / "mathrl"
     literals = set()
-    for name in ("trainer.py", "policy_losses.py", "metrics.py"):
+    for name in ("trainer.py", "policy_losses.py", "mismatch.py", "metrics.py"):
         tree = ast.parse((package / name).read_text())
         declared = {id(n) for a in tree.body if isinstance(a, ast.Assign) for n in ast.walk(a.value)}
         literals |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)

@@ -126,6 +126,7 @@ CASES = {
     "later_fault": ([], ["steps=2"], ["steps=4", "fault_nan_step=3"], None),
     "earlier_eval": ([], ["steps=2"], ["steps=4", "eval_every=1"], "eval_every"),
     "seed": ([], ["steps=2"], ["steps=4", "seed=1"], "seed"),
+    "stale_rollouts": (["rollout_staleness=2"], ["steps=2"], ["steps=4"], None),  # the snapshot keeps the old weights
 }
 
 

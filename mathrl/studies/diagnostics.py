@@ -19,12 +19,16 @@ from scipy import stats
 
 # modules, not `from mathrl.studies import ...`: the package's __init__ imports this module
 import mathrl.studies.compute_curves as compute_curves
-import mathrl.studies.kit as kit
 import mathrl.studies.negative_controls as negative_controls
 from mathrl import analysis as dx
 from mathrl import layout
 from mathrl.results import mean_spread
 from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, add_intervals, band, bounds, claim_frame, placeholder, plt, power_note, verdict_rows
+from mathrl.studies.kit import roles as roles_of
+from mathrl.studies.mismatch import EXPERIMENT as MISMATCH_EXPERIMENT
+from mathrl.studies.mismatch import figures as mismatch_figures
+from mathrl.studies.mismatch import section as mismatch_section
+from mathrl.studies.mismatch import tables as mismatch_tables
 from mathrl.verdict import mean_interval
 
 NAME = "diagnostics"
@@ -229,9 +233,10 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         "diagnostics_adv_scaling_runs": adv, "diagnostics_adv_scaling": adv_scaling_summary(adv),
         "diagnostics_noise_scale": noise_scale_table(ctx), "diagnostics_noise_scale_steps": noise_scale_steps(ctx),
         "diagnostics_update_runs": upd, "diagnostics_update": update_summary(upd),
+        **mismatch_tables(ctx, roles_of(ctx.cfg, MISMATCH_EXPERIMENT, ("control",))),  # the rollout/trainer mismatch
         **compute_curves.tables(((exp, setting(run.spec), run) for exp, run in ok_runs(ctx)), ctx.cfg),
         **negative_controls.tables([(setting(r.spec), r) for r in ctx.experiment(negative_controls.EXPERIMENT) if r.ok],
-                                   controls, kit.roles(ctx.cfg, negative_controls.EXPERIMENT, ("reference",))),
+                                   controls, roles_of(ctx.cfg, negative_controls.EXPERIMENT, ("reference",))),
     }  # fmt: skip
 
 
@@ -280,6 +285,7 @@ def figures(t) -> dict[str, plt.Figure]:
         placeholder(ax, "no advantage-scaling runs")
     ax.set(xlabel="carries in the problem", ylabel="held-out gain (points)", title="Advantage scaling by difficulty (95% interval over seeds)")
     out["diagnostics_adv_scaling"] = fig
+    out.update(mismatch_figures(t))  # the rollout/trainer mismatch
     out["diagnostics_curves"] = compute_curves.figure(t)
     return out
 
@@ -310,5 +316,6 @@ def section(t) -> dict:
         "verdicts": rows, "power": power_note(v), "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE,
         "reached_steps": REACHED_STEPS,
         "experiment": EXPERIMENT,
+        "mismatch": mismatch_section(t),  # the rollout/trainer mismatch (sections/mismatch.html.j2)
         **compute_curves.section(t), **negative_controls.section(t),
     }  # fmt: skip
