@@ -69,6 +69,10 @@ def resolve_run(cfg: dict, run: str | None, run_id: str | None, overrides: list[
 
             close = difflib.get_close_matches(run, list(runs), n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else "; `mathrl runs` lists them"
+            experiment = run.split("__")[0]
+            if not close and experiment not in cfg["experiments"]:
+                hint += (f"; no experiment {experiment!r} in the config files read: is the --config FILE that "
+                         f"defines it missing?")  # fmt: skip
             raise ConfigError(f"--run: {run!r} is not a run of any experiment{hint}")
         spec = runs[run]
         if spec.same_as:  # trained once, under the first run with these settings

@@ -398,7 +398,8 @@ class Trainer:
                 outcome = "update skipped"
                 if s.nan_policy == "stop":
                     outcome, self.status = "run stopped", "stopped_nonfinite"
-                self.monitor.record(step, "nonfinite", norm, f"non-finite loss or gradient (grad norm {norm}); {outcome}")
+                acc["alert"] = f"non-finite loss or gradient (grad norm {norm}); {outcome}"
+                self.monitor.record(step, "nonfinite", norm, acc["alert"])
                 break
             if epoch == 0:
                 faults.in_step(step, d.rank)  # test-only hooks (no-ops unless their env vars are set)
@@ -507,8 +508,8 @@ class Trainer:
         for alert in self.monitor.check_trends(step, grad_norm=row["grad_norm"], entropy=row["entropy"],
                                                grad_spike=s.monitor_grad_spike, entropy_rise=s.monitor_entropy_rise):
             self.say(f"alert: step {step}: {alert['message']}")
-        if acc["skipped"]:
-            self.say(f"alert: step {step}: {self.monitor.alerts[-1]['message']}")
+        if acc["skipped"]:  # its own alert: the checks above may have added others after it
+            self.say(f"alert: step {step}: {acc['alert']}")
         if resume.evaluated_at(self.record, step) or self.status != "running":
             last = step == self.s.steps or self.status != "running"
             row["eval_accuracy"], row["eval_sampled_accuracy"] = self.evaluate(step, sampled=last)

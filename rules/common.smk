@@ -47,6 +47,8 @@ def config_source() -> str:
 # allowed in one line; it also fills the defaults (Snakemake must not: experiments'
 # settings are overrides) and checks what a schema cannot, e.g. that a run's task exists.
 # A bad config stops here, before any job starts or anything is written under results/.
+# Snakemake reads --configfile as YAML 1.1 (`1e-3` is text there); mathrl reads YAML 1.2 numbers.
+config.update(mathrl.config.yaml12_numbers(dict(config)))
 update_config(config, typed(workflow.config_settings.config))
 try:
     CFG = mathrl.config.complete(copy.deepcopy(config), source=config_source())

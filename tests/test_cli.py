@@ -36,6 +36,8 @@ from tests.conftest import ROOT, write_config
         (["train", "group_size=1", "algorithm=rloo"], ["run.group_size", "rloo needs at least 2"]),
         (["train", "lr_schedule=cosine", "warmup_steps=4"], ["run.warmup_steps", "steps 4"]),
         (["train", "curriculum_start=3"], ["run.curriculum_start", "task add's 2"]),
+        (["train", "lr=inf"], ["run.lr: inf is not a finite number"]),
+        (["train", "--run", "grpo_vs_rloo__rloo__s0"], ["no experiment 'grpo_vs_rloo'", "--config FILE that defines it"]),
     ],
 )
 def test_each_bad_name_or_meaningless_setting_exits_2_naming_it(tiny_cfg_dict, tmp_path, capsys, argv, needles):

@@ -201,3 +201,11 @@ def test_critic_warmup_trains_only_the_value_head(run_env):
     assert policy and all(torch.equal(w[k], ref[k]) or torch.allclose(w[k], ref[k], atol=1e-9) for k in policy)
     heads = [k for k in w if k.startswith("value_head")]
     assert heads and any(not torch.allclose(w[k], ref[k], atol=1e-6) for k in heads)
+
+
+def test_a_skipped_update_prints_its_own_alert(run_env, capsys):
+    # monitor_entropy_min above any entropy: a low-entropy alert follows the non-finite one in the same step
+    assert train(run_env, "nan_alert", "steps=2", "fault_nan_step=2", "monitor_entropy_min=100") == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("alert: step 2:")]
+    assert any("non-finite loss or gradient" in line for line in lines), lines
+    assert len(lines) == len(set(lines)), lines

@@ -25,6 +25,7 @@ import math
 
 import pandas as pd
 
+from mathrl.config import point_label
 from mathrl.studies.kit import COLORS, placeholder, plt, power_note, verdict_frame, verdict_rows
 from mathrl.verdict import Claim, Verdict, mean_interval, rate_difference, wilson
 
@@ -117,7 +118,7 @@ def pick_table(pilot: pd.DataFrame, ctx) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- references
 def setting_of(spec) -> str:
-    return spec.variant or ", ".join(f"{k}={'none' if v is None else v}" for k, v in spec.point.items())
+    return spec.variant or point_label(spec.point)
 
 
 def reference_runs(ctx, experiment: str) -> list:
