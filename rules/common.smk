@@ -229,6 +229,19 @@ def run_outputs(pattern: str) -> list:
     return [results(pattern.format(run_id=run_id)) for run_id in RUNS]
 
 
+def experiment_outputs(name: str) -> list:
+    """The run summaries of one experiment (a run shared with another experiment is read
+    from the run that trains it)."""
+    runs = mathrl.config.expand_runs(CFG)
+    return sorted(
+        {
+            results(layout.RUN_SUMMARY.format(run_id=spec.trained_as))
+            for spec in runs.values()
+            if spec.experiment == name
+        }
+    )
+
+
 def bandit_outputs() -> list:
     return [results(layout.BANDIT.format(study=study)) for study in bandit_studies()]
 
