@@ -235,6 +235,7 @@ def cmd_figures(args) -> int:
     from mathrl.plots import figures
 
     cfg = _load(args)
+    _warn_if_tables_differ(args, cfg)
     names = figures(cfg, args.out)
     print(f"figures: {len(names)} figures in {args.out or Path(cfg['results']) / 'figures'}")
     return 0
@@ -244,8 +245,17 @@ def cmd_report(args) -> int:
     from mathrl.report import write_report
 
     cfg = _load(args)
+    _warn_if_tables_differ(args, cfg)
     print(f"report: {write_report(cfg, args.out)}")
     return 0
+
+
+def _warn_if_tables_differ(args, cfg: dict) -> None:
+    from mathrl.studies.context import Tables
+
+    mismatch = Tables(cfg).config_mismatch()
+    if mismatch:
+        print(f"mathrl {args.command}: warning: {mismatch}", file=sys.stderr)
 
 
 def cmd_dvc_yaml(args) -> int:

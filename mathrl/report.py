@@ -165,6 +165,7 @@ def reproducibility(cfg: dict, t: Tables) -> dict:
 
 def render(cfg: dict) -> str:
     t = Tables(cfg)
+    t.require("report")
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(None if x is None else float(x), u, sign))
     env.globals.update(table=html_table)

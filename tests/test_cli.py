@@ -100,3 +100,22 @@ def test_ctrl_c_in_a_run_says_in_one_line_where_it_resumes(run_env):
     assert "mathrl train: interrupted; the same command resumes c from its snapshot at step" in err
     step = int(re.search(r"at step (\d+)", err).group(1))
     assert step >= 2 and snapshot.load(run_env["results"] / "runs" / "c" / "snapshot.pt")["step"] == step
+
+
+@pytest.mark.parametrize("command", ["figures", "report"])
+def test_figures_and_report_before_aggregate_say_so_and_write_nothing(tiny_cfg_dict, tmp_path, capsys, command):
+    path = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    assert main([command, "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "run `mathrl aggregate`" in err and "Traceback" not in err, err
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_report_from_tables_of_another_config_warns(tiny_cfg_dict, tmp_path, capsys):
+    path = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    assert main(["aggregate", "--config", str(path)]) == 0
+    assert main(["report", "--config", str(path)]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main(["report", "--config", str(path), "--set", "train.steps=9"]) == 0
+    err = capsys.readouterr().err
+    assert "mathrl report: warning: the tables" in err and "were made from config" in err, err

@@ -238,7 +238,12 @@ def section(t) -> dict:
     below = t["calibration_below"]
     overall = below[below["experiment"] == "all runs"] if len(below) else below
     total = overall.iloc[0].to_dict() if len(overall) else {}
+    refs = t["calibration_references"]
+    # experiments that declare no reference (an empty cell reads back from CSV as NaN); one that
+    # declares it but has no finished run yet is not among them
+    unreferenced = refs.loc[refs["reference"].isna() | refs["reference"].eq(""), "experiment"].tolist() if len(refs) else []
     return {
+        "unreferenced": unreferenced,
         "pilot": t["calibration_pilot"], "pick": t["calibration_pick"], "references": t["calibration_references"],
         "below": below, "overall": total, "target": TARGET_BELOW, "drop": DROP,
         "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),
