@@ -122,6 +122,7 @@ def cmd_train(args) -> int:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     check_train(cfg, settings, "run", world_size=world)
     settings = RunSettings.from_dict(settings)  # typed and frozen from here on
+    _check_memory(cfg, settings, world)
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out) if args.out else Path(cfg["results"]) / "runs" / run_id
@@ -135,6 +136,35 @@ def cmd_train(args) -> int:
         print(f"run {run_id}: {summary['status']}, eval accuracy {summary['initial']['eval_accuracy']:.3f} -> "
               f"{summary['final']['eval_accuracy']:.3f} (best {summary['best']['eval_accuracy']:.3f}) in {summary['wall_seconds']:.1f}s")  # fmt: skip
     return 0
+
+
+def _check_memory(cfg: dict, s, world: int) -> None:
+    """Refuse, before anything loads, a step that needs more memory than the device has."""
+    import torch
+
+    from mathrl.memory import available_cpu_bytes, gib, step_memory
+    from mathrl.model import PRESETS
+    from mathrl.tasks import VOCAB_SIZE, task_of
+
+    preset = cfg["sft"][s.task]["preset"]  # the warm-up's model, which the run starts from
+    dims = {k: PRESETS[preset][k] for k in ("n_layer", "n_head", "n_embd")}
+    task = task_of(cfg, s.task)
+    need = step_memory(batch_size=s.batch_size, world_size=world, micro_batch_size=s.micro_batch_size, group_size=s.group_size,
+                       prompt_len=task.prompt_len, answer_len=task.answer_len, vocab_size=VOCAB_SIZE, **dims)  # fmt: skip
+    on_gpu = s.device == "cuda" or (s.device == "auto" and torch.cuda.is_available())
+    if on_gpu:
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        have, where = torch.cuda.mem_get_info(local % torch.cuda.device_count())[0], "free on the GPU"
+        total = need["total"]
+    else:  # the ranks of one machine share its memory
+        have, where = available_cpu_bytes(), "available on this machine"
+        total = need["total"] * int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if have is not None and total > have:
+        parts = ", ".join(f"{k.replace('_', ' ')} {gib(v)}" for k, v in need.items() if k != "total")
+        raise ConfigError(
+            f"run.batch_size: {s.batch_size} rollouts need about {gib(total)} per step (preset {preset}: {parts}), "
+            f"{gib(have)} is {where}; use a smaller batch_size (micro_batch_size bounds the training term only)"
+        )
 
 
 def cmd_gradvar(args) -> int:

@@ -37,6 +37,7 @@ from tests.conftest import ROOT, write_config
         (["train", "lr_schedule=cosine", "warmup_steps=4"], ["run.warmup_steps", "steps 4"]),
         (["train", "curriculum_start=3"], ["run.curriculum_start", "task add's 2"]),
         (["train", "lr=inf"], ["run.lr: inf is not a finite number"]),
+        (["train", f"batch_size={2**36}"], ["run.batch_size: 68719476736 rollouts need about", "per step"]),
         (["train", "--run", "grpo_vs_rloo__rloo__s0"], ["no experiment 'grpo_vs_rloo'", "--config FILE that defines it"]),
     ],
 )
