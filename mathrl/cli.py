@@ -151,7 +151,7 @@ def _check_memory(cfg: dict, s, world: int) -> None:
     task = task_of(cfg, s.task)
     need = step_memory(batch_size=s.batch_size, world_size=world, micro_batch_size=s.micro_batch_size, group_size=s.group_size,
                        prompt_len=task.prompt_len, answer_len=task.answer_len, vocab_size=VOCAB_SIZE, **dims)  # fmt: skip
-    on_gpu = s.device == "cuda" or (s.device == "auto" and torch.cuda.is_available())
+    on_gpu = s.device in ("cuda", "auto") and torch.cuda.is_available()  # cuda without one: refused at set-up
     if on_gpu:
         local = int(os.environ.get("LOCAL_RANK", "0"))
         have, where = torch.cuda.mem_get_info(local % torch.cuda.device_count())[0], "free on the GPU"

@@ -120,3 +120,12 @@ def test_a_report_from_tables_of_another_config_warns(tiny_cfg_dict, tmp_path, c
     assert main(["report", "--config", str(path), "--set", "train.steps=9"]) == 0
     err = capsys.readouterr().err
     assert "mathrl report: warning: the tables" in err and "were made from config" in err, err
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a machine without a GPU")
+def test_cuda_without_a_gpu_is_one_line(tiny_cfg_dict, tmp_path, capsys):
+    path = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    assert main(["train", "--config", str(path), "--run-id", "x", "device=cuda", "steps=2"]) == 2
+    err = capsys.readouterr().err
+    assert err == "mathrl train: error: device: 'cuda' was asked for but torch sees no CUDA device; use device=auto or device=cpu\n"
+    assert not (tmp_path / "results").exists()
