@@ -212,10 +212,22 @@ def cmd_launch(args) -> int:
     try:
         return launch(train_args, gpus=args.gpus, threads=args.threads, lock_dir=args.lock_dir,
                       dry_run=args.dry_run, torchrun_args=args.torchrun_arg, torchrun=args.torchrun,
-                      fork_server=args.fork_server)  # fmt: skip
+                      fork_server=args.fork_server, check=lambda world: check_train_args(train_args, world))  # fmt: skip
     except (ValueError, TimeoutError) as exc:
         print(f"mathrl launch: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
+
+
+def check_train_args(argv: list[str], world_size: int) -> None:
+    """What `mathrl train ARGV` in a world of `world_size` would refuse for its configuration."""
+    import contextlib
+    import io
+
+    train = build_parser().parse_args(["train", *argv])
+    cfg = _load(train)
+    with contextlib.redirect_stderr(io.StringIO()):  # its notes are the run's to print
+        _, _, settings = resolve_run(cfg, train.run, train.run_id, train.overrides)
+    check_train(cfg, settings, "run", world_size=world_size)
 
 
 def cmd_runs(args) -> int:
@@ -398,13 +410,17 @@ INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Under torchrun every rank meets the same configuration and the same Ctrl-C: rank 0 says so.
+    quiet = int(os.environ.get("RANK", "0")) != 0
     try:
         return args.func(args)
     except (ConfigError, ProblemFileError, SnapshotError) as exc:
-        print(f"mathrl {args.command}: error: {exc}", file=sys.stderr)
+        if not quiet:
+            print(f"mathrl {args.command}: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:
-        print(f"\nmathrl {args.command}: interrupted{_where_to_resume(args)}", file=sys.stderr)
+        if not quiet:
+            print(f"\nmathrl {args.command}: interrupted{_where_to_resume(args)}", file=sys.stderr)
         return INTERRUPTED
     except BrokenPipeError:
         # The reader stopped reading (`mathrl runs | head -1`): no more output, and no error

@@ -129,3 +129,16 @@ def test_cuda_without_a_gpu_is_one_line(tiny_cfg_dict, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == "mathrl train: error: device: 'cuda' was asked for but torch sees no CUDA device; use device=auto or device=cpu\n"
     assert not (tmp_path / "results").exists()
+
+
+def test_under_torchrun_a_config_error_is_said_once_and_launch_says_it_before_the_workers(tiny_cfg_dict, tmp_path, capsys, monkeypatch):
+    path = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    # batch 12 fits group_size 4 in one process, not in two
+    argv = ["launch", "--gpus", "2", "--lock-dir", str(tmp_path / "locks"), "--", "--config", str(path), "--run-id", "t", "batch_size=12"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "run.batch_size: 12 is not a multiple of group_size x world size = 4 x 2 = 8" in err, err
+    assert not (tmp_path / "locks").exists() and not (tmp_path / "results").exists()  # no slot taken, no worker started
+    monkeypatch.setenv("RANK", "1")  # a worker other than rank 0: rank 0 says it
+    assert main(["train", "--config", str(path), "algorithm=sarsa"]) == 2
+    assert capsys.readouterr().err == ""
