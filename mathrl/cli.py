@@ -122,7 +122,14 @@ def cmd_train(args) -> int:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     check_train(cfg, settings, "run", world_size=world)
     settings = RunSettings.from_dict(settings)  # typed and frozen from here on
-    _check_memory(cfg, settings, world)
+    memory = _check_memory(cfg, settings, world)
+    if args.dry_run:
+        out = Path(args.out) if args.out else Path(cfg["results"]) / "runs" / run_id
+        print(f"run {run_id}" + (f" of experiment {experiment}" if experiment else "") + f", in {out}; {memory}")
+        width = max(map(len, settings.as_dict()))
+        for key, value in settings.as_dict().items():
+            print(f"  {key:<{width}} = {'null' if value is None else value}")
+        return 0
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out) if args.out else Path(cfg["results"]) / "runs" / run_id
@@ -138,11 +145,12 @@ def cmd_train(args) -> int:
     return 0
 
 
-def _check_memory(cfg: dict, s, world: int) -> None:
-    """Refuse, before anything loads, a step that needs more memory than the device has."""
+def _check_memory(cfg: dict, s, world: int) -> str:
+    """Refuse, before anything loads, a step that needs more memory than the device has;
+    else say how much it needs."""
     import torch
 
-    from mathrl.memory import available_cpu_bytes, gib, step_memory
+    from mathrl.memory import available_cpu_bytes, size, step_memory
     from mathrl.model import PRESETS
     from mathrl.tasks import VOCAB_SIZE, task_of
 
@@ -160,11 +168,12 @@ def _check_memory(cfg: dict, s, world: int) -> None:
         have, where = available_cpu_bytes(), "available on this machine"
         total = need["total"] * int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     if have is not None and total > have:
-        parts = ", ".join(f"{k.replace('_', ' ')} {gib(v)}" for k, v in need.items() if k != "total")
+        parts = ", ".join(f"{k.replace('_', ' ')} {size(v)}" for k, v in need.items() if k != "total")
         raise ConfigError(
-            f"run.batch_size: {s.batch_size} rollouts need about {gib(total)} per step (preset {preset}: {parts}), "
-            f"{gib(have)} is {where}; use a smaller batch_size (micro_batch_size bounds the training term only)"
+            f"run.batch_size: {s.batch_size} rollouts need about {size(total)} per step (preset {preset}: {parts}), "
+            f"{size(have)} is {where}; use a smaller batch_size (micro_batch_size bounds the training term only)"
         )
+    return f"a step needs about {size(total)}" + (f" of the {size(have)} {where}" if have is not None else "")
 
 
 def cmd_gradvar(args) -> int:
@@ -234,9 +243,24 @@ def cmd_runs(args) -> int:
     cfg = _load(args)
     if args.experiment is not None:
         _check_name("--experiment", args.experiment, "an experiment", cfg["experiments"])
+    from mathrl.results import progress_of
+
+    show = args.status or sys.stdout.isatty()  # piped: the bare ids, one a line, for scripts
     for run_id, spec in expand_runs(cfg).items():
         if not args.experiment or spec.experiment == args.experiment:
-            print(run_id)
+            print(f"{run_id}  {progress_of(cfg, spec)}" if show else run_id)
+    return 0
+
+
+def cmd_settings(args) -> int:
+    from mathrl.settings import listing
+
+    cfg = _load(args)
+    text = listing(cfg["train"], args.names)
+    if not text:
+        raise ConfigError(f"no run setting's name contains {' or '.join(map(repr, args.names))}; "
+                          f"`mathrl settings` lists them all")  # fmt: skip
+    print(text)
     return 0
 
 
@@ -328,7 +352,10 @@ def _check_name(flag: str, name: str, what: str, allowed) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from mathrl import __version__
+
     parser = argparse.ArgumentParser(prog="mathrl", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"mathrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="<command>")
 
     p = sub.add_parser("problems", help="write the seeded train, validation and held-out test problem sets")
@@ -342,7 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output directory (default results/sft/TASK)")
     p.set_defaults(func=cmd_sft)
 
-    p = sub.add_parser("train", help="one RL run (alone or under torchrun)")
+    p = sub.add_parser("train", help="one RL run (alone or under torchrun)",
+                       epilog="`mathrl settings` lists every KEY with its value, range and help.")  # fmt: skip
     _common(p)
     # --experiment-run is the same flag under a name that is no prefix of a torchrun option
     # (torchrun's parser reads `--run` as an ambiguous abbreviation of its --run-path).
@@ -353,7 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-id", help="name of an ad hoc run (default: adhoc); with --run, a variant of that run: its settings, then KEY=VALUE")
     p.add_argument("--out", help="run directory (default results/runs/RUN_ID)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads per process (default: torch's choice)")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="run settings, e.g. lr=1e-3 batch_size=64")
+    p.add_argument("--dry-run", action="store_true", help="print the run's resolved settings and where it would write; train nothing")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="run settings, e.g. lr=1e-3 batch_size=64 (`mathrl settings` lists them)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("launch", help="one `mathrl train` under torchrun on GPUs of its own (for concurrent jobs)",
@@ -378,9 +407,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="JSON path (default results/gradvar/TASK.json)")
     p.set_defaults(func=cmd_gradvar)
 
+    p = sub.add_parser("settings", help="list the run settings (train's KEY=VALUE): value, range and help")
+    _common(p)
+    p.add_argument("names", nargs="*", metavar="NAME", help="only settings whose name contains NAME, e.g. kl")
+    p.set_defaults(func=cmd_settings)
+
     p = sub.add_parser("runs", help="list the run ids the experiments expand into")
     _common(p)
-    p.add_argument("--experiment")
+    p.add_argument("--experiment", help="only this experiment's runs")
+    p.add_argument("--status", action="store_true",
+                   help="each run's status: done, partial (a snapshot, no result yet), failed or missing "
+                        "(the default on a terminal; piped, only the ids)")  # fmt: skip
     p.set_defaults(func=cmd_runs)
 
     for name, func, what in [("aggregate", cmd_aggregate, "one CSV per report table under results/tables/"),

@@ -30,8 +30,9 @@ def step_memory(*, batch_size: int, world_size: int, micro_batch_size: int, grou
     return {**terms, "total": sum(terms.values())}
 
 
-def gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB"
+def size(n: float) -> str:
+    """Bytes for people: `12 MiB`, `3.0 GiB`."""
+    return f"{n / 2**20:.0f} MiB" if n < 2**30 else f"{n / 2**30:.1f} GiB"
 
 
 def available_cpu_bytes() -> int | None:

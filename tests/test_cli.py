@@ -142,3 +142,31 @@ def test_under_torchrun_a_config_error_is_said_once_and_launch_says_it_before_th
     monkeypatch.setenv("RANK", "1")  # a worker other than rank 0: rank 0 says it
     assert main(["train", "--config", str(path), "algorithm=sarsa"]) == 2
     assert capsys.readouterr().err == ""
+
+
+def test_finding_ones_way_settings_version_dry_run_and_run_status(tiny_cfg_dict, tmp_path, capsys):
+    from mathrl import __version__
+
+    path = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    assert main(["settings", "--config", str(path), "batch"]) == 0
+    out = capsys.readouterr().out
+    assert "batch_size = 16 (schema default 512)  [integer >= 1]" in out and "micro_batch_size = 0" in out
+    assert "Rollouts per step over all ranks" in out and "lr =" not in out
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out == f"mathrl {__version__}\n"
+    assert main(["train", "--config", str(path), "--run", "tiny__batch_size-8__s1", "--dry-run", "lr=0.01"]) == 2  # --run-id for a variant
+    capsys.readouterr()
+    assert main(["train", "--config", str(path), "--run", "tiny__batch_size-8__s1", "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("run tiny__batch_size-8__s1 of experiment tiny, in ") and "a step needs about" in out[0]
+    assert {line.split("=")[0].strip(): line.split("=")[1].strip() for line in out[1:]}["batch_size"] == "8"
+    assert not (tmp_path / "results").exists()
+    run_dir = tmp_path / "results" / "runs"
+    (run_dir / "tiny__batch_size-8__s1").mkdir(parents=True)
+    (run_dir / "tiny__batch_size-8__s1" / "snapshot.pt").write_bytes(b"")
+    (run_dir / "tiny__batch_size-16__s0").mkdir()
+    (run_dir / "tiny__batch_size-16__s0" / "summary.json").write_text('{"status": "complete"}')
+    assert main(["runs", "--config", str(path), "--status"]) == 0
+    assert capsys.readouterr().out.split("\n") == ["tiny__batch_size-8__s0  missing", "tiny__batch_size-8__s1  partial",
+                                                   "tiny__batch_size-16__s0  done", "tiny__batch_size-16__s1  missing", ""]  # fmt: skip

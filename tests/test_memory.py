@@ -1,6 +1,6 @@
 """The step-memory estimate, checked by hand on a small case."""
 
-from mathrl.memory import gib, step_memory
+from mathrl.memory import size, step_memory
 
 SMALL = dict(prompt_len=3, answer_len=2, vocab_size=5, n_layer=1, n_head=2, n_embd=4)
 
@@ -17,4 +17,4 @@ def test_step_memory_by_hand():
     assert whole["training"] == 2 * m["training"]  # no micro-batches: the rank's 4 rows at once
     unshared = step_memory(batch_size=8, world_size=2, micro_batch_size=3, group_size=2, **SMALL)
     assert unshared["training"] == 3 * 4 * (1 * (64 + 2 * 2 * 5) + 15) * 4  # full sequences of T - 1 tokens
-    assert gib(3 * 2**30) == "3.0 GiB"
+    assert (size(3 * 2**30), size(5 * 2**20)) == ("3.0 GiB", "5 MiB")

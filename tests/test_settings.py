@@ -41,3 +41,10 @@ def test_a_missing_or_unknown_key_is_refused():
         RunSettings.from_dict({k: v for k, v in settings.items() if k != "lr"})
     with pytest.raises(ConfigError, match="missing none; unknown lrr"):
         RunSettings.from_dict({**settings, "lrr": 1.0})
+
+
+def test_durations_and_the_time_left_read_as_people_say_them():
+    from mathrl.console import duration, time_left
+
+    assert [duration(s) for s in (4.4, 200, 3900)] == ["4 s", "3 min 20 s", "1 h 05 min"]
+    assert time_left(10, 2.0, 2, 5.0) == "about 30 s to go (10 steps of 2.00 s and 2 evaluations of 5.0 s)"

@@ -209,3 +209,10 @@ def test_a_skipped_update_prints_its_own_alert(run_env, capsys):
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("alert: step 2:")]
     assert any("non-finite loss or gradient" in line for line in lines), lines
     assert len(lines) == len(set(lines)), lines
+
+
+def test_a_run_says_what_it_does_first_and_how_long_the_rest_will_take(run_env, capsys):
+    assert train(run_env, "chatty", "steps=3") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("chatty: 3 steps of 16 rollouts on cpu") and "held-out problems first" in out[0]
+    assert out[1].startswith("Step 1/3") and out[2].startswith("chatty: about ") and "2 steps of" in out[2]
