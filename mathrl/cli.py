@@ -264,6 +264,80 @@ def cmd_settings(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    import io
+
+    from mathrl.atomic import atomic_write
+    from mathrl.compare import MEASURES, arm_values, compare, figure, group_by_settings, read_summary, text
+
+    cfg = _load(args)
+    runs_dir = Path(cfg["results"]) / "runs"
+    if args.experiment:
+        groups, default_base, skipped = _experiment_arms(cfg, args.experiment, runs_dir)
+        if skipped:
+            print(f"compare: {len(skipped)} runs of {args.experiment} have no result yet and are left out: "
+                  f"{', '.join(skipped)}", file=sys.stderr)  # fmt: skip
+    elif args.arm:
+        groups, default_base = {}, None
+        for item in args.arm:
+            name, sep, runs = item.partition("=")
+            if not sep or not name or not runs.strip(","):
+                raise ConfigError(f"--arm: {item!r} is not NAME=RUN,RUN,...; e.g. --arm A=run1,run2")
+            if name in groups:
+                raise ConfigError(f"--arm: arm {name!r} is given twice")
+            groups[name] = {r: read_summary(runs_dir, r, "--arm") for r in runs.split(",") if r}
+    else:
+        summaries = {r: read_summary(runs_dir, r, "--runs") for r in dict.fromkeys(args.runs)}
+        groups = {name: {r: summaries[r] for r in ids} for name, ids in group_by_settings(summaries).items()}
+        default_base = None
+    if len(groups) < 2:
+        raise ConfigError(f"compare: {len(groups)} arm ({', '.join(groups) or 'none'}); a comparison needs two or more "
+                          f"(--arm NAME=RUN,... twice, or --runs of different settings)")  # fmt: skip
+    measure = MEASURES[args.measure]
+    arms = {name: arm_values(summaries, measure) for name, summaries in groups.items()}
+    baseline = args.baseline or default_base or next(iter(arms))
+    _check_name("--baseline", baseline, "an arm", arms)
+    table = compare(arms, baseline)
+    table.insert(0, "measure", args.measure)
+    print(text(table, args.measure))
+    name = f"{args.experiment or 'compare'}_{args.measure}"
+    csv = Path(args.out) if args.out else Path(cfg["results"]) / "compare" / f"{name}.csv"
+    png = csv.with_suffix(".png")
+    fig = figure(table, arms, args.measure)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    atomic_write(csv, table.to_csv(index=False).encode())
+    atomic_write(png, buf.getvalue())
+    print(f"compare: {csv}, {png}")
+    return 0
+
+
+def _experiment_arms(cfg: dict, experiment: str, runs_dir: Path) -> tuple[dict, str | None, list[str]]:
+    """An experiment's settings as arms ({setting: {run id: summary}}), its baseline (the
+    `baseline` or `reference` role), and the runs without a result."""
+    import json as _json
+
+    from mathrl.config import point_label
+
+    _check_name("--experiment", experiment, "an experiment", cfg["experiments"])
+    groups: dict[str, dict] = {}
+    skipped = []
+    for run_id, spec in expand_runs(cfg).items():
+        if spec.experiment != experiment:
+            continue
+        arm = spec.variant or point_label(spec.point) or "base"
+        groups.setdefault(arm, {})
+        path = runs_dir / spec.trained_as / "summary.json"
+        if path.is_file():
+            groups[arm][run_id] = _json.loads(path.read_text())
+        else:
+            skipped.append(run_id)
+    groups = {arm: runs for arm, runs in groups.items() if runs}
+    roles = cfg["experiments"][experiment].get("roles") or {}
+    base = roles.get("baseline") or roles.get("reference")
+    return groups, base if base in groups else None, skipped
+
+
 def cmd_bandit(args) -> int:
     from mathrl import bandit
 
@@ -411,6 +485,22 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("names", nargs="*", metavar="NAME", help="only settings whose name contains NAME, e.g. kl")
     p.set_defaults(func=cmd_settings)
+
+    from mathrl.compare import MEASURES
+
+    p = sub.add_parser("compare", help="arms of runs on one measure: means, differences and their 95% intervals")
+    _common(p)
+    arms = p.add_mutually_exclusive_group(required=True)
+    arms.add_argument("--arm", action="append", metavar="NAME=RUN,RUN", help="an arm and its runs, repeatable")
+    arms.add_argument("--runs", nargs="+", metavar="RUN", help="runs, grouped into arms by their settings but the seed")
+    arms.add_argument("--experiment", help="an experiment: its variants (or grid points) are the arms")
+    p.add_argument("--baseline", help="the arm the others are compared with (default: the experiment's baseline "
+                                      "or reference role, else the first arm)")  # fmt: skip
+    p.add_argument("--measure", choices=list(MEASURES), default="final_eval",
+                   help="one number per run (default final_eval, the final held-out accuracy)")
+    p.add_argument("--out", metavar="FILE.csv", help="the table; the figure goes beside it as .png "
+                                                     "(default results/compare/NAME_MEASURE.csv)")  # fmt: skip
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("runs", help="list the run ids the experiments expand into")
     _common(p)
