@@ -425,6 +425,49 @@ def _check_name(flag: str, name: str, what: str, allowed) -> None:
         raise ConfigError(f"{flag}: {name!r} is not {what}{hint}; allowed: {', '.join(allowed)}")
 
 
+def _add_compare(sub) -> None:
+    from mathrl.compare import MEASURES
+
+    p = sub.add_parser("compare", help="arms of runs on one measure: means, differences and their 95%% intervals")
+    _common(p)
+    arms = p.add_mutually_exclusive_group(required=True)
+    arms.add_argument("--arm", action="append", metavar="NAME=RUN,RUN", help="an arm and its runs, repeatable")
+    arms.add_argument("--runs", nargs="+", metavar="RUN", help="runs, grouped into arms by their settings but the seed")
+    arms.add_argument("--experiment", help="an experiment: its variants (or grid points) are the arms")
+    p.add_argument("--baseline", help="the arm the others are compared with (default: the experiment's baseline "
+                                      "or reference role, else the first arm)")  # fmt: skip
+    p.add_argument("--measure", choices=list(MEASURES), default="final_eval",
+                   help="one number per run (default final_eval, the final held-out accuracy)")
+    p.add_argument("--out", metavar="FILE.csv", help="the table; the figure goes beside it as .png "
+                                                     "(default results/compare/NAME_MEASURE.csv)")  # fmt: skip
+    p.set_defaults(func=cmd_compare)
+
+
+def _add_settings(sub) -> None:
+    p = sub.add_parser("settings", help="list the run settings (train's KEY=VALUE): value, range and help")
+    _common(p)
+    p.add_argument("names", nargs="*", metavar="NAME", help="only settings whose name contains NAME, e.g. kl")
+    p.set_defaults(func=cmd_settings)
+
+
+def _add_train(sub) -> None:
+    p = sub.add_parser("train", help="one RL run (alone or under torchrun)",
+                       epilog="`mathrl settings` lists every KEY with its value, range and help.")  # fmt: skip
+    _common(p)
+    # --experiment-run is the same flag under a name that is no prefix of a torchrun option
+    # (torchrun's parser reads `--run` as an ambiguous abbreviation of its --run-path).
+    p.add_argument("--run", "--experiment-run", dest="run", help="run id of an experiment (see `mathrl runs`)")
+    p.add_argument("--on-mismatch", choices=["error", "restart"], default="error",
+                   help="a snapshot from other settings or another start checkpoint: stop with an error (default), "
+                        "or set it aside as snapshot.stale.pt and start over (the pipeline's choice after a config change)")
+    p.add_argument("--run-id", help="name of an ad hoc run (default: adhoc); with --run, a variant of that run: its settings, then KEY=VALUE")
+    p.add_argument("--out", help="run directory (default results/runs/RUN_ID)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads per process (default: torch's choice)")
+    p.add_argument("--dry-run", action="store_true", help="print the run's resolved settings and where it would write; train nothing")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="run settings, e.g. lr=1e-3 batch_size=64 (`mathrl settings` lists them)")
+    p.set_defaults(func=cmd_train)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from mathrl import __version__
 
@@ -443,21 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output directory (default results/sft/TASK)")
     p.set_defaults(func=cmd_sft)
 
-    p = sub.add_parser("train", help="one RL run (alone or under torchrun)",
-                       epilog="`mathrl settings` lists every KEY with its value, range and help.")  # fmt: skip
-    _common(p)
-    # --experiment-run is the same flag under a name that is no prefix of a torchrun option
-    # (torchrun's parser reads `--run` as an ambiguous abbreviation of its --run-path).
-    p.add_argument("--run", "--experiment-run", dest="run", help="run id of an experiment (see `mathrl runs`)")
-    p.add_argument("--on-mismatch", choices=["error", "restart"], default="error",
-                   help="a snapshot from other settings or another start checkpoint: stop with an error (default), "
-                        "or set it aside as snapshot.stale.pt and start over (the pipeline's choice after a config change)")
-    p.add_argument("--run-id", help="name of an ad hoc run (default: adhoc); with --run, a variant of that run: its settings, then KEY=VALUE")
-    p.add_argument("--out", help="run directory (default results/runs/RUN_ID)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads per process (default: torch's choice)")
-    p.add_argument("--dry-run", action="store_true", help="print the run's resolved settings and where it would write; train nothing")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="run settings, e.g. lr=1e-3 batch_size=64 (`mathrl settings` lists them)")
-    p.set_defaults(func=cmd_train)
+    _add_train(sub)
 
     p = sub.add_parser("launch", help="one `mathrl train` under torchrun on GPUs of its own (for concurrent jobs)",
                        usage="mathrl launch [--gpus N] [--threads T] [--lock-dir DIR] [--torchrun-arg ARG] [--fork-server auto|off] [--dry-run] -- <mathrl train args>")  # fmt: skip
@@ -481,26 +510,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="JSON path (default results/gradvar/TASK.json)")
     p.set_defaults(func=cmd_gradvar)
 
-    p = sub.add_parser("settings", help="list the run settings (train's KEY=VALUE): value, range and help")
-    _common(p)
-    p.add_argument("names", nargs="*", metavar="NAME", help="only settings whose name contains NAME, e.g. kl")
-    p.set_defaults(func=cmd_settings)
-
-    from mathrl.compare import MEASURES
-
-    p = sub.add_parser("compare", help="arms of runs on one measure: means, differences and their 95% intervals")
-    _common(p)
-    arms = p.add_mutually_exclusive_group(required=True)
-    arms.add_argument("--arm", action="append", metavar="NAME=RUN,RUN", help="an arm and its runs, repeatable")
-    arms.add_argument("--runs", nargs="+", metavar="RUN", help="runs, grouped into arms by their settings but the seed")
-    arms.add_argument("--experiment", help="an experiment: its variants (or grid points) are the arms")
-    p.add_argument("--baseline", help="the arm the others are compared with (default: the experiment's baseline "
-                                      "or reference role, else the first arm)")  # fmt: skip
-    p.add_argument("--measure", choices=list(MEASURES), default="final_eval",
-                   help="one number per run (default final_eval, the final held-out accuracy)")
-    p.add_argument("--out", metavar="FILE.csv", help="the table; the figure goes beside it as .png "
-                                                     "(default results/compare/NAME_MEASURE.csv)")  # fmt: skip
-    p.set_defaults(func=cmd_compare)
+    _add_settings(sub)
+    _add_compare(sub)
 
     p = sub.add_parser("runs", help="list the run ids the experiments expand into")
     _common(p)

@@ -170,3 +170,14 @@ def test_finding_ones_way_settings_version_dry_run_and_run_status(tiny_cfg_dict,
     assert main(["runs", "--config", str(path), "--status"]) == 0
     assert capsys.readouterr().out.split("\n") == ["tiny__batch_size-8__s0  missing", "tiny__batch_size-8__s1  partial",
                                                    "tiny__batch_size-16__s0  done", "tiny__batch_size-16__s1  missing", ""]  # fmt: skip
+
+
+def test_every_subcommand_has_help(capsys):
+    from mathrl.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name in ["", *sub.choices]:
+        with pytest.raises(SystemExit) as done:
+            main([name, "--help"] if name else ["--help"])
+        assert done.value.code == 0, name
+    assert "`mathrl settings` lists every KEY" in (capsys.readouterr().out)
