@@ -450,6 +450,13 @@ def _add_settings(sub) -> None:
     p.set_defaults(func=cmd_settings)
 
 
+def _count(text: str) -> int:
+    """An argparse type: a whole number >= 0 (anything else is argparse's usage error, status 2)."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; use a whole number >= 0")
+    return int(text)
+
+
 def _add_train(sub) -> None:
     p = sub.add_parser("train", help="one RL run (alone or under torchrun)",
                        epilog="`mathrl settings` lists every KEY with its value, range and help.")  # fmt: skip
@@ -462,7 +469,7 @@ def _add_train(sub) -> None:
                         "or set it aside as snapshot.stale.pt and start over (the pipeline's choice after a config change)")
     p.add_argument("--run-id", help="name of an ad hoc run (default: adhoc); with --run, a variant of that run: its settings, then KEY=VALUE")
     p.add_argument("--out", help="run directory (default results/runs/RUN_ID)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads per process (default: torch's choice)")
+    p.add_argument("--threads", type=_count, default=0, help="torch CPU threads per process (default 0: torch's choice)")
     p.add_argument("--dry-run", action="store_true", help="print the run's resolved settings and where it would write; train nothing")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="run settings, e.g. lr=1e-3 batch_size=64 (`mathrl settings` lists them)")
     p.set_defaults(func=cmd_train)

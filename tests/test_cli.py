@@ -181,3 +181,9 @@ def test_every_subcommand_has_help(capsys):
             main([name, "--help"] if name else ["--help"])
         assert done.value.code == 0, name
     assert "`mathrl settings` lists every KEY" in (capsys.readouterr().out)
+
+
+def test_a_negative_thread_count_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["train", "--threads", "-1"])
+    assert done.value.code == 2 and "argument --threads: '-1' is not allowed; use a whole number >= 0" in capsys.readouterr().err
