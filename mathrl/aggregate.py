@@ -82,7 +82,8 @@ def headline_metrics(tables: dict[str, pd.DataFrame]) -> dict:
 
 def aggregate(cfg: dict, out_dir: Path | None = None) -> dict[str, int]:
     """Write results/tables/{name}.csv for every table, an index.json of row counts, the
-    headline metrics.json and the config's hash (config.json); then results/tables.complete if no input was missing, else remove it."""
+    headline metrics.json and the config's hash (config.json); then results/tables.complete
+    if no input was missing, else remove it."""
     out = Path(out_dir) if out_dir else Path(cfg["results"]) / "tables"
     counts = {}
     tables = all_tables(Context(cfg))

@@ -157,8 +157,9 @@ def _check_memory(cfg: dict, s, world: int) -> str:
     preset = cfg["sft"][s.task]["preset"]  # the warm-up's model, which the run starts from
     dims = {k: PRESETS[preset][k] for k in ("n_layer", "n_head", "n_embd")}
     task = task_of(cfg, s.task)
-    need = step_memory(batch_size=s.batch_size, world_size=world, micro_batch_size=s.micro_batch_size, group_size=s.group_size,
-                       prompt_len=task.prompt_len, answer_len=task.answer_len, vocab_size=VOCAB_SIZE, **dims)  # fmt: skip
+    need = step_memory(batch_size=s.batch_size, world_size=world, micro_batch_size=s.micro_batch_size,
+                       group_size=s.group_size, prompt_len=task.prompt_len, answer_len=task.answer_len,
+                       vocab_size=VOCAB_SIZE, **dims)  # fmt: skip
     on_gpu = s.device in ("cuda", "auto") and torch.cuda.is_available()  # cuda without one: refused at set-up
     if on_gpu:
         local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -221,7 +222,8 @@ def cmd_launch(args) -> int:
     try:
         return launch(train_args, gpus=args.gpus, threads=args.threads, lock_dir=args.lock_dir,
                       dry_run=args.dry_run, torchrun_args=args.torchrun_arg, torchrun=args.torchrun,
-                      fork_server=args.fork_server, check=lambda world: check_train_args(train_args, world))  # fmt: skip
+                      fork_server=args.fork_server,
+                      check=lambda world: check_train_args(train_args, world))  # fmt: skip
     except (ValueError, TimeoutError) as exc:
         print(f"mathrl launch: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
@@ -469,9 +471,12 @@ def _add_train(sub) -> None:
                         "or set it aside as snapshot.stale.pt and start over (the pipeline's choice after a config change)")
     p.add_argument("--run-id", help="name of an ad hoc run (default: adhoc); with --run, a variant of that run: its settings, then KEY=VALUE")
     p.add_argument("--out", help="run directory (default results/runs/RUN_ID)")
-    p.add_argument("--threads", type=_count, default=0, help="torch CPU threads per process (default 0: torch's choice)")
-    p.add_argument("--dry-run", action="store_true", help="print the run's resolved settings and where it would write; train nothing")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="run settings, e.g. lr=1e-3 batch_size=64 (`mathrl settings` lists them)")
+    p.add_argument("--threads", type=_count, default=0,
+                   help="torch CPU threads per process (default 0: torch's choice)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the run's resolved settings and where it would write; train nothing")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="run settings, e.g. lr=1e-3 batch_size=64 (`mathrl settings` lists them)")
     p.set_defaults(func=cmd_train)
 
 

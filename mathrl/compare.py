@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
@@ -65,7 +65,7 @@ def arm_values(summaries: dict[str, dict], measure: Measure) -> dict:
     seeds = [s.get("seed") for s in summaries.values()]
     by_seed = len(set(seeds)) == len(seeds) and None not in seeds
     values = {(s["seed"] if by_seed else run_id): measure.of(s) for run_id, s in summaries.items()}
-    return {k: v for k, v in values.items() if v == v}
+    return {k: v for k, v in values.items() if not math.isnan(v)}
 
 
 def compare(arms: dict[str, dict], baseline: str) -> pd.DataFrame:
@@ -81,8 +81,8 @@ def compare(arms: dict[str, dict], baseline: str) -> pd.DataFrame:
 
 def _row(kind: str, arm: str, baseline: str, est: Estimate, keys: str) -> dict:
     method = {"paired": "paired by seed", "unpaired": "Welch", "one-sample": "t"}.get(est.kind, est.kind)
-    return {"kind": kind, "arm": arm, "baseline": baseline, "estimate": est.estimate, "ci_low": est.lo, "ci_high": est.hi,
-            "n": est.n, "method": method, "seeds": keys}  # fmt: skip
+    return {"kind": kind, "arm": arm, "baseline": baseline, "estimate": est.estimate,
+            "ci_low": est.lo, "ci_high": est.hi, "n": est.n, "method": method, "seeds": keys}  # fmt: skip
 
 
 def group_by_settings(summaries: dict[str, dict]) -> dict[str, list[str]]:
@@ -94,7 +94,8 @@ def group_by_settings(summaries: dict[str, dict]) -> dict[str, list[str]]:
     for run_id, key in key_of.items():
         groups.setdefault(key, []).append(run_id)
     configs = {key: json.loads(key) for key in groups}
-    differing = sorted({k for c in configs.values() for k in c if len({json.dumps(o.get(k)) for o in configs.values()}) > 1})
+    keys = {k for c in configs.values() for k in c}
+    differing = sorted(k for k in keys if len({json.dumps(c.get(k)) for c in configs.values()}) > 1)
     named = {}
     for key, run_ids in groups.items():
         label = ", ".join(f"{k}={configs[key].get(k)}" for k in differing) or run_ids[0]
@@ -110,7 +111,8 @@ def text(table: pd.DataFrame, measure: str) -> str:
     for r in table.itertuples():
         name = r.arm if r.kind == "arm" else f"{r.arm} - {r.baseline}"
         sign = "+" if r.kind == "difference" else ""
-        interval = f"[{r.ci_low:{sign}.3f}, {r.ci_high:{sign}.3f}]" if math.isfinite(r.ci_low) else "[no interval: n < 2]"
+        finite = math.isfinite(r.ci_low)
+        interval = f"[{r.ci_low:{sign}.3f}, {r.ci_high:{sign}.3f}]" if finite else "[no interval: n < 2]"
         how = f", {r.method}" if r.kind == "difference" else ""
         lines.append(f"  {name:<{width}} {r.estimate:{sign}.3f} {interval}  n={r.n}{how}")
     return "\n".join(lines)
@@ -131,7 +133,8 @@ def figure(table: pd.DataFrame, arms: dict[str, dict], measure: str):
             left.scatter([i] * len(values), values, color=COLORS[i % len(COLORS)], alpha=0.5, s=14)
             if math.isfinite(r.ci_low):
                 a, b = max(r.ci_low, lo), min(r.ci_high, hi)  # a bounded measure's interval stays in its range
-                left.errorbar([i], [r.estimate], yerr=[[r.estimate - a], [b - r.estimate]], fmt="o", color="k", capsize=4)
+                err = [[r.estimate - a], [b - r.estimate]]
+                left.errorbar([i], [r.estimate], yerr=err, fmt="o", color="k", capsize=4)
             else:
                 left.plot([i], [r.estimate], "o", color="k")
         tilt = {"rotation": 20, "ha": "right"} if max(map(len, means["arm"])) > 12 else {}
@@ -142,7 +145,9 @@ def figure(table: pd.DataFrame, arms: dict[str, dict], measure: str):
             err = [[r.estimate - r.ci_low], [r.ci_high - r.estimate]] if math.isfinite(r.ci_low) else None
             right.errorbar([i], [r.estimate], yerr=err, fmt="o", color=COLORS[(i + 1) % len(COLORS)], capsize=4)
         right.axhline(0, color="0.5", linewidth=0.8)
-        right.set_xticks(range(len(diffs)), [f"{a}\n({meth})" for a, meth in zip(diffs["arm"], diffs["method"])], **tilt)
+        labels = [f"{a}\n({meth})" for a, meth in zip(diffs["arm"], diffs["method"])]
+        right.set_xticks(range(len(diffs)), labels, **tilt)
         base = diffs["baseline"].iloc[0] if len(diffs) else ""
-        right.set(xlabel=f"arm, minus {base}", ylabel=f"difference in {m.label}", title="difference with its 95% interval")
+        right.set(xlabel=f"arm, minus {base}", ylabel=f"difference in {m.label}",
+                  title="difference with its 95% interval")
     return fig

@@ -131,7 +131,8 @@ def check_finite(obj: Any, where: str = "", origin=None, path: tuple = ()) -> No
     elif isinstance(obj, float) and not math.isfinite(obj):
         key = ".".join(str(p) for p in ([where] if where else []) + list(path))
         came_from = origin(list(path)) if origin else None
-        raise ConfigError(f"{key}: {obj!r} is not a finite number; use a finite value" + (f" (from {came_from})" if came_from else ""))
+        where_from = f" (from {came_from})" if came_from else ""
+        raise ConfigError(f"{key}: {obj!r} is not a finite number; use a finite value{where_from}")
 
 
 def parse_overrides(items: list[str] | tuple[str, ...]) -> list[tuple[list[str], Any]]:

@@ -32,5 +32,9 @@ def time_left(steps_left: int, step_seconds: float, evaluations_left: int, eval_
     """The estimate a run prints after its first step: the steps left at the first step's pace,
     plus the held-out evaluations left at the pace of the one before RL."""
     total = steps_left * step_seconds + evaluations_left * eval_seconds
-    evals = f" and {evaluations_left} evaluations of {eval_seconds:.1f} s" if evaluations_left else ""
-    return f"about {duration(total)} to go ({steps_left} steps of {step_seconds:.2f} s{evals})"
+    evals = f" and {_count(evaluations_left, 'evaluation')} of {eval_seconds:.1f} s" if evaluations_left else ""
+    return f"about {duration(total)} to go ({_count(steps_left, 'step')} of {step_seconds:.2f} s{evals})"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")

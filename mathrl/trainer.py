@@ -578,8 +578,8 @@ class Trainer:
                 self.say(f"restarting {self.run_id} from step 0: {exc}; the old snapshot is kept as snapshot.stale.pt")
         eval_seconds = 0.0
         if self.initial_eval is None:  # said first: on a pipe, nothing else shows for a while
-            self.say(f"{self.run_id}: {s.steps} steps of {s.batch_size} rollouts on {d.device} "
-                     f"(world size {d.world_size}); evaluating {len(self.test_pairs)} held-out problems first")  # fmt: skip
+            self.say(f"{self.run_id}: {s.steps} steps of {s.batch_size} rollouts on {d.device} (world size "
+                     f"{d.world_size}); evaluating {len(self.test_pairs)} held-out problems first")  # fmt: skip
             t0 = time.perf_counter()
             self.initial_eval, self.initial_sampled = self.evaluate(0)
             self.initial_correct = self.last_correct

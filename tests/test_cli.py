@@ -38,7 +38,7 @@ from tests.conftest import ROOT, write_config
         (["train", "curriculum_start=3"], ["run.curriculum_start", "task add's 2"]),
         (["train", "lr=inf"], ["run.lr: inf is not a finite number"]),
         (["train", f"batch_size={2**36}"], ["run.batch_size: 68719476736 rollouts need about", "per step"]),
-        (["train", "--run", "grpo_vs_rloo__rloo__s0"], ["no experiment 'grpo_vs_rloo'", "--config FILE that defines it"]),
+        (["train", "--run", "grpo_vs_rloo__rloo__s0"], ["no experiment 'grpo_vs_rloo'", "FILE that defines it"]),
     ],
 )
 def test_each_bad_name_or_meaningless_setting_exits_2_naming_it(tiny_cfg_dict, tmp_path, capsys, argv, needles):
@@ -127,17 +127,19 @@ def test_cuda_without_a_gpu_is_one_line(tiny_cfg_dict, tmp_path, capsys):
     path = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
     assert main(["train", "--config", str(path), "--run-id", "x", "device=cuda", "steps=2"]) == 2
     err = capsys.readouterr().err
-    assert err == "mathrl train: error: device: 'cuda' was asked for but torch sees no CUDA device; use device=auto or device=cpu\n"
+    assert err == ("mathrl train: error: device: 'cuda' was asked for but torch sees no CUDA device; "
+                   "use device=auto or device=cpu\n")
     assert not (tmp_path / "results").exists()
 
 
-def test_under_torchrun_a_config_error_is_said_once_and_launch_says_it_before_the_workers(tiny_cfg_dict, tmp_path, capsys, monkeypatch):
+def test_under_torchrun_a_config_error_is_said_once_and_first(tiny_cfg_dict, tmp_path, capsys, monkeypatch):
     path = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
     # batch 12 fits group_size 4 in one process, not in two
-    argv = ["launch", "--gpus", "2", "--lock-dir", str(tmp_path / "locks"), "--", "--config", str(path), "--run-id", "t", "batch_size=12"]
+    locks = str(tmp_path / "locks")
+    argv = ["launch", "--gpus", "2", "--lock-dir", locks, "--", "--config", str(path), "--run-id", "t", "batch_size=12"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "run.batch_size: 12 is not a multiple of group_size x world size = 4 x 2 = 8" in err, err
+    assert err.count("\n") == 1 and "run.batch_size: 12 is not a multiple of group_size x world size = 4 x 2 = 8" in err
     assert not (tmp_path / "locks").exists() and not (tmp_path / "results").exists()  # no slot taken, no worker started
     monkeypatch.setenv("RANK", "1")  # a worker other than rank 0: rank 0 says it
     assert main(["train", "--config", str(path), "algorithm=sarsa"]) == 2
@@ -155,9 +157,10 @@ def test_finding_ones_way_settings_version_dry_run_and_run_status(tiny_cfg_dict,
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0 and capsys.readouterr().out == f"mathrl {__version__}\n"
-    assert main(["train", "--config", str(path), "--run", "tiny__batch_size-8__s1", "--dry-run", "lr=0.01"]) == 2  # --run-id for a variant
+    run = ["train", "--config", str(path), "--run", "tiny__batch_size-8__s1", "--dry-run"]
+    assert main([*run, "lr=0.01"]) == 2  # a variant needs --run-id
     capsys.readouterr()
-    assert main(["train", "--config", str(path), "--run", "tiny__batch_size-8__s1", "--dry-run"]) == 0
+    assert main(run) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("run tiny__batch_size-8__s1 of experiment tiny, in ") and "a step needs about" in out[0]
     assert {line.split("=")[0].strip(): line.split("=")[1].strip() for line in out[1:]}["batch_size"] == "8"
@@ -168,8 +171,9 @@ def test_finding_ones_way_settings_version_dry_run_and_run_status(tiny_cfg_dict,
     (run_dir / "tiny__batch_size-16__s0").mkdir()
     (run_dir / "tiny__batch_size-16__s0" / "summary.json").write_text('{"status": "complete"}')
     assert main(["runs", "--config", str(path), "--status"]) == 0
-    assert capsys.readouterr().out.split("\n") == ["tiny__batch_size-8__s0  missing", "tiny__batch_size-8__s1  partial",
-                                                   "tiny__batch_size-16__s0  done", "tiny__batch_size-16__s1  missing", ""]  # fmt: skip
+    statuses = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert statuses == [["tiny__batch_size-8__s0", "missing"], ["tiny__batch_size-8__s1", "partial"],
+                        ["tiny__batch_size-16__s0", "done"], ["tiny__batch_size-16__s1", "missing"]]
 
 
 def test_every_subcommand_has_help(capsys):
@@ -186,4 +190,5 @@ def test_every_subcommand_has_help(capsys):
 def test_a_negative_thread_count_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as done:
         main(["train", "--threads", "-1"])
-    assert done.value.code == 2 and "argument --threads: '-1' is not allowed; use a whole number >= 0" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "argument --threads: '-1' is not allowed; use a whole number >= 0" in err

@@ -2,7 +2,7 @@
 
 from mathrl.memory import size, step_memory
 
-SMALL = dict(prompt_len=3, answer_len=2, vocab_size=5, n_layer=1, n_head=2, n_embd=4)
+SMALL = {"prompt_len": 3, "answer_len": 2, "vocab_size": 5, "n_layer": 1, "n_head": 2, "n_embd": 4}
 
 
 def test_step_memory_by_hand():

@@ -48,3 +48,4 @@ def test_durations_and_the_time_left_read_as_people_say_them():
 
     assert [duration(s) for s in (4.4, 200, 3900)] == ["4 s", "3 min 20 s", "1 h 05 min"]
     assert time_left(10, 2.0, 2, 5.0) == "about 30 s to go (10 steps of 2.00 s and 2 evaluations of 5.0 s)"
+    assert time_left(1, 2.0, 1, 5.0) == "about 7 s to go (1 step of 2.00 s and 1 evaluation of 5.0 s)"

@@ -16,7 +16,8 @@ def test_bounds_of_each_metric_and_reward_kind():
          "proxy_correct_weight": 0.3, "proxy_bias_weight": 0.7}  # fmt: skip
     assert generic.bounds("eval_accuracy", None) == (0.0, 1.0)
     assert generic.bounds("entropy", s) == (0.0, math.inf)
-    assert generic.bounds("kl", s) == (0.0, math.inf) and generic.bounds("kl", {**s, "kl_estimator": "k1"}) == (-math.inf, math.inf)
+    assert generic.bounds("kl", s) == (0.0, math.inf)
+    assert generic.bounds("kl", {**s, "kl_estimator": "k1"}) == (-math.inf, math.inf)
     assert generic.bounds("reward_mean", s) == (0.0, 1.0)
     assert generic.bounds("reward_mean", {**s, "reward": "shaped"}) == (0.0, pytest.approx(1.6))
     assert generic.bounds("reward_mean", {**s, "reward": "shaped_penalty"}) == (-0.5, pytest.approx(1.6))
@@ -27,8 +28,10 @@ def test_bounds_of_each_metric_and_reward_kind():
 def test_two_seed_bands_of_accuracy_reward_and_kl_stay_in_range():
     steps = [0, 1, 2]
     rows = []
-    for metric, mean, std in [("eval_accuracy", 0.95, 0.2), ("reward_mean", 0.9, 0.3), ("kl", 0.01, 0.05), ("entropy", 0.05, 0.2)]:
-        rows += [{"experiment": "e", "setting": "a", "metric": metric, "step": k, "mean": mean, "std": std, "n": 2} for k in steps]
+    cases = [("eval_accuracy", 0.95, 0.2), ("reward_mean", 0.9, 0.3), ("kl", 0.01, 0.05), ("entropy", 0.05, 0.2)]
+    for metric, mean, std in cases:
+        rows += [{"experiment": "e", "setting": "a", "metric": metric, "step": k, "mean": mean, "std": std, "n": 2}
+                 for k in steps]
     settings = {"a": {"reward": "exact", "kl_estimator": "k3"}}
     fig = generic.figure(pd.DataFrame(rows), "e", settings)
     for ax, (lo, hi) in zip(fig.axes, [(0, 1), (0, np.inf), (0, np.inf), (0, 1)]):

@@ -241,7 +241,8 @@ def section(t) -> dict:
     refs = t["calibration_references"]
     # experiments that declare no reference (an empty cell reads back from CSV as NaN); one that
     # declares it but has no finished run yet is not among them
-    unreferenced = refs.loc[refs["reference"].isna() | refs["reference"].eq(""), "experiment"].tolist() if len(refs) else []
+    no_reference = refs["reference"].isna() | refs["reference"].eq("") if len(refs) else []
+    unreferenced = refs.loc[no_reference, "experiment"].tolist() if len(refs) else []
     return {
         "unreferenced": unreferenced,
         "pilot": t["calibration_pilot"], "pick": t["calibration_pick"], "references": t["calibration_references"],

@@ -118,7 +118,8 @@ def bounded_band(ax, g: pd.DataFrame, label: str, color, lo: float, hi: float) -
     mean = g["mean"].to_numpy(dtype=float)
     half = np.nan_to_num(np.asarray(t_halfwidth(g["std"], g["n"]), dtype=float))
     ax.plot(g["step"], mean, label=label, color=color)
-    ax.fill_between(g["step"], np.clip(mean - half, lo, hi), np.clip(mean + half, lo, hi), color=color, alpha=0.18, linewidth=0)
+    low, high = np.clip(mean - half, lo, hi), np.clip(mean + half, lo, hi)
+    ax.fill_between(g["step"], low, high, color=color, alpha=0.18, linewidth=0)
 
 
 def setting_settings(cfg: dict, experiment: str) -> dict[str, dict]:
