@@ -5,7 +5,8 @@ A run's settings are built once, from the validated and completed config
 preset and the experiment's own values), by `RunSettings.from_dict`, which refuses a key
 too many or too few. The schema (config/config.schema.yaml, `definitions.train`) stays the
 one place where defaults, ranges and meanings live: `RunSettings.help(name)` is the
-schema's description of a field, and tests check that the fields here are exactly the
+schema's description of a field (each field carries it in `metadata["help"]`, read from the
+schema when this module is imported), and tests check that the fields here are exactly the
 schema's keys with matching types. `mathrl settings` lists every field with its value,
 range and help (`listing`). Every summary.json records `as_dict()` under `config`.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import textwrap
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,10 +127,23 @@ class RunSettings:
 
     @staticmethod
     def help(name: str) -> str:
-        """The schema's description of setting `name`."""
-        from mathrl.config import load_schema
+        """The schema's description of setting `name` (also the field's `metadata["help"]`)."""
+        return FIELDS[name].metadata["help"]
 
-        return load_schema()["definitions"]["train"]["properties"][name]["description"]
+
+def _with_help() -> dict[str, dataclasses.Field]:
+    """The fields by name, each carrying its help in `metadata["help"]` (as TRL's config
+    dataclasses do), read from the schema, the one place it is written."""
+    from mathrl.config import load_schema
+
+    props = load_schema()["definitions"]["train"]["properties"]
+    fields = {f.name: f for f in dataclasses.fields(RunSettings)}
+    for name, f in fields.items():
+        f.metadata = types.MappingProxyType({"help": props[name]["description"]})
+    return fields
+
+
+FIELDS = _with_help()
 
 
 def allowed(spec: dict) -> str:
@@ -155,5 +170,5 @@ def listing(train: dict, names: list[str] | None = None) -> str:
         spec, value = props[name], train.get(name)
         default = "" if spec.get("default") == value else f" (schema default {spec.get('default')!r})"
         lines.append(f"{name} = {value!r}{default}  [{allowed(spec)}]")
-        lines.append(textwrap.fill(spec.get("description", ""), 100, initial_indent="    ", subsequent_indent="    "))
+        lines.append(textwrap.fill(RunSettings.help(name), 100, initial_indent="    ", subsequent_indent="    "))
     return "\n".join(lines)

@@ -24,6 +24,8 @@ def test_fields_are_the_schema_train_keys_with_their_types():
         declared = set(hint.__args__) if isinstance(hint, types.UnionType) else {hint}
         assert declared == {JSON_TYPES[k] for k in kinds}, name
         assert RunSettings.help(name) == spec["description"]
+    helps = {f.name: f.metadata["help"] for f in dataclasses.fields(RunSettings)}
+    assert helps == {name: spec["description"] for name, spec in props.items()}  # each field carries its help
 
 
 def test_every_run_of_the_default_config_builds_and_round_trips():
