@@ -6,6 +6,7 @@
 #   snakemake --profile profiles/slurm report        the same on a SLURM cluster
 #   snakemake --cores 4 runs                         every RL run and bandit study, no report
 #   snakemake --cores 2 warmup                       the warm-up checkpoints only
+#   snakemake --cores 2 experiment_batch             the runs of one experiment
 #
 # Every rule calls one `mathrl` subcommand with the config Snakemake has (rules/common.smk);
 # logs and benchmarks go to <results>/logs and <results>/benchmarks/<rule>/.
@@ -40,6 +41,16 @@ rule runs:
 rule warmup:
     input:
         expand(outputs("sft")["model"], task=CFG["tasks"]),
+
+
+# `snakemake experiment_NAME`: the runs of one experiment (and the warm-ups they start from).
+for _name in CFG["experiments"]:
+
+    rule:
+        name:
+            f"experiment_{_name}"
+        input:
+            experiment_outputs(_name),
 
 
 include: "rules/problems.smk"

@@ -14,7 +14,7 @@ from mathrl.measures import run_measures
 from mathrl.results import complete_marker, curves, missing_inputs, run_index
 from mathrl.atomic import atomic_write
 from mathrl.studies import STUDIES
-from mathrl.studies.context import Context
+from mathrl.studies.context import MADE_WITH, Context, tables_hash
 
 
 def alerts_table(ctx: Context) -> pd.DataFrame:
@@ -101,8 +101,9 @@ def headline_metrics(tables: dict[str, pd.DataFrame]) -> dict:
 
 
 def aggregate(cfg: dict, out_dir: Path | None = None) -> dict[str, int]:
-    """Write results/tables/{name}.csv for every table, an index.json of row counts and the
-    headline metrics.json; then results/tables.complete if no input was missing, else remove it."""
+    """Write results/tables/{name}.csv for every table, an index.json of row counts, the
+    headline metrics.json and the config's hash (config.json); then results/tables.complete
+    if no input was missing, else remove it."""
     out = Path(out_dir) if out_dir else Path(cfg["results"]) / "tables"
     counts = {}
     tables = all_tables(Context(cfg))
@@ -111,6 +112,7 @@ def aggregate(cfg: dict, out_dir: Path | None = None) -> dict[str, int]:
         df.to_csv(buf, index=False)
         atomic_write(out / f"{name}.csv", buf.getvalue().encode())
         counts[name] = len(df)
+    atomic_write(out / MADE_WITH, (json.dumps({"config_hash": tables_hash(cfg)}) + "\n").encode())
     atomic_write(out / "index.json", (json.dumps(counts, indent=2) + "\n").encode())
     atomic_write(out / "metrics.json", (json.dumps(headline_metrics(tables), indent=2) + "\n").encode())
     marker = complete_marker(out)  # the pipeline's sign that no input was missing

@@ -9,7 +9,6 @@ before anything is written.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -69,6 +68,10 @@ def resolve_run(cfg: dict, run: str | None, run_id: str | None, overrides: list[
 
             close = difflib.get_close_matches(run, list(runs), n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else "; `mathrl runs` lists them"
+            experiment = run.split("__")[0]
+            if not close and experiment not in cfg["experiments"]:
+                hint += (f"; no experiment {experiment!r} in the config files read: is the --config FILE that "
+                         f"defines it missing?")  # fmt: skip
             raise ConfigError(f"--run: {run!r} is not a run of any experiment{hint}")
         spec = runs[run]
         if spec.same_as:  # trained once, under the first run with these settings
@@ -118,6 +121,14 @@ def cmd_train(args) -> int:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     check_train(cfg, settings, "run", world_size=world)
     settings = RunSettings.from_dict(settings)  # typed and frozen from here on
+    memory = _check_memory(cfg, settings, world)
+    if args.dry_run:
+        out = Path(args.out) if args.out else Path(cfg["results"]) / "runs" / run_id
+        print(f"run {run_id}" + (f" of experiment {experiment}" if experiment else "") + f", in {out}; {memory}")
+        width = max(map(len, settings.as_dict()))
+        for key, value in settings.as_dict().items():
+            print(f"  {key:<{width}} = {'null' if value is None else value}")
+        return 0
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out) if args.out else Path(cfg["results"]) / "runs" / run_id
@@ -131,6 +142,38 @@ def cmd_train(args) -> int:
         print(f"run {run_id}: {summary['status']}, eval accuracy {summary['initial']['eval_accuracy']:.3f} -> "
               f"{summary['final']['eval_accuracy']:.3f} (best {summary['best']['eval_accuracy']:.3f}) in {summary['wall_seconds']:.1f}s")  # fmt: skip
     return 0
+
+
+def _check_memory(cfg: dict, s, world: int) -> str:
+    """Refuse, before anything loads, a step that needs more memory than the device has;
+    else say how much it needs."""
+    import torch
+
+    from mathrl.memory import available_cpu_bytes, size, step_memory
+    from mathrl.model import PRESETS
+    from mathrl.tasks import VOCAB_SIZE, task_of
+
+    preset = cfg["sft"][s.task]["preset"]  # the warm-up's model, which the run starts from
+    dims = {k: PRESETS[preset][k] for k in ("n_layer", "n_head", "n_embd")}
+    task = task_of(cfg, s.task)
+    need = step_memory(batch_size=s.batch_size, world_size=world, micro_batch_size=s.micro_batch_size,
+                       group_size=s.group_size, prompt_len=task.prompt_len, answer_len=task.answer_len,
+                       vocab_size=VOCAB_SIZE, **dims)  # fmt: skip
+    on_gpu = s.device in ("cuda", "auto") and torch.cuda.is_available()  # cuda without one: refused at set-up
+    if on_gpu:
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        have, where = torch.cuda.mem_get_info(local % torch.cuda.device_count())[0], "free on the GPU"
+        total = need["total"]
+    else:  # the ranks of one machine share its memory
+        have, where = available_cpu_bytes(), "available on this machine"
+        total = need["total"] * int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if have is not None and total > have:
+        parts = ", ".join(f"{k.replace('_', ' ')} {size(v)}" for k, v in need.items() if k != "total")
+        raise ConfigError(
+            f"run.batch_size: {s.batch_size} rollouts need about {size(total)} per step (preset {preset}: {parts}), "
+            f"{size(have)} is {where}; use a smaller batch_size (micro_batch_size bounds the training term only)"
+        )
+    return f"a step needs about {size(total)}" + (f" of the {size(have)} {where}" if have is not None else "")
 
 
 def cmd_gradvar(args) -> int:
@@ -178,20 +221,122 @@ def cmd_launch(args) -> int:
     try:
         return launch(train_args, gpus=args.gpus, threads=args.threads, lock_dir=args.lock_dir,
                       dry_run=args.dry_run, torchrun_args=args.torchrun_arg, torchrun=args.torchrun,
-                      fork_server=args.fork_server)  # fmt: skip
+                      fork_server=args.fork_server,
+                      check=lambda world: check_train_args(train_args, world))  # fmt: skip
     except (ValueError, TimeoutError) as exc:
         print(f"mathrl launch: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
+
+
+def check_train_args(argv: list[str], world_size: int) -> None:
+    """What `mathrl train ARGV` in a world of `world_size` would refuse for its configuration."""
+    import contextlib
+    import io
+
+    train = build_parser().parse_args(["train", *argv])
+    cfg = _load(train)
+    with contextlib.redirect_stderr(io.StringIO()):  # its notes are the run's to print
+        _, _, settings = resolve_run(cfg, train.run, train.run_id, train.overrides)
+    check_train(cfg, settings, "run", world_size=world_size)
 
 
 def cmd_runs(args) -> int:
     cfg = _load(args)
     if args.experiment is not None:
         _check_name("--experiment", args.experiment, "an experiment", cfg["experiments"])
+    from mathrl.results import progress_of
+
+    show = args.status or sys.stdout.isatty()  # piped: the bare ids, one a line, for scripts
     for run_id, spec in expand_runs(cfg).items():
         if not args.experiment or spec.experiment == args.experiment:
-            print(run_id)
+            print(f"{run_id}  {progress_of(cfg, spec)}" if show else run_id)
     return 0
+
+
+def cmd_settings(args) -> int:
+    from mathrl.settings import listing
+
+    cfg = _load(args)
+    text = listing(cfg["train"], args.names)
+    if not text:
+        raise ConfigError(f"no run setting's name contains {' or '.join(map(repr, args.names))}; "
+                          f"`mathrl settings` lists them all")  # fmt: skip
+    print(text)
+    return 0
+
+
+def cmd_compare(args) -> int:
+    import io
+
+    from mathrl.atomic import atomic_write
+    from mathrl.compare import MEASURES, arm_values, compare, figure, group_by_settings, read_summary, text
+
+    cfg = _load(args)
+    runs_dir = Path(cfg["results"]) / "runs"
+    if args.experiment:
+        groups, default_base, skipped = _experiment_arms(cfg, args.experiment, runs_dir)
+        if skipped:
+            print(f"compare: {len(skipped)} runs of {args.experiment} have no result yet and are left out: "
+                  f"{', '.join(skipped)}", file=sys.stderr)  # fmt: skip
+    elif args.arm:
+        groups, default_base = {}, None
+        for item in args.arm:
+            name, sep, runs = item.partition("=")
+            if not sep or not name or not runs.strip(","):
+                raise ConfigError(f"--arm: {item!r} is not NAME=RUN,RUN,...; e.g. --arm A=run1,run2")
+            if name in groups:
+                raise ConfigError(f"--arm: arm {name!r} is given twice")
+            groups[name] = {r: read_summary(runs_dir, r, "--arm") for r in runs.split(",") if r}
+    else:
+        summaries = {r: read_summary(runs_dir, r, "--runs") for r in dict.fromkeys(args.runs)}
+        groups = {name: {r: summaries[r] for r in ids} for name, ids in group_by_settings(summaries).items()}
+        default_base = None
+    if len(groups) < 2:
+        raise ConfigError(f"compare: {len(groups)} arm ({', '.join(groups) or 'none'}); a comparison needs two or more "
+                          f"(--arm NAME=RUN,... twice, or --runs of different settings)")  # fmt: skip
+    measure = MEASURES[args.measure]
+    arms = {name: arm_values(summaries, measure) for name, summaries in groups.items()}
+    baseline = args.baseline or default_base or next(iter(arms))
+    _check_name("--baseline", baseline, "an arm", arms)
+    table = compare(arms, baseline)
+    table.insert(0, "measure", args.measure)
+    print(text(table, args.measure))
+    name = f"{args.experiment or 'compare'}_{args.measure}"
+    csv = Path(args.out) if args.out else Path(cfg["results"]) / "compare" / f"{name}.csv"
+    png = csv.with_suffix(".png")
+    fig = figure(table, arms, args.measure)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    atomic_write(csv, table.to_csv(index=False).encode())
+    atomic_write(png, buf.getvalue())
+    print(f"compare: {csv}, {png}")
+    return 0
+
+
+def _experiment_arms(cfg: dict, experiment: str, runs_dir: Path) -> tuple[dict, str | None, list[str]]:
+    """An experiment's settings as arms ({setting: {run id: summary}}), its baseline (the
+    `baseline` or `reference` role), and the runs without a result."""
+    import json as _json
+
+    from mathrl.config import point_label
+
+    _check_name("--experiment", experiment, "an experiment", cfg["experiments"])
+    groups: dict[str, dict] = {}
+    skipped = []
+    for run_id, spec in expand_runs(cfg).items():
+        if spec.experiment != experiment:
+            continue
+        arm = spec.variant or point_label(spec.point) or "base"
+        groups.setdefault(arm, {})
+        path = runs_dir / spec.trained_as / "summary.json"
+        if path.is_file():
+            groups[arm][run_id] = _json.loads(path.read_text())
+        else:
+            skipped.append(run_id)
+    groups = {arm: runs for arm, runs in groups.items() if runs}
+    roles = cfg["experiments"][experiment].get("roles") or {}
+    base = roles.get("baseline") or roles.get("reference")
+    return groups, base if base in groups else None, skipped
 
 
 def cmd_bandit(args) -> int:
@@ -252,6 +397,7 @@ def cmd_figures(args) -> int:
     from mathrl.plots import figures
 
     cfg = _load(args)
+    _warn_if_tables_differ(args, cfg)
     names = figures(cfg, args.out)
     print(f"figures: {len(names)} figures in {args.out or Path(cfg['results']) / 'figures'}")
     return 0
@@ -261,8 +407,17 @@ def cmd_report(args) -> int:
     from mathrl.report import write_report
 
     cfg = _load(args)
+    _warn_if_tables_differ(args, cfg)
     print(f"report: {write_report(cfg, args.out)}")
     return 0
+
+
+def _warn_if_tables_differ(args, cfg: dict) -> None:
+    from mathrl.studies.context import Tables
+
+    mismatch = Tables(cfg).config_mismatch()
+    if mismatch:
+        print(f"mathrl {args.command}: warning: {mismatch}", file=sys.stderr)
 
 
 def cmd_dvc_yaml(args) -> int:
@@ -293,8 +448,64 @@ def _check_name(flag: str, name: str, what: str, allowed) -> None:
         raise ConfigError(f"{flag}: {name!r} is not {what}{hint}; allowed: {', '.join(allowed)}")
 
 
+def _add_compare(sub) -> None:
+    from mathrl.compare import MEASURES
+
+    p = sub.add_parser("compare", help="arms of runs on one measure: means, differences and their 95%% intervals")
+    _common(p)
+    arms = p.add_mutually_exclusive_group(required=True)
+    arms.add_argument("--arm", action="append", metavar="NAME=RUN,RUN", help="an arm and its runs, repeatable")
+    arms.add_argument("--runs", nargs="+", metavar="RUN", help="runs, grouped into arms by their settings but the seed")
+    arms.add_argument("--experiment", help="an experiment: its variants (or grid points) are the arms")
+    p.add_argument("--baseline", help="the arm the others are compared with (default: the experiment's baseline "
+                                      "or reference role, else the first arm)")  # fmt: skip
+    p.add_argument("--measure", choices=list(MEASURES), default="final_eval",
+                   help="one number per run (default final_eval, the final held-out accuracy)")
+    p.add_argument("--out", metavar="FILE.csv", help="the table; the figure goes beside it as .png "
+                                                     "(default results/compare/NAME_MEASURE.csv)")  # fmt: skip
+    p.set_defaults(func=cmd_compare)
+
+
+def _add_settings(sub) -> None:
+    p = sub.add_parser("settings", help="list the run settings (train's KEY=VALUE): value, range and help")
+    _common(p)
+    p.add_argument("names", nargs="*", metavar="NAME", help="only settings whose name contains NAME, e.g. kl")
+    p.set_defaults(func=cmd_settings)
+
+
+def _count(text: str) -> int:
+    """An argparse type: a whole number >= 0 (anything else is argparse's usage error, status 2)."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; use a whole number >= 0")
+    return int(text)
+
+
+def _add_train(sub) -> None:
+    p = sub.add_parser("train", help="one RL run (alone or under torchrun)",
+                       epilog="`mathrl settings` lists every KEY with its value, range and help.")  # fmt: skip
+    _common(p)
+    # --experiment-run is the same flag under a name that is no prefix of a torchrun option
+    # (torchrun's parser reads `--run` as an ambiguous abbreviation of its --run-path).
+    p.add_argument("--run", "--experiment-run", dest="run", help="run id of an experiment (see `mathrl runs`)")
+    p.add_argument("--on-mismatch", choices=["error", "restart"], default="error",
+                   help="a snapshot from other settings or another start checkpoint: stop with an error (default), "
+                        "or set it aside as snapshot.stale.pt and start over (the pipeline's choice after a config change)")
+    p.add_argument("--run-id", help="name of an ad hoc run (default: adhoc); with --run, a variant of that run: its settings, then KEY=VALUE")
+    p.add_argument("--out", help="run directory (default results/runs/RUN_ID)")
+    p.add_argument("--threads", type=_count, default=0,
+                   help="torch CPU threads per process (default 0: torch's choice)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the run's resolved settings and where it would write; train nothing")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="run settings, e.g. lr=1e-3 batch_size=64 (`mathrl settings` lists them)")
+    p.set_defaults(func=cmd_train)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from mathrl import __version__
+
     parser = argparse.ArgumentParser(prog="mathrl", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"mathrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="<command>")
 
     p = sub.add_parser("problems", help="write the seeded train, validation and held-out test problem sets")
@@ -308,19 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output directory (default results/sft/TASK)")
     p.set_defaults(func=cmd_sft)
 
-    p = sub.add_parser("train", help="one RL run (alone or under torchrun)")
-    _common(p)
-    # --experiment-run is the same flag under a name that is no prefix of a torchrun option
-    # (torchrun's parser reads `--run` as an ambiguous abbreviation of its --run-path).
-    p.add_argument("--run", "--experiment-run", dest="run", help="run id of an experiment (see `mathrl runs`)")
-    p.add_argument("--on-mismatch", choices=["error", "restart"], default="error",
-                   help="a snapshot from other settings or another start checkpoint: stop with an error (default), "
-                        "or set it aside as snapshot.stale.pt and start over (the pipeline's choice after a config change)")
-    p.add_argument("--run-id", help="name of an ad hoc run (default: adhoc); with --run, a variant of that run: its settings, then KEY=VALUE")
-    p.add_argument("--out", help="run directory (default results/runs/RUN_ID)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads per process (default: torch's choice)")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="run settings, e.g. lr=1e-3 batch_size=64")
-    p.set_defaults(func=cmd_train)
+    _add_train(sub)
 
     p = sub.add_parser("launch", help="one `mathrl train` under torchrun on GPUs of its own (for concurrent jobs)",
                        usage="mathrl launch [--gpus N] [--threads T] [--lock-dir DIR] [--torchrun-arg ARG] [--fork-server auto|off] [--dry-run] -- <mathrl train args>")  # fmt: skip
@@ -344,9 +543,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="JSON path (default results/gradvar/TASK.json)")
     p.set_defaults(func=cmd_gradvar)
 
+    _add_settings(sub)
+    _add_compare(sub)
+
     p = sub.add_parser("runs", help="list the run ids the experiments expand into")
     _common(p)
-    p.add_argument("--experiment")
+    p.add_argument("--experiment", help="only this experiment's runs")
+    p.add_argument("--status", action="store_true",
+                   help="each run's status: done, partial (a snapshot, no result yet), failed or missing "
+                        "(the default on a terminal; piped, only the ids)")  # fmt: skip
     p.set_defaults(func=cmd_runs)
 
     for name, func, what in [("aggregate", cmd_aggregate, "one CSV per report table under results/tables/"),
@@ -387,13 +592,17 @@ INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Under torchrun every rank meets the same configuration and the same Ctrl-C: rank 0 says so.
+    quiet = int(os.environ.get("RANK", "0")) != 0
     try:
         return args.func(args)
     except (ConfigError, ProblemFileError, SnapshotError) as exc:
-        print(f"mathrl {args.command}: error: {exc}", file=sys.stderr)
+        if not quiet:
+            print(f"mathrl {args.command}: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:
-        print(f"\nmathrl {args.command}: interrupted{_where_to_resume(args)}", file=sys.stderr)
+        if not quiet:
+            print(f"\nmathrl {args.command}: interrupted{_where_to_resume(args)}", file=sys.stderr)
         return INTERRUPTED
     except BrokenPipeError:
         # The reader stopped reading (`mathrl runs | head -1`): no more output, and no error

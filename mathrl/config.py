@@ -18,6 +18,8 @@ import functools
 import hashlib
 import itertools
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,8 +33,18 @@ ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = ROOT / "config" / "config.schema.yaml"
 DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
 RUN_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
-# libyaml's safe loader where PyYAML was built with it (10x faster; the same safe subset).
-YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# A number with an exponent and no dot (1e-3) or an unsigned exponent (1.0e3): a float in
+# YAML 1.2, text in YAML 1.1 (PyYAML), and a float on the command line; a float everywhere here.
+EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*)?(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+
+
+class YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """libyaml's safe loader where PyYAML was built with it (10x faster; the same safe subset),
+    reading every float form of YAML 1.2 as a float (PyYAML reads YAML 1.1, where `1e-3` is text)."""
+
+
+YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+0123456789."))
+YAML_LOADER = YamlLoader
 
 
 def safe_load(text: str):
@@ -90,9 +102,37 @@ def parse_value(text: str) -> Any:
     if text.lower() == "none":
         return None
     try:
-        return yaml.safe_load(text)
+        return safe_load(text)
     except yaml.YAMLError:
         return text
+
+
+def yaml12_numbers(obj: Any) -> Any:
+    """`obj` with every text that YAML 1.2 reads as a float (`1e-3`) made a float: for a
+    config another YAML 1.1 reader loaded (Snakemake's --configfile)."""
+    if isinstance(obj, dict):
+        return {key: yaml12_numbers(value) for key, value in obj.items()}
+    if isinstance(obj, list):
+        return [yaml12_numbers(value) for value in obj]
+    if isinstance(obj, str) and EXPONENT_FLOAT.match(obj):
+        return float(obj.replace("_", ""))
+    return obj
+
+
+def check_finite(obj: Any, where: str = "", origin=None, path: tuple = ()) -> None:
+    """Refuse inf and nan anywhere in a config (`lr=inf`, `.nan`): no setting means them, and
+    they would pass every range check of the schema."""
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            check_finite(value, where, origin, (*path, key))
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            check_finite(value, where, origin, (*path, i))
+    elif isinstance(obj, float) and not math.isfinite(obj):
+        key = ".".join(str(p) for p in ([where] if where else []) + list(path))
+        came_from = origin(list(path)) if origin else None
+        where_from = f" (from {came_from})" if came_from else ""
+        raise ConfigError(f"{key}: {obj!r} is not a finite number; use a finite value{where_from}")
 
 
 def parse_overrides(items: list[str] | tuple[str, ...]) -> list[tuple[list[str], Any]]:
@@ -145,6 +185,8 @@ def _describe_only(error: jsonschema.ValidationError, prefix: str) -> str:
         described = {k: v.get("description", "") for k, v in properties.items() if isinstance(v, dict)}
         extra = sorted(set(error.instance) - set(allowed))
         parts = [f"{where}.{k}: unknown key{_suggest(k, allowed, described)}" if path else f"{k}: unknown key{_suggest(k, allowed, described)}" for k in extra]
+        if properties.keys() == _schema_text_parsed()["definitions"]["train"]["properties"].keys():
+            return "; ".join(parts) + f"; `mathrl settings` lists the {len(allowed)} run settings"
         return "; ".join(parts) + f"; allowed keys: {', '.join(allowed)}"
     if error.validator == "enum":
         return f"{where}: {error.instance!r} is not allowed{_suggest(error.instance, error.validator_value)}; allowed: {', '.join(map(str, error.validator_value))}"
@@ -222,6 +264,7 @@ def complete(cfg: dict, source: str = "", origin=None) -> dict:
     """Validate a merged config dict and fill its defaults (Snakemake calls this too).
     `origin(key path)` names where a value came from, for the error messages."""
     schema = load_schema()
+    check_finite(cfg, origin=origin)
     validate(cfg, schema, source=source, origin=origin)
     cfg = fill_defaults(cfg, schema)
     for task, block in cfg["sft"].items():
@@ -232,7 +275,7 @@ def complete(cfg: dict, source: str = "", origin=None) -> dict:
     for name in cfg["gradvar"]["tasks"]:
         if name not in cfg["tasks"]:
             raise ConfigError(f"gradvar.tasks: {name!r} is not a task{_suggest(name, cfg['tasks'])}; allowed: {', '.join(cfg['tasks'])}")
-    expand_runs(cfg)  # every experiment must expand into valid runs
+    expand_runs(cfg, origin=origin)  # every experiment must expand into valid runs
     return cfg
 
 
@@ -269,6 +312,7 @@ def check_train(cfg: dict, settings: dict, where: str, world_size: int = 1) -> N
     """The schema check of one run's settings, then what a schema cannot express."""
     key = json.dumps(settings, sort_keys=True, default=repr)
     if key not in _VALID_SETTINGS:
+        check_finite(settings, where)
         validate(settings, prefix=where, validator=_train_validator())
         _VALID_SETTINGS.add(key)
     if settings["task"] not in cfg["tasks"]:
@@ -359,7 +403,40 @@ def _check_lr_or_scale(block: dict, where: str) -> None:
         )
 
 
-def expand_runs(cfg: dict) -> dict[str, RunSpec]:
+def _check_blocks(name: str, exp: dict, origin=None) -> None:
+    """Each block of an experiment (fixed, a variant, each grid value) against the train
+    schema on its own, so that an error names the block it was written in (and its file),
+    not the run the blocks merge into."""
+    blocks = [(["fixed"], exp.get("fixed") or {})]
+    blocks += [(["variants", variant], vsettings or {}) for variant, vsettings in (exp.get("variants") or {}).items()]
+    blocks += [(["grid"], {key: value}) for key, values in (exp.get("grid") or {}).items() for value in values]
+    for path, block in blocks:
+        where = ["experiments", name, *path]
+        came_from = (lambda key, where=where: origin([*where, *key])) if origin else None
+        validate(block, prefix=".".join(where), validator=_train_validator(), origin=came_from)
+
+
+def point_label(point: dict) -> str:
+    """A grid point as a role names it: `batch_size=512` (keys in the grid's order)."""
+    return ", ".join(f"{k}={'none' if v is None else v}" for k, v in point.items())
+
+
+def _check_roles(name: str, exp: dict, points: list[dict], origin=None) -> None:
+    """Each role names a variant of the experiment, or one of its grid points (`key=value`)."""
+    variants = list(exp.get("variants") or {})
+    allowed = variants or [point_label(p) for p in points if p]
+    for role, target in (exp.get("roles") or {}).items():
+        if target not in allowed:
+            key = ["experiments", name, "roles", role]
+            came_from = origin(key) if origin else None
+            raise ConfigError(
+                f"{'.'.join(key)}: {target!r} is not a {'variant' if variants else 'grid point'} of {name}"
+                f"{_suggest(target, allowed) if variants else ''}; allowed: {', '.join(allowed) or 'none'}"
+                + (f" (from {came_from})" if came_from else "")
+            )
+
+
+def expand_runs(cfg: dict, origin=None) -> dict[str, RunSpec]:
     """All runs of all experiments, by run id `{experiment}__{variant}_{key}-{value}__s{seed}`.
 
     Runs whose resolved settings are equal (another experiment's reference cell, say) are
@@ -375,6 +452,8 @@ def expand_runs(cfg: dict) -> dict[str, RunSpec]:
         points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
         if not points:
             raise ConfigError(f"experiments.{name}: the grid expands to zero runs")
+        _check_blocks(name, exp, origin)
+        _check_roles(name, exp, points, origin)
         _check_lr_or_scale(exp.get("fixed") or {}, f"experiments.{name}.fixed")
         for variant, vsettings in variants.items():
             _check_lr_or_scale(vsettings or {}, f"experiments.{name}" + (f".variants.{variant}" if variant else ""))

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from mathrl.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class Dist:
@@ -36,7 +38,7 @@ def pick_device(preference: str, local_rank: int = 0) -> torch.device:
     if preference == "cpu" or (preference == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise RuntimeError("device: cuda was asked for but torch sees no CUDA device (use device=auto or cpu)")
+        raise ConfigError("device: 'cuda' was asked for but torch sees no CUDA device; use device=auto or device=cpu")
     return torch.device("cuda", local_rank % torch.cuda.device_count())
 
 

@@ -60,11 +60,14 @@ def torchrun_command(nproc: int, args: Sequence[str], torchrun_args: Sequence[st
 def launch(args: Sequence[str] = (), *, gpus: int | None = None, threads: int = 1, lock_dir: Path | None = None,
            dry_run: bool = False, torchrun_args: Sequence[str] = (), module: Sequence[str] = ("mathrl", "train"),
            timeout: float | None = None, out: TextIO | None = None, torchrun: str = "always",
-           fork_server: str = "off") -> int:  # fmt: skip
+           fork_server: str = "off", check=None) -> int:  # fmt: skip
     """Run `torchrun ... -m <module> <args>` on `gpus` leased GPUs (0: CPU); its exit code.
 
     gpus None takes 1 when a GPU is visible, else 0. `module` is for tests (a tiny probe
     instead of `mathrl train`); `timeout` bounds the wait for free slots (None: forever).
+    `check(world_size)`, before torchrun starts more than one worker, raises what every worker
+    would (a config error), so that it is said once and not followed by torchrun's failure report
+    (about 1.4 s on this project's 2-core machine, for the default config).
     """
     out = out or sys.stdout
     if gpus is None:
@@ -98,6 +101,8 @@ def launch(args: Sequence[str] = (), *, gpus: int | None = None, threads: int = 
             print(f"{key}={value}", file=out)
         return 0
 
+    if check is not None and nproc > 1:  # what one process accepts, N may not (the batch splits over them)
+        check(nproc)
     with gpu_slots.acquire(gpus, lock_dir, timeout=timeout) as lease:
         env = {**os.environ, **lease.env(), "OMP_NUM_THREADS": per_worker, "MKL_NUM_THREADS": per_worker}
         if cmd[1:3] == ["-m", "mathrl"] and fork_server == "auto":  # a lone CPU worker of mathrl itself

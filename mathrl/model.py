@@ -377,7 +377,8 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate_naive(self, prompts, n_new: int, temperature: float = 1.0, noise=None,
-                       greedy: bool = False, return_logits: bool = False, group_size: int = 1):
+                       greedy: bool = False, return_logits: bool = False, group_size: int = 1,
+                       top_k: int = 0, top_p: float = 1.0):
         """The sampling of `generate`, recomputing the full sequence at each token (no cache,
         no prefix sharing). A test oracle and a speed reference."""
         greedy = greedy or temperature == 0
@@ -388,7 +389,7 @@ class GPT(nn.Module):
         for t in range(n_new):
             logits = self(idx)[:, -1]  # (B, V)
             all_logits.append(logits)
-            nxt = self._pick(logits, None if g is None else g[:, t], temperature)  # (B,)
+            nxt = self._pick(logits, None if g is None else g[:, t], temperature, top_k, top_p)  # (B,)
             idx = torch.cat([idx, nxt[:, None]], dim=1)  # (B, P+t+1)
         out = idx[:, prompts.size(1):]  # (B, n_new)
         return (out, torch.stack(all_logits, dim=1)) if return_logits else out

@@ -19,13 +19,15 @@ def figures(cfg: dict, out_dir: Path | None = None) -> list[str]:
     """Write results/figures/{name}.png for every study's figures; returns the names."""
     out = Path(out_dir) if out_dir else Path(cfg["results"]) / "figures"
     t = Tables(cfg)
-    names = []
+    t.require("figures")
+    pngs = {}  # drawn first, written after: a figure that fails leaves no half-written set
     with plt.rc_context(STYLE):
         for study in STUDIES:
             for name, fig in study.figures(t).items():
                 buf = io.BytesIO()
                 fig.savefig(buf, format="png", bbox_inches="tight")
                 plt.close(fig)
-                atomic_write(out / f"{name}.png", buf.getvalue())
-                names.append(name)
-    return names
+                pngs[name] = buf.getvalue()
+    for name, png in pngs.items():
+        atomic_write(out / f"{name}.png", png)
+    return list(pngs)

@@ -194,6 +194,7 @@ def environment() -> Environment:
 
 def render(cfg: dict) -> str:
     t = Tables(cfg)
+    t.require("report")
     env = environment()
     figures = figure_uris(cfg)
     sections = [{"name": s.NAME, "title": s.TITLE, "document": s.DOCUMENT, "ctx": s.section(t)} for s in STUDIES]

@@ -67,6 +67,21 @@ class Run:
         return pd.concat([pd.DataFrame({"step": [0], "eval_accuracy": [self.initial_eval]}), e], ignore_index=True)
 
 
+def progress_of(cfg: dict, spec: RunSpec) -> str:
+    """How far a run is, from its files alone (no snapshot is read): `done`, `partial` (a
+    snapshot, no result yet), `failed` (a result that does not read) or `missing`; a run
+    read from another with its settings says which."""
+    run_dir = Path(cfg["results"]) / "runs" / spec.trained_as
+    shared = f" (as {spec.same_as})" if spec.same_as else ""
+    try:
+        status = json.loads((run_dir / "summary.json").read_text()).get("status", "complete")
+    except FileNotFoundError:
+        return ("partial" if (run_dir / "snapshot.pt").exists() else "missing") + shared
+    except (OSError, ValueError, AttributeError):
+        return "failed" + shared
+    return ("done" if status == "complete" else f"done ({status})") + shared
+
+
 def load_run(run_dir: Path, spec: RunSpec) -> Run:
     summary_path, metrics_path = run_dir / "summary.json", run_dir / "metrics.csv"
     if not summary_path.exists():

@@ -5,13 +5,17 @@ A run's settings are built once, from the validated and completed config
 preset and the experiment's own values), by `RunSettings.from_dict`, which refuses a key
 too many or too few. The schema (config/config.schema.yaml, `definitions.train`) stays the
 one place where defaults, ranges and meanings live: `RunSettings.help(name)` is the
-schema's description of a field, and tests check that the fields here are exactly the
-schema's keys with matching types. Every summary.json records `as_dict()` under `config`.
+schema's description of a field (each field carries it in `metadata["help"]`, read from the
+schema when this module is imported), and tests check that the fields here are exactly the
+schema's keys with matching types. `mathrl settings` lists every field with its value,
+range and help (`listing`). Every summary.json records `as_dict()` under `config`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import textwrap
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,7 +140,48 @@ class RunSettings:
 
     @staticmethod
     def help(name: str) -> str:
-        """The schema's description of setting `name`."""
-        from mathrl.config import load_schema
+        """The schema's description of setting `name` (also the field's `metadata["help"]`)."""
+        return FIELDS[name].metadata["help"]
 
-        return load_schema()["definitions"]["train"]["properties"][name]["description"]
+
+def _with_help() -> dict[str, dataclasses.Field]:
+    """The fields by name, each carrying its help in `metadata["help"]` (as TRL's config
+    dataclasses do), read from the schema, the one place it is written."""
+    from mathrl.config import load_schema
+
+    props = load_schema()["definitions"]["train"]["properties"]
+    fields = {f.name: f for f in dataclasses.fields(RunSettings)}
+    for name, f in fields.items():
+        f.metadata = types.MappingProxyType({"help": props[name]["description"]})
+    return fields
+
+
+FIELDS = _with_help()
+
+
+def allowed(spec: dict) -> str:
+    """A schema property's type and range in words: `number > 0`, `one of: cpu, cuda`."""
+    if "enum" in spec:
+        return "one of: " + ", ".join("null" if v is None else str(v) for v in spec["enum"])
+    kinds = spec.get("type", "any")
+    text = " or ".join(kinds) if isinstance(kinds, list) else kinds
+    bounds = [("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<")]
+    return " ".join([text] + [f"{op} {spec[key]:g}" for key, op in bounds if key in spec])
+
+
+def listing(train: dict, names: list[str] | None = None) -> str:
+    """Every run setting (or those whose name contains one of `names`): the value `mathrl train`
+    uses without overrides (`train`, the config's completed train block), the schema default
+    where it differs, type and range, and help: `mathrl settings`."""
+    from mathrl.config import load_schema
+
+    props = load_schema()["definitions"]["train"]["properties"]
+    lines = []
+    for name in (f.name for f in dataclasses.fields(RunSettings)):
+        if names and not any(part in name for part in names):
+            continue
+        spec, value = props[name], train.get(name)
+        default = "" if spec.get("default") == value else f" (schema default {spec.get('default')!r})"
+        lines.append(f"{name} = {value!r}{default}  [{allowed(spec)}]")
+        lines.append(textwrap.fill(RunSettings.help(name), 100, initial_indent="    ", subsequent_indent="    "))
+    return "\n".join(lines)

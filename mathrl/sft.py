@@ -23,6 +23,7 @@ import torch.nn.functional as F
 import mathrl
 from mathrl import snapshot
 from mathrl.atomic import atomic_write
+from mathrl.console import duration
 from mathrl.distributed import pick_device
 from mathrl.errors import ConfigError
 from mathrl.evaluation import first_mistakes, greedy_correct
@@ -78,7 +79,11 @@ def run_sft(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
         if len(val) and (step % s["eval_every"] == 0 or step == s["max_steps"]):
             val_acc = float(greedy_correct(model, task, val, device).float().mean())
             history.append({"step": step, "loss": loss.item(), "val_accuracy": val_acc})
-            log(f"sft {task_name} step {step} | loss {loss.item():.4f} | validation accuracy {val_acc:.3f}")
+            pace = ""
+            if len(history) == 1 and step < s["max_steps"]:  # the first reading: how long it may still take
+                left = (time.perf_counter() - t0) / step * (s["max_steps"] - step)
+                pace = f" | at most {duration(left)} more (max_steps {s['max_steps']}; it stops on entering the band)"
+            log(f"sft {task_name} step {step} | loss {loss.item():.4f} | validation accuracy {val_acc:.3f}{pace}")
             if val_acc >= lo:
                 break
     wall = time.perf_counter() - t0

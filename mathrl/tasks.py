@@ -251,6 +251,8 @@ def read_problems(path, task: Task) -> torch.Tensor:
     n, sym, fn = task.ndigit, task.symbol, OPS[task.op].fn
     expected = f"'{'9' * n}{sym}{'9' * n}=RESULT' ({n}-digit zero-padded operands, the true result)"
     pairs = []
+    if not Path(path).is_file():
+        raise ProblemFileError(f"{path} is missing (run `mathrl problems` first)")
     with open(path) as f:
         for lineno, line in enumerate(f, start=1):
             line = line.rstrip("\n")

@@ -51,7 +51,7 @@ import mathrl
 from mathrl import faults, resume, snapshot
 from mathrl.atomic import atomic_write
 from mathrl.config import ConfigError
-from mathrl.console import console_line
+from mathrl.console import console_line, time_left
 from mathrl.algorithms import AdvantageInputs, get_estimator
 from mathrl.control import MovingAverageBaseline, make_kl_controller
 from mathrl.distributed import Dist, all_mean_std, all_sum, barrier
@@ -117,6 +117,7 @@ class Trainer:
     def __init__(self, cfg: dict, run_id: str, settings: RunSettings, run_dir: Path, d: Dist, experiment: str | None = None):
         self.cfg, self.run_id, self.s, self.dir, self.d, self.experiment = cfg, run_id, settings, Path(run_dir), d, experiment
         self.record = settings.as_dict()  # the settings as summary.json and snapshots record them; resume's schedules read it
+        self.progress = None  # the progress bar while one is shown (interactive runs)
         s = settings
         self.task = task_of(cfg, s.task)
         files = {split: problems_file(cfg, s.task, split) for split in ("train", "test")}
@@ -502,8 +503,9 @@ class Trainer:
         for alert in self.monitor.check_trends(step, grad_norm=row["grad_norm"], entropy=row["entropy"],
                                                grad_spike=s.monitor_grad_spike, entropy_rise=s.monitor_entropy_rise):
             self.say(f"alert: step {step}: {alert['message']}")
-        if skipped:
-            self.say(f"alert: step {step}: {self.monitor.alerts[-1]['message']}")
+        if skipped:  # its own alert: the checks above may have added others after it
+            nonfinite = next(a for a in reversed(self.monitor.alerts) if a["kind"] == "nonfinite")
+            self.say(f"alert: step {step}: {nonfinite['message']}")
         if resume.evaluated_at(self.record, step) or self.status != "running":
             last = step == self.s.steps or self.status != "running"
             row["eval_accuracy"], row["eval_sampled_accuracy"] = self.evaluate(step, sampled=last)
@@ -544,7 +546,10 @@ class Trainer:
     # ---------------------------------------------------------------- the run
     def say(self, text: str) -> None:
         if self.d.is_main:
-            print(text, flush=True)
+            if self.progress is not None:  # above the progress bar, not over it
+                self.progress.write(text)
+            else:
+                print(text, flush=True)
 
     def run(self, on_mismatch: str = "error") -> dict:
         """Train to `steps` (resuming from a snapshot if there is one) and write the outputs.
@@ -566,9 +571,14 @@ class Trainer:
                 if d.is_main:
                     snapshot.set_aside(snap_path)
                 self.say(f"restarting {self.run_id} from step 0: {exc}; the old snapshot is kept as snapshot.stale.pt")
-        if self.initial_eval is None:
+        eval_seconds = 0.0
+        if self.initial_eval is None:  # said first: on a pipe, nothing else shows for a while
+            self.say(f"{self.run_id}: {s.steps} steps of {s.batch_size} rollouts on {d.device} (world size "
+                     f"{d.world_size}); evaluating {len(self.test_pairs)} held-out problems first")  # fmt: skip
+            t0 = time.perf_counter()
             self.initial_eval, self.initial_sampled = self.evaluate(0)
             self.initial_correct = self.last_correct
+            eval_seconds = time.perf_counter() - t0
         if s.pass_at_k and d.is_main and "initial" not in self.pass_counts:
             self.pass_counts["initial"] = self.pass_at_k_counts()
         wandb_run = self.start_wandb()
@@ -576,7 +586,8 @@ class Trainer:
         if d.is_main and sys.stderr.isatty():
             from tqdm import tqdm
 
-            progress = tqdm(total=s.steps, initial=self.step_no, desc=self.run_id, leave=False)
+            progress = self.progress = tqdm(total=s.steps, initial=self.step_no, desc=self.run_id, leave=False)
+        first = self.step_no + 1
         while self.step_no < s.steps and self.status == "running":
             row = self.step()
             step = row["step"]
@@ -586,6 +597,10 @@ class Trainer:
                 wandb_run.log({f"train/{k}": v for k, v in row.items()}, step=step)
             if step % s.log_every == 0 or step == 1 or step == s.steps:
                 self.say(console_line(row, s.steps))
+            if step == first and step < s.steps:  # how long the rest will take, from this step's pace
+                left = range(step + 1, s.steps + 1)
+                evals = sum(resume.evaluated_at(self.record, k) for k in left) if eval_seconds else 0
+                self.say(f"{self.run_id}: " + time_left(len(left), row["seconds"], evals, eval_seconds))
             if d.is_main and (step % s.snapshot_every == 0 or step == s.steps or self.status != "running"):
                 if self.status == "running" and step == s.steps:
                     self.status = "complete"
@@ -594,6 +609,7 @@ class Trainer:
             self.status = "complete"
         if progress is not None:
             progress.close()
+            self.progress = None
         if wandb_run is not None:
             wandb_run.finish()
         if s.pass_at_k and d.is_main and self.status == "complete" and "final" not in self.pass_counts:

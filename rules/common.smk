@@ -47,6 +47,8 @@ def config_source() -> str:
 # allowed in one line; it also fills the defaults (Snakemake must not: experiments'
 # settings are overrides) and checks what a schema cannot, e.g. that a run's task exists.
 # A bad config stops here, before any job starts or anything is written under results/.
+# Snakemake reads --configfile as YAML 1.1 (`1e-3` is text there); mathrl reads YAML 1.2 numbers.
+config.update(mathrl.config.yaml12_numbers(dict(config)))
 update_config(config, typed(workflow.config_settings.config))
 try:
     CFG = mathrl.config.complete(copy.deepcopy(config), source=config_source())
@@ -226,6 +228,19 @@ def get_gradvar_inputs(wildcards):
 def run_outputs(pattern: str) -> list:
     """`pattern` (layout.RUN_SUMMARY or RUN_METRICS) of every run."""
     return [results(pattern.format(run_id=run_id)) for run_id in RUNS]
+
+
+def experiment_outputs(name: str) -> list:
+    """The run summaries of one experiment (a run shared with another experiment is read
+    from the run that trains it)."""
+    runs = mathrl.config.expand_runs(CFG)
+    return sorted(
+        {
+            results(layout.RUN_SUMMARY.format(run_id=spec.trained_as))
+            for spec in runs.values()
+            if spec.experiment == name
+        }
+    )
 
 
 def bandit_outputs() -> list:

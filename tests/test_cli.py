@@ -36,6 +36,9 @@ from tests.conftest import ROOT, write_config
         (["train", "group_size=1", "algorithm=rloo"], ["run.group_size", "rloo needs at least 2"]),
         (["train", "lr_schedule=cosine", "warmup_steps=4"], ["run.warmup_steps", "steps 4"]),
         (["train", "curriculum_start=3"], ["run.curriculum_start", "task add's 2"]),
+        (["train", "lr=inf"], ["run.lr: inf is not a finite number"]),
+        (["train", f"batch_size={2**36}"], ["run.batch_size: 68719476736 rollouts need about", "per step"]),
+        (["train", "--run", "grpo_vs_rloo__rloo__s0"], ["no experiment 'grpo_vs_rloo'", "FILE that defines it"]),
     ],
 )
 def test_each_bad_name_or_meaningless_setting_exits_2_naming_it(tiny_cfg_dict, tmp_path, capsys, argv, needles):
@@ -98,3 +101,94 @@ def test_ctrl_c_in_a_run_says_in_one_line_where_it_resumes(run_env):
     assert "mathrl train: interrupted; the same command resumes c from its snapshot at step" in err
     step = int(re.search(r"at step (\d+)", err).group(1))
     assert step >= 2 and snapshot.load(run_env["results"] / "runs" / "c" / "snapshot.pt")["step"] == step
+
+
+@pytest.mark.parametrize("command", ["figures", "report"])
+def test_figures_and_report_before_aggregate_say_so_and_write_nothing(tiny_cfg_dict, tmp_path, capsys, command):
+    path = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    assert main([command, "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "run `mathrl aggregate`" in err and "Traceback" not in err, err
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_report_from_tables_of_another_config_warns(tiny_cfg_dict, tmp_path, capsys):
+    path = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    assert main(["aggregate", "--config", str(path)]) == 0
+    assert main(["report", "--config", str(path)]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main(["report", "--config", str(path), "--set", "train.steps=9"]) == 0
+    err = capsys.readouterr().err
+    assert "mathrl report: warning: the tables" in err and "were made from config" in err, err
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a machine without a GPU")
+def test_cuda_without_a_gpu_is_one_line(tiny_cfg_dict, tmp_path, capsys):
+    path = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    assert main(["train", "--config", str(path), "--run-id", "x", "device=cuda", "steps=2"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("mathrl train: error: device: 'cuda' was asked for but torch sees no CUDA device; "
+                   "use device=auto or device=cpu\n")
+    assert not (tmp_path / "results").exists()
+
+
+def test_under_torchrun_a_config_error_is_said_once_and_first(tiny_cfg_dict, tmp_path, capsys, monkeypatch):
+    path = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    # batch 12 fits group_size 4 in one process, not in two
+    locks = str(tmp_path / "locks")
+    argv = ["launch", "--gpus", "2", "--lock-dir", locks, "--", "--config", str(path), "--run-id", "t", "batch_size=12"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "run.batch_size: 12 is not a multiple of group_size x world size = 4 x 2 = 8" in err
+    assert not (tmp_path / "locks").exists() and not (tmp_path / "results").exists()  # no slot taken, no worker started
+    monkeypatch.setenv("RANK", "1")  # a worker other than rank 0: rank 0 says it
+    assert main(["train", "--config", str(path), "algorithm=sarsa"]) == 2
+    assert capsys.readouterr().err == ""
+
+
+def test_finding_ones_way_settings_version_dry_run_and_run_status(tiny_cfg_dict, tmp_path, capsys):
+    from mathrl import __version__
+
+    path = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    assert main(["settings", "--config", str(path), "batch"]) == 0
+    out = capsys.readouterr().out
+    assert "batch_size = 16 (schema default 512)  [integer >= 1]" in out and "micro_batch_size = 0" in out
+    assert "Rollouts per step over all ranks" in out and "lr =" not in out
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out == f"mathrl {__version__}\n"
+    run = ["train", "--config", str(path), "--run", "tiny__batch_size-8__s1", "--dry-run"]
+    assert main([*run, "lr=0.01"]) == 2  # a variant needs --run-id
+    capsys.readouterr()
+    assert main(run) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("run tiny__batch_size-8__s1 of experiment tiny, in ") and "a step needs about" in out[0]
+    assert {line.split("=")[0].strip(): line.split("=")[1].strip() for line in out[1:]}["batch_size"] == "8"
+    assert not (tmp_path / "results").exists()
+    run_dir = tmp_path / "results" / "runs"
+    (run_dir / "tiny__batch_size-8__s1").mkdir(parents=True)
+    (run_dir / "tiny__batch_size-8__s1" / "snapshot.pt").write_bytes(b"")
+    (run_dir / "tiny__batch_size-16__s0").mkdir()
+    (run_dir / "tiny__batch_size-16__s0" / "summary.json").write_text('{"status": "complete"}')
+    assert main(["runs", "--config", str(path), "--status"]) == 0
+    statuses = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert statuses == [["tiny__batch_size-8__s0", "missing"], ["tiny__batch_size-8__s1", "partial"],
+                        ["tiny__batch_size-16__s0", "done"], ["tiny__batch_size-16__s1", "missing"]]
+
+
+def test_every_subcommand_has_help(capsys):
+    from mathrl.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name in ["", *sub.choices]:
+        with pytest.raises(SystemExit) as done:
+            main([name, "--help"] if name else ["--help"])
+        assert done.value.code == 0, name
+    assert "`mathrl settings` lists every KEY" in (capsys.readouterr().out)
+
+
+def test_a_negative_thread_count_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["train", "--threads", "-1"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "argument --threads: '-1' is not allowed; use a whole number >= 0" in err

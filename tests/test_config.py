@@ -198,3 +198,66 @@ def test_config_files_layer_over_the_default_unless_standalone(tmp_path, capsys)
     alone = write_config(tmp_path / "alone.yaml", {**TINY, "results": str(tmp_path)})
     assert main(["runs", "--config", str(alone)]) == 0
     assert capsys.readouterr().out.split() == ["tiny__batch_size-8__s0", "tiny__batch_size-8__s1", "tiny__batch_size-16__s0", "tiny__batch_size-16__s1"]
+
+
+def test_every_yaml_1_2_float_form_is_a_number_in_a_config_file(tiny_cfg_dict, tmp_path):
+    """PyYAML reads YAML 1.1, where `1e-3` (no dot) and `1.0e3` (no exponent sign) are text."""
+    base = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("train:\n  lr: 1e-3\n  kl_coef: 1.0e-2\n  weight_decay: 5E-1\nexperiments:\n"
+                    "  tiny: {grid: {lr: [2e-4, 3e-4]}, seeds: [0]}\n")  # fmt: skip
+    cfg = load_config([base, mine])
+    assert (cfg["train"]["lr"], cfg["train"]["kl_coef"], cfg["train"]["weight_decay"]) == (1e-3, 1e-2, 0.5)
+    assert {spec.settings["lr"] for spec in expand_runs(cfg).values()} == {2e-4, 3e-4}
+    assert load_config([base], ["train.lr=1e-3"])["train"]["lr"] == 1e-3  # the same on the command line
+    from mathrl.config import safe_load, yaml12_numbers
+
+    assert safe_load("a: '1e-3'\nb: 12\nc: 1_000")["a"] == "1e-3"  # quoted text stays text, integers stay integers
+    assert yaml12_numbers({"a": ["1e-3", "x1e3"], "b": "12"}) == {"a": [1e-3, "x1e3"], "b": "12"}
+
+
+@pytest.mark.parametrize("text", ["train:\n  lr: .inf\n", "train:\n  kl_coef: .nan\n", "train:\n  lr: -.inf\n"])
+def test_a_non_finite_number_is_refused_naming_the_key_and_file(tiny_cfg_dict, tmp_path, text):
+    base = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    (tmp_path / "bad.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=r"train\.(lr|kl_coef): .* is not a finite number.*bad\.yaml"):
+        load_config([base, tmp_path / "bad.yaml"])
+
+
+def test_an_error_in_an_experiments_block_names_that_block_and_its_file(tiny_cfg_dict, tmp_path):
+    base = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    mine = write_config(tmp_path / "mine.yaml", {"experiments": {"e1": {
+        "fixed": {"batchsize": 8}, "variants": {"a": {}, "b": {"lr": 0.01}}, "seeds": [0]}}})  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        load_config([base, mine])
+    message = str(err.value)
+    assert "experiments.e1.fixed.batchsize: unknown key (did you mean 'batch_size'?)" in message
+    assert f"(from {mine})" in message and "variants" not in message
+    assert "`mathrl settings` lists" in message and "adam_beta1" not in message  # a pointer, not 80 keys
+    bad_grid = write_config(tmp_path / "grid.yaml", {"experiments": {"e1": {"grid": {"lr": [0.1, -1]}, "seeds": [0]}}})
+    with pytest.raises(ConfigError, match=r"experiments\.e1\.grid\.lr: -1 .*grid\.yaml"):
+        load_config([base, bad_grid])
+
+
+@pytest.mark.parametrize("roles, needle", [
+    ({"reference": "b"}, "experiments.e1.roles.reference: 'b' is not a variant of e1; allowed: a, c"),
+    ({"baseline": "aa"}, "did you mean 'a'"),
+])  # fmt: skip
+def test_a_role_must_name_a_variant(tiny_cfg_dict, tmp_path, roles, needle):
+    base = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    mine = write_config(tmp_path / "mine.yaml", {"experiments": {"e1": {
+        "variants": {"a": {}, "c": {"lr": 0.01}}, "roles": roles, "seeds": [0]}}})  # fmt: skip
+    with pytest.raises(ConfigError, match="roles") as err:
+        load_config([base, mine])
+    assert needle in str(err.value) and str(mine) in str(err.value)
+
+
+def test_a_reference_role_may_name_a_grid_point(tiny_cfg_dict, tmp_path):
+    base = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    e1 = {"grid": {"batch_size": [8, 16]}, "roles": {"reference": "batch_size=16"}, "seeds": [0]}
+    good = {"experiments": {"e1": e1}}
+    load_config([base, write_config(tmp_path / "good.yaml", good)])
+    good["experiments"]["e1"]["roles"]["reference"] = "batch_size=32"
+    needle = "'batch_size=32' is not a grid point of e1; allowed: batch_size=8, batch_size=16 \\("
+    with pytest.raises(ConfigError, match=needle):
+        load_config([base, write_config(tmp_path / "bad.yaml", good)])

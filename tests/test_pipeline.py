@@ -209,3 +209,15 @@ def test_the_report_and_the_snakemake_report_from_the_finished_runs(grid, tmp_pa
     rep = snakemake(tmp_path, "--report", "results/snakemake-report.zip", "--configfile", tiny)
     assert rep.returncode == 0, rep.stdout + rep.stderr
     assert zipfile.is_zipfile(results / "snakemake-report.zip")
+
+
+def test_one_experiment_has_a_target_of_its_own_with_a_users_config_file(tmp_path):
+    """`snakemake -n --configfile base.yaml mine.yaml -- experiment_mine`: only that experiment's runs
+    (its `1e-3`, text to Snakemake's YAML 1.1 reader, is a number)."""
+    tiny = tiny_config(tmp_path)
+    (tmp_path / "mine.yaml").write_text("experiments:\n  mine:\n    fixed: {steps: 2, lr: 1e-3}\n"
+                                        "    variants: {a: {}, b: {lr_scale: 2}}\n    seeds: [0, 1]\n")  # fmt: skip
+    res = snakemake(tmp_path, "-n", "--configfile", str(tiny), "mine.yaml", "--", "experiment_mine")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert planned_runs(res.stdout) == {f"mine__{v}__s{s}" for v in "ab" for s in (0, 1)}
+    assert not (tmp_path / "results").exists()

@@ -20,8 +20,10 @@ def warm_up(tmp_path, **task):
     return json.loads((tmp_path / "results" / "sft" / "mul" / "summary.json").read_text())
 
 
-def test_the_band_is_read_on_the_validation_split(tmp_path):
+def test_the_band_is_read_on_the_validation_split(tmp_path, capsys):
     s = warm_up(tmp_path, n_val=20)  # band low 0: the first validation reading stops it
+    first = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("sft mul step 10 | "))
+    assert " | at most " in first and "more (max_steps 30;" in first  # how long it may still take, said at once
     assert s["steps"] == 10 and s["n_val"] == 20 and s["n_test"] == 20
     assert [h["step"] for h in s["history"]] == [10] and "val_accuracy" in s["history"][0]
     assert 0 <= s["eval_accuracy"] <= 1  # the test set, scored once after the stop

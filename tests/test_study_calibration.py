@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import io
 import math
 
+import pandas as pd
 import pytest
 
 from mathrl.config import load_config
@@ -91,3 +93,14 @@ def test_references_are_verdicts_and_the_share_below_the_warm_up(ctx):
     assert lo < 4 / 11 < hi
     section = cal.section(t)
     assert section["overall"]["below"] == 4 and section["meets_target"] is False
+
+
+def test_only_experiments_without_a_reference_are_listed_as_unchecked(ctx):
+    t = cal.tables(ctx)
+    not_run_yet = pd.DataFrame([{"experiment": "late", "reference": "a", "task": "", "n": 0}])  # partial results
+    t["calibration_references"] = pd.concat([t["calibration_references"], not_run_yet], ignore_index=True)
+    assert cal.section(t)["unreferenced"] == ["calibration", "plain"]
+    buf = io.StringIO()  # as the report reads it back: an empty reference is NaN
+    t["calibration_references"].to_csv(buf, index=False)
+    t["calibration_references"] = pd.read_csv(io.StringIO(buf.getvalue()))
+    assert cal.section(t)["unreferenced"] == ["calibration", "plain"]

@@ -221,3 +221,18 @@ def test_random_reward_resumes_and_sample_filters_keep_one_sign(run_env):
         df = metrics(run_env, mode)
         # 0 at a step where every group's rewards were equal
         assert (sign * df["adv_mean"] >= 0).all() and (sign * df["adv_mean"] > 0).any(), mode
+
+
+def test_a_skipped_update_prints_its_own_alert(run_env, capsys):
+    # monitor_entropy_min above any entropy: a low-entropy alert follows the non-finite one in the same step
+    assert train(run_env, "nan_alert", "steps=2", "fault_nan_step=2", "monitor_entropy_min=100") == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("alert: step 2:")]
+    assert any("non-finite loss or gradient" in line for line in lines), lines
+    assert len(lines) == len(set(lines)), lines
+
+
+def test_a_run_says_what_it_does_first_and_how_long_the_rest_will_take(run_env, capsys):
+    assert train(run_env, "chatty", "steps=3") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("chatty: 3 steps of 16 rollouts on cpu") and "held-out problems first" in out[0]
+    assert out[1].startswith("Step 1/3") and out[2].startswith("chatty: about ") and "2 steps of" in out[2]

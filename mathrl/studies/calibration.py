@@ -25,6 +25,7 @@ import math
 
 import pandas as pd
 
+from mathrl.config import point_label
 from mathrl.studies.kit import COLORS, claim_frame, placeholder, plt, power_note, verdict_rows
 from mathrl.verdict import mean_interval, rate_difference, wilson
 
@@ -117,7 +118,7 @@ def pick_table(pilot: pd.DataFrame, ctx) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- references
 def setting_of(spec) -> str:
-    return spec.variant or ", ".join(f"{k}={'none' if v is None else v}" for k, v in spec.point.items())
+    return spec.variant or point_label(spec.point)
 
 
 def reference_runs(ctx, experiment: str) -> list:
@@ -231,7 +232,13 @@ def section(t) -> dict:
     below = t["calibration_below"]
     overall = below[below["experiment"] == "all runs"] if len(below) else below
     total = overall.iloc[0].to_dict() if len(overall) else {}
+    refs = t["calibration_references"]
+    # experiments that declare no reference (an empty cell reads back from CSV as NaN); one that
+    # declares it but has no finished run yet is not among them
+    no_reference = refs["reference"].isna() | refs["reference"].eq("") if len(refs) else []
+    unreferenced = refs.loc[no_reference, "experiment"].tolist() if len(refs) else []
     return {
+        "unreferenced": unreferenced,
         "pilot": t["calibration_pilot"], "pick": t["calibration_pick"], "references": t["calibration_references"],
         "below": below, "overall": total, "target": TARGET_BELOW, "drop": DROP,
         "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),

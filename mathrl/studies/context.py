@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from mathrl.config import config_hash
+from mathrl.errors import ConfigError
 from mathrl.results import Run, load_runs
 
 
@@ -39,6 +41,15 @@ class Context:
         return json.loads(path.read_text()) if path.exists() else None
 
 
+MADE_WITH = "config.json"  # beside the tables: the hash of the config `mathrl aggregate` read
+
+
+def tables_hash(cfg: dict) -> str:
+    """The hash of what the tables depend on: the config but where results go, how jobs are
+    scheduled, and whether the file was read alone (the pipeline's copy says so)."""
+    return config_hash({k: v for k, v in cfg.items() if k not in ("pipeline", "results", "standalone")})
+
+
 class Tables:
     """results/tables/*.csv by name; a table that was not written reads as an empty frame."""
 
@@ -46,6 +57,24 @@ class Tables:
         self.cfg = cfg
         self.dir = Path(cfg["results"]) / "tables"
         self._cache: dict[str, pd.DataFrame] = {}
+
+    def require(self, command: str) -> None:
+        """Figures and the report read tables: without them every section would say "No data"."""
+        if not (self.dir / "index.json").is_file():
+            raise ConfigError(f"no tables in {self.dir}: run `mathrl aggregate` (with the same --config files) "
+                              f"before `mathrl {command}`")  # fmt: skip
+
+    def config_mismatch(self) -> str | None:
+        """Why the tables may come from another config than this one, or None."""
+        try:
+            made = json.loads((self.dir / MADE_WITH).read_text())["config_hash"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # tables of an older aggregate: nothing to compare
+        mine = tables_hash(self.cfg)
+        if made == mine:
+            return None
+        return (f"the tables in {self.dir} were made from config {made}, this command read config {mine}: "
+                f"pass the --config files `mathrl aggregate` was given")  # fmt: skip
 
     def __contains__(self, name: str) -> bool:
         return (self.dir / f"{name}.csv").exists()

@@ -19,8 +19,9 @@ import numpy as np
 import pandas as pd
 from rliable import metrics as rly
 
+from mathrl.config import expand_runs
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, add_intervals, band, claim_frame, placeholder, plt, verdict_rows
+from mathrl.studies.kit import COLORS, add_intervals, claim_frame, placeholder, plt, t_halfwidth, verdict_rows
 from mathrl.verdict import binomial_halfwidth
 
 NAME = "generic"
@@ -96,14 +97,51 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     return {"generic_summary": summary_table(runs, ctx.cfg), "generic_curves": curves_table(ctx)}
 
 
-def figure(c: pd.DataFrame, experiment: str) -> plt.Figure:
+def bounds(metric: str, s: dict | None) -> tuple[float, float]:
+    """The range a metric of a run with settings `s` cannot leave, so that its 95% band does
+    not either: accuracy in [0, 1], entropy >= 0, KL >= 0 (k2 and k3 estimate it from
+    non-negative terms; k1 may average below 0), and each reward kind's own range."""
+    if metric == "eval_accuracy":
+        return 0.0, 1.0
+    if metric == "entropy" or (metric == "kl" and s is not None and s.get("kl_estimator") != "k1"):
+        return 0.0, math.inf
+    if metric != "reward_mean" or s is None:
+        return -math.inf, math.inf
+    if s["reward"] == "proxy":
+        weights = [s["proxy_correct_weight"], s["proxy_bias_weight"]]
+        return sum(min(0, w) for w in weights), sum(max(0, w) for w in weights)
+    weights = [s["format_bonus"], s["digit_weight"]] if s["reward"] != "exact" else []
+    lo = sum(min(0, w) for w in weights) - (s["invalid_penalty"] if s["reward"] == "shaped_penalty" else 0)
+    return lo, 1.0 + sum(max(0, w) for w in weights)
+
+
+def bounded_band(ax, g: pd.DataFrame, label: str, color, lo: float, hi: float) -> None:
+    """The mean line and its 95% t band across seeds, the band clipped to [lo, hi]."""
+    mean = g["mean"].to_numpy(dtype=float)
+    half = np.nan_to_num(np.asarray(t_halfwidth(g["std"], g["n"]), dtype=float))
+    ax.plot(g["step"], mean, label=label, color=color)
+    low, high = np.clip(mean - half, lo, hi), np.clip(mean + half, lo, hi)
+    ax.fill_between(g["step"], low, high, color=color, alpha=0.18, linewidth=0)
+
+
+def setting_settings(cfg: dict, experiment: str) -> dict[str, dict]:
+    """{setting: the resolved settings of its first run} of one experiment."""
+    out: dict[str, dict] = {}
+    for spec in expand_runs(cfg).values():
+        if spec.experiment == experiment:
+            out.setdefault(setting(spec), spec.settings)
+    return out
+
+
+def figure(c: pd.DataFrame, experiment: str, settings: dict[str, dict] | None = None) -> plt.Figure:
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6), layout="constrained")
     d = c[c["experiment"] == experiment] if len(c) else c
     for ax, (metric, label) in zip(axes, METRICS.items()):
         m = d[d["metric"] == metric] if len(d) else d
         for i, (name, g) in enumerate(m.groupby("setting", sort=False) if len(m) else []):
             g = g.sort_values("step")
-            band(ax, g["step"], g["mean"], g["std"], name, COLORS[i % len(COLORS)], n=g["n"])
+            lo, hi = bounds(metric, (settings or {}).get(name))
+            bounded_band(ax, g, name, COLORS[i % len(COLORS)], lo, hi)
         if m.empty:
             placeholder(ax, f"no {label} logged")
         ax.set(title=label, xlabel="RL step", ylabel=label)
@@ -117,7 +155,8 @@ def figure(c: pd.DataFrame, experiment: str) -> plt.Figure:
 def figures(t) -> dict[str, plt.Figure]:
     s, c = t["generic_summary"], t["generic_curves"]
     exps = list(dict.fromkeys(s["experiment"])) if "experiment" in s else []
-    return {f"generic_{e}": figure(c, e) for e in exps}
+    known = [e for e in exps if e in t.cfg["experiments"]]
+    return {f"generic_{e}": figure(c, e, setting_settings(t.cfg, e) if e in known else None) for e in exps}
 
 
 def section(t) -> dict:

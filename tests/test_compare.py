@@ -1,0 +1,91 @@
+"""`mathrl compare`: arms of runs (by name, by settings, or an experiment's), their means and
+differences with 95% intervals, paired by seed where the arms share seeds."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from mathrl.cli import main
+from mathrl.compare import MEASURES, arm_values, group_by_settings
+from mathrl.verdict import difference, mean_interval
+from tests.conftest import write_config
+
+FINAL = {"a0": 0.50, "a1": 0.60, "a2": 0.70, "b0": 0.40, "b1": 0.55, "b2": 0.58}
+
+
+def write_summary(results, run_id, seed, final, lr=0.001, experiment=None):
+    d = results / "runs" / run_id
+    d.mkdir(parents=True, exist_ok=True)
+    summary = {"run_id": run_id, "experiment": experiment, "seed": seed, "status": "complete",
+               "config": {"lr": lr, "seed": seed, "batch_size": 16}, "initial": {"eval_accuracy": 0.3},
+               "final": {"eval_accuracy": final, "entropy": 0.2, "kl": 0.01, "reward_mean": final},
+               "best": {"eval_accuracy": final + 0.01}}  # fmt: skip
+    (d / "summary.json").write_text(json.dumps(summary))
+
+
+@pytest.fixture
+def made(tiny_cfg_dict, tmp_path):
+    """Six ad hoc runs (`mathrl train --run-id`): arm a at lr 0.001, arm b at 0.002, seeds 0-2."""
+    results = tmp_path / "results"
+    for run_id, final in FINAL.items():
+        write_summary(results, run_id, int(run_id[1]), final, lr=0.001 if run_id[0] == "a" else 0.002)
+    return write_config(tmp_path / "c.yaml", tiny_cfg_dict), results
+
+
+def test_two_named_arms_paired_by_seed(made, capsys):
+    config, results = made
+    out = results.parent / "cmp" / "ab.csv"
+    argv = ["compare", "--config", str(config), "--arm", "A=a0,a1,a2", "--arm", "B=b0,b1,b2", "--out", str(out)]
+    assert main(argv) == 0
+    table = pd.read_csv(out).set_index(["kind", "arm"])
+    a = {s: FINAL[f"a{s}"] for s in range(3)}
+    b = {s: FINAL[f"b{s}"] for s in range(3)}
+    diff, mean_b = difference(b, a), mean_interval(b)
+    assert table.loc[("difference", "B"), "estimate"] == pytest.approx((-0.10 - 0.05 - 0.12) / 3)
+    assert table.loc[("difference", "B"), ["ci_low", "ci_high"]].tolist() == pytest.approx([diff.lo, diff.hi])
+    assert table.loc[("difference", "B"), "method"] == "paired by seed" and table.loc[("difference", "B"), "n"] == 3
+    expected = [mean_b.estimate, mean_b.lo, mean_b.hi]
+    assert table.loc[("arm", "B"), ["estimate", "ci_low", "ci_high"]].tolist() == pytest.approx(expected)
+    assert out.with_suffix(".png").stat().st_size > 0
+    text = capsys.readouterr().out
+    assert "final held-out accuracy (final_eval)" in text and "B - A" in text and "paired by seed" in text
+
+
+def test_runs_are_grouped_into_arms_by_their_settings_and_unshared_seeds_use_welch(made, capsys):
+    config, results = made
+    assert main(["compare", "--config", str(config), "--runs", "a0", "a1", "b1", "b2", "--measure", "best_eval"]) == 0
+    table = pd.read_csv(results / "compare" / "compare_best_eval.csv")
+    assert list(table["arm"]) == ["lr=0.001", "lr=0.002", "lr=0.002"]
+    assert table["method"].iloc[-1] == "Welch"  # seeds {0, 1} against {1, 2}
+    assert group_by_settings({"x": {"config": {"seed": 0}}, "y": {"config": {"seed": 1}}}) == {"x": ["x", "y"]}
+    assert arm_values({"r": {"seed": 0, "final": {}}}, MEASURES["final_eval"]) == {}  # no value: left out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--arm", "A=a0,nope", "--arm", "B=b0"], "--arm: run 'nope' has no result"),
+    (["--arm", "A"], "--arm: 'A' is not NAME=RUN,RUN"),
+    (["--arm", "A=a0,a1"], "a comparison needs two or more"),
+    (["--arm", "A=a0", "--arm", "B=b0", "--baseline", "C"], "--baseline: 'C' is not an arm"),
+    (["--experiment", "nope"], "--experiment: 'nope' is not an experiment"),
+])  # fmt: skip
+def test_bad_input_is_one_line_and_writes_nothing(made, capsys, argv, needle):
+    config, results = made
+    assert main(["compare", "--config", str(config), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err, err
+    assert not (results / "compare").exists()
+
+
+def test_an_experiments_settings_are_its_arms(made, capsys):
+    config, results = made
+    for seed, (small, big) in enumerate([(0.3, 0.5), (0.35, 0.5)]):  # the tiny experiment: batch 8 and 16, seeds 0-1
+        write_summary(results, f"tiny__batch_size-8__s{seed}", seed, small, experiment="tiny")
+        write_summary(results, f"tiny__batch_size-16__s{seed}", seed, big, experiment="tiny")
+    assert main(["compare", "--config", str(config), "--experiment", "tiny", "--baseline", "batch_size=16"]) == 0
+    table = pd.read_csv(results / "compare" / "tiny_final_eval.csv")
+    row = table[table["kind"] == "difference"].iloc[0]
+    assert (row["arm"], row["baseline"], row["n"]) == ("batch_size=8", "batch_size=16", 2)
+    assert row["estimate"] == pytest.approx(((0.3 - 0.5) + (0.35 - 0.5)) / 2)

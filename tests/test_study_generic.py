@@ -1,0 +1,41 @@
+"""The generic study's figure: bands of bounded quantities stay inside their range."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mathrl.studies import generic
+
+
+def test_bounds_of_each_metric_and_reward_kind():
+    s = {"reward": "exact", "kl_estimator": "k3", "format_bonus": 0.1, "digit_weight": 0.5, "invalid_penalty": 0.5,
+         "proxy_correct_weight": 0.3, "proxy_bias_weight": 0.7}  # fmt: skip
+    assert generic.bounds("eval_accuracy", None) == (0.0, 1.0)
+    assert generic.bounds("entropy", s) == (0.0, math.inf)
+    assert generic.bounds("kl", s) == (0.0, math.inf)
+    assert generic.bounds("kl", {**s, "kl_estimator": "k1"}) == (-math.inf, math.inf)
+    assert generic.bounds("reward_mean", s) == (0.0, 1.0)
+    assert generic.bounds("reward_mean", {**s, "reward": "shaped"}) == (0.0, pytest.approx(1.6))
+    assert generic.bounds("reward_mean", {**s, "reward": "shaped_penalty"}) == (-0.5, pytest.approx(1.6))
+    assert generic.bounds("reward_mean", {**s, "reward": "proxy"}) == (0.0, 1.0)
+    assert generic.bounds("reward_mean", None) == (-math.inf, math.inf)  # settings unknown: not clipped
+
+
+def test_two_seed_bands_of_accuracy_reward_and_kl_stay_in_range():
+    steps = [0, 1, 2]
+    rows = []
+    cases = [("eval_accuracy", 0.95, 0.2), ("reward_mean", 0.9, 0.3), ("kl", 0.01, 0.05), ("entropy", 0.05, 0.2)]
+    for metric, mean, std in cases:
+        rows += [{"experiment": "e", "setting": "a", "metric": metric, "step": k, "mean": mean, "std": std, "n": 2}
+                 for k in steps]
+    settings = {"a": {"reward": "exact", "kl_estimator": "k3"}}
+    fig = generic.figure(pd.DataFrame(rows), "e", settings)
+    for ax, (lo, hi) in zip(fig.axes, [(0, 1), (0, np.inf), (0, np.inf), (0, 1)]):
+        (poly,) = ax.collections
+        y = np.concatenate([path.vertices[:, 1] for path in poly.get_paths()])
+        assert y.min() >= lo - 1e-12 and y.max() <= hi + 1e-12, ax.get_title()
+        assert y.max() > y.min()  # a band is still drawn
