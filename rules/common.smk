@@ -77,7 +77,8 @@ def write_config_file(cfg: dict) -> Path:
 # builtins out of its params rerun trigger, and which file holds the config or which
 # interpreter runs must rerun nothing. What must rerun a job is its own settings' hash,
 # a params value of its rule (a run reruns when its settings change, and only then).
-CLAIMS_FILE = layout.CLAIMS_FILE  # the declared claims: the tables are judged against them
+# The declared claims (in the repository, wherever the workflow runs): the tables are judged against them.
+CLAIMS_FILE = str(mathrl.config.ROOT / layout.CLAIMS_FILE)
 CONFIG_FILE = write_config_file(copy.deepcopy(config))
 
 # Every rule names envs/mathrl.yaml. Under --use-conda a job runs in that environment with

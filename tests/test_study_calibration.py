@@ -96,7 +96,7 @@ def test_references_are_verdicts_and_the_share_below_the_warm_up(ctx):
 
 
 def test_only_experiments_without_a_reference_are_listed_as_unchecked(ctx):
-    t = cal.tables(ctx)
+    t = with_claims(ctx.cfg, cal.tables(ctx))
     not_run_yet = pd.DataFrame([{"experiment": "late", "reference": "a", "task": "", "n": 0}])  # partial results
     t["calibration_references"] = pd.concat([t["calibration_references"], not_run_yet], ignore_index=True)
     assert cal.section(t)["unreferenced"] == ["calibration", "plain"]

@@ -224,7 +224,7 @@ def test_renamed_variants(cfg, tmp_path):
         exp["roles"] = ROLES
         collapse.tables(Context(d))
     with pytest.raises(ConfigError, match=r"experiments\.collapse\.roles: missing role\(s\) baseline"):
-        exp["roles"] = {k: v for k, v in ROLES.items() if k != "baseline"}
+        exp["roles"] = {**{k: v for k, v in ROLES.items() if k != "baseline"}, "reference": "binary"}
         collapse.tables(Context(d))
 
 
