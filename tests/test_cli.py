@@ -192,3 +192,15 @@ def test_a_negative_thread_count_is_a_usage_error(capsys):
         main(["train", "--threads", "-1"])
     err = capsys.readouterr().err
     assert done.value.code == 2 and "argument --threads: '-1' is not allowed; use a whole number >= 0" in err
+
+
+def test_building_the_parser_imports_no_heavy_module():
+    """Every pipeline job starts `mathrl`, which builds the whole parser: a subcommand that imports
+    pandas, scipy or torch to fill its choices makes every job pay for it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from mathrl.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('pandas', 'scipy', 'torch', 'matplotlib') if m in sys.modules))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]", out
