@@ -395,7 +395,7 @@ def judge_claim(spec: ClaimSpec, tables: Mapping[str, pd.DataFrame], cfg: dict) 
     base = {"claim_id": spec.id, "kind": spec.kind, "source": spec.source, "section": spec.section, "part": spec.part}
     if df is None or df.empty:
         v = Verdict(claim, None, outcome="not judged", reason=f"no data: table {spec.table} is empty or missing")
-        return {**base, **_row(v, spec, math.nan, "", [], [])}
+        return {**base, **_row(v, math.nan, [])}
     try:
         a = select(df, spec.a, cfg, spec)
         b = select(df, spec.b, cfg, spec) if spec.b else None
@@ -403,7 +403,7 @@ def judge_claim(spec: ClaimSpec, tables: Mapping[str, pd.DataFrame], cfg: dict) 
         if spec.kind == "user":  # a user's claim names a role their experiment lacks: their mistake to fix
             raise ConfigError(f"claim {spec.id}: experiment {spec.experiment!r} has no role {e.args[0]!r}") from None
         v = Verdict(claim, None, outcome="not judged", reason=f"experiment {spec.experiment} declares no role {e.args[0]!r}")
-        return {**base, **_row(v, spec, math.nan, "", [], [])}
+        return {**base, **_row(v, math.nan, [])}
     statement, measure_text = (_arm_values(x, a, b) for x in (spec.statement, claim.measure))
     claim = Claim(claim.key, statement, measure_text, claim.kind, claim.direction, claim.size, claim.margin, claim.unit)
     est, p, note = estimate(spec, a.values(), b.values() if b else {})
@@ -419,7 +419,7 @@ def judge_claim(spec: ClaimSpec, tables: Mapping[str, pd.DataFrame], cfg: dict) 
     else:
         v = Verdict(claim, est)
     v.note = "; ".join(x for x in (spec.note, note) if x)
-    return {**base, "statement": statement, **_row(v, spec, p, "", results, failed)}
+    return {**base, "statement": statement, **_row(v, p, results)}
 
 
 def _arm_values(text: str, a: Arm, b: Arm | None) -> str:
@@ -436,7 +436,8 @@ def _point_verdict(claim: Claim, est: Estimate, spec: ClaimSpec) -> Verdict:
                    reason=f"a single value against the expected range, without an interval (n={est.n})")  # fmt: skip
 
 
-def _row(v: Verdict, spec: ClaimSpec, p: float, _unused: str, results: list, failed: list) -> dict:
+def _row(v: Verdict, p: float, results: list) -> dict:
+    """A judged claim's columns of claims.csv (before the family's adjustment)."""
     r = v.row()
     failures = [ok for c, ok, _ in results if c.type == "failure"]
     engages = [ok for c, ok, _ in results if c.type == "engaged"]

@@ -293,8 +293,6 @@ class Verdict:
         }  # fmt: skip
 
 
-VERDICT_COLUMNS = ["key", "claim", "measure", "expected", "unit", "outcome", "diff", "ci_low", "ci_high", "n", "n_a", "n_b",
-                   "design", "effect_size", "mde", "seeds_needed", "reason", "note"]  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- text
