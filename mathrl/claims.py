@@ -35,15 +35,19 @@ import yaml
 from scipy import stats
 
 from mathrl.errors import ConfigError
-from mathrl.verdict import Claim, Estimate, Verdict, difference, mean_interval, rate_difference, wilson
+from mathrl.verdict import (
+    Claim, Estimate, Verdict, difference, distance_to_pass, mean_interval, rate_difference, rate_seeds_needed, seeds_for, wilson,
+)
 
 KINDS = ("document", "setup", "reference", "beyond", "user")
 COMPARES = ("difference", "one_sample", "rate", "relative", "point")
 ALPHA = 0.05
 COLUMNS = ["claim_id", "kind", "source", "statement", "outcome", "difference", "ci_low", "ci_high", "n", "p_value", "p_holm",
            "p_bh", "engaged", "failure_established", "reason"]  # fmt: skip
-EXTRA = ["section", "part", "measure", "expected", "unit", "design", "n_a", "n_b", "effect_size", "mde", "seeds_needed",
-         "note", "checks", "outcome_unadjusted"]  # fmt: skip
+EXTRA = ["section", "part", "measure", "expected", "margin", "unit", "design", "n_a", "n_b", "sd", "effect_size", "mde",
+         "effect_target", "seeds_needed", "note", "checks", "outcome_unadjusted"]  # fmt: skip
+BY_CONSTRUCTION = ("nothing varied across seeds (a zero-width interval, or every run the same outcome against 0): the result "
+                   "is likely fixed by construction of the setup rather than a finding")  # fmt: skip
 SPECIAL = ("max", "min")  # arm values resolved over the table: the largest or smallest numeric value of the column
 
 
@@ -407,6 +411,8 @@ def judge_claim(spec: ClaimSpec, tables: Mapping[str, pd.DataFrame], cfg: dict) 
     statement, measure_text = (_arm_values(x, a, b) for x in (spec.statement, claim.measure))
     claim = Claim(claim.key, statement, measure_text, claim.kind, claim.direction, claim.size, claim.margin, claim.unit)
     est, p, note = estimate(spec, a.values(), b.values() if b else {})
+    if est is not None and spec.compare != "point" and est.exact:
+        est = est.as_exact()
     results = [(c, *run_check(c, spec, tables, cfg, arms)) for c in spec.checks]
     failed = [(c, text) for c, ok, text in results if not ok]
     if est is not None and spec.compare == "point":
@@ -418,8 +424,33 @@ def judge_claim(spec: ClaimSpec, tables: Mapping[str, pd.DataFrame], cfg: dict) 
         v = Verdict(claim, est, outcome="not judged", reason=f"{kind}: " + "; ".join(t for _, t in failed))
     else:
         v = Verdict(claim, est)
+    if spec.compare == "rate" and v.outcome == "inconclusive":
+        v.seeds = rate_seeds_needed(*_rates_to_detect(spec, a.values(), b.values() if b else {}), one_sample=not b)
+        if v.seeds != v.seeds:
+            v.reason += "; the rates are equal and the document states no size, so no number of runs can be given"
+    if spec.kind in ("document", "beyond", "reference") and _degenerate(spec, est, a.values()):
+        note = "; ".join(x for x in (note, BY_CONSTRUCTION) if x)
     v.note = "; ".join(x for x in (spec.note, note) if x)
     return {**base, "statement": statement, **_row(v, p, results)}
+
+
+def _degenerate(spec: ClaimSpec, est: Estimate | None, a: dict) -> bool:
+    """A zero-width interval, or a rate of 0 of n or n of n judged against 0: nothing varied."""
+    if est is None or spec.compare == "point":
+        return False
+    if spec.compare == "rate":
+        return spec.b is None and spec.value == 0 and spec.size is None and sum(x > 0 for x in a.values()) in (0, len(a))
+    return est.exact
+
+
+def _rates_to_detect(spec: ClaimSpec, a: dict, b: dict) -> tuple[float, float]:
+    """The two rates a power calculation compares: the observed rate of arm a (or the document's
+    size added to the baseline, where stated) against arm b's rate or the claim's value."""
+    p_a = sum(x > 0 for x in a.values()) / len(a) if a else math.nan
+    p_b = sum(x > 0 for x in b.values()) / len(b) if b else spec.value
+    if spec.size:
+        p_a = min(1.0, max(0.0, p_b + spec.direction * min(abs(x) for x in spec.size)))
+    return p_a, p_b
 
 
 def _arm_values(text: str, a: Arm, b: Arm | None) -> str:
@@ -443,7 +474,8 @@ def _row(v: Verdict, p: float, results: list) -> dict:
     engages = [ok for c, ok, _ in results if c.type == "engaged"]
     return {
         "statement": r["claim"], "outcome": r["outcome"], "difference": r["diff"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
-        "n": r["n"], "p_value": p, "p_holm": math.nan, "p_bh": math.nan,
+        "n": r["n"], "p_value": p, "p_holm": math.nan, "p_bh": math.nan, "margin": r["margin"], "sd": r["sd"],
+        "effect_target": distance_to_pass(v.claim, v.est) if v.est is not None and v.est.finite else math.nan,
         "engaged": (all(bool(x) for x in engages) if engages else ""),
         "failure_established": (all(bool(x) for x in failures) if failures else ""),
         "reason": r["reason"], "measure": r["measure"], "expected": r["expected"], "unit": r["unit"], "design": r["design"],
@@ -464,13 +496,17 @@ def adjust(df: pd.DataFrame) -> pd.DataFrame:
         out.loc[family, "p_holm"] = multipletests(p, method="holm")[1]
         out.loc[family, "p_bh"] = multipletests(p, method="fdr_bh")[1]
     size = int(family.sum())
+    rank = out.loc[family, "p_value"].astype(float).rank(method="first")
     for i in out.index[family]:
         r = out.loc[i]
         tests_outcome = r["outcome"] == "agrees" or (r["outcome"] == "disagrees" and "other side" in str(r["reason"]))
         if tests_outcome and r["p_holm"] >= ALPHA:
+            level = ALPHA / (size - rank[i] + 1)  # Holm's threshold at this claim's rank
             out.loc[i, "outcome"] = "inconclusive"
+            out.loc[i, "seeds_needed"] = seeds_for(float(r.get("sd", math.nan)), str(r.get("design")), float(r.get("effect_target", math.nan)), level)
             out.loc[i, "reason"] = (f"{r['reason']}, but not after Holm's adjustment across {size} document claims "
-                                    f"(p = {r['p_value']:.3g}, adjusted {r['p_holm']:.3g})")  # fmt: skip
+                                    f"(p = {r['p_value']:.3g}, adjusted {r['p_holm']:.3g}; the seeds needed are for "
+                                    f"Holm's level {level:.2g} at this claim's rank)")  # fmt: skip
     return out
 
 
@@ -501,11 +537,13 @@ def counts(claims: pd.DataFrame) -> pd.DataFrame:
 
 
 def listing(cfg: dict, judged: Path | None = None, kind: str | None = None) -> pd.DataFrame:
-    """id, kind, source and statement of every declared claim; with a claims.csv, its outcome,
-    difference, interval and n (a claim expanded over table values is listed once per value judged)."""
+    """id, kind, source and statement of every declared claim; with a claims.csv, what the document
+    expects (an equivalence or non-inferiority margin included), the outcome, difference, interval, n
+    and the seeds an inconclusive claim would need (a claim expanded over table values is listed once per value judged)."""
     if judged is not None:
         df = pd.read_csv(judged)
-        out = df[["claim_id", "kind", "source", "statement", "outcome", "difference", "ci_low", "ci_high", "n"]]
+        cols = ["claim_id", "kind", "source", "statement", "expected", "outcome", "difference", "ci_low", "ci_high", "n", "seeds_needed"]
+        out = df[[c for c in cols if c in df]]
     else:
         rows = [{"claim_id": d.get("id", "?"), "kind": d.get("kind", "user"), "source": d.get("source", ""),
                  "statement": d.get("statement", "")} for decl, _ in declarations(cfg) for d in expand(decl, None, cfg)]  # fmt: skip

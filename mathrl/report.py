@@ -164,15 +164,17 @@ def reproducibility(cfg: dict, t: Tables) -> dict:
 
 
 def claims_summary(t: Tables) -> dict:
-    """The report's opening counts (claims_counts.csv) and its setup checks, shown apart."""
+    """The report's opening counts (claims_counts.csv), the document family's p-values (raw, Holm,
+    Benjamini-Hochberg) and its setup checks, shown apart."""
     from mathrl.studies.kit import claim_view, verdict_rows
 
     c = t["claims"]
     if c.empty:
-        return {"counts": pd.DataFrame(), "setup": [], "family": 0, "demoted": 0}
+        return {"counts": pd.DataFrame(), "setup": [], "family": 0, "demoted": 0, "family_rows": pd.DataFrame()}
     doc = c["kind"].eq("document")
     return {
         "counts": t["claims_counts"], "setup": verdict_rows(claim_view(c[c["kind"].eq("setup")])),
+        "family_rows": c[doc & c["p_value"].notna()].sort_values("p_value"),
         "family": int((doc & c["p_value"].notna()).sum()),
         "demoted": int((doc & c["outcome"].ne(c["outcome_unadjusted"])).sum()),
     }

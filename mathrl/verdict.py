@@ -28,6 +28,7 @@ from scipy import stats
 CONFIDENCE = 0.95
 POWER = 0.80
 MAX_SEEDS = 1000  # seeds_needed gives up here (an effect of about zero)
+EXACT = 1e-9  # an interval narrower than this share of its value has zero width: every seed gave the same value
 OUTCOMES = ("agrees", "disagrees", "inconclusive", "not judged")
 
 
@@ -53,11 +54,21 @@ class Estimate:
 
     @property
     def effect(self) -> float:
-        return self.estimate / self.sd if self.sd > 0 else math.nan
+        return self.estimate / self.sd if self.sd > 0 and not self.exact else math.nan
 
     @property
     def finite(self) -> bool:
         return math.isfinite(self.lo) and math.isfinite(self.hi)
+
+    @property
+    def exact(self) -> bool:
+        """A zero-width interval: every seed gave the same value (or the same difference)."""
+        return self.kind == "exact" or (self.kind != "rates" and self.finite and self.hi - self.lo <= EXACT * max(1.0, abs(self.estimate)))
+
+    def as_exact(self) -> Estimate:
+        """The same value, marked exact: no spread, so no effect size and no power to speak of."""
+        m = self.estimate
+        return Estimate(m, m, m, self.n, "exact", self.n_a, self.n_b, 0.0, 0.0, self.df)
 
     def scaled(self, factor: float) -> Estimate:
         """The same estimate in other units (a difference as a share of a baseline, say)."""
@@ -164,26 +175,78 @@ def _factor(df: float) -> float:
 
 
 def minimum_detectable(est: Estimate) -> float:
-    """The smallest true difference this design finds with 80% power at the 5% level (two-sided)."""
-    if est.kind == "rates" or not est.se == est.se or est.df != est.df:
+    """The smallest true difference this design finds with 80% power at the 5% level (two-sided);
+    NaN for rates and for exact values (no spread: nothing to detect against)."""
+    if est.kind == "rates" or est.exact or not est.se == est.se or est.df != est.df:
         return math.nan
     return _factor(est.df) * est.se
 
 
-def seeds_needed(est: Estimate, target: float) -> float:
-    """Seeds per arm at which an effect of size `target` would be detected with 80% power
-    (the spread as measured); NaN when the spread is unknown, MAX_SEEDS + 1 past the cap."""
-    if est.kind == "rates" or not (est.sd == est.sd) or not target or not math.isfinite(target):
+def seeds_for(sd: float, design: str, target: float, alpha: float = 1 - CONFIDENCE, power: float = POWER) -> float:
+    """Seeds per arm at which an effect of size `target` is detected with `power` (80%) by a
+    two-sided test at level `alpha`, for a spread `sd` of the per-seed values (paired and
+    one-sample: of the values or differences; unpaired: of each arm). NaN when the spread
+    or the target is unknown or the design has no spread; MAX_SEEDS + 1 past the cap."""
+    if design not in ("paired", "one-sample", "unpaired") or not (sd == sd) or sd <= 0 or not target or not math.isfinite(target):
         return math.nan
-    target = abs(target)
-    if est.sd == 0:
-        return 2.0
     n = np.arange(2, MAX_SEEDS + 1)
-    one = est.kind in ("paired", "one-sample")
-    se = est.sd / np.sqrt(n) if one else est.sd * np.sqrt(2 / n)
+    one = design != "unpaired"
+    se = sd / np.sqrt(n) if one else sd * np.sqrt(2 / n)
     df = n - 1 if one else 2 * n - 2
-    ok = np.nonzero((stats.t.ppf(0.5 + CONFIDENCE / 2, df) + stats.t.ppf(POWER, df)) * se <= target)[0]
+    ok = np.nonzero((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se <= abs(target))[0]
     return float(n[ok[0]]) if len(ok) else float(MAX_SEEDS + 1)
+
+
+def seeds_needed(est: Estimate, target: float, alpha: float = 1 - CONFIDENCE, power: float = POWER) -> float:
+    """`seeds_for` the estimate's own spread and design (the spread as measured)."""
+    return seeds_for(est.sd, est.kind, target, alpha, power)
+
+
+def seeds_to_decide(claim: Claim, est: Estimate) -> float:
+    """Seeds per arm an inconclusive claim would need: for a direction, to detect the document's
+    size (else the observed difference); for a margin, to pass when the true difference is 0
+    (equivalence: both one-sided tests at once, so 90% power each)."""
+    if claim.kind == "equivalence":
+        return seeds_needed(est, claim.margin, power=(1 + POWER) / 2)
+    if claim.kind == "noninferior":
+        return seeds_needed(est, claim.margin)
+    return seeds_needed(est, distance_to_pass(claim, est))
+
+
+def rate_seeds_needed(p_a: float, p_b: float, one_sample: bool, alpha: float = 1 - CONFIDENCE) -> float:
+    """Runs per arm at which rates p_a against p_b (a fixed value when `one_sample`) differ
+    significantly with 80% power (Cohen's h, statsmodels' normal power); NaN when they are equal."""
+    from statsmodels.stats.power import NormalIndPower
+    from statsmodels.stats.proportion import proportion_effectsize
+
+    if not (0 <= p_a <= 1 and 0 <= p_b <= 1) or p_a == p_b:
+        return math.nan
+    h = abs(float(proportion_effectsize(p_a, p_b)))
+    n = NormalIndPower().solve_power(effect_size=h, alpha=alpha, power=POWER, ratio=0 if one_sample else 1)
+    return float(min(max(2, math.ceil(float(n))), MAX_SEEDS + 1))
+
+
+def distance_to_pass(claim: Claim, est: Estimate) -> float:
+    """How far the observed difference lies from the null of the claim's test: the document's
+    stated size (its smallest end), else the observed difference; for a margin, how far the
+    observed difference lies inside it (<= 0: the observed value would not pass at any n)."""
+    if claim.kind == "equivalence":
+        return claim.margin - abs(est.estimate)
+    if claim.kind == "noninferior":
+        return claim.direction * est.estimate + claim.margin
+    return min(abs(x) for x in claim.size) if claim.size else abs(est.estimate)
+
+
+def margin_reach(claim: Claim, est: Estimate) -> str:
+    """For an equivalence or non-inferiority claim whose interval is wider than its margin:
+    why the design cannot pass at its n (else empty)."""
+    if claim.kind not in ("equivalence", "noninferior") or not est.finite or est.kind == "rates" or est.exact:
+        return ""
+    half = (est.hi - est.lo) / 2
+    if half < claim.margin:
+        return ""
+    return (f"the design cannot pass at n={est.n}: its interval's half-width {number(half, claim.unit, sign=False)} "
+            f"(from the spread measured) is not narrower than the margin {number(claim.margin, claim.unit, sign=False)}")
 
 
 # ----------------------------------------------------------------------------- claims
@@ -275,18 +338,25 @@ class Verdict:
         if not self.outcome:
             self.outcome, self.reason = judge(self.claim, self.est)
         e = self.est
-        if e is not None and e.finite:
-            self.mde = minimum_detectable(e)
-            if self.outcome == "inconclusive":
-                target = self.claim.margin if self.claim.kind != "direction" else (
-                    min(abs(x) for x in self.claim.size) if self.claim.size else abs(e.estimate))  # fmt: skip
-                self.seeds = seeds_needed(e, target)
+        if e is None or not e.finite:
+            return
+        self.mde = minimum_detectable(e)
+        if e.exact and self.outcome == "inconclusive":
+            self.reason = "every seed gave the same value, so more seeds would not change the interval"
+        reach = margin_reach(self.claim, e)
+        if reach and self.outcome == "inconclusive":
+            self.reason = f"{self.reason}; {reach}"
+        if self.outcome == "inconclusive":
+            self.seeds = seeds_to_decide(self.claim, e)
+        if reach and self.seeds == self.seeds:
+            self.reason += f"; about {_seeds_text(self.seeds)} seeds per arm would let it pass if the true difference is 0"
 
     def row(self) -> dict:
         e = self.est or Estimate(math.nan, math.nan, math.nan, 0, "")
         c = asdict(self.claim)
         return {
             "key": c["key"], "claim": c["text"], "measure": c["measure"], "expected": self.claim.expected, "unit": c["unit"],
+            "margin": c["margin"], "sd": e.sd,
             "outcome": self.outcome, "diff": e.estimate, "ci_low": e.lo, "ci_high": e.hi, "n": e.n, "n_a": e.n_a, "n_b": e.n_b,
             "design": e.kind, "effect_size": e.effect, "mde": self.mde, "seeds_needed": self.seeds, "reason": self.reason, "note": self.note,
             **self.extra,
@@ -296,6 +366,10 @@ class Verdict:
 
 
 # ----------------------------------------------------------------------------- text
+def _seeds_text(seeds: float) -> str:
+    return f"more than {MAX_SEEDS}" if seeds > MAX_SEEDS else str(int(seeds))
+
+
 def number(x, unit: str = "num", sign: bool = True) -> str:
     """A number in a unit: pts (accuracy points from a fraction), pct (a share as %), num."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -316,11 +390,13 @@ def sentence(r: Mapping) -> str:
     n = int(r["n"]) if r.get("n") == r.get("n") and r.get("n") is not None else 0
     design = {"paired": f"n={n} seeds, paired", "unpaired": f"n={int(r.get('n_a') or 0)} vs {int(r.get('n_b') or 0)} seeds, unpaired",
               "one-sample": f"n={n} runs", "rates": f"n={int(r.get('n_a') or 0)} vs {int(r.get('n_b') or 0)} runs, Wilson/Newcombe",
-              "probe": f"n={n} probe"}.get(r.get("design"), f"n={n}")  # fmt: skip
+              "probe": f"n={n} probe", "exact": f"n={n} seeds, every one the same"}.get(r.get("design"), f"n={n}")  # fmt: skip
     es = r.get("effect_size")
     eff = f", effect size {es:.2g}" if es is not None and es == es and math.isfinite(es) else ""
     lo, hi = r.get("ci_low"), r.get("ci_high")
-    if lo is None or hi is None or lo != lo or hi != hi:  # a single probe or a deterministic check: no interval to give
+    if r.get("design") == "exact":  # a zero-width interval: the value itself, without a spread to size an effect by
+        text = f"{number(r['diff'], u)} exactly ({design}, a zero-width interval): {r['outcome']}"
+    elif lo is None or hi is None or lo != lo or hi != hi:  # a single probe or a deterministic check: no interval to give
         text = f"{number(r['diff'], u)} ({design}, no interval): {r['outcome']}"
     else:
         text = f"{number(r['diff'], u)}, 95% CI [{number(lo, u)}, {number(hi, u)}] ({design}{eff}): {r['outcome']}"
@@ -330,5 +406,5 @@ def sentence(r: Mapping) -> str:
         text += f". Smallest effect this design detects (80% power): {number(mde, u, sign=False)}"
     seeds = r.get("seeds_needed")
     if r.get("outcome") == "inconclusive" and seeds == seeds and seeds is not None:
-        text += f"; seeds per arm to decide: {'more than ' + str(MAX_SEEDS) if seeds > MAX_SEEDS else int(seeds)}"
+        text += f"; seeds per arm to decide: {_seeds_text(seeds)}"
     return text + "."

@@ -119,6 +119,45 @@ def test_holm_demotes_a_document_claim_that_does_not_survive_the_family():
     assert out["outcome"][3] == "agrees" and math.isnan(out["p_holm"][3])  # setup checks are not in the family
 
 
+def test_a_zero_width_interval_is_exact_and_flagged():
+    same = table(variant=["base"] * 3 + ["fix"] * 3, seed=[0, 1, 2] * 2, acc=[0.5, 0.6, 0.7, 0.6, 0.7, 0.8])  # fix − base: 0.1 at every seed
+    r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "acc", "table": "t", "a": {"variant": "fix"},
+               "b": {"variant": "base"}}, {"t": same})  # fmt: skip
+    assert r["design"] == "exact" and r["ci_low"] == r["ci_high"] == pytest.approx(0.1) and r["n"] == 3
+    assert math.isnan(r["mde"]) and math.isnan(r["effect_size"]) and "by construction" in r["note"]
+    from mathrl.verdict import sentence
+
+    text = sentence({**r, "diff": r["difference"]})
+    assert "exactly" in text and "detects" not in text and "effect size" not in text
+    setup = judge({"id": "y", "kind": "setup", "statement": "s", "measure": "acc", "table": "t", "a": {"variant": "fix"},
+                   "b": {"variant": "base"}}, {"t": same})  # fmt: skip
+    assert setup["design"] == "exact" and "by construction" not in setup["note"]  # a setup check is expected to be exact
+    t = table(arm=["a"] * 4, seed=range(4), hit=[1.0] * 4)
+    rate = judge({"id": "z", "kind": "reference", "statement": "s", "measure": "hit", "table": "t", "compare": "rate", "a": {}}, {"t": t})
+    assert rate["outcome"] == "agrees" and "by construction" in rate["note"]  # 4 of 4 against 0
+
+
+def test_an_equivalence_the_design_cannot_pass_says_so_with_seeds_and_margin():
+    t = table(arm=["a"] * 3 + ["b"] * 3, seed=[0, 1, 2] * 2, v=[0.50, 0.60, 0.40, 0.50, 0.50, 0.50])
+    r = judge({"id": "x", "kind": "beyond", "statement": "s", "measure": "v", "table": "t", "a": {"arm": "a"}, "b": {"arm": "b"},
+               "expect": {"equivalence": 0.05}}, {"t": t})  # fmt: skip
+    assert r["outcome"] == "inconclusive" and "cannot pass at n=3" in r["reason"] and r["margin"] == 0.05
+    assert "within ±0.05" in r["expected"] and r["seeds_needed"] > 3 and r["seeds_needed"] <= 1000
+
+
+def test_seeds_are_given_for_inconclusive_rates_and_for_claims_holm_demotes():
+    t = table(arm=["a"] * 5 + ["b"] * 5, seed=list(range(5)) * 2, hit=[1.0, 1.0, 1.0, 0.0, 0.0] + [1.0, 0.0, 0.0, 0.0, 0.0])
+    r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "hit", "table": "t", "compare": "rate",
+               "a": {"arm": "a"}, "b": {"arm": "b"}}, {"t": t})  # fmt: skip
+    assert r["outcome"] == "inconclusive" and r["seeds_needed"] > 5
+    rows = pd.DataFrame({"kind": ["document"] * 3, "p_value": [0.02, 0.03, 0.04], "outcome": ["agrees"] * 3, "reason": ["r"] * 3,
+                         "p_holm": math.nan, "p_bh": math.nan, "sd": 0.1, "design": "paired", "effect_target": 0.2,
+                         "seeds_needed": math.nan})  # fmt: skip
+    out = claims.adjust(rows)
+    assert (out["outcome"] == "inconclusive").all() and (out["seeds_needed"] > 2).all()
+    assert out["seeds_needed"][0] >= out["seeds_needed"][2]  # the smallest p meets Holm's strictest level
+
+
 def test_foreach_expands_lists_table_values_and_experiments():
     decl = {"foreach": {"x": ["a", "b"], "e": {"experiments_with_role": "ref"}}, "id": "c_{x}_{e}", "statement": "{x}", "measure": "m", "a": {}}
     assert [d["id"] for d in claims.expand(decl, {}, CFG)] == ["c_a_e", "c_b_e"]

@@ -9,7 +9,7 @@ from mathrl.studies.kit import add_intervals, band_limits, bounds, claim_frame, 
 
 
 def test_a_sections_claims_as_verdict_rows():
-    runs = pd.DataFrame({"variant": ["a"] * 3 + ["b"] * 3, "seed": [0, 1, 2] * 2, "acc": [0.3, 0.4, 0.35, 0.1, 0.2, 0.15], "fall": 0.0})
+    runs = pd.DataFrame({"variant": ["a"] * 3 + ["b"] * 3, "seed": [0, 1, 2] * 2, "acc": [0.3, 0.4, 0.35, 0.1, 0.22, 0.15], "fall": 0.0})
     decl = [{"id": "helps", "kind": "document", "statement": "a beats b", "measure": "acc", "table": "t", "section": "s",
              "a": {"variant": "a"}, "b": {"variant": "b"}},
             {"id": "waits", "kind": "document", "statement": "a beats b after a fall", "measure": "acc", "table": "t", "section": "s",
