@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mathrl import claims
+from mathrl import claims, layout
 from mathrl.measures import run_measures
 from mathrl.results import complete_marker, curves, missing_inputs, run_index
 from mathrl.atomic import atomic_write
@@ -104,7 +104,7 @@ def aggregate(cfg: dict, out_dir: Path | None = None) -> dict[str, int]:
     """Write results/tables/{name}.csv for every table, an index.json of row counts, the
     headline metrics.json and the config's hash (config.json); then results/tables.complete
     if no input was missing, else remove it."""
-    out = Path(out_dir) if out_dir else Path(cfg["results"]) / "tables"
+    out = Path(out_dir) if out_dir else layout.at(cfg, layout.TABLES)
     counts = {}
     tables = all_tables(Context(cfg))
     for name, df in tables.items():

@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from mathrl import layout
 from mathrl.config import DEFAULT_CONFIG, RUN_ID_CHARS, ConfigError, check_train, expand_runs, layered, load_config, parse_overrides, run_settings
 from mathrl.errors import ProblemFileError, SnapshotError
 
@@ -50,7 +51,7 @@ def cmd_sft(args) -> int:
 
     cfg = _load(args)
     _check_task(cfg, [args.task])
-    out = Path(args.out) if args.out else Path(cfg["results"]) / "sft" / args.task
+    out = Path(args.out) if args.out else layout.at(cfg, layout.SFT_DIR, task=args.task)
     run_sft(cfg, args.task, out)
     return 0
 
@@ -77,7 +78,7 @@ def resolve_run(cfg: dict, run: str | None, run_id: str | None, overrides: list[
         if spec.same_as:  # trained once, under the first run with these settings
             print(f"{run} has the settings of {spec.same_as}: training that run", file=sys.stderr)
             run, spec = spec.same_as, runs[spec.same_as]
-        settings = run_settings(cfg, {**_explicit_of(cfg, spec), **explicit})
+        settings = run_settings(cfg, {**spec.explicit, **explicit})
         if run_id is not None:  # a variant of the experiment's run, under a name of its own
             if run_id in runs:
                 raise ConfigError(f"--run-id: {run_id!r} is a run of experiment {runs[run_id].experiment}; "
@@ -104,11 +105,6 @@ def _checked_run_id(run_id: str) -> str:
     return run_id
 
 
-def _explicit_of(cfg: dict, spec) -> dict:
-    exp = cfg["experiments"][spec.experiment]
-    return {**exp.get("fixed", {}), **(exp.get("variants", {}) or {}).get(spec.variant, {}), **spec.point, "seed": spec.seed}
-
-
 def cmd_train(args) -> int:
     import torch
 
@@ -123,7 +119,7 @@ def cmd_train(args) -> int:
     settings = RunSettings.from_dict(settings)  # typed and frozen from here on
     memory = _check_memory(cfg, settings, world)
     if args.dry_run:
-        out = Path(args.out) if args.out else Path(cfg["results"]) / "runs" / run_id
+        out = Path(args.out) if args.out else layout.at(cfg, layout.RUN_DIR, run_id=run_id)
         print(f"run {run_id}" + (f" of experiment {experiment}" if experiment else "") + f", in {out}; {memory}")
         width = max(map(len, settings.as_dict()))
         for key, value in settings.as_dict().items():
@@ -131,8 +127,8 @@ def cmd_train(args) -> int:
         return 0
     if args.threads:
         torch.set_num_threads(args.threads)
-    out = Path(args.out) if args.out else Path(cfg["results"]) / "runs" / run_id
-    args.snapshot_path = out / "snapshot.pt"  # named if the run is interrupted
+    out = Path(args.out) if args.out else layout.at(cfg, layout.RUN_DIR, run_id=run_id)
+    args.snapshot_path = out / layout.SNAPSHOT_FILE  # named if the run is interrupted
     d = distributed.setup(settings.device)
     try:
         summary = Trainer(cfg, run_id, settings, out, d, experiment).run(on_mismatch=args.on_mismatch)
@@ -205,7 +201,7 @@ def cmd_gradvar(args) -> int:
         "noise_scale": {"small": small, "big": big, **noise_scale(small, big, moments[small]["sq_norm"], moments[big]["sq_norm"])} if small < big else None,
         "accumulation": accumulation_difference(policy, task, pairs, batch, micro, g["group_size"], g["seed"], g["temperature"]),
     }  # fmt: skip
-    out = Path(args.out) if args.out else Path(cfg["results"]) / "gradvar" / f"{args.task}.json"
+    out = Path(args.out) if args.out else layout.at(cfg, layout.GRADVAR, task=args.task)
     atomic_write(out, _json.dumps(result, indent=2) + "\n")
     lo, hi = min(variance), max(variance)
     ratio = variance[lo] / variance[hi] if variance[hi] > 0 else float("nan")  # zero when every reward is equal
@@ -269,13 +265,13 @@ def cmd_compare(args) -> int:
     import io
 
     from mathrl.atomic import atomic_write
-    from mathrl.compare import MEASURES, arm_values, compare, figure, group_by_settings, read_summary, text
+    from mathrl.compare import MEASURES, arm_values, compare, figure, group_by_settings, read_run, text
 
     if args.measure not in MEASURES:
         raise ConfigError(f"--measure: {args.measure!r} is not a measure; allowed: {', '.join(MEASURES)}")
 
     cfg = _load(args)
-    runs_dir = Path(cfg["results"]) / "runs"
+    runs_dir = layout.at(cfg, layout.RUNS)
     if args.experiment:
         groups, default_base, skipped = _experiment_arms(cfg, args.experiment, runs_dir)
         if skipped:
@@ -289,23 +285,23 @@ def cmd_compare(args) -> int:
                 raise ConfigError(f"--arm: {item!r} is not NAME=RUN,RUN,...; e.g. --arm A=run1,run2")
             if name in groups:
                 raise ConfigError(f"--arm: arm {name!r} is given twice")
-            groups[name] = {r: read_summary(runs_dir, r, "--arm") for r in runs.split(",") if r}
+            groups[name] = {r: read_run(runs_dir, r, "--arm") for r in runs.split(",") if r}
     else:
-        summaries = {r: read_summary(runs_dir, r, "--runs") for r in dict.fromkeys(args.runs)}
-        groups = {name: {r: summaries[r] for r in ids} for name, ids in group_by_settings(summaries).items()}
+        found = {r: read_run(runs_dir, r, "--runs") for r in dict.fromkeys(args.runs)}
+        by_settings = group_by_settings({r: run.summary for r, run in found.items()})
+        groups = {name: {r: found[r] for r in ids} for name, ids in by_settings.items()}
         default_base = None
     if len(groups) < 2:
         raise ConfigError(f"compare: {len(groups)} arm ({', '.join(groups) or 'none'}); a comparison needs two or more "
                           f"(--arm NAME=RUN,... twice, or --runs of different settings)")  # fmt: skip
-    measure = MEASURES[args.measure]
-    arms = {name: arm_values(summaries, measure) for name, summaries in groups.items()}
+    arms = {name: arm_values(runs, args.measure) for name, runs in groups.items()}
     baseline = args.baseline or default_base or next(iter(arms))
     _check_name("--baseline", baseline, "an arm", arms)
     table = compare(arms, baseline)
     table.insert(0, "measure", args.measure)
     print(text(table, args.measure))
     name = f"{args.experiment or 'compare'}_{args.measure}"
-    csv = Path(args.out) if args.out else Path(cfg["results"]) / "compare" / f"{name}.csv"
+    csv = Path(args.out) if args.out else layout.at(cfg, layout.COMPARE, name=name)
     png = csv.with_suffix(".png")
     fig = figure(table, arms, args.measure)
     buf = io.BytesIO()
@@ -317,11 +313,10 @@ def cmd_compare(args) -> int:
 
 
 def _experiment_arms(cfg: dict, experiment: str, runs_dir: Path) -> tuple[dict, str | None, list[str]]:
-    """An experiment's settings as arms ({setting: {run id: summary}}), its baseline (the
+    """An experiment's settings as arms ({setting: {run id: Run}}), its baseline (the
     `baseline` or `reference` role), and the runs without a result."""
-    import json as _json
-
     from mathrl.config import point_label
+    from mathrl.results import load_run
 
     _check_name("--experiment", experiment, "an experiment", cfg["experiments"])
     groups: dict[str, dict] = {}
@@ -331,9 +326,9 @@ def _experiment_arms(cfg: dict, experiment: str, runs_dir: Path) -> tuple[dict, 
             continue
         arm = spec.variant or point_label(spec.point) or "base"
         groups.setdefault(arm, {})
-        path = runs_dir / spec.trained_as / "summary.json"
-        if path.is_file():
-            groups[arm][run_id] = _json.loads(path.read_text())
+        run = load_run(runs_dir / spec.trained_as, spec)
+        if run.ok:
+            groups[arm][run_id] = run
         else:
             skipped.append(run_id)
     groups = {arm: runs for arm, runs in groups.items() if runs}
@@ -354,7 +349,7 @@ def cmd_bandit(args) -> int:
     studies = [args.study] if args.study else list(bandit.BANDIT_STUDIES)
     for study in studies:
         df = bandit.run_study(study, block)
-        out = Path(args.out) if args.out and args.study else Path(cfg["results"]) / "bandit" / study / "metrics.csv"
+        out = Path(args.out) if args.out and args.study else layout.at(cfg, layout.BANDIT, study=study)
         bandit.write_study(df, out)
         print(f"bandit {study}: {len(df)} rows in {out}")
     return 0
@@ -377,7 +372,7 @@ def cmd_aggregate(args) -> int:
 
 def cmd_claims(args) -> int:
     """The declared claims (id, kind, source, statement) and, where claims.csv exists, their outcomes."""
-    from mathrl import claims, layout
+    from mathrl import claims
 
     cfg = _load(args)
     if args.measures:
@@ -386,7 +381,7 @@ def cmd_claims(args) -> int:
         for name, (text, _) in MEASURES.items():
             print(f"{name:16s} {text}")
         return 0
-    done = layout.path(cfg["results"], layout.CLAIMS)
+    done = layout.at(cfg, layout.CLAIMS)
     table = claims.listing(cfg, done if done.is_file() else None, kind=args.kind)
     print(table.to_string(index=False, max_colwidth=args.width) if len(table) else "no claims")
     if not done.is_file():
@@ -402,7 +397,7 @@ def cmd_figures(args) -> int:
     cfg = _load(args)
     _warn_if_tables_differ(args, cfg)
     names = figures(cfg, args.out)
-    print(f"figures: {len(names)} figures in {args.out or Path(cfg['results']) / 'figures'}")
+    print(f"figures: {len(names)} figures in {args.out or layout.at(cfg, layout.FIGURES)}")
     return 0
 
 

@@ -5,66 +5,51 @@ their settings but the seed). Each arm's measure is a mean over its runs with a 
 t interval; each arm's difference from the baseline arm is paired by seed where both arms
 hold the same seeds, else Welch's (`verdict.difference`). Runs are read from their
 directories alone (summary.json, metrics.csv), so runs made with `mathrl train --run-id`
-compare like an experiment's.
+compare like an experiment's. A measure is one of `mathrl.measures`' registry, the one
+`mathrl claims --measures` lists and claims read.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from mathrl import layout
 from mathrl.errors import ConfigError
+from mathrl.measures import MEASURES
+from mathrl.results import Run, load_run
 from mathrl.verdict import Estimate, difference, mean_interval
 
 
-@dataclass(frozen=True)
-class Measure:
-    """One number per run, from its summary.json."""
-
-    label: str  # an axis label
-    of: Callable[[dict], float]
-    bounds: tuple[float, float] = (-math.inf, math.inf)  # the range the measure cannot leave
-
-
-def _at(summary: dict, when: str, key: str) -> float:
-    value = (summary.get(when) or {}).get(key)
-    return math.nan if value is None else float(value)
+def read_run(runs_dir: Path, run_id: str, flag: str) -> Run:
+    """A finished run (its summary.json and metrics.csv); a run without them is an error naming it."""
+    run_dir = Path(runs_dir) / run_id
+    run = load_run(run_dir, None)
+    if run.status == "missing":
+        raise ConfigError(f"{flag}: run {run_id!r} has no result ({run_dir / layout.SUMMARY_FILE} is missing); "
+                          f"`mathrl runs --status` says which runs are done")  # fmt: skip
+    if not run.ok:
+        raise ConfigError(f"{flag}: run {run_id!r} does not read ({run.problem or run.status})")
+    return run
 
 
-MEASURES: dict[str, Measure] = {
-    "final_eval": Measure("final held-out accuracy", lambda s: _at(s, "final", "eval_accuracy"), (0.0, 1.0)),
-    "best_eval": Measure("best held-out accuracy", lambda s: _at(s, "best", "eval_accuracy"), (0.0, 1.0)),
-    "gain": Measure("held-out accuracy gain (final - start)",
-                    lambda s: _at(s, "final", "eval_accuracy") - _at(s, "initial", "eval_accuracy"), (-1.0, 1.0)),
-    "final_entropy": Measure("final mean token entropy", lambda s: _at(s, "final", "entropy"), (0.0, math.inf)),
-    "final_kl": Measure("final KL to the reference", lambda s: _at(s, "final", "kl")),
-    "final_reward": Measure("final training reward", lambda s: _at(s, "final", "reward_mean")),
-}  # fmt: skip
-
-
-def read_summary(runs_dir: Path, run_id: str, flag: str) -> dict:
-    """A finished run's summary.json; a run without one is an error naming it."""
-    path = Path(runs_dir) / run_id / "summary.json"
+def value(run: Run, measure: str) -> float:
+    """A registered measure (mathrl.measures) of one run; NaN where the run lacks what it reads."""
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{flag}: run {run_id!r} has no result ({path} is missing); "
-                          f"`mathrl runs --status` says which runs are done") from None  # fmt: skip
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{flag}: run {run_id!r}: {path} does not read ({exc})") from None
+        return float(MEASURES[measure][1](run))
+    except (KeyError, IndexError, ValueError, ZeroDivisionError):
+        return math.nan
 
 
-def arm_values(summaries: dict[str, dict], measure: Measure) -> dict:
+def arm_values(runs: dict[str, Run], measure: str) -> dict:
     """{seed: value} of an arm's runs, or {run id: value} where two runs share a seed (then
     no pairing by seed is possible); runs without a value (NaN) are left out."""
-    seeds = [s.get("seed") for s in summaries.values()]
+    seeds = [r.summary.get("seed") for r in runs.values()]
     by_seed = len(set(seeds)) == len(seeds) and None not in seeds
-    values = {(s["seed"] if by_seed else run_id): measure.of(s) for run_id, s in summaries.items()}
+    values = {(r.summary["seed"] if by_seed else run_id): value(r, measure) for run_id, r in runs.items()}
     return {k: v for k, v in values.items() if not math.isnan(v)}
 
 
@@ -85,7 +70,7 @@ def _row(kind: str, arm: str, baseline: str, est: Estimate, keys: str) -> dict:
             "ci_low": est.lo, "ci_high": est.hi, "n": est.n, "method": method, "seeds": keys}  # fmt: skip
 
 
-def group_by_settings(summaries: dict[str, dict]) -> dict[str, list[str]]:
+def group_by_settings(summaries: dict[str, dict]) -> dict[str, list[str]]:  # run id -> its summary.json
     """Runs grouped by their settings but the seed; each group named by the settings that
     tell it from the others (`lr=0.001`), or by its first run where none do."""
     key_of = {r: json.dumps({k: v for k, v in (s.get("config") or {}).items() if k != "seed"}, sort_keys=True)
@@ -105,9 +90,8 @@ def group_by_settings(summaries: dict[str, dict]) -> dict[str, list[str]]:
 
 def text(table: pd.DataFrame, measure: str) -> str:
     """The table as the console shows it."""
-    m = MEASURES[measure]
     width = max(len(a) for a in table["arm"]) + max((len(b) for b in table["baseline"]), default=0) + 3
-    lines = [f"{m.label} ({measure}): mean [95% interval] n"]
+    lines = [f"{MEASURES[measure][0]} ({measure}): mean [95% interval] n"]
     for r in table.itertuples():
         name = r.arm if r.kind == "arm" else f"{r.arm} - {r.baseline}"
         sign = "+" if r.kind == "difference" else ""
@@ -123,8 +107,7 @@ def figure(table: pd.DataFrame, arms: dict[str, dict], measure: str):
     from the baseline with its 95% interval, against 0."""
     from mathrl.studies.kit import COLORS, STYLE, plt
 
-    m = MEASURES[measure]
-    lo, hi = m.bounds
+    label = MEASURES[measure][0]
     with plt.rc_context(STYLE):
         fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
         means = table[table["kind"] == "arm"]
@@ -132,14 +115,13 @@ def figure(table: pd.DataFrame, arms: dict[str, dict], measure: str):
             values = list(arms[r.arm].values())
             left.scatter([i] * len(values), values, color=COLORS[i % len(COLORS)], alpha=0.5, s=14)
             if math.isfinite(r.ci_low):
-                a, b = max(r.ci_low, lo), min(r.ci_high, hi)  # a bounded measure's interval stays in its range
-                err = [[r.estimate - a], [b - r.estimate]]
+                err = [[r.estimate - r.ci_low], [r.ci_high - r.estimate]]
                 left.errorbar([i], [r.estimate], yerr=err, fmt="o", color="k", capsize=4)
             else:
                 left.plot([i], [r.estimate], "o", color="k")
         tilt = {"rotation": 20, "ha": "right"} if max(map(len, means["arm"])) > 12 else {}
         left.set_xticks(range(len(means)), [f"{a}\n(n={n})" for a, n in zip(means["arm"], means["n"])], **tilt)
-        left.set(xlabel="arm", ylabel=m.label, title="each run, and the mean with its 95% interval")
+        left.set(xlabel="arm", ylabel=label, title="each run, and the mean with its 95% interval")
         diffs = table[table["kind"] == "difference"]
         for i, r in enumerate(diffs.itertuples()):
             err = [[r.estimate - r.ci_low], [r.ci_high - r.estimate]] if math.isfinite(r.ci_low) else None
@@ -148,6 +130,6 @@ def figure(table: pd.DataFrame, arms: dict[str, dict], measure: str):
         labels = [f"{a}\n({meth})" for a, meth in zip(diffs["arm"], diffs["method"])]
         right.set_xticks(range(len(diffs)), labels, **tilt)
         base = diffs["baseline"].iloc[0] if len(diffs) else ""
-        right.set(xlabel=f"arm, minus {base}", ylabel=f"difference in {m.label}",
+        right.set(xlabel=f"arm, minus {base}", ylabel=f"difference in {label}",
                   title="difference with its 95% interval")
     return fig

@@ -363,6 +363,7 @@ class RunSpec:
     seed: int
     settings: dict = field(repr=False)  # fully resolved train settings
     same_as: str | None = None  # an earlier run of identical settings, whose results this one reads
+    explicit: dict = field(default_factory=dict, repr=False)  # what the experiment sets: fixed, variant, point, seed
 
     @property
     def trained_as(self) -> str:
@@ -476,7 +477,7 @@ def expand_runs(cfg: dict, origin=None) -> dict[str, RunSpec]:
                     f"experiments.{name}: runs {twin} and {run_id} have the same settings, so one of them tests "
                     f"nothing (does a grid key repeat what a variant sets, or a layered file add a grid?)"
                 )
-            runs[run_id] = RunSpec(run_id, name, variant, point, seed, settings)
+            runs[run_id] = RunSpec(run_id, name, variant, point, seed, settings, explicit=explicit)
             first_of[key] = min(first_of.get(key, run_id), run_id)
     for spec in runs.values():  # the smallest id trains: independent of the order of experiments in any dump
         canonical = first_of[config_hash(spec.settings)]

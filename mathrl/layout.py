@@ -15,18 +15,22 @@ from pathlib import Path
 PROBLEMS = "problems/{task}/{split}.txt"  # split: one of PROBLEM_SPLITS; one problem per line
 PROBLEM_SPLITS = ("train", "val", "test")  # val: the warm-up's stopping rule; test: every score
 PROBLEMS_META = "problems/{task}/meta.json"
-SFT_MODEL = "sft/{task}/model.pt"  # the warm-up checkpoint, every RL run's default start
-SFT_SUMMARY = "sft/{task}/summary.json"
-RUN_DIR = "runs/{run_id}"
-RUN_METRICS = RUN_DIR + "/metrics.csv"
-RUN_SUMMARY = RUN_DIR + "/summary.json"
-RUN_SNAPSHOT = RUN_DIR + "/snapshot.pt"
+METRICS_FILE, SUMMARY_FILE, SNAPSHOT_FILE = "metrics.csv", "summary.json", "snapshot.pt"  # the files of a run's directory
+SFT_DIR = "sft/{task}"
+SFT_MODEL = SFT_DIR + "/model.pt"  # the warm-up checkpoint, every RL run's default start
+SFT_SUMMARY = SFT_DIR + "/" + SUMMARY_FILE
+RUNS = "runs"
+RUN_DIR = RUNS + "/{run_id}"
+RUN_METRICS = RUN_DIR + "/" + METRICS_FILE
+RUN_SUMMARY = RUN_DIR + "/" + SUMMARY_FILE
+RUN_SNAPSHOT = RUN_DIR + "/" + SNAPSHOT_FILE
 GRADVAR = "gradvar/{task}.json"
-BANDIT = "bandit/{study}/metrics.csv"
+BANDIT = "bandit/{study}/" + METRICS_FILE
 TABLES = "tables"
 TABLES_COMPLETE = TABLES + ".complete"  # written only when no table input was missing (results.complete_marker)
 FIGURES = "figures"
 REPORT = "report.html"
+COMPARE = "compare/{name}.csv"  # `mathrl compare`'s table (its figure beside it, .png)
 LOGS = "logs"
 BENCHMARKS = "benchmarks"
 CLAIMS_FILE = "config/claims.yaml"  # the declared claims (relative to the repository, not to results); an input of the tables
@@ -36,6 +40,11 @@ CLAIMS = TABLES + "/claims.csv"  # every verdict the report prints, one row per 
 def path(results: str | Path, pattern: str, **wildcards) -> Path:
     """`pattern` with its wildcards filled, under `results`."""
     return Path(results) / pattern.format(**wildcards)
+
+
+def at(cfg: dict, pattern: str, **wildcards) -> Path:
+    """`pattern` with its wildcards filled, under the config's results directory."""
+    return path(cfg["results"], pattern, **wildcards)
 
 
 def problems_file(cfg: dict, task: str, split: str) -> Path:

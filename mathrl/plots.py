@@ -9,6 +9,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from mathrl import layout
 from mathrl.atomic import atomic_write
 from mathrl.studies import STUDIES
 from mathrl.studies.context import Tables
@@ -17,7 +18,7 @@ from mathrl.studies.kit import STYLE
 
 def figures(cfg: dict, out_dir: Path | None = None) -> list[str]:
     """Write results/figures/{name}.png for every study's figures; returns the names."""
-    out = Path(out_dir) if out_dir else Path(cfg["results"]) / "figures"
+    out = Path(out_dir) if out_dir else layout.at(cfg, layout.FIGURES)
     t = Tables(cfg)
     t.require("figures")
     pngs = {}  # drawn first, written after: a figure that fails leaves no half-written set

@@ -25,6 +25,7 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
 
+from mathrl import layout
 from mathrl.config import ROOT, config_hash
 from mathrl.results import COLLAPSE_DEFINITION
 from mathrl.atomic import atomic_write
@@ -91,7 +92,7 @@ def html_table(df: pd.DataFrame, columns: list[str] | dict | None = None, format
 
 def figure_uris(cfg: dict) -> dict[str, str]:
     uris = {}
-    for path in sorted((Path(cfg["results"]) / "figures").glob("*.png")):
+    for path in sorted(layout.at(cfg, layout.FIGURES).glob("*.png")):
         uris[path.stem] = "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
     return uris
 
@@ -106,12 +107,12 @@ def _run(cmd: list[str]) -> str:
 def stage_times(cfg: dict) -> pd.DataFrame:
     """Per-stage wall times from Snakemake's benchmark files (results/benchmarks/{rule}/...)."""
     rows = []
-    for path in glob.glob(str(Path(cfg["results"]) / "benchmarks" / "**" / "*.tsv"), recursive=True):
+    for path in glob.glob(str(layout.at(cfg, layout.BENCHMARKS) / "**" / "*.tsv"), recursive=True):
         try:
             b = pd.read_csv(path, sep="\t")
         except (OSError, ValueError):
             continue
-        rule = Path(path).relative_to(Path(cfg["results"]) / "benchmarks").parts[0]
+        rule = Path(path).relative_to(layout.at(cfg, layout.BENCHMARKS)).parts[0]
         rows.append({"stage": rule, "job": Path(path).stem, "seconds": float(b["s"].iloc[0]), "max_rss_mb": float(b.get("max_rss", pd.Series([math.nan])).iloc[0])})
     df = pd.DataFrame(rows, columns=["stage", "job", "seconds", "max_rss_mb"])
     if df.empty:
@@ -209,7 +210,7 @@ def render(cfg: dict) -> str:
 
 
 def write_report(cfg: dict, out: Path | None = None) -> Path:
-    out = Path(out) if out else Path(cfg["results"]) / "report.html"
+    out = Path(out) if out else layout.at(cfg, layout.REPORT)
     html = render(cfg)
     atomic_write(out, html.encode())
     return out

@@ -71,19 +71,19 @@ def progress_of(cfg: dict, spec: RunSpec) -> str:
     """How far a run is, from its files alone (no snapshot is read): `done`, `partial` (a
     snapshot, no result yet), `failed` (a result that does not read) or `missing`; a run
     read from another with its settings says which."""
-    run_dir = Path(cfg["results"]) / "runs" / spec.trained_as
+    run_dir = layout.at(cfg, layout.RUN_DIR, run_id=spec.trained_as)
     shared = f" (as {spec.same_as})" if spec.same_as else ""
     try:
-        status = json.loads((run_dir / "summary.json").read_text()).get("status", "complete")
+        status = json.loads((run_dir / layout.SUMMARY_FILE).read_text()).get("status", "complete")
     except FileNotFoundError:
-        return ("partial" if (run_dir / "snapshot.pt").exists() else "missing") + shared
+        return ("partial" if (run_dir / layout.SNAPSHOT_FILE).exists() else "missing") + shared
     except (OSError, ValueError, AttributeError):
         return "failed" + shared
     return ("done" if status == "complete" else f"done ({status})") + shared
 
 
 def load_run(run_dir: Path, spec: RunSpec) -> Run:
-    summary_path, metrics_path = run_dir / "summary.json", run_dir / "metrics.csv"
+    summary_path, metrics_path = run_dir / layout.SUMMARY_FILE, run_dir / layout.METRICS_FILE
     if not summary_path.exists():
         return Run(spec, "missing")
     try:
@@ -126,7 +126,7 @@ def complete_marker(tables_dir: Path) -> Path:
 def load_runs(cfg: dict) -> dict[str, Run]:
     """Every run the config's experiments expand into, found or not (a run that reuses
     another's settings is read from that run's directory)."""
-    root = Path(cfg["results"]) / "runs"
+    root = layout.at(cfg, layout.RUNS)
     return {run_id: load_run(root / spec.trained_as, spec) for run_id, spec in expand_runs(cfg).items()}
 
 

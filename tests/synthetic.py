@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from mathrl.config import expand_runs
-from mathrl.trainer import EXTRAS, METRICS
+from mathrl.metrics import COLUMNS
 
 
 def write_run(cfg: dict, run_id: str, rows: list[dict], initial_eval: float, status: str = "complete", alerts: list | None = None) -> Path:
@@ -21,8 +21,8 @@ def write_run(cfg: dict, run_id: str, rows: list[dict], initial_eval: float, sta
     spec = expand_runs(cfg)[run_id]
     d = Path(cfg["results"]) / "runs" / run_id
     d.mkdir(parents=True, exist_ok=True)
-    full = [{k: r.get(k, 0 if k == "skipped" else math.nan) for k in METRICS + EXTRAS} for r in rows]
-    pd.DataFrame(full, columns=METRICS + EXTRAS).to_csv(d / "metrics.csv", index=False)
+    full = [{k: r.get(k, 0 if k == "skipped" else math.nan) for k in COLUMNS} for r in rows]
+    pd.DataFrame(full, columns=COLUMNS).to_csv(d / "metrics.csv", index=False)
     evals = [(r["step"], r["eval_accuracy"]) for r in full if not math.isnan(r["eval_accuracy"])]
     best = max(evals, key=lambda e: e[1]) if evals else (0, math.nan)
     s = spec.settings

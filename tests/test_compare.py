@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from mathrl.cli import main
-from mathrl.compare import MEASURES, arm_values, group_by_settings
+from mathrl.compare import arm_values, group_by_settings
+from mathrl.results import Run
 from mathrl.verdict import difference, mean_interval
 from tests.conftest import write_config
 
@@ -24,6 +25,8 @@ def write_summary(results, run_id, seed, final, lr=0.001, experiment=None):
                "final": {"eval_accuracy": final, "entropy": 0.2, "kl": 0.01, "reward_mean": final},
                "best": {"eval_accuracy": final + 0.01}}  # fmt: skip
     (d / "summary.json").write_text(json.dumps(summary))
+    pd.DataFrame({"step": [1, 2], "eval_accuracy": [final + 0.01, final], "entropy": 0.2, "reward_mean": final}).to_csv(
+        d / "metrics.csv", index=False)  # the registered measures read the evaluations from here
 
 
 @pytest.fixture
@@ -51,7 +54,8 @@ def test_two_named_arms_paired_by_seed(made, capsys):
     assert table.loc[("arm", "B"), ["estimate", "ci_low", "ci_high"]].tolist() == pytest.approx(expected)
     assert out.with_suffix(".png").stat().st_size > 0
     text = capsys.readouterr().out
-    assert "final held-out accuracy (final_eval)" in text and "B - A" in text and "paired by seed" in text
+    assert "held-out accuracy at the last step (greedy) (final_eval)" in text
+    assert "B - A" in text and "paired by seed" in text
 
 
 def test_runs_are_grouped_into_arms_by_their_settings_and_unshared_seeds_use_welch(made, capsys):
@@ -61,7 +65,9 @@ def test_runs_are_grouped_into_arms_by_their_settings_and_unshared_seeds_use_wel
     assert list(table["arm"]) == ["lr=0.001", "lr=0.002", "lr=0.002"]
     assert table["method"].iloc[-1] == "Welch"  # seeds {0, 1} against {1, 2}
     assert group_by_settings({"x": {"config": {"seed": 0}}, "y": {"config": {"seed": 1}}}) == {"x": ["x", "y"]}
-    assert arm_values({"r": {"seed": 0, "final": {}}}, MEASURES["final_eval"]) == {}  # no value: left out
+    no_eval = Run(None, "complete", {"seed": 0}, pd.DataFrame({"step": [1], "eval_accuracy": [float("nan")]}))
+    assert arm_values({"r": no_eval}, "final_eval") == {}  # no value: left out
+    assert arm_values({"r": Run(None, "complete", {"seed": 0}, pd.DataFrame())}, "final_eval") == {}  # nothing to read
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -77,6 +83,15 @@ def test_bad_input_is_one_line_and_writes_nothing(made, capsys, argv, needle):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and needle in err, err
     assert not (results / "compare").exists()
+
+
+def test_compare_reads_the_one_registry_of_measures(made, capsys):
+    from mathrl.measures import MEASURES
+
+    config, _ = made
+    assert main(["compare", "--config", str(config), "--arm", "A=a0,a1", "--arm", "B=b0,b1", "--measure", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert all(name in err for name in MEASURES)  # every measure a claim reads is offered
 
 
 def test_an_experiments_settings_are_its_arms(made, capsys):

@@ -6,13 +6,11 @@ import math
 
 import matplotlib
 import pytest
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from mathrl.config import expand_runs, load_config
-from mathrl.report import TEMPLATES, fmt, html_table, pct
+from mathrl.report import environment
 from mathrl.studies import diagnostics, mismatch
 from mathrl.studies.context import Context, Tables
-from mathrl.verdict import number
 from tests import synthetic
 from tests.conftest import TINY, write_config
 from tests.synthetic import write_run
@@ -108,10 +106,7 @@ def test_steps_figure_and_template(t, cfg, tmp_path):
         df.to_csv(out / f"{name}.csv", index=False)
     tables = Tables({**cfg, "results": str(tmp_path)})
     assert "diagnostics_mismatch" in mismatch.figures(tables)
-    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined)
-    env.filters.update(fmt=fmt, pct=pct, unit=lambda x, u="num", sign=True: number(x and float(x), u, sign))
-    env.globals.update(table=html_table)
-    html = env.get_template("sections/mismatch.html.j2").render(ctx=mismatch.section(tables), figures={})
+    html = environment().get_template("sections/mismatch.html.j2").render(ctx=mismatch.section(tables), figures={})
     assert "stale2_tis" in html and "The rollout/trainer mismatch" in html and "No data" not in html
 
 

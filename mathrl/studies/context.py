@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 from functools import cached_property
-from pathlib import Path
 
 import pandas as pd
 
+from mathrl import layout
 from mathrl.config import config_hash
 from mathrl.errors import ConfigError
 from mathrl.results import Run, load_runs
@@ -18,7 +18,6 @@ class Context:
 
     def __init__(self, cfg: dict):
         self.cfg = cfg
-        self.root = Path(cfg["results"])
 
     @cached_property
     def runs(self) -> dict[str, Run]:
@@ -29,15 +28,15 @@ class Context:
         return [r for r in self.runs.values() if r.spec.experiment == name]
 
     def bandit(self, study: str) -> pd.DataFrame | None:
-        path = self.root / "bandit" / study / "metrics.csv"
+        path = layout.at(self.cfg, layout.BANDIT, study=study)
         return pd.read_csv(path, keep_default_na=False, na_values=[""]) if path.exists() else None
 
     def gradvar(self, task: str) -> dict | None:
-        path = self.root / "gradvar" / f"{task}.json"
+        path = layout.at(self.cfg, layout.GRADVAR, task=task)
         return json.loads(path.read_text()) if path.exists() else None
 
     def sft(self, task: str) -> dict | None:
-        path = self.root / "sft" / task / "summary.json"
+        path = layout.at(self.cfg, layout.SFT_SUMMARY, task=task)
         return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -55,7 +54,7 @@ class Tables:
 
     def __init__(self, cfg: dict):
         self.cfg = cfg
-        self.dir = Path(cfg["results"]) / "tables"
+        self.dir = layout.at(cfg, layout.TABLES)
         self._cache: dict[str, pd.DataFrame] = {}
 
     def require(self, command: str) -> None:

@@ -44,7 +44,7 @@ NAN = math.nan
 
 
 def run_dir(ctx, run):
-    return layout.path(ctx.cfg["results"], layout.RUN_SUMMARY, run_id=run.spec.run_id).parent
+    return layout.at(ctx.cfg, layout.RUN_DIR, run_id=run.spec.run_id)
 
 
 def setting(spec) -> str:

@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.transforms import blended_transform_factory
 
+from mathrl import layout
 from mathrl.console import console_line
 from mathrl.results import collapsed, degraded, mean_spread
 from mathrl.studies.kit import pm as interval
@@ -131,7 +132,7 @@ def console_table(ctx, runs) -> pd.DataFrame:
             run = next((r for r in runs if r.ok and r.settings["task"] == task and r.settings["algorithm"] == algorithm), None)
             if run is None:
                 continue
-            log = Path(ctx.root) / "logs" / "train" / f"{run.spec.run_id}.log"
+            log = layout.at(ctx.cfg, layout.STAGES["train"].log, run_id=run.spec.run_id)
             lines = [x.strip() for x in log.read_text(errors="replace").splitlines() if x.startswith("Step ")] if log.is_file() else []
             line, source = (lines[-1], "log") if lines else (console_line(run.metrics.iloc[-1].to_dict(), run.settings["steps"]), "metrics.csv")
             rows.append({"task": task, "algorithm": algorithm, "run_id": run.spec.run_id, "source": source, "line": line})
