@@ -349,7 +349,7 @@ class Verdict:
         if self.outcome == "inconclusive":
             self.seeds = seeds_to_decide(self.claim, e)
         if reach and self.seeds == self.seeds:
-            self.reason += f"; about {_seeds_text(self.seeds)} seeds per arm would let it pass if the true difference is 0"
+            self.reason += f"; about {seeds_text(self.seeds)} seeds per arm would let it pass if the true difference is 0"
 
     def row(self) -> dict:
         e = self.est or Estimate(math.nan, math.nan, math.nan, 0, "")
@@ -366,7 +366,7 @@ class Verdict:
 
 
 # ----------------------------------------------------------------------------- text
-def _seeds_text(seeds: float) -> str:
+def seeds_text(seeds: float) -> str:
     return f"more than {MAX_SEEDS}" if seeds > MAX_SEEDS else str(int(seeds))
 
 
@@ -406,5 +406,5 @@ def sentence(r: Mapping) -> str:
         text += f". Smallest effect this design detects (80% power): {number(mde, u, sign=False)}"
     seeds = r.get("seeds_needed")
     if r.get("outcome") == "inconclusive" and seeds == seeds and seeds is not None:
-        text += f"; seeds per arm to decide: {_seeds_text(seeds)}"
+        text += f"; seeds per arm to decide: {seeds_text(seeds)}"
     return text + "."

@@ -168,7 +168,7 @@ def test_nonfinite_table(results):
 def test_verdicts(results):
     c = verdicts(results[0], "collapse")
     assert c.loc["shaping"].outcome == "not judged" and c.loc["shaping"].n == 1  # shaped has one seed: no interval
-    assert c.loc["entropy"].outcome == "agrees" and c.loc["entropy"]["diff"] == pytest.approx(0.2) and c.loc["entropy"].design == "paired"
+    assert c.loc["entropy"].outcome == "agrees" and c.loc["entropy"]["diff"] == pytest.approx(0.2) and c.loc["entropy"].design == "exact"  # 0.2 at every seed
     lr = c.loc["lr"]  # drawdown: cosine 0, 0; exact 0.14, 0: -0.07, interval wide
     assert lr.outcome == "inconclusive" and lr["diff"] == pytest.approx(-0.07) and lr.ci_low < 0 < lr.ci_high and lr.seeds_needed > 2
     assert "LR decay (cosine_lr) engaged: last LR / first LR 0.125" in lr.engaged

@@ -21,7 +21,7 @@ from rliable import metrics as rly
 
 from mathrl.config import expand_runs
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, add_intervals, claim_frame, placeholder, plt, t_halfwidth, verdict_rows
+from mathrl.studies.kit import COLORS, add_intervals, band, claim_frame, placeholder, plt, verdict_rows
 from mathrl.verdict import binomial_halfwidth
 
 NAME = "generic"
@@ -39,7 +39,7 @@ def setting(spec) -> str:
 def per_run(ctx) -> pd.DataFrame:
     rows = []
     for exp in ctx.cfg["experiments"]:
-        for order, run in enumerate(ctx.experiment(exp)):
+        for run in ctx.experiment(exp):
             n_eval = ((run.summary or {}).get("resolved") or {}).get("n_eval") or run.settings.get("eval_size") or math.nan
             row = {"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "status": run.status,
                    "eval_size": n_eval}  # fmt: skip
@@ -76,7 +76,7 @@ def curves_table(ctx) -> pd.DataFrame:
     """Per experiment, setting, metric and step: mean, std and n across seeds (eval from step 0)."""
     frames = []
     for exp in ctx.cfg["experiments"]:
-        for order, run in enumerate(r for r in ctx.experiment(exp) if r.ok):
+        for run in (r for r in ctx.experiment(exp) if r.ok):
             for metric in METRICS:
                 if metric == "eval_accuracy":
                     src = run.evals.rename(columns={metric: "value"})
@@ -115,15 +115,6 @@ def bounds(metric: str, s: dict | None) -> tuple[float, float]:
     return lo, 1.0 + sum(max(0, w) for w in weights)
 
 
-def bounded_band(ax, g: pd.DataFrame, label: str, color, lo: float, hi: float) -> None:
-    """The mean line and its 95% t band across seeds, the band clipped to [lo, hi]."""
-    mean = g["mean"].to_numpy(dtype=float)
-    half = np.nan_to_num(np.asarray(t_halfwidth(g["std"], g["n"]), dtype=float))
-    ax.plot(g["step"], mean, label=label, color=color)
-    low, high = np.clip(mean - half, lo, hi), np.clip(mean + half, lo, hi)
-    ax.fill_between(g["step"], low, high, color=color, alpha=0.18, linewidth=0)
-
-
 def setting_settings(cfg: dict, experiment: str) -> dict[str, dict]:
     """{setting: the resolved settings of its first run} of one experiment."""
     out: dict[str, dict] = {}
@@ -140,8 +131,7 @@ def figure(c: pd.DataFrame, experiment: str, settings: dict[str, dict] | None = 
         m = d[d["metric"] == metric] if len(d) else d
         for i, (name, g) in enumerate(m.groupby("setting", sort=False) if len(m) else []):
             g = g.sort_values("step")
-            lo, hi = bounds(metric, (settings or {}).get(name))
-            bounded_band(ax, g, name, COLORS[i % len(COLORS)], lo, hi)
+            band(ax, g["step"], g["mean"], g["std"], name, COLORS[i % len(COLORS)], g["n"], bounds(metric, (settings or {}).get(name)))
         if m.empty:
             placeholder(ax, f"no {label} logged")
         ax.set(title=label, xlabel="RL step", ylabel=label)

@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from mathrl.errors import ConfigError  # noqa: E402
-from mathrl.verdict import CONFIDENCE, MAX_SEEDS, number, sentence  # noqa: E402
+from mathrl.verdict import CONFIDENCE, number, seeds_text, sentence, wilson  # noqa: E402
 
 NAN = math.nan
 
@@ -26,7 +26,8 @@ def roles(cfg: dict, experiment: str, required: tuple[str, ...]) -> dict[str, st
     """{role: variant} of an experiment, from its `roles` block in the config.
 
     An experiment absent from the config has no roles (its study reports no data); one that
-    is present must name a variant for every role the study needs, and only variants it has."""
+    is present must name a variant for every role the study needs (that each names one of its
+    variants, `mathrl.config` checks when it expands the runs)."""
     exp = cfg.get("experiments", {}).get(experiment)
     if exp is None:
         return {}
@@ -35,11 +36,6 @@ def roles(cfg: dict, experiment: str, required: tuple[str, ...]) -> dict[str, st
     if missing:
         raise ConfigError(f"experiments.{experiment}.roles: missing role(s) {', '.join(missing)} "
                           f"(the {experiment} study needs: {', '.join(required)}; give each the name of one of its variants)")  # fmt: skip
-    variants = set((exp.get("variants") or {}).keys())
-    for role, variant in declared.items():
-        if variant not in variants:
-            raise ConfigError(f"experiments.{experiment}.roles.{role}: {variant!r} is not a variant of {experiment} "
-                              f"(allowed: {', '.join(sorted(variants)) or 'none'})")  # fmt: skip
     return {r: declared[r] for r in declared}
 
 
@@ -53,29 +49,25 @@ def role_of(role: dict[str, str], study_roles: tuple[str, ...]) -> dict[str, str
     return out
 
 
-def per_seed(df: pd.DataFrame, col: str, **where) -> dict:
-    """{seed: value} of one column over the rows matching `where` (NaN kept out)."""
-    if df is None or df.empty or col not in df:
-        return {}
+def _where(df: pd.DataFrame, col: str, where: dict) -> pd.DataFrame:
+    """The rows of `df` whose columns equal `where` (compared as text); none when a column is absent."""
+    if df is None or df.empty or col not in df or any(k not in df for k in where):
+        return pd.DataFrame(columns=["seed", col])
     mask = np.ones(len(df), dtype=bool)
     for k, v in where.items():
-        if k not in df:
-            return {}
         mask &= (df[k].astype(str) == str(v)).to_numpy()
-    sel = df[mask]
+    return df[mask]
+
+
+def per_seed(df: pd.DataFrame, col: str, **where) -> dict:
+    """{seed: value} of one column over the rows matching `where` (NaN kept out)."""
+    sel = _where(df, col, where)
     return {s: float(v) for s, v in zip(sel["seed"], sel[col]) if pd.notna(v)}
 
 
 def cell(df: pd.DataFrame, col: str, **where) -> float:
     """The value of `col` in the first row matching `where`; NaN when absent."""
-    if df is None or df.empty or col not in df:
-        return NAN
-    mask = np.ones(len(df), dtype=bool)
-    for k, v in where.items():
-        if k not in df:
-            return NAN
-        mask &= (df[k].astype(str) == str(v)).to_numpy()
-    vals = df.loc[mask, col]
+    vals = _where(df, col, where)[col]
     return float(vals.iloc[0]) if len(vals) and pd.notna(vals.iloc[0]) else NAN
 
 
@@ -108,8 +100,6 @@ def add_intervals(df: pd.DataFrame, values: list[str], bounds: dict | None = Non
 
 def add_wilson(df: pd.DataFrame, count: str, n: str = "n", prefix: str = "collapse_rate") -> pd.DataFrame:
     """`{prefix}`, `{prefix}_lo`, `{prefix}_hi`: a rate count/n with its 95% Wilson interval."""
-    from mathrl.verdict import wilson
-
     out = df.copy()
     ci = [wilson(int(k), int(m)) if known(k, m) and m else (NAN, NAN) for k, m in zip(out[count], out[n])]
     out[prefix] = [k / m if known(k, m) and m else NAN for k, m in zip(out[count], out[n])]
@@ -159,8 +149,7 @@ def power_note(df: pd.DataFrame) -> str:
     mdes = [f"{r.key} {number(r.mde, r.unit, sign=False)}" for r in judged.itertuples() if pd.notna(r.mde)]
     if mdes:
         parts.append("smallest effect detectable with 80% power: " + "; ".join(mdes))
-    need = [f"{r.key} {'more than ' + str(MAX_SEEDS) if r.seeds_needed > MAX_SEEDS else int(r.seeds_needed)}"
-            for r in judged.itertuples() if r.outcome == "inconclusive" and pd.notna(r.seeds_needed)]  # fmt: skip
+    need = [f"{r.key} {seeds_text(r.seeds_needed)}" for r in judged.itertuples() if r.outcome == "inconclusive" and pd.notna(r.seeds_needed)]
     if need:
         parts.append("seeds per arm an inconclusive verdict would need: " + "; ".join(need))
     counts = df["outcome"].value_counts()
