@@ -81,3 +81,13 @@ def test_no_function_is_longer_than_80_lines():
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name} ({n} lines)")
     assert long == []
+
+
+def test_the_readers_of_results_take_their_paths_from_layout():
+    """Where a result lives is stated once, in mathrl.layout: no reader joins a results path by hand."""
+    readers = [PACKAGE / f"{m}.py" for m in ("cli", "results", "compare", "aggregate", "plots", "report")]
+    readers += sorted((PACKAGE / "studies").glob("*.py"))
+    by_hand = ['/ "runs"', '/ "summary.json"', '/ "metrics.csv"', '/ "snapshot.pt"', '/ "figures"', '/ "tables"',
+               '/ "bandit"', '/ "sft"', '/ "gradvar"', '/ "logs"', '/ "benchmarks"', '/ "compare"']  # fmt: skip
+    found = [f"{p.name}: {s}" for p in readers for s in by_hand if s in p.read_text()]
+    assert not found, found
