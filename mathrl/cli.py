@@ -476,8 +476,23 @@ def _count(text: str) -> int:
     return int(text)
 
 
+class _TrainHelp(argparse.HelpFormatter):
+    """`mathrl train --help` ends with every run setting (KEY) and its help, the schema's words
+    carried by each RunSettings field; read only when the help is printed."""
+
+    def format_help(self) -> str:
+        import textwrap
+
+        from mathrl.settings import FIELDS
+
+        lines = ["", "run settings (KEY=VALUE):"]
+        for name, f in FIELDS.items():
+            lines.append(textwrap.fill(f.metadata["help"], 100, initial_indent=f"  {name}: ", subsequent_indent="      "))
+        return super().format_help() + "\n".join(lines) + "\n"
+
+
 def _add_train(sub) -> None:
-    p = sub.add_parser("train", help="one RL run (alone or under torchrun)",
+    p = sub.add_parser("train", help="one RL run (alone or under torchrun)", formatter_class=_TrainHelp,
                        epilog="`mathrl settings` lists every KEY with its value, range and help.")  # fmt: skip
     _common(p)
     # --experiment-run is the same flag under a name that is no prefix of a torchrun option

@@ -187,6 +187,16 @@ def test_every_subcommand_has_help(capsys):
     assert "`mathrl settings` lists every KEY" in (capsys.readouterr().out)
 
 
+def test_train_help_gives_every_run_setting_its_help(capsys):
+    from mathrl.settings import RunSettings
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # the help as one line, wrapping undone
+    for name in ("lr", "kl_coef", "batch_size", "wandb"):
+        assert f"{name}: {' '.join(RunSettings.help(name).split())}" in out, name
+
+
 def test_a_negative_thread_count_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as done:
         main(["train", "--threads", "-1"])
