@@ -14,10 +14,14 @@ the failure a remedy exists for was shown (`failure`), and that the remedy's mec
 - a p-value from scipy.stats for the claim's own test, adjusted across the family of
   `document` claims by Holm and by Benjamini-Hochberg (statsmodels);
 - the outcome: `mathrl.verdict.judge` on the interval, "not judged" where a check failed,
-  and "inconclusive" where a decided document claim does not survive Holm's adjustment.
+  and "inconclusive" where a decided document claim does not survive Holm's adjustment;
+- for an inconclusive claim, the seeds per arm that would decide it (`seeds_needed`: power at
+  the spread measured, for rates from Cohen's h, for a demoted claim at Holm's level); a
+  zero-width interval is stated as exact and, outside setup checks, noted as a result likely
+  fixed by construction.
 
-The report's verdict tables are views of that file. The grammar is in
-`config/claims.schema.yaml`; docs/ARCHITECTURE.md shows a claim end to end.
+The report's verdict tables are views of that file. The grammar is the `claim`
+definition of `config/config.schema.yaml`; docs/ARCHITECTURE.md shows a claim end to end.
 """
 
 from __future__ import annotations
@@ -503,7 +507,9 @@ def adjust(df: pd.DataFrame) -> pd.DataFrame:
         if tests_outcome and r["p_holm"] >= ALPHA:
             level = ALPHA / (size - rank[i] + 1)  # Holm's threshold at this claim's rank
             out.loc[i, "outcome"] = "inconclusive"
-            out.loc[i, "seeds_needed"] = seeds_for(float(r.get("sd", math.nan)), str(r.get("design")), float(r.get("effect_target", math.nan)), level)
+            seeds = seeds_for(float(r.get("sd", math.nan)), str(r.get("design")), float(r.get("effect_target", math.nan)), level)
+            if seeds == seeds:  # a rate keeps the seeds of its own power calculation
+                out.loc[i, "seeds_needed"] = seeds
             out.loc[i, "reason"] = (f"{r['reason']}, but not after Holm's adjustment across {size} document claims "
                                     f"(p = {r['p_value']:.3g}, adjusted {r['p_holm']:.3g}; the seeds needed are for "
                                     f"Holm's level {level:.2g} at this claim's rank)")  # fmt: skip
