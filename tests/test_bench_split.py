@@ -57,3 +57,22 @@ def test_split_of_an_older_tree_lumps_what_it_did_not_record(tmp_path):
     assert t["setup_and_outside"] == pytest.approx(4.0 - 0.8 - 0.5)
     assert "run_setup" not in t and "outside_run" not in t
     assert math.isclose(t["outside_steps_and_evaluations"], t["setup_and_outside"])
+
+
+def test_alternate_exports_a_commit_with_another_commits_config(tmp_path):
+    """bench.pipeline --alternate runs `git archive` checkouts; --config-from gives both one config."""
+    import subprocess
+
+    from bench.pipeline import ROOT, alternate_table, export
+
+    older = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD~1"], cwd=ROOT, capture_output=True, text=True)
+    if older.returncode != 0:
+        pytest.skip("a checkout with one commit of history")
+    first = older.stdout.strip()
+    head = export("HEAD", tmp_path / "head", first)
+    assert (head / "mathrl" / "eval_cache.py").is_file()
+    wanted = subprocess.run(["git", "show", f"{first}:config/config.yaml"], cwd=ROOT, capture_output=True, check=True).stdout
+    assert (head / "config" / "config.yaml").read_bytes() == wanted
+    text = alternate_table([{"version": "old", "rev": first[:7], "round": 0, "wall_s": 10.0, "job_seconds": 20.0,
+                             "train_job_seconds": 15.0, "returncode": 0}])  # fmt: skip
+    assert "train job seconds" in text and "20.0" in text
