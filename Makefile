@@ -25,7 +25,7 @@ test: setup
 report: setup
 	@start=$$(date +%s); $(BIN)/snakemake --profile profiles/default report && \
 	  echo "snakemake took $$(( $$(date +%s) - start )) s"
-	@$(BIN)/python -m bench.pipeline --existing results --table || true
+	@$(BIN)/python -m bench.split results || true
 	@echo "open results/report.html"
 
 bench: setup

@@ -8,12 +8,20 @@ into a fresh results directory, times it, and sums Snakemake's per-job benchmark
 
 The wall time is that of Snakemake alone: `make report` adds `make setup`, which on a
 fresh clone installs the virtual environment (timed separately in the README).
+
+`--alternate OLD --rounds N` times two versions of the pipeline on one machine, alternately
+(OLD, NEW, OLD, NEW, ...): each a `git archive` of its commit (NEW: `--new`, default HEAD),
+each round into fresh results, fork-server and cache directories; `--config-from REV` gives
+both the default configuration of commit REV (the same runs for both). It prints each
+round's wall seconds and job-seconds (all jobs, training jobs) and, for a version that
+records them, the training jobs' split (bench.split); `--json FILE` keeps the records.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -79,6 +87,56 @@ def run_pipeline(results: Path, cores: str, config_items: list[str]) -> dict:
             "report_bytes": report.stat().st_size if report.is_file() else None}  # fmt: skip
 
 
+def export(rev: str, dest: Path, config_from: str | None) -> Path:
+    """A checkout of commit `rev` at `dest` (git archive), with `config_from`'s default config."""
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    if config_from:
+        text = subprocess.run(["git", "show", f"{config_from}:config/config.yaml"], cwd=ROOT, capture_output=True,
+                              check=True).stdout  # fmt: skip
+        (dest / "config" / "config.yaml").write_bytes(text)
+    return dest
+
+
+def alternate(old: str, new: str, rounds: int, cores: str, config_from: str | None, config_items: list[str]) -> list[dict]:
+    """Both versions' pipelines, alternated, `rounds` times each; one record per pipeline."""
+    from bench.split import split
+
+    records = []
+    with tempfile.TemporaryDirectory(prefix="mathrl-bench-alternate-") as tmp:
+        checkouts = {name: export(rev, Path(tmp) / name / "checkout", config_from) for name, rev in (("old", old), ("new", new))}
+        for rnd in range(rounds):
+            for name in ("old", "new"):
+                work = Path(tmp) / name / f"round{rnd}"
+                results = work / "results"
+                env = {**os.environ, "PYTHONPATH": str(checkouts[name]), "MATHRL_CACHE_DIR": str(work / "cache"),
+                       "MATHRL_FORK_SERVER_DIR": str(work / "fork")}  # fmt: skip
+                (work / "fork").mkdir(parents=True, mode=0o700)
+                cmd = [*pipeline_command(results, cores, config_items), "--keep-going"]
+                print(f"  round {rnd} {name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+                t0 = time.perf_counter()
+                with open(work / "snakemake.log", "w") as fh:
+                    proc = subprocess.run(cmd, cwd=checkouts[name], env=env, stdout=fh, stderr=subprocess.STDOUT)
+                wall = time.perf_counter() - t0
+                stages = stage_times(results) if (results / "benchmarks").is_dir() else {}
+                rec = {"version": name, "rev": old if name == "old" else new, "round": rnd, "wall_s": wall,
+                       "returncode": proc.returncode, "job_seconds": sum(st["job_seconds"] for st in stages.values()),
+                       "train_job_seconds": stages.get("train", {}).get("job_seconds", 0.0), "stages": stages,
+                       "loadavg_end": list(os.getloadavg())}  # fmt: skip
+                if stages:
+                    rec["split"] = split(results)["train"]
+                records.append(rec)
+                print(json.dumps({k: v for k, v in rec.items() if k != "stages"}), file=sys.stderr, flush=True)
+    return records
+
+
+def alternate_table(records: list[dict]) -> str:
+    rows = [[r["version"], r["rev"], str(r["round"]), f"{r['wall_s']:.0f}", f"{r['job_seconds']:.1f}",
+             f"{r['train_job_seconds']:.1f}", str(r["returncode"])] for r in records]  # fmt: skip
+    return table(["version", "commit", "round", "wall s", "job seconds", "train job seconds", "exit"], rows, right_from=2)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__.splitlines()[0])
     g = p.add_mutually_exclusive_group()
@@ -88,7 +146,22 @@ def main(argv=None) -> int:
     p.add_argument("--cores", default="all", help="snakemake --cores (default all, as make report)")
     p.add_argument("--config-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="extra snakemake --config item, e.g. for a smaller smoke run")
+    g.add_argument("--alternate", metavar="OLD", help="time commit OLD's pipeline against --new's, alternately")
+    p.add_argument("--new", default="HEAD", help="with --alternate: the new commit (default HEAD)")
+    p.add_argument("--rounds", type=int, default=2, help="with --alternate: pipelines of each version (default 2)")
+    p.add_argument("--config-from", metavar="REV", help="with --alternate: both run commit REV's config/config.yaml")
+    p.add_argument("--json", type=Path, help="with --alternate: write the records to this file")
     args = p.parse_args(argv)
+
+    if args.alternate:
+        records = alternate(args.alternate, args.new, args.rounds, args.cores, args.config_from, args.config_arg)
+        if args.json:
+            args.json.write_text(json.dumps(records, indent=1))
+        print(alternate_table(records))
+        for name in ("old", "new"):
+            done = [r["job_seconds"] for r in records if r["version"] == name]
+            print(f"{name}: job-seconds {', '.join(f'{x:.1f}' for x in done)}")
+        return 0
 
     if args.existing:
         if not (args.existing / "benchmarks").is_dir():

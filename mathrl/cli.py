@@ -14,8 +14,12 @@ import sys
 from pathlib import Path
 
 from mathrl import layout
-from mathrl.config import DEFAULT_CONFIG, RUN_ID_CHARS, ConfigError, check_train, expand_runs, layered, load_config, parse_overrides, run_settings
-from mathrl.errors import ProblemFileError, SnapshotError
+# mathrl.config (jsonschema, yaml: about 0.08 s of CPU) is imported where a command needs it:
+# `mathrl launch`, run by every training job of the pipeline, needs none of it.
+from mathrl.errors import ConfigError, ProblemFileError, SnapshotError
+
+# mathrl.config.DEFAULT_CONFIG, named here without importing that module (tests/test_cli.py checks they agree)
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "config.yaml"
 
 USAGE_ERROR = 2
 
@@ -26,6 +30,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _load(args) -> dict:
+    from mathrl.config import layered, load_config
+
     return load_config(layered(args.config), args.set)
 
 
@@ -56,14 +62,18 @@ def cmd_sft(args) -> int:
     return 0
 
 
-def resolve_run(cfg: dict, run: str | None, run_id: str | None, overrides: list[str]) -> tuple[str, str | None, dict]:
-    """(run id, experiment, settings) for `--run` (an experiment's run) or an ad hoc run."""
+def resolve_run(cfg: dict, run: str | None, run_id: str | None, overrides: list[str],
+                runs: dict | None = None) -> tuple[str, str | None, dict]:  # fmt: skip
+    """(run id, experiment, settings) for `--run` (an experiment's run) or an ad hoc run;
+    `runs` is `expand_runs(cfg)` where the caller has it."""
+    from mathrl.config import expand_runs, parse_overrides, run_settings
+
     pairs = parse_overrides(overrides)
     if any(len(path) != 1 for path, _ in pairs):
         raise ConfigError("train overrides are run settings (lr=1e-3); use --set for other config keys")
     explicit = {path[0]: value for path, value in pairs}
     if run:
-        runs = expand_runs(cfg)
+        runs = expand_runs(cfg) if runs is None else runs
         if run not in runs:
             import difflib
 
@@ -100,20 +110,26 @@ def resolve_run(cfg: dict, run: str | None, run_id: str | None, overrides: list[
 
 def _checked_run_id(run_id: str) -> str:
     """The run id names a directory under results/runs and reaches shell commands and the report."""
+    from mathrl.config import RUN_ID_CHARS
+
     if not run_id or not set(run_id) <= RUN_ID_CHARS or run_id.startswith("."):
         raise ConfigError(f"--run-id: {run_id!r} is not allowed; use letters, digits and _ . - (not starting with .)")
     return run_id
 
 
 def cmd_train(args) -> int:
+    import time
+
+    started = time.perf_counter()
     import torch
 
     from mathrl import distributed
+    from mathrl.config import check_train, layered, load_config_and_runs
     from mathrl.settings import RunSettings
     from mathrl.trainer import Trainer
 
-    cfg = _load(args)
-    run_id, experiment, settings = resolve_run(cfg, args.run, args.run_id, args.overrides)
+    cfg, runs = load_config_and_runs(layered(args.config), args.set)  # validated and expanded once per configuration
+    run_id, experiment, settings = resolve_run(cfg, args.run, args.run_id, args.overrides, runs)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     check_train(cfg, settings, "run", world_size=world)
     settings = RunSettings.from_dict(settings)  # typed and frozen from here on
@@ -131,7 +147,7 @@ def cmd_train(args) -> int:
     args.snapshot_path = out / layout.SNAPSHOT_FILE  # named if the run is interrupted
     d = distributed.setup(settings.device)
     try:
-        summary = Trainer(cfg, run_id, settings, out, d, experiment).run(on_mismatch=args.on_mismatch)
+        summary = Trainer(cfg, run_id, settings, out, d, experiment, started=started).run(on_mismatch=args.on_mismatch)
     finally:
         distributed.teardown(d)
     if d.is_main:
@@ -229,6 +245,8 @@ def check_train_args(argv: list[str], world_size: int) -> None:
     import contextlib
     import io
 
+    from mathrl.config import check_train
+
     train = build_parser().parse_args(["train", *argv])
     cfg = _load(train)
     with contextlib.redirect_stderr(io.StringIO()):  # its notes are the run's to print
@@ -240,6 +258,7 @@ def cmd_runs(args) -> int:
     cfg = _load(args)
     if args.experiment is not None:
         _check_name("--experiment", args.experiment, "an experiment", cfg["experiments"])
+    from mathrl.config import expand_runs
     from mathrl.results import progress_of
 
     show = args.status or sys.stdout.isatty()  # piped: the bare ids, one a line, for scripts
@@ -315,7 +334,7 @@ def cmd_compare(args) -> int:
 def _experiment_arms(cfg: dict, experiment: str, runs_dir: Path) -> tuple[dict, str | None, list[str]]:
     """An experiment's settings as arms ({setting: {run id: Run}}), its baseline (the
     `baseline` or `reference` role), and the runs without a result."""
-    from mathrl.config import point_label
+    from mathrl.config import expand_runs, point_label
     from mathrl.results import load_run
 
     _check_name("--experiment", experiment, "an experiment", cfg["experiments"])

@@ -13,12 +13,14 @@ allowed; the CLI turns it into exit status 2 before anything is written.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import functools
 import hashlib
 import itertools
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -223,6 +225,12 @@ def load_config(paths=(DEFAULT_CONFIG,), overrides=()) -> dict:
     `paths` are merged in order (a later file overrides an earlier one, as Snakemake does
     with several --configfile); a file that says `standalone: true` drops the ones before
     it. `overrides` are `a.b=value` strings."""
+    cfg, layers = read_layers(paths, overrides)
+    return complete(cfg, source=", ".join(name for name, _ in layers), origin=lambda key: origin_of(layers, key))
+
+
+def read_layers(paths, overrides=()) -> tuple[dict, list[tuple[str, dict]]]:
+    """The merged, overridden config before validation, and its layers (for error messages)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     cfg: dict = {}
@@ -236,7 +244,73 @@ def load_config(paths=(DEFAULT_CONFIG,), overrides=()) -> dict:
     pairs = parse_overrides(list(overrides))
     cfg = apply_overrides(cfg, pairs)
     layers += [(f"--set {item}", apply_overrides({}, [pair])) for item, pair in zip(overrides, pairs)]
-    return complete(cfg, source=", ".join(name for name, _ in layers), origin=lambda key: origin_of(layers, key))
+    return cfg, layers
+
+
+def load_config_and_runs(paths=(DEFAULT_CONFIG,), overrides=()) -> tuple[dict, dict[str, RunSpec]]:
+    """`load_config` and `expand_runs` of its result, remembered across processes.
+
+    A training job of the pipeline validated the whole configuration and expanded every run
+    of it (about 0.4 s of CPU for the default's two hundred runs) to train one. The result
+    is kept as JSON under `cache_dir()`, keyed by a hash of the merged configuration and of
+    the code that checks it (every mathrl source file's name, size and mtime, and the
+    schema): an edit to either is another key. Only a configuration that passed every check
+    is kept, and only if JSON gives it back unchanged; a cache that cannot be read or written
+    is passed by."""
+    raw, layers = read_layers(paths, overrides)
+    key = hashlib.sha256(json.dumps([raw, _code_stamp()], sort_keys=True, default=repr).encode()).hexdigest()[:24]
+    where = cache_dir()
+    path = where / f"config-{key}.json" if where is not None else None
+    if path is not None:
+        try:
+            entry = json.loads(path.read_text())
+            if entry["key"] == key:
+                return entry["cfg"], {s["run_id"]: RunSpec(**s) for s in entry["runs"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    cfg = complete(raw, source=", ".join(name for name, _ in layers), origin=lambda k: origin_of(layers, k))
+    runs = expand_runs(cfg)
+    entry = {"key": key, "cfg": cfg, "runs": [dataclasses.asdict(s) for s in runs.values()]}
+    if path is not None and json.loads(json.dumps(entry)) == entry:  # tuples or non-string keys would come back changed
+        try:
+            from mathrl.atomic import atomic_write
+
+            atomic_write(path, json.dumps(entry))
+            for old in sorted(where.glob("config-*.json"), key=lambda f: f.stat().st_mtime)[:-CACHE_KEEP]:
+                old.unlink(missing_ok=True)
+        except OSError:
+            pass
+    return cfg, runs
+
+
+CACHE_KEEP = 32  # configurations kept in the cache, the most recently written
+
+
+def cache_dir() -> Path | None:
+    """$MATHRL_CACHE_DIR, else a private directory per user under /tmp; None if it cannot be
+    made private to this user, or when MATHRL_CACHE_DIR is `off`."""
+    setting = os.environ.get("MATHRL_CACHE_DIR", "").strip()
+    if setting == "off":
+        return None
+    base = Path(setting or f"/tmp/mathrl-cache-{os.getuid()}")
+    try:
+        base.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = base.stat()
+    except OSError:
+        return None
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None
+    return base
+
+
+def _code_stamp() -> list[str]:
+    """Name, size and mtime of every mathrl source file and of the schema."""
+    package = Path(__file__).resolve().parent
+    stamp = []
+    for path in sorted([*package.rglob("*.py"), SCHEMA_PATH]):
+        st = path.stat()
+        stamp.append(f"{path}:{st.st_size}:{st.st_mtime_ns}")
+    return stamp
 
 
 def origin_of(layers: list[tuple[str, dict]], key: list) -> str | None:

@@ -28,7 +28,7 @@ METRICS = [
 ]  # fmt: skip
 EXTRAS = [
     "eval_sampled_accuracy", "ndigit", "format_rate", "baseline", "entropy_coef", "value_rmse", "explained_variance",
-    "skipped", "sample_seconds", "update_seconds",
+    "skipped", "sample_seconds", "update_seconds", "eval_seconds",
     # update diagnostics: clip_frac = clip_frac_low + clip_frac_high; ppo_kl as verl's actor/ppo_kl;
     # token-level advantage statistics; the log-prob/advantage covariance (arXiv 2505.22617);
     # cov_frac: share of tokens Clip-Cov or KL-Cov acted on

@@ -48,7 +48,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import mathrl
-from mathrl import faults, resume, snapshot
+from mathrl import eval_cache, faults, resume, snapshot
 from mathrl.atomic import atomic_write
 from mathrl.config import ConfigError
 from mathrl.console import console_line, time_left
@@ -114,7 +114,10 @@ class ActorCritic(nn.Module):
 class Trainer:
     """One RL run with its settings (built once, from the validated config)."""
 
-    def __init__(self, cfg: dict, run_id: str, settings: RunSettings, run_dir: Path, d: Dist, experiment: str | None = None):
+    def __init__(self, cfg: dict, run_id: str, settings: RunSettings, run_dir: Path, d: Dist, experiment: str | None = None,
+                 started: float | None = None):  # fmt: skip
+        # when the run's command began (time.perf_counter), for summary.json's run_seconds
+        self.started = time.perf_counter() if started is None else started
         self.cfg, self.run_id, self.s, self.dir, self.d, self.experiment = cfg, run_id, settings, Path(run_dir), d, experiment
         self.record = settings.as_dict()  # the settings as summary.json and snapshots record them; resume's schedules read it
         self.progress = None  # the progress bar while one is shown (interactive runs)
@@ -137,7 +140,8 @@ class Trainer:
             self.init_path = Path(s.init) if s.init else sft_checkpoint(cfg, s.task)
             policy, self.init_meta = load_policy(self.init_path)
         # What the run started from: a snapshot trained from another checkpoint is not this run.
-        self.init_digest = "random" if self.init_path == "random" else hashlib.sha256(Path(self.init_path).read_bytes()).hexdigest()[:16]
+        self.init_sha256 = "random" if self.init_path == "random" else hashlib.sha256(Path(self.init_path).read_bytes()).hexdigest()
+        self.init_digest = self.init_sha256[:16]
         self.model_config = asdict(policy.config)
         self.ref = copy.deepcopy(policy).to(d.device).eval().requires_grad_(False)
         self.estimator = get_estimator(s.algorithm)  # the advantage estimator (mathrl.algorithms)
@@ -168,6 +172,7 @@ class Trainer:
         self.step_no, self.samples, self.rows, self.status = 0, 0, [], "running"
         self.initial_eval: float | None = None
         self.initial_sampled = math.nan
+        self.initial_eval_seconds = 0.0  # what this process spent on the evaluation before RL (0 when resumed)
         # per held-out problem: greedy correctness at the start and at the last evaluation
         # (heldout.csv), and pass@k's correct counts before and after RL (pass_at_k.csv)
         self.initial_correct: list[int] | None = None
@@ -508,7 +513,9 @@ class Trainer:
             self.say(f"alert: step {step}: {nonfinite['message']}")
         if resume.evaluated_at(self.record, step) or self.status != "running":
             last = step == self.s.steps or self.status != "running"
+            t_eval = time.perf_counter()
             row["eval_accuracy"], row["eval_sampled_accuracy"] = self.evaluate(step, sampled=last)
+            row["eval_seconds"] = time.perf_counter() - t_eval
         row["seconds"] = time.perf_counter() - t0
         self.step_no = step
         self.rows.append(row)
@@ -533,6 +540,22 @@ class Trainer:
             right = sampled_correct(self.net.policy, self.task, self.test_pairs[mine], d.device, noise[mine], s.temperature)
             hits = float(all_sum(d, torch.tensor([float(right.sum())], dtype=torch.float64))[0])
         return float(full.mean()), hits / len(self.test_pairs)
+
+    def evaluate_start(self) -> float:
+        """The evaluation before RL: greedy (kept in `last_correct`) and sampled accuracy of the
+        starting checkpoint, read from beside it or computed once and stored there
+        (`mathrl.eval_cache`: the sampled answers' noise has a fixed seed, not the run's); a
+        random start is evaluated as any step is. The seconds the evaluation takes to compute."""
+        if self.init_path == "random":
+            t0 = time.perf_counter()
+            self.initial_eval, self.initial_sampled = self.evaluate(0)
+            return time.perf_counter() - t0
+        result = eval_cache.initial_evaluation(Path(self.init_path), self.init_sha256, self.net.policy, self.task,
+                                               self.cfg["tasks"][self.s.task], self.test_pairs, self.s.temperature,
+                                               self.d.device)  # fmt: skip
+        self.last_correct = result.greedy
+        self.initial_eval, self.initial_sampled = result.greedy_accuracy, result.sampled_accuracy
+        return result.compute_seconds
 
     def pass_at_k_counts(self) -> list[int]:
         """Correct samples out of pass_at_k_samples per problem, for the first pass_at_k_problems
@@ -576,9 +599,9 @@ class Trainer:
             self.say(f"{self.run_id}: {s.steps} steps of {s.batch_size} rollouts on {d.device} (world size "
                      f"{d.world_size}); evaluating {len(self.test_pairs)} held-out problems first")  # fmt: skip
             t0 = time.perf_counter()
-            self.initial_eval, self.initial_sampled = self.evaluate(0)
+            eval_seconds = self.evaluate_start()  # what evaluating takes here (read from the cache: what it took)
             self.initial_correct = self.last_correct
-            eval_seconds = time.perf_counter() - t0
+            self.initial_eval_seconds = time.perf_counter() - t0
         if s.pass_at_k and d.is_main and "initial" not in self.pass_counts:
             self.pass_counts["initial"] = self.pass_at_k_counts()
         wandb_run = self.start_wandb()
@@ -660,11 +683,13 @@ class Trainer:
                          "init": str(self.init_path), "world_size": self.d.world_size, "device": str(self.d.device),
                          "n_eval": len(self.test_pairs)},
             "status": self.status,
-            "initial": {"eval_accuracy": self.initial_eval, "eval_sampled_accuracy": self.initial_sampled},
+            "initial": {"eval_accuracy": self.initial_eval, "eval_sampled_accuracy": self.initial_sampled,
+                        "eval_seconds": self.initial_eval_seconds},
             "final": {**last, "eval_accuracy": evals[-1][1] if evals else math.nan},
             "best": {"step": best[0], "eval_accuracy": best[1]},
             "steps_done": self.step_no,
             "wall_seconds": sum(r["seconds"] for r in self.rows),
+            "run_seconds": time.perf_counter() - self.started,  # the command so far: setup, steps, evaluations, writing
             "versions": mathrl.versions(),
             "git": mathrl.git_state(),  # the commit and whether tracked files had changes
             "alerts": self.monitor.alerts,

@@ -123,7 +123,7 @@ def finished_runs(log: str) -> set[str]:
 
 # --- the fault tests: processes, run directories, metrics -----------------------------------
 
-VOLATILE = ["seconds", "sample_seconds", "update_seconds"]  # wall-clock columns
+VOLATILE = ["seconds", "sample_seconds", "update_seconds", "eval_seconds"]  # wall-clock columns
 # Every step snapshotted, so a kill in step 3 has a complete snapshot of step 2 behind it.
 KILL_SETTINGS = ["steps=4", "snapshot_every=1", "reward=shaped"]
 

@@ -55,8 +55,9 @@ def test_a_variant_of_an_experiments_run_trains_under_its_own_name(tiny_cfg_dict
     """`--run RUN --run-id NAME lr=...`: RUN's settings with the change, in results/runs/NAME
     (what the refusal of `--run RUN lr=...` suggests); an experiment's run id is not a free name."""
     from mathrl import cli
+    from mathrl.config import load_config
 
-    cfg = cli.load_config([write_config(tmp_path / "c.yaml", tiny_cfg_dict)])
+    cfg = load_config([write_config(tmp_path / "c.yaml", tiny_cfg_dict)])
     run_id, experiment, settings = cli.resolve_run(cfg, "tiny__batch_size-16__s1", "hot", ["lr=0.5"])
     assert (run_id, experiment) == ("hot", None)
     assert settings["lr"] == 0.5 and settings["batch_size"] == 16 and settings["seed"] == 1
@@ -214,3 +215,18 @@ def test_building_the_parser_imports_no_heavy_module():
             "print(sorted(m for m in ('pandas', 'scipy', 'torch', 'matplotlib') if m in sys.modules))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]", out
+
+
+def test_mathrl_launch_imports_no_configuration_code():
+    """`mathrl launch`, every training job's first process, hands the run on without reading the
+    configuration: the schema's validator (jsonschema) and yaml are the forked run's to import."""
+    import subprocess
+    import sys
+
+    from mathrl import cli, config
+
+    assert cli.DEFAULT_CONFIG == config.DEFAULT_CONFIG
+    code = ("import sys; from mathrl.cli import main; main(['launch', '--gpus', '0', '--dry-run', '--', '--run', 'x']); "
+            "print(sorted(m for m in ('mathrl.config', 'jsonschema', 'yaml', 'torch') if m in sys.modules))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out.splitlines()[-1] == "[]", out

@@ -10,7 +10,7 @@ from mathrl import resume
 from mathrl.cli import main
 from mathrl.config import load_schema
 
-VOLATILE = ["seconds", "sample_seconds", "update_seconds"]
+VOLATILE = ["seconds", "sample_seconds", "update_seconds", "eval_seconds"]
 
 
 def defaults() -> dict:

@@ -15,7 +15,7 @@ from mathrl import snapshot
 from mathrl.cli import main
 from mathrl.trainer import EXTRAS, METRICS
 
-VOLATILE = ["seconds", "sample_seconds", "update_seconds"]  # wall-clock columns
+VOLATILE = ["seconds", "sample_seconds", "update_seconds", "eval_seconds"]  # wall-clock columns
 
 
 def train(env, run_id, *settings, extra=()):
@@ -236,3 +236,27 @@ def test_a_run_says_what_it_does_first_and_how_long_the_rest_will_take(run_env, 
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("chatty: 3 steps of 16 rollouts on cpu") and "held-out problems first" in out[0]
     assert out[1].startswith("Step 1/3") and out[2].startswith("chatty: about ") and "2 steps of" in out[2]
+
+
+def test_eval_seconds_and_the_shared_starting_evaluation(run_env):
+    """Each evaluation's seconds are in metrics.csv (NaN where a step has none) and the one
+    before RL in summary.json; the second run from the same warm-up reads the starting
+    evaluation stored beside the checkpoint instead of computing it, and gets the same
+    greedy and sampled accuracy (the sampled noise has a fixed seed, not the run's)."""
+    assert train(run_env, "first", "seed=1", "steps=3") == 0
+    assert train(run_env, "second", "seed=2", "steps=3") == 0
+    for run_id in ("first", "second"):
+        df = metrics(run_env, run_id)
+        evaluated = df["eval_accuracy"].notna()
+        assert list(evaluated) == [False, True, True]
+        assert (df.loc[evaluated, "eval_seconds"] > 0).all() and df.loc[~evaluated, "eval_seconds"].isna().all()
+        s = summary(run_env, run_id)
+        assert s["initial"]["eval_seconds"] >= 0
+        assert s["run_seconds"] >= s["wall_seconds"] + s["initial"]["eval_seconds"]
+    first, second = summary(run_env, "first"), summary(run_env, "second")
+    assert first["initial"]["eval_accuracy"] == second["initial"]["eval_accuracy"]
+    assert first["initial"]["eval_sampled_accuracy"] == second["initial"]["eval_sampled_accuracy"]
+    (entry,) = (run_env["results"] / "sft" / "add" / "evaluations").glob("*.json")
+    assert json.loads(entry.read_text())["problems"] == 50  # the runs' eval_size
+    heldout = [(run_env["results"] / "runs" / r / "heldout.csv").read_text().splitlines() for r in ("first", "second")]
+    assert [line.split(",")[2] for line in heldout[0]] == [line.split(",")[2] for line in heldout[1]]  # initial column
