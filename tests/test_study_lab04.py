@@ -293,7 +293,8 @@ def test_figures_are_readable_and_their_bands_bounded(results):
         assert 0 <= lo and hi <= 1
     entropy = next(ax for ax in six.axes if ax.get_title().startswith("Policy entropy"))
     assert band_extent(entropy)[0] >= 0
-    compared, starts = gpt.axes[0], gpt.axes[3]
+    compared, starts = gpt.axes[0], gpt.axes[4]
+    assert gpt.axes[2].get_title().startswith("KL to the warm-up") and len(gpt.axes) == 5
     labels = {line.get_label() for line in compared.get_lines()}
     assert labels == {"normal", "aggressive", "clip_higher", "dapo_aggressive", "clip_cov"}
     assert {line.get_label() for line in starts.get_lines()} == {"random_init", "near_perfect"}
@@ -400,10 +401,10 @@ def test_differences_table_and_sentence(results):
     d = results[0]["lab04_gpt_differences"]
     ch = d[d.role == "clip_higher"].set_index("setting")
     assert set(ch.index) == {"clip_eps_high", "ppo_epochs"} and ch.loc["clip_eps_high", "value"] == "0.28"
-    assert ch.loc["clip_eps_high", "aggressive"] == "None"
+    assert ch.loc["clip_eps_high", "aggressive"] == "unset"
     assert "algorithm" in set(d[d.role == "remedy"]["setting"])
     text = lab04.differences_sentence(d)
-    assert "clip_higher (clip_higher) changes clip_eps_high (0.28, not None)" in text
+    assert "clip_higher (clip_higher) changes clip_eps_high (0.28, not unset)" in text
 
 
 def test_a_bandit_policy_still_moving():

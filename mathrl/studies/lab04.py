@@ -299,6 +299,11 @@ def differences(settings: dict, against: dict, ignore: tuple[str, ...] = ("seed"
 COMPARED_TO_FAILURE = ("normal", "clip_higher", "remedy", "kl_clip", "kl_epochs", "entropy_bonus", "temperature", "clip_cov", "kl_cov")  # roles set beside aggressive
 
 
+def _shown(value) -> str:
+    """A setting's value as the report prints it: "unset" for None (a CSV would read "None" back as missing)."""
+    return "unset" if value is None else str(value)
+
+
 def differences_table(ctx, role: dict[str, str]) -> pd.DataFrame:
     """Per role compared with the failing setting (role aggressive): each run setting it changes, from
     the config's expansion of the experiment (seed 0's run of each variant)."""
@@ -312,7 +317,7 @@ def differences_table(ctx, role: dict[str, str]) -> pd.DataFrame:
         if base is None or v not in spec:
             continue
         for key, value, other in differences(spec[v], base):
-            rows.append({"role": r, "variant": v, "setting": key, "value": str(value), "aggressive": str(other)})
+            rows.append({"role": r, "variant": v, "setting": key, "value": _shown(value), "aggressive": _shown(other)})
     return pd.DataFrame(rows, columns=["role", "variant", "setting", "value", "aggressive"])
 
 
@@ -580,16 +585,19 @@ def _gpt_panel(ax, t, names: list[str], metric: str, colour: dict) -> None:
 def gpt_figure(t) -> "Figure":
     """Top: entropy and held-out accuracy of the settings the section compares; bottom, apart
     (their entropy would stretch the axis): the random and near-perfect starts."""
-    fig, axes = plt.subplots(2, 2, figsize=(12, 7.5))
+    fig, axes = plt.subplots(2, 3, figsize=(16, 7.5))
     gpt = t["lab04_gpt"]
     variants = gpt["variant"].tolist() if "variant" in gpt else []
     role = dict(zip(variants, gpt["role"])) if "role" in gpt else {}
     colour = {v: COLORS[k % len(COLORS)] for k, v in enumerate(variants)}
     compared = [v for v in variants if role.get(v) in COMPARED]
     starts = [v for v in variants if role.get(v) in STARTS]
-    for ax, names, metric in ((axes[0, 0], compared, "entropy"), (axes[0, 1], compared, "eval_accuracy"),
+    for ax, names, metric in ((axes[0, 0], compared, "entropy"), (axes[0, 1], compared, "eval_accuracy"), (axes[0, 2], compared, "kl"),
                               (axes[1, 0], starts, "frac_zero_std"), (axes[1, 1], starts, "entropy")):  # fmt: skip
         _gpt_panel(ax, t, names, metric, colour)
+    fig.delaxes(axes[1, 2])
+    _label(axes[0, 2], "KL to the warm-up (the documents' alarm: 0.5)", "RL step", "per-token KL (k3)")
+    axes[0, 2].axhline(0.5, color="0.3", ls=":", lw=1)
     _label(axes[0, 0], "Token entropy", "RL step", "mean per-token entropy")
     _label(axes[0, 1], "Held-out accuracy (step 0: before RL)", "RL step", "greedy exact-match accuracy")
     axes[1, 0].set_ylim(-0.02, 1.02)  # a share
@@ -619,8 +627,10 @@ CLAIMS = {
                "briefly and then falls, even below zero: the agent learns the reward model's flaws instead of the goal.",
     "gpt": "The document names DAPO (clip-higher, dynamic sampling) as the cure for entropy collapse. On the GPT we repeat the challenges "
            "from the calibrated reference: a failing setting (a multiple of its learning rate, a tenth of the entropy bonus, several PPO epochs "
-           "per batch so that the ratio moves and a clip can bind) whose token entropy must first be shown to fall by at least half, with its "
-           "interval; a proxy reward that favours large digits; RL from a random policy (all answers wrong) and from a near-perfect one (all right). "
+           "per batch so that the ratio moves and a clip can bind), on which the failure each remedy is for must first be shown with its interval "
+           "(token entropy falling by at least half for the entropy claims, held-out accuracy lost for the accuracy claims, the KL to the warm-up "
+           "passing the documents' alarm of 0.5 for the troubleshooting table's KL remedies); a proxy reward that favours large digits; RL from a "
+           "random policy (all answers wrong) and from a near-perfect one (all right). "
            "Each remedy is compared with the failing setting where the two match: at equal updates (each run's last step, the same number of steps) "
            "and, for DAPO, whose dynamic sampling draws more rollouts per step, also at equal samples (the step by which it has drawn what the failing "
            "setting draws in its whole run). A remedy is judged only where the failure was shown and its mechanism acted: for clip-higher, "
