@@ -493,7 +493,7 @@ def _probabilities(fig, cell, ec: pd.DataFrame) -> list:
         _label(ax, "Action probabilities", "step", "probability")
         return [ax]
     cols = min(2, len(settings))
-    grid = cell.subgridspec(-(-len(settings) // cols), cols, hspace=0.55, wspace=0.3)
+    grid = cell.subgridspec(-(-len(settings) // cols), cols, hspace=0.95, wspace=0.3)
     axes = []
     for k, setting in enumerate(settings):
         ax = fig.add_subplot(grid[k // cols, k % cols], sharey=axes[0] if axes else None)
@@ -646,9 +646,8 @@ def gpt_sentence(gpt: pd.DataFrame, diffs: pd.DataFrame | None = None) -> str:
     return (f"Token entropy went from {_pm(a, 'entropy_start_mean')} to {_pm(a, 'entropy_end_mean')} under the failing setting "
             f"({_pm(a, 'entropy_reduction_mean', '.1%')} lower, {n['aggressive']}; largest KL to the reference {_pm(a, 'kl_max_mean')}), "
             f"sampled accuracy changing by {_pm(a, 'accuracy_gain_mean')}, against {_pm(g['normal'], 'entropy_reduction_mean', '.1%')} lower "
-            f"under the normal one ({n['normal']}). Clip-higher ({n['clip_higher']}) freed {_pm(g['clip_higher'], 'clip_higher_freed_mean')} of tokens "
-            f"and ended at entropy {_pm(g['clip_higher'], 'entropy_end_mean')}. DAPO ({n['dapo_aggressive']}) freed {_pm(d, 'clip_higher_freed_mean')} "
-            f"of tokens and drew {_pm(d, 'draws_per_rollout_mean')} rollouts per rollout kept, {_pm(d, 'samples_mean', '.0f')} in all against "
+            f"under the normal one ({n['normal']}). Clip-higher ({n['clip_higher']}){_freed(g['clip_higher'])} "
+            f"ended at entropy {_pm(g['clip_higher'], 'entropy_end_mean')}. DAPO ({n['dapo_aggressive']}){_freed(d)} drew {_pm(d, 'draws_per_rollout_mean')} rollouts per rollout kept, {_pm(d, 'samples_mean', '.0f')} in all against "
             f"{_pm(a, 'samples_mean', '.0f')}; at its last step (equal updates) its entropy was {_pm(d, 'entropy_end_mean')} against "
             f"{_pm(a, 'entropy_end_mean')}; at step {_pm(d, 'equal_samples_step_mean', '.1f')} ({_pm(d, 'samples_at_equal_mean', '.0f')} rollouts, "
             f"equal samples) {_pm(d, 'entropy_equal_samples_mean')}, with held-out accuracy {_pm(d, 'eval_equal_samples_mean', '.1%')} at its last "
@@ -668,9 +667,9 @@ def differences_sentence(diffs: pd.DataFrame | None) -> str:
     return " Against the failing setting, " + "; ".join(parts) + "."
 
 
-def _upper(d: dict) -> str:
-    """' (x ± s at the upper clip)': the upper clip's own share of a pooled row, where the runs logged it."""
-    return f" ({_pm(d, 'clip_frac_high_mean')} at the upper clip)" if known(d.get("clip_frac_high_mean")) else ""
+def _freed(d: dict) -> str:
+    """' freed x ± s of tokens and': the tokens clip-higher freed, where the runs logged them."""
+    return f" freed {_pm(d, 'clip_higher_freed_mean')} of tokens and" if known(d.get("clip_higher_freed_mean")) else ""
 
 
 def cov_sentence(gpt: pd.DataFrame) -> str:
