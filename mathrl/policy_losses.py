@@ -82,12 +82,25 @@ def clip_diagnostics(logp: torch.Tensor, old_logp: torch.Tensor, clipped: torch.
     return {"clip_frac": clipped, "clip_frac_low": low, "clip_frac_high": high}
 
 
+def clip_higher_freed(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                      eps_low: float | None, eps_high: float | None) -> torch.Tensor:
+    """The tokens clip-higher keeps a gradient for, (B, T) bool: advantage > 0 and ratio in
+    (1 + eps_low, 1 + eps_high], which a symmetric clip at eps_low would cut and the upper bound
+    1 + eps_high does not. None of them where eps_high <= eps_low or either side is unclipped."""
+    if eps_low is None or eps_high is None or eps_high <= eps_low:
+        return torch.zeros_like(logp, dtype=torch.bool)
+    ratio = torch.exp(logp.detach() - old_logp)
+    return (advantages > 0) & (ratio > 1.0 + eps_low) & (ratio <= 1.0 + eps_high)
+
+
 @policy_loss("vanilla")
 def vanilla(x: PolicyLossInputs) -> tuple[torch.Tensor, Diagnostics]:
     """PPO's clipped surrogate per token (clip-higher with clip_eps_high); at ratio 1 (one
-    update per batch) its gradient is REINFORCE's, -A grad log pi."""
+    update per batch) its gradient is REINFORCE's, -A grad log pi. `clip_higher_freed`: the
+    tokens clip-higher frees (`clip_higher_freed()`; 0 under a symmetric clip)."""
     pg, clipped = clipped_surrogate(x.logp, x.old_logp, x.advantages, *clip_range(x.settings))
-    return pg, clip_diagnostics(x.logp, x.old_logp, clipped)
+    freed = clip_higher_freed(x.logp, x.old_logp, x.advantages, *clip_range(x.settings))
+    return pg, {**clip_diagnostics(x.logp, x.old_logp, clipped), "clip_higher_freed": freed}
 
 
 @policy_loss("clip_cov")

@@ -87,6 +87,8 @@ def write_gpt(cfg):
                 row = {"step": s, "accuracy": a, "reward_mean": reward(s) if reward else a, "entropy": ent(s), "frac_zero_std": fzs,
                        "grad_norm": 0.5, "seconds": 1.0, "clip_frac": 0.05 if variant in ("clip_higher", "dapo_aggressive") else 0.0,
                        "clip_frac_high": 0.03 if variant in ("clip_higher", "dapo_aggressive") else 0.0,
+                       "clip_higher_freed": 0.01 if variant in ("clip_higher", "dapo_aggressive") else 0.0, "kl": 0.01 * s,
+                       "ppo_kl": 0.02 if variant == "aggressive" else 0.01,
                        "samples": 16 * s * (2 if variant == "dapo_aggressive" else 1), **({"eval_accuracy": a} if s % 4 == 0 else {}),
                        **({"cov_frac": 0.002} if variant == "clip_cov" else {})}  # fmt: skip
                 rows.append(row)
@@ -190,9 +192,15 @@ def test_gpt_tables(results):
     assert runs.set_index("run_id").loc["lab04_gpt__dapo_aggressive__s1", "status"] == "missing"
     assert math.isnan(runs.set_index("run_id").loc["lab04_gpt__dapo_aggressive__s1", "eval_end"])
     assert g.loc["dapo_aggressive", "n"] == 1 and g.loc["dapo_aggressive", "expected"] == 2 and g.loc["normal", "n"] == 2
-    # start: mean of steps 1-5, end: mean of steps 8-12 (GPT_WINDOW = 5)
-    assert g.loc["aggressive", "entropy_start_mean"] == pytest.approx(0.24) and g.loc["aggressive", "entropy_end_mean"] == pytest.approx(0.1)
-    assert g.loc["aggressive", "entropy_reduction_mean"] == pytest.approx(1 - 0.1 / 0.24)
+    # token entropy at points: step 1 and the last step (12)
+    assert g.loc["aggressive", "entropy_start_mean"] == pytest.approx(0.28) and g.loc["aggressive", "entropy_end_mean"] == pytest.approx(0.06)
+    assert g.loc["aggressive", "entropy_reduction_mean"] == pytest.approx(1 - 0.06 / 0.28)
+    # equal samples: 12 steps of 16 rollouts = 192; DAPO draws 32 a step, so step 6 (192), its last evaluation by then step 4
+    assert g.loc["aggressive", "equal_samples_step_mean"] == 12 and g.loc["dapo_aggressive", "equal_samples_step_mean"] == 6
+    assert g.loc["dapo_aggressive", "samples_at_equal_mean"] == 192 and g.loc["dapo_aggressive", "entropy_equal_samples_mean"] == pytest.approx(0.27)
+    assert g.loc["dapo_aggressive", "eval_equal_samples_step_mean"] == 4 and g.loc["dapo_aggressive", "eval_equal_samples_mean"] == pytest.approx(0.54)
+    assert g.loc["aggressive", "eval_equal_samples_mean"] == pytest.approx(0.385) and g.loc["aggressive", "kl_max_mean"] == pytest.approx(0.12)
+    assert g.loc["clip_higher", "clip_higher_freed_mean"] == pytest.approx(0.01) and g.loc["aggressive", "clip_higher_freed_mean"] == 0
     assert g.loc["aggressive", "eval_start_mean"] == 0.5 and g.loc["aggressive", "eval_end_mean"] == pytest.approx(0.385)
     assert g.loc["aggressive", "eval_end_std"] == pytest.approx(np.std([0.38, 0.39], ddof=1))
     assert g.loc["proxy_reward", "reward_start_mean"] == pytest.approx(0.63) and g.loc["proxy_reward", "reward_end_mean"] == pytest.approx(0.7)
@@ -213,7 +221,7 @@ def test_criteria_and_template(results):
     ch = v.loc["gpt_clip_higher_entropy"]  # the aggressive setting's sampled accuracy falls: no "entropy falls while reward rises" to remedy
     assert ch.outcome == "not judged" and "learning (aggressive) not established: sampled accuracy, end − start -0.07" in ch.reason
     assert ch.failure_established is False or ch.failure_established == "False"
-    assert "upper clip (clip_higher) engaged: share of tokens clipped at the upper bound 0.03" in ch.engaged
+    assert "clip-higher engaged: share of tokens clip-higher freed" in ch.engaged and "0.01 (needs >= 0.001)" in ch.engaged
     assert "dynamic sampling engaged: rollouts drawn per rollout kept" in v.loc["gpt_dapo_entropy"].engaged
     cc = v.loc["gpt_clip_cov_entropy"]  # judged on the same gate: the aggressive setting does not learn here
     assert cc.outcome == "not judged" and "covariance rule (clip_cov) engaged: share of answer tokens it acted on (cov_frac) 0.002" in cc.engaged
@@ -250,7 +258,7 @@ def test_figures_and_section(results):
     band = lab04.seed_band(t["curves"], "aggressive", "eval_accuracy")
     assert band.step.tolist() == [0, 4, 8, 12] and band["mean"].iloc[-1] == pytest.approx(0.385) and band["n"].iloc[0] == 2
     s = lab04.section(t)
-    assert "inconclusive" in s["parts"]["entropy"]["summary"] and len(s["parts"]["entropy"]["rows"]) == 6
+    assert "inconclusive" in s["parts"]["entropy"]["summary"] and len(s["parts"]["entropy"]["rows"]) == 8
     assert s["parts"]["entropy"]["summary"].endswith("and 2 setup checks, not counted")
     assert "n=1 of 2" in s["parts"]["gpt"]["measured"] and "n per arm: 2" in s["power"]
     html = render(t)
@@ -270,7 +278,7 @@ def test_the_normal_setting_is_found_beside_a_second_role(results):
     assert gpt.loc["normal", "role"] == "normal"
     measured = lab04.section(results[1])["parts"]["gpt"]["measured"]
     assert "– ±" not in measured and "n=– of –" not in measured
-    assert "under the normal ones (n=2 of 2)" in measured
+    assert "under the normal one (n=2 of 2)" in measured
 
 
 def test_figures_are_readable_and_their_bands_bounded(results):
@@ -285,7 +293,8 @@ def test_figures_are_readable_and_their_bands_bounded(results):
         assert 0 <= lo and hi <= 1
     entropy = next(ax for ax in six.axes if ax.get_title().startswith("Policy entropy"))
     assert band_extent(entropy)[0] >= 0
-    compared, starts = gpt.axes[0], gpt.axes[3]
+    compared, starts = gpt.axes[0], gpt.axes[4]
+    assert gpt.axes[2].get_title().startswith("KL to the warm-up") and len(gpt.axes) == 5
     labels = {line.get_label() for line in compared.get_lines()}
     assert labels == {"normal", "aggressive", "clip_higher", "dapo_aggressive", "clip_cov"}
     assert {line.get_label() for line in starts.get_lines()} == {"random_init", "near_perfect"}
@@ -307,13 +316,14 @@ def test_missing_everything(tmp_path):
 
 
 def test_a_short_runs_start_and_end_windows_do_not_overlap(tmp_path):
-    """An 8-step run (the default's DAPO): start = steps 1-4, end = steps 5-8 (not 1-5 and 4-8)."""
+    """An 8-step run: sampled accuracy's start = steps 1-4, end = steps 5-8 (not 1-5 and 4-8); entropy at step 1 and step 8."""
     cfg = make_cfg(tmp_path)
-    rows = [{"step": s, "accuracy": 0.5, "reward_mean": 0.5, "entropy": float(s), "frac_zero_std": 0.3, "grad_norm": 0.5, "seconds": 1.0,
+    rows = [{"step": s, "accuracy": float(s), "reward_mean": 0.5, "entropy": float(s), "frac_zero_std": 0.3, "grad_norm": 0.5, "seconds": 1.0,
              "clip_frac": 0.0, "samples": 16 * s, **({"eval_accuracy": 0.5} if s % 4 == 0 else {})} for s in range(1, 9)]  # fmt: skip
     write_run(cfg, "lab04_gpt__normal__s0", rows, initial_eval=0.5)
     run = lab04.gpt_runs(Context(cfg)).set_index("run_id").loc["lab04_gpt__normal__s0"]
-    assert run["entropy_start"] == pytest.approx(2.5) and run["entropy_end"] == pytest.approx(6.5)
+    assert run["accuracy_start"] == pytest.approx(2.5) and run["accuracy_end"] == pytest.approx(6.5)
+    assert run["entropy_start"] == 1 and run["entropy_end"] == 8
 
 
 def lab04_claims(tables: dict, roles: dict) -> pd.DataFrame:
@@ -327,8 +337,8 @@ def lab04_claims(tables: dict, roles: dict) -> pd.DataFrame:
 
 def test_covariance_remedies_are_judged_only_where_their_rule_acted():
     """Clip-Cov against aggressive GRPO, by hand: three seeds, the problem shown (entropy falls
-    by 20% while sampled accuracy rises); judged where cov_frac > 0, not judged where it is 0."""
-    rows = [{"variant": "aggressive", "seed": s, "entropy_reduction": 0.2, "accuracy_gain": 0.05, "entropy_end": 0.40 + 0.01 * s,
+    by 60-62%, the interval above half, while sampled accuracy rises); judged where cov_frac > 0, not judged where it is 0."""
+    rows = [{"variant": "aggressive", "seed": s, "entropy_reduction": 0.6 + 0.01 * s, "accuracy_gain": 0.05, "entropy_end": 0.40 + 0.01 * s,
              "eval_end": 0.50, "cov_frac": math.nan} for s in range(3)]  # fmt: skip
     rows += [{"variant": "cc", "seed": s, "entropy_end": 0.45 + 0.01 * s + 0.001 * (s == 2), "eval_end": 0.50, "cov_frac": 0.002} for s in range(3)]
     runs = pd.DataFrame(rows)
@@ -340,6 +350,9 @@ def test_covariance_remedies_are_judged_only_where_their_rule_acted():
     idle = lab04_claims({"lab04_gpt_runs": runs.assign(cov_frac=runs["cov_frac"].where(runs["variant"] != "cc", 0.0))}, role)
     cc = idle.loc["gpt_clip_cov_entropy"]
     assert cc.outcome == "not judged" and "covariance rule (clip_cov) did not engage" in cc.reason
+    mild = lab04_claims({"lab04_gpt_runs": runs.assign(entropy_reduction=runs["entropy_reduction"] - 0.3)}, role)
+    cc = mild.loc["gpt_clip_cov_entropy"]  # entropy falls by 30-32%: no collapse to remedy
+    assert cc.outcome == "not judged" and "entropy collapse (aggressive) not established" in cc.reason
 
 
 def test_local_optima_rates_and_verdicts_by_hand():
@@ -356,9 +369,48 @@ def test_local_optima_rates_and_verdicts_by_hand():
     a = t.loc["aggressive_biased"]
     assert (a["n"], a["global"], a["local"], a["none"], a["local_rate"]) == (10, 7, 3, 0, 0.3)
     assert (a["local_rate_lo"], a["local_rate_hi"]) == pytest.approx((0.1078, 0.6032), abs=1e-4)  # Wilson, 3 of 10
-    ent = ent.assign(local_share=(ent["converged_to"] == "local").astype(float))
+    ent = ent.assign(local_share=(ent["converged_to"] == "local").astype(float), moving=0.0)
     v = lab04_claims({"lab04_entropy": ent}, {})
     assert v.loc["bandit_local_reached"].outcome == "agrees"  # the Wilson interval of 3/10 excludes 0
     assert v.loc["bandit_local_aggressive"]["diff"] == pytest.approx(0.3)
     v = lab04_claims({"lab04_entropy": ent.assign(initial_best_prob=1 / 3)}, {})
     assert v.loc["bandit_local_aggressive"].outcome == "not judged" and "initial probability of the global arm 0.333" in v.loc["bandit_local_aggressive"].reason
+    v = lab04_claims({"lab04_entropy": ent.assign(moving=(ent["setting"] == "normal_biased").astype(float))}, {})
+    assert v.loc["bandit_local_aggressive"].outcome == "not judged"  # the normal seeds still move: the rate would measure the horizon
+    assert "settled (normal_biased) not met: share of seeds still moving at the end 1" in v.loc["bandit_local_aggressive"].reason
+
+
+def test_equal_samples_step_and_the_evaluation_before_it():
+    """By hand: a run drawing 1000, 2100, 3000, 4200 rollouts against a budget of 3000 matches at step 3;
+    one that never draws more matches at its last step; a first step already over the budget matches nowhere (0)."""
+    assert lab04.equal_samples_step([1, 2, 3, 4], [1000, 2100, 3000, 4200], 3000) == 3
+    assert lab04.equal_samples_step([1, 2, 3], [500, 1000, 1500], 1500) == 3
+    assert lab04.equal_samples_step([1, 2], [4000, 8000], 3000) == 0
+    evals = pd.DataFrame({"step": [0, 2, 4], "eval_accuracy": [0.3, 0.4, 0.5]})
+    assert lab04.last_eval_by(evals, 3) == (0.4, 2) and lab04.last_eval_by(evals, 4) == (0.5, 4) and lab04.last_eval_by(evals, 0) == (0.3, 0)
+
+
+def test_differences_name_every_changed_setting():
+    base = {"seed": 0, "lr": 6e-4, "clip_eps_high": None, "algorithm": "grpo", "steps": 20}
+    dapo = {"seed": 1, "lr": 6e-4, "clip_eps_high": 0.28, "algorithm": "dapo", "steps": 20, "dynamic_sampling": True}
+    assert lab04.differences(dapo, base) == [("algorithm", "dapo", "grpo"), ("clip_eps_high", 0.28, None), ("dynamic_sampling", True, None)]
+    assert lab04.differences(base, base) == []
+
+
+def test_differences_table_and_sentence(results):
+    d = results[0]["lab04_gpt_differences"]
+    ch = d[d.role == "clip_higher"].set_index("setting")
+    assert set(ch.index) == {"clip_eps_high", "ppo_epochs"} and ch.loc["clip_eps_high", "value"] == "0.28"
+    assert ch.loc["clip_eps_high", "aggressive"] == "unset"
+    assert "algorithm" in set(d[d.role == "remedy"]["setting"])
+    text = lab04.differences_sentence(d)
+    assert "clip_higher (clip_higher) changes clip_eps_high (0.28, not unset)" in text
+
+
+def test_a_bandit_policy_still_moving():
+    """Over the last 10% of steps: an arm moving by more than 0.05 is still moving; a flat end is settled."""
+    flat = np.array([[1 / 3, 1 / 3, 1 / 3]] * 50 + [[0.02, 0.96, 0.02]] * 50)
+    assert lab04.still_moving(flat) is False
+    rising = np.array([[0.5 - 0.004 * i, 0.004 * i, 0.5] for i in range(100)])  # arm 1 gains 0.04 in 10 steps: settled; 0.4 in 100
+    assert lab04.still_moving(rising) is False and lab04.still_moving(rising, span=0.5) is True
+    assert lab04.still_moving(np.array([[0.3, 0.3, 0.4]])) is False  # one step: nothing to compare

@@ -33,9 +33,13 @@ ROLES = ("normal", "aggressive", "clip_higher", "remedy", "proxy", "random_polic
 # Optional roles: the covariance remedies of arXiv 2505.22617, judged like clip-higher (config/claims.yaml) where an
 # experiment names them (config/full.yaml does; the default leaves them out of its budget).
 COV_REMEDIES = {"clip_cov": "Clip-Cov", "kl_cov": "KL-Cov"}
+# Optional roles: the troubleshooting table's remedies for collapsing entropy (rl-stability-batch-and-hyperparameters.md, 八),
+# judged on the same failing setting where an experiment names them (config/full.yaml).
+TABLE_REMEDIES = {"entropy_bonus": "entropy bonus 0.02", "temperature": "temperature 0.8", "kl_clip": "clip epsilon 0.1", "kl_epochs": "two PPO epochs"}
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
 GPT_WINDOW = 5  # GPT steps averaged for the start or end of a per-step metric; at most half a run, so the two never overlap
 DOMINANT = 0.9  # an arm holding this much probability is where the policy converged (bandit.converged_to)
+SETTLED_SPAN, SETTLED_MOVE = 0.1, 0.05  # a bandit policy is still moving if an arm's probability changed by more than 0.05 over the last 10% of steps
 SEVERITY_DEFINITION = "mild: the mean gradient norm fell by less than 50%; moderate: by 50-90%; severe: by more than 90%"
 METRICS = ["entropy", "p0", "p1", "p2", "p3", "loss", "grad_norm", "reward_std", "reward_mean", "proxy_reward", "true_reward"]
 
@@ -104,6 +108,14 @@ def _expected(ctx, study: str, df: pd.DataFrame | None) -> list[tuple[str, int, 
     return out
 
 
+def still_moving(probs: np.ndarray, span: float = SETTLED_SPAN, move: float = SETTLED_MOVE) -> bool:
+    """Whether a bandit policy was still moving at its end: some arm's probability changed by more
+    than `move` over the last `span` of its steps (probs: steps x arms, in step order)."""
+    probs = np.asarray(probs, dtype=float)
+    back = max(1, int(round(span * len(probs))))
+    return bool(len(probs) > back and np.abs(probs[-1] - probs[-1 - back]).max() > move)
+
+
 def window(steps: int, size: int) -> int:
     """Steps averaged for a run's start or its end value: `size`, at most half the run (the two never overlap)."""
     return max(1, min(size, steps // 2))
@@ -117,7 +129,7 @@ def entropy_table(ctx) -> pd.DataFrame:
     rows = []
     for setting, seed, g in _expected(ctx, "entropy_collapse", ctx.bandit("entropy_collapse")):
         row = {"setting": setting, "seed": seed, "initial_entropy": math.nan, "final_entropy": math.nan, "reduction": math.nan,
-               "dominant_action": math.nan, "dominant_prob": math.nan, "global_share": math.nan, "local_share": math.nan, "initial_best_prob": math.nan, "converged_to": "missing"}  # fmt: skip
+               "dominant_action": math.nan, "dominant_prob": math.nan, "global_share": math.nan, "local_share": math.nan, "initial_best_prob": math.nan, "moving": math.nan, "converged_to": "missing"}  # fmt: skip
         if len(g):
             first, last, k = g.iloc[0], g.iloc[-1], window(len(g), BANDIT_WINDOW)
             start, end = g["entropy"].head(k).mean(), g["entropy"].tail(k).mean()
@@ -126,9 +138,10 @@ def entropy_table(ctx) -> pd.DataFrame:
             label = bandit.converged_to(*probs, threshold=DOMINANT, best_arm=best)
             row.update(initial_entropy=start, final_entropy=end, reduction=reduction(start, end), dominant_action=top,
                        dominant_prob=probs[top], initial_best_prob=float(first[f"p{best}"]), converged_to=label,
-                       global_share=float(label == "global"), local_share=float(label == "local"))
+                       global_share=float(label == "global"), local_share=float(label == "local"),
+                       moving=float(still_moving(g[[f"p{i}" for i in range(3)]].to_numpy())))
         rows.append(row)
-    out = _pooled(pd.DataFrame(rows), ["setting"], ["initial_entropy", "final_entropy", "reduction", "dominant_prob", "global_share", "local_share", "initial_best_prob"])
+    out = _pooled(pd.DataFrame(rows), ["setting"], ["initial_entropy", "final_entropy", "reduction", "dominant_prob", "global_share", "local_share", "initial_best_prob", "moving"])
     for setting, g in out[out["seed"] != "all"].groupby("setting", sort=False):
         labels = g["converged_to"].tolist()
         pooled = (out["setting"] == setting) & (out["seed"] == "all")
@@ -141,8 +154,8 @@ def entropy_table(ctx) -> pd.DataFrame:
 
 
 def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
-    """Per setting: how many seeds ended at the global optimum, a local one or neither, and the
-    local-optimum rate with its 95% Wilson interval."""
+    """Per setting: how many seeds ended at the global optimum, a local one or neither, how many were
+    still moving at the end (`still_moving`), and the local-optimum rate with its 95% Wilson interval."""
     per = _per_seed_rows(ent)
     rows = []
     for setting, g in per.groupby("setting", sort=False):
@@ -152,8 +165,9 @@ def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
         lo, hi = wilson(k, n)
         rows.append({"setting": setting, "n": n, "global": labels.count("global"), "local": k, "none": labels.count("none"),
                      "local_rate": k / n if n else math.nan, "local_rate_lo": lo, "local_rate_hi": hi,
+                     "moving": int((g["moving"] == 1).sum()) if "moving" in g else 0,
                      "initial_best_prob": g["initial_best_prob"].mean()})  # fmt: skip
-    return pd.DataFrame(rows, columns=["setting", "n", "global", "local", "none", "local_rate", "local_rate_lo", "local_rate_hi", "initial_best_prob"])
+    return pd.DataFrame(rows, columns=["setting", "n", "global", "local", "none", "moving", "local_rate", "local_rate_lo", "local_rate_hi", "initial_best_prob"])
 
 
 def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -215,30 +229,96 @@ def bandit_curves(ctx) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["study", "setting", "step", "phase", "n"])
 
 
-GPT_VALUES = ["accuracy_start", "accuracy_end", "eval_start", "eval_end", "entropy_start", "entropy_end", "entropy_reduction",
-              "frac_zero_std", "grad_norm", "reward_start", "reward_end", "accuracy_gain", "clip_frac", "clip_frac_high", "samples", "draws_per_rollout", "cov_frac"]  # fmt: skip
+GPT_VALUES = ["accuracy_start", "accuracy_end", "eval_start", "eval_end", "eval_gain", "entropy_start", "entropy_end", "entropy_reduction",
+              "equal_samples_step", "samples_at_equal", "entropy_equal_samples", "eval_equal_samples", "eval_equal_samples_step",
+              "frac_zero_std", "grad_norm", "reward_start", "reward_end", "accuracy_gain", "kl_max", "ppo_kl", "clip_frac", "clip_frac_high",
+              "clip_higher_freed", "samples", "draws_per_rollout", "cov_frac", "entropy_coef", "temperature"]  # fmt: skip
+
+
+def equal_samples_step(steps, samples, budget: float) -> int:
+    """The last step whose cumulative rollouts drawn (`samples`, per step) are at most `budget`:
+    where a run that draws more per step (dynamic sampling) has drawn what a run without it
+    draws in all; a run without it reaches its budget at its last step. 0 where none is."""
+    within = [int(st) for st, n in zip(steps, samples) if n <= budget]
+    return max(within) if within else 0
+
+
+def last_eval_by(evals: pd.DataFrame, step: int) -> tuple[float, int]:
+    """(held-out accuracy, its step) of the last evaluation at or before `step` (step 0: before RL)."""
+    e = evals[evals["step"] <= step]
+    return (float(e["eval_accuracy"].iloc[-1]), int(e["step"].iloc[-1])) if len(e) else (math.nan, 0)
 
 
 def gpt_runs(ctx) -> pd.DataFrame:
-    """One row per lab04_gpt run (missing ones included, with NaN values)."""
+    """One row per lab04_gpt run (missing ones included, with NaN values).
+
+    Token entropy is read at points, not over windows, so that arms of different lengths or
+    sampling rates are compared where they match: entropy_start at step 1 (the policy before
+    any update, the same warm-up for every arm of a seed), entropy_end at the last step (equal
+    updates where the arms run the same steps), entropy_equal_samples at `equal_samples_step`
+    with a budget of steps x batch_size rollouts (equal samples). Sampled accuracy and the
+    training reward, which one batch measures noisily, are means over GPT_WINDOW steps."""
     rows = []
     for run in ctx.experiment(EXPERIMENT):
         row = {"run_id": run.spec.run_id, "variant": run.spec.variant or "", "seed": run.spec.seed, "status": run.status}
         if run.ok:
             m = run.metrics.sort_values("step")
-            k = window(len(m), GPT_WINDOW)  # DAPO's 8-step runs: steps 1-4 against 5-8
-            head, tail, evals = m.head(k), m.tail(k), run.evals["eval_accuracy"]
-            row.update(accuracy_start=head["accuracy"].mean(), accuracy_end=tail["accuracy"].mean(), eval_start=evals.iloc[0], eval_end=evals.iloc[-1],
-                       entropy_start=head["entropy"].mean(), entropy_end=tail["entropy"].mean(), frac_zero_std=m["frac_zero_std"].mean(),
-                       grad_norm=m["grad_norm"].mean(), reward_start=head["reward_mean"].mean(), reward_end=tail["reward_mean"].mean())  # fmt: skip
-            row["entropy_reduction"] = reduction(row["entropy_start"], row["entropy_end"])
+            k = window(len(m), GPT_WINDOW)
+            head, tail, evals = m.head(k), m.tail(k), run.evals
             st = run.settings
+            at = equal_samples_step(m["step"], m["samples"], float(st["steps"]) * float(st["batch_size"]))
+            at_row = m[m["step"] == at]
+            eval_eq, eval_eq_step = last_eval_by(evals, at)
+            row.update(accuracy_start=head["accuracy"].mean(), accuracy_end=tail["accuracy"].mean(), eval_start=evals["eval_accuracy"].iloc[0],
+                       eval_end=evals["eval_accuracy"].iloc[-1], entropy_start=float(m["entropy"].iloc[0]), entropy_end=float(m["entropy"].iloc[-1]),
+                       equal_samples_step=float(at), samples_at_equal=float(at_row["samples"].iloc[0]) if len(at_row) else math.nan,
+                       entropy_equal_samples=float(at_row["entropy"].iloc[0]) if len(at_row) else math.nan,
+                       eval_equal_samples=eval_eq, eval_equal_samples_step=float(eval_eq_step),
+                       frac_zero_std=m["frac_zero_std"].mean(), grad_norm=m["grad_norm"].mean(), kl_max=m["kl"].max(),
+                       reward_start=head["reward_mean"].mean(), reward_end=tail["reward_mean"].mean())  # fmt: skip
+            row["entropy_reduction"] = reduction(row["entropy_start"], row["entropy_end"])
+            row["eval_gain"] = row["eval_end"] - row["eval_start"]
             row.update(accuracy_gain=row["accuracy_end"] - row["accuracy_start"], clip_frac=m["clip_frac"].mean(),
-                       clip_frac_high=m["clip_frac_high"].mean() if "clip_frac_high" in m else math.nan, samples=float(m["samples"].iloc[-1]),
-                       draws_per_rollout=float(m["samples"].iloc[-1]) / (len(m) * st["batch_size"]),
-                       cov_frac=m["cov_frac"].mean() if "cov_frac" in m else math.nan)  # fmt: skip
+                       clip_frac_high=m["clip_frac_high"].mean() if "clip_frac_high" in m else math.nan,
+                       clip_higher_freed=m["clip_higher_freed"].mean() if "clip_higher_freed" in m else math.nan,
+                       samples=float(m["samples"].iloc[-1]), draws_per_rollout=float(m["samples"].iloc[-1]) / (len(m) * st["batch_size"]),
+                       cov_frac=m["cov_frac"].mean() if "cov_frac" in m else math.nan,
+                       ppo_kl=m["ppo_kl"].mean() if "ppo_kl" in m else math.nan,
+                       entropy_coef=m["entropy_coef"].mean() if "entropy_coef" in m else math.nan,
+                       temperature=float(st.get("temperature", math.nan)))  # fmt: skip
         rows.append(row)
     return pd.DataFrame(rows).reindex(columns=["run_id", "variant", "seed", "status", *GPT_VALUES])
+
+
+def differences(settings: dict, against: dict, ignore: tuple[str, ...] = ("seed",)) -> list[tuple[str, object, object]]:
+    """(key, value, other value) for every run setting in which `settings` differ from `against`, by key."""
+    keys = sorted((set(settings) | set(against)) - set(ignore))
+    return [(k, settings.get(k), against.get(k)) for k in keys if settings.get(k) != against.get(k)]
+
+
+COMPARED_TO_FAILURE = ("normal", "clip_higher", "remedy", "kl_clip", "kl_epochs", "entropy_bonus", "temperature", "clip_cov", "kl_cov")  # roles set beside aggressive
+
+
+def _shown(value) -> str:
+    """A setting's value as the report prints it: "unset" for None (a CSV would read "None" back as missing)."""
+    return "unset" if value is None else str(value)
+
+
+def differences_table(ctx, role: dict[str, str]) -> pd.DataFrame:
+    """Per role compared with the failing setting (role aggressive): each run setting it changes, from
+    the config's expansion of the experiment (seed 0's run of each variant)."""
+    spec = {}
+    for run in ctx.experiment(EXPERIMENT):
+        spec.setdefault(run.spec.variant or "", run.spec.settings)
+    base = spec.get(role.get("aggressive", ""), None)
+    rows = []
+    for r in COMPARED_TO_FAILURE:
+        v = role.get(r)
+        if base is None or v not in spec:
+            continue
+        for key, value, other in differences(spec[v], base):
+            rows.append({"role": r, "variant": v, "setting": key, "value": _shown(value), "aggressive": _shown(other)})
+    return pd.DataFrame(rows, columns=["role", "variant", "setting", "value", "aggressive"])
 
 
 def gpt_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -345,9 +425,10 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = gpt_runs(ctx)
     gpt = gpt_table(runs)
     role = roles(ctx.cfg, EXPERIMENT, ROLES) if len(runs) else {}
-    named = role_of(role, (*ROLES, *COV_REMEDIES))
+    named = role_of(role, (*ROLES, *COV_REMEDIES, *TABLE_REMEDIES))
     gpt.insert(1, "role", gpt["variant"].map(named).fillna("") if len(gpt) else [])
     return {
+        "lab04_gpt_differences": differences_table(ctx, role),
         "lab04_entropy": ent, "lab04_local_optima": local_optima_table(ent), "lab04_vanishing": van, "lab04_vanishing_points": points, "lab04_hacking": hack,
         "lab04_bandit_curves": bandit_curves(ctx), "lab04_gpt_runs": runs, "lab04_gpt": gpt,
         "lab04_report_template": report_template(ent, van, hack, gpt),
@@ -382,7 +463,7 @@ def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
         ax.legend()
 
 
-COMPARED = ("normal", "aggressive", "clip_higher", "remedy", *COV_REMEDIES)  # GPT roles whose entropy, accuracy are compared
+COMPARED = ("normal", "aggressive", "clip_higher", "remedy", *COV_REMEDIES, *TABLE_REMEDIES)  # GPT roles whose entropy, accuracy are compared
 ACTION_COLORS = (COLORS[4], COLORS[5], COLORS[9])  # the bandit's actions, in colours no setting of the panels uses
 STARTS = ("random_policy", "perfect_policy")  # GPT roles starting from a random or a near-perfect policy: drawn apart
 
@@ -412,7 +493,7 @@ def _probabilities(fig, cell, ec: pd.DataFrame) -> list:
         _label(ax, "Action probabilities", "step", "probability")
         return [ax]
     cols = min(2, len(settings))
-    grid = cell.subgridspec(-(-len(settings) // cols), cols, hspace=0.55, wspace=0.3)
+    grid = cell.subgridspec(-(-len(settings) // cols), cols, hspace=0.95, wspace=0.3)
     axes = []
     for k, setting in enumerate(settings):
         ax = fig.add_subplot(grid[k // cols, k % cols], sharey=axes[0] if axes else None)
@@ -504,16 +585,19 @@ def _gpt_panel(ax, t, names: list[str], metric: str, colour: dict) -> None:
 def gpt_figure(t) -> "Figure":
     """Top: entropy and held-out accuracy of the settings the section compares; bottom, apart
     (their entropy would stretch the axis): the random and near-perfect starts."""
-    fig, axes = plt.subplots(2, 2, figsize=(12, 7.5))
+    fig, axes = plt.subplots(2, 3, figsize=(16, 7.5))
     gpt = t["lab04_gpt"]
     variants = gpt["variant"].tolist() if "variant" in gpt else []
     role = dict(zip(variants, gpt["role"])) if "role" in gpt else {}
     colour = {v: COLORS[k % len(COLORS)] for k, v in enumerate(variants)}
     compared = [v for v in variants if role.get(v) in COMPARED]
     starts = [v for v in variants if role.get(v) in STARTS]
-    for ax, names, metric in ((axes[0, 0], compared, "entropy"), (axes[0, 1], compared, "eval_accuracy"),
+    for ax, names, metric in ((axes[0, 0], compared, "entropy"), (axes[0, 1], compared, "eval_accuracy"), (axes[0, 2], compared, "kl"),
                               (axes[1, 0], starts, "frac_zero_std"), (axes[1, 1], starts, "entropy")):  # fmt: skip
         _gpt_panel(ax, t, names, metric, colour)
+    fig.delaxes(axes[1, 2])
+    _label(axes[0, 2], "KL to the warm-up (the documents' alarm: 0.5)", "RL step", "per-token KL (k3)")
+    axes[0, 2].axhline(0.5, color="0.3", ls=":", lw=1)
     _label(axes[0, 0], "Token entropy", "RL step", "mean per-token entropy")
     _label(axes[0, 1], "Held-out accuracy (step 0: before RL)", "RL step", "greedy exact-match accuracy")
     axes[1, 0].set_ylim(-0.02, 1.02)  # a share
@@ -532,41 +616,60 @@ def figures(t) -> dict[str, "Figure"]:
 CLAIMS = {
     "entropy": "A three-armed bandit pays 0.3, 1.0 and 0.5 (action 1 is the global optimum). Trained for 200 steps with five times the "
                "normal learning rate (5e-3) and a tenth of the entropy bonus (0.001), its policy entropy should fall from about 1.1 to about 0.1. "
-               "Settling on action 1 is the success case; settling on action 0 or 2, a local optimum, the failure case.",
+               "Settling on action 1 is the success case; settling on action 0 or 2, a local optimum, the failure case; a high learning rate "
+               "or a low entropy bonus should make the failure likelier. From the document's uniform start no seed can fail, so the failure is "
+               "looked for from a start that hides the global arm (p = 0.005, noisy rewards), in a 2x2 of the two knobs, each cell run for the "
+               "same number of rewards and long enough that the normal setting leaves the local plateau it first settles on.",
     "vanishing": "When every reward in a batch is the same (all 1.0), advantages are zero and so is the gradient. Alternating such phases "
                  "with varied rewards, the document expects a gradient norm below 1e-4 in the homogeneous phases, above 1e-3 in the diverse "
                  "ones, a fall of more than 90%, and a gradient norm that follows the reward std.",
     "hacking": "The document's results show a reward-model score that keeps climbing while the true reward (human preference) rises "
                "briefly and then falls, even below zero: the agent learns the reward model's flaws instead of the goal.",
     "gpt": "The document names DAPO (clip-higher, dynamic sampling) as the cure for entropy collapse. On the GPT we repeat the challenges "
-           "from the calibrated reference: a multiple of its learning rate and a tenth of the entropy bonus, a proxy reward that favours large digits, "
-           "RL from a random policy (all answers wrong) and from a near-perfect one (all right), and DAPO's remedies at the aggressive settings. The "
-           "normal, aggressive and remedy settings all take two PPO epochs per batch, so that the ratio moves and a clip can bind (with one epoch the "
-           "ratio is always 1), and a remedy differs from the aggressive setting by nothing but itself. Full DAPO runs half the steps, "
-           "since dynamic sampling draws about twice the rollouts per step: the comparison is at about equal samples. A remedy is judged only "
-           "where the aggressive setting shows the problem (entropy falls while sampled accuracy rises) and the remedy's mechanism acted.",
+           "from the calibrated reference: a failing setting (a multiple of its learning rate, a tenth of the entropy bonus, several PPO epochs "
+           "per batch so that the ratio moves and a clip can bind), on which the failure each remedy is for must first be shown with its interval "
+           "(token entropy falling by at least half for the entropy claims, held-out accuracy lost for the accuracy claims, the KL to the warm-up "
+           "passing the documents' alarm of 0.5 for the troubleshooting table's KL remedies); a proxy reward that favours large digits; RL from a "
+           "random policy (all answers wrong) and from a near-perfect one (all right). "
+           "Each remedy is compared with the failing setting where the two match: at equal updates (each run's last step, the same number of steps) "
+           "and, for DAPO, whose dynamic sampling draws more rollouts per step, also at equal samples (the step by which it has drawn what the failing "
+           "setting draws in its whole run). A remedy is judged only where the failure was shown and its mechanism acted: for clip-higher, "
+           "the tokens it frees (positive advantage, ratio between 1 + clip_eps and 1 + clip_eps_high), which a symmetric clip would cut.",
 }  # fmt: skip
-def gpt_sentence(gpt: pd.DataFrame) -> str:
-    """The measured sentence of the GPT part."""
+def gpt_sentence(gpt: pd.DataFrame, diffs: pd.DataFrame | None = None) -> str:
+    """The measured sentence of the GPT part, with every setting in which each remedy differs from the failing one."""
     g = {name: _row(gpt, role=role) for name, role in
          (("normal", "normal"), ("aggressive", "aggressive"), ("clip_higher", "clip_higher"), ("dapo_aggressive", "remedy"),
           ("random_init", "random_policy"), ("near_perfect", "perfect_policy"))}  # fmt: skip
     n = {k: f"n={num(d.get('n'), '.0f')} of {num(d.get('expected'), '.0f')}" for k, d in g.items()}
-    return (f"Token entropy fell by {_pm(g['aggressive'], 'entropy_reduction_mean', '.1%')} under the aggressive settings ({n['aggressive']}), "
-            f"sampled accuracy changing by {_pm(g['aggressive'], 'accuracy_gain_mean')}, against {_pm(g['normal'], 'entropy_reduction_mean', '.1%')} "
-            f"under the normal ones ({n['normal']}). Clip-higher with two PPO epochs ({n['clip_higher']}) clipped {_pm(g['clip_higher'], 'clip_frac_mean')} "
-            f"of tokens{_upper(g['clip_higher'])} and ended at entropy {_pm(g['clip_higher'], 'entropy_end_mean')}; DAPO ({n['dapo_aggressive']}) clipped "
-            f"{_pm(g['dapo_aggressive'], 'clip_frac_mean')}{_upper(g['dapo_aggressive'])}, drew {_pm(g['dapo_aggressive'], 'draws_per_rollout_mean')} rollouts per rollout kept, "
-            f"{_pm(g['dapo_aggressive'], 'samples_mean', '.0f')} in all against {_pm(g['aggressive'], 'samples_mean', '.0f')} for aggressive GRPO, and ended at "
-            f"entropy {_pm(g['dapo_aggressive'], 'entropy_end_mean')} and held-out accuracy {_pm(g['dapo_aggressive'], 'eval_end_mean', '.1%')}, against "
-            f"{_pm(g['aggressive'], 'entropy_end_mean')} and {_pm(g['aggressive'], 'eval_end_mean', '.1%')} for aggressive GRPO. Share of groups with equal rewards: "
-            f"{_pm(g['random_init'], 'frac_zero_std_mean')} from a random policy ({n['random_init']}), "
-            f"{_pm(g['near_perfect'], 'frac_zero_std_mean')} from a near-perfect one ({n['near_perfect']}).") + cov_sentence(gpt)  # fmt: skip
+    a, d = g["aggressive"], g["dapo_aggressive"]
+    return (f"Token entropy went from {_pm(a, 'entropy_start_mean')} to {_pm(a, 'entropy_end_mean')} under the failing setting "
+            f"({_pm(a, 'entropy_reduction_mean', '.1%')} lower, {n['aggressive']}; largest KL to the reference {_pm(a, 'kl_max_mean')}), "
+            f"sampled accuracy changing by {_pm(a, 'accuracy_gain_mean')}, against {_pm(g['normal'], 'entropy_reduction_mean', '.1%')} lower "
+            f"under the normal one ({n['normal']}). Clip-higher ({n['clip_higher']}){_freed(g['clip_higher'])} "
+            f"ended at entropy {_pm(g['clip_higher'], 'entropy_end_mean')}. DAPO ({n['dapo_aggressive']}){_freed(d)} drew {_pm(d, 'draws_per_rollout_mean')} rollouts per rollout kept, {_pm(d, 'samples_mean', '.0f')} in all against "
+            f"{_pm(a, 'samples_mean', '.0f')}; at its last step (equal updates) its entropy was {_pm(d, 'entropy_end_mean')} against "
+            f"{_pm(a, 'entropy_end_mean')}; at step {_pm(d, 'equal_samples_step_mean', '.1f')} ({_pm(d, 'samples_at_equal_mean', '.0f')} rollouts, "
+            f"equal samples) {_pm(d, 'entropy_equal_samples_mean')}, with held-out accuracy {_pm(d, 'eval_equal_samples_mean', '.1%')} at its last "
+            f"evaluation by then (step {_pm(d, 'eval_equal_samples_step_mean', '.1f')}) against {_pm(a, 'eval_end_mean', '.1%')}. "
+            f"Share of groups with equal rewards: {_pm(g['random_init'], 'frac_zero_std_mean')} from a random policy ({n['random_init']}), "
+            f"{_pm(g['near_perfect'], 'frac_zero_std_mean')} from a near-perfect one ({n['near_perfect']}).") + cov_sentence(gpt) + differences_sentence(diffs)  # fmt: skip
 
 
-def _upper(d: dict) -> str:
-    """' (x ± s at the upper clip)': the upper clip's own share of a pooled row, where the runs logged it."""
-    return f" ({_pm(d, 'clip_frac_high_mean')} at the upper clip)" if known(d.get("clip_frac_high_mean")) else ""
+def differences_sentence(diffs: pd.DataFrame | None) -> str:
+    """' Against the failing setting, clip_higher changes clip_eps_high (0.28, not None); ...': every setting each arm changes."""
+    if diffs is None or diffs.empty:
+        return ""
+    parts = []
+    for (role, variant), g in diffs.groupby(["role", "variant"], sort=False):
+        changed = ", ".join(f"{r.setting} ({r.value}, not {r.aggressive})" for r in g.itertuples())
+        parts.append(f"{variant} ({role}) changes {changed}")
+    return " Against the failing setting, " + "; ".join(parts) + "."
+
+
+def _freed(d: dict) -> str:
+    """' freed x ± s of tokens and': the tokens clip-higher freed, where the runs logged them."""
+    return f" freed {_pm(d, 'clip_higher_freed_mean')} of tokens and" if known(d.get("clip_higher_freed_mean")) else ""
 
 
 def cov_sentence(gpt: pd.DataFrame) -> str:
@@ -585,7 +688,7 @@ def section(t) -> dict:
     rows = verdict_rows(claims)
     tpl = t["lab04_report_template"]
     found = tpl.loc[tpl["part"] == "Key findings", "value"].tolist() if len(tpl) else []
-    sentences = {**dict(zip(("entropy", "vanishing", "hacking"), found + ["no data"] * (3 - len(found)))), "gpt": gpt_sentence(t["lab04_gpt"])}
+    sentences = {**dict(zip(("entropy", "vanishing", "hacking"), found + ["no data"] * (3 - len(found)))), "gpt": gpt_sentence(t["lab04_gpt"], t["lab04_gpt_differences"])}
     parts = {}
     for part in CLAIMS:
         mine = [r for r in rows if r.get("part") == part]
@@ -595,6 +698,6 @@ def section(t) -> dict:
         summary += f"; and {setup} setup check{'s' * (setup != 1)}, not counted" if setup else ""
         parts[part] = {"claim": CLAIMS[part], "measured": sentences[part], "rows": mine, "summary": summary}
     return {"parts": parts, "verdict_list": rows, "power": power_note(claims), "severity_definition": SEVERITY_DEFINITION,
-            "bandit_window": BANDIT_WINDOW, "gpt_window": GPT_WINDOW, "dominant": DOMINANT,
-            "tables": {**{k: t[f"lab04_{k}"] for k in ("entropy", "local_optima", "vanishing", "hacking", "gpt", "report_template")},
+            "bandit_window": BANDIT_WINDOW, "gpt_window": GPT_WINDOW, "dominant": DOMINANT, "settled_span": SETTLED_SPAN, "settled_move": SETTLED_MOVE,
+            "tables": {**{k: t[f"lab04_{k}"] for k in ("entropy", "local_optima", "vanishing", "hacking", "gpt", "gpt_differences", "report_template")},
                        "entropy_pooled": _pooled_rows(t["lab04_entropy"])}}  # fmt: skip
