@@ -140,7 +140,7 @@ def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
         return {}
     rows = pd.DataFrame([{"batch_size": r.settings["batch_size"], "lr": r.settings["lr"], "seed": r.spec.seed, **measures(r), **batch_measures(r)} for r in runs])
     rows["final_reward_absdev"] = absolute_deviation(rows, "batch_size", "final_reward")
-    batch = summarise(rows, ["batch_size"], ["final_eval", "best_eval", "roughness", "drawdown", "largest_drop", "share_above_10", "share_below_3", "collapsed"])
+    batch = summarise(rows, ["batch_size", "lr"], ["final_eval", "best_eval", "roughness", "drawdown", "largest_drop", "share_above_10", "share_below_3", "collapsed"])
     batch = batch.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
     batch["collapses"] = rows.groupby("batch_size", sort=False)["collapsed"].sum(min_count=1).values
     batch["doc_curve"] = batch["batch_size"].map(DOC_BATCH)
