@@ -85,6 +85,22 @@ def reward_end(run: Run) -> float:
     return _tail(run, "reward_mean")
 
 
+@measure("reward_start", f"mean training reward over the first {WINDOW} steps")
+def reward_start(run: Run) -> float:
+    return _head(run, "reward_mean")
+
+
+@measure("kl_end", f"mean KL to the reference policy over the last {WINDOW} steps")
+def kl_end(run: Run) -> float:
+    return _tail(run, "kl")
+
+
+@measure("lr_last", "learning rate at the last step")
+def lr_last(run: Run) -> float:
+    m = run.metrics
+    return float(m["lr"].dropna().iloc[-1]) if "lr" in m and m["lr"].notna().any() else math.nan
+
+
 @measure("accuracy_gain", "sampled training accuracy: last steps − first steps")
 def accuracy_gain(run: Run) -> float:
     return _tail(run, "accuracy") - _head(run, "accuracy")

@@ -33,7 +33,7 @@ from tests.synthetic import write_json, write_run
 
 SECTIONS = ["claims", "calibration", "lab04", "stability", "collapse", "system", "diagnostics", "generic", "runs", "alerts", "repro"]
 # (experiment, variant, grid point, seed) of the run left out and of the run whose summary.json is unreadable
-MISSING = ("batch", None, {"batch_size": 512}, 1)
+MISSING = ("batch", "b512", {}, 1)
 FAILED = ("system", "mul", {}, 1)
 STEPS, EVAL_EVERY = 8, 2
 INJECTED = '<script>alert("description")</script>'  # in an experiment's free-text description
@@ -113,7 +113,7 @@ def write_tree(cfg: dict) -> dict[str, str]:
     specs = expand_runs(cfg)
     missing, failed = run_id_of(specs, *MISSING), run_id_of(specs, *FAILED)
     noisy = run_id_of(specs, "clipping", "sgd_spike", {}, 0)
-    low_entropy = run_id_of(specs, "batch", None, {"batch_size": 64}, 0)
+    low_entropy = run_id_of(specs, "batch", "b64", {}, 0)
     for run_id, spec in specs.items():
         if run_id == missing:
             continue
@@ -426,12 +426,12 @@ def test_some_numbers_by_hand(report_tree, dom):
     b = csv(report_tree, "stability_batch")
     sec = dom.root.find("section", id="stability")
     tables = [table_cells(t) for t in sec.iter("table")]
-    head, rows = next((h, r) for h, r in tables if h[:3] == ["batch", "n", "of"] and "roughness" in h)
+    head, rows = next((h, r) for h, r in tables if h[:4] == ["batch", "LR", "n", "of"] and "roughness" in h)
     for i, r in enumerate(rows):
         assert r[0] == str(b["batch_size"].iloc[i]) and r[head.index("final acc.")] == pct(b["final_eval_mean"].iloc[i])
         assert r[head.index("n")] == str(b["n"].iloc[i]) and r[head.index("of")] == str(b["expected"].iloc[i])
     n512 = rows[[r[0] for r in rows].index("512")]
-    assert n512[1:3] == ["1", "2"]  # the missing seed is counted out, not invented
+    assert n512[2:4] == ["1", "2"]  # the missing seed is counted out, not invented
     s = csv(report_tree, "system_results")
     sec = dom.root.find("section", id="system")
     head, rows = next(table_cells(t) for t in sec.iter("table") if table_cells(t)[0][:2] == ["task", "algorithm"])

@@ -233,7 +233,7 @@ def test_troubleshooting_and_criteria(tree):
     assert "spike (sgd, no clipping) met: gradient norm at the spike step / median of the other steps 1e+03" in clip.engaged
     assert "clip (sgd) engaged: share of runs whose spike-step gradient norm exceeds the max norm 1" in clip.engaged
     adam = v.loc["adam_bounds_step"]
-    assert adam.outcome_unadjusted == "agrees" and adam["diff"] == pytest.approx(1.0) and adam.note == "2 of 2 runs against 0 of 2"
+    assert adam.outcome_unadjusted == "agrees" and adam["diff"] == pytest.approx(1.0) and adam.note.endswith("; 2 of 2 runs against 0 of 2") and adam.kind == "setup"
     assert v.loc["clipping_adamw"].outcome == "not judged"  # no clipped AdamW cell in this tree
     assert v.loc["value_clip"].outcome == "not judged" and v.loc["batch_smoother"].outcome == "not judged"
     assert "critic (clipped, weight 1.0) engaged: explained variance, steps 16-20 0.4" in v.loc["value_clip"].engaged  # n=1 is why it is not judged
@@ -282,8 +282,8 @@ def test_figures_and_section_from_csv(cfg, tree):
     check_figures(named)
     check_figures(figs)
     s = st.section(t)
-    # B against A, C against A (one seed: no interval); the equal-batch rows have no control in this tree
-    assert [r["outcome"] for r in s["verdicts"]["fixed_vs_dynamic"]["rows"]] == ["inconclusive", "not judged", "not judged", "not judged"]
+    # the equal-batch rows first (no control in this tree), then B against A, C against A (one seed: no interval)
+    assert [r["outcome"] for r in s["verdicts"]["fixed_vs_dynamic"]["rows"]] == ["not judged", "not judged", "inconclusive", "not judged"]
     # equal samples: both batches logged 16 rollouts per step here, so they share every evaluation; compared at the last (160)
     es = t["stability_equal_samples"]
     assert set(es["samples"]) == {32, 64, 96, 128, 160} and len(es) == 3 * 5  # batch 64 (2 seeds) and 512 (1 seed), 5 evaluations each
@@ -312,7 +312,7 @@ def test_empty_results_render(cfg, tmp_path):
 def test_dynamic_schedules_are_also_judged_at_their_own_batch():
     """With the equal-batch control, B and C are compared with fixed hyperparameters at their batch (paired by seed)."""
     finals = {"A": [0.70, 0.72, 0.71], "B": [0.50, 0.52, 0.51], "C": [0.60, 0.61, 0.62], "equal_batch": [0.45, 0.46, 0.47]}
-    fr = pd.DataFrame([{"method": m, "seed": s, "final_eval": f} for m, fs in finals.items() for s, f in enumerate(fs)])
+    fr = pd.DataFrame([{"method": m, "seed": s, "final_eval": f, "schedule_moved": float(m in "BC")} for m, fs in finals.items() for s, f in enumerate(fs)])
     from mathrl import claims
 
     v = synthetic.verdicts({"claims": claims.judge_all({}, {"stability_fvd_runs": fr})}, "stability")
@@ -320,6 +320,9 @@ def test_dynamic_schedules_are_also_judged_at_their_own_batch():
     assert v.loc["dynamic_C_equal_batch"]["diff"] == pytest.approx(0.15) and v.loc["fixed_vs_B"].note.startswith("A differs from B and C in batch size")
     without = synthetic.verdicts({"claims": claims.judge_all({}, {"stability_fvd_runs": fr[fr["method"] != "equal_batch"]})}, "stability")
     assert without.loc["dynamic_B_equal_batch"].outcome == "not judged" and without.loc["fixed_vs_B"].outcome == "agrees"
+    # a schedule that never acted (B's LR did not fall) is not judged, whatever its accuracy
+    still = synthetic.verdicts({"claims": claims.judge_all({}, {"stability_fvd_runs": fr.assign(schedule_moved=0.0)})}, "stability")
+    assert still.loc["dynamic_B_equal_batch"].outcome == "not judged" and "schedule acted (B)" in still.loc["dynamic_B_equal_batch"].engaged
 
 
 def test_stated_intervals_stay_within_the_range_of_their_quantity():
@@ -327,3 +330,64 @@ def test_stated_intervals_stay_within_the_range_of_their_quantity():
     r = {"roughness_mean": 0.011, "roughness_std": 0.01, "final_eval_mean": 0.99, "final_eval_std": 0.01, "n": 3}
     assert st.pm(r, "roughness", "pts") == "1.1 pts [0.0 pts, 3.6 pts] (n=3)"  # unclipped: -1.4 pts
     assert st.pm(r, "final_eval") == "99.0% [96.5%, 100.0%] (n=3)"  # unclipped: 101.5%
+
+
+class _Run:
+    """The little of a run that the per-run measures read."""
+
+    ok = True
+
+    def __init__(self, metrics: pd.DataFrame, evals: pd.DataFrame | None = None, run_id: str = "x"):
+        self.metrics, self.evals = metrics, evals
+        self.spec = type("Spec", (), {"run_id": run_id})()
+
+
+def test_schedule_motion_tells_an_acting_schedule_from_a_fixed_one():
+    steps = range(1, 11)
+    decayed = _Run(pd.DataFrame({"step": steps, "lr": [1e-3 * 0.9 ** (s // 2) for s in steps], "kl_coef": 0.05}))
+    m = st.schedule_motion(decayed)  # 0.9^5 = 0.59 of the first LR at the last step: it fell, but not to half
+    assert m["lr_ratio"] == pytest.approx(0.9**5 / 0.9**0) and m["kl_coef_range"] == 1.0 and m["schedule_moved"] == 0.0
+    controlled = _Run(pd.DataFrame({"step": steps, "lr": 1e-3, "kl_coef": [0.05, 0.075, 0.1125] + [0.09] * 7}))
+    assert st.schedule_motion(controlled)["kl_coef_range"] == pytest.approx(2.25) and st.schedule_motion(controlled)["schedule_moved"] == 1.0
+    halved = _Run(pd.DataFrame({"step": steps, "lr": [1e-3] * 9 + [4e-4], "kl_coef": 0.05}))
+    assert st.schedule_motion(halved)["schedule_moved"] == 1.0
+
+
+def test_absolute_deviation_is_the_brown_forsythe_transform():
+    rows = pd.DataFrame({"batch_size": [64, 64, 64, 512, 512, 512], "final_reward": [0.1, 0.3, 0.8, 0.40, 0.41, 0.45]})
+    assert list(st.absolute_deviation(rows, "batch_size", "final_reward").round(6)) == [0.2, 0.0, 0.5, 0.01, 0.0, 0.04]
+
+
+def test_alert_events_score_each_alert_against_every_step():
+    # accuracy 0.6 at steps 0-4, then 0.5 and 0.5 at steps 6 and 8: a sustained drop whose onset is step 6
+    evals = pd.DataFrame({"step": [0, 2, 4, 6, 8], "eval_accuracy": [0.6, 0.6, 0.6, 0.5, 0.5]})
+    metrics = pd.DataFrame({"step": range(1, 9), "entropy": [1.0, 0.05] + [1.0] * 6, "kl": 0.0, "reward_mean": 0.5})
+    run = _Run(metrics, evals, "r")
+    run.settings = {"monitor_window": 3, "batch_size": 64, "monitor_kl_max": 0.5, "monitor_entropy_min": 0.1}
+    ev = st.alert_events([run])
+    low = ev[(ev["detector"] == "low_entropy") & (ev["source"] == "alert")]
+    assert list(low["step"]) == [2] and list(low["followed_by_drop"]) == [1.0]  # step 2, a drop within 10 steps
+    base = ev[(ev["detector"] == "low_entropy") & (ev["source"] == "step")]
+    assert len(base) == 8 and base["followed_by_drop"].sum() == 5  # steps 1-5 precede the onset at 6; 6-8 do not
+    assert set(ev["detector"]) == set(st.DETECTORS)
+
+
+def test_remedy_claims_need_their_symptom_and_their_mechanism():
+    """kl_remedy: judged only where accuracy fell without a KL penalty and the penalty held the KL down."""
+    from mathrl import claims
+
+    cfg = {"experiments": {"remedies": {"roles": {"kl_none": "kl_0", "kl_high": "kl_0.1", "kl_default": "kl_0.05", "low_lr": "low_lr", "raised_lr": "own_lr"}}}}
+
+    def measures(fall_without, kl_ratio):
+        out = []
+        for seed in range(5):
+            out.append({"experiment": "remedies", "variant": "kl_0", "seed": seed, "drawdown": fall_without + 0.01 * seed, "kl_end": 0.2})
+            out.append({"experiment": "remedies", "variant": "kl_0.1", "seed": seed, "drawdown": 0.01 + 0.002 * seed, "kl_end": 0.2 * kl_ratio})
+        return pd.DataFrame(out)
+
+    judged = claims.judge_all(cfg, {"run_measures": measures(0.10, 0.5)}).set_index("claim_id").loc["kl_remedy"]
+    assert judged.outcome == "agrees" and judged.difference == pytest.approx(0.01 + 0.004 - 0.10 - 0.02)
+    no_fall = claims.judge_all(cfg, {"run_measures": measures(0.0, 0.5)}).set_index("claim_id").loc["kl_remedy"]
+    assert no_fall.outcome == "not judged" and no_fall.failure_established in (False, "False")
+    no_hold = claims.judge_all(cfg, {"run_measures": measures(0.10, 1.0)}).set_index("claim_id").loc["kl_remedy"]
+    assert no_hold.outcome == "not judged" and no_hold.engaged in (False, "False")

@@ -169,9 +169,19 @@ def batch_reference(cfg: dict) -> str:
     return declared or (f"batch_size={max(sizes)}" if sizes else "")
 
 
-def batch_table(fits: pd.DataFrame, reference: str) -> pd.DataFrame:
+def batch_sizes(cfg: dict) -> dict[str, int]:
+    """The batch size of each of the batch study's settings: its variants' own, or its grid points'."""
+    exp = cfg.get("experiments", {}).get(BATCH) or {}
+    fixed = (exp.get("fixed") or {}).get("batch_size")
+    sizes = {name: v.get("batch_size", fixed) for name, v in (exp.get("variants") or {}).items()}
+    sizes.update({f"batch_size={b}": b for b in (exp.get("grid") or {}).get("batch_size") or []})
+    return {k: int(v) for k, v in sizes.items() if v is not None}
+
+
+def batch_table(fits: pd.DataFrame, reference: str, sizes: dict[str, int] | None = None) -> pd.DataFrame:
     """The batch study as ceiling against efficiency: per batch size, A and B, and their differences from the
-    reference batch's (paired by seed; B over the seeds where both runs gained)."""
+    reference batch's (paired by seed; B over the seeds where both runs gained). `sizes`: each setting's batch
+    size (else read from a grid point's name, `batch_size=64`)."""
     rows = []
     f = fits[(fits["experiment"] == BATCH) & fits["fitted"].astype(bool)] if len(fits) else fits
     ref = f[f["setting"] == reference].set_index("seed") if len(f) else f
@@ -184,7 +194,7 @@ def batch_table(fits: pd.DataFrame, reference: str) -> pd.DataFrame:
         rows.append(
             {
                 "setting": name,
-                "batch_size": int(str(name).split("=")[-1]) if "=" in str(name) else NAN,
+                "batch_size": (sizes or {}).get(name, int(str(name).split("=")[-1]) if "=" in str(name) else NAN),
                 "reference": name == reference,
                 "n": a["n"],
                 "A_mean": a["mean"],
@@ -273,7 +283,7 @@ def tables(runs, cfg: dict) -> dict[str, pd.DataFrame]:
     return {
         "diagnostics_curves_runs": fits,
         "diagnostics_curves": summary(fits),
-        "diagnostics_curves_batch": batch_table(fits, batch_reference(cfg)),
+        "diagnostics_curves_batch": batch_table(fits, batch_reference(cfg), batch_sizes(cfg)),
         "diagnostics_curves_points": points,
         "diagnostics_curves_fit": fitted,
     }

@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from mathrl.measures import accuracy_gain, drawdown, entropy_end, final_eval, kl_end, reward_end, reward_start
 from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
 from mathrl.studies.kit import pm as interval
@@ -86,6 +87,18 @@ def measures(run) -> dict:
                            float(collapsed(run)), last(run, "reward_mean"), run.summary["wall_seconds"], len(run.summary["alerts"])]))  # fmt: skip
 
 
+def batch_measures(run) -> dict:
+    """Entropy at the end and the training reward's rise (the measures of mathrl.measures); NaN without a result."""
+    if not run.ok:
+        return {"entropy_end": NAN, "reward_gain": NAN}
+    return {"entropy_end": entropy_end(run), "reward_gain": reward_end(run) - reward_start(run)}
+
+
+def absolute_deviation(rows: pd.DataFrame, by: str, col: str) -> pd.Series:
+    """|value − its group's median|: the Brown-Forsythe transform, whose group means compare spreads."""
+    return (rows[col] - rows.groupby(by)[col].transform("median")).abs()
+
+
 def summarise(rows: pd.DataFrame, by: list[str], values: list[str]) -> pd.DataFrame:
     """mean_spread plus `expected`: the runs the config asks for (n counts those with a result)."""
     out = mean_spread(rows, by, values)
@@ -125,8 +138,9 @@ def series(runs: list, metrics: list[str]) -> pd.DataFrame:
 def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
     if not runs:
         return {}
-    rows = pd.DataFrame([{"batch_size": r.settings["batch_size"], "seed": r.spec.seed, **measures(r)} for r in runs])
-    batch = summarise(rows, ["batch_size"], ["final_eval", "best_eval", "roughness", "drawdown", "largest_drop", "share_above_10", "share_below_3", "collapsed"])
+    rows = pd.DataFrame([{"batch_size": r.settings["batch_size"], "lr": r.settings["lr"], "seed": r.spec.seed, **measures(r), **batch_measures(r)} for r in runs])
+    rows["final_reward_absdev"] = absolute_deviation(rows, "batch_size", "final_reward")
+    batch = summarise(rows, ["batch_size", "lr"], ["final_eval", "best_eval", "roughness", "drawdown", "largest_drop", "share_above_10", "share_below_3", "collapsed"])
     batch = batch.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
     batch["collapses"] = rows.groupby("batch_size", sort=False)["collapsed"].sum(min_count=1).values
     batch["doc_curve"] = batch["batch_size"].map(DOC_BATCH)
@@ -179,19 +193,45 @@ def equal_samples_pairs(es: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
+LR_FELL, KL_MOVED = 0.5, 1.5  # B engaged: its last LR at most half its first; C: its KL coefficient spanned at least 1.5x
+
+
+def schedule_motion(run) -> dict:
+    """How far a run's LR fell (last / first) and its KL coefficient moved (largest / smallest), and
+    `schedule_moved`: 1 when either acted (a step schedule or a KL controller), else 0."""
+    if not run.ok:
+        return {"lr_ratio": NAN, "kl_coef_range": NAN, "schedule_moved": NAN}
+    lr, kl = run.metrics["lr"].dropna(), run.metrics["kl_coef"].dropna()
+    lr_ratio = float(lr.iloc[-1] / lr.iloc[0]) if len(lr) and lr.iloc[0] > 0 else NAN
+    kl_range = float(kl.max() / kl.min()) if len(kl) and kl.min() > 0 else NAN
+    moved = (known(lr_ratio) and lr_ratio <= LR_FELL) or (known(kl_range) and kl_range >= KL_MOVED)
+    return {"lr_ratio": lr_ratio, "kl_coef_range": kl_range, "schedule_moved": float(moved)}
+
+
 def fixed_vs_dynamic_tables(runs: list, role: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per method (its role in the config: A, B or C) and per run."""
     if not runs:
         return pd.DataFrame(), pd.DataFrame()
     method = {v: r for r, v in role.items() if r in (*FVD_ROLES, FVD_CONTROL)}
     rows = pd.DataFrame([{"method": method.get(r.spec.variant, ""), "variant": r.spec.variant, "seed": r.spec.seed, **measures(r),
-                          "final_lr": last(r, "lr"), "final_kl_coef": last(r, "kl_coef")} for r in runs])  # fmt: skip
-    out = summarise(rows, ["method", "variant"], ["final_eval", "roughness", "drawdown", "largest_drop", "final_lr", "final_kl_coef"])
+                          "final_lr": last(r, "lr"), "final_kl_coef": last(r, "kl_coef"), **schedule_motion(r)} for r in runs])  # fmt: skip
+    out = summarise(rows, ["method", "variant"], ["final_eval", "roughness", "drawdown", "largest_drop", "final_lr", "final_kl_coef", "lr_ratio", "kl_coef_range"])
     out["reproducibility_std"] = out["final_eval_std"]  # the document's "reproducibility": spread of the final result across seeds
     out["rank"] = out["final_eval_mean"].rank(ascending=False)
     for j, col in enumerate(["doc_final_accuracy", "doc_stability", "doc_reproducibility", "doc_rank"]):
         out[col] = out["method"].map(lambda m: DOC_METHODS.get(m, (NAN,) * 4)[j])
     return out, rows
+
+
+def remedies_table(runs: list) -> pd.DataFrame:
+    """Per variant of the remedies experiment (KL grid and the LR remedy at batch 64): its KL coefficient and
+    LR, and across seeds the drawdown, the KL to the reference at the end, the training-reward gain and the
+    final held-out accuracy."""
+    cols = ["drawdown", "kl_end", "accuracy_gain", "final_eval"]
+    rows = pd.DataFrame([{"variant": r.spec.variant, "kl_coef": r.settings["kl_coef"], "lr": r.settings["lr"], "seed": r.spec.seed,
+                          **({"drawdown": drawdown(r), "kl_end": kl_end(r), "accuracy_gain": accuracy_gain(r), "final_eval": final_eval(r)}
+                             if r.ok else dict.fromkeys(cols, NAN))} for r in runs])  # fmt: skip
+    return summarise(rows, ["variant", "kl_coef", "lr"], cols) if len(rows) else pd.DataFrame()
 
 
 def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
@@ -227,10 +267,29 @@ def detectors(run) -> dict[str, list[int]]:
     and the run's own KL and entropy thresholds."""
     st, off = run.settings, {"entropy_min": None, "kl_max": None, "reward_swing": None}
     steps = lambda alerts: [a["step"] for a in alerts]  # noqa: E731
-    return {f"reward_swing, fixed {FIXED_SWING:g}": steps(replay(run, **{**off, "reward_swing": FIXED_SWING}, window=st["monitor_window"])),
-            f"reward_swing, {SWING_SIGMAS:g} standard errors of the batch mean": steps(replay(run, **off, window=st["monitor_window"], swing_sigmas=SWING_SIGMAS, batch_size=st["batch_size"])),
+    return {"fixed_swing": steps(replay(run, **{**off, "reward_swing": FIXED_SWING}, window=st["monitor_window"])),
+            "scaled_swing": steps(replay(run, **off, window=st["monitor_window"], swing_sigmas=SWING_SIGMAS, batch_size=st["batch_size"])),
             "high_kl": steps(replay(run, **{**off, "kl_max": st["monitor_kl_max"]})),
             "low_entropy": steps(replay(run, **{**off, "entropy_min": st["monitor_entropy_min"]}))}  # fmt: skip
+
+
+DETECTORS = {"fixed_swing": f"reward_swing, fixed {FIXED_SWING:g}", "scaled_swing": f"reward_swing, {SWING_SIGMAS:g} standard errors of the batch mean",
+             "high_kl": "high_kl", "low_entropy": "low_entropy"}  # fmt: skip
+
+
+def alert_events(runs: list) -> pd.DataFrame:
+    """One row per alert of each detector (source `alert`) and per logged step (source `step`, the base rate,
+    repeated under each detector), with `followed_by_drop`: 1 when a sustained drop starts within HORIZON
+    steps after it. The monitor's precision claim compares the two shares."""
+    rows = []
+    for run in runs:
+        drops = sustained_drops(run.evals["step"], run.evals["eval_accuracy"], DROP)
+        hit = lambda s: float(any(s < d <= s + HORIZON for d in drops))  # noqa: E731
+        base = [hit(s) for s in run.metrics["step"]]
+        for name, alerts in detectors(run).items():
+            rows += [{"detector": name, "source": "alert", "run_id": run.spec.run_id, "step": s, "followed_by_drop": hit(s)} for s in alerts]
+            rows += [{"detector": name, "source": "step", "run_id": run.spec.run_id, "step": s, "followed_by_drop": h} for s, h in zip(run.metrics["step"], base)]
+    return pd.DataFrame(rows, columns=["detector", "source", "run_id", "step", "followed_by_drop"])
 
 
 def alert_scores(runs: list) -> pd.DataFrame:
@@ -250,7 +309,7 @@ def alert_scores(runs: list) -> pd.DataFrame:
     rows = []
     for name, (hit, n_alerts, caught, n_drops) in counts.items():
         (plo, phi), (rlo, rhi) = wilson(hit, n_alerts), wilson(caught, n_drops)
-        rows.append({"detector": name, "alerts": n_alerts, "followed_by_drop": hit, "precision": hit / n_alerts if n_alerts else NAN, "precision_lo": plo,
+        rows.append({"detector": DETECTORS[name], "alerts": n_alerts, "followed_by_drop": hit, "precision": hit / n_alerts if n_alerts else NAN, "precision_lo": plo,
                      "precision_hi": phi, "drops": n_drops, "announced": caught, "recall": caught / n_drops if n_drops else NAN, "recall_lo": rlo,
                      "recall_hi": rhi, "base_rate": base[0] / base[1] if base[1] else NAN})  # fmt: skip
     return pd.DataFrame(rows, columns=["detector", "alerts", "followed_by_drop", "precision", "precision_lo", "precision_hi", "drops", "announced",
@@ -418,11 +477,13 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     fvd = ctx.experiment(FVD)
     out["stability_fixed_vs_dynamic"], out["stability_fvd_runs"] = fixed_vs_dynamic_tables(fvd, roles(ctx.cfg, FVD, FVD_ROLES) if fvd else {})
     out["stability_equal_samples"] = equal_samples_table(ctx.experiment("batch"))
+    out["stability_remedies"] = remedies_table(ctx.experiment("remedies"))
     out["stability_equal_samples_pairs"] = equal_samples_pairs(out["stability_equal_samples"])
     out["stability_clipping"], out["stability_clipping_runs"] = clipping_table(ctx.experiment("clipping"))
     out["stability_value_clip"], out["stability_value_clip_runs"] = value_clip_table(ctx.experiment("value_clip"))
     out["stability_alerts"] = alerts_table(ctx)
     out["stability_alert_scores"] = alert_scores([r for r in ctx.runs.values() if r.ok])
+    out["stability_alert_events"] = alert_events([r for r in ctx.runs.values() if r.ok])
     out["stability_troubleshooting"] = troubleshooting_table(ctx)
     out["stability_series"] = pd.concat([series(ctx.experiment(e), ms).assign(experiment=e) for e, ms in SERIES.items()], ignore_index=True)
     return out
@@ -601,6 +662,15 @@ def value_text(v: pd.DataFrame) -> str:
             + (f" ({'; '.join(alone)})" if alone else "") + "; the document: 0.25 and 0.12 (−52%).")  # fmt: skip
 
 
+def remedies_text(r: pd.DataFrame) -> str:
+    if r.empty or r["drawdown_mean"].isna().all():
+        return "No remedies runs with a result."
+    kl = r[r["variant"].str.startswith("kl_")]
+    parts = [f"KL {x.kl_coef:g}: drawdown {pm(x, 'drawdown', 'pts')}, KL to the reference at the end {x.kl_end_mean:.3g}" for _, x in kl.iterrows()]
+    lr = [f"LR {x.lr:.2g}: training-reward gain {pm(x, 'accuracy_gain', 'num')}" for _, x in r[~r["variant"].str.startswith("kl_")].iterrows()]
+    return "At batch 64: " + "; ".join(parts + lr) + "."
+
+
 def scores_text(sc: pd.DataFrame) -> str:
     if sc.empty:
         return "No runs to score the alerts on."
@@ -627,7 +697,8 @@ def alerts_text(al: pd.DataFrame) -> str:
 
 def section(t) -> dict:
     names = ["stability_batch_curve", "stability_batch", "stability_equal_samples", "stability_case_study", "stability_fixed_vs_dynamic", "stability_gradvar",
-             "stability_accumulation", "stability_alerts", "stability_alert_scores", "stability_clipping", "stability_value_clip", "stability_troubleshooting"]  # fmt: skip
+             "stability_accumulation", "stability_alerts", "stability_alert_scores", "stability_clipping", "stability_value_clip", "stability_troubleshooting",
+             "stability_remedies"]  # fmt: skip
     tb = {n.removeprefix("stability_"): t[n] for n in names}
     claims = claim_frame(t, NAME)
     rows = verdict_rows(claims)
@@ -639,14 +710,16 @@ def section(t) -> dict:
         "tables": {**tb, "alerts_fired": al[al["alerts"] > 0] if not al.empty else al}, "collapse_definition": COLLAPSE_DEFINITION, "spike_factor": SPIKE_FACTOR,
         "big": BIG_SWING, "small": SMALL_SWING, "verdict_list": rows, "power": power_note(claims),
         "verdicts": {
-            "batch": {"text": batch_text(tb["batch"]), "rows": pick_rows("batch_smoother", "batch_large_calm", "batch_small_swings")},
+            "batch": {"text": batch_text(tb["batch"]), "rows": pick_rows("batch_smoother", "batch_more_accurate", "batch_keeps_entropy", "batch_large_calm", "batch_small_swings")},
             "gradvar": {"text": gradvar, "rows": pick_rows("gradvar")}, "accumulation": {"text": accumulation, "rows": pick_rows("accumulation")},
-            "fixed_vs_dynamic": {"text": fvd_text(tb["fixed_vs_dynamic"]), "rows": pick_rows("fixed_vs_B", "fixed_vs_C", "dynamic_B_equal_batch", "dynamic_C_equal_batch")},
+            "fixed_vs_dynamic": {"text": fvd_text(tb["fixed_vs_dynamic"]), "rows": pick_rows("dynamic_B_equal_batch", "dynamic_C_equal_batch", "fixed_vs_B", "fixed_vs_C")},
             "equal_samples": {"text": equal_samples_text(tb["equal_samples"]), "rows": [r for r in rows if r["key"].startswith("equal_samples_")]},
-            "case": {"text": case_text(tb["case_study"]), "rows": pick_rows("case_reward")},
-            "clipping": {"text": clipping_text(tb["clipping"]), "rows": pick_rows("clipping_sgd", "clipping_adamw", "adam_bounds_step")},
+            "case": {"text": case_text(tb["case_study"]), "rows": pick_rows("case_reward", "case_spread", "remedy_batch")},
+            "remedies": {"text": remedies_text(tb["remedies"]), "rows": [r for r in rows if r["part"] == "remedies"]},
+            "clipping": {"text": clipping_text(tb["clipping"]), "rows": pick_rows("clipping_spike_collapses", "clipping_sgd", "clipping_sgd_2.0", "clipping_sgd_0.5",
+                                                                                 "clipping_dose_order", "clipping_adamw", "natural_collapse_sgd", "natural_collapse_adamw", "adam_bounds_step")},
             "value_clip": {"text": value_text(tb["value_clip"]), "rows": pick_rows("value_clip")},
-            "alerts": {"text": alerts_text(tb["alerts"]) + " " + scores_text(tb["alert_scores"]), "rows": []},
+            "alerts": {"text": alerts_text(tb["alerts"]) + " " + scores_text(tb["alert_scores"]), "rows": [r for r in rows if r["key"].startswith("monitor_precision_")]},
             "troubleshooting": {"text": f"{int((ts['evidence_run'].astype(object).fillna('') != '').sum())} of {len(ts)} symptoms are shown by a run of this pipeline." if not ts.empty else "No runs.", "rows": []},
         },  # fmt: skip
     }
