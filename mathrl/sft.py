@@ -160,7 +160,7 @@ def run_starts(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
         while step < s["starts_max_steps"]:
             step += 1
             supervised_step(model, opt, task, train, s["batch_size"], gen, device)
-            if step % s["eval_every"] == 0:
+            if step % s["starts_eval_every"] == 0:
                 val_acc = accuracy(model, val)
                 if val_acc >= threshold:
                     break

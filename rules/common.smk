@@ -265,7 +265,7 @@ def get_task_hash(wildcards):
     return config_hash(CFG["tasks"][wildcards.task])
 
 
-STARTS_KEYS = ("starts", "starts_max_steps", "control_steps", "control_batch_size", "control_seeds")
+STARTS_KEYS = ("starts", "starts_max_steps", "starts_eval_every", "control_steps", "control_batch_size", "control_seeds")
 
 
 def get_sft_hash(wildcards):

@@ -246,3 +246,17 @@ def test_starts_tables_and_claims(starts_tables):
     vs = k.loc["add_start_30_rl_vs_supervised"]
     assert vs["diff"] == pytest.approx(-0.25) and vs.kind == "beyond" and vs.design == "unpaired"
     assert k.loc["add_start_85_rl_vs_supervised"]["diff"] == pytest.approx(0.04)
+
+
+@pytest.mark.parametrize("files", [["config/config.yaml"], ["config/config.yaml", "config/full.yaml"]])
+def test_the_control_sees_an_rl_runs_samples_and_every_start_is_saved(files):
+    from mathrl.config import ROOT
+
+    cfg = load_config([ROOT / f for f in files])
+    runs = [spec for spec in expand_runs(cfg).values() if spec.experiment == "system"]
+    for spec in runs:
+        s, sft = spec.settings, cfg["sft"][spec.settings["task"]]
+        assert s["steps"] * s["batch_size"] == sft["control_steps"] * sft["control_batch_size"], spec.run_id
+        assert len(sft["control_seeds"]) >= 5 and len(cfg["experiments"]["system"]["seeds"]) >= 5
+        if s["init"] is not None:
+            assert s["init"] in {system.start_of(cfg, {"task": s["task"], "init": None})} | {f"start_{round(100 * x)}" for x in sft["starts"]}
