@@ -167,7 +167,8 @@ def starts_table(ctx, start_runs: pd.DataFrame) -> pd.DataFrame:
             row = {"task": task, "start": st["start"], "threshold": st["threshold"], "warm_up_steps": st["sft_steps"],
                    "start_val": st["val_accuracy"], "start_test": st["test_accuracy"], "reached": st["reached"],
                    "picked": bool(len(d)) and (d["picked"] == "yes").any(), "expected_low": DOC[task]["expected"][0],
-                   "expected_high": DOC[task]["expected"][1]}  # fmt: skip
+                   "expected_high": DOC[task]["expected"][1], "rl_minus_sup": math.nan, "rl_minus_sup_lo": math.nan,
+                   "rl_minus_sup_hi": math.nan}  # fmt: skip
             for arm, prefix in (("reinforce", "rl"), (SUPERVISED, "sup")):
                 est = mean_interval_of(arms[arm])
                 row.update({f"{prefix}_n": est["n"], f"{prefix}_final": est["estimate"], f"{prefix}_lo": est["lo"], f"{prefix}_hi": est["hi"]})
