@@ -383,8 +383,12 @@ def task_text(res: pd.DataFrame, cfgs: pd.DataFrame, task: str, rows: dict, star
     planned = set(zip(res["task"], res["algorithm"])) if len(res) else set()  # one the config does not run is left out
     others = "".join(f"; {a} {pm(res, task, a, start=picked)}" for a in ALGORITHMS if a != "reinforce" and (task, a) in planned)
     where = f" from {picked}, the start picked on the validation split," if picked else ""
-    text = (f"On {task},{where} REINFORCE ended at {pm(res, task, 'reinforce', start=picked)} held-out accuracy (from "
-            f"{pm(res, task, 'reinforce', 'initial_eval', start=picked)} before RL{others}), against the document's {lo:.0%}–{hi:.0%}.")  # fmt: skip
+    where_rows = {"task": task, "algorithm": "reinforce", **({"start": picked} if picked else {})}
+    spread = cell(res, "initial_eval_std", **where_rows)
+    before = (pm(res, task, "reinforce", "initial_eval", start=picked) if known(spread) and spread > 0  # every seed starts from one checkpoint:
+              else number(cell(res, "initial_eval_mean", **where_rows), "pct", sign=False))  # one number, no interval of width 0
+    text = (f"On {task},{where} REINFORCE ended at {pm(res, task, 'reinforce', start=picked)} held-out accuracy (from {before} "
+            f"before RL{others}), against the document's {lo:.0%}–{hi:.0%}.")  # fmt: skip
     reaching = d[d["rl_lo"] >= lo]["start"].tolist() if len(d) and "rl_lo" in d else []
     if len(d) > 1 or reaching:
         text += f" By start: {starts_text(starts, task)}."
