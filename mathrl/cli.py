@@ -53,10 +53,16 @@ def cmd_problems(args) -> int:
 
 
 def cmd_sft(args) -> int:
-    from mathrl.sft import run_sft
+    from mathrl.sft import run_sft, run_starts
 
     cfg = _load(args)
     _check_task(cfg, [args.task])
+    if args.starts:
+        if not cfg["sft"][args.task]["starts"] and not cfg["sft"][args.task]["control_seeds"]:
+            raise ConfigError(f"sft.{args.task}: no starts and no control_seeds configured for --starts")
+        out = Path(args.out) if args.out else layout.at(cfg, layout.SFT_STARTS, task=args.task).parent
+        run_starts(cfg, args.task, out)
+        return 0
     out = Path(args.out) if args.out else layout.at(cfg, layout.SFT_DIR, task=args.task)
     run_sft(cfg, args.task, out)
     return 0
@@ -546,7 +552,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sft", help="supervised warm-up of a task's model into its accuracy band")
     _common(p)
     p.add_argument("--task", required=True)
-    p.add_argument("--out", help="output directory (default results/sft/TASK)")
+    p.add_argument("--starts", action="store_true", help="from the warm-up's checkpoint: the further starts (sft.TASK.starts) and the supervised controls")
+    p.add_argument("--out", help="output directory (default results/sft/TASK, with --starts results/sft/TASK/starts)")
     p.set_defaults(func=cmd_sft)
 
     _add_train(sub)

@@ -62,6 +62,7 @@ DVC-tracked content and a second `dvc repro` has nothing to do. After `dvc check
 from __future__ import annotations
 
 import copy
+import os
 import re
 import shlex
 from collections.abc import Sequence
@@ -188,6 +189,15 @@ def _step_stages(w: _Writer, lists: dict) -> dict:
                 w.outs("sft", task="${item}"),
             ),
         ),
+        "sft_starts": (
+            "start_tasks",
+            stage(
+                w.command("sft_starts", task="${item}"),
+                [*w.problems("${item}"), w.res(layout.SFT_MODEL, task="${item}")],
+                ["config.tasks.${item}", "config.sft.${item}"],
+                [w.res(os.path.dirname(layout.SFT_STARTS), task="${item}")],  # the starts' checkpoints and starts.json
+            ),
+        ),
         "train": ("runs", stage(train_cmd, [*w.problems("${item.task}"), "${item.init}"], run_params, train_outs())),
         "train-from-scratch": (
             "runs_from_scratch",
@@ -271,13 +281,15 @@ def stage_lists(cfg: dict, bandit_studies: Sequence[str]) -> dict:
         raise ConfigError("experiments: two run ids that differ only in '.' against 'p' would share a DVC stage name")
     probe = list(cfg["gradvar"]["tasks"])
     used = {spec.settings["task"] for spec in runs.values()} | set(probe)
-    warm = {spec.settings["task"] for spec in runs.values() if spec.settings["init"] is None} | set(probe)
+    starts = [t for t in layout.starts_tasks(cfg) if t in used]
+    warm = {spec.settings["task"] for spec in runs.values() if spec.settings["init"] is None} | set(probe) | set(starts)
     results = Path(cfg["results"])
     lists: dict = {
         "problem_tasks": [t for t in cfg["tasks"] if t in used],
         "warm_up_tasks": [t for t in cfg["tasks"] if t in warm],
         "runs": {},
         "runs_from_scratch": {},
+        "start_tasks": starts,
         "gradvar_tasks": probe,
         "bandit_studies": list(bandit_studies),
     }
@@ -287,7 +299,7 @@ def stage_lists(cfg: dict, bandit_studies: Sequence[str]) -> dict:
         if s["init"] == "random":  # the fresh model takes the warm-up's preset
             lists["runs_from_scratch"][run_key(run_id)] = item
         else:
-            init = (results / layout.SFT_MODEL.format(task=s["task"])).as_posix() if s["init"] is None else s["init"]
+            init = layout.init_checkpoint(results, s["task"], s["init"]).as_posix()
             lists["runs"][run_key(run_id)] = {**item, "init": init}
     return lists
 

@@ -9,6 +9,7 @@ the Snakefile reads it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,8 @@ RUN_DIR = RUNS + "/{run_id}"
 RUN_METRICS = RUN_DIR + "/" + METRICS_FILE
 RUN_SUMMARY = RUN_DIR + "/" + SUMMARY_FILE
 RUN_SNAPSHOT = RUN_DIR + "/" + SNAPSHOT_FILE
+SFT_STARTS = SFT_DIR + "/starts/starts.json"  # the further starts and their supervised controls (mathrl sft --starts)
+SFT_START_MODEL = SFT_DIR + "/starts/{start}.pt"  # one start's checkpoint, named start_PCT (a run's `init: start_70`)
 GRADVAR = "gradvar/{task}.json"
 BANDIT = "bandit/{study}/" + METRICS_FILE
 TABLES = "tables"
@@ -59,6 +62,26 @@ def sft_checkpoint(cfg: dict, task: str) -> Path:
     return path(cfg["results"], SFT_MODEL, task=task)
 
 
+def is_start(init: str | None) -> bool:
+    """Does a run's `init` name one of its task's warm-up starts (`start_70`)?"""
+    return bool(init) and re.fullmatch(r"start_\d+", init) is not None
+
+
+def starts_tasks(cfg: dict) -> list[str]:
+    """The tasks whose warm-up has further starts or supervised controls (`mathrl sft --starts`)."""
+    return [task for task, s in cfg["sft"].items() if s.get("starts") or s.get("control_seeds")]
+
+
+def init_checkpoint(results: str | Path, task: str, init: str | None) -> Path | None:
+    """The checkpoint a run's `init` names: the warm-up's (None), a start's (`start_70`), a
+    file, or None for a random policy."""
+    if init == "random":
+        return None
+    if init is None:
+        return path(results, SFT_MODEL, task=task)
+    return path(results, SFT_START_MODEL, task=task, start=init) if is_start(init) else Path(init)
+
+
 # ---------------------------------------------------------------------- the stages
 @dataclass(frozen=True)
 class Stage:
@@ -92,6 +115,7 @@ def _problems(split: str) -> str:
 STAGES = {stage.name: stage for stage in [
     Stage("problems", "problems", {**{split: _problems(split) for split in PROBLEM_SPLITS}, "meta": PROBLEMS_META}, "task", "--task {task}"),
     Stage("sft", "sft", {"model": SFT_MODEL, "summary": SFT_SUMMARY}, "task", "--task {task}"),
+    Stage("sft_starts", "sft", {"starts": SFT_STARTS}, "task", "--task {task} --starts"),
     # run by `mathrl launch` (GPU slots, the fork server); a run's snapshot is deliberately no output
     Stage("train", "train", {"metrics": RUN_METRICS, "summary": RUN_SUMMARY}, "run_id", "--experiment-run {run_id} --on-mismatch restart",
           launched=True),

@@ -105,6 +105,7 @@ def aggregate_inputs(cfg: dict) -> dict[str, list[str]]:
         "metrics": [str(layout.path(res, layout.RUN_METRICS, run_id=run_id)) for run_id in runs],
         "bandit": [str(layout.path(res, layout.BANDIT, study=study)) for study in BANDIT_STUDIES],
         "gradvar": [str(layout.path(res, layout.GRADVAR, task=task)) for task in cfg["gradvar"]["tasks"]],
+        "starts": [str(layout.path(res, layout.SFT_STARTS, task=task)) for task in layout.starts_tasks(cfg)],
     }
 
 

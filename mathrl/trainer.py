@@ -56,7 +56,7 @@ from mathrl.algorithms import AdvantageInputs, get_estimator
 from mathrl.control import MovingAverageBaseline, make_kl_controller
 from mathrl.distributed import Dist, all_mean_std, all_sum, barrier
 from mathrl.evaluation import greedy_correct, sampled_correct, sampled_correct_counts
-from mathrl.layout import problems_file, sft_checkpoint
+from mathrl.layout import init_checkpoint, problems_file
 from mathrl.losses import (
     aggregate,
     clip_abs,
@@ -123,12 +123,14 @@ class Trainer:
         self.progress = None  # the progress bar while one is shown (interactive runs)
         s = settings
         self.task = task_of(cfg, s.task)
-        files = {split: problems_file(cfg, s.task, split) for split in ("train", "test")}
+        files = {split: problems_file(cfg, s.task, split) for split in ("train", s.eval_split)}
         for path in files.values():
             if not path.is_file():
                 raise ConfigError(f"task {s.task}: {path} is missing (run `mathrl problems` first)")
         self.train_pairs = read_problems(files["train"], self.task)
-        test = read_problems(files["test"], self.task)
+        test = read_problems(files[s.eval_split], self.task)  # the held-out test set, or the validation split that selects settings
+        if not len(test):
+            raise ConfigError(f"eval_split: task {s.task} has no {s.eval_split} problems (tasks.{s.task}.n_val is 0)")
         self.test_pairs = test[: s.eval_size] if s.eval_size else test
         self.pools: dict[int, torch.Tensor] = {}
 
@@ -137,7 +139,7 @@ class Trainer:
             policy, self.init_meta = GPT(gpt_config(cfg["sft"][s.task]["preset"], VOCAB_SIZE, self.task.seq_len)), {}
             self.init_path = "random"
         else:
-            self.init_path = Path(s.init) if s.init else sft_checkpoint(cfg, s.task)
+            self.init_path = init_checkpoint(cfg["results"], s.task, s.init)
             policy, self.init_meta = load_policy(self.init_path)
         # What the run started from: a snapshot trained from another checkpoint is not this run.
         self.init_sha256 = "random" if self.init_path == "random" else hashlib.sha256(Path(self.init_path).read_bytes()).hexdigest()

@@ -214,10 +214,11 @@ def get_run_inputs(wildcards):
     the `init` file it names, or nothing for `init: random`)."""
     settings = RUNS[wildcards.run_id].settings
     inputs = problem_files(settings["task"])
-    if settings["init"] is None:
-        inputs["init"] = sft_checkpoint(settings["task"])
-    elif settings["init"] != "random":
-        inputs["init"] = settings["init"]
+    task, init = settings["task"], settings["init"]
+    if layout.is_start(init):  # a start's checkpoint: the starts job writes it
+        inputs["init"] = results(layout.SFT_STARTS.format(task=task))
+    elif init != "random":
+        inputs["init"] = str(layout.init_checkpoint(RESULTS, task, init))
     return inputs
 
 
@@ -265,7 +266,25 @@ def get_task_hash(wildcards):
     return config_hash(CFG["tasks"][wildcards.task])
 
 
+STARTS_KEYS = (
+    "starts",
+    "starts_max_steps",
+    "starts_eval_every",
+    "control_steps",
+    "control_batch_size",
+    "control_seeds",
+)
+
+
 def get_sft_hash(wildcards):
+    """The warm-up's own settings (the starts job's keys do not change its checkpoint)."""
+    block = CFG["sft"][wildcards.task]
+    return config_hash(
+        {key: value for key, value in block.items() if key not in STARTS_KEYS}
+    )
+
+
+def get_starts_hash(wildcards):
     return config_hash(CFG["sft"][wildcards.task])
 
 

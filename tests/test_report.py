@@ -434,9 +434,9 @@ def test_some_numbers_by_hand(report_tree, dom):
     assert n512[2:4] == ["1", "2"]  # the missing seed is counted out, not invented
     s = csv(report_tree, "system_results")
     sec = dom.root.find("section", id="system")
-    head, rows = next(table_cells(t) for t in sec.iter("table") if table_cells(t)[0][:2] == ["task", "algorithm"])
-    mul = next(r for r in rows if r[:2] == ["mul", "reinforce"])
-    want = s[(s.task == "mul") & (s.algorithm == "reinforce")].iloc[0]
+    head, rows = next(table_cells(t) for t in sec.iter("table") if table_cells(t)[0][:3] == ["task", "start", "algorithm"])
+    mul = next(r for r in rows if r[:3] == ["mul", "start_30", "reinforce"])  # from the warm-up's band
+    want = s[(s.task == "mul") & (s.start == "start_30") & (s.algorithm == "reinforce")].iloc[0]
     assert mul[head.index("n")] == "1" and want["n"] == 1 and mul[head.index("planned")] == "2"
     assert mul[head.index("final")] == pct(want["final_eval_mean"]) and mul[head.index("95% from")] == "–"  # one run: no interval
 
@@ -488,8 +488,8 @@ def test_run_index_matches_csv(report_tree, dom):
 
 def test_missing_and_failed_runs_in_study_tables(report_tree, dom):
     """The missing batch seed and the failed system seed are counted out where their study counts runs."""
-    sr = csv(report_tree, "system_results").set_index(["task", "algorithm"])
-    assert sr.loc[("mul", "reinforce"), "n"] == 1 and sr.loc[("mul", "reinforce"), "n_runs"] == 2
+    sr = csv(report_tree, "system_results").set_index(["task", "start", "algorithm"])
+    assert sr.loc[("mul", "start_30", "reinforce"), "n"] == 1 and sr.loc[("mul", "start_30", "reinforce"), "n_runs"] == 2
     sb = csv(report_tree, "stability_batch").set_index("batch_size")
     assert sb.loc[512, "n"] == 1 and sb.loc[512, "expected"] == 2
 

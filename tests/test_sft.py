@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
+
 from mathrl.cli import main
 from tests.conftest import TINY, write_config
 
@@ -32,3 +34,32 @@ def test_the_band_is_read_on_the_validation_split(tmp_path, capsys):
 def test_without_a_validation_split_the_warm_up_runs_to_its_cap(tmp_path):
     s = warm_up(tmp_path, n_val=0)
     assert s["steps"] == 30 and s["n_val"] == 0 and s["history"] == [] and s["val_accuracy"] != s["val_accuracy"]  # NaN
+
+
+def test_starts_and_controls_then_a_run_from_a_start(tmp_path):
+    """`--starts` saves a checkpoint per threshold (where the cap leaves it when never reached) and
+    one supervised control per start and seed; a run's `init: start_PCT` trains from that checkpoint
+    and `eval_split: val` scores the validation split."""
+    d = copy.deepcopy(TINY)
+    d["results"] = str(tmp_path / "results")
+    d["tasks"]["mul"]["n_val"] = 20
+    d["sft"]["mul"] = {"preset": "small", "max_steps": 20, "eval_every": 10, "band": [0.0, 1.0], "device": "cpu",
+                       "starts": [0.99], "starts_max_steps": 20, "control_steps": 2, "control_batch_size": 8, "control_seeds": [0, 1]}  # fmt: skip
+    path = write_config(tmp_path / "c.yaml", d)
+    assert main(["problems", "--config", str(path), "--task", "mul"]) == 0
+    assert main(["sft", "--config", str(path), "--task", "mul"]) == 0
+    assert main(["sft", "--config", str(path), "--task", "mul", "--starts"]) == 0
+    out = tmp_path / "results" / "sft" / "mul" / "starts"
+    s = json.loads((out / "starts.json").read_text())
+    assert [x["start"] for x in s["starts"]] == ["start_0", "start_99"] and (out / "start_99.pt").is_file()
+    band, far = s["starts"]
+    assert band["continued_steps"] == 0 and far["continued_steps"] == 20 and far["sft_steps"] == band["sft_steps"] + 20
+    assert far["reached"] == (far["val_accuracy"] >= 0.99)  # 20 steps: saved where the cap left it, said so
+    assert [(c["start"], c["seed"]) for c in s["controls"]] == [("start_0", 0), ("start_0", 1), ("start_99", 0), ("start_99", 1)]
+    assert all(c["samples"] == 16 and c["initial_test"] == next(x["test_accuracy"] for x in s["starts"] if x["start"] == c["start"]) for c in s["controls"])
+    argv = ["train", "--config", str(path), "--run-id", "from_start", "task=mul", "init=start_99", "eval_split=val", "steps=1",
+            "batch_size=8", "group_size=4", "eval_every=1", "eval_size=0"]  # fmt: skip
+    assert main(argv) == 0
+    summary = json.loads((tmp_path / "results" / "runs" / "from_start" / "summary.json").read_text())
+    assert summary["resolved"]["init"].endswith("sft/mul/starts/start_99.pt") and summary["resolved"]["n_eval"] == 20
+    assert summary["initial"]["eval_accuracy"] == pytest.approx(far["val_accuracy"])  # the checkpoint, on the validation split

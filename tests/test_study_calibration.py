@@ -104,3 +104,16 @@ def test_only_experiments_without_a_reference_are_listed_as_unchecked(ctx):
     t["calibration_references"].to_csv(buf, index=False)
     t["calibration_references"] = pd.read_csv(io.StringIO(buf.getvalue()))
     assert cal.section(t)["unreferenced"] == ["calibration", "plain"]
+
+
+@pytest.mark.parametrize("files", [["config/config.yaml"], ["config/config.yaml", "config/full.yaml"]])
+def test_the_pilot_selects_on_the_validation_split(files):
+    """Every calibration run is evaluated on the validation split, so none is the same run as a
+    study's (held-out) run of the same settings."""
+    from mathrl.config import ROOT, expand_runs
+
+    runs = expand_runs(load_config([ROOT / f for f in files]))
+    pilot = {rid: spec for rid, spec in runs.items() if spec.experiment == "calibration"}
+    assert pilot and all(spec.settings["eval_split"] == "val" for spec in pilot.values())
+    assert all(runs[spec.trained_as].settings["eval_split"] == "val" for spec in pilot.values())
+    assert {spec.settings["eval_split"] for rid, spec in runs.items() if spec.experiment == "system"} == {"test"}

@@ -165,8 +165,9 @@ def test_figures_and_section(results):
         matplotlib.pyplot.close(fig)
     s = system.section(t)
     add, mul = s["verdicts"]
-    assert [r["outcome"] for r in add["rows"]] == ["inconclusive"] * 3 and "70.0% [0.0%, 100.0%] (n=2)" in add["text"] and "90%–95%" in add["text"]
-    assert [r["outcome"] for r in mul["rows"]] == ["agrees"] * 3 and "; ppo no data" in mul["text"]  # planned, not written
+    assert [r["outcome"] for r in add["rows"]] == ["inconclusive"] * 3 + ["not judged"]  # no supervised control in this tree
+    assert "70.0% [0.0%, 100.0%] (n=2)" in add["text"] and "90%–95%" in add["text"] and "from start_30, the start picked" in add["text"]
+    assert [r["outcome"] for r in mul["rows"]] == ["agrees"] * 3 + ["not judged"] and "; ppo no data" in mul["text"]  # planned, not written
     alone = system.task_text(t["system_results"].query("algorithm == 'reinforce'"), t["system_configs"], "mul", {})
     assert "before RL), against" in alone["text"] and "no data" not in alone["text"]  # PPO, GRPO not in the config
     assert s["baseline_decay"] == "0.9" and s["presets"][0]["preset"] == "small"
@@ -199,3 +200,63 @@ def test_no_experiment(cfg, tmp_path):
     tabs = with_claims(cfg, system.tables(Context({**cfg, "results": str(tmp_path), "experiments": {}})))
     assert tabs["system_results"].empty and tabs["system_curves"].empty and tabs["system_console"].empty
     assert tabs["system_configs"].ours.isna().all() and verdicts(tabs, "system").outcome.eq("not judged").all()
+
+
+# ---- starts: RL and the supervised control from the warm-up's band and from a further start -------------------------
+def test_pick_start_reads_the_validation_split_alone():
+    assert system.pick_start({"start_30": 0.31, "start_70": 0.72, "start_85": 0.86}, 0.80) == "start_70"  # most-trained below 80%
+    assert system.pick_start({"start_30": 0.31, "start_85": 0.86}, 0.90) == "start_85"
+    assert system.pick_start({"start_85": 0.91, "start_95": 0.96}, 0.90) == "start_85"  # none below: the least trained
+    assert system.pick_start({"start_30": math.nan}, 0.90) == "start_30" and system.pick_start({}, 0.9) is None
+
+
+STARTS = {"starts": [
+    {"start": "start_30", "threshold": 0.3, "sft_steps": 425, "val_accuracy": 0.32, "test_accuracy": 0.30, "reached": True},
+    {"start": "start_85", "threshold": 0.85, "sft_steps": 1500, "val_accuracy": 0.86, "test_accuracy": 0.85, "reached": True}],
+    "controls": [{"start": st, "seed": seed, "initial_test": start, "final_test": start + gain} for st, start, gains in
+                 (("start_30", 0.30, (0.40, 0.42)), ("start_85", 0.85, (0.04, 0.06))) for seed, gain in enumerate(gains)]}  # fmt: skip
+FROM = {("add", 0): [0.30, 0.40, 0.45], ("add", 1): [0.30, 0.42, 0.47], ("add_from_85", 0): [0.85, 0.90, 0.93], ("add_from_85", 1): [0.85, 0.91, 0.95]}
+
+
+@pytest.fixture(scope="module")
+def starts_tables(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("starts")
+    d = copy.deepcopy(TINY)
+    d["results"] = str(tmp_path / "results")
+    d["experiments"] = {"system": {"fixed": {"steps": 4, "eval_every": 2, "algorithm": "reinforce"},
+                                   "variants": {"add": {"task": "add"}, "add_from_85": {"task": "add", "init": "start_85"}}, "seeds": [0, 1]}}  # fmt: skip
+    cfg = load_config(write_config(tmp_path / "config.yaml", d))
+    for (variant, seed), evals in FROM.items():
+        write_run(cfg, f"system__{variant}__s{seed}", rows(evals, 1.0), evals[0])
+    write_json(cfg, "sft/add/starts/starts.json", STARTS)
+    return with_claims(cfg, system.tables(Context(cfg)))
+
+
+def test_starts_tables_and_claims(starts_tables):
+    runs = starts_tables["system_start_runs"]
+    assert set(runs.algorithm) == {"reinforce", "supervised"} and set(runs.cell) == {"add_start_30", "add_start_85"}
+    assert set(runs.loc[runs.picked == "yes", "start"]) == {"start_85"}  # validation 86% < 90%: the most-trained start below
+    st = starts_tables["system_starts"].set_index("start")
+    assert st.loc["start_85", "rl_final"] == pytest.approx(0.94) and st.loc["start_85", "sup_final"] == pytest.approx(0.90)
+    assert st.loc["start_85", "rl_minus_sup"] == pytest.approx(0.04) and st.loc["start_30", "rl_minus_sup"] == pytest.approx(0.46 - 0.71)
+    assert st.loc["start_85", "picked"] and not st.loc["start_30", "picked"] and st.loc["start_85", "start_val"] == 0.86
+    k = verdicts(starts_tables, "system")
+    assert k.loc["add_accuracy"]["diff"] == pytest.approx(0.04) and k.loc["add_accuracy"].n == 2  # the picked start's runs only
+    assert k.loc["add_gain"]["diff"] == pytest.approx(0.09)
+    vs = k.loc["add_start_30_rl_vs_supervised"]
+    assert vs["diff"] == pytest.approx(-0.25) and vs.kind == "beyond" and vs.design == "unpaired"
+    assert k.loc["add_start_85_rl_vs_supervised"]["diff"] == pytest.approx(0.04)
+
+
+@pytest.mark.parametrize("files", [["config/config.yaml"], ["config/config.yaml", "config/full.yaml"]])
+def test_the_control_sees_an_rl_runs_samples_and_every_start_is_saved(files):
+    from mathrl.config import ROOT
+
+    cfg = load_config([ROOT / f for f in files])
+    runs = [spec for spec in expand_runs(cfg).values() if spec.experiment == "system"]
+    for spec in runs:
+        s, sft = spec.settings, cfg["sft"][spec.settings["task"]]
+        assert s["steps"] * s["batch_size"] == sft["control_steps"] * sft["control_batch_size"], spec.run_id
+        assert len(sft["control_seeds"]) >= 5 and len(cfg["experiments"]["system"]["seeds"]) >= 5
+        if s["init"] is not None:
+            assert s["init"] in {system.start_of(cfg, {"task": s["task"], "init": None})} | {f"start_{round(100 * x)}" for x in sft["starts"]}

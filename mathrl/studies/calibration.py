@@ -5,8 +5,9 @@ is judged against it. Three questions, each answered from this run's files:
 
 1. **The pilot.** The `calibration` experiment sweeps the learning rate (as a multiple of
    each task's reference, the variant its `reference_<task>` role names) at two batch
-   sizes for a few dozen steps. A setting *learns* when its gain (final − start held-out
-   accuracy) has a 95% interval above 0 (Newcombe, on the problems evaluated) and its
+   sizes for a few dozen steps, evaluated on the validation split (`eval_split: val`: a
+   selection never reads the held-out test set the verdicts are judged on). A setting
+   *learns* when its gain (final − start validation accuracy) has a 95% interval above 0 (Newcombe, on the problems evaluated) and its
    accuracy never makes a sustained drop (two evaluations in a row more than 5 points below
    the start). The pilot's pick is the largest multiple that learns; the configured
    reference should be it.
@@ -96,7 +97,8 @@ def pilot_table(ctx) -> pd.DataFrame:
         s = r.settings
         base = ref_lr.get(s["task"], NAN)
         row = {"variant": r.spec.variant, "seed": r.spec.seed, "task": s["task"], "batch_size": s["batch_size"], "lr": s["lr"],
-               "multiple": s["lr"] / base if base == base else NAN, "steps": s["steps"], "status": r.status, **gain_row(r)}  # fmt: skip
+               "multiple": s["lr"] / base if base == base else NAN, "steps": s["steps"], "split": s.get("eval_split", "test"), "status": r.status,
+               **gain_row(r)}  # fmt: skip
         row["learns"] = learns(row["gain_lo"], bool(row["sustained_drop"])) if r.ok else None
         rows.append(row)
     return pd.DataFrame(rows)
@@ -200,7 +202,7 @@ def pilot_figure(p: pd.DataFrame) -> plt.Figure:
         ax.set_xscale("log")
         ax.axhline(0, color="0.5", linewidth=0.8)
         ax.legend()
-    ax.set(xlabel="learning rate, multiple of the task's reference", ylabel="gain in held-out accuracy (points)",
+    ax.set(xlabel="learning rate, multiple of the task's reference", ylabel="gain in validation accuracy (points)",
            title="Calibration pilot: gain after the pilot's steps (95% Newcombe interval)")
     return fig
 

@@ -3,11 +3,17 @@
 The document describes a REINFORCE trainer with a moving-average baseline for 3-digit
 addition (AdderRLConfig) and 2-digit multiplication (MultiplierRLConfig) and expects
 90-95% and 80-90% accuracy after 200 steps. The `system` experiment runs both tasks with
-REINFORCE and, beside it, PPO and GRPO; the warm-up summaries give the models.
+REINFORCE (and, in config/full.yaml, PPO and GRPO) from the warm-up's band and from further
+starts (`init: start_PCT`, the warm-up continued to that validation accuracy); beside each
+start the supervised control, the warm-up's cross-entropy continued from the same checkpoint
+for an RL run's samples (results/sft/TASK/starts/starts.json). The document does not say how
+far its warm-up goes, so its accuracy is judged at the start a rule picks on the validation
+split (`pick_start`): the most-trained start still below the document's range.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -17,9 +23,12 @@ from matplotlib.transforms import blended_transform_factory
 
 from mathrl import layout
 from mathrl.console import console_line
+from mathrl.layout import SFT_STARTS, is_start
 from mathrl.results import collapsed, degraded, mean_spread
 from mathrl.studies.kit import pm as interval
 from mathrl.studies.kit import BAND_NOTE, COLORS, SHARE, add_intervals, add_wilson, band, bounds, by_key, cell, claim_frame, known, placeholder, power_note, t_halfwidth, verdict_rows
+from mathrl.verdict import difference as seed_difference
+from mathrl.verdict import mean_interval, number
 
 NAME = "system"
 TITLE = "The math RL training system: configurations and results"
@@ -75,10 +84,115 @@ def configs_table(ctx, runs) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def run_stats(run) -> dict:
+# ----------------------------------------------------------------------------- starts
+SUPERVISED = "supervised"  # the control's `algorithm` in system_start_runs
+
+
+def band_start(cfg: dict, task: str) -> str:
+    """The name of the warm-up band's start (`start_30` for band [0.3, 0.6])."""
+    return f"start_{round(100 * cfg['sft'][task]['band'][0])}"
+
+
+def start_of(cfg: dict, settings: dict) -> str:
+    """The start a run trains from: its `init: start_PCT`, or the band's for the warm-up checkpoint."""
+    init = settings.get("init")
+    return init if is_start(init) else band_start(cfg, settings["task"]) if init is None else str(init)
+
+
+def read_starts(ctx, task: str) -> dict:
+    """starts.json of a task (`mathrl sft --starts`), or the band's start alone from the warm-up summary."""
+    path = Path(ctx.root) / SFT_STARTS.replace("{task}", task)
+    if path.is_file():
+        return json.loads(path.read_text())
+    sft = ctx.sft(task) or {}
+    if not sft:
+        return {"starts": [], "controls": []}
+    start = {"start": band_start(ctx.cfg, task), "threshold": ctx.cfg["sft"][task]["band"][0], "sft_steps": sft.get("steps", math.nan),
+             "val_accuracy": sft.get("val_accuracy", math.nan), "test_accuracy": sft.get("eval_accuracy", math.nan),
+             "reached": sft.get("reached")}  # fmt: skip
+    return {"starts": [start], "controls": []}
+
+
+def pick_start(val_accuracy: dict[str, float], low: float) -> str | None:
+    """The start the document's range is judged at, chosen on the validation split alone: the
+    most-trained start whose validation accuracy is still below the range's lower end (RL has
+    the range left to reach), else the least-trained one. A lone start is picked whatever its
+    reading; None where no start, or several without a validation reading."""
+    if len(val_accuracy) == 1:
+        return next(iter(val_accuracy))
+    known_starts = {k: v for k, v in val_accuracy.items() if v == v}
+    if not known_starts:
+        return None
+    below = {k: v for k, v in known_starts.items() if v < low}
+    return max(below, key=below.get) if below else min(known_starts, key=known_starts.get)
+
+
+def control_rows(ctx, task: str) -> list[dict]:
+    """The supervised control's per-seed rows, in system_start_runs' columns."""
+    return [{"task": task, "start": c["start"], "algorithm": SUPERVISED, "seed": c["seed"], "initial_eval": c["initial_test"],
+             "final_eval": c["final_test"], "gain": c["final_test"] - c["initial_test"]} for c in read_starts(ctx, task)["controls"]]  # fmt: skip
+
+
+def start_runs_table(ctx, per_run: pd.DataFrame) -> pd.DataFrame:
+    """Per seed, RL (each algorithm) and the supervised control from every start, with `cell`
+    (task_start) and `picked` ("yes" at the start the document's range is judged at)."""
+    cols = ["task", "start", "cell", "algorithm", "seed", "initial_eval", "final_eval", "gain", "start_val", "picked"]
+    rl = per_run[per_run["final_eval"].notna()] if len(per_run) else per_run
+    frames = [rl[["task", "start", "algorithm", "seed", "initial_eval", "final_eval", "gain"]]] if len(rl) else []
+    frames += [pd.DataFrame(control_rows(ctx, task)) for task in DOC]
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame(columns=cols)
+    out = pd.concat(frames, ignore_index=True)
+    val = {(task, st["start"]): st["val_accuracy"] for task in DOC for st in read_starts(ctx, task)["starts"]}
+    out["start_val"] = [val.get((t, st), math.nan) for t, st in zip(out["task"], out["start"])]
+    out["cell"] = out["task"] + "_" + out["start"]
+    picked = {}
+    for task, g in out[out["algorithm"] != SUPERVISED].groupby("task"):
+        picked[task] = pick_start(dict(zip(g["start"], g["start_val"])), DOC.get(task, {}).get("expected", (math.nan,))[0])
+    out["picked"] = ["yes" if picked.get(t) == st else "no" for t, st in zip(out["task"], out["start"])]
+    return out[cols]
+
+
+def starts_table(ctx, start_runs: pd.DataFrame) -> pd.DataFrame:
+    """Per task and start: its validation and test accuracy and warm-up steps; REINFORCE's and the
+    supervised control's final accuracy (95% t intervals) and RL − control (Welch interval)."""
+    rows = []
+    for task in DOC:
+        for st in read_starts(ctx, task)["starts"]:
+            d = start_runs[(start_runs["task"] == task) & (start_runs["start"] == st["start"])] if len(start_runs) else start_runs
+            arms = {a: d.loc[d["algorithm"] == a].set_index("seed")["final_eval"] if len(d) else pd.Series(dtype=float)
+                    for a in ("reinforce", SUPERVISED)}  # fmt: skip
+            if arms["reinforce"].empty and arms[SUPERVISED].empty:
+                continue
+            row = {"task": task, "start": st["start"], "threshold": st["threshold"], "warm_up_steps": st["sft_steps"],
+                   "start_val": st["val_accuracy"], "start_test": st["test_accuracy"], "reached": st["reached"],
+                   "picked": bool(len(d)) and (d["picked"] == "yes").any(), "expected_low": DOC[task]["expected"][0],
+                   "expected_high": DOC[task]["expected"][1], "rl_minus_sup": math.nan, "rl_minus_sup_lo": math.nan,
+                   "rl_minus_sup_hi": math.nan}  # fmt: skip
+            for arm, prefix in (("reinforce", "rl"), (SUPERVISED, "sup")):
+                est = mean_interval_of(arms[arm])
+                row.update({f"{prefix}_n": est["n"], f"{prefix}_final": est["estimate"], f"{prefix}_lo": est["lo"], f"{prefix}_hi": est["hi"]})
+            if len(arms["reinforce"]) > 1 and len(arms[SUPERVISED]) > 1:
+                diff = seed_difference(arms["reinforce"].to_dict(), arms[SUPERVISED].to_dict(), paired=False)
+                row.update(rl_minus_sup=diff.estimate, rl_minus_sup_lo=diff.lo, rl_minus_sup_hi=diff.hi)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def mean_interval_of(values: pd.Series) -> dict:
+    """Mean and 95% t interval of seeds' accuracies, the interval kept within [0, 1]."""
+    if values.empty:
+        return {"n": 0, "estimate": math.nan, "lo": math.nan, "hi": math.nan}
+    est = mean_interval(values.to_dict())
+    return {"n": est.n, "estimate": est.estimate, "lo": max(0.0, est.lo) if est.lo == est.lo else est.lo,
+            "hi": min(1.0, est.hi) if est.hi == est.hi else est.hi}  # fmt: skip
+
+
+def run_stats(run, start: str = "") -> dict:
     """One run's outcome and throughput (sequences sampled per second of step time)."""
     s = run.settings
-    row = {"task": s["task"], "algorithm": s["algorithm"], "seed": run.spec.seed, "run_id": run.spec.run_id, "status": run.status}
+    row = {"task": s["task"], "start": start, "algorithm": s["algorithm"], "seed": run.spec.seed, "run_id": run.spec.run_id, "status": run.status}
     if run.ok:
         m = run.metrics
         row.update(final_eval=run.summary["final"]["eval_accuracy"], initial_eval=run.initial_eval,
@@ -96,15 +210,16 @@ def reached(final_mean: float, low: float) -> bool | None:
 STATS = ["final_eval", "initial_eval", "best_eval", "gain", "steps_done", "wall_seconds", "seq_per_s", "collapsed", "degraded"]
 
 
-def per_run_table(runs) -> pd.DataFrame:
-    return pd.DataFrame([run_stats(r) for r in runs], columns=["task", "algorithm", "seed", "run_id", "status"] + STATS)
+def per_run_table(runs, cfg: dict | None = None) -> pd.DataFrame:
+    return pd.DataFrame([run_stats(r, start_of(cfg, r.settings) if cfg else "") for r in runs],
+                        columns=["task", "start", "algorithm", "seed", "run_id", "status"] + STATS)  # fmt: skip
 
 
-def results_table(runs) -> pd.DataFrame:
-    per_run = per_run_table(runs)
-    out = mean_spread(per_run, ["task", "algorithm"], STATS)  # n counts runs with a final evaluation
+def results_table(runs, cfg: dict | None = None) -> pd.DataFrame:
+    per_run = per_run_table(runs, cfg)
+    out = mean_spread(per_run, ["task", "start", "algorithm"], STATS)  # n counts runs with a final evaluation
     out = add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
-    g = per_run.groupby(["task", "algorithm"], sort=False)
+    g = per_run.groupby(["task", "start", "algorithm"], sort=False)
     out.insert(3, "n_runs", g.size().values if len(per_run) else [])
     out["collapses"] = g["collapsed"].sum(min_count=1).values if len(per_run) else []
     out["degradations"] = g["degraded"].sum(min_count=1).values if len(per_run) else []
@@ -116,11 +231,12 @@ def results_table(runs) -> pd.DataFrame:
     return out
 
 
-def curves_table(runs) -> pd.DataFrame:
-    """Held-out accuracy per task, algorithm and evaluation step (step 0: before RL)."""
-    frames = [r.evals.assign(task=r.settings["task"], algorithm=r.settings["algorithm"]) for r in runs if r.ok]
+def curves_table(runs, cfg: dict | None = None) -> pd.DataFrame:
+    """Held-out accuracy per task, start, algorithm and evaluation step (step 0: before RL)."""
+    frames = [r.evals.assign(task=r.settings["task"], start=start_of(cfg, r.settings) if cfg else "", algorithm=r.settings["algorithm"])
+              for r in runs if r.ok]  # fmt: skip
     long = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return mean_spread(long, ["task", "algorithm", "step"], ["eval_accuracy"])
+    return mean_spread(long, ["task", "start", "algorithm", "step"], ["eval_accuracy"])
 
 
 def console_table(ctx, runs) -> pd.DataFrame:
@@ -141,9 +257,12 @@ def console_table(ctx, runs) -> pd.DataFrame:
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = ctx.experiment("system")
-    res = results_table(runs)
-    return {"system_configs": configs_table(ctx, runs), "system_results": res, "system_curves": curves_table(runs),
-            "system_console": console_table(ctx, runs), "system_runs": per_run_table(runs)}
+    res = results_table(runs, ctx.cfg)
+    per_run = per_run_table(runs, ctx.cfg)
+    start_runs = start_runs_table(ctx, per_run)
+    return {"system_configs": configs_table(ctx, runs), "system_results": res, "system_curves": curves_table(runs, ctx.cfg),
+            "system_console": console_table(ctx, runs), "system_runs": per_run, "system_start_runs": start_runs,
+            "system_starts": starts_table(ctx, start_runs)}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- figures
@@ -166,11 +285,12 @@ def fig_curves(t) -> plt.Figure:
     fig, axes = plt.subplots(1, len(DOC), figsize=(10, 3.8), sharey=True, layout="constrained")
     for ax, task in zip(axes, DOC):
         d = c[c["task"] == task] if len(c) else c
-        for i, algorithm in enumerate(ALGORITHMS):
-            a = d[d["algorithm"] == algorithm] if len(d) else d
+        lines = [(st, algorithm) for st in (dict.fromkeys(d["start"]) if len(d) else []) for algorithm in ALGORITHMS]
+        for i, (st, algorithm) in enumerate(lines):
+            a = d[(d["algorithm"] == algorithm) & (d["start"] == st)]
             if len(a):
-                band(ax, a["step"], a["eval_accuracy_mean"], a["eval_accuracy_std"], algorithm, COLORS[i], n=a["n"],
-                     bounds=bounds("eval_accuracy"))
+                band(ax, a["step"], a["eval_accuracy_mean"], a["eval_accuracy_std"], f"{algorithm} from {st}", COLORS[i % len(COLORS)],
+                     n=a["n"], bounds=bounds("eval_accuracy"))  # fmt: skip
         lo, hi = cell(res, "expected_low", task=task), cell(res, "expected_high", task=task)
         if not math.isnan(lo):
             target(ax, lo, hi, d["step"].max() if len(d) else math.nan)
@@ -214,10 +334,31 @@ def figures(t) -> dict[str, plt.Figure]:
 
 
 # ----------------------------------------------------------------------------- section
-def pm(res: pd.DataFrame, task: str, algorithm: str, col: str = "final_eval") -> str:
-    """`mean [95% interval] (n=k)` of an accuracy."""
-    m, s, n = (cell(res, c, task=task, algorithm=algorithm) for c in (f"{col}_mean", f"{col}_std", "n"))
+def pm(res: pd.DataFrame, task: str, algorithm: str, col: str = "final_eval", start: str | None = None) -> str:
+    """`mean [95% interval] (n=k)` of an accuracy (from `start`, else the first start listed)."""
+    where = {"task": task, "algorithm": algorithm, **({"start": start} if start else {})}
+    m, s, n = (cell(res, c, **where) for c in (f"{col}_mean", f"{col}_std", "n"))
     return interval(m, s, n, "pct", bounds=SHARE)
+
+
+def starts_text(starts: pd.DataFrame, task: str) -> str:
+    """Each start of a task: its accuracy, REINFORCE's and the supervised control's final accuracy and RL − control."""
+    d = starts[starts["task"] == task] if len(starts) else starts
+    parts = []
+    for r in d.itertuples():
+        part = f"from {r.start} ({number(r.start_test, 'pct', sign=False)} held-out, {number(r.start_val, 'pct', sign=False)} validation)"
+        part += f" REINFORCE ended at {ci_text(r.rl_final, r.rl_lo, r.rl_hi, r.rl_n)}, the supervised control at {ci_text(r.sup_final, r.sup_lo, r.sup_hi, r.sup_n)}"
+        if known(getattr(r, "rl_minus_sup", math.nan)):
+            part += f" (RL − control {number(r.rl_minus_sup, 'pts')} [{number(r.rl_minus_sup_lo, 'pts')}, {number(r.rl_minus_sup_hi, 'pts')}])"
+        parts.append(part)
+    return "; ".join(parts)
+
+
+def ci_text(mean: float, lo: float, hi: float, n) -> str:
+    if not known(mean):
+        return "no data"
+    ci = f" [{number(lo, 'pct', sign=False)}, {number(hi, 'pct', sign=False)}]" if known(lo, hi) else ""
+    return f"{number(mean, 'pct', sign=False)}{ci} (n={int(n) if known(n) else 0})"
 
 
 def scale_note(cfgs: pd.DataFrame, task: str) -> str:
@@ -233,17 +374,32 @@ def scale_note(cfgs: pd.DataFrame, task: str) -> str:
     return f" Our setup differs in scale: preset {d['preset'].iloc[0]}, " + ", ".join(diffs) + "."
 
 
-def task_text(res: pd.DataFrame, cfgs: pd.DataFrame, task: str, rows: dict) -> dict:
-    """REINFORCE's final accuracy against the document's range, with the other algorithms beside it, and its verdicts."""
+def task_text(res: pd.DataFrame, cfgs: pd.DataFrame, task: str, rows: dict, starts: pd.DataFrame | None = None) -> dict:
+    """REINFORCE's final accuracy against the document's range from the picked start, with the other algorithms
+    beside it, every start against its supervised control, and the verdicts."""
     lo, hi = DOC[task]["expected"]
+    starts = pd.DataFrame() if starts is None else starts
+    d = starts[starts["task"] == task] if len(starts) else starts
+    picked = d.loc[d["picked"].astype(bool), "start"].iloc[0] if len(d) and d["picked"].astype(bool).any() else None
     planned = set(zip(res["task"], res["algorithm"])) if len(res) else set()  # one the config does not run is left out
-    others = "".join(f"; {a} {pm(res, task, a)}" for a in ALGORITHMS if a != "reinforce" and (task, a) in planned)
-    text = (f"On {task}, REINFORCE ended at {pm(res, task, 'reinforce')} held-out accuracy (from {pm(res, task, 'reinforce', 'initial_eval')} "
+    others = "".join(f"; {a} {pm(res, task, a, start=picked)}" for a in ALGORITHMS if a != "reinforce" and (task, a) in planned)
+    where = f" from {picked}, the start picked on the validation split," if picked else ""
+    where_rows = {"task": task, "algorithm": "reinforce", **({"start": picked} if picked else {})}
+    spread = cell(res, "initial_eval_std", **where_rows)
+    before = (pm(res, task, "reinforce", "initial_eval", start=picked) if known(spread) and spread > 0  # every seed starts from one checkpoint:
+              else number(cell(res, "initial_eval_mean", **where_rows), "pct", sign=False))  # one number, no interval of width 0
+    text = (f"On {task},{where} REINFORCE ended at {pm(res, task, 'reinforce', start=picked)} held-out accuracy (from {before} "
             f"before RL{others}), against the document's {lo:.0%}–{hi:.0%}.")  # fmt: skip
+    reaching = d[d["rl_lo"] >= lo]["start"].tolist() if len(d) and "rl_lo" in d else []
+    if len(d) > 1 or reaching:
+        text += f" By start: {starts_text(starts, task)}."
+        text += (f" REINFORCE's whole interval lies at or above the document's {lo:.0%} from {', '.join(reaching)}." if reaching
+                 else f" From none of these starts does REINFORCE's interval reach the document's {lo:.0%}.")  # fmt: skip
     acc = rows.get(f"{task}_accuracy")
     if acc and acc["outcome"] == "disagrees":
-        text += " At this scale the document's accuracy is not reached; that is a finding." + scale_note(cfgs, task)
-    return {"text": text, "rows": [rows[k] for k in (f"{task}_accuracy", f"{task}_gain", f"{task}_stable") if k in rows]}
+        text += " From the picked start the document's accuracy is not reached; that is a finding." + scale_note(cfgs, task)
+    ids = [f"{task}_accuracy", f"{task}_gain", f"{task}_stable"] + sorted(k for k in rows if k.startswith(f"{task}_start") and k.endswith("_rl_vs_supervised"))
+    return {"text": text, "rows": [rows[k] for k in ids if k in rows]}
 
 
 def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:
@@ -266,7 +422,8 @@ def section(t) -> dict:
     return {
         "configs": configs_wide(cfgs), "presets": presets, "results": res, "console": t["system_console"],
         "baseline_decay": "–" if math.isnan(decay) else f"{decay:g}", "verdict_list": rows, "power": power_note(claims),
-        "verdicts": [task_text(res, cfgs, task, by_key(rows)) for task in DOC], "doc_steps": DOC_RL["steps"],
+        "verdicts": [task_text(res, cfgs, task, by_key(rows), t["system_starts"]) for task in DOC], "doc_steps": DOC_RL["steps"],
+        "starts": t["system_starts"],
         "beside": [BESIDE[a] for a in ALGORITHMS if a in BESIDE and len(res) and (res["algorithm"] == a).any()],
         "doc_console": "Step 50/200 | Loss: 0.234 | Acc: 0.750 | Reward: 0.750 | LR: 1.00e-04",  # the document's example
     }
