@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -23,10 +22,26 @@ from matplotlib.transforms import blended_transform_factory
 
 from mathrl import layout
 from mathrl.console import console_line
-from mathrl.layout import SFT_STARTS, is_start
+from mathrl.layout import is_start
 from mathrl.results import collapsed, degraded, mean_spread
+from mathrl.studies.kit import (
+    BAND_NOTE,
+    COLORS,
+    SHARE,
+    add_intervals,
+    add_wilson,
+    band,
+    bounds,
+    by_key,
+    cell,
+    claim_frame,
+    known,
+    placeholder,
+    power_note,
+    t_halfwidth,
+    verdict_rows,
+)
 from mathrl.studies.kit import pm as interval
-from mathrl.studies.kit import BAND_NOTE, COLORS, SHARE, add_intervals, add_wilson, band, bounds, by_key, cell, claim_frame, known, placeholder, power_note, t_halfwidth, verdict_rows
 from mathrl.verdict import difference as seed_difference
 from mathrl.verdict import mean_interval, number
 
@@ -101,7 +116,7 @@ def start_of(cfg: dict, settings: dict) -> str:
 
 def read_starts(ctx, task: str) -> dict:
     """starts.json of a task (`mathrl sft --starts`), or the band's start alone from the warm-up summary."""
-    path = Path(ctx.root) / SFT_STARTS.replace("{task}", task)
+    path = layout.at(ctx.cfg, layout.SFT_STARTS, task=task)
     if path.is_file():
         return json.loads(path.read_text())
     sft = ctx.sft(task) or {}
