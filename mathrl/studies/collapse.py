@@ -39,7 +39,7 @@ FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)  # "the five points of a run", as shares
 CEILING = 0.99  # a rate at or above this leaves a remedy nothing to raise
 STATS = ["initial_eval", "final_eval", "best_eval", "gain", "mid_gain", "drawdown", "late_drawdown", "roughness", "collapsed", "degraded",
          "final_format_rate", "final_entropy", "early_entropy", "skipped", "initial_format_rate", "zero_std", "entropy_fall", "lr_ratio",
-         "first_stage_accuracy", "adv_abs_max", "adv_clip_ratio", "clip_binding", "entropy_coef_ratio", "mean_lr", "mean_kl_coef", "mean_kl",
+         "first_stage_accuracy", "adv_abs_max", "adv_clip_ratio", "adv_clip_binding", "clip_binding", "entropy_coef_ratio", "mean_lr", "mean_kl_coef", "mean_kl",
          "late_format_rate", "format_gain"]  # fmt: skip
 NONFINITE_COLUMNS = ["run_id", "seed", "status", "steps_done", "skipped", "first_skipped_step", "weights_finite", "caught", "initial_eval",
                      "final_eval"]  # fmt: skip
@@ -89,12 +89,16 @@ def mechanisms(m: pd.DataFrame, settings: dict) -> dict:
     """What each remedy changes, as the run logged it: the share of steps whose gradient norm (logged
     before clipping) exceeded the clip; the entropy bonus's last / first weight; the mean LR, KL
     coefficient and KL; the share of well-formed rollouts over the last quarter of the steps, and its
-    rise over step 1's."""
-    clip, q = settings.get("grad_clip"), max(1, len(m) // 4)
+    rise over step 1's. The advantage clip's binding counts the steps with any advantage (a step whose
+    groups all had equal rewards has none to clip) whose largest |advantage|, logged after the clip, reached it."""
+    clip, q, adv_clip = settings.get("grad_clip"), max(1, len(m) // 4), settings.get("adv_clip")
+    adv = m["adv_abs_max"].dropna() if "adv_abs_max" in m else pd.Series(dtype=float)
+    adv = adv[adv > 0]
     coef = m["entropy_coef"].dropna() if "entropy_coef" in m else pd.Series(dtype=float)
     late = float(m["format_rate"].tail(q).mean())
     return {"clip_binding": float((m["grad_norm"] > float(clip)).mean()) if clip and "grad_norm" in m else math.nan,
             "entropy_coef_ratio": float(coef.iloc[-1] / coef.iloc[0]) if len(coef) and coef.iloc[0] > 0 else math.nan,
+            "adv_clip_binding": float((adv >= float(adv_clip) * (1 - 1e-6)).mean()) if adv_clip and len(adv) else math.nan,
             "mean_lr": float(m["lr"].mean()), "mean_kl_coef": float(m["kl_coef"].mean()) if "kl_coef" in m else math.nan,
             "mean_kl": float(m["kl"].mean()) if "kl" in m else math.nan,
             "late_format_rate": late, "format_gain": late - float(m["format_rate"].iloc[0])}  # fmt: skip
