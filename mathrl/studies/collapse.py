@@ -21,7 +21,7 @@ import math
 import pandas as pd
 
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, degraded, max_drawdown, mean_spread, roughness
-from mathrl.studies.kit import (BAND_NOTE, COLORS, SHARE, add_intervals, add_wilson, band, bounds, by_key, cell, claim_frame, per_seed, placeholder, plt, pm,
+from mathrl.studies.kit import (BAND_NOTE, COLORS, SHARE, add_intervals, add_wilson, band, bounds, by_key, cell, claim_frame, known, per_seed, placeholder, plt, pm,
                                 power_note, role_of, roles, verdict_rows)  # fmt: skip
 from mathrl.verdict import difference, number
 
@@ -293,7 +293,7 @@ def section(t) -> dict:
     name = lambda role: (v.loc[v["role"] == role, "variant"].tolist() or [role])[0] if len(v) else role  # noqa: E731
     setting = lambda role: (v.loc[v["role"] == role, "settings"].tolist() or ["not run"])[0] if len(v) else "not run"  # noqa: E731
     base = v[v["role"] == "baseline"] if len(v) else v
-    failure = "no data" if base.empty else (
+    failure = "no data" if base.empty or not known(cell(base, "gain_mean"), cell(base, "collapses")) else (
         f"held-out accuracy {number(cell(base, 'initial_eval_mean'), 'pct', sign=False)} before RL; its change by the end "
         f"{pm(cell(base, 'gain_mean'), cell(base, 'gain_std'), cell(base, 'n'))}; collapsed in {int(cell(base, 'collapses'))} of "
         f"{int(cell(base, 'runs_judged'))} runs (95% Wilson interval {number(cell(base, 'collapse_rate_lo'), 'pct', sign=False)} to "
