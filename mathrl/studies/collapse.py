@@ -3,11 +3,15 @@
 The document lists why RL fine-tuning collapses (a learning rate too large, no gradient
 clipping, sparse binary rewards, no entropy bonus) and the remedies: shaped rewards with a
 format bonus and an invalid-output penalty, reward and advantage normalisation with
-clipping, a decaying entropy bonus, a decaying LR, a curriculum. The `collapse` experiment
-runs each remedy where its problem exists: the reward designs and the curriculum from a random
-policy (every answer malformed, every exact-match reward 0), the others from the warm-up at the
-reference where RL learns; plus a huge learning rate without clipping that must trip the
-non-finite guard. Each verdict is judged only where its mechanism engaged (the checks of config/claims.yaml).
+clipping, a decaying entropy bonus, a decaying LR, a curriculum; the troubleshooting table of
+rl-stability-batch-and-hyperparameters.md adds, for a reward that suddenly falls, a tenth of the
+LR, a KL coefficient of 0.1 and gradient clipping. The `collapse` experiment first shows a failure
+(from the warm-up, a learning rate ten times the reference without clipping loses most of its
+held-out accuracy) and changes one thing of it per remedy; the reward designs and the curriculum
+run from a random policy (every answer malformed, every exact-match reward 0), judged by the share
+of well-formed answers; a huge learning rate without clipping must trip the non-finite guard.
+Each verdict is judged only where the failure was shown and the remedy's mechanism engaged (the
+checks of config/claims.yaml).
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ import math
 import pandas as pd
 
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, degraded, max_drawdown, mean_spread, roughness
-from mathrl.studies.kit import BAND_NOTE, COLORS, SHARE, add_intervals, add_wilson, band, bounds, by_key, cell, claim_frame, per_seed, placeholder, plt, power_note, role_of, roles, verdict_rows
-from mathrl.verdict import difference
+from mathrl.studies.kit import (BAND_NOTE, COLORS, SHARE, add_intervals, add_wilson, band, bounds, by_key, cell, claim_frame, known, per_seed, placeholder, plt, pm,
+                                power_note, role_of, roles, verdict_rows)  # fmt: skip
+from mathrl.verdict import difference, number
 
 NAME = "collapse"
 TITLE = "Training collapse: causes and remedies"
@@ -26,16 +31,19 @@ DOCUMENT = "training-collapse-analysis.md"
 
 EXPERIMENT = "collapse"
 # What each run of the experiment is for; the config's `roles` block names the variant of each.
-ROLES = ("baseline", "random_baseline", "shaped", "penalty", "adv_norm_clip", "entropy_schedule", "cosine_lr", "curriculum", "nonfinite")
+ROLES = ("baseline", "lr_tenth", "kl", "grad_clip", "adv_norm_clip", "entropy_schedule", "cosine_lr", "random_baseline", "shaped", "penalty",
+         "curriculum", "nonfinite")  # fmt: skip
+REMEDIES = ("lr_tenth", "kl", "grad_clip", "adv_norm_clip", "entropy_schedule", "cosine_lr")  # each changes one thing of the baseline
 REWARD_DESIGNS = ("random_baseline", "shaped", "penalty")
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)  # "the five points of a run", as shares of its steps
 CEILING = 0.99  # a rate at or above this leaves a remedy nothing to raise
 STATS = ["initial_eval", "final_eval", "best_eval", "gain", "mid_gain", "drawdown", "late_drawdown", "roughness", "collapsed", "degraded",
          "final_format_rate", "final_entropy", "early_entropy", "skipped", "initial_format_rate", "zero_std", "entropy_fall", "lr_ratio",
-         "first_stage_accuracy", "adv_abs_max", "adv_clip_ratio"]  # fmt: skip
+         "first_stage_accuracy", "adv_abs_max", "adv_clip_ratio", "adv_clip_binding", "clip_binding", "entropy_coef_ratio", "mean_lr", "mean_kl_coef", "mean_kl",
+         "late_format_rate", "format_gain"]  # fmt: skip
 NONFINITE_COLUMNS = ["run_id", "seed", "status", "steps_done", "skipped", "first_skipped_step", "weights_finite", "caught", "initial_eval",
                      "final_eval"]  # fmt: skip
-CURVE_VALUES = ["eval_accuracy", "format_rate", "entropy", "entropy_coef", "lr", "ndigit", "skipped", "frac_zero_std"]
+CURVE_VALUES = ["eval_accuracy", "format_rate", "entropy", "entropy_coef", "lr", "ndigit", "skipped", "frac_zero_std", "accuracy"]
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -72,8 +80,28 @@ def run_stats(run, role: str) -> dict:
                first_stage_accuracy=float(first_stage.mean()) if len(first_stage) else math.nan,
                adv_abs_max=float(m["adv_abs_max"].mean()) if "adv_abs_max" in m else math.nan)  # fmt: skip
     clip = settings.get("adv_clip")
-    row["adv_clip_ratio"] = row["adv_abs_max"] / float(clip) if clip else math.nan  # >= 1: the clip bound on average
+    row["adv_clip_ratio"] = row["adv_abs_max"] / float(clip) if clip else math.nan  # 1: the clip bound at every step (logged after it)
+    row.update(mechanisms(m, settings))
     return row
+
+
+def mechanisms(m: pd.DataFrame, settings: dict) -> dict:
+    """What each remedy changes, as the run logged it: the share of steps whose gradient norm (logged
+    before clipping) exceeded the clip; the entropy bonus's last / first weight; the mean LR, KL
+    coefficient and KL; the share of well-formed rollouts over the last quarter of the steps, and its
+    rise over step 1's. The advantage clip's binding counts the steps with any advantage (a step whose
+    groups all had equal rewards has none to clip) whose largest |advantage|, logged after the clip, reached it."""
+    clip, q, adv_clip = settings.get("grad_clip"), max(1, len(m) // 4), settings.get("adv_clip")
+    adv = m["adv_abs_max"].dropna() if "adv_abs_max" in m else pd.Series(dtype=float)
+    adv = adv[adv > 0]
+    coef = m["entropy_coef"].dropna() if "entropy_coef" in m else pd.Series(dtype=float)
+    late = float(m["format_rate"].tail(q).mean())
+    return {"clip_binding": float((m["grad_norm"] > float(clip)).mean()) if clip and "grad_norm" in m else math.nan,
+            "entropy_coef_ratio": float(coef.iloc[-1] / coef.iloc[0]) if len(coef) and coef.iloc[0] > 0 else math.nan,
+            "adv_clip_binding": float((adv >= float(adv_clip) * (1 - 1e-6)).mean()) if adv_clip and len(adv) else math.nan,
+            "mean_lr": float(m["lr"].mean()), "mean_kl_coef": float(m["kl_coef"].mean()) if "kl_coef" in m else math.nan,
+            "mean_kl": float(m["kl"].mean()) if "kl" in m else math.nan,
+            "late_format_rate": late, "format_gain": late - float(m["format_rate"].iloc[0])}  # fmt: skip
 
 
 def variants_table(per_run: pd.DataFrame, settings: dict, baseline: str) -> pd.DataFrame:
@@ -213,15 +241,24 @@ def fig_variants(t) -> plt.Figure:
     return fig
 
 
+def fig_remedies(t) -> plt.Figure:
+    """Held-out accuracy over steps: each remedy against the failing baseline, one panel each."""
+    c = t["collapse_curves"]
+    fig, axes = plt.subplots(2, 3, figsize=(12, 6.5), sharey=True, layout="constrained")
+    for ax, remedy in zip(axes.flat, REMEDIES):
+        _curves(ax, c, [remedy, "baseline"], "eval_accuracy", f"{remedy} against the baseline", "eval accuracy")
+    fig.suptitle(f"Held-out accuracy of each remedy against the failing baseline ({BAND_NOTE})")
+    return fig
+
+
 def fig_schedules(t) -> plt.Figure:
     c = t["collapse_curves"]
-    fig, axes = plt.subplots(2, 2, figsize=(10, 6.5))
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6.5), layout="constrained")
     _curves(axes[0, 0], c, ["entropy_schedule", "baseline"], "entropy", "Policy entropy", "mean token entropy")
-    _curves(axes[0, 1], c, ["cosine_lr", "baseline"], "lr", "Learning rate", "lr")
+    _curves(axes[0, 1], c, ["cosine_lr", "lr_tenth", "baseline"], "lr", "Learning rate", "lr")
     _curves(axes[1, 0], c, ["curriculum"], "ndigit", "Curriculum: operand digits", "ndigit")
-    _curves(axes[1, 1], c, ["entropy_schedule", "cosine_lr", "curriculum", "baseline"], "eval_accuracy", "Held-out accuracy", "eval accuracy")
-    fig.suptitle(f"Entropy bonus schedule, LR schedule and curriculum ({BAND_NOTE})")
-    fig.tight_layout()
+    _curves(axes[1, 1], c, ["curriculum", "shaped"], "format_rate", "Curriculum: well-formed answers in rollouts", "format rate")
+    fig.suptitle(f"Entropy bonus schedule, LR schedules and curriculum ({BAND_NOTE})")
     return fig
 
 
@@ -229,13 +266,13 @@ def fig_nonfinite(t) -> plt.Figure:
     c = t["collapse_curves"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     _curves(axes[0], c, ["nonfinite"], "skipped", "Updates skipped by the non-finite guard", "share of runs skipping")
-    _curves(axes[1], c, ["nonfinite", "baseline"], "eval_accuracy", "Held-out accuracy", "eval accuracy")
+    _curves(axes[1], c, ["nonfinite", "lr_tenth"], "eval_accuracy", "Held-out accuracy", "eval accuracy")
     fig.suptitle(f"A huge learning rate without gradient clipping ({BAND_NOTE})")
     return fig
 
 
 def figures(t) -> dict[str, plt.Figure]:
-    return {"collapse_reward_design": fig_reward_design(t), "collapse_variants": fig_variants(t),
+    return {"collapse_reward_design": fig_reward_design(t), "collapse_variants": fig_variants(t), "collapse_remedies": fig_remedies(t),
             "collapse_schedules": fig_schedules(t), "collapse_nonfinite": fig_nonfinite(t)}  # fmt: skip
 
 
@@ -255,10 +292,16 @@ def section(t) -> dict:
     rows = verdict_rows(claims)
     name = lambda role: (v.loc[v["role"] == role, "variant"].tolist() or [role])[0] if len(v) else role  # noqa: E731
     setting = lambda role: (v.loc[v["role"] == role, "settings"].tolist() or ["not run"])[0] if len(v) else "not run"  # noqa: E731
+    base = v[v["role"] == "baseline"] if len(v) else v
+    failure = "no data" if base.empty or not known(cell(base, "gain_mean"), cell(base, "collapses")) else (
+        f"held-out accuracy {number(cell(base, 'initial_eval_mean'), 'pct', sign=False)} before RL; its change by the end "
+        f"{pm(cell(base, 'gain_mean'), cell(base, 'gain_std'), cell(base, 'n'))}; collapsed in {int(cell(base, 'collapses'))} of "
+        f"{int(cell(base, 'runs_judged'))} runs (95% Wilson interval {number(cell(base, 'collapse_rate_lo'), 'pct', sign=False)} to "
+        f"{number(cell(base, 'collapse_rate_hi'), 'pct', sign=False)})")  # fmt: skip
     zs = {r.role: r.frac_zero_std_mean for r in d[d["point"] == 0].itertuples()} if len(d) else {}
     z = lambda k: "–" if k not in zs or pd.isna(zs[k]) else f"{100 * zs[k]:.0f}%"  # noqa: E731
     return {"causes": CAUSES, "algorithm": (v.loc[v["role"] == "baseline", "algorithm"].tolist() or ["–"])[0] if len(v) else "–",
             "names": {r: name(r) for r in ROLES}, "settings": {r: setting(r) for r in ROLES}, "collapse_definition": COLLAPSE_DEFINITION,
             "variants": v, "reward_design": d, "nonfinite": t["collapse_nonfinite"] if len(t["collapse_nonfinite"]) else pd.DataFrame(columns=NONFINITE_COLUMNS),
             "zero_std": {"baseline": z("random_baseline"), "shaped": z("shaped")}, "verdicts": by_key(rows), "verdict_list": rows,
-            "power": power_note(claims)}  # fmt: skip
+            "power": power_note(claims), "failure": failure, "remedies": list(REMEDIES)}  # fmt: skip
