@@ -143,6 +143,9 @@ class Trainer:
         self.ref = copy.deepcopy(policy).to(d.device).eval().requires_grad_(False)
         self.estimator = get_estimator(s.algorithm)  # the advantage estimator (mathrl.algorithms)
         self.policy_loss = get_policy_loss(s.policy_loss)  # the per-token surrogate (mathrl.policy_losses)
+        if s.reward_placement != "end" and not self.estimator.critic:
+            raise ConfigError(f"reward_placement {s.reward_placement}: only a critic's GAE reads per-token rewards, "
+                              f"and {s.algorithm} has no critic; use algorithm ppo, or reward_placement end")
         head = ValueHead(policy.config.n_embd) if self.estimator.critic else None
         self.net = ActorCritic(policy, head).to(d.device)
         # the policy that samples rollouts: the trainer's own, or a copy in another precision or with stale weights
