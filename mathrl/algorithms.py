@@ -43,6 +43,7 @@ class AdvantageInputs:
     # (x, weight) -> weighted mean and population std over the GLOBAL batch (every rank's
     # entries); the trainer passes distributed.all_mean_std. Batch-scaled estimators use it.
     mean_std: Callable[[torch.Tensor, torch.Tensor], tuple[float, float]] | None = None
+    token_rewards: torch.Tensor | None = None  # (B, T) per-token rewards a critic estimator uses instead (reward_placement)
 
     def batch_mean_std(self, x: torch.Tensor, weight: torch.Tensor) -> tuple[float, float]:
         if self.mean_std is not None:
@@ -148,7 +149,9 @@ def rloo(x: AdvantageInputs) -> Advantages:
 
 @estimator("ppo", critic=True)
 def ppo(x: AdvantageInputs) -> Advantages:
-    """PPO: GAE over the answer tokens from the critic's values; returns are its targets."""
+    """PPO: GAE over the answer tokens from the critic's values; returns are its targets.
+    The per-token rewards, where given, replace the sequence reward at the last token."""
     if x.values is None:
         raise ValueError("ppo: the advantage needs the rollout's values (a critic)")
-    return gae_advantages(x.rewards, x.values, x.mask, gamma=x.gamma, lam=x.lam)
+    rewards = x.rewards if x.token_rewards is None else x.token_rewards
+    return gae_advantages(rewards, x.values, x.mask, gamma=x.gamma, lam=x.lam)

@@ -174,8 +174,9 @@ def gae_advantages(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over the answer tokens.
 
-    rewards (B,), values (B, T), mask (B, T) -> (advantages (B, T), returns (B, T)), both 0
-    outside the mask. The sequence reward arrives at the last real token, 0 elsewhere:
+    rewards (B,) or (B, T), values (B, T), mask (B, T) -> (advantages (B, T), returns (B, T)),
+    both 0 outside the mask. A sequence reward (B,) arrives at the last real token, 0
+    elsewhere; per-token rewards (B, T) arrive where they are (masked):
 
         delta_t = r_t + gamma * V_{t+1} - V_t,   V_{t+1} = 0 past the last real token
         A_t     = delta_t + gamma * lam * A_{t+1}
@@ -187,10 +188,13 @@ def gae_advantages(
     m = mask.to(values.dtype)
     v = values * m  # values beyond the mask are not states of this episode
     length = m.sum(dim=1).long()  # (B,)
-    last = (length - 1).clamp(min=0)
-    r = torch.zeros_like(v)
-    # an empty sequence (length 0) has no token to carry the reward
-    r.scatter_(1, last.unsqueeze(1), (rewards.to(v.dtype) * (length > 0).to(v.dtype)).unsqueeze(1))
+    if rewards.dim() == 2:  # per-token rewards
+        r = rewards.to(v.dtype) * m
+    else:
+        last = (length - 1).clamp(min=0)
+        r = torch.zeros_like(v)
+        # an empty sequence (length 0) has no token to carry the reward
+        r.scatter_(1, last.unsqueeze(1), (rewards.to(v.dtype) * (length > 0).to(v.dtype)).unsqueeze(1))
 
     T = v.shape[1]
     adv = torch.zeros_like(v)
@@ -365,6 +369,14 @@ def value_loss(
         return 0.5 * unclipped
     v_clipped = old_values + (values - old_values).clamp(-clip, clip)
     return 0.5 * torch.maximum(unclipped, (v_clipped - returns).square())
+
+
+def value_clipped(values: torch.Tensor, old_values: torch.Tensor, clip: float | None) -> torch.Tensor:
+    """Which value predictions the value clip cut: (B, T) float, 1 where ``|v - old| > clip``
+    (all 0 without a clip). On a batch's first epoch ``v == old``, so only later epochs can bind."""
+    if clip is None:
+        return torch.zeros_like(values)
+    return ((values - old_values).abs() > clip).to(values.dtype)
 
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str) -> tuple[torch.Tensor, float]:

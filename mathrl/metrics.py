@@ -28,6 +28,8 @@ METRICS = [
 ]  # fmt: skip
 EXTRAS = [
     "eval_sampled_accuracy", "ndigit", "format_rate", "baseline", "entropy_coef", "value_rmse", "explained_variance",
+    # how far the second and later PPO epochs moved the critic's values (mean |v - v_old|), and the share it clipped
+    "value_delta", "value_clip_frac",
     "skipped", "sample_seconds", "update_seconds", "eval_seconds",
     # update diagnostics: clip_frac = clip_frac_low + clip_frac_high; ppo_kl as verl's actor/ppo_kl;
     # token-level advantage statistics; the log-prob/advantage covariance (arXiv 2505.22617);

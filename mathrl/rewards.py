@@ -102,3 +102,12 @@ def compute_rewards(spec: RewardSpec, generated: torch.Tensor, target: torch.Ten
         looks_right = spec.proxy_correct_weight * digit_frac + spec.proxy_bias_weight * mean_digit / 9
         reward = format_ok * looks_right
     return reward, checks
+
+
+def token_rewards(generated: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """A dense per-token signal for a critic: (B, W+1) -> (B, W+1), ``1 / (W+1)`` on each
+    answer token (digit or ``$``) equal to the target's token there, else 0. Summed over the
+    answer it is the share of tokens right; from a token on, the share still to be got right."""
+    if generated.shape != target.shape or generated.dim() != 2:
+        raise ValueError(f"generated {tuple(generated.shape)} and target {tuple(target.shape)} must both be (B, W+1)")
+    return (generated == target).float() / generated.shape[1]

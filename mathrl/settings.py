@@ -83,6 +83,7 @@ class RunSettings:
     clip_eps_high: float | None
     value_coef: float
     value_clip: float | None
+    reward_placement: str
     gae_lambda: float
     gamma: float
     dynamic_sampling: bool

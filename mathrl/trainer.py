@@ -68,6 +68,7 @@ from mathrl.losses import (
     ppo_kl,
     token_entropy,
     token_logprobs,
+    value_clipped,
     value_loss,
     value_rmse,
     zero_std_groups,
@@ -79,7 +80,7 @@ from mathrl.model import GPT, ValueHead, gpt_config
 from mathrl.monitor import StabilityMonitor
 from mathrl.optim import make_optimizer, set_lr
 from mathrl.policy_losses import PolicyLossInputs, get_policy_loss
-from mathrl.rewards import RewardSpec, compute_rewards
+from mathrl.rewards import RewardSpec, compute_rewards, token_rewards
 from mathrl.sampler import RolloutSampler, sampler_logprobs
 from mathrl.settings import RunSettings
 from mathrl.sft import load_policy
@@ -148,6 +149,9 @@ class Trainer:
         self.ref = copy.deepcopy(policy).to(d.device).eval().requires_grad_(False)
         self.estimator = get_estimator(s.algorithm)  # the advantage estimator (mathrl.algorithms)
         self.policy_loss = get_policy_loss(s.policy_loss)  # the per-token surrogate (mathrl.policy_losses)
+        if s.reward_placement != "end" and not self.estimator.critic:
+            raise ConfigError(f"reward_placement {s.reward_placement}: only a critic's GAE reads per-token rewards, "
+                              f"and {s.algorithm} has no critic; use algorithm ppo, or reward_placement end")
         head = ValueHead(policy.config.n_embd) if self.estimator.critic else None
         self.net = ActorCritic(policy, head).to(d.device)
         # the policy that samples rollouts: the trainer's own, or a copy in another precision or with stale weights
@@ -275,10 +279,11 @@ class Trainer:
             tokens, logits = self.sampling_policy.generate(prompts, L, return_logits=True, **how)  # (B, L), (B, L, V)
         mine = None if coins is None else coins[lo * G : (lo + n_local) * G].to(d.device)  # (B,)
         rewards, checks = compute_rewards(self.reward_spec, tokens, target, coins=mine)
+        dense = {"token_rewards": token_rewards(tokens, target)} if s.reward_placement == "per_token" else {}
         # what the sampler records of each token: its log-prob under the distribution it sampled from
         sampler_logp = sampler_logprobs(logits, tokens, s.temperature, s.sample_top_k, s.sample_top_p)
         checks = {k: v.float() for k, v in checks.items()}
-        return {"prompts": prompts, "tokens": tokens, "rewards": rewards.float(), **checks,
+        return {"prompts": prompts, "tokens": tokens, "rewards": rewards.float(), **checks, **dense,
                 "sampler_logp": sampler_logp}  # fmt: skip
 
     def collect(self, nd: int) -> tuple[dict, int]:
@@ -359,7 +364,7 @@ class Trainer:
             baseline = self.baseline.update(float(n[0] / n[1]))
             metrics.value("baseline", baseline)
         inputs = AdvantageInputs(rewards, mask, G, old_values, baseline, gamma=s.gamma, lam=s.gae_lambda,
-                                 mean_std=lambda x, w: all_mean_std(d, x, w))  # fmt: skip
+                                 mean_std=lambda x, w: all_mean_std(d, x, w), token_rewards=batch.get("token_rewards"))  # fmt: skip
         adv, returns = self.estimator.fn(inputs)
         if s.adv_norm:
             adv = normalize(adv, *all_mean_std(d, adv, mask), mask=mask)
@@ -460,6 +465,10 @@ class Trainer:
             metrics.masked_mean("value_loss", vl.detach(), m)
             if epoch == 0:
                 values0.append(values.detach())
+            else:  # how far this update moved the values, and which of them the value clip cut
+                moved = (values.detach() - sc["old_values"][rows]).abs()
+                metrics.masked_mean("value_delta", moved, m)
+                metrics.masked_mean("value_clip_frac", value_clipped(values.detach(), sc["old_values"][rows], s.value_clip), m)
         num, _ = aggregate(per_token, m, s.loss_agg)
         loss = num / coefs["den"] * self.d.world_size
         if s.fault_nan_step == step:

@@ -5,7 +5,10 @@ reward), fits ridge regressions from the final-LayerNorm hidden state at each an
 position to the return (the reward, for every answer token), and prints the explained variance on
 a held-out batch; then two oracles on that batch: the prompt's leave-one-out group success rate,
 and that rate zeroed once a sampled digit is wrong (what a critic that sees its prefix's
-correctness could reach).
+correctness could reach). Last, the same for the dense per-digit signal of `reward_placement:
+per_token` (each right answer token earns 1/(W+1); the return from a token is what is still to be
+got right): the ridge critic, and a critic that knows only the answer position (the mean return
+of each position), which is how much of the explained variance the position alone gives.
 
     .venv/bin/python scripts/critic_probe.py [--config FILE]
 """
@@ -18,7 +21,7 @@ import numpy as np
 import torch
 
 from mathrl.config import DEFAULT_CONFIG, load_config
-from mathrl.rewards import RewardSpec, compute_rewards
+from mathrl.rewards import RewardSpec, compute_rewards, token_rewards
 from mathrl.sft import load_policy
 from mathrl.tasks import VOCAB_SIZE, answer_mask, read_problems, task_of
 from mathrl.trainer import problems_file, sft_checkpoint
@@ -71,6 +74,19 @@ def main() -> None:
     m = test["mask"]
     values, returns = (known.float() * loo[:, None])[m], r[:, None].expand_as(m)[m]
     print(f"oracle, that rate zeroed once a sampled digit is wrong: explained variance {explained(returns.numpy(), values.numpy()):.3f}")
+
+    def dense(b):  # returns to go of the per-token rewards, and each token's position, over real answer tokens
+        r = token_rewards(b["tokens"], b["target"]) * b["mask"]
+        togo = r.flip(1).cumsum(1).flip(1)
+        pos = torch.arange(r.shape[1]).expand_as(r)
+        return np.c_[b["hidden"][b["mask"]].numpy(), np.ones(int(b["mask"].sum()))], togo[b["mask"]].numpy(), pos[b["mask"]].numpy()
+
+    X, y, pos = map(np.concatenate, zip(*(dense(b) for b in train)))
+    Xt, yt, post = dense(test)
+    w = np.linalg.solve(X.T @ X + 1.0 * np.eye(X.shape[1]), X.T @ y)
+    print(f"per-token returns: linear critic (ridge 1) held-out explained variance {explained(yt, Xt @ w):.3f}")
+    by_pos = {p: y[pos == p].mean() for p in np.unique(pos)}
+    print(f"per-token returns: the mean return of each answer position, explained variance {explained(yt, np.array([by_pos[p] for p in post])):.3f}")
 
 
 if __name__ == "__main__":

@@ -80,3 +80,12 @@ def test_ppo_is_gae_from_the_critic_values():
     close(returns, [[1.0, 1.0], [0.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
     with pytest.raises(ValueError, match="critic"):
         A.ppo(inputs([1.0, 0.0, 1.0, 0.0]))
+
+
+def test_ppo_takes_per_token_rewards_where_given():
+    values = torch.tensor([[0.5, 0.25], [0.5, 9.0], [0.0, 0.0], [1.0, 1.0]])
+    dense = torch.tensor([[0.5, 0.5], [0.5, 3.0], [0.0, 0.5], [0.5, 0.0]])  # row 1's 3.0 is past its end
+    adv, returns = A.ppo(inputs([1.0, 0.0, 1.0, 0.0], values=values, token_rewards=dense))
+    # the sequence rewards are ignored; R_t = rewards from t on: [1, 0.5], [0.5], [0.5, 0.5], [0.5, 0]
+    close(returns, [[1.0, 0.5], [0.5, 0.0], [0.5, 0.5], [0.5, 0.0]])
+    close(adv, [[0.5, 0.25], [0.0, 0.0], [0.5, 0.5], [-0.5, -1.0]])

@@ -152,6 +152,26 @@ def test_gae_gamma_lambda_one_is_reward_minus_value():
     close(ret, [[1.0, 1.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
 
 
+def test_gae_per_token_rewards_by_hand():
+    # per-token rewards (B, T): each arrives where it is; past the end (mask 0) it is dropped
+    rewards = torch.tensor([[0.25, 0.0, 0.25, 7.0], [0.25, 0.25, 7.0, 7.0]])
+    values = torch.tensor([[0.5, 0.25, 0.25, 9.0], [0.0, 0.5, 9.0, 9.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    # gamma = lam = 1: R_t = the rewards still to come; row 0: 0.5, 0.25, 0.25; row 1: 0.5, 0.25
+    adv, ret = L.gae_advantages(rewards, values, mask)
+    close(ret, [[0.5, 0.25, 0.25, 0.0], [0.5, 0.25, 0.0, 0.0]])
+    close(adv, [[0.0, 0.0, 0.0, 0.0], [0.5, -0.25, 0.0, 0.0]])  # A_t = R_t - V_t
+    # lam 0 (one-step TD): A_t = r_t + V_{t+1} - V_t; row 0: 0.25 + 0.25 - 0.5 = 0, 0 + 0.25 - 0.25 = 0,
+    # 0.25 + 0 - 0.25 = 0; row 1: 0.25 + 0.5 - 0 = 0.75, 0.25 + 0 - 0.5 = -0.25
+    adv, ret = L.gae_advantages(rewards, values, mask, lam=0.0)
+    close(adv, [[0.0, 0.0, 0.0, 0.0], [0.75, -0.25, 0.0, 0.0]])
+    close(ret, [[0.5, 0.25, 0.25, 0.0], [0.75, 0.25, 0.0, 0.0]])  # R_t = A_t + V_t
+    # a sequence reward equals per-token rewards that put it all on the last real token
+    seq, tok = torch.tensor([1.0, 0.0]), torch.tensor([[0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    for a, b in zip(L.gae_advantages(seq, values, mask, 0.9, 0.8), L.gae_advantages(tok, values, mask, 0.9, 0.8)):
+        close(a, b)
+
+
 def test_gae_discounting_by_hand():
     rewards, values, mask = (
         torch.tensor([1.0]),
@@ -251,6 +271,15 @@ def test_value_loss_clipped_and_unclipped():
     # token 1: v hit the return, 0; clipped v = 0.2, (0.3)^2 = 0.09; max 0.09 -> 0.045
     close(L.value_loss(values, old, returns, None), [[0.5, 0.0]])
     close(L.value_loss(values, old, returns, 0.2), [[0.5, 0.045]])
+
+
+def test_value_clipped_marks_predictions_moved_past_the_clip():
+    values = torch.tensor([[1.0, 0.5, -0.1]])
+    old = torch.tensor([[0.5, 0.4, 0.2]])
+    # moved 0.5, 0.1, 0.3: past 0.2 are tokens 0 and 2; without a clip nothing is cut
+    close(L.value_clipped(values, old, 0.2), [[1.0, 0.0, 1.0]])
+    close(L.value_clipped(values, old, None), [[0.0, 0.0, 0.0]])
+    close(L.value_clipped(old, old, 0.2), [[0.0, 0.0, 0.0]])  # a batch's first epoch: v == old
 
 
 # ----------------------------------------------------------------- aggregation

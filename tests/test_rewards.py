@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from mathrl.rewards import REWARD_KINDS, RewardSpec, answer_checks, compute_rewards
+from mathrl.rewards import REWARD_KINDS, RewardSpec, answer_checks, compute_rewards, token_rewards
 from mathrl.tasks import Task, encode
 
 # 7+45 = 52, written "2500$" by Task("add", 3)
@@ -96,3 +96,13 @@ def test_random_reward_draws_are_fair_and_seeded():
     assert abs(float(reward.mean()) - 0.5) < 0.015  # 4 standard errors of a fair coin
     again = torch.rand(20_000, generator=torch.Generator().manual_seed(3))
     assert torch.equal(compute_rewards(RewardSpec("random"), generated, target, coins=again)[0], reward)
+
+
+def test_token_rewards_by_hand():
+    r = token_rewards(*batch(ROWS))  # 5 answer tokens: each right one earns 1/5
+    torch.testing.assert_close(r, torch.tensor([[0.2, 0.2, 0.2, 0.2, 0.2],
+                                                [0.2, 0.0, 0.2, 0.2, 0.2],
+                                                [0.2, 0.2, 0.2, 0.2, 0.0],
+                                                [0.2, 0.0, 0.2, 0.2, 0.2]]))  # fmt: skip
+    with pytest.raises(ValueError, match="must both be"):
+        token_rewards(torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long))

@@ -27,7 +27,8 @@ def rows(evals, reward=0.5, entropy=lambda s: 1.0 - 0.05 * s, kl=0.01, skipped_a
     out = []
     for step in range(1, upto + 1):
         r = {"step": step, "samples": 16 * step, "reward_mean": reward if step == upto else 0.3, "accuracy": 0.5, "entropy": entropy(step),
-             "kl": kl(step) if callable(kl) else kl, "frac_zero_std": 0.2, "seconds": 1.0, "skipped": int(step == skipped_at), **const}  # fmt: skip
+             "kl": kl(step) if callable(kl) else kl, "frac_zero_std": 0.2, "seconds": 1.0, "skipped": int(step == skipped_at),
+             **{k: v(step) if callable(v) else v for k, v in const.items()}}  # fmt: skip
         if step % 2 == 0:
             r["eval_accuracy"] = evals[step // 2 - 1]
         out.append(r)
@@ -103,7 +104,8 @@ def write_tree(cfg):
     w("clipping__adamw_no_spike__s0", rows([0.5] * 5, grad_norm=1.0))
     w("clipping__adamw_no_spike__s1", rows([0.5] * 5, grad_norm=1.0))
     for clip, coef, rmse in [("none", 0.5, 0.3), ("none", 1.0, 0.25), ("0.2", 0.5, 0.2), ("0.2", 1.0, 0.15)]:
-        r = rows([0.5] * 5, value_rmse=rmse, explained_variance=0.4)
+        r = rows([0.5] * 5, value_rmse=rmse, explained_variance=lambda s: -1.5 if s == 2 else 0.4,
+                 value_delta=lambda s: 0.45 if s == 1 else 0.05, value_clip_frac=lambda s: (0.7 if s == 1 else 0.0) if clip != "none" else 0.0)
         if clip == "0.2" and coef == 1.0:
             r[-1]["value_rmse"] = 0.1
         w(f"value_clip__value_clip-{clip}_value_coef-{coef:g}__s0", r)
@@ -189,6 +191,9 @@ def test_value_gradvar_alerts(tree):
     r = one(v, value_clip="0.2", value_coef=1.0)
     assert r["final_rmse_mean"] == pytest.approx(0.1) and r["mean_rmse_mean"] == pytest.approx(0.145) and r["doc_rmse"] == 0.12
     assert one(v, value_clip="none", value_coef=0.5)["doc_rmse"] == 0.25
+    # the critic's worst step (EV -1.5 at step 2), the largest move of one update (0.45 at step 1), the clip's busiest step
+    assert (r["ev_min_mean"], r["value_delta_max_mean"], r["clip_share_max_mean"]) == (pytest.approx(-1.5), pytest.approx(0.45), pytest.approx(0.7))
+    assert one(v, value_clip="none", value_coef=0.5)["clip_share_max_mean"] == 0.0
     g = tree["stability_gradvar"]
     assert one(g, task="add", batch_size=64)["ratio_to_largest"] == pytest.approx(8.0) and one(g, task="add", batch_size=64)["theory_ratio"] == 8.0
     assert one(g, task="mul", batch_size=64)["status"] == "missing" and math.isnan(one(g, task="mul", batch_size=64)["variance"])
@@ -236,7 +241,8 @@ def test_troubleshooting_and_criteria(tree):
     assert adam.outcome_unadjusted == "agrees" and adam["diff"] == pytest.approx(1.0) and adam.note.endswith("; 2 of 2 runs against 0 of 2") and adam.kind == "setup"
     assert v.loc["clipping_adamw"].outcome == "not judged"  # no clipped AdamW cell in this tree
     assert v.loc["value_clip"].outcome == "not judged" and v.loc["batch_smoother"].outcome == "not judged"
-    assert "critic (clipped, weight 1.0) engaged: explained variance, steps 16-20 0.4" in v.loc["value_clip"].engaged  # n=1 is why it is not judged
+    # one seed per cell: no interval, so the checks on an interval's lower end cannot be measured
+    assert "critic (clipped, weight 1.0) not measured: ci_low of explained variance over steps 16-20" in v.loc["value_clip"].engaged
     swings = v.loc["batch_small_swings"]  # largest falls 0.2 and 0.3 at batch 64, minus 10 points
     assert swings["diff"] == pytest.approx(0.15) and swings.outcome == "inconclusive"
 

@@ -207,6 +207,24 @@ def test_critic_warmup_trains_only_the_value_head(run_env):
     assert heads and any(not torch.allclose(w[k], ref[k], atol=1e-6) for k in heads)
 
 
+def test_per_token_rewards_and_the_value_clip_in_a_ppo_run(run_env, capsys):
+    """reward_placement per_token changes the critic's targets; value_delta and value_clip_frac come from the
+    epochs after the first (a clip below any move cuts every prediction, no clip none); only ppo takes it."""
+    common = ("algorithm=ppo", "steps=2", "ppo_epochs=2", "critic_warmup_steps=2", "critic_warmup_lr=1e-2")
+    assert train(run_env, "dense", *common, "reward_placement=per_token", "value_clip=1e-9") == 0
+    assert train(run_env, "sparse", *common, "value_clip=null") == 0
+    dense, sparse = metrics(run_env, "dense"), metrics(run_env, "sparse")
+    # same rollouts at step 1 (values 0 before any update); the targets differ, so the value loss does
+    assert dense.loc[0, "reward_mean"] == sparse.loc[0, "reward_mean"] and dense.loc[0, "value_loss"] != sparse.loc[0, "value_loss"]
+    assert (dense["value_delta"] > 0).all() and (sparse["value_delta"] > 0).all()
+    assert (dense["value_clip_frac"] == 1.0).all() and (sparse["value_clip_frac"] == 0.0).all()
+    assert train(run_env, "one_epoch", "algorithm=ppo", "steps=1", "ppo_epochs=1") == 0
+    assert metrics(run_env, "one_epoch")[["value_delta", "value_clip_frac"]].isna().all().all()
+    capsys.readouterr()
+    assert train(run_env, "grpo_dense", "algorithm=grpo", "steps=1", "reward_placement=per_token") == 2
+    assert "reward_placement per_token: only a critic's GAE" in capsys.readouterr().err
+
+
 def test_random_reward_resumes_and_sample_filters_keep_one_sign(run_env):
     """The random reward's draws come from the snapshotted generator: a resumed run equals an
     uninterrupted one. A sample filter leaves only advantages of its sign (adv_mean)."""
