@@ -114,7 +114,7 @@ def summary(fits: pd.DataFrame) -> pd.DataFrame:
         a, b, half = (
             _interval(fitted["A"].dropna(), (0.0, 1.0)),
             _interval(fitted["B"].dropna()),
-            _interval(fitted["half_mae"].dropna()),
+            _interval(fitted["half_mae"].dropna(), (0.0, math.inf)),  # an absolute error is at least 0
         )
         noise = fitted.loc[fitted["half_mae"].notna(), "half_noise"]
         log_mid = np.log(fitted["C_mid"].dropna())
