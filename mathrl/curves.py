@@ -143,7 +143,9 @@ def half_fit_error(compute, accuracy, r0: float, min_points: int = MIN_POINTS, p
         out["half_reason"] = "no points after the start"
         return out
     first = c <= c[-1] / 2
-    out.update(half_points=int(first.sum()), half_predicted=int((~first).sum()), half_noise=sampling_mae(r[~first], problems))
+    out.update(
+        half_points=int(first.sum()), half_predicted=int((~first).sum()), half_noise=sampling_mae(r[~first], problems)
+    )
     fit = fit_curve(c[first], r[first], r0, min_points)
     if not fit["fitted"]:
         out["half_reason"] = f"first half: {fit['reason']}"

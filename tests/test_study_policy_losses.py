@@ -1,4 +1,5 @@
-"""The policy-losses part of the diagnostics study on a hand-made results tree: its tables, claims, figure and section."""
+"""The policy-losses part of the diagnostics study on a hand-made results tree: its tables, claims, figure and
+section."""
 
 import copy
 

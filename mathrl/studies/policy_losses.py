@@ -7,7 +7,8 @@ loss's mechanism acting: the share of tokens whose gradient the PPO clip cut (`c
 sequences GSPO's sequence clip cut (`seq_clip_frac`), the share of tokens whose importance weight CISPO's cap cut
 (`is_clip_frac`), the share of tokens dual-clip's bound hit (`dual_clip_frac`) and `ppo_kl`. Per variant: the means with
 95% t intervals over seeds, and each loss's difference from the baseline (vanilla) paired by seed. Per step: token
-entropy over seeds, for the figure. The claims on these tables are declared in config/claims.yaml (part "policy losses").
+entropy over seeds, for the figure. The claims on these tables are declared in config/claims.yaml (part
+"policy losses").
 
 The functions take the experiment's complete runs as (variant, run) pairs, which `mathrl.studies.diagnostics` passes in.
 """
@@ -28,7 +29,17 @@ PART = "policy losses"  # the claims' part (config/claims.yaml) this part of the
 BASELINE = "baseline"  # the role of the clipped surrogate the others are compared with
 # the losses' own diagnostics (metrics.csv columns; NaN where a loss does not report one)
 CLIPS = ["clip_frac", "clip_frac_low", "clip_frac_high", "seq_clip_frac", "is_clip_frac", "dual_clip_frac"]
-VALUES = ["entropy_start", "entropy_end", "entropy_reduction", "initial", "final", "change", *CLIPS, "ppo_kl", "samples"]
+VALUES = [
+    "entropy_start",
+    "entropy_end",
+    "entropy_reduction",
+    "initial",
+    "final",
+    "change",
+    *CLIPS,
+    "ppo_kl",
+    "samples",
+]
 COMPARED = ["entropy_end", "final", "clip_frac"]  # differences from the baseline, paired by seed
 LIMITS = {"entropy_start": NONNEGATIVE, "entropy_end": NONNEGATIVE, "initial": SHARE, "final": SHARE,
           **dict.fromkeys(CLIPS, SHARE)}  # fmt: skip
@@ -115,7 +126,9 @@ def loss_steps(runs) -> pd.DataFrame:
     tokens) over seeds (mean, std, n), for the figure."""
     frames = [run.metrics.assign(setting=name, seed=run.spec.seed) for name, run in runs]
     if not frames:
-        return pd.DataFrame(columns=["setting", "step", "n", "entropy_mean", "entropy_std", "clip_frac_mean", "clip_frac_std"])
+        return pd.DataFrame(
+            columns=["setting", "step", "n", "entropy_mean", "entropy_std", "clip_frac_mean", "clip_frac_std"]
+        )
     return mean_spread(pd.concat(frames, ignore_index=True), ["setting", "step"], ["entropy", "clip_frac"])
 
 
