@@ -120,17 +120,32 @@ def fit_curve(compute, accuracy, r0: float, min_points: int = MIN_POINTS) -> dic
     return out
 
 
-def half_fit_error(compute, accuracy, r0: float, min_points: int = MIN_POINTS) -> dict:
+def sampling_mae(accuracy, problems: int) -> float:
+    """The mean absolute error a perfect forecast would still show against accuracies each measured on
+    ``problems`` problems: E|X - p| of a normal with the binomial standard error sqrt(p(1-p)/n) is
+    sqrt(2/pi) times it, averaged over the points (p: the measured accuracy). NaN without points or problems."""
+    r = np.asarray(accuracy, dtype=float)
+    r = r[np.isfinite(r)]
+    if not len(r) or not problems or problems < 1:
+        return math.nan
+    return float(np.mean(math.sqrt(2 / math.pi) * np.sqrt(r * (1 - r) / problems)))
+
+
+def half_fit_error(compute, accuracy, r0: float, min_points: int = MIN_POINTS, problems: int = 0) -> dict:
     """Fit the points with C <= half the largest C, predict the rest: half_mae (mean absolute error,
-    in accuracy units), half_points (points the fit used), half_predicted (points predicted) and
-    half_reason (why NaN, else empty)."""
+    in accuracy units), half_points (points the fit used), half_predicted (points predicted),
+    half_noise (``sampling_mae`` of the predicted points when each evaluation read ``problems`` problems:
+    the error a perfect forecast would show from the evaluation's sampling alone; NaN without
+    ``problems``) and half_reason (why NaN, else empty)."""
     c, r = _points(compute, accuracy)
-    out = {"half_mae": math.nan, "half_points": 0, "half_predicted": 0, "half_reason": ""}
+    out = {"half_mae": math.nan, "half_points": 0, "half_predicted": 0, "half_noise": math.nan, "half_reason": ""}
     if not len(c):
         out["half_reason"] = "no points after the start"
         return out
     first = c <= c[-1] / 2
-    out.update(half_points=int(first.sum()), half_predicted=int((~first).sum()))
+    out.update(
+        half_points=int(first.sum()), half_predicted=int((~first).sum()), half_noise=sampling_mae(r[~first], problems)
+    )
     fit = fit_curve(c[first], r[first], r0, min_points)
     if not fit["fitted"]:
         out["half_reason"] = f"first half: {fit['reason']}"

@@ -80,3 +80,18 @@ def test_a_step_in_log_compute_is_fitted_at_the_solver_budget():
     fit = fit_curve(c, [0.2735, 0.269, 0.3025, 0.3355, 0.324], 0.3065)
     assert fit["fitted"] and not fit["converged"] and fit["B"] > 10
     assert fit["A"] == pytest.approx(0.33, abs=0.005) and 3840 < fit["C_mid"] < 5120
+
+
+def test_sampling_mae_by_hand_and_beside_the_half_fit():
+    from mathrl.curves import sampling_mae
+
+    # p = 0.5 on 100 problems: standard error 0.05, mean absolute deviation 0.05 * sqrt(2 / pi) = 0.039894
+    assert sampling_mae([0.5, 0.5], 100) == pytest.approx(0.05 * math.sqrt(2 / math.pi))
+    assert sampling_mae([0.0, 1.0], 100) == 0.0  # certain outcomes have no sampling spread
+    assert math.isnan(sampling_mae([0.5], 0)) and math.isnan(sampling_mae([], 100))
+    c = np.arange(1, 11) * 512.0
+    r = sigmoid_curve(c, 0.3, 0.6, 2.0, 2000.0)
+    half = half_fit_error(c, r, 0.3, problems=200)
+    assert half["half_points"] == 5 and half["half_predicted"] == 5 and half["half_mae"] < 1e-3
+    assert half["half_noise"] == pytest.approx(sampling_mae(r[5:], 200))
+    assert math.isnan(half_fit_error(c, r, 0.3)["half_noise"])  # without the problem count: not known

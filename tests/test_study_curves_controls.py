@@ -118,6 +118,8 @@ def test_curves_recover_each_batch_size_and_forecast_the_second_half(results):
         assert r.A_mean == pytest.approx(a, abs=1e-3) and r.B_mean == pytest.approx(slope, rel=1e-2)
         assert r.C_mid == pytest.approx(mid, rel=1e-2)
         assert r.half_n == 3 and r.half_mae_mean < 1e-3  # exact data: the first half's fit predicts the second
+        # each evaluation read eval_size (50) problems: the floor a perfect forecast would show from that sample
+        assert 0.01 < r.half_noise < 0.07
     nc = s.loc[("negative_controls", "reference")]
     assert nc.n == 0 and not nc.fitted and nc.note.startswith("not fitted: 1 point after the start")
 

@@ -151,7 +151,7 @@ def test_section_renders(results, cfg):
     env = environment()
     figs = diagnostics.figures(t)
     expected = {"diagnostics_pass_at_k", "diagnostics_entropy_law", "diagnostics_adv_scaling", "diagnostics_mismatch",
-                "diagnostics_curves"}
+                "diagnostics_curves", "diagnostics_policy_losses"}
     assert set(figs) == expected
     html = env.get_template("sections/diagnostics.html.j2").render(ctx=diagnostics.section(t), figures={})
     assert "pass@k before and after RL" in html and "adv_scaling" in html and "B_noise" in html

@@ -4,7 +4,9 @@ ScaleRL's sigmoid (`mathrl.curves`, arXiv 2510.13786) fitted to each run's held-
 rollouts it has sampled (the `samples` column of metrics.csv; every rollout of a task has the same number of answer
 tokens, so tokens would only rescale C_mid). Per setting: the ceiling A and the efficiency B with 95% t intervals
 over seeds (one fit per seed; a bootstrap over three to five seeds would understate the spread), C_mid, and the error
-of a fit on the first half of a run's compute predicting its second half. The batch study is restated as ceiling
+of a fit on the first half of a run's compute predicting its second half, beside the error a perfect forecast would
+show from the evaluation's sampling alone (policy_losses evaluates every step on few problems: its runs have a first
+half to fit). The batch study is restated as ceiling
 against efficiency: each batch size's A and B against the reference batch's, paired by seed.
 
 The functions take the runs as (experiment, setting, run) triples, which `mathrl.studies.diagnostics` passes in.
@@ -34,6 +36,7 @@ RUN_COLUMNS = [
     "half_mae",
     "half_points",
     "half_predicted",
+    "half_noise",
     "half_reason",
 ]
 
@@ -45,8 +48,15 @@ def evaluation_points(run) -> pd.DataFrame:
     return e.assign(samples=[0.0 if s == 0 else float(samples.get(s, NAN)) for s in e["step"]])
 
 
-def fit_runs(runs) -> pd.DataFrame:
-    """One fit per run (and one of its first half): A, B, C_mid, how many points, and why not where not."""
+def problems(run, cfg: dict) -> int:
+    """Held-out problems per evaluation of a run: its eval_size, or (0: all) its task's test set."""
+    s = run.settings
+    return int(s.get("eval_size") or (cfg.get("tasks", {}).get(s.get("task"), {}) or {}).get("n_test") or 0)
+
+
+def fit_runs(runs, cfg: dict | None = None) -> pd.DataFrame:
+    """One fit per run (and one of its first half, with the error a perfect forecast would show from the
+    evaluation's sampling alone): A, B, C_mid, how many points, and why not where not."""
     rows = []
     for exp, name, run in runs:
         p = evaluation_points(run)
@@ -59,7 +69,7 @@ def fit_runs(runs) -> pd.DataFrame:
                 "R0": run.initial_eval,
                 "C_max": float(np.nanmax(c)),
                 **curves.fit_curve(c, r, run.initial_eval),
-                **curves.half_fit_error(c, r, run.initial_eval),
+                **curves.half_fit_error(c, r, run.initial_eval, problems=problems(run, cfg or {})),
             }
         )
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
@@ -104,8 +114,9 @@ def summary(fits: pd.DataFrame) -> pd.DataFrame:
         a, b, half = (
             _interval(fitted["A"].dropna(), (0.0, 1.0)),
             _interval(fitted["B"].dropna()),
-            _interval(fitted["half_mae"].dropna()),
+            _interval(fitted["half_mae"].dropna(), (0.0, math.inf)),  # an absolute error is at least 0
         )
+        noise = fitted.loc[fitted["half_mae"].notna(), "half_noise"]
         log_mid = np.log(fitted["C_mid"].dropna())
         rows.append(
             {
@@ -129,6 +140,7 @@ def summary(fits: pd.DataFrame) -> pd.DataFrame:
                 "half_mae_mean": half["mean"],
                 "half_mae_lo": half["lo"],
                 "half_mae_hi": half["hi"],
+                "half_noise": float(noise.mean()) if noise.notna().any() else NAN,
                 "fitted": len(fitted) > 0,
                 "note": _note(g, fitted),
             }
@@ -154,6 +166,7 @@ def summary(fits: pd.DataFrame) -> pd.DataFrame:
         "half_mae_mean",
         "half_mae_lo",
         "half_mae_hi",
+        "half_noise",
         "fitted",
         "note",
     ]
@@ -278,7 +291,7 @@ def _spread(df: pd.DataFrame, col: str) -> pd.DataFrame:
 
 def tables(runs, cfg: dict) -> dict[str, pd.DataFrame]:
     runs = list(runs)
-    fits = fit_runs(runs)
+    fits = fit_runs(runs, cfg)
     points, fitted = drawn(fits, runs)
     return {
         "diagnostics_curves_runs": fits,

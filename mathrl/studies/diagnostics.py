@@ -5,8 +5,8 @@ Everything is computed from files the runs wrote: `pass_at_k.csv` (runs with `pa
 `heldout.csv` (every run: greedy correctness per held-out problem at the start and at the
 end), `metrics.csv`, and the gradient probe's JSON. The maths is `mathrl.analysis`;
 intervals come from scipy.stats.bootstrap (over problems) and `mathrl.verdict` (over seeds).
-Two parts live in modules of their own: compute-performance curves (`compute_curves`) and the
-negative controls (`negative_controls`).
+Three parts live in modules of their own: compute-performance curves (`compute_curves`), the
+negative controls (`negative_controls`) and the policy losses of 2025 (`policy_losses`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from scipy import stats
 # modules, not `from mathrl.studies import ...`: the package's __init__ imports this module
 import mathrl.studies.compute_curves as compute_curves
 import mathrl.studies.negative_controls as negative_controls
+import mathrl.studies.policy_losses as policy_losses
 from mathrl import analysis as dx
 from mathrl import layout
 from mathrl.results import mean_spread
@@ -237,6 +238,8 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         **compute_curves.tables(((exp, setting(run.spec), run) for exp, run in ok_runs(ctx)), ctx.cfg),
         **negative_controls.tables([(setting(r.spec), r) for r in ctx.experiment(negative_controls.EXPERIMENT) if r.ok],
                                    controls, roles_of(ctx.cfg, negative_controls.EXPERIMENT, ("reference",))),
+        **policy_losses.tables([(setting(r.spec), r) for r in ctx.experiment(policy_losses.EXPERIMENT) if r.ok],
+                               roles_of(ctx.cfg, policy_losses.EXPERIMENT, (policy_losses.BASELINE,))),
     }  # fmt: skip
 
 
@@ -287,6 +290,7 @@ def figures(t) -> dict[str, plt.Figure]:
     out["diagnostics_adv_scaling"] = fig
     out.update(mismatch_figures(t))  # the rollout/trainer mismatch
     out["diagnostics_curves"] = compute_curves.figure(t)
+    out["diagnostics_policy_losses"] = policy_losses.figure(t)
     return out
 
 
@@ -317,5 +321,6 @@ def section(t) -> dict:
         "reached_steps": REACHED_STEPS,
         "experiment": EXPERIMENT,
         "mismatch": mismatch_section(t),  # the rollout/trainer mismatch (sections/mismatch.html.j2)
-        **compute_curves.section(t), **negative_controls.section(t),
+        **compute_curves.section(t), **negative_controls.section(t), **policy_losses.section(t),
+        "losses_verdicts": verdict_rows(claim_frame(t, NAME, policy_losses.PART)),
     }  # fmt: skip

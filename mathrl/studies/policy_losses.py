@@ -1,0 +1,173 @@
+"""The policy losses of 2025 against PPO's clipped surrogate, a part of the diagnostics study.
+
+The experiment `policy_losses` trains each loss of the registry (`mathrl.policy_losses`: vanilla, gspo, cispo,
+dual_clip) on one setting, at equal samples and seeds. Its tables: per run, the token entropy at the first and the last
+step (and its relative fall), held-out greedy accuracy at the start and the end, and the step means of what shows each
+loss's mechanism acting: the share of tokens whose gradient the PPO clip cut (`clip_frac`, split by bound), the share of
+sequences GSPO's sequence clip cut (`seq_clip_frac`), the share of tokens whose importance weight CISPO's cap cut
+(`is_clip_frac`), the share of tokens dual-clip's bound hit (`dual_clip_frac`) and `ppo_kl`. Per variant: the means with
+95% t intervals over seeds, and each loss's difference from the baseline (vanilla) paired by seed. Per step: token
+entropy over seeds, for the figure. The claims on these tables are declared in config/claims.yaml (part
+"policy losses").
+
+The functions take the experiment's complete runs as (variant, run) pairs, which `mathrl.studies.diagnostics` passes in.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from mathrl.results import mean_spread
+from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, band, placeholder, plt
+from mathrl.verdict import Estimate, difference, mean_interval
+
+NAN = math.nan
+EXPERIMENT = "policy_losses"
+PART = "policy losses"  # the claims' part (config/claims.yaml) this part of the section shows
+BASELINE = "baseline"  # the role of the clipped surrogate the others are compared with
+# the losses' own diagnostics (metrics.csv columns; NaN where a loss does not report one)
+CLIPS = ["clip_frac", "clip_frac_low", "clip_frac_high", "seq_clip_frac", "is_clip_frac", "dual_clip_frac"]
+VALUES = [
+    "entropy_start",
+    "entropy_end",
+    "entropy_reduction",
+    "initial",
+    "final",
+    "change",
+    *CLIPS,
+    "ppo_kl",
+    "samples",
+]
+COMPARED = ["entropy_end", "final", "clip_frac"]  # differences from the baseline, paired by seed
+LIMITS = {"entropy_start": NONNEGATIVE, "entropy_end": NONNEGATIVE, "initial": SHARE, "final": SHARE,
+          **dict.fromkeys(CLIPS, SHARE)}  # fmt: skip
+
+
+def role_of(roles: dict) -> dict[str, str]:
+    """{variant: its roles, joined} from the experiment's {role: variant}."""
+    out: dict[str, list[str]] = {}
+    for role, variant in roles.items():
+        out.setdefault(variant, []).append(role)
+    return {v: ", ".join(r) for v, r in out.items()}
+
+
+def _mean(m: pd.DataFrame, col: str) -> float:
+    return float(m[col].mean()) if col in m and m[col].notna().any() else NAN
+
+
+def loss_runs(runs, roles: dict) -> pd.DataFrame:
+    """Per run: the policy loss, token entropy at the first step (the rollouts of the policy before any update) and at
+    the last, its relative fall (1 − end / start), held-out greedy accuracy at the start and the end, the step means of
+    the clip diagnostics and ppo_kl, and the rollouts sampled."""
+    names, rows = role_of(roles), []
+    for name, run in runs:
+        m = run.metrics.sort_values("step")
+        h0, h1 = float(m["entropy"].iloc[0]), float(m["entropy"].iloc[-1])
+        initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
+        rows.append(
+            {
+                "setting": name,
+                "role": names.get(name, ""),
+                "seed": run.spec.seed,
+                "policy_loss": run.settings.get("policy_loss", "vanilla"),
+                "entropy_start": h0,
+                "entropy_end": h1,
+                "entropy_reduction": 1.0 - h1 / h0 if h0 > 0 else NAN,
+                "initial": initial,
+                "final": final,
+                "change": final - initial,
+                **{c: _mean(m, c) for c in [*CLIPS, "ppo_kl"]},
+                "samples": float(m["samples"].iloc[-1]),
+            }
+        )
+    return pd.DataFrame(rows, columns=["setting", "role", "seed", "policy_loss", *VALUES])
+
+
+def _columns(prefix: str, est: Estimate, within: tuple = (None, None)) -> dict:
+    lo, hi = est.lo, est.hi
+    if within[0] is not None and math.isfinite(lo):
+        lo = max(lo, within[0])
+    if within[1] is not None and math.isfinite(hi):
+        hi = min(hi, within[1])
+    return {f"{prefix}_mean": est.estimate, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
+
+
+def loss_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
+    """Per variant: the mean of every per-run value with its 95% t interval over seeds (cut to the value's range), and
+    final entropy, final accuracy and clip_frac minus the baseline's, paired by seed (empty for the baseline)."""
+    base_name = roles.get(BASELINE)
+    base = runs[runs["setting"] == base_name].set_index("seed") if len(runs) else runs
+    rows = []
+    for name, g in runs.groupby("setting", sort=False):
+        g = g.set_index("seed")
+        row = {"setting": name, "role": g["role"].iloc[0], "policy_loss": g["policy_loss"].iloc[0],
+               "n": int(g["entropy_end"].notna().sum())}  # fmt: skip
+        for v in VALUES:
+            row.update(_columns(v, mean_interval(g[v].dropna()), LIMITS.get(v, (None, None))))
+        for v in COMPARED:
+            vs = (
+                difference(g[v].dropna(), base[v].dropna())
+                if name != base_name and len(base) and g[v].notna().any()
+                else Estimate(NAN, NAN, NAN, 0, "paired")
+            )
+            row.update(_columns(f"vs_baseline_{v}", vs))
+            row[f"vs_baseline_{v}_n"] = vs.n
+        rows.append(row)
+    cols = ["setting", "role", "policy_loss", "n"]
+    cols += [f"{v}_{s}" for v in VALUES for s in ("mean", "lo", "hi")]
+    cols += [f"vs_baseline_{v}_{s}" for v in COMPARED for s in ("mean", "lo", "hi", "n")]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def loss_steps(runs) -> pd.DataFrame:
+    """Per variant and step: token entropy and the share of tokens each loss cut (clip_frac; GSPO's is its sequences'
+    tokens) over seeds (mean, std, n), for the figure."""
+    frames = [run.metrics.assign(setting=name, seed=run.spec.seed) for name, run in runs]
+    if not frames:
+        return pd.DataFrame(
+            columns=["setting", "step", "n", "entropy_mean", "entropy_std", "clip_frac_mean", "clip_frac_std"]
+        )
+    return mean_spread(pd.concat(frames, ignore_index=True), ["setting", "step"], ["entropy", "clip_frac"])
+
+
+def tables(runs, roles: dict) -> dict[str, pd.DataFrame]:
+    """The experiment's tables from its complete runs, (variant, run) pairs, and its roles."""
+    runs = list(runs)
+    per_run = loss_runs(runs, roles)
+    return {
+        "diagnostics_policy_losses_runs": per_run,
+        "diagnostics_policy_losses": loss_summary(per_run, roles),
+        "diagnostics_policy_losses_steps": loss_steps(runs),
+    }
+
+
+def figure(t) -> plt.Figure:
+    """Token entropy along training per loss (left) and the share of tokens whose gradient its clip cut (right); bands:
+    95% t intervals over seeds."""
+    steps = t["diagnostics_policy_losses_steps"]
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.6), layout="constrained")
+    if len(steps):
+        for i, (name, g) in enumerate(steps.groupby("setting", sort=False)):
+            color = COLORS[i % len(COLORS)]
+            band(axes[0], g["step"], g["entropy_mean"], g["entropy_std"], name, color, n=g["n"], bounds=NONNEGATIVE)
+            if g["clip_frac_mean"].notna().any():
+                band(axes[1], g["step"], g["clip_frac_mean"] * 100, g["clip_frac_std"] * 100, name, color, n=g["n"],
+                     bounds=(0.0, 100.0))  # fmt: skip
+        axes[0].legend(fontsize=7)
+        axes[1].legend(fontsize=7)
+    else:
+        for ax in axes:
+            placeholder(ax, "no policy_losses runs")
+    axes[0].set(xlabel="RL step", ylabel="token entropy (nats)", title="Token entropy per policy loss")
+    axes[1].set(xlabel="RL step", ylabel="tokens whose gradient the clip cut (%)",
+                title="Clip share (GSPO: tokens of cut sequences)")  # fmt: skip
+    return fig
+
+
+def section(t) -> dict:
+    return {
+        "losses": t["diagnostics_policy_losses"],
+        "losses_experiment": EXPERIMENT,
+    }
