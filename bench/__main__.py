@@ -35,7 +35,10 @@ NAIVE_PAIRS = {"small": 10, "adder": 6, "multiplier": 4}
 NAIVE_PRESETS = ("small", "adder")
 SFT_BATCH = 256
 # Targets: (label, preset, batch, limit seconds, stretch seconds or None)
-STEP_TARGETS = [("GRPO step, small @512 rollouts", "small", 512, 0.25, None), ("GRPO step, adder @512 rollouts", "adder", 512, 1.0, None)]
+STEP_TARGETS = [
+    ("GRPO step, small @512 rollouts", "small", 512, 0.25, None),
+    ("GRPO step, adder @512 rollouts", "adder", 512, 1.0, None),
+]
 RSS_LIMIT_MB = 1.5 * 1024
 # Time to accuracy: (task, targets) from a fresh start.
 TTA = [("add", [0.95, 0.99]), ("mul", [0.90])]
@@ -84,15 +87,29 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help="1 warm-up and 2 timed steps per configuration (smoke test)")
     p.add_argument("--only", action="append", choices=SECTIONS, help="run only this section (repeatable)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"where the JSON goes (default {DEFAULT_OUT})")
-    p.add_argument("--presets", type=csv_list(str), default=list(PRESETS), help="comma list (default small,adder,multiplier)")
-    p.add_argument("--batches", type=csv_list(int), default=[64, 512], help="RL rollouts per step, comma list (default 64,512)")
-    p.add_argument("--naive-batch", type=int, help="rollouts of the naive reference (default 512, or the largest --batches)")
+    p.add_argument(
+        "--presets", type=csv_list(str), default=list(PRESETS), help="comma list (default small,adder,multiplier)"
+    )
+    p.add_argument(
+        "--batches", type=csv_list(int), default=[64, 512], help="RL rollouts per step, comma list (default 64,512)"
+    )
+    p.add_argument(
+        "--naive-batch", type=int, help="rollouts of the naive reference (default 512, or the largest --batches)"
+    )
     p.add_argument("--steps", type=int, help="timed steps of every configuration (overrides the per-preset defaults)")
     p.add_argument("--warmup", type=int, help="untimed warm-up steps (default 2, 1 with --quick)")
-    p.add_argument("--threads", type=int, help="torch intra-op threads in every configuration (default: torch's default)")
-    p.add_argument("--tta-budget", type=float, default=600.0, help="wall seconds per time-to-accuracy task (default 600)")
-    p.add_argument("--pipeline-existing", type=Path, metavar="RESULTS",
-                   help="summarise this finished results directory instead of running the pipeline")
+    p.add_argument(
+        "--threads", type=int, help="torch intra-op threads in every configuration (default: torch's default)"
+    )
+    p.add_argument(
+        "--tta-budget", type=float, default=600.0, help="wall seconds per time-to-accuracy task (default 600)"
+    )
+    p.add_argument(
+        "--pipeline-existing",
+        type=Path,
+        metavar="RESULTS",
+        help="summarise this finished results directory instead of running the pipeline",
+    )
     args = p.parse_args(argv)
     bad = [x for x in args.presets if x not in PRESETS]
     if bad:
@@ -141,7 +158,9 @@ def rl_table(recs: list[dict]) -> str:
     rows = [[r["preset"], str(r["batch"]), str(r["total"]["n"]), fmt_s(r["sample"]["median"]), fmt_s(r["update"]["median"]),
              fmt_s(r["total"]["median"]), spread(r["total"]), f"{r['sequences_per_second']:.0f}",
              f"{r['peak_rss_mb']:.0f}"] for r in recs]  # fmt: skip
-    return table(["preset", "rollouts", "steps", "sample s", "update s", "step s", "IQR/med", "seq/s", "peak RSS MiB"], rows)
+    return table(
+        ["preset", "rollouts", "steps", "sample s", "update s", "step s", "IQR/med", "seq/s", "peak RSS MiB"], rows
+    )
 
 
 def sft_table(recs: list[dict]) -> str:
@@ -177,7 +196,11 @@ def tta_table(recs: list[dict]) -> str:
     for r in recs:
         best = r["best"] or {}
         for target, hit in r["reached"].items():
-            at = f"{hit['seconds']:.0f} s ({hit['phase']} step {hit['step']})" if hit else f"not in {r['budget_s']:.0f} s"
+            at = (
+                f"{hit['seconds']:.0f} s ({hit['phase']} step {hit['step']})"
+                if hit
+                else f"not in {r['budget_s']:.0f} s"
+            )
             rows.append([r["task"], r["preset"], f"{100 * float(target):.0f}%", at,
                          f"{100 * best.get('accuracy', math.nan):.1f}% at {best.get('seconds', math.nan):.0f} s"])  # fmt: skip
     return table(["task", "preset", "target", "first reached", "best held-out accuracy"], rows, right_from=3)
@@ -204,7 +227,10 @@ def targets(results: dict) -> list[dict]:
         t.update(value_mb=mb, where=where, status="PASS" if mb < RSS_LIMIT_MB else "MISS")
     out.append(t)
     pipe = results.get("pipeline")
-    for label, limit in (("make report, default config", PIPELINE_LIMIT_S), ("make report, default config (aim)", PIPELINE_TARGET_S)):
+    for label, limit in (
+        ("make report, default config", PIPELINE_LIMIT_S),
+        ("make report, default config (aim)", PIPELINE_TARGET_S),
+    ):
         t = {"target": label, "limit_s": limit, "stretch_s": None, "value_s": None, "status": "NOT MEASURED"}
         if pipe and pipe[0].get("wall_s") is not None:
             t.update(value_s=pipe[0]["wall_s"], status="PASS" if pipe[0]["wall_s"] <= limit else "MISS")
@@ -221,7 +247,11 @@ def targets_text(ts: list[dict]) -> str:
     lines = []
     for t in ts:
         if "limit_s" in t:
-            goal = "-" if t["limit_s"] is None else f"<= {t['limit_s']:.2f} s" + (f" (stretch {t['stretch_s']:.2f} s)" if t["stretch_s"] else "")
+            goal = (
+                "-"
+                if t["limit_s"] is None
+                else f"<= {t['limit_s']:.2f} s" + (f" (stretch {t['stretch_s']:.2f} s)" if t["stretch_s"] else "")
+            )
             val = "-" if t["value_s"] is None else f"{t['value_s']:.3f} s"
             extra = f"  stretch {t['stretch_status']}" if "stretch_status" in t else ""
         else:
@@ -246,7 +276,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="mathrl-bench-") as tmp:
         log("  building the throwaway results tree (problem files, random-init checkpoints)")
         build_tree(tmp, args.presets)
-        common = ["--root", tmp, "--warmup", str(args.warmup)] + (["--threads", str(args.threads)] if args.threads else [])
+        common = ["--root", tmp, "--warmup", str(args.warmup)] + (
+            ["--threads", str(args.threads)] if args.threads else []
+        )
         if "rl" in args.sections:
             results["rl"] = [
                 child("rl_step", f"rl {p}@{b}", ["--preset", p, "--batch", str(b),
@@ -289,21 +321,35 @@ def main(argv=None) -> int:
 
     # ---- the printed report
     m = machine
-    print(f"mathrl benchmark  {m['date']}  git {(m['git']['commit'] or '?')[:10]}{' (dirty)' if m['git']['dirty'] else ''}")
+    print(
+        f"mathrl benchmark  {m['date']}  git {(m['git']['commit'] or '?')[:10]}{' (dirty)' if m['git']['dirty'] else ''}"
+    )
     print(f"  {m['platform']}; {m['cpu']}; {m['cpu_count']} CPUs ({m['cpus_usable']} usable); torch {m['torch']}, "
           f"{'/'.join(map(str, threads)) or m['torch_threads']} intra-op threads ({'--threads' if args.threads else 'torch default'}); CUDA {'yes' if m['cuda'] else 'no'}")  # fmt: skip
-    print(f"  load average (1 min) {m['loadavg_start'][0]:.2f} at start, {m['loadavg_end'][0]:.2f} at end; "
-          f"{m['bench_seconds']:.0f} s in all{'; QUICK mode' if args.quick else ''}")
+    print(
+        f"  load average (1 min) {m['loadavg_start'][0]:.2f} at start, {m['loadavg_end'][0]:.2f} at end; "
+        f"{m['bench_seconds']:.0f} s in all{'; QUICK mode' if args.quick else ''}"
+    )
     busy = max(m["loadavg_start"][0], m["loadavg_end"][0])
     if busy > 0.5 * (m["cpus_usable"] or 1):
-        print(f"  WARNING: the machine was busy (load {busy:.1f} on {m['cpus_usable']} CPUs): other processes share the cores, "
-              "so absolute timings are inflated; same-run ratios are the robust figures")
+        print(
+            f"  WARNING: the machine was busy (load {busy:.1f} on {m['cpus_usable']} CPUs): other processes share the cores, "
+            "so absolute timings are inflated; same-run ratios are the robust figures"
+        )
     print("  figures: medians over the timed steps (after warm-up); IQR/med = interquartile range / median, the noise")
     if "rl" in results:
-        sharing = "off (MATHRL_NO_PREFIX_SHARING=1)" if not all(r.get("prefix_sharing", True) for r in results["rl"]) else "on"
-        print(f"\nRL step: GRPO, 3-digit addition, group size {GROUP_SIZE}, one CPU process, {args.warmup} warm-up steps, "
-              f"prefix sharing {sharing}")
-        print("  step s = wall time of Trainer.step() (sample + update + bookkeeping; no evaluation); seq/s = rollouts / step s")
+        sharing = (
+            "off (MATHRL_NO_PREFIX_SHARING=1)"
+            if not all(r.get("prefix_sharing", True) for r in results["rl"])
+            else "on"
+        )
+        print(
+            f"\nRL step: GRPO, 3-digit addition, group size {GROUP_SIZE}, one CPU process, {args.warmup} warm-up steps, "
+            f"prefix sharing {sharing}"
+        )
+        print(
+            "  step s = wall time of Trainer.step() (sample + update + bookkeeping; no evaluation); seq/s = rollouts / step s"
+        )
         print(table_indent(rl_table(results["rl"])))
     if "sft" in results:
         print(f"\nSupervised warm-up step: batch {SFT_BATCH}, sft_batch + forward/backward + AdamW step")
@@ -318,14 +364,22 @@ def main(argv=None) -> int:
         print("  seconds are medians, off/on = the step-time ratio")
         print(table_indent(sharing_table(results["sharing"])))
     if "tta" in results:
-        print(f"\nTime to accuracy from a fresh start (problem sets, warm-up to {TTA_SFT_UNTIL:.0%}, then GRPO @512), one CPU process,")
+        print(
+            f"\nTime to accuracy from a fresh start (problem sets, warm-up to {TTA_SFT_UNTIL:.0%}, then GRPO @512), one CPU process,"
+        )
         print("  held-out greedy accuracy on 500 problems; wall seconds include every evaluation")
         print(table_indent(tta_table(results["tta"])))
     if "pipeline" in results:
         rec = results["pipeline"][0]
-        head = f"wall {rec['wall_s']:.0f} s with --cores {rec['cores']}" if rec.get("wall_s") is not None else f"summary of {rec['results']}"
+        head = (
+            f"wall {rec['wall_s']:.0f} s with --cores {rec['cores']}"
+            if rec.get("wall_s") is not None
+            else f"summary of {rec['results']}"
+        )
         print(f"\nDefault pipeline (snakemake --profile profiles/default report, as make report): {head}")
-        print("  per rule, from Snakemake's benchmark files: summed job seconds (jobs run in parallel) and the longest job")
+        print(
+            "  per rule, from Snakemake's benchmark files: summed job seconds (jobs run in parallel) and the longest job"
+        )
         print(table_indent(stages_table(rec["stages"])))
     print("\nTargets")
     print(targets_text(ts))
@@ -337,7 +391,9 @@ def main(argv=None) -> int:
     # ---- the JSON (each section's file was written when it ended; again with the end's machine info)
     for sec in results:
         results.save(sec)
-    (args.out / "summary.json").write_text(json.dumps({"machine": machine, "settings": settings, "targets": ts}, indent=2) + "\n")
+    (args.out / "summary.json").write_text(
+        json.dumps({"machine": machine, "settings": settings, "targets": ts}, indent=2) + "\n"
+    )
     (args.out / "table.md").write_text(markdown_table(machine, results, ts))
     print(f"\nwrote {', '.join(FILES[s] for s in results)}, summary.json and table.md to {args.out}")
     return 0
@@ -352,16 +408,33 @@ def markdown_table(machine: dict, results: dict, ts: list[dict]) -> str:
              "| figure | target | measured | verdict |", "| --- | --- | --- | --- |"]  # fmt: skip
     for t in ts:
         if "limit_mb" in t:
-            goal, val = f"< {t['limit_mb'] / 1024:.1f} GiB", "-" if t["value_mb"] is None else f"{t['value_mb']:.0f} MiB ({t['where']})"
+            goal, val = (
+                f"< {t['limit_mb'] / 1024:.1f} GiB",
+                "-" if t["value_mb"] is None else f"{t['value_mb']:.0f} MiB ({t['where']})",
+            )
         else:
-            goal = "-" if t["limit_s"] is None else f"<= {t['limit_s']:g} s" + (f" (aim {t['stretch_s']:g} s)" if t["stretch_s"] else "")
-            val = "-" if t["value_s"] is None else f"{t['value_s']:.3f} s" if t["value_s"] < 10 else f"{t['value_s']:.0f} s"
+            goal = (
+                "-"
+                if t["limit_s"] is None
+                else f"<= {t['limit_s']:g} s" + (f" (aim {t['stretch_s']:g} s)" if t["stretch_s"] else "")
+            )
+            val = (
+                "-"
+                if t["value_s"] is None
+                else f"{t['value_s']:.3f} s"
+                if t["value_s"] < 10
+                else f"{t['value_s']:.0f} s"
+            )
         verdict = t["status"] + (f", aim {t['stretch_status']}" if "stretch_status" in t else "")
         lines.append(f"| {t['target']} | {goal} | {val} | {verdict} |")
     for r in results.get("naive", []):
-        lines.append(f"| naive reference / ours, {r['preset']} @{r['batch']} step | ratio | {r['ratio']['total']:.2f}x | - |")
+        lines.append(
+            f"| naive reference / ours, {r['preset']} @{r['batch']} step | ratio | {r['ratio']['total']:.2f}x | - |"
+        )
     for r in results.get("sharing", []):
-        lines.append(f"| prefix sharing off / on, {r['preset']} @{r['batch']} step | ratio | {r['ratio']['total']:.2f}x | - |")
+        lines.append(
+            f"| prefix sharing off / on, {r['preset']} @{r['batch']} step | ratio | {r['ratio']['total']:.2f}x | - |"
+        )
     if not m["cuda"]:
         lines += [f"| {label} | (GPU) | - | NOT MEASURED (no GPU) |" for label in GPU_TARGETS]
     return "\n".join(lines) + "\n"

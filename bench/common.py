@@ -139,7 +139,13 @@ def summarise(xs) -> dict:
         return {"median": float("nan"), "min": float("nan"), "max": float("nan"), "n": 0}
     q = statistics.quantiles(xs, n=4) if len(xs) >= 2 else [xs[0]] * 3
     med = median(xs)
-    return {"median": med, "min": xs[0], "max": xs[-1], "iqr_rel": (q[2] - q[0]) / med if med else float("nan"), "n": len(xs)}
+    return {
+        "median": med,
+        "min": xs[0],
+        "max": xs[-1],
+        "iqr_rel": (q[2] - q[0]) / med if med else float("nan"),
+        "n": len(xs),
+    }
 
 
 def peak_rss_mb() -> float:
@@ -186,7 +192,9 @@ def run_child(module: str, args: list[str], timeout: float = 1800) -> dict:
 
 def git_state() -> dict:
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
                                text=True, timeout=10).stdout.strip() != ""  # fmt: skip
         return {"commit": head or None, "dirty": dirty}
@@ -212,7 +220,7 @@ def machine_info() -> dict:
     except AttributeError:
         affinity = os.cpu_count()
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "platform": platform.platform(), "python": platform.python_version(), "cpu": cpu_model(),
         "cpu_count": os.cpu_count(), "cpus_usable": affinity, "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(),

@@ -44,7 +44,9 @@ def stage_times(results: Path) -> dict[str, dict]:
             continue
         secs = float(rows[-1]["s"])  # the last repeat
         rss = float(rows[-1].get("max_rss") or "nan")
-        st = stages.setdefault(rule, {"jobs": 0, "job_seconds": 0.0, "max_seconds": 0.0, "max_job": "", "max_rss_mb": 0.0})
+        st = stages.setdefault(
+            rule, {"jobs": 0, "job_seconds": 0.0, "max_seconds": 0.0, "max_job": "", "max_rss_mb": 0.0}
+        )
         st["jobs"] += 1
         st["job_seconds"] += secs
         if secs > st["max_seconds"]:
@@ -99,13 +101,17 @@ def export(rev: str, dest: Path, config_from: str | None) -> Path:
     return dest
 
 
-def alternate(old: str, new: str, rounds: int, cores: str, config_from: str | None, config_items: list[str]) -> list[dict]:
+def alternate(
+    old: str, new: str, rounds: int, cores: str, config_from: str | None, config_items: list[str]
+) -> list[dict]:
     """Both versions' pipelines, alternated, `rounds` times each; one record per pipeline."""
     from bench.split import split
 
     records = []
     with tempfile.TemporaryDirectory(prefix="mathrl-bench-alternate-") as tmp:
-        checkouts = {name: export(rev, Path(tmp) / name / "checkout", config_from) for name, rev in (("old", old), ("new", new))}
+        checkouts = {
+            name: export(rev, Path(tmp) / name / "checkout", config_from) for name, rev in (("old", old), ("new", new))
+        }
         for rnd in range(rounds):
             for name in ("old", "new"):
                 work = Path(tmp) / name / f"round{rnd}"
@@ -134,7 +140,9 @@ def alternate(old: str, new: str, rounds: int, cores: str, config_from: str | No
 def alternate_table(records: list[dict]) -> str:
     rows = [[r["version"], r["rev"], str(r["round"]), f"{r['wall_s']:.0f}", f"{r['job_seconds']:.1f}",
              f"{r['train_job_seconds']:.1f}", str(r["returncode"])] for r in records]  # fmt: skip
-    return table(["version", "commit", "round", "wall s", "job seconds", "train job seconds", "exit"], rows, right_from=2)
+    return table(
+        ["version", "commit", "round", "wall s", "job seconds", "train job seconds", "exit"], rows, right_from=2
+    )
 
 
 def main(argv=None) -> int:
@@ -144,8 +152,13 @@ def main(argv=None) -> int:
     g.add_argument("--existing", type=Path, help="only summarise this finished results directory")
     p.add_argument("--table", action="store_true", help="print a table of the per-rule times instead of JSON")
     p.add_argument("--cores", default="all", help="snakemake --cores (default all, as make report)")
-    p.add_argument("--config-arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra snakemake --config item, e.g. for a smaller smoke run")
+    p.add_argument(
+        "--config-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra snakemake --config item, e.g. for a smaller smoke run",
+    )
     g.add_argument("--alternate", metavar="OLD", help="time commit OLD's pipeline against --new's, alternately")
     p.add_argument("--new", default="HEAD", help="with --alternate: the new commit (default HEAD)")
     p.add_argument("--rounds", type=int, default=2, help="with --alternate: pipelines of each version (default 2)")

@@ -23,7 +23,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import PRESETS, TempTree, add_threads_arg, apply_threads, emit, make_trainer, median, proc_info, summarise
+from bench.common import (
+    PRESETS,
+    TempTree,
+    add_threads_arg,
+    apply_threads,
+    emit,
+    make_trainer,
+    median,
+    proc_info,
+    summarise,
+)
 
 
 def timed_step(trainer) -> dict:
@@ -77,7 +87,10 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     apply_threads(args.threads)
 
-    with TempTree(args.root, args.preset) as results, tempfile.TemporaryDirectory(prefix="mathrl-bench-run-") as run_dir:
+    with (
+        TempTree(args.root, args.preset) as results,
+        tempfile.TemporaryDirectory(prefix="mathrl-bench-run-") as run_dir,
+    ):
         t0 = time.perf_counter()
         # The trainer prints alerts on stdout; keep stdout for the one JSON line.
         with contextlib.redirect_stdout(sys.stderr):
@@ -93,15 +106,19 @@ def main(argv=None) -> int:
                 def sharing(on: bool):
                     return lambda: setattr(trainer, "share_prefix", on)
 
-                runs = alternate(trainer, {"shared": sharing(True), "unshared": sharing(False)}, args.warmup, args.steps)
+                runs = alternate(
+                    trainer, {"shared": sharing(True), "unshared": sharing(False)}, args.warmup, args.steps
+                )
                 trainer.share_prefix = True
                 record["shared"] = series(runs["shared"], args.batch)
                 record["unshared"] = series(runs["unshared"], args.batch)
                 record["ratio"] = {
-                    k: record["unshared"][k]["median"] / record["shared"][k]["median"] for k in ("sample", "update", "total")
+                    k: record["unshared"][k]["median"] / record["shared"][k]["median"]
+                    for k in ("sample", "update", "total")
                 }
                 record["ratio_paired"] = {  # median over steps i of unshared_i / shared_i
-                    k: median([u[k] / s[k] for u, s in zip(runs["unshared"], runs["shared"])]) for k in ("sample", "update", "total")
+                    k: median([u[k] / s[k] for u, s in zip(runs["unshared"], runs["shared"])])
+                    for k in ("sample", "update", "total")
                 }
             elif not args.compare_naive:
                 for _ in range(args.warmup):

@@ -118,7 +118,9 @@ def main(argv=None) -> int:
     p.add_argument("--old", type=Path, required=True, help="checkout of the old version")
     p.add_argument("--new", type=Path, default=ROOT, help="checkout of the new version (default: this one)")
     p.add_argument("--config", type=Path, default=ROOT / "config" / "config.yaml")
-    p.add_argument("--warm", type=Path, default=ROOT / "results", help="results tree whose problems/ and sft/ both start from")
+    p.add_argument(
+        "--warm", type=Path, default=ROOT / "results", help="results tree whose problems/ and sft/ both start from"
+    )
     p.add_argument("--runs", nargs="+", required=True)
     p.add_argument("--rounds", type=int, default=1, help="times each run is trained by each version")
     args = p.parse_args(argv)
@@ -129,7 +131,11 @@ def main(argv=None) -> int:
             for part in ("problems", "sft"):
                 shutil.copytree(args.warm / part, results / part, ignore=shutil.ignore_patterns("evaluations"))
             configs[name] = standalone_config(args.config, results, Path(tmp) / name / "config.yaml")
-            env = {**os.environ, "PYTHONPATH": str(Path(checkout).resolve()), "MATHRL_CACHE_DIR": str(Path(tmp) / name / "cache")}
+            env = {
+                **os.environ,
+                "PYTHONPATH": str(Path(checkout).resolve()),
+                "MATHRL_CACHE_DIR": str(Path(tmp) / name / "cache"),
+            }
             servers[name] = subprocess.Popen([sys.executable, __file__, "--serve", str(configs[name])], env=env, cwd=checkout,
                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
         records = []
@@ -142,7 +148,9 @@ def main(argv=None) -> int:
                     servers[name].stdin.flush()
                     servers[name].stdout.readline()
                     rec = json.loads(report.read_text())
-                    rec.update(version=name, run=run, round=rnd, run_setup=rec["total"] - rec["rl_steps"] - rec["evaluation"])
+                    rec.update(
+                        version=name, run=run, round=rnd, run_setup=rec["total"] - rec["rl_steps"] - rec["evaluation"]
+                    )
                     records.append(rec)
                     print(json.dumps(rec), file=sys.stderr, flush=True)
         for server in servers.values():
@@ -151,7 +159,9 @@ def main(argv=None) -> int:
     summary = {}
     for name in ("old", "new"):
         recs = [r for r in records if r["version"] == name]
-        summary[name] = {part: statistics.mean(r[part] for r in recs) for part in ("total", "rl_steps", "evaluation", "run_setup")}
+        summary[name] = {
+            part: statistics.mean(r[part] for r in recs) for part in ("total", "rl_steps", "evaluation", "run_setup")
+        }
         summary[name]["n"] = len(recs)
     summary["saved_per_run"] = summary["old"]["total"] - summary["new"]["total"]
     print(json.dumps({"summary": summary, "runs": records}, indent=1))

@@ -42,7 +42,9 @@ def main(argv=None) -> int:
         torch.manual_seed(s["seed"])
         gen = torch.Generator().manual_seed(s["seed"])
         model = GPT(gpt_config(args.preset, VOCAB_SIZE, task.seq_len))
-        opt = make_optimizer(model.parameters(), "adamw", lr=s["lr"], weight_decay=s["weight_decay"], betas=(0.9, 0.99))  # as mathrl.sft
+        opt = make_optimizer(
+            model.parameters(), "adamw", lr=s["lr"], weight_decay=s["weight_decay"], betas=(0.9, 0.99)
+        )  # as mathrl.sft
 
         def step() -> float:
             t0 = time.perf_counter()

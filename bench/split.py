@@ -111,7 +111,9 @@ def split_table(s: dict) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.split", description=__doc__.splitlines()[0])
-    p.add_argument("results", type=Path, nargs="?", default=Path("results"), help="a finished results tree (default results)")
+    p.add_argument(
+        "results", type=Path, nargs="?", default=Path("results"), help="a finished results tree (default results)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON (with each run's split) instead of a table")
     args = p.parse_args(argv)
     if not (args.results / "benchmarks").is_dir():
@@ -120,7 +122,9 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(s, indent=1))
     else:
-        print(f"Job-seconds of {args.results} by part (Snakemake's benchmark files, each run's metrics.csv and summary.json):")
+        print(
+            f"Job-seconds of {args.results} by part (Snakemake's benchmark files, each run's metrics.csv and summary.json):"
+        )
         print(split_table(s))
     return 0
 

@@ -113,7 +113,9 @@ def run(args) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.tta", description=__doc__.splitlines()[0])
     p.add_argument("--task", choices=sorted(TASKS), required=True)
-    p.add_argument("--targets", type=lambda s: [float(x) for x in s.split(",")], required=True, help="comma list, e.g. 0.95,0.99")
+    p.add_argument(
+        "--targets", type=lambda s: [float(x) for x in s.split(",")], required=True, help="comma list, e.g. 0.95,0.99"
+    )
     p.add_argument("--budget", type=float, default=600.0, help="wall seconds before giving up (default 600)")
     p.add_argument("--preset", choices=PRESETS, default="small")
     p.add_argument("--sft-until", type=float, default=0.9, help="warm-up until this held-out accuracy (default 0.9)")

@@ -15,7 +15,12 @@ def versions() -> dict:
     import numpy
     import torch
 
-    return {"mathrl": __version__, "python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__}
+    return {
+        "mathrl": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+    }
 
 
 def git_state(where=None) -> dict:

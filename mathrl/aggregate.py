@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 
 from mathrl import claims, layout
+from mathrl.atomic import atomic_write
 from mathrl.measures import run_measures
 from mathrl.results import complete_marker, curves, missing_inputs, run_index
-from mathrl.atomic import atomic_write
 from mathrl.studies import STUDIES
 from mathrl.studies.context import MADE_WITH, Context, tables_hash
 
@@ -20,12 +20,20 @@ from mathrl.studies.context import MADE_WITH, Context, tables_hash
 def alerts_table(ctx: Context) -> pd.DataFrame:
     """Every stability-monitor alert of every run: which fired when."""
     rows = [
-        {"run_id": run_id, "experiment": run.spec.experiment, "variant": run.spec.variant or "", "seed": run.spec.seed, **alert}
+        {
+            "run_id": run_id,
+            "experiment": run.spec.experiment,
+            "variant": run.spec.variant or "",
+            "seed": run.spec.seed,
+            **alert,
+        }
         for run_id, run in ctx.runs.items()
         if run.ok
         for alert in run.summary["alerts"]
     ]
-    return pd.DataFrame(rows, columns=["run_id", "experiment", "variant", "seed", "step", "kind", "value", "threshold", "message"])
+    return pd.DataFrame(
+        rows, columns=["run_id", "experiment", "variant", "seed", "step", "kind", "value", "threshold", "message"]
+    )
 
 
 def last_rise(history: list[dict], evaluations: int = 4) -> float:
@@ -87,7 +95,7 @@ def headline_metrics(tables: dict[str, pd.DataFrame]) -> dict:
 
     out: dict = {"experiments": {}, "sft": {}}
     runs = tables["runs"]
-    for experiment, group in (runs.groupby("experiment", sort=False) if not runs.empty else []):
+    for experiment, group in runs.groupby("experiment", sort=False) if not runs.empty else []:
         ok = group[group["status"].isin(["complete", "stopped_nonfinite"])]
         out["experiments"][experiment] = {
             "runs": len(group), "complete": len(ok),

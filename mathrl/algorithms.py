@@ -43,7 +43,9 @@ class AdvantageInputs:
     # (x, weight) -> weighted mean and population std over the GLOBAL batch (every rank's
     # entries); the trainer passes distributed.all_mean_std. Batch-scaled estimators use it.
     mean_std: Callable[[torch.Tensor, torch.Tensor], tuple[float, float]] | None = None
-    token_rewards: torch.Tensor | None = None  # (B, T) per-token rewards a critic estimator uses instead (reward_placement)
+    token_rewards: torch.Tensor | None = (
+        None  # (B, T) per-token rewards a critic estimator uses instead (reward_placement)
+    )
 
     def batch_mean_std(self, x: torch.Tensor, weight: torch.Tensor) -> tuple[float, float]:
         if self.mean_std is not None:

@@ -82,7 +82,9 @@ def fit_entropy_law(entropy, reward) -> dict:
     p = fit(h, r)
     if p is not None:
         ss_res, ss_tot = float(np.sum((r - law(h, *p)) ** 2)), float(np.sum((r - r.mean()) ** 2))
-        out.update(a=float(p[0]), b=float(p[1]), ceiling=float(p[1] - p[0]), r2=1 - ss_res / ss_tot if ss_tot > 0 else math.nan)
+        out.update(
+            a=float(p[0]), b=float(p[1]), ceiling=float(p[1] - p[0]), r2=1 - ss_res / ss_tot if ss_tot > 0 else math.nan
+        )
     half = len(h) // 2
     q = fit(h[:half], r[:half])
     if q is not None and len(h) - half >= 4:

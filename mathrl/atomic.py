@@ -31,7 +31,9 @@ def write_tmp(path: Path, data: bytes, pause: float = 0.0) -> Path:
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            raise OSError(exc.errno, f"cannot write {path} ({exc.strerror or exc}); the file in place is unchanged") from exc
+            raise OSError(
+                exc.errno, f"cannot write {path} ({exc.strerror or exc}); the file in place is unchanged"
+            ) from exc
         raise
     return tmp
 

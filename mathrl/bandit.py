@@ -39,6 +39,7 @@ from mathrl.bandit_config import (  # noqa: F401 - re-exported
     study_seeds,
 )
 
+
 class SimplePolicy(nn.Module):
     """MLP from a state vector to action logits. The last layer starts at zero weights with
     bias `init_logits` (default 0), so the initial policy is softmax(init_logits): uniform
@@ -130,9 +131,17 @@ def train_seeds(run: dict, seeds: list[int], signal, n_arms: int, init_logits=No
         loss.sum().backward()
         grad_norm = per_seed_norm([p.grad for p in params])
         opt.step()
-        history.append({"entropy": entropy.detach(), "probs": probs.detach(), "loss": loss.detach(),
-                        "grad_norm": grad_norm, "reward_std": rewards.std(dim=-1, correction=0),
-                        "reward_mean": rewards.mean(dim=-1), **extras})
+        history.append(
+            {
+                "entropy": entropy.detach(),
+                "probs": probs.detach(),
+                "loss": loss.detach(),
+                "grad_norm": grad_norm,
+                "reward_std": rewards.std(dim=-1, correction=0),
+                "reward_mean": rewards.mean(dim=-1),
+                **extras,
+            }
+        )
     return _history_frame(history, seeds, n_arms)
 
 
@@ -144,15 +153,17 @@ def _history_frame(history: list[dict], seeds: list[int], n_arms: int) -> pd.Dat
         return torch.stack([h[key] for h in history]).T.reshape(-1).double().numpy()
 
     probs = torch.stack([h["probs"] for h in history]).transpose(0, 1).reshape(-1, n_arms).double().numpy()
-    return pd.DataFrame({
-        "seed": np.repeat(np.asarray(seeds, dtype=np.int64), n_steps),
-        "step": np.tile(np.arange(n_steps, dtype=np.int64), len(seeds)),
-        "entropy": column("entropy"),
-        **{f"p{i}": probs[:, i] for i in range(n_arms)},
-        **{key: column(key) for key in ("loss", "grad_norm", "reward_std", "reward_mean")},
-        "phase": [h["phase"] for h in history] * len(seeds),
-        **{key: column(key) for key in ("true_reward", "proxy_reward")},
-    })
+    return pd.DataFrame(
+        {
+            "seed": np.repeat(np.asarray(seeds, dtype=np.int64), n_steps),
+            "step": np.tile(np.arange(n_steps, dtype=np.int64), len(seeds)),
+            "entropy": column("entropy"),
+            **{f"p{i}": probs[:, i] for i in range(n_arms)},
+            **{key: column(key) for key in ("loss", "grad_norm", "reward_std", "reward_mean")},
+            "phase": [h["phase"] for h in history] * len(seeds),
+            **{key: column(key) for key in ("true_reward", "proxy_reward")},
+        }
+    )
 
 
 def _noisy(base: torch.Tensor, noise: float, gens: list[torch.Generator]) -> torch.Tensor:
@@ -172,11 +183,18 @@ def study_signal(name: str, study: dict, run: dict, arm_rewards: torch.Tensor):
         return torch.full((len(actions),), math.nan)
 
     if name == "entropy_collapse":
+
         def signal(actions, step, gens):
             true = arm_rewards[actions]
-            return _noisy(true, noise, gens), {"phase": "", "true_reward": true.mean(dim=-1), "proxy_reward": no_proxy(actions)}
+            return _noisy(true, noise, gens), {
+                "phase": "",
+                "true_reward": true.mean(dim=-1),
+                "proxy_reward": no_proxy(actions),
+            }
+
         return signal, len(arm_rewards), run.get("init_logits")  # a biased start, when the setting gives one
     if name == "gradient_vanishing":
+
         def signal(actions, step, gens):
             true = arm_rewards[actions]
             extras = {"phase": "diverse", "true_reward": true.mean(dim=-1), "proxy_reward": no_proxy(actions)}
@@ -186,6 +204,7 @@ def study_signal(name: str, study: dict, run: dict, arm_rewards: torch.Tensor):
                 extras["phase"] = "homogeneous"
                 return torch.full_like(true, float(study["homogeneous_reward"])), extras
             return _noisy(true, noise, gens), extras
+
         return signal, len(arm_rewards), None
     n_arms = len(study["true_rewards"])
     if len(study["arm_lengths"]) != n_arms or len(study["init_logits"]) != n_arms:
@@ -197,8 +216,12 @@ def study_signal(name: str, study: dict, run: dict, arm_rewards: torch.Tensor):
 
     def signal(actions, step, gens):
         score = proxy[actions]  # the policy is trained on the proxy score, never the true reward
-        return _noisy(score, noise, gens), {"phase": "", "true_reward": true_rewards[actions].mean(dim=-1),
-                                            "proxy_reward": score.mean(dim=-1)}
+        return _noisy(score, noise, gens), {
+            "phase": "",
+            "true_reward": true_rewards[actions].mean(dim=-1),
+            "proxy_reward": score.mean(dim=-1),
+        }
+
     return signal, n_arms, study["init_logits"]
 
 
@@ -222,8 +245,9 @@ def run_study(name: str, cfg: dict | None = None) -> pd.DataFrame:
         df["lr"], df["entropy_coef"] = float(run["lr"]), float(run["entropy_coef"])
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
-    extra_p = sorted((c for c in df.columns if c[0] == "p" and c[1:].isdigit() and c not in COLUMNS),
-                     key=lambda c: int(c[1:]))
+    extra_p = sorted(
+        (c for c in df.columns if c[0] == "p" and c[1:].isdigit() and c not in COLUMNS), key=lambda c: int(c[1:])
+    )
     order = COLUMNS[:9] + extra_p + COLUMNS[9:]
     return df[order]
 

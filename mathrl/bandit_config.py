@@ -12,14 +12,33 @@ import copy
 from mathrl.config import load_schema
 
 BANDIT_STUDIES = ("entropy_collapse", "gradient_vanishing", "reward_hacking")
-COLUMNS = ["study", "setting", "seed", "step", "phase", "entropy", "p0", "p1", "p2", "loss", "grad_norm",
-           "reward_std", "reward_mean", "proxy_reward", "true_reward", "lr", "entropy_coef"]
+COLUMNS = [
+    "study",
+    "setting",
+    "seed",
+    "step",
+    "phase",
+    "entropy",
+    "p0",
+    "p1",
+    "p2",
+    "loss",
+    "grad_norm",
+    "reward_std",
+    "reward_mean",
+    "proxy_reward",
+    "true_reward",
+    "lr",
+    "entropy_coef",
+]
 SHARED_KEYS = ("steps", "batch_size", "hidden", "reward_noise")  # a setting may override these
 # The defaults are the schema's (config/config.schema.yaml): one source of truth for the
 # CLI, Snakemake and direct callers.
 _SCHEMA = load_schema()
 DEFAULTS = _SCHEMA["properties"]["bandit"]["default"]
-SETTING_DEFAULTS = {k: v["default"] for k, v in _SCHEMA["definitions"]["bandit_setting"]["properties"].items() if "default" in v}
+SETTING_DEFAULTS = {
+    k: v["default"] for k, v in _SCHEMA["definitions"]["bandit_setting"]["properties"].items() if "default" in v
+}
 
 
 def converged_to(p0: float, p1: float, p2: float, threshold: float = 0.9, best_arm: int = 1) -> str:

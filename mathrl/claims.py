@@ -40,7 +40,16 @@ from scipy import stats
 
 from mathrl.errors import ConfigError
 from mathrl.verdict import (
-    Claim, Estimate, Verdict, difference, distance_to_pass, mean_interval, rate_difference, rate_seeds_needed, seeds_for, wilson,
+    Claim,
+    Estimate,
+    Verdict,
+    difference,
+    distance_to_pass,
+    mean_interval,
+    rate_difference,
+    rate_seeds_needed,
+    seeds_for,
+    wilson,
 )
 
 KINDS = ("document", "setup", "reference", "beyond", "user")
@@ -106,11 +115,26 @@ class ClaimSpec:
     @property
     def verdict_claim(self) -> Claim:
         if self.equivalence is not None:
-            return Claim(self.id, self.statement, self.measure_text or self.measure, "equivalence", margin=float(self.equivalence), unit=self.unit)
+            return Claim(
+                self.id,
+                self.statement,
+                self.measure_text or self.measure,
+                "equivalence",
+                margin=float(self.equivalence),
+                unit=self.unit,
+            )
         if self.noninferior is not None:
             return Claim(self.id, self.statement, self.measure_text or self.measure, "noninferior", self.direction,
                          margin=float(self.noninferior), unit=self.unit)  # fmt: skip
-        return Claim(self.id, self.statement, self.measure_text or self.measure, "direction", self.direction, size=self.size, unit=self.unit)
+        return Claim(
+            self.id,
+            self.statement,
+            self.measure_text or self.measure,
+            "direction",
+            self.direction,
+            size=self.size,
+            unit=self.unit,
+        )
 
 
 def _fill(obj, subs: Mapping[str, str]):
@@ -126,7 +150,8 @@ def _fill(obj, subs: Mapping[str, str]):
 
 def validate(decl: dict, where: str) -> None:
     """A declaration against the schema's `claim` definition; the error names the claim and the key."""
-    from mathrl.config import load_schema, validate as against
+    from mathrl.config import load_schema
+    from mathrl.config import validate as against
 
     schema = load_schema()
     against(decl, {**schema["definitions"]["claim"], "definitions": schema["definitions"]}, prefix=where)
@@ -164,7 +189,11 @@ def expand(decl: dict, tables: Mapping[str, pd.DataFrame] | None = None, cfg: di
             values = ["{%s}" % name]
         elif values == "*":
             df = tables.get(_fill(body.get("table", "run_measures"), {}))
-            values = [] if df is None or df.empty or name not in df else sorted(_rows(df)[name].dropna().astype(str).unique(), key=_natural)
+            values = (
+                []
+                if df is None or df.empty or name not in df
+                else sorted(_rows(df)[name].dropna().astype(str).unique(), key=_natural)
+            )
         elif isinstance(values, dict) and "experiments_with_role" in values:
             role = values["experiments_with_role"]
             values = [e for e, x in ((cfg or {}).get("experiments") or {}).items() if role in (x.get("roles") or {})]
@@ -363,17 +392,28 @@ def _p_two(spec: ClaimSpec, a: dict, b: dict, design: str) -> float:
 
 # ----------------------------------------------------------------------------- checks
 STATS = {
-    "mean": lambda x: float(np.mean(x)), "sum": lambda x: float(np.sum(x)), "max": lambda x: float(np.max(x)),
-    "min": lambda x: float(np.min(x)), "ci_low": lambda x: mean_interval(x).lo, "ci_high": lambda x: mean_interval(x).hi,
+    "mean": lambda x: float(np.mean(x)),
+    "sum": lambda x: float(np.sum(x)),
+    "max": lambda x: float(np.max(x)),
+    "min": lambda x: float(np.min(x)),
+    "ci_low": lambda x: mean_interval(x).lo,
+    "ci_high": lambda x: mean_interval(x).hi,
 }  # how a check reduces an arm's per-seed values; ci_low / ci_high: the ends of the mean's 95% t interval
-def run_check(check: Check, spec: ClaimSpec, tables: Mapping[str, pd.DataFrame], cfg: dict, arms: dict) -> tuple[bool | None, str]:
+
+
+def run_check(
+    check: Check, spec: ClaimSpec, tables: Mapping[str, pd.DataFrame], cfg: dict, arms: dict
+) -> tuple[bool | None, str]:
     """(passed, its description with the measured value); None when it could not be measured."""
     df = tables.get(check.table or spec.table)
     where = arms.get(check.arm) if isinstance(check.arm, str) else check.arm
     if df is None or df.empty or where is None:
         return None, f"{check.label} not measured: no data"
     vals = select(df, {**where, "measure": check.measure}, cfg, spec).values()
-    for against, combine in ((check.ratio_to, lambda v, o: v / o if o else math.nan), (check.minus_to, lambda v, o: v - o)):
+    for against, combine in (
+        (check.ratio_to, lambda v, o: v / o if o else math.nan),
+        (check.minus_to, lambda v, o: v - o),
+    ):
         if against:
             o_where = arms.get(against) if isinstance(against, str) else against
             other = select(df, {**o_where, "measure": check.measure}, cfg, spec).values()
@@ -387,7 +427,11 @@ def run_check(check: Check, spec: ClaimSpec, tables: Mapping[str, pd.DataFrame],
         return None, f"{check.label} not measured: {check.stat} of {check.text or check.measure} needs more values"
     ok = (check.at_least is None or value >= check.at_least) and (check.at_most is None or value <= check.at_most)
     bounds = " and ".join(f"{s} {t:g}" for s, t in ((">=", check.at_least), ("<=", check.at_most)) if t is not None)
-    word = {"failure": ("established", "not established"), "engaged": ("engaged", "did not engage"), "precondition": ("met", "not met")}[check.type][not ok]
+    word = {
+        "failure": ("established", "not established"),
+        "engaged": ("engaged", "did not engage"),
+        "precondition": ("met", "not met"),
+    }[check.type][not ok]
     return bool(ok), f"{check.label} {word}: {check.text or check.measure} {value:.3g} (needs {bounds})"
 
 
@@ -410,7 +454,9 @@ def judge_claim(spec: ClaimSpec, tables: Mapping[str, pd.DataFrame], cfg: dict) 
     except KeyError as e:
         if spec.kind == "user":  # a user's claim names a role their experiment lacks: their mistake to fix
             raise ConfigError(f"claim {spec.id}: experiment {spec.experiment!r} has no role {e.args[0]!r}") from None
-        v = Verdict(claim, None, outcome="not judged", reason=f"experiment {spec.experiment} declares no role {e.args[0]!r}")
+        v = Verdict(
+            claim, None, outcome="not judged", reason=f"experiment {spec.experiment} declares no role {e.args[0]!r}"
+        )
         return {**base, **_row(v, math.nan, [])}
     statement, measure_text = (_arm_values(x, a, b) for x in (spec.statement, claim.measure))
     claim = Claim(claim.key, statement, measure_text, claim.kind, claim.direction, claim.size, claim.margin, claim.unit)
@@ -443,7 +489,9 @@ def _degenerate(spec: ClaimSpec, est: Estimate | None, a: dict) -> bool:
     if est is None or spec.compare == "point":
         return False
     if spec.compare == "rate":
-        return spec.b is None and spec.value == 0 and spec.size is None and sum(x > 0 for x in a.values()) in (0, len(a))
+        return (
+            spec.b is None and spec.value == 0 and spec.size is None and sum(x > 0 for x in a.values()) in (0, len(a))
+        )
     return est.exact
 
 
@@ -460,12 +508,24 @@ def _rates_to_detect(spec: ClaimSpec, a: dict, b: dict) -> tuple[float, float]:
 def _arm_values(text: str, a: Arm, b: Arm | None) -> str:
     """`{a.col}` / `{b.col}` in a statement: the value an arm resolved (the largest batch, say)."""
     arms = {"a": a, "b": b}
-    return re.sub(r"\{([ab])\.(\w+)\}", lambda m: str((arms[m.group(1)].where if arms[m.group(1)] else {}).get(m.group(2), m.group(0))), text)
+    return re.sub(
+        r"\{([ab])\.(\w+)\}",
+        lambda m: str((arms[m.group(1)].where if arms[m.group(1)] else {}).get(m.group(2), m.group(0))),
+        text,
+    )
 
 
 def _point_verdict(claim: Claim, est: Estimate, spec: ClaimSpec) -> Verdict:
     """A single value (a probe, a deterministic check) against the document's range: no interval."""
-    lo, hi = spec.size if spec.size else (-math.inf, math.inf) if spec.direction == 0 else (0, math.inf) if spec.direction > 0 else (-math.inf, 0)
+    lo, hi = (
+        spec.size
+        if spec.size
+        else (-math.inf, math.inf)
+        if spec.direction == 0
+        else (0, math.inf)
+        if spec.direction > 0
+        else (-math.inf, 0)
+    )
     inside = lo <= est.estimate <= hi
     return Verdict(claim, est, outcome="agrees" if inside else "disagrees",
                    reason=f"a single value against the expected range, without an interval (n={est.n})")  # fmt: skip
@@ -507,7 +567,9 @@ def adjust(df: pd.DataFrame) -> pd.DataFrame:
         if tests_outcome and r["p_holm"] >= ALPHA:
             level = ALPHA / (size - rank[i] + 1)  # Holm's threshold at this claim's rank
             out.loc[i, "outcome"] = "inconclusive"
-            seeds = seeds_for(float(r.get("sd", math.nan)), str(r.get("design")), float(r.get("effect_target", math.nan)), level)
+            seeds = seeds_for(
+                float(r.get("sd", math.nan)), str(r.get("design")), float(r.get("effect_target", math.nan)), level
+            )
             if seeds == seeds:  # a rate keeps the seeds of its own power calculation
                 out.loc[i, "seeds_needed"] = seeds
             out.loc[i, "reason"] = (f"{r['reason']}, but not after Holm's adjustment across {size} document claims "
@@ -537,7 +599,9 @@ def counts(claims: pd.DataFrame) -> pd.DataFrame:
     """Outcomes by kind of claim: the report's totals are these counts."""
     if claims is None or claims.empty:
         return pd.DataFrame(columns=["kind", "agrees", "disagrees", "inconclusive", "not judged", "total"])
-    t = pd.crosstab(claims["kind"], claims["outcome"]).reindex(columns=["agrees", "disagrees", "inconclusive", "not judged"], fill_value=0)
+    t = pd.crosstab(claims["kind"], claims["outcome"]).reindex(
+        columns=["agrees", "disagrees", "inconclusive", "not judged"], fill_value=0
+    )
     t["total"] = t.sum(axis=1)
     return t.reindex([k for k in KINDS if k in t.index]).reset_index()
 
@@ -548,7 +612,19 @@ def listing(cfg: dict, judged: Path | None = None, kind: str | None = None) -> p
     and the seeds an inconclusive claim would need (a claim expanded over table values is listed once per value judged)."""
     if judged is not None:
         df = pd.read_csv(judged)
-        cols = ["claim_id", "kind", "source", "statement", "expected", "outcome", "difference", "ci_low", "ci_high", "n", "seeds_needed"]
+        cols = [
+            "claim_id",
+            "kind",
+            "source",
+            "statement",
+            "expected",
+            "outcome",
+            "difference",
+            "ci_low",
+            "ci_high",
+            "n",
+            "seeds_needed",
+        ]
         out = df[[c for c in cols if c in df]]
     else:
         rows = [{"claim_id": d.get("id", "?"), "kind": d.get("kind", "user"), "source": d.get("source", ""),

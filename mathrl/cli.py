@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from mathrl import layout
+
 # mathrl.config (jsonschema, yaml: about 0.08 s of CPU) is imported where a command needs it:
 # `mathrl launch`, run by every training job of the pipeline, needs none of it.
 from mathrl.errors import ConfigError, ProblemFileError, SnapshotError
@@ -25,8 +26,19 @@ USAGE_ERROR = 2
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", action="append", metavar="FILE", help=f"config file layered over {DEFAULT_CONFIG.relative_to(Path.cwd()) if DEFAULT_CONFIG.is_relative_to(Path.cwd()) else DEFAULT_CONFIG}, repeatable, later files win")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any config key, e.g. --set sft.add.max_steps=200")
+    p.add_argument(
+        "--config",
+        action="append",
+        metavar="FILE",
+        help=f"config file layered over {DEFAULT_CONFIG.relative_to(Path.cwd()) if DEFAULT_CONFIG.is_relative_to(Path.cwd()) else DEFAULT_CONFIG}, repeatable, later files win",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override any config key, e.g. --set sft.add.max_steps=200",
+    )
 
 
 def _load(args) -> dict:
@@ -200,8 +212,8 @@ def cmd_gradvar(args) -> int:
     import torch
 
     from mathrl.analysis import noise_scale
-    from mathrl.gradvar import accumulation_difference, gradient_moments
     from mathrl.atomic import atomic_write
+    from mathrl.gradvar import accumulation_difference, gradient_moments
     from mathrl.layout import problems_file, sft_checkpoint
     from mathrl.sft import load_policy
     from mathrl.tasks import read_problems, task_of
@@ -213,7 +225,9 @@ def cmd_gradvar(args) -> int:
     policy, _ = load_policy(init)
     pairs = read_problems(problems_file(cfg, args.task, "train"), task)
     torch.manual_seed(g["seed"])
-    moments = gradient_moments(policy, task, pairs, g["batch_sizes"], g["num_samples"], g["group_size"], g["seed"], g["temperature"])
+    moments = gradient_moments(
+        policy, task, pairs, g["batch_sizes"], g["num_samples"], g["group_size"], g["seed"], g["temperature"]
+    )
     variance = {n: m["variance"] for n, m in moments.items()}
     batch, micro = g["accumulation"]
     small, big = min(moments), max(moments)
@@ -410,7 +424,9 @@ def cmd_claims(args) -> int:
     table = claims.listing(cfg, done if done.is_file() else None, kind=args.kind)
     print(table.to_string(index=False, max_colwidth=args.width) if len(table) else "no claims")
     if not done.is_file():
-        print(f"\n{len(table)} claims declared; no outcomes yet ({done} does not exist: `mathrl aggregate` judges them)")
+        print(
+            f"\n{len(table)} claims declared; no outcomes yet ({done} does not exist: `mathrl aggregate` judges them)"
+        )
     else:
         print("\n" + "; ".join(f"{k}: {n}" for k, n in table["outcome"].value_counts().items()) + f" (from {done})")
     return 0
@@ -480,8 +496,11 @@ def _add_compare(sub) -> None:
     arms.add_argument("--experiment", help="an experiment: its variants (or grid points) are the arms")
     p.add_argument("--baseline", help="the arm the others are compared with (default: the experiment's baseline "
                                       "or reference role, else the first arm)")  # fmt: skip
-    p.add_argument("--measure", default="final_eval",  # checked when the command runs: mathrl.compare imports pandas
-                   help="one number per run (default final_eval, the final held-out accuracy; an unknown name lists the others)")
+    p.add_argument(
+        "--measure",
+        default="final_eval",  # checked when the command runs: mathrl.compare imports pandas
+        help="one number per run (default final_eval, the final held-out accuracy; an unknown name lists the others)",
+    )
     p.add_argument("--out", metavar="FILE.csv", help="the table; the figure goes beside it as .png "
                                                      "(default results/compare/NAME_MEASURE.csv)")  # fmt: skip
     p.set_defaults(func=cmd_compare)
@@ -512,7 +531,9 @@ class _TrainHelp(argparse.HelpFormatter):
 
         lines = ["", "run settings (KEY=VALUE):"]
         for name, f in FIELDS.items():
-            lines.append(textwrap.fill(f.metadata["help"], 100, initial_indent=f"  {name}: ", subsequent_indent="      "))
+            lines.append(
+                textwrap.fill(f.metadata["help"], 100, initial_indent=f"  {name}: ", subsequent_indent="      ")
+            )
         return super().format_help() + "\n".join(lines) + "\n"
 
 
@@ -523,17 +544,32 @@ def _add_train(sub) -> None:
     # --experiment-run is the same flag under a name that is no prefix of a torchrun option
     # (torchrun's parser reads `--run` as an ambiguous abbreviation of its --run-path).
     p.add_argument("--run", "--experiment-run", dest="run", help="run id of an experiment (see `mathrl runs`)")
-    p.add_argument("--on-mismatch", choices=["error", "restart"], default="error",
-                   help="a snapshot from other settings or another start checkpoint: stop with an error (default), "
-                        "or set it aside as snapshot.stale.pt and start over (the pipeline's choice after a config change)")
-    p.add_argument("--run-id", help="name of an ad hoc run (default: adhoc); with --run, a variant of that run: its settings, then KEY=VALUE")
+    p.add_argument(
+        "--on-mismatch",
+        choices=["error", "restart"],
+        default="error",
+        help="a snapshot from other settings or another start checkpoint: stop with an error (default), "
+        "or set it aside as snapshot.stale.pt and start over (the pipeline's choice after a config change)",
+    )
+    p.add_argument(
+        "--run-id",
+        help="name of an ad hoc run (default: adhoc); with --run, a variant of that run: its settings, then KEY=VALUE",
+    )
     p.add_argument("--out", help="run directory (default results/runs/RUN_ID)")
-    p.add_argument("--threads", type=_count, default=0,
-                   help="torch CPU threads per process (default 0: torch's choice)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the run's resolved settings and where it would write; train nothing")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="run settings, e.g. lr=1e-3 batch_size=64 (`mathrl settings` lists them)")
+    p.add_argument(
+        "--threads", type=_count, default=0, help="torch CPU threads per process (default 0: torch's choice)"
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the run's resolved settings and where it would write; train nothing",
+    )
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="run settings, e.g. lr=1e-3 batch_size=64 (`mathrl settings` lists them)",
+    )
     p.set_defaults(func=cmd_train)
 
 
@@ -552,7 +588,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sft", help="supervised warm-up of a task's model into its accuracy band")
     _common(p)
     p.add_argument("--task", required=True)
-    p.add_argument("--starts", action="store_true", help="from the warm-up's checkpoint: the further starts (sft.TASK.starts) and the supervised controls")
+    p.add_argument(
+        "--starts",
+        action="store_true",
+        help="from the warm-up's checkpoint: the further starts (sft.TASK.starts) and the supervised controls",
+    )
     p.add_argument("--out", help="output directory (default results/sft/TASK, with --starts results/sft/TASK/starts)")
     p.set_defaults(func=cmd_sft)
 
@@ -560,20 +600,49 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("launch", help="one `mathrl train` under torchrun on GPUs of its own (for concurrent jobs)",
                        usage="mathrl launch [--gpus N] [--threads T] [--lock-dir DIR] [--torchrun-arg ARG] [--fork-server auto|off] [--dry-run] -- <mathrl train args>")  # fmt: skip
-    p.add_argument("--gpus", type=int, help="GPUs to lease, one worker each (default: 1 if a GPU is visible, else 0 = one CPU worker)")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads of the job, split between workers (OMP/MKL_NUM_THREADS; default 1)")
-    p.add_argument("--lock-dir", type=Path, help="GPU slot locks shared by the node's jobs (default $MATHRL_GPU_LOCK_DIR or /tmp/mathrl-gpu-locks-$USER)")
-    p.add_argument("--torchrun-arg", action="append", default=[], metavar="ARG", help="extra torchrun flag, repeatable, e.g. --torchrun-arg=--max-restarts=2")
+    p.add_argument(
+        "--gpus",
+        type=int,
+        help="GPUs to lease, one worker each (default: 1 if a GPU is visible, else 0 = one CPU worker)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads of the job, split between workers (OMP/MKL_NUM_THREADS; default 1)",
+    )
+    p.add_argument(
+        "--lock-dir",
+        type=Path,
+        help="GPU slot locks shared by the node's jobs (default $MATHRL_GPU_LOCK_DIR or /tmp/mathrl-gpu-locks-$USER)",
+    )
+    p.add_argument(
+        "--torchrun-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra torchrun flag, repeatable, e.g. --torchrun-arg=--max-restarts=2",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the command and its environment, run nothing")
-    p.add_argument("--torchrun", choices=["always", "auto"], default="always",
-                   help="auto: a single CPU worker runs without torchrun's agent (saves ~2 s per run); default always")
-    p.add_argument("--fork-server", choices=["auto", "off"], default="off",
-                   help="auto: a lone CPU worker (no GPU, outside SLURM) is forked from a per-user server that has "
-                        "imported torch once, instead of a fresh interpreter (saves ~2.5 s per run); default off")
+    p.add_argument(
+        "--torchrun",
+        choices=["always", "auto"],
+        default="always",
+        help="auto: a single CPU worker runs without torchrun's agent (saves ~2 s per run); default always",
+    )
+    p.add_argument(
+        "--fork-server",
+        choices=["auto", "off"],
+        default="off",
+        help="auto: a lone CPU worker (no GPU, outside SLURM) is forked from a per-user server that has "
+        "imported torch once, instead of a fresh interpreter (saves ~2.5 s per run); default off",
+    )
     p.add_argument("train_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="arguments for `mathrl train`")
     p.set_defaults(func=cmd_launch)
 
-    p = sub.add_parser("gradvar", help="gradient variance at several batch sizes from one policy, and the accumulation check")
+    p = sub.add_parser(
+        "gradvar", help="gradient variance at several batch sizes from one policy, and the accumulation check"
+    )
     _common(p)
     p.add_argument("--task", required=True)
     p.add_argument("--init", help="checkpoint to probe (default: the task's warm-up model)")
@@ -607,19 +676,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bandit)
 
     p = sub.add_parser("dvc-yaml", help="write dvc.yaml (DVC stages over these commands) and its params file")
-    p.add_argument("--config", action="append", metavar="FILE", help="config file, repeatable, inside the repository (default config/config.yaml)")
-    p.add_argument("--out", help="path of the dvc.yaml to write, dvc-params.yaml beside it; its directory is the "
-                                 "repository root (default dvc.yaml)")
-    p.add_argument("--python", default=".venv/bin/python", help="interpreter the stages run mathrl with (default .venv/bin/python)")
+    p.add_argument(
+        "--config",
+        action="append",
+        metavar="FILE",
+        help="config file, repeatable, inside the repository (default config/config.yaml)",
+    )
+    p.add_argument(
+        "--out",
+        help="path of the dvc.yaml to write, dvc-params.yaml beside it; its directory is the "
+        "repository root (default dvc.yaml)",
+    )
+    p.add_argument(
+        "--python", default=".venv/bin/python", help="interpreter the stages run mathrl with (default .venv/bin/python)"
+    )
     p.set_defaults(func=cmd_dvc_yaml)
     return parser
 
 
 def _claims_parser(sub) -> None:
-    p = sub.add_parser("claims", help="the declared claims and, once the tables exist, their outcomes (results/tables/claims.csv)")
+    p = sub.add_parser(
+        "claims", help="the declared claims and, once the tables exist, their outcomes (results/tables/claims.csv)"
+    )
     _common(p)
-    p.add_argument("--kind", choices=["document", "setup", "reference", "beyond", "user"], help="only claims of this kind")
-    p.add_argument("--measures", action="store_true", help="list the registered measures of a run (the run_measures table's columns)")
+    p.add_argument(
+        "--kind", choices=["document", "setup", "reference", "beyond", "user"], help="only claims of this kind"
+    )
+    p.add_argument(
+        "--measures",
+        action="store_true",
+        help="list the registered measures of a run (the run_measures table's columns)",
+    )
     p.add_argument("--width", type=int, default=70, help="widest column shown (default 70 characters)")
     p.set_defaults(func=cmd_claims)
 
@@ -647,7 +734,10 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         if args.command == "runs":
             return 0
-        print(f"mathrl {args.command}: stopped: its output was closed (broken pipe){_where_to_resume(args)}", file=sys.stderr)
+        print(
+            f"mathrl {args.command}: stopped: its output was closed (broken pipe){_where_to_resume(args)}",
+            file=sys.stderr,
+        )
         return 1
     except OSError as exc:  # a full disk, a read-only results directory: no traceback, exit 1
         print(f"mathrl {args.command}: error: {exc}", file=sys.stderr)

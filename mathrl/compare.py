@@ -130,6 +130,7 @@ def figure(table: pd.DataFrame, arms: dict[str, dict], measure: str):
         labels = [f"{a}\n({meth})" for a, meth in zip(diffs["arm"], diffs["method"])]
         right.set_xticks(range(len(diffs)), labels, **tilt)
         base = diffs["baseline"].iloc[0] if len(diffs) else ""
-        right.set(xlabel=f"arm, minus {base}", ylabel=f"difference in {label}",
-                  title="difference with its 95% interval")
+        right.set(
+            xlabel=f"arm, minus {base}", ylabel=f"difference in {label}", title="difference with its 95% interval"
+        )
     return fig

@@ -179,14 +179,21 @@ def _describe(error: jsonschema.ValidationError, prefix: str, origin=None) -> st
 
 
 def _describe_only(error: jsonschema.ValidationError, prefix: str) -> str:
-    path = ".".join([prefix] + [str(p) for p in error.absolute_path] if prefix else [str(p) for p in error.absolute_path])
+    path = ".".join(
+        [prefix] + [str(p) for p in error.absolute_path] if prefix else [str(p) for p in error.absolute_path]
+    )
     where = path or "(top level)"
     if error.validator == "additionalProperties":
         properties = error.schema.get("properties", {})
         allowed = sorted(properties)
         described = {k: v.get("description", "") for k, v in properties.items() if isinstance(v, dict)}
         extra = sorted(set(error.instance) - set(allowed))
-        parts = [f"{where}.{k}: unknown key{_suggest(k, allowed, described)}" if path else f"{k}: unknown key{_suggest(k, allowed, described)}" for k in extra]
+        parts = [
+            f"{where}.{k}: unknown key{_suggest(k, allowed, described)}"
+            if path
+            else f"{k}: unknown key{_suggest(k, allowed, described)}"
+            for k in extra
+        ]
         if properties.keys() == _schema_text_parsed()["definitions"]["train"]["properties"].keys():
             return "; ".join(parts) + f"; `mathrl settings` lists the {len(allowed)} run settings"
         return "; ".join(parts) + f"; allowed keys: {', '.join(allowed)}"
@@ -344,11 +351,15 @@ def complete(cfg: dict, source: str = "", origin=None) -> dict:
     for task, block in cfg["sft"].items():
         lo, hi = block["band"]
         if lo > hi:
-            raise ConfigError(f"sft.{task}.band: {block['band']} is reversed; the lower end comes first, e.g. [{hi}, {lo}]")
+            raise ConfigError(
+                f"sft.{task}.band: {block['band']} is reversed; the lower end comes first, e.g. [{hi}, {lo}]"
+            )
     check_train(cfg, cfg["train"], "train")
     for name in cfg["gradvar"]["tasks"]:
         if name not in cfg["tasks"]:
-            raise ConfigError(f"gradvar.tasks: {name!r} is not a task{_suggest(name, cfg['tasks'])}; allowed: {', '.join(cfg['tasks'])}")
+            raise ConfigError(
+                f"gradvar.tasks: {name!r} is not a task{_suggest(name, cfg['tasks'])}; allowed: {', '.join(cfg['tasks'])}"
+            )
     expand_runs(cfg, origin=origin)  # every experiment must expand into valid runs
     return cfg
 

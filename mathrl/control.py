@@ -56,9 +56,7 @@ def lr_factor(
     if schedule == "cosine":
         span = total_steps - max(warmup_steps, 0)
         if span <= 0:
-            raise ValueError(
-                f"cosine schedule needs total_steps > warmup_steps, got {total_steps} and {warmup_steps}"
-            )
+            raise ValueError(f"cosine schedule needs total_steps > warmup_steps, got {total_steps} and {warmup_steps}")
         progress = min(max(s / span, 0.0), 1.0)
         return min_factor + (1.0 - min_factor) * 0.5 * (1.0 + math.cos(math.pi * progress))
     raise _allowed("lr schedule", schedule, LR_SCHEDULES)
@@ -177,9 +175,7 @@ class AdaptiveKL(KLController):
     def __init__(self, init_coef: float, target: float, horizon: float):
         super().__init__(init_coef)
         if target <= 0 or horizon <= 0:
-            raise ValueError(
-                f"adaptive KL needs target > 0 and horizon > 0, got {target} and {horizon}"
-            )
+            raise ValueError(f"adaptive KL needs target > 0 and horizon > 0, got {target} and {horizon}")
         self.target = float(target)
         self.horizon = float(horizon)
 
@@ -212,9 +208,7 @@ class ThresholdKL(KLController):
         if target <= 0:
             raise ValueError(f"threshold KL needs target > 0, got {target}")
         if min_coef > max_coef:
-            raise ValueError(
-                f"threshold KL needs min_coef <= max_coef, got {min_coef} > {max_coef}"
-            )
+            raise ValueError(f"threshold KL needs min_coef <= max_coef, got {min_coef} > {max_coef}")
         self.target = float(target)
         self.up, self.down = float(up), float(down)
         self.max_coef, self.min_coef = float(max_coef), float(min_coef)

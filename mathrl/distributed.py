@@ -57,7 +57,9 @@ def setup(preference: str = "auto") -> Dist:
             # torchrun's agent keeps its TCP store across restarts (torch issue #135712):
             # a restarted worker would read the dead attempt's addresses and fail to
             # connect, so each attempt gets keys of its own.
-            agent_store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False)
+            agent_store = dist.TCPStore(
+                os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False
+            )
             store = dist.PrefixStore(f"mathrl/attempt{attempt}", agent_store)
             dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world)
         else:

@@ -230,7 +230,9 @@ def _report_stages(w: _Writer, lists: dict) -> dict:
         (layout.GRADVAR, lists["gradvar_tasks"]),
         (layout.SFT_SUMMARY, lists["warm_up_tasks"]),
     ]
-    inputs = [w.res(pattern.split("/")[0]) for pattern, present in read if present] + [layout.CLAIMS_FILE]  # and the declared claims
+    inputs = [w.res(pattern.split("/")[0]) for pattern, present in read if present] + [
+        layout.CLAIMS_FILE
+    ]  # and the declared claims
     snakemake = f"{w.python} -m snakemake"
     return {
         "aggregate": stage(

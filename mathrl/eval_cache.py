@@ -58,7 +58,9 @@ class InitialEvaluation:
         return self.sampled_hits / len(self.greedy)
 
 
-def cache_key(checkpoint_digest: str, task_spec: dict, pairs: torch.Tensor, temperature: float, device_type: str) -> str:
+def cache_key(
+    checkpoint_digest: str, task_spec: dict, pairs: torch.Tensor, temperature: float, device_type: str
+) -> str:
     """The content key of one evaluation: a hash of everything its result depends on."""
     h = hashlib.sha256()
     inputs = {"version": EVAL_VERSION, "checkpoint": checkpoint_digest, "task": task_spec, "temperature": float(temperature),

@@ -26,8 +26,15 @@ def greedy_correct(model, task: Task, pairs: torch.Tensor, device, batch_size: i
 
 
 @torch.no_grad()
-def sampled_correct(model, task: Task, pairs: torch.Tensor, device, noise: torch.Tensor, temperature: float = 1.0,
-                    batch_size: int = 1024) -> torch.Tensor:
+def sampled_correct(
+    model,
+    task: Task,
+    pairs: torch.Tensor,
+    device,
+    noise: torch.Tensor,
+    temperature: float = 1.0,
+    batch_size: int = 1024,
+) -> torch.Tensor:
     """A bool per problem: did one answer sampled at `temperature` match exactly? `noise` is
     the uniform noise of `GPT.generate`, (N, answer_len, V), so the draw is reproducible."""
     model_was_training = model.training
@@ -62,8 +69,16 @@ def first_mistakes(model, task: Task, pairs: torch.Tensor, device, limit: int = 
 
 
 @torch.no_grad()
-def sampled_correct_counts(model, task: Task, pairs: torch.Tensor, samples: int, temperature: float, device,
-                           generator: torch.Generator, rows_per_batch: int = 4096) -> torch.Tensor:
+def sampled_correct_counts(
+    model,
+    task: Task,
+    pairs: torch.Tensor,
+    samples: int,
+    temperature: float,
+    device,
+    generator: torch.Generator,
+    rows_per_batch: int = 4096,
+) -> torch.Tensor:
     """Correct answers out of `samples` sampled at `temperature` per problem (pass@k's c):
     (N,) int for `pairs` (N, 2). The noise comes from `generator`, so the same generator state
     draws the same samples for the same model (before and after RL: common random numbers)."""
@@ -74,8 +89,12 @@ def sampled_correct_counts(model, task: Task, pairs: torch.Tensor, samples: int,
     for start in range(0, len(pairs), per):
         chunk = pairs[start : start + per]
         prompts = task.encode_prompts(chunk[:, 0], chunk[:, 1]).to(device)  # (n, P)
-        target = task.encode_answers(chunk[:, 0], chunk[:, 1]).repeat_interleave(samples, dim=0).to(device)  # (n S, W+1)
-        noise = torch.rand(len(chunk) * samples, task.answer_len, model.config.vocab_size, generator=generator).to(device)
+        target = (
+            task.encode_answers(chunk[:, 0], chunk[:, 1]).repeat_interleave(samples, dim=0).to(device)
+        )  # (n S, W+1)
+        noise = torch.rand(len(chunk) * samples, task.answer_len, model.config.vocab_size, generator=generator).to(
+            device
+        )
         tokens = model.generate(prompts, task.answer_len, temperature=temperature, noise=noise, group_size=samples)
         out.append((tokens == target).all(dim=1).view(len(chunk), samples).sum(dim=1).cpu())
     model.train(model_was_training)

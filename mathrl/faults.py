@@ -40,7 +40,11 @@ def _setting(name: str) -> list[float] | None:
 
 def pause(seconds: float, what: str) -> None:
     """Say where we are on stderr, then sleep (ended early by the release file)."""
-    print(f"fault: pid {os.getpid()} rank {os.environ.get('RANK', '0')} {what}; sleeping {seconds:g}s", file=sys.stderr, flush=True)
+    print(
+        f"fault: pid {os.getpid()} rank {os.environ.get('RANK', '0')} {what}; sleeping {seconds:g}s",
+        file=sys.stderr,
+        flush=True,
+    )
     release = os.environ.get("MATHRL_FAULT_RELEASE")
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:

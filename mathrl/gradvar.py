@@ -24,7 +24,9 @@ from mathrl.rewards import RewardSpec, compute_rewards
 from mathrl.tasks import VOCAB_SIZE, Task, answer_mask
 
 
-def rollouts(policy: GPT, task: Task, pairs: torch.Tensor, n: int, group_size: int, gen: torch.Generator, temperature: float) -> dict:
+def rollouts(
+    policy: GPT, task: Task, pairs: torch.Tensor, n: int, group_size: int, gen: torch.Generator, temperature: float
+) -> dict:
     """n rollouts in groups of `group_size` copies of random training prompts."""
     idx = torch.randint(len(pairs), (n // group_size,), generator=gen)
     chosen = pairs[idx].repeat_interleave(group_size, dim=0)  # (n, 2)
@@ -57,7 +59,10 @@ def gradient_moments(policy, task, pairs, batch_sizes, num_samples, group_size, 
     out = {}
     for n in batch_sizes:
         gen = torch.Generator().manual_seed(seed)
-        grads = [flat_grad(policy, pg_loss(policy, task, rollouts(policy, task, pairs, n, group_size, gen, temperature))) for _ in range(num_samples)]
+        grads = [
+            flat_grad(policy, pg_loss(policy, task, rollouts(policy, task, pairs, n, group_size, gen, temperature)))
+            for _ in range(num_samples)
+        ]
         per_param = [torch.stack([g[i] for g in grads]).var(dim=0).mean() for i in range(len(grads[0]))]
         sq_norm = sum(float(sum(t.double().square().sum() for t in g)) for g in grads) / len(grads)
         out[n] = {"variance": float(torch.stack(per_param).mean()), "sq_norm": sq_norm}
@@ -70,7 +75,9 @@ def gradient_variance(policy, task, pairs, batch_sizes, num_samples, group_size,
     return {n: m["variance"] for n, m in moments.items()}
 
 
-def accumulation_difference(policy, task, pairs, batch_size, micro_batch_size, group_size, seed, temperature=1.0) -> dict:
+def accumulation_difference(
+    policy, task, pairs, batch_size, micro_batch_size, group_size, seed, temperature=1.0
+) -> dict:
     """One batch: the gradient whole against accumulated over micro-batches."""
     gen = torch.Generator().manual_seed(seed)
     batch = rollouts(policy, task, pairs, batch_size, group_size, gen, temperature)

@@ -84,7 +84,9 @@ def launch(args: Sequence[str] = (), *, gpus: int | None = None, threads: int = 
         raise ValueError(f"--fork-server: {fork_server!r} is not allowed; allowed: auto, off")
     # torchrun's parser reads `--run` as an ambiguous abbreviation of its own --run-path.
     args = ["--experiment-run" if a == "--run" else a for a in args]
-    cmd = torchrun_command(nproc, args, torchrun_args, module, mode="auto" if torchrun == "auto" and gpus == 0 else "always")
+    cmd = torchrun_command(
+        nproc, args, torchrun_args, module, mode="auto" if torchrun == "auto" and gpus == 0 else "always"
+    )
     lock_dir = Path(lock_dir) if lock_dir else default_lock_dir()
 
     if dry_run:  # the slots a launch would get now, taken and given back at once

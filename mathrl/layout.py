@@ -16,7 +16,11 @@ from pathlib import Path
 PROBLEMS = "problems/{task}/{split}.txt"  # split: one of PROBLEM_SPLITS; one problem per line
 PROBLEM_SPLITS = ("train", "val", "test")  # val: the warm-up's stopping rule; test: every score
 PROBLEMS_META = "problems/{task}/meta.json"
-METRICS_FILE, SUMMARY_FILE, SNAPSHOT_FILE = "metrics.csv", "summary.json", "snapshot.pt"  # the files of a run's directory
+METRICS_FILE, SUMMARY_FILE, SNAPSHOT_FILE = (
+    "metrics.csv",
+    "summary.json",
+    "snapshot.pt",
+)  # the files of a run's directory
 SFT_DIR = "sft/{task}"
 SFT_MODEL = SFT_DIR + "/model.pt"  # the warm-up checkpoint, every RL run's default start
 SFT_SUMMARY = SFT_DIR + "/" + SUMMARY_FILE
@@ -36,7 +40,9 @@ REPORT = "report.html"
 COMPARE = "compare/{name}.csv"  # `mathrl compare`'s table (its figure beside it, .png)
 LOGS = "logs"
 BENCHMARKS = "benchmarks"
-CLAIMS_FILE = "config/claims.yaml"  # the declared claims (relative to the repository, not to results); an input of the tables
+CLAIMS_FILE = (
+    "config/claims.yaml"  # the declared claims (relative to the repository, not to results); an input of the tables
+)
 CLAIMS = TABLES + "/claims.csv"  # every verdict the report prints, one row per claim (mathrl.claims)
 
 
@@ -105,7 +111,11 @@ class Stage:
 
     @property
     def benchmark(self) -> str:
-        return f"{BENCHMARKS}/{self.name}/{{{self.wildcard}}}.tsv" if self.wildcard else f"{BENCHMARKS}/{self.name}/{self.name}.tsv"
+        return (
+            f"{BENCHMARKS}/{self.name}/{{{self.wildcard}}}.tsv"
+            if self.wildcard
+            else f"{BENCHMARKS}/{self.name}/{self.name}.tsv"
+        )
 
 
 def _problems(split: str) -> str:

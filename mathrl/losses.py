@@ -101,9 +101,7 @@ def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     if rewards.dim() != 1:
         raise ValueError(f"rewards must have shape (B,), got {tuple(rewards.shape)}")
     if group_size < 1 or rewards.numel() % group_size != 0:
-        raise ValueError(
-            f"group_size={group_size} must be >= 1 and divide the batch of {rewards.numel()} rewards"
-        )
+        raise ValueError(f"group_size={group_size} must be >= 1 and divide the batch of {rewards.numel()} rewards")
     return rewards.view(-1, group_size)
 
 
@@ -116,9 +114,7 @@ def baseline_advantages(rewards: torch.Tensor, baseline: float) -> torch.Tensor:
     return rewards - baseline
 
 
-def group_advantages(
-    rewards: torch.Tensor, group_size: int, scale: bool = True, eps: float = 1e-6
-) -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True, eps: float = 1e-6) -> torch.Tensor:
     """GRPO advantage: each reward against the other rollouts of its prompt.
 
     rewards (B,) in groups of ``group_size`` consecutive rollouts -> (B,):
@@ -208,7 +204,9 @@ def gae_advantages(
     return adv, returns
 
 
-def normalize(x: torch.Tensor, mean: float, std: float, eps: float = 1e-8, mask: torch.Tensor | None = None) -> torch.Tensor:
+def normalize(
+    x: torch.Tensor, mean: float, std: float, eps: float = 1e-8, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """Whiten ``x`` with given statistics: ``(x - mean) / (std + eps)``.
 
     Any shape. The statistics are arguments because a distributed trainer takes them over
@@ -397,9 +395,7 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str) -> tuple[t
     if mode == "sequence":
         per_seq = masked_sum(per_token, mask, dim=1) / mask.float().sum(dim=1).clamp(min=1)
         return per_seq.sum(), float(per_token.shape[0])
-    raise ValueError(
-        f"unknown loss aggregation mode={mode!r}; allowed: {', '.join(LOSS_AGG_MODES)}"
-    )
+    raise ValueError(f"unknown loss aggregation mode={mode!r}; allowed: {', '.join(LOSS_AGG_MODES)}")
 
 
 # --------------------------------------------------------------------------- diagnostics

@@ -12,8 +12,19 @@ from __future__ import annotations
 FLOAT = 4  # bytes
 
 
-def step_memory(*, batch_size: int, world_size: int, micro_batch_size: int, group_size: int, prompt_len: int,
-                answer_len: int, vocab_size: int, n_layer: int, n_head: int, n_embd: int) -> dict[str, int]:
+def step_memory(
+    *,
+    batch_size: int,
+    world_size: int,
+    micro_batch_size: int,
+    group_size: int,
+    prompt_len: int,
+    answer_len: int,
+    vocab_size: int,
+    n_layer: int,
+    n_head: int,
+    n_embd: int,
+) -> dict[str, int]:
     """Bytes per term of one step, and their sum under "total"."""
     rows = batch_size // world_size  # this rank's rollouts
     micro = micro_batch_size or rows

@@ -63,9 +63,9 @@ class KVCache:
         if self.k is None:
             self.k = k.new_empty(B, nh, self.max_len, hs)  # (B, nh, L, hs)
             self.v = v.new_empty(B, nh, self.max_len, hs)  # (B, nh, L, hs)
-        self.k[:, :, pos:pos + T] = k
-        self.v[:, :, pos:pos + T] = v
-        return self.k[:, :, :pos + T], self.v[:, :, :pos + T]  # (B, nh, pos+T, hs) views
+        self.k[:, :, pos : pos + T] = k
+        self.v[:, :, pos : pos + T] = v
+        return self.k[:, :, : pos + T], self.v[:, :, : pos + T]  # (B, nh, pos+T, hs) views
 
     def repeat_rows(self, group_size: int, upto: int):
         """Give each row group_size consecutive copies (rows r*G .. r*G+G-1 copy row r) of
@@ -79,7 +79,6 @@ class KVCache:
 
 
 class CausalSelfAttention(nn.Module):
-
     def __init__(self, config: GPTConfig):
         super().__init__()
         assert config.n_embd % config.n_head == 0
@@ -124,8 +123,10 @@ class CausalSelfAttention(nn.Module):
         q = q[:, start:]  # (B, T, C)
         T = S - start
         y = F.scaled_dot_product_attention(
-            q.reshape(B, T, nh, hs).transpose(1, 2), k.view(B, S, nh, hs).transpose(1, 2),
-            v.view(B, S, nh, hs).transpose(1, 2), attn_mask=mask[start:],
+            q.reshape(B, T, nh, hs).transpose(1, 2),
+            k.view(B, S, nh, hs).transpose(1, 2),
+            v.view(B, S, nh, hs).transpose(1, 2),
+            attn_mask=mask[start:],
             dropout_p=self.dropout if self.training else 0.0,
         )  # (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
@@ -133,7 +134,6 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
@@ -146,7 +146,6 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
@@ -181,7 +180,7 @@ def prefix_tree_mask(P: int, G: int, La: int, device: str = "cpu") -> torch.Tens
     causal = torch.ones(La, La, dtype=torch.bool).tril()
     for g in range(G):
         lo = P + g * La
-        mask[lo:lo + La, lo:lo + La] = causal
+        mask[lo : lo + La, lo : lo + La] = causal
     return mask.to(device)
 
 
@@ -209,17 +208,18 @@ def _gumbel(noise):
 
 
 class GPT(nn.Module):
-
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(config.vocab_size, config.n_embd),
-            wpe=nn.Embedding(config.block_size, config.n_embd),
-            drop=nn.Dropout(config.dropout),
-            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
-            ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
-        ))
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(config.vocab_size, config.n_embd),
+                wpe=nn.Embedding(config.block_size, config.n_embd),
+                drop=nn.Dropout(config.dropout),
+                h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+                ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
+            )
+        )
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # weight tying
         self.apply(self._init_weights)
@@ -245,10 +245,11 @@ class GPT(nn.Module):
         skips the attention output and MLP of the others (their keys and values are still
         cached)."""
         B, T = idx.size()
-        assert pos + T <= self.config.block_size, \
+        assert pos + T <= self.config.block_size, (
             f"sequence of length {pos + T} exceeds block_size {self.config.block_size}"
+        )
         tok_emb = self.transformer.wte(idx)  # (B, T, C)
-        pos_emb = self.transformer.wpe.weight[pos:pos + T]  # (T, C)
+        pos_emb = self.transformer.wpe.weight[pos : pos + T]  # (T, C)
         x = self.transformer.drop(tok_emb + pos_emb)  # (B, T, C)
         last = len(self.transformer.h) - 1
         for i, block in enumerate(self.transformer.h):
@@ -286,15 +287,17 @@ class GPT(nn.Module):
             raise ValueError(f"answers has {B} rows; expected {N} prompts x group_size {G}")
         if L < 1:
             raise ValueError("answers must hold at least one token")
-        assert P + L - 1 <= self.config.block_size, \
+        assert P + L - 1 <= self.config.block_size, (
             f"sequence of length {P + L - 1} exceeds block_size {self.config.block_size}"
+        )
         La = L - 1
         # One "prefix tree" sequence per prompt: its P tokens at positions 0..P-1, then its G
         # answers' first L-1 tokens, each at positions P..P+L-2; the mask keeps the answers
         # apart, so every Linear of a layer runs once over N*(P + G*(L-1)) rows.
         tok = torch.cat([prompts, answers[:, :La].reshape(N, G * La)], dim=1)  # (N, S)
-        pos = torch.cat([torch.arange(P, device=prompts.device),
-                         torch.arange(P, P + La, device=prompts.device).repeat(G)])  # (S,)
+        pos = torch.cat(
+            [torch.arange(P, device=prompts.device), torch.arange(P, P + La, device=prompts.device).repeat(G)]
+        )  # (S,)
         x = self.transformer.drop(self.transformer.wte(tok) + self.transformer.wpe(pos))  # (N, S, C)
         mask = prefix_tree_mask(P, G, La, str(prompts.device))  # (S, S)
         last = len(self.transformer.h) - 1
@@ -304,8 +307,9 @@ class GPT(nn.Module):
         x = self.transformer.ln_f(x)  # (N, 1 + G*La, C): position P-1, then the answers
         C = x.size(-1)
         # row i*G+g: the prompt's last position (shared by the group), then answer g's own
-        hidden = torch.cat([x[:, :1, None].expand(N, 1, G, C).transpose(1, 2),
-                            x[:, 1:].view(N, G, La, C)], dim=2).view(B, L, C)  # (B, L, C)
+        hidden = torch.cat([x[:, :1, None].expand(N, 1, G, C).transpose(1, 2), x[:, 1:].view(N, G, La, C)], dim=2).view(
+            B, L, C
+        )  # (B, L, C)
         logits = self.lm_head(hidden)  # (B, L, V)
         return (logits, hidden) if return_hidden else logits
 
@@ -315,8 +319,7 @@ class GPT(nn.Module):
         B, P = prompts.shape
         B = B * group_size
         if P + n_new > self.config.block_size:
-            raise ValueError(f"prompt length {P} + n_new {n_new} exceeds block_size "
-                             f"{self.config.block_size}")
+            raise ValueError(f"prompt length {P} + n_new {n_new} exceeds block_size {self.config.block_size}")
         if greedy:
             return None
         shape = (B, n_new, self.config.vocab_size)
@@ -335,9 +338,18 @@ class GPT(nn.Module):
         return (truncate_logits(logits.float() / temperature, top_k, top_p) + g).argmax(dim=-1)  # (B,)
 
     @torch.no_grad()
-    def generate(self, prompts, n_new: int, temperature: float = 1.0, noise=None,
-                 greedy: bool = False, return_logits: bool = False, group_size: int = 1,
-                 top_k: int = 0, top_p: float = 1.0):
+    def generate(
+        self,
+        prompts,
+        n_new: int,
+        temperature: float = 1.0,
+        noise=None,
+        greedy: bool = False,
+        return_logits: bool = False,
+        group_size: int = 1,
+        top_k: int = 0,
+        top_p: float = 1.0,
+    ):
         """Sample n_new tokens after prompts (N, P) with a KV cache; returns (B, n_new) tokens,
         B = N * group_size.
 
@@ -372,13 +384,22 @@ class GPT(nn.Module):
                 all_logits[:, t] = logits
             out[:, t] = self._pick(logits, None if g is None else g[:, t], temperature, top_k, top_p)
             pos += x.size(1)
-            x = out[:, t:t + 1]  # (B, 1)
+            x = out[:, t : t + 1]  # (B, 1)
         return (out, all_logits) if return_logits else out
 
     @torch.no_grad()
-    def generate_naive(self, prompts, n_new: int, temperature: float = 1.0, noise=None,
-                       greedy: bool = False, return_logits: bool = False, group_size: int = 1,
-                       top_k: int = 0, top_p: float = 1.0):
+    def generate_naive(
+        self,
+        prompts,
+        n_new: int,
+        temperature: float = 1.0,
+        noise=None,
+        greedy: bool = False,
+        return_logits: bool = False,
+        group_size: int = 1,
+        top_k: int = 0,
+        top_p: float = 1.0,
+    ):
         """The sampling of `generate`, recomputing the full sequence at each token (no cache,
         no prefix sharing). A test oracle and a speed reference."""
         greedy = greedy or temperature == 0
@@ -391,7 +412,7 @@ class GPT(nn.Module):
             all_logits.append(logits)
             nxt = self._pick(logits, None if g is None else g[:, t], temperature, top_k, top_p)  # (B,)
             idx = torch.cat([idx, nxt[:, None]], dim=1)  # (B, P+t+1)
-        out = idx[:, prompts.size(1):]  # (B, n_new)
+        out = idx[:, prompts.size(1) :]  # (B, n_new)
         return (out, torch.stack(all_logits, dim=1)) if return_logits else out
 
 

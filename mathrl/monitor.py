@@ -153,8 +153,14 @@ class StabilityMonitor:
 
         return [a for a in raised if a is not None]
 
-    def check_trends(self, step: int, grad_norm: float, entropy: float,
-                     grad_spike: float | None = 5.0, entropy_rise: float | None = 0.5) -> list[dict]:
+    def check_trends(
+        self,
+        step: int,
+        grad_norm: float,
+        entropy: float,
+        grad_spike: float | None = 5.0,
+        entropy_rise: float | None = 0.5,
+    ) -> list[dict]:
         """Two alerts against the run's own recent history (the previous ``window`` steps, this
         one excluded), checked once ``window`` values have been seen:
 
@@ -169,12 +175,28 @@ class StabilityMonitor:
         raised = []
         if grad_spike is not None and len(self._norms) == window and math.isfinite(grad_norm):
             ref = statistics.median(self._norms)
-            raised.append(self._edge(step, "grad_norm_spike", grad_norm > grad_spike * ref, grad_norm, grad_spike * ref,
-                                     f"gradient norm {grad_norm:.4g} above {grad_spike:g} x the median {ref:.4g} of the last {window} steps"))
+            raised.append(
+                self._edge(
+                    step,
+                    "grad_norm_spike",
+                    grad_norm > grad_spike * ref,
+                    grad_norm,
+                    grad_spike * ref,
+                    f"gradient norm {grad_norm:.4g} above {grad_spike:g} x the median {ref:.4g} of the last {window} steps",
+                )
+            )
         if entropy_rise is not None and len(self._entropies) == window and not math.isnan(entropy):
             low = min(self._entropies)
-            raised.append(self._edge(step, "entropy_rise", entropy > (1 + entropy_rise) * low, entropy, (1 + entropy_rise) * low,
-                                     f"entropy {entropy:.4g} rose above {1 + entropy_rise:g} x its minimum {low:.4g} of the last {window} steps"))
+            raised.append(
+                self._edge(
+                    step,
+                    "entropy_rise",
+                    entropy > (1 + entropy_rise) * low,
+                    entropy,
+                    (1 + entropy_rise) * low,
+                    f"entropy {entropy:.4g} rose above {1 + entropy_rise:g} x its minimum {low:.4g} of the last {window} steps",
+                )
+            )
         if math.isfinite(grad_norm):  # a non-finite norm is the "nonfinite" alert's, not a spike
             self._norms.append(grad_norm)
         if not math.isnan(entropy):

@@ -82,8 +82,9 @@ def clip_diagnostics(logp: torch.Tensor, old_logp: torch.Tensor, clipped: torch.
     return {"clip_frac": clipped, "clip_frac_low": low, "clip_frac_high": high}
 
 
-def clip_higher_freed(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                      eps_low: float | None, eps_high: float | None) -> torch.Tensor:
+def clip_higher_freed(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, eps_low: float | None, eps_high: float | None
+) -> torch.Tensor:
     """The tokens clip-higher keeps a gradient for, (B, T) bool: advantage > 0 and ratio in
     (1 + eps_low, 1 + eps_high], which a symmetric clip at eps_low would cut and the upper bound
     1 + eps_high does not. None of them where eps_high <= eps_low or either side is unclipped."""

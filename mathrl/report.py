@@ -18,7 +18,7 @@ import platform
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
@@ -26,9 +26,9 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from mathrl import layout
+from mathrl.atomic import atomic_write
 from mathrl.config import ROOT, config_hash
 from mathrl.results import COLLAPSE_DEFINITION
-from mathrl.atomic import atomic_write
 from mathrl.studies import STUDIES
 from mathrl.studies.context import Tables
 from mathrl.verdict import number
@@ -62,7 +62,9 @@ def trained(runs: pd.DataFrame) -> pd.Series:
     return runs["same_as"].isna() | runs["same_as"].eq("")  # read from CSV, an all-empty column is float NaN
 
 
-def html_table(df: pd.DataFrame, columns: list[str] | dict | None = None, formats: dict | None = None, caption: str = "") -> Markup:
+def html_table(
+    df: pd.DataFrame, columns: list[str] | dict | None = None, formats: dict | None = None, caption: str = ""
+) -> Markup:
     """A DataFrame as an escaped HTML table; `columns` may map column names to headers.
 
     A `run_id` column links to the run index; an empty frame says so instead of vanishing."""
@@ -83,7 +85,11 @@ def html_table(df: pd.DataFrame, columns: list[str] | dict | None = None, format
             text = escape(fmt(value, formats.get(col, ".3g")) if formats.get(col) != "pct" else pct(value))
             if col in ("run_id", "evidence_run") and isinstance(value, str) and value:
                 text = Markup(f'<a href="#run-{escape(value)}">{text}</a>')
-            numeric = isinstance(value, numbers.Real) and not isinstance(value, bool) and not (isinstance(value, float) and math.isnan(value))
+            numeric = (
+                isinstance(value, numbers.Real)
+                and not isinstance(value, bool)
+                and not (isinstance(value, float) and math.isnan(value))
+            )
             cells.append(f'<td class="{"num" if numeric else ""}">{text}</td>')
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table></div>")
@@ -113,11 +119,27 @@ def stage_times(cfg: dict) -> pd.DataFrame:
         except (OSError, ValueError):
             continue
         rule = Path(path).relative_to(layout.at(cfg, layout.BENCHMARKS)).parts[0]
-        rows.append({"stage": rule, "job": Path(path).stem, "seconds": float(b["s"].iloc[0]), "max_rss_mb": float(b.get("max_rss", pd.Series([math.nan])).iloc[0])})
+        rows.append(
+            {
+                "stage": rule,
+                "job": Path(path).stem,
+                "seconds": float(b["s"].iloc[0]),
+                "max_rss_mb": float(b.get("max_rss", pd.Series([math.nan])).iloc[0]),
+            }
+        )
     df = pd.DataFrame(rows, columns=["stage", "job", "seconds", "max_rss_mb"])
     if df.empty:
         return df
-    return df.groupby("stage").agg(jobs=("job", "count"), total_seconds=("seconds", "sum"), max_seconds=("seconds", "max"), max_rss_mb=("max_rss_mb", "max")).reset_index()
+    return (
+        df.groupby("stage")
+        .agg(
+            jobs=("job", "count"),
+            total_seconds=("seconds", "sum"),
+            max_seconds=("seconds", "max"),
+            max_rss_mb=("max_rss_mb", "max"),
+        )
+        .reset_index()
+    )
 
 
 def gpu_names() -> str:
@@ -145,7 +167,9 @@ def reproducibility(cfg: dict, t: Tables) -> dict:
         # Without a lock file `dvc status` only lists every stage as changed (and takes seconds).
         dvc_status = "no dvc.lock: this tree was built by Snakemake, not by dvc repro"
     elif (ROOT / "dvc.yaml").exists() and (ROOT / ".dvc").exists():
-        lines = (_run([sys.executable, "-m", "dvc", "status"]) or "unavailable (dvc status printed nothing)").splitlines()
+        lines = (
+            _run([sys.executable, "-m", "dvc", "status"]) or "unavailable (dvc status printed nothing)"
+        ).splitlines()
         dvc_status = "\n".join(lines[:40] + ([f"... ({len(lines) - 40} more lines)"] if len(lines) > 40 else []))
     else:
         dvc_status = "no dvc.yaml"
@@ -154,12 +178,14 @@ def reproducibility(cfg: dict, t: Tables) -> dict:
         "config_hash": config_hash(cfg),
         "versions": {"python": platform.python_version(), **versions},
         "hardware": {
-            "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(), "cuda": gpu_names(),
+            "machine": platform.machine(),
+            "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+            "cuda": gpu_names(),
         },  # fmt: skip
         "stage_times": stage_times(cfg),
         "dvc_status": dvc_status,
-        "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "collapse_definition": COLLAPSE_DEFINITION,
     }
 
@@ -174,7 +200,8 @@ def claims_summary(t: Tables) -> dict:
         return {"counts": pd.DataFrame(), "setup": [], "family": 0, "demoted": 0, "family_rows": pd.DataFrame()}
     doc = c["kind"].eq("document")
     return {
-        "counts": t["claims_counts"], "setup": verdict_rows(claim_view(c[c["kind"].eq("setup")])),
+        "counts": t["claims_counts"],
+        "setup": verdict_rows(claim_view(c[c["kind"].eq("setup")])),
         "family_rows": c[doc & c["p_value"].notna()].sort_values("p_value"),
         "family": int((doc & c["p_value"].notna()).sum()),
         "demoted": int((doc & c["outcome"].ne(c["outcome_unadjusted"])).sum()),
@@ -203,8 +230,15 @@ def render(cfg: dict) -> str:
     sections = [{"name": s.NAME, "title": s.TITLE, "document": s.DOCUMENT, "ctx": s.section(t)} for s in STUDIES]
     runs = t["runs"]
     return env.get_template("report.html.j2").render(
-        claims=claims_summary(t), sections=sections, figures=figures, runs=runs, alerts=t["alerts"], sft=t["sft"],
-        repro=reproducibility(cfg, t), cfg=cfg, config_text=json.dumps(cfg, indent=1, default=str),
+        claims=claims_summary(t),
+        sections=sections,
+        figures=figures,
+        runs=runs,
+        alerts=t["alerts"],
+        sft=t["sft"],
+        repro=reproducibility(cfg, t),
+        cfg=cfg,
+        config_text=json.dumps(cfg, indent=1, default=str),
         n_missing=int((runs["status"].isin(["missing", "failed"]) & trained(runs)).sum()) if not runs.empty else 0,
     )
 

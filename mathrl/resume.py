@@ -107,7 +107,9 @@ class Conflict:
         return f"{self.key}: snapshot {self.old!r} vs now {self.new!r} ({self.what} at step {self.step})"
 
 
-def _first_difference(old: dict, new: dict, done: int, task_ndigit: int, nonfinite: frozenset) -> tuple[int, str] | None:
+def _first_difference(
+    old: dict, new: dict, done: int, task_ndigit: int, nonfinite: frozenset
+) -> tuple[int, str] | None:
     if done >= 1 and unscheduled(old) != unscheduled(new):
         return 1, "every step reads it"  # the same for every step: compared once
     for step in range(1, done + 1):
@@ -132,7 +134,9 @@ def conflicts(old: dict, new: dict, done: int, task_ndigit: int, nonfinite_steps
     changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and k not in OUTSIDE_THE_STEP)
     found = []
     if new.get("steps", done) < done:
-        found.append(Conflict("steps", old.get("steps"), new.get("steps"), done, "the snapshot is already past the last step"))
+        found.append(
+            Conflict("steps", old.get("steps"), new.get("steps"), done, "the snapshot is already past the last step")
+        )
     for key in changed:
         if key == "steps" and found:
             continue

@@ -62,8 +62,7 @@ def answer_checks(generated: torch.Tensor, target: torch.Tensor) -> dict[str, to
     ``format_ok`` (W digits then ``$``), ``digit_frac`` (share of the W digit positions
     equal to the target) and ``invalid`` (1 - format_ok)."""
     if generated.shape != target.shape or generated.dim() != 2:
-        raise ValueError(f"generated {tuple(generated.shape)} and target {tuple(target.shape)} "
-                         "must both be (B, W+1)")
+        raise ValueError(f"generated {tuple(generated.shape)} and target {tuple(target.shape)} must both be (B, W+1)")
     W = generated.shape[1] - 1
     digits = generated[:, :W]  # (B, W)
     is_digit = (digits >= 0) & (digits <= 9)  # (B, W)

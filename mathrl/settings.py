@@ -134,7 +134,9 @@ class RunSettings:
         names = {f.name for f in dataclasses.fields(cls)}
         missing, unknown = sorted(names - set(settings)), sorted(set(settings) - names)
         if missing or unknown:
-            raise ConfigError(f"run settings: missing {', '.join(missing) or 'none'}; unknown {', '.join(unknown) or 'none'}")
+            raise ConfigError(
+                f"run settings: missing {', '.join(missing) or 'none'}; unknown {', '.join(unknown) or 'none'}"
+            )
         return cls(**settings)
 
     def as_dict(self) -> dict[str, Any]:

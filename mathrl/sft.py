@@ -56,7 +56,9 @@ def sft_batch(task: Task, pairs: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return x, y
 
 
-def supervised_step(model, opt, task: Task, train: torch.Tensor, batch_size: int, gen: torch.Generator, device) -> float:
+def supervised_step(
+    model, opt, task: Task, train: torch.Tensor, batch_size: int, gen: torch.Generator, device
+) -> float:
     """One cross-entropy step on `batch_size` training problems drawn with `gen`; its loss."""
     x, y = sft_batch(task, train[torch.randint(len(train), (batch_size,), generator=gen)])
     logits = model(x.to(device))
@@ -109,11 +111,19 @@ def run_sft(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
         "wall_seconds": wall, "history": history, "first_mistakes": mistakes, "versions": mathrl.versions(),
     }  # fmt: skip
     if not summary["in_band"]:
-        log(f"warning: sft {task_name} ended at {'validation' if len(val) else 'test'} accuracy {judged:.3f}, outside the band [{lo}, {hi}]")
+        log(
+            f"warning: sft {task_name} ended at {'validation' if len(val) else 'test'} accuracy {judged:.3f}, outside the band [{lo}, {hi}]"
+        )
     for line in mistakes:
         log(f"  mistake: {line}")
     out_dir = Path(out_dir)
-    state = {"model_config": asdict(model.config), "model": model.state_dict(), "task": task_name, "eval_accuracy": acc, "steps": step}
+    state = {
+        "model_config": asdict(model.config),
+        "model": model.state_dict(),
+        "task": task_name,
+        "eval_accuracy": acc,
+        "steps": step,
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(out_dir / "model.pt", snapshot.encode(state))
     atomic_write(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
@@ -133,7 +143,9 @@ def run_starts(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
     validation accuracy, then per start and control seed the supervised control; starts.json."""
     s, task = cfg["sft"][task_name], task_of(cfg, task_name)
     if not cfg["tasks"][task_name]["n_val"]:
-        raise ConfigError(f"sft.{task_name}.starts: task {task_name} has no validation split (n_val 0) to pick starts on")
+        raise ConfigError(
+            f"sft.{task_name}.starts: task {task_name} has no validation split (n_val 0) to pick starts on"
+        )
     train = read_problems(problems_file(cfg, task_name, "train"), task)
     val = read_problems(problems_file(cfg, task_name, "val"), task)
     val = val[: s["eval_size"]] if s["eval_size"] else val
@@ -166,20 +178,33 @@ def run_starts(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
                     break
         val_acc = accuracy(model, val) if math.isnan(val_acc) else val_acc
         path = out_dir / f"{start_name(threshold)}.pt"
-        state = {"model_config": asdict(model.config), "model": model.state_dict(), "task": task_name, "steps": ckpt.get("steps", 0) + step}
+        state = {
+            "model_config": asdict(model.config),
+            "model": model.state_dict(),
+            "task": task_name,
+            "steps": ckpt.get("steps", 0) + step,
+        }
         atomic_write(path, snapshot.encode(state))
         row = {"start": start_name(threshold), "threshold": threshold, "path": str(path), "sft_steps": ckpt.get("steps", 0) + step,
                "continued_steps": step, "val_accuracy": val_acc, "test_accuracy": accuracy(model, test), "reached": val_acc >= threshold}  # fmt: skip
         starts.append(row)
-        log(f"sft {task_name} {row['start']}: step {row['sft_steps']} | validation accuracy {val_acc:.3f} | test accuracy {row['test_accuracy']:.3f}"
-            + ("" if row["reached"] else f" (starts_max_steps {s['starts_max_steps']} reached first)"))
+        log(
+            f"sft {task_name} {row['start']}: step {row['sft_steps']} | validation accuracy {val_acc:.3f} | test accuracy {row['test_accuracy']:.3f}"
+            + ("" if row["reached"] else f" (starts_max_steps {s['starts_max_steps']} reached first)")
+        )
     warm_seconds = time.process_time() - t0
-    controls = [control_row(cfg, task_name, start, seed, train, val, test, device) for start in starts for seed in s["control_seeds"]]
+    controls = [
+        control_row(cfg, task_name, start, seed, train, val, test, device)
+        for start in starts
+        for seed in s["control_seeds"]
+    ]
     for start in starts:
         finals = [c["final_test"] for c in controls if c["start"] == start["start"]]
         if finals:
-            log(f"sft {task_name} control from {start['start']}: test accuracy {start['test_accuracy']:.3f} -> "
-                f"{sum(finals) / len(finals):.3f} (mean of {len(finals)} seeds, {s['control_steps']} steps of {s['control_batch_size']})")
+            log(
+                f"sft {task_name} control from {start['start']}: test accuracy {start['test_accuracy']:.3f} -> "
+                f"{sum(finals) / len(finals):.3f} (mean of {len(finals)} seeds, {s['control_steps']} steps of {s['control_batch_size']})"
+            )
     summary = {"task": task_name, "settings": s, "starts": starts, "controls": controls, "n_val": len(val), "n_test": len(test),
                "warm_up_cpu_seconds": warm_seconds, "control_cpu_seconds": time.process_time() - t0 - warm_seconds,
                "versions": mathrl.versions()}  # fmt: skip

@@ -22,7 +22,6 @@ from mathrl.errors import SnapshotError  # re-exported: callers import it from h
 MAGIC = b"MATHRL-SNAPSHOT-1 sha256="
 
 
-
 def encode(state: dict) -> bytes:
     buf = io.BytesIO()
     import torch  # here, not at the top: the tables, figures and report write files without torch
@@ -37,7 +36,7 @@ def decode(data: bytes, name: str) -> dict:
     header, sep, payload = data.partition(b"\n")
     if not sep or not header.startswith(MAGIC):
         raise SnapshotError(f"{name}: not a mathrl snapshot (bad header)")
-    if hashlib.sha256(payload).hexdigest().encode() != header[len(MAGIC):]:
+    if hashlib.sha256(payload).hexdigest().encode() != header[len(MAGIC) :]:
         raise SnapshotError(f"{name}: checksum mismatch (truncated or corrupted)")
     import torch
 
@@ -49,7 +48,9 @@ def save(path: str | Path, state: dict) -> None:
     path = Path(path)
     for stale in path.parent.glob(f".{path.name}.tmp*"):  # half-written by a killed process: never read, only space
         stale.unlink(missing_ok=True)
-    tmp = write_tmp(path, encode(state), faults.in_snapshot_write(state.get("step")))  # a full disk fails here, the old files intact
+    tmp = write_tmp(
+        path, encode(state), faults.in_snapshot_write(state.get("step"))
+    )  # a full disk fails here, the old files intact
     if path.exists():
         os.replace(path, path.with_name(path.name + ".prev"))
     os.replace(tmp, path)

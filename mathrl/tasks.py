@@ -19,9 +19,10 @@ from __future__ import annotations
 import json
 import operator
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 
@@ -117,8 +118,9 @@ class Task:
 
     def _check_operands(self, a: torch.Tensor, b: torch.Tensor) -> None:
         if a.shape != b.shape or a.dim() != 1:
-            raise ValueError(f"operands must be two 1-D tensors of one shape, "
-                             f"got {tuple(a.shape)} and {tuple(b.shape)}")
+            raise ValueError(
+                f"operands must be two 1-D tensors of one shape, got {tuple(a.shape)} and {tuple(b.shape)}"
+            )
         ab = torch.stack([a, b])  # (2, N)
         if ab.numel() and (ab.min() < 0 or ab.max() > self.max_operand):
             raise ValueError(f"operands must lie in 0..{self.max_operand} for {self}")
@@ -158,8 +160,7 @@ class Task:
         nd = self.ndigit if ndigit is None else ndigit
         if not 1 <= nd <= self.ndigit:
             raise ValueError(f"ndigit {nd} must lie in 1..{self.ndigit} for {self}")
-        ab = torch.randint(0, 10**nd, (2, n), generator=generator,
-                           device=generator.device)  # (2, n)
+        ab = torch.randint(0, 10**nd, (2, n), generator=generator, device=generator.device)  # (2, n)
         return ab[0], ab[1]
 
 
@@ -194,15 +195,18 @@ def problem_splits(task: Task, n_train: int | None, n_test: int, seed: int, n_va
     rest = not n_train
     held = n_test + n_val
     if n_test < 0 or n_val < 0 or (n_train or 0) < 0 or held + (n_train or 0) > total:
-        raise ValueError(f"{task} has {total} distinct problems: cannot draw n_train={n_train} "
-                         f"plus n_test={n_test} plus n_val={n_val} distinct ones")
+        raise ValueError(
+            f"{task} has {total} distinct problems: cannot draw n_train={n_train} "
+            f"plus n_test={n_test} plus n_val={n_val} distinct ones"
+        )
     gen = torch.Generator().manual_seed(seed)
     if total <= _RANDPERM_LIMIT:
         idx = torch.randperm(total, generator=gen)
         idx = idx if rest else idx[: held + n_train]
     elif rest:
-        raise ValueError(f"n_train={n_train!r} (all the rest) would be {total - held} "
-                         f"problems for {task}; give n_train explicitly")
+        raise ValueError(
+            f"n_train={n_train!r} (all the rest) would be {total - held} problems for {task}; give n_train explicitly"
+        )
     else:
         idx = _distinct_indices(held + n_train, total, gen)
     pairs = _index_to_pairs(idx, task.ndigit)  # (n_test + n_val + n_train, 2)

@@ -49,10 +49,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import mathrl
 from mathrl import eval_cache, faults, resume, snapshot
+from mathrl.algorithms import AdvantageInputs, get_estimator
 from mathrl.atomic import atomic_write
 from mathrl.config import ConfigError
 from mathrl.console import console_line, time_left
-from mathrl.algorithms import AdvantageInputs, get_estimator
 from mathrl.control import MovingAverageBaseline, make_kl_controller
 from mathrl.distributed import Dist, all_mean_std, all_sum, barrier
 from mathrl.evaluation import greedy_correct, sampled_correct, sampled_correct_counts
@@ -73,6 +73,7 @@ from mathrl.losses import (
     value_rmse,
     zero_std_groups,
 )
+
 # METRICS and EXTRAS: metrics.csv's layout, as the tests and callers read it from here
 from mathrl.metrics import COLUMNS, EXTRAS, METRICS, GradNoiseProbe, StepMetrics  # noqa: F401
 from mathrl.mismatch import correction, mismatch_max, mismatch_metrics, mismatch_sums
@@ -119,8 +120,17 @@ class Trainer:
                  started: float | None = None):  # fmt: skip
         # when the run's command began (time.perf_counter), for summary.json's run_seconds
         self.started = time.perf_counter() if started is None else started
-        self.cfg, self.run_id, self.s, self.dir, self.d, self.experiment = cfg, run_id, settings, Path(run_dir), d, experiment
-        self.record = settings.as_dict()  # the settings as summary.json and snapshots record them; resume's schedules read it
+        self.cfg, self.run_id, self.s, self.dir, self.d, self.experiment = (
+            cfg,
+            run_id,
+            settings,
+            Path(run_dir),
+            d,
+            experiment,
+        )
+        self.record = (
+            settings.as_dict()
+        )  # the settings as summary.json and snapshots record them; resume's schedules read it
         self.progress = None  # the progress bar while one is shown (interactive runs)
         s = settings
         self.task = task_of(cfg, s.task)
@@ -129,7 +139,9 @@ class Trainer:
             if not path.is_file():
                 raise ConfigError(f"task {s.task}: {path} is missing (run `mathrl problems` first)")
         self.train_pairs = read_problems(files["train"], self.task)
-        test = read_problems(files[s.eval_split], self.task)  # the held-out test set, or the validation split that selects settings
+        test = read_problems(
+            files[s.eval_split], self.task
+        )  # the held-out test set, or the validation split that selects settings
         if not len(test):
             raise ConfigError(f"eval_split: task {s.task} has no {s.eval_split} problems (tasks.{s.task}.n_val is 0)")
         self.test_pairs = test[: s.eval_size] if s.eval_size else test
@@ -143,21 +155,27 @@ class Trainer:
             self.init_path = init_checkpoint(cfg["results"], s.task, s.init)
             policy, self.init_meta = load_policy(self.init_path)
         # What the run started from: a snapshot trained from another checkpoint is not this run.
-        self.init_sha256 = "random" if self.init_path == "random" else hashlib.sha256(Path(self.init_path).read_bytes()).hexdigest()
+        self.init_sha256 = (
+            "random" if self.init_path == "random" else hashlib.sha256(Path(self.init_path).read_bytes()).hexdigest()
+        )
         self.init_digest = self.init_sha256[:16]
         self.model_config = asdict(policy.config)
         self.ref = copy.deepcopy(policy).to(d.device).eval().requires_grad_(False)
         self.estimator = get_estimator(s.algorithm)  # the advantage estimator (mathrl.algorithms)
         self.policy_loss = get_policy_loss(s.policy_loss)  # the per-token surrogate (mathrl.policy_losses)
         if s.reward_placement != "end" and not self.estimator.critic:
-            raise ConfigError(f"reward_placement {s.reward_placement}: only a critic's GAE reads per-token rewards, "
-                              f"and {s.algorithm} has no critic; use algorithm ppo, or reward_placement end")
+            raise ConfigError(
+                f"reward_placement {s.reward_placement}: only a critic's GAE reads per-token rewards, "
+                f"and {s.algorithm} has no critic; use algorithm ppo, or reward_placement end"
+            )
         head = ValueHead(policy.config.n_embd) if self.estimator.critic else None
         self.net = ActorCritic(policy, head).to(d.device)
         # the policy that samples rollouts: the trainer's own, or a copy in another precision or with stale weights
         self.sampler = RolloutSampler(self.net.policy, s.sampler_dtype, s.rollout_staleness)
         self.sampling_policy = self.net.policy  # this step's (RolloutSampler.policy_for_step)
-        self.ddp = DDP(self.net, device_ids=[d.device.index] if d.device.type == "cuda" else None) if d.active else self.net
+        self.ddp = (
+            DDP(self.net, device_ids=[d.device.index] if d.device.type == "cuda" else None) if d.active else self.net
+        )
         self.opt = make_optimizer(self.net.parameters(), s.optimizer, lr=s.lr, weight_decay=s.weight_decay,
                                   betas=(s.adam_beta1, s.adam_beta2), momentum=s.momentum)  # fmt: skip
         self.reward_spec = RewardSpec(
@@ -225,7 +243,10 @@ class Trainer:
             raise snapshot.SnapshotError(f"{where}: snapshot was written with other settings, under which steps up to {st['step']} "
                                          f"would have gone differently ({diff}); remove {self.dir} to start over")  # fmt: skip
         forget = resume.evaluations_to_forget(st["settings"], self.record, st["step"])  # the old last step's evaluation
-        rows = [{**r, "eval_accuracy": math.nan, "eval_sampled_accuracy": math.nan} if r["step"] in forget else r for r in st["rows"]]
+        rows = [
+            {**r, "eval_accuracy": math.nan, "eval_sampled_accuracy": math.nan} if r["step"] in forget else r
+            for r in st["rows"]
+        ]
         # answers are sampled at the last step only: an extended run's old last step keeps its greedy evaluation alone
         rows = [r if r["step"] == self.s.steps else {**r, "eval_sampled_accuracy": math.nan} for r in rows]
         self.net.load_state_dict(st["net"])
@@ -251,7 +272,9 @@ class Trainer:
         if nd not in self.pools:
             pairs = self.train_pairs if nd == self.task.ndigit else filter_by_ndigit(self.train_pairs, nd)
             if len(pairs) == 0:
-                raise ConfigError(f"curriculum: no training problems with {nd} digits in {problems_file(self.cfg, self.s.task, 'train')}")
+                raise ConfigError(
+                    f"curriculum: no training problems with {nd} digits in {problems_file(self.cfg, self.s.task, 'train')}"
+                )
             self.pools[nd] = pairs
         return self.pools[nd]
 
@@ -421,7 +444,9 @@ class Trainer:
                 outcome = "update skipped"
                 if s.nan_policy == "stop":
                     outcome, self.status = "run stopped", "stopped_nonfinite"
-                self.monitor.record(step, "nonfinite", norm, f"non-finite loss or gradient (grad norm {norm}); {outcome}")
+                self.monitor.record(
+                    step, "nonfinite", norm, f"non-finite loss or gradient (grad norm {norm}); {outcome}"
+                )
                 break
             if epoch == 0:
                 faults.in_step(step, d.rank)  # test-only hooks (no-ops unless their env vars are set)
@@ -434,14 +459,25 @@ class Trainer:
             metrics.value("explained_variance", explained_variance(values0, scored["returns"], mask))
         return skipped
 
-    def micro_batch(self, batch: dict, scored: dict, coefs: dict, rows: slice, epoch: int, step: int,
-                    metrics: StepMetrics, values0: list) -> bool:
+    def micro_batch(
+        self,
+        batch: dict,
+        scored: dict,
+        coefs: dict,
+        rows: slice,
+        epoch: int,
+        step: int,
+        metrics: StepMetrics,
+        values0: list,
+    ) -> bool:
         """Forward, loss and backward of some rows, their metrics recorded; whether the loss was finite.
         The loss per answer token is the policy loss + kl_coef KL - entropy_coef entropy (+ value_coef
         value loss); on the first epoch the critic's values go to `values0`."""
         s, sc = self.s, scored
         tokens, m = batch["tokens"][rows], batch["mask"][rows]
-        logits, values = self.answer_outputs(self.ddp, batch, rows.start, rows.stop)  # (b, L, V): the logits that chose each answer token
+        logits, values = self.answer_outputs(
+            self.ddp, batch, rows.start, rows.stop
+        )  # (b, L, V): the logits that chose each answer token
         logp = token_logprobs(logits, tokens)  # (b, L)
         old = sc["old_logp"][rows] if sc["old_logp"] is not None else logp.detach()
         adv = sc["adv"][rows]
@@ -468,7 +504,9 @@ class Trainer:
             else:  # how far this update moved the values, and which of them the value clip cut
                 moved = (values.detach() - sc["old_values"][rows]).abs()
                 metrics.masked_mean("value_delta", moved, m)
-                metrics.masked_mean("value_clip_frac", value_clipped(values.detach(), sc["old_values"][rows], s.value_clip), m)
+                metrics.masked_mean(
+                    "value_clip_frac", value_clipped(values.detach(), sc["old_values"][rows], s.value_clip), m
+                )
         num, _ = aggregate(per_token, m, s.loss_agg)
         loss = num / coefs["den"] * self.d.world_size
         if s.fault_nan_step == step:
@@ -516,8 +554,13 @@ class Trainer:
             self.kl_ctl.update(row["kl"])
         for alert in self.monitor.check(step, entropy=row["entropy"], kl=row["kl"], reward_mean=row["reward_mean"]):
             self.say(f"alert: step {step}: {alert['message']}")
-        for alert in self.monitor.check_trends(step, grad_norm=row["grad_norm"], entropy=row["entropy"],
-                                               grad_spike=s.monitor_grad_spike, entropy_rise=s.monitor_entropy_rise):
+        for alert in self.monitor.check_trends(
+            step,
+            grad_norm=row["grad_norm"],
+            entropy=row["entropy"],
+            grad_spike=s.monitor_grad_spike,
+            entropy_rise=s.monitor_entropy_rise,
+        ):
             self.say(f"alert: step {step}: {alert['message']}")
         if skipped:  # its own alert: the checks above may have added others after it
             nonfinite = next(a for a in reversed(self.monitor.alerts) if a["kind"] == "nonfinite")
@@ -548,7 +591,9 @@ class Trainer:
         if sampled:
             noise = torch.rand(len(self.test_pairs), self.task.answer_len, VOCAB_SIZE,
                                generator=torch.Generator().manual_seed(s.seed * 100_003 + step))  # fmt: skip
-            right = sampled_correct(self.net.policy, self.task, self.test_pairs[mine], d.device, noise[mine], s.temperature)
+            right = sampled_correct(
+                self.net.policy, self.task, self.test_pairs[mine], d.device, noise[mine], s.temperature
+            )
             hits = float(all_sum(d, torch.tensor([float(right.sum())], dtype=torch.float64))[0])
         return float(full.mean()), hits / len(self.test_pairs)
 
@@ -574,7 +619,9 @@ class Trainer:
         s = self.s
         gen = torch.Generator().manual_seed(s.seed + 104729)
         pairs = self.test_pairs[: s.pass_at_k_problems]
-        counts = sampled_correct_counts(self.net.policy, self.task, pairs, s.pass_at_k_samples, s.temperature, self.d.device, gen)
+        counts = sampled_correct_counts(
+            self.net.policy, self.task, pairs, s.pass_at_k_samples, s.temperature, self.d.device, gen
+        )
         return [int(c) for c in counts]
 
     # ---------------------------------------------------------------- the run
@@ -661,7 +708,9 @@ class Trainer:
         (initial/final), samples and correct samples per problem."""
         pairs = self.test_pairs.tolist()
         if self.initial_correct is not None and self.last_correct is not None:
-            lines = ["a,b,initial,final"] + [f"{a},{b},{i},{f}" for (a, b), i, f in zip(pairs, self.initial_correct, self.last_correct)]
+            lines = ["a,b,initial,final"] + [
+                f"{a},{b},{i},{f}" for (a, b), i, f in zip(pairs, self.initial_correct, self.last_correct)
+            ]
             atomic_write(self.dir / "heldout.csv", "\n".join(lines) + "\n")
         if self.pass_counts:
             lines = ["phase,a,b,samples,correct"]

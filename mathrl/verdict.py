@@ -63,7 +63,9 @@ class Estimate:
     @property
     def exact(self) -> bool:
         """A zero-width interval: every seed gave the same value (or the same difference)."""
-        return self.kind == "exact" or (self.kind != "rates" and self.finite and self.hi - self.lo <= EXACT * max(1.0, abs(self.estimate)))
+        return self.kind == "exact" or (
+            self.kind != "rates" and self.finite and self.hi - self.lo <= EXACT * max(1.0, abs(self.estimate))
+        )
 
     def as_exact(self) -> Estimate:
         """The same value, marked exact: no spread, so no effect size and no power to speak of."""
@@ -74,7 +76,18 @@ class Estimate:
         """The same estimate in other units (a difference as a share of a baseline, say)."""
         f = float(factor)
         lo, hi = sorted((self.lo * f, self.hi * f))
-        return Estimate(self.estimate * f, lo, hi, self.n, self.kind, self.n_a, self.n_b, self.sd * abs(f), self.se * abs(f), self.df)
+        return Estimate(
+            self.estimate * f,
+            lo,
+            hi,
+            self.n,
+            self.kind,
+            self.n_a,
+            self.n_b,
+            self.sd * abs(f),
+            self.se * abs(f),
+            self.df,
+        )
 
 
 def _values(x) -> dict:
@@ -187,7 +200,13 @@ def seeds_for(sd: float, design: str, target: float, alpha: float = 1 - CONFIDEN
     two-sided test at level `alpha`, for a spread `sd` of the per-seed values (paired and
     one-sample: of the values or differences; unpaired: of each arm). NaN when the spread
     or the target is unknown or the design has no spread; MAX_SEEDS + 1 past the cap."""
-    if design not in ("paired", "one-sample", "unpaired") or not (sd == sd) or sd <= 0 or not target or not math.isfinite(target):
+    if (
+        design not in ("paired", "one-sample", "unpaired")
+        or not (sd == sd)
+        or sd <= 0
+        or not target
+        or not math.isfinite(target)
+    ):
         return math.nan
     n = np.arange(2, MAX_SEEDS + 1)
     one = design != "unpaired"
@@ -245,8 +264,10 @@ def margin_reach(claim: Claim, est: Estimate) -> str:
     half = (est.hi - est.lo) / 2
     if half < claim.margin:
         return ""
-    return (f"the design cannot pass at n={est.n}: its interval's half-width {number(half, claim.unit, sign=False)} "
-            f"(from the spread measured) is not narrower than the margin {number(claim.margin, claim.unit, sign=False)}")
+    return (
+        f"the design cannot pass at n={est.n}: its interval's half-width {number(half, claim.unit, sign=False)} "
+        f"(from the spread measured) is not narrower than the margin {number(claim.margin, claim.unit, sign=False)}"
+    )
 
 
 # ----------------------------------------------------------------------------- claims
@@ -310,7 +331,12 @@ def judge(claim: Claim, est: Estimate | None) -> tuple[str, str]:
         slo, shi = claim.size
         if hi < slo or lo > shi:
             side = "smaller" if (hi < slo if claim.direction > 0 else lo > shi) else "larger"
-            return "disagrees", f"the interval excludes the document's size ({side} than it)" if right else "the interval excludes the document's effect"
+            return (
+                "disagrees",
+                f"the interval excludes the document's size ({side} than it)"
+                if right
+                else "the interval excludes the document's effect",
+            )
         if right:
             return "agrees", "the interval excludes 0 in the document's direction and includes its size"
         return "inconclusive", "the interval includes 0"
@@ -349,7 +375,9 @@ class Verdict:
         if self.outcome == "inconclusive":
             self.seeds = seeds_to_decide(self.claim, e)
         if reach and self.seeds == self.seeds:
-            self.reason += f"; about {seeds_text(self.seeds)} seeds per arm would let it pass if the true difference is 0"
+            self.reason += (
+                f"; about {seeds_text(self.seeds)} seeds per arm would let it pass if the true difference is 0"
+            )
 
     def row(self) -> dict:
         e = self.est or Estimate(math.nan, math.nan, math.nan, 0, "")
@@ -361,8 +389,6 @@ class Verdict:
             "design": e.kind, "effect_size": e.effect, "mde": self.mde, "seeds_needed": self.seeds, "reason": self.reason, "note": self.note,
             **self.extra,
         }  # fmt: skip
-
-
 
 
 # ----------------------------------------------------------------------------- text
@@ -396,7 +422,9 @@ def sentence(r: Mapping) -> str:
     lo, hi = r.get("ci_low"), r.get("ci_high")
     if r.get("design") == "exact":  # a zero-width interval: the value itself, without a spread to size an effect by
         text = f"{number(r['diff'], u)} exactly ({design}, a zero-width interval): {r['outcome']}"
-    elif lo is None or hi is None or lo != lo or hi != hi:  # a single probe or a deterministic check: no interval to give
+    elif (
+        lo is None or hi is None or lo != lo or hi != hi
+    ):  # a single probe or a deterministic check: no interval to give
         text = f"{number(r['diff'], u)} ({design}, no interval): {r['outcome']}"
     else:
         text = f"{number(r['diff'], u)}, 95% CI [{number(lo, u)}, {number(hi, u)}] ({design}{eff}): {r['outcome']}"

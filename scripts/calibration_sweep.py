@@ -66,7 +66,9 @@ def number(row: dict, key: str) -> float:
 
 def table(run_ids: list[str]) -> None:
     run_ids = run_ids or sorted(p.name for p in RUNS.iterdir() if (p / "summary.json").exists())
-    print("| run | start | final | gain (95% CI) | best | min | sampled acc first -> last 10 | zero-std end | entropy end | kl end | wall s | cpu s |")
+    print(
+        "| run | start | final | gain (95% CI) | best | min | sampled acc first -> last 10 | zero-std end | entropy end | kl end | wall s | cpu s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     cpu = cpu_seconds()
     for run_id in run_ids:
@@ -85,17 +87,22 @@ def table(run_ids: list[str]) -> None:
         sampled_first = number(rows[0], "accuracy")
         sampled_last = sum(number(r, "accuracy") for r in rows[-10:]) / len(rows[-10:])
         zero_std = sum(number(r, "frac_zero_std") for r in rows[-10:]) / len(rows[-10:])
-        print(f"| {run_id} | {p0:.3f} | {p1:.3f} | {100 * (p1 - p0):+.1f} ({100 * lo:+.1f}, {100 * hi:+.1f}) "
-              f"| {max(accs):.3f} | {min(accs):.3f} | {sampled_first:.3f} -> {sampled_last:.3f} | {zero_std:.2f} "
-              f"| {ent:.3f} | {kl:.3f} | {s['wall_seconds']:.1f} | {cpu.get(run_id, math.nan):.1f} |")
+        print(
+            f"| {run_id} | {p0:.3f} | {p1:.3f} | {100 * (p1 - p0):+.1f} ({100 * lo:+.1f}, {100 * hi:+.1f}) "
+            f"| {max(accs):.3f} | {min(accs):.3f} | {sampled_first:.3f} -> {sampled_last:.3f} | {zero_std:.2f} "
+            f"| {ent:.3f} | {kl:.3f} | {s['wall_seconds']:.1f} | {cpu.get(run_id, math.nan):.1f} |"
+        )
 
 
 def trajectory(run_ids: list[str], every: int = 20) -> None:
     """Held-out accuracy every `every` steps (from metrics.csv), one line per run."""
     for run_id in run_ids:
         rows = [r for r in evals(run_id) if not math.isnan(number(r, "eval_accuracy"))]
-        points = [f"{int(number(r, 'step'))}:{number(r, 'eval_accuracy'):.3f}" for r in rows
-                  if int(number(r, "step")) % every == 0 or r is rows[-1]]
+        points = [
+            f"{int(number(r, 'step'))}:{number(r, 'eval_accuracy'):.3f}"
+            for r in rows
+            if int(number(r, "step")) % every == 0 or r is rows[-1]
+        ]
         print(f"{run_id}: " + " ".join(points))
 
 

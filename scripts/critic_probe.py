@@ -34,10 +34,21 @@ def sample(policy, task, pairs, spec, seed: int) -> dict:
     p = pairs[torch.randint(len(pairs), (PROMPTS,), generator=g)].repeat_interleave(G, 0)
     prompts, target = task.encode_prompts(p[:, 0], p[:, 1]), task.encode_answers(p[:, 0], p[:, 1])
     with torch.no_grad():
-        tokens = policy.generate(prompts[::G], task.answer_len, noise=torch.rand(len(p), task.answer_len, VOCAB_SIZE, generator=g), group_size=G)
+        tokens = policy.generate(
+            prompts[::G],
+            task.answer_len,
+            noise=torch.rand(len(p), task.answer_len, VOCAB_SIZE, generator=g),
+            group_size=G,
+        )
         _, hidden = policy.forward_shared(prompts[::G], tokens, G, return_hidden=True)
     rewards, _ = compute_rewards(spec, tokens, target)
-    return {"tokens": tokens, "target": target, "hidden": hidden, "r": rewards.float(), "mask": answer_mask(tokens).bool()}
+    return {
+        "tokens": tokens,
+        "target": target,
+        "hidden": hidden,
+        "r": rewards.float(),
+        "mask": answer_mask(tokens).bool(),
+    }
 
 
 def explained(y: np.ndarray, pred: np.ndarray) -> float:
@@ -53,8 +64,18 @@ def main() -> None:
     policy.eval()
     task = task_of(cfg, "add")
     pairs = read_problems(problems_file(cfg, "add", "train"), task)
-    spec = RewardSpec(kind="exact", format_bonus=0.1, digit_weight=0.5, invalid_penalty=0.5, proxy_correct_weight=0.3, proxy_bias_weight=0.7)
-    train, test = [sample(policy, task, pairs, spec, s) for s in range(TRAIN_BATCHES)], sample(policy, task, pairs, spec, 99)
+    spec = RewardSpec(
+        kind="exact",
+        format_bonus=0.1,
+        digit_weight=0.5,
+        invalid_penalty=0.5,
+        proxy_correct_weight=0.3,
+        proxy_bias_weight=0.7,
+    )
+    train, test = (
+        [sample(policy, task, pairs, spec, s) for s in range(TRAIN_BATCHES)],
+        sample(policy, task, pairs, spec, 99),
+    )
 
     def features(b):
         returns = b["r"][:, None].expand_as(b["mask"])
@@ -64,29 +85,43 @@ def main() -> None:
     Xt, yt = features(test)
     for lam in (0.01, 1.0, 10.0):
         w = np.linalg.solve(X.T @ X + lam * np.eye(X.shape[1]), X.T @ y)
-        print(f"linear critic (ridge {lam:g}, {len(y)} training tokens): held-out explained variance {explained(yt, Xt @ w):.3f}")
+        print(
+            f"linear critic (ridge {lam:g}, {len(y)} training tokens): held-out explained variance {explained(yt, Xt @ w):.3f}"
+        )
     r = test["r"]
     grp = r.view(-1, G)
     loo = ((grp.sum(1, keepdim=True) - grp) / (G - 1)).flatten()
-    print(f"oracle, the prompt's leave-one-out success rate: explained variance {explained(r.numpy(), loo.numpy()):.3f}")
+    print(
+        f"oracle, the prompt's leave-one-out success rate: explained variance {explained(r.numpy(), loo.numpy()):.3f}"
+    )
     right = (test["tokens"] == test["target"]).long().cumprod(1)
-    known = torch.cat([torch.ones(len(r), 1, dtype=torch.long), right[:, :-1]], 1)  # the prefix before each token is right
+    known = torch.cat(
+        [torch.ones(len(r), 1, dtype=torch.long), right[:, :-1]], 1
+    )  # the prefix before each token is right
     m = test["mask"]
     values, returns = (known.float() * loo[:, None])[m], r[:, None].expand_as(m)[m]
-    print(f"oracle, that rate zeroed once a sampled digit is wrong: explained variance {explained(returns.numpy(), values.numpy()):.3f}")
+    print(
+        f"oracle, that rate zeroed once a sampled digit is wrong: explained variance {explained(returns.numpy(), values.numpy()):.3f}"
+    )
 
     def dense(b):  # returns to go of the per-token rewards, and each token's position, over real answer tokens
         r = token_rewards(b["tokens"], b["target"]) * b["mask"]
         togo = r.flip(1).cumsum(1).flip(1)
         pos = torch.arange(r.shape[1]).expand_as(r)
-        return np.c_[b["hidden"][b["mask"]].numpy(), np.ones(int(b["mask"].sum()))], togo[b["mask"]].numpy(), pos[b["mask"]].numpy()
+        return (
+            np.c_[b["hidden"][b["mask"]].numpy(), np.ones(int(b["mask"].sum()))],
+            togo[b["mask"]].numpy(),
+            pos[b["mask"]].numpy(),
+        )
 
     X, y, pos = map(np.concatenate, zip(*(dense(b) for b in train)))
     Xt, yt, post = dense(test)
     w = np.linalg.solve(X.T @ X + 1.0 * np.eye(X.shape[1]), X.T @ y)
     print(f"per-token returns: linear critic (ridge 1) held-out explained variance {explained(yt, Xt @ w):.3f}")
     by_pos = {p: y[pos == p].mean() for p in np.unique(pos)}
-    print(f"per-token returns: the mean return of each answer position, explained variance {explained(yt, np.array([by_pos[p] for p in post])):.3f}")
+    print(
+        f"per-token returns: the mean return of each answer position, explained variance {explained(yt, np.array([by_pos[p] for p in post])):.3f}"
+    )
 
 
 if __name__ == "__main__":

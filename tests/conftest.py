@@ -128,7 +128,6 @@ VOLATILE = ["seconds", "sample_seconds", "update_seconds", "eval_seconds"]  # wa
 KILL_SETTINGS = ["steps=4", "snapshot_every=1", "reward=shaped"]
 
 
-
 def child_env(**extra: str) -> dict:
     """The environment of a command under test: one thread, no fault hook unless given."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MATHRL_FAULT_", "TORCHELASTIC_"))}
@@ -136,7 +135,19 @@ def child_env(**extra: str) -> dict:
 
 
 def train_cmd(env: dict, run_id: str, *settings: str) -> list[str]:
-    return [PY, "-m", "mathrl", "train", "--config", str(env["config"]), "--run-id", run_id, "--threads", "1", *settings]
+    return [
+        PY,
+        "-m",
+        "mathrl",
+        "train",
+        "--config",
+        str(env["config"]),
+        "--run-id",
+        run_id,
+        "--threads",
+        "1",
+        *settings,
+    ]
 
 
 def torchrun_cmd(env: dict, run_id: str, *settings: str, extra: tuple = ()) -> list[str]:
@@ -168,7 +179,9 @@ class Background:
     def __init__(self):
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, cmd: list[str], log: Path, env: dict, cwd: Path | None = None, err: Path | None = None) -> subprocess.Popen:
+    def start(
+        self, cmd: list[str], log: Path, env: dict, cwd: Path | None = None, err: Path | None = None
+    ) -> subprocess.Popen:
         """Start `cmd` in a session of its own: stdout to `log`, stderr to `err` (or `log`)."""
         out = open(log, "w")
         errors = open(err, "w") if err else subprocess.STDOUT

@@ -13,7 +13,9 @@ from mathrl.config import expand_runs
 from mathrl.metrics import COLUMNS
 
 
-def write_run(cfg: dict, run_id: str, rows: list[dict], initial_eval: float, status: str = "complete", alerts: list | None = None) -> Path:
+def write_run(
+    cfg: dict, run_id: str, rows: list[dict], initial_eval: float, status: str = "complete", alerts: list | None = None
+) -> Path:
     """Write metrics.csv and summary.json for `run_id` (an experiment's run) from `rows`.
 
     Each row needs `step`; any metric left out is NaN (eval_accuracy too: give it on the

@@ -11,7 +11,9 @@ from mathrl.config import load_schema
 
 
 def close(a, b, tol=1e-6):
-    torch.testing.assert_close(torch.as_tensor(a, dtype=torch.float32), torch.as_tensor(b, dtype=torch.float32), atol=tol, rtol=0)
+    torch.testing.assert_close(
+        torch.as_tensor(a, dtype=torch.float32), torch.as_tensor(b, dtype=torch.float32), atol=tol, rtol=0
+    )
 
 
 MASK = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0]])  # 4 rollouts, 2 answer tokens; row 1 ended early

@@ -55,7 +55,11 @@ def reference_rows(name: str, cfg: dict, setting: str, seed: int) -> list[list]:
     and Adam, the study's signal called on that seed alone."""
     cfg = bandit.resolve(cfg)
     study = cfg["studies"][name]
-    run = {**{k: cfg[k] for k in (*bandit.SHARED_KEYS, "state_dim")}, **bandit.SETTING_DEFAULTS, **study["settings"][setting]}
+    run = {
+        **{k: cfg[k] for k in (*bandit.SHARED_KEYS, "state_dim")},
+        **bandit.SETTING_DEFAULTS,
+        **study["settings"][setting],
+    }
     signal, n_arms, init_logits = bandit.study_signal(name, study, run, torch.tensor(cfg["arm_rewards"]))
     with torch.random.fork_rng():
         torch.manual_seed(seed)
@@ -76,18 +80,35 @@ def reference_rows(name: str, cfg: dict, setting: str, seed: int) -> list[list]:
         loss.backward()
         grad_norm = torch.sqrt(sum(p.grad.pow(2).sum() for p in policy.parameters()))
         opt.step()
-        rows.append([extras["phase"], entropy.item(), *probs.tolist(), loss.item(), grad_norm.item(),
-                     rewards.std(correction=0).item(), rewards.mean().item(),
-                     extras["proxy_reward"].item(), extras["true_reward"].item()])
+        rows.append(
+            [
+                extras["phase"],
+                entropy.item(),
+                *probs.tolist(),
+                loss.item(),
+                grad_norm.item(),
+                rewards.std(correction=0).item(),
+                rewards.mean().item(),
+                extras["proxy_reward"].item(),
+                extras["true_reward"].item(),
+            ]
+        )
     return rows
 
 
 @pytest.mark.parametrize("name", BANDIT_STUDIES)
 def test_batched_seeds_match_one_seed_at_a_time(name):
     biased = {"lr": 5e-3, "entropy_coef": 1e-3, "init_logits": [0.0, -4.0, 1.0], "reward_noise": 0.5}
-    studies = {"entropy_collapse": {"settings": {"normal": {"lr": 1e-3, "entropy_coef": 0.01}, "biased": biased}},
-               "gradient_vanishing": {"phase_steps": 5}}
-    cfg = {"steps": 25, "seeds": [0, 3, 7], "reward_noise": 0.2, "studies": {k: v for k, v in studies.items() if k == name}}
+    studies = {
+        "entropy_collapse": {"settings": {"normal": {"lr": 1e-3, "entropy_coef": 0.01}, "biased": biased}},
+        "gradient_vanishing": {"phase_steps": 5},
+    }
+    cfg = {
+        "steps": 25,
+        "seeds": [0, 3, 7],
+        "reward_noise": 0.2,
+        "studies": {k: v for k, v in studies.items() if k == name},
+    }
     df = run_study(name, cfg)
     metrics = [c for c in df.columns[4:] if c not in ("lr", "entropy_coef")]
     for (setting, seed), got in df.groupby(["setting", "seed"], sort=False):
@@ -163,7 +184,10 @@ def test_unknown_study():
 
 
 def test_partial_config_is_merged_over_defaults():
-    df = run_study("entropy_collapse", {"steps": 5, "seeds": [3], "studies": {"entropy_collapse": {"settings": {"x": {"lr": 0.01}}}}})
+    df = run_study(
+        "entropy_collapse",
+        {"steps": 5, "seeds": [3], "studies": {"entropy_collapse": {"settings": {"x": {"lr": 0.01}}}}},
+    )
     assert len(df) == 5 and set(df.setting) == {"x"} and (df.entropy_coef == 0.01).all() and (df.lr == 0.01).all()
     assert DEFAULTS["steps"] == 200  # the defaults are not mutated
 
@@ -199,4 +223,3 @@ def test_schema_defaults_match_module_defaults():
         assert prop["default"] == DEFAULTS[key], key
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**copy.deepcopy(DEFAULTS), "stepz": 3}, sub)
-

@@ -56,7 +56,11 @@ def test_time_to_accuracy_runs_both_phases_and_reports_misses():
     proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert rec["reached"]["0"] == rec["curve"][0] and rec["curve"][0]["phase"] == "warm-up" and rec["curve"][0]["step"] == 5
+    assert (
+        rec["reached"]["0"] == rec["curve"][0]
+        and rec["curve"][0]["phase"] == "warm-up"
+        and rec["curve"][0]["step"] == 5
+    )
     assert rec["reached"]["1"] is None and rec["warmup_finished"]
     phases = [c["phase"] for c in rec["curve"]]
     assert phases.count("warm-up") == 1 and phases.count("GRPO") >= 1 and phases[-1] == "GRPO"
@@ -90,7 +94,10 @@ def test_pipeline_command_is_make_reports(tmp_path):
     from bench.pipeline import pipeline_command
 
     cmd = pipeline_command(tmp_path / "results", "all", ["train={steps: 2}"])
-    assert cmd[cmd.index("--profile") + 1] == "profiles/default" and cmd[-2:] == [f"results={tmp_path / 'results'}", "train={steps: 2}"]
+    assert cmd[cmd.index("--profile") + 1] == "profiles/default" and cmd[-2:] == [
+        f"results={tmp_path / 'results'}",
+        "train={steps: 2}",
+    ]
     proc = subprocess.run([*cmd, "-n", "--quiet"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not (tmp_path / "results" / "report.html").exists()
@@ -103,9 +110,23 @@ def test_targets_and_table_read_records_of_every_section():
     from bench.__main__ import markdown_table, targets
 
     step = {"median": 0.2, "min": 0.2, "max": 0.2, "iqr_rel": 0.1, "n": 3}
-    rl = {"preset": "small", "batch": 512, "total": step, "sample": step, "update": step, "sequences_per_second": 2560.0, "peak_rss_mb": 900.0}
-    tta = {"task": "add", "preset": "small", "budget_s": 600.0, "reached": {"0.95": {"seconds": 40.0, "phase": "GRPO", "step": 5}, "0.99": None},
-           "best": {"accuracy": 0.97, "seconds": 41.0}, "peak_rss_mb": 1700.0}
+    rl = {
+        "preset": "small",
+        "batch": 512,
+        "total": step,
+        "sample": step,
+        "update": step,
+        "sequences_per_second": 2560.0,
+        "peak_rss_mb": 900.0,
+    }
+    tta = {
+        "task": "add",
+        "preset": "small",
+        "budget_s": 600.0,
+        "reached": {"0.95": {"seconds": 40.0, "phase": "GRPO", "step": 5}, "0.99": None},
+        "best": {"accuracy": 0.97, "seconds": 41.0},
+        "peak_rss_mb": 1700.0,
+    }
     pipe = {"wall_s": 400.0, "cores": "all", "stages": {}}
     results = {"rl": [rl], "tta": [tta], "pipeline": [pipe]}
     ts = {t["target"]: t for t in targets(results)}
@@ -113,10 +134,21 @@ def test_targets_and_table_read_records_of_every_section():
     assert ts["GRPO step, adder @512 rollouts"]["status"] == "NOT MEASURED"
     rss = ts["training process peak RSS"]
     assert (rss["value_mb"], rss["where"], rss["status"]) == (1700.0, "tta small@add", "MISS")
-    assert ts["make report, default config"]["status"] == "PASS" and ts["make report, default config (aim)"]["status"] == "MISS"
+    assert (
+        ts["make report, default config"]["status"] == "PASS"
+        and ts["make report, default config (aim)"]["status"] == "MISS"
+    )
     assert ts["add to 95% from scratch (CPU, reported)"]["value_s"] == 40.0
     assert ts["add to 99% from scratch (CPU, reported)"]["status"] == "NOT REACHED in 600 s"
-    machine = {"date": "2026-11-22T00:00:00+00:00", "git": {"commit": "abc"}, "cpu": "cpu", "cpus_usable": 2, "torch": "2.13.0",
-               "cuda": False, "loadavg_start": [0.1], "loadavg_end": [0.2]}
+    machine = {
+        "date": "2026-11-22T00:00:00+00:00",
+        "git": {"commit": "abc"},
+        "cpu": "cpu",
+        "cpus_usable": 2,
+        "torch": "2.13.0",
+        "cuda": False,
+        "loadavg_start": [0.1],
+        "loadavg_end": [0.2],
+    }
     md = markdown_table(machine, results, list(ts.values()))
     assert "| make report, default config | <= 900 s | 400 s | PASS |" in md and "NOT MEASURED (no GPU)" in md

@@ -71,7 +71,9 @@ def test_alternate_exports_a_commit_with_another_commits_config(tmp_path):
     first = older.stdout.strip()
     head = export("HEAD", tmp_path / "head", first)
     assert (head / "mathrl" / "eval_cache.py").is_file()
-    wanted = subprocess.run(["git", "show", f"{first}:config/config.yaml"], cwd=ROOT, capture_output=True, check=True).stdout
+    wanted = subprocess.run(
+        ["git", "show", f"{first}:config/config.yaml"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
     assert (head / "config" / "config.yaml").read_bytes() == wanted
     text = alternate_table([{"version": "old", "rev": first[:7], "round": 0, "wall_s": 10.0, "job_seconds": 20.0,
                              "train_job_seconds": 15.0, "returncode": 0}])  # fmt: skip

@@ -92,7 +92,9 @@ class Browser:
                 self.send("Page.handleJavaScriptDialog", {"accept": False}, wait=False)
         return True
 
-    def send(self, method: str, params: dict | None = None, wait: bool = True, timeout: float = 30.0, session: bool = True) -> dict:
+    def send(
+        self, method: str, params: dict | None = None, wait: bool = True, timeout: float = 30.0, session: bool = True
+    ) -> dict:
         self._next_id += 1
         msg = {"id": self._next_id, "method": method, "params": params or {}}
         if session and self.session:
@@ -184,7 +186,10 @@ def page(report_tree, tmp_path_factory):
         b.session = b.send("Target.attachToTarget", {"targetId": target, "flatten": True}, session=False)["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
             b.send(f"{domain}.enable")
-        b.send("Emulation.setDeviceMetricsOverride", {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False})
+        b.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False},
+        )
         b.events.clear()
         b.send("Page.navigate", {"url": url})
         b.wait_event("Page.loadEventFired")
@@ -210,10 +215,20 @@ def page(report_tree, tmp_path_factory):
         )
         shots = {"top": b.screenshot(ARTIFACTS / "report-top.png")}
         # The whole page at half scale (an overview; at full scale it takes seconds), each section at full scale.
-        shots["full"] = b.screenshot(ARTIFACTS / "report-full.png", {"x": 0, "y": 0, "width": WIDTH, "height": info["height"]}, scale=0.5)
+        shots["full"] = b.screenshot(
+            ARTIFACTS / "report-full.png", {"x": 0, "y": 0, "width": WIDTH, "height": info["height"]}, scale=0.5
+        )
         for sid, box in info["sections"].items():
-            shots[sid] = b.screenshot(ARTIFACTS / f"report-{sid}.png", {"x": 0, "y": box["y"], "width": WIDTH, "height": box["height"]})
-        return {"info": info, "events": list(b.events), "shots": shots, "url": url, "seconds": time.monotonic() - started}
+            shots[sid] = b.screenshot(
+                ARTIFACTS / f"report-{sid}.png", {"x": 0, "y": box["y"], "width": WIDTH, "height": box["height"]}
+            )
+        return {
+            "info": info,
+            "events": list(b.events),
+            "shots": shots,
+            "url": url,
+            "seconds": time.monotonic() - started,
+        }
     finally:
         b.close()
 
@@ -239,7 +254,10 @@ def test_console_clean(page):
     for e in page["events"]:
         m, p = e.get("method"), e.get("params", {})
         if m == "Runtime.exceptionThrown":
-            errors.append(p["exceptionDetails"].get("text", "") + str(p["exceptionDetails"].get("exception", {}).get("description", "")))
+            errors.append(
+                p["exceptionDetails"].get("text", "")
+                + str(p["exceptionDetails"].get("exception", {}).get("description", ""))
+            )
         elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
             errors.append(f"console.{p['type']}: {[a.get('value', a.get('description')) for a in p.get('args', [])]}")
         elif m == "Log.entryAdded" and p["entry"]["level"] == "error":

@@ -25,7 +25,12 @@ def judge(decl: dict, tables: dict, cfg: dict = CFG) -> dict:
     return claims.judge_claim(claims.parse(d, d["id"]), tables, cfg)
 
 
-RUNS = table(variant=["base"] * 3 + ["fix"] * 3, seed=[0, 1, 2] * 2, acc=[0.50, 0.52, 0.48, 0.55, 0.58, 0.57], experiment=["e"] * 6)
+RUNS = table(
+    variant=["base"] * 3 + ["fix"] * 3,
+    seed=[0, 1, 2] * 2,
+    acc=[0.50, 0.52, 0.48, 0.55, 0.58, 0.57],
+    experiment=["e"] * 6,
+)
 
 
 def test_paired_difference_by_role():
@@ -68,7 +73,9 @@ def test_grid_point_role_max_and_the_statement_shows_it():
 
 def test_pooled_rows_are_not_values():
     t = table(setting=["s", "s", "s"], seed=["0", "1", "all"], v=[1.0, 3.0, 2.0])
-    r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "v", "table": "t", "a": {"setting": "s"}}, {"t": t})
+    r = judge(
+        {"id": "x", "kind": "document", "statement": "s", "measure": "v", "table": "t", "a": {"setting": "s"}}, {"t": t}
+    )
     assert r["n"] == 2 and r["difference"] == 2.0
 
 
@@ -86,21 +93,46 @@ def test_a_remedy_waits_for_its_failure_and_its_mechanism():
 
 def test_equal_samples_ratio_check_and_ci_low():
     t = RUNS.assign(samples=[100.0] * 3 + [200.0] * 3)
-    check = {"type": "engaged", "label": "equal samples", "measure": "samples", "arm": "a", "ratio_to": "b", "at_least": 0.75, "at_most": 1.33}
+    check = {
+        "type": "engaged",
+        "label": "equal samples",
+        "measure": "samples",
+        "arm": "a",
+        "ratio_to": "b",
+        "at_least": 0.75,
+        "at_most": 1.33,
+    }
     r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "acc", "table": "t", "a": {"variant": "fix"}, "b": {"variant": "base"},
                "checks": [check]}, {"t": t})  # fmt: skip
     assert r["outcome"] == "not judged" and "samples 2 (needs >= 0.75 and <= 1.33)" in r["reason"]
     low = {"type": "precondition", "label": "learns", "measure": "acc", "arm": "a", "stat": "ci_low", "at_least": 0.6}
-    r = judge({"id": "y", "kind": "document", "statement": "s", "measure": "acc", "table": "t", "a": {"variant": "fix"}, "checks": [low]}, {"t": t})
+    r = judge(
+        {
+            "id": "y",
+            "kind": "document",
+            "statement": "s",
+            "measure": "acc",
+            "table": "t",
+            "a": {"variant": "fix"},
+            "checks": [low],
+        },
+        {"t": t},
+    )
     assert r["outcome"] == "not judged" and r["reason"].startswith("precondition not met")
 
 
 def test_equivalence_uses_two_one_sided_tests():
-    t = table(arm=["a"] * 5 + ["b"] * 5, seed=list(range(5)) * 2, v=[0.500, 0.510, 0.490, 0.505, 0.495] + [0.501, 0.509, 0.492, 0.503, 0.497])
+    t = table(
+        arm=["a"] * 5 + ["b"] * 5,
+        seed=list(range(5)) * 2,
+        v=[0.500, 0.510, 0.490, 0.505, 0.495] + [0.501, 0.509, 0.492, 0.503, 0.497],
+    )
     r = judge({"id": "x", "kind": "beyond", "statement": "s", "measure": "v", "table": "t", "a": {"arm": "a"}, "b": {"arm": "b"},
                "expect": {"equivalence": 0.03}}, {"t": t})  # fmt: skip
     d = [a - b for a, b in zip(t["v"][:5], t["v"][5:])]
-    tost = max(stats.ttest_1samp(d, -0.03, alternative="greater").pvalue, stats.ttest_1samp(d, 0.03, alternative="less").pvalue)
+    tost = max(
+        stats.ttest_1samp(d, -0.03, alternative="greater").pvalue, stats.ttest_1samp(d, 0.03, alternative="less").pvalue
+    )
     assert r["outcome"] == "agrees" and r["p_value"] == pytest.approx(tost)
 
 
@@ -114,13 +146,17 @@ def test_holm_demotes_a_document_claim_that_does_not_survive_the_family():
     rows = pd.DataFrame({"kind": ["document"] * 3 + ["setup"], "p_value": [0.02, 0.03, 0.04, 0.001],
                          "outcome": ["agrees"] * 4, "reason": ["r"] * 4, "p_holm": math.nan, "p_bh": math.nan})  # fmt: skip
     out = claims.adjust(rows)
-    assert list(out["p_holm"][:3]) == pytest.approx([0.06, 0.06, 0.06]) and list(out["p_bh"][:3]) == pytest.approx([0.04, 0.04, 0.04])
+    assert list(out["p_holm"][:3]) == pytest.approx([0.06, 0.06, 0.06]) and list(out["p_bh"][:3]) == pytest.approx(
+        [0.04, 0.04, 0.04]
+    )
     assert (out["outcome"][:3] == "inconclusive").all() and "Holm" in out["reason"][0]
     assert out["outcome"][3] == "agrees" and math.isnan(out["p_holm"][3])  # setup checks are not in the family
 
 
 def test_a_zero_width_interval_is_exact_and_flagged():
-    same = table(variant=["base"] * 3 + ["fix"] * 3, seed=[0, 1, 2] * 2, acc=[0.5, 0.6, 0.7, 0.6, 0.7, 0.8])  # fix − base: 0.1 at every seed
+    same = table(
+        variant=["base"] * 3 + ["fix"] * 3, seed=[0, 1, 2] * 2, acc=[0.5, 0.6, 0.7, 0.6, 0.7, 0.8]
+    )  # fix − base: 0.1 at every seed
     r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "acc", "table": "t", "a": {"variant": "fix"},
                "b": {"variant": "base"}}, {"t": same})  # fmt: skip
     assert r["design"] == "exact" and r["ci_low"] == r["ci_high"] == pytest.approx(0.1) and r["n"] == 3
@@ -131,9 +167,14 @@ def test_a_zero_width_interval_is_exact_and_flagged():
     assert "exactly" in text and "detects" not in text and "effect size" not in text
     setup = judge({"id": "y", "kind": "setup", "statement": "s", "measure": "acc", "table": "t", "a": {"variant": "fix"},
                    "b": {"variant": "base"}}, {"t": same})  # fmt: skip
-    assert setup["design"] == "exact" and "by construction" not in setup["note"]  # a setup check is expected to be exact
+    assert (
+        setup["design"] == "exact" and "by construction" not in setup["note"]
+    )  # a setup check is expected to be exact
     t = table(arm=["a"] * 4, seed=range(4), hit=[1.0] * 4)
-    rate = judge({"id": "z", "kind": "reference", "statement": "s", "measure": "hit", "table": "t", "compare": "rate", "a": {}}, {"t": t})
+    rate = judge(
+        {"id": "z", "kind": "reference", "statement": "s", "measure": "hit", "table": "t", "compare": "rate", "a": {}},
+        {"t": t},
+    )
     assert rate["outcome"] == "agrees" and "by construction" in rate["note"]  # 4 of 4 against 0
 
 
@@ -146,7 +187,9 @@ def test_an_equivalence_the_design_cannot_pass_says_so_with_seeds_and_margin():
 
 
 def test_seeds_are_given_for_inconclusive_rates_and_for_claims_holm_demotes():
-    t = table(arm=["a"] * 5 + ["b"] * 5, seed=list(range(5)) * 2, hit=[1.0, 1.0, 1.0, 0.0, 0.0] + [1.0, 0.0, 0.0, 0.0, 0.0])
+    t = table(
+        arm=["a"] * 5 + ["b"] * 5, seed=list(range(5)) * 2, hit=[1.0, 1.0, 1.0, 0.0, 0.0] + [1.0, 0.0, 0.0, 0.0, 0.0]
+    )
     r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "hit", "table": "t", "compare": "rate",
                "a": {"arm": "a"}, "b": {"arm": "b"}}, {"t": t})  # fmt: skip
     assert r["outcome"] == "inconclusive" and r["seeds_needed"] > 5
@@ -159,7 +202,13 @@ def test_seeds_are_given_for_inconclusive_rates_and_for_claims_holm_demotes():
 
 
 def test_foreach_expands_lists_table_values_and_experiments():
-    decl = {"foreach": {"x": ["a", "b"], "e": {"experiments_with_role": "ref"}}, "id": "c_{x}_{e}", "statement": "{x}", "measure": "m", "a": {}}
+    decl = {
+        "foreach": {"x": ["a", "b"], "e": {"experiments_with_role": "ref"}},
+        "id": "c_{x}_{e}",
+        "statement": "{x}",
+        "measure": "m",
+        "a": {},
+    }
     assert [d["id"] for d in claims.expand(decl, {}, CFG)] == ["c_a_e", "c_b_e"]
     star = {"foreach": {"k": "*"}, "id": "k{k}", "table": "t", "statement": "s", "measure": "m", "a": {"k": "{k}"}}
     assert [d["a"]["k"] for d in claims.expand(star, {"t": table(k=[2, 10, 2], seed=[0, 1, 2])})] == ["2", "10"]
@@ -172,7 +221,18 @@ def test_bad_declarations_name_the_claim_and_the_key():
     with pytest.raises(ConfigError, match=r"mine.*colour"):
         claims.validate({"id": "x", "statement": "s", "measure": "m", "a": {}, "colour": 1}, "mine")
     with pytest.raises(ConfigError, match="has no role 'nobody'"):
-        judge({"id": "x", "kind": "user", "statement": "s", "measure": "acc", "table": "t", "experiment": "e", "a": {"role": "nobody"}}, {"t": RUNS})
+        judge(
+            {
+                "id": "x",
+                "kind": "user",
+                "statement": "s",
+                "measure": "acc",
+                "table": "t",
+                "experiment": "e",
+                "a": {"role": "nobody"},
+            },
+            {"t": RUNS},
+        )
     doc = judge({"id": "x", "kind": "document", "statement": "s", "measure": "acc", "table": "t", "experiment": "e", "a": {"role": "nobody"}},
                 {"t": RUNS})  # a config without the study's role: shown, not judged  # fmt: skip
     assert doc["outcome"] == "not judged" and "declares no role 'nobody'" in doc["reason"]
@@ -202,10 +262,9 @@ def test_a_users_claim_from_yaml_to_the_report(tmp_path):
     import yaml
 
     from mathrl.cli import main
+    from mathrl.config import ROOT
     from tests.conftest import TINY, write_config
     from tests.synthetic import curve, write_run
-
-    from mathrl.config import ROOT
 
     example = yaml.safe_load((ROOT / "config" / "examples" / "grpo_vs_rloo.yaml").read_text())  # the README's example
     example["experiments"]["grpo_vs_rloo"]["seeds"] = [0, 1, 2]
@@ -217,13 +276,20 @@ def test_a_users_claim_from_yaml_to_the_report(tmp_path):
     finals = {"grpo": [0.40, 0.42, 0.41], "rloo": [0.46, 0.49, 0.47]}
     for variant, accs in finals.items():
         for seed, acc in enumerate(accs):
-            write_run(loaded, f"grpo_vs_rloo__{variant}__s{seed}", curve(4, 2, lambda s, a=acc: 0.3 + (a - 0.3) * s / 4), initial_eval=0.3)
+            write_run(
+                loaded,
+                f"grpo_vs_rloo__{variant}__s{seed}",
+                curve(4, 2, lambda s, a=acc: 0.3 + (a - 0.3) * s / 4),
+                initial_eval=0.3,
+            )
     assert main(["aggregate", "--config", str(path)]) == 0
     c = pd.read_csv(tmp_path / "results" / "tables" / "claims.csv").set_index("claim_id")
     r = c.loc["rloo_beats_grpo"]
     d = [0.06, 0.07, 0.06]
     assert (r.kind, r.section, r.part, r.outcome, r.n) == ("user", "generic", "grpo_vs_rloo", "agrees", 3)
-    assert r.difference == pytest.approx(sum(d) / 3) and r.ci_low > 0 and math.isnan(r.p_holm)  # not in the documents' family
+    assert (
+        r.difference == pytest.approx(sum(d) / 3) and r.ci_low > 0 and math.isnan(r.p_holm)
+    )  # not in the documents' family
     assert main(["report", "--config", str(path)]) == 0
     html = (tmp_path / "results" / "report.html").read_text()
     section = html[html.index('<h3 id="generic-grpo_vs_rloo">') :]
@@ -235,7 +301,15 @@ def test_a_failure_shown_as_a_loss_whose_interval_lies_below_zero():
     """minus_to with ci_high: the remedied setting's loss against a control, seed by seed, must lie below 0."""
     t = table(variant=["ctl"] * 3 + ["bad"] * 3 + ["fix"] * 3, seed=[0, 1, 2] * 3,
               acc=[0.50, 0.52, 0.51, 0.40, 0.43, 0.41, 0.49, 0.50, 0.50])  # fmt: skip
-    loss = {"type": "failure", "label": "loss", "measure": "acc", "arm": "b", "minus_to": {"variant": "ctl"}, "stat": "ci_high", "at_most": 0.0}
+    loss = {
+        "type": "failure",
+        "label": "loss",
+        "measure": "acc",
+        "arm": "b",
+        "minus_to": {"variant": "ctl"},
+        "stat": "ci_high",
+        "at_most": 0.0,
+    }
     decl = {"id": "x", "kind": "beyond", "statement": "fix recovers", "measure": "acc", "table": "t",
             "a": {"variant": "fix"}, "b": {"variant": "bad"}, "checks": [loss]}  # fmt: skip
     r = judge(decl, {"t": t})

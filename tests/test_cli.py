@@ -27,7 +27,10 @@ from tests.conftest import ROOT, write_config
         (["sft", "--task", "ad"], ["--task", "did you mean 'add'"]),
         (["gradvar", "--task", "nope"], ["--task", "'nope'"]),
         (["train", "--run", "tiny__nope"], ["--run", "'tiny__nope'"]),
-        (["train", "--run", "tiny__batch_size-8__s0", "lr=0.5"], ["--run tiny__batch_size-8__s0", "lr=0.5", "--run-id"]),
+        (
+            ["train", "--run", "tiny__batch_size-8__s0", "lr=0.5"],
+            ["--run tiny__batch_size-8__s0", "lr=0.5", "--run-id"],
+        ),
         (["train", "learning_rate=1e-3"], ["run.learning_rate: unknown key", "did you mean 'lr'"]),
         (["runs", "--set", "train.batch_size=-64"], ["train.batch_size: -64", "(from --set train.batch_size=-64)"]),
         (["runs", "--set", "sft.add.band=[0.6,0.3]"], ["sft.add.band", "reversed"]),
@@ -128,8 +131,10 @@ def test_cuda_without_a_gpu_is_one_line(tiny_cfg_dict, tmp_path, capsys):
     path = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
     assert main(["train", "--config", str(path), "--run-id", "x", "device=cuda", "steps=2"]) == 2
     err = capsys.readouterr().err
-    assert err == ("mathrl train: error: device: 'cuda' was asked for but torch sees no CUDA device; "
-                   "use device=auto or device=cpu\n")
+    assert err == (
+        "mathrl train: error: device: 'cuda' was asked for but torch sees no CUDA device; "
+        "use device=auto or device=cpu\n"
+    )
     assert not (tmp_path / "results").exists()
 
 
@@ -173,8 +178,12 @@ def test_finding_ones_way_settings_version_dry_run_and_run_status(tiny_cfg_dict,
     (run_dir / "tiny__batch_size-16__s0" / "summary.json").write_text('{"status": "complete"}')
     assert main(["runs", "--config", str(path), "--status"]) == 0
     statuses = [line.split() for line in capsys.readouterr().out.splitlines()]
-    assert statuses == [["tiny__batch_size-8__s0", "missing"], ["tiny__batch_size-8__s1", "partial"],
-                        ["tiny__batch_size-16__s0", "done"], ["tiny__batch_size-16__s1", "missing"]]
+    assert statuses == [
+        ["tiny__batch_size-8__s0", "missing"],
+        ["tiny__batch_size-8__s1", "partial"],
+        ["tiny__batch_size-16__s0", "done"],
+        ["tiny__batch_size-16__s1", "missing"],
+    ]
 
 
 def test_every_subcommand_has_help(capsys):

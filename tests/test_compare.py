@@ -26,7 +26,8 @@ def write_summary(results, run_id, seed, final, lr=0.001, experiment=None):
                "best": {"eval_accuracy": final + 0.01}}  # fmt: skip
     (d / "summary.json").write_text(json.dumps(summary))
     pd.DataFrame({"step": [1, 2], "eval_accuracy": [final + 0.01, final], "entropy": 0.2, "reward_mean": final}).to_csv(
-        d / "metrics.csv", index=False)  # the registered measures read the evaluations from here
+        d / "metrics.csv", index=False
+    )  # the registered measures read the evaluations from here
 
 
 @pytest.fixture

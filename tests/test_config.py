@@ -46,7 +46,9 @@ def test_overrides_and_merge(tiny_cfg_dict, tmp_path):
     assert cfg["train"]["batch_size"] == 16  # untouched by the second file
 
 
-@pytest.mark.parametrize("text, value", [("1e-3", 1e-3), ("512", 512), ("none", None), ("true", True), ("[1, 2]", [1, 2]), ("k3", "k3")])
+@pytest.mark.parametrize(
+    "text, value", [("1e-3", 1e-3), ("512", 512), ("none", None), ("true", True), ("[1, 2]", [1, 2]), ("k3", "k3")]
+)
 def test_parse_value(text, value):
     assert parse_value(text) == value
 
@@ -112,10 +114,16 @@ def test_run_ids_do_not_depend_on_key_order(tiny_cfg_dict, tmp_path):
 
 def test_lr_scale_states_a_learning_rate_relative_to_the_reference(tiny_cfg_dict, tmp_path):
     tiny_cfg_dict["experiments"]["rel"] = {"variants": {"ref": {}, "hot": {"lr_scale": 5}}, "seeds": [0]}
-    tiny_cfg_dict["experiments"]["own"] = {"fixed": {"lr": 1.0e-3}, "variants": {"ref": {}, "hot": {"lr_scale": 2}}, "seeds": [0]}
+    tiny_cfg_dict["experiments"]["own"] = {
+        "fixed": {"lr": 1.0e-3},
+        "variants": {"ref": {}, "hot": {"lr_scale": 2}},
+        "seeds": [0],
+    }
     runs = expand_runs(load_config([write_config(tmp_path / "a.yaml", tiny_cfg_dict)]))
     base = tiny_cfg_dict["train"]["lr"]
-    assert runs["rel__ref__s0"].settings["lr"] == base and runs["rel__hot__s0"].settings["lr"] == pytest.approx(5 * base)
+    assert runs["rel__ref__s0"].settings["lr"] == base and runs["rel__hot__s0"].settings["lr"] == pytest.approx(
+        5 * base
+    )
     assert runs["own__hot__s0"].settings["lr"] == pytest.approx(2.0e-3)  # scales the experiment's own lr
     tiny_cfg_dict["train"]["lr"] = 1.0e-4  # a new reference moves the aggressive setting with it
     again = expand_runs(load_config([write_config(tmp_path / "b.yaml", tiny_cfg_dict)]))
@@ -128,18 +136,28 @@ def test_a_layered_lr_on_a_variant_with_lr_scale_is_refused(tiny_cfg_dict, tmp_p
     'aggressive' at 10x the reference instead of 2x)."""
     tiny_cfg_dict["experiments"]["rel"] = {"variants": {"ref": {}, "hot": {"lr_scale": 2}}, "seeds": [0]}
     base = write_config(tmp_path / "base.yaml", tiny_cfg_dict)
-    assert expand_runs(load_config([base]))["rel__hot__s0"].settings["lr"] == pytest.approx(2 * tiny_cfg_dict["train"]["lr"])
+    assert expand_runs(load_config([base]))["rel__hot__s0"].settings["lr"] == pytest.approx(
+        2 * tiny_cfg_dict["train"]["lr"]
+    )
     over = tmp_path / "over.yaml"
     over.write_text("experiments:\n  rel:\n    variants:\n      hot: {lr: 5.0e-4}\n")
-    with pytest.raises(ConfigError, match=r"experiments\.rel\.variants\.hot: sets both lr \(0\.0005\) and lr_scale \(2\)"):
+    with pytest.raises(
+        ConfigError, match=r"experiments\.rel\.variants\.hot: sets both lr \(0\.0005\) and lr_scale \(2\)"
+    ):
         load_config([base, over])
 
 
 def test_two_runs_of_one_experiment_with_equal_settings_are_refused(tiny_cfg_dict, tmp_path):
     """A grid key that repeats what a variant sets makes cells that test nothing."""
-    tiny_cfg_dict["experiments"]["dup"] = {"variants": {"clip1": {"grad_clip": 1.0}, "clip2": {"grad_clip": 2.0}},
-                                           "grid": {"grad_clip": [1.0]}, "seeds": [0]}
-    with pytest.raises(ConfigError, match="experiments.dup: runs dup__clip1_grad_clip-1__s0 and dup__clip2_grad_clip-1__s0 have the same settings"):
+    tiny_cfg_dict["experiments"]["dup"] = {
+        "variants": {"clip1": {"grad_clip": 1.0}, "clip2": {"grad_clip": 2.0}},
+        "grid": {"grad_clip": [1.0]},
+        "seeds": [0],
+    }
+    with pytest.raises(
+        ConfigError,
+        match="experiments.dup: runs dup__clip1_grad_clip-1__s0 and dup__clip2_grad_clip-1__s0 have the same settings",
+    ):
         load_config([write_config(tmp_path / "a.yaml", tiny_cfg_dict)])
 
 
@@ -162,12 +180,17 @@ def test_full_yaml_keeps_the_defaults_multiples_of_the_reference_lr():
 
 
 def test_a_run_with_another_experiments_settings_is_trained_once_and_read_by_both(tiny_cfg_dict, tmp_path):
-    tiny_cfg_dict["experiments"]["again"] = {"variants": {"same": {"batch_size": 16}, "other": {"batch_size": 32}}, "seeds": [1, 5]}
+    tiny_cfg_dict["experiments"]["again"] = {
+        "variants": {"same": {"batch_size": 16}, "other": {"batch_size": 32}},
+        "seeds": [1, 5],
+    }
     cfg = load_config([write_config(tmp_path / "a.yaml", tiny_cfg_dict)])
     runs, trained = expand_runs(cfg), trained_runs(cfg)
     # the tiny grid's batch 16, seed 1 has again__same__s1's settings: the smaller id trains
     assert runs["tiny__batch_size-16__s1"].same_as == "again__same__s1" and runs["again__same__s1"].same_as is None
-    assert runs["again__same__s5"].same_as is None and runs["again__other__s1"].same_as is None  # seed 5 / batch 32 are new
+    assert (
+        runs["again__same__s5"].same_as is None and runs["again__other__s1"].same_as is None
+    )  # seed 5 / batch 32 are new
     assert set(trained) == set(runs) - {"tiny__batch_size-16__s1"}
     alias = runs["tiny__batch_size-16__s1"]
     assert alias.trained_as == "again__same__s1" and alias.experiment == "tiny" and alias.point == {"batch_size": 16}
@@ -197,7 +220,12 @@ def test_config_files_layer_over_the_default_unless_standalone(tmp_path, capsys)
     assert capsys.readouterr().out.split() == list(expand_runs(default))
     alone = write_config(tmp_path / "alone.yaml", {**TINY, "results": str(tmp_path)})
     assert main(["runs", "--config", str(alone)]) == 0
-    assert capsys.readouterr().out.split() == ["tiny__batch_size-8__s0", "tiny__batch_size-8__s1", "tiny__batch_size-16__s0", "tiny__batch_size-16__s1"]
+    assert capsys.readouterr().out.split() == [
+        "tiny__batch_size-8__s0",
+        "tiny__batch_size-8__s1",
+        "tiny__batch_size-16__s0",
+        "tiny__batch_size-16__s1",
+    ]
 
 
 def test_every_yaml_1_2_float_form_is_a_number_in_a_config_file(tiny_cfg_dict, tmp_path):

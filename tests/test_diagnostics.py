@@ -19,7 +19,9 @@ from mathrl.monitor import StabilityMonitor
 
 
 def close(a, b, tol=1e-6):
-    torch.testing.assert_close(torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64), atol=tol, rtol=0)
+    torch.testing.assert_close(
+        torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64), atol=tol, rtol=0
+    )
 
 
 # ------------------------------------------------------------------ clip sides and ppo_kl
@@ -122,20 +124,30 @@ def test_reinforce_pp_baseline_whitens_group_centred_rewards_over_tokens():
     # tokens (7 under the mask): 0.5, 0.5, -0.5, 0, 0, 0, 0 -> mean 1/14, population std
     vals = torch.tensor([0.5, 0.5, -0.5, 0, 0, 0, 0], dtype=torch.float64)
     mean, std = vals.mean(), vals.std(unbiased=False)
-    want = [[(0.5 - mean) / std, (0.5 - mean) / std], [(-0.5 - mean) / std, 0.0], [-mean / std, -mean / std], [-mean / std, -mean / std]]
+    want = [
+        [(0.5 - mean) / std, (0.5 - mean) / std],
+        [(-0.5 - mean) / std, 0.0],
+        [-mean / std, -mean / std],
+        [-mean / std, -mean / std],
+    ]
     close(adv, want, tol=1e-5)
 
 
 def test_batch_statistics_come_from_the_injected_global_mean_std():
     r = torch.tensor([1.0, 0.0, 1.0, 1.0])
-    adv, _ = A.ESTIMATORS["grpo_batch_std"].fn(A.AdvantageInputs(r, MASK, group_size=2, mean_std=lambda x, w: (0.0, 2.0)))
+    adv, _ = A.ESTIMATORS["grpo_batch_std"].fn(
+        A.AdvantageInputs(r, MASK, group_size=2, mean_std=lambda x, w: (0.0, 2.0))
+    )
     close(adv[0, 0], 0.25, tol=1e-5)  # 0.5 / 2 (as if the other ranks' rewards made the std 2)
 
 
 # ------------------------------------------------------------------ monitor trend alerts
 def test_grad_norm_spike_fires_against_the_median_of_the_window_once():
     m = StabilityMonitor(window=3)
-    out = [m.check_trends(s, g, 1.0, grad_spike=5.0, entropy_rise=None) for s, g in enumerate([1.0, 2.0, 100.0, 1.0, 3.0, 20.0, 30.0], 1)]
+    out = [
+        m.check_trends(s, g, 1.0, grad_spike=5.0, entropy_rise=None)
+        for s, g in enumerate([1.0, 2.0, 100.0, 1.0, 3.0, 20.0, 30.0], 1)
+    ]
     # step 3 has a 2-value history: not checked; step 4: median(1, 2, 100) = 2 -> 1 is fine
     # step 5: median(2, 100, 1) = 2, 3 < 10; step 6: median(100, 1, 3) = 3, 20 > 15 fires; step 7 still above: quiet
     assert [len(a) for a in out] == [0, 0, 0, 0, 0, 1, 0]
@@ -146,7 +158,10 @@ def test_grad_norm_spike_fires_against_the_median_of_the_window_once():
 
 def test_entropy_rise_fires_against_the_window_minimum():
     m = StabilityMonitor(window=2)
-    out = [m.check_trends(s, 1.0, h, grad_spike=None, entropy_rise=0.5) for s, h in enumerate([0.4, 0.2, 0.29, 0.31, 0.2], 1)]
+    out = [
+        m.check_trends(s, 1.0, h, grad_spike=None, entropy_rise=0.5)
+        for s, h in enumerate([0.4, 0.2, 0.29, 0.31, 0.2], 1)
+    ]
     # step 3: min(0.4, 0.2) = 0.2, 0.29 < 0.3; step 4: min(0.2, 0.29) = 0.2, 0.31 > 0.3 fires
     assert [len(a) for a in out] == [0, 0, 0, 1, 0]
     assert out[3][0]["kind"] == "entropy_rise" and out[3][0]["threshold"] == pytest.approx(0.3)
@@ -205,7 +220,9 @@ def test_trainer_logs_the_update_diagnostics(run_env):
     from mathrl.analysis import noise_scale
 
     r = noisy.iloc[0]
-    assert r["grad_noise_scale"] == pytest.approx(noise_scale(4, 16, r["grad_sq_micro"], r["grad_sq_batch"])["noise_scale"], nan_ok=True)
+    assert r["grad_noise_scale"] == pytest.approx(
+        noise_scale(4, 16, r["grad_sq_micro"], r["grad_sq_batch"])["noise_scale"], nan_ok=True
+    )
     for kind in ("clip_cov", "kl_cov"):
         df, _ = run(kind, f"policy_loss={kind}", "cov_ratio=0.1", "ppo_epochs=2", "clip_cov_lower=-1")
         assert (df["cov_frac"] > 0).all(), kind

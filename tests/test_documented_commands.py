@@ -116,7 +116,9 @@ def check_mathrl(args: list[str]) -> None:
         _load(parsed)
 
 
-@pytest.mark.parametrize(("where", "command"), documented_commands(), ids=lambda v: v if "/" not in v and "." not in v[:12] else None)
+@pytest.mark.parametrize(
+    ("where", "command"), documented_commands(), ids=lambda v: v if "/" not in v and "." not in v[:12] else None
+)
 def test_a_documented_command_runs_as_written(where, command, workflow_copy, capsys):
     env, words = split(command)
     program = words[0]

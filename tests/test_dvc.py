@@ -72,7 +72,8 @@ def test_a_stage_per_task_run_study_and_report_step_with_the_rules_commands():
     runs = trained_runs(cfg)
     scratch = {r for r, spec in runs.items() if spec.settings["init"] == "random"}
     assert {name for name in stages if name.startswith("train")} == (
-        {f"train@{run_key(r)}" for r in set(runs) - scratch} | {f"train-from-scratch@{run_key(r)}" for r in scratch})
+        {f"train@{run_key(r)}" for r in set(runs) - scratch} | {f"train-from-scratch@{run_key(r)}" for r in scratch}
+    )
     assert all(re.fullmatch(r"[A-Za-z0-9_-]+(@[A-Za-z0-9_-]+)?", name) for name in stages)
     py = f"{DEFAULT_PYTHON} -m mathrl"
 

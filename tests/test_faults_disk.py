@@ -40,7 +40,9 @@ def test_full_disk_during_a_snapshot_keeps_the_previous_one(env, capsys):
     assert main([*argv, "steps=2"]) == 0
     before = {name: (d / name).read_bytes() for name in ("snapshot.pt", "metrics.csv", "summary.json", "heldout.csv")}
 
-    full = run(train_cmd(env, "r", "snapshot_every=2", "steps=4"), preexec_fn=file_size_limit(len(before["snapshot.pt"]) // 2))
+    full = run(
+        train_cmd(env, "r", "snapshot_every=2", "steps=4"), preexec_fn=file_size_limit(len(before["snapshot.pt"]) // 2)
+    )
     assert full.returncode == 1, full.stderr
     assert "Traceback" not in full.stderr
     assert full.stderr.strip().splitlines()[-1] == (

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 from conftest import tiny_cfg, write_config
 

@@ -46,4 +46,10 @@ def test_kill_9_resumes_from_the_last_complete_snapshot_to_identical_metrics(env
     assert f"resuming r from {d / 'snapshot.pt'} at step 2" in again.stdout
     assert "unusable" not in again.stderr  # the half-written file was never a candidate
     pd.testing.assert_frame_equal(metrics(d), reference, check_exact=True)
-    assert sorted(p.name for p in d.iterdir()) == ["heldout.csv", "metrics.csv", "snapshot.pt", "snapshot.pt.prev", "summary.json"]
+    assert sorted(p.name for p in d.iterdir()) == [
+        "heldout.csv",
+        "metrics.csv",
+        "snapshot.pt",
+        "snapshot.pt.prev",
+        "summary.json",
+    ]

@@ -101,7 +101,9 @@ def test_every_value_reaching_a_rule_shell_is_quoted_or_constrained():
             name, _, spec = field.partition(":")
             kind, _, attr = name.partition(".")
             if kind in ("input", "output", "log", "params"):
-                assert spec == "q" or (kind == "params" and attr in enum_params), f"rule {rule}: {{{field}}} is not quoted"
+                assert spec == "q" or (kind == "params" and attr in enum_params), (
+                    f"rule {rule}: {{{field}}} is not quoted"
+                )
             elif kind == "wildcards":
                 assert attr in constrained, f"rule {rule}: wildcard {attr} has no constraint"
             else:
@@ -120,9 +122,13 @@ def test_run_id_with_shell_or_html_metacharacters_is_refused(tmp_path, capsys, r
 def test_experiment_or_variant_name_with_metacharacters_is_refused(tmp_path, capsys, where):
     name = "x;touch pwned<b>"
     cfg = tiny_cfg(tmp_path / "results")
-    cfg["experiments"] = {name: {"seeds": [0]}} if where == "experiment" else {"e": {"variants": {name: {}}, "seeds": [0]}}
+    cfg["experiments"] = (
+        {name: {"seeds": [0]}} if where == "experiment" else {"e": {"variants": {name: {}}, "seeds": [0]}}
+    )
     config = write_config(tmp_path / "c.yaml", cfg)
     assert main(["runs", "--config", str(config)]) == 2
     err = capsys.readouterr().err
-    assert (f"{name!r} does not match '^[A-Za-z0-9_]+$'" if where == "experiment" else "characters outside [A-Za-z0-9_.-]") in err, err
+    assert (
+        f"{name!r} does not match '^[A-Za-z0-9_]+$'" if where == "experiment" else "characters outside [A-Za-z0-9_.-]"
+    ) in err, err
     assert not (tmp_path / "results").exists()

@@ -30,15 +30,30 @@ def pipeline_dir(tree: Path, workdir: Path, experiments: dict) -> Path:
 
 
 def snakemake_cmd(workdir: Path, config: Path, *args: str) -> list[str]:
-    return [PY, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(workdir), *args, "--configfile", str(config)]
+    return [
+        PY,
+        "-m",
+        "snakemake",
+        "-s",
+        str(SNAKEFILE),
+        "--directory",
+        str(workdir),
+        *args,
+        "--configfile",
+        str(config),
+    ]
 
 
-def test_killed_snakemake_aggregates_no_partial_run_and_reruns_only_what_is_missing(tree, tmp_path, background, monkeypatch):
+def test_killed_snakemake_aggregates_no_partial_run_and_reruns_only_what_is_missing(
+    tree, tmp_path, background, monkeypatch
+):
     """Run a (2 steps) finishes while b (6 steps, snapshots every 2) is paused in step 4;
     then the whole process group gets SIGKILL. Aggregation before the rerun counts b as
     missing (even with a partial metrics.csv planted in its directory); the rerun, after
     `--unlock`, runs b alone, which resumes from its step-2 snapshot."""
-    experiments = {"cut": {"fixed": {"snapshot_every": 2}, "variants": {"a": {"steps": 2}, "b": {"steps": 6}}, "seeds": [0]}}
+    experiments = {
+        "cut": {"fixed": {"snapshot_every": 2}, "variants": {"a": {"steps": 2}, "b": {"steps": 6}}, "seeds": [0]}
+    }
     config = pipeline_dir(tree, tmp_path, experiments)
     a, b = (tmp_path / "results" / "runs" / f"cut__{v}__s0" for v in "ab")
     targets = [f"results/runs/cut__{v}__s0/summary.json" for v in "ab"]

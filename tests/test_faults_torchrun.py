@@ -36,7 +36,9 @@ def test_torchrun_worker_killed_ends_the_job_with_a_clear_error(env, background)
     """Both workers pause in step 3; rank 1 is killed by pid: the job ends (no hang) with
     torchrun's failure report naming the rank, its pid and the signal."""
     out, err = env["dir"] / "out.log", env["dir"] / "err.log"
-    proc = background.start(torchrun_cmd(env, "two", *DDP_SETTINGS), out, child_env(MATHRL_FAULT_SLEEP_AT_STEP="3:300"), err=err)
+    proc = background.start(
+        torchrun_cmd(env, "two", *DDP_SETTINGS), out, child_env(MATHRL_FAULT_SLEEP_AT_STEP="3:300"), err=err
+    )
     pid = int(wait_for(proc, err, r"fault: pid (\d+) rank 1 in step 3")[1])
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()

@@ -43,7 +43,11 @@ def server_pids(sock_dir: Path) -> list[int]:
             cmd = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"mathrl.forkserver" in cmd and any(str(sock_dir).encode() in part for part in cmd) and alive(int(proc.name)):
+        if (
+            b"mathrl.forkserver" in cmd
+            and any(str(sock_dir).encode() in part for part in cmd)
+            and alive(int(proc.name))
+        ):
             pids.append(int(proc.name))
     return [pid for pid in pids if parent(pid) not in pids]  # forked runs share the server's command line
 
@@ -63,7 +67,9 @@ def launch_cmd(config: Path, *train_args: str, fork: str = "auto") -> list[str]:
 def test_a_forked_run_equals_a_fresh_interpreter_run(run_env, sockets):
     results = run_env["results"]
     for name, fork in (("fresh", "off"), ("forked", "auto"), ("forked_again", "auto")):
-        out = subprocess.run(launch_cmd(run_env["config"], "--run-id", name, "steps=3"), cwd=ROOT, capture_output=True, text=True)
+        out = subprocess.run(
+            launch_cmd(run_env["config"], "--run-id", name, "steps=3"), cwd=ROOT, capture_output=True, text=True
+        )
         assert out.returncode == 0, out.stderr
         assert f"run {name}: complete" in out.stdout  # the child's stdout is the launcher's
     assert server_pids(sockets), "no fork server was started"
@@ -135,13 +141,17 @@ def test_a_killed_server_takes_its_runs_with_it_and_the_next_launch_starts_a_new
     finally:
         proc.kill()
         proc.wait()
-    out = subprocess.run(launch_cmd(run_env["config"], "--run-id", "after", "steps=1"), cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run(
+        launch_cmd(run_env["config"], "--run-id", "after", "steps=1"), cwd=ROOT, capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
     assert server_pids(sockets) and server not in server_pids(sockets)
 
 
 def test_an_idle_server_exits_and_removes_its_socket(run_env, sockets):
-    subprocess.run(launch_cmd(run_env["config"], "--run-id", "once", "steps=1"), cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(
+        launch_cmd(run_env["config"], "--run-id", "once", "steps=1"), cwd=ROOT, check=True, capture_output=True
+    )
     assert list(sockets.glob("*.sock")) and server_pids(sockets)
     assert wait_until(lambda: not server_pids(sockets), 20)
     assert not list(sockets.glob("*.sock"))
@@ -166,7 +176,9 @@ def test_used_only_for_a_cpu_run_outside_slurm():
     assert not forkserver.enabled(0, {"MATHRL_NO_FORK_SERVER": "1"})
 
 
-def test_a_socket_directory_others_can_enter_is_refused_and_the_run_starts_the_ordinary_way(run_env, monkeypatch, tmp_path):
+def test_a_socket_directory_others_can_enter_is_refused_and_the_run_starts_the_ordinary_way(
+    run_env, monkeypatch, tmp_path
+):
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o777)
     shared.chmod(0o777)

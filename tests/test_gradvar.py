@@ -26,4 +26,6 @@ def test_variance_falls_with_batch_size_and_accumulation_matches(run_env):
     sq = {row["batch_size"]: row["sq_norm"] for row in result["variance"]}
     assert sq[8] > sq[64] > 0  # E|g_B|^2 = |G|^2 + tr(Sigma)/B falls with B
     ns = result["noise_scale"]
-    assert (ns["small"], ns["big"]) == (8, 64) and ns["trace_sigma"] == noise_scale(8, 64, sq[8], sq[64])["trace_sigma"] > 0
+    assert (ns["small"], ns["big"]) == (8, 64) and ns["trace_sigma"] == noise_scale(8, 64, sq[8], sq[64])[
+        "trace_sigma"
+    ] > 0

@@ -69,7 +69,9 @@ def procs():
 
 
 def hold_in_process(procs, locks: Path, n: int) -> tuple[subprocess.Popen, list[str]]:
-    p = subprocess.Popen([sys.executable, "-c", HOLDER, str(locks), str(n)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(locks), str(n)], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
     procs.append(p)
     line = p.stdout.readline().strip()
     assert line, "the holder process got no lease"

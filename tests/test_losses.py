@@ -33,9 +33,7 @@ def test_token_logprobs_and_entropy_match_manual_softmax():
     )
     tokens = torch.tensor([[1, 2], [0, 2]])
     softmax_123 = torch.tensor([1.0, 2.0, 3.0]).exp() / torch.tensor([1.0, 2.0, 3.0]).exp().sum()
-    expected_logp = torch.tensor(
-        [[math.log(1 / 3), math.log(0.5)], [math.log(0.2), softmax_123[2].log().item()]]
-    )
+    expected_logp = torch.tensor([[math.log(1 / 3), math.log(0.5)], [math.log(0.2), softmax_123[2].log().item()]])
     close(L.token_logprobs(logits, tokens), expected_logp)
 
     h_probs = -(probs * probs.log()).sum()  # 1.0297 nats
@@ -138,9 +136,7 @@ def test_frac_zero_std():
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
     close(L.frac_zero_std(rewards, 4), 0.5)
     close(L.zero_std_groups(rewards, 4), 1.0)
-    close(
-        L.frac_zero_std(torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0]), 2), 2 / 3
-    )  # [1,1] [0,1] [0,0]
+    close(L.frac_zero_std(torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0]), 2), 2 / 3)  # [1,1] [0,1] [0,0]
 
 
 def test_gae_gamma_lambda_one_is_reward_minus_value():
@@ -228,9 +224,7 @@ def test_clipped_surrogate_asymmetric_by_hand():
 
 def test_clipped_surrogate_broadcasts_sequence_advantage():
     ratio = torch.tensor([[1.0, 2.0], [1.0, 0.5]])
-    loss, clipped = L.clipped_surrogate(
-        ratio.log(), torch.zeros(2, 2), torch.tensor([[1.0], [-2.0]]), 0.2, 0.2
-    )
+    loss, clipped = L.clipped_surrogate(ratio.log(), torch.zeros(2, 2), torch.tensor([[1.0], [-2.0]]), 0.2, 0.2)
     close(loss, [[-1.0, -1.2], [2.0, 1.6]])
     assert clipped.shape == (2, 2) and clipped.tolist() == [[False, True], [False, True]]
 
@@ -305,9 +299,7 @@ def test_explained_variance_and_rmse():
     mask = torch.tensor([[1, 1, 1, 1, 0]])
     returns = torch.tensor([[1.0, 2.0, 3.0, 4.0, 50.0]])
     assert L.explained_variance(returns, returns, mask) == pytest.approx(1.0)
-    assert L.explained_variance(torch.full_like(returns, 7.0), returns, mask) == pytest.approx(
-        0.0, abs=1e-6
-    )
+    assert L.explained_variance(torch.full_like(returns, 7.0), returns, mask) == pytest.approx(0.0, abs=1e-6)
     # R - V = [0, 0, 0, 2]: Var = 1 - 0.25 = 0.75; Var[R] = 1.25; EV = 1 - 0.6 = 0.4
     values = torch.tensor([[1.0, 2.0, 3.0, 2.0, -9.0]])
     assert L.explained_variance(values, returns, mask) == pytest.approx(0.4, abs=1e-6)

@@ -57,14 +57,13 @@ def test_kv_cache_matches_full_recomputation(B, greedy):
     idx = prompts(B, P, seed=B)
     noise = torch.rand(B, n_new, V, generator=torch.Generator().manual_seed(B))
     out, logits = model.generate(idx, n_new, noise=noise, greedy=greedy, return_logits=True)
-    ref, ref_logits = model.generate_naive(idx, n_new, noise=noise, greedy=greedy,
-                                           return_logits=True)
+    ref, ref_logits = model.generate_naive(idx, n_new, noise=noise, greedy=greedy, return_logits=True)
     assert out.shape == (B, n_new) and out.dtype == torch.long
     assert torch.equal(out, ref)
     assert out.min() >= 0 and out.max() < V
     torch.testing.assert_close(logits, ref_logits, atol=1e-5, rtol=0)
     # and against one full forward over prompt + answer
-    full = model(torch.cat([idx, out], dim=1))[:, P - 1:P + n_new - 1]  # (B, n_new, V)
+    full = model(torch.cat([idx, out], dim=1))[:, P - 1 : P + n_new - 1]  # (B, n_new, V)
     torch.testing.assert_close(logits, full, atol=1e-5, rtol=0)
     # the plain call returns the same tokens
     assert torch.equal(model.generate(idx, n_new, noise=noise, greedy=greedy), out)
@@ -74,8 +73,7 @@ def test_generate_up_to_block_size_and_too_long():
     model = small_model()
     idx = prompts(4, 10)
     noise = torch.rand(4, BLOCK - 10, V)
-    assert torch.equal(model.generate(idx, BLOCK - 10, noise=noise),
-                       model.generate_naive(idx, BLOCK - 10, noise=noise))
+    assert torch.equal(model.generate(idx, BLOCK - 10, noise=noise), model.generate_naive(idx, BLOCK - 10, noise=noise))
     with pytest.raises(ValueError, match="block_size"):
         model.generate(idx, BLOCK - 9)
     with pytest.raises(ValueError, match="noise"):
@@ -134,7 +132,7 @@ def test_gpt_config_presets_and_errors():
 def test_preset_param_counts(preset):
     cfg = gpt_config(preset, vocab_size=V, block_size=16)
     n = GPT(cfg).num_params()
-    approx = 12 * cfg.n_layer * cfg.n_embd ** 2
+    approx = 12 * cfg.n_layer * cfg.n_embd**2
     assert 0.95 * approx < n < 1.1 * approx
     if preset == "adder":
         assert 3.0e6 < n < 3.4e6
@@ -191,14 +189,14 @@ def test_forward_shared_equals_full_forward(N, G, P, L):
     ref_logits, ref_hidden = model(full, return_hidden=True)
     logits, hidden = model.forward_shared(uniq, answers, G, return_hidden=True)
     assert logits.shape == (N * G, L, V) and hidden.shape == (N * G, L, 32)
-    torch.testing.assert_close(logits, ref_logits[:, P - 1:], atol=1e-5, rtol=0)
-    torch.testing.assert_close(hidden, ref_hidden[:, P - 1:], atol=1e-5, rtol=0)
+    torch.testing.assert_close(logits, ref_logits[:, P - 1 :], atol=1e-5, rtol=0)
+    torch.testing.assert_close(hidden, ref_hidden[:, P - 1 :], atol=1e-5, rtol=0)
     torch.testing.assert_close(model.forward_shared(uniq, answers, G), logits, atol=0, rtol=0)
     # the values the PPO head reads at the same positions
     head = ValueHead(32)
     with torch.no_grad():
         head.v.weight.normal_()
-    torch.testing.assert_close(head(hidden), head(ref_hidden)[:, P - 1:], atol=1e-5, rtol=0)
+    torch.testing.assert_close(head(hidden), head(ref_hidden)[:, P - 1 :], atol=1e-5, rtol=0)
 
 
 def test_forward_shared_does_not_mix_answers():
@@ -240,7 +238,7 @@ def test_forward_shared_gradients_equal_full_forward(N, G, P, L):
         return {name: p.grad.clone() for name, p in params}
 
     logits, hidden = model(full, return_hidden=True)
-    ref = grads(loss_of(logits[:, P - 1:], hidden[:, P - 1:]))
+    ref = grads(loss_of(logits[:, P - 1 :], hidden[:, P - 1 :]))
     got = grads(loss_of(*model.forward_shared(uniq, answers, G, return_hidden=True)))
     assert ref.keys() == got.keys()
     for name in ref:
@@ -251,7 +249,7 @@ def test_forward_shared_micro_batches_on_group_boundaries():
     model = small_model()
     uniq, answers, _ = shared_batch(6, 4, 8, 5)
     whole = model.forward_shared(uniq, answers, 4)
-    parts = torch.cat([model.forward_shared(uniq[i:i + 2], answers[4 * i:4 * i + 8], 4) for i in range(0, 6, 2)])
+    parts = torch.cat([model.forward_shared(uniq[i : i + 2], answers[4 * i : 4 * i + 8], 4) for i in range(0, 6, 2)])
     torch.testing.assert_close(parts, whole, atol=1e-6, rtol=0)
 
 
@@ -273,7 +271,9 @@ def test_generate_group_size_equals_repeated_prompts(G, greedy):
     N, P, n_new = 5, 8, 6
     uniq = prompts(N, P, seed=G)
     noise = torch.rand(N * G, n_new, V, generator=torch.Generator().manual_seed(G))
-    ref, ref_logits = model.generate(uniq.repeat_interleave(G, dim=0), n_new, noise=noise, greedy=greedy, return_logits=True)
+    ref, ref_logits = model.generate(
+        uniq.repeat_interleave(G, dim=0), n_new, noise=noise, greedy=greedy, return_logits=True
+    )
     out, logits = model.generate(uniq, n_new, noise=noise, greedy=greedy, return_logits=True, group_size=G)
     assert out.shape == (N * G, n_new)
     assert torch.equal(out, ref)

@@ -108,7 +108,9 @@ def test_noise_threshold_by_hand():
 
     assert noise_threshold(0.5, 100, 6) == pytest.approx(6 * 0.05)  # sqrt(0.25 / 100)
     assert noise_threshold(0.5, 400, 6) == pytest.approx(6 * 0.025)  # four times the batch: half the threshold
-    assert noise_threshold(0.0, 100, 6) == pytest.approx(6 / 100) and noise_threshold(1.3, 100, 6) == pytest.approx(6 / 100)  # floor
+    assert noise_threshold(0.0, 100, 6) == pytest.approx(6 / 100) and noise_threshold(1.3, 100, 6) == pytest.approx(
+        6 / 100
+    )  # floor
 
 
 def test_scaled_reward_swing_ignores_noise_of_its_batch():
@@ -124,7 +126,9 @@ def test_sustained_drops_and_precision_recall_by_hand():
 
     steps = [0, 5, 10, 15, 20, 25, 30, 35]
     acc = [0.40, 0.50, 0.44, 0.43, 0.50, 0.44, 0.52, 0.51]
-    assert sustained_drops(steps, acc) == [10]  # 0.44, 0.43 both >= 5 points below the best 0.50; step 25 is one reading only
+    assert sustained_drops(steps, acc) == [
+        10
+    ]  # 0.44, 0.43 both >= 5 points below the best 0.50; step 25 is one reading only
     assert sustained_drops(steps, acc, sustain=1) == [10, 25]
     assert sustained_drops([0, 5, 10], [0.5, float("nan"), 0.5]) == []
     # alerts at 3 (drop at 10 within 10 steps: hit), 12 (nothing after within 10: miss); drops 10 and 40 (40 unannounced)

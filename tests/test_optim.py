@@ -50,7 +50,9 @@ def test_adamw_first_step_by_hand():
     opt = make_optimizer([p], "adamw", lr=0.1, weight_decay=0.5, betas=(0.9, 0.99))
     p.grad = torch.tensor([3.0, -0.5])
     opt.step()
-    expected = torch.tensor([1.0, -2.0]) * (1 - 0.1 * 0.5) - 0.1 * torch.tensor([1.0, -1.0])  # eps 1e-8 is below rounding
+    expected = torch.tensor([1.0, -2.0]) * (1 - 0.1 * 0.5) - 0.1 * torch.tensor(
+        [1.0, -1.0]
+    )  # eps 1e-8 is below rounding
     torch.testing.assert_close(p.detach(), expected)
 
 

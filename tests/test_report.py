@@ -31,7 +31,19 @@ from tests import synthetic
 from tests.conftest import write_config
 from tests.synthetic import write_json, write_run
 
-SECTIONS = ["claims", "calibration", "lab04", "stability", "collapse", "system", "diagnostics", "generic", "runs", "alerts", "repro"]
+SECTIONS = [
+    "claims",
+    "calibration",
+    "lab04",
+    "stability",
+    "collapse",
+    "system",
+    "diagnostics",
+    "generic",
+    "runs",
+    "alerts",
+    "repro",
+]
 # (experiment, variant, grid point, seed) of the run left out and of the run whose summary.json is unreadable
 MISSING = ("batch", "b512", {}, 1)
 FAILED = ("system", "mul", {}, 1)
@@ -104,7 +116,9 @@ def run_rows(spec, rng) -> list[dict]:
 
 def run_id_of(specs: dict, experiment: str, variant: str | None, point: dict, seed: int) -> str:
     """The id of one run, whatever the id scheme."""
-    (run_id,) = [r for r, s in specs.items() if (s.experiment, s.variant, s.point, s.seed) == (experiment, variant, point, seed)]
+    (run_id,) = [
+        r for r, s in specs.items() if (s.experiment, s.variant, s.point, s.seed) == (experiment, variant, point, seed)
+    ]
     return run_id
 
 
@@ -128,7 +142,9 @@ def write_tree(cfg: dict) -> dict[str, str]:
             alerts = [{"step": 3, "kind": "reward_swing", "value": 0.4, "threshold": 0.3, "message": INJECTED_ALERT},
                       {"step": 6, "kind": "high_kl", "value": 0.7, "threshold": 0.5, "message": "KL 0.7 > 0.5"}]  # fmt: skip
         if run_id == low_entropy:
-            alerts = [{"step": 4, "kind": "low_entropy", "value": 0.05, "threshold": 0.1, "message": "entropy 0.05 < 0.1"}]
+            alerts = [
+                {"step": 4, "kind": "low_entropy", "value": 0.05, "threshold": 0.1, "message": "entropy 0.05 < 0.1"}
+            ]
         write_run(cfg, run_id, rows, initial_eval=0.4, status=status, alerts=alerts)
     (Path(cfg["results"]) / "runs" / failed / "summary.json").write_text("{truncated")
     block = cfg["bandit"]
@@ -145,8 +161,12 @@ def write_tree(cfg: dict) -> dict[str, str]:
     log = Path(cfg["results"]) / "logs" / "train" / f"{run_id_of(specs, 'system', 'add', {}, 0)}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(f"Step {STEPS}/{STEPS} | Loss 0.123 | Acc 0.500 | Eval 0.600\n")
-    return {"experiments": {run_id: spec.experiment for run_id, spec in specs.items()}, "missing": missing, "failed": failed,
-            "stopped": run_id_of(specs, "collapse", "huge_lr", {}, 1)}
+    return {
+        "experiments": {run_id: spec.experiment for run_id, spec in specs.items()},
+        "missing": missing,
+        "failed": failed,
+        "stopped": run_id_of(specs, "collapse", "huge_lr", {}, 1),
+    }
 
 
 def build(tmp: Path, record: list) -> dict:
@@ -164,7 +184,9 @@ def build(tmp: Path, record: list) -> dict:
         return out
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(synthetic, "expand_runs", lambda _cfg: specs)  # write_run would expand (and validate) the config per run
+        mp.setattr(
+            synthetic, "expand_runs", lambda _cfg: specs
+        )  # write_run would expand (and validate) the config per run
         ids = write_tree(cfg)
         for command in ("aggregate", "figures", "report"):
             if command == "report":
@@ -303,7 +325,9 @@ def test_pipeline_outputs(report_tree):
     r = report_tree["results"]
     assert (r / "report.html").stat().st_size > 10_000
     assert len(list((r / "figures").glob("*.png"))) >= 10
-    assert (r / "runs" / report_tree["failed"] / "summary.json").read_text() == "{truncated" and not (r / "runs" / report_tree["missing"]).exists()
+    assert (r / "runs" / report_tree["failed"] / "summary.json").read_text() == "{truncated" and not (
+        r / "runs" / report_tree["missing"]
+    ).exists()
     assert report_tree["tables_called"], "the report rendered its tables through the table() helper"
 
 
@@ -369,7 +393,9 @@ def test_self_contained(report_tree, dom):
             v = node.attrs.get(attr)
             assert v is None or v.startswith(("#", "data:")), (node.tag, attr, v[:80])
         assert not any(a.startswith("on") for a in node.attrs), (node.tag, node.attrs)
-    styles = [s.text() for s in dom.root.iter("style")] + [n.attrs["style"] for n in dom.root.iter() if "style" in n.attrs]
+    styles = [s.text() for s in dom.root.iter("style")] + [
+        n.attrs["style"] for n in dom.root.iter() if "style" in n.attrs
+    ]
     assert len(styles) >= 1 and dom.root.find("head").find("style") is not None, "CSS is inline"
     for css in styles:
         assert "@import" not in css and not re.search(r"url\(\s*['\"]?(?!data:)", css), css[:200]
@@ -405,7 +431,9 @@ def test_tables_equal_csvs(report_tree, dom):
         c = csvs[name]
         columns = call["columns"] if call["columns"] is not None else list(c.columns)
         headers = columns if isinstance(columns, dict) else {k: k for k in columns}
-        assert set(headers) <= set(c.columns), f"{name}: the template asks for columns the CSV lacks: {set(headers) - set(c.columns)}"
+        assert set(headers) <= set(c.columns), (
+            f"{name}: the template asks for columns the CSV lacks: {set(headers) - set(c.columns)}"
+        )
         fragment = html_table(c, columns, call["formats"], call["caption"])
         sid = next(s for s in SECTIONS if fragment in section_html(html, s))  # StopIteration: not on the page
         seen.setdefault(sid, set()).add(name)
@@ -418,7 +446,9 @@ def test_tables_equal_csvs(report_tree, dom):
             want = [expected_text(c[col].iloc[i], call["formats"].get(col)) for col in headers]
             assert row == want, f"{name} row {i}"
     for sid, names in REQUIRED_TABLES.items():
-        assert names <= seen.get(sid, set()), f"{sid}: not rendered from their CSV: {sorted(names - seen.get(sid, set()))}"
+        assert names <= seen.get(sid, set()), (
+            f"{sid}: not rendered from their CSV: {sorted(names - seen.get(sid, set()))}"
+        )
 
 
 def test_some_numbers_by_hand(report_tree, dom):
@@ -434,11 +464,15 @@ def test_some_numbers_by_hand(report_tree, dom):
     assert n512[2:4] == ["1", "2"]  # the missing seed is counted out, not invented
     s = csv(report_tree, "system_results")
     sec = dom.root.find("section", id="system")
-    head, rows = next(table_cells(t) for t in sec.iter("table") if table_cells(t)[0][:3] == ["task", "start", "algorithm"])
+    head, rows = next(
+        table_cells(t) for t in sec.iter("table") if table_cells(t)[0][:3] == ["task", "start", "algorithm"]
+    )
     mul = next(r for r in rows if r[:3] == ["mul", "start_30", "reinforce"])  # from the warm-up's band
     want = s[(s.task == "mul") & (s.start == "start_30") & (s.algorithm == "reinforce")].iloc[0]
     assert mul[head.index("n")] == "1" and want["n"] == 1 and mul[head.index("planned")] == "2"
-    assert mul[head.index("final")] == pct(want["final_eval_mean"]) and mul[head.index("95% from")] == "–"  # one run: no interval
+    assert (
+        mul[head.index("final")] == pct(want["final_eval_mean"]) and mul[head.index("95% from")] == "–"
+    )  # one run: no interval
 
 
 def test_sentences_show_measured_values_not_placeholders(report_tree, dom):
@@ -464,7 +498,9 @@ def test_run_index_matches_csv(report_tree, dom):
     trs = [tr for tr in table.find("tbody").iter("tr")]
     assert [tr.attrs.get("id") for tr in trs] == [f"run-{r}" for r in runs["run_id"]]
     for tr, r in zip(trs, runs.itertuples()):
-        cells = [td.text().replace(" :", ":") for td in tr.iter("td")]  # (text() puts a space after the link in the status cell)
+        cells = [
+            td.text().replace(" :", ":") for td in tr.iter("td")
+        ]  # (text() puts a space after the link in the status cell)
         setting = " ".join(x for x in (r.variant, r.point) if isinstance(x, str)) or "–"
         status = r.status + (f" (same settings as {r.same_as}: trained once)" if isinstance(r.same_as, str) else "")
         want = [r.run_id, r.experiment, setting, str(r.seed), r.task, r.algorithm, str(r.batch_size), fmt(r.lr), status,
@@ -475,13 +511,19 @@ def test_run_index_matches_csv(report_tree, dom):
     assert status[report_tree["missing"]] == "missing" and status[report_tree["failed"]] == "failed"
     assert status[report_tree["stopped"]] == "stopped_nonfinite"
     shared = dict(zip(runs["run_id"], runs["same_as"].fillna("")))
-    assert sum(s in ("missing", "failed") and not shared[r] for r, s in status.items()) == 2  # trained runs; a read of the missing one is missing too
+    assert (
+        sum(s in ("missing", "failed") and not shared[r] for r, s in status.items()) == 2
+    )  # trained runs; a read of the missing one is missing too
     assert any(shared[r] == report_tree["missing"] and status[r] == "missing" for r in status)
     for run_id, word in ((report_tree["missing"], "missing"), (report_tree["failed"], "failed")):
         tr = table.find("tr", id=f"run-{run_id}")
         td = [td for td in tr.iter("td")][head.index("status")]
-        assert td.text() == word and "missing" in td.attrs.get("class", "")  # (the trained run itself: no "same settings")
-        assert all(c.text() == "–" for c in [td for td in tr.iter("td")][head.index("initial") : head.index("final") + 1])
+        assert td.text() == word and "missing" in td.attrs.get(
+            "class", ""
+        )  # (the trained run itself: no "same settings")
+        assert all(
+            c.text() == "–" for c in [td for td in tr.iter("td")][head.index("initial") : head.index("final") + 1]
+        )
     banner = dom.root.find("main").find("p", **{"class": "missing"})
     assert banner is not None and "2 run(s) are missing or failed" in banner.text()
 
@@ -489,7 +531,9 @@ def test_run_index_matches_csv(report_tree, dom):
 def test_missing_and_failed_runs_in_study_tables(report_tree, dom):
     """The missing batch seed and the failed system seed are counted out where their study counts runs."""
     sr = csv(report_tree, "system_results").set_index(["task", "start", "algorithm"])
-    assert sr.loc[("mul", "start_30", "reinforce"), "n"] == 1 and sr.loc[("mul", "start_30", "reinforce"), "n_runs"] == 2
+    assert (
+        sr.loc[("mul", "start_30", "reinforce"), "n"] == 1 and sr.loc[("mul", "start_30", "reinforce"), "n_runs"] == 2
+    )
     sb = csv(report_tree, "stability_batch").set_index("batch_size")
     assert sb.loc[512, "n"] == 1 and sb.loc[512, "expected"] == 2
 
@@ -504,16 +548,25 @@ def test_verdict_tables_match_claims_csv(report_tree, dom):
     for sid in ("lab04", "stability", "collapse", "system"):
         c = claims[claims["section"] == sid]
         sec = dom.root.find("section", id=sid)
-        head, rows = next(table_cells(t) for t in sec.iter("table") if table_cells(t)[0][:3] == ["claim", "kind", "measured"])
+        head, rows = next(
+            table_cells(t) for t in sec.iter("table") if table_cells(t)[0][:3] == ["claim", "kind", "measured"]
+        )
         assert len(rows) == len(c) > 0, sid
         for row, r in zip(rows, c.itertuples()):
-            assert row[0] == r.statement and row[1] == r.kind and row[-1] == r.outcome and r.outcome in OUTCOMES, (sid, r.claim_id)
+            assert row[0] == r.statement and row[1] == r.kind and row[-1] == r.outcome and r.outcome in OUTCOMES, (
+                sid,
+                r.claim_id,
+            )
             assert row[5] == f"[{number(py(r.ci_low), r.unit)}, {number(py(r.ci_high), r.unit)}]", (sid, r.claim_id)
             assert row[6].startswith(str(int(r.n))), (sid, r.claim_id)
         for div in sec.iter("div"):
             if "verdict" in div.attrs.get("class", "").split():
                 text = div.text()
-                assert "Not judged" in text or (("95% CI [" in text or "exactly" in text) and "n=" in text) or "no interval" in text, text[:200]
+                assert (
+                    "Not judged" in text
+                    or (("95% CI [" in text or "exactly" in text) and "n=" in text)
+                    or "no interval" in text
+                ), text[:200]
     head, rows = table_cells(dom.root.find("section", id="claims").find("table"))
     counts = claims.groupby(["kind", "outcome"]).size()
     for row in rows:
@@ -546,7 +599,10 @@ def test_empty_tree_renders(tmp_path):
     runs = pd.read_csv(tmp_path / "results" / "tables" / "runs.csv")
     assert runs["status"].eq("missing").all()
     trained = runs["same_as"].isna().sum()  # a run read by a second experiment is counted once
-    assert 0 < trained < len(runs) and f"{trained} run(s) are missing or failed" in d.root.find("main").find("p", **{"class": "missing"}).text()
+    assert (
+        0 < trained < len(runs)
+        and f"{trained} run(s) are missing or failed" in d.root.find("main").find("p", **{"class": "missing"}).text()
+    )
     table = d.root.find("section", id="runs").find("tr", id=f"run-{runs['run_id'].iloc[0]}")
     assert [td.text() for td in table.iter("td")][8] == "missing"
 

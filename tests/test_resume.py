@@ -77,7 +77,9 @@ def test_every_other_setting_conflicts_at_step_one_and_is_named():
         if key in resume.SCHEDULED | resume.OUTSIDE_THE_STEP:
             continue
         value = spec.get("default")
-        other = {bool: lambda v: not v, int: lambda v: v + 1, float: lambda v: v * 2 + 0.5, str: lambda v: v + "x"}.get(type(value), lambda v: 1)(value)
+        other = {bool: lambda v: not v, int: lambda v: v + 1, float: lambda v: v * 2 + 0.5, str: lambda v: v + "x"}.get(
+            type(value), lambda v: 1
+        )(value)
         found = resume.conflicts(defaults(), {**defaults(), key: other}, 3, 3)
         assert [(c.key, c.step) for c in found] == [(key, 1)], key
     assert not resume.conflicts(defaults(), defaults(), 3, 3)
@@ -85,13 +87,17 @@ def test_every_other_setting_conflicts_at_step_one_and_is_named():
 
 def test_nan_policy_matters_only_where_a_step_met_a_non_finite_value():
     assert verdict({"nan_policy": "skip"}, {"nan_policy": "stop"}, done=10) == []
-    found = resume.conflicts({**defaults(), "nan_policy": "skip"}, {**defaults(), "nan_policy": "stop"}, 10, 3, nonfinite_steps=[4])
+    found = resume.conflicts(
+        {**defaults(), "nan_policy": "skip"}, {**defaults(), "nan_policy": "stop"}, 10, 3, nonfinite_steps=[4]
+    )
     assert [(c.key, c.step) for c in found] == [("nan_policy", 4)]
 
 
 def test_a_snapshot_past_the_new_last_step_is_a_conflict():
     found = verdict({"steps": 20}, {"steps": 10}, done=20)
-    assert found == ["steps"] and "past the last step" in str(resume.conflicts({**defaults(), "steps": 20}, {**defaults(), "steps": 10}, 20, 3)[0])
+    assert found == ["steps"] and "past the last step" in str(
+        resume.conflicts({**defaults(), "steps": 20}, {**defaults(), "steps": 10}, 20, 3)[0]
+    )
 
 
 def test_the_old_last_evaluation_is_forgotten_when_the_run_goes_on():
@@ -121,7 +127,12 @@ CASES = {
     "reinforce_baseline": (["algorithm=reinforce"], ["steps=2"], ["steps=4"], None),
     "curriculum": (["curriculum_start=1", "curriculum_every=2"], ["steps=2"], ["steps=4"], None),
     "odd_last_step": ([], ["steps=3"], ["steps=4"], None),  # step 3's evaluation (eval_every 2) is forgotten
-    "later_decay": (["lr_schedule=step", "lr_decay_rate=0.5"], ["steps=2", "lr_decay_every=3"], ["steps=4", "lr_decay_every=2"], None),
+    "later_decay": (
+        ["lr_schedule=step", "lr_decay_rate=0.5"],
+        ["steps=2", "lr_decay_every=3"],
+        ["steps=4", "lr_decay_every=2"],
+        None,
+    ),
     "printing": ([], ["steps=2", "log_every=1"], ["steps=4", "log_every=3", "snapshot_every=1"], None),
     "later_fault": ([], ["steps=2"], ["steps=4", "fault_nan_step=3"], None),
     "earlier_eval": ([], ["steps=2"], ["steps=4", "eval_every=1"], "eval_every"),

@@ -8,10 +8,12 @@ from mathrl.tasks import Task, encode
 
 # 7+45 = 52, written "2500$" by Task("add", 3)
 TARGET_TEXT = "2500$"
-ROWS = ["2500$",  # correct
-        "2600$",  # one wrong digit: 3 of 4 digits right, well formed
-        "25000",  # right digits but no end token
-        "2+00$"]  # garbage: a '+' among the digits
+ROWS = [
+    "2500$",  # correct
+    "2600$",  # one wrong digit: 3 of 4 digits right, well formed
+    "25000",  # right digits but no end token
+    "2+00$",
+]  # garbage: a '+' among the digits
 
 
 def batch(rows, target=TARGET_TEXT):
@@ -33,13 +35,16 @@ def test_answer_checks_by_hand():
     assert all(v.dtype == torch.float32 and v.shape == (4,) for v in checks.values())
 
 
-@pytest.mark.parametrize("kind, expected", [
-    ("exact", [1, 0, 0, 0]),
-    ("shaped", [1.6, 0.475, 0.5, 0.375]),           # exact + 0.1 format + 0.5 * digit_frac
-    ("shaped_penalty", [1.6, 0.475, 0.0, -0.125]),  # shaped - 0.5 when malformed
-    # format_ok * (0.3 digit_frac + 0.7 mean_digit / 9): mean digit 7/4 and 8/4
-    ("proxy", [0.3 + 0.7 * 1.75 / 9, 0.225 + 0.7 * 2 / 9, 0, 0]),
-])
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        ("exact", [1, 0, 0, 0]),
+        ("shaped", [1.6, 0.475, 0.5, 0.375]),  # exact + 0.1 format + 0.5 * digit_frac
+        ("shaped_penalty", [1.6, 0.475, 0.0, -0.125]),  # shaped - 0.5 when malformed
+        # format_ok * (0.3 digit_frac + 0.7 mean_digit / 9): mean digit 7/4 and 8/4
+        ("proxy", [0.3 + 0.7 * 1.75 / 9, 0.225 + 0.7 * 2 / 9, 0, 0]),
+    ],
+)
 def test_each_kind_by_hand(kind, expected):
     reward, checks = compute_rewards(RewardSpec(kind), *batch(ROWS))
     assert reward.shape == (4,) and reward.dtype == torch.float32

@@ -55,11 +55,22 @@ def test_starts_and_controls_then_a_run_from_a_start(tmp_path):
     band, far = s["starts"]
     assert band["continued_steps"] == 0 and far["continued_steps"] == 20 and far["sft_steps"] == band["sft_steps"] + 20
     assert far["reached"] == (far["val_accuracy"] >= 0.99)  # 20 steps: saved where the cap left it, said so
-    assert [(c["start"], c["seed"]) for c in s["controls"]] == [("start_0", 0), ("start_0", 1), ("start_99", 0), ("start_99", 1)]
-    assert all(c["samples"] == 16 and c["initial_test"] == next(x["test_accuracy"] for x in s["starts"] if x["start"] == c["start"]) for c in s["controls"])
+    assert [(c["start"], c["seed"]) for c in s["controls"]] == [
+        ("start_0", 0),
+        ("start_0", 1),
+        ("start_99", 0),
+        ("start_99", 1),
+    ]
+    assert all(
+        c["samples"] == 16
+        and c["initial_test"] == next(x["test_accuracy"] for x in s["starts"] if x["start"] == c["start"])
+        for c in s["controls"]
+    )
     argv = ["train", "--config", str(path), "--run-id", "from_start", "task=mul", "init=start_99", "eval_split=val", "steps=1",
             "batch_size=8", "group_size=4", "eval_every=1", "eval_size=0"]  # fmt: skip
     assert main(argv) == 0
     summary = json.loads((tmp_path / "results" / "runs" / "from_start" / "summary.json").read_text())
     assert summary["resolved"]["init"].endswith("sft/mul/starts/start_99.pt") and summary["resolved"]["n_eval"] == 20
-    assert summary["initial"]["eval_accuracy"] == pytest.approx(far["val_accuracy"])  # the checkpoint, on the validation split
+    assert summary["initial"]["eval_accuracy"] == pytest.approx(
+        far["val_accuracy"]
+    )  # the checkpoint, on the validation split

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_cluster import die_with_parent, clean_env, slurm_cluster  # noqa: F401 - the fixture
+from slurm_cluster import clean_env, die_with_parent, slurm_cluster  # noqa: F401 - the fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from mathrl.config import load_config
+from mathrl.measures import run_measures
 from mathrl.studies import calibration as cal
 from mathrl.studies.context import Context
-from mathrl.measures import run_measures
 from tests.conftest import TINY, write_config
 from tests.synthetic import curve, verdicts, with_claims, write_run
 
@@ -31,7 +31,12 @@ def test_sustained_drop(accs, start, expected):
 
 
 def test_the_pilot_picks_the_largest_multiple_that_learns():
-    assert cal.learns(0.01, False) and not cal.learns(-0.01, False) and not cal.learns(0.02, True) and not cal.learns(math.nan, False)
+    assert (
+        cal.learns(0.01, False)
+        and not cal.learns(-0.01, False)
+        and not cal.learns(0.02, True)
+        and not cal.learns(math.nan, False)
+    )
     assert cal.pick({0.33: True, 1.0: True, 3.3: False}) == 1.0
     assert cal.pick({0.33: True, 1.0: False, 3.3: True}) == 3.3  # the rule reads each multiple alone
     assert math.isnan(cal.pick({1.0: False}))
@@ -55,8 +60,12 @@ def ctx(tmp_path):
     for variant, path in {"slow": [0.5, 0.55, 0.6], "ref": [0.5, 0.65, 0.8], "hot": [0.5, 0.3, 0.3]}.items():
         write_run(cfg, f"calibration__{variant}__s0", curve(4, 2, lambda s, p=path: p[s // 2]), initial_eval=path[0])
     for seed, gain in enumerate([0.10, 0.12, 0.08]):  # the reference of `study` gains ~10 points in every seed
-        write_run(cfg, f"study__batch_size-16__s{seed}", curve(4, 2, lambda s, g=gain: 0.4 + g * s / 4), initial_eval=0.4)
-        write_run(cfg, f"study__batch_size-8__s{seed}", curve(4, 2, lambda s: 0.4 - 0.1 * s / 4), initial_eval=0.4)  # ends 10 points down
+        write_run(
+            cfg, f"study__batch_size-16__s{seed}", curve(4, 2, lambda s, g=gain: 0.4 + g * s / 4), initial_eval=0.4
+        )
+        write_run(
+            cfg, f"study__batch_size-8__s{seed}", curve(4, 2, lambda s: 0.4 - 0.1 * s / 4), initial_eval=0.4
+        )  # ends 10 points down
     for seed in (0, 1):  # starts at 95%: nothing left to gain
         write_run(cfg, f"high__top__s{seed}", curve(4, 2, lambda s: 0.95), initial_eval=0.95)
     return Context(cfg)
@@ -65,7 +74,11 @@ def ctx(tmp_path):
 def test_pilot_table_and_pick(ctx):
     t = cal.tables(ctx)
     p = t["calibration_pilot"].set_index("variant")
-    assert p.loc["ref", "multiple"] == 1.0 and p.loc["hot", "multiple"] == pytest.approx(4.0) and p.loc["slow", "multiple"] == pytest.approx(0.5)
+    assert (
+        p.loc["ref", "multiple"] == 1.0
+        and p.loc["hot", "multiple"] == pytest.approx(4.0)
+        and p.loc["slow", "multiple"] == pytest.approx(0.5)
+    )
     assert p.loc["ref", "gain"] == pytest.approx(0.3) and bool(p.loc["ref", "learns"])
     assert bool(p.loc["hot", "sustained_drop"]) and not bool(p.loc["hot", "learns"])
     # +10 points on 50 problems: Newcombe's interval for 30/50 against 25/50 includes 0

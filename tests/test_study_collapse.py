@@ -77,7 +77,14 @@ def cfg(tmp_path_factory):
     d = copy.deepcopy(TINY)
     d["results"] = str(tmp_path / "results")
     d["tasks"]["mul"] = {"op": "mul", "ndigit": 2, "n_train": 0, "n_test": 20, "n_val": 20, "seed": 1}
-    d["experiments"] = {"collapse": {"fixed": {"task": "mul", "steps": 8, "eval_every": 2}, "variants": VARIANTS, "roles": ROLES, "seeds": [0, 1]}}
+    d["experiments"] = {
+        "collapse": {
+            "fixed": {"task": "mul", "steps": 8, "eval_every": 2},
+            "variants": VARIANTS,
+            "roles": ROLES,
+            "seeds": [0, 1],
+        }
+    }
     return load_config(write_config(tmp_path / "config.yaml", d))
 
 
@@ -99,7 +106,9 @@ def build(cfg):
     stopped = rows(FLAT, "huge_lr")[:3]
     stopped[2].update(skipped=1, eval_accuracy=0.38)
     write_run(cfg, "collapse__huge_lr__s1", stopped, 0.40, status="stopped_nonfinite")
-    (Path(cfg["results"]) / "runs" / "collapse__adv_norm_clip__s1" / "summary.json").write_text("{truncated")  # a failed run
+    (Path(cfg["results"]) / "runs" / "collapse__adv_norm_clip__s1" / "summary.json").write_text(
+        "{truncated"
+    )  # a failed run
     tabs = with_claims(cfg, collapse.tables(Context(cfg)))
     out = Tables(cfg)
     out.dir.mkdir(parents=True, exist_ok=True)
@@ -118,12 +127,20 @@ def test_variants_table(results):
     assert e.n == 2 and e.n_runs == 2 and e.settings == "grad_clip=None" and e.role == "baseline"
     assert e.final_eval_mean == pytest.approx(0.245) and e.final_eval_std == pytest.approx(0.01 / math.sqrt(2))
     # drawdown: seed 0 falls 0.40 -> 0.22 (0.18, late 0.34 -> 0.22), seed 1 0.40 -> 0.25 (0.15, late 0.30 -> 0.25)
-    assert e.mid_gain_mean == pytest.approx(-0.08) and e.drawdown_mean == pytest.approx(0.165) and e.late_drawdown_mean == pytest.approx(0.085)
+    assert (
+        e.mid_gain_mean == pytest.approx(-0.08)
+        and e.drawdown_mean == pytest.approx(0.165)
+        and e.late_drawdown_mean == pytest.approx(0.085)
+    )
     assert e.gain_mean == pytest.approx(-0.155) and e.gain_hi == pytest.approx(-0.155 + 12.7062 * 0.005, abs=1e-5)
     assert e.final_format_rate_mean == pytest.approx(0.8) and e.collapses == 0 and math.isnan(e.diff_vs_baseline)
     s = v.loc["shaped"]  # seed 1 was never written: n 1 of 2, no interval, nothing invented
     assert s.n == 1 and s.n_runs == 2 and math.isnan(s.final_eval_std) and s.final_eval_mean == pytest.approx(0.60)
-    assert s.diff_vs_baseline == pytest.approx(0.60 - 0.245) and math.isnan(s.diff_lo) and s.settings == "init=random, reward=shaped"
+    assert (
+        s.diff_vs_baseline == pytest.approx(0.60 - 0.245)
+        and math.isnan(s.diff_lo)
+        and s.settings == "init=random, reward=shaped"
+    )
     c = v.loc["curriculum"]  # paired by seed: 0.16 and 0.15; t(1) = 12.706, se = 0.005
     assert c.diff_vs_baseline == pytest.approx(0.155) and c.diff_lo == pytest.approx(0.155 - 0.063531, abs=1e-5)
     assert c.diff_hi == pytest.approx(0.155 + 0.063531, abs=1e-5)
@@ -134,8 +151,12 @@ def test_variants_table(results):
     assert v.loc["huge_lr"].skipped_mean == pytest.approx(3.5)
     # what each remedy changes, as logged: the clip bound at every step; the entropy weight decayed to 0; a tenth of the LR
     assert v.loc["clip"].clip_binding_mean == 1.0 and math.isnan(v.loc["exact"].clip_binding_mean)
-    assert v.loc["entropy_schedule"].entropy_coef_ratio_mean == 0.0 and v.loc["lr_tenth"].mean_lr_mean == pytest.approx(3e-5)
-    assert v.loc["kl"].mean_kl_coef_mean == pytest.approx(0.1) and v.loc["random_exact"].format_gain_mean == pytest.approx(0.0)
+    assert v.loc["entropy_schedule"].entropy_coef_ratio_mean == 0.0 and v.loc["lr_tenth"].mean_lr_mean == pytest.approx(
+        3e-5
+    )
+    assert v.loc["kl"].mean_kl_coef_mean == pytest.approx(0.1) and v.loc[
+        "random_exact"
+    ].format_gain_mean == pytest.approx(0.0)
 
 
 def test_reward_design_table(results):
@@ -144,7 +165,9 @@ def test_reward_design_table(results):
     ex = d[d.variant == "random_exact"].set_index("point")
     assert list(ex.step) == [0, 2, 4, 6, 8]
     assert ex.loc[2].eval_accuracy_mean == pytest.approx(0.37) and ex.loc[2].n == 2  # 0.30 and 0.44 at step 4
-    assert ex.loc[0].frac_zero_std_mean == pytest.approx(1.0) and ex.loc[1].frac_zero_std_mean == pytest.approx(1.0)  # a random policy: no signal
+    assert ex.loc[0].frac_zero_std_mean == pytest.approx(1.0) and ex.loc[1].frac_zero_std_mean == pytest.approx(
+        1.0
+    )  # a random policy: no signal
     assert ex.loc[4].format_rate_mean == pytest.approx(0.8)
     assert d[d.variant == "shaped"].n.eq(1).all()
 
@@ -174,7 +197,11 @@ def band_extent(ax):
 def test_nonfinite_table(results):
     nf = results[0]["collapse_nonfinite"].set_index("seed")
     assert nf.loc[0].skipped == 6 and nf.loc[0].first_skipped_step == 3 and nf.loc[0].weights_finite
-    assert nf.loc[1].status == "stopped_nonfinite" and nf.loc[1].skipped == 1 and nf.loc[1].final_eval == pytest.approx(0.38)
+    assert (
+        nf.loc[1].status == "stopped_nonfinite"
+        and nf.loc[1].skipped == 1
+        and nf.loc[1].final_eval == pytest.approx(0.38)
+    )
 
 
 def test_verdicts(results):
@@ -187,11 +214,19 @@ def test_verdicts(results):
                       ("lr", "LR decay (cosine_lr) engaged: last LR / first LR 0.125"), ("lr_tenth", "LR lowered (lr_tenth) engaged: mean LR / the baseline's 0.1"),
                       ("grad_clip", "gradient clip (grad_clip) engaged: share of steps whose gradient norm exceeded the clip 1")):  # fmt: skip
         # the remedy's own change, +8 and +8.5 points: no loss beyond the 2-point margin (before Holm's correction, which two seeds cannot survive)
-        assert c.loc[key].outcome_unadjusted == "agrees" and c.loc[key]["diff"] == pytest.approx(0.0825) and text in c.loc[key].engaged
+        assert (
+            c.loc[key].outcome_unadjusted == "agrees"
+            and c.loc[key]["diff"] == pytest.approx(0.0825)
+            and text in c.loc[key].engaged
+        )
     kl = c.loc["kl"]  # +8 and -35 points: the interval is wide
     assert kl.outcome == "inconclusive" and kl["diff"] == pytest.approx(-0.135) and kl.ci_low < -0.02 < kl.ci_high
     cur = c.loc["curriculum"]  # against shaped (the same random start), which has one seed
-    assert cur.outcome == "not judged" and cur.n == 1 and "first stage unsolved (curriculum) met: sampled accuracy on the first stage 0.5" in cur.engaged
+    assert (
+        cur.outcome == "not judged"
+        and cur.n == 1
+        and "first stage unsolved (curriculum) met: sampled accuracy on the first stage 0.5" in cur.engaged
+    )
     norm = c.loc["normalisation"]  # the failure is there, but the clip's binding was not logged by this tree
     assert norm.outcome == "not judged" and "advantage clip (adv_norm_clip) not measured" in norm.reason
     pen = c.loc["penalty"]  # malformed answers exist (format rate 0.95 at step 1), but shaped has one seed
@@ -235,7 +270,10 @@ def test_renamed_variants(cfg, tmp_path):
     tabs = with_claims(d, collapse.tables(Context(d)))
     v = verdicts(tabs, "collapse")
     # the failure check found the renamed baseline through its role
-    assert v.loc["entropy"].outcome == "agrees" and "held-out accuracy lost (baseline) established" in v.loc["entropy"].engaged
+    assert (
+        v.loc["entropy"].outcome == "agrees"
+        and "held-out accuracy lost (baseline) established" in v.loc["entropy"].engaged
+    )
     assert by_variant(tabs["collapse_variants"]).loc["binary"].role == "baseline"
     with pytest.raises(ConfigError, match=r"experiments\.collapse\.roles\.baseline: 'exact' is not a variant"):
         exp["roles"] = ROLES
@@ -253,7 +291,13 @@ def render(section_ctx, figures=None):
 def test_figures_and_section(results):
     t = results[1]
     figs = collapse.figures(t)
-    assert set(figs) == {"collapse_reward_design", "collapse_variants", "collapse_remedies", "collapse_schedules", "collapse_nonfinite"}
+    assert set(figs) == {
+        "collapse_reward_design",
+        "collapse_variants",
+        "collapse_remedies",
+        "collapse_schedules",
+        "collapse_nonfinite",
+    }
     for fig in figs.values():
         axes = [ax for ax in fig.axes if ax.get_title()]
         assert axes and all(ax.get_xlabel() and ax.get_ylabel() for ax in axes)
@@ -261,7 +305,9 @@ def test_figures_and_section(results):
     # the caption's dashed baseline is drawn
     labels = [line.get_label() for line in figs["collapse_variants"].axes[0].get_lines()]
     assert "baseline" in labels
-    for ax in figs["collapse_reward_design"].axes:  # accuracy, format rate: bands within [0, 1] (0.30 and 0.44 at step 6)
+    for ax in figs[
+        "collapse_reward_design"
+    ].axes:  # accuracy, format rate: bands within [0, 1] (0.30 and 0.44 at step 6)
         lo, hi = band_extent(ax)
         assert 0 <= lo and hi <= 1
     for name in ("collapse_schedules", "collapse_nonfinite"):
@@ -271,7 +317,12 @@ def test_figures_and_section(results):
     s = collapse.section(t)
     assert s["verdicts"]["normalisation"]["outcome"] == "not judged"
     assert "n=2" in s["verdicts"]["kl"]["sentence"] and s["verdicts"]["kl"]["outcome"] == "inconclusive"
-    assert s["failure"].startswith("held-out accuracy 40.0% before RL; its change by the end -15.5 pts [-21.9 pts, -9.1 pts] (n=2)") and "collapsed in 0 of 2 runs" in s["failure"]
+    assert (
+        s["failure"].startswith(
+            "held-out accuracy 40.0% before RL; its change by the end -15.5 pts [-21.9 pts, -9.1 pts] (n=2)"
+        )
+        and "collapsed in 0 of 2 runs" in s["failure"]
+    )
     assert s["verdicts"]["shaping"]["sentence"].startswith("Not judged: n=1")
     html = render(s, {"collapse_variants": "data:image/png;base64,AA=="})
     assert "inconclusive" in html and "agrees" in html and "Causes of collapse" in html and "data:image/png" in html
@@ -308,7 +359,13 @@ def test_mechanisms_read_what_each_remedy_changes():
     out = collapse.mechanisms(m, {"grad_clip": 0.5, "adv_clip": 1.0})
     assert out["clip_binding"] == 0.5  # 0.6 and 2.0 exceed 0.5; 0.5 itself does not
     assert out["adv_clip_binding"] == pytest.approx(2 / 3)  # the step with no advantage (0.0) is left out
-    assert out["entropy_coef_ratio"] == 0.0 and out["mean_kl"] == pytest.approx(0.2) and out["mean_kl_coef"] == pytest.approx(0.1)
-    assert out["late_format_rate"] == pytest.approx(0.9) and out["format_gain"] == pytest.approx(0.8)  # last quarter: one step of four
+    assert (
+        out["entropy_coef_ratio"] == 0.0
+        and out["mean_kl"] == pytest.approx(0.2)
+        and out["mean_kl_coef"] == pytest.approx(0.1)
+    )
+    assert out["late_format_rate"] == pytest.approx(0.9) and out["format_gain"] == pytest.approx(
+        0.8
+    )  # last quarter: one step of four
     none = collapse.mechanisms(m, {"grad_clip": None, "adv_clip": None})
     assert math.isnan(none["clip_binding"]) and math.isnan(none["adv_clip_binding"])

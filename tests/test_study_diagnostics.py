@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mathrl import claims
 from mathrl.config import expand_runs, load_config
+from mathrl.measures import run_measures
 from mathrl.report import environment
 from mathrl.studies import diagnostics
 from mathrl.studies.context import Context, Tables
-from mathrl import claims
-from mathrl.measures import run_measures
 from tests import synthetic
 from tests.conftest import TINY, write_config
 from tests.synthetic import verdicts, with_claims, write_json, write_run
@@ -69,11 +69,22 @@ def results(cfg):
                 d = write_run(cfg, f"adv_scaling__{name}__s{s}", law_rows(s), 0.5)
                 # held-out: group_std ends right on all four, none only on the 0-carry two; both start at 0,1,0,1
                 final = [1, 1, 1, 1] if name == "group_std" else [1, 1, 0, 0]
-                (d / "heldout.csv").write_text("a,b,initial,final\n" + "".join(f"{a},{b},{i % 2},{f}\n" for (a, b), i, f in zip(PROBLEMS, range(4), final)))
+                (d / "heldout.csv").write_text(
+                    "a,b,initial,final\n"
+                    + "".join(f"{a},{b},{i % 2},{f}\n" for (a, b), i, f in zip(PROBLEMS, range(4), final))
+                )
                 if name == "group_std":  # 4 samples per problem: initial 1 correct each, final 2 (seed 0) or 3 (seed 1)
-                    lines = ["phase,a,b,samples,correct"] + [f"initial,{a},{b},4,1" for a, b in PROBLEMS] + [f"final,{a},{b},4,{2 + s}" for a, b in PROBLEMS]
+                    lines = (
+                        ["phase,a,b,samples,correct"]
+                        + [f"initial,{a},{b},4,1" for a, b in PROBLEMS]
+                        + [f"final,{a},{b},4,{2 + s}" for a, b in PROBLEMS]
+                    )
                     (d / "pass_at_k.csv").write_text("\n".join(lines) + "\n")
-        write_json(cfg, "gradvar/add.json", {"noise_scale": {"small": 8, "big": 16, "grad_sq": 2.0, "trace_sigma": 32.0, "noise_scale": 16.0}})
+        write_json(
+            cfg,
+            "gradvar/add.json",
+            {"noise_scale": {"small": 8, "big": 16, "grad_sq": 2.0, "trace_sigma": 32.0, "noise_scale": 16.0}},
+        )
     tabs = with_claims(cfg, {**diagnostics.tables(Context(cfg)), "run_measures": run_measures(Context(cfg).runs)})
     t = Tables(cfg)
     t.dir.mkdir(parents=True, exist_ok=True)
@@ -91,11 +102,18 @@ def test_pass_at_k_tables_and_verdicts(results):
     assert s.loc[("final", 1)].pass_at_k_mean == pytest.approx((0.5 + 0.75) / 2)
     assert s.loc[("final", 4)].pass_at_k_mean == pytest.approx(1.0) and s.loc[("final", 4)].pass_at_k_hi <= 1.0
     v = verdicts(tabs, "diagnostics")
-    assert v.loc["pass_at_1_group_std"]["diff"] == pytest.approx(0.375) and v.loc["pass_at_1_group_std"].kind == "beyond"
-    assert v.loc["pass_at_kmax_group_std"]["diff"] == pytest.approx(0.0) and "pass@4" in v.loc["pass_at_kmax_group_std"].claim
+    assert (
+        v.loc["pass_at_1_group_std"]["diff"] == pytest.approx(0.375) and v.loc["pass_at_1_group_std"].kind == "beyond"
+    )
+    assert (
+        v.loc["pass_at_kmax_group_std"]["diff"] == pytest.approx(0.0)
+        and "pass@4" in v.loc["pass_at_kmax_group_std"].claim
+    )
     runs = tabs["diagnostics_pass_at_k_runs"]
     one = runs[(runs.seed == 0) & (runs.phase == "final") & (runs.k == 1)].iloc[0]
-    assert one.pass_at_k == pytest.approx(0.5) and one.boot_lo == one.boot_hi == pytest.approx(0.5)  # every problem the same
+    assert one.pass_at_k == pytest.approx(0.5) and one.boot_lo == one.boot_hi == pytest.approx(
+        0.5
+    )  # every problem the same
 
 
 def test_entropy_law_fits_the_hand_made_law(results):
@@ -126,14 +144,22 @@ def test_adv_scaling_by_carries(results):
     later = verdicts({"claims": claims.judge_all({"experiments": {"adv_scaling": {"seeds": [0, 1], "roles": roles}}},
                                                  {"diagnostics_adv_scaling_runs": runs})}, "diagnostics")  # fmt: skip
     c1 = later.loc["adv_none_vs_group_std_c1"]
-    assert c1.outcome == "not judged" and c1.reason.startswith("precondition not met: RL learns in the reference not met")
+    assert c1.outcome == "not judged" and c1.reason.startswith(
+        "precondition not met: RL learns in the reference not met"
+    )
     # the baseline is never compared with itself, also when another role (the experiment's reference) names it
-    assert not any(k.startswith("adv_group_std_vs_") for k in later.index) and "adv_none_vs_group_std_call" in later.index
+    assert (
+        not any(k.startswith("adv_group_std_vs_") for k in later.index) and "adv_none_vs_group_std_call" in later.index
+    )
 
 
 def test_noise_scale_beside_the_batch_study(results):
     ns = results[0]["diagnostics_noise_scale"].set_index("batch_size")
-    assert ns.loc[8].noise_scale == 16.0 and ns.loc[8].gain_mean == pytest.approx(0.1) and ns.loc[16].gain_mean == pytest.approx(0.3)
+    assert (
+        ns.loc[8].noise_scale == 16.0
+        and ns.loc[8].gain_mean == pytest.approx(0.1)
+        and ns.loc[16].gain_mean == pytest.approx(0.3)
+    )
     assert ns.loc[8].lr_scale == pytest.approx((8 / 24) / (16 / 32)) and ns.loc[16].lr_scale == pytest.approx(1.0)
 
 
@@ -150,8 +176,14 @@ def test_section_renders(results, cfg):
     t = results[1]
     env = environment()
     figs = diagnostics.figures(t)
-    expected = {"diagnostics_pass_at_k", "diagnostics_entropy_law", "diagnostics_adv_scaling", "diagnostics_mismatch",
-                "diagnostics_curves", "diagnostics_policy_losses"}
+    expected = {
+        "diagnostics_pass_at_k",
+        "diagnostics_entropy_law",
+        "diagnostics_adv_scaling",
+        "diagnostics_mismatch",
+        "diagnostics_curves",
+        "diagnostics_policy_losses",
+    }
     assert set(figs) == expected
     html = env.get_template("sections/diagnostics.html.j2").render(ctx=diagnostics.section(t), figures={})
     assert "pass@k before and after RL" in html and "adv_scaling" in html and "B_noise" in html

@@ -30,8 +30,10 @@ def test_two_seed_bands_of_accuracy_reward_and_kl_stay_in_range():
     rows = []
     cases = [("eval_accuracy", 0.95, 0.2), ("reward_mean", 0.9, 0.3), ("kl", 0.01, 0.05), ("entropy", 0.05, 0.2)]
     for metric, mean, std in cases:
-        rows += [{"experiment": "e", "setting": "a", "metric": metric, "step": k, "mean": mean, "std": std, "n": 2}
-                 for k in steps]
+        rows += [
+            {"experiment": "e", "setting": "a", "metric": metric, "step": k, "mean": mean, "std": std, "n": 2}
+            for k in steps
+        ]
     settings = {"a": {"reward": "exact", "kl_estimator": "k3"}}
     fig = generic.figure(pd.DataFrame(rows), "e", settings)
     for ax, (lo, hi) in zip(fig.axes, [(0, 1), (0, np.inf), (0, np.inf), (0, 1)]):

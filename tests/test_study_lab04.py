@@ -35,7 +35,10 @@ ENTROPY = {("aggressive", 0): ([1.1, 0.8, 0.4, 0.1], (0.02, 0.95, 0.03)),  # glo
            ("aggressive", 1): ([1.1, 0.9, 0.5, 0.2], (0.94, 0.03, 0.03)),  # local
            ("normal", 0): ([1.1, 1.0, 0.9, 0.8], (0.3, 0.4, 0.3))}  # none  # fmt: skip
 # gradient_vanishing, 8 steps, phases d d h h d d h h: grad norm per phase per seed
-VANISH = {0: {"diverse": [0.2, 0.4], "homogeneous": [0.0, 0.0]}, 1: {"diverse": [0.01, 0.01], "homogeneous": [0.005, 0.005]}}
+VANISH = {
+    0: {"diverse": [0.2, 0.4], "homogeneous": [0.0, 0.0]},
+    1: {"diverse": [0.01, 0.01], "homogeneous": [0.005, 0.005]},
+}
 PHASES = ["diverse", "diverse", "homogeneous", "homogeneous"] * 2
 
 
@@ -47,7 +50,9 @@ def write_bandits(cfg):
     frames = []
     for (setting, seed), (ent, last) in ENTROPY.items():
         p = {f"p{i}": [1 / 3] * 3 + [last[i]] for i in range(3)}
-        frames.append(bandit_rows("entropy_collapse", setting, seed, 4, entropy=ent, **p, loss=0.1, grad_norm=0.1, reward_std=0.2))
+        frames.append(
+            bandit_rows("entropy_collapse", setting, seed, 4, entropy=ent, **p, loss=0.1, grad_norm=0.1, reward_std=0.2)
+        )
     write_bandit(cfg, "entropy_collapse", pd.concat(frames))
     frames = []
     for seed, g in VANISH.items():
@@ -56,7 +61,10 @@ def write_bandits(cfg):
                                   grad_norm=grad, reward_std=[2 * x for x in grad]).assign(phase=PHASES))  # fmt: skip
     write_bandit(cfg, "gradient_vanishing", pd.concat(frames))
     frames = []
-    for seed, share in ((0, 0.97), (1, 0.95)):  # true reward: 0.5, then 1.0, then -0.5 (10 steps each); the proxy climbs
+    for seed, share in (
+        (0, 0.97),
+        (1, 0.95),
+    ):  # true reward: 0.5, then 1.0, then -0.5 (10 steps each); the proxy climbs
         frames.append(bandit_rows("reward_hacking", "default", seed, 30, entropy=1.0, p0=0.0, p1=0.0, p2=1 - share, p3=share, loss=0.0,
                                   grad_norm=0.1, reward_std=0.1, proxy_reward=[0.6] * 10 + [1.0] * 10 + [3.0] * 10,
                                   true_reward=[0.5] * 10 + [1.0] * 10 + [-0.5] * 10))  # fmt: skip
@@ -108,7 +116,9 @@ def make_cfg(tmp_path):
     d = copy.deepcopy(TINY)
     d["results"] = str(tmp_path / "results")
     d["bandit"] = BANDIT
-    d["experiments"] = {"lab04_gpt": {"fixed": {"steps": 12, "eval_every": 4}, "variants": VARIANTS, "roles": ROLES, "seeds": [0, 1]}}
+    d["experiments"] = {
+        "lab04_gpt": {"fixed": {"steps": 12, "eval_every": 4}, "variants": VARIANTS, "roles": ROLES, "seeds": [0, 1]}
+    }
     return load_config(write_config(tmp_path / "config.yaml", d))
 
 
@@ -118,7 +128,9 @@ def write_tables(cfg):
     t = Tables(cfg)
     t.dir.mkdir(parents=True, exist_ok=True)
     for name, df in {**tabs, "curves": curves(ctx.runs)}.items():
-        (t.dir / f"{name}.csv").write_text(df.to_csv(index=False) if len(df.columns) else "")  # no columns: an empty file
+        (t.dir / f"{name}.csv").write_text(
+            df.to_csv(index=False) if len(df.columns) else ""
+        )  # no columns: an empty file
     return tabs, t
 
 
@@ -137,7 +149,13 @@ def pooled(df, setting):
 def test_pure_verdicts():
     assert lab04.reduction(0.4, 0.1) == pytest.approx(0.75) and math.isnan(lab04.reduction(0.0, 0.1))
     assert math.isnan(lab04.reduction(math.nan, 0.1))
-    assert [lab04.severity(x) for x in (0.2, 0.5, 0.9, 0.95, math.nan)] == ["mild", "moderate", "moderate", "severe", "unknown"]
+    assert [lab04.severity(x) for x in (0.2, 0.5, 0.9, 0.95, math.nan)] == [
+        "mild",
+        "moderate",
+        "moderate",
+        "severe",
+        "unknown",
+    ]
     assert lab04.hacked(0.6, 3.0, 0.5, -0.5) is True and lab04.hacked(0.6, 3.0, 0.5, 0.7) is False
     assert lab04.hacked(0.6, math.nan, 0.5, 0.1) is None
     assert lab04.check(0.5, lambda x: x > 0) is True and lab04.check(math.nan, lambda x: x > 0) is None
@@ -156,22 +174,40 @@ def test_entropy_table(results):
     s1 = e[(e.setting == "aggressive") & (e.seed.astype(str) == "1")].iloc[0]
     assert s1.dominant_action == 0 and s1.converged_to == "local"
     a = pooled(e, "aggressive")
-    assert a.n == 2 and a.final_entropy == pytest.approx(0.30) and a.final_entropy_std == pytest.approx(np.std([0.25, 0.35], ddof=1))
+    assert (
+        a.n == 2
+        and a.final_entropy == pytest.approx(0.30)
+        and a.final_entropy_std == pytest.approx(np.std([0.25, 0.35], ddof=1))
+    )
     assert a.global_share == 0.5 and a.converged_to == "global 1, local 1" and math.isnan(a.dominant_action)
     missing = e[(e.setting == "normal") & (e.seed.astype(str) == "1")].iloc[0]  # not in the CSV: shown, not invented
     assert missing.n == 0 and missing.converged_to == "missing" and math.isnan(missing.final_entropy)
     n = pooled(e, "normal")
-    assert n.n == 1 and n.final_entropy == pytest.approx(0.85) and n.converged_to == "none 1" and math.isnan(n.final_entropy_std)
+    assert (
+        n.n == 1
+        and n.final_entropy == pytest.approx(0.85)
+        and n.converged_to == "none 1"
+        and math.isnan(n.final_entropy_std)
+    )
 
 
 def test_vanishing_table(results):
     v = results[0]["lab04_vanishing"]
     s0, s1, p = (v[v.seed.astype(str) == k].iloc[0] for k in ("0", "1", "all"))
-    assert s0.grad_norm_diverse == pytest.approx(0.3) and s0.grad_norm_homogeneous == 0 and s0.reduction == 1 and s0.severity == "severe"
+    assert (
+        s0.grad_norm_diverse == pytest.approx(0.3)
+        and s0.grad_norm_homogeneous == 0
+        and s0.reduction == 1
+        and s0.severity == "severe"
+    )
     assert s1.reduction == pytest.approx(0.5) and s1.severity == "moderate"
     assert s0.reward_std_diverse == pytest.approx(0.6) and s0.corr_grad_reward_std == pytest.approx(1.0)
     assert p.n == 2 and p.grad_norm_homogeneous == pytest.approx(0.0025) and p.grad_norm_diverse == pytest.approx(0.155)
-    assert p.reduction == pytest.approx(0.75) and p.reduction_std == pytest.approx(np.std([1, 0.5], ddof=1)) and p.severity == "moderate"
+    assert (
+        p.reduction == pytest.approx(0.75)
+        and p.reduction_std == pytest.approx(np.std([1, 0.5], ddof=1))
+        and p.severity == "moderate"
+    )
     grads = [VANISH[s][ph][i % 2] for s in (0, 1) for i, ph in enumerate(PHASES)]
     assert p.corr_grad_reward_std == pytest.approx(1.0)  # reward std is twice the gradient norm at every step
     assert len(results[0]["lab04_vanishing_points"]) == len(grads) == 16
@@ -191,20 +227,42 @@ def test_gpt_tables(results):
     runs, g = results[0]["lab04_gpt_runs"], results[0]["lab04_gpt"].set_index("variant")
     assert runs.set_index("run_id").loc["lab04_gpt__dapo_aggressive__s1", "status"] == "missing"
     assert math.isnan(runs.set_index("run_id").loc["lab04_gpt__dapo_aggressive__s1", "eval_end"])
-    assert g.loc["dapo_aggressive", "n"] == 1 and g.loc["dapo_aggressive", "expected"] == 2 and g.loc["normal", "n"] == 2
+    assert (
+        g.loc["dapo_aggressive", "n"] == 1 and g.loc["dapo_aggressive", "expected"] == 2 and g.loc["normal", "n"] == 2
+    )
     # token entropy at points: step 1 and the last step (12)
-    assert g.loc["aggressive", "entropy_start_mean"] == pytest.approx(0.28) and g.loc["aggressive", "entropy_end_mean"] == pytest.approx(0.06)
+    assert g.loc["aggressive", "entropy_start_mean"] == pytest.approx(0.28) and g.loc[
+        "aggressive", "entropy_end_mean"
+    ] == pytest.approx(0.06)
     assert g.loc["aggressive", "entropy_reduction_mean"] == pytest.approx(1 - 0.06 / 0.28)
     # equal samples: 12 steps of 16 rollouts = 192; DAPO draws 32 a step, so step 6 (192), its last evaluation by then step 4
-    assert g.loc["aggressive", "equal_samples_step_mean"] == 12 and g.loc["dapo_aggressive", "equal_samples_step_mean"] == 6
-    assert g.loc["dapo_aggressive", "samples_at_equal_mean"] == 192 and g.loc["dapo_aggressive", "entropy_equal_samples_mean"] == pytest.approx(0.27)
-    assert g.loc["dapo_aggressive", "eval_equal_samples_step_mean"] == 4 and g.loc["dapo_aggressive", "eval_equal_samples_mean"] == pytest.approx(0.54)
-    assert g.loc["aggressive", "eval_equal_samples_mean"] == pytest.approx(0.385) and g.loc["aggressive", "kl_max_mean"] == pytest.approx(0.12)
-    assert g.loc["clip_higher", "clip_higher_freed_mean"] == pytest.approx(0.01) and g.loc["aggressive", "clip_higher_freed_mean"] == 0
-    assert g.loc["aggressive", "eval_start_mean"] == 0.5 and g.loc["aggressive", "eval_end_mean"] == pytest.approx(0.385)
+    assert (
+        g.loc["aggressive", "equal_samples_step_mean"] == 12
+        and g.loc["dapo_aggressive", "equal_samples_step_mean"] == 6
+    )
+    assert g.loc["dapo_aggressive", "samples_at_equal_mean"] == 192 and g.loc[
+        "dapo_aggressive", "entropy_equal_samples_mean"
+    ] == pytest.approx(0.27)
+    assert g.loc["dapo_aggressive", "eval_equal_samples_step_mean"] == 4 and g.loc[
+        "dapo_aggressive", "eval_equal_samples_mean"
+    ] == pytest.approx(0.54)
+    assert g.loc["aggressive", "eval_equal_samples_mean"] == pytest.approx(0.385) and g.loc[
+        "aggressive", "kl_max_mean"
+    ] == pytest.approx(0.12)
+    assert (
+        g.loc["clip_higher", "clip_higher_freed_mean"] == pytest.approx(0.01)
+        and g.loc["aggressive", "clip_higher_freed_mean"] == 0
+    )
+    assert g.loc["aggressive", "eval_start_mean"] == 0.5 and g.loc["aggressive", "eval_end_mean"] == pytest.approx(
+        0.385
+    )
     assert g.loc["aggressive", "eval_end_std"] == pytest.approx(np.std([0.38, 0.39], ddof=1))
-    assert g.loc["proxy_reward", "reward_start_mean"] == pytest.approx(0.63) and g.loc["proxy_reward", "reward_end_mean"] == pytest.approx(0.7)
-    assert g.loc["proxy_reward", "accuracy_start_mean"] == pytest.approx(0.445) and g.loc["proxy_reward", "accuracy_end_mean"] == pytest.approx(0.305)
+    assert g.loc["proxy_reward", "reward_start_mean"] == pytest.approx(0.63) and g.loc[
+        "proxy_reward", "reward_end_mean"
+    ] == pytest.approx(0.7)
+    assert g.loc["proxy_reward", "accuracy_start_mean"] == pytest.approx(0.445) and g.loc[
+        "proxy_reward", "accuracy_end_mean"
+    ] == pytest.approx(0.305)
     assert g.loc["random_init", "frac_zero_std_mean"] == 1.0 and g.loc["near_perfect", "grad_norm_mean"] == 0.5
 
 
@@ -212,38 +270,72 @@ def test_criteria_and_template(results):
     v = verdicts(results[0], "lab04")
     assert {"part", "outcome", "diff", "ci_low", "ci_high", "n", "p_value", "kind"} <= set(v.columns)
     fe = v.loc["bandit_final_entropy"]  # final entropies 0.25 and 0.35, minus 0.2: 0.1, t(1) x 0.05
-    assert fe["diff"] == pytest.approx(0.1) and fe.ci_high == pytest.approx(0.1 + 12.7062 * 0.05, rel=1e-4) and fe.outcome == "inconclusive"
-    assert v.loc["bandit_global"]["diff"] == 0 and v.loc["bandit_global"].outcome == "inconclusive"  # one seed found a local optimum
-    assert v.loc["bandit_homogeneous"]["diff"] == pytest.approx(0.0025 - 1e-4) and v.loc["bandit_homogeneous"].outcome == "inconclusive"  # seed 1 keeps 0.005
+    assert (
+        fe["diff"] == pytest.approx(0.1)
+        and fe.ci_high == pytest.approx(0.1 + 12.7062 * 0.05, rel=1e-4)
+        and fe.outcome == "inconclusive"
+    )
+    assert (
+        v.loc["bandit_global"]["diff"] == 0 and v.loc["bandit_global"].outcome == "inconclusive"
+    )  # one seed found a local optimum
+    assert (
+        v.loc["bandit_homogeneous"]["diff"] == pytest.approx(0.0025 - 1e-4)
+        and v.loc["bandit_homogeneous"].outcome == "inconclusive"
+    )  # seed 1 keeps 0.005
     assert v.loc["bandit_true_falls"]["diff"] == pytest.approx(-1.0)
-    assert v.loc["gpt_proxy_rises"]["diff"] == pytest.approx(0.07) and v.loc["gpt_accuracy_falls"]["diff"] == pytest.approx(-0.14)
+    assert v.loc["gpt_proxy_rises"]["diff"] == pytest.approx(0.07) and v.loc["gpt_accuracy_falls"][
+        "diff"
+    ] == pytest.approx(-0.14)
     assert v.loc["gpt_dapo_accuracy"].outcome == "not judged"  # DAPO seed 1 is missing: one value, no interval
-    ch = v.loc["gpt_clip_higher_entropy"]  # the aggressive setting's sampled accuracy falls: no "entropy falls while reward rises" to remedy
-    assert ch.outcome == "not judged" and "learning (aggressive) not established: sampled accuracy, end − start -0.07" in ch.reason
+    ch = v.loc[
+        "gpt_clip_higher_entropy"
+    ]  # the aggressive setting's sampled accuracy falls: no "entropy falls while reward rises" to remedy
+    assert (
+        ch.outcome == "not judged"
+        and "learning (aggressive) not established: sampled accuracy, end − start -0.07" in ch.reason
+    )
     assert ch.failure_established is False or ch.failure_established == "False"
-    assert "clip-higher engaged: share of tokens clip-higher freed" in ch.engaged and "0.01 (needs >= 0.001)" in ch.engaged
+    assert (
+        "clip-higher engaged: share of tokens clip-higher freed" in ch.engaged and "0.01 (needs >= 0.001)" in ch.engaged
+    )
     assert "dynamic sampling engaged: rollouts drawn per rollout kept" in v.loc["gpt_dapo_entropy"].engaged
     cc = v.loc["gpt_clip_cov_entropy"]  # judged on the same gate: the aggressive setting does not learn here
-    assert cc.outcome == "not judged" and "covariance rule (clip_cov) engaged: share of answer tokens it acted on (cov_frac) 0.002" in cc.engaged
+    assert (
+        cc.outcome == "not judged"
+        and "covariance rule (clip_cov) engaged: share of answer tokens it acted on (cov_frac) 0.002" in cc.engaged
+    )
     assert "gpt_kl_cov_entropy" not in v.index  # no variant has the role: no row
-    assert v.loc["gpt_random_no_signal"].outcome == "agrees" and v.loc["gpt_random_no_signal"]["diff"] == pytest.approx(0.05)
+    assert v.loc["gpt_random_no_signal"].outcome == "agrees" and v.loc["gpt_random_no_signal"]["diff"] == pytest.approx(
+        0.05
+    )
     tpl = results[0]["lab04_report_template"].set_index("item")
-    assert tpl.loc["Global optimum found", "value"] == "partly (1 of 2 seeds)" and tpl.loc["Severity", "value"] == "moderate"
+    assert (
+        tpl.loc["Global optimum found", "value"] == "partly (1 of 2 seeds)"
+        and tpl.loc["Severity", "value"] == "moderate"
+    )
     assert tpl.loc["Final entropy", "value"] == "0.300 ± 0.071 (n=2)"
     dominant = tpl.loc["Final dominant action (probability)", "value"]
     assert dominant == "action 0 (p = 0.940) in 1 of 2 seeds; action 1 (p = 0.950) in 1 of 2 seeds"
-    many = pd.DataFrame({"dominant_action": [1.0] * 99 + [2.0, math.nan],
-                         "dominant_prob": [0.993, 0.997] + [0.995] * 97 + [0.91, math.nan]})
+    many = pd.DataFrame(
+        {
+            "dominant_action": [1.0] * 99 + [2.0, math.nan],
+            "dominant_prob": [0.993, 0.997] + [0.995] * 97 + [0.91, math.nan],
+        }
+    )
     want = "action 1 (p = 0.993 to 0.997) in 99 of 100 seeds; action 2 (p = 0.910) in 1 of 100 seeds"
     assert lab04.dominant_actions(many) == want
     findings = results[0]["lab04_report_template"].query("part == 'Key findings'")["value"].tolist()
-    assert len(findings) == 3 and "0.3 ± 0.0707" in findings[0] and "the normal setting kept more entropy" in findings[0]
+    assert (
+        len(findings) == 3 and "0.3 ± 0.0707" in findings[0] and "the normal setting kept more entropy" in findings[0]
+    )
     assert "75.0% lower (moderate)" in findings[1] and findings[2].count(": exploited") == 2
 
 
 def render(t):
     env = environment()
-    return env.get_template("sections/lab04.html.j2").render(ctx=lab04.section(t), figures={"lab04_six_panel": "data:x"})
+    return env.get_template("sections/lab04.html.j2").render(
+        ctx=lab04.section(t), figures={"lab04_six_panel": "data:x"}
+    )
 
 
 def test_figures_and_section(results):
@@ -256,7 +348,9 @@ def test_figures_and_section(results):
             assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
             assert len(ax.get_lines()) < 2 or ax.get_legend() is not None
     band = lab04.seed_band(t["curves"], "aggressive", "eval_accuracy")
-    assert band.step.tolist() == [0, 4, 8, 12] and band["mean"].iloc[-1] == pytest.approx(0.385) and band["n"].iloc[0] == 2
+    assert (
+        band.step.tolist() == [0, 4, 8, 12] and band["mean"].iloc[-1] == pytest.approx(0.385) and band["n"].iloc[0] == 2
+    )
     s = lab04.section(t)
     assert "inconclusive" in s["parts"]["entropy"]["summary"] and len(s["parts"]["entropy"]["rows"]) == 8
     assert s["parts"]["entropy"]["summary"].endswith("and 2 setup checks, not counted")
@@ -306,7 +400,9 @@ def test_figures_are_readable_and_their_bands_bounded(results):
 
 def test_missing_everything(tmp_path):
     tabs, t = write_tables(make_cfg(tmp_path))  # no bandit CSVs and no runs
-    assert (tabs["lab04_entropy"]["converged_to"] == "missing").all() and tabs["lab04_entropy"]["final_entropy"].isna().all()
+    assert (tabs["lab04_entropy"]["converged_to"] == "missing").all() and tabs["lab04_entropy"][
+        "final_entropy"
+    ].isna().all()
     assert tabs["lab04_gpt_runs"]["status"].eq("missing").all() and (tabs["lab04_gpt"]["n"] == 0).all()
     assert verdicts(tabs, "lab04")["outcome"].eq("not judged").all()
     assert len(lab04.figures(t)) == 3
@@ -340,14 +436,27 @@ def test_covariance_remedies_are_judged_only_where_their_rule_acted():
     by 60-62%, the interval above half, while sampled accuracy rises); judged where cov_frac > 0, not judged where it is 0."""
     rows = [{"variant": "aggressive", "seed": s, "entropy_reduction": 0.6 + 0.01 * s, "accuracy_gain": 0.05, "entropy_end": 0.40 + 0.01 * s,
              "eval_end": 0.50, "cov_frac": math.nan} for s in range(3)]  # fmt: skip
-    rows += [{"variant": "cc", "seed": s, "entropy_end": 0.45 + 0.01 * s + 0.001 * (s == 2), "eval_end": 0.50, "cov_frac": 0.002} for s in range(3)]
+    rows += [
+        {
+            "variant": "cc",
+            "seed": s,
+            "entropy_end": 0.45 + 0.01 * s + 0.001 * (s == 2),
+            "eval_end": 0.50,
+            "cov_frac": 0.002,
+        }
+        for s in range(3)
+    ]
     runs = pd.DataFrame(rows)
     role = {"aggressive": "aggressive", "clip_cov": "cc"}
     v = lab04_claims({"lab04_gpt_runs": runs}, role)
     cc = v.loc["gpt_clip_cov_entropy"]
-    assert cc.outcome == "agrees" and cc["diff"] == pytest.approx(0.05 + 0.001 / 3) and cc.n == 3 and cc.kind == "beyond"
+    assert (
+        cc.outcome == "agrees" and cc["diff"] == pytest.approx(0.05 + 0.001 / 3) and cc.n == 3 and cc.kind == "beyond"
+    )
     assert "gpt_kl_cov_entropy" not in v.index
-    idle = lab04_claims({"lab04_gpt_runs": runs.assign(cov_frac=runs["cov_frac"].where(runs["variant"] != "cc", 0.0))}, role)
+    idle = lab04_claims(
+        {"lab04_gpt_runs": runs.assign(cov_frac=runs["cov_frac"].where(runs["variant"] != "cc", 0.0))}, role
+    )
     cc = idle.loc["gpt_clip_cov_entropy"]
     assert cc.outcome == "not judged" and "covariance rule (clip_cov) did not engage" in cc.reason
     mild = lab04_claims({"lab04_gpt_runs": runs.assign(entropy_reduction=runs["entropy_reduction"] - 0.3)}, role)
@@ -374,10 +483,18 @@ def test_local_optima_rates_and_verdicts_by_hand():
     assert v.loc["bandit_local_reached"].outcome == "agrees"  # the Wilson interval of 3/10 excludes 0
     assert v.loc["bandit_local_aggressive"]["diff"] == pytest.approx(0.3)
     v = lab04_claims({"lab04_entropy": ent.assign(initial_best_prob=1 / 3)}, {})
-    assert v.loc["bandit_local_aggressive"].outcome == "not judged" and "initial probability of the global arm 0.333" in v.loc["bandit_local_aggressive"].reason
+    assert (
+        v.loc["bandit_local_aggressive"].outcome == "not judged"
+        and "initial probability of the global arm 0.333" in v.loc["bandit_local_aggressive"].reason
+    )
     v = lab04_claims({"lab04_entropy": ent.assign(moving=(ent["setting"] == "normal_biased").astype(float))}, {})
-    assert v.loc["bandit_local_aggressive"].outcome == "not judged"  # the normal seeds still move: the rate would measure the horizon
-    assert "settled (normal_biased) not met: share of seeds still moving at the end 1" in v.loc["bandit_local_aggressive"].reason
+    assert (
+        v.loc["bandit_local_aggressive"].outcome == "not judged"
+    )  # the normal seeds still move: the rate would measure the horizon
+    assert (
+        "settled (normal_biased) not met: share of seeds still moving at the end 1"
+        in v.loc["bandit_local_aggressive"].reason
+    )
 
 
 def test_equal_samples_step_and_the_evaluation_before_it():
@@ -387,13 +504,21 @@ def test_equal_samples_step_and_the_evaluation_before_it():
     assert lab04.equal_samples_step([1, 2, 3], [500, 1000, 1500], 1500) == 3
     assert lab04.equal_samples_step([1, 2], [4000, 8000], 3000) == 0
     evals = pd.DataFrame({"step": [0, 2, 4], "eval_accuracy": [0.3, 0.4, 0.5]})
-    assert lab04.last_eval_by(evals, 3) == (0.4, 2) and lab04.last_eval_by(evals, 4) == (0.5, 4) and lab04.last_eval_by(evals, 0) == (0.3, 0)
+    assert (
+        lab04.last_eval_by(evals, 3) == (0.4, 2)
+        and lab04.last_eval_by(evals, 4) == (0.5, 4)
+        and lab04.last_eval_by(evals, 0) == (0.3, 0)
+    )
 
 
 def test_differences_name_every_changed_setting():
     base = {"seed": 0, "lr": 6e-4, "clip_eps_high": None, "algorithm": "grpo", "steps": 20}
     dapo = {"seed": 1, "lr": 6e-4, "clip_eps_high": 0.28, "algorithm": "dapo", "steps": 20, "dynamic_sampling": True}
-    assert lab04.differences(dapo, base) == [("algorithm", "dapo", "grpo"), ("clip_eps_high", 0.28, None), ("dynamic_sampling", True, None)]
+    assert lab04.differences(dapo, base) == [
+        ("algorithm", "dapo", "grpo"),
+        ("clip_eps_high", 0.28, None),
+        ("dynamic_sampling", True, None),
+    ]
     assert lab04.differences(base, base) == []
 
 
@@ -411,6 +536,8 @@ def test_a_bandit_policy_still_moving():
     """Over the last 10% of steps: an arm moving by more than 0.05 is still moving; a flat end is settled."""
     flat = np.array([[1 / 3, 1 / 3, 1 / 3]] * 50 + [[0.02, 0.96, 0.02]] * 50)
     assert lab04.still_moving(flat) is False
-    rising = np.array([[0.5 - 0.004 * i, 0.004 * i, 0.5] for i in range(100)])  # arm 1 gains 0.04 in 10 steps: settled; 0.4 in 100
+    rising = np.array(
+        [[0.5 - 0.004 * i, 0.004 * i, 0.5] for i in range(100)]
+    )  # arm 1 gains 0.04 in 10 steps: settled; 0.4 in 100
     assert lab04.still_moving(rising) is False and lab04.still_moving(rising, span=0.5) is True
     assert lab04.still_moving(np.array([[0.3, 0.3, 0.4]])) is False  # one step: nothing to compare

@@ -16,8 +16,8 @@ from mathrl import config  # noqa: E402
 from mathrl.config import expand_runs, load_config  # noqa: E402
 from mathrl.studies import stability as st  # noqa: E402
 from mathrl.studies.context import Context, Tables  # noqa: E402
-from tests.conftest import TINY, write_config  # noqa: E402
 from tests import synthetic  # noqa: E402
+from tests.conftest import TINY, write_config  # noqa: E402
 from tests.synthetic import write_json, write_run  # noqa: E402
 
 STEPS = 10  # evaluations at steps 2, 4, 6, 8, 10 (and 0, before RL)
@@ -85,17 +85,43 @@ def tree(built):
 def write_tree(cfg):
     w = lambda rid, r, init=0.5, **kw: write_run(cfg, rid, r, init, **kw)  # noqa: E731
     w("lab04_gpt__random_init__s0", [{**r, "frac_zero_std": 1.0} for r in rows([0.0] * 5)], init=0.0)
-    w("batch__batch_size-64__s0", rows([0.6, 0.45, 0.7, 0.5, 0.65], reward=0.2),
-      alerts=[{"step": 4, "kind": "reward_swing", "value": 0.4, "threshold": 0.3, "message": "m"}, {"step": 8, "kind": "reward_swing", "value": 0.4, "threshold": 0.3, "message": "m"}])
-    w("batch__batch_size-64__s1", rows([0.2, 0.5, 0.4, 0.6, 0.55], reward=0.4), alerts=[{"step": 6, "kind": "high_kl", "value": 0.7, "threshold": 0.5, "message": "m"}])
-    w("batch__batch_size-512__s0", rows([0.52, 0.54, 0.56, 0.58, 0.6], reward=0.5, seconds=2.0))  # batch 512 seed 1 is missing
-    for v, finals in [("A_fixed_512", [0.7, 0.6]), ("B_step_lr_128", [0.5, 0.55]), ("C_adaptive_kl_128", [0.6])]:  # C seed 1 missing
+    w(
+        "batch__batch_size-64__s0",
+        rows([0.6, 0.45, 0.7, 0.5, 0.65], reward=0.2),
+        alerts=[
+            {"step": 4, "kind": "reward_swing", "value": 0.4, "threshold": 0.3, "message": "m"},
+            {"step": 8, "kind": "reward_swing", "value": 0.4, "threshold": 0.3, "message": "m"},
+        ],
+    )
+    w(
+        "batch__batch_size-64__s1",
+        rows([0.2, 0.5, 0.4, 0.6, 0.55], reward=0.4),
+        alerts=[{"step": 6, "kind": "high_kl", "value": 0.7, "threshold": 0.5, "message": "m"}],
+    )
+    w(
+        "batch__batch_size-512__s0", rows([0.52, 0.54, 0.56, 0.58, 0.6], reward=0.5, seconds=2.0)
+    )  # batch 512 seed 1 is missing
+    for v, finals in [
+        ("A_fixed_512", [0.7, 0.6]),
+        ("B_step_lr_128", [0.5, 0.55]),
+        ("C_adaptive_kl_128", [0.6]),
+    ]:  # C seed 1 missing
         for seed, f in enumerate(finals):
             w(f"fixed_vs_dynamic__{v}__s{seed}", rows([0.5, 0.5, 0.5, 0.5, f], lr=1e-4, kl_coef=0.05))
+
     def spiked(r, at=3, size=1000.0):  # the injected spike: the gradient norm of step `at`
         return [{**x, "grad_norm": size if x["step"] == at else 1.0} for x in r]
 
-    w("clipping__sgd_spike__s0", spiked(rows([0.6, 0.1, 0.1, 0.1, 0.1], entropy=lambda s: 1.0 if s == 1 else 0.1, kl=lambda s: 2.0 if s == 5 else 0.01)))
+    w(
+        "clipping__sgd_spike__s0",
+        spiked(
+            rows(
+                [0.6, 0.1, 0.1, 0.1, 0.1],
+                entropy=lambda s: 1.0 if s == 1 else 0.1,
+                kl=lambda s: 2.0 if s == 5 else 0.01,
+            )
+        ),
+    )
     w("clipping__sgd_spike__s1", spiked(rows([0.2, 0.1, 0.1, 0.1, 0.1])))
     w("clipping__sgd_spike_clip1__s0", spiked(rows([0.5] * 5)))
     w("clipping__sgd_spike_clip1__s1", spiked(rows([0.5, 0.5, 0.5, 0.5, 0.56])))
@@ -104,8 +130,13 @@ def write_tree(cfg):
     w("clipping__adamw_no_spike__s0", rows([0.5] * 5, grad_norm=1.0))
     w("clipping__adamw_no_spike__s1", rows([0.5] * 5, grad_norm=1.0))
     for clip, coef, rmse in [("none", 0.5, 0.3), ("none", 1.0, 0.25), ("0.2", 0.5, 0.2), ("0.2", 1.0, 0.15)]:
-        r = rows([0.5] * 5, value_rmse=rmse, explained_variance=lambda s: -1.5 if s == 2 else 0.4,
-                 value_delta=lambda s: 0.45 if s == 1 else 0.05, value_clip_frac=lambda s: (0.7 if s == 1 else 0.0) if clip != "none" else 0.0)
+        r = rows(
+            [0.5] * 5,
+            value_rmse=rmse,
+            explained_variance=lambda s: -1.5 if s == 2 else 0.4,
+            value_delta=lambda s: 0.45 if s == 1 else 0.05,
+            value_clip_frac=lambda s: (0.7 if s == 1 else 0.0) if clip != "none" else 0.0,
+        )
         if clip == "0.2" and coef == 1.0:
             r[-1]["value_rmse"] = 0.1
         w(f"value_clip__value_clip-{clip}_value_coef-{coef:g}__s0", r)
@@ -132,10 +163,20 @@ def test_pure_measures():
     assert all(math.isnan(x) for x in st.change_shares(pd.Series([0.5])))
     # residuals of 0, 1, 0, 1 around its fitted line 0.2 + 0.2 x: -0.2, 0.6, -0.6, 0.2; sqrt(0.8 / 2)
     assert roughness([0, 1, 2, 3], [0, 1, 0, 1]) == pytest.approx(math.sqrt(0.4))
-    assert roughness([0, 5, 10], [0.1, 0.2, 0.3]) == pytest.approx(0.0, abs=1e-12)  # a steady rise is smooth, whatever the spacing
-    assert roughness([0, 1, 2, 3, 4, 5, 6, 7], [0, 1, 0, 1, 0, 1, 0, 1]) == pytest.approx(roughness([0, 2, 4, 6, 8, 10, 12, 14], [0, 1, 0, 1, 0, 1, 0, 1]))
-    assert max_drawdown(s) == pytest.approx(0.2) and max_drawdown([0.1, 0.2]) == 0.0 and math.isnan(roughness([0, 1], [0, 1]))
-    assert st.pm(pd.Series({"x_mean": 0.5, "x_std": 0.1, "n": 3}), "x") == "50.0% [25.2%, 74.8%] (n=3)"  # t(2) x 0.1 / sqrt(3)
+    assert roughness([0, 5, 10], [0.1, 0.2, 0.3]) == pytest.approx(
+        0.0, abs=1e-12
+    )  # a steady rise is smooth, whatever the spacing
+    assert roughness([0, 1, 2, 3, 4, 5, 6, 7], [0, 1, 0, 1, 0, 1, 0, 1]) == pytest.approx(
+        roughness([0, 2, 4, 6, 8, 10, 12, 14], [0, 1, 0, 1, 0, 1, 0, 1])
+    )
+    assert (
+        max_drawdown(s) == pytest.approx(0.2)
+        and max_drawdown([0.1, 0.2]) == 0.0
+        and math.isnan(roughness([0, 1], [0, 1]))
+    )
+    assert (
+        st.pm(pd.Series({"x_mean": 0.5, "x_std": 0.1, "n": 3}), "x") == "50.0% [25.2%, 74.8%] (n=3)"
+    )  # t(2) x 0.1 / sqrt(3)
     assert st.pm(None, "x") == "no data"
 
 
@@ -146,31 +187,55 @@ def test_batch_tables(tree):
     assert r64["roughness_mean"] > 0.05 and r64["drawdown_mean"] == pytest.approx((0.2 + 0.3) / 2)
     assert r64["largest_drop_mean"] == pytest.approx(0.25) and r64["final_eval_mean"] == pytest.approx(0.60)
     assert r64["share_above_10_mean"] == pytest.approx(0.7) and r64["share_below_3_mean"] == 0.0
-    assert (r64["collapses"], r64["collapse_rate"]) == (0, 0.0)  # seed 1 fell to 0.2 < 0.5 x 0.5 once, then recovered: no collapse
-    assert r512["roughness_mean"] == pytest.approx(0.0, abs=1e-9) and (r512["largest_drop_mean"], r512["share_below_3_mean"]) == (0.0, 1.0)
+    assert (r64["collapses"], r64["collapse_rate"]) == (
+        0,
+        0.0,
+    )  # seed 1 fell to 0.2 < 0.5 x 0.5 once, then recovered: no collapse
+    assert r512["roughness_mean"] == pytest.approx(0.0, abs=1e-9) and (
+        r512["largest_drop_mean"],
+        r512["share_below_3_mean"],
+    ) == (0.0, 1.0)
     assert math.isnan(r512["roughness_std"]) and r512["collapses"] == 0
     c = tree["stability_batch_curve"]
     p1 = one(c, batch_size=64, point=1)
     assert (p1["step"], p1["eval_step"], p1["n"]) == (2, 2, 2) and p1["eval_accuracy_mean"] == pytest.approx(0.4)
     assert p1["entropy_mean"] == pytest.approx(0.9) and p1["doc_accuracy"] == 0.32
-    assert one(c, batch_size=512, point=5)["eval_accuracy_mean"] == pytest.approx(0.6) and one(c, batch_size=512, point=5)["doc_reward"] == 0.34
+    assert (
+        one(c, batch_size=512, point=5)["eval_accuracy_mean"] == pytest.approx(0.6)
+        and one(c, batch_size=512, point=5)["doc_reward"] == 0.34
+    )
     cs = tree["stability_case_study"]
-    assert one(cs, batch_size=64)["final_reward_mean"] == pytest.approx(0.3) and one(cs, batch_size=64)["final_reward_std"] == pytest.approx(0.1 * 2**0.5)
+    assert one(cs, batch_size=64)["final_reward_mean"] == pytest.approx(0.3) and one(cs, batch_size=64)[
+        "final_reward_std"
+    ] == pytest.approx(0.1 * 2**0.5)
     assert one(cs, batch_size=64)["alerts_mean"] == 1.5 and one(cs, batch_size=512)["wall_seconds_mean"] == 20.0
     assert one(cs, batch_size=512)["doc_collapses"] == 0
 
 
 def test_fixed_vs_dynamic_and_clipping(tree):
     f = tree["stability_fixed_vs_dynamic"]
-    assert one(f, method="A")["final_eval_mean"] == pytest.approx(0.65) and one(f, method="A")["reproducibility_std"] == pytest.approx(0.05 * 2**0.5)
+    assert one(f, method="A")["final_eval_mean"] == pytest.approx(0.65) and one(f, method="A")[
+        "reproducibility_std"
+    ] == pytest.approx(0.05 * 2**0.5)
     assert (one(f, method="C")["n"], one(f, method="C")["expected"], one(f, method="A")["rank"]) == (1, 2, 1)
     assert one(f, method="B")["doc_final_accuracy"] == 0.523 and one(f, method="B")["final_lr_mean"] == 1e-4
     c = tree["stability_clipping"]
-    assert list(c["cell"]) == ["sgd, clip none, spike", "sgd, clip 1.0, spike", "adamw, clip none, spike", "adamw, clip none, no spike"]
+    assert list(c["cell"]) == [
+        "sgd, clip none, spike",
+        "sgd, clip 1.0, spike",
+        "adamw, clip none, spike",
+        "adamw, clip none, no spike",
+    ]
     assert list(c["collapses"]) == [2, 0, 0, 0] and list(c["collapse_rate"]) == [1.0, 0.0, 0.0, 0.0]
-    assert one(c, cell="sgd, clip 1.0, spike")["collapse_rate_hi"] == pytest.approx(3.8415 / 5.8415, rel=1e-3)  # Wilson, 0 of 2
-    assert one(c, cell="sgd, clip none, spike")["spike_ratio_mean"] == 1000.0 and math.isnan(one(c, cell="adamw, clip none, no spike")["spike_ratio_mean"])
-    assert one(c, cell="sgd, clip none, spike")["drop_after_spike_mean"] == pytest.approx(0.4)  # from 0.5 to 0.1 after step 3
+    assert one(c, cell="sgd, clip 1.0, spike")["collapse_rate_hi"] == pytest.approx(
+        3.8415 / 5.8415, rel=1e-3
+    )  # Wilson, 0 of 2
+    assert one(c, cell="sgd, clip none, spike")["spike_ratio_mean"] == 1000.0 and math.isnan(
+        one(c, cell="adamw, clip none, no spike")["spike_ratio_mean"]
+    )
+    assert one(c, cell="sgd, clip none, spike")["drop_after_spike_mean"] == pytest.approx(
+        0.4
+    )  # from 0.5 to 0.1 after step 3
     assert one(c, cell="adamw, clip none, spike")["doc_collapse_rate"] == 0.35
 
 
@@ -182,26 +247,47 @@ def test_critic_explained_variance_by_step_20():
 
 def test_pure_clipping_helpers():
     steps = pd.Series([1, 2, 3, 4, 5])
-    assert st.spike_ratio(pd.Series([1.0, 2.0, 500.0, 3.0, 2.0]), steps, 3) == 250.0  # 500 over the median 2 of the others
+    assert (
+        st.spike_ratio(pd.Series([1.0, 2.0, 500.0, 3.0, 2.0]), steps, 3) == 250.0
+    )  # 500 over the median 2 of the others
     assert math.isnan(st.spike_ratio(pd.Series([1.0] * 5), steps, None))
 
 
 def test_value_gradvar_alerts(tree):
     v = tree["stability_value_clip"]
     r = one(v, value_clip="0.2", value_coef=1.0)
-    assert r["final_rmse_mean"] == pytest.approx(0.1) and r["mean_rmse_mean"] == pytest.approx(0.145) and r["doc_rmse"] == 0.12
+    assert (
+        r["final_rmse_mean"] == pytest.approx(0.1)
+        and r["mean_rmse_mean"] == pytest.approx(0.145)
+        and r["doc_rmse"] == 0.12
+    )
     assert one(v, value_clip="none", value_coef=0.5)["doc_rmse"] == 0.25
     # the critic's worst step (EV -1.5 at step 2), the largest move of one update (0.45 at step 1), the clip's busiest step
-    assert (r["ev_min_mean"], r["value_delta_max_mean"], r["clip_share_max_mean"]) == (pytest.approx(-1.5), pytest.approx(0.45), pytest.approx(0.7))
+    assert (r["ev_min_mean"], r["value_delta_max_mean"], r["clip_share_max_mean"]) == (
+        pytest.approx(-1.5),
+        pytest.approx(0.45),
+        pytest.approx(0.7),
+    )
     assert one(v, value_clip="none", value_coef=0.5)["clip_share_max_mean"] == 0.0
     g = tree["stability_gradvar"]
-    assert one(g, task="add", batch_size=64)["ratio_to_largest"] == pytest.approx(8.0) and one(g, task="add", batch_size=64)["theory_ratio"] == 8.0
-    assert one(g, task="mul", batch_size=64)["status"] == "missing" and math.isnan(one(g, task="mul", batch_size=64)["variance"])
+    assert (
+        one(g, task="add", batch_size=64)["ratio_to_largest"] == pytest.approx(8.0)
+        and one(g, task="add", batch_size=64)["theory_ratio"] == 8.0
+    )
+    assert one(g, task="mul", batch_size=64)["status"] == "missing" and math.isnan(
+        one(g, task="mul", batch_size=64)["variance"]
+    )
     a = tree["stability_accumulation"]
     assert one(a, task="add")["relative"] == 1e-7 and math.isnan(one(a, task="mul")["relative"])
     al = tree["stability_alerts"]
     sw = one(al, experiment="batch", kind="reward_swing")
-    assert (sw["runs"], sw["expected"], sw["runs_with_alert"], sw["first_step_median"], sw["alerts"]) == (3, 4, 1, 4.0, 2)
+    assert (sw["runs"], sw["expected"], sw["runs_with_alert"], sw["first_step_median"], sw["alerts"]) == (
+        3,
+        4,
+        1,
+        4.0,
+        2,
+    )
     assert one(al, experiment="batch", kind="low_entropy")["runs_with_alert"] == 0
 
 
@@ -216,16 +302,29 @@ def test_alert_scores(tree):
 def test_troubleshooting_and_criteria(tree):
     t = tree["stability_troubleshooting"].set_index("symptom")
     assert t.loc["reward does not rise", "evidence_run"] == "lab04_gpt__random_init__s0"
-    assert t.loc["reward drops suddenly", "evidence_run"] == "clipping__sgd_spike__s0" and "step 2 -> 10.0% at step 4" in t.loc["reward drops suddenly", "evidence"]
+    assert (
+        t.loc["reward drops suddenly", "evidence_run"] == "clipping__sgd_spike__s0"
+        and "step 2 -> 10.0% at step 4" in t.loc["reward drops suddenly", "evidence"]
+    )
     assert t.loc["reward drops suddenly", "cause_shown"] == "no gradient clipping (and an outsized gradient)"
     # sgd_spike s0's entropy falls tenfold, but it has no entropy bonus at all: no evidence for "bonus too weak"
-    assert t.loc["entropy collapses fast", "evidence_run"] == "" and t.loc["entropy collapses fast", "evidence"] == "no run of this pipeline has this cause"
+    assert (
+        t.loc["entropy collapses fast", "evidence_run"] == ""
+        and t.loc["entropy collapses fast", "evidence"] == "no run of this pipeline has this cause"
+    )
     # its KL of 2 is not from PPO epochs or a wider clip, and no run of this tree has those
-    assert t.loc["KL explodes", "evidence_run"] == "" and t.loc["KL explodes", "evidence"] == "no run of this pipeline has this cause"
+    assert (
+        t.loc["KL explodes", "evidence_run"] == ""
+        and t.loc["KL explodes", "evidence"] == "no run of this pipeline has this cause"
+    )
     assert t.loc["out of memory", "evidence"] == "not observed in this pipeline"
     assert t.loc["non-finite loss or gradient", "evidence_run"] == "collapse__huge_lr__s0"
     v = synthetic.verdicts(tree, "stability")
-    assert v.loc["gradvar"].outcome == "agrees" and v.loc["gradvar"]["diff"] == pytest.approx(8.0) and v.loc["accumulation"].outcome == "agrees"
+    assert (
+        v.loc["gradvar"].outcome == "agrees"
+        and v.loc["gradvar"]["diff"] == pytest.approx(8.0)
+        and v.loc["accumulation"].outcome == "agrees"
+    )
     b = v.loc["fixed_vs_B"]  # A − B per seed: 0.2, 0.05; t(1) = 12.706, se = 0.075
     assert (b.outcome, b.design, b.n) == ("inconclusive", "paired", 2) and b["diff"] == pytest.approx(0.125)
     assert b.ci_low == pytest.approx(0.125 - 12.7062 * 0.075, rel=1e-4) and b.seeds_needed > 2
@@ -234,15 +333,28 @@ def test_troubleshooting_and_criteria(tree):
     assert clip.outcome_unadjusted == "agrees" and clip["diff"] == pytest.approx(1.0) and clip.design == "rates"
     # 2 of 2 against 0 of 2: Fisher's exact p is 1/3, so across the family the interval's "agrees" does not stand
     assert clip.outcome == "inconclusive" and clip.p_value == pytest.approx(1 / 3) and "Holm" in clip.reason
-    assert clip.ci_low == pytest.approx(1 - math.sqrt(2) * 0.6576, abs=1e-3)  # Newcombe from Wilson (2 of 2: [0.3424, 1]; 0 of 2: [0, 0.6576])
-    assert "spike (sgd, no clipping) met: gradient norm at the spike step / median of the other steps 1e+03" in clip.engaged
+    assert clip.ci_low == pytest.approx(
+        1 - math.sqrt(2) * 0.6576, abs=1e-3
+    )  # Newcombe from Wilson (2 of 2: [0.3424, 1]; 0 of 2: [0, 0.6576])
+    assert (
+        "spike (sgd, no clipping) met: gradient norm at the spike step / median of the other steps 1e+03"
+        in clip.engaged
+    )
     assert "clip (sgd) engaged: share of runs whose spike-step gradient norm exceeds the max norm 1" in clip.engaged
     adam = v.loc["adam_bounds_step"]
-    assert adam.outcome_unadjusted == "agrees" and adam["diff"] == pytest.approx(1.0) and adam.note.endswith("; 2 of 2 runs against 0 of 2") and adam.kind == "setup"
+    assert (
+        adam.outcome_unadjusted == "agrees"
+        and adam["diff"] == pytest.approx(1.0)
+        and adam.note.endswith("; 2 of 2 runs against 0 of 2")
+        and adam.kind == "setup"
+    )
     assert v.loc["clipping_adamw"].outcome == "not judged"  # no clipped AdamW cell in this tree
     assert v.loc["value_clip"].outcome == "not judged" and v.loc["batch_smoother"].outcome == "not judged"
     # one seed per cell: no interval, so the checks on an interval's lower end cannot be measured
-    assert "critic (clipped, weight 1.0) not measured: ci_low of explained variance over steps 16-20" in v.loc["value_clip"].engaged
+    assert (
+        "critic (clipped, weight 1.0) not measured: ci_low of explained variance over steps 16-20"
+        in v.loc["value_clip"].engaged
+    )
     swings = v.loc["batch_small_swings"]  # largest falls 0.2 and 0.3 at batch 64, minus 10 points
     assert swings["diff"] == pytest.approx(0.15) and swings.outcome == "inconclusive"
 
@@ -264,7 +376,14 @@ def render(ctx: dict, figures: dict) -> str:
 def check_figures(figs):
     import matplotlib.pyplot as plt
 
-    assert set(figs) == {"stability_batch_curves", "stability_equal_samples", "stability_fixed_vs_dynamic", "stability_gradvar", "stability_clipping", "stability_value_clip"}
+    assert set(figs) == {
+        "stability_batch_curves",
+        "stability_equal_samples",
+        "stability_fixed_vs_dynamic",
+        "stability_gradvar",
+        "stability_clipping",
+        "stability_value_clip",
+    }
     for name, fig in figs.items():
         for ax in fig.axes:
             assert ax.get_title(), name
@@ -289,18 +408,35 @@ def test_figures_and_section_from_csv(cfg, tree):
     check_figures(figs)
     s = st.section(t)
     # the equal-batch rows first (no control in this tree), then B against A, C against A (one seed: no interval)
-    assert [r["outcome"] for r in s["verdicts"]["fixed_vs_dynamic"]["rows"]] == ["not judged", "not judged", "inconclusive", "not judged"]
+    assert [r["outcome"] for r in s["verdicts"]["fixed_vs_dynamic"]["rows"]] == [
+        "not judged",
+        "not judged",
+        "inconclusive",
+        "not judged",
+    ]
     # equal samples: both batches logged 16 rollouts per step here, so they share every evaluation; compared at the last (160)
     es = t["stability_equal_samples"]
-    assert set(es["samples"]) == {32, 64, 96, 128, 160} and len(es) == 3 * 5  # batch 64 (2 seeds) and 512 (1 seed), 5 evaluations each
+    assert (
+        set(es["samples"]) == {32, 64, 96, 128, 160} and len(es) == 3 * 5
+    )  # batch 64 (2 seeds) and 512 (1 seed), 5 evaluations each
     [eq] = s["verdicts"]["equal_samples"]["rows"]
     assert eq["key"] == "equal_samples_64" and eq["n"] == 1 and eq["outcome"] == "not judged"  # batch 512 has one seed
-    assert "Roughness (spread of held-out accuracy around its trend) was 0.0 pts (n=1) at batch 512" in s["verdicts"]["batch"]["text"]
-    assert s["verdicts"]["alerts"]["text"].startswith("Of 22 runs with a result, the monitor raised high_kl in 1 run(s) (1 alerts); reward_swing in 1 run(s) (2 alerts). Against")
+    assert (
+        "Roughness (spread of held-out accuracy around its trend) was 0.0 pts (n=1) at batch 512"
+        in s["verdicts"]["batch"]["text"]
+    )
+    assert s["verdicts"]["alerts"]["text"].startswith(
+        "Of 22 runs with a result, the monitor raised high_kl in 1 run(s) (1 alerts); reward_swing in 1 run(s) (2 alerts). Against"
+    )
     assert "low_entropy: precision 1/1 (21% to 100%), recall 1/2" in s["verdicts"]["alerts"]["text"]
     assert "clipped at weight 1.0 0.145 (n=1)" in s["verdicts"]["value_clip"]["text"]
     html = render(s, {"stability_batch_curves": "data:image/png;base64,"})
-    assert "stability_fixed_vs_dynamic was not drawn" in html and "inconclusive" in html and "95% CI [" in html and st.COLLAPSE_DEFINITION in html
+    assert (
+        "stability_fixed_vs_dynamic was not drawn" in html
+        and "inconclusive" in html
+        and "95% CI [" in html
+        and st.COLLAPSE_DEFINITION in html
+    )
 
 
 def test_empty_results_render(cfg, tmp_path):
@@ -317,18 +453,43 @@ def test_empty_results_render(cfg, tmp_path):
 
 def test_dynamic_schedules_are_also_judged_at_their_own_batch():
     """With the equal-batch control, B and C are compared with fixed hyperparameters at their batch (paired by seed)."""
-    finals = {"A": [0.70, 0.72, 0.71], "B": [0.50, 0.52, 0.51], "C": [0.60, 0.61, 0.62], "equal_batch": [0.45, 0.46, 0.47]}
-    fr = pd.DataFrame([{"method": m, "seed": s, "final_eval": f, "schedule_moved": float(m in "BC")} for m, fs in finals.items() for s, f in enumerate(fs)])
+    finals = {
+        "A": [0.70, 0.72, 0.71],
+        "B": [0.50, 0.52, 0.51],
+        "C": [0.60, 0.61, 0.62],
+        "equal_batch": [0.45, 0.46, 0.47],
+    }
+    fr = pd.DataFrame(
+        [
+            {"method": m, "seed": s, "final_eval": f, "schedule_moved": float(m in "BC")}
+            for m, fs in finals.items()
+            for s, f in enumerate(fs)
+        ]
+    )
     from mathrl import claims
 
     v = synthetic.verdicts({"claims": claims.judge_all({}, {"stability_fvd_runs": fr})}, "stability")
-    assert v.loc["dynamic_B_equal_batch"]["diff"] == pytest.approx(0.05) and v.loc["dynamic_B_equal_batch"].outcome == "agrees"
-    assert v.loc["dynamic_C_equal_batch"]["diff"] == pytest.approx(0.15) and v.loc["fixed_vs_B"].note.startswith("A differs from B and C in batch size")
-    without = synthetic.verdicts({"claims": claims.judge_all({}, {"stability_fvd_runs": fr[fr["method"] != "equal_batch"]})}, "stability")
-    assert without.loc["dynamic_B_equal_batch"].outcome == "not judged" and without.loc["fixed_vs_B"].outcome == "agrees"
+    assert (
+        v.loc["dynamic_B_equal_batch"]["diff"] == pytest.approx(0.05)
+        and v.loc["dynamic_B_equal_batch"].outcome == "agrees"
+    )
+    assert v.loc["dynamic_C_equal_batch"]["diff"] == pytest.approx(0.15) and v.loc["fixed_vs_B"].note.startswith(
+        "A differs from B and C in batch size"
+    )
+    without = synthetic.verdicts(
+        {"claims": claims.judge_all({}, {"stability_fvd_runs": fr[fr["method"] != "equal_batch"]})}, "stability"
+    )
+    assert (
+        without.loc["dynamic_B_equal_batch"].outcome == "not judged" and without.loc["fixed_vs_B"].outcome == "agrees"
+    )
     # a schedule that never acted (B's LR did not fall) is not judged, whatever its accuracy
-    still = synthetic.verdicts({"claims": claims.judge_all({}, {"stability_fvd_runs": fr.assign(schedule_moved=0.0)})}, "stability")
-    assert still.loc["dynamic_B_equal_batch"].outcome == "not judged" and "schedule acted (B)" in still.loc["dynamic_B_equal_batch"].engaged
+    still = synthetic.verdicts(
+        {"claims": claims.judge_all({}, {"stability_fvd_runs": fr.assign(schedule_moved=0.0)})}, "stability"
+    )
+    assert (
+        still.loc["dynamic_B_equal_batch"].outcome == "not judged"
+        and "schedule acted (B)" in still.loc["dynamic_B_equal_batch"].engaged
+    )
 
 
 def test_stated_intervals_stay_within_the_range_of_their_quantity():
@@ -354,7 +515,10 @@ def test_schedule_motion_tells_an_acting_schedule_from_a_fixed_one():
     m = st.schedule_motion(decayed)  # 0.9^5 = 0.59 of the first LR at the last step: it fell, but not to half
     assert m["lr_ratio"] == pytest.approx(0.9**5 / 0.9**0) and m["kl_coef_range"] == 1.0 and m["schedule_moved"] == 0.0
     controlled = _Run(pd.DataFrame({"step": steps, "lr": 1e-3, "kl_coef": [0.05, 0.075, 0.1125] + [0.09] * 7}))
-    assert st.schedule_motion(controlled)["kl_coef_range"] == pytest.approx(2.25) and st.schedule_motion(controlled)["schedule_moved"] == 1.0
+    assert (
+        st.schedule_motion(controlled)["kl_coef_range"] == pytest.approx(2.25)
+        and st.schedule_motion(controlled)["schedule_moved"] == 1.0
+    )
     halved = _Run(pd.DataFrame({"step": steps, "lr": [1e-3] * 9 + [4e-4], "kl_coef": 0.05}))
     assert st.schedule_motion(halved)["schedule_moved"] == 1.0
 
@@ -382,13 +546,41 @@ def test_remedy_claims_need_their_symptom_and_their_mechanism():
     """kl_remedy: judged only where accuracy fell without a KL penalty and the penalty held the KL down."""
     from mathrl import claims
 
-    cfg = {"experiments": {"remedies": {"roles": {"kl_none": "kl_0", "kl_high": "kl_0.1", "kl_default": "kl_0.05", "low_lr": "low_lr", "raised_lr": "own_lr"}}}}
+    cfg = {
+        "experiments": {
+            "remedies": {
+                "roles": {
+                    "kl_none": "kl_0",
+                    "kl_high": "kl_0.1",
+                    "kl_default": "kl_0.05",
+                    "low_lr": "low_lr",
+                    "raised_lr": "own_lr",
+                }
+            }
+        }
+    }
 
     def measures(fall_without, kl_ratio):
         out = []
         for seed in range(5):
-            out.append({"experiment": "remedies", "variant": "kl_0", "seed": seed, "drawdown": fall_without + 0.01 * seed, "kl_end": 0.2})
-            out.append({"experiment": "remedies", "variant": "kl_0.1", "seed": seed, "drawdown": 0.01 + 0.002 * seed, "kl_end": 0.2 * kl_ratio})
+            out.append(
+                {
+                    "experiment": "remedies",
+                    "variant": "kl_0",
+                    "seed": seed,
+                    "drawdown": fall_without + 0.01 * seed,
+                    "kl_end": 0.2,
+                }
+            )
+            out.append(
+                {
+                    "experiment": "remedies",
+                    "variant": "kl_0.1",
+                    "seed": seed,
+                    "drawdown": 0.01 + 0.002 * seed,
+                    "kl_end": 0.2 * kl_ratio,
+                }
+            )
         return pd.DataFrame(out)
 
     judged = claims.judge_all(cfg, {"run_measures": measures(0.10, 0.5)}).set_index("claim_id").loc["kl_remedy"]

@@ -79,7 +79,9 @@ def build(cfg):
 def test_configs_table(results):
     c = results[0]["system_configs"].set_index(["task", "key"])
     assert c.loc[("add", "n_layer")].ours == 2 and c.loc[("add", "n_layer")].document == 4
-    assert c.loc[("mul", "n_layer")].document == 6 and math.isnan(c.loc[("mul", "n_layer")].ours)  # no mul warm-up: missing
+    assert c.loc[("mul", "n_layer")].document == 6 and math.isnan(
+        c.loc[("mul", "n_layer")].ours
+    )  # no mul warm-up: missing
     assert c.loc[("add", "n_params")].ours == 400256 and math.isnan(c.loc[("add", "n_params")].document)
     assert c.loc[("add", "sft_accuracy")].ours == pytest.approx(0.464) and c.loc[("add", "sft_steps")].ours == 425
     assert c.loc[("add", "steps")].ours == 4 and c.loc[("add", "steps")].document == 200
@@ -104,7 +106,12 @@ def test_results_table(results):
     assert reached[("add", "ppo")] is True and reached[("mul", "reinforce")] is True
     assert r.loc[("mul", "reinforce")].expected_low == 0.8
     g = r.loc[("add", "grpo")]
-    assert g.n == 1 and g.n_runs == 2 and g.collapses == 0 and g.collapse_rate_hi == pytest.approx(3.8415 / 4.8415, rel=1e-3)  # Wilson, 0 of 1
+    assert (
+        g.n == 1
+        and g.n_runs == 2
+        and g.collapses == 0
+        and g.collapse_rate_hi == pytest.approx(3.8415 / 4.8415, rel=1e-3)
+    )  # Wilson, 0 of 1
     assert a.final_eval_lo == 0 and a.final_eval_hi == 1  # 0.7 -/+ t(1) x 0.1414 / sqrt(2) = 1.27, clipped to [0, 1]
     assert a.gain_lo == pytest.approx(0.3 - 12.7062 * 0.1, rel=1e-4)  # a gain is a difference: not clipped
     m = r.loc[("mul", "ppo")]  # never written: shown, with nothing invented
@@ -117,13 +124,22 @@ def test_curves_console_criteria(results):
     assert list(c.index) == [0, 2, 4]
     assert c.loc[2].eval_accuracy_mean == pytest.approx(0.55) and c.loc[2].n == 2
     con = tabs["system_console"].set_index(["task", "algorithm"])
-    assert con.loc[("add", "reinforce")].source == "log" and con.loc[("add", "reinforce")].line.startswith("Step 4/4 | Loss 0.123")
+    assert con.loc[("add", "reinforce")].source == "log" and con.loc[("add", "reinforce")].line.startswith(
+        "Step 4/4 | Loss 0.123"
+    )
     assert con.loc[("add", "ppo")].source == "metrics.csv"
-    assert con.loc[("add", "ppo")].line == "Step 4/4 | Loss 0.123 | Acc 0.500 | Reward 0.500 | LR 1.00e-04 | Ent 0.300 | KL 0.0100 | Eval 0.960"
+    assert (
+        con.loc[("add", "ppo")].line
+        == "Step 4/4 | Loss 0.123 | Acc 0.500 | Reward 0.500 | LR 1.00e-04 | Ent 0.300 | KL 0.0100 | Eval 0.960"
+    )
     assert ("mul", "ppo") not in con.index
     k = verdicts(tabs, "system")
     acc = k.loc["add_accuracy"]  # finals 0.6 and 0.8, minus 90%: -0.2 with t(1) x 0.1
-    assert acc["diff"] == pytest.approx(-0.2) and acc.ci_low == pytest.approx(-0.2 - 12.7062 * 0.1, rel=1e-4) and acc.outcome == "inconclusive"
+    assert (
+        acc["diff"] == pytest.approx(-0.2)
+        and acc.ci_low == pytest.approx(-0.2 - 12.7062 * 0.1, rel=1e-4)
+        and acc.outcome == "inconclusive"
+    )
     assert k.loc["add_gain"]["diff"] == pytest.approx(0.3) and k.loc["add_stable"].outcome == "inconclusive"
     assert (k.loc[["mul_accuracy", "mul_gain", "mul_stable"], "outcome_unadjusted"] == "agrees").all()
     assert k.loc["mul_accuracy"].kind == "document" and k.loc["add_accuracy"].p_holm >= k.loc["add_accuracy"].p_value
@@ -136,9 +152,25 @@ def test_sequences_per_micro_batch():
 
 
 def test_verdict_functions():
-    assert system.reached(0.9, 0.9) is True and system.reached(0.89, 0.9) is False and system.reached(math.nan, 0.9) is None
-    row = {"step": 3, "policy_loss": 0.5, "accuracy": 0.25, "reward_mean": 0.25, "lr": 3e-4, "entropy": 0.1, "kl": 0.0, "eval_accuracy": math.nan}
-    assert system.console_line(row, 10) == "Step 3/10 | Loss 0.500 | Acc 0.250 | Reward 0.250 | LR 3.00e-04 | Ent 0.100 | KL 0.0000"
+    assert (
+        system.reached(0.9, 0.9) is True
+        and system.reached(0.89, 0.9) is False
+        and system.reached(math.nan, 0.9) is None
+    )
+    row = {
+        "step": 3,
+        "policy_loss": 0.5,
+        "accuracy": 0.25,
+        "reward_mean": 0.25,
+        "lr": 3e-4,
+        "entropy": 0.1,
+        "kl": 0.0,
+        "eval_accuracy": math.nan,
+    }
+    assert (
+        system.console_line(row, 10)
+        == "Step 3/10 | Loss 0.500 | Acc 0.250 | Reward 0.250 | LR 3.00e-04 | Ent 0.100 | KL 0.0000"
+    )
 
 
 def render(section_ctx, figures=None):
@@ -165,14 +197,26 @@ def test_figures_and_section(results):
         matplotlib.pyplot.close(fig)
     s = system.section(t)
     add, mul = s["verdicts"]
-    assert [r["outcome"] for r in add["rows"]] == ["inconclusive"] * 3 + ["not judged"]  # no supervised control in this tree
-    assert "70.0% [0.0%, 100.0%] (n=2)" in add["text"] and "90%–95%" in add["text"] and "from start_30, the start picked" in add["text"]
-    assert [r["outcome"] for r in mul["rows"]] == ["agrees"] * 3 + ["not judged"] and "; ppo no data" in mul["text"]  # planned, not written
+    assert [r["outcome"] for r in add["rows"]] == ["inconclusive"] * 3 + [
+        "not judged"
+    ]  # no supervised control in this tree
+    assert (
+        "70.0% [0.0%, 100.0%] (n=2)" in add["text"]
+        and "90%–95%" in add["text"]
+        and "from start_30, the start picked" in add["text"]
+    )
+    assert [r["outcome"] for r in mul["rows"]] == ["agrees"] * 3 + ["not judged"] and "; ppo no data" in mul[
+        "text"
+    ]  # planned, not written
     alone = system.task_text(t["system_results"].query("algorithm == 'reinforce'"), t["system_configs"], "mul", {})
     assert "before RL), against" in alone["text"] and "no data" not in alone["text"]  # PPO, GRPO not in the config
     assert s["baseline_decay"] == "0.9" and s["presets"][0]["preset"] == "small"
     w = s["configs"].set_index("key")
-    assert w.loc["n_layer", "add_ours"] == 2 and w.loc["n_layer", "mul_document"] == 6 and math.isnan(w.loc["n_layer", "mul_ours"])
+    assert (
+        w.loc["n_layer", "add_ours"] == 2
+        and w.loc["n_layer", "mul_document"] == 6
+        and math.isnan(w.loc["n_layer", "mul_ours"])
+    )
     assert list(w.index[:3]) == ["n_layer", "n_head", "n_embd"]
     html = render(s, {"system_curves": "data:image/png;base64,AA=="})
     assert "Step 50/200" in html and "inconclusive" in html and "95% CI [" in html and "system_throughput" in html
@@ -204,7 +248,9 @@ def test_no_experiment(cfg, tmp_path):
 
 # ---- starts: RL and the supervised control from the warm-up's band and from a further start -------------------------
 def test_pick_start_reads_the_validation_split_alone():
-    assert system.pick_start({"start_30": 0.31, "start_70": 0.72, "start_85": 0.86}, 0.80) == "start_70"  # most-trained below 80%
+    assert (
+        system.pick_start({"start_30": 0.31, "start_70": 0.72, "start_85": 0.86}, 0.80) == "start_70"
+    )  # most-trained below 80%
     assert system.pick_start({"start_30": 0.31, "start_85": 0.86}, 0.90) == "start_85"
     assert system.pick_start({"start_85": 0.91, "start_95": 0.96}, 0.90) == "start_85"  # none below: the least trained
     assert system.pick_start({"start_30": math.nan}, 0.90) == "start_30" and system.pick_start({}, 0.9) is None
@@ -215,7 +261,12 @@ STARTS = {"starts": [
     {"start": "start_85", "threshold": 0.85, "sft_steps": 1500, "val_accuracy": 0.86, "test_accuracy": 0.85, "reached": True}],
     "controls": [{"start": st, "seed": seed, "initial_test": start, "final_test": start + gain} for st, start, gains in
                  (("start_30", 0.30, (0.40, 0.42)), ("start_85", 0.85, (0.04, 0.06))) for seed, gain in enumerate(gains)]}  # fmt: skip
-FROM = {("add", 0): [0.30, 0.40, 0.45], ("add", 1): [0.30, 0.42, 0.47], ("add_from_85", 0): [0.85, 0.90, 0.93], ("add_from_85", 1): [0.85, 0.91, 0.95]}
+FROM = {
+    ("add", 0): [0.30, 0.40, 0.45],
+    ("add", 1): [0.30, 0.42, 0.47],
+    ("add_from_85", 0): [0.85, 0.90, 0.93],
+    ("add_from_85", 1): [0.85, 0.91, 0.95],
+}
 
 
 @pytest.fixture(scope="module")
@@ -235,13 +286,21 @@ def starts_tables(tmp_path_factory):
 def test_starts_tables_and_claims(starts_tables):
     runs = starts_tables["system_start_runs"]
     assert set(runs.algorithm) == {"reinforce", "supervised"} and set(runs.cell) == {"add_start_30", "add_start_85"}
-    assert set(runs.loc[runs.picked == "yes", "start"]) == {"start_85"}  # validation 86% < 90%: the most-trained start below
+    assert set(runs.loc[runs.picked == "yes", "start"]) == {
+        "start_85"
+    }  # validation 86% < 90%: the most-trained start below
     st = starts_tables["system_starts"].set_index("start")
-    assert st.loc["start_85", "rl_final"] == pytest.approx(0.94) and st.loc["start_85", "sup_final"] == pytest.approx(0.90)
-    assert st.loc["start_85", "rl_minus_sup"] == pytest.approx(0.04) and st.loc["start_30", "rl_minus_sup"] == pytest.approx(0.46 - 0.71)
+    assert st.loc["start_85", "rl_final"] == pytest.approx(0.94) and st.loc["start_85", "sup_final"] == pytest.approx(
+        0.90
+    )
+    assert st.loc["start_85", "rl_minus_sup"] == pytest.approx(0.04) and st.loc[
+        "start_30", "rl_minus_sup"
+    ] == pytest.approx(0.46 - 0.71)
     assert st.loc["start_85", "picked"] and not st.loc["start_30", "picked"] and st.loc["start_85", "start_val"] == 0.86
     k = verdicts(starts_tables, "system")
-    assert k.loc["add_accuracy"]["diff"] == pytest.approx(0.04) and k.loc["add_accuracy"].n == 2  # the picked start's runs only
+    assert (
+        k.loc["add_accuracy"]["diff"] == pytest.approx(0.04) and k.loc["add_accuracy"].n == 2
+    )  # the picked start's runs only
     assert k.loc["add_gain"]["diff"] == pytest.approx(0.09)
     vs = k.loc["add_start_30_rl_vs_supervised"]
     assert vs["diff"] == pytest.approx(-0.25) and vs.kind == "beyond" and vs.design == "unpaired"
@@ -259,4 +318,6 @@ def test_the_control_sees_an_rl_runs_samples_and_every_start_is_saved(files):
         assert s["steps"] * s["batch_size"] == sft["control_steps"] * sft["control_batch_size"], spec.run_id
         assert len(sft["control_seeds"]) >= 5 and len(cfg["experiments"]["system"]["seeds"]) >= 5
         if s["init"] is not None:
-            assert s["init"] in {system.start_of(cfg, {"task": s["task"], "init": None})} | {f"start_{round(100 * x)}" for x in sft["starts"]}
+            assert s["init"] in {system.start_of(cfg, {"task": s["task"], "init": None})} | {
+                f"start_{round(100 * x)}" for x in sft["starts"]
+            }

@@ -3,9 +3,22 @@
 import pytest
 import torch
 
-from mathrl.tasks import (END, EQUALS, OPS, VOCAB, VOCAB_SIZE, ProblemFileError, Task, decode,
-                          encode, filter_by_ndigit, make_problem_sets, problem_splits, read_problems,
-                          write_problems)
+from mathrl.tasks import (
+    END,
+    EQUALS,
+    OPS,
+    VOCAB,
+    VOCAB_SIZE,
+    ProblemFileError,
+    Task,
+    decode,
+    encode,
+    filter_by_ndigit,
+    make_problem_sets,
+    problem_splits,
+    read_problems,
+    write_problems,
+)
 
 ADD3, MUL2 = Task("add", 3), Task("mul", 2)
 
@@ -116,7 +129,9 @@ def test_validation_split_is_disjoint_and_leaves_the_test_set_unchanged(task, n_
     splits = problem_splits(task, n_train, 500, seed=3, n_val=700)
     assert len(splits["val"]) == 700 and len(_keys(splits["val"])) == 700
     assert not _keys(splits["val"]) & _keys(splits["test"]) and not _keys(splits["val"]) & _keys(splits["train"])
-    assert torch.equal(splits["test"], make_problem_sets(task, n_train, 500, seed=3)[1])  # adding val moves no test problem
+    assert torch.equal(
+        splits["test"], make_problem_sets(task, n_train, 500, seed=3)[1]
+    )  # adding val moves no test problem
     if n_train:
         assert len(splits["train"]) == n_train
     else:
@@ -144,13 +159,16 @@ def test_write_read_round_trip(tmp_path):
     assert path.read_text() == "12*34=408\n"
 
 
-@pytest.mark.parametrize("bad, why", [
-    ("007+045=53", "expected 52"),
-    ("007*045=315", "operator"),
-    ("07+045=52", "3-digit"),
-    ("007+045=52 junk", "expected"),
-    ("", "expected"),
-])
+@pytest.mark.parametrize(
+    "bad, why",
+    [
+        ("007+045=53", "expected 52"),
+        ("007*045=315", "operator"),
+        ("07+045=52", "3-digit"),
+        ("007+045=52 junk", "expected"),
+        ("", "expected"),
+    ],
+)
 def test_malformed_lines_name_file_and_line(tmp_path, bad, why):
     path = tmp_path / "p.txt"
     path.write_text(f"001+002=3\n{bad}\n004+005=9\n")

@@ -58,10 +58,27 @@ def test_each_algorithm_runs_and_writes_the_contract(run_env, algorithm):
     assert df["baseline"].notna().all() == (algorithm == "reinforce")
     assert (df["samples"] >= 16 * df["step"]).all()
     s = summary(run_env, algorithm)
-    for key in ["run_id", "experiment", "task", "algorithm", "batch_size", "lr", "kl_coef", "seed", "config", "final", "best", "wall_seconds", "versions", "alerts"]:
+    for key in [
+        "run_id",
+        "experiment",
+        "task",
+        "algorithm",
+        "batch_size",
+        "lr",
+        "kl_coef",
+        "seed",
+        "config",
+        "final",
+        "best",
+        "wall_seconds",
+        "versions",
+        "alerts",
+    ]:
         assert key in s, key
     assert s["algorithm"] == algorithm and s["status"] == "complete" and s["config"]["batch_size"] == 16
-    assert 0 <= s["initial"]["eval_sampled_accuracy"] <= 1 and s["resolved"]["n_eval"] == 50  # before RL too; tiny eval_size
+    assert (
+        0 <= s["initial"]["eval_sampled_accuracy"] <= 1 and s["resolved"]["n_eval"] == 50
+    )  # before RL too; tiny eval_size
 
 
 def test_same_seed_same_metrics_on_cpu(run_env):
@@ -150,9 +167,23 @@ def test_two_process_ddp_equals_one_process(run_env):
     """gloo on CPU: 2 ranks x 8 rollouts give the 16-rollout run of one process."""
     base = ["--config", str(run_env["config"]), "steps=3", "batch_size=16", "group_size=4"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    one = subprocess.run([sys.executable, "-m", "mathrl", "train", "--run-id", "one", *base], env=env, capture_output=True, text=True)
+    one = subprocess.run(
+        [sys.executable, "-m", "mathrl", "train", "--run-id", "one", *base], env=env, capture_output=True, text=True
+    )
     assert one.returncode == 0, one.stderr
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "mathrl", "train", "--run-id", "two", *base]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "mathrl",
+        "train",
+        "--run-id",
+        "two",
+        *base,
+    ]
     two = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert two.returncode == 0, two.stderr[-3000:]
     a, b = (metrics(run_env, r).drop(columns=VOLATILE) for r in ("one", "two"))
@@ -189,7 +220,10 @@ def test_changed_settings_restart_only_when_asked(run_env, capsys):
 def test_injected_gradient_spike_multiplies_the_gradient_at_its_step(run_env):
     """The spike hook scales the loss, so the (pre-clip) gradient norm, by its factor at that step only."""
     assert train(run_env, "clean", "steps=3", "grad_clip=null") == 0
-    assert train(run_env, "spiked", "steps=3", "grad_clip=null", "fault_grad_spike_step=1", "fault_grad_spike_scale=1000") == 0
+    assert (
+        train(run_env, "spiked", "steps=3", "grad_clip=null", "fault_grad_spike_step=1", "fault_grad_spike_scale=1000")
+        == 0
+    )
     clean, spiked = metrics(run_env, "clean"), metrics(run_env, "spiked")
     ratio = spiked.loc[spiked.step == 1, "grad_norm"].item() / clean.loc[clean.step == 1, "grad_norm"].item()
     assert ratio == pytest.approx(1000, rel=1e-3)
@@ -215,7 +249,10 @@ def test_per_token_rewards_and_the_value_clip_in_a_ppo_run(run_env, capsys):
     assert train(run_env, "sparse", *common, "value_clip=null") == 0
     dense, sparse = metrics(run_env, "dense"), metrics(run_env, "sparse")
     # same rollouts at step 1 (values 0 before any update); the targets differ, so the value loss does
-    assert dense.loc[0, "reward_mean"] == sparse.loc[0, "reward_mean"] and dense.loc[0, "value_loss"] != sparse.loc[0, "value_loss"]
+    assert (
+        dense.loc[0, "reward_mean"] == sparse.loc[0, "reward_mean"]
+        and dense.loc[0, "value_loss"] != sparse.loc[0, "value_loss"]
+    )
     assert (dense["value_delta"] > 0).all() and (sparse["value_delta"] > 0).all()
     assert (dense["value_clip_frac"] == 1.0).all() and (sparse["value_clip_frac"] == 0.0).all()
     assert train(run_env, "one_epoch", "algorithm=ppo", "steps=1", "ppo_epochs=1") == 0

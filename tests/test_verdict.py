@@ -6,8 +6,19 @@ import numpy as np
 import pytest
 
 from mathrl.verdict import (
-    Claim, Estimate, Verdict, difference, judge, mean_interval, minimum_detectable, paired_difference, rate_difference, seeds_needed,
-    sentence, unpaired_difference, wilson,
+    Claim,
+    Estimate,
+    Verdict,
+    difference,
+    judge,
+    mean_interval,
+    minimum_detectable,
+    paired_difference,
+    rate_difference,
+    seeds_needed,
+    sentence,
+    unpaired_difference,
+    wilson,
 )  # fmt: skip
 
 T2 = 4.302653  # t(0.975, df=2)
@@ -18,10 +29,14 @@ def test_paired_interval_by_hand():
     e = paired_difference({0: 1.0, 1: 2.0, 2: 3.0}, {0: 0.5, 1: 1.8, 2: 2.4})
     sd = math.sqrt(((0.5 - 1.3 / 3) ** 2 + (0.2 - 1.3 / 3) ** 2 + (0.6 - 1.3 / 3) ** 2) / 2)
     assert e.estimate == pytest.approx(1.3 / 3) and e.sd == pytest.approx(sd) and e.n == 3 and e.kind == "paired"
-    assert e.lo == pytest.approx(1.3 / 3 - T2 * sd / math.sqrt(3), rel=1e-6) and e.hi == pytest.approx(1.3 / 3 + T2 * sd / math.sqrt(3), rel=1e-6)
+    assert e.lo == pytest.approx(1.3 / 3 - T2 * sd / math.sqrt(3), rel=1e-6) and e.hi == pytest.approx(
+        1.3 / 3 + T2 * sd / math.sqrt(3), rel=1e-6
+    )
     assert e.effect == pytest.approx((1.3 / 3) / sd)
     # the seeds both arms have are paired; a seed only one arm has is left out of the pairs
-    assert paired_difference({0: 1.0, 1: 2.0, 2: 3.0, 3: 9.0}, {0: 0.5, 1: 1.8, 2: 2.4}).estimate == pytest.approx(1.3 / 3)
+    assert paired_difference({0: 1.0, 1: 2.0, 2: 3.0, 3: 9.0}, {0: 0.5, 1: 1.8, 2: 2.4}).estimate == pytest.approx(
+        1.3 / 3
+    )
 
 
 def test_welch_interval_by_hand():
@@ -35,7 +50,10 @@ def test_welch_interval_by_hand():
     assert e.estimate == pytest.approx(1.0) and e.se == pytest.approx(se) and e.df == pytest.approx(df)
     assert (e.lo, e.hi) == (pytest.approx(1 - half), pytest.approx(1 + half)) and (e.n_a, e.n_b) == (3, 4)
     # difference() pairs only when both arms hold the same seeds
-    assert difference({0: 1, 1: 2}, {0: 0, 1: 1}).kind == "paired" and difference({0: 1, 1: 2}, {0: 0, 2: 1}).kind == "unpaired"
+    assert (
+        difference({0: 1, 1: 2}, {0: 0, 1: 1}).kind == "paired"
+        and difference({0: 1, 1: 2}, {0: 0, 2: 1}).kind == "unpaired"
+    )
 
 
 def test_wilson_and_rates_by_hand():
@@ -60,9 +78,17 @@ def test_judge_rules():
     assert out == "disagrees" and "size" in reason
     assert judge(sized, est(-0.054, 0.034))[0] == "disagrees"  # excludes -52% too
     eq = Claim("k", "t", "m", kind="equivalence", margin=0.1)
-    assert judge(eq, est(-0.05, 0.05))[0] == "agrees" and judge(eq, est(-0.05, 0.2))[0] == "inconclusive" and judge(eq, est(0.2, 0.3))[0] == "disagrees"
+    assert (
+        judge(eq, est(-0.05, 0.05))[0] == "agrees"
+        and judge(eq, est(-0.05, 0.2))[0] == "inconclusive"
+        and judge(eq, est(0.2, 0.3))[0] == "disagrees"
+    )
     ni = Claim("k", "t", "m", kind="noninferior", margin=0.02)
-    assert judge(ni, est(-0.01, 0.05))[0] == "agrees" and judge(ni, est(-0.17, 0.12))[0] == "inconclusive" and judge(ni, est(-0.11, -0.06))[0] == "disagrees"
+    assert (
+        judge(ni, est(-0.01, 0.05))[0] == "agrees"
+        and judge(ni, est(-0.17, 0.12))[0] == "inconclusive"
+        and judge(ni, est(-0.11, -0.06))[0] == "disagrees"
+    )
     assert judge(up, Estimate(0.1, math.nan, math.nan, 1, "paired"))[0] == "not judged"
     assert judge(up, None)[0] == "not judged"
 
@@ -88,7 +114,9 @@ def test_outcomes_on_synthetic_runs():
     rng = np.random.default_rng(0)
     claim = Claim("k", "b is better than a", "b − a", unit="pts")
     found = [Verdict(claim, difference(*reversed(_runs(rng, 10, 0.08)))).outcome for _ in range(200)]
-    assert found.count("agrees") / 200 > 0.9 and "disagrees" not in found  # power near 1 at 10 seeds, effect 2.7 sd of the difference
+    assert (
+        found.count("agrees") / 200 > 0.9 and "disagrees" not in found
+    )  # power near 1 at 10 seeds, effect 2.7 sd of the difference
     null = [Verdict(claim, difference(*reversed(_runs(rng, 10, 0.0)))).outcome for _ in range(400)]
     assert null.count("agrees") / 400 < 0.05 and null.count("disagrees") / 400 < 0.05  # 2.5% each side by construction
     small = [Verdict(claim, difference(*reversed(_runs(rng, 3, 0.03)))) for _ in range(200)]
@@ -103,7 +131,11 @@ def test_outcomes_on_synthetic_runs():
 
 
 def test_sentence_states_interval_and_n():
-    v = Verdict(Claim("k", "t", "m", unit="pts"), paired_difference({0: 0.5, 1: 0.6, 2: 0.55}, {0: 0.5, 1: 0.5, 2: 0.5}))
+    v = Verdict(
+        Claim("k", "t", "m", unit="pts"), paired_difference({0: 0.5, 1: 0.6, 2: 0.55}, {0: 0.5, 1: 0.5, 2: 0.5})
+    )
     text = sentence(v.row())
     assert text.startswith("+5.0 pts, 95% CI [") and "n=3 seeds, paired" in text and v.outcome in text
-    assert sentence({"outcome": "not judged", "reason": "no runs with a result"}) == "Not judged: no runs with a result."
+    assert (
+        sentence({"outcome": "not judged", "reason": "no runs with a result"}) == "Not judged: no runs with a result."
+    )

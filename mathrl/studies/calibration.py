@@ -68,7 +68,15 @@ def n_evaluated(run) -> int:
 
 def gain_row(run) -> dict:
     """Start, final, gain with its Newcombe interval on the evaluated problems, sustained drop."""
-    row = {"start": NAN, "final": NAN, "gain": NAN, "gain_lo": NAN, "gain_hi": NAN, "sustained_drop": None, "n_eval": NAN}
+    row = {
+        "start": NAN,
+        "final": NAN,
+        "gain": NAN,
+        "gain_lo": NAN,
+        "gain_hi": NAN,
+        "sustained_drop": None,
+        "n_eval": NAN,
+    }
     if not run.ok:
         return row
     ev = run.evals["eval_accuracy"].tolist()
@@ -138,7 +146,9 @@ def references_table(ctx) -> pd.DataFrame:
     for exp, spec in ctx.cfg["experiments"].items():
         runs = reference_runs(ctx, exp)
         if not runs:
-            rows.append({"experiment": exp, "reference": (spec.get("roles") or {}).get("reference", ""), "task": "", "n": 0})
+            rows.append(
+                {"experiment": exp, "reference": (spec.get("roles") or {}).get("reference", ""), "task": "", "n": 0}
+            )
             continue
         per = {r.spec.seed: gain_row(r) for r in runs if r.ok}
         est = mean_interval({s: g["gain"] for s, g in per.items()})
@@ -192,7 +202,15 @@ def pilot_figure(p: pd.DataFrame) -> plt.Figure:
     for i, ((task, batch), g) in enumerate(done.groupby(["task", "batch_size"], sort=False) if len(done) else []):
         g = g.sort_values("multiple")
         err = [100 * (g["gain"] - g["gain_lo"]), 100 * (g["gain_hi"] - g["gain"])]
-        ax.errorbar(g["multiple"], 100 * g["gain"], yerr=err, marker="o", capsize=3, color=COLORS[i % len(COLORS)], label=f"{task}, batch {batch}")
+        ax.errorbar(
+            g["multiple"],
+            100 * g["gain"],
+            yerr=err,
+            marker="o",
+            capsize=3,
+            color=COLORS[i % len(COLORS)],
+            label=f"{task}, batch {batch}",
+        )
         for m, y, drop in zip(g["multiple"], 100 * g["gain"], g["sustained_drop"]):
             if drop:
                 ax.annotate("drop", (m, y), textcoords="offset points", xytext=(4, -10), fontsize=7)
@@ -202,8 +220,11 @@ def pilot_figure(p: pd.DataFrame) -> plt.Figure:
         ax.set_xscale("log")
         ax.axhline(0, color="0.5", linewidth=0.8)
         ax.legend()
-    ax.set(xlabel="learning rate, multiple of the task's reference", ylabel="gain in validation accuracy (points)",
-           title="Calibration pilot: gain after the pilot's steps (95% Newcombe interval)")
+    ax.set(
+        xlabel="learning rate, multiple of the task's reference",
+        ylabel="gain in validation accuracy (points)",
+        title="Calibration pilot: gain after the pilot's steps (95% Newcombe interval)",
+    )
     return fig
 
 
@@ -226,7 +247,10 @@ def gains_figure(g: pd.DataFrame) -> plt.Figure:
 
 
 def figures(t) -> dict[str, plt.Figure]:
-    return {"calibration_pilot": pilot_figure(t["calibration_pilot"]), "calibration_gains": gains_figure(t["calibration_gains"])}
+    return {
+        "calibration_pilot": pilot_figure(t["calibration_pilot"]),
+        "calibration_gains": gains_figure(t["calibration_gains"]),
+    }
 
 
 # ----------------------------------------------------------------------------- report

@@ -24,7 +24,19 @@ import mathrl.studies.policy_losses as policy_losses
 from mathrl import analysis as dx
 from mathrl import layout
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, add_intervals, band, bounds, claim_frame, placeholder, plt, power_note, verdict_rows
+from mathrl.studies.kit import (
+    COLORS,
+    NONNEGATIVE,
+    SHARE,
+    add_intervals,
+    band,
+    bounds,
+    claim_frame,
+    placeholder,
+    plt,
+    power_note,
+    verdict_rows,
+)
 from mathrl.studies.kit import roles as roles_of
 from mathrl.studies.mismatch import EXPERIMENT as MISMATCH_EXPERIMENT
 from mathrl.studies.mismatch import figures as mismatch_figures
@@ -63,7 +75,9 @@ def bootstrap_mean(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
     """95% percentile-bootstrap interval of a mean over problems (scipy.stats.bootstrap)."""
     if len(x) < 2 or np.ptp(x) == 0:
         return (float(np.mean(x)), float(np.mean(x))) if len(x) else (NAN, NAN)
-    res = stats.bootstrap((x,), np.mean, n_resamples=2000, method="percentile", random_state=np.random.default_rng(seed))
+    res = stats.bootstrap(
+        (x,), np.mean, n_resamples=2000, method="percentile", random_state=np.random.default_rng(seed)
+    )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
@@ -82,7 +96,9 @@ def pass_at_k_runs(ctx) -> pd.DataFrame:
                 lo, hi = bootstrap_mean(p)
                 rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "phase": phase, "k": k,
                              "problems": len(p), "pass_at_k": float(p.mean()), "boot_lo": lo, "boot_hi": hi})  # fmt: skip
-    return pd.DataFrame(rows, columns=["experiment", "setting", "seed", "phase", "k", "problems", "pass_at_k", "boot_lo", "boot_hi"])
+    return pd.DataFrame(
+        rows, columns=["experiment", "setting", "seed", "phase", "k", "problems", "pass_at_k", "boot_lo", "boot_hi"]
+    )
 
 
 def pass_at_k_summary(runs: pd.DataFrame) -> pd.DataFrame:
@@ -175,7 +191,22 @@ def noise_scale_table(ctx) -> pd.DataFrame:
                          "gain_mean": est.estimate, "gain_lo": est.lo, "gain_hi": est.hi, "n": est.n,
                          # McCandlish et al.: the best step size grows as B / (B + B_noise); relative to the largest batch
                          "lr_scale": (b / (b + b_noise)) / (max(sizes) / (max(sizes) + b_noise)) if b == b and b_noise == b_noise else NAN})  # fmt: skip
-    return pd.DataFrame(rows, columns=["task", "grad_sq", "trace_sigma", "noise_scale", "batch_size", "lr", "gain_mean", "gain_lo", "gain_hi", "n", "lr_scale"])
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "task",
+            "grad_sq",
+            "trace_sigma",
+            "noise_scale",
+            "batch_size",
+            "lr",
+            "gain_mean",
+            "gain_lo",
+            "gain_hi",
+            "n",
+            "lr_scale",
+        ],
+    )
 
 
 def noise_scale_steps(ctx) -> pd.DataFrame:
@@ -193,7 +224,10 @@ def noise_scale_steps(ctx) -> pd.DataFrame:
         rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "batch_size": big, **est,
                      "undefined_steps": int(m["grad_noise_scale"].isna().sum())})  # fmt: skip
     df = pd.DataFrame(rows, columns=["experiment", "setting", "seed", "batch_size", "early", "late", "undefined_steps"])
-    return add_intervals(mean_spread(df, ["experiment", "setting", "batch_size"], ["early", "late", "undefined_steps"]), ["early", "late"])
+    return add_intervals(
+        mean_spread(df, ["experiment", "setting", "batch_size"], ["early", "late", "undefined_steps"]),
+        ["early", "late"],
+    )
 
 
 # ----------------------------------------------------------------------------- update diagnostics
@@ -211,15 +245,22 @@ def update_runs(ctx) -> pd.DataFrame:
             continue
         cov, dh = m["logp_adv_cov"].to_numpy()[:-1], np.diff(m["entropy"].to_numpy())
         keep = np.isfinite(cov) & np.isfinite(dh)
-        rho = float(stats.spearmanr(cov[keep], dh[keep]).statistic) if keep.sum() >= 5 and np.ptp(cov[keep]) > 0 else NAN
+        rho = (
+            float(stats.spearmanr(cov[keep], dh[keep]).statistic) if keep.sum() >= 5 and np.ptp(cov[keep]) > 0 else NAN
+        )
         rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed,
                      **{c: float(m[c].mean()) for c in UPDATE[:-1]}, "cov_entropy_corr": rho})  # fmt: skip
     return pd.DataFrame(rows, columns=["experiment", "setting", "seed", *UPDATE])
 
 
 def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
-    limits = {"clip_frac_low": SHARE, "clip_frac_high": SHARE, "adv_std": NONNEGATIVE, "adv_abs_max": NONNEGATIVE,
-              "cov_entropy_corr": (-1.0, 1.0)}
+    limits = {
+        "clip_frac_low": SHARE,
+        "clip_frac_high": SHARE,
+        "adv_std": NONNEGATIVE,
+        "adv_abs_max": NONNEGATIVE,
+        "cov_entropy_corr": (-1.0, 1.0),
+    }
     return add_intervals(mean_spread(runs, ["experiment", "setting"], UPDATE), UPDATE, bounds=limits)
 
 
@@ -249,8 +290,16 @@ def figures(t) -> dict[str, plt.Figure]:
     fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
     if len(pk):
         for i, ((exp, name, phase), g) in enumerate(pk.groupby(["experiment", "setting", "phase"], sort=False)):
-            band(ax, g["k"], g["pass_at_k_mean"], g["pass_at_k_std"], f"{exp}/{name} {phase}", COLORS[i % len(COLORS)],
-                 n=g["n"], bounds=bounds("pass_at_k"))
+            band(
+                ax,
+                g["k"],
+                g["pass_at_k_mean"],
+                g["pass_at_k_std"],
+                f"{exp}/{name} {phase}",
+                COLORS[i % len(COLORS)],
+                n=g["n"],
+                bounds=bounds("pass_at_k"),
+            )
         ax.set_xscale("log", base=2)
         ax.legend(fontsize=7)
     else:
@@ -261,7 +310,12 @@ def figures(t) -> dict[str, plt.Figure]:
     law = t["diagnostics_entropy_law_runs"]
     fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
     if len(law):
-        ax.scatter(law["r2"], law["half_rmse"] * 100, s=12, c=[COLORS[i % len(COLORS)] for i in pd.factorize(law["experiment"])[0]])
+        ax.scatter(
+            law["r2"],
+            law["half_rmse"] * 100,
+            s=12,
+            c=[COLORS[i % len(COLORS)] for i in pd.factorize(law["experiment"])[0]],
+        )
         ax.axvline(LAW_R2, color="0.5", ls=":")
         ax.axhline(LAW_RMSE * 100, color="0.5", ls=":")
         for i, exp in enumerate(pd.unique(law["experiment"])):
@@ -286,7 +340,11 @@ def figures(t) -> dict[str, plt.Figure]:
         ax.legend(fontsize=7)
     else:
         placeholder(ax, "no advantage-scaling runs")
-    ax.set(xlabel="carries in the problem", ylabel="held-out gain (points)", title="Advantage scaling by difficulty (95% interval over seeds)")
+    ax.set(
+        xlabel="carries in the problem",
+        ylabel="held-out gain (points)",
+        title="Advantage scaling by difficulty (95% interval over seeds)",
+    )
     out["diagnostics_adv_scaling"] = fig
     out.update(mismatch_figures(t))  # the rollout/trainer mismatch
     out["diagnostics_curves"] = compute_curves.figure(t)
@@ -306,7 +364,9 @@ def law_text(runs: pd.DataFrame) -> str:
     text = (f"The law holds in {int(holds.sum())} of {len(runs)} runs. The runs where it holds lost {drop[holds].mean():.3f} nats of entropy "
             f"on average, against {drop[~holds].mean():.3f} in the others." if holds.any() and (~holds).any() else
             f"The law holds in {int(holds.sum())} of {len(runs)} runs.")  # fmt: skip
-    return text + (f" It holds in most seeds of: {', '.join(most)}." if most else " It holds in most seeds of no setting.")
+    return text + (
+        f" It holds in most seeds of: {', '.join(most)}." if most else " It holds in most seeds of no setting."
+    )
 
 
 def section(t) -> dict:

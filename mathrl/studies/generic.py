@@ -28,7 +28,12 @@ NAME = "generic"
 TITLE = "Every experiment at a glance"
 DOCUMENT = ""
 
-METRICS = {"eval_accuracy": "held-out accuracy", "entropy": "mean token entropy", "kl": "KL to the reference", "reward_mean": "training reward"}
+METRICS = {
+    "eval_accuracy": "held-out accuracy",
+    "entropy": "mean token entropy",
+    "kl": "KL to the reference",
+    "reward_mean": "training reward",
+}
 VALUES = ["start", "final", "best", "gain"]
 
 
@@ -40,12 +45,18 @@ def per_run(ctx) -> pd.DataFrame:
     rows = []
     for exp in ctx.cfg["experiments"]:
         for run in ctx.experiment(exp):
-            n_eval = ((run.summary or {}).get("resolved") or {}).get("n_eval") or run.settings.get("eval_size") or math.nan
+            n_eval = (
+                ((run.summary or {}).get("resolved") or {}).get("n_eval") or run.settings.get("eval_size") or math.nan
+            )
             row = {"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "status": run.status,
                    "eval_size": n_eval}  # fmt: skip
             if run.ok:
                 e = run.evals["eval_accuracy"]
-                row.update(start=float(e.iloc[0]), final=float(e.iloc[-1]), best=float(e.iloc[1:].max()) if len(e) > 1 else math.nan)
+                row.update(
+                    start=float(e.iloc[0]),
+                    final=float(e.iloc[-1]),
+                    best=float(e.iloc[1:].max()) if len(e) > 1 else math.nan,
+                )
                 row["gain"] = row["final"] - row["start"]
             rows.append(row)
     return pd.DataFrame(rows).reindex(columns=["experiment", "setting", "seed", "status", "eval_size", *VALUES])
@@ -60,14 +71,24 @@ def summary_table(runs: pd.DataFrame, cfg: dict) -> pd.DataFrame:
     out = add_intervals(mean_spread(runs, ["experiment", "setting"], VALUES), VALUES)
     out.insert(3, "expected", runs.groupby(["experiment", "setting"], sort=False).size().values)
     sizes = runs.groupby(["experiment", "setting"], sort=False)["eval_size"].max().values
-    out["eval_error"] = [binomial_halfwidth(p, int(n)) if p == p and n == n else math.nan for p, n in zip(out["final_mean"], sizes)]
+    out["eval_error"] = [
+        binomial_halfwidth(p, int(n)) if p == p and n == n else math.nan for p, n in zip(out["final_mean"], sizes)
+    ]
     out["eval_size"] = sizes
     p_imp = []
     for r in out.itertuples():
         base = (cfg["experiments"][r.experiment].get("roles") or {}).get("baseline")
         a = runs[(runs.experiment == r.experiment) & (runs.setting == r.setting)]["final"].dropna().to_numpy()
-        b = runs[(runs.experiment == r.experiment) & (runs.setting == base)]["final"].dropna().to_numpy() if base else np.array([])
-        p_imp.append(float(rly.probability_of_improvement(a[:, None], b[:, None])) if len(a) and len(b) and r.setting != base else math.nan)
+        b = (
+            runs[(runs.experiment == r.experiment) & (runs.setting == base)]["final"].dropna().to_numpy()
+            if base
+            else np.array([])
+        )
+        p_imp.append(
+            float(rly.probability_of_improvement(a[:, None], b[:, None]))
+            if len(a) and len(b) and r.setting != base
+            else math.nan
+        )
     out["p_improvement"] = p_imp
     return out
 
@@ -131,7 +152,16 @@ def figure(c: pd.DataFrame, experiment: str, settings: dict[str, dict] | None = 
         m = d[d["metric"] == metric] if len(d) else d
         for i, (name, g) in enumerate(m.groupby("setting", sort=False) if len(m) else []):
             g = g.sort_values("step")
-            band(ax, g["step"], g["mean"], g["std"], name, COLORS[i % len(COLORS)], g["n"], bounds(metric, (settings or {}).get(name)))
+            band(
+                ax,
+                g["step"],
+                g["mean"],
+                g["std"],
+                name,
+                COLORS[i % len(COLORS)],
+                g["n"],
+                bounds(metric, (settings or {}).get(name)),
+            )
         if m.empty:
             placeholder(ax, f"no {label} logged")
         ax.set(title=label, xlabel="RL step", ylabel=label)

@@ -21,6 +21,7 @@ from mathrl.verdict import CONFIDENCE, number, seeds_text, sentence, wilson  # n
 
 NAN = math.nan
 
+
 # ----------------------------------------------------------------------------- roles
 def roles(cfg: dict, experiment: str, required: tuple[str, ...]) -> dict[str, str]:
     """{role: variant} of an experiment, from its `roles` block in the config.
@@ -128,7 +129,10 @@ def verdict_rows(df: pd.DataFrame) -> list[dict]:
     rows = df.astype(object).where(df.notna(), None).to_dict("records")
     out = []
     for r in rows:
-        r = {k: (NAN if v is None and k not in ("reason", "note", "outcome", "design", "unit", "engaged") else v) for k, v in r.items()}
+        r = {
+            k: (NAN if v is None and k not in ("reason", "note", "outcome", "design", "unit", "engaged") else v)
+            for k, v in r.items()
+        }
         r["reason"], r["note"], r["engaged"] = r.get("reason") or "", r.get("note") or "", r.get("engaged") or ""
         r["sentence"] = sentence(r)
         out.append(r)
@@ -149,7 +153,11 @@ def power_note(df: pd.DataFrame) -> str:
     mdes = [f"{r.key} {number(r.mde, r.unit, sign=False)}" for r in judged.itertuples() if pd.notna(r.mde)]
     if mdes:
         parts.append("smallest effect detectable with 80% power: " + "; ".join(mdes))
-    need = [f"{r.key} {seeds_text(r.seeds_needed)}" for r in judged.itertuples() if r.outcome == "inconclusive" and pd.notna(r.seeds_needed)]
+    need = [
+        f"{r.key} {seeds_text(r.seeds_needed)}"
+        for r in judged.itertuples()
+        if r.outcome == "inconclusive" and pd.notna(r.seeds_needed)
+    ]
     if need:
         parts.append("seeds per arm an inconclusive verdict would need: " + "; ".join(need))
     counts = df["outcome"].value_counts()

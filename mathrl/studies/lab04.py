@@ -18,7 +18,20 @@ import pandas as pd
 
 from mathrl import bandit_config as bandit  # the study's settings; no torch for tables and figures
 from mathrl.results import mean_spread
-from mathrl.studies.kit import BAND_NOTE, COLORS, band, bounds, claim_frame, known, placeholder, plt, power_note, role_of, roles, verdict_rows
+from mathrl.studies.kit import (
+    BAND_NOTE,
+    COLORS,
+    band,
+    bounds,
+    claim_frame,
+    known,
+    placeholder,
+    plt,
+    power_note,
+    role_of,
+    roles,
+    verdict_rows,
+)
 from mathrl.verdict import wilson
 
 if TYPE_CHECKING:
@@ -35,13 +48,37 @@ ROLES = ("normal", "aggressive", "clip_higher", "remedy", "proxy", "random_polic
 COV_REMEDIES = {"clip_cov": "Clip-Cov", "kl_cov": "KL-Cov"}
 # Optional roles: the troubleshooting table's remedies for collapsing entropy (rl-stability-batch-and-hyperparameters.md, 八),
 # judged on the same failing setting where an experiment names them (config/full.yaml).
-TABLE_REMEDIES = {"entropy_bonus": "entropy bonus 0.02", "temperature": "temperature 0.8", "kl_clip": "clip epsilon 0.1", "kl_epochs": "two PPO epochs"}
+TABLE_REMEDIES = {
+    "entropy_bonus": "entropy bonus 0.02",
+    "temperature": "temperature 0.8",
+    "kl_clip": "clip epsilon 0.1",
+    "kl_epochs": "two PPO epochs",
+}
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
-GPT_WINDOW = 5  # GPT steps averaged for the start or end of a per-step metric; at most half a run, so the two never overlap
+GPT_WINDOW = (
+    5  # GPT steps averaged for the start or end of a per-step metric; at most half a run, so the two never overlap
+)
 DOMINANT = 0.9  # an arm holding this much probability is where the policy converged (bandit.converged_to)
-SETTLED_SPAN, SETTLED_MOVE = 0.1, 0.05  # a bandit policy is still moving if an arm's probability changed by more than 0.05 over the last 10% of steps
-SEVERITY_DEFINITION = "mild: the mean gradient norm fell by less than 50%; moderate: by 50-90%; severe: by more than 90%"
-METRICS = ["entropy", "p0", "p1", "p2", "p3", "loss", "grad_norm", "reward_std", "reward_mean", "proxy_reward", "true_reward"]
+SETTLED_SPAN, SETTLED_MOVE = (
+    0.1,
+    0.05,
+)  # a bandit policy is still moving if an arm's probability changed by more than 0.05 over the last 10% of steps
+SEVERITY_DEFINITION = (
+    "mild: the mean gradient norm fell by less than 50%; moderate: by 50-90%; severe: by more than 90%"
+)
+METRICS = [
+    "entropy",
+    "p0",
+    "p1",
+    "p2",
+    "p3",
+    "loss",
+    "grad_norm",
+    "reward_std",
+    "reward_mean",
+    "proxy_reward",
+    "true_reward",
+]
 
 
 # ---- small pure functions of table values -----------------------------------------------
@@ -125,7 +162,9 @@ def entropy_table(ctx) -> pd.DataFrame:
     """Per setting and seed: entropy over the first and last BANDIT_WINDOW steps, its reduction, the
     initial probability of the global arm (step 0), the dominant action at the last step and where
     the policy converged (bandit.converged_to)."""
-    best = int(np.argmax(bandit.resolve(ctx.cfg.get("bandit"))["arm_rewards"]))  # the global optimum (action 1 in the document)
+    best = int(
+        np.argmax(bandit.resolve(ctx.cfg.get("bandit"))["arm_rewards"])
+    )  # the global optimum (action 1 in the document)
     rows = []
     for setting, seed, g in _expected(ctx, "entropy_collapse", ctx.bandit("entropy_collapse")):
         row = {"setting": setting, "seed": seed, "initial_entropy": math.nan, "final_entropy": math.nan, "reduction": math.nan,
@@ -136,21 +175,42 @@ def entropy_table(ctx) -> pd.DataFrame:
             probs = [float(last[f"p{i}"]) for i in range(3)]
             top = int(np.argmax(probs))
             label = bandit.converged_to(*probs, threshold=DOMINANT, best_arm=best)
-            row.update(initial_entropy=start, final_entropy=end, reduction=reduction(start, end), dominant_action=top,
-                       dominant_prob=probs[top], initial_best_prob=float(first[f"p{best}"]), converged_to=label,
-                       global_share=float(label == "global"), local_share=float(label == "local"),
-                       moving=float(still_moving(g[[f"p{i}" for i in range(3)]].to_numpy())))
+            row.update(
+                initial_entropy=start,
+                final_entropy=end,
+                reduction=reduction(start, end),
+                dominant_action=top,
+                dominant_prob=probs[top],
+                initial_best_prob=float(first[f"p{best}"]),
+                converged_to=label,
+                global_share=float(label == "global"),
+                local_share=float(label == "local"),
+                moving=float(still_moving(g[[f"p{i}" for i in range(3)]].to_numpy())),
+            )
         rows.append(row)
-    out = _pooled(pd.DataFrame(rows), ["setting"], ["initial_entropy", "final_entropy", "reduction", "dominant_prob", "global_share", "local_share", "initial_best_prob", "moving"])
+    out = _pooled(
+        pd.DataFrame(rows),
+        ["setting"],
+        [
+            "initial_entropy",
+            "final_entropy",
+            "reduction",
+            "dominant_prob",
+            "global_share",
+            "local_share",
+            "initial_best_prob",
+            "moving",
+        ],
+    )
     for setting, g in out[out["seed"] != "all"].groupby("setting", sort=False):
         labels = g["converged_to"].tolist()
         pooled = (out["setting"] == setting) & (out["seed"] == "all")
-        out.loc[pooled, "converged_to"] = ", ".join(f"{k} {labels.count(k)}" for k in ("global", "local", "none") if k in labels) or "missing"
+        out.loc[pooled, "converged_to"] = (
+            ", ".join(f"{k} {labels.count(k)}" for k in ("global", "local", "none") if k in labels) or "missing"
+        )
         actions = g["dominant_action"].dropna().unique()
         out.loc[pooled, "dominant_action"] = actions[0] if len(actions) == 1 else math.nan
     return out
-
-
 
 
 def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
@@ -167,7 +227,21 @@ def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
                      "local_rate": k / n if n else math.nan, "local_rate_lo": lo, "local_rate_hi": hi,
                      "moving": int((g["moving"] == 1).sum()) if "moving" in g else 0,
                      "initial_best_prob": g["initial_best_prob"].mean()})  # fmt: skip
-    return pd.DataFrame(rows, columns=["setting", "n", "global", "local", "none", "moving", "local_rate", "local_rate_lo", "local_rate_hi", "initial_best_prob"])
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "setting",
+            "n",
+            "global",
+            "local",
+            "none",
+            "moving",
+            "local_rate",
+            "local_rate_lo",
+            "local_rate_hi",
+            "initial_best_prob",
+        ],
+    )
 
 
 def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -185,11 +259,24 @@ def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
         rows.append(row)
         if len(g):
             points.append(g[["setting", "seed", "step", "phase", "grad_norm", "reward_std"]])
-    values = ["grad_norm_homogeneous", "grad_norm_diverse", "reduction", "reward_std_homogeneous", "reward_std_diverse", "corr_grad_reward_std"]
+    values = [
+        "grad_norm_homogeneous",
+        "grad_norm_diverse",
+        "reduction",
+        "reward_std_homogeneous",
+        "reward_std_diverse",
+        "corr_grad_reward_std",
+    ]
     out = _pooled(pd.DataFrame(rows), ["setting"], values)
-    pts = pd.concat(points, ignore_index=True) if points else pd.DataFrame(columns=["setting", "seed", "step", "phase", "grad_norm", "reward_std"])
+    pts = (
+        pd.concat(points, ignore_index=True)
+        if points
+        else pd.DataFrame(columns=["setting", "seed", "step", "phase", "grad_norm", "reward_std"])
+    )
     for setting, p in pts.groupby("setting"):  # the pooled correlation is over every step of every seed
-        out.loc[(out["setting"] == setting) & (out["seed"] == "all"), "corr_grad_reward_std"] = p["grad_norm"].corr(p["reward_std"])
+        out.loc[(out["setting"] == setting) & (out["seed"] == "all"), "corr_grad_reward_std"] = p["grad_norm"].corr(
+            p["reward_std"]
+        )
     out["severity"] = out["reduction"].map(severity)
     return out, pts
 
@@ -226,7 +313,11 @@ def bandit_curves(ctx) -> pd.DataFrame:
         if df is not None and len(df):
             df = df.assign(phase=df["phase"].astype(object).fillna(""))
             frames.append(mean_spread(df, ["study", "setting", "step", "phase"], [m for m in METRICS if m in df]))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["study", "setting", "step", "phase", "n"])
+    return (
+        pd.concat(frames, ignore_index=True)
+        if frames
+        else pd.DataFrame(columns=["study", "setting", "step", "phase", "n"])
+    )
 
 
 GPT_VALUES = ["accuracy_start", "accuracy_end", "eval_start", "eval_end", "eval_gain", "entropy_start", "entropy_end", "entropy_reduction",
@@ -260,7 +351,12 @@ def gpt_runs(ctx) -> pd.DataFrame:
     training reward, which one batch measures noisily, are means over GPT_WINDOW steps."""
     rows = []
     for run in ctx.experiment(EXPERIMENT):
-        row = {"run_id": run.spec.run_id, "variant": run.spec.variant or "", "seed": run.spec.seed, "status": run.status}
+        row = {
+            "run_id": run.spec.run_id,
+            "variant": run.spec.variant or "",
+            "seed": run.spec.seed,
+            "status": run.status,
+        }
         if run.ok:
             m = run.metrics.sort_values("step")
             k = window(len(m), GPT_WINDOW)
@@ -296,7 +392,17 @@ def differences(settings: dict, against: dict, ignore: tuple[str, ...] = ("seed"
     return [(k, settings.get(k), against.get(k)) for k in keys if settings.get(k) != against.get(k)]
 
 
-COMPARED_TO_FAILURE = ("normal", "clip_higher", "remedy", "kl_clip", "kl_epochs", "entropy_bonus", "temperature", "clip_cov", "kl_cov")  # roles set beside aggressive
+COMPARED_TO_FAILURE = (
+    "normal",
+    "clip_higher",
+    "remedy",
+    "kl_clip",
+    "kl_epochs",
+    "entropy_bonus",
+    "temperature",
+    "clip_cov",
+    "kl_cov",
+)  # roles set beside aggressive
 
 
 def _shown(value) -> str:
@@ -341,7 +447,11 @@ def _row(df: pd.DataFrame, **where) -> dict:
 
 def _per_seed(df: pd.DataFrame, setting: str) -> pd.DataFrame:
     """The per-seed rows (not the pooled one) of one setting."""
-    return df[(df["seed"].astype(str) != "all") & (df["setting"] == setting)] if len(df) else pd.DataFrame(columns=["converged_to"])
+    return (
+        df[(df["seed"].astype(str) != "all") & (df["setting"] == setting)]
+        if len(df)
+        else pd.DataFrame(columns=["converged_to"])
+    )
 
 
 def _get(d: dict, key: str) -> float:
@@ -378,7 +488,12 @@ def findings(ent, van, hack, gpt) -> list[str]:
            f"{_pm(v, 'grad_norm_diverse')} with varied rewards (n={num(v.get('n'), '.0f')} seeds), {num(v.get('reduction'), '.1%')} lower "
            f"({v.get('severity', 'unknown')}); gradient norm and reward std correlated at r = {num(v.get('corr_grad_reward_std'), '.2f')} over all steps.")  # fmt: skip
     h, p = _row(hack, seed="all"), _row(gpt, role="proxy")
-    gpt_hacked = hacked(*(p.get(k, math.nan) for k in ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")))
+    gpt_hacked = hacked(
+        *(
+            p.get(k, math.nan)
+            for k in ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
+        )
+    )
     word = {True: "exploited, judging by the means", False: "not exploited, judging by the means", None: "not measured"}
     three = (f"Reward hacking: on the bandit the proxy score went from {_pm(h, 'proxy_start')} to {_pm(h, 'proxy_end')} while the true reward "
              f"went from {_pm(h, 'true_start')} (rolling peak {num(h.get('true_peak'))} near step {num(h.get('true_peak_step'), '.0f')}) to "
@@ -463,7 +578,14 @@ def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
         ax.legend()
 
 
-COMPARED = ("normal", "aggressive", "clip_higher", "remedy", *COV_REMEDIES, *TABLE_REMEDIES)  # GPT roles whose entropy, accuracy are compared
+COMPARED = (
+    "normal",
+    "aggressive",
+    "clip_higher",
+    "remedy",
+    *COV_REMEDIES,
+    *TABLE_REMEDIES,
+)  # GPT roles whose entropy, accuracy are compared
 ACTION_COLORS = (COLORS[4], COLORS[5], COLORS[9])  # the bandit's actions, in colours no setting of the panels uses
 STARTS = ("random_policy", "perfect_policy")  # GPT roles starting from a random or a near-perfect policy: drawn apart
 
@@ -472,8 +594,16 @@ def _settings(ax, c: pd.DataFrame, metric: str, label: str) -> None:
     """One band per setting of a bandit study (labelled `label` when there is only one)."""
     groups = list(c.groupby("setting", sort=False))
     for i, (setting, g) in enumerate(groups):
-        band(ax, g["step"], g[f"{metric}_mean"], g[f"{metric}_std"], setting if len(groups) > 1 else label, COLORS[i],
-             n=g["n"], bounds=bounds(metric))
+        band(
+            ax,
+            g["step"],
+            g[f"{metric}_mean"],
+            g[f"{metric}_std"],
+            setting if len(groups) > 1 else label,
+            COLORS[i],
+            n=g["n"],
+            bounds=bounds(metric),
+        )
 
 
 def _shade_homogeneous(ax, c: pd.DataFrame) -> None:
@@ -499,8 +629,16 @@ def _probabilities(fig, cell, ec: pd.DataFrame) -> list:
         ax = fig.add_subplot(grid[k // cols, k % cols], sharey=axes[0] if axes else None)
         g = ec[ec["setting"] == setting]
         for i in range(3):
-            band(ax, g["step"], g[f"p{i}_mean"], g[f"p{i}_std"], f"action {i}", ACTION_COLORS[i], n=g["n"],
-                 bounds=bounds(f"p{i}"))
+            band(
+                ax,
+                g["step"],
+                g[f"p{i}_mean"],
+                g[f"p{i}_std"],
+                f"action {i}",
+                ACTION_COLORS[i],
+                n=g["n"],
+                bounds=bounds(f"p{i}"),
+            )
         ax.set_title(f"Action probabilities: {setting}", fontsize=8)
         ax.set_xlabel("step", fontsize=7)
         ax.set_ylabel("probability", fontsize=7)
@@ -511,7 +649,7 @@ def _probabilities(fig, cell, ec: pd.DataFrame) -> list:
     return axes
 
 
-def six_panel(t) -> "Figure":
+def six_panel(t) -> Figure:
     fig = plt.figure(figsize=(15, 8.5))
     grid = fig.add_gridspec(2, 3)
     a_ent, a_loss = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 2])
@@ -532,7 +670,9 @@ def six_panel(t) -> "Figure":
         placeholder(a_std, "no gradient-vanishing data")
     if len(pts):
         for i, (phase, g) in enumerate(pts.groupby("phase")):
-            a_scatter.scatter(g["reward_std"], g["grad_norm"], s=8, alpha=0.5, color=COLORS[i + 3], label=f"{phase} ({len(g)} steps)")
+            a_scatter.scatter(
+                g["reward_std"], g["grad_norm"], s=8, alpha=0.5, color=COLORS[i + 3], label=f"{phase} ({len(g)} steps)"
+            )
         a_scatter.set_yscale("symlog", linthresh=1e-6)
     else:
         placeholder(a_scatter, "no gradient-vanishing data")
@@ -546,18 +686,30 @@ def six_panel(t) -> "Figure":
     return fig
 
 
-def hacking_figure(t) -> "Figure":
+def hacking_figure(t) -> Figure:
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
     rh = _bandit(t, "reward_hacking")
     if len(rh):
-        band(left, rh["step"], rh["proxy_reward_mean"], rh["proxy_reward_std"], "proxy score (optimised)", COLORS[3],
-             n=rh["n"])
+        band(
+            left,
+            rh["step"],
+            rh["proxy_reward_mean"],
+            rh["proxy_reward_std"],
+            "proxy score (optimised)",
+            COLORS[3],
+            n=rh["n"],
+        )
         band(left, rh["step"], rh["true_reward_mean"], rh["true_reward_std"], "true reward", COLORS[2], n=rh["n"])
     else:
         placeholder(left, "no reward-hacking bandit data")
     proxy = _row(t["lab04_gpt"], role="proxy").get("variant", "")
-    series = [(seed_band(t["curves"], proxy, m), label, COLORS[k], bounds(m)) for m, label, k in
-              (("reward_mean", "training reward = proxy score", 3), ("accuracy", "exact-match accuracy (sampled)", 2))]
+    series = [
+        (seed_band(t["curves"], proxy, m), label, COLORS[k], bounds(m))
+        for m, label, k in (
+            ("reward_mean", "training reward = proxy score", 3),
+            ("accuracy", "exact-match accuracy (sampled)", 2),
+        )
+    ]
     for s, label, color, limits in series:
         if len(s):
             band(right, s["step"], s["mean"], s["std"], label, color, n=s["n"], bounds=limits)
@@ -582,7 +734,7 @@ def _gpt_panel(ax, t, names: list[str], metric: str, colour: dict) -> None:
         placeholder(ax, "no lab04_gpt runs")
 
 
-def gpt_figure(t) -> "Figure":
+def gpt_figure(t) -> Figure:
     """Top: entropy and held-out accuracy of the settings the section compares; bottom, apart
     (their entropy would stretch the axis): the random and near-perfect starts."""
     fig, axes = plt.subplots(2, 3, figsize=(16, 7.5))
@@ -608,7 +760,7 @@ def gpt_figure(t) -> "Figure":
     return fig
 
 
-def figures(t) -> dict[str, "Figure"]:
+def figures(t) -> dict[str, Figure]:
     return {"lab04_six_panel": six_panel(t), "lab04_hacking": hacking_figure(t), "lab04_gpt": gpt_figure(t)}
 
 
@@ -636,6 +788,8 @@ CLAIMS = {
            "setting draws in its whole run). A remedy is judged only where the failure was shown and its mechanism acted: for clip-higher, "
            "the tokens it frees (positive advantage, ratio between 1 + clip_eps and 1 + clip_eps_high), which a symmetric clip would cut.",
 }  # fmt: skip
+
+
 def gpt_sentence(gpt: pd.DataFrame, diffs: pd.DataFrame | None = None) -> str:
     """The measured sentence of the GPT part, with every setting in which each remedy differs from the failing one."""
     g = {name: _row(gpt, role=role) for name, role in
@@ -688,12 +842,17 @@ def section(t) -> dict:
     rows = verdict_rows(claims)
     tpl = t["lab04_report_template"]
     found = tpl.loc[tpl["part"] == "Key findings", "value"].tolist() if len(tpl) else []
-    sentences = {**dict(zip(("entropy", "vanishing", "hacking"), found + ["no data"] * (3 - len(found)))), "gpt": gpt_sentence(t["lab04_gpt"], t["lab04_gpt_differences"])}
+    sentences = {
+        **dict(zip(("entropy", "vanishing", "hacking"), found + ["no data"] * (3 - len(found)))),
+        "gpt": gpt_sentence(t["lab04_gpt"], t["lab04_gpt_differences"]),
+    }
     parts = {}
     for part in CLAIMS:
         mine = [r for r in rows if r.get("part") == part]
         claims_, setup = [r for r in mine if r.get("kind") != "setup"], sum(r.get("kind") == "setup" for r in mine)
-        counts = {o: sum(r["outcome"] == o for r in claims_) for o in ("agrees", "disagrees", "inconclusive", "not judged")}
+        counts = {
+            o: sum(r["outcome"] == o for r in claims_) for o in ("agrees", "disagrees", "inconclusive", "not judged")
+        }
         summary = ", ".join(f"{k} {o}" for o, k in counts.items() if k) or "no verdicts"
         summary += f"; and {setup} setup check{'s' * (setup != 1)}, not counted" if setup else ""
         parts[part] = {"claim": CLAIMS[part], "measured": sentences[part], "rows": mine, "summary": summary}

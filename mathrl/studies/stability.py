@@ -18,8 +18,20 @@ import pandas as pd
 from mathrl.measures import accuracy_gain, drawdown, entropy_end, final_eval, kl_end, reward_end, reward_start
 from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
+from mathrl.studies.kit import (
+    COLORS,
+    NONNEGATIVE,
+    SHARE,
+    band,
+    bounds,
+    claim_frame,
+    known,
+    placeholder,
+    power_note,
+    roles,
+    verdict_rows,
+)
 from mathrl.studies.kit import pm as interval
-from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, band, bounds, claim_frame, known, placeholder, power_note, roles, verdict_rows
 from mathrl.verdict import wilson
 
 NAME = "stability"
@@ -32,9 +44,18 @@ DOC_CURVE = {  # batch -> (accuracy, entropy, reward) at steps 100..500 of 500, 
     512: [(0.35, 1.72, 0.10), (0.42, 1.68, 0.16), (0.48, 1.64, 0.22), (0.53, 1.60, 0.28), (0.57, 1.56, 0.34)],
 }
 DOC_BATCH = {64: "violent oscillation", 256: "small fluctuation", 512: "smooth rise"}
-DOC_METHODS = {"A": (0.586, "smooth", "strong", 1), "B": (0.523, "moderate fluctuation", "weak", 3), "C": (0.541, "light fluctuation", "medium", 2)}
+DOC_METHODS = {
+    "A": (0.586, "smooth", "strong", 1),
+    "B": (0.523, "moderate fluctuation", "weak", 3),
+    "C": (0.541, "light fluctuation", "medium", 2),
+}
 DOC_VARIANCE = {64: 0.082, 512: 0.014}
-DOC_CLIPPING = {"none": (0.35, "fast (when it does not collapse)"), "2.0": (0.12, "medium"), "1.0": (0.03, "slower but stable"), "0.5": (0.0, "slow")}
+DOC_CLIPPING = {
+    "none": (0.35, "fast (when it does not collapse)"),
+    "2.0": (0.12, "medium"),
+    "1.0": (0.03, "slower but stable"),
+    "0.5": (0.0, "slow"),
+}
 DOC_VALUE_RMSE = {("none", 0.5): 0.25, ("0.2", 1.0): 0.12}
 DOC_CASE = {64: (0.18, 0.12, 3, "8 h"), 512: (0.38, 0.02, 0, "6 h")}
 
@@ -115,7 +136,12 @@ def curve_points(run) -> list[dict]:
         if run.ok and step <= run.metrics["step"].max():  # a run that stopped early has no value here
             ev, m = run.evals, run.metrics.set_index("step")
             i = (ev["step"] - step).abs().idxmin()
-            row.update(eval_step=ev["step"][i], eval_accuracy=ev["eval_accuracy"][i], entropy=m["entropy"].get(step, NAN), reward=m["reward_mean"].get(step, NAN))
+            row.update(
+                eval_step=ev["step"][i],
+                eval_accuracy=ev["eval_accuracy"][i],
+                entropy=m["entropy"].get(step, NAN),
+                reward=m["reward_mean"].get(step, NAN),
+            )
         out.append(row)
     return out
 
@@ -131,16 +157,42 @@ def series(runs: list, metrics: list[str]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=["order", "setting", "metric", "step", "mean", "std", "n"])
     df = pd.concat(frames, ignore_index=True).assign(order=lambda d: d["setting"].map(order))
-    return df.groupby(["order", "setting", "metric", "step"])["value"].agg(mean="mean", std="std", n="count").reset_index()
+    return (
+        df.groupby(["order", "setting", "metric", "step"])["value"].agg(mean="mean", std="std", n="count").reset_index()
+    )
 
 
 # ---- tables ------------------------------------------------------------------------------
 def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
     if not runs:
         return {}
-    rows = pd.DataFrame([{"batch_size": r.settings["batch_size"], "lr": r.settings["lr"], "seed": r.spec.seed, **measures(r), **batch_measures(r)} for r in runs])
+    rows = pd.DataFrame(
+        [
+            {
+                "batch_size": r.settings["batch_size"],
+                "lr": r.settings["lr"],
+                "seed": r.spec.seed,
+                **measures(r),
+                **batch_measures(r),
+            }
+            for r in runs
+        ]
+    )
     rows["final_reward_absdev"] = absolute_deviation(rows, "batch_size", "final_reward")
-    batch = summarise(rows, ["batch_size", "lr"], ["final_eval", "best_eval", "roughness", "drawdown", "largest_drop", "share_above_10", "share_below_3", "collapsed"])
+    batch = summarise(
+        rows,
+        ["batch_size", "lr"],
+        [
+            "final_eval",
+            "best_eval",
+            "roughness",
+            "drawdown",
+            "largest_drop",
+            "share_above_10",
+            "share_below_3",
+            "collapsed",
+        ],
+    )
     batch = batch.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
     batch["collapses"] = rows.groupby("batch_size", sort=False)["collapsed"].sum(min_count=1).values
     batch["doc_curve"] = batch["batch_size"].map(DOC_BATCH)
@@ -148,14 +200,21 @@ def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
     curve = summarise(pts, ["batch_size", "point", "step"], ["eval_accuracy", "entropy", "reward"])
     curve.insert(3, "eval_step", pts.groupby(["batch_size", "point", "step"], sort=False)["eval_step"].max().values)
     for j, col in enumerate(["doc_accuracy", "doc_entropy", "doc_reward"]):
-        curve[col] = [DOC_CURVE[b][p - 1][j] if b in DOC_CURVE else NAN for b, p in zip(curve["batch_size"], curve["point"])]
+        curve[col] = [
+            DOC_CURVE[b][p - 1][j] if b in DOC_CURVE else NAN for b, p in zip(curve["batch_size"], curve["point"])
+        ]
     small, large = rows["batch_size"].min(), rows["batch_size"].max()
     cs = rows[rows["batch_size"].isin([small, large])]
     case = summarise(cs, ["batch_size"], ["final_reward", "final_eval", "wall_seconds", "alerts"])
     case["collapses"] = cs.groupby("batch_size", sort=False)["collapsed"].sum(min_count=1).values
     for j, col in enumerate(["doc_final_reward", "doc_reward_std", "doc_collapses", "doc_time"]):
         case[col] = [DOC_CASE[b][j] if b in DOC_CASE else NAN for b in case["batch_size"]]
-    return {"stability_batch_curve": curve, "stability_batch": batch, "stability_case_study": case, "stability_batch_runs": rows}
+    return {
+        "stability_batch_curve": curve,
+        "stability_batch": batch,
+        "stability_case_study": case,
+        "stability_batch_runs": rows,
+    }
 
 
 def accuracy_by_samples(run) -> pd.DataFrame:
@@ -187,13 +246,18 @@ def equal_samples_pairs(es: pd.DataFrame) -> pd.DataFrame:
             continue
         at = es[es["samples"] == max(common)]
         large = dict(zip(at.loc[at["batch_size"] == hi, "seed"], at.loc[at["batch_size"] == hi, "eval_accuracy"]))
-        for seed, acc in zip(at.loc[at["batch_size"] == small, "seed"], at.loc[at["batch_size"] == small, "eval_accuracy"]):
+        for seed, acc in zip(
+            at.loc[at["batch_size"] == small, "seed"], at.loc[at["batch_size"] == small, "eval_accuracy"]
+        ):
             rows.append({"batch_size": small, "large_batch": hi, "seed": seed, "samples": max(common),
                          "large": large.get(seed, NAN), "small": acc})  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
 
 
-LR_FELL, KL_MOVED = 0.5, 1.5  # B engaged: its last LR at most half its first; C: its KL coefficient spanned at least 1.5x
+LR_FELL, KL_MOVED = (
+    0.5,
+    1.5,
+)  # B engaged: its last LR at most half its first; C: its KL coefficient spanned at least 1.5x
 
 
 def schedule_motion(run) -> dict:
@@ -215,8 +279,23 @@ def fixed_vs_dynamic_tables(runs: list, role: dict) -> tuple[pd.DataFrame, pd.Da
     method = {v: r for r, v in role.items() if r in (*FVD_ROLES, FVD_CONTROL)}
     rows = pd.DataFrame([{"method": method.get(r.spec.variant, ""), "variant": r.spec.variant, "seed": r.spec.seed, **measures(r),
                           "final_lr": last(r, "lr"), "final_kl_coef": last(r, "kl_coef"), **schedule_motion(r)} for r in runs])  # fmt: skip
-    out = summarise(rows, ["method", "variant"], ["final_eval", "roughness", "drawdown", "largest_drop", "final_lr", "final_kl_coef", "lr_ratio", "kl_coef_range"])
-    out["reproducibility_std"] = out["final_eval_std"]  # the document's "reproducibility": spread of the final result across seeds
+    out = summarise(
+        rows,
+        ["method", "variant"],
+        [
+            "final_eval",
+            "roughness",
+            "drawdown",
+            "largest_drop",
+            "final_lr",
+            "final_kl_coef",
+            "lr_ratio",
+            "kl_coef_range",
+        ],
+    )
+    out["reproducibility_std"] = out[
+        "final_eval_std"
+    ]  # the document's "reproducibility": spread of the final result across seeds
     out["rank"] = out["final_eval_mean"].rank(ascending=False)
     for j, col in enumerate(["doc_final_accuracy", "doc_stability", "doc_reproducibility", "doc_rank"]):
         out[col] = out["method"].map(lambda m: DOC_METHODS.get(m, (NAN,) * 4)[j])
@@ -251,7 +330,10 @@ def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
 
 
 DROP, HORIZON = 0.05, 10  # an alert should precede a sustained 5-point drop of held-out accuracy within 10 steps
-FIXED_SWING, SWING_SIGMAS = 0.3, 6.0  # the document's fixed reward-swing threshold, and ours in standard errors of the batch mean
+FIXED_SWING, SWING_SIGMAS = (
+    0.3,
+    6.0,
+)  # the document's fixed reward-swing threshold, and ours in standard errors of the batch mean
 
 
 def replay(run, **monitor) -> list[dict]:
@@ -287,8 +369,14 @@ def alert_events(runs: list) -> pd.DataFrame:
         hit = lambda s: float(any(s < d <= s + HORIZON for d in drops))  # noqa: E731
         base = [hit(s) for s in run.metrics["step"]]
         for name, alerts in detectors(run).items():
-            rows += [{"detector": name, "source": "alert", "run_id": run.spec.run_id, "step": s, "followed_by_drop": hit(s)} for s in alerts]
-            rows += [{"detector": name, "source": "step", "run_id": run.spec.run_id, "step": s, "followed_by_drop": h} for s, h in zip(run.metrics["step"], base)]
+            rows += [
+                {"detector": name, "source": "alert", "run_id": run.spec.run_id, "step": s, "followed_by_drop": hit(s)}
+                for s in alerts
+            ]
+            rows += [
+                {"detector": name, "source": "step", "run_id": run.spec.run_id, "step": s, "followed_by_drop": h}
+                for s, h in zip(run.metrics["step"], base)
+            ]
     return pd.DataFrame(rows, columns=["detector", "source", "run_id", "step", "followed_by_drop"])
 
 
@@ -373,9 +461,13 @@ def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not runs:
         return pd.DataFrame(), pd.DataFrame()
     rows = clipping_runs(runs)
-    out = summarise(rows, ["cell", "optimizer", "max_norm", "spike"], ["collapsed", "drop_after_spike", "final_eval", "spike_ratio"])
+    out = summarise(
+        rows, ["cell", "optimizer", "max_norm", "spike"], ["collapsed", "drop_after_spike", "final_eval", "spike_ratio"]
+    )
     out = out.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
-    out.insert(out.columns.get_loc("n"), "collapses", rows.groupby("cell", sort=False)["collapsed"].sum(min_count=1).values)
+    out.insert(
+        out.columns.get_loc("n"), "collapses", rows.groupby("cell", sort=False)["collapsed"].sum(min_count=1).values
+    )
     ci = [wilson(int(k), int(n)) if known(k, n) and n else (NAN, NAN) for k, n in zip(out["collapses"], out["n"])]
     out.insert(out.columns.get_loc("collapse_rate") + 1, "collapse_rate_lo", [c[0] for c in ci])
     out.insert(out.columns.get_loc("collapse_rate") + 2, "collapse_rate_hi", [c[1] for c in ci])
@@ -469,7 +561,11 @@ def troubleshooting_table(ctx) -> pd.DataFrame:
         if v.empty:
             return "", "no run of this pipeline has this cause"
         rid = v.idxmax() if largest else v.idxmin()
-        return (rid, text(sig[rid])) if passes(sig[rid]) else ("", f"not observed in this pipeline (most extreme run with this cause, {rid}: {text(sig[rid])})")
+        return (
+            (rid, text(sig[rid]))
+            if passes(sig[rid])
+            else ("", f"not observed in this pipeline (most extreme run with this cause, {rid}: {text(sig[rid])})")
+        )
 
     rules = [
         ("zero_std", True, lambda g: g["zero_std"] >= 0.9, lambda g: f"mean frac_zero_std {g['zero_std']:.2f}"),
@@ -479,7 +575,10 @@ def troubleshooting_table(ctx) -> pd.DataFrame:
         None,
         ("skipped", True, lambda g: g["skipped"] > 0, lambda g: f"{g['skipped']} update(s) skipped by the non-finite guard"),
     ]  # fmt: skip
-    evidence = [choose(f, *rule) if rule else ("", "not observed in this pipeline") for (_, f), rule in zip(CAUSE_FILTERS, rules)]
+    evidence = [
+        choose(f, *rule) if rule else ("", "not observed in this pipeline")
+        for (_, f), rule in zip(CAUSE_FILTERS, rules)
+    ]
     return pd.DataFrame([{"symptom": a, "cause": b, "fix": c, "rule": d, "cause_shown": cause, "evidence_run": r, "evidence": e}
                          for (a, b, c, d), (cause, _), (r, e) in zip(SYMPTOMS, CAUSE_FILTERS, evidence)])  # fmt: skip
 
@@ -487,7 +586,9 @@ def troubleshooting_table(ctx) -> pd.DataFrame:
 def tables(ctx) -> dict[str, pd.DataFrame]:
     out = {**batch_tables(ctx.experiment("batch")), **gradvar_tables(ctx)}
     fvd = ctx.experiment(FVD)
-    out["stability_fixed_vs_dynamic"], out["stability_fvd_runs"] = fixed_vs_dynamic_tables(fvd, roles(ctx.cfg, FVD, FVD_ROLES) if fvd else {})
+    out["stability_fixed_vs_dynamic"], out["stability_fvd_runs"] = fixed_vs_dynamic_tables(
+        fvd, roles(ctx.cfg, FVD, FVD_ROLES) if fvd else {}
+    )
     out["stability_equal_samples"] = equal_samples_table(ctx.experiment("batch"))
     out["stability_remedies"] = remedies_table(ctx.experiment("remedies"))
     out["stability_equal_samples_pairs"] = equal_samples_pairs(out["stability_equal_samples"])
@@ -497,22 +598,36 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     out["stability_alert_scores"] = alert_scores([r for r in ctx.runs.values() if r.ok])
     out["stability_alert_events"] = alert_events([r for r in ctx.runs.values() if r.ok])
     out["stability_troubleshooting"] = troubleshooting_table(ctx)
-    out["stability_series"] = pd.concat([series(ctx.experiment(e), ms).assign(experiment=e) for e, ms in SERIES.items()], ignore_index=True)
+    out["stability_series"] = pd.concat(
+        [series(ctx.experiment(e), ms).assign(experiment=e) for e, ms in SERIES.items()], ignore_index=True
+    )
     return out
 
 
 # ---- figures (from the tables alone) ------------------------------------------------------
 def _series(t, experiment: str, metric: str) -> pd.DataFrame:
     s = t["stability_series"]
-    return s[(s["experiment"] == experiment) & (s["metric"] == metric)].sort_values(["order", "step"]) if not s.empty else s
+    return (
+        s[(s["experiment"] == experiment) & (s["metric"] == metric)].sort_values(["order", "step"])
+        if not s.empty
+        else s
+    )
 
 
 def _curves(ax, s: pd.DataFrame, ylabel: str, title: str) -> None:
     if s.empty:
         placeholder(ax, "no run with a result")
     for i, (_, g) in enumerate(s.groupby("order", sort=True)):
-        band(ax, g["step"], g["mean"], g["std"], g["setting"].iloc[0], COLORS[i % len(COLORS)], n=g["n"],
-             bounds=bounds(g["metric"].iloc[0]))
+        band(
+            ax,
+            g["step"],
+            g["mean"],
+            g["std"],
+            g["setting"].iloc[0],
+            COLORS[i % len(COLORS)],
+            n=g["n"],
+            bounds=bounds(g["metric"].iloc[0]),
+        )
     if not s.empty:
         ax.legend()
     ax.set(xlabel="RL step", ylabel=ylabel, title=title)
@@ -521,12 +636,24 @@ def _curves(ax, s: pd.DataFrame, ylabel: str, title: str) -> None:
 def figures(t) -> dict:
     out = {}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    _curves(axes[0], _series(t, "batch", "eval_accuracy"), "held-out accuracy", "Eval accuracy by batch size (mean, 95% interval over seeds)")
+    _curves(
+        axes[0],
+        _series(t, "batch", "eval_accuracy"),
+        "held-out accuracy",
+        "Eval accuracy by batch size (mean, 95% interval over seeds)",
+    )
     _curves(axes[1], _series(t, "batch", "entropy"), "mean token entropy", "Policy entropy by batch size")
     out["stability_batch_curves"] = fig
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 4), layout="constrained")
-    for ax, (metric, ylabel, title) in zip(axes, [("eval_accuracy", "held-out accuracy", "Held-out accuracy"), ("lr", "learning rate", "Learning rate"), ("kl_coef", "KL coefficient", "KL coefficient")]):
+    for ax, (metric, ylabel, title) in zip(
+        axes,
+        [
+            ("eval_accuracy", "held-out accuracy", "Held-out accuracy"),
+            ("lr", "learning rate", "Learning rate"),
+            ("kl_coef", "KL coefficient", "KL coefficient"),
+        ],
+    ):
         _curves(ax, _series(t, "fixed_vs_dynamic", metric), ylabel, title)
     axes[1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
     fig.suptitle("A: fixed at the large batch; B: step-decayed LR; C: adaptive KL (mean, 95% interval over seeds)")
@@ -538,12 +665,24 @@ def figures(t) -> dict:
         placeholder(ax, "no batch-study runs with a result")
     for i, (b, g) in enumerate(es.groupby("batch_size") if not es.empty else []):
         m = g.groupby("samples")["eval_accuracy"].agg(["mean", "std", "count"]).reset_index()
-        band(ax, m["samples"], m["mean"], m["std"], f"batch {b}", COLORS[i % len(COLORS)], n=m["count"],
-             bounds=bounds("eval_accuracy"))
+        band(
+            ax,
+            m["samples"],
+            m["mean"],
+            m["std"],
+            f"batch {b}",
+            COLORS[i % len(COLORS)],
+            n=m["count"],
+            bounds=bounds("eval_accuracy"),
+        )
     if not es.empty:
         ax.set_xscale("log")
         ax.legend()
-    ax.set(xlabel="rollouts sampled (log scale)", ylabel="held-out accuracy", title="Accuracy against rollouts sampled, per batch size (95% interval over seeds)")
+    ax.set(
+        xlabel="rollouts sampled (log scale)",
+        ylabel="held-out accuracy",
+        title="Accuracy against rollouts sampled, per batch size (95% interval over seeds)",
+    )
     out["stability_equal_samples"] = fig
 
     fig, ax = plt.subplots()
@@ -554,15 +693,28 @@ def figures(t) -> dict:
     for k, (task, g) in enumerate(gv.groupby("task", sort=False) if not gv.empty else []):
         x = np.arange(len(g)) + 0.4 * k
         ax.bar(x, g["variance"], width=0.38, color=COLORS[k], label=f"{task}: measured")
-        ax.plot(x, g["variance"].iloc[0] * g["batch_size"].iloc[0] / g["batch_size"], "k--o", label=f"{task}: 1/N from batch {g['batch_size'].iloc[0]}")
+        ax.plot(
+            x,
+            g["variance"].iloc[0] * g["batch_size"].iloc[0] / g["batch_size"],
+            "k--o",
+            label=f"{task}: 1/N from batch {g['batch_size'].iloc[0]}",
+        )
         ax.set_xticks(np.arange(len(g)), labels=[str(b) for b in g["batch_size"]])
-        notes.append(f"{task}: {g['ratio_to_largest'].iloc[0]:.1f}x lower at {g['batch_size'].iloc[-1]} (1/N: {g['theory_ratio'].iloc[0]:.0f}x)")
+        notes.append(
+            f"{task}: {g['ratio_to_largest'].iloc[0]:.1f}x lower at {g['batch_size'].iloc[-1]} (1/N: {g['theory_ratio'].iloc[0]:.0f}x)"
+        )
     if notes:
         ax.set_yscale("log")
-        ax.set_ylim(gv["variance"].min() / 5, gv["variance"].max() * 5)  # bars need a floor well below the smallest on a log axis
+        ax.set_ylim(
+            gv["variance"].min() / 5, gv["variance"].max() * 5
+        )  # bars need a floor well below the smallest on a log axis
         ax.legend()
         notes.append(f"document: {DOC_VARIANCE[64] / DOC_VARIANCE[512]:.1f}x from 64 to 512")
-    ax.set(xlabel="batch size (rollouts)", ylabel="mean per-element gradient variance", title="Policy-gradient variance against batch size\n" + "; ".join(notes))
+    ax.set(
+        xlabel="batch size (rollouts)",
+        ylabel="mean per-element gradient variance",
+        title="Policy-gradient variance against batch size\n" + "; ".join(notes),
+    )
     out["stability_gradvar"] = fig
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -572,15 +724,31 @@ def figures(t) -> dict:
     else:
         x = np.arange(len(c))
         err = np.vstack([c["collapse_rate"] - c["collapse_rate_lo"], c["collapse_rate_hi"] - c["collapse_rate"]])
-        axes[0].bar(x, c["collapse_rate"], width=0.6, color=[COLORS[0] if o == "sgd" else COLORS[1] for o in c["optimizer"]], yerr=err, capsize=3)
+        axes[0].bar(
+            x,
+            c["collapse_rate"],
+            width=0.6,
+            color=[COLORS[0] if o == "sgd" else COLORS[1] for o in c["optimizer"]],
+            yerr=err,
+            capsize=3,
+        )
         axes[0].set_xticks(x, labels=c["cell"].str.replace(", ", "\n"), fontsize=7)
         axes[0].set_ylim(0, 1.05)
-    axes[0].set(xlabel="optimizer, max gradient norm, injected spike", ylabel="share of runs collapsed", title="Collapse rate per cell (95% Wilson interval)")
+    axes[0].set(
+        xlabel="optimizer, max gradient norm, injected spike",
+        ylabel="share of runs collapsed",
+        title="Collapse rate per cell (95% Wilson interval)",
+    )
     _curves(axes[1], _series(t, "clipping", "eval_accuracy"), "held-out accuracy", "Eval accuracy per cell")
     out["stability_clipping"] = fig
 
     fig, ax = plt.subplots()
-    _curves(ax, _series(t, "value_clip", "value_rmse"), "value RMSE (against returns)", "PPO value error by value clipping and weight")
+    _curves(
+        ax,
+        _series(t, "value_clip", "value_rmse"),
+        "value RMSE (against returns)",
+        "PPO value error by value clipping and weight",
+    )
     vr = t["stability_value_clip_runs"]
     clipped = set(vr.loc[vr["value_clip"].astype(str) != "none", "setting"]) if "setting" in vr else set()
     for line in ax.get_lines():  # clipped dashed, so settings whose curves coincide stay visible
@@ -636,7 +804,11 @@ def fvd_text(f: pd.DataFrame) -> str:
         return "No fixed-vs-dynamic runs with a result."
     r = {m: pick(f, "method", m) for m in FVD_ROLES}
     measured = " > ".join(f.sort_values("final_eval_mean", ascending=False)["method"])
-    parts = "; ".join(f"{m} ({r[m]['variant']}) {pm(r[m], 'final_eval')}, roughness {pm(r[m], 'roughness', 'pts')}" for m in FVD_ROLES if r[m] is not None)
+    parts = "; ".join(
+        f"{m} ({r[m]['variant']}) {pm(r[m], 'final_eval')}, roughness {pm(r[m], 'roughness', 'pts')}"
+        for m in FVD_ROLES
+        if r[m] is not None
+    )
     return f"Final accuracy: {parts}. Measured order of the means {measured}; the document's A > C > B."
 
 
@@ -644,8 +816,11 @@ def equal_samples_text(es: pd.DataFrame) -> str:
     if es.empty:
         return "No batch-study runs with a result."
     last = es.groupby("batch_size")["samples"].max()
-    return ("Rollouts sampled by the end of the runs: " + ", ".join(f"batch {b}: {n:,}" for b, n in last.items())
-            + ". At equal steps the larger batch has seen proportionally more rollouts; below, each pair is compared at the largest number of rollouts both have been evaluated at.")
+    return (
+        "Rollouts sampled by the end of the runs: "
+        + ", ".join(f"batch {b}: {n:,}" for b, n in last.items())
+        + ". At equal steps the larger batch has seen proportionally more rollouts; below, each pair is compared at the largest number of rollouts both have been evaluated at."
+    )
 
 
 def case_text(c: pd.DataFrame) -> str:
@@ -669,7 +844,11 @@ def value_text(v: pd.DataFrame) -> str:
     a, b = cell("none", 0.5), cell("0.2", 1.0)
     if a is None or b is None:
         return "The unclipped (weight 0.5) or clipped (weight 1.0) PPO runs have no result."
-    alone = [f"{name} {pm(x, 'mean_rmse', 'num')}" for name, x in [("clipping alone", cell("0.2", 0.5)), ("weight 1.0 alone", cell("none", 1.0))] if x is not None]
+    alone = [
+        f"{name} {pm(x, 'mean_rmse', 'num')}"
+        for name, x in [("clipping alone", cell("0.2", 0.5)), ("weight 1.0 alone", cell("none", 1.0))]
+        if x is not None
+    ]
     return (f"Mean value RMSE over training: unclipped at weight 0.5 {pm(a, 'mean_rmse', 'num')}, clipped at weight 1.0 {pm(b, 'mean_rmse', 'num')}"
             + (f" ({'; '.join(alone)})" if alone else "") + "; the document: 0.25 and 0.12 (−52%). "
             + f"The critic explains {pm(a, 'ev_by_20', 'num')} and {pm(b, 'ev_by_20', 'num')} of the returns' variance over steps 16-20; "
@@ -681,17 +860,30 @@ def remedies_text(r: pd.DataFrame) -> str:
     if r.empty or r["drawdown_mean"].isna().all():
         return "No remedies runs with a result."
     kl = r[r["variant"].str.startswith("kl_")]
-    parts = [f"KL {x.kl_coef:g}: drawdown {pm(x, 'drawdown', 'pts')}, KL to the reference at the end {x.kl_end_mean:.3g}" for _, x in kl.iterrows()]
-    lr = [f"LR {x.lr:.2g}: training-reward gain {pm(x, 'accuracy_gain', 'num')}" for _, x in r[~r["variant"].str.startswith("kl_")].iterrows()]
+    parts = [
+        f"KL {x.kl_coef:g}: drawdown {pm(x, 'drawdown', 'pts')}, KL to the reference at the end {x.kl_end_mean:.3g}"
+        for _, x in kl.iterrows()
+    ]
+    lr = [
+        f"LR {x.lr:.2g}: training-reward gain {pm(x, 'accuracy_gain', 'num')}"
+        for _, x in r[~r["variant"].str.startswith("kl_")].iterrows()
+    ]
     return "At batch 64: " + "; ".join(parts + lr) + "."
 
 
 def scores_text(sc: pd.DataFrame) -> str:
     if sc.empty:
         return "No runs to score the alerts on."
-    parts = [f"{r.detector}: precision {interval_rate(r.followed_by_drop, r.alerts)}, recall {interval_rate(r.announced, r.drops)}" for r in sc.itertuples()]
-    return (f"Against sustained drops (held-out accuracy at least {100 * DROP:.0f} points below its running best at two evaluations in a row) starting within "
-            f"{HORIZON} steps after the alert; a random step is followed by one with probability {sc['base_rate'].iloc[0]:.2f}. " + "; ".join(parts) + ".")
+    parts = [
+        f"{r.detector}: precision {interval_rate(r.followed_by_drop, r.alerts)}, recall {interval_rate(r.announced, r.drops)}"
+        for r in sc.itertuples()
+    ]
+    return (
+        f"Against sustained drops (held-out accuracy at least {100 * DROP:.0f} points below its running best at two evaluations in a row) starting within "
+        f"{HORIZON} steps after the alert; a random step is followed by one with probability {sc['base_rate'].iloc[0]:.2f}. "
+        + "; ".join(parts)
+        + "."
+    )
 
 
 def interval_rate(k, n) -> str:
@@ -707,7 +899,11 @@ def alerts_text(al: pd.DataFrame) -> str:
         return "No runs."
     kinds = al.groupby("kind", sort=False)[["runs_with_alert", "alerts"]].sum()
     parts = [f"{kind} in {r.runs_with_alert} run(s) ({r.alerts} alerts)" for kind, r in kinds.iterrows() if r.alerts]
-    return f"Of {al.drop_duplicates('experiment')['runs'].sum()} runs with a result, the monitor raised " + ("; ".join(parts) or "no alert") + "."
+    return (
+        f"Of {al.drop_duplicates('experiment')['runs'].sum()} runs with a result, the monitor raised "
+        + ("; ".join(parts) or "no alert")
+        + "."
+    )
 
 
 def section(t) -> dict:
@@ -722,19 +918,63 @@ def section(t) -> dict:
     gradvar, accumulation = gradvar_text(tb["gradvar"], tb["accumulation"])
     ts, al = tb["troubleshooting"], tb["alerts"]
     return {
-        "tables": {**tb, "alerts_fired": al[al["alerts"] > 0] if not al.empty else al}, "collapse_definition": COLLAPSE_DEFINITION, "spike_factor": SPIKE_FACTOR,
-        "big": BIG_SWING, "small": SMALL_SWING, "verdict_list": rows, "power": power_note(claims),
+        "tables": {**tb, "alerts_fired": al[al["alerts"] > 0] if not al.empty else al},
+        "collapse_definition": COLLAPSE_DEFINITION,
+        "spike_factor": SPIKE_FACTOR,
+        "big": BIG_SWING,
+        "small": SMALL_SWING,
+        "verdict_list": rows,
+        "power": power_note(claims),
         "verdicts": {
-            "batch": {"text": batch_text(tb["batch"]), "rows": pick_rows("batch_smoother", "batch_more_accurate", "batch_keeps_entropy", "batch_large_calm", "batch_small_swings")},
-            "gradvar": {"text": gradvar, "rows": pick_rows("gradvar")}, "accumulation": {"text": accumulation, "rows": pick_rows("accumulation")},
-            "fixed_vs_dynamic": {"text": fvd_text(tb["fixed_vs_dynamic"]), "rows": pick_rows("dynamic_B_equal_batch", "dynamic_C_equal_batch", "fixed_vs_B", "fixed_vs_C")},
-            "equal_samples": {"text": equal_samples_text(tb["equal_samples"]), "rows": [r for r in rows if r["key"].startswith("equal_samples_")]},
-            "case": {"text": case_text(tb["case_study"]), "rows": pick_rows("case_reward", "case_spread", "remedy_batch")},
+            "batch": {
+                "text": batch_text(tb["batch"]),
+                "rows": pick_rows(
+                    "batch_smoother",
+                    "batch_more_accurate",
+                    "batch_keeps_entropy",
+                    "batch_large_calm",
+                    "batch_small_swings",
+                ),
+            },
+            "gradvar": {"text": gradvar, "rows": pick_rows("gradvar")},
+            "accumulation": {"text": accumulation, "rows": pick_rows("accumulation")},
+            "fixed_vs_dynamic": {
+                "text": fvd_text(tb["fixed_vs_dynamic"]),
+                "rows": pick_rows("dynamic_B_equal_batch", "dynamic_C_equal_batch", "fixed_vs_B", "fixed_vs_C"),
+            },
+            "equal_samples": {
+                "text": equal_samples_text(tb["equal_samples"]),
+                "rows": [r for r in rows if r["key"].startswith("equal_samples_")],
+            },
+            "case": {
+                "text": case_text(tb["case_study"]),
+                "rows": pick_rows("case_reward", "case_spread", "remedy_batch"),
+            },
             "remedies": {"text": remedies_text(tb["remedies"]), "rows": [r for r in rows if r["part"] == "remedies"]},
-            "clipping": {"text": clipping_text(tb["clipping"]), "rows": pick_rows("clipping_spike_collapses", "clipping_sgd", "clipping_sgd_2.0", "clipping_sgd_0.5",
-                                                                                 "clipping_dose_order", "clipping_adamw", "natural_collapse_sgd", "natural_collapse_adamw", "adam_bounds_step")},
+            "clipping": {
+                "text": clipping_text(tb["clipping"]),
+                "rows": pick_rows(
+                    "clipping_spike_collapses",
+                    "clipping_sgd",
+                    "clipping_sgd_2.0",
+                    "clipping_sgd_0.5",
+                    "clipping_dose_order",
+                    "clipping_adamw",
+                    "natural_collapse_sgd",
+                    "natural_collapse_adamw",
+                    "adam_bounds_step",
+                ),
+            },
             "value_clip": {"text": value_text(tb["value_clip"]), "rows": pick_rows("value_clip")},
-            "alerts": {"text": alerts_text(tb["alerts"]) + " " + scores_text(tb["alert_scores"]), "rows": [r for r in rows if r["key"].startswith("monitor_precision_")]},
-            "troubleshooting": {"text": f"{int((ts['evidence_run'].astype(object).fillna('') != '').sum())} of {len(ts)} symptoms are shown by a run of this pipeline." if not ts.empty else "No runs.", "rows": []},
+            "alerts": {
+                "text": alerts_text(tb["alerts"]) + " " + scores_text(tb["alert_scores"]),
+                "rows": [r for r in rows if r["key"].startswith("monitor_precision_")],
+            },
+            "troubleshooting": {
+                "text": f"{int((ts['evidence_run'].astype(object).fillna('') != '').sum())} of {len(ts)} symptoms are shown by a run of this pipeline."
+                if not ts.empty
+                else "No runs.",
+                "rows": [],
+            },
         },  # fmt: skip
     }

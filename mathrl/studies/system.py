@@ -60,8 +60,10 @@ DOC = {
 DOC_RL = {"steps": 200, "lr": 1e-4, "batch_size": 128, "micro_batch_size": 64, "group_size": 8, "grad_clip": 1.0, "weight_decay": 0.01,
           "adam_beta1": 0.9, "adam_beta2": 0.99, "temperature": 1.0, "baseline_decay": 0.9}  # fmt: skip
 # What each algorithm run beside the document's REINFORCE is, for the section's text.
-BESIDE = {"ppo": "PPO (a value head on the shared trunk, GAE advantages, clipped ratio)",
-          "grpo": "GRPO (advantages normalised within each group of rollouts of one prompt)"}
+BESIDE = {
+    "ppo": "PPO (a value head on the shared trunk, GAE advantages, clipped ratio)",
+    "grpo": "GRPO (advantages normalised within each group of rollouts of one prompt)",
+}
 SETTING_NAMES = {
     "n_layer": "layers", "n_head": "attention heads", "n_embd": "embedding dim", "n_params": "parameters",
     "sft_steps": "warm-up steps", "sft_accuracy": "warm-up held-out accuracy", "steps": "RL steps", "lr": "learning rate",
@@ -164,7 +166,9 @@ def start_runs_table(ctx, per_run: pd.DataFrame) -> pd.DataFrame:
     out["cell"] = out["task"] + "_" + out["start"]
     picked = {}
     for task, g in out[out["algorithm"] != SUPERVISED].groupby("task"):
-        picked[task] = pick_start(dict(zip(g["start"], g["start_val"])), DOC.get(task, {}).get("expected", (math.nan,))[0])
+        picked[task] = pick_start(
+            dict(zip(g["start"], g["start_val"])), DOC.get(task, {}).get("expected", (math.nan,))[0]
+        )
     out["picked"] = ["yes" if picked.get(t) == st else "no" for t, st in zip(out["task"], out["start"])]
     return out[cols]
 
@@ -175,7 +179,11 @@ def starts_table(ctx, start_runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for task in DOC:
         for st in read_starts(ctx, task)["starts"]:
-            d = start_runs[(start_runs["task"] == task) & (start_runs["start"] == st["start"])] if len(start_runs) else start_runs
+            d = (
+                start_runs[(start_runs["task"] == task) & (start_runs["start"] == st["start"])]
+                if len(start_runs)
+                else start_runs
+            )
             arms = {a: d.loc[d["algorithm"] == a].set_index("seed")["final_eval"] if len(d) else pd.Series(dtype=float)
                     for a in ("reinforce", SUPERVISED)}  # fmt: skip
             if arms["reinforce"].empty and arms[SUPERVISED].empty:
@@ -187,7 +195,14 @@ def starts_table(ctx, start_runs: pd.DataFrame) -> pd.DataFrame:
                    "rl_minus_sup_hi": math.nan}  # fmt: skip
             for arm, prefix in (("reinforce", "rl"), (SUPERVISED, "sup")):
                 est = mean_interval_of(arms[arm])
-                row.update({f"{prefix}_n": est["n"], f"{prefix}_final": est["estimate"], f"{prefix}_lo": est["lo"], f"{prefix}_hi": est["hi"]})
+                row.update(
+                    {
+                        f"{prefix}_n": est["n"],
+                        f"{prefix}_final": est["estimate"],
+                        f"{prefix}_lo": est["lo"],
+                        f"{prefix}_hi": est["hi"],
+                    }
+                )
             if len(arms["reinforce"]) > 1 and len(arms[SUPERVISED]) > 1:
                 diff = seed_difference(arms["reinforce"].to_dict(), arms[SUPERVISED].to_dict(), paired=False)
                 row.update(rl_minus_sup=diff.estimate, rl_minus_sup_lo=diff.lo, rl_minus_sup_hi=diff.hi)
@@ -207,7 +222,14 @@ def mean_interval_of(values: pd.Series) -> dict:
 def run_stats(run, start: str = "") -> dict:
     """One run's outcome and throughput (sequences sampled per second of step time)."""
     s = run.settings
-    row = {"task": s["task"], "start": start, "algorithm": s["algorithm"], "seed": run.spec.seed, "run_id": run.spec.run_id, "status": run.status}
+    row = {
+        "task": s["task"],
+        "start": start,
+        "algorithm": s["algorithm"],
+        "seed": run.spec.seed,
+        "run_id": run.spec.run_id,
+        "status": run.status,
+    }
     if run.ok:
         m = run.metrics
         row.update(final_eval=run.summary["final"]["eval_accuracy"], initial_eval=run.initial_eval,
@@ -222,7 +244,17 @@ def reached(final_mean: float, low: float) -> bool | None:
     return None if final_mean is None or math.isnan(final_mean) else bool(final_mean >= low)
 
 
-STATS = ["final_eval", "initial_eval", "best_eval", "gain", "steps_done", "wall_seconds", "seq_per_s", "collapsed", "degraded"]
+STATS = [
+    "final_eval",
+    "initial_eval",
+    "best_eval",
+    "gain",
+    "steps_done",
+    "wall_seconds",
+    "seq_per_s",
+    "collapsed",
+    "degraded",
+]
 
 
 def per_run_table(runs, cfg: dict | None = None) -> pd.DataFrame:
@@ -239,7 +271,9 @@ def results_table(runs, cfg: dict | None = None) -> pd.DataFrame:
     out["collapses"] = g["collapsed"].sum(min_count=1).values if len(per_run) else []
     out["degradations"] = g["degraded"].sum(min_count=1).values if len(per_run) else []
     out = add_wilson(out, "collapses")
-    out["rl_steps"] = [next((r.settings["steps"] for r in runs if r.settings["task"] == t), math.nan) for t in out["task"]]
+    out["rl_steps"] = [
+        next((r.settings["steps"] for r in runs if r.settings["task"] == t), math.nan) for t in out["task"]
+    ]
     out["expected_low"] = [DOC.get(t, {}).get("expected", (math.nan,) * 2)[0] for t in out["task"]]
     out["expected_high"] = [DOC.get(t, {}).get("expected", (math.nan,) * 2)[1] for t in out["task"]]
     out["reached"] = [reached(m, lo) for m, lo in zip(out["final_eval_mean"], out["expected_low"])]
@@ -260,13 +294,25 @@ def console_table(ctx, runs) -> pd.DataFrame:
     rows = []
     for task in DOC:
         for algorithm in ALGORITHMS:
-            run = next((r for r in runs if r.ok and r.settings["task"] == task and r.settings["algorithm"] == algorithm), None)
+            run = next(
+                (r for r in runs if r.ok and r.settings["task"] == task and r.settings["algorithm"] == algorithm), None
+            )
             if run is None:
                 continue
             log = layout.at(ctx.cfg, layout.STAGES["train"].log, run_id=run.spec.run_id)
-            lines = [x.strip() for x in log.read_text(errors="replace").splitlines() if x.startswith("Step ")] if log.is_file() else []
-            line, source = (lines[-1], "log") if lines else (console_line(run.metrics.iloc[-1].to_dict(), run.settings["steps"]), "metrics.csv")
-            rows.append({"task": task, "algorithm": algorithm, "run_id": run.spec.run_id, "source": source, "line": line})
+            lines = (
+                [x.strip() for x in log.read_text(errors="replace").splitlines() if x.startswith("Step ")]
+                if log.is_file()
+                else []
+            )
+            line, source = (
+                (lines[-1], "log")
+                if lines
+                else (console_line(run.metrics.iloc[-1].to_dict(), run.settings["steps"]), "metrics.csv")
+            )
+            rows.append(
+                {"task": task, "algorithm": algorithm, "run_id": run.spec.run_id, "source": source, "line": line}
+            )
     return pd.DataFrame(rows, columns=["task", "algorithm", "run_id", "source", "line"])
 
 
@@ -332,15 +378,23 @@ def fig_throughput(t) -> plt.Figure:
             errs = [0.0 if not known(v, sd, n) else float(t_halfwidth(sd, n)) for v, sd, n in zip(vals, stds, ns)]
             errs = [0.0 if math.isnan(e) else e for e in errs]  # one seed: no interval
             x = [j + (i - 1) * width for j in range(len(DOC))]
-            ax.bar(x, [0 if math.isnan(v) else v for v in vals], width, capsize=3, color=COLORS[i], label=algorithm,
-                   yerr=[[min(e, 0 if math.isnan(v) else v) for e, v in zip(errs, vals)], errs])  # never below 0
+            ax.bar(
+                x,
+                [0 if math.isnan(v) else v for v in vals],
+                width,
+                capsize=3,
+                color=COLORS[i],
+                label=algorithm,
+                yerr=[[min(e, 0 if math.isnan(v) else v) for e, v in zip(errs, vals)], errs],
+            )  # never below 0
             for xi, v in zip(x, vals):
                 if math.isnan(v):  # a missing bar says so rather than reading as zero throughput
                     ax.annotate("missing", (xi, 0), ha="center", va="bottom", rotation=90, fontsize=7, color="0.4")
         ax.set_xticks(range(len(DOC)), list(DOC))
         ax.legend()
-    ax.set(title="Training throughput (mean and 95% t interval across seeds)", xlabel="task",
-           ylabel="sequences per second")
+    ax.set(
+        title="Training throughput (mean and 95% t interval across seeds)", xlabel="task", ylabel="sequences per second"
+    )
     return fig
 
 
@@ -397,12 +451,17 @@ def task_text(res: pd.DataFrame, cfgs: pd.DataFrame, task: str, rows: dict, star
     d = starts[starts["task"] == task] if len(starts) else starts
     picked = d.loc[d["picked"].astype(bool), "start"].iloc[0] if len(d) and d["picked"].astype(bool).any() else None
     planned = set(zip(res["task"], res["algorithm"])) if len(res) else set()  # one the config does not run is left out
-    others = "".join(f"; {a} {pm(res, task, a, start=picked)}" for a in ALGORITHMS if a != "reinforce" and (task, a) in planned)
+    others = "".join(
+        f"; {a} {pm(res, task, a, start=picked)}" for a in ALGORITHMS if a != "reinforce" and (task, a) in planned
+    )
     where = f" from {picked}, the start picked on the validation split," if picked else ""
     where_rows = {"task": task, "algorithm": "reinforce", **({"start": picked} if picked else {})}
     spread = cell(res, "initial_eval_std", **where_rows)
-    before = (pm(res, task, "reinforce", "initial_eval", start=picked) if known(spread) and spread > 0  # every seed starts from one checkpoint:
-              else number(cell(res, "initial_eval_mean", **where_rows), "pct", sign=False))  # one number, no interval of width 0
+    before = (
+        pm(res, task, "reinforce", "initial_eval", start=picked)
+        if known(spread) and spread > 0  # every seed starts from one checkpoint:
+        else number(cell(res, "initial_eval_mean", **where_rows), "pct", sign=False)
+    )  # one number, no interval of width 0
     text = (f"On {task},{where} REINFORCE ended at {pm(res, task, 'reinforce', start=picked)} held-out accuracy (from {before} "
             f"before RL{others}), against the document's {lo:.0%}–{hi:.0%}.")  # fmt: skip
     reaching = d[d["rl_lo"] >= lo]["start"].tolist() if len(d) and "rl_lo" in d else []
@@ -412,8 +471,12 @@ def task_text(res: pd.DataFrame, cfgs: pd.DataFrame, task: str, rows: dict, star
                  else f" From none of these starts does REINFORCE's interval reach the document's {lo:.0%}.")  # fmt: skip
     acc = rows.get(f"{task}_accuracy")
     if acc and acc["outcome"] == "disagrees":
-        text += " From the picked start the document's accuracy is not reached; that is a finding." + scale_note(cfgs, task)
-    ids = [f"{task}_accuracy", f"{task}_gain", f"{task}_stable"] + sorted(k for k in rows if k.startswith(f"{task}_start") and k.endswith("_rl_vs_supervised"))
+        text += " From the picked start the document's accuracy is not reached; that is a finding." + scale_note(
+            cfgs, task
+        )
+    ids = [f"{task}_accuracy", f"{task}_gain", f"{task}_stable"] + sorted(
+        k for k in rows if k.startswith(f"{task}_start") and k.endswith("_rl_vs_supervised")
+    )
     return {"text": text, "rows": [rows[k] for k in ids if k in rows]}
 
 
@@ -421,7 +484,9 @@ def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:
     """system_configs with one row per setting: each task's value, ours beside the document's."""
     if cfgs.empty:
         return cfgs
-    wide = cfgs.pivot_table(index="key", columns="task", values=["ours", "document"], aggfunc="first", dropna=False, sort=False)
+    wide = cfgs.pivot_table(
+        index="key", columns="task", values=["ours", "document"], aggfunc="first", dropna=False, sort=False
+    )
     wide.columns = [f"{task}_{side}" for side, task in wide.columns]
     wide = wide.reindex(list(dict.fromkeys(cfgs["key"]))).reset_index()
     wide.insert(0, "setting", wide["key"].map(SETTING_NAMES))
@@ -435,9 +500,15 @@ def section(t) -> dict:
     decay = cell(cfgs, "ours", task="add", key="baseline_decay")
     presets = cfgs.drop_duplicates("task")[["task", "config", "preset"]].to_dict("records") if len(cfgs) else []
     return {
-        "configs": configs_wide(cfgs), "presets": presets, "results": res, "console": t["system_console"],
-        "baseline_decay": "–" if math.isnan(decay) else f"{decay:g}", "verdict_list": rows, "power": power_note(claims),
-        "verdicts": [task_text(res, cfgs, task, by_key(rows), t["system_starts"]) for task in DOC], "doc_steps": DOC_RL["steps"],
+        "configs": configs_wide(cfgs),
+        "presets": presets,
+        "results": res,
+        "console": t["system_console"],
+        "baseline_decay": "–" if math.isnan(decay) else f"{decay:g}",
+        "verdict_list": rows,
+        "power": power_note(claims),
+        "verdicts": [task_text(res, cfgs, task, by_key(rows), t["system_starts"]) for task in DOC],
+        "doc_steps": DOC_RL["steps"],
         "starts": t["system_starts"],
         "beside": [BESIDE[a] for a in ALGORITHMS if a in BESIDE and len(res) and (res["algorithm"] == a).any()],
         "doc_console": "Step 50/200 | Loss: 0.234 | Acc: 0.750 | Reward: 0.750 | LR: 1.00e-04",  # the document's example
