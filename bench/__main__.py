@@ -46,7 +46,8 @@ TTA_SFT_UNTIL = 0.9  # bench.tta's default
 # make report (default config) wall seconds: issue limit and target.
 PIPELINE_LIMIT_S, PIPELINE_TARGET_S = 15 * 60, 5 * 60
 # Targets that need a GPU; printed as not measured when CUDA is absent.
-GPU_TARGETS = ["adder GRPO step @512 rollouts on one GPU <= 10 ms", "warm-up + RL to 99% on 3-digit addition on one GPU <= 60 s",
+GPU_TARGETS = ["adder GRPO step @512 rollouts on one GPU <= 10 ms",
+               "warm-up + RL to 99% on 3-digit addition on one GPU <= 60 s",
                "config/full.yaml grid on one GPU <= 30 min"]  # fmt: skip
 
 
@@ -155,7 +156,8 @@ def spread(stat: dict) -> str:
 
 
 def rl_table(recs: list[dict]) -> str:
-    rows = [[r["preset"], str(r["batch"]), str(r["total"]["n"]), fmt_s(r["sample"]["median"]), fmt_s(r["update"]["median"]),
+    rows = [[r["preset"], str(r["batch"]), str(r["total"]["n"]), fmt_s(r["sample"]["median"]),
+             fmt_s(r["update"]["median"]),
              fmt_s(r["total"]["median"]), spread(r["total"]), f"{r['sequences_per_second']:.0f}",
              f"{r['peak_rss_mb']:.0f}"] for r in recs]  # fmt: skip
     return table(
@@ -173,7 +175,8 @@ def naive_table(recs: list[dict]) -> str:
     rows = []
     for r in recs:
         o, n = r["ours"], r["naive"]
-        rows.append([r["preset"], str(r["batch"]), str(o["total"]["n"]), fmt_s(o["sample"]["median"]), fmt_s(n["sample"]["median"]),
+        rows.append([r["preset"], str(r["batch"]), str(o["total"]["n"]), fmt_s(o["sample"]["median"]),
+                     fmt_s(n["sample"]["median"]),
                      f"{r['ratio']['sample']:.2f}x", fmt_s(o["total"]["median"]), fmt_s(n["total"]["median"]),
                      f"{r['ratio']['total']:.2f}x", f"{r['peak_rss_mb']:.0f}"])  # fmt: skip
     return table(["preset", "rollouts", "pairs", "ours sample s", "naive sample s", "naive/ours", "ours step s",
@@ -184,10 +187,13 @@ def sharing_table(recs: list[dict]) -> str:
     rows = []
     for r in recs:
         on, off = r["shared"], r["unshared"]
-        rows.append([r["preset"], str(r["batch"]), str(on["total"]["n"]), fmt_s(on["sample"]["median"]), fmt_s(off["sample"]["median"]),
+        rows.append([r["preset"], str(r["batch"]), str(on["total"]["n"]), fmt_s(on["sample"]["median"]),
+                     fmt_s(off["sample"]["median"]),
                      fmt_s(on["update"]["median"]), fmt_s(off["update"]["median"]), fmt_s(on["total"]["median"]),
-                     fmt_s(off["total"]["median"]), f"{r['ratio']['total']:.2f}x", f"{r['peak_rss_mb']:.0f}"])  # fmt: skip
-    return table(["preset", "rollouts", "pairs", "sample on", "sample off", "update on", "update off", "step on", "step off",
+                     fmt_s(off["total"]["median"]), f"{r['ratio']['total']:.2f}x",
+                     f"{r['peak_rss_mb']:.0f}"])  # fmt: skip
+    return table(["preset", "rollouts", "pairs", "sample on", "sample off", "update on", "update off", "step on",
+                  "step off",
                   "off/on", "peak RSS MiB"], rows)  # fmt: skip
 
 
@@ -202,7 +208,8 @@ def tta_table(recs: list[dict]) -> str:
                 else f"not in {r['budget_s']:.0f} s"
             )
             rows.append([r["task"], r["preset"], f"{100 * float(target):.0f}%", at,
-                         f"{100 * best.get('accuracy', math.nan):.1f}% at {best.get('seconds', math.nan):.0f} s"])  # fmt: skip
+                         f"{100 * best.get('accuracy', math.nan):.1f}% at {best.get('seconds', math.nan):.0f} "
+                         "s"])  # fmt: skip
     return table(["task", "preset", "target", "first reached", "best held-out accuracy"], rows, right_from=3)
 
 
@@ -237,7 +244,8 @@ def targets(results: dict) -> list[dict]:
         out.append(t)
     for r in results.get("tta", []):
         for target, hit in r["reached"].items():
-            out.append({"target": f"{r['task']} to {100 * float(target):.0f}% from scratch (CPU, reported)", "limit_s": None,
+            out.append({"target": f"{r['task']} to {100 * float(target):.0f}% from scratch (CPU, reported)",
+                        "limit_s": None,
                         "stretch_s": None, "value_s": hit["seconds"] if hit else None,
                         "status": "REACHED" if hit else f"NOT REACHED in {r['budget_s']:.0f} s"})  # fmt: skip
     return out
@@ -268,7 +276,8 @@ def main(argv=None) -> int:
     machine = machine_info()
     settings = {"quick": args.quick, "warmup": args.warmup, "presets": args.presets, "batches": args.batches,
                 "naive_batch": args.naive_batch, "sections": args.sections, "algorithm": "grpo", "task": "add/3",
-                "group_size": GROUP_SIZE, "sft_batch": SFT_BATCH, "threads": args.threads or "torch default"}  # fmt: skip
+                "group_size": GROUP_SIZE, "sft_batch": SFT_BATCH,
+                "threads": args.threads or "torch default"}  # fmt: skip
     log(f"mathrl bench: sections {', '.join(args.sections)}; presets {', '.join(args.presets)}; "
         f"load average {machine['loadavg_start'][0]:.2f} at start")  # fmt: skip
     results = Sections(args.out, machine, settings)
@@ -282,7 +291,8 @@ def main(argv=None) -> int:
         if "rl" in args.sections:
             results["rl"] = [
                 child("rl_step", f"rl {p}@{b}", ["--preset", p, "--batch", str(b),
-                                                 "--steps", str(n_steps(args, RL_STEPS, p, 2 if b < 512 else 1)), *common])
+                                                 "--steps", str(n_steps(args, RL_STEPS, p, 2 if b < 512 else 1)),
+                                                 *common])
                 for p in args.presets for b in args.batches
             ]  # fmt: skip
         if "sft" in args.sections:
@@ -294,20 +304,26 @@ def main(argv=None) -> int:
         if "naive" in args.sections:
             presets = [p for p in args.presets if p in NAIVE_PRESETS]
             results["naive"] = [
-                child("rl_step", f"naive {p}@{args.naive_batch}", ["--preset", p, "--batch", str(args.naive_batch), "--compare-naive",
-                                                                   "--steps", str(n_steps(args, NAIVE_PAIRS, p)), *common])
+                child("rl_step", f"naive {p}@{args.naive_batch}",
+                      ["--preset", p, "--batch", str(args.naive_batch), "--compare-naive",
+                                                                   "--steps", str(n_steps(args, NAIVE_PAIRS, p)),
+                       *common])
                 for p in presets
             ]  # fmt: skip
         if "sharing" in args.sections:
             results["sharing"] = [
-                child("rl_step", f"sharing {p}@{args.naive_batch}", ["--preset", p, "--batch", str(args.naive_batch), "--compare-sharing",
-                                                                     "--steps", str(n_steps(args, NAIVE_PAIRS, p)), *common])
+                child("rl_step", f"sharing {p}@{args.naive_batch}",
+                      ["--preset", p, "--batch", str(args.naive_batch), "--compare-sharing",
+                                                                     "--steps", str(n_steps(args, NAIVE_PAIRS, p)),
+                       *common])
                 for p in args.presets
             ]  # fmt: skip
     if "tta" in args.sections:
         results["tta"] = [
             child("tta", f"time to accuracy, {task}", ["--task", task, "--targets", ",".join(map(str, tg)),
-                                                      "--budget", str(args.tta_budget)] + (["--threads", str(args.threads)] if args.threads else []))
+                                                      "--budget",
+                                                       str(args.tta_budget)] + (["--threads",
+                                                                                 str(args.threads)] if args.threads else []))
             for task, tg in TTA
         ]  # fmt: skip
     if "pipeline" in args.sections:
@@ -322,10 +338,12 @@ def main(argv=None) -> int:
     # ---- the printed report
     m = machine
     print(
-        f"mathrl benchmark  {m['date']}  git {(m['git']['commit'] or '?')[:10]}{' (dirty)' if m['git']['dirty'] else ''}"
+        f"mathrl benchmark  {m['date']}  git"
+        f" {(m['git']['commit'] or '?')[:10]}{' (dirty)' if m['git']['dirty'] else ''}"
     )
     print(f"  {m['platform']}; {m['cpu']}; {m['cpu_count']} CPUs ({m['cpus_usable']} usable); torch {m['torch']}, "
-          f"{'/'.join(map(str, threads)) or m['torch_threads']} intra-op threads ({'--threads' if args.threads else 'torch default'}); CUDA {'yes' if m['cuda'] else 'no'}")  # fmt: skip
+          f"{'/'.join(map(str, threads)) or m['torch_threads']} intra-op threads "
+          f"({'--threads' if args.threads else 'torch default'}); CUDA {'yes' if m['cuda'] else 'no'}")  # fmt: skip
     print(
         f"  load average (1 min) {m['loadavg_start'][0]:.2f} at start, {m['loadavg_end'][0]:.2f} at end; "
         f"{m['bench_seconds']:.0f} s in all{'; QUICK mode' if args.quick else ''}"
@@ -333,8 +351,8 @@ def main(argv=None) -> int:
     busy = max(m["loadavg_start"][0], m["loadavg_end"][0])
     if busy > 0.5 * (m["cpus_usable"] or 1):
         print(
-            f"  WARNING: the machine was busy (load {busy:.1f} on {m['cpus_usable']} CPUs): other processes share the cores, "
-            "so absolute timings are inflated; same-run ratios are the robust figures"
+            f"  WARNING: the machine was busy (load {busy:.1f} on {m['cpus_usable']} CPUs): other processes share the"
+            " cores, so absolute timings are inflated; same-run ratios are the robust figures"
         )
     print("  figures: medians over the timed steps (after warm-up); IQR/med = interquartile range / median, the noise")
     if "rl" in results:
@@ -344,11 +362,12 @@ def main(argv=None) -> int:
             else "on"
         )
         print(
-            f"\nRL step: GRPO, 3-digit addition, group size {GROUP_SIZE}, one CPU process, {args.warmup} warm-up steps, "
-            f"prefix sharing {sharing}"
+            f"\nRL step: GRPO, 3-digit addition, group size {GROUP_SIZE}, one CPU process, {args.warmup} warm-up steps,"
+            f" prefix sharing {sharing}"
         )
         print(
-            "  step s = wall time of Trainer.step() (sample + update + bookkeeping; no evaluation); seq/s = rollouts / step s"
+            "  step s = wall time of Trainer.step() (sample + update + bookkeeping; no evaluation); seq/s = rollouts /"
+            " step s"
         )
         print(table_indent(rl_table(results["rl"])))
     if "sft" in results:
@@ -365,7 +384,8 @@ def main(argv=None) -> int:
         print(table_indent(sharing_table(results["sharing"])))
     if "tta" in results:
         print(
-            f"\nTime to accuracy from a fresh start (problem sets, warm-up to {TTA_SFT_UNTIL:.0%}, then GRPO @512), one CPU process,"
+            f"\nTime to accuracy from a fresh start (problem sets, warm-up to {TTA_SFT_UNTIL:.0%}, then GRPO @512), one"
+            " CPU process,"
         )
         print("  held-out greedy accuracy on 500 problems; wall seconds include every evaluation")
         print(table_indent(tta_table(results["tta"])))
@@ -378,7 +398,8 @@ def main(argv=None) -> int:
         )
         print(f"\nDefault pipeline (snakemake --profile profiles/default report, as make report): {head}")
         print(
-            "  per rule, from Snakemake's benchmark files: summed job seconds (jobs run in parallel) and the longest job"
+            "  per rule, from Snakemake's benchmark files: summed job seconds (jobs run in parallel) and the"
+            " longest job"
         )
         print(table_indent(stages_table(rec["stages"])))
     print("\nTargets")

@@ -85,7 +85,8 @@ def run_pipeline(results: Path, cores: str, config_items: list[str]) -> dict:
         tail = log.read_text()[-3000:]
         raise SystemExit(f"bench.pipeline: snakemake failed (exit {proc.returncode}); log tail:\n{tail}")
     report = results / "report.html"
-    return {"wall_s": wall, "cores": cores, "command": cmd, "loadavg_start": list(load_start), "loadavg_end": list(os.getloadavg()),
+    return {"wall_s": wall, "cores": cores, "command": cmd, "loadavg_start": list(load_start),
+            "loadavg_end": list(os.getloadavg()),
             "report_bytes": report.stat().st_size if report.is_file() else None}  # fmt: skip
 
 

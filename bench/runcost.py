@@ -76,7 +76,8 @@ def _child(config: str, run: str, out: str, report: str) -> None:
     T.step = step
     status = main(["train", "--config", config, "--run", run, "--out", out])
     total = time.process_time()
-    Path(report).write_text(json.dumps({"status": status, "total": total, "rl_steps": cpu["step"] - eval_in_steps["cpu"],
+    Path(report).write_text(json.dumps({"status": status, "total": total,
+                                        "rl_steps": cpu["step"] - eval_in_steps["cpu"],
                                         "evaluation": cpu["eval"]}))  # fmt: skip
 
 
@@ -136,7 +137,8 @@ def main(argv=None) -> int:
                 "PYTHONPATH": str(Path(checkout).resolve()),
                 "MATHRL_CACHE_DIR": str(Path(tmp) / name / "cache"),
             }
-            servers[name] = subprocess.Popen([sys.executable, __file__, "--serve", str(configs[name])], env=env, cwd=checkout,
+            servers[name] = subprocess.Popen([sys.executable, __file__, "--serve", str(configs[name])], env=env,
+                                             cwd=checkout,
                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
         records = []
         for rnd in range(args.rounds):

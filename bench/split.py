@@ -29,7 +29,8 @@ from pathlib import Path
 from bench.common import table
 
 PARTS = ("rl_steps", "evaluation", "run_setup", "outside_run")
-LABELS = {"rl_steps": "RL steps", "evaluation": "evaluation", "run_setup": "run setup", "outside_run": "outside the run",
+LABELS = {"rl_steps": "RL steps", "evaluation": "evaluation", "run_setup": "run setup",
+          "outside_run": "outside the run",
           "setup_and_outside": "setup, initial evaluation and outside (not recorded apart)"}  # fmt: skip
 
 
@@ -123,7 +124,8 @@ def main(argv=None) -> int:
         print(json.dumps(s, indent=1))
     else:
         print(
-            f"Job-seconds of {args.results} by part (Snakemake's benchmark files, each run's metrics.csv and summary.json):"
+            f"Job-seconds of {args.results} by part (Snakemake's benchmark files, each run's metrics.csv and"
+            " summary.json):"
         )
         print(split_table(s))
     return 0

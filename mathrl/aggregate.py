@@ -49,7 +49,8 @@ def sft_table(ctx: Context) -> pd.DataFrame:
     for task in ctx.cfg["tasks"]:
         s = ctx.sft(task)
         if s is not None:
-            rows.append({"task": task, "preset": s["settings"]["preset"], "n_params": s["n_params"], "steps": s["steps"],
+            rows.append({"task": task, "preset": s["settings"]["preset"], "n_params": s["n_params"],
+                         "steps": s["steps"],
                          "val_accuracy": s.get("val_accuracy", math.nan), "last_rise": last_rise(s.get("history", [])),
                          "eval_accuracy": s["eval_accuracy"], "n_test": s.get("n_test", math.nan),
                          "band_low": s["band"][0], "band_high": s["band"][1],
@@ -59,7 +60,8 @@ def sft_table(ctx: Context) -> pd.DataFrame:
 
 def all_tables(ctx: Context) -> dict[str, pd.DataFrame]:
     """Every table the report shows; last, claims.csv: every declared claim judged over the others."""
-    tables = {"runs": run_index(ctx.runs), "curves": curves(ctx.runs), "alerts": alerts_table(ctx), "sft": sft_table(ctx),
+    tables = {"runs": run_index(ctx.runs), "curves": curves(ctx.runs), "alerts": alerts_table(ctx),
+              "sft": sft_table(ctx),
               "run_measures": run_measures(ctx.runs)}  # fmt: skip
     for study in STUDIES:
         for name, df in study.tables(ctx).items():

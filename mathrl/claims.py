@@ -55,11 +55,13 @@ from mathrl.verdict import (
 KINDS = ("document", "setup", "reference", "beyond", "user")
 COMPARES = ("difference", "one_sample", "rate", "relative", "point")
 ALPHA = 0.05
-COLUMNS = ["claim_id", "kind", "source", "statement", "outcome", "difference", "ci_low", "ci_high", "n", "p_value", "p_holm",
+COLUMNS = ["claim_id", "kind", "source", "statement", "outcome", "difference", "ci_low", "ci_high", "n", "p_value",
+           "p_holm",
            "p_bh", "engaged", "failure_established", "reason"]  # fmt: skip
 EXTRA = ["section", "part", "measure", "expected", "margin", "unit", "design", "n_a", "n_b", "sd", "effect_size", "mde",
          "effect_target", "seeds_needed", "note", "checks", "outcome_unadjusted"]  # fmt: skip
-BY_CONSTRUCTION = ("nothing varied across seeds (a zero-width interval, or every run the same outcome against 0): the result "
+BY_CONSTRUCTION = ("nothing varied across seeds (a zero-width interval, or every run the same outcome against 0): the "
+                   "result "
                    "is likely fixed by construction of the setup rather than a finding")  # fmt: skip
 SPECIAL = ("max", "min")  # arm values resolved over the table: the largest or smallest numeric value of the column
 
@@ -166,12 +168,14 @@ def parse(d: dict, where: str) -> ClaimSpec:
     checks = tuple(Check(**c) for c in d.get("checks") or ())
     return ClaimSpec(
         id=str(d["id"]), kind=d["kind"], source=str(d.get("source", "")), statement=str(d["statement"]),
-        table=d.get("table", "run_measures"), measure=d["measure"], a=dict(d["a"]), b=dict(d["b"]) if d.get("b") else None,
+        table=d.get("table", "run_measures"), measure=d["measure"], a=dict(d["a"]),
+        b=dict(d["b"]) if d.get("b") else None,
         compare=compare, value=float(d.get("value", 0.0)), direction=int(expect.get("direction", 1)),
         size=(float(size[0]), float(size[1])) if size is not None else None,
         equivalence=expect.get("equivalence"), noninferior=expect.get("noninferior"), unit=d.get("unit", "num"),
         measure_text=d.get("measure_text", ""), section=d.get("section", ""), part=d.get("part", ""),
-        experiment=d.get("experiment"), checks=checks, optional_roles=tuple(d.get("optional") or ()), note=d.get("note", ""),
+        experiment=d.get("experiment"), checks=checks, optional_roles=tuple(d.get("optional") or ()),
+        note=d.get("note", ""),
         paired=d.get("paired"),
     )  # fmt: skip
 
@@ -219,7 +223,8 @@ def declarations(cfg: dict, path: Path | None = None) -> list[tuple[dict, str]]:
             out.append((d, f"{path.name}: claims[{i}] ({d.get('id', '?')})"))
     for exp, spec in (cfg.get("experiments") or {}).items():
         for i, d in enumerate(spec.get("claims") or []):
-            out.append(({"kind": "user", "experiment": exp, "section": "generic", "part": exp, "source": f"experiment {exp}", **d},
+            out.append(({"kind": "user", "experiment": exp, "section": "generic", "part": exp,
+                         "source": f"experiment {exp}", **d},
                         f"experiments.{exp}.claims[{i}] ({d.get('id', '?')})"))  # fmt: skip
     return out
 
@@ -537,13 +542,16 @@ def _row(v: Verdict, p: float, results: list) -> dict:
     failures = [ok for c, ok, _ in results if c.type == "failure"]
     engages = [ok for c, ok, _ in results if c.type == "engaged"]
     return {
-        "statement": r["claim"], "outcome": r["outcome"], "difference": r["diff"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
+        "statement": r["claim"], "outcome": r["outcome"], "difference": r["diff"], "ci_low": r["ci_low"],
+        "ci_high": r["ci_high"],
         "n": r["n"], "p_value": p, "p_holm": math.nan, "p_bh": math.nan, "margin": r["margin"], "sd": r["sd"],
         "effect_target": distance_to_pass(v.claim, v.est) if v.est is not None and v.est.finite else math.nan,
         "engaged": (all(bool(x) for x in engages) if engages else ""),
         "failure_established": (all(bool(x) for x in failures) if failures else ""),
-        "reason": r["reason"], "measure": r["measure"], "expected": r["expected"], "unit": r["unit"], "design": r["design"],
-        "n_a": r["n_a"], "n_b": r["n_b"], "effect_size": r["effect_size"], "mde": r["mde"], "seeds_needed": r["seeds_needed"],
+        "reason": r["reason"], "measure": r["measure"], "expected": r["expected"], "unit": r["unit"],
+        "design": r["design"],
+        "n_a": r["n_a"], "n_b": r["n_b"], "effect_size": r["effect_size"], "mde": r["mde"],
+        "seeds_needed": r["seeds_needed"],
         "note": r["note"], "checks": "; ".join(t for _, _, t in results), "outcome_unadjusted": r["outcome"],
     }  # fmt: skip
 
@@ -609,7 +617,8 @@ def counts(claims: pd.DataFrame) -> pd.DataFrame:
 def listing(cfg: dict, judged: Path | None = None, kind: str | None = None) -> pd.DataFrame:
     """id, kind, source and statement of every declared claim; with a claims.csv, what the document
     expects (an equivalence or non-inferiority margin included), the outcome, difference, interval, n
-    and the seeds an inconclusive claim would need (a claim expanded over table values is listed once per value judged)."""
+    and the seeds an inconclusive claim would need (a claim expanded over table values is listed once per value judged).
+    """
     if judged is not None:
         df = pd.read_csv(judged)
         cols = [
@@ -628,6 +637,7 @@ def listing(cfg: dict, judged: Path | None = None, kind: str | None = None) -> p
         out = df[[c for c in cols if c in df]]
     else:
         rows = [{"claim_id": d.get("id", "?"), "kind": d.get("kind", "user"), "source": d.get("source", ""),
-                 "statement": d.get("statement", "")} for decl, _ in declarations(cfg) for d in expand(decl, None, cfg)]  # fmt: skip
+                 "statement": d.get("statement", "")} for decl,
+                _ in declarations(cfg) for d in expand(decl, None, cfg)]  # fmt: skip
         out = pd.DataFrame(rows, columns=["claim_id", "kind", "source", "statement"])
     return out[out["kind"] == kind] if kind else out

@@ -30,7 +30,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--config",
         action="append",
         metavar="FILE",
-        help=f"config file layered over {DEFAULT_CONFIG.relative_to(Path.cwd()) if DEFAULT_CONFIG.is_relative_to(Path.cwd()) else DEFAULT_CONFIG}, repeatable, later files win",
+        help=(
+            "config file layered over"
+            " "
+            f"{DEFAULT_CONFIG.relative_to(Path.cwd()) if DEFAULT_CONFIG.is_relative_to(Path.cwd()) else DEFAULT_CONFIG},"
+            " repeatable, later files win"
+        ),
     )
     p.add_argument(
         "--set",
@@ -170,7 +175,8 @@ def cmd_train(args) -> int:
         distributed.teardown(d)
     if d.is_main:
         print(f"run {run_id}: {summary['status']}, eval accuracy {summary['initial']['eval_accuracy']:.3f} -> "
-              f"{summary['final']['eval_accuracy']:.3f} (best {summary['best']['eval_accuracy']:.3f}) in {summary['wall_seconds']:.1f}s")  # fmt: skip
+              f"{summary['final']['eval_accuracy']:.3f} (best {summary['best']['eval_accuracy']:.3f}) in "
+              f"{summary['wall_seconds']:.1f}s")  # fmt: skip
     return 0
 
 
@@ -234,15 +240,19 @@ def cmd_gradvar(args) -> int:
     result = {
         "task": args.task, "init": str(init), "settings": g,
         "variance": [{"batch_size": n, **m} for n, m in moments.items()],
-        "noise_scale": {"small": small, "big": big, **noise_scale(small, big, moments[small]["sq_norm"], moments[big]["sq_norm"])} if small < big else None,
-        "accumulation": accumulation_difference(policy, task, pairs, batch, micro, g["group_size"], g["seed"], g["temperature"]),
+        "noise_scale": {"small": small, "big": big,
+                        **noise_scale(small, big, moments[small]["sq_norm"],
+                                      moments[big]["sq_norm"])} if small < big else None,
+        "accumulation": accumulation_difference(policy, task, pairs, batch, micro, g["group_size"], g["seed"],
+                                                g["temperature"]),
     }  # fmt: skip
     out = Path(args.out) if args.out else layout.at(cfg, layout.GRADVAR, task=args.task)
     atomic_write(out, _json.dumps(result, indent=2) + "\n")
     lo, hi = min(variance), max(variance)
     ratio = variance[lo] / variance[hi] if variance[hi] > 0 else float("nan")  # zero when every reward is equal
     print(f"gradvar {args.task}: variance {variance[lo]:.3e} at {lo} vs {variance[hi]:.3e} at {hi} "
-          f"(ratio {ratio:.2f}); accumulation max difference {result['accumulation']['max_abs_difference']:.2e}")  # fmt: skip
+          f"(ratio {ratio:.2f}); accumulation max difference "
+          f"{result['accumulation']['max_abs_difference']:.2e}")  # fmt: skip
     return 0
 
 
@@ -405,7 +415,8 @@ def cmd_aggregate(args) -> int:
     print(f"aggregate: {len(counts)} tables in {args.out or Path(cfg['results']) / 'tables'}")
     if missing:
         print(f"aggregate: {missing} input files are missing (runs not trained yet are marked missing); "
-              "these tables are not the pipeline's: `snakemake report` makes the missing inputs and redoes them")  # fmt: skip
+              "these tables are not the pipeline's: `snakemake report` makes the missing inputs and redoes "
+              "them")  # fmt: skip
     return 0
 
 
@@ -548,8 +559,10 @@ def _add_train(sub) -> None:
         "--on-mismatch",
         choices=["error", "restart"],
         default="error",
-        help="a snapshot from other settings or another start checkpoint: stop with an error (default), "
-        "or set it aside as snapshot.stale.pt and start over (the pipeline's choice after a config change)",
+        help=(
+            "a snapshot from other settings or another start checkpoint: stop with an error (default), "
+            "or set it aside as snapshot.stale.pt and start over (the pipeline's choice after a config change)"
+        ),
     )
     p.add_argument(
         "--run-id",
@@ -599,7 +612,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
 
     p = sub.add_parser("launch", help="one `mathrl train` under torchrun on GPUs of its own (for concurrent jobs)",
-                       usage="mathrl launch [--gpus N] [--threads T] [--lock-dir DIR] [--torchrun-arg ARG] [--fork-server auto|off] [--dry-run] -- <mathrl train args>")  # fmt: skip
+                       usage="mathrl launch [--gpus N] [--threads T] [--lock-dir DIR] [--torchrun-arg ARG] "
+                       "[--fork-server auto|off] [--dry-run] -- <mathrl train args>")  # fmt: skip
     p.add_argument(
         "--gpus",
         type=int,
@@ -634,8 +648,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--fork-server",
         choices=["auto", "off"],
         default="off",
-        help="auto: a lone CPU worker (no GPU, outside SLURM) is forked from a per-user server that has "
-        "imported torch once, instead of a fresh interpreter (saves ~2.5 s per run); default off",
+        help=(
+            "auto: a lone CPU worker (no GPU, outside SLURM) is forked from a per-user server that has "
+            "imported torch once, instead of a fresh interpreter (saves ~2.5 s per run); default off"
+        ),
     )
     p.add_argument("train_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="arguments for `mathrl train`")
     p.set_defaults(func=cmd_launch)
@@ -684,8 +700,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--out",
-        help="path of the dvc.yaml to write, dvc-params.yaml beside it; its directory is the "
-        "repository root (default dvc.yaml)",
+        help=(
+            "path of the dvc.yaml to write, dvc-params.yaml beside it; its directory is the "
+            "repository root (default dvc.yaml)"
+        ),
     )
     p.add_argument(
         "--python", default=".venv/bin/python", help="interpreter the stages run mathrl with (default .venv/bin/python)"

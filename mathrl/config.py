@@ -189,19 +189,27 @@ def _describe_only(error: jsonschema.ValidationError, prefix: str) -> str:
         described = {k: v.get("description", "") for k, v in properties.items() if isinstance(v, dict)}
         extra = sorted(set(error.instance) - set(allowed))
         parts = [
-            f"{where}.{k}: unknown key{_suggest(k, allowed, described)}"
-            if path
-            else f"{k}: unknown key{_suggest(k, allowed, described)}"
+            (
+                f"{where}.{k}: unknown key{_suggest(k, allowed, described)}"
+                if path
+                else f"{k}: unknown key{_suggest(k, allowed, described)}"
+            )
             for k in extra
         ]
         if properties.keys() == _schema_text_parsed()["definitions"]["train"]["properties"].keys():
             return "; ".join(parts) + f"; `mathrl settings` lists the {len(allowed)} run settings"
         return "; ".join(parts) + f"; allowed keys: {', '.join(allowed)}"
     if error.validator == "enum":
-        return f"{where}: {error.instance!r} is not allowed{_suggest(error.instance, error.validator_value)}; allowed: {', '.join(map(str, error.validator_value))}"
+        return (
+            f"{where}: {error.instance!r} is not allowed{_suggest(error.instance, error.validator_value)}; allowed:"
+            f" {', '.join(map(str, error.validator_value))}"
+        )
     if error.validator == "propertyNames" and "enum" in error.validator_value:
         allowed = error.validator_value["enum"]
-        return f"{where}: key {error.instance!r} is not allowed{_suggest(error.instance, allowed)}; allowed: {', '.join(allowed)}"
+        return (
+            f"{where}: key {error.instance!r} is not allowed{_suggest(error.instance, allowed)}; allowed:"
+            f" {', '.join(allowed)}"
+        )
     return f"{where}: {error.message}"
 
 
@@ -358,7 +366,8 @@ def complete(cfg: dict, source: str = "", origin=None) -> dict:
     for name in cfg["gradvar"]["tasks"]:
         if name not in cfg["tasks"]:
             raise ConfigError(
-                f"gradvar.tasks: {name!r} is not a task{_suggest(name, cfg['tasks'])}; allowed: {', '.join(cfg['tasks'])}"
+                f"gradvar.tasks: {name!r} is not a task{_suggest(name, cfg['tasks'])}; allowed:"
+                f" {', '.join(cfg['tasks'])}"
             )
     expand_runs(cfg, origin=origin)  # every experiment must expand into valid runs
     return cfg
@@ -422,7 +431,7 @@ def check_train(cfg: dict, settings: dict, where: str, world_size: int = 1) -> N
         raise ConfigError(
             f"{where}.group_size: {settings['algorithm']} needs at least 2 rollouts per prompt (its advantage compares "
             f"the rollouts of one prompt: with {settings['group_size']} every advantage and the loss are 0); "
-            f"use group_size >= 2, or algorithm reinforce or ppo"
+            "use group_size >= 2, or algorithm reinforce or ppo"
         )
     if settings["lr_schedule"] == "cosine" and settings["warmup_steps"] >= settings["steps"]:
         raise ConfigError(
@@ -484,8 +493,8 @@ def _check_lr_or_scale(block: dict, where: str) -> None:
     if "lr" in block and block.get("lr_scale", 1.0) != 1.0:
         raise ConfigError(
             f"{where}: sets both lr ({block['lr']}) and lr_scale ({block['lr_scale']}), so it would train at their "
-            f"product; lr_scale multiplies the reference LR (train.lr or the experiment's fixed lr): keep one "
-            f"(a file layered over config/config.yaml may have added the other)"
+            "product; lr_scale multiplies the reference LR (train.lr or the experiment's fixed lr): keep one "
+            "(a file layered over config/config.yaml may have added the other)"
         )
 
 
@@ -560,7 +569,7 @@ def expand_runs(cfg: dict, origin=None) -> dict[str, RunSpec]:
             if twin != run_id:
                 raise ConfigError(
                     f"experiments.{name}: runs {twin} and {run_id} have the same settings, so one of them tests "
-                    f"nothing (does a grid key repeat what a variant sets, or a layered file add a grid?)"
+                    "nothing (does a grid key repeat what a variant sets, or a layered file add a grid?)"
                 )
             runs[run_id] = RunSpec(run_id, name, variant, point, seed, settings, explicit=explicit)
             first_of[key] = min(first_of.get(key, run_id), run_id)

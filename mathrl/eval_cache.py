@@ -63,7 +63,8 @@ def cache_key(
 ) -> str:
     """The content key of one evaluation: a hash of everything its result depends on."""
     h = hashlib.sha256()
-    inputs = {"version": EVAL_VERSION, "checkpoint": checkpoint_digest, "task": task_spec, "temperature": float(temperature),
+    inputs = {"version": EVAL_VERSION, "checkpoint": checkpoint_digest, "task": task_spec,
+              "temperature": float(temperature),
               "sampled_seed": SAMPLED_SEED, "device": device_type}  # fmt: skip
     h.update(json.dumps(inputs, sort_keys=True, default=str).encode())
     h.update(pairs.to(torch.int64).contiguous().numpy().tobytes())
@@ -94,7 +95,8 @@ def read(path: Path, key: str, n: int) -> InitialEvaluation | None:
         return None
 
 
-def initial_evaluation(checkpoint: Path, checkpoint_digest: str, model, task: Task, task_spec: dict, pairs: torch.Tensor,
+def initial_evaluation(checkpoint: Path, checkpoint_digest: str, model, task: Task, task_spec: dict,
+                       pairs: torch.Tensor,
                        temperature: float, device) -> InitialEvaluation:  # fmt: skip
     """The starting checkpoint's evaluation on `pairs`: read from beside the checkpoint, or
     computed (on `model`, the checkpoint's policy) and stored there."""

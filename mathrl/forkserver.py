@@ -60,7 +60,8 @@ def enabled(gpus: int, environ=os.environ) -> bool:
     """The `auto` rule: a CPU run on Linux, outside SLURM (a cluster job must leave no
     process behind on its node) and not switched off by MATHRL_NO_FORK_SERVER=1."""
     return (gpus == 0 and sys.platform.startswith("linux") and not environ.get("SLURM_JOB_ID")
-            and environ.get("MATHRL_NO_FORK_SERVER", "").strip() in ("", "0") and hasattr(socket, "send_fds"))  # fmt: skip
+            and environ.get("MATHRL_NO_FORK_SERVER", "").strip() in ("", "0") and hasattr(socket,
+                                                                                          "send_fds"))  # fmt: skip
 
 
 def code_key(package: Path = PACKAGE) -> str:

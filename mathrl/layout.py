@@ -40,8 +40,8 @@ REPORT = "report.html"
 COMPARE = "compare/{name}.csv"  # `mathrl compare`'s table (its figure beside it, .png)
 LOGS = "logs"
 BENCHMARKS = "benchmarks"
-CLAIMS_FILE = (
-    "config/claims.yaml"  # the declared claims (relative to the repository, not to results); an input of the tables
+CLAIMS_FILE = (  # the declared claims (relative to the repository, not to results); an input of the tables
+    "config/claims.yaml"
 )
 CLAIMS = TABLES + "/claims.csv"  # every verdict the report prints, one row per claim (mathrl.claims)
 
@@ -123,11 +123,13 @@ def _problems(split: str) -> str:
 
 
 STAGES = {stage.name: stage for stage in [
-    Stage("problems", "problems", {**{split: _problems(split) for split in PROBLEM_SPLITS}, "meta": PROBLEMS_META}, "task", "--task {task}"),
+    Stage("problems", "problems", {**{split: _problems(split) for split in PROBLEM_SPLITS}, "meta": PROBLEMS_META},
+          "task", "--task {task}"),
     Stage("sft", "sft", {"model": SFT_MODEL, "summary": SFT_SUMMARY}, "task", "--task {task}"),
     Stage("sft_starts", "sft", {"starts": SFT_STARTS}, "task", "--task {task} --starts"),
     # run by `mathrl launch` (GPU slots, the fork server); a run's snapshot is deliberately no output
-    Stage("train", "train", {"metrics": RUN_METRICS, "summary": RUN_SUMMARY}, "run_id", "--experiment-run {run_id} --on-mismatch restart",
+    Stage("train", "train", {"metrics": RUN_METRICS, "summary": RUN_SUMMARY}, "run_id",
+          "--experiment-run {run_id} --on-mismatch restart",
           launched=True),
     Stage("gradvar", "gradvar", {"json": GRADVAR}, "task", "--task {task}", out="json"),
     Stage("bandit", "bandit", {"metrics": BANDIT}, "study", "--study {study}", out="metrics"),
@@ -146,6 +148,7 @@ def snakemake_shell(stage: str) -> str:
         args += f" --out {{output.{s.out}:q}}"
     head = f"{{params.py:q}} -m mathrl {s.command}"
     if s.launched:
-        head = ("{params.py:q} -m mathrl launch --gpus {resources.gpu} --threads {threads} --torchrun {params.torchrun:q}"
+        head = ("{params.py:q} -m mathrl launch --gpus {resources.gpu} --threads {threads} --torchrun "
+                "{params.torchrun:q}"
                 " --fork-server {params.fork_server:q} --")  # fmt: skip
     return " ".join(part for part in (head, "--config {params.config:q}", args, "> {log:q} 2>&1") if part)

@@ -182,7 +182,8 @@ class StabilityMonitor:
                     grad_norm > grad_spike * ref,
                     grad_norm,
                     grad_spike * ref,
-                    f"gradient norm {grad_norm:.4g} above {grad_spike:g} x the median {ref:.4g} of the last {window} steps",
+                    f"gradient norm {grad_norm:.4g} above {grad_spike:g} x the median {ref:.4g} of the last {window}"
+                    " steps",
                 )
             )
         if entropy_rise is not None and len(self._entropies) == window and not math.isnan(entropy):
@@ -194,7 +195,8 @@ class StabilityMonitor:
                     entropy > (1 + entropy_rise) * low,
                     entropy,
                     (1 + entropy_rise) * low,
-                    f"entropy {entropy:.4g} rose above {1 + entropy_rise:g} x its minimum {low:.4g} of the last {window} steps",
+                    f"entropy {entropy:.4g} rose above {1 + entropy_rise:g} x its minimum {low:.4g} of the last"
+                    f" {window} steps",
                 )
             )
         if math.isfinite(grad_norm):  # a non-finite norm is the "nonfinite" alert's, not a spike

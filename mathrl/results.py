@@ -203,9 +203,12 @@ def run_index(runs: dict[str, Run]) -> pd.DataFrame:
             sm, last = run.summary, run.metrics.iloc[-1]
             kinds = sorted({a["kind"] for a in sm["alerts"]})
             row.update(
-                initial_eval=run.initial_eval, final_eval=sm["final"]["eval_accuracy"], best_eval=sm["best"]["eval_accuracy"],
-                best_step=sm["best"]["step"], final_reward=float(last["reward_mean"]), final_entropy=float(last["entropy"]),
-                collapsed=collapsed(run), degraded=degraded(run), n_alerts=len(sm["alerts"]), alert_kinds=" ".join(kinds), wall_seconds=sm["wall_seconds"],
+                initial_eval=run.initial_eval, final_eval=sm["final"]["eval_accuracy"],
+                best_eval=sm["best"]["eval_accuracy"],
+                best_step=sm["best"]["step"], final_reward=float(last["reward_mean"]),
+                final_entropy=float(last["entropy"]),
+                collapsed=collapsed(run), degraded=degraded(run), n_alerts=len(sm["alerts"]),
+                alert_kinds=" ".join(kinds), wall_seconds=sm["wall_seconds"],
             )  # fmt: skip
         rows.append(row)
     return pd.DataFrame(rows)

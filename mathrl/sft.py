@@ -107,12 +107,14 @@ def run_sft(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
     summary = {
         "task": task_name, "task_config": cfg["tasks"][task_name], "settings": s, "steps": step,
         "eval_accuracy": acc, "val_accuracy": val_acc, "n_test": len(test), "n_val": len(val),
-        "band": [lo, hi], "in_band": lo <= judged <= hi, "reached": judged >= lo, "n_params": model.num_params(), "model": asdict(model.config),
+        "band": [lo, hi], "in_band": lo <= judged <= hi, "reached": judged >= lo, "n_params": model.num_params(),
+        "model": asdict(model.config),
         "wall_seconds": wall, "history": history, "first_mistakes": mistakes, "versions": mathrl.versions(),
     }  # fmt: skip
     if not summary["in_band"]:
         log(
-            f"warning: sft {task_name} ended at {'validation' if len(val) else 'test'} accuracy {judged:.3f}, outside the band [{lo}, {hi}]"
+            f"warning: sft {task_name} ended at {'validation' if len(val) else 'test'} accuracy {judged:.3f}, outside"
+            f" the band [{lo}, {hi}]"
         )
     for line in mistakes:
         log(f"  mistake: {line}")
@@ -159,8 +161,10 @@ def run_starts(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
     def accuracy(m, pairs) -> float:
         return float(greedy_correct(m, task, pairs, device).float().mean())
 
-    starts = [{"start": name_band(s), "threshold": s["band"][0], "path": str(band_path), "sft_steps": ckpt.get("steps", 0),
-               "continued_steps": 0, "val_accuracy": accuracy(model, val), "test_accuracy": accuracy(model, test), "reached": True}]  # fmt: skip
+    starts = [{"start": name_band(s), "threshold": s["band"][0], "path": str(band_path),
+               "sft_steps": ckpt.get("steps", 0),
+               "continued_steps": 0, "val_accuracy": accuracy(model, val), "test_accuracy": accuracy(model, test),
+               "reached": True}]  # fmt: skip
     # Continue the warm-up (its LR, batch and weight decay; a fresh optimizer, seeded batches) through each threshold.
     torch.manual_seed(s["seed"])
     gen = torch.Generator().manual_seed(s["seed"] + 1)
@@ -185,11 +189,14 @@ def run_starts(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
             "steps": ckpt.get("steps", 0) + step,
         }
         atomic_write(path, snapshot.encode(state))
-        row = {"start": start_name(threshold), "threshold": threshold, "path": str(path), "sft_steps": ckpt.get("steps", 0) + step,
-               "continued_steps": step, "val_accuracy": val_acc, "test_accuracy": accuracy(model, test), "reached": val_acc >= threshold}  # fmt: skip
+        row = {"start": start_name(threshold), "threshold": threshold, "path": str(path),
+               "sft_steps": ckpt.get("steps", 0) + step,
+               "continued_steps": step, "val_accuracy": val_acc, "test_accuracy": accuracy(model, test),
+               "reached": val_acc >= threshold}  # fmt: skip
         starts.append(row)
         log(
-            f"sft {task_name} {row['start']}: step {row['sft_steps']} | validation accuracy {val_acc:.3f} | test accuracy {row['test_accuracy']:.3f}"
+            f"sft {task_name} {row['start']}: step {row['sft_steps']} | validation accuracy {val_acc:.3f} | test"
+            f" accuracy {row['test_accuracy']:.3f}"
             + ("" if row["reached"] else f" (starts_max_steps {s['starts_max_steps']} reached first)")
         )
     warm_seconds = time.process_time() - t0
@@ -202,10 +209,12 @@ def run_starts(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
         finals = [c["final_test"] for c in controls if c["start"] == start["start"]]
         if finals:
             log(
-                f"sft {task_name} control from {start['start']}: test accuracy {start['test_accuracy']:.3f} -> "
-                f"{sum(finals) / len(finals):.3f} (mean of {len(finals)} seeds, {s['control_steps']} steps of {s['control_batch_size']})"
+                f"sft {task_name} control from {start['start']}: test accuracy {start['test_accuracy']:.3f} ->"
+                f" {sum(finals) / len(finals):.3f} (mean of {len(finals)} seeds, {s['control_steps']} steps of"
+                f" {s['control_batch_size']})"
             )
-    summary = {"task": task_name, "settings": s, "starts": starts, "controls": controls, "n_val": len(val), "n_test": len(test),
+    summary = {"task": task_name, "settings": s, "starts": starts, "controls": controls, "n_val": len(val),
+               "n_test": len(test),
                "warm_up_cpu_seconds": warm_seconds, "control_cpu_seconds": time.process_time() - t0 - warm_seconds,
                "versions": mathrl.versions()}  # fmt: skip
     atomic_write(out_dir / "starts.json", json.dumps(summary, indent=2) + "\n")

@@ -116,7 +116,8 @@ class ActorCritic(nn.Module):
 class Trainer:
     """One RL run with its settings (built once, from the validated config)."""
 
-    def __init__(self, cfg: dict, run_id: str, settings: RunSettings, run_dir: Path, d: Dist, experiment: str | None = None,
+    def __init__(self, cfg: dict, run_id: str, settings: RunSettings, run_dir: Path, d: Dist,
+                 experiment: str | None = None,
                  started: float | None = None):  # fmt: skip
         # when the run's command began (time.perf_counter), for summary.json's run_seconds
         self.started = time.perf_counter() if started is None else started
@@ -214,7 +215,8 @@ class Trainer:
             "opt": self.opt.state_dict(), "prompt_gen": self.prompt_gen.get_state(),
             "noise_gen": self.noise_gen.get_state(), "baseline": self.baseline.state_dict(),
             "kl_ctl": self.kl_ctl.state_dict(), "monitor": self.monitor.state_dict(), "rows": self.rows,
-            "initial_eval": self.initial_eval, "initial_sampled": self.initial_sampled, "status": self.status, "init_digest": self.init_digest,
+            "initial_eval": self.initial_eval, "initial_sampled": self.initial_sampled, "status": self.status,
+            "init_digest": self.init_digest,
             "initial_correct": self.initial_correct, "last_correct": self.last_correct, "pass_counts": self.pass_counts,
             "sampler": self.sampler.state_dict(),
         }  # fmt: skip
@@ -228,8 +230,8 @@ class Trainer:
             )
         if st.get("model_config") != self.model_config:
             raise snapshot.SnapshotError(
-                f"{where}: snapshot model {st.get('model_config')} does not match this run's model {self.model_config}; "
-                f"remove {self.dir} to start over"
+                f"{where}: snapshot model {st.get('model_config')} does not match this run's model {self.model_config};"
+                f" remove {self.dir} to start over"
             )
         if st.get("init_digest") != self.init_digest:
             raise snapshot.SnapshotError(
@@ -240,8 +242,10 @@ class Trainer:
         conflicts = resume.conflicts(st["settings"], self.record, st["step"], self.task.ndigit, nonfinite)
         if conflicts:
             diff = "; ".join(map(str, conflicts))
-            raise snapshot.SnapshotError(f"{where}: snapshot was written with other settings, under which steps up to {st['step']} "
-                                         f"would have gone differently ({diff}); remove {self.dir} to start over")  # fmt: skip
+            raise snapshot.SnapshotError(f"{where}: snapshot was written with other settings, under which steps up to "
+                                         f"{st['step']} "
+                                         f"would have gone differently ({diff}); remove {self.dir} to start "
+                                         "over")  # fmt: skip
         forget = resume.evaluations_to_forget(st["settings"], self.record, st["step"])  # the old last step's evaluation
         rows = [
             {**r, "eval_accuracy": math.nan, "eval_sampled_accuracy": math.nan} if r["step"] in forget else r
@@ -273,7 +277,8 @@ class Trainer:
             pairs = self.train_pairs if nd == self.task.ndigit else filter_by_ndigit(self.train_pairs, nd)
             if len(pairs) == 0:
                 raise ConfigError(
-                    f"curriculum: no training problems with {nd} digits in {problems_file(self.cfg, self.s.task, 'train')}"
+                    f"curriculum: no training problems with {nd} digits in"
+                    f" {problems_file(self.cfg, self.s.task, 'train')}"
                 )
             self.pools[nd] = pairs
         return self.pools[nd]
@@ -359,7 +364,8 @@ class Trainer:
         share = self.share_prefix and micro % G == 0
         return {**batch, "mask": answer_mask(tokens), "sampled": sampled, "share": share,
                 "uprompts": batch["prompts"][::G],  # (B/G, P)
-                "inp": None if share else torch.cat([batch["prompts"], tokens], dim=1)[:, :-1]}  # (B, P+L-1)  # fmt: skip
+                "inp": None if share else torch.cat([batch["prompts"], tokens], dim=1)[:,
+                                                                                       :-1]}  # (B, P+L-1)  # fmt: skip
 
     @torch.no_grad()
     def score(self, batch: dict, metrics: StepMetrics) -> dict:
@@ -387,7 +393,8 @@ class Trainer:
             baseline = self.baseline.update(float(n[0] / n[1]))
             metrics.value("baseline", baseline)
         inputs = AdvantageInputs(rewards, mask, G, old_values, baseline, gamma=s.gamma, lam=s.gae_lambda,
-                                 mean_std=lambda x, w: all_mean_std(d, x, w), token_rewards=batch.get("token_rewards"))  # fmt: skip
+                                 mean_std=lambda x, w: all_mean_std(d, x, w),
+                                 token_rewards=batch.get("token_rewards"))  # fmt: skip
         adv, returns = self.estimator.fn(inputs)
         if s.adv_norm:
             adv = normalize(adv, *all_mean_std(d, adv, mask), mask=mask)

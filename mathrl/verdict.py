@@ -333,9 +333,11 @@ def judge(claim: Claim, est: Estimate | None) -> tuple[str, str]:
             side = "smaller" if (hi < slo if claim.direction > 0 else lo > shi) else "larger"
             return (
                 "disagrees",
-                f"the interval excludes the document's size ({side} than it)"
-                if right
-                else "the interval excludes the document's effect",
+                (
+                    f"the interval excludes the document's size ({side} than it)"
+                    if right
+                    else "the interval excludes the document's effect"
+                ),
             )
         if right:
             return "agrees", "the interval excludes 0 in the document's direction and includes its size"
@@ -383,10 +385,13 @@ class Verdict:
         e = self.est or Estimate(math.nan, math.nan, math.nan, 0, "")
         c = asdict(self.claim)
         return {
-            "key": c["key"], "claim": c["text"], "measure": c["measure"], "expected": self.claim.expected, "unit": c["unit"],
+            "key": c["key"], "claim": c["text"], "measure": c["measure"], "expected": self.claim.expected,
+            "unit": c["unit"],
             "margin": c["margin"], "sd": e.sd,
-            "outcome": self.outcome, "diff": e.estimate, "ci_low": e.lo, "ci_high": e.hi, "n": e.n, "n_a": e.n_a, "n_b": e.n_b,
-            "design": e.kind, "effect_size": e.effect, "mde": self.mde, "seeds_needed": self.seeds, "reason": self.reason, "note": self.note,
+            "outcome": self.outcome, "diff": e.estimate, "ci_low": e.lo, "ci_high": e.hi, "n": e.n, "n_a": e.n_a,
+            "n_b": e.n_b,
+            "design": e.kind, "effect_size": e.effect, "mde": self.mde, "seeds_needed": self.seeds,
+            "reason": self.reason, "note": self.note,
             **self.extra,
         }  # fmt: skip
 
@@ -414,9 +419,12 @@ def sentence(r: Mapping) -> str:
     if r.get("outcome") == "not judged":
         return f"Not judged: {r.get('reason', '')}."
     n = int(r["n"]) if r.get("n") == r.get("n") and r.get("n") is not None else 0
-    design = {"paired": f"n={n} seeds, paired", "unpaired": f"n={int(r.get('n_a') or 0)} vs {int(r.get('n_b') or 0)} seeds, unpaired",
-              "one-sample": f"n={n} runs", "rates": f"n={int(r.get('n_a') or 0)} vs {int(r.get('n_b') or 0)} runs, Wilson/Newcombe",
-              "probe": f"n={n} probe", "exact": f"n={n} seeds, every one the same"}.get(r.get("design"), f"n={n}")  # fmt: skip
+    design = {"paired": f"n={n} seeds, paired",
+              "unpaired": f"n={int(r.get('n_a') or 0)} vs {int(r.get('n_b') or 0)} seeds, unpaired",
+              "one-sample": f"n={n} runs",
+              "rates": f"n={int(r.get('n_a') or 0)} vs {int(r.get('n_b') or 0)} runs, Wilson/Newcombe",
+              "probe": f"n={n} probe", "exact": f"n={n} seeds, every one the same"}.get(r.get("design"),
+                                                                                        f"n={n}")  # fmt: skip
     es = r.get("effect_size")
     eff = f", effect size {es:.2g}" if es is not None and es == es and math.isfinite(es) else ""
     lo, hi = r.get("ci_low"), r.get("ci_high")

@@ -67,7 +67,8 @@ def number(row: dict, key: str) -> float:
 def table(run_ids: list[str]) -> None:
     run_ids = run_ids or sorted(p.name for p in RUNS.iterdir() if (p / "summary.json").exists())
     print(
-        "| run | start | final | gain (95% CI) | best | min | sampled acc first -> last 10 | zero-std end | entropy end | kl end | wall s | cpu s |"
+        "| run | start | final | gain (95% CI) | best | min | sampled acc first -> last 10 | zero-std end | entropy end"
+        " | kl end | wall s | cpu s |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     cpu = cpu_seconds()

@@ -86,7 +86,8 @@ def main() -> None:
     for lam in (0.01, 1.0, 10.0):
         w = np.linalg.solve(X.T @ X + lam * np.eye(X.shape[1]), X.T @ y)
         print(
-            f"linear critic (ridge {lam:g}, {len(y)} training tokens): held-out explained variance {explained(yt, Xt @ w):.3f}"
+            f"linear critic (ridge {lam:g}, {len(y)} training tokens): held-out explained variance"
+            f" {explained(yt, Xt @ w):.3f}"
         )
     r = test["r"]
     grp = r.view(-1, G)
@@ -101,7 +102,8 @@ def main() -> None:
     m = test["mask"]
     values, returns = (known.float() * loo[:, None])[m], r[:, None].expand_as(m)[m]
     print(
-        f"oracle, that rate zeroed once a sampled digit is wrong: explained variance {explained(returns.numpy(), values.numpy()):.3f}"
+        "oracle, that rate zeroed once a sampled digit is wrong: explained variance"
+        f" {explained(returns.numpy(), values.numpy()):.3f}"
     )
 
     def dense(b):  # returns to go of the per-token rewards, and each token's position, over real answer tokens
@@ -120,7 +122,8 @@ def main() -> None:
     print(f"per-token returns: linear critic (ridge 1) held-out explained variance {explained(yt, Xt @ w):.3f}")
     by_pos = {p: y[pos == p].mean() for p in np.unique(pos)}
     print(
-        f"per-token returns: the mean return of each answer position, explained variance {explained(yt, np.array([by_pos[p] for p in post])):.3f}"
+        "per-token returns: the mean return of each answer position, explained variance"
+        f" {explained(yt, np.array([by_pos[p] for p in post])):.3f}"
     )
 
 

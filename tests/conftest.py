@@ -31,7 +31,8 @@ TINY = {
         "mul": {"op": "mul", "ndigit": 1, "n_train": 0, "n_test": 20, "n_val": 20, "seed": 1},
     },
     "sft": {
-        "add": {"preset": "small", "lr": 2.0e-3, "batch_size": 128, "max_steps": 400, "eval_every": 20, "band": [0.3, 0.9]},
+        "add": {"preset": "small", "lr": 2.0e-3, "batch_size": 128, "max_steps": 400, "eval_every": 20,
+                "band": [0.3, 0.9]},
         "mul": {"preset": "small", "max_steps": 40, "eval_every": 20},
     },
     "train": {"task": "add", "algorithm": "grpo", "steps": 4, "batch_size": 16, "group_size": 4, "lr": 3.0e-4,

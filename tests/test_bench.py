@@ -18,7 +18,8 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.e
 def test_bench_quick_smoke(tmp_path):
     out = tmp_path / "bench"
     # One thread: the smoke test stays fast when other jobs share the cores.
-    cmd = [sys.executable, "-m", "bench", "--quick", "--presets", "small", "--batches", "64", "--threads", "1", "--out", str(out),
+    cmd = [sys.executable, "-m", "bench", "--quick", "--presets", "small", "--batches", "64", "--threads", "1", "--out",
+           str(out),
            "--only", "rl", "--only", "sft", "--only", "naive"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]

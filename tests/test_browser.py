@@ -52,9 +52,12 @@ class Browser:
             os.dup2(a, 3)
             os.dup2(b, 4)
 
-        args = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe", f"--user-data-dir={profile}",
-                "--no-first-run", "--no-default-browser-check", "--disable-extensions", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--disable-default-apps", "--mute-audio", "--hide-scrollbars",
+        args = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
+                f"--user-data-dir={profile}",
+                "--no-first-run", "--no-default-browser-check", "--disable-extensions",
+                "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--disable-default-apps", "--mute-audio",
+                "--hide-scrollbars",
                 f"--window-size={WIDTH},{HEIGHT}", "about:blank"]  # fmt: skip
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr,
@@ -195,8 +198,7 @@ def page(report_tree, tmp_path_factory):
         b.wait_event("Page.loadEventFired")
         b.evaluate("Promise.all([...document.images].map(i => i.decode().catch(() => null)))")
         b.drain(0.3)  # late console messages
-        info = b.evaluate(
-            """(() => {
+        info = b.evaluate("""(() => {
                 const ids = [...document.querySelectorAll('section[id]')].map(s => s.id);
                 const imgs = [...document.images];
                 const wide = [...document.querySelectorAll('main *')].filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1
@@ -211,8 +213,7 @@ def page(report_tree, tmp_path_factory):
                             return [s.id, {y: r.top + window.scrollY, height: r.height, text: s.innerText.length}];
                         })),
                         height: document.documentElement.scrollHeight};
-            })()"""
-        )
+            })()""")
         shots = {"top": b.screenshot(ARTIFACTS / "report-top.png")}
         # The whole page at half scale (an overview; at full scale it takes seconds), each section at full scale.
         shots["full"] = b.screenshot(

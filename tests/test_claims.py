@@ -34,7 +34,8 @@ RUNS = table(
 
 
 def test_paired_difference_by_role():
-    r = judge({"id": "x", "kind": "document", "statement": "fix beats base", "measure": "acc", "experiment": "e", "table": "t",
+    r = judge({"id": "x", "kind": "document", "statement": "fix beats base", "measure": "acc", "experiment": "e",
+               "table": "t",
                "a": {"role": "remedy"}, "b": {"role": "ref"}}, {"t": RUNS})  # fmt: skip
     d = [0.05, 0.06, 0.09]  # fix − base, seed by seed
     half = stats.t.ppf(0.975, 2) * stats.tstd(d) / math.sqrt(3)
@@ -44,7 +45,8 @@ def test_paired_difference_by_role():
 
 
 def test_one_sample_against_a_value_and_the_wrong_side():
-    r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "acc", "table": "t", "a": {"variant": "base"}, "value": 0.6},
+    r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "acc", "table": "t",
+               "a": {"variant": "base"}, "value": 0.6},
               {"t": RUNS})  # fmt: skip
     assert r["difference"] == pytest.approx(-0.1) and r["outcome"] == "disagrees"  # the interval lies below the value
 
@@ -55,7 +57,8 @@ def test_rates_wilson_and_newcombe():
                "a": {"arm": "a"}, "b": {"arm": "b"}}, {"t": t})  # fmt: skip
     assert r["difference"] == 1.0 and r["ci_low"] > 0.6 and r["note"] == "10 of 10 runs against 0 of 10"
     assert r["p_value"] == pytest.approx(stats.fisher_exact([[10, 0], [0, 10]]).pvalue) and r["outcome"] == "agrees"
-    one = judge({"id": "y", "kind": "setup", "statement": "s", "measure": "collapsed", "table": "t", "compare": "rate", "value": 0.5,
+    one = judge({"id": "y", "kind": "setup", "statement": "s", "measure": "collapsed", "table": "t", "compare": "rate",
+                 "value": 0.5,
                  "a": {"arm": "a"}}, {"t": t})  # fmt: skip
     lo, hi = stats.binomtest(10, 10).proportion_ci(method="wilson")
     assert (one["ci_low"], one["ci_high"]) == pytest.approx((lo - 0.5, hi - 0.5))
@@ -63,8 +66,10 @@ def test_rates_wilson_and_newcombe():
 
 def test_grid_point_role_max_and_the_statement_shows_it():
     t = table(batch_size=[64, 64, 512, 512], seed=[0, 1, 0, 1], rough=[0.05, 0.07, 0.01, 0.02])
-    r = judge({"id": "x", "kind": "document", "statement": "batch {a.batch_size} is smoother than {b.batch_size}", "measure": "rough",
-               "table": "t", "a": {"batch_size": "max"}, "b": {"batch_size": "min"}, "expect": {"direction": -1}}, {"t": t})  # fmt: skip
+    r = judge({"id": "x", "kind": "document", "statement": "batch {a.batch_size} is smoother than {b.batch_size}",
+               "measure": "rough",
+               "table": "t", "a": {"batch_size": "max"}, "b": {"batch_size": "min"}, "expect": {"direction": -1}},
+              {"t": t})  # fmt: skip
     assert r["statement"] == "batch 512 is smoother than 64" and r["difference"] == pytest.approx(-0.045)
     role = judge({"id": "y", "kind": "reference", "statement": "s", "measure": "rough", "table": "t", "experiment": "e",
                   "a": {"role": "point"}}, {"t": t})  # fmt: skip
@@ -84,7 +89,8 @@ def test_a_remedy_waits_for_its_failure_and_its_mechanism():
     decl = {"id": "x", "kind": "document", "statement": "s", "measure": "acc", "table": "t", "experiment": "e",
             "a": {"role": "remedy"}, "b": {"role": "ref"},
             "checks": [{"type": "failure", "label": "collapse (base)", "measure": "fall", "arm": "b", "at_least": 0.5},
-                       {"type": "engaged", "label": "rule (fix)", "measure": "acted", "arm": "a", "at_least": 0.1}]}  # fmt: skip
+                       {"type": "engaged", "label": "rule (fix)", "measure": "acted", "arm": "a",
+                        "at_least": 0.1}]}  # fmt: skip
     r = judge(decl, {"t": t})
     assert r["outcome"] == "not judged" and r["failure_established"] is False and r["engaged"] is True
     assert r["reason"].startswith("failure not established: collapse (base) not established: fall 0.02 (needs >= 0.5)")
@@ -102,7 +108,8 @@ def test_equal_samples_ratio_check_and_ci_low():
         "at_least": 0.75,
         "at_most": 1.33,
     }
-    r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "acc", "table": "t", "a": {"variant": "fix"}, "b": {"variant": "base"},
+    r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "acc", "table": "t", "a": {"variant": "fix"},
+               "b": {"variant": "base"},
                "checks": [check]}, {"t": t})  # fmt: skip
     assert r["outcome"] == "not judged" and "samples 2 (needs >= 0.75 and <= 1.33)" in r["reason"]
     low = {"type": "precondition", "label": "learns", "measure": "acc", "arm": "a", "stat": "ci_low", "at_least": 0.6}
@@ -127,7 +134,8 @@ def test_equivalence_uses_two_one_sided_tests():
         seed=list(range(5)) * 2,
         v=[0.500, 0.510, 0.490, 0.505, 0.495] + [0.501, 0.509, 0.492, 0.503, 0.497],
     )
-    r = judge({"id": "x", "kind": "beyond", "statement": "s", "measure": "v", "table": "t", "a": {"arm": "a"}, "b": {"arm": "b"},
+    r = judge({"id": "x", "kind": "beyond", "statement": "s", "measure": "v", "table": "t", "a": {"arm": "a"},
+               "b": {"arm": "b"},
                "expect": {"equivalence": 0.03}}, {"t": t})  # fmt: skip
     d = [a - b for a, b in zip(t["v"][:5], t["v"][5:])]
     tost = max(
@@ -137,14 +145,16 @@ def test_equivalence_uses_two_one_sided_tests():
 
 
 def test_point_claims_have_no_interval():
-    r = judge({"id": "x", "kind": "setup", "statement": "s", "measure": "rel", "table": "t", "compare": "point", "a": {},
+    r = judge({"id": "x", "kind": "setup", "statement": "s", "measure": "rel", "table": "t", "compare": "point",
+               "a": {},
                "expect": {"size": [0.0, 1e-4]}}, {"t": table(rel=[3e-7])})  # fmt: skip
     assert r["outcome"] == "agrees" and math.isnan(r["ci_low"]) and "without an interval" in r["reason"]
 
 
 def test_holm_demotes_a_document_claim_that_does_not_survive_the_family():
     rows = pd.DataFrame({"kind": ["document"] * 3 + ["setup"], "p_value": [0.02, 0.03, 0.04, 0.001],
-                         "outcome": ["agrees"] * 4, "reason": ["r"] * 4, "p_holm": math.nan, "p_bh": math.nan})  # fmt: skip
+                         "outcome": ["agrees"] * 4, "reason": ["r"] * 4, "p_holm": math.nan,
+                         "p_bh": math.nan})  # fmt: skip
     out = claims.adjust(rows)
     assert list(out["p_holm"][:3]) == pytest.approx([0.06, 0.06, 0.06]) and list(out["p_bh"][:3]) == pytest.approx(
         [0.04, 0.04, 0.04]
@@ -165,7 +175,8 @@ def test_a_zero_width_interval_is_exact_and_flagged():
 
     text = sentence({**r, "diff": r["difference"]})
     assert "exactly" in text and "detects" not in text and "effect size" not in text
-    setup = judge({"id": "y", "kind": "setup", "statement": "s", "measure": "acc", "table": "t", "a": {"variant": "fix"},
+    setup = judge({"id": "y", "kind": "setup", "statement": "s", "measure": "acc", "table": "t",
+                   "a": {"variant": "fix"},
                    "b": {"variant": "base"}}, {"t": same})  # fmt: skip
     assert (
         setup["design"] == "exact" and "by construction" not in setup["note"]
@@ -180,7 +191,8 @@ def test_a_zero_width_interval_is_exact_and_flagged():
 
 def test_an_equivalence_the_design_cannot_pass_says_so_with_seeds_and_margin():
     t = table(arm=["a"] * 3 + ["b"] * 3, seed=[0, 1, 2] * 2, v=[0.50, 0.60, 0.40, 0.50, 0.50, 0.50])
-    r = judge({"id": "x", "kind": "beyond", "statement": "s", "measure": "v", "table": "t", "a": {"arm": "a"}, "b": {"arm": "b"},
+    r = judge({"id": "x", "kind": "beyond", "statement": "s", "measure": "v", "table": "t", "a": {"arm": "a"},
+               "b": {"arm": "b"},
                "expect": {"equivalence": 0.05}}, {"t": t})  # fmt: skip
     assert r["outcome"] == "inconclusive" and "cannot pass at n=3" in r["reason"] and r["margin"] == 0.05
     assert "within ±0.05" in r["expected"] and r["seeds_needed"] > 3 and r["seeds_needed"] <= 1000
@@ -193,7 +205,8 @@ def test_seeds_are_given_for_inconclusive_rates_and_for_claims_holm_demotes():
     r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "hit", "table": "t", "compare": "rate",
                "a": {"arm": "a"}, "b": {"arm": "b"}}, {"t": t})  # fmt: skip
     assert r["outcome"] == "inconclusive" and r["seeds_needed"] > 5
-    rows = pd.DataFrame({"kind": ["document"] * 3, "p_value": [0.02, 0.03, 0.04], "outcome": ["agrees"] * 3, "reason": ["r"] * 3,
+    rows = pd.DataFrame({"kind": ["document"] * 3, "p_value": [0.02, 0.03, 0.04], "outcome": ["agrees"] * 3,
+                         "reason": ["r"] * 3,
                          "p_holm": math.nan, "p_bh": math.nan, "sd": 0.1, "design": "paired", "effect_target": 0.2,
                          "seeds_needed": math.nan})  # fmt: skip
     out = claims.adjust(rows)
@@ -233,7 +246,8 @@ def test_bad_declarations_name_the_claim_and_the_key():
             },
             {"t": RUNS},
         )
-    doc = judge({"id": "x", "kind": "document", "statement": "s", "measure": "acc", "table": "t", "experiment": "e", "a": {"role": "nobody"}},
+    doc = judge({"id": "x", "kind": "document", "statement": "s", "measure": "acc", "table": "t", "experiment": "e",
+                 "a": {"role": "nobody"}},
                 {"t": RUNS})  # a config without the study's role: shown, not judged  # fmt: skip
     assert doc["outcome"] == "not judged" and "declares no role 'nobody'" in doc["reason"]
 

@@ -131,8 +131,8 @@ def test_cuda_without_a_gpu_is_one_line(tiny_cfg_dict, tmp_path, capsys):
     path = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
     assert main(["train", "--config", str(path), "--run-id", "x", "device=cuda", "steps=2"]) == 2
     err = capsys.readouterr().err
-    assert err == (
-        "mathrl train: error: device: 'cuda' was asked for but torch sees no CUDA device; "
+    assert (
+        err == "mathrl train: error: device: 'cuda' was asked for but torch sees no CUDA device; "
         "use device=auto or device=cpu\n"
     )
     assert not (tmp_path / "results").exists()
@@ -235,7 +235,9 @@ def test_mathrl_launch_imports_no_configuration_code():
     from mathrl import cli, config
 
     assert cli.DEFAULT_CONFIG == config.DEFAULT_CONFIG
-    code = ("import sys; from mathrl.cli import main; main(['launch', '--gpus', '0', '--dry-run', '--', '--run', 'x']); "
-            "print(sorted(m for m in ('mathrl.config', 'jsonschema', 'yaml', 'torch') if m in sys.modules))")  # fmt: skip
+    code = ("import sys; from mathrl.cli import main; main(['launch', '--gpus', '0', '--dry-run', '--', '--run', "
+            "'x']); "
+            "print(sorted(m for m in ('mathrl.config', 'jsonschema', 'yaml', 'torch') if m in "
+            "sys.modules))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out.splitlines()[-1] == "[]", out

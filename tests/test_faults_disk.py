@@ -45,8 +45,10 @@ def test_full_disk_during_a_snapshot_keeps_the_previous_one(env, capsys):
     )
     assert full.returncode == 1, full.stderr
     assert "Traceback" not in full.stderr
-    assert full.stderr.strip().splitlines()[-1] == (
-        f"mathrl train: error: [Errno 27] cannot write {d / 'snapshot.pt'} (File too large); the file in place is unchanged"
+    assert (
+        full.stderr.strip().splitlines()[-1]
+        == f"mathrl train: error: [Errno 27] cannot write {d / 'snapshot.pt'} (File too large); the file in place is"
+        " unchanged"
     )
     assert {name: (d / name).read_bytes() for name in before} == before  # step 2's outputs, whole
     assert sorted(p.name for p in d.iterdir()) == sorted(before)  # no temporary file left

@@ -30,8 +30,10 @@ def reported(tree, tmp_path_factory) -> dict:
     assert main(["aggregate", "--config", str(e["config"])]) == 0
     assert main(["report", "--config", str(e["config"])]) == 0
     tables = e["results"] / "tables"
-    return {**e, "runs": pd.read_csv(tables / "runs.csv").set_index("run_id"), "curves": pd.read_csv(tables / "curves.csv"),
-            "alerts": pd.read_csv(tables / "alerts.csv"), "html": (e["results"] / "report.html").read_text()}  # fmt: skip
+    return {**e, "runs": pd.read_csv(tables / "runs.csv").set_index("run_id"),
+            "curves": pd.read_csv(tables / "curves.csv"),
+            "alerts": pd.read_csv(tables / "alerts.csv"),
+            "html": (e["results"] / "report.html").read_text()}  # fmt: skip
 
 
 def section(html: str, sid: str) -> str:

@@ -58,7 +58,8 @@ def test_killed_snakemake_aggregates_no_partial_run_and_reruns_only_what_is_miss
     a, b = (tmp_path / "results" / "runs" / f"cut__{v}__s0" for v in "ab")
     targets = [f"results/runs/cut__{v}__s0/summary.json" for v in "ab"]
     log, b_log = tmp_path / "first.log", tmp_path / "results" / "logs" / "train" / "cut__b__s0.log"
-    proc = background.start(snakemake_cmd(tmp_path, config, "--cores", "2", *targets), log, child_env(MATHRL_FAULT_SLEEP_AT_STEP="4:300"),
+    proc = background.start(snakemake_cmd(tmp_path, config, "--cores", "2", *targets), log,
+                            child_env(MATHRL_FAULT_SLEEP_AT_STEP="4:300"),
                             cwd=tmp_path)  # fmt: skip
     wait_for(proc, log, r"Finished job", until=lambda: "cut__a__s0" in finished_runs(log.read_text()))
     b_pid = int(wait_for(proc, b_log, r"fault: pid (\d+) rank 0 in step 4")[1])

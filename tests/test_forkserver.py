@@ -92,7 +92,8 @@ def test_the_child_works_in_the_jobs_directory_and_streams(run_env, sockets, tmp
     # (The job's environment reaching the child is shown by the fault hooks below: the
     # server never had MATHRL_FAULT_SLEEP_AT_STEP, the child acts on it.)
     out = subprocess.run(launch_cmd(run_env["config"], "--run-id", "here", "--out", "rel_out", "steps=1"),
-                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)  # fmt: skip
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                         text=True)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "rel_out" / "summary.json").is_file()  # relative to the launcher's directory
     assert server_pids(sockets)
@@ -187,6 +188,7 @@ def test_a_socket_directory_others_can_enter_is_refused_and_the_run_starts_the_o
         forkserver.socket_dir()
     assert forkserver.run(["runs", "--config", str(run_env["config"])]) is None
     out = subprocess.run(launch_cmd(run_env["config"], "--run-id", "plain", "steps=1"), cwd=ROOT,
-                         env={**os.environ, "MATHRL_FORK_SERVER_DIR": str(shared)}, capture_output=True, text=True)  # fmt: skip
+                         env={**os.environ, "MATHRL_FORK_SERVER_DIR": str(shared)}, capture_output=True,
+                         text=True)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert not list(shared.iterdir())

@@ -12,12 +12,15 @@ def test_a_sections_claims_as_verdict_rows():
     runs = pd.DataFrame(
         {"variant": ["a"] * 3 + ["b"] * 3, "seed": [0, 1, 2] * 2, "acc": [0.3, 0.4, 0.35, 0.1, 0.22, 0.15], "fall": 0.0}
     )
-    decl = [{"id": "helps", "kind": "document", "statement": "a beats b", "measure": "acc", "table": "t", "section": "s",
+    decl = [{"id": "helps", "kind": "document", "statement": "a beats b", "measure": "acc", "table": "t",
+             "section": "s",
              "a": {"variant": "a"}, "b": {"variant": "b"}},
-            {"id": "waits", "kind": "document", "statement": "a beats b after a fall", "measure": "acc", "table": "t", "section": "s",
+            {"id": "waits", "kind": "document", "statement": "a beats b after a fall", "measure": "acc", "table": "t",
+             "section": "s",
              "a": {"variant": "a"}, "b": {"variant": "b"},
              "checks": [{"type": "failure", "label": "fall (b)", "measure": "fall", "arm": "b", "at_least": 0.5}]},
-            {"id": "elsewhere", "kind": "document", "statement": "x", "measure": "acc", "table": "t", "section": "other", "a": {}}]  # fmt: skip
+            {"id": "elsewhere", "kind": "document", "statement": "x", "measure": "acc", "table": "t",
+             "section": "other", "a": {}}]  # fmt: skip
     rows = [claims.judge_claim(claims.parse(d, d["id"]), {"t": runs}, {}) for d in decl]
     t = {"claims": claims.adjust(pd.DataFrame(rows, columns=claims.COLUMNS + claims.EXTRA))}
     view = claim_frame(t, "s")

@@ -301,7 +301,8 @@ def test_launch_on_cpu_propagates_a_failing_exit_code(probe_path):
     assert rc != 0
     s = json.loads((probe_path / "probe.0").read_text())
     assert s["env"] | {"LOCAL_RANK": None} == {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": None,
-                                               "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}  # fmt: skip
+                                               "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "2",
+                                               "MKL_NUM_THREADS": "2"}  # fmt: skip
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
@@ -309,7 +310,10 @@ def test_a_killed_launch_leaves_no_worker_and_frees_its_gpu(probe_path, locks, p
     """Snakemake stops a job with SIGTERM (forwarded); SIGKILL reaches torchrun as a parent-death signal."""
     monkeypatch.setenv("MATHRL_FAKE_GPUS", "1")
     pidfile = probe_path / "worker.pid"
-    code = f"import sys; from mathrl.launch import launch; sys.exit(launch([{str(pidfile)!r}], gpus=1, module=['sleeper_mod']))"
+    code = (
+        f"import sys; from mathrl.launch import launch; sys.exit(launch([{str(pidfile)!r}], gpus=1,"
+        " module=['sleeper_mod']))"
+    )
     launcher = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.DEVNULL)
     procs.append(launcher)
     assert wait_until(pidfile.exists, 30), "the worker never started"

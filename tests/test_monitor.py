@@ -131,6 +131,7 @@ def test_sustained_drops_and_precision_recall_by_hand():
     ]  # 0.44, 0.43 both >= 5 points below the best 0.50; step 25 is one reading only
     assert sustained_drops(steps, acc, sustain=1) == [10, 25]
     assert sustained_drops([0, 5, 10], [0.5, float("nan"), 0.5]) == []
-    # alerts at 3 (drop at 10 within 10 steps: hit), 12 (nothing after within 10: miss); drops 10 and 40 (40 unannounced)
+    # alerts at 3 (drop at 10 within 10 steps: hit), 12 (nothing after within 10: miss); drops 10 and 40 (40
+    # unannounced)
     assert precision_recall([3, 12], [10, 40], horizon=10) == (1, 2, 1, 2)
     assert precision_recall([], [10], horizon=10) == (0, 0, 0, 1)

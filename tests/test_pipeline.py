@@ -143,7 +143,8 @@ def test_a_finished_grid_has_nothing_to_do_and_a_changed_setting_reruns_only_its
 
     # Scheduling is no setting: other threads, memory or launch mode rerun nothing.
     moved = snakemake(workdir, "-n", "runs", "--configfile", tiny, "--config",
-                      "pipeline={threads_per_run: 2, mem_mb_per_run: 1000, torchrun: always, fork_server: false}")  # fmt: skip
+                      "pipeline={threads_per_run: 2, mem_mb_per_run: 1000, torchrun: always, fork_server: "
+                      "false}")  # fmt: skip
     assert moved.returncode == 0 and "Nothing to be done" in moved.stdout + moved.stderr
 
 

@@ -55,7 +55,8 @@ INJECTED_ALERT = "<img src=x onerror=alert(2)> & <b>bold</b>"  # in an alert mes
 REQUIRED_TABLES = {
     "calibration": {"calibration_pilot", "calibration_pick", "calibration_below"},
     "lab04": {"lab04_local_optima", "lab04_vanishing", "lab04_hacking", "lab04_gpt", "lab04_report_template"},
-    "stability": {"stability_batch_curve", "stability_batch", "stability_gradvar", "stability_accumulation", "stability_fixed_vs_dynamic",
+    "stability": {"stability_batch_curve", "stability_batch", "stability_gradvar", "stability_accumulation",
+                  "stability_fixed_vs_dynamic",
                   "stability_case_study", "stability_clipping", "stability_value_clip", "stability_troubleshooting"},
     "collapse": {"collapse_variants", "collapse_reward_design", "collapse_nonfinite"},
     "system": {"system_results", "system_console"},
@@ -102,10 +103,12 @@ def run_rows(spec, rng) -> list[dict]:
         acc = float(np.clip(0.4 + slope * step + rng.normal(0, 0.03), 0, 1))
         row = {
             "step": step, "samples": s["batch_size"] * step, "reward_mean": acc, "reward_std": 0.3, "accuracy": acc,
-            "entropy": 0.35 - 0.02 * step, "kl": 0.01 * step, "kl_coef": s["kl_coef"], "grad_norm": float(rng.uniform(0.2, 1.5)),
+            "entropy": 0.35 - 0.02 * step, "kl": 0.01 * step, "kl_coef": s["kl_coef"],
+            "grad_norm": float(rng.uniform(0.2, 1.5)),
             "policy_loss": float(rng.normal(0, 0.1)), "value_loss": 0.05 if ppo else math.nan, "clip_frac": 0.1,
             "frac_zero_std": 0.3, "lr": s["lr"], "seconds": 0.5 + 0.1 * spec.seed, "ndigit": 2, "format_rate": 0.9,
-            "baseline": acc, "entropy_coef": s.get("entropy_coef", 0.0), "value_rmse": 0.3 - 0.01 * step if ppo else math.nan,
+            "baseline": acc, "entropy_coef": s.get("entropy_coef", 0.0),
+            "value_rmse": 0.3 - 0.01 * step if ppo else math.nan,
             "explained_variance": 0.4 if ppo else math.nan, "skipped": 0, "sample_seconds": 0.3, "update_seconds": 0.2,
         }  # fmt: skip
         if step % s["eval_every"] == 0 or step == steps:
@@ -140,7 +143,8 @@ def write_tree(cfg: dict) -> dict[str, str]:
                 rows, status = rows[:3], "stopped_nonfinite"
         if run_id == noisy:
             alerts = [{"step": 3, "kind": "reward_swing", "value": 0.4, "threshold": 0.3, "message": INJECTED_ALERT},
-                      {"step": 6, "kind": "high_kl", "value": 0.7, "threshold": 0.5, "message": "KL 0.7 > 0.5"}]  # fmt: skip
+                      {"step": 6, "kind": "high_kl", "value": 0.7, "threshold": 0.5,
+                       "message": "KL 0.7 > 0.5"}]  # fmt: skip
         if run_id == low_entropy:
             alerts = [
                 {"step": 4, "kind": "low_entropy", "value": 0.05, "threshold": 0.1, "message": "entropy 0.05 < 0.1"}
@@ -152,12 +156,14 @@ def write_tree(cfg: dict) -> dict[str, str]:
         bandit.write_study(bandit.run_study(study, block), Path(cfg["results"]) / "bandit" / study / "metrics.csv")
     write_json(cfg, "gradvar/add.json", {
         "variance": [{"batch_size": 64, "variance": 8.2e-4}, {"batch_size": 512, "variance": 1.4e-4}],
-        "accumulation": {"batch_size": 512, "micro_batch_size": 128, "steps": 4, "max_abs_difference": 2e-9, "max_abs_gradient": 0.1, "relative": 2e-8}})  # fmt: skip
+        "accumulation": {"batch_size": 512, "micro_batch_size": 128, "steps": 4, "max_abs_difference": 2e-9,
+                         "max_abs_gradient": 0.1, "relative": 2e-8}})  # fmt: skip
     for task, acc in (("add", 0.45), ("mul", 0.38), ("add1", 0.97)):
         band = cfg["sft"][task]["band"]
         write_json(cfg, f"sft/{task}/summary.json", {
             "settings": {"preset": cfg["sft"][task]["preset"]}, "model": {"n_layer": 2, "n_head": 4, "n_embd": 128},
-            "n_params": 400256, "steps": 425, "eval_accuracy": acc, "band": band, "in_band": band[0] <= acc <= band[1], "wall_seconds": 12.5})  # fmt: skip
+            "n_params": 400256, "steps": 425, "eval_accuracy": acc, "band": band, "in_band": band[0] <= acc <= band[1],
+            "wall_seconds": 12.5})  # fmt: skip
     log = Path(cfg["results"]) / "logs" / "train" / f"{run_id_of(specs, 'system', 'add', {}, 0)}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(f"Step {STEPS}/{STEPS} | Loss 0.123 | Acc 0.500 | Eval 0.600\n")
@@ -493,7 +499,8 @@ def test_run_index_matches_csv(report_tree, dom):
     sec = dom.root.find("section", id="runs")
     table = next(t for t in sec.iter("table") if table_cells(t)[0][:1] == ["run"])
     head, _ = table_cells(table)
-    assert head == ["run", "experiment", "variant / grid", "seed", "task", "algorithm", "batch", "lr", "status", "initial", "final",
+    assert head == ["run", "experiment", "variant / grid", "seed", "task", "algorithm", "batch", "lr", "status",
+                    "initial", "final",
                     "best (step)", "collapsed", "alerts", "seconds"]  # fmt: skip
     trs = [tr for tr in table.find("tbody").iter("tr")]
     assert [tr.attrs.get("id") for tr in trs] == [f"run-{r}" for r in runs["run_id"]]
@@ -504,7 +511,8 @@ def test_run_index_matches_csv(report_tree, dom):
         setting = " ".join(x for x in (r.variant, r.point) if isinstance(x, str)) or "–"
         status = r.status + (f" (same settings as {r.same_as}: trained once)" if isinstance(r.same_as, str) else "")
         want = [r.run_id, r.experiment, setting, str(r.seed), r.task, r.algorithm, str(r.batch_size), fmt(r.lr), status,
-                pct(r.initial_eval), pct(r.final_eval), f"{pct(r.best_eval)} ({fmt(r.best_step)})", fmt(py(r.collapsed)),
+                pct(r.initial_eval), pct(r.final_eval), f"{pct(r.best_eval)} ({fmt(r.best_step)})",
+                fmt(py(r.collapsed)),
                 fmt(r.alert_kinds), fmt(r.wall_seconds, ".1f")]  # fmt: skip
         assert cells == want, r.run_id
     status = dict(zip(runs["run_id"], runs["status"]))
@@ -607,7 +615,8 @@ def test_empty_tree_renders(tmp_path):
     assert [td.text() for td in table.iter("td")][8] == "missing"
 
 
-@pytest.mark.parametrize("experiment, old, new", [("fixed_vs_dynamic", "A_fixed_512", "A_big_batch"), ("collapse", "huge_lr", "overflow"),
+@pytest.mark.parametrize("experiment, old, new",
+                         [("fixed_vs_dynamic", "A_fixed_512", "A_big_batch"), ("collapse", "huge_lr", "overflow"),
                                                   ("lab04_gpt", "dapo_aggressive", "dapo")])  # fmt: skip
 def test_renamed_variant_fails_naming_the_role(tmp_path, capsys, experiment, old, new):
     """Renaming a variant without its role is an error naming the experiment and the role (exit 2,

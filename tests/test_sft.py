@@ -44,7 +44,8 @@ def test_starts_and_controls_then_a_run_from_a_start(tmp_path):
     d["results"] = str(tmp_path / "results")
     d["tasks"]["mul"]["n_val"] = 20
     d["sft"]["mul"] = {"preset": "small", "max_steps": 20, "eval_every": 10, "band": [0.0, 1.0], "device": "cpu",
-                       "starts": [0.99], "starts_max_steps": 20, "control_steps": 2, "control_batch_size": 8, "control_seeds": [0, 1]}  # fmt: skip
+                       "starts": [0.99], "starts_max_steps": 20, "control_steps": 2, "control_batch_size": 8,
+                       "control_seeds": [0, 1]}  # fmt: skip
     path = write_config(tmp_path / "c.yaml", d)
     assert main(["problems", "--config", str(path), "--task", "mul"]) == 0
     assert main(["sft", "--config", str(path), "--task", "mul"]) == 0
@@ -66,7 +67,8 @@ def test_starts_and_controls_then_a_run_from_a_start(tmp_path):
         and c["initial_test"] == next(x["test_accuracy"] for x in s["starts"] if x["start"] == c["start"])
         for c in s["controls"]
     )
-    argv = ["train", "--config", str(path), "--run-id", "from_start", "task=mul", "init=start_99", "eval_split=val", "steps=1",
+    argv = ["train", "--config", str(path), "--run-id", "from_start", "task=mul", "init=start_99", "eval_split=val",
+            "steps=1",
             "batch_size=8", "group_size=4", "eval_every=1", "eval_size=0"]  # fmt: skip
     assert main(argv) == 0
     summary = json.loads((tmp_path / "results" / "runs" / "from_start" / "summary.json").read_text())

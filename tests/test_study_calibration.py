@@ -51,7 +51,8 @@ def ctx(tmp_path):
         "calibration": {"fixed": {"steps": 4, "eval_every": 2},
                         "variants": {"slow": {"lr_scale": 0.5}, "ref": {}, "hot": {"lr_scale": 4}},
                         "roles": {"reference_add": "ref"}, "seeds": [0]},
-        "study": {"fixed": {"eval_every": 4}, "grid": {"batch_size": [8, 16]}, "roles": {"reference": "batch_size=16"}, "seeds": [0, 1, 2]},
+        "study": {"fixed": {"eval_every": 4}, "grid": {"batch_size": [8, 16]}, "roles": {"reference": "batch_size=16"},
+                  "seeds": [0, 1, 2]},
         "plain": {"variants": {"only": {"lr_scale": 2}}, "seeds": [0]},
         "high": {"variants": {"top": {"lr_scale": 3}}, "roles": {"reference": "top"}, "seeds": [0, 1]},
     }  # fmt: skip

@@ -18,26 +18,35 @@ from tests.synthetic import verdicts, with_claims, write_run
 matplotlib.use("Agg")
 
 VARIANTS = {
-    "exact": {"grad_clip": None}, "lr_tenth": {"grad_clip": None, "lr": 3e-5}, "kl": {"grad_clip": None, "kl_coef": 0.1}, "clip": {"grad_clip": 0.5},
+    "exact": {"grad_clip": None}, "lr_tenth": {"grad_clip": None, "lr": 3e-5},
+    "kl": {"grad_clip": None, "kl_coef": 0.1}, "clip": {"grad_clip": 0.5},
     "random_exact": {"init": "random"}, "shaped": {"init": "random", "reward": "shaped"},
-    "shaped_penalty": {"init": "random", "reward": "shaped_penalty"}, "adv_norm_clip": {"adv_norm": True, "adv_clip": 1.0},
+    "shaped_penalty": {"init": "random", "reward": "shaped_penalty"},
+    "adv_norm_clip": {"adv_norm": True, "adv_clip": 1.0},
     "entropy_schedule": {"entropy_coef": 0.01, "entropy_schedule": "cosine", "entropy_coef_end": 0.0},
-    "cosine_lr": {"lr_schedule": "cosine"}, "curriculum": {"init": "random", "reward": "shaped", "curriculum_start": 1, "curriculum_every": 4},
+    "cosine_lr": {"lr_schedule": "cosine"},
+    "curriculum": {"init": "random", "reward": "shaped", "curriculum_start": 1, "curriculum_every": 4},
     "huge_lr": {"lr": 1.0, "grad_clip": None},
 }  # fmt: skip
-ROLES = {"baseline": "exact", "lr_tenth": "lr_tenth", "kl": "kl", "grad_clip": "clip", "random_baseline": "random_exact", "shaped": "shaped", "penalty": "shaped_penalty", "adv_norm_clip": "adv_norm_clip",
-         "entropy_schedule": "entropy_schedule", "cosine_lr": "cosine_lr", "curriculum": "curriculum", "nonfinite": "huge_lr",
+ROLES = {"baseline": "exact", "lr_tenth": "lr_tenth", "kl": "kl", "grad_clip": "clip",
+         "random_baseline": "random_exact", "shaped": "shaped", "penalty": "shaped_penalty",
+         "adv_norm_clip": "adv_norm_clip",
+         "entropy_schedule": "entropy_schedule", "cosine_lr": "cosine_lr", "curriculum": "curriculum",
+         "nonfinite": "huge_lr",
          "reference": "lr_tenth"}  # the calibration's role on a remedy's variant, as in config/config.yaml  # fmt: skip
 FLAT = [0.40, 0.42, 0.44, 0.46, 0.48]
 FLAT2 = [0.40, 0.42, 0.44, 0.46, 0.485]
 # Held-out accuracy at steps 0 (before RL), 2, 4, 6, 8, per (variant, seed); absent: not written.
 EVALS = {
-    ("exact", 0): [0.40, 0.30, 0.34, 0.22, 0.24], ("exact", 1): [0.40, 0.36, 0.30, 0.26, 0.25],  # the failure: -16 and -15 points
-    ("lr_tenth", 0): FLAT, ("lr_tenth", 1): FLAT2, ("clip", 0): FLAT, ("clip", 1): FLAT2,  # gains of 8 and 8.5 points: no fall
+    # the failure: -16 and -15 points
+    ("exact", 0): [0.40, 0.30, 0.34, 0.22, 0.24], ("exact", 1): [0.40, 0.36, 0.30, 0.26, 0.25],
+    # gains of 8 and 8.5 points: no fall
+    ("lr_tenth", 0): FLAT, ("lr_tenth", 1): FLAT2, ("clip", 0): FLAT, ("clip", 1): FLAT2,
     ("kl", 0): FLAT, ("kl", 1): [0.40, 0.30, 0.20, 0.10, 0.05],  # +8 and -35 points: inconclusive
     ("shaped", 0): [0.40, 0.46, 0.52, 0.56, 0.60],  # seed 1 missing
     ("shaped_penalty", 0): [0.40, 0.44, 0.48, 0.52, 0.56], ("shaped_penalty", 1): [0.40, 0.44, 0.48, 0.52, 0.56],
-    ("random_exact", 0): [0.40, 0.10, 0.30, 0.40, 0.45], ("random_exact", 1): FLAT,  # seed 0: one low reading (0.10 < 0.20), then recovers
+    # seed 0: one low reading (0.10 < 0.20), then recovers
+    ("random_exact", 0): [0.40, 0.10, 0.30, 0.40, 0.45], ("random_exact", 1): FLAT,
     ("adv_norm_clip", 0): FLAT, ("adv_norm_clip", 1): FLAT,
     ("entropy_schedule", 0): FLAT, ("entropy_schedule", 1): FLAT2,
     ("cosine_lr", 0): FLAT, ("cosine_lr", 1): FLAT2,
@@ -149,7 +158,8 @@ def test_variants_table(results):
     assert v.loc["adv_norm_clip"].n == 1 and v.loc["adv_norm_clip"].n_runs == 2  # the failed run is not counted
     assert v.loc["entropy_schedule"].early_entropy_mean == pytest.approx(0.5)
     assert v.loc["huge_lr"].skipped_mean == pytest.approx(3.5)
-    # what each remedy changes, as logged: the clip bound at every step; the entropy weight decayed to 0; a tenth of the LR
+    # what each remedy changes, as logged: the clip bound at every step; the entropy weight decayed to 0; a tenth of the
+    # LR
     assert v.loc["clip"].clip_binding_mean == 1.0 and math.isnan(v.loc["exact"].clip_binding_mean)
     assert v.loc["entropy_schedule"].entropy_coef_ratio_mean == 0.0 and v.loc["lr_tenth"].mean_lr_mean == pytest.approx(
         3e-5
@@ -211,9 +221,13 @@ def test_verdicts(results):
     for key in ("lr_tenth", "kl", "grad_clip", "normalisation", "entropy", "lr"):
         assert "held-out accuracy lost (baseline) established" in c.loc[key].engaged
     for key, text in (("entropy", "entropy bonus decayed (entropy_schedule) engaged: last entropy weight / first 0"),
-                      ("lr", "LR decay (cosine_lr) engaged: last LR / first LR 0.125"), ("lr_tenth", "LR lowered (lr_tenth) engaged: mean LR / the baseline's 0.1"),
-                      ("grad_clip", "gradient clip (grad_clip) engaged: share of steps whose gradient norm exceeded the clip 1")):  # fmt: skip
-        # the remedy's own change, +8 and +8.5 points: no loss beyond the 2-point margin (before Holm's correction, which two seeds cannot survive)
+                      ("lr", "LR decay (cosine_lr) engaged: last LR / first LR 0.125"),
+                      ("lr_tenth", "LR lowered (lr_tenth) engaged: mean LR / the baseline's 0.1"),
+                      ("grad_clip",
+                       "gradient clip (grad_clip) engaged: share of steps whose gradient norm exceeded the clip "
+                       "1")):  # fmt: skip
+        # the remedy's own change, +8 and +8.5 points: no loss beyond the 2-point margin (before Holm's correction,
+        # which two seeds cannot survive)
         assert (
             c.loc[key].outcome_unadjusted == "agrees"
             and c.loc[key]["diff"] == pytest.approx(0.0825)
@@ -354,8 +368,10 @@ def test_mechanisms_read_what_each_remedy_changes():
     """Clip binding over the steps logged before the clip; the advantage clip over steps that had an advantage."""
     import pandas as pd
 
-    m = pd.DataFrame({"grad_norm": [0.4, 0.6, 2.0, 0.5], "adv_abs_max": [1.0, 0.0, 1.0, 0.7], "entropy_coef": [0.01, 0.005, 0.002, 0.0],
-                      "lr": [1e-3] * 4, "kl_coef": [0.1] * 4, "kl": [0.0, 0.2, 0.4, 0.2], "format_rate": [0.1, 0.2, 0.5, 0.9]})  # fmt: skip
+    m = pd.DataFrame({"grad_norm": [0.4, 0.6, 2.0, 0.5], "adv_abs_max": [1.0, 0.0, 1.0, 0.7],
+                      "entropy_coef": [0.01, 0.005, 0.002, 0.0],
+                      "lr": [1e-3] * 4, "kl_coef": [0.1] * 4, "kl": [0.0, 0.2, 0.4, 0.2],
+                      "format_rate": [0.1, 0.2, 0.5, 0.9]})  # fmt: skip
     out = collapse.mechanisms(m, {"grad_clip": 0.5, "adv_clip": 1.0})
     assert out["clip_binding"] == 0.5  # 0.6 and 2.0 exceed 0.5; 0.5 itself does not
     assert out["adv_clip_binding"] == pytest.approx(2 / 3)  # the step with no advantage (0.0) is left out

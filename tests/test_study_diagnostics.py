@@ -32,8 +32,10 @@ def law_rows(seed: int, a: float = 0.5, b: float = 1.2, steps: int = 12) -> list
     for step in range(1, steps + 1):
         if step > 1:
             h -= 0.02 + 0.01 * ((step - 1) % 3)
-        rows.append({"step": step, "samples": 16 * step, "entropy": h, "accuracy": -a * math.exp(h) + b, "reward_mean": 0.5,
-                     "seconds": 1.0, "clip_frac_low": 0.01, "clip_frac_high": 0.03, "ppo_kl": 0.002, "adv_std": 0.9 + 0.01 * seed,
+        rows.append({"step": step, "samples": 16 * step, "entropy": h, "accuracy": -a * math.exp(h) + b,
+                     "reward_mean": 0.5,
+                     "seconds": 1.0, "clip_frac_low": 0.01, "clip_frac_high": 0.03, "ppo_kl": 0.002,
+                     "adv_std": 0.9 + 0.01 * seed,
                      "adv_abs_max": 2.0, "logp_adv_cov": float(step % 3),
                      **({"eval_accuracy": 0.6} if step == steps else {})})  # fmt: skip
     return rows
@@ -47,7 +49,9 @@ def cfg(tmp_path_factory):
     d["gradvar"] = {"tasks": ["add"], "batch_sizes": [8, 16]}
     d["experiments"] = {
         "batch": {"fixed": {"steps": 12}, "grid": {"batch_size": [8, 16]}, "seeds": [0, 1]},
-        "adv_scaling": {"fixed": {"steps": 12}, "variants": {"group_std": {"algorithm": "grpo", "pass_at_k": True}, "none": {"algorithm": "dr_grpo"}},
+        "adv_scaling": {"fixed": {"steps": 12},
+                        "variants": {"group_std": {"algorithm": "grpo", "pass_at_k": True},
+                                     "none": {"algorithm": "dr_grpo"}},
                         "roles": {"baseline": "group_std", "none": "none"}, "seeds": [0, 1]},
     }  # fmt: skip
     return load_config(write_config(tmp_path / "config.yaml", d))
@@ -194,7 +198,8 @@ def test_entropy_law_intervals_stay_within_their_range():
     t(1) = 12.7) are clipped there; the fitted ceiling is not (above 1 it reads as the extrapolation it is)."""
     runs = pd.DataFrame({"experiment": "e", "setting": "s", "seed": [0, 1], "r2": [0.90, 0.99], "a": 0.5,
                          "b": [1.0, 1.2], "ceiling": [0.5, 0.7], "reached": [0.02, 0.04], "final_eval": [0.97, 0.99],
-                         "ceiling_minus_reached": 0.5, "half_rmse": [0.01, 0.03], "entropy_start": 1.0, "entropy_end": 0.5,
+                         "ceiling_minus_reached": 0.5, "half_rmse": [0.01, 0.03], "entropy_start": 1.0,
+                         "entropy_end": 0.5,
                          "holds": True})  # fmt: skip
     r = diagnostics.entropy_law_summary(runs).iloc[0]
     assert r.r2_hi == 1.0 and r.half_rmse_lo == 0.0 and r.reached_lo == 0.0 and r.final_eval_hi == 1.0

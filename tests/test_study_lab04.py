@@ -22,11 +22,14 @@ matplotlib.use("Agg")
 
 VARIANTS = {"normal": {"lr": 1.0e-4, "entropy_coef": 0.01}, "aggressive": {"lr": 5.0e-4, "entropy_coef": 0.001},
             "clip_higher": {"lr": 5.0e-4, "entropy_coef": 0.001, "ppo_epochs": 2, "clip_eps_high": 0.28},
-            "dapo_aggressive": {"algorithm": "dapo", "lr": 5.0e-4, "entropy_coef": 0.001}, "proxy_reward": {"reward": "proxy"},
+            "dapo_aggressive": {"algorithm": "dapo", "lr": 5.0e-4, "entropy_coef": 0.001},
+            "proxy_reward": {"reward": "proxy"},
             "random_init": {"init": "random"}, "near_perfect": {"group_size": 4},
             "clip_cov": {"lr": 5.0e-4, "entropy_coef": 0.001, "ppo_epochs": 2, "policy_loss": "clip_cov"}}  # fmt: skip
-ROLES = {"normal": "normal", "aggressive": "aggressive", "clip_higher": "clip_higher", "remedy": "dapo_aggressive", "proxy": "proxy_reward", "random_policy": "random_init",
-         "perfect_policy": "near_perfect", "clip_cov": "clip_cov",  # an optional role: the study judges Clip-Cov because it is named
+ROLES = {"normal": "normal", "aggressive": "aggressive", "clip_higher": "clip_higher", "remedy": "dapo_aggressive",
+         "proxy": "proxy_reward", "random_policy": "random_init",
+         # an optional role: the study judges Clip-Cov because it is named
+         "perfect_policy": "near_perfect", "clip_cov": "clip_cov",
          "reference": "normal"}  # the calibration's role on the normal variant, as in config/config.yaml  # fmt: skip
 BANDIT = {"seeds": [0, 1], "studies": {"gradient_vanishing": {"phase_steps": 2}}}
 
@@ -57,7 +60,8 @@ def write_bandits(cfg):
     frames = []
     for seed, g in VANISH.items():
         grad = [g[ph][i % 2] for i, ph in enumerate(PHASES)]
-        frames.append(bandit_rows("gradient_vanishing", "default", seed, 8, entropy=1.0, p0=0.3, p1=0.4, p2=0.3, loss=0.0,
+        frames.append(bandit_rows("gradient_vanishing", "default", seed, 8, entropy=1.0, p0=0.3, p1=0.4, p2=0.3,
+                                  loss=0.0,
                                   grad_norm=grad, reward_std=[2 * x for x in grad]).assign(phase=PHASES))  # fmt: skip
     write_bandit(cfg, "gradient_vanishing", pd.concat(frames))
     frames = []
@@ -65,13 +69,15 @@ def write_bandits(cfg):
         (0, 0.97),
         (1, 0.95),
     ):  # true reward: 0.5, then 1.0, then -0.5 (10 steps each); the proxy climbs
-        frames.append(bandit_rows("reward_hacking", "default", seed, 30, entropy=1.0, p0=0.0, p1=0.0, p2=1 - share, p3=share, loss=0.0,
+        frames.append(bandit_rows("reward_hacking", "default", seed, 30, entropy=1.0, p0=0.0, p1=0.0, p2=1 - share,
+                                  p3=share, loss=0.0,
                                   grad_norm=0.1, reward_std=0.1, proxy_reward=[0.6] * 10 + [1.0] * 10 + [3.0] * 10,
                                   true_reward=[0.5] * 10 + [1.0] * 10 + [-0.5] * 10))  # fmt: skip
     write_bandit(cfg, "reward_hacking", pd.concat(frames))
 
 
-# GPT runs of 12 steps, evaluating every 4: per variant the per-step accuracy, entropy, frac_zero_std and training reward.
+# GPT runs of 12 steps, evaluating every 4: per variant the per-step accuracy, entropy, frac_zero_std and training
+# reward.
 GPT = {
     "normal": (lambda s: 0.5 + 0.01 * s, lambda s: 0.3 - 0.01 * s, 0.3, None),
     "aggressive": (lambda s: 0.5 - 0.01 * s, lambda s: 0.3 - 0.02 * s, 0.3, None),
@@ -92,12 +98,16 @@ def write_gpt(cfg):
             rows = []
             for s in range(1, 13):
                 a = acc(s) + 0.01 * seed
-                row = {"step": s, "accuracy": a, "reward_mean": reward(s) if reward else a, "entropy": ent(s), "frac_zero_std": fzs,
-                       "grad_norm": 0.5, "seconds": 1.0, "clip_frac": 0.05 if variant in ("clip_higher", "dapo_aggressive") else 0.0,
+                row = {"step": s, "accuracy": a, "reward_mean": reward(s) if reward else a, "entropy": ent(s),
+                       "frac_zero_std": fzs,
+                       "grad_norm": 0.5, "seconds": 1.0,
+                       "clip_frac": 0.05 if variant in ("clip_higher", "dapo_aggressive") else 0.0,
                        "clip_frac_high": 0.03 if variant in ("clip_higher", "dapo_aggressive") else 0.0,
-                       "clip_higher_freed": 0.01 if variant in ("clip_higher", "dapo_aggressive") else 0.0, "kl": 0.01 * s,
+                       "clip_higher_freed": 0.01 if variant in ("clip_higher", "dapo_aggressive") else 0.0,
+                       "kl": 0.01 * s,
                        "ppo_kl": 0.02 if variant == "aggressive" else 0.01,
-                       "samples": 16 * s * (2 if variant == "dapo_aggressive" else 1), **({"eval_accuracy": a} if s % 4 == 0 else {}),
+                       "samples": 16 * s * (2 if variant == "dapo_aggressive" else 1),
+                       **({"eval_accuracy": a} if s % 4 == 0 else {}),
                        **({"cov_frac": 0.002} if variant == "clip_cov" else {})}  # fmt: skip
                 rows.append(row)
             write_run(cfg, f"lab04_gpt__{variant}__s{seed}", rows, initial_eval=0.5)
@@ -235,7 +245,8 @@ def test_gpt_tables(results):
         "aggressive", "entropy_end_mean"
     ] == pytest.approx(0.06)
     assert g.loc["aggressive", "entropy_reduction_mean"] == pytest.approx(1 - 0.06 / 0.28)
-    # equal samples: 12 steps of 16 rollouts = 192; DAPO draws 32 a step, so step 6 (192), its last evaluation by then step 4
+    # equal samples: 12 steps of 16 rollouts = 192; DAPO draws 32 a step, so step 6 (192), its last evaluation by then
+    # step 4
     assert (
         g.loc["aggressive", "equal_samples_step_mean"] == 12
         and g.loc["dapo_aggressive", "equal_samples_step_mean"] == 6
@@ -414,8 +425,10 @@ def test_missing_everything(tmp_path):
 def test_a_short_runs_start_and_end_windows_do_not_overlap(tmp_path):
     """An 8-step run: sampled accuracy's start = steps 1-4, end = steps 5-8 (not 1-5 and 4-8); entropy at step 1 and step 8."""
     cfg = make_cfg(tmp_path)
-    rows = [{"step": s, "accuracy": float(s), "reward_mean": 0.5, "entropy": float(s), "frac_zero_std": 0.3, "grad_norm": 0.5, "seconds": 1.0,
-             "clip_frac": 0.0, "samples": 16 * s, **({"eval_accuracy": 0.5} if s % 4 == 0 else {})} for s in range(1, 9)]  # fmt: skip
+    rows = [{"step": s, "accuracy": float(s), "reward_mean": 0.5, "entropy": float(s), "frac_zero_std": 0.3,
+             "grad_norm": 0.5, "seconds": 1.0,
+             "clip_frac": 0.0, "samples": 16 * s, **({"eval_accuracy": 0.5} if s % 4 == 0 else {})} for s in range(1,
+                                                                                                                   9)]  # fmt: skip
     write_run(cfg, "lab04_gpt__normal__s0", rows, initial_eval=0.5)
     run = lab04.gpt_runs(Context(cfg)).set_index("run_id").loc["lab04_gpt__normal__s0"]
     assert run["accuracy_start"] == pytest.approx(2.5) and run["accuracy_end"] == pytest.approx(6.5)
@@ -433,8 +446,10 @@ def lab04_claims(tables: dict, roles: dict) -> pd.DataFrame:
 
 def test_covariance_remedies_are_judged_only_where_their_rule_acted():
     """Clip-Cov against aggressive GRPO, by hand: three seeds, the problem shown (entropy falls
-    by 60-62%, the interval above half, while sampled accuracy rises); judged where cov_frac > 0, not judged where it is 0."""
-    rows = [{"variant": "aggressive", "seed": s, "entropy_reduction": 0.6 + 0.01 * s, "accuracy_gain": 0.05, "entropy_end": 0.40 + 0.01 * s,
+    by 60-62%, the interval above half, while sampled accuracy rises); judged where cov_frac > 0, not judged where it is 0.
+    """
+    rows = [{"variant": "aggressive", "seed": s, "entropy_reduction": 0.6 + 0.01 * s, "accuracy_gain": 0.05,
+             "entropy_end": 0.40 + 0.01 * s,
              "eval_end": 0.50, "cov_frac": math.nan} for s in range(3)]  # fmt: skip
     rows += [
         {

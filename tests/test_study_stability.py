@@ -26,8 +26,10 @@ STEPS = 10  # evaluations at steps 2, 4, 6, 8, 10 (and 0, before RL)
 def rows(evals, reward=0.5, entropy=lambda s: 1.0 - 0.05 * s, kl=0.01, skipped_at=None, upto=STEPS, **const):
     out = []
     for step in range(1, upto + 1):
-        r = {"step": step, "samples": 16 * step, "reward_mean": reward if step == upto else 0.3, "accuracy": 0.5, "entropy": entropy(step),
-             "kl": kl(step) if callable(kl) else kl, "frac_zero_std": 0.2, "seconds": 1.0, "skipped": int(step == skipped_at),
+        r = {"step": step, "samples": 16 * step, "reward_mean": reward if step == upto else 0.3, "accuracy": 0.5,
+             "entropy": entropy(step),
+             "kl": kl(step) if callable(kl) else kl, "frac_zero_std": 0.2, "seconds": 1.0,
+             "skipped": int(step == skipped_at),
              **{k: v(step) if callable(v) else v for k, v in const.items()}}  # fmt: skip
         if step % 2 == 0:
             r["eval_accuracy"] = evals[step // 2 - 1]
@@ -55,13 +57,20 @@ def built(tmp_path_factory, _schema_once):
         "lab04_gpt": {"variants": {"random_init": {"init": "random"}}, "seeds": [0]},
         "batch": {"grid": {"batch_size": [64, 512]}, "seeds": [0, 1]},
         "fixed_vs_dynamic": {"fixed": {"log_every": 7},  # not the batch study's settings: no run shared with it here
-                             "variants": {"A_fixed_512": {"batch_size": 512}, "B_step_lr_128": {"batch_size": 128, "lr_schedule": "step", "lr_decay_every": 2},
-                                          "C_adaptive_kl_128": {"batch_size": 128, "kl_controller": "threshold", "kl_target": 0.05}},
-                             "roles": {"A": "A_fixed_512", "B": "B_step_lr_128", "C": "C_adaptive_kl_128"}, "seeds": [0, 1]},
+                             "variants": {"A_fixed_512": {"batch_size": 512},
+                                          "B_step_lr_128": {"batch_size": 128, "lr_schedule": "step",
+                                                            "lr_decay_every": 2},
+                                          "C_adaptive_kl_128": {"batch_size": 128, "kl_controller": "threshold",
+                                                                "kl_target": 0.05}},
+                             "roles": {"A": "A_fixed_512", "B": "B_step_lr_128", "C": "C_adaptive_kl_128"},
+                             "seeds": [0, 1]},
         "clipping": {"fixed": {"fault_grad_spike_step": 3}, "seeds": [0, 1],
-                     "variants": {"sgd_spike": {"optimizer": "sgd", "lr": 0.01, "grad_clip": None}, "sgd_spike_clip1": {"optimizer": "sgd", "lr": 0.01, "grad_clip": 1.0},
-                                  "adamw_spike": {"grad_clip": None}, "adamw_no_spike": {"grad_clip": None, "fault_grad_spike_step": None}}},
-        "value_clip": {"fixed": {"algorithm": "ppo"}, "grid": {"value_clip": [None, 0.2], "value_coef": [0.5, 1.0]}, "seeds": [0]},
+                     "variants": {"sgd_spike": {"optimizer": "sgd", "lr": 0.01, "grad_clip": None},
+                                  "sgd_spike_clip1": {"optimizer": "sgd", "lr": 0.01, "grad_clip": 1.0},
+                                  "adamw_spike": {"grad_clip": None},
+                                  "adamw_no_spike": {"grad_clip": None, "fault_grad_spike_step": None}}},
+        "value_clip": {"fixed": {"algorithm": "ppo"}, "grid": {"value_clip": [None, 0.2], "value_coef": [0.5, 1.0]},
+                       "seeds": [0]},
         "collapse": {"variants": {"huge_lr": {"lr": 1.0, "grad_clip": None}}, "seeds": [0]},
     }  # fmt: skip
     with pytest.MonkeyPatch.context() as mp:
@@ -141,8 +150,11 @@ def write_tree(cfg):
             r[-1]["value_rmse"] = 0.1
         w(f"value_clip__value_clip-{clip}_value_coef-{coef:g}__s0", r)
     w("collapse__huge_lr__s0", rows([0.5], upto=3, skipped_at=3), status="stopped_nonfinite")
-    write_json(cfg, "gradvar/add.json", {"variance": [{"batch_size": 64, "variance": 8e-4}, {"batch_size": 512, "variance": 1e-4}],
-                                         "accumulation": {"batch_size": 512, "micro_batch_size": 128, "steps": 4, "max_abs_difference": 1e-8, "max_abs_gradient": 0.1, "relative": 1e-7}})  # fmt: skip
+    write_json(cfg, "gradvar/add.json",
+               {"variance": [{"batch_size": 64, "variance": 8e-4}, {"batch_size": 512, "variance": 1e-4}],
+                                         "accumulation": {"batch_size": 512, "micro_batch_size": 128, "steps": 4,
+                                                          "max_abs_difference": 1e-8, "max_abs_gradient": 0.1,
+                                                          "relative": 1e-7}})  # fmt: skip
 
 
 def one(df, **keys):
@@ -262,7 +274,8 @@ def test_value_gradvar_alerts(tree):
         and r["doc_rmse"] == 0.12
     )
     assert one(v, value_clip="none", value_coef=0.5)["doc_rmse"] == 0.25
-    # the critic's worst step (EV -1.5 at step 2), the largest move of one update (0.45 at step 1), the clip's busiest step
+    # the critic's worst step (EV -1.5 at step 2), the largest move of one update (0.45 at step 1), the clip's busiest
+    # step
     assert (r["ev_min_mean"], r["value_delta_max_mean"], r["clip_share_max_mean"]) == (
         pytest.approx(-1.5),
         pytest.approx(0.45),
@@ -293,7 +306,8 @@ def test_value_gradvar_alerts(tree):
 
 def test_alert_scores(tree):
     sc = tree["stability_alert_scores"].set_index("detector")
-    # Two sustained drops in the tree: clipping sgd_spike s0 (0.6 -> 0.1 at step 4) and s1 (0.5 start, 0.2 at step 2... onset step 2).
+    # Two sustained drops in the tree: clipping sgd_spike s0 (0.6 -> 0.1 at step 4) and s1 (0.5 start, 0.2 at step 2...
+    # onset step 2).
     le = sc.loc["low_entropy"]  # sgd_spike s0's entropy falls below 0.5 at step 2, two steps before its drop
     assert (le.alerts, le.followed_by_drop, le.drops, le.announced) == (1, 1, 2, 1)
     assert sc.loc["reward_swing, fixed 0.3"].alerts == 0 and 0 < le.base_rate < 1
@@ -414,7 +428,8 @@ def test_figures_and_section_from_csv(cfg, tree):
         "inconclusive",
         "not judged",
     ]
-    # equal samples: both batches logged 16 rollouts per step here, so they share every evaluation; compared at the last (160)
+    # equal samples: both batches logged 16 rollouts per step here, so they share every evaluation; compared at the last
+    # (160)
     es = t["stability_equal_samples"]
     assert (
         set(es["samples"]) == {32, 64, 96, 128, 160} and len(es) == 3 * 5
@@ -426,7 +441,8 @@ def test_figures_and_section_from_csv(cfg, tree):
         in s["verdicts"]["batch"]["text"]
     )
     assert s["verdicts"]["alerts"]["text"].startswith(
-        "Of 22 runs with a result, the monitor raised high_kl in 1 run(s) (1 alerts); reward_swing in 1 run(s) (2 alerts). Against"
+        "Of 22 runs with a result, the monitor raised high_kl in 1 run(s) (1 alerts); reward_swing in 1 run(s) (2"
+        " alerts). Against"
     )
     assert "low_entropy: precision 1/1 (21% to 100%), recall 1/2" in s["verdicts"]["alerts"]["text"]
     assert "clipped at weight 1.0 0.145 (n=1)" in s["verdicts"]["value_clip"]["text"]

@@ -47,7 +47,8 @@ def cfg(tmp_path_factory):
     d = copy.deepcopy(TINY)
     d["results"] = str(tmp_path / "results")
     d["experiments"] = {"system": {"fixed": {"steps": 4, "eval_every": 2, "kl_coef": 0.0, "weight_decay": 0.01},
-                                   "grid": {"task": ["add", "mul"], "algorithm": ["reinforce", "ppo", "grpo"]}, "seeds": [0, 1]}}  # fmt: skip
+                                   "grid": {"task": ["add", "mul"], "algorithm": ["reinforce", "ppo", "grpo"]},
+                                   "seeds": [0, 1]}}  # fmt: skip
     return load_config(write_config(tmp_path / "config.yaml", d))
 
 
@@ -64,7 +65,8 @@ def build(cfg):
         write_run(cfg, run_id(task, algorithm, seed), rows(evals, 1.0 + seed), evals[0])
     write_json(cfg, "sft/add/summary.json", {
         "settings": {"preset": "small"}, "model": {"n_layer": 2, "n_head": 4, "n_embd": 128},
-        "n_params": 400256, "steps": 425, "eval_accuracy": 0.464, "band": [0.3, 0.6], "in_band": True, "wall_seconds": 12.0})  # fmt: skip
+        "n_params": 400256, "steps": 425, "eval_accuracy": 0.464, "band": [0.3, 0.6], "in_band": True,
+        "wall_seconds": 12.0})  # fmt: skip
     log = Path(cfg["results"]) / "logs" / "train" / f"{run_id('add', 'reinforce', 0)}.log"
     log.parent.mkdir(parents=True)
     log.write_text("Step 1/4 | Loss 0.100\nalert: something\nStep 4/4 | Loss 0.123 | Acc 0.500 | Eval 0.600\n")
@@ -187,7 +189,8 @@ def test_figures_and_section(results):
             assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
             assert ax.get_legend() is not None
     for ax in figs["system_curves"].axes:
-        # the document's range belongs to its step 200: a bar beside these 4-step runs, labelled so, not a band over them
+        # the document's range belongs to its step 200: a bar beside these 4-step runs, labelled so, not a band over
+        # them
         target = [line for line in ax.get_lines() if line.get_label().startswith("document:")]
         assert len(target) == 1 and "at step 200 (beyond these 4 steps)" in target[0].get_label() and not ax.patches
         assert ax.get_xlim()[1] < 10
@@ -257,10 +260,13 @@ def test_pick_start_reads_the_validation_split_alone():
 
 
 STARTS = {"starts": [
-    {"start": "start_30", "threshold": 0.3, "sft_steps": 425, "val_accuracy": 0.32, "test_accuracy": 0.30, "reached": True},
-    {"start": "start_85", "threshold": 0.85, "sft_steps": 1500, "val_accuracy": 0.86, "test_accuracy": 0.85, "reached": True}],
+    {"start": "start_30", "threshold": 0.3, "sft_steps": 425, "val_accuracy": 0.32, "test_accuracy": 0.30,
+     "reached": True},
+    {"start": "start_85", "threshold": 0.85, "sft_steps": 1500, "val_accuracy": 0.86, "test_accuracy": 0.85,
+     "reached": True}],
     "controls": [{"start": st, "seed": seed, "initial_test": start, "final_test": start + gain} for st, start, gains in
-                 (("start_30", 0.30, (0.40, 0.42)), ("start_85", 0.85, (0.04, 0.06))) for seed, gain in enumerate(gains)]}  # fmt: skip
+                 (("start_30", 0.30, (0.40, 0.42)), ("start_85", 0.85, (0.04, 0.06))) for seed,
+                 gain in enumerate(gains)]}  # fmt: skip
 FROM = {
     ("add", 0): [0.30, 0.40, 0.45],
     ("add", 1): [0.30, 0.42, 0.47],
@@ -275,7 +281,9 @@ def starts_tables(tmp_path_factory):
     d = copy.deepcopy(TINY)
     d["results"] = str(tmp_path / "results")
     d["experiments"] = {"system": {"fixed": {"steps": 4, "eval_every": 2, "algorithm": "reinforce"},
-                                   "variants": {"add": {"task": "add"}, "add_from_85": {"task": "add", "init": "start_85"}}, "seeds": [0, 1]}}  # fmt: skip
+                                   "variants": {"add": {"task": "add"},
+                                                "add_from_85": {"task": "add", "init": "start_85"}},
+                                   "seeds": [0, 1]}}  # fmt: skip
     cfg = load_config(write_config(tmp_path / "config.yaml", d))
     for (variant, seed), evals in FROM.items():
         write_run(cfg, f"system__{variant}__s{seed}", rows(evals, 1.0), evals[0])

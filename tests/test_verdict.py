@@ -123,7 +123,8 @@ def test_outcomes_on_synthetic_runs():
     assert sum(v.outcome == "inconclusive" for v in small) / 200 > 0.6
     v = next(v for v in small if v.outcome == "inconclusive")
     assert v.seeds > 3 and v.mde > 0.03  # it says how many seeds it would need, and that 3 cannot see 3 points
-    # pairing by seed is what makes the shared seed effect cancel: unpaired, the same runs are inconclusive far more often
+    # pairing by seed is what makes the shared seed effect cancel: unpaired, the same runs are inconclusive far more
+    # often
     runs = [_runs(rng, 3, 0.08) for _ in range(200)]
     paired = sum(Verdict(claim, difference(b, a)).outcome == "agrees" for a, b in runs)
     unpaired = sum(Verdict(claim, unpaired_difference(b, a)).outcome == "agrees" for a, b in runs)

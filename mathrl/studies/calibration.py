@@ -104,8 +104,10 @@ def pilot_table(ctx) -> pd.DataFrame:
     for r in runs:
         s = r.settings
         base = ref_lr.get(s["task"], NAN)
-        row = {"variant": r.spec.variant, "seed": r.spec.seed, "task": s["task"], "batch_size": s["batch_size"], "lr": s["lr"],
-               "multiple": s["lr"] / base if base == base else NAN, "steps": s["steps"], "split": s.get("eval_split", "test"), "status": r.status,
+        row = {"variant": r.spec.variant, "seed": r.spec.seed, "task": s["task"], "batch_size": s["batch_size"],
+               "lr": s["lr"],
+               "multiple": s["lr"] / base if base == base else NAN, "steps": s["steps"],
+               "split": s.get("eval_split", "test"), "status": r.status,
                **gain_row(r)}  # fmt: skip
         row["learns"] = learns(row["gain_lo"], bool(row["sustained_drop"])) if r.ok else None
         rows.append(row)
@@ -121,8 +123,10 @@ def pick_table(pilot: pd.DataFrame, ctx) -> pd.DataFrame:
         done = g[g["learns"].notna()]
         tried = sorted(done["multiple"].round(3).tolist())
         chosen = pick({float(m): bool(ok) for m, ok in zip(done["multiple"], done["learns"])})
-        rows.append({"task": task, "batch_size": batch, "tried": ", ".join(f"{m:g}x" for m in tried), "n_learning": int(done["learns"].sum()),
-                     "pick": chosen, "reference_is_pick": bool(chosen == chosen and abs(chosen - 1) < 1e-6) if len(done) else None})  # fmt: skip
+        rows.append({"task": task, "batch_size": batch, "tried": ", ".join(f"{m:g}x" for m in tried),
+                     "n_learning": int(done["learns"].sum()),
+                     "pick": chosen,
+                     "reference_is_pick": bool(chosen == chosen and abs(chosen - 1) < 1e-6) if len(done) else None})  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -153,7 +157,8 @@ def references_table(ctx) -> pd.DataFrame:
         per = {r.spec.seed: gain_row(r) for r in runs if r.ok}
         est = mean_interval({s: g["gain"] for s, g in per.items()})
         start = sum(g["start"] for g in per.values()) / len(per) if per else NAN
-        rows.append({"experiment": exp, "reference": setting_of(runs[0].spec), "task": runs[0].settings["task"], "n": est.n, "start": start,
+        rows.append({"experiment": exp, "reference": setting_of(runs[0].spec), "task": runs[0].settings["task"],
+                     "n": est.n, "start": start,
                      "final": sum(g["final"] for g in per.values()) / len(per) if per else NAN, "gain": est.estimate,
                      "gain_lo": est.lo, "gain_hi": est.hi, "no_headroom": bool(per) and start >= HEADROOM})  # fmt: skip
     return pd.DataFrame(rows)
@@ -167,7 +172,8 @@ def all_gains(ctx) -> pd.DataFrame:
         if r.spec.same_as or not r.ok:
             continue
         g = gain_row(r)
-        rows.append({"run_id": run_id, "experiment": r.spec.experiment, "setting": setting_of(r.spec), "seed": r.spec.seed,
+        rows.append({"run_id": run_id, "experiment": r.spec.experiment, "setting": setting_of(r.spec),
+                     "seed": r.spec.seed,
                      "task": r.settings["task"], "start": g["start"], "final": g["final"], "gain": g["gain"],
                      "below": bool(g["gain"] < -DROP), "above": bool(g["gain"] > DROP)})  # fmt: skip
     return pd.DataFrame(rows)
@@ -183,7 +189,8 @@ def below_table(gains: pd.DataFrame) -> pd.DataFrame:
         k, n = int(g["below"].sum()), len(g)
         lo, hi = wilson(k, n)
         rows.append({"experiment": name, "runs": n, "below": k, "below_rate": k / n, "below_lo": lo, "below_hi": hi,
-                     "above": int(g["above"].sum()), "above_rate": float(g["above"].mean()), "median_gain": float(g["gain"].median())})  # fmt: skip
+                     "above": int(g["above"].sum()), "above_rate": float(g["above"].mean()),
+                     "median_gain": float(g["gain"].median())})  # fmt: skip
     return pd.DataFrame(rows)
 
 

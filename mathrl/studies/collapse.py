@@ -50,7 +50,8 @@ DOCUMENT = "training-collapse-analysis.md"
 
 EXPERIMENT = "collapse"
 # What each run of the experiment is for; the config's `roles` block names the variant of each.
-ROLES = ("baseline", "lr_tenth", "kl", "grad_clip", "adv_norm_clip", "entropy_schedule", "cosine_lr", "random_baseline", "shaped", "penalty",
+ROLES = ("baseline", "lr_tenth", "kl", "grad_clip", "adv_norm_clip", "entropy_schedule", "cosine_lr", "random_baseline",
+         "shaped", "penalty",
          "curriculum", "nonfinite")  # fmt: skip
 REMEDIES = (
     "lr_tenth",
@@ -63,11 +64,15 @@ REMEDIES = (
 REWARD_DESIGNS = ("random_baseline", "shaped", "penalty")
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)  # "the five points of a run", as shares of its steps
 CEILING = 0.99  # a rate at or above this leaves a remedy nothing to raise
-STATS = ["initial_eval", "final_eval", "best_eval", "gain", "mid_gain", "drawdown", "late_drawdown", "roughness", "collapsed", "degraded",
-         "final_format_rate", "final_entropy", "early_entropy", "skipped", "initial_format_rate", "zero_std", "entropy_fall", "lr_ratio",
-         "first_stage_accuracy", "adv_abs_max", "adv_clip_ratio", "adv_clip_binding", "clip_binding", "entropy_coef_ratio", "mean_lr", "mean_kl_coef", "mean_kl",
+STATS = ["initial_eval", "final_eval", "best_eval", "gain", "mid_gain", "drawdown", "late_drawdown", "roughness",
+         "collapsed", "degraded",
+         "final_format_rate", "final_entropy", "early_entropy", "skipped", "initial_format_rate", "zero_std",
+         "entropy_fall", "lr_ratio",
+         "first_stage_accuracy", "adv_abs_max", "adv_clip_ratio", "adv_clip_binding", "clip_binding",
+         "entropy_coef_ratio", "mean_lr", "mean_kl_coef", "mean_kl",
          "late_format_rate", "format_gain"]  # fmt: skip
-NONFINITE_COLUMNS = ["run_id", "seed", "status", "steps_done", "skipped", "first_skipped_step", "weights_finite", "caught", "initial_eval",
+NONFINITE_COLUMNS = ["run_id", "seed", "status", "steps_done", "skipped", "first_skipped_step", "weights_finite",
+                     "caught", "initial_eval",
                      "final_eval"]  # fmt: skip
 CURVE_VALUES = [
     "eval_accuracy",
@@ -109,8 +114,10 @@ def run_stats(run, role: str) -> dict:
     late = e.loc[e["step"] >= half]
     row.update(
         initial_eval=run.initial_eval, final_eval=run.summary["final"]["eval_accuracy"],
-        best_eval=run.summary["best"]["eval_accuracy"], drawdown=max_drawdown(e["eval_accuracy"]), late_drawdown=max_drawdown(late["eval_accuracy"]),
-        roughness=roughness(e["step"], e["eval_accuracy"]), collapsed=float(collapsed(run)), degraded=float(degraded(run)),
+        best_eval=run.summary["best"]["eval_accuracy"], drawdown=max_drawdown(e["eval_accuracy"]),
+        late_drawdown=max_drawdown(late["eval_accuracy"]),
+        roughness=roughness(e["step"], e["eval_accuracy"]), collapsed=float(collapsed(run)),
+        degraded=float(degraded(run)),
         final_format_rate=float(m["format_rate"].iloc[-1]), final_entropy=float(m["entropy"].iloc[-1]),
         early_entropy=float(m.loc[m["step"] <= half, "entropy"].mean()), skipped=float(m["skipped"].fillna(0).sum()),
     )  # fmt: skip
@@ -148,7 +155,8 @@ def mechanisms(m: pd.DataFrame, settings: dict) -> dict:
     return {"clip_binding": float((m["grad_norm"] > float(clip)).mean()) if clip and "grad_norm" in m else math.nan,
             "entropy_coef_ratio": float(coef.iloc[-1] / coef.iloc[0]) if len(coef) and coef.iloc[0] > 0 else math.nan,
             "adv_clip_binding": float((adv >= float(adv_clip) * (1 - 1e-6)).mean()) if adv_clip and len(adv) else math.nan,
-            "mean_lr": float(m["lr"].mean()), "mean_kl_coef": float(m["kl_coef"].mean()) if "kl_coef" in m else math.nan,
+            "mean_lr": float(m["lr"].mean()),
+            "mean_kl_coef": float(m["kl_coef"].mean()) if "kl_coef" in m else math.nan,
             "mean_kl": float(m["kl"].mean()) if "kl" in m else math.nan,
             "late_format_rate": late, "format_gain": late - float(m["format_rate"].iloc[0])}  # fmt: skip
 
@@ -220,12 +228,15 @@ def nonfinite_table(runs) -> pd.DataFrame:
     last step's entropy (a forward pass through the final weights) are finite numbers."""
     rows = []
     for r in runs:
-        row = {"run_id": r.spec.run_id, "seed": r.spec.seed, "status": r.status, "steps_done": math.nan, "skipped": math.nan,
-               "first_skipped_step": math.nan, "weights_finite": None, "initial_eval": math.nan, "final_eval": math.nan}  # fmt: skip
+        row = {"run_id": r.spec.run_id, "seed": r.spec.seed, "status": r.status, "steps_done": math.nan,
+               "skipped": math.nan,
+               "first_skipped_step": math.nan, "weights_finite": None, "initial_eval": math.nan,
+               "final_eval": math.nan}  # fmt: skip
         if r.ok:
             m, final = r.metrics, r.summary["final"]["eval_accuracy"]
             hits = m.loc[m["skipped"].fillna(0) > 0, "step"]
-            row.update(steps_done=len(m), skipped=int(len(hits)), first_skipped_step=float(hits.iloc[0]) if len(hits) else math.nan,
+            row.update(steps_done=len(m), skipped=int(len(hits)),
+                       first_skipped_step=float(hits.iloc[0]) if len(hits) else math.nan,
                        weights_finite=bool(math.isfinite(final) and math.isfinite(m["entropy"].iloc[-1])),
                        initial_eval=r.initial_eval, final_eval=final)  # fmt: skip
             row["caught"] = float(
@@ -245,7 +256,8 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         per_run, ctx.cfg["experiments"].get(EXPERIMENT, {}).get("variants") or {}, role.get("baseline", "")
     )
     design = pd.DataFrame([row for r in runs if r.ok and named.get(r.spec.variant) in REWARD_DESIGNS for row in segment_rows(r, named[r.spec.variant])],
-                          columns=["variant", "role", "seed", "point", "step", "eval_accuracy", "format_rate", "frac_zero_std"])  # fmt: skip
+                          columns=["variant", "role", "seed", "point", "step", "eval_accuracy", "format_rate",
+                                   "frac_zero_std"])  # fmt: skip
     design = mean_spread(
         design, ["variant", "role", "point", "step"], ["eval_accuracy", "format_rate", "frac_zero_std"]
     )
@@ -359,7 +371,8 @@ def fig_nonfinite(t) -> plt.Figure:
 
 
 def figures(t) -> dict[str, plt.Figure]:
-    return {"collapse_reward_design": fig_reward_design(t), "collapse_variants": fig_variants(t), "collapse_remedies": fig_remedies(t),
+    return {"collapse_reward_design": fig_reward_design(t), "collapse_variants": fig_variants(t),
+            "collapse_remedies": fig_remedies(t),
             "collapse_schedules": fig_schedules(t), "collapse_nonfinite": fig_nonfinite(t)}  # fmt: skip
 
 
@@ -381,14 +394,21 @@ def section(t) -> dict:
     setting = lambda role: (v.loc[v["role"] == role, "settings"].tolist() or ["not run"])[0] if len(v) else "not run"  # noqa: E731
     base = v[v["role"] == "baseline"] if len(v) else v
     failure = "no data" if base.empty or not known(cell(base, "gain_mean"), cell(base, "collapses")) else (
-        f"held-out accuracy {number(cell(base, 'initial_eval_mean'), 'pct', sign=False)} before RL; its change by the end "
-        f"{pm(cell(base, 'gain_mean'), cell(base, 'gain_std'), cell(base, 'n'))}; collapsed in {int(cell(base, 'collapses'))} of "
-        f"{int(cell(base, 'runs_judged'))} runs (95% Wilson interval {number(cell(base, 'collapse_rate_lo'), 'pct', sign=False)} to "
+        f"held-out accuracy {number(cell(base, 'initial_eval_mean'), 'pct', sign=False)} before RL; its change by the "
+        "end "
+        f"{pm(cell(base, 'gain_mean'), cell(base, 'gain_std'), cell(base, 'n'))}; collapsed in "
+        f"{int(cell(base, 'collapses'))} of "
+        f"{int(cell(base, 'runs_judged'))} runs (95% Wilson interval "
+        f"{number(cell(base, 'collapse_rate_lo'), 'pct', sign=False)} to "
         f"{number(cell(base, 'collapse_rate_hi'), 'pct', sign=False)})")  # fmt: skip
     zs = {r.role: r.frac_zero_std_mean for r in d[d["point"] == 0].itertuples()} if len(d) else {}
     z = lambda k: "–" if k not in zs or pd.isna(zs[k]) else f"{100 * zs[k]:.0f}%"  # noqa: E731
-    return {"causes": CAUSES, "algorithm": (v.loc[v["role"] == "baseline", "algorithm"].tolist() or ["–"])[0] if len(v) else "–",
-            "names": {r: name(r) for r in ROLES}, "settings": {r: setting(r) for r in ROLES}, "collapse_definition": COLLAPSE_DEFINITION,
-            "variants": v, "reward_design": d, "nonfinite": t["collapse_nonfinite"] if len(t["collapse_nonfinite"]) else pd.DataFrame(columns=NONFINITE_COLUMNS),
-            "zero_std": {"baseline": z("random_baseline"), "shaped": z("shaped")}, "verdicts": by_key(rows), "verdict_list": rows,
+    return {"causes": CAUSES,
+            "algorithm": (v.loc[v["role"] == "baseline", "algorithm"].tolist() or ["–"])[0] if len(v) else "–",
+            "names": {r: name(r) for r in ROLES}, "settings": {r: setting(r) for r in ROLES},
+            "collapse_definition": COLLAPSE_DEFINITION,
+            "variants": v, "reward_design": d,
+            "nonfinite": t["collapse_nonfinite"] if len(t["collapse_nonfinite"]) else pd.DataFrame(columns=NONFINITE_COLUMNS),
+            "zero_std": {"baseline": z("random_baseline"), "shaped": z("shaped")}, "verdicts": by_key(rows),
+            "verdict_list": rows,
             "power": power_note(claims), "failure": failure, "remedies": list(REMEDIES)}  # fmt: skip

@@ -94,8 +94,10 @@ def pass_at_k_runs(ctx) -> pd.DataFrame:
             for k in (k for k in KS if k <= n.min()):
                 p = dx.pass_at_k(n, c, k)
                 lo, hi = bootstrap_mean(p)
-                rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "phase": phase, "k": k,
-                             "problems": len(p), "pass_at_k": float(p.mean()), "boot_lo": lo, "boot_hi": hi})  # fmt: skip
+                rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "phase": phase,
+                             "k": k,
+                             "problems": len(p), "pass_at_k": float(p.mean()), "boot_lo": lo,
+                             "boot_hi": hi})  # fmt: skip
     return pd.DataFrame(
         rows, columns=["experiment", "setting", "seed", "phase", "k", "problems", "pass_at_k", "boot_lo", "boot_hi"]
     )
@@ -126,8 +128,11 @@ def entropy_law_runs(ctx) -> pd.DataFrame:
                      "entropy_start": float(m["entropy"].iloc[0]), "entropy_end": float(m["entropy"].iloc[-1]),
                      "reached": reached, "final_eval": final_eval, "ceiling_minus_reached": fit["ceiling"] - reached,
                      "holds": bool(fit["r2"] >= LAW_R2 and fit["half_rmse"] <= LAW_RMSE) if fit["r2"] == fit["r2"] and fit["half_rmse"] == fit["half_rmse"] else None})  # fmt: skip
-    return pd.DataFrame(rows, columns=["experiment", "setting", "seed", "steps", "n", "a", "b", "r2", "ceiling", "half_rmse", "half_mae",
-                                       "entropy_start", "entropy_end", "reached", "final_eval", "ceiling_minus_reached", "holds"])  # fmt: skip
+    return pd.DataFrame(rows,
+                        columns=["experiment", "setting", "seed", "steps", "n", "a", "b", "r2", "ceiling", "half_rmse",
+                                 "half_mae",
+                                       "entropy_start", "entropy_end", "reached", "final_eval", "ceiling_minus_reached",
+                                 "holds"])  # fmt: skip
 
 
 LAW_VALUES = ["r2", "a", "b", "ceiling", "reached", "final_eval", "ceiling_minus_reached", "half_rmse", "entropy_drop"]
@@ -176,7 +181,8 @@ def noise_scale_table(ctx) -> pd.DataFrame:
     """The gradient probe's noise scale beside the batch study's outcome per batch size."""
     rows = []
     batch_runs = [r for r in ctx.experiment("batch") if r.ok]
-    gains = pd.DataFrame([{"batch_size": r.settings["batch_size"], "lr": r.settings["lr"], "gain": float(r.evals["eval_accuracy"].iloc[-1] - r.initial_eval)}
+    gains = pd.DataFrame([{"batch_size": r.settings["batch_size"], "lr": r.settings["lr"],
+                           "gain": float(r.evals["eval_accuracy"].iloc[-1] - r.initial_eval)}
                           for r in batch_runs], columns=["batch_size", "lr", "gain"])  # fmt: skip
     for task in ctx.cfg.get("gradvar", {}).get("tasks", []):
         probe = ctx.gradvar(task) or {}
@@ -186,10 +192,12 @@ def noise_scale_table(ctx) -> pd.DataFrame:
         for b in sizes:
             g = gains[gains["batch_size"] == b]["gain"]
             est = mean_interval(g.tolist())
-            rows.append({"task": task, "grad_sq": ns.get("grad_sq", NAN), "trace_sigma": ns.get("trace_sigma", NAN), "noise_scale": b_noise,
+            rows.append({"task": task, "grad_sq": ns.get("grad_sq", NAN), "trace_sigma": ns.get("trace_sigma", NAN),
+                         "noise_scale": b_noise,
                          "batch_size": b, "lr": float(gains[gains["batch_size"] == b]["lr"].iloc[0]) if len(g) else NAN,
                          "gain_mean": est.estimate, "gain_lo": est.lo, "gain_hi": est.hi, "n": est.n,
-                         # McCandlish et al.: the best step size grows as B / (B + B_noise); relative to the largest batch
+                         # McCandlish et al.: the best step size grows as B / (B + B_noise); relative to the largest
+                         # batch
                          "lr_scale": (b / (b + b_noise)) / (max(sizes) / (max(sizes) + b_noise)) if b == b and b_noise == b_noise else NAN})  # fmt: skip
     return pd.DataFrame(
         rows,
@@ -219,7 +227,8 @@ def noise_scale_steps(ctx) -> pd.DataFrame:
         if "grad_sq_micro" not in m or m["grad_sq_micro"].notna().sum() < 4:
             continue
         q, b, big = max(1, len(m) // 4), run.settings.get("micro_batch_size"), run.settings.get("batch_size")
-        est = {part: dx.noise_scale(b, big, float(w["grad_sq_micro"].mean()), float(w["grad_sq_batch"].mean()))["noise_scale"]
+        est = {part: dx.noise_scale(b, big, float(w["grad_sq_micro"].mean()),
+                                    float(w["grad_sq_batch"].mean()))["noise_scale"]
                for part, w in (("early", m.head(q)), ("late", m.tail(q)))}  # fmt: skip
         rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "batch_size": big, **est,
                      "undefined_steps": int(m["grad_noise_scale"].isna().sum())})  # fmt: skip
@@ -334,7 +343,8 @@ def figures(t) -> dict[str, plt.Figure]:
         names = list(pd.unique(adv["setting"]))
         for i, (name, g) in enumerate(adv.groupby("setting", sort=False)):
             x = g["carries"].astype(int).to_numpy() + (i - (len(names) - 1) / 2) * 0.18
-            ax.errorbar(x, g["gain_mean"] * 100, yerr=[(g["gain_mean"] - g["gain_lo"]) * 100, (g["gain_hi"] - g["gain_mean"]) * 100],
+            ax.errorbar(x, g["gain_mean"] * 100,
+                        yerr=[(g["gain_mean"] - g["gain_lo"]) * 100, (g["gain_hi"] - g["gain_mean"]) * 100],
                         fmt="o", color=COLORS[i % len(COLORS)], label=name, capsize=2)  # fmt: skip
         ax.axhline(0, color="0.5", lw=0.8)
         ax.legend(fontsize=7)
@@ -361,7 +371,8 @@ def law_text(runs: pd.DataFrame) -> str:
     drop = runs["entropy_start"] - runs["entropy_end"]
     by = runs.assign(h=holds).groupby(["experiment", "setting"], sort=False)["h"].agg(["sum", "count"])
     most = [f"{e}/{n}" for (e, n), r in by.iterrows() if r["sum"] * 2 > r["count"]]
-    text = (f"The law holds in {int(holds.sum())} of {len(runs)} runs. The runs where it holds lost {drop[holds].mean():.3f} nats of entropy "
+    text = (f"The law holds in {int(holds.sum())} of {len(runs)} runs. The runs where it holds lost "
+            f"{drop[holds].mean():.3f} nats of entropy "
             f"on average, against {drop[~holds].mean():.3f} in the others." if holds.any() and (~holds).any() else
             f"The law holds in {int(holds.sum())} of {len(runs)} runs.")  # fmt: skip
     return text + (
@@ -375,8 +386,10 @@ def section(t) -> dict:
     law = t["diagnostics_entropy_law"]
     return {
         "pass_at_k": t["diagnostics_pass_at_k"], "pass_at_k_runs": t["diagnostics_pass_at_k_runs"],
-        "law": law, "law_runs": t["diagnostics_entropy_law_runs"], "law_text": law_text(t["diagnostics_entropy_law_runs"]), "adv": t["diagnostics_adv_scaling"],
-        "noise": t["diagnostics_noise_scale"], "noise_steps": t["diagnostics_noise_scale_steps"], "updates": t["diagnostics_update"],
+        "law": law, "law_runs": t["diagnostics_entropy_law_runs"],
+        "law_text": law_text(t["diagnostics_entropy_law_runs"]), "adv": t["diagnostics_adv_scaling"],
+        "noise": t["diagnostics_noise_scale"], "noise_steps": t["diagnostics_noise_scale_steps"],
+        "updates": t["diagnostics_update"],
         "verdicts": rows, "power": power_note(v), "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE,
         "reached_steps": REACHED_STEPS,
         "experiment": EXPERIMENT,

@@ -36,7 +36,8 @@ def roles(cfg: dict, experiment: str, required: tuple[str, ...]) -> dict[str, st
     missing = [r for r in required if r not in declared]
     if missing:
         raise ConfigError(f"experiments.{experiment}.roles: missing role(s) {', '.join(missing)} "
-                          f"(the {experiment} study needs: {', '.join(required)}; give each the name of one of its variants)")  # fmt: skip
+                          f"(the {experiment} study needs: {', '.join(required)}; give each the name of one of its "
+                          "variants)")  # fmt: skip
     return {r: declared[r] for r in declared}
 
 
@@ -118,7 +119,8 @@ def claim_frame(t, section: str, part: str | None = None) -> pd.DataFrame:
 
 def claim_view(df: pd.DataFrame) -> pd.DataFrame:
     """Rows of claims.csv under the verdict macros' names."""
-    return df.rename(columns={"claim_id": "key", "statement": "claim", "difference": "diff", "engaged": "engaged_passed",
+    return df.rename(columns={"claim_id": "key", "statement": "claim", "difference": "diff",
+                              "engaged": "engaged_passed",
                               "checks": "engaged"})  # fmt: skip
 
 
@@ -130,7 +132,7 @@ def verdict_rows(df: pd.DataFrame) -> list[dict]:
     out = []
     for r in rows:
         r = {
-            k: (NAN if v is None and k not in ("reason", "note", "outcome", "design", "unit", "engaged") else v)
+            k: NAN if v is None and k not in ("reason", "note", "outcome", "design", "unit", "engaged") else v
             for k, v in r.items()
         }
         r["reason"], r["note"], r["engaged"] = r.get("reason") or "", r.get("note") or "", r.get("engaged") or ""

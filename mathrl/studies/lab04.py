@@ -46,7 +46,8 @@ ROLES = ("normal", "aggressive", "clip_higher", "remedy", "proxy", "random_polic
 # Optional roles: the covariance remedies of arXiv 2505.22617, judged like clip-higher (config/claims.yaml) where an
 # experiment names them (config/full.yaml does; the default leaves them out of its budget).
 COV_REMEDIES = {"clip_cov": "Clip-Cov", "kl_cov": "KL-Cov"}
-# Optional roles: the troubleshooting table's remedies for collapsing entropy (rl-stability-batch-and-hyperparameters.md, 八),
+# Optional roles: the troubleshooting table's remedies for collapsing entropy
+# (rl-stability-batch-and-hyperparameters.md, 八),
 # judged on the same failing setting where an experiment names them (config/full.yaml).
 TABLE_REMEDIES = {
     "entropy_bonus": "entropy bonus 0.02",
@@ -167,8 +168,11 @@ def entropy_table(ctx) -> pd.DataFrame:
     )  # the global optimum (action 1 in the document)
     rows = []
     for setting, seed, g in _expected(ctx, "entropy_collapse", ctx.bandit("entropy_collapse")):
-        row = {"setting": setting, "seed": seed, "initial_entropy": math.nan, "final_entropy": math.nan, "reduction": math.nan,
-               "dominant_action": math.nan, "dominant_prob": math.nan, "global_share": math.nan, "local_share": math.nan, "initial_best_prob": math.nan, "moving": math.nan, "converged_to": "missing"}  # fmt: skip
+        row = {"setting": setting, "seed": seed, "initial_entropy": math.nan, "final_entropy": math.nan,
+               "reduction": math.nan,
+               "dominant_action": math.nan, "dominant_prob": math.nan, "global_share": math.nan,
+               "local_share": math.nan, "initial_best_prob": math.nan, "moving": math.nan,
+               "converged_to": "missing"}  # fmt: skip
         if len(g):
             first, last, k = g.iloc[0], g.iloc[-1], window(len(g), BANDIT_WINDOW)
             start, end = g["entropy"].head(k).mean(), g["entropy"].tail(k).mean()
@@ -223,7 +227,8 @@ def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
         n = sum(x in ("global", "local", "none") for x in labels)
         k = labels.count("local")
         lo, hi = wilson(k, n)
-        rows.append({"setting": setting, "n": n, "global": labels.count("global"), "local": k, "none": labels.count("none"),
+        rows.append({"setting": setting, "n": n, "global": labels.count("global"), "local": k,
+                     "none": labels.count("none"),
                      "local_rate": k / n if n else math.nan, "local_rate_lo": lo, "local_rate_hi": hi,
                      "moving": int((g["moving"] == 1).sum()) if "moving" in g else 0,
                      "initial_best_prob": g["initial_best_prob"].mean()})  # fmt: skip
@@ -294,9 +299,12 @@ def hacking_table(ctx) -> pd.DataFrame:
         if len(g):
             head, tail = g.head(window(len(g), BANDIT_WINDOW)), g.tail(window(len(g), BANDIT_WINDOW))
             rolling = g["true_reward"].rolling(BANDIT_WINDOW, min_periods=1).mean()
-            row.update(proxy_start=head["proxy_reward"].mean(), proxy_end=tail["proxy_reward"].mean(), true_start=head["true_reward"].mean(),
-                       true_peak=rolling.max(), true_peak_step=float(g["step"].iloc[int(np.argmax(rolling.to_numpy()))]),
-                       true_end=tail["true_reward"].mean(), hack_share_end=float(g[f"p{hack_arm}"].iloc[-1]))  # fmt: skip
+            row.update(proxy_start=head["proxy_reward"].mean(), proxy_end=tail["proxy_reward"].mean(),
+                       true_start=head["true_reward"].mean(),
+                       true_peak=rolling.max(),
+                       true_peak_step=float(g["step"].iloc[int(np.argmax(rolling.to_numpy()))]),
+                       true_end=tail["true_reward"].mean(),
+                       hack_share_end=float(g[f"p{hack_arm}"].iloc[-1]))  # fmt: skip
         rows.append(row)
     values = ["proxy_start", "proxy_end", "true_start", "true_peak", "true_peak_step", "true_end", "hack_share_end"]
     out = _pooled(pd.DataFrame(rows).reindex(columns=["setting", "seed", "hack_arm", *values]), ["setting"], values)
@@ -320,10 +328,14 @@ def bandit_curves(ctx) -> pd.DataFrame:
     )
 
 
-GPT_VALUES = ["accuracy_start", "accuracy_end", "eval_start", "eval_end", "eval_gain", "entropy_start", "entropy_end", "entropy_reduction",
-              "equal_samples_step", "samples_at_equal", "entropy_equal_samples", "eval_equal_samples", "eval_equal_samples_step",
-              "frac_zero_std", "grad_norm", "reward_start", "reward_end", "accuracy_gain", "kl_max", "ppo_kl", "clip_frac", "clip_frac_high",
-              "clip_higher_freed", "samples", "draws_per_rollout", "cov_frac", "entropy_coef", "temperature"]  # fmt: skip
+GPT_VALUES = ["accuracy_start", "accuracy_end", "eval_start", "eval_end", "eval_gain", "entropy_start", "entropy_end",
+              "entropy_reduction",
+              "equal_samples_step", "samples_at_equal", "entropy_equal_samples", "eval_equal_samples",
+              "eval_equal_samples_step",
+              "frac_zero_std", "grad_norm", "reward_start", "reward_end", "accuracy_gain", "kl_max", "ppo_kl",
+              "clip_frac", "clip_frac_high",
+              "clip_higher_freed", "samples", "draws_per_rollout", "cov_frac", "entropy_coef",
+              "temperature"]  # fmt: skip
 
 
 def equal_samples_step(steps, samples, budget: float) -> int:
@@ -365,9 +377,12 @@ def gpt_runs(ctx) -> pd.DataFrame:
             at = equal_samples_step(m["step"], m["samples"], float(st["steps"]) * float(st["batch_size"]))
             at_row = m[m["step"] == at]
             eval_eq, eval_eq_step = last_eval_by(evals, at)
-            row.update(accuracy_start=head["accuracy"].mean(), accuracy_end=tail["accuracy"].mean(), eval_start=evals["eval_accuracy"].iloc[0],
-                       eval_end=evals["eval_accuracy"].iloc[-1], entropy_start=float(m["entropy"].iloc[0]), entropy_end=float(m["entropy"].iloc[-1]),
-                       equal_samples_step=float(at), samples_at_equal=float(at_row["samples"].iloc[0]) if len(at_row) else math.nan,
+            row.update(accuracy_start=head["accuracy"].mean(), accuracy_end=tail["accuracy"].mean(),
+                       eval_start=evals["eval_accuracy"].iloc[0],
+                       eval_end=evals["eval_accuracy"].iloc[-1], entropy_start=float(m["entropy"].iloc[0]),
+                       entropy_end=float(m["entropy"].iloc[-1]),
+                       equal_samples_step=float(at),
+                       samples_at_equal=float(at_row["samples"].iloc[0]) if len(at_row) else math.nan,
                        entropy_equal_samples=float(at_row["entropy"].iloc[0]) if len(at_row) else math.nan,
                        eval_equal_samples=eval_eq, eval_equal_samples_step=float(eval_eq_step),
                        frac_zero_std=m["frac_zero_std"].mean(), grad_norm=m["grad_norm"].mean(), kl_max=m["kl"].max(),
@@ -377,7 +392,8 @@ def gpt_runs(ctx) -> pd.DataFrame:
             row.update(accuracy_gain=row["accuracy_end"] - row["accuracy_start"], clip_frac=m["clip_frac"].mean(),
                        clip_frac_high=m["clip_frac_high"].mean() if "clip_frac_high" in m else math.nan,
                        clip_higher_freed=m["clip_higher_freed"].mean() if "clip_higher_freed" in m else math.nan,
-                       samples=float(m["samples"].iloc[-1]), draws_per_rollout=float(m["samples"].iloc[-1]) / (len(m) * st["batch_size"]),
+                       samples=float(m["samples"].iloc[-1]),
+                       draws_per_rollout=float(m["samples"].iloc[-1]) / (len(m) * st["batch_size"]),
                        cov_frac=m["cov_frac"].mean() if "cov_frac" in m else math.nan,
                        ppo_kl=m["ppo_kl"].mean() if "ppo_kl" in m else math.nan,
                        entropy_coef=m["entropy_coef"].mean() if "entropy_coef" in m else math.nan,
@@ -477,16 +493,24 @@ def findings(ent, van, hack, gpt) -> list[str]:
     """The lab report's three key findings, written from the measurements (also the
     section's 'measured' sentences of its first three parts)."""
     a, n = _row(ent, setting="aggressive", seed="all"), _row(ent, setting="normal", seed="all")
-    keeps = {True: "the normal setting kept more entropy on average", False: "the normal setting did not keep more entropy on average",
+    keeps = {True: "the normal setting kept more entropy on average",
+             False: "the normal setting did not keep more entropy on average",
              None: "which setting kept more entropy is unknown"}  # fmt: skip
-    one = (f"Entropy collapse: the aggressive setting's policy entropy went from {_pm(a, 'initial_entropy')} to {_pm(a, 'final_entropy')} "
-           f"({num(a.get('reduction'), '.1%')} lower, n={num(a.get('n'), '.0f')}), the normal setting's to {_pm(n, 'final_entropy')} "
-           f"({num(n.get('reduction'), '.1%')} lower, n={num(n.get('n'), '.0f')}): {keeps[check(_get(n, 'final_entropy') - _get(a, 'final_entropy'), lambda x: x > 0)]}; "
-           f"global optimum found (aggressive): {global_found(_per_seed(ent, 'aggressive')['converged_to'].tolist())}.")  # fmt: skip
+    one = (f"Entropy collapse: the aggressive setting's policy entropy went from {_pm(a, 'initial_entropy')} to "
+           f"{_pm(a, 'final_entropy')} "
+           f"({num(a.get('reduction'), '.1%')} lower, n={num(a.get('n'), '.0f')}), the normal setting's to "
+           f"{_pm(n, 'final_entropy')} "
+           f"({num(n.get('reduction'), '.1%')} lower, n={num(n.get('n'), '.0f')}): "
+           f"{keeps[check(_get(n, 'final_entropy') - _get(a, 'final_entropy'), lambda x: x > 0)]}; "
+           "global optimum found (aggressive): "
+           f"{global_found(_per_seed(ent, 'aggressive')['converged_to'].tolist())}.")  # fmt: skip
     v = _row(van, seed="all")
-    two = (f"Vanishing gradients: with every reward of a batch equal the mean gradient norm was {_pm(v, 'grad_norm_homogeneous')} against "
-           f"{_pm(v, 'grad_norm_diverse')} with varied rewards (n={num(v.get('n'), '.0f')} seeds), {num(v.get('reduction'), '.1%')} lower "
-           f"({v.get('severity', 'unknown')}); gradient norm and reward std correlated at r = {num(v.get('corr_grad_reward_std'), '.2f')} over all steps.")  # fmt: skip
+    two = ("Vanishing gradients: with every reward of a batch equal the mean gradient norm was "
+           f"{_pm(v, 'grad_norm_homogeneous')} against "
+           f"{_pm(v, 'grad_norm_diverse')} with varied rewards (n={num(v.get('n'), '.0f')} seeds), "
+           f"{num(v.get('reduction'), '.1%')} lower "
+           f"({v.get('severity', 'unknown')}); gradient norm and reward std correlated at r = "
+           f"{num(v.get('corr_grad_reward_std'), '.2f')} over all steps.")  # fmt: skip
     h, p = _row(hack, seed="all"), _row(gpt, role="proxy")
     gpt_hacked = hacked(
         *(
@@ -495,12 +519,18 @@ def findings(ent, van, hack, gpt) -> list[str]:
         )
     )
     word = {True: "exploited, judging by the means", False: "not exploited, judging by the means", None: "not measured"}
-    three = (f"Reward hacking: on the bandit the proxy score went from {_pm(h, 'proxy_start')} to {_pm(h, 'proxy_end')} while the true reward "
-             f"went from {_pm(h, 'true_start')} (rolling peak {num(h.get('true_peak'))} near step {num(h.get('true_peak_step'), '.0f')}) to "
-             f"{_pm(h, 'true_end')}, the overrated arm {num(h.get('hack_arm'), '.0f')} holding {num(h.get('hack_share_end'), '.1%')} of the policy "
-             f"at the end (n={num(h.get('n'), '.0f')}): {word[as_passed(h.get('hacked'))]}. On the GPT (proxy_reward, n={num(p.get('n'), '.0f')}) "
-             f"the training reward (proxy score) went from {_pm(p, 'reward_start_mean')} to {_pm(p, 'reward_end_mean')} and sampled "
-             f"exact-match accuracy from {_pm(p, 'accuracy_start_mean')} to {_pm(p, 'accuracy_end_mean')}: {word[gpt_hacked]}.")  # fmt: skip
+    three = (f"Reward hacking: on the bandit the proxy score went from {_pm(h, 'proxy_start')} to "
+             f"{_pm(h, 'proxy_end')} while the true reward "
+             f"went from {_pm(h, 'true_start')} (rolling peak {num(h.get('true_peak'))} near step "
+             f"{num(h.get('true_peak_step'), '.0f')}) to "
+             f"{_pm(h, 'true_end')}, the overrated arm {num(h.get('hack_arm'), '.0f')} holding "
+             f"{num(h.get('hack_share_end'), '.1%')} of the policy "
+             f"at the end (n={num(h.get('n'), '.0f')}): {word[as_passed(h.get('hacked'))]}. On the GPT (proxy_reward, "
+             f"n={num(p.get('n'), '.0f')}) "
+             f"the training reward (proxy score) went from {_pm(p, 'reward_start_mean')} to "
+             f"{_pm(p, 'reward_end_mean')} and sampled "
+             f"exact-match accuracy from {_pm(p, 'accuracy_start_mean')} to {_pm(p, 'accuracy_end_mean')}: "
+             f"{word[gpt_hacked]}.")  # fmt: skip
     return [one, two, three]
 
 
@@ -527,11 +557,14 @@ def report_template(ent, van, hack, gpt) -> pd.DataFrame:
         ("Entropy collapse", "Entropy reduction", _pm(a, "reduction", ".1%") + n, a.get("reduction")),
         ("Entropy collapse", "Final dominant action (probability)", dom or "no data", a.get("dominant_prob")),
         ("Entropy collapse", "Global optimum found", global_found(per["converged_to"].tolist()), a.get("global_share")),
-        ("Vanishing gradients", "Mean gradient norm, homogeneous rewards", _pm(v, "grad_norm_homogeneous"), v.get("grad_norm_homogeneous")),
-        ("Vanishing gradients", "Mean gradient norm, diverse rewards", _pm(v, "grad_norm_diverse"), v.get("grad_norm_diverse")),
+        ("Vanishing gradients", "Mean gradient norm, homogeneous rewards", _pm(v, "grad_norm_homogeneous"),
+         v.get("grad_norm_homogeneous")),
+        ("Vanishing gradients", "Mean gradient norm, diverse rewards", _pm(v, "grad_norm_diverse"),
+         v.get("grad_norm_diverse")),
         ("Vanishing gradients", "Gradient-norm reduction", _pm(v, "reduction", ".1%"), v.get("reduction")),
         ("Vanishing gradients", "Severity", v.get("severity", "unknown"), math.nan),
-    ] + [("Key findings", str(i), text, math.nan) for i, text in enumerate(findings(ent, van, hack, gpt), 1)]  # fmt: skip
+    ] + [("Key findings", str(i), text, math.nan) for i,
+         text in enumerate(findings(ent, van, hack, gpt), 1)]  # fmt: skip
     return pd.DataFrame(rows, columns=["part", "item", "value", "number"])
 
 
@@ -544,7 +577,8 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     gpt.insert(1, "role", gpt["variant"].map(named).fillna("") if len(gpt) else [])
     return {
         "lab04_gpt_differences": differences_table(ctx, role),
-        "lab04_entropy": ent, "lab04_local_optima": local_optima_table(ent), "lab04_vanishing": van, "lab04_vanishing_points": points, "lab04_hacking": hack,
+        "lab04_entropy": ent, "lab04_local_optima": local_optima_table(ent), "lab04_vanishing": van,
+        "lab04_vanishing_points": points, "lab04_hacking": hack,
         "lab04_bandit_curves": bandit_curves(ctx), "lab04_gpt_runs": runs, "lab04_gpt": gpt,
         "lab04_report_template": report_template(ent, van, hack, gpt),
     }  # fmt: skip
@@ -744,7 +778,8 @@ def gpt_figure(t) -> Figure:
     colour = {v: COLORS[k % len(COLORS)] for k, v in enumerate(variants)}
     compared = [v for v in variants if role.get(v) in COMPARED]
     starts = [v for v in variants if role.get(v) in STARTS]
-    for ax, names, metric in ((axes[0, 0], compared, "entropy"), (axes[0, 1], compared, "eval_accuracy"), (axes[0, 2], compared, "kl"),
+    for ax, names, metric in ((axes[0, 0], compared, "entropy"), (axes[0, 1], compared, "eval_accuracy"),
+                              (axes[0, 2], compared, "kl"),
                               (axes[1, 0], starts, "frac_zero_std"), (axes[1, 1], starts, "entropy")):  # fmt: skip
         _gpt_panel(ax, t, names, metric, colour)
     fig.delaxes(axes[1, 2])
@@ -766,48 +801,79 @@ def figures(t) -> dict[str, Figure]:
 
 # ---- section: the template's context, from the tables ----------------------------------
 CLAIMS = {
-    "entropy": "A three-armed bandit pays 0.3, 1.0 and 0.5 (action 1 is the global optimum). Trained for 200 steps with five times the "
-               "normal learning rate (5e-3) and a tenth of the entropy bonus (0.001), its policy entropy should fall from about 1.1 to about 0.1. "
-               "Settling on action 1 is the success case; settling on action 0 or 2, a local optimum, the failure case; a high learning rate "
-               "or a low entropy bonus should make the failure likelier. From the document's uniform start no seed can fail, so the failure is "
-               "looked for from a start that hides the global arm (p = 0.005, noisy rewards), in a 2x2 of the two knobs, each cell run for the "
-               "same number of rewards and long enough that the normal setting leaves the local plateau it first settles on.",
-    "vanishing": "When every reward in a batch is the same (all 1.0), advantages are zero and so is the gradient. Alternating such phases "
-                 "with varied rewards, the document expects a gradient norm below 1e-4 in the homogeneous phases, above 1e-3 in the diverse "
+    "entropy": "A three-armed bandit pays 0.3, 1.0 and 0.5 (action 1 is the global optimum). Trained for 200 steps "
+    "with five times the "
+               "normal learning rate (5e-3) and a tenth of the entropy bonus (0.001), its policy entropy should fall "
+               "from about 1.1 to about 0.1. "
+               "Settling on action 1 is the success case; settling on action 0 or 2, a local optimum, the failure "
+               "case; a high learning rate "
+               "or a low entropy bonus should make the failure likelier. From the document's uniform start no seed can "
+               "fail, so the failure is "
+               "looked for from a start that hides the global arm (p = 0.005, noisy rewards), in a 2x2 of the two "
+               "knobs, each cell run for the "
+               "same number of rewards and long enough that the normal setting leaves the local plateau it first "
+               "settles on.",
+    "vanishing": "When every reward in a batch is the same (all 1.0), advantages are zero and so is the gradient. "
+    "Alternating such phases "
+                 "with varied rewards, the document expects a gradient norm below 1e-4 in the homogeneous phases, "
+                 "above 1e-3 in the diverse "
                  "ones, a fall of more than 90%, and a gradient norm that follows the reward std.",
-    "hacking": "The document's results show a reward-model score that keeps climbing while the true reward (human preference) rises "
-               "briefly and then falls, even below zero: the agent learns the reward model's flaws instead of the goal.",
-    "gpt": "The document names DAPO (clip-higher, dynamic sampling) as the cure for entropy collapse. On the GPT we repeat the challenges "
-           "from the calibrated reference: a failing setting (a multiple of its learning rate, a tenth of the entropy bonus, several PPO epochs "
-           "per batch so that the ratio moves and a clip can bind), on which the failure each remedy is for must first be shown with its interval "
-           "(token entropy falling by at least half for the entropy claims, held-out accuracy lost for the accuracy claims, the KL to the warm-up "
-           "passing the documents' alarm of 0.5 for the troubleshooting table's KL remedies); a proxy reward that favours large digits; RL from a "
+    "hacking": "The document's results show a reward-model score that keeps climbing while the true reward (human "
+    "preference) rises "
+               "briefly and then falls, even below zero: the agent learns the reward model's flaws instead of the "
+               "goal.",
+    "gpt": "The document names DAPO (clip-higher, dynamic sampling) as the cure for entropy collapse. On the GPT we "
+    "repeat the challenges "
+           "from the calibrated reference: a failing setting (a multiple of its learning rate, a tenth of the entropy "
+           "bonus, several PPO epochs "
+           "per batch so that the ratio moves and a clip can bind), on which the failure each remedy is for must first "
+           "be shown with its interval "
+           "(token entropy falling by at least half for the entropy claims, held-out accuracy lost for the accuracy "
+           "claims, the KL to the warm-up "
+           "passing the documents' alarm of 0.5 for the troubleshooting table's KL remedies); a proxy reward that "
+           "favours large digits; RL from a "
            "random policy (all answers wrong) and from a near-perfect one (all right). "
-           "Each remedy is compared with the failing setting where the two match: at equal updates (each run's last step, the same number of steps) "
-           "and, for DAPO, whose dynamic sampling draws more rollouts per step, also at equal samples (the step by which it has drawn what the failing "
-           "setting draws in its whole run). A remedy is judged only where the failure was shown and its mechanism acted: for clip-higher, "
-           "the tokens it frees (positive advantage, ratio between 1 + clip_eps and 1 + clip_eps_high), which a symmetric clip would cut.",
+           "Each remedy is compared with the failing setting where the two match: at equal updates (each run's last "
+           "step, the same number of steps) "
+           "and, for DAPO, whose dynamic sampling draws more rollouts per step, also at equal samples (the step by "
+           "which it has drawn what the failing "
+           "setting draws in its whole run). A remedy is judged only where the failure was shown and its mechanism "
+           "acted: for clip-higher, "
+           "the tokens it frees (positive advantage, ratio between 1 + clip_eps and 1 + clip_eps_high), which a "
+           "symmetric clip would cut.",
 }  # fmt: skip
 
 
 def gpt_sentence(gpt: pd.DataFrame, diffs: pd.DataFrame | None = None) -> str:
     """The measured sentence of the GPT part, with every setting in which each remedy differs from the failing one."""
     g = {name: _row(gpt, role=role) for name, role in
-         (("normal", "normal"), ("aggressive", "aggressive"), ("clip_higher", "clip_higher"), ("dapo_aggressive", "remedy"),
+         (("normal", "normal"), ("aggressive", "aggressive"), ("clip_higher", "clip_higher"),
+          ("dapo_aggressive", "remedy"),
           ("random_init", "random_policy"), ("near_perfect", "perfect_policy"))}  # fmt: skip
     n = {k: f"n={num(d.get('n'), '.0f')} of {num(d.get('expected'), '.0f')}" for k, d in g.items()}
     a, d = g["aggressive"], g["dapo_aggressive"]
-    return (f"Token entropy went from {_pm(a, 'entropy_start_mean')} to {_pm(a, 'entropy_end_mean')} under the failing setting "
-            f"({_pm(a, 'entropy_reduction_mean', '.1%')} lower, {n['aggressive']}; largest KL to the reference {_pm(a, 'kl_max_mean')}), "
-            f"sampled accuracy changing by {_pm(a, 'accuracy_gain_mean')}, against {_pm(g['normal'], 'entropy_reduction_mean', '.1%')} lower "
+    return (f"Token entropy went from {_pm(a, 'entropy_start_mean')} to {_pm(a, 'entropy_end_mean')} under the failing "
+            "setting "
+            f"({_pm(a, 'entropy_reduction_mean', '.1%')} lower, {n['aggressive']}; largest KL to the reference "
+            f"{_pm(a, 'kl_max_mean')}), "
+            f"sampled accuracy changing by {_pm(a, 'accuracy_gain_mean')}, against "
+            f"{_pm(g['normal'], 'entropy_reduction_mean', '.1%')} lower "
             f"under the normal one ({n['normal']}). Clip-higher ({n['clip_higher']}){_freed(g['clip_higher'])} "
-            f"ended at entropy {_pm(g['clip_higher'], 'entropy_end_mean')}. DAPO ({n['dapo_aggressive']}){_freed(d)} drew {_pm(d, 'draws_per_rollout_mean')} rollouts per rollout kept, {_pm(d, 'samples_mean', '.0f')} in all against "
-            f"{_pm(a, 'samples_mean', '.0f')}; at its last step (equal updates) its entropy was {_pm(d, 'entropy_end_mean')} against "
-            f"{_pm(a, 'entropy_end_mean')}; at step {_pm(d, 'equal_samples_step_mean', '.1f')} ({_pm(d, 'samples_at_equal_mean', '.0f')} rollouts, "
-            f"equal samples) {_pm(d, 'entropy_equal_samples_mean')}, with held-out accuracy {_pm(d, 'eval_equal_samples_mean', '.1%')} at its last "
-            f"evaluation by then (step {_pm(d, 'eval_equal_samples_step_mean', '.1f')}) against {_pm(a, 'eval_end_mean', '.1%')}. "
-            f"Share of groups with equal rewards: {_pm(g['random_init'], 'frac_zero_std_mean')} from a random policy ({n['random_init']}), "
-            f"{_pm(g['near_perfect'], 'frac_zero_std_mean')} from a near-perfect one ({n['near_perfect']}).") + cov_sentence(gpt) + differences_sentence(diffs)  # fmt: skip
+            f"ended at entropy {_pm(g['clip_higher'], 'entropy_end_mean')}. DAPO ({n['dapo_aggressive']}){_freed(d)} "
+            f"drew {_pm(d, 'draws_per_rollout_mean')} rollouts per rollout kept, {_pm(d, 'samples_mean', '.0f')} in "
+            "all against "
+            f"{_pm(a, 'samples_mean', '.0f')}; at its last step (equal updates) its entropy was "
+            f"{_pm(d, 'entropy_end_mean')} against "
+            f"{_pm(a, 'entropy_end_mean')}; at step {_pm(d, 'equal_samples_step_mean', '.1f')} "
+            f"({_pm(d, 'samples_at_equal_mean', '.0f')} rollouts, "
+            f"equal samples) {_pm(d, 'entropy_equal_samples_mean')}, with held-out accuracy "
+            f"{_pm(d, 'eval_equal_samples_mean', '.1%')} at its last "
+            f"evaluation by then (step {_pm(d, 'eval_equal_samples_step_mean', '.1f')}) against "
+            f"{_pm(a, 'eval_end_mean', '.1%')}. "
+            f"Share of groups with equal rewards: {_pm(g['random_init'], 'frac_zero_std_mean')} from a random policy "
+            f"({n['random_init']}), "
+            f"{_pm(g['near_perfect'], 'frac_zero_std_mean')} from a near-perfect one "
+            f"({n['near_perfect']}).") + cov_sentence(gpt) + differences_sentence(diffs)  # fmt: skip
 
 
 def differences_sentence(diffs: pd.DataFrame | None) -> str:
@@ -832,8 +898,10 @@ def cov_sentence(gpt: pd.DataFrame) -> str:
     for r, name in COV_REMEDIES.items():
         d = _row(gpt, role=r)
         if d:
-            parts.append(f" {name} (n={num(d.get('n'), '.0f')} of {num(d.get('expected'), '.0f')}) acted on {_pm(d, 'cov_frac_mean')} of answer "
-                         f"tokens and ended at entropy {_pm(d, 'entropy_end_mean')} and held-out accuracy {_pm(d, 'eval_end_mean', '.1%')}.")  # fmt: skip
+            parts.append(f" {name} (n={num(d.get('n'), '.0f')} of {num(d.get('expected'), '.0f')}) acted on "
+                         f"{_pm(d, 'cov_frac_mean')} of answer "
+                         f"tokens and ended at entropy {_pm(d, 'entropy_end_mean')} and held-out accuracy "
+                         f"{_pm(d, 'eval_end_mean', '.1%')}.")  # fmt: skip
     return "".join(parts)
 
 
@@ -856,7 +924,10 @@ def section(t) -> dict:
         summary = ", ".join(f"{k} {o}" for o, k in counts.items() if k) or "no verdicts"
         summary += f"; and {setup} setup check{'s' * (setup != 1)}, not counted" if setup else ""
         parts[part] = {"claim": CLAIMS[part], "measured": sentences[part], "rows": mine, "summary": summary}
-    return {"parts": parts, "verdict_list": rows, "power": power_note(claims), "severity_definition": SEVERITY_DEFINITION,
-            "bandit_window": BANDIT_WINDOW, "gpt_window": GPT_WINDOW, "dominant": DOMINANT, "settled_span": SETTLED_SPAN, "settled_move": SETTLED_MOVE,
-            "tables": {**{k: t[f"lab04_{k}"] for k in ("entropy", "local_optima", "vanishing", "hacking", "gpt", "gpt_differences", "report_template")},
+    return {"parts": parts, "verdict_list": rows, "power": power_note(claims),
+            "severity_definition": SEVERITY_DEFINITION,
+            "bandit_window": BANDIT_WINDOW, "gpt_window": GPT_WINDOW, "dominant": DOMINANT,
+            "settled_span": SETTLED_SPAN, "settled_move": SETTLED_MOVE,
+            "tables": {**{k: t[f"lab04_{k}"] for k in ("entropy", "local_optima", "vanishing", "hacking", "gpt",
+                                                       "gpt_differences", "report_template")},
                        "entropy_pooled": _pooled_rows(t["lab04_entropy"])}}  # fmt: skip

@@ -97,15 +97,19 @@ def last(run, column: str) -> float:
 
 def measures(run) -> dict:
     """What the tables aggregate per run; NaN everywhere for a run without a result."""
-    keys = ["initial_eval", "final_eval", "best_eval", "roughness", "drawdown", "largest_drop", "share_above_10", "share_below_3",
+    keys = ["initial_eval", "final_eval", "best_eval", "roughness", "drawdown", "largest_drop", "share_above_10",
+            "share_below_3",
             "collapsed", "final_reward", "wall_seconds", "alerts"]  # fmt: skip
     if not run.ok:
         return dict.fromkeys(keys, NAN)
     e = run.evals
     ev = e["eval_accuracy"]
     above, below = change_shares(ev)
-    return dict(zip(keys, [ev.iloc[0], ev.iloc[-1], ev.iloc[1:].max(), roughness(e["step"], ev), max_drawdown(ev), largest_drop(ev), above, below,
-                           float(collapsed(run)), last(run, "reward_mean"), run.summary["wall_seconds"], len(run.summary["alerts"])]))  # fmt: skip
+    return dict(zip(keys,
+                    [ev.iloc[0], ev.iloc[-1], ev.iloc[1:].max(), roughness(e["step"], ev), max_drawdown(ev),
+                     largest_drop(ev), above, below,
+                           float(collapsed(run)), last(run, "reward_mean"), run.summary["wall_seconds"],
+                     len(run.summary["alerts"])]))  # fmt: skip
 
 
 def batch_measures(run) -> dict:
@@ -228,7 +232,8 @@ def accuracy_by_samples(run) -> pd.DataFrame:
 def equal_samples_table(runs: list) -> pd.DataFrame:
     """Held-out accuracy per batch size, seed and number of rollouts sampled, at every
     evaluation: the batch study's comparison at equal samples beside its equal steps."""
-    rows = [{"batch_size": r.settings["batch_size"], "seed": r.spec.seed, "samples": int(p.samples), "eval_accuracy": p.eval_accuracy}
+    rows = [{"batch_size": r.settings["batch_size"], "seed": r.spec.seed, "samples": int(p.samples),
+             "eval_accuracy": p.eval_accuracy}
             for r in runs for p in accuracy_by_samples(r).itertuples() if p.samples > 0]  # fmt: skip
     return pd.DataFrame(rows, columns=["batch_size", "seed", "samples", "eval_accuracy"])
 
@@ -277,8 +282,10 @@ def fixed_vs_dynamic_tables(runs: list, role: dict) -> tuple[pd.DataFrame, pd.Da
     if not runs:
         return pd.DataFrame(), pd.DataFrame()
     method = {v: r for r, v in role.items() if r in (*FVD_ROLES, FVD_CONTROL)}
-    rows = pd.DataFrame([{"method": method.get(r.spec.variant, ""), "variant": r.spec.variant, "seed": r.spec.seed, **measures(r),
-                          "final_lr": last(r, "lr"), "final_kl_coef": last(r, "kl_coef"), **schedule_motion(r)} for r in runs])  # fmt: skip
+    rows = pd.DataFrame([{"method": method.get(r.spec.variant, ""), "variant": r.spec.variant, "seed": r.spec.seed,
+                          **measures(r),
+                          "final_lr": last(r, "lr"), "final_kl_coef": last(r, "kl_coef"),
+                          **schedule_motion(r)} for r in runs])  # fmt: skip
     out = summarise(
         rows,
         ["method", "variant"],
@@ -307,8 +314,10 @@ def remedies_table(runs: list) -> pd.DataFrame:
     LR, and across seeds the drawdown, the KL to the reference at the end, the training-reward gain and the
     final held-out accuracy."""
     cols = ["drawdown", "kl_end", "accuracy_gain", "final_eval"]
-    rows = pd.DataFrame([{"variant": r.spec.variant, "kl_coef": r.settings["kl_coef"], "lr": r.settings["lr"], "seed": r.spec.seed,
-                          **({"drawdown": drawdown(r), "kl_end": kl_end(r), "accuracy_gain": accuracy_gain(r), "final_eval": final_eval(r)}
+    rows = pd.DataFrame([{"variant": r.spec.variant, "kl_coef": r.settings["kl_coef"], "lr": r.settings["lr"],
+                          "seed": r.spec.seed,
+                          **({"drawdown": drawdown(r), "kl_end": kl_end(r), "accuracy_gain": accuracy_gain(r),
+                              "final_eval": final_eval(r)}
                              if r.ok else dict.fromkeys(cols, NAN))} for r in runs])  # fmt: skip
     return summarise(rows, ["variant", "kl_coef", "lr"], cols) if len(rows) else pd.DataFrame()
 
@@ -320,12 +329,17 @@ def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
         found = {v["batch_size"]: v["variance"] for v in probe["variance"]} if probe else {}
         sizes = sorted(found or g["batch_sizes"])
         for n in sizes:
-            var_rows.append({"task": task, "status": "complete" if probe else "missing", "batch_size": n, "variance": found.get(n, NAN),
-                             "ratio_to_largest": found.get(n, NAN) / found[sizes[-1]] if found.get(sizes[-1]) else NAN, "theory_ratio": sizes[-1] / n,
-                             "doc_variance": DOC_VARIANCE.get(n, NAN), "doc_ratio": DOC_VARIANCE.get(n, NAN) / DOC_VARIANCE[512]})  # fmt: skip
+            var_rows.append({"task": task, "status": "complete" if probe else "missing", "batch_size": n,
+                             "variance": found.get(n, NAN),
+                             "ratio_to_largest": found.get(n, NAN) / found[sizes[-1]] if found.get(sizes[-1]) else NAN,
+                             "theory_ratio": sizes[-1] / n,
+                             "doc_variance": DOC_VARIANCE.get(n, NAN),
+                             "doc_ratio": DOC_VARIANCE.get(n, NAN) / DOC_VARIANCE[512]})  # fmt: skip
         acc = probe["accumulation"] if probe else dict(zip(["batch_size", "micro_batch_size"], g["accumulation"]))
-        acc_rows.append({"task": task, "status": "complete" if probe else "missing", "batch_size": acc["batch_size"], "micro_batch_size": acc["micro_batch_size"],
-                         **{k: acc.get(k, NAN) for k in ("steps", "max_abs_difference", "max_abs_gradient", "relative")}})  # fmt: skip
+        acc_rows.append({"task": task, "status": "complete" if probe else "missing", "batch_size": acc["batch_size"],
+                         "micro_batch_size": acc["micro_batch_size"],
+                         **{k: acc.get(k, NAN) for k in ("steps", "max_abs_difference", "max_abs_gradient",
+                                                         "relative")}})  # fmt: skip
     return {"stability_gradvar": pd.DataFrame(var_rows), "stability_accumulation": pd.DataFrame(acc_rows)}
 
 
@@ -350,12 +364,14 @@ def detectors(run) -> dict[str, list[int]]:
     st, off = run.settings, {"entropy_min": None, "kl_max": None, "reward_swing": None}
     steps = lambda alerts: [a["step"] for a in alerts]  # noqa: E731
     return {"fixed_swing": steps(replay(run, **{**off, "reward_swing": FIXED_SWING}, window=st["monitor_window"])),
-            "scaled_swing": steps(replay(run, **off, window=st["monitor_window"], swing_sigmas=SWING_SIGMAS, batch_size=st["batch_size"])),
+            "scaled_swing": steps(replay(run, **off, window=st["monitor_window"], swing_sigmas=SWING_SIGMAS,
+                                         batch_size=st["batch_size"])),
             "high_kl": steps(replay(run, **{**off, "kl_max": st["monitor_kl_max"]})),
             "low_entropy": steps(replay(run, **{**off, "entropy_min": st["monitor_entropy_min"]}))}  # fmt: skip
 
 
-DETECTORS = {"fixed_swing": f"reward_swing, fixed {FIXED_SWING:g}", "scaled_swing": f"reward_swing, {SWING_SIGMAS:g} standard errors of the batch mean",
+DETECTORS = {"fixed_swing": f"reward_swing, fixed {FIXED_SWING:g}",
+             "scaled_swing": f"reward_swing, {SWING_SIGMAS:g} standard errors of the batch mean",
              "high_kl": "high_kl", "low_entropy": "low_entropy"}  # fmt: skip
 
 
@@ -397,10 +413,14 @@ def alert_scores(runs: list) -> pd.DataFrame:
     rows = []
     for name, (hit, n_alerts, caught, n_drops) in counts.items():
         (plo, phi), (rlo, rhi) = wilson(hit, n_alerts), wilson(caught, n_drops)
-        rows.append({"detector": DETECTORS[name], "alerts": n_alerts, "followed_by_drop": hit, "precision": hit / n_alerts if n_alerts else NAN, "precision_lo": plo,
-                     "precision_hi": phi, "drops": n_drops, "announced": caught, "recall": caught / n_drops if n_drops else NAN, "recall_lo": rlo,
+        rows.append({"detector": DETECTORS[name], "alerts": n_alerts, "followed_by_drop": hit,
+                     "precision": hit / n_alerts if n_alerts else NAN, "precision_lo": plo,
+                     "precision_hi": phi, "drops": n_drops, "announced": caught,
+                     "recall": caught / n_drops if n_drops else NAN, "recall_lo": rlo,
                      "recall_hi": rhi, "base_rate": base[0] / base[1] if base[1] else NAN})  # fmt: skip
-    return pd.DataFrame(rows, columns=["detector", "alerts", "followed_by_drop", "precision", "precision_lo", "precision_hi", "drops", "announced",
+    return pd.DataFrame(rows,
+                        columns=["detector", "alerts", "followed_by_drop", "precision", "precision_lo", "precision_hi",
+                                 "drops", "announced",
                                        "recall", "recall_lo", "recall_hi", "base_rate"])  # fmt: skip
 
 
@@ -412,8 +432,10 @@ def alerts_table(ctx) -> pd.DataFrame:
         for kind in ALERT_KINDS:
             steps = [[a["step"] for a in r.summary["alerts"] if a["kind"] == kind] for r in ok]
             firsts = [min(s) for s in steps if s]
-            rows.append({"experiment": exp, "kind": kind, "runs": len(ok), "expected": len(runs), "runs_with_alert": len(firsts),
-                         "first_step_median": float(pd.Series(firsts).median()) if firsts else NAN, "alerts": sum(map(len, steps))})  # fmt: skip
+            rows.append({"experiment": exp, "kind": kind, "runs": len(ok), "expected": len(runs),
+                         "runs_with_alert": len(firsts),
+                         "first_step_median": float(pd.Series(firsts).median()) if firsts else NAN,
+                         "alerts": sum(map(len, steps))})  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -442,12 +464,15 @@ def clipping_runs(runs: list) -> pd.DataFrame:
         st, m = r.settings, measures(r)
         spike = st.get("fault_grad_spike_step")
         after = r.evals[r.evals["step"] >= (spike or 0)]["eval_accuracy"] if r.ok else pd.Series(dtype=float)
-        rows.append({"optimizer": st.get("optimizer", "adamw"), "max_norm": label(st["grad_clip"]), "spike": "yes" if spike is not None else "no",
-                     "cell": cell_name(st.get("optimizer", "adamw"), st["grad_clip"], spike), "seed": r.spec.seed, "collapsed": m["collapsed"],
+        rows.append({"optimizer": st.get("optimizer", "adamw"), "max_norm": label(st["grad_clip"]),
+                     "spike": "yes" if spike is not None else "no",
+                     "cell": cell_name(st.get("optimizer", "adamw"), st["grad_clip"], spike), "seed": r.spec.seed,
+                     "collapsed": m["collapsed"],
                      "initial_eval": m["initial_eval"], "final_eval": m["final_eval"],
                      "drop_after_spike": float(m["initial_eval"] - after.min()) if len(after) else NAN,
                      "spike_ratio": spike_ratio(r.metrics["grad_norm"], r.metrics["step"], spike) if r.ok else NAN,
-                     "spike_norm": float(r.metrics.loc[r.metrics["step"] == spike, "grad_norm"].iloc[0]) if r.ok and spike is not None and (r.metrics["step"] == spike).any() else NAN})  # fmt: skip
+                     "spike_norm": float(r.metrics.loc[r.metrics["step"] == spike,
+                                                       "grad_norm"].iloc[0]) if r.ok and spike is not None and (r.metrics["step"] == spike).any() else NAN})  # fmt: skip
     out = pd.DataFrame(rows)
     clip = pd.to_numeric(out["max_norm"], errors="coerce") if len(out) else pd.Series(dtype=float)
     # the clip bound at the spike: its gradient norm (before clipping) exceeded the max norm; NaN without a clip
@@ -496,13 +521,18 @@ def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     predictions the clip cut on its busiest step; per cell their means and spreads."""
     if not runs:
         return pd.DataFrame(), pd.DataFrame()
-    rows = pd.DataFrame([{"value_clip": label(r.settings["value_clip"]), "value_coef": float(r.settings["value_coef"]), "seed": r.spec.seed, "setting": setting(r.spec),
-                          "final_rmse": last(r, "value_rmse"), "mean_rmse": r.metrics["value_rmse"].mean() if r.ok else NAN,
-                          "final_explained_variance": last(r, "explained_variance"), "ev_by_20": critic_ev(r.metrics) if r.ok else NAN,
-                          "ev_min": over_steps(r, "explained_variance", "min"), "value_delta_max": over_steps(r, "value_delta", "max"),
+    rows = pd.DataFrame([{"value_clip": label(r.settings["value_clip"]), "value_coef": float(r.settings["value_coef"]),
+                          "seed": r.spec.seed, "setting": setting(r.spec),
+                          "final_rmse": last(r, "value_rmse"),
+                          "mean_rmse": r.metrics["value_rmse"].mean() if r.ok else NAN,
+                          "final_explained_variance": last(r, "explained_variance"),
+                          "ev_by_20": critic_ev(r.metrics) if r.ok else NAN,
+                          "ev_min": over_steps(r, "explained_variance", "min"),
+                          "value_delta_max": over_steps(r, "value_delta", "max"),
                           "clip_share_max": over_steps(r, "value_clip_frac", "max"),
                           "final_eval": measures(r)["final_eval"]} for r in runs])  # fmt: skip
-    out = summarise(rows, ["value_clip", "value_coef"], ["final_rmse", "mean_rmse", "final_explained_variance", "ev_by_20", "ev_min", "value_delta_max",
+    out = summarise(rows, ["value_clip", "value_coef"],
+                    ["final_rmse", "mean_rmse", "final_explained_variance", "ev_by_20", "ev_min", "value_delta_max",
                                                           "clip_share_max", "final_eval"])  # fmt: skip
     out["doc_rmse"] = [DOC_VALUE_RMSE.get((c, w), NAN) for c, w in zip(out["value_clip"], out["value_coef"])]
     return out, rows
@@ -511,29 +541,39 @@ def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
 # The document's diagnosis table (section 8), one row per symptom: the evidence rule picks a run among those
 # whose settings carry the cause the document names (`CAUSE_FILTERS`), never among arbitrary runs.
 SYMPTOMS = [
-    ("reward does not rise", "learning rate too small; batch too small; reward function wrong", "raise the LR 10x; batch 512+; check the verifier",
+    ("reward does not rise", "learning rate too small; batch too small; reward function wrong",
+     "raise the LR 10x; batch 512+; check the verifier",
      "largest mean frac_zero_std (share of groups with equal rewards), shown when >= 0.9"),
-    ("reward drops suddenly", "learning rate too large; KL coefficient too small; no gradient clipping", "cut the LR 10x; KL coefficient 0.1; clip the gradient norm",
+    ("reward drops suddenly", "learning rate too large; KL coefficient too small; no gradient clipping",
+     "cut the LR 10x; KL coefficient 0.1; clip the gradient norm",
      "largest single drop of eval accuracy between evaluations, shown when > 10 points"),
-    ("entropy collapses fast", "sampling temperature too low; entropy bonus too weak; strong length penalty", "temperature 0.8; entropy_coef 0.02; drop explicit penalties",
+    ("entropy collapses fast", "sampling temperature too low; entropy bonus too weak; strong length penalty",
+     "temperature 0.8; entropy_coef 0.02; drop explicit penalties",
      "lowest final/first-step entropy ratio, shown when < 0.8"),
-    ("KL explodes", "clip epsilon too large; too many PPO epochs; batch too small", "clip_epsilon 0.1; PPO epochs 4 -> 2; larger batch",
+    ("KL explodes", "clip epsilon too large; too many PPO epochs; batch too small",
+     "clip_epsilon 0.1; PPO epochs 4 -> 2; larger batch",
      "largest KL to the reference, shown when above the run's monitor threshold"),
-    ("out of memory", "batch set wrongly; sequences too long; no mixed precision", "check the accumulation; truncate; torch.cuda.amp",
+    ("out of memory", "batch set wrongly; sequences too long; no mixed precision",
+     "check the accumulation; truncate; torch.cuda.amp",
      "none: this pipeline records no memory failures"),
-    ("non-finite loss or gradient", "learning rate far too large, no clipping", "skip the update (the guard), lower the LR, clip",
+    ("non-finite loss or gradient", "learning rate far too large, no clipping",
+     "skip the update (the guard), lower the LR, clip",
      "most updates skipped by the non-finite guard"),
 ]  # fmt: skip
 # The calibrated reference (docs/notebook/2026-11-23-calibration-pilot.md); "too large" is a multiple of it.
 REFERENCE_LR = 3.0e-4
 # (which of the document's causes, a test of a run's settings) per symptom, in SYMPTOMS' order.
 CAUSE_FILTERS = [
-    ("reward function wrong for the policy: exact match pays a random policy nothing", lambda st: st.get("init") == "random" and st.get("reward") == "exact"),
+    ("reward function wrong for the policy: exact match pays a random policy nothing",
+     lambda st: st.get("init") == "random" and st.get("reward") == "exact"),
     ("no gradient clipping (and an outsized gradient)", lambda st: st.get("grad_clip") is None),
-    ("entropy bonus too weak (present, below 0.01)", lambda st: 0 < st.get("entropy_coef", 0.0) < 0.01 and st.get("init") != "random"),
-    ("several PPO epochs or a wider upper clip", lambda st: st.get("ppo_epochs", 1) > 1 or st.get("clip_eps_high") is not None),
+    ("entropy bonus too weak (present, below 0.01)",
+     lambda st: 0 < st.get("entropy_coef", 0.0) < 0.01 and st.get("init") != "random"),
+    ("several PPO epochs or a wider upper clip",
+     lambda st: st.get("ppo_epochs", 1) > 1 or st.get("clip_eps_high") is not None),
     ("none", lambda st: False),
-    ("learning rate far too large, no clipping", lambda st: st.get("grad_clip") is None and st.get("lr", 0) > 1e3 * REFERENCE_LR),
+    ("learning rate far too large, no clipping",
+     lambda st: st.get("grad_clip") is None and st.get("lr", 0) > 1e3 * REFERENCE_LR),
 ]  # fmt: skip
 
 
@@ -543,8 +583,10 @@ def run_signals(run) -> dict:
     d = ev["eval_accuracy"].diff()
     i = d.idxmin() if d.notna().any() else None
     return {"zero_std": m["frac_zero_std"].mean(), "drop": largest_drop(ev["eval_accuracy"]),
-            "drop_at": (ev["step"][i - 1], ev["step"][i], ev["eval_accuracy"][i - 1], ev["eval_accuracy"][i]) if i is not None else None,
-            "ent_ratio": ent.iloc[-1] / ent.iloc[0] if len(ent) and ent.iloc[0] > 0 else NAN, "ent": (ent.iloc[0], ent.iloc[-1]) if len(ent) else None,
+            "drop_at": (ev["step"][i - 1], ev["step"][i], ev["eval_accuracy"][i - 1],
+                        ev["eval_accuracy"][i]) if i is not None else None,
+            "ent_ratio": ent.iloc[-1] / ent.iloc[0] if len(ent) and ent.iloc[0] > 0 else NAN,
+            "ent": (ent.iloc[0], ent.iloc[-1]) if len(ent) else None,
             "kl": m["kl"].max(), "kl_at": m.loc[m["kl"].idxmax(), "step"] if m["kl"].notna().any() else NAN,
             "kl_max": run.settings.get("monitor_kl_max") or math.inf,
             "skipped": int(m["skipped"].fillna(0).sum()) + (run.status == "stopped_nonfinite")}  # fmt: skip
@@ -569,17 +611,23 @@ def troubleshooting_table(ctx) -> pd.DataFrame:
 
     rules = [
         ("zero_std", True, lambda g: g["zero_std"] >= 0.9, lambda g: f"mean frac_zero_std {g['zero_std']:.2f}"),
-        ("drop", True, lambda g: g["drop"] > BIG_SWING, lambda g: "eval accuracy {2:.1%} at step {0:g} -> {3:.1%} at step {1:g}".format(*g["drop_at"]) if g["drop_at"] else "no drop"),
-        ("ent_ratio", False, lambda g: g["ent_ratio"] < 0.8, lambda g: f"entropy {g['ent'][0]:.3f} at the first step -> {g['ent'][1]:.3f} at the last"),
-        ("kl", True, lambda g: g["kl"] > g["kl_max"], lambda g: f"KL {g['kl']:.3g} at step {g['kl_at']:g} (monitor threshold {g['kl_max']:g})"),
+        ("drop", True, lambda g: g["drop"] > BIG_SWING,
+         lambda g: "eval accuracy {2:.1%} at step {0:g} -> {3:.1%} at step "
+         "{1:g}".format(*g["drop_at"]) if g["drop_at"] else "no drop"),
+        ("ent_ratio", False, lambda g: g["ent_ratio"] < 0.8,
+         lambda g: f"entropy {g['ent'][0]:.3f} at the first step -> {g['ent'][1]:.3f} at the last"),
+        ("kl", True, lambda g: g["kl"] > g["kl_max"],
+         lambda g: f"KL {g['kl']:.3g} at step {g['kl_at']:g} (monitor threshold {g['kl_max']:g})"),
         None,
-        ("skipped", True, lambda g: g["skipped"] > 0, lambda g: f"{g['skipped']} update(s) skipped by the non-finite guard"),
+        ("skipped", True, lambda g: g["skipped"] > 0,
+         lambda g: f"{g['skipped']} update(s) skipped by the non-finite guard"),
     ]  # fmt: skip
     evidence = [
         choose(f, *rule) if rule else ("", "not observed in this pipeline")
         for (_, f), rule in zip(CAUSE_FILTERS, rules)
     ]
-    return pd.DataFrame([{"symptom": a, "cause": b, "fix": c, "rule": d, "cause_shown": cause, "evidence_run": r, "evidence": e}
+    return pd.DataFrame([{"symptom": a, "cause": b, "fix": c, "rule": d, "cause_shown": cause, "evidence_run": r,
+                          "evidence": e}
                          for (a, b, c, d), (cause, _), (r, e) in zip(SYMPTOMS, CAUSE_FILTERS, evidence)])  # fmt: skip
 
 
@@ -701,7 +749,8 @@ def figures(t) -> dict:
         )
         ax.set_xticks(np.arange(len(g)), labels=[str(b) for b in g["batch_size"]])
         notes.append(
-            f"{task}: {g['ratio_to_largest'].iloc[0]:.1f}x lower at {g['batch_size'].iloc[-1]} (1/N: {g['theory_ratio'].iloc[0]:.0f}x)"
+            f"{task}: {g['ratio_to_largest'].iloc[0]:.1f}x lower at {g['batch_size'].iloc[-1]} (1/N:"
+            f" {g['theory_ratio'].iloc[0]:.0f}x)"
         )
     if notes:
         ax.set_yscale("log")
@@ -779,8 +828,10 @@ def batch_text(b: pd.DataFrame) -> str:
     if b.empty or b["roughness_mean"].isna().all():
         return "No batch-size runs with a result."
     lo, hi = pick(b, "batch_size", b["batch_size"].min()), pick(b, "batch_size", b["batch_size"].max())
-    return (f"Roughness (spread of held-out accuracy around its trend) was {pm(hi, 'roughness', 'pts')} at batch {hi['batch_size']} against {pm(lo, 'roughness', 'pts')} "
-            f"at batch {lo['batch_size']}; largest fall between consecutive evaluations {pm(hi, 'largest_drop', 'pts')} against {pm(lo, 'largest_drop', 'pts')}; "
+    return (f"Roughness (spread of held-out accuracy around its trend) was {pm(hi, 'roughness', 'pts')} at batch "
+            f"{hi['batch_size']} against {pm(lo, 'roughness', 'pts')} "
+            f"at batch {lo['batch_size']}; largest fall between consecutive evaluations "
+            f"{pm(hi, 'largest_drop', 'pts')} against {pm(lo, 'largest_drop', 'pts')}; "
             f"final accuracy {pm(hi, 'final_eval')} against {pm(lo, 'final_eval')}.")  # fmt: skip
 
 
@@ -790,13 +841,17 @@ def gradvar_text(gv: pd.DataFrame, acc: pd.DataFrame) -> tuple[str, str]:
         v = "The gradient-variance probe has not run."
     else:
         lo, hi = g.iloc[0], g[g["task"] == g.iloc[0]["task"]].iloc[-1]
-        v = (f"On {lo['task']}, the variance was {lo['variance']:.3g} at batch {lo['batch_size']:g} and {hi['variance']:.3g} at {hi['batch_size']:g}: "
-             f"{lo['ratio_to_largest']:.2f}x lower, against {lo['theory_ratio']:.0f}x from 1/N and the document's about 6x ({DOC_VARIANCE[64]} vs {DOC_VARIANCE[512]}).")  # fmt: skip
+        v = (f"On {lo['task']}, the variance was {lo['variance']:.3g} at batch {lo['batch_size']:g} and "
+             f"{hi['variance']:.3g} at {hi['batch_size']:g}: "
+             f"{lo['ratio_to_largest']:.2f}x lower, against {lo['theory_ratio']:.0f}x from 1/N and the document's "
+             f"about 6x ({DOC_VARIANCE[64]} vs {DOC_VARIANCE[512]}).")  # fmt: skip
     a = acc.dropna(subset=["relative"]).iloc[0] if not acc.empty and acc["relative"].notna().any() else None
     if a is None:
         return v, "The accumulation check has not run."
-    return v, (f"Accumulating {a['steps']:g} micro-batches of {a['micro_batch_size']:g} reproduced the gradient of the whole batch of {a['batch_size']:g} "
-               f"to a largest element-wise difference of {a['max_abs_difference']:.2g} ({a['relative']:.2g} of the largest gradient element).")  # fmt: skip
+    return v, (f"Accumulating {a['steps']:g} micro-batches of {a['micro_batch_size']:g} reproduced the gradient of the "
+               f"whole batch of {a['batch_size']:g} "
+               f"to a largest element-wise difference of {a['max_abs_difference']:.2g} ({a['relative']:.2g} of the "
+               "largest gradient element).")  # fmt: skip
 
 
 def fvd_text(f: pd.DataFrame) -> str:
@@ -819,7 +874,8 @@ def equal_samples_text(es: pd.DataFrame) -> str:
     return (
         "Rollouts sampled by the end of the runs: "
         + ", ".join(f"batch {b}: {n:,}" for b, n in last.items())
-        + ". At equal steps the larger batch has seen proportionally more rollouts; below, each pair is compared at the largest number of rollouts both have been evaluated at."
+        + ". At equal steps the larger batch has seen proportionally more rollouts; below, each pair is compared at the"
+        " largest number of rollouts both have been evaluated at."
     )
 
 
@@ -827,15 +883,19 @@ def case_text(c: pd.DataFrame) -> str:
     if len(c) < 2 or c["final_reward_mean"].isna().any():
         return "The smallest or largest batch has no run with a result."
     lo, hi = c.iloc[0], c.iloc[-1]
-    return (f"Batch {lo['batch_size']}: final training reward {pm(lo, 'final_reward', 'num')}, {lo['collapses']:g} collapsed run(s), {lo['wall_seconds_mean']:.0f} s per run; "
-            f"batch {hi['batch_size']}: {pm(hi, 'final_reward', 'num')}, {hi['collapses']:g} collapsed, {hi['wall_seconds_mean']:.0f} s.")  # fmt: skip
+    return (f"Batch {lo['batch_size']}: final training reward {pm(lo, 'final_reward', 'num')}, {lo['collapses']:g} "
+            f"collapsed run(s), {lo['wall_seconds_mean']:.0f} s per run; "
+            f"batch {hi['batch_size']}: {pm(hi, 'final_reward', 'num')}, {hi['collapses']:g} collapsed, "
+            f"{hi['wall_seconds_mean']:.0f} s.")  # fmt: skip
 
 
 def clipping_text(c: pd.DataFrame) -> str:
     if c.empty or c["collapse_rate"].isna().all():
         return "No clipping runs with a result."
-    return "; ".join(f"{r.cell}: {r.collapses:g}/{r.n} collapsed (95% Wilson interval {100 * r.collapse_rate_lo:.0f}% to {100 * r.collapse_rate_hi:.0f}%)"
-                     + (f", spike {r.spike_ratio_mean:.0f}x the median gradient norm" if known(r.spike_ratio_mean) else "")
+    return "; ".join(f"{r.cell}: {r.collapses:g}/{r.n} collapsed (95% Wilson interval {100 * r.collapse_rate_lo:.0f}% "
+                     f"to {100 * r.collapse_rate_hi:.0f}%)"
+                     + (f", spike {r.spike_ratio_mean:.0f}x the median gradient "
+                        "norm" if known(r.spike_ratio_mean) else "")
                      for r in c.itertuples()) + "."  # fmt: skip
 
 
@@ -849,10 +909,13 @@ def value_text(v: pd.DataFrame) -> str:
         for name, x in [("clipping alone", cell("0.2", 0.5)), ("weight 1.0 alone", cell("none", 1.0))]
         if x is not None
     ]
-    return (f"Mean value RMSE over training: unclipped at weight 0.5 {pm(a, 'mean_rmse', 'num')}, clipped at weight 1.0 {pm(b, 'mean_rmse', 'num')}"
+    return (f"Mean value RMSE over training: unclipped at weight 0.5 {pm(a, 'mean_rmse', 'num')}, clipped at weight "
+            f"1.0 {pm(b, 'mean_rmse', 'num')}"
             + (f" ({'; '.join(alone)})" if alone else "") + "; the document: 0.25 and 0.12 (−52%). "
-            + f"The critic explains {pm(a, 'ev_by_20', 'num')} and {pm(b, 'ev_by_20', 'num')} of the returns' variance over steps 16-20; "
-            + f"one update moved the values by up to {pm(a, 'value_delta_max', 'num')} unclipped, and the clip cut up to {pm(b, 'clip_share_max', 'pct')} "
+            + f"The critic explains {pm(a, 'ev_by_20', 'num')} and {pm(b, 'ev_by_20', 'num')} of the returns' variance "
+            "over steps 16-20; "
+            + f"one update moved the values by up to {pm(a, 'value_delta_max', 'num')} unclipped, and the clip cut up "
+            f"to {pm(b, 'clip_share_max', 'pct')} "
             + "of the value predictions on a step.")  # fmt: skip
 
 
@@ -875,14 +938,14 @@ def scores_text(sc: pd.DataFrame) -> str:
     if sc.empty:
         return "No runs to score the alerts on."
     parts = [
-        f"{r.detector}: precision {interval_rate(r.followed_by_drop, r.alerts)}, recall {interval_rate(r.announced, r.drops)}"
+        f"{r.detector}: precision {interval_rate(r.followed_by_drop, r.alerts)}, recall"
+        f" {interval_rate(r.announced, r.drops)}"
         for r in sc.itertuples()
     ]
     return (
-        f"Against sustained drops (held-out accuracy at least {100 * DROP:.0f} points below its running best at two evaluations in a row) starting within "
-        f"{HORIZON} steps after the alert; a random step is followed by one with probability {sc['base_rate'].iloc[0]:.2f}. "
-        + "; ".join(parts)
-        + "."
+        f"Against sustained drops (held-out accuracy at least {100 * DROP:.0f} points below its running best at two"
+        f" evaluations in a row) starting within {HORIZON} steps after the alert; a random step is followed by one with"
+        f" probability {sc['base_rate'].iloc[0]:.2f}. " + "; ".join(parts) + "."
     )
 
 
@@ -907,8 +970,10 @@ def alerts_text(al: pd.DataFrame) -> str:
 
 
 def section(t) -> dict:
-    names = ["stability_batch_curve", "stability_batch", "stability_equal_samples", "stability_case_study", "stability_fixed_vs_dynamic", "stability_gradvar",
-             "stability_accumulation", "stability_alerts", "stability_alert_scores", "stability_clipping", "stability_value_clip", "stability_troubleshooting",
+    names = ["stability_batch_curve", "stability_batch", "stability_equal_samples", "stability_case_study",
+             "stability_fixed_vs_dynamic", "stability_gradvar",
+             "stability_accumulation", "stability_alerts", "stability_alert_scores", "stability_clipping",
+             "stability_value_clip", "stability_troubleshooting",
              "stability_remedies"]  # fmt: skip
     tb = {n.removeprefix("stability_"): t[n] for n in names}
     claims = claim_frame(t, NAME)
@@ -971,7 +1036,8 @@ def section(t) -> dict:
                 "rows": [r for r in rows if r["key"].startswith("monitor_precision_")],
             },
             "troubleshooting": {
-                "text": f"{int((ts['evidence_run'].astype(object).fillna('') != '').sum())} of {len(ts)} symptoms are shown by a run of this pipeline."
+                "text": f"{int((ts['evidence_run'].astype(object).fillna('') != '').sum())} of {len(ts)} symptoms are "
+                "shown by a run of this pipeline."
                 if not ts.empty
                 else "No runs.",
                 "rows": [],

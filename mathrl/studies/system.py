@@ -57,7 +57,8 @@ DOC = {
     "mul": {"config": "MultiplierRLConfig", "n_layer": 6, "n_head": 8, "n_embd": 256, "expected": (0.80, 0.90)},
 }
 # rl_batch_size 64 with rl_ga_steps 2: 128 sequences per optimizer step, in micro-batches of 64.
-DOC_RL = {"steps": 200, "lr": 1e-4, "batch_size": 128, "micro_batch_size": 64, "group_size": 8, "grad_clip": 1.0, "weight_decay": 0.01,
+DOC_RL = {"steps": 200, "lr": 1e-4, "batch_size": 128, "micro_batch_size": 64, "group_size": 8, "grad_clip": 1.0,
+          "weight_decay": 0.01,
           "adam_beta1": 0.9, "adam_beta2": 0.99, "temperature": 1.0, "baseline_decay": 0.9}  # fmt: skip
 # What each algorithm run beside the document's REINFORCE is, for the section's text.
 BESIDE = {
@@ -66,9 +67,12 @@ BESIDE = {
 }
 SETTING_NAMES = {
     "n_layer": "layers", "n_head": "attention heads", "n_embd": "embedding dim", "n_params": "parameters",
-    "sft_steps": "warm-up steps", "sft_accuracy": "warm-up held-out accuracy", "steps": "RL steps", "lr": "learning rate",
-    "batch_size": "sequences per step", "micro_batch_size": "sequences per micro-batch", "group_size": "rollouts per prompt", "grad_clip": "gradient clip (max norm)",
-    "weight_decay": "weight decay", "adam_beta1": "Adam beta1", "adam_beta2": "Adam beta2", "temperature": "sampling temperature",
+    "sft_steps": "warm-up steps", "sft_accuracy": "warm-up held-out accuracy", "steps": "RL steps",
+    "lr": "learning rate",
+    "batch_size": "sequences per step", "micro_batch_size": "sequences per micro-batch",
+    "group_size": "rollouts per prompt", "grad_clip": "gradient clip (max norm)",
+    "weight_decay": "weight decay", "adam_beta1": "Adam beta1", "adam_beta2": "Adam beta2",
+    "temperature": "sampling temperature",
     "baseline_decay": "REINFORCE baseline decay",
 }  # fmt: skip
 
@@ -86,7 +90,8 @@ def configs_table(ctx, runs) -> pd.DataFrame:
         sft = ctx.sft(task) or {}
         model = sft.get("model", {})
         spec = next((r for r in runs if r.settings["task"] == task and r.settings["algorithm"] == "reinforce"), None)
-        ours = {**{k: model.get(k, math.nan) for k in ("n_layer", "n_head", "n_embd")}, "n_params": sft.get("n_params", math.nan),
+        ours = {**{k: model.get(k, math.nan) for k in ("n_layer", "n_head", "n_embd")},
+                "n_params": sft.get("n_params", math.nan),
                 "sft_steps": sft.get("steps", math.nan), "sft_accuracy": sft.get("eval_accuracy", math.nan),
                 **{k: (spec.settings[k] if spec else math.nan) for k in DOC_RL}}  # fmt: skip
         if spec:
@@ -97,7 +102,8 @@ def configs_table(ctx, runs) -> pd.DataFrame:
         for key, label in SETTING_NAMES.items():
             value = ours[key]
             rows.append({"task": task, "config": doc["config"], "preset": preset, "key": key, "setting": label,
-                         "ours": math.nan if value is None else float(value), "document": float(theirs.get(key, math.nan))})  # fmt: skip
+                         "ours": math.nan if value is None else float(value),
+                         "document": float(theirs.get(key, math.nan))})  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -124,7 +130,8 @@ def read_starts(ctx, task: str) -> dict:
     sft = ctx.sft(task) or {}
     if not sft:
         return {"starts": [], "controls": []}
-    start = {"start": band_start(ctx.cfg, task), "threshold": ctx.cfg["sft"][task]["band"][0], "sft_steps": sft.get("steps", math.nan),
+    start = {"start": band_start(ctx.cfg, task), "threshold": ctx.cfg["sft"][task]["band"][0],
+             "sft_steps": sft.get("steps", math.nan),
              "val_accuracy": sft.get("val_accuracy", math.nan), "test_accuracy": sft.get("eval_accuracy", math.nan),
              "reached": sft.get("reached")}  # fmt: skip
     return {"starts": [start], "controls": []}
@@ -146,8 +153,10 @@ def pick_start(val_accuracy: dict[str, float], low: float) -> str | None:
 
 def control_rows(ctx, task: str) -> list[dict]:
     """The supervised control's per-seed rows, in system_start_runs' columns."""
-    return [{"task": task, "start": c["start"], "algorithm": SUPERVISED, "seed": c["seed"], "initial_eval": c["initial_test"],
-             "final_eval": c["final_test"], "gain": c["final_test"] - c["initial_test"]} for c in read_starts(ctx, task)["controls"]]  # fmt: skip
+    return [{"task": task, "start": c["start"], "algorithm": SUPERVISED, "seed": c["seed"],
+             "initial_eval": c["initial_test"],
+             "final_eval": c["final_test"], "gain": c["final_test"] - c["initial_test"]} for c in read_starts(ctx,
+                                                                                                              task)["controls"]]  # fmt: skip
 
 
 def start_runs_table(ctx, per_run: pd.DataFrame) -> pd.DataFrame:
@@ -233,8 +242,10 @@ def run_stats(run, start: str = "") -> dict:
     if run.ok:
         m = run.metrics
         row.update(final_eval=run.summary["final"]["eval_accuracy"], initial_eval=run.initial_eval,
-                   best_eval=run.summary["best"]["eval_accuracy"], steps_done=float(len(m)), wall_seconds=float(m["seconds"].sum()),
-                   seq_per_s=float(m["samples"].iloc[-1] / m["seconds"].sum()), collapsed=float(collapsed(run)), degraded=float(degraded(run)))  # fmt: skip
+                   best_eval=run.summary["best"]["eval_accuracy"], steps_done=float(len(m)),
+                   wall_seconds=float(m["seconds"].sum()),
+                   seq_per_s=float(m["samples"].iloc[-1] / m["seconds"].sum()), collapsed=float(collapsed(run)),
+                   degraded=float(degraded(run)))  # fmt: skip
         row["gain"] = row["final_eval"] - row["initial_eval"]
     return row
 
@@ -282,7 +293,8 @@ def results_table(runs, cfg: dict | None = None) -> pd.DataFrame:
 
 def curves_table(runs, cfg: dict | None = None) -> pd.DataFrame:
     """Held-out accuracy per task, start, algorithm and evaluation step (step 0: before RL)."""
-    frames = [r.evals.assign(task=r.settings["task"], start=start_of(cfg, r.settings) if cfg else "", algorithm=r.settings["algorithm"])
+    frames = [r.evals.assign(task=r.settings["task"], start=start_of(cfg, r.settings) if cfg else "",
+                             algorithm=r.settings["algorithm"])
               for r in runs if r.ok]  # fmt: skip
     long = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return mean_spread(long, ["task", "start", "algorithm", "step"], ["eval_accuracy"])
@@ -321,7 +333,8 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     res = results_table(runs, ctx.cfg)
     per_run = per_run_table(runs, ctx.cfg)
     start_runs = start_runs_table(ctx, per_run)
-    return {"system_configs": configs_table(ctx, runs), "system_results": res, "system_curves": curves_table(runs, ctx.cfg),
+    return {"system_configs": configs_table(ctx, runs), "system_results": res,
+            "system_curves": curves_table(runs, ctx.cfg),
             "system_console": console_table(ctx, runs), "system_runs": per_run, "system_start_runs": start_runs,
             "system_starts": starts_table(ctx, start_runs)}  # fmt: skip
 
@@ -350,7 +363,8 @@ def fig_curves(t) -> plt.Figure:
         for i, (st, algorithm) in enumerate(lines):
             a = d[(d["algorithm"] == algorithm) & (d["start"] == st)]
             if len(a):
-                band(ax, a["step"], a["eval_accuracy_mean"], a["eval_accuracy_std"], f"{algorithm} from {st}", COLORS[i % len(COLORS)],
+                band(ax, a["step"], a["eval_accuracy_mean"], a["eval_accuracy_std"], f"{algorithm} from {st}",
+                     COLORS[i % len(COLORS)],
                      n=a["n"], bounds=bounds("eval_accuracy"))  # fmt: skip
         lo, hi = cell(res, "expected_low", task=task), cell(res, "expected_high", task=task)
         if not math.isnan(lo):
@@ -415,10 +429,19 @@ def starts_text(starts: pd.DataFrame, task: str) -> str:
     d = starts[starts["task"] == task] if len(starts) else starts
     parts = []
     for r in d.itertuples():
-        part = f"from {r.start} ({number(r.start_test, 'pct', sign=False)} held-out, {number(r.start_val, 'pct', sign=False)} validation)"
-        part += f" REINFORCE ended at {ci_text(r.rl_final, r.rl_lo, r.rl_hi, r.rl_n)}, the supervised control at {ci_text(r.sup_final, r.sup_lo, r.sup_hi, r.sup_n)}"
+        part = (
+            f"from {r.start} ({number(r.start_test, 'pct', sign=False)} held-out,"
+            f" {number(r.start_val, 'pct', sign=False)} validation)"
+        )
+        part += (
+            f" REINFORCE ended at {ci_text(r.rl_final, r.rl_lo, r.rl_hi, r.rl_n)}, the supervised control at"
+            f" {ci_text(r.sup_final, r.sup_lo, r.sup_hi, r.sup_n)}"
+        )
         if known(getattr(r, "rl_minus_sup", math.nan)):
-            part += f" (RL − control {number(r.rl_minus_sup, 'pts')} [{number(r.rl_minus_sup_lo, 'pts')}, {number(r.rl_minus_sup_hi, 'pts')}])"
+            part += (
+                f" (RL − control {number(r.rl_minus_sup, 'pts')} [{number(r.rl_minus_sup_lo, 'pts')},"
+                f" {number(r.rl_minus_sup_hi, 'pts')}])"
+            )
         parts.append(part)
     return "; ".join(parts)
 
@@ -462,13 +485,16 @@ def task_text(res: pd.DataFrame, cfgs: pd.DataFrame, task: str, rows: dict, star
         if known(spread) and spread > 0  # every seed starts from one checkpoint:
         else number(cell(res, "initial_eval_mean", **where_rows), "pct", sign=False)
     )  # one number, no interval of width 0
-    text = (f"On {task},{where} REINFORCE ended at {pm(res, task, 'reinforce', start=picked)} held-out accuracy (from {before} "
+    text = (f"On {task},{where} REINFORCE ended at {pm(res, task, 'reinforce', start=picked)} held-out accuracy (from "
+            f"{before} "
             f"before RL{others}), against the document's {lo:.0%}–{hi:.0%}.")  # fmt: skip
     reaching = d[d["rl_lo"] >= lo]["start"].tolist() if len(d) and "rl_lo" in d else []
     if len(d) > 1 or reaching:
         text += f" By start: {starts_text(starts, task)}."
-        text += (f" REINFORCE's whole interval lies at or above the document's {lo:.0%} from {', '.join(reaching)}." if reaching
-                 else f" From none of these starts does REINFORCE's interval reach the document's {lo:.0%}.")  # fmt: skip
+        text += (f" REINFORCE's whole interval lies at or above the document's {lo:.0%} from "
+                 f"{', '.join(reaching)}." if reaching
+                 else " From none of these starts does REINFORCE's interval reach the document's "
+                 f"{lo:.0%}.")  # fmt: skip
     acc = rows.get(f"{task}_accuracy")
     if acc and acc["outcome"] == "disagrees":
         text += " From the picked start the document's accuracy is not reached; that is a finding." + scale_note(
@@ -511,5 +537,7 @@ def section(t) -> dict:
         "doc_steps": DOC_RL["steps"],
         "starts": t["system_starts"],
         "beside": [BESIDE[a] for a in ALGORITHMS if a in BESIDE and len(res) and (res["algorithm"] == a).any()],
-        "doc_console": "Step 50/200 | Loss: 0.234 | Acc: 0.750 | Reward: 0.750 | LR: 1.00e-04",  # the document's example
+        "doc_console": (
+            "Step 50/200 | Loss: 0.234 | Acc: 0.750 | Reward: 0.750 | LR: 1.00e-04"
+        ),  # the document's example
     }
