@@ -320,10 +320,9 @@ def main(argv=None) -> int:
             ]  # fmt: skip
     if "tta" in args.sections:
         results["tta"] = [
-            child("tta", f"time to accuracy, {task}", ["--task", task, "--targets", ",".join(map(str, tg)),
-                                                      "--budget",
-                                                       str(args.tta_budget)] + (["--threads",
-                                                                                 str(args.threads)] if args.threads else []))
+            child("tta", f"time to accuracy, {task}",
+                  ["--task", task, "--targets", ",".join(map(str, tg)), "--budget", str(args.tta_budget)]
+                  + (["--threads", str(args.threads)] if args.threads else []))
             for task, tg in TTA
         ]  # fmt: skip
     if "pipeline" in args.sections:

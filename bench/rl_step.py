@@ -127,7 +127,7 @@ def main(argv=None) -> int:
                 record.update(series(steps, args.batch))
             else:
                 runs = {"ours": [], "naive": []}
-                for i in range(args.warmup):
+                for _ in range(args.warmup):
                     for naive in (False, True):
                         set_sampler(trainer, naive)
                         trainer.step()

@@ -190,7 +190,7 @@ def expand(decl: dict, tables: Mapping[str, pd.DataFrame] | None = None, cfg: di
     names, choices = [], []
     for name, values in loops.items():
         if values == "*" and tables is None:  # a listing before any table exists: the placeholder stays
-            values = ["{%s}" % name]
+            values = [f"{{{name}}}"]
         elif values == "*":
             df = tables.get(_fill(body.get("table", "run_measures"), {}))
             values = (
@@ -637,7 +637,7 @@ def listing(cfg: dict, judged: Path | None = None, kind: str | None = None) -> p
         out = df[[c for c in cols if c in df]]
     else:
         rows = [{"claim_id": d.get("id", "?"), "kind": d.get("kind", "user"), "source": d.get("source", ""),
-                 "statement": d.get("statement", "")} for decl,
-                _ in declarations(cfg) for d in expand(decl, None, cfg)]  # fmt: skip
+                 "statement": d.get("statement", "")}
+                for decl, _ in declarations(cfg) for d in expand(decl, None, cfg)]  # fmt: skip
         out = pd.DataFrame(rows, columns=["claim_id", "kind", "source", "statement"])
     return out[out["kind"] == kind] if kind else out

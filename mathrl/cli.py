@@ -31,10 +31,9 @@ def _common(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="FILE",
         help=(
-            "config file layered over"
-            " "
-            f"{DEFAULT_CONFIG.relative_to(Path.cwd()) if DEFAULT_CONFIG.is_relative_to(Path.cwd()) else DEFAULT_CONFIG},"
-            " repeatable, later files win"
+            "config file layered over "
+            f"{DEFAULT_CONFIG.relative_to(Path.cwd()) if DEFAULT_CONFIG.is_relative_to(Path.cwd()) else DEFAULT_CONFIG}"
+            ", repeatable, later files win"
         ),
     )
     p.add_argument(
@@ -586,6 +585,30 @@ def _add_train(sub) -> None:
     p.set_defaults(func=cmd_train)
 
 
+# fmt: off
+def _add_launch(sub) -> None:
+    p = sub.add_parser("launch", help="one `mathrl train` under torchrun on GPUs of its own (for concurrent jobs)",
+                       usage="mathrl launch [--gpus N] [--threads T] [--lock-dir DIR] [--torchrun-arg ARG] "
+                       "[--fork-server auto|off] [--dry-run] -- <mathrl train args>")  # fmt: skip
+    p.add_argument("--gpus", type=int,
+                   help="GPUs to lease, one worker each (default: 1 if a GPU is visible, else 0 = one CPU worker)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU threads of the job, split between workers (OMP/MKL_NUM_THREADS; default 1)")
+    p.add_argument("--lock-dir", type=Path,
+                   help="GPU slot locks shared by the node's jobs (default $MATHRL_GPU_LOCK_DIR or "
+                   "/tmp/mathrl-gpu-locks-$USER)")
+    p.add_argument("--torchrun-arg", action="append", default=[], metavar="ARG",
+                   help="extra torchrun flag, repeatable, e.g. --torchrun-arg=--max-restarts=2")
+    p.add_argument("--dry-run", action="store_true", help="print the command and its environment, run nothing")
+    p.add_argument("--torchrun", choices=["always", "auto"], default="always",
+                   help="auto: a single CPU worker runs without torchrun's agent (saves ~2 s per run); default always")
+    p.add_argument("--fork-server", choices=["auto", "off"], default="off",
+                   help="auto: a lone CPU worker (no GPU, outside SLURM) is forked from a per-user server that has "
+                        "imported torch once, instead of a fresh interpreter (saves ~2.5 s per run); default off")
+    p.add_argument("train_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="arguments for `mathrl train`")
+    p.set_defaults(func=cmd_launch)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from mathrl import __version__
 
@@ -601,64 +624,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sft", help="supervised warm-up of a task's model into its accuracy band")
     _common(p)
     p.add_argument("--task", required=True)
-    p.add_argument(
-        "--starts",
-        action="store_true",
-        help="from the warm-up's checkpoint: the further starts (sft.TASK.starts) and the supervised controls",
-    )
+    p.add_argument("--starts", action="store_true",
+                   help="from the warm-up's checkpoint: the further starts (sft.TASK.starts) and the supervised "
+                   "controls")
     p.add_argument("--out", help="output directory (default results/sft/TASK, with --starts results/sft/TASK/starts)")
     p.set_defaults(func=cmd_sft)
 
     _add_train(sub)
 
-    p = sub.add_parser("launch", help="one `mathrl train` under torchrun on GPUs of its own (for concurrent jobs)",
-                       usage="mathrl launch [--gpus N] [--threads T] [--lock-dir DIR] [--torchrun-arg ARG] "
-                       "[--fork-server auto|off] [--dry-run] -- <mathrl train args>")  # fmt: skip
-    p.add_argument(
-        "--gpus",
-        type=int,
-        help="GPUs to lease, one worker each (default: 1 if a GPU is visible, else 0 = one CPU worker)",
-    )
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="CPU threads of the job, split between workers (OMP/MKL_NUM_THREADS; default 1)",
-    )
-    p.add_argument(
-        "--lock-dir",
-        type=Path,
-        help="GPU slot locks shared by the node's jobs (default $MATHRL_GPU_LOCK_DIR or /tmp/mathrl-gpu-locks-$USER)",
-    )
-    p.add_argument(
-        "--torchrun-arg",
-        action="append",
-        default=[],
-        metavar="ARG",
-        help="extra torchrun flag, repeatable, e.g. --torchrun-arg=--max-restarts=2",
-    )
-    p.add_argument("--dry-run", action="store_true", help="print the command and its environment, run nothing")
-    p.add_argument(
-        "--torchrun",
-        choices=["always", "auto"],
-        default="always",
-        help="auto: a single CPU worker runs without torchrun's agent (saves ~2 s per run); default always",
-    )
-    p.add_argument(
-        "--fork-server",
-        choices=["auto", "off"],
-        default="off",
-        help=(
-            "auto: a lone CPU worker (no GPU, outside SLURM) is forked from a per-user server that has "
-            "imported torch once, instead of a fresh interpreter (saves ~2.5 s per run); default off"
-        ),
-    )
-    p.add_argument("train_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="arguments for `mathrl train`")
-    p.set_defaults(func=cmd_launch)
+    _add_launch(sub)
 
-    p = sub.add_parser(
-        "gradvar", help="gradient variance at several batch sizes from one policy, and the accumulation check"
-    )
+    p = sub.add_parser("gradvar",
+                       help="gradient variance at several batch sizes from one policy, and the accumulation check")
     _common(p)
     p.add_argument("--task", required=True)
     p.add_argument("--init", help="checkpoint to probe (default: the task's warm-up model)")
@@ -692,24 +669,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bandit)
 
     p = sub.add_parser("dvc-yaml", help="write dvc.yaml (DVC stages over these commands) and its params file")
-    p.add_argument(
-        "--config",
-        action="append",
-        metavar="FILE",
-        help="config file, repeatable, inside the repository (default config/config.yaml)",
-    )
-    p.add_argument(
-        "--out",
-        help=(
-            "path of the dvc.yaml to write, dvc-params.yaml beside it; its directory is the "
-            "repository root (default dvc.yaml)"
-        ),
-    )
-    p.add_argument(
-        "--python", default=".venv/bin/python", help="interpreter the stages run mathrl with (default .venv/bin/python)"
-    )
+    p.add_argument("--config", action="append", metavar="FILE",
+                   help="config file, repeatable, inside the repository (default config/config.yaml)")
+    p.add_argument("--out", help="path of the dvc.yaml to write, dvc-params.yaml beside it; its directory is the "
+                                 "repository root (default dvc.yaml)")
+    p.add_argument("--python", default=".venv/bin/python",
+                   help="interpreter the stages run mathrl with (default .venv/bin/python)")
     p.set_defaults(func=cmd_dvc_yaml)
     return parser
+# fmt: on
 
 
 def _claims_parser(sub) -> None:

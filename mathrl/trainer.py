@@ -116,22 +116,16 @@ class ActorCritic(nn.Module):
 class Trainer:
     """One RL run with its settings (built once, from the validated config)."""
 
+    # fmt: off
     def __init__(self, cfg: dict, run_id: str, settings: RunSettings, run_dir: Path, d: Dist,
                  experiment: str | None = None,
                  started: float | None = None):  # fmt: skip
         # when the run's command began (time.perf_counter), for summary.json's run_seconds
         self.started = time.perf_counter() if started is None else started
-        self.cfg, self.run_id, self.s, self.dir, self.d, self.experiment = (
-            cfg,
-            run_id,
-            settings,
-            Path(run_dir),
-            d,
-            experiment,
-        )
-        self.record = (
-            settings.as_dict()
-        )  # the settings as summary.json and snapshots record them; resume's schedules read it
+        self.cfg, self.run_id, self.s, self.dir, self.d, self.experiment = (cfg, run_id, settings, Path(run_dir), d,
+                                                                            experiment)
+        # the settings as summary.json and snapshots record them; resume's schedules read it
+        self.record = settings.as_dict()
         self.progress = None  # the progress bar while one is shown (interactive runs)
         s = settings
         self.task = task_of(cfg, s.task)
@@ -140,9 +134,8 @@ class Trainer:
             if not path.is_file():
                 raise ConfigError(f"task {s.task}: {path} is missing (run `mathrl problems` first)")
         self.train_pairs = read_problems(files["train"], self.task)
-        test = read_problems(
-            files[s.eval_split], self.task
-        )  # the held-out test set, or the validation split that selects settings
+        # the held-out test set, or the validation split that selects settings
+        test = read_problems(files[s.eval_split], self.task)
         if not len(test):
             raise ConfigError(f"eval_split: task {s.task} has no {s.eval_split} problems (tasks.{s.task}.n_val is 0)")
         self.test_pairs = test[: s.eval_size] if s.eval_size else test
@@ -156,27 +149,23 @@ class Trainer:
             self.init_path = init_checkpoint(cfg["results"], s.task, s.init)
             policy, self.init_meta = load_policy(self.init_path)
         # What the run started from: a snapshot trained from another checkpoint is not this run.
-        self.init_sha256 = (
-            "random" if self.init_path == "random" else hashlib.sha256(Path(self.init_path).read_bytes()).hexdigest()
-        )
+        self.init_sha256 = ("random" if self.init_path == "random"
+                            else hashlib.sha256(Path(self.init_path).read_bytes()).hexdigest())
         self.init_digest = self.init_sha256[:16]
         self.model_config = asdict(policy.config)
         self.ref = copy.deepcopy(policy).to(d.device).eval().requires_grad_(False)
         self.estimator = get_estimator(s.algorithm)  # the advantage estimator (mathrl.algorithms)
         self.policy_loss = get_policy_loss(s.policy_loss)  # the per-token surrogate (mathrl.policy_losses)
         if s.reward_placement != "end" and not self.estimator.critic:
-            raise ConfigError(
-                f"reward_placement {s.reward_placement}: only a critic's GAE reads per-token rewards, "
-                f"and {s.algorithm} has no critic; use algorithm ppo, or reward_placement end"
-            )
+            raise ConfigError(f"reward_placement {s.reward_placement}: only a critic's GAE reads per-token rewards, "
+                              f"and {s.algorithm} has no critic; use algorithm ppo, or reward_placement end")
         head = ValueHead(policy.config.n_embd) if self.estimator.critic else None
         self.net = ActorCritic(policy, head).to(d.device)
         # the policy that samples rollouts: the trainer's own, or a copy in another precision or with stale weights
         self.sampler = RolloutSampler(self.net.policy, s.sampler_dtype, s.rollout_staleness)
         self.sampling_policy = self.net.policy  # this step's (RolloutSampler.policy_for_step)
-        self.ddp = (
-            DDP(self.net, device_ids=[d.device.index] if d.device.type == "cuda" else None) if d.active else self.net
-        )
+        self.ddp = DDP(self.net,
+                       device_ids=[d.device.index] if d.device.type == "cuda" else None) if d.active else self.net
         self.opt = make_optimizer(self.net.parameters(), s.optimizer, lr=s.lr, weight_decay=s.weight_decay,
                                   betas=(s.adam_beta1, s.adam_beta2), momentum=s.momentum)  # fmt: skip
         self.reward_spec = RewardSpec(
@@ -206,6 +195,7 @@ class Trainer:
         # Prefix sharing (GPT.forward_shared, generate(group_size=G)): each group's prompt is
         # computed once. MATHRL_NO_PREFIX_SHARING=1 turns it off: a benchmark switch.
         self.share_prefix = os.environ.get("MATHRL_NO_PREFIX_SHARING", "").strip() in ("", "0")
+    # fmt: on
 
     # ---------------------------------------------------------------- state
     def state(self) -> dict:

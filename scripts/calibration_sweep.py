@@ -10,7 +10,8 @@ results/runs/RUN_ID/summary.json does not exist yet (lines starting with # are s
 accuracy, the final one, the gain with a 95% Newcombe (Wilson) interval for the difference
 of two proportions on the evaluated problems, the best and worst evaluation after the start,
 the rollouts' sampled accuracy (training prompts, temperature 1) at the first step and
-over the last 10, the share of zero-std groups, the final entropy and KL, the run's wall seconds and the whole command's CPU seconds.
+over the last 10, the share of zero-std groups, the final entropy and KL, the run's wall seconds and the whole
+command's CPU seconds.
 """
 
 from __future__ import annotations

@@ -201,7 +201,8 @@ def page(report_tree, tmp_path_factory):
         info = b.evaluate("""(() => {
                 const ids = [...document.querySelectorAll('section[id]')].map(s => s.id);
                 const imgs = [...document.images];
-                const wide = [...document.querySelectorAll('main *')].filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1
+                const wide = [...document.querySelectorAll('main *')].filter(e => \
+e.getBoundingClientRect().right > document.documentElement.clientWidth + 1
                     && !e.closest('.tablewrap, pre'));
                 return {ids, title: document.title, n_images: imgs.length,
                         all_decoded: imgs.every(i => i.complete && i.naturalWidth > 0),

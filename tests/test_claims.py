@@ -269,8 +269,8 @@ def test_the_shipped_claims_parse_and_list():
 
 
 def test_a_users_claim_from_yaml_to_the_report(tmp_path):
-    """The README's example of a user's experiment with one declared claim: aggregate judges it (kind user, paired by seed),
-    `mathrl claims` lists it, and the report's section for the experiment shows the verdict."""
+    """The README's example of a user's experiment with one declared claim: aggregate judges it (kind user, paired by
+    seed), `mathrl claims` lists it, and the report's section for the experiment shows the verdict."""
     import copy
 
     import yaml

@@ -66,7 +66,7 @@ def launch_cmd(config: Path, *train_args: str, fork: str = "auto") -> list[str]:
 
 def test_a_forked_run_equals_a_fresh_interpreter_run(run_env, sockets):
     results = run_env["results"]
-    for name, fork in (("fresh", "off"), ("forked", "auto"), ("forked_again", "auto")):
+    for name, _ in (("fresh", "off"), ("forked", "auto"), ("forked_again", "auto")):
         out = subprocess.run(
             launch_cmd(run_env["config"], "--run-id", name, "steps=3"), cwd=ROOT, capture_output=True, text=True
         )

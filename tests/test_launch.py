@@ -24,7 +24,8 @@ from mathrl.launch import default_lock_dir, launch
 ROOT = Path(__file__).resolve().parent.parent
 
 # Holds a lease in a separate process: prints the leased ids, then sleeps until killed.
-HOLDER = "import sys, time; from mathrl.gpus import acquire; l = acquire(int(sys.argv[2]), sys.argv[1], timeout=10); print(','.join(l.ids), flush=True); time.sleep(120)"  # fmt: skip
+HOLDER = ("import sys, time; from mathrl.gpus import acquire; l = acquire(int(sys.argv[2]), sys.argv[1], timeout=10); "
+          "print(','.join(l.ids), flush=True); time.sleep(120)")  # fmt: skip
 
 PROBE = """
 import json, os, sys

@@ -423,12 +423,13 @@ def test_missing_everything(tmp_path):
 
 
 def test_a_short_runs_start_and_end_windows_do_not_overlap(tmp_path):
-    """An 8-step run: sampled accuracy's start = steps 1-4, end = steps 5-8 (not 1-5 and 4-8); entropy at step 1 and step 8."""
+    """An 8-step run: sampled accuracy's start = steps 1-4, end = steps 5-8 (not 1-5 and 4-8); entropy at step 1 and
+    step 8."""
     cfg = make_cfg(tmp_path)
     rows = [{"step": s, "accuracy": float(s), "reward_mean": 0.5, "entropy": float(s), "frac_zero_std": 0.3,
              "grad_norm": 0.5, "seconds": 1.0,
-             "clip_frac": 0.0, "samples": 16 * s, **({"eval_accuracy": 0.5} if s % 4 == 0 else {})} for s in range(1,
-                                                                                                                   9)]  # fmt: skip
+             "clip_frac": 0.0, "samples": 16 * s, **({"eval_accuracy": 0.5} if s % 4 == 0 else {})}
+            for s in range(1, 9)]  # fmt: skip
     write_run(cfg, "lab04_gpt__normal__s0", rows, initial_eval=0.5)
     run = lab04.gpt_runs(Context(cfg)).set_index("run_id").loc["lab04_gpt__normal__s0"]
     assert run["accuracy_start"] == pytest.approx(2.5) and run["accuracy_end"] == pytest.approx(6.5)
@@ -446,8 +447,8 @@ def lab04_claims(tables: dict, roles: dict) -> pd.DataFrame:
 
 def test_covariance_remedies_are_judged_only_where_their_rule_acted():
     """Clip-Cov against aggressive GRPO, by hand: three seeds, the problem shown (entropy falls
-    by 60-62%, the interval above half, while sampled accuracy rises); judged where cov_frac > 0, not judged where it is 0.
-    """
+    by 60-62%, the interval above half, while sampled accuracy rises); judged where cov_frac > 0, not judged where it
+    is 0."""
     rows = [{"variant": "aggressive", "seed": s, "entropy_reduction": 0.6 + 0.01 * s, "accuracy_gain": 0.05,
              "entropy_end": 0.40 + 0.01 * s,
              "eval_end": 0.50, "cov_frac": math.nan} for s in range(3)]  # fmt: skip

@@ -144,7 +144,7 @@ def write_tree(cfg):
             value_rmse=rmse,
             explained_variance=lambda s: -1.5 if s == 2 else 0.4,
             value_delta=lambda s: 0.45 if s == 1 else 0.05,
-            value_clip_frac=lambda s: (0.7 if s == 1 else 0.0) if clip != "none" else 0.0,
+            value_clip_frac=lambda s, clip=clip: (0.7 if s == 1 else 0.0) if clip != "none" else 0.0,
         )
         if clip == "0.2" and coef == 1.0:
             r[-1]["value_rmse"] = 0.1

@@ -264,9 +264,9 @@ STARTS = {"starts": [
      "reached": True},
     {"start": "start_85", "threshold": 0.85, "sft_steps": 1500, "val_accuracy": 0.86, "test_accuracy": 0.85,
      "reached": True}],
-    "controls": [{"start": st, "seed": seed, "initial_test": start, "final_test": start + gain} for st, start, gains in
-                 (("start_30", 0.30, (0.40, 0.42)), ("start_85", 0.85, (0.04, 0.06))) for seed,
-                 gain in enumerate(gains)]}  # fmt: skip
+    "controls": [{"start": st, "seed": seed, "initial_test": start, "final_test": start + gain}
+                 for st, start, gains in (("start_30", 0.30, (0.40, 0.42)), ("start_85", 0.85, (0.04, 0.06)))
+                 for seed, gain in enumerate(gains)]}  # fmt: skip
 FROM = {
     ("add", 0): [0.30, 0.40, 0.45],
     ("add", 1): [0.30, 0.42, 0.47],

@@ -7,7 +7,8 @@ is judged against it. Three questions, each answered from this run's files:
    each task's reference, the variant its `reference_<task>` role names) at two batch
    sizes for a few dozen steps, evaluated on the validation split (`eval_split: val`: a
    selection never reads the held-out test set the verdicts are judged on). A setting
-   *learns* when its gain (final − start validation accuracy) has a 95% interval above 0 (Newcombe, on the problems evaluated) and its
+   *learns* when its gain (final − start validation accuracy) has a 95% interval above 0 (Newcombe, on the problems
+   evaluated) and its
    accuracy never makes a sustained drop (two evaluations in a row more than 5 points below
    the start). The pilot's pick is the largest multiple that learns; the configured
    reference should be it.
@@ -126,7 +127,8 @@ def pick_table(pilot: pd.DataFrame, ctx) -> pd.DataFrame:
         rows.append({"task": task, "batch_size": batch, "tried": ", ".join(f"{m:g}x" for m in tried),
                      "n_learning": int(done["learns"].sum()),
                      "pick": chosen,
-                     "reference_is_pick": bool(chosen == chosen and abs(chosen - 1) < 1e-6) if len(done) else None})  # fmt: skip
+                     "reference_is_pick": bool(chosen == chosen and abs(chosen - 1) < 1e-6) if len(done)
+                                          else None})  # fmt: skip
     return pd.DataFrame(rows)
 
 

@@ -154,7 +154,8 @@ def mechanisms(m: pd.DataFrame, settings: dict) -> dict:
     late = float(m["format_rate"].tail(q).mean())
     return {"clip_binding": float((m["grad_norm"] > float(clip)).mean()) if clip and "grad_norm" in m else math.nan,
             "entropy_coef_ratio": float(coef.iloc[-1] / coef.iloc[0]) if len(coef) and coef.iloc[0] > 0 else math.nan,
-            "adv_clip_binding": float((adv >= float(adv_clip) * (1 - 1e-6)).mean()) if adv_clip and len(adv) else math.nan,
+            "adv_clip_binding": float((adv >= float(adv_clip) * (1 - 1e-6)).mean()) if adv_clip and len(adv)
+                                else math.nan,
             "mean_lr": float(m["lr"].mean()),
             "mean_kl_coef": float(m["kl_coef"].mean()) if "kl_coef" in m else math.nan,
             "mean_kl": float(m["kl"].mean()) if "kl" in m else math.nan,
@@ -255,7 +256,8 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     v = variants_table(
         per_run, ctx.cfg["experiments"].get(EXPERIMENT, {}).get("variants") or {}, role.get("baseline", "")
     )
-    design = pd.DataFrame([row for r in runs if r.ok and named.get(r.spec.variant) in REWARD_DESIGNS for row in segment_rows(r, named[r.spec.variant])],
+    design = pd.DataFrame([row for r in runs if r.ok and named.get(r.spec.variant) in REWARD_DESIGNS
+                           for row in segment_rows(r, named[r.spec.variant])],
                           columns=["variant", "role", "seed", "point", "step", "eval_accuracy", "format_rate",
                                    "frac_zero_std"])  # fmt: skip
     design = mean_spread(
@@ -408,7 +410,8 @@ def section(t) -> dict:
             "names": {r: name(r) for r in ROLES}, "settings": {r: setting(r) for r in ROLES},
             "collapse_definition": COLLAPSE_DEFINITION,
             "variants": v, "reward_design": d,
-            "nonfinite": t["collapse_nonfinite"] if len(t["collapse_nonfinite"]) else pd.DataFrame(columns=NONFINITE_COLUMNS),
+            "nonfinite": t["collapse_nonfinite"] if len(t["collapse_nonfinite"])
+                         else pd.DataFrame(columns=NONFINITE_COLUMNS),
             "zero_std": {"baseline": z("random_baseline"), "shaped": z("shaped")}, "verdicts": by_key(rows),
             "verdict_list": rows,
             "power": power_note(claims), "failure": failure, "remedies": list(REMEDIES)}  # fmt: skip

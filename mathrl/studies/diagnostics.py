@@ -127,7 +127,8 @@ def entropy_law_runs(ctx) -> pd.DataFrame:
         rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "steps": len(m), **fit,
                      "entropy_start": float(m["entropy"].iloc[0]), "entropy_end": float(m["entropy"].iloc[-1]),
                      "reached": reached, "final_eval": final_eval, "ceiling_minus_reached": fit["ceiling"] - reached,
-                     "holds": bool(fit["r2"] >= LAW_R2 and fit["half_rmse"] <= LAW_RMSE) if fit["r2"] == fit["r2"] and fit["half_rmse"] == fit["half_rmse"] else None})  # fmt: skip
+                     "holds": bool(fit["r2"] >= LAW_R2 and fit["half_rmse"] <= LAW_RMSE)
+                         if fit["r2"] == fit["r2"] and fit["half_rmse"] == fit["half_rmse"] else None})  # fmt: skip
     return pd.DataFrame(rows,
                         columns=["experiment", "setting", "seed", "steps", "n", "a", "b", "r2", "ceiling", "half_rmse",
                                  "half_mae",
@@ -196,9 +197,10 @@ def noise_scale_table(ctx) -> pd.DataFrame:
                          "noise_scale": b_noise,
                          "batch_size": b, "lr": float(gains[gains["batch_size"] == b]["lr"].iloc[0]) if len(g) else NAN,
                          "gain_mean": est.estimate, "gain_lo": est.lo, "gain_hi": est.hi, "n": est.n,
-                         # McCandlish et al.: the best step size grows as B / (B + B_noise); relative to the largest
-                         # batch
-                         "lr_scale": (b / (b + b_noise)) / (max(sizes) / (max(sizes) + b_noise)) if b == b and b_noise == b_noise else NAN})  # fmt: skip
+                         # McCandlish et al.: the best step size grows as B / (B + B_noise); relative to the
+                         # largest batch
+                         "lr_scale": (b / (b + b_noise)) / (max(sizes) / (max(sizes) + b_noise))
+                                     if b == b and b_noise == b_noise else NAN})  # fmt: skip
     return pd.DataFrame(
         rows,
         columns=[

@@ -563,8 +563,8 @@ def report_template(ent, van, hack, gpt) -> pd.DataFrame:
          v.get("grad_norm_diverse")),
         ("Vanishing gradients", "Gradient-norm reduction", _pm(v, "reduction", ".1%"), v.get("reduction")),
         ("Vanishing gradients", "Severity", v.get("severity", "unknown"), math.nan),
-    ] + [("Key findings", str(i), text, math.nan) for i,
-         text in enumerate(findings(ent, van, hack, gpt), 1)]  # fmt: skip
+    ] + [("Key findings", str(i), text, math.nan)
+         for i, text in enumerate(findings(ent, van, hack, gpt), 1)]  # fmt: skip
     return pd.DataFrame(rows, columns=["part", "item", "value", "number"])
 
 
@@ -877,7 +877,8 @@ def gpt_sentence(gpt: pd.DataFrame, diffs: pd.DataFrame | None = None) -> str:
 
 
 def differences_sentence(diffs: pd.DataFrame | None) -> str:
-    """' Against the failing setting, clip_higher changes clip_eps_high (0.28, not None); ...': every setting each arm changes."""
+    """' Against the failing setting, clip_higher changes clip_eps_high (0.28, not None); ...': every setting each arm
+    changes."""
     if diffs is None or diffs.empty:
         return ""
     parts = []

@@ -305,7 +305,7 @@ def fixed_vs_dynamic_tables(runs: list, role: dict) -> tuple[pd.DataFrame, pd.Da
     ]  # the document's "reproducibility": spread of the final result across seeds
     out["rank"] = out["final_eval_mean"].rank(ascending=False)
     for j, col in enumerate(["doc_final_accuracy", "doc_stability", "doc_reproducibility", "doc_rank"]):
-        out[col] = out["method"].map(lambda m: DOC_METHODS.get(m, (NAN,) * 4)[j])
+        out[col] = out["method"].map(lambda m, j=j: DOC_METHODS.get(m, (NAN,) * 4)[j])
     return out, rows
 
 
@@ -382,7 +382,7 @@ def alert_events(runs: list) -> pd.DataFrame:
     rows = []
     for run in runs:
         drops = sustained_drops(run.evals["step"], run.evals["eval_accuracy"], DROP)
-        hit = lambda s: float(any(s < d <= s + HORIZON for d in drops))  # noqa: E731
+        hit = lambda s, drops=drops: float(any(s < d <= s + HORIZON for d in drops))  # noqa: E731
         base = [hit(s) for s in run.metrics["step"]]
         for name, alerts in detectors(run).items():
             rows += [
@@ -471,8 +471,9 @@ def clipping_runs(runs: list) -> pd.DataFrame:
                      "initial_eval": m["initial_eval"], "final_eval": m["final_eval"],
                      "drop_after_spike": float(m["initial_eval"] - after.min()) if len(after) else NAN,
                      "spike_ratio": spike_ratio(r.metrics["grad_norm"], r.metrics["step"], spike) if r.ok else NAN,
-                     "spike_norm": float(r.metrics.loc[r.metrics["step"] == spike,
-                                                       "grad_norm"].iloc[0]) if r.ok and spike is not None and (r.metrics["step"] == spike).any() else NAN})  # fmt: skip
+                     "spike_norm": float(r.metrics.loc[r.metrics["step"] == spike, "grad_norm"].iloc[0])
+                                   if r.ok and spike is not None and (r.metrics["step"] == spike).any()
+                                   else NAN})  # fmt: skip
     out = pd.DataFrame(rows)
     clip = pd.to_numeric(out["max_norm"], errors="coerce") if len(out) else pd.Series(dtype=float)
     # the clip bound at the spike: its gradient norm (before clipping) exceeded the max norm; NaN without a clip
@@ -597,7 +598,8 @@ def troubleshooting_table(ctx) -> pd.DataFrame:
     sig = {rid: run_signals(r) for rid, r in ok.items()}
 
     def choose(cause, col, largest, passes, text):
-        """The most extreme run by `col` among those with the document's cause; "not observed" when it fails `passes`."""
+        """The most extreme run by `col` among those with the document's cause; "not observed" when it fails
+        `passes`."""
         rids = [rid for rid, r in ok.items() if cause(r.settings)]
         v = pd.to_numeric(pd.Series({rid: sig[rid][col] for rid in rids}, dtype=float), errors="coerce").dropna()
         if v.empty:
@@ -681,27 +683,45 @@ def _curves(ax, s: pd.DataFrame, ylabel: str, title: str) -> None:
     ax.set(xlabel="RL step", ylabel=ylabel, title=title)
 
 
+# fmt: off
+def _gradvar_figure(t):
+    fig, ax = plt.subplots()
+    gv = t["stability_gradvar"].dropna(subset=["variance"]) if not t["stability_gradvar"].empty else pd.DataFrame()
+    notes = []
+    if gv.empty:
+        placeholder(ax, "gradient-variance probe missing")
+    for k, (task, g) in enumerate(gv.groupby("task", sort=False) if not gv.empty else []):
+        x = np.arange(len(g)) + 0.4 * k
+        ax.bar(x, g["variance"], width=0.38, color=COLORS[k], label=f"{task}: measured")
+        ax.plot(x, g["variance"].iloc[0] * g["batch_size"].iloc[0] / g["batch_size"], "k--o",
+                label=f"{task}: 1/N from batch {g['batch_size'].iloc[0]}")
+        ax.set_xticks(np.arange(len(g)), labels=[str(b) for b in g["batch_size"]])
+        notes.append(f"{task}: {g['ratio_to_largest'].iloc[0]:.1f}x lower at {g['batch_size'].iloc[-1]} (1/N: "
+                     f"{g['theory_ratio'].iloc[0]:.0f}x)")
+    if notes:
+        ax.set_yscale("log")
+        # bars need a floor well below the smallest on a log axis
+        ax.set_ylim(gv["variance"].min() / 5, gv["variance"].max() * 5)
+        ax.legend()
+        notes.append(f"document: {DOC_VARIANCE[64] / DOC_VARIANCE[512]:.1f}x from 64 to 512")
+    ax.set(xlabel="batch size (rollouts)", ylabel="mean per-element gradient variance",
+           title="Policy-gradient variance against batch size\n" + "; ".join(notes))
+    return fig
+
+
 def figures(t) -> dict:
     out = {}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    _curves(
-        axes[0],
-        _series(t, "batch", "eval_accuracy"),
-        "held-out accuracy",
-        "Eval accuracy by batch size (mean, 95% interval over seeds)",
-    )
+    _curves(axes[0], _series(t, "batch", "eval_accuracy"), "held-out accuracy",
+            "Eval accuracy by batch size (mean, 95% interval over seeds)")
     _curves(axes[1], _series(t, "batch", "entropy"), "mean token entropy", "Policy entropy by batch size")
     out["stability_batch_curves"] = fig
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 4), layout="constrained")
-    for ax, (metric, ylabel, title) in zip(
-        axes,
-        [
-            ("eval_accuracy", "held-out accuracy", "Held-out accuracy"),
-            ("lr", "learning rate", "Learning rate"),
-            ("kl_coef", "KL coefficient", "KL coefficient"),
-        ],
-    ):
+    for ax, (metric, ylabel, title) in zip(axes,
+                                           [("eval_accuracy", "held-out accuracy", "Held-out accuracy"),
+                                            ("lr", "learning rate", "Learning rate"),
+                                            ("kl_coef", "KL coefficient", "KL coefficient")]):
         _curves(ax, _series(t, "fixed_vs_dynamic", metric), ylabel, title)
     axes[1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
     fig.suptitle("A: fixed at the large batch; B: step-decayed LR; C: adaptive KL (mean, 95% interval over seeds)")
@@ -713,58 +733,16 @@ def figures(t) -> dict:
         placeholder(ax, "no batch-study runs with a result")
     for i, (b, g) in enumerate(es.groupby("batch_size") if not es.empty else []):
         m = g.groupby("samples")["eval_accuracy"].agg(["mean", "std", "count"]).reset_index()
-        band(
-            ax,
-            m["samples"],
-            m["mean"],
-            m["std"],
-            f"batch {b}",
-            COLORS[i % len(COLORS)],
-            n=m["count"],
-            bounds=bounds("eval_accuracy"),
-        )
+        band(ax, m["samples"], m["mean"], m["std"], f"batch {b}", COLORS[i % len(COLORS)], n=m["count"],
+             bounds=bounds("eval_accuracy"))
     if not es.empty:
         ax.set_xscale("log")
         ax.legend()
-    ax.set(
-        xlabel="rollouts sampled (log scale)",
-        ylabel="held-out accuracy",
-        title="Accuracy against rollouts sampled, per batch size (95% interval over seeds)",
-    )
+    ax.set(xlabel="rollouts sampled (log scale)", ylabel="held-out accuracy",
+           title="Accuracy against rollouts sampled, per batch size (95% interval over seeds)")
     out["stability_equal_samples"] = fig
 
-    fig, ax = plt.subplots()
-    gv = t["stability_gradvar"].dropna(subset=["variance"]) if not t["stability_gradvar"].empty else pd.DataFrame()
-    notes = []
-    if gv.empty:
-        placeholder(ax, "gradient-variance probe missing")
-    for k, (task, g) in enumerate(gv.groupby("task", sort=False) if not gv.empty else []):
-        x = np.arange(len(g)) + 0.4 * k
-        ax.bar(x, g["variance"], width=0.38, color=COLORS[k], label=f"{task}: measured")
-        ax.plot(
-            x,
-            g["variance"].iloc[0] * g["batch_size"].iloc[0] / g["batch_size"],
-            "k--o",
-            label=f"{task}: 1/N from batch {g['batch_size'].iloc[0]}",
-        )
-        ax.set_xticks(np.arange(len(g)), labels=[str(b) for b in g["batch_size"]])
-        notes.append(
-            f"{task}: {g['ratio_to_largest'].iloc[0]:.1f}x lower at {g['batch_size'].iloc[-1]} (1/N:"
-            f" {g['theory_ratio'].iloc[0]:.0f}x)"
-        )
-    if notes:
-        ax.set_yscale("log")
-        ax.set_ylim(
-            gv["variance"].min() / 5, gv["variance"].max() * 5
-        )  # bars need a floor well below the smallest on a log axis
-        ax.legend()
-        notes.append(f"document: {DOC_VARIANCE[64] / DOC_VARIANCE[512]:.1f}x from 64 to 512")
-    ax.set(
-        xlabel="batch size (rollouts)",
-        ylabel="mean per-element gradient variance",
-        title="Policy-gradient variance against batch size\n" + "; ".join(notes),
-    )
-    out["stability_gradvar"] = fig
+    out["stability_gradvar"] = _gradvar_figure(t)
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     c = t["stability_clipping"]
@@ -773,31 +751,18 @@ def figures(t) -> dict:
     else:
         x = np.arange(len(c))
         err = np.vstack([c["collapse_rate"] - c["collapse_rate_lo"], c["collapse_rate_hi"] - c["collapse_rate"]])
-        axes[0].bar(
-            x,
-            c["collapse_rate"],
-            width=0.6,
-            color=[COLORS[0] if o == "sgd" else COLORS[1] for o in c["optimizer"]],
-            yerr=err,
-            capsize=3,
-        )
+        axes[0].bar(x, c["collapse_rate"], width=0.6,
+                    color=[COLORS[0] if o == "sgd" else COLORS[1] for o in c["optimizer"]], yerr=err, capsize=3)
         axes[0].set_xticks(x, labels=c["cell"].str.replace(", ", "\n"), fontsize=7)
         axes[0].set_ylim(0, 1.05)
-    axes[0].set(
-        xlabel="optimizer, max gradient norm, injected spike",
-        ylabel="share of runs collapsed",
-        title="Collapse rate per cell (95% Wilson interval)",
-    )
+    axes[0].set(xlabel="optimizer, max gradient norm, injected spike", ylabel="share of runs collapsed",
+                title="Collapse rate per cell (95% Wilson interval)")
     _curves(axes[1], _series(t, "clipping", "eval_accuracy"), "held-out accuracy", "Eval accuracy per cell")
     out["stability_clipping"] = fig
 
     fig, ax = plt.subplots()
-    _curves(
-        ax,
-        _series(t, "value_clip", "value_rmse"),
-        "value RMSE (against returns)",
-        "PPO value error by value clipping and weight",
-    )
+    _curves(ax, _series(t, "value_clip", "value_rmse"), "value RMSE (against returns)",
+            "PPO value error by value clipping and weight")
     vr = t["stability_value_clip_runs"]
     clipped = set(vr.loc[vr["value_clip"].astype(str) != "none", "setting"]) if "setting" in vr else set()
     for line in ax.get_lines():  # clipped dashed, so settings whose curves coincide stay visible
@@ -806,6 +771,7 @@ def figures(t) -> dict:
         ax.legend()
     out["stability_value_clip"] = fig
     return out
+# fmt: on
 
 
 # ---- section (verdicts with numbers, from the tables alone) -------------------------------

@@ -155,8 +155,8 @@ def control_rows(ctx, task: str) -> list[dict]:
     """The supervised control's per-seed rows, in system_start_runs' columns."""
     return [{"task": task, "start": c["start"], "algorithm": SUPERVISED, "seed": c["seed"],
              "initial_eval": c["initial_test"],
-             "final_eval": c["final_test"], "gain": c["final_test"] - c["initial_test"]} for c in read_starts(ctx,
-                                                                                                              task)["controls"]]  # fmt: skip
+             "final_eval": c["final_test"], "gain": c["final_test"] - c["initial_test"]}
+            for c in read_starts(ctx, task)["controls"]]  # fmt: skip
 
 
 def start_runs_table(ctx, per_run: pd.DataFrame) -> pd.DataFrame:
