@@ -20,6 +20,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: setup
+	$(BIN)/ruff format --check . && $(BIN)/ruff check .
 	$(BIN)/pytest -q
 
 report: setup
