@@ -5,7 +5,8 @@ for each training job, its run's metrics.csv and summary.json. A training job's 
 split into
 - RL steps: the sum of its steps' `sample_seconds + update_seconds`;
 - evaluation: its evaluations' `eval_seconds` (metrics.csv) and the evaluation before RL
-  (summary.json's `initial.eval_seconds`);
+  (summary.json's `initial.eval_seconds`), and pass@k's sampling before and after RL
+  (`pass_at_k_seconds`, in runs that read pass@k);
 - run setup: the rest of the run's own command (summary.json's `run_seconds`: reading the
   configuration, problems and checkpoint, building the model, the steps' bookkeeping,
   snapshots and writing the outputs);
@@ -59,6 +60,7 @@ def run_split(job_seconds: float, run_dir: Path) -> dict:
     if rows and "eval_seconds" in rows[0] and not math.isnan(run_seconds):
         evals = sum(x for x in (_number(r["eval_seconds"]) for r in rows) if not math.isnan(x))
         evals += _number((summary.get("initial") or {}).get("eval_seconds")) or 0.0
+        evals += _number(summary.get("pass_at_k_seconds")) if "pass_at_k_seconds" in summary else 0.0
         out.update(evaluation=evals, run_setup=run_seconds - rl - evals, outside_run=job_seconds - run_seconds)
     else:  # an older tree: the evaluations inside the steps alone are known
         evals = sum(_number(r["seconds"]) - _number(r["sample_seconds"]) - _number(r["update_seconds"])

@@ -192,6 +192,7 @@ class Trainer:
         self.initial_correct: list[int] | None = None
         self.last_correct: list[int] | None = None
         self.pass_counts: dict[str, list[int]] = {}
+        self.pass_at_k_seconds = 0.0  # what this process spent sampling pass@k's answers (before and after RL)
         # Prefix sharing (GPT.forward_shared, generate(group_size=G)): each group's prompt is
         # computed once. MATHRL_NO_PREFIX_SHARING=1 turns it off: a benchmark switch.
         self.share_prefix = os.environ.get("MATHRL_NO_PREFIX_SHARING", "").strip() in ("", "0")
@@ -613,12 +614,13 @@ class Trainer:
     def pass_at_k_counts(self) -> list[int]:
         """Correct samples out of pass_at_k_samples per problem, for the first pass_at_k_problems
         held-out problems at the sampling temperature; the same noise before and after RL."""
-        s = self.s
+        s, t0 = self.s, time.perf_counter()
         gen = torch.Generator().manual_seed(s.seed + 104729)
         pairs = self.test_pairs[: s.pass_at_k_problems]
         counts = sampled_correct_counts(
             self.net.policy, self.task, pairs, s.pass_at_k_samples, s.temperature, self.d.device, gen
         )
+        self.pass_at_k_seconds += time.perf_counter() - t0
         return [int(c) for c in counts]
 
     # ---------------------------------------------------------------- the run
@@ -742,6 +744,7 @@ class Trainer:
             "status": self.status,
             "initial": {"eval_accuracy": self.initial_eval, "eval_sampled_accuracy": self.initial_sampled,
                         "eval_seconds": self.initial_eval_seconds},
+            "pass_at_k_seconds": self.pass_at_k_seconds,  # an evaluation too, outside the steps' eval_seconds
             "final": {**last, "eval_accuracy": evals[-1][1] if evals else math.nan},
             "best": {"step": best[0], "eval_accuracy": best[1]},
             "steps_done": self.step_no,

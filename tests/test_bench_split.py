@@ -32,14 +32,15 @@ def test_split_of_a_tree_with_eval_seconds(tmp_path):
     run(tmp_path, "r1", ["1,nan,0.5,0.1,0.3,nan", "2,0.4,0.9,0.1,0.3,0.4"],
         {"run_seconds": 3.0, "initial": {"eval_seconds": 0.25}}, header)  # fmt: skip
     job(tmp_path, "train", "r2", 2.0)
-    run(tmp_path, "r2", ["1,0.5,0.6,0.2,0.2,0.1"], {"run_seconds": 1.5, "initial": {"eval_seconds": 0.0}}, header)
+    run(tmp_path, "r2", ["1,0.5,0.6,0.2,0.2,0.1"],
+        {"run_seconds": 1.5, "initial": {"eval_seconds": 0.0}, "pass_at_k_seconds": 0.3}, header)  # fmt: skip
     job(tmp_path, "sft", "add", 10.0)
     s = split(tmp_path)
     t = s["train"]
     assert t["jobs"] == 2 and t["job_seconds"] == pytest.approx(6.0)
     assert t["rl_steps"] == pytest.approx(0.8 + 0.4)
-    assert t["evaluation"] == pytest.approx(0.4 + 0.25 + 0.1)
-    assert t["run_setup"] == pytest.approx((3.0 - 0.8 - 0.65) + (1.5 - 0.4 - 0.1))
+    assert t["evaluation"] == pytest.approx(0.4 + 0.25 + 0.1 + 0.3)  # pass@k's sampling is an evaluation
+    assert t["run_setup"] == pytest.approx((3.0 - 0.8 - 0.65) + (1.5 - 0.4 - 0.1 - 0.3))
     assert t["outside_run"] == pytest.approx(1.0 + 0.5)
     parts = t["rl_steps"] + t["evaluation"] + t["run_setup"] + t["outside_run"]
     assert parts == pytest.approx(t["job_seconds"])
