@@ -556,11 +556,22 @@ def _row(v: Verdict, p: float, results: list) -> dict:
     }  # fmt: skip
 
 
-def adjust(df: pd.DataFrame) -> pd.DataFrame:
+# The adjustments that may decide the document family (config `verdicts.adjustment`): the
+# adjusted p-value's column, the name in words, and the per-claim level at rank r of m.
+ADJUSTMENTS = {
+    "holm": ("p_holm", "Holm's adjustment", lambda r, m: ALPHA / (m - r + 1)),
+    "bh": ("p_bh", "Benjamini-Hochberg's adjustment", lambda r, m: ALPHA * r / m),
+}
+
+
+def adjust(df: pd.DataFrame, method: str = "bh") -> pd.DataFrame:
     """Holm and Benjamini-Hochberg across the document claims with a p-value; a decided document
-    claim whose Holm-adjusted p is not below ALPHA becomes inconclusive, with the reason."""
+    claim whose p-value adjusted by `method` is not below ALPHA becomes inconclusive, with the reason."""
     from statsmodels.stats.multitest import multipletests
 
+    if method not in ADJUSTMENTS:
+        raise ConfigError(f"verdicts.adjustment: {method!r} is not one of {', '.join(ADJUSTMENTS)}")
+    column, words, level_at = ADJUSTMENTS[method]
     out = df.copy()
     family = out["kind"].eq("document") & pd.to_numeric(out["p_value"], errors="coerce").notna()
     if family.any():
@@ -572,24 +583,29 @@ def adjust(df: pd.DataFrame) -> pd.DataFrame:
     for i in out.index[family]:
         r = out.loc[i]
         tests_outcome = r["outcome"] == "agrees" or (r["outcome"] == "disagrees" and "other side" in str(r["reason"]))
-        if tests_outcome and r["p_holm"] >= ALPHA:
-            level = ALPHA / (size - rank[i] + 1)  # Holm's threshold at this claim's rank
+        if tests_outcome and r[column] >= ALPHA:
+            level = level_at(rank[i], size)  # the adjustment's threshold at this claim's rank
             out.loc[i, "outcome"] = "inconclusive"
             seeds = seeds_for(
                 float(r.get("sd", math.nan)), str(r.get("design")), float(r.get("effect_target", math.nan)), level
             )
             if seeds == seeds:  # a rate keeps the seeds of its own power calculation
                 out.loc[i, "seeds_needed"] = seeds
-            out.loc[i, "reason"] = (f"{r['reason']}, but not after Holm's adjustment across {size} document claims "
-                                    f"(p = {r['p_value']:.3g}, adjusted {r['p_holm']:.3g}; the seeds needed are for "
-                                    f"Holm's level {level:.2g} at this claim's rank)")  # fmt: skip
+            out.loc[i, "reason"] = (f"{r['reason']}, but not after {words} across {size} document claims "
+                                    f"(p = {r['p_value']:.3g}, adjusted {r[column]:.3g}; the seeds needed are for "
+                                    f"the level {level:.2g} at this claim's rank)")  # fmt: skip
     return out
 
 
 def judge_all(cfg: dict, tables: Mapping[str, pd.DataFrame], path: Path | None = None) -> pd.DataFrame:
     """claims.csv: every declared claim judged, with the family's adjusted p-values."""
     rows = [r for spec in load(cfg, tables, path) if (r := judge_claim(spec, tables, cfg)) is not None]
-    return adjust(pd.DataFrame(rows, columns=COLUMNS + EXTRA))
+    return adjust(pd.DataFrame(rows, columns=COLUMNS + EXTRA), adjustment(cfg))
+
+
+def adjustment(cfg: dict) -> str:
+    """The adjustment that decides the document family (config `verdicts.adjustment`)."""
+    return (cfg.get("verdicts") or {}).get("adjustment", "bh")
 
 
 # ----------------------------------------------------------------------------- views

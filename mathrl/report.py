@@ -190,21 +190,34 @@ def reproducibility(cfg: dict, t: Tables) -> dict:
     }
 
 
-def claims_summary(t: Tables) -> dict:
+def claims_summary(t: Tables, method: str = "bh") -> dict:
     """The report's opening counts (claims_counts.csv), the document family's p-values (raw, Holm,
-    Benjamini-Hochberg) and its setup checks, shown apart."""
+    Benjamini-Hochberg), the adjustment that decides it and the outcomes under the other, and its
+    setup checks, shown apart."""
+    from mathrl import claims
     from mathrl.studies.kit import claim_view, verdict_rows
 
     c = t["claims"]
+    words = claims.ADJUSTMENTS[method][1]
     if c.empty:
-        return {"counts": pd.DataFrame(), "setup": [], "family": 0, "demoted": 0, "family_rows": pd.DataFrame()}
+        return {"counts": pd.DataFrame(), "setup": [], "family": 0, "demoted": 0, "family_rows": pd.DataFrame(),
+                "adjustment": words, "other": {}}  # fmt: skip
     doc = c["kind"].eq("document")
+    other = next(m for m in claims.ADJUSTMENTS if m != method)
+    redone = claims.adjust(c.assign(outcome=c["outcome_unadjusted"]), other)
     return {
         "counts": t["claims_counts"],
         "setup": verdict_rows(claim_view(c[c["kind"].eq("setup")])),
         "family_rows": c[doc & c["p_value"].notna()].sort_values("p_value"),
         "family": int((doc & c["p_value"].notna()).sum()),
         "demoted": int((doc & c["outcome"].ne(c["outcome_unadjusted"])).sum()),
+        "adjustment": words,
+        "other": {
+            "adjustment": claims.ADJUSTMENTS[other][1],
+            "total": int(doc.sum()),
+            "decided": int(redone.loc[doc, "outcome"].isin(["agrees", "disagrees"]).sum()),
+            "decided_here": int(c.loc[doc, "outcome"].isin(["agrees", "disagrees"]).sum()),
+        },  # fmt: skip
     }
 
 
@@ -223,6 +236,8 @@ def environment() -> Environment:
 
 
 def render(cfg: dict) -> str:
+    from mathrl import claims as claims_engine
+
     t = Tables(cfg)
     t.require("report")
     env = environment()
@@ -230,7 +245,7 @@ def render(cfg: dict) -> str:
     sections = [{"name": s.NAME, "title": s.TITLE, "document": s.DOCUMENT, "ctx": s.section(t)} for s in STUDIES]
     runs = t["runs"]
     return env.get_template("report.html.j2").render(
-        claims=claims_summary(t),
+        claims=claims_summary(t, claims_engine.adjustment(cfg)),
         sections=sections,
         figures=figures,
         runs=runs,

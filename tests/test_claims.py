@@ -155,12 +155,25 @@ def test_holm_demotes_a_document_claim_that_does_not_survive_the_family():
     rows = pd.DataFrame({"kind": ["document"] * 3 + ["setup"], "p_value": [0.02, 0.03, 0.04, 0.001],
                          "outcome": ["agrees"] * 4, "reason": ["r"] * 4, "p_holm": math.nan,
                          "p_bh": math.nan})  # fmt: skip
-    out = claims.adjust(rows)
+    out = claims.adjust(rows, "holm")
     assert list(out["p_holm"][:3]) == pytest.approx([0.06, 0.06, 0.06]) and list(out["p_bh"][:3]) == pytest.approx(
         [0.04, 0.04, 0.04]
     )
     assert (out["outcome"][:3] == "inconclusive").all() and "Holm" in out["reason"][0]
     assert out["outcome"][3] == "agrees" and math.isnan(out["p_holm"][3])  # setup checks are not in the family
+    bh = claims.adjust(rows, "bh")  # Benjamini-Hochberg: each adjusted p is 0.04, below 0.05, so all three stand
+    assert (bh["outcome"] == "agrees").all() and list(bh["reason"]) == ["r"] * 4
+
+
+def test_benjamini_hochberg_demotes_what_its_step_up_rule_does_not_reach():
+    rows = pd.DataFrame({"kind": ["document"] * 3, "p_value": [0.01, 0.04, 0.3], "outcome": ["agrees"] * 3,
+                         "reason": ["r"] * 3, "p_holm": math.nan, "p_bh": math.nan})  # fmt: skip
+    out = claims.adjust(rows, "bh")  # BH: 0.03, 0.06, 0.3
+    assert list(out["p_bh"]) == pytest.approx([0.03, 0.06, 0.3])
+    assert list(out["outcome"]) == ["agrees", "inconclusive", "inconclusive"]
+    assert "Benjamini-Hochberg" in out["reason"][1]
+    with pytest.raises(ConfigError, match="verdicts.adjustment.*holm, bh"):
+        claims.adjust(rows, "bonferroni")
 
 
 def test_a_zero_width_interval_is_exact_and_flagged():
@@ -209,7 +222,7 @@ def test_seeds_are_given_for_inconclusive_rates_and_for_claims_holm_demotes():
                          "reason": ["r"] * 3,
                          "p_holm": math.nan, "p_bh": math.nan, "sd": 0.1, "design": "paired", "effect_target": 0.2,
                          "seeds_needed": math.nan})  # fmt: skip
-    out = claims.adjust(rows)
+    out = claims.adjust(rows, "holm")
     assert (out["outcome"] == "inconclusive").all() and (out["seeds_needed"] > 2).all()
     assert out["seeds_needed"][0] >= out["seeds_needed"][2]  # the smallest p meets Holm's strictest level
 

@@ -581,6 +581,11 @@ def test_verdict_tables_match_claims_csv(report_tree, dom):
         assert int(row[-1].replace(",", "")) == int(counts.loc[row[0]].sum()), row
     assert {"p_value", "p_holm", "p_bh", "failure_established", "engaged"} <= set(claims.columns)
     assert claims.loc[claims["kind"] != "document", "p_holm"].isna().all()
+    doc = claims[claims["kind"] == "document"]
+    decided = int(doc["outcome"].isin(["agrees", "disagrees"]).sum())
+    text = " ".join(dom.root.find("section", id="claims").text().split())
+    assert f"{decided} of the {len(doc)} document claims are decided under Benjamini-Hochberg" in text
+    assert "under Holm's adjustment" in text
 
 
 def test_reproducibility_section(report_tree, dom):

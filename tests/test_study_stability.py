@@ -346,7 +346,9 @@ def test_troubleshooting_and_criteria(tree):
     clip = v.loc["clipping_sgd"]  # SGD after a spike: 2 of 2 collapsed without clipping, 0 of 2 with it
     assert clip.outcome_unadjusted == "agrees" and clip["diff"] == pytest.approx(1.0) and clip.design == "rates"
     # 2 of 2 against 0 of 2: Fisher's exact p is 1/3, so across the family the interval's "agrees" does not stand
-    assert clip.outcome == "inconclusive" and clip.p_value == pytest.approx(1 / 3) and "Holm" in clip.reason
+    assert (
+        clip.outcome == "inconclusive" and clip.p_value == pytest.approx(1 / 3) and "Benjamini-Hochberg" in clip.reason
+    )
     assert clip.ci_low == pytest.approx(
         1 - math.sqrt(2) * 0.6576, abs=1e-3
     )  # Newcombe from Wilson (2 of 2: [0.3424, 1]; 0 of 2: [0, 0.6576])
