@@ -19,6 +19,10 @@ Parallel runs: the file is written atomically (a temporary file renamed over it)
 reader sees no file or a whole one; two runs that compute it at once write the same bytes
 and the later rename wins. A file that does not parse, or names another key, is computed
 again and replaced.
+
+pass@k before RL (`initial_pass_at_k`) is kept the same way, one entry per checkpoint,
+evaluation set, samples per problem, temperature and seed: its noise is the run's seed's, so
+the arms of one seed share it and the counts are those each run would have sampled.
 """
 
 from __future__ import annotations
@@ -116,3 +120,29 @@ def initial_evaluation(checkpoint: Path, checkpoint_digest: str, model, task: Ta
     except OSError:
         pass  # a read-only checkpoint directory: the run goes on with what it computed
     return InitialEvaluation(greedy, hits, seconds, computed=True)
+
+
+def initial_pass_at_k(checkpoint: Path, checkpoint_digest: str, task_spec: dict, pairs: torch.Tensor, samples: int,
+                      temperature: float, seed: int, device, count) -> list[int]:  # fmt: skip
+    """pass@k's correct samples per problem on the starting checkpoint: read from beside it, or
+    `count()` (the run's own sampling, with the noise of its `seed`) and stored there. Runs of one
+    seed from one checkpoint (an experiment's arms) draw the same noise, so they share one entry."""
+    h = hashlib.sha256(cache_key(checkpoint_digest, task_spec, pairs, temperature, torch.device(device).type).encode())
+    h.update(json.dumps({"pass_at_k_samples": int(samples), "seed": int(seed)}).encode())
+    key = "passk-" + h.hexdigest()[:20]
+    path = cache_path(checkpoint, key)
+    try:
+        entry = json.loads(path.read_text())
+        if entry["key"] == key and len(entry["counts"]) == len(pairs):
+            return [int(c) for c in entry["counts"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    counts = [int(c) for c in count()]
+    entry = {"key": key, "checkpoint": str(checkpoint), "checkpoint_sha256": checkpoint_digest, "problems": len(pairs),
+             "samples": int(samples), "temperature": float(temperature), "seed": int(seed), "version": EVAL_VERSION,
+             "counts": counts}  # fmt: skip
+    try:
+        atomic_write(path, json.dumps(entry) + "\n")
+    except OSError:
+        pass
+    return counts

@@ -623,6 +623,19 @@ class Trainer:
         self.pass_at_k_seconds += time.perf_counter() - t0
         return [int(c) for c in counts]
 
+    def initial_pass_at_k_counts(self) -> list[int]:
+        """pass@k's counts before RL: those of the same seed from the same checkpoint, read from
+        beside it where another run stored them (`mathrl.eval_cache`), else sampled here."""
+        if self.init_path == "random":
+            return self.pass_at_k_counts()
+        s, t0 = self.s, time.perf_counter()
+        counts = eval_cache.initial_pass_at_k(Path(self.init_path), self.init_sha256, self.cfg["tasks"][s.task],
+                                              self.test_pairs[: s.pass_at_k_problems], s.pass_at_k_samples,
+                                              s.temperature, s.seed, self.d.device, self.pass_at_k_counts)  # fmt: skip
+        if self.pass_at_k_seconds == 0.0:  # read, not sampled: the reading's seconds
+            self.pass_at_k_seconds = time.perf_counter() - t0
+        return counts
+
     # ---------------------------------------------------------------- the run
     def say(self, text: str) -> None:
         if self.d.is_main:
@@ -660,7 +673,7 @@ class Trainer:
             self.initial_correct = self.last_correct
             self.initial_eval_seconds = time.perf_counter() - t0
         if s.pass_at_k and d.is_main and "initial" not in self.pass_counts:
-            self.pass_counts["initial"] = self.pass_at_k_counts()
+            self.pass_counts["initial"] = self.initial_pass_at_k_counts()
         wandb_run = self.start_wandb()
         progress = None
         if d.is_main and sys.stderr.isatty():

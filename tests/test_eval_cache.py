@@ -92,3 +92,23 @@ def test_concurrent_writers_leave_one_whole_entry(tmp_path):
     key = eval_cache.cache_key("d1", SPEC, PAIRS, 1.0, "cpu")
     found = eval_cache.read(files[0], key, len(PAIRS))
     assert found is not None and (found.greedy, found.sampled_hits) == results[0]
+
+
+def test_initial_pass_at_k_is_shared_by_a_seed_and_not_across_seeds(tmp_path):
+    ckpt = tmp_path / "model.pt"
+    calls = []
+
+    def count(value):
+        def run():
+            calls.append(value)
+            return [value] * len(PAIRS)
+
+        return run
+
+    first = eval_cache.initial_pass_at_k(ckpt, "abc", SPEC, PAIRS, 8, 1.0, 0, "cpu", count(3))
+    again = eval_cache.initial_pass_at_k(ckpt, "abc", SPEC, PAIRS, 8, 1.0, 0, "cpu", count(5))  # another arm, seed 0
+    other_seed = eval_cache.initial_pass_at_k(ckpt, "abc", SPEC, PAIRS, 8, 1.0, 1, "cpu", count(4))
+    more_samples = eval_cache.initial_pass_at_k(ckpt, "abc", SPEC, PAIRS, 16, 1.0, 0, "cpu", count(6))
+    assert first == again == [3] * len(PAIRS) and calls == [3, 4, 6]
+    assert other_seed == [4] * len(PAIRS) and more_samples == [6] * len(PAIRS)
+    assert len(list((tmp_path / "evaluations").glob("model-passk-*.json"))) == 3

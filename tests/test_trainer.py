@@ -315,3 +315,26 @@ def test_eval_seconds_and_the_shared_starting_evaluation(run_env):
     assert json.loads(entry.read_text())["problems"] == 50  # the runs' eval_size
     heldout = [(run_env["results"] / "runs" / r / "heldout.csv").read_text().splitlines() for r in ("first", "second")]
     assert [line.split(",")[2] for line in heldout[0]] == [line.split(",")[2] for line in heldout[1]]  # initial column
+
+
+def test_pass_at_k_before_rl_is_shared_by_a_seed_and_equal_to_sampling_it(run_env):
+    """Two arms of one seed from one warm-up read the same pass@k counts before RL: the second
+    reads the first's entry beside the checkpoint, and it equals what sampling gives (the run's
+    seed draws the noise); another seed samples its own."""
+    k = ("pass_at_k=true", "pass_at_k_problems=6", "pass_at_k_samples=4", "steps=1")
+    assert train(run_env, "arm_a", "seed=3", *k) == 0
+    assert train(run_env, "arm_b", "seed=3", "lr=1e-5", *k) == 0
+    assert train(run_env, "arm_c", "seed=4", *k) == 0
+    entries = sorted((run_env["results"] / "sft" / "add" / "evaluations").glob("*passk-*.json"))
+    assert len(entries) == 2  # one per seed
+
+    def initial(run_id):
+        lines = (run_env["results"] / "runs" / run_id / "pass_at_k.csv").read_text().splitlines()[1:]
+        return [line.split(",")[-1] for line in lines if line.startswith("initial,")]
+
+    assert initial("arm_a") == initial("arm_b") and len(initial("arm_a")) == 6
+    for e in entries:
+        e.unlink()
+    assert train(run_env, "arm_d", "seed=3", *k) == 0  # nothing stored: sampled again, the same counts
+    assert initial("arm_d") == initial("arm_a")
+    assert summary(run_env, "arm_b")["pass_at_k_seconds"] >= 0
