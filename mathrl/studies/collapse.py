@@ -27,20 +27,17 @@ from mathrl.studies.kit import (
     SHARE,
     add_intervals,
     add_wilson,
-    band,
-    bounds,
     by_key,
     cell,
-    claim_frame,
     known,
     per_seed,
     placeholder,
     plt,
     pm,
-    power_note,  # fmt: skip
     role_of,
     roles,
-    verdict_rows,
+    table_band,
+    verdicts,
 )
 from mathrl.verdict import difference, number
 
@@ -53,17 +50,9 @@ EXPERIMENT = "collapse"
 ROLES = ("baseline", "lr_tenth", "kl", "grad_clip", "adv_norm_clip", "entropy_schedule", "cosine_lr", "random_baseline",
          "shaped", "penalty",
          "curriculum", "nonfinite")  # fmt: skip
-REMEDIES = (
-    "lr_tenth",
-    "kl",
-    "grad_clip",
-    "adv_norm_clip",
-    "entropy_schedule",
-    "cosine_lr",
-)  # each changes one thing of the baseline
+REMEDIES = ("lr_tenth", "kl", "grad_clip", "adv_norm_clip", "entropy_schedule", "cosine_lr")  # each changes one thing
 REWARD_DESIGNS = ("random_baseline", "shaped", "penalty")
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)  # "the five points of a run", as shares of its steps
-CEILING = 0.99  # a rate at or above this leaves a remedy nothing to raise
 STATS = ["initial_eval", "final_eval", "best_eval", "gain", "mid_gain", "drawdown", "late_drawdown", "roughness",
          "collapsed", "degraded",
          "final_format_rate", "final_entropy", "early_entropy", "skipped", "initial_format_rate", "zero_std",
@@ -74,17 +63,7 @@ STATS = ["initial_eval", "final_eval", "best_eval", "gain", "mid_gain", "drawdow
 NONFINITE_COLUMNS = ["run_id", "seed", "status", "steps_done", "skipped", "first_skipped_step", "weights_finite",
                      "caught", "initial_eval",
                      "final_eval"]  # fmt: skip
-CURVE_VALUES = [
-    "eval_accuracy",
-    "format_rate",
-    "entropy",
-    "entropy_coef",
-    "lr",
-    "ndigit",
-    "skipped",
-    "frac_zero_std",
-    "accuracy",
-]
+CURVE_VALUES = "eval_accuracy format_rate entropy entropy_coef lr ndigit skipped frac_zero_std accuracy".split()
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -134,9 +113,8 @@ def run_stats(run, role: str) -> dict:
                first_stage_accuracy=float(first_stage.mean()) if len(first_stage) else math.nan,
                adv_abs_max=float(m["adv_abs_max"].mean()) if "adv_abs_max" in m else math.nan)  # fmt: skip
     clip = settings.get("adv_clip")
-    row["adv_clip_ratio"] = (
-        row["adv_abs_max"] / float(clip) if clip else math.nan
-    )  # 1: the clip bound at every step (logged after it)
+    # 1: the clip bound at every step (logged after it)
+    row["adv_clip_ratio"] = row["adv_abs_max"] / float(clip) if clip else math.nan
     row.update(mechanisms(m, settings))
     return row
 
@@ -178,9 +156,8 @@ def variants_table(per_run: pd.DataFrame, settings: dict, baseline: str) -> pd.D
     out.insert(5, "n_runs", g.size().values if len(per_run) else [])
     out["collapses"] = g["collapsed"].sum(min_count=1).values if len(per_run) else []
     out["degradations"] = g["degraded"].sum(min_count=1).values if len(per_run) else []
-    out["runs_judged"] = (
-        g["collapsed"].count().values if len(per_run) else []
-    )  # runs whose collapse is known (a final evaluation may be missing)
+    # runs whose collapse is known (a final evaluation may be missing)
+    out["runs_judged"] = g["collapsed"].count().values if len(per_run) else []
     out = add_wilson(out, "collapses", n="runs_judged")
     base = per_seed(per_run, "final_eval", variant=baseline)
     diffs = [difference(per_seed(per_run, "final_eval", variant=x), base) for x in out["variant"]]
@@ -240,9 +217,8 @@ def nonfinite_table(runs) -> pd.DataFrame:
                        first_skipped_step=float(hits.iloc[0]) if len(hits) else math.nan,
                        weights_finite=bool(math.isfinite(final) and math.isfinite(m["entropy"].iloc[-1])),
                        initial_eval=r.initial_eval, final_eval=final)  # fmt: skip
-            row["caught"] = float(
-                row["skipped"] > 0 and row["weights_finite"]
-            )  # the guard skipped an update, the weights stayed finite
+            # the guard skipped an update, the weights stayed finite
+            row["caught"] = float(row["skipped"] > 0 and row["weights_finite"])
         rows.append(row)
     return pd.DataFrame(rows, columns=NONFINITE_COLUMNS)
 
@@ -280,16 +256,7 @@ def _curves(ax, c, wanted, col, title, ylabel):
     for i, role in enumerate(wanted):
         d = c[(c["role"] == role) & c[f"{col}_mean"].notna()] if len(c) else c
         if len(d):
-            band(
-                ax,
-                d["step"],
-                d[f"{col}_mean"],
-                d[f"{col}_std"],
-                d["variant"].iloc[0],
-                COLORS[i % len(COLORS)],
-                n=d["n"],
-                bounds=bounds(col),
-            )
+            table_band(ax, d, col, d["variant"].iloc[0], COLORS[i % len(COLORS)])
             drawn += 1
     if not drawn:
         placeholder(ax, f"no data: {', '.join(wanted)} missing")
@@ -316,14 +283,8 @@ def fig_variants(t) -> plt.Figure:
         x = range(len(v))
         lo, hi = v["final_eval_lo"].clip(*SHARE), v["final_eval_hi"].clip(*SHARE)  # an accuracy stays within [0, 1]
         err = [(v["final_eval_mean"] - lo).fillna(0), (hi - v["final_eval_mean"]).fillna(0)]
-        ax.bar(
-            x,
-            v["final_eval_mean"].fillna(0),
-            yerr=err,
-            color=COLORS[0],
-            capsize=3,
-            label="final (mean, 95% t interval)",
-        )
+        label = "final (mean, 95% t interval)"
+        ax.bar(x, v["final_eval_mean"].fillna(0), yerr=err, color=COLORS[0], capsize=3, label=label)
         for i, n in zip(x, v["n"]):
             ax.annotate(f"n={int(n)}" if n else "missing", (i, 0), ha="center", va="bottom", fontsize=7, color="0.2")
         base = cell(v, "final_eval_mean", role="baseline")
@@ -351,14 +312,8 @@ def fig_schedules(t) -> plt.Figure:
     _curves(axes[0, 0], c, ["entropy_schedule", "baseline"], "entropy", "Policy entropy", "mean token entropy")
     _curves(axes[0, 1], c, ["cosine_lr", "lr_tenth", "baseline"], "lr", "Learning rate", "lr")
     _curves(axes[1, 0], c, ["curriculum"], "ndigit", "Curriculum: operand digits", "ndigit")
-    _curves(
-        axes[1, 1],
-        c,
-        ["curriculum", "shaped"],
-        "format_rate",
-        "Curriculum: well-formed answers in rollouts",
-        "format rate",
-    )
+    title = "Curriculum: well-formed answers in rollouts"
+    _curves(axes[1, 1], c, ["curriculum", "shaped"], "format_rate", title, "format rate")
     fig.suptitle(f"Entropy bonus schedule, LR schedules and curriculum ({BAND_NOTE})")
     return fig
 
@@ -390,8 +345,7 @@ CAUSES = [
 
 def section(t) -> dict:
     v, d = t["collapse_variants"], t["collapse_reward_design"]
-    claims = claim_frame(t, NAME)
-    rows = verdict_rows(claims)
+    rows, power = verdicts(t, NAME)
     name = lambda role: (v.loc[v["role"] == role, "variant"].tolist() or [role])[0] if len(v) else role  # noqa: E731
     setting = lambda role: (v.loc[v["role"] == role, "settings"].tolist() or ["not run"])[0] if len(v) else "not run"  # noqa: E731
     base = v[v["role"] == "baseline"] if len(v) else v
@@ -414,4 +368,4 @@ def section(t) -> dict:
                          else pd.DataFrame(columns=NONFINITE_COLUMNS),
             "zero_std": {"baseline": z("random_baseline"), "shaped": z("shaped")}, "verdicts": by_key(rows),
             "verdict_list": rows,
-            "power": power_note(claims), "failure": failure, "remedies": list(REMEDIES)}  # fmt: skip
+            "power": power, "failure": failure, "remedies": list(REMEDIES)}  # fmt: skip

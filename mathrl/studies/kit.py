@@ -141,6 +141,20 @@ def verdict_rows(df: pd.DataFrame) -> list[dict]:
     return out
 
 
+def verdicts(t, section: str, part: str | None = None) -> tuple[list[dict], str]:
+    """A section's verdict rows (for the template's macros) and its `power_note`."""
+    claims = claim_frame(t, section, part)
+    return verdict_rows(claims), power_note(claims)
+
+
+def by_part(rows: list[dict]) -> dict[str, list[dict]]:
+    """Verdict rows grouped by their claim's `part`, in claims.csv's order."""
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r.get("part") or "", []).append(r)
+    return out
+
+
 def by_key(rows: list[dict]) -> dict[str, dict]:
     return {r["key"]: r for r in rows}
 
@@ -222,6 +236,14 @@ def band(ax, x, mean, std, label, color, n, bounds=None, **line):
     lo, hi = band_limits(mean, std, n, bounds)
     ax.plot(x, np.asarray(mean, dtype=float), label=label, color=color, **line)
     ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
+
+
+def table_band(ax, df: pd.DataFrame, metric: str, label: str, color, x: str = "step", value: str | None = None) -> None:
+    """`band` of a table's `{value}_mean` and `{value}_std` (value: `metric`; "" for plain `mean` and `std`) over
+    `n` seeds against column `x`, within the range of `metric`."""
+    prefix = metric if value is None else value
+    mean, std = (f"{prefix}_mean", f"{prefix}_std") if prefix else ("mean", "std")
+    band(ax, df[x], df[mean], df[std], label, color, n=df["n"], bounds=bounds(metric))
 
 
 def placeholder(ax, text: str) -> None:

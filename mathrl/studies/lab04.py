@@ -30,6 +30,7 @@ from mathrl.studies.kit import (
     power_note,
     role_of,
     roles,
+    table_band,
     verdict_rows,
 )
 from mathrl.verdict import wilson
@@ -56,30 +57,16 @@ TABLE_REMEDIES = {
     "kl_epochs": "two PPO epochs",
 }
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
-GPT_WINDOW = (
-    5  # GPT steps averaged for the start or end of a per-step metric; at most half a run, so the two never overlap
-)
+# GPT steps averaged for the start or end of a per-step metric; at most half a run, so the two never overlap
+GPT_WINDOW = 5
 DOMINANT = 0.9  # an arm holding this much probability is where the policy converged (bandit.converged_to)
-SETTLED_SPAN, SETTLED_MOVE = (
-    0.1,
-    0.05,
-)  # a bandit policy is still moving if an arm's probability changed by more than 0.05 over the last 10% of steps
+# a bandit policy is still moving if an arm's probability changed by more than 0.05 over the last 10% of steps
+SETTLED_SPAN, SETTLED_MOVE = 0.1, 0.05
 SEVERITY_DEFINITION = (
     "mild: the mean gradient norm fell by less than 50%; moderate: by 50-90%; severe: by more than 90%"
 )
-METRICS = [
-    "entropy",
-    "p0",
-    "p1",
-    "p2",
-    "p3",
-    "loss",
-    "grad_norm",
-    "reward_std",
-    "reward_mean",
-    "proxy_reward",
-    "true_reward",
-]
+# the logged per-step metrics the figures draw (p3 where a study has a fourth arm; not the settings lr, entropy_coef)
+METRICS = "entropy p0 p1 p2 p3 loss grad_norm reward_std reward_mean proxy_reward true_reward".split()
 
 
 # ---- small pure functions of table values -----------------------------------------------
@@ -192,20 +179,8 @@ def entropy_table(ctx) -> pd.DataFrame:
                 moving=float(still_moving(g[[f"p{i}" for i in range(3)]].to_numpy())),
             )
         rows.append(row)
-    out = _pooled(
-        pd.DataFrame(rows),
-        ["setting"],
-        [
-            "initial_entropy",
-            "final_entropy",
-            "reduction",
-            "dominant_prob",
-            "global_share",
-            "local_share",
-            "initial_best_prob",
-            "moving",
-        ],
-    )
+    values = "initial_entropy final_entropy reduction dominant_prob global_share local_share initial_best_prob moving"
+    out = _pooled(pd.DataFrame(rows), ["setting"], values.split())
     for setting, g in out[out["seed"] != "all"].groupby("setting", sort=False):
         labels = g["converged_to"].tolist()
         pooled = (out["setting"] == setting) & (out["seed"] == "all")
@@ -232,21 +207,8 @@ def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
                      "local_rate": k / n if n else math.nan, "local_rate_lo": lo, "local_rate_hi": hi,
                      "moving": int((g["moving"] == 1).sum()) if "moving" in g else 0,
                      "initial_best_prob": g["initial_best_prob"].mean()})  # fmt: skip
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "setting",
-            "n",
-            "global",
-            "local",
-            "none",
-            "moving",
-            "local_rate",
-            "local_rate_lo",
-            "local_rate_hi",
-            "initial_best_prob",
-        ],
-    )
+    columns = "setting n global local none moving local_rate local_rate_lo local_rate_hi initial_best_prob"
+    return pd.DataFrame(rows, columns=columns.split())
 
 
 def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -264,15 +226,9 @@ def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
         rows.append(row)
         if len(g):
             points.append(g[["setting", "seed", "step", "phase", "grad_norm", "reward_std"]])
-    values = [
-        "grad_norm_homogeneous",
-        "grad_norm_diverse",
-        "reduction",
-        "reward_std_homogeneous",
-        "reward_std_diverse",
-        "corr_grad_reward_std",
-    ]
-    out = _pooled(pd.DataFrame(rows), ["setting"], values)
+    values = "grad_norm_homogeneous grad_norm_diverse reduction reward_std_homogeneous reward_std_diverse"
+    values += " corr_grad_reward_std"
+    out = _pooled(pd.DataFrame(rows), ["setting"], values.split())
     pts = (
         pd.concat(points, ignore_index=True)
         if points
@@ -408,17 +364,10 @@ def differences(settings: dict, against: dict, ignore: tuple[str, ...] = ("seed"
     return [(k, settings.get(k), against.get(k)) for k in keys if settings.get(k) != against.get(k)]
 
 
-COMPARED_TO_FAILURE = (
-    "normal",
-    "clip_higher",
-    "remedy",
-    "kl_clip",
-    "kl_epochs",
-    "entropy_bonus",
-    "temperature",
-    "clip_cov",
-    "kl_cov",
-)  # roles set beside aggressive
+# roles set beside aggressive
+COMPARED_TO_FAILURE = tuple(
+    "normal clip_higher remedy kl_clip kl_epochs entropy_bonus temperature clip_cov kl_cov".split()
+)
 
 
 def _shown(value) -> str:
@@ -612,14 +561,7 @@ def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
         ax.legend()
 
 
-COMPARED = (
-    "normal",
-    "aggressive",
-    "clip_higher",
-    "remedy",
-    *COV_REMEDIES,
-    *TABLE_REMEDIES,
-)  # GPT roles whose entropy, accuracy are compared
+COMPARED = ("normal", "aggressive", "clip_higher", "remedy", *COV_REMEDIES, *TABLE_REMEDIES)  # GPT roles compared
 ACTION_COLORS = (COLORS[4], COLORS[5], COLORS[9])  # the bandit's actions, in colours no setting of the panels uses
 STARTS = ("random_policy", "perfect_policy")  # GPT roles starting from a random or a near-perfect policy: drawn apart
 
@@ -628,16 +570,7 @@ def _settings(ax, c: pd.DataFrame, metric: str, label: str) -> None:
     """One band per setting of a bandit study (labelled `label` when there is only one)."""
     groups = list(c.groupby("setting", sort=False))
     for i, (setting, g) in enumerate(groups):
-        band(
-            ax,
-            g["step"],
-            g[f"{metric}_mean"],
-            g[f"{metric}_std"],
-            setting if len(groups) > 1 else label,
-            COLORS[i],
-            n=g["n"],
-            bounds=bounds(metric),
-        )
+        table_band(ax, g, metric, setting if len(groups) > 1 else label, COLORS[i])
 
 
 def _shade_homogeneous(ax, c: pd.DataFrame) -> None:
@@ -663,16 +596,7 @@ def _probabilities(fig, cell, ec: pd.DataFrame) -> list:
         ax = fig.add_subplot(grid[k // cols, k % cols], sharey=axes[0] if axes else None)
         g = ec[ec["setting"] == setting]
         for i in range(3):
-            band(
-                ax,
-                g["step"],
-                g[f"p{i}_mean"],
-                g[f"p{i}_std"],
-                f"action {i}",
-                ACTION_COLORS[i],
-                n=g["n"],
-                bounds=bounds(f"p{i}"),
-            )
+            table_band(ax, g, f"p{i}", f"action {i}", ACTION_COLORS[i])
         ax.set_title(f"Action probabilities: {setting}", fontsize=8)
         ax.set_xlabel("step", fontsize=7)
         ax.set_ylabel("probability", fontsize=7)
@@ -724,16 +648,8 @@ def hacking_figure(t) -> Figure:
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
     rh = _bandit(t, "reward_hacking")
     if len(rh):
-        band(
-            left,
-            rh["step"],
-            rh["proxy_reward_mean"],
-            rh["proxy_reward_std"],
-            "proxy score (optimised)",
-            COLORS[3],
-            n=rh["n"],
-        )
-        band(left, rh["step"], rh["true_reward_mean"], rh["true_reward_std"], "true reward", COLORS[2], n=rh["n"])
+        table_band(left, rh, "proxy_reward", "proxy score (optimised)", COLORS[3])
+        table_band(left, rh, "true_reward", "true reward", COLORS[2])
     else:
         placeholder(left, "no reward-hacking bandit data")
     proxy = _row(t["lab04_gpt"], role="proxy").get("variant", "")
