@@ -51,6 +51,14 @@ def role_of(role: dict[str, str], study_roles: tuple[str, ...]) -> dict[str, str
     return out
 
 
+def joined_roles(role: dict[str, str]) -> dict[str, str]:
+    """{variant: its roles, joined with commas} from an experiment's {role: variant}."""
+    out: dict[str, list[str]] = {}
+    for r, variant in role.items():
+        out.setdefault(variant, []).append(r)
+    return {v: ", ".join(rs) for v, rs in out.items()}
+
+
 def _where(df: pd.DataFrame, col: str, where: dict) -> pd.DataFrame:
     """The rows of `df` whose columns equal `where` (compared as text); none when a column is absent."""
     if df is None or df.empty or col not in df or any(k not in df for k in where):
@@ -98,6 +106,16 @@ def add_intervals(df: pd.DataFrame, values: list[str], bounds: dict | None = Non
             if (bounds or {}).get(v) is not None:
                 out[f"{v}_lo"], out[f"{v}_hi"] = out[f"{v}_lo"].clip(*bounds[v]), out[f"{v}_hi"].clip(*bounds[v])
     return out
+
+
+def estimate_columns(prefix: str, est, within: tuple = (None, None)) -> dict:
+    """`{prefix}_mean`, `{prefix}_lo`, `{prefix}_hi` of a `mathrl.verdict.Estimate`, the interval cut to `within`."""
+    lo, hi = est.lo, est.hi
+    if within[0] is not None and math.isfinite(lo):
+        lo = max(lo, within[0])
+    if within[1] is not None and math.isfinite(hi):
+        hi = min(hi, within[1])
+    return {f"{prefix}_mean": est.estimate, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
 
 
 def add_wilson(df: pd.DataFrame, count: str, n: str = "n", prefix: str = "collapse_rate") -> pd.DataFrame:

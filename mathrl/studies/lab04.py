@@ -21,8 +21,6 @@ from mathrl.results import mean_spread
 from mathrl.studies.kit import (
     BAND_NOTE,
     COLORS,
-    band,
-    bounds,
     claim_frame,
     known,
     placeholder,
@@ -150,9 +148,8 @@ def entropy_table(ctx) -> pd.DataFrame:
     """Per setting and seed: entropy over the first and last BANDIT_WINDOW steps, its reduction, the
     initial probability of the global arm (step 0), the dominant action at the last step and where
     the policy converged (bandit.converged_to)."""
-    best = int(
-        np.argmax(bandit.resolve(ctx.cfg.get("bandit"))["arm_rewards"])
-    )  # the global optimum (action 1 in the document)
+    # the global optimum (action 1 in the document)
+    best = int(np.argmax(bandit.resolve(ctx.cfg.get("bandit"))["arm_rewards"]))
     rows = []
     for setting, seed, g in _expected(ctx, "entropy_collapse", ctx.bandit("entropy_collapse")):
         row = {"setting": setting, "seed": seed, "initial_entropy": math.nan, "final_entropy": math.nan,
@@ -166,18 +163,10 @@ def entropy_table(ctx) -> pd.DataFrame:
             probs = [float(last[f"p{i}"]) for i in range(3)]
             top = int(np.argmax(probs))
             label = bandit.converged_to(*probs, threshold=DOMINANT, best_arm=best)
-            row.update(
-                initial_entropy=start,
-                final_entropy=end,
-                reduction=reduction(start, end),
-                dominant_action=top,
-                dominant_prob=probs[top],
-                initial_best_prob=float(first[f"p{best}"]),
-                converged_to=label,
-                global_share=float(label == "global"),
-                local_share=float(label == "local"),
-                moving=float(still_moving(g[[f"p{i}" for i in range(3)]].to_numpy())),
-            )
+            row.update(initial_entropy=start, final_entropy=end, reduction=reduction(start, end),
+                       dominant_action=top, dominant_prob=probs[top], initial_best_prob=float(first[f"p{best}"]),
+                       converged_to=label, global_share=float(label == "global"), local_share=float(label == "local"),
+                       moving=float(still_moving(g[[f"p{i}" for i in range(3)]].to_numpy())))  # fmt: skip
         rows.append(row)
     values = "initial_entropy final_entropy reduction dominant_prob global_share local_share initial_best_prob moving"
     out = _pooled(pd.DataFrame(rows), ["setting"], values.split())
@@ -412,11 +401,9 @@ def _row(df: pd.DataFrame, **where) -> dict:
 
 def _per_seed(df: pd.DataFrame, setting: str) -> pd.DataFrame:
     """The per-seed rows (not the pooled one) of one setting."""
-    return (
-        df[(df["seed"].astype(str) != "all") & (df["setting"] == setting)]
-        if len(df)
-        else pd.DataFrame(columns=["converged_to"])
-    )
+    if not len(df):
+        return pd.DataFrame(columns=["converged_to"])
+    return df[(df["seed"].astype(str) != "all") & (df["setting"] == setting)]
 
 
 def _get(d: dict, key: str) -> float:
@@ -653,16 +640,11 @@ def hacking_figure(t) -> Figure:
     else:
         placeholder(left, "no reward-hacking bandit data")
     proxy = _row(t["lab04_gpt"], role="proxy").get("variant", "")
-    series = [
-        (seed_band(t["curves"], proxy, m), label, COLORS[k], bounds(m))
-        for m, label, k in (
-            ("reward_mean", "training reward = proxy score", 3),
-            ("accuracy", "exact-match accuracy (sampled)", 2),
-        )
-    ]
-    for s, label, color, limits in series:
+    lines = (("reward_mean", "training reward = proxy score", 3), ("accuracy", "exact-match accuracy (sampled)", 2))
+    series = [(seed_band(t["curves"], proxy, m), m, label, COLORS[k]) for m, label, k in lines]
+    for s, metric, label, color in series:
         if len(s):
-            band(right, s["step"], s["mean"], s["std"], label, color, n=s["n"], bounds=limits)
+            table_band(right, s, metric, label, color, value="")
     if not any(len(s) for s, *_ in series):
         placeholder(right, "no proxy_reward GPT runs")
     _label(left, "Bandit: proxy score and true reward", "step", "mean reward of the batch")
@@ -678,7 +660,7 @@ def _gpt_panel(ax, t, names: list[str], metric: str, colour: dict) -> None:
     for v in names:
         s = seed_band(t["curves"], v, metric)
         if len(s):
-            band(ax, s["step"], s["mean"], s["std"], v, colour[v], n=s["n"], bounds=bounds(metric))
+            table_band(ax, s, metric, v, colour[v], value="")
             drawn += 1
     if not drawn:
         placeholder(ax, "no lab04_gpt runs")
@@ -716,48 +698,7 @@ def figures(t) -> dict[str, Figure]:
 
 
 # ---- section: the template's context, from the tables ----------------------------------
-CLAIMS = {
-    "entropy": "A three-armed bandit pays 0.3, 1.0 and 0.5 (action 1 is the global optimum). Trained for 200 steps "
-    "with five times the "
-               "normal learning rate (5e-3) and a tenth of the entropy bonus (0.001), its policy entropy should fall "
-               "from about 1.1 to about 0.1. "
-               "Settling on action 1 is the success case; settling on action 0 or 2, a local optimum, the failure "
-               "case; a high learning rate "
-               "or a low entropy bonus should make the failure likelier. From the document's uniform start no seed can "
-               "fail, so the failure is "
-               "looked for from a start that hides the global arm (p = 0.005, noisy rewards), in a 2x2 of the two "
-               "knobs, each cell run for the "
-               "same number of rewards and long enough that the normal setting leaves the local plateau it first "
-               "settles on.",
-    "vanishing": "When every reward in a batch is the same (all 1.0), advantages are zero and so is the gradient. "
-    "Alternating such phases "
-                 "with varied rewards, the document expects a gradient norm below 1e-4 in the homogeneous phases, "
-                 "above 1e-3 in the diverse "
-                 "ones, a fall of more than 90%, and a gradient norm that follows the reward std.",
-    "hacking": "The document's results show a reward-model score that keeps climbing while the true reward (human "
-    "preference) rises "
-               "briefly and then falls, even below zero: the agent learns the reward model's flaws instead of the "
-               "goal.",
-    "gpt": "The document names DAPO (clip-higher, dynamic sampling) as the cure for entropy collapse. On the GPT we "
-    "repeat the challenges "
-           "from the calibrated reference: a failing setting (a multiple of its learning rate, a tenth of the entropy "
-           "bonus, several PPO epochs "
-           "per batch so that the ratio moves and a clip can bind), on which the failure each remedy is for must first "
-           "be shown with its interval "
-           "(token entropy falling by at least half for the entropy claims, held-out accuracy lost for the accuracy "
-           "claims, the KL to the warm-up "
-           "passing the documents' alarm of 0.5 for the troubleshooting table's KL remedies); a proxy reward that "
-           "favours large digits; RL from a "
-           "random policy (all answers wrong) and from a near-perfect one (all right). "
-           "Each remedy is compared with the failing setting where the two match: at equal updates (each run's last "
-           "step, the same number of steps) "
-           "and, for DAPO, whose dynamic sampling draws more rollouts per step, also at equal samples (the step by "
-           "which it has drawn what the failing "
-           "setting draws in its whole run). A remedy is judged only where the failure was shown and its mechanism "
-           "acted: for clip-higher, "
-           "the tokens it frees (positive advantage, ratio between 1 + clip_eps and 1 + clip_eps_high), which a "
-           "symmetric clip would cut.",
-}  # fmt: skip
+PARTS = ("entropy", "vanishing", "hacking", "gpt")  # the section's parts (the document's claims: its template)
 
 
 def gpt_sentence(gpt: pd.DataFrame, diffs: pd.DataFrame | None = None) -> str:
@@ -832,7 +773,7 @@ def section(t) -> dict:
         "gpt": gpt_sentence(t["lab04_gpt"], t["lab04_gpt_differences"]),
     }
     parts = {}
-    for part in CLAIMS:
+    for part in PARTS:
         mine = [r for r in rows if r.get("part") == part]
         claims_, setup = [r for r in mine if r.get("kind") != "setup"], sum(r.get("kind") == "setup" for r in mine)
         counts = {
@@ -840,7 +781,7 @@ def section(t) -> dict:
         }
         summary = ", ".join(f"{k} {o}" for o, k in counts.items() if k) or "no verdicts"
         summary += f"; and {setup} setup check{'s' * (setup != 1)}, not counted" if setup else ""
-        parts[part] = {"claim": CLAIMS[part], "measured": sentences[part], "rows": mine, "summary": summary}
+        parts[part] = {"measured": sentences[part], "rows": mine, "summary": summary}
     return {"parts": parts, "verdict_list": rows, "power": power_note(claims),
             "severity_definition": SEVERITY_DEFINITION,
             "bandit_window": BANDIT_WINDOW, "gpt_window": GPT_WINDOW, "dominant": DOMINANT,
