@@ -293,21 +293,14 @@ def batch_text(batch: pd.DataFrame) -> str:
         return "No batch-study fits to compare: see the notes in the table above."
     ref = batch[batch["reference"].astype(bool)].iloc[0]
     others = batch[~batch["reference"].astype(bool)]
-    moves_a = [
-        f"{r.setting} (ΔA {r.dA:+.3f} [{r.dA_lo:+.3f}, {r.dA_hi:+.3f}])"
-        for r in others.itertuples()
-        if _excludes_zero(r.dA_lo, r.dA_hi)
-    ]
-    only_b = [
-        f"{r.setting} (ΔB {r.dB:+.2f} [{r.dB_lo:+.2f}, {r.dB_hi:+.2f}])"
-        for r in others.itertuples()
-        if not _excludes_zero(r.dA_lo, r.dA_hi) and _excludes_zero(r.dB_lo, r.dB_hi)
-    ]
-    neither = [
-        str(r.setting)
-        for r in others.itertuples()
-        if not _excludes_zero(r.dA_lo, r.dA_hi) and not _excludes_zero(r.dB_lo, r.dB_hi)
-    ]
+    moves_a, only_b, neither = [], [], []
+    for r in others.itertuples():
+        if _excludes_zero(r.dA_lo, r.dA_hi):
+            moves_a.append(f"{r.setting} (ΔA {r.dA:+.3f} [{r.dA_lo:+.3f}, {r.dA_hi:+.3f}])")
+        elif _excludes_zero(r.dB_lo, r.dB_hi):
+            only_b.append(f"{r.setting} (ΔB {r.dB:+.2f} [{r.dB_lo:+.2f}, {r.dB_hi:+.2f}])")
+        else:
+            neither.append(str(r.setting))
     none = "no batch size"
     text = (
         f"Against {ref.setting}: the 95% interval of the paired difference in A excludes 0 for "

@@ -95,11 +95,8 @@ def loss_steps(runs) -> pd.DataFrame:
     """Per variant and step: token entropy and the share of tokens each loss cut (clip_frac; GSPO's is its sequences'
     tokens) over seeds (mean, std, n), for the figure."""
     frames = [run.metrics.assign(setting=name, seed=run.spec.seed) for name, run in runs]
-    if not frames:
-        return pd.DataFrame(
-            columns=["setting", "step", "n", "entropy_mean", "entropy_std", "clip_frac_mean", "clip_frac_std"]
-        )
-    return mean_spread(pd.concat(frames, ignore_index=True), ["setting", "step"], ["entropy", "clip_frac"])
+    long = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return mean_spread(long, ["setting", "step"], ["entropy", "clip_frac"])
 
 
 def tables(runs, roles: dict) -> dict[str, pd.DataFrame]:

@@ -186,11 +186,9 @@ def starts_table(ctx, start_runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for task in DOC:
         for st in read_starts(ctx, task)["starts"]:
-            d = (
-                start_runs[(start_runs["task"] == task) & (start_runs["start"] == st["start"])]
-                if len(start_runs)
-                else start_runs
-            )
+            d = start_runs
+            if len(d):
+                d = d[(d["task"] == task) & (d["start"] == st["start"])]
             arms = {a: d.loc[d["algorithm"] == a].set_index("seed")["final_eval"] if len(d) else pd.Series(dtype=float)
                     for a in ("reinforce", SUPERVISED)}  # fmt: skip
             if arms["reinforce"].empty and arms[SUPERVISED].empty:
