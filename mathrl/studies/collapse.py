@@ -63,6 +63,7 @@ STATS = ["initial_eval", "final_eval", "best_eval", "gain", "mid_gain", "drawdow
 NONFINITE_COLUMNS = ["run_id", "seed", "status", "steps_done", "skipped", "first_skipped_step", "weights_finite",
                      "caught", "initial_eval",
                      "final_eval"]  # fmt: skip
+POINT_VALUES = ["eval_accuracy", "format_rate", "frac_zero_std"]  # at each of the five points of a run
 CURVE_VALUES = "eval_accuracy format_rate entropy entropy_coef lr ndigit skipped frac_zero_std accuracy".split()
 
 
@@ -78,14 +79,8 @@ def five_points(evals: pd.DataFrame, steps: int) -> pd.DataFrame:
 def run_stats(run, role: str) -> dict:
     """One run's outcome; a run without a result keeps NaN statistics (never invented)."""
     spec, settings = run.spec, run.settings
-    row = {
-        "variant": spec.variant,
-        "role": role,
-        "seed": spec.seed,
-        "run_id": spec.run_id,
-        "status": run.status,
-        "algorithm": settings["algorithm"],
-    }
+    keys = {"variant": spec.variant, "role": role, "seed": spec.seed, "run_id": spec.run_id, "status": run.status}
+    row = {**keys, "algorithm": settings["algorithm"]}
     if not run.ok:
         return row
     m, e, half = run.metrics, run.evals, settings["steps"] / 2
@@ -102,11 +97,7 @@ def run_stats(run, role: str) -> dict:
     )  # fmt: skip
     row["gain"], row["mid_gain"] = row["final_eval"] - row["initial_eval"], mid - row["initial_eval"]
     ent, lr = m["entropy"].dropna(), m["lr"].dropna()
-    first_stage = (
-        m.loc[m["ndigit"] == m["ndigit"].min(), "accuracy"]
-        if settings.get("curriculum_start")
-        else pd.Series(dtype=float)
-    )
+    first_stage = m.loc[m["ndigit"] == m["ndigit"].min(), "accuracy"] if settings.get("curriculum_start") else []
     row.update(initial_format_rate=float(m["format_rate"].iloc[0]), zero_std=float(m["frac_zero_std"].mean()),
                entropy_fall=1 - float(ent.iloc[-1] / ent.iloc[0]) if len(ent) and ent.iloc[0] > 0 else math.nan,
                lr_ratio=float(lr.iloc[-1] / lr.iloc[0]) if len(lr) and lr.iloc[0] > 0 else math.nan,
@@ -146,11 +137,8 @@ def variants_table(per_run: pd.DataFrame, settings: dict, baseline: str) -> pd.D
     out = mean_spread(per_run, ["variant"], STATS[1:2] + STATS[:1] + STATS[2:])  # n counts final evals
     out = add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
     out.insert(1, "role", per_run.groupby("variant", sort=False)["role"].first().values if len(per_run) else [])
-    out.insert(
-        2,
-        "settings",
-        [", ".join(f"{k}={val}" for k, val in (settings.get(x) or {}).items()) or "defaults" for x in out["variant"]],
-    )
+    described = [", ".join(f"{k}={val}" for k, val in (settings.get(x) or {}).items()) for x in out["variant"]]
+    out.insert(2, "settings", [d or "defaults" for d in described])
     g = per_run.groupby("variant", sort=False)
     out.insert(3, "algorithm", g["algorithm"].first().values if len(per_run) else [])
     out.insert(5, "n_runs", g.size().values if len(per_run) else [])
@@ -229,16 +217,12 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     named = role_of(role, ROLES)  # the calibration's `reference` shares the baseline's variant: the baseline names it
     per_run = pd.DataFrame([run_stats(r, named.get(r.spec.variant, "")) for r in runs],
                            columns=["variant", "role", "seed", "run_id", "status", "algorithm"] + STATS)  # fmt: skip
-    v = variants_table(
-        per_run, ctx.cfg["experiments"].get(EXPERIMENT, {}).get("variants") or {}, role.get("baseline", "")
-    )
+    variants = ctx.cfg["experiments"].get(EXPERIMENT, {}).get("variants") or {}
+    v = variants_table(per_run, variants, role.get("baseline", ""))
     design = pd.DataFrame([row for r in runs if r.ok and named.get(r.spec.variant) in REWARD_DESIGNS
                            for row in segment_rows(r, named[r.spec.variant])],
-                          columns=["variant", "role", "seed", "point", "step", "eval_accuracy", "format_rate",
-                                   "frac_zero_std"])  # fmt: skip
-    design = mean_spread(
-        design, ["variant", "role", "point", "step"], ["eval_accuracy", "format_rate", "frac_zero_std"]
-    )
+                          columns=["variant", "role", "seed", "point", "step", *POINT_VALUES])  # fmt: skip
+    design = mean_spread(design, ["variant", "role", "point", "step"], POINT_VALUES)
     nonfinite = nonfinite_table([r for r in runs if named.get(r.spec.variant) == "nonfinite"])
     return {
         "collapse_variants": v,

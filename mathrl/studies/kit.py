@@ -118,6 +118,12 @@ def estimate_columns(prefix: str, est, within: tuple = (None, None)) -> dict:
     return {f"{prefix}_mean": est.estimate, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
 
 
+def wilson_columns(prefix: str, k: int, n: int) -> dict:
+    """`{prefix}`, `{prefix}_lo`, `{prefix}_hi`: the rate k/n (NaN for n = 0) and its 95% Wilson interval."""
+    lo, hi = wilson(k, n)
+    return {prefix: k / n if n else NAN, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
+
+
 def add_wilson(df: pd.DataFrame, count: str, n: str = "n", prefix: str = "collapse_rate") -> pd.DataFrame:
     """`{prefix}`, `{prefix}_lo`, `{prefix}_hi`: a rate count/n with its 95% Wilson interval."""
     out = df.copy()
@@ -206,7 +212,14 @@ def pm(mean, std, n, unit: str = "pts", bounds: tuple | None = None) -> str:
         return "no data"
     h = float(t_halfwidth(std, n)) if known(std, n) else NAN
     lo, hi = band_limits([mean], [std], n, bounds) if known(h) else ([NAN], [NAN])
-    ci = f" [{number(lo[0], unit, sign=False)}, {number(hi[0], unit, sign=False)}]" if known(h) else ""
+    return interval_text(mean, lo[0], hi[0], n, unit)
+
+
+def interval_text(mean, lo, hi, n, unit: str = "pct") -> str:
+    """`mean [lo, hi] (n=k)` in a unit of mathrl.verdict.number; no interval where lo or hi is unknown."""
+    if not known(mean):
+        return "no data"
+    ci = f" [{number(lo, unit, sign=False)}, {number(hi, unit, sign=False)}]" if known(lo, hi) else ""
     return f"{number(mean, unit, sign=False)}{ci} (n={int(n) if known(n) else 0})"
 
 

@@ -21,17 +21,16 @@ from mathrl.results import mean_spread
 from mathrl.studies.kit import (
     BAND_NOTE,
     COLORS,
-    claim_frame,
+    by_part,
     known,
     placeholder,
     plt,
-    power_note,
     role_of,
     roles,
     table_band,
-    verdict_rows,
+    verdicts,
+    wilson_columns,
 )
-from mathrl.verdict import wilson
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -173,9 +172,8 @@ def entropy_table(ctx) -> pd.DataFrame:
     for setting, g in out[out["seed"] != "all"].groupby("setting", sort=False):
         labels = g["converged_to"].tolist()
         pooled = (out["setting"] == setting) & (out["seed"] == "all")
-        out.loc[pooled, "converged_to"] = (
-            ", ".join(f"{k} {labels.count(k)}" for k in ("global", "local", "none") if k in labels) or "missing"
-        )
+        counted = ", ".join(f"{k} {labels.count(k)}" for k in ("global", "local", "none") if k in labels)
+        out.loc[pooled, "converged_to"] = counted or "missing"
         actions = g["dominant_action"].dropna().unique()
         out.loc[pooled, "dominant_action"] = actions[0] if len(actions) == 1 else math.nan
     return out
@@ -190,14 +188,15 @@ def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
         labels = g["converged_to"].tolist()
         n = sum(x in ("global", "local", "none") for x in labels)
         k = labels.count("local")
-        lo, hi = wilson(k, n)
         rows.append({"setting": setting, "n": n, "global": labels.count("global"), "local": k,
-                     "none": labels.count("none"),
-                     "local_rate": k / n if n else math.nan, "local_rate_lo": lo, "local_rate_hi": hi,
+                     "none": labels.count("none"), **wilson_columns("local_rate", k, n),
                      "moving": int((g["moving"] == 1).sum()) if "moving" in g else 0,
                      "initial_best_prob": g["initial_best_prob"].mean()})  # fmt: skip
     columns = "setting n global local none moving local_rate local_rate_lo local_rate_hi initial_best_prob"
     return pd.DataFrame(rows, columns=columns.split())
+
+
+POINT_COLUMNS = ["setting", "seed", "step", "phase", "grad_norm", "reward_std"]  # the vanishing study's scatter
 
 
 def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -214,19 +213,14 @@ def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
         row["corr_grad_reward_std"] = g["grad_norm"].corr(g["reward_std"]) if len(g) > 2 else math.nan
         rows.append(row)
         if len(g):
-            points.append(g[["setting", "seed", "step", "phase", "grad_norm", "reward_std"]])
+            points.append(g[POINT_COLUMNS])
     values = "grad_norm_homogeneous grad_norm_diverse reduction reward_std_homogeneous reward_std_diverse"
     values += " corr_grad_reward_std"
     out = _pooled(pd.DataFrame(rows), ["setting"], values.split())
-    pts = (
-        pd.concat(points, ignore_index=True)
-        if points
-        else pd.DataFrame(columns=["setting", "seed", "step", "phase", "grad_norm", "reward_std"])
-    )
+    pts = pd.concat(points, ignore_index=True) if points else pd.DataFrame(columns=POINT_COLUMNS)
     for setting, p in pts.groupby("setting"):  # the pooled correlation is over every step of every seed
-        out.loc[(out["setting"] == setting) & (out["seed"] == "all"), "corr_grad_reward_std"] = p["grad_norm"].corr(
-            p["reward_std"]
-        )
+        pooled = (out["setting"] == setting) & (out["seed"] == "all")
+        out.loc[pooled, "corr_grad_reward_std"] = p["grad_norm"].corr(p["reward_std"])
     out["severity"] = out["reduction"].map(severity)
     return out, pts
 
@@ -266,11 +260,8 @@ def bandit_curves(ctx) -> pd.DataFrame:
         if df is not None and len(df):
             df = df.assign(phase=df["phase"].astype(object).fillna(""))
             frames.append(mean_spread(df, ["study", "setting", "step", "phase"], [m for m in METRICS if m in df]))
-    return (
-        pd.concat(frames, ignore_index=True)
-        if frames
-        else pd.DataFrame(columns=["study", "setting", "step", "phase", "n"])
-    )
+    empty = pd.DataFrame(columns=["study", "setting", "step", "phase", "n"])
+    return pd.concat(frames, ignore_index=True) if frames else empty
 
 
 GPT_VALUES = ["accuracy_start", "accuracy_end", "eval_start", "eval_end", "eval_gain", "entropy_start", "entropy_end",
@@ -308,12 +299,8 @@ def gpt_runs(ctx) -> pd.DataFrame:
     training reward, which one batch measures noisily, are means over GPT_WINDOW steps."""
     rows = []
     for run in ctx.experiment(EXPERIMENT):
-        row = {
-            "run_id": run.spec.run_id,
-            "variant": run.spec.variant or "",
-            "seed": run.spec.seed,
-            "status": run.status,
-        }
+        spec = run.spec
+        row = {"run_id": spec.run_id, "variant": spec.variant or "", "seed": spec.seed, "status": run.status}
         if run.ok:
             m = run.metrics.sort_values("step")
             k = window(len(m), GPT_WINDOW)
@@ -448,12 +435,8 @@ def findings(ent, van, hack, gpt) -> list[str]:
            f"({v.get('severity', 'unknown')}); gradient norm and reward std correlated at r = "
            f"{num(v.get('corr_grad_reward_std'), '.2f')} over all steps.")  # fmt: skip
     h, p = _row(hack, seed="all"), _row(gpt, role="proxy")
-    gpt_hacked = hacked(
-        *(
-            p.get(k, math.nan)
-            for k in ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
-        )
-    )
+    ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
+    gpt_hacked = hacked(*(p.get(k, math.nan) for k in ends))
     word = {True: "exploited, judging by the means", False: "not exploited, judging by the means", None: "not measured"}
     three = (f"Reward hacking: on the bandit the proxy score went from {_pm(h, 'proxy_start')} to "
              f"{_pm(h, 'proxy_end')} while the true reward "
@@ -615,9 +598,8 @@ def six_panel(t) -> Figure:
         placeholder(a_std, "no gradient-vanishing data")
     if len(pts):
         for i, (phase, g) in enumerate(pts.groupby("phase")):
-            a_scatter.scatter(
-                g["reward_std"], g["grad_norm"], s=8, alpha=0.5, color=COLORS[i + 3], label=f"{phase} ({len(g)} steps)"
-            )
+            label = f"{phase} ({len(g)} steps)"
+            a_scatter.scatter(g["reward_std"], g["grad_norm"], s=8, alpha=0.5, color=COLORS[i + 3], label=label)
         a_scatter.set_yscale("symlog", linthresh=1e-6)
     else:
         placeholder(a_scatter, "no gradient-vanishing data")
@@ -698,6 +680,7 @@ def figures(t) -> dict[str, Figure]:
 
 
 # ---- section: the template's context, from the tables ----------------------------------
+OUTCOMES = ("agrees", "disagrees", "inconclusive", "not judged")
 PARTS = ("entropy", "vanishing", "hacking", "gpt")  # the section's parts (the document's claims: its template)
 
 
@@ -764,8 +747,8 @@ def cov_sentence(gpt: pd.DataFrame) -> str:
 
 
 def section(t) -> dict:
-    claims = claim_frame(t, NAME)
-    rows = verdict_rows(claims)
+    rows, power = verdicts(t, NAME)
+    grouped = by_part(rows)
     tpl = t["lab04_report_template"]
     found = tpl.loc[tpl["part"] == "Key findings", "value"].tolist() if len(tpl) else []
     sentences = {
@@ -774,15 +757,13 @@ def section(t) -> dict:
     }
     parts = {}
     for part in PARTS:
-        mine = [r for r in rows if r.get("part") == part]
+        mine = grouped.get(part, [])
         claims_, setup = [r for r in mine if r.get("kind") != "setup"], sum(r.get("kind") == "setup" for r in mine)
-        counts = {
-            o: sum(r["outcome"] == o for r in claims_) for o in ("agrees", "disagrees", "inconclusive", "not judged")
-        }
+        counts = {o: sum(r["outcome"] == o for r in claims_) for o in OUTCOMES}
         summary = ", ".join(f"{k} {o}" for o, k in counts.items() if k) or "no verdicts"
         summary += f"; and {setup} setup check{'s' * (setup != 1)}, not counted" if setup else ""
         parts[part] = {"measured": sentences[part], "rows": mine, "summary": summary}
-    return {"parts": parts, "verdict_list": rows, "power": power_note(claims),
+    return {"parts": parts, "verdict_list": rows, "power": power,
             "severity_definition": SEVERITY_DEFINITION,
             "bandit_window": BANDIT_WINDOW, "gpt_window": GPT_WINDOW, "dominant": DOMINANT,
             "settled_span": SETTLED_SPAN, "settled_move": SETTLED_MOVE,

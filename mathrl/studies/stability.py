@@ -28,6 +28,7 @@ from mathrl.studies.kit import (
     roles,
     table_band,
     verdicts,
+    wilson_columns,
 )
 from mathrl.studies.kit import pm as interval
 from mathrl.verdict import wilson
@@ -138,12 +139,8 @@ def curve_points(run) -> list[dict]:
         if run.ok and step <= run.metrics["step"].max():  # a run that stopped early has no value here
             ev, m = run.evals, run.metrics.set_index("step")
             i = (ev["step"] - step).abs().idxmin()
-            row.update(
-                eval_step=ev["step"][i],
-                eval_accuracy=ev["eval_accuracy"][i],
-                entropy=m["entropy"].get(step, NAN),
-                reward=m["reward_mean"].get(step, NAN),
-            )
+            row.update(eval_step=ev["step"][i], eval_accuracy=ev["eval_accuracy"][i])
+            row.update(entropy=m["entropy"].get(step, NAN), reward=m["reward_mean"].get(step, NAN))
         out.append(row)
     return out
 
@@ -159,9 +156,8 @@ def series(runs: list, metrics: list[str]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=["order", "setting", "metric", "step", "mean", "std", "n"])
     df = pd.concat(frames, ignore_index=True).assign(order=lambda d: d["setting"].map(order))
-    return (
-        df.groupby(["order", "setting", "metric", "step"])["value"].agg(mean="mean", std="std", n="count").reset_index()
-    )
+    g = df.groupby(["order", "setting", "metric", "step"])["value"]
+    return g.agg(mean="mean", std="std", n="count").reset_index()
 
 
 # ---- tables ------------------------------------------------------------------------------
@@ -180,9 +176,8 @@ def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
     curve = summarise(pts, ["batch_size", "point", "step"], ["eval_accuracy", "entropy", "reward"])
     curve.insert(3, "eval_step", pts.groupby(["batch_size", "point", "step"], sort=False)["eval_step"].max().values)
     for j, col in enumerate(["doc_accuracy", "doc_entropy", "doc_reward"]):
-        curve[col] = [
-            DOC_CURVE[b][p - 1][j] if b in DOC_CURVE else NAN for b, p in zip(curve["batch_size"], curve["point"])
-        ]
+        points = zip(curve["batch_size"], curve["point"])
+        curve[col] = [DOC_CURVE[b][p - 1][j] if b in DOC_CURVE else NAN for b, p in points]
     small, large = rows["batch_size"].min(), rows["batch_size"].max()
     cs = rows[rows["batch_size"].isin([small, large])]
     case = summarise(cs, ["batch_size"], ["final_reward", "final_eval", "wall_seconds", "alerts"])
@@ -371,16 +366,12 @@ def alert_scores(runs: list) -> pd.DataFrame:
                 c[i] += x
     rows = []
     for name, (hit, n_alerts, caught, n_drops) in counts.items():
-        (plo, phi), (rlo, rhi) = wilson(hit, n_alerts), wilson(caught, n_drops)
         rows.append({"detector": DETECTORS[name], "alerts": n_alerts, "followed_by_drop": hit,
-                     "precision": hit / n_alerts if n_alerts else NAN, "precision_lo": plo,
-                     "precision_hi": phi, "drops": n_drops, "announced": caught,
-                     "recall": caught / n_drops if n_drops else NAN, "recall_lo": rlo,
-                     "recall_hi": rhi, "base_rate": base[0] / base[1] if base[1] else NAN})  # fmt: skip
-    return pd.DataFrame(rows,
-                        columns=["detector", "alerts", "followed_by_drop", "precision", "precision_lo", "precision_hi",
-                                 "drops", "announced",
-                                       "recall", "recall_lo", "recall_hi", "base_rate"])  # fmt: skip
+                     **wilson_columns("precision", hit, n_alerts), "drops": n_drops, "announced": caught,
+                     **wilson_columns("recall", caught, n_drops),
+                     "base_rate": base[0] / base[1] if base[1] else NAN})  # fmt: skip
+    columns = "detector alerts followed_by_drop precision precision_lo precision_hi drops announced recall recall_lo"
+    return pd.DataFrame(rows, columns=[*columns.split(), "recall_hi", "base_rate"])
 
 
 def alerts_table(ctx) -> pd.DataFrame:
@@ -773,9 +764,8 @@ def pm(r, col: str, kind: str = "pct") -> str:
     accuracy points: roughness or a drop, interval at least 0), num."""
     if r is None or not known(r.get(f"{col}_mean")):
         return "no data"
-    unit = {"pct": "pct", "pts": "pts", "num": "num"}[kind]
     limits = {"pct": SHARE, "pts": NONNEGATIVE}.get(kind)
-    return interval(r[f"{col}_mean"], r.get(f"{col}_std", NAN), r["n"], unit, bounds=limits)
+    return interval(r[f"{col}_mean"], r.get(f"{col}_std", NAN), r["n"], kind, bounds=limits)
 
 
 def pick(df: pd.DataFrame, col: str, key):

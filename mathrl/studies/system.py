@@ -32,6 +32,7 @@ from mathrl.studies.kit import (
     add_wilson,
     by_key,
     cell,
+    interval_text,
     known,
     placeholder,
     t_halfwidth,
@@ -400,8 +401,8 @@ def starts_text(starts: pd.DataFrame, task: str) -> str:
             f" {number(r.start_val, 'pct', sign=False)} validation)"
         )
         part += (
-            f" REINFORCE ended at {ci_text(r.rl_final, r.rl_lo, r.rl_hi, r.rl_n)}, the supervised control at"
-            f" {ci_text(r.sup_final, r.sup_lo, r.sup_hi, r.sup_n)}"
+            f" REINFORCE ended at {interval_text(r.rl_final, r.rl_lo, r.rl_hi, r.rl_n)}, the supervised control at"
+            f" {interval_text(r.sup_final, r.sup_lo, r.sup_hi, r.sup_n)}"
         )
         if known(getattr(r, "rl_minus_sup", math.nan)):
             part += (
@@ -410,13 +411,6 @@ def starts_text(starts: pd.DataFrame, task: str) -> str:
             )
         parts.append(part)
     return "; ".join(parts)
-
-
-def ci_text(mean: float, lo: float, hi: float, n) -> str:
-    if not known(mean):
-        return "no data"
-    ci = f" [{number(lo, 'pct', sign=False)}, {number(hi, 'pct', sign=False)}]" if known(lo, hi) else ""
-    return f"{number(mean, 'pct', sign=False)}{ci} (n={int(n) if known(n) else 0})"
 
 
 def scale_note(cfgs: pd.DataFrame, task: str) -> str:
