@@ -281,25 +281,17 @@ def console_table(ctx, runs) -> pd.DataFrame:
     rows = []
     for task in DOC:
         for algorithm in ALGORITHMS:
-            run = next(
-                (r for r in runs if r.ok and r.settings["task"] == task and r.settings["algorithm"] == algorithm), None
-            )
-            if run is None:
+            ran = [r for r in runs if r.ok and r.settings["task"] == task and r.settings["algorithm"] == algorithm]
+            if not ran:
                 continue
+            run = ran[0]
             log = layout.at(ctx.cfg, layout.STAGES["train"].log, run_id=run.spec.run_id)
-            lines = (
-                [x.strip() for x in log.read_text(errors="replace").splitlines() if x.startswith("Step ")]
-                if log.is_file()
-                else []
-            )
-            line, source = (
-                (lines[-1], "log")
-                if lines
-                else (console_line(run.metrics.iloc[-1].to_dict(), run.settings["steps"]), "metrics.csv")
-            )
-            rows.append(
-                {"task": task, "algorithm": algorithm, "run_id": run.spec.run_id, "source": source, "line": line}
-            )
+            text = log.read_text(errors="replace").splitlines() if log.is_file() else []
+            lines = [x.strip() for x in text if x.startswith("Step ")]
+            rebuilt = console_line(run.metrics.iloc[-1].to_dict(), run.settings["steps"])
+            line, source = (lines[-1], "log") if lines else (rebuilt, "metrics.csv")
+            row = {"task": task, "algorithm": algorithm, "run_id": run.spec.run_id}
+            rows.append({**row, "source": source, "line": line})
     return pd.DataFrame(rows, columns=["task", "algorithm", "run_id", "source", "line"])
 
 
