@@ -28,7 +28,7 @@ import math
 import pandas as pd
 
 from mathrl.config import point_label
-from mathrl.studies.kit import COLORS, claim_frame, placeholder, plt, power_note, verdict_rows
+from mathrl.studies.kit import COLORS, placeholder, plt, verdicts
 from mathrl.verdict import mean_interval, rate_difference, wilson
 
 NAME = "calibration"
@@ -152,9 +152,8 @@ def references_table(ctx) -> pd.DataFrame:
     for exp, spec in ctx.cfg["experiments"].items():
         runs = reference_runs(ctx, exp)
         if not runs:
-            rows.append(
-                {"experiment": exp, "reference": (spec.get("roles") or {}).get("reference", ""), "task": "", "n": 0}
-            )
+            reference = (spec.get("roles") or {}).get("reference", "")
+            rows.append({"experiment": exp, "reference": reference, "task": "", "n": 0})
             continue
         per = {r.spec.seed: gain_row(r) for r in runs if r.ok}
         est = mean_interval({s: g["gain"] for s, g in per.items()})
@@ -211,15 +210,8 @@ def pilot_figure(p: pd.DataFrame) -> plt.Figure:
     for i, ((task, batch), g) in enumerate(done.groupby(["task", "batch_size"], sort=False) if len(done) else []):
         g = g.sort_values("multiple")
         err = [100 * (g["gain"] - g["gain_lo"]), 100 * (g["gain_hi"] - g["gain"])]
-        ax.errorbar(
-            g["multiple"],
-            100 * g["gain"],
-            yerr=err,
-            marker="o",
-            capsize=3,
-            color=COLORS[i % len(COLORS)],
-            label=f"{task}, batch {batch}",
-        )
+        color, label = COLORS[i % len(COLORS)], f"{task}, batch {batch}"
+        ax.errorbar(g["multiple"], 100 * g["gain"], yerr=err, marker="o", capsize=3, color=color, label=label)
         for m, y, drop in zip(g["multiple"], 100 * g["gain"], g["sustained_drop"]):
             if drop:
                 ax.annotate("drop", (m, y), textcoords="offset points", xytext=(4, -10), fontsize=7)
@@ -229,11 +221,8 @@ def pilot_figure(p: pd.DataFrame) -> plt.Figure:
         ax.set_xscale("log")
         ax.axhline(0, color="0.5", linewidth=0.8)
         ax.legend()
-    ax.set(
-        xlabel="learning rate, multiple of the task's reference",
-        ylabel="gain in validation accuracy (points)",
-        title="Calibration pilot: gain after the pilot's steps (95% Newcombe interval)",
-    )
+    ax.set(xlabel="learning rate, multiple of the task's reference", ylabel="gain in validation accuracy (points)",
+           title="Calibration pilot: gain after the pilot's steps (95% Newcombe interval)")  # fmt: skip
     return fig
 
 
@@ -272,10 +261,11 @@ def section(t) -> dict:
     # declares it but has no finished run yet is not among them
     no_reference = refs["reference"].isna() | refs["reference"].eq("") if len(refs) else []
     unreferenced = refs.loc[no_reference, "experiment"].tolist() if len(refs) else []
+    rows, power = verdicts(t, NAME)
     return {
         "unreferenced": unreferenced,
         "pilot": t["calibration_pilot"], "pick": t["calibration_pick"], "references": t["calibration_references"],
         "below": below, "overall": total, "target": TARGET_BELOW, "drop": DROP,
         "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),
-        "verdicts": verdict_rows(claim_frame(t, NAME)), "power": power_note(claim_frame(t, NAME)),
+        "verdicts": rows, "power": power,
     }  # fmt: skip

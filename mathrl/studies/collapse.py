@@ -27,20 +27,17 @@ from mathrl.studies.kit import (
     SHARE,
     add_intervals,
     add_wilson,
-    band,
-    bounds,
     by_key,
     cell,
-    claim_frame,
     known,
     per_seed,
     placeholder,
     plt,
     pm,
-    power_note,  # fmt: skip
     role_of,
     roles,
-    verdict_rows,
+    table_band,
+    verdicts,
 )
 from mathrl.verdict import difference, number
 
@@ -53,17 +50,9 @@ EXPERIMENT = "collapse"
 ROLES = ("baseline", "lr_tenth", "kl", "grad_clip", "adv_norm_clip", "entropy_schedule", "cosine_lr", "random_baseline",
          "shaped", "penalty",
          "curriculum", "nonfinite")  # fmt: skip
-REMEDIES = (
-    "lr_tenth",
-    "kl",
-    "grad_clip",
-    "adv_norm_clip",
-    "entropy_schedule",
-    "cosine_lr",
-)  # each changes one thing of the baseline
+REMEDIES = ("lr_tenth", "kl", "grad_clip", "adv_norm_clip", "entropy_schedule", "cosine_lr")  # each changes one thing
 REWARD_DESIGNS = ("random_baseline", "shaped", "penalty")
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)  # "the five points of a run", as shares of its steps
-CEILING = 0.99  # a rate at or above this leaves a remedy nothing to raise
 STATS = ["initial_eval", "final_eval", "best_eval", "gain", "mid_gain", "drawdown", "late_drawdown", "roughness",
          "collapsed", "degraded",
          "final_format_rate", "final_entropy", "early_entropy", "skipped", "initial_format_rate", "zero_std",
@@ -74,17 +63,8 @@ STATS = ["initial_eval", "final_eval", "best_eval", "gain", "mid_gain", "drawdow
 NONFINITE_COLUMNS = ["run_id", "seed", "status", "steps_done", "skipped", "first_skipped_step", "weights_finite",
                      "caught", "initial_eval",
                      "final_eval"]  # fmt: skip
-CURVE_VALUES = [
-    "eval_accuracy",
-    "format_rate",
-    "entropy",
-    "entropy_coef",
-    "lr",
-    "ndigit",
-    "skipped",
-    "frac_zero_std",
-    "accuracy",
-]
+POINT_VALUES = ["eval_accuracy", "format_rate", "frac_zero_std"]  # at each of the five points of a run
+CURVE_VALUES = "eval_accuracy format_rate entropy entropy_coef lr ndigit skipped frac_zero_std accuracy".split()
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -99,14 +79,8 @@ def five_points(evals: pd.DataFrame, steps: int) -> pd.DataFrame:
 def run_stats(run, role: str) -> dict:
     """One run's outcome; a run without a result keeps NaN statistics (never invented)."""
     spec, settings = run.spec, run.settings
-    row = {
-        "variant": spec.variant,
-        "role": role,
-        "seed": spec.seed,
-        "run_id": spec.run_id,
-        "status": run.status,
-        "algorithm": settings["algorithm"],
-    }
+    keys = {"variant": spec.variant, "role": role, "seed": spec.seed, "run_id": spec.run_id, "status": run.status}
+    row = {**keys, "algorithm": settings["algorithm"]}
     if not run.ok:
         return row
     m, e, half = run.metrics, run.evals, settings["steps"] / 2
@@ -123,20 +97,15 @@ def run_stats(run, role: str) -> dict:
     )  # fmt: skip
     row["gain"], row["mid_gain"] = row["final_eval"] - row["initial_eval"], mid - row["initial_eval"]
     ent, lr = m["entropy"].dropna(), m["lr"].dropna()
-    first_stage = (
-        m.loc[m["ndigit"] == m["ndigit"].min(), "accuracy"]
-        if settings.get("curriculum_start")
-        else pd.Series(dtype=float)
-    )
+    first_stage = m.loc[m["ndigit"] == m["ndigit"].min(), "accuracy"] if settings.get("curriculum_start") else []
     row.update(initial_format_rate=float(m["format_rate"].iloc[0]), zero_std=float(m["frac_zero_std"].mean()),
                entropy_fall=1 - float(ent.iloc[-1] / ent.iloc[0]) if len(ent) and ent.iloc[0] > 0 else math.nan,
                lr_ratio=float(lr.iloc[-1] / lr.iloc[0]) if len(lr) and lr.iloc[0] > 0 else math.nan,
                first_stage_accuracy=float(first_stage.mean()) if len(first_stage) else math.nan,
                adv_abs_max=float(m["adv_abs_max"].mean()) if "adv_abs_max" in m else math.nan)  # fmt: skip
     clip = settings.get("adv_clip")
-    row["adv_clip_ratio"] = (
-        row["adv_abs_max"] / float(clip) if clip else math.nan
-    )  # 1: the clip bound at every step (logged after it)
+    # 1: the clip bound at every step (logged after it)
+    row["adv_clip_ratio"] = row["adv_abs_max"] / float(clip) if clip else math.nan
     row.update(mechanisms(m, settings))
     return row
 
@@ -168,19 +137,15 @@ def variants_table(per_run: pd.DataFrame, settings: dict, baseline: str) -> pd.D
     out = mean_spread(per_run, ["variant"], STATS[1:2] + STATS[:1] + STATS[2:])  # n counts final evals
     out = add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
     out.insert(1, "role", per_run.groupby("variant", sort=False)["role"].first().values if len(per_run) else [])
-    out.insert(
-        2,
-        "settings",
-        [", ".join(f"{k}={val}" for k, val in (settings.get(x) or {}).items()) or "defaults" for x in out["variant"]],
-    )
+    described = [", ".join(f"{k}={val}" for k, val in (settings.get(x) or {}).items()) for x in out["variant"]]
+    out.insert(2, "settings", [d or "defaults" for d in described])
     g = per_run.groupby("variant", sort=False)
     out.insert(3, "algorithm", g["algorithm"].first().values if len(per_run) else [])
     out.insert(5, "n_runs", g.size().values if len(per_run) else [])
     out["collapses"] = g["collapsed"].sum(min_count=1).values if len(per_run) else []
     out["degradations"] = g["degraded"].sum(min_count=1).values if len(per_run) else []
-    out["runs_judged"] = (
-        g["collapsed"].count().values if len(per_run) else []
-    )  # runs whose collapse is known (a final evaluation may be missing)
+    # runs whose collapse is known (a final evaluation may be missing)
+    out["runs_judged"] = g["collapsed"].count().values if len(per_run) else []
     out = add_wilson(out, "collapses", n="runs_judged")
     base = per_seed(per_run, "final_eval", variant=baseline)
     diffs = [difference(per_seed(per_run, "final_eval", variant=x), base) for x in out["variant"]]
@@ -240,9 +205,8 @@ def nonfinite_table(runs) -> pd.DataFrame:
                        first_skipped_step=float(hits.iloc[0]) if len(hits) else math.nan,
                        weights_finite=bool(math.isfinite(final) and math.isfinite(m["entropy"].iloc[-1])),
                        initial_eval=r.initial_eval, final_eval=final)  # fmt: skip
-            row["caught"] = float(
-                row["skipped"] > 0 and row["weights_finite"]
-            )  # the guard skipped an update, the weights stayed finite
+            # the guard skipped an update, the weights stayed finite
+            row["caught"] = float(row["skipped"] > 0 and row["weights_finite"])
         rows.append(row)
     return pd.DataFrame(rows, columns=NONFINITE_COLUMNS)
 
@@ -253,16 +217,12 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     named = role_of(role, ROLES)  # the calibration's `reference` shares the baseline's variant: the baseline names it
     per_run = pd.DataFrame([run_stats(r, named.get(r.spec.variant, "")) for r in runs],
                            columns=["variant", "role", "seed", "run_id", "status", "algorithm"] + STATS)  # fmt: skip
-    v = variants_table(
-        per_run, ctx.cfg["experiments"].get(EXPERIMENT, {}).get("variants") or {}, role.get("baseline", "")
-    )
+    variants = ctx.cfg["experiments"].get(EXPERIMENT, {}).get("variants") or {}
+    v = variants_table(per_run, variants, role.get("baseline", ""))
     design = pd.DataFrame([row for r in runs if r.ok and named.get(r.spec.variant) in REWARD_DESIGNS
                            for row in segment_rows(r, named[r.spec.variant])],
-                          columns=["variant", "role", "seed", "point", "step", "eval_accuracy", "format_rate",
-                                   "frac_zero_std"])  # fmt: skip
-    design = mean_spread(
-        design, ["variant", "role", "point", "step"], ["eval_accuracy", "format_rate", "frac_zero_std"]
-    )
+                          columns=["variant", "role", "seed", "point", "step", *POINT_VALUES])  # fmt: skip
+    design = mean_spread(design, ["variant", "role", "point", "step"], POINT_VALUES)
     nonfinite = nonfinite_table([r for r in runs if named.get(r.spec.variant) == "nonfinite"])
     return {
         "collapse_variants": v,
@@ -280,16 +240,7 @@ def _curves(ax, c, wanted, col, title, ylabel):
     for i, role in enumerate(wanted):
         d = c[(c["role"] == role) & c[f"{col}_mean"].notna()] if len(c) else c
         if len(d):
-            band(
-                ax,
-                d["step"],
-                d[f"{col}_mean"],
-                d[f"{col}_std"],
-                d["variant"].iloc[0],
-                COLORS[i % len(COLORS)],
-                n=d["n"],
-                bounds=bounds(col),
-            )
+            table_band(ax, d, col, d["variant"].iloc[0], COLORS[i % len(COLORS)])
             drawn += 1
     if not drawn:
         placeholder(ax, f"no data: {', '.join(wanted)} missing")
@@ -316,14 +267,8 @@ def fig_variants(t) -> plt.Figure:
         x = range(len(v))
         lo, hi = v["final_eval_lo"].clip(*SHARE), v["final_eval_hi"].clip(*SHARE)  # an accuracy stays within [0, 1]
         err = [(v["final_eval_mean"] - lo).fillna(0), (hi - v["final_eval_mean"]).fillna(0)]
-        ax.bar(
-            x,
-            v["final_eval_mean"].fillna(0),
-            yerr=err,
-            color=COLORS[0],
-            capsize=3,
-            label="final (mean, 95% t interval)",
-        )
+        label = "final (mean, 95% t interval)"
+        ax.bar(x, v["final_eval_mean"].fillna(0), yerr=err, color=COLORS[0], capsize=3, label=label)
         for i, n in zip(x, v["n"]):
             ax.annotate(f"n={int(n)}" if n else "missing", (i, 0), ha="center", va="bottom", fontsize=7, color="0.2")
         base = cell(v, "final_eval_mean", role="baseline")
@@ -351,14 +296,8 @@ def fig_schedules(t) -> plt.Figure:
     _curves(axes[0, 0], c, ["entropy_schedule", "baseline"], "entropy", "Policy entropy", "mean token entropy")
     _curves(axes[0, 1], c, ["cosine_lr", "lr_tenth", "baseline"], "lr", "Learning rate", "lr")
     _curves(axes[1, 0], c, ["curriculum"], "ndigit", "Curriculum: operand digits", "ndigit")
-    _curves(
-        axes[1, 1],
-        c,
-        ["curriculum", "shaped"],
-        "format_rate",
-        "Curriculum: well-formed answers in rollouts",
-        "format rate",
-    )
+    title = "Curriculum: well-formed answers in rollouts"
+    _curves(axes[1, 1], c, ["curriculum", "shaped"], "format_rate", title, "format rate")
     fig.suptitle(f"Entropy bonus schedule, LR schedules and curriculum ({BAND_NOTE})")
     return fig
 
@@ -390,8 +329,7 @@ CAUSES = [
 
 def section(t) -> dict:
     v, d = t["collapse_variants"], t["collapse_reward_design"]
-    claims = claim_frame(t, NAME)
-    rows = verdict_rows(claims)
+    rows, power = verdicts(t, NAME)
     name = lambda role: (v.loc[v["role"] == role, "variant"].tolist() or [role])[0] if len(v) else role  # noqa: E731
     setting = lambda role: (v.loc[v["role"] == role, "settings"].tolist() or ["not run"])[0] if len(v) else "not run"  # noqa: E731
     base = v[v["role"] == "baseline"] if len(v) else v
@@ -414,4 +352,4 @@ def section(t) -> dict:
                          else pd.DataFrame(columns=NONFINITE_COLUMNS),
             "zero_std": {"baseline": z("random_baseline"), "shaped": z("shaped")}, "verdicts": by_key(rows),
             "verdict_list": rows,
-            "power": power_note(claims), "failure": failure, "remedies": list(REMEDIES)}  # fmt: skip
+            "power": power, "failure": failure, "remedies": list(REMEDIES)}  # fmt: skip

@@ -33,12 +33,16 @@ RUN_COLUMNS = [
     "R0",
     "C_max",
     *curves.FIT_KEYS,
-    "half_mae",
-    "half_points",
-    "half_predicted",
-    "half_noise",
-    "half_reason",
+    *"half_mae half_points half_predicted half_noise half_reason".split(),
 ]
+SUMMARY_COLUMNS = (
+    "experiment setting runs n points R0 A_mean A_lo A_hi a_at_bound B_n B_mean B_lo B_hi C_mid "
+    "rmse_mean half_n half_mae_mean half_mae_lo half_mae_hi half_noise fitted note"
+).split()
+BATCH_COLUMNS = (
+    "setting batch_size reference n A_mean A_lo A_hi a_at_bound B_n B_mean B_lo B_hi "
+    "dA dA_lo dA_hi dA_n dB dB_lo dB_hi dB_n"
+).split()
 
 
 def evaluation_points(run) -> pd.DataFrame:
@@ -80,6 +84,16 @@ def _interval(values, within: tuple[float, float] = (-math.inf, math.inf)) -> di
     near 1 reaches past it)."""
     est = mean_interval(list(values))
     return {"mean": est.estimate, "lo": max(est.lo, within[0]), "hi": min(est.hi, within[1]), "n": est.n}
+
+
+def _columns(name: str, interval: dict) -> dict:
+    """`{name}_mean`, `{name}_lo`, `{name}_hi` of an `_interval`."""
+    return {f"{name}_{k}": interval[k] for k in ("mean", "lo", "hi")}
+
+
+def _difference(name: str, est: Estimate) -> dict:
+    """`{name}`, `{name}_lo`, `{name}_hi`, `{name}_n` of a paired difference."""
+    return {name: est.estimate, f"{name}_lo": est.lo, f"{name}_hi": est.hi, f"{name}_n": est.n}
 
 
 def _note(g: pd.DataFrame, fitted: pd.DataFrame) -> str:
@@ -126,51 +140,20 @@ def summary(fits: pd.DataFrame) -> pd.DataFrame:
                 "n": len(fitted),
                 "points": int(g["points"].median()),
                 "R0": float(g["R0"].mean()),
-                "A_mean": a["mean"],
-                "A_lo": a["lo"],
-                "A_hi": a["hi"],
+                **_columns("A", a),
                 "a_at_bound": int(fitted["a_at_bound"].sum()),
                 "B_n": b["n"],
-                "B_mean": b["mean"],
-                "B_lo": b["lo"],
-                "B_hi": b["hi"],
+                **_columns("B", b),
                 "C_mid": float(np.exp(log_mid.mean())) if len(log_mid) else NAN,
                 "rmse_mean": float(fitted["rmse"].mean()),
                 "half_n": half["n"],
-                "half_mae_mean": half["mean"],
-                "half_mae_lo": half["lo"],
-                "half_mae_hi": half["hi"],
+                **_columns("half_mae", half),
                 "half_noise": float(noise.mean()) if noise.notna().any() else NAN,
                 "fitted": len(fitted) > 0,
                 "note": _note(g, fitted),
             }
         )
-    cols = [
-        "experiment",
-        "setting",
-        "runs",
-        "n",
-        "points",
-        "R0",
-        "A_mean",
-        "A_lo",
-        "A_hi",
-        "a_at_bound",
-        "B_n",
-        "B_mean",
-        "B_lo",
-        "B_hi",
-        "C_mid",
-        "rmse_mean",
-        "half_n",
-        "half_mae_mean",
-        "half_mae_lo",
-        "half_mae_hi",
-        "half_noise",
-        "fitted",
-        "note",
-    ]
-    return pd.DataFrame(rows, columns=cols)
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
 def batch_reference(cfg: dict) -> str:
@@ -210,47 +193,15 @@ def batch_table(fits: pd.DataFrame, reference: str, sizes: dict[str, int] | None
                 "batch_size": (sizes or {}).get(name, int(str(name).split("=")[-1]) if "=" in str(name) else NAN),
                 "reference": name == reference,
                 "n": a["n"],
-                "A_mean": a["mean"],
-                "A_lo": a["lo"],
-                "A_hi": a["hi"],
+                **_columns("A", a),
                 "a_at_bound": int(g["a_at_bound"].sum()),
                 "B_n": b["n"],
-                "B_mean": b["mean"],
-                "B_lo": b["lo"],
-                "B_hi": b["hi"],
-                "dA": da.estimate,
-                "dA_lo": da.lo,
-                "dA_hi": da.hi,
-                "dA_n": da.n,
-                "dB": db.estimate,
-                "dB_lo": db.lo,
-                "dB_hi": db.hi,
-                "dB_n": db.n,
+                **_columns("B", b),
+                **_difference("dA", da),
+                **_difference("dB", db),
             }
         )
-    cols = [
-        "setting",
-        "batch_size",
-        "reference",
-        "n",
-        "A_mean",
-        "A_lo",
-        "A_hi",
-        "a_at_bound",
-        "B_n",
-        "B_mean",
-        "B_lo",
-        "B_hi",
-        "dA",
-        "dA_lo",
-        "dA_hi",
-        "dA_n",
-        "dB",
-        "dB_lo",
-        "dB_hi",
-        "dB_n",
-    ]
-    out = pd.DataFrame(rows, columns=cols)
+    out = pd.DataFrame(rows, columns=BATCH_COLUMNS)
     return out.sort_values("batch_size", kind="stable").reset_index(drop=True) if len(out) else out
 
 
@@ -342,21 +293,14 @@ def batch_text(batch: pd.DataFrame) -> str:
         return "No batch-study fits to compare: see the notes in the table above."
     ref = batch[batch["reference"].astype(bool)].iloc[0]
     others = batch[~batch["reference"].astype(bool)]
-    moves_a = [
-        f"{r.setting} (ΔA {r.dA:+.3f} [{r.dA_lo:+.3f}, {r.dA_hi:+.3f}])"
-        for r in others.itertuples()
-        if _excludes_zero(r.dA_lo, r.dA_hi)
-    ]
-    only_b = [
-        f"{r.setting} (ΔB {r.dB:+.2f} [{r.dB_lo:+.2f}, {r.dB_hi:+.2f}])"
-        for r in others.itertuples()
-        if not _excludes_zero(r.dA_lo, r.dA_hi) and _excludes_zero(r.dB_lo, r.dB_hi)
-    ]
-    neither = [
-        str(r.setting)
-        for r in others.itertuples()
-        if not _excludes_zero(r.dA_lo, r.dA_hi) and not _excludes_zero(r.dB_lo, r.dB_hi)
-    ]
+    moves_a, only_b, neither = [], [], []
+    for r in others.itertuples():
+        if _excludes_zero(r.dA_lo, r.dA_hi):
+            moves_a.append(f"{r.setting} (ΔA {r.dA:+.3f} [{r.dA_lo:+.3f}, {r.dA_hi:+.3f}])")
+        elif _excludes_zero(r.dB_lo, r.dB_hi):
+            only_b.append(f"{r.setting} (ΔB {r.dB:+.2f} [{r.dB_lo:+.2f}, {r.dB_hi:+.2f}])")
+        else:
+            neither.append(str(r.setting))
     none = "no batch size"
     text = (
         f"Against {ref.setting}: the 95% interval of the paired difference in A excludes 0 for "

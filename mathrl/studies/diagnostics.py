@@ -29,13 +29,10 @@ from mathrl.studies.kit import (
     NONNEGATIVE,
     SHARE,
     add_intervals,
-    band,
-    bounds,
-    claim_frame,
     placeholder,
     plt,
-    power_note,
-    verdict_rows,
+    table_band,
+    verdicts,
 )
 from mathrl.studies.kit import roles as roles_of
 from mathrl.studies.mismatch import EXPERIMENT as MISMATCH_EXPERIMENT
@@ -201,22 +198,8 @@ def noise_scale_table(ctx) -> pd.DataFrame:
                          # largest batch
                          "lr_scale": (b / (b + b_noise)) / (max(sizes) / (max(sizes) + b_noise))
                                      if b == b and b_noise == b_noise else NAN})  # fmt: skip
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "task",
-            "grad_sq",
-            "trace_sigma",
-            "noise_scale",
-            "batch_size",
-            "lr",
-            "gain_mean",
-            "gain_lo",
-            "gain_hi",
-            "n",
-            "lr_scale",
-        ],
-    )
+    columns = "task grad_sq trace_sigma noise_scale batch_size lr gain_mean gain_lo gain_hi n lr_scale".split()
+    return pd.DataFrame(rows, columns=columns)
 
 
 def noise_scale_steps(ctx) -> pd.DataFrame:
@@ -243,6 +226,8 @@ def noise_scale_steps(ctx) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- update diagnostics
 UPDATE = ["clip_frac_low", "clip_frac_high", "ppo_kl", "adv_std", "adv_abs_max", "logp_adv_cov", "cov_entropy_corr"]
+UPDATE_BOUNDS = {"clip_frac_low": SHARE, "clip_frac_high": SHARE, "adv_std": NONNEGATIVE, "adv_abs_max": NONNEGATIVE,
+                 "cov_entropy_corr": (-1.0, 1.0)}  # fmt: skip
 
 
 def update_runs(ctx) -> pd.DataFrame:
@@ -265,14 +250,7 @@ def update_runs(ctx) -> pd.DataFrame:
 
 
 def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
-    limits = {
-        "clip_frac_low": SHARE,
-        "clip_frac_high": SHARE,
-        "adv_std": NONNEGATIVE,
-        "adv_abs_max": NONNEGATIVE,
-        "cov_entropy_corr": (-1.0, 1.0),
-    }
-    return add_intervals(mean_spread(runs, ["experiment", "setting"], UPDATE), UPDATE, bounds=limits)
+    return add_intervals(mean_spread(runs, ["experiment", "setting"], UPDATE), UPDATE, bounds=UPDATE_BOUNDS)
 
 
 # ----------------------------------------------------------------------------- the study
@@ -301,16 +279,7 @@ def figures(t) -> dict[str, plt.Figure]:
     fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
     if len(pk):
         for i, ((exp, name, phase), g) in enumerate(pk.groupby(["experiment", "setting", "phase"], sort=False)):
-            band(
-                ax,
-                g["k"],
-                g["pass_at_k_mean"],
-                g["pass_at_k_std"],
-                f"{exp}/{name} {phase}",
-                COLORS[i % len(COLORS)],
-                n=g["n"],
-                bounds=bounds("pass_at_k"),
-            )
+            table_band(ax, g, "pass_at_k", f"{exp}/{name} {phase}", COLORS[i % len(COLORS)], x="k")
         ax.set_xscale("log", base=2)
         ax.legend(fontsize=7)
     else:
@@ -321,12 +290,8 @@ def figures(t) -> dict[str, plt.Figure]:
     law = t["diagnostics_entropy_law_runs"]
     fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
     if len(law):
-        ax.scatter(
-            law["r2"],
-            law["half_rmse"] * 100,
-            s=12,
-            c=[COLORS[i % len(COLORS)] for i in pd.factorize(law["experiment"])[0]],
-        )
+        colors = [COLORS[i % len(COLORS)] for i in pd.factorize(law["experiment"])[0]]
+        ax.scatter(law["r2"], law["half_rmse"] * 100, s=12, c=colors)
         ax.axvline(LAW_R2, color="0.5", ls=":")
         ax.axhline(LAW_RMSE * 100, color="0.5", ls=":")
         for i, exp in enumerate(pd.unique(law["experiment"])):
@@ -352,11 +317,8 @@ def figures(t) -> dict[str, plt.Figure]:
         ax.legend(fontsize=7)
     else:
         placeholder(ax, "no advantage-scaling runs")
-    ax.set(
-        xlabel="carries in the problem",
-        ylabel="held-out gain (points)",
-        title="Advantage scaling by difficulty (95% interval over seeds)",
-    )
+    title = "Advantage scaling by difficulty (95% interval over seeds)"
+    ax.set(xlabel="carries in the problem", ylabel="held-out gain (points)", title=title)
     out["diagnostics_adv_scaling"] = fig
     out.update(mismatch_figures(t))  # the rollout/trainer mismatch
     out["diagnostics_curves"] = compute_curves.figure(t)
@@ -383,8 +345,7 @@ def law_text(runs: pd.DataFrame) -> str:
 
 
 def section(t) -> dict:
-    v = claim_frame(t, NAME)
-    rows = verdict_rows(v)
+    rows, power = verdicts(t, NAME)
     law = t["diagnostics_entropy_law"]
     return {
         "pass_at_k": t["diagnostics_pass_at_k"], "pass_at_k_runs": t["diagnostics_pass_at_k_runs"],
@@ -392,10 +353,10 @@ def section(t) -> dict:
         "law_text": law_text(t["diagnostics_entropy_law_runs"]), "adv": t["diagnostics_adv_scaling"],
         "noise": t["diagnostics_noise_scale"], "noise_steps": t["diagnostics_noise_scale_steps"],
         "updates": t["diagnostics_update"],
-        "verdicts": rows, "power": power_note(v), "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE,
+        "verdicts": rows, "power": power, "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE,
         "reached_steps": REACHED_STEPS,
         "experiment": EXPERIMENT,
         "mismatch": mismatch_section(t),  # the rollout/trainer mismatch (sections/mismatch.html.j2)
         **compute_curves.section(t), **negative_controls.section(t), **policy_losses.section(t),
-        "losses_verdicts": verdict_rows(claim_frame(t, NAME, policy_losses.PART)),
+        "losses_verdicts": verdicts(t, NAME, policy_losses.PART)[0],
     }  # fmt: skip

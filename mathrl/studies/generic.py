@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 from rliable import metrics as rly
 
@@ -45,18 +44,14 @@ def per_run(ctx) -> pd.DataFrame:
     rows = []
     for exp in ctx.cfg["experiments"]:
         for run in ctx.experiment(exp):
-            n_eval = (
-                ((run.summary or {}).get("resolved") or {}).get("n_eval") or run.settings.get("eval_size") or math.nan
-            )
+            resolved = (run.summary or {}).get("resolved") or {}
+            n_eval = resolved.get("n_eval") or run.settings.get("eval_size") or math.nan
             row = {"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "status": run.status,
                    "eval_size": n_eval}  # fmt: skip
             if run.ok:
                 e = run.evals["eval_accuracy"]
-                row.update(
-                    start=float(e.iloc[0]),
-                    final=float(e.iloc[-1]),
-                    best=float(e.iloc[1:].max()) if len(e) > 1 else math.nan,
-                )
+                best = float(e.iloc[1:].max()) if len(e) > 1 else math.nan
+                row.update(start=float(e.iloc[0]), final=float(e.iloc[-1]), best=best)
                 row["gain"] = row["final"] - row["start"]
             rows.append(row)
     return pd.DataFrame(rows).reindex(columns=["experiment", "setting", "seed", "status", "eval_size", *VALUES])
@@ -79,16 +74,9 @@ def summary_table(runs: pd.DataFrame, cfg: dict) -> pd.DataFrame:
     for r in out.itertuples():
         base = (cfg["experiments"][r.experiment].get("roles") or {}).get("baseline")
         a = runs[(runs.experiment == r.experiment) & (runs.setting == r.setting)]["final"].dropna().to_numpy()
-        b = (
-            runs[(runs.experiment == r.experiment) & (runs.setting == base)]["final"].dropna().to_numpy()
-            if base
-            else np.array([])
-        )
-        p_imp.append(
-            float(rly.probability_of_improvement(a[:, None], b[:, None]))
-            if len(a) and len(b) and r.setting != base
-            else math.nan
-        )
+        b = runs[(runs.experiment == r.experiment) & (runs.setting == base)]["final"].dropna().to_numpy()
+        compared = base and len(a) and len(b) and r.setting != base
+        p_imp.append(float(rly.probability_of_improvement(a[:, None], b[:, None])) if compared else math.nan)
     out["p_improvement"] = p_imp
     return out
 
@@ -152,16 +140,8 @@ def figure(c: pd.DataFrame, experiment: str, settings: dict[str, dict] | None = 
         m = d[d["metric"] == metric] if len(d) else d
         for i, (name, g) in enumerate(m.groupby("setting", sort=False) if len(m) else []):
             g = g.sort_values("step")
-            band(
-                ax,
-                g["step"],
-                g["mean"],
-                g["std"],
-                name,
-                COLORS[i % len(COLORS)],
-                g["n"],
-                bounds(metric, (settings or {}).get(name)),
-            )
+            limits = bounds(metric, (settings or {}).get(name))
+            band(ax, g["step"], g["mean"], g["std"], name, COLORS[i % len(COLORS)], g["n"], limits)
         if m.empty:
             placeholder(ax, f"no {label} logged")
         ax.set(title=label, xlabel="RL step", ylabel=label)

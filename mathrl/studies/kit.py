@@ -51,6 +51,14 @@ def role_of(role: dict[str, str], study_roles: tuple[str, ...]) -> dict[str, str
     return out
 
 
+def joined_roles(role: dict[str, str]) -> dict[str, str]:
+    """{variant: its roles, joined with commas} from an experiment's {role: variant}."""
+    out: dict[str, list[str]] = {}
+    for r, variant in role.items():
+        out.setdefault(variant, []).append(r)
+    return {v: ", ".join(rs) for v, rs in out.items()}
+
+
 def _where(df: pd.DataFrame, col: str, where: dict) -> pd.DataFrame:
     """The rows of `df` whose columns equal `where` (compared as text); none when a column is absent."""
     if df is None or df.empty or col not in df or any(k not in df for k in where):
@@ -100,6 +108,22 @@ def add_intervals(df: pd.DataFrame, values: list[str], bounds: dict | None = Non
     return out
 
 
+def estimate_columns(prefix: str, est, within: tuple = (None, None)) -> dict:
+    """`{prefix}_mean`, `{prefix}_lo`, `{prefix}_hi` of a `mathrl.verdict.Estimate`, the interval cut to `within`."""
+    lo, hi = est.lo, est.hi
+    if within[0] is not None and math.isfinite(lo):
+        lo = max(lo, within[0])
+    if within[1] is not None and math.isfinite(hi):
+        hi = min(hi, within[1])
+    return {f"{prefix}_mean": est.estimate, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
+
+
+def wilson_columns(prefix: str, k: int, n: int) -> dict:
+    """`{prefix}`, `{prefix}_lo`, `{prefix}_hi`: the rate k/n (NaN for n = 0) and its 95% Wilson interval."""
+    lo, hi = wilson(k, n)
+    return {prefix: k / n if n else NAN, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
+
+
 def add_wilson(df: pd.DataFrame, count: str, n: str = "n", prefix: str = "collapse_rate") -> pd.DataFrame:
     """`{prefix}`, `{prefix}_lo`, `{prefix}_hi`: a rate count/n with its 95% Wilson interval."""
     out = df.copy()
@@ -141,6 +165,20 @@ def verdict_rows(df: pd.DataFrame) -> list[dict]:
     return out
 
 
+def verdicts(t, section: str, part: str | None = None) -> tuple[list[dict], str]:
+    """A section's verdict rows (for the template's macros) and its `power_note`."""
+    claims = claim_frame(t, section, part)
+    return verdict_rows(claims), power_note(claims)
+
+
+def by_part(rows: list[dict]) -> dict[str, list[dict]]:
+    """Verdict rows grouped by their claim's `part`, in claims.csv's order."""
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r.get("part") or "", []).append(r)
+    return out
+
+
 def by_key(rows: list[dict]) -> dict[str, dict]:
     return {r["key"]: r for r in rows}
 
@@ -174,7 +212,14 @@ def pm(mean, std, n, unit: str = "pts", bounds: tuple | None = None) -> str:
         return "no data"
     h = float(t_halfwidth(std, n)) if known(std, n) else NAN
     lo, hi = band_limits([mean], [std], n, bounds) if known(h) else ([NAN], [NAN])
-    ci = f" [{number(lo[0], unit, sign=False)}, {number(hi[0], unit, sign=False)}]" if known(h) else ""
+    return interval_text(mean, lo[0], hi[0], n, unit)
+
+
+def interval_text(mean, lo, hi, n, unit: str = "pct") -> str:
+    """`mean [lo, hi] (n=k)` in a unit of mathrl.verdict.number; no interval where lo or hi is unknown."""
+    if not known(mean):
+        return "no data"
+    ci = f" [{number(lo, unit, sign=False)}, {number(hi, unit, sign=False)}]" if known(lo, hi) else ""
     return f"{number(mean, unit, sign=False)}{ci} (n={int(n) if known(n) else 0})"
 
 
@@ -222,6 +267,14 @@ def band(ax, x, mean, std, label, color, n, bounds=None, **line):
     lo, hi = band_limits(mean, std, n, bounds)
     ax.plot(x, np.asarray(mean, dtype=float), label=label, color=color, **line)
     ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
+
+
+def table_band(ax, df: pd.DataFrame, metric: str, label: str, color, x: str = "step", value: str | None = None) -> None:
+    """`band` of a table's `{value}_mean` and `{value}_std` (value: `metric`; "" for plain `mean` and `std`) over
+    `n` seeds against column `x`, within the range of `metric`."""
+    prefix = metric if value is None else value
+    mean, std = (f"{prefix}_mean", f"{prefix}_std") if prefix else ("mean", "std")
+    band(ax, df[x], df[mean], df[std], label, color, n=df["n"], bounds=bounds(metric))
 
 
 def placeholder(ax, text: str) -> None:

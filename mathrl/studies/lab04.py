@@ -21,18 +21,16 @@ from mathrl.results import mean_spread
 from mathrl.studies.kit import (
     BAND_NOTE,
     COLORS,
-    band,
-    bounds,
-    claim_frame,
+    by_part,
     known,
     placeholder,
     plt,
-    power_note,
     role_of,
     roles,
-    verdict_rows,
+    table_band,
+    verdicts,
+    wilson_columns,
 )
-from mathrl.verdict import wilson
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -56,30 +54,16 @@ TABLE_REMEDIES = {
     "kl_epochs": "two PPO epochs",
 }
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
-GPT_WINDOW = (
-    5  # GPT steps averaged for the start or end of a per-step metric; at most half a run, so the two never overlap
-)
+# GPT steps averaged for the start or end of a per-step metric; at most half a run, so the two never overlap
+GPT_WINDOW = 5
 DOMINANT = 0.9  # an arm holding this much probability is where the policy converged (bandit.converged_to)
-SETTLED_SPAN, SETTLED_MOVE = (
-    0.1,
-    0.05,
-)  # a bandit policy is still moving if an arm's probability changed by more than 0.05 over the last 10% of steps
+# a bandit policy is still moving if an arm's probability changed by more than 0.05 over the last 10% of steps
+SETTLED_SPAN, SETTLED_MOVE = 0.1, 0.05
 SEVERITY_DEFINITION = (
     "mild: the mean gradient norm fell by less than 50%; moderate: by 50-90%; severe: by more than 90%"
 )
-METRICS = [
-    "entropy",
-    "p0",
-    "p1",
-    "p2",
-    "p3",
-    "loss",
-    "grad_norm",
-    "reward_std",
-    "reward_mean",
-    "proxy_reward",
-    "true_reward",
-]
+# the logged per-step metrics the figures draw (p3 where a study has a fourth arm; not the settings lr, entropy_coef)
+METRICS = "entropy p0 p1 p2 p3 loss grad_norm reward_std reward_mean proxy_reward true_reward".split()
 
 
 # ---- small pure functions of table values -----------------------------------------------
@@ -163,9 +147,8 @@ def entropy_table(ctx) -> pd.DataFrame:
     """Per setting and seed: entropy over the first and last BANDIT_WINDOW steps, its reduction, the
     initial probability of the global arm (step 0), the dominant action at the last step and where
     the policy converged (bandit.converged_to)."""
-    best = int(
-        np.argmax(bandit.resolve(ctx.cfg.get("bandit"))["arm_rewards"])
-    )  # the global optimum (action 1 in the document)
+    # the global optimum (action 1 in the document)
+    best = int(np.argmax(bandit.resolve(ctx.cfg.get("bandit"))["arm_rewards"]))
     rows = []
     for setting, seed, g in _expected(ctx, "entropy_collapse", ctx.bandit("entropy_collapse")):
         row = {"setting": setting, "seed": seed, "initial_entropy": math.nan, "final_entropy": math.nan,
@@ -179,39 +162,18 @@ def entropy_table(ctx) -> pd.DataFrame:
             probs = [float(last[f"p{i}"]) for i in range(3)]
             top = int(np.argmax(probs))
             label = bandit.converged_to(*probs, threshold=DOMINANT, best_arm=best)
-            row.update(
-                initial_entropy=start,
-                final_entropy=end,
-                reduction=reduction(start, end),
-                dominant_action=top,
-                dominant_prob=probs[top],
-                initial_best_prob=float(first[f"p{best}"]),
-                converged_to=label,
-                global_share=float(label == "global"),
-                local_share=float(label == "local"),
-                moving=float(still_moving(g[[f"p{i}" for i in range(3)]].to_numpy())),
-            )
+            row.update(initial_entropy=start, final_entropy=end, reduction=reduction(start, end),
+                       dominant_action=top, dominant_prob=probs[top], initial_best_prob=float(first[f"p{best}"]),
+                       converged_to=label, global_share=float(label == "global"), local_share=float(label == "local"),
+                       moving=float(still_moving(g[[f"p{i}" for i in range(3)]].to_numpy())))  # fmt: skip
         rows.append(row)
-    out = _pooled(
-        pd.DataFrame(rows),
-        ["setting"],
-        [
-            "initial_entropy",
-            "final_entropy",
-            "reduction",
-            "dominant_prob",
-            "global_share",
-            "local_share",
-            "initial_best_prob",
-            "moving",
-        ],
-    )
+    values = "initial_entropy final_entropy reduction dominant_prob global_share local_share initial_best_prob moving"
+    out = _pooled(pd.DataFrame(rows), ["setting"], values.split())
     for setting, g in out[out["seed"] != "all"].groupby("setting", sort=False):
         labels = g["converged_to"].tolist()
         pooled = (out["setting"] == setting) & (out["seed"] == "all")
-        out.loc[pooled, "converged_to"] = (
-            ", ".join(f"{k} {labels.count(k)}" for k in ("global", "local", "none") if k in labels) or "missing"
-        )
+        counted = ", ".join(f"{k} {labels.count(k)}" for k in ("global", "local", "none") if k in labels)
+        out.loc[pooled, "converged_to"] = counted or "missing"
         actions = g["dominant_action"].dropna().unique()
         out.loc[pooled, "dominant_action"] = actions[0] if len(actions) == 1 else math.nan
     return out
@@ -226,27 +188,15 @@ def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
         labels = g["converged_to"].tolist()
         n = sum(x in ("global", "local", "none") for x in labels)
         k = labels.count("local")
-        lo, hi = wilson(k, n)
         rows.append({"setting": setting, "n": n, "global": labels.count("global"), "local": k,
-                     "none": labels.count("none"),
-                     "local_rate": k / n if n else math.nan, "local_rate_lo": lo, "local_rate_hi": hi,
+                     "none": labels.count("none"), **wilson_columns("local_rate", k, n),
                      "moving": int((g["moving"] == 1).sum()) if "moving" in g else 0,
                      "initial_best_prob": g["initial_best_prob"].mean()})  # fmt: skip
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "setting",
-            "n",
-            "global",
-            "local",
-            "none",
-            "moving",
-            "local_rate",
-            "local_rate_lo",
-            "local_rate_hi",
-            "initial_best_prob",
-        ],
-    )
+    columns = "setting n global local none moving local_rate local_rate_lo local_rate_hi initial_best_prob"
+    return pd.DataFrame(rows, columns=columns.split())
+
+
+POINT_COLUMNS = ["setting", "seed", "step", "phase", "grad_norm", "reward_std"]  # the vanishing study's scatter
 
 
 def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -263,25 +213,14 @@ def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
         row["corr_grad_reward_std"] = g["grad_norm"].corr(g["reward_std"]) if len(g) > 2 else math.nan
         rows.append(row)
         if len(g):
-            points.append(g[["setting", "seed", "step", "phase", "grad_norm", "reward_std"]])
-    values = [
-        "grad_norm_homogeneous",
-        "grad_norm_diverse",
-        "reduction",
-        "reward_std_homogeneous",
-        "reward_std_diverse",
-        "corr_grad_reward_std",
-    ]
-    out = _pooled(pd.DataFrame(rows), ["setting"], values)
-    pts = (
-        pd.concat(points, ignore_index=True)
-        if points
-        else pd.DataFrame(columns=["setting", "seed", "step", "phase", "grad_norm", "reward_std"])
-    )
+            points.append(g[POINT_COLUMNS])
+    values = "grad_norm_homogeneous grad_norm_diverse reduction reward_std_homogeneous reward_std_diverse"
+    values += " corr_grad_reward_std"
+    out = _pooled(pd.DataFrame(rows), ["setting"], values.split())
+    pts = pd.concat(points, ignore_index=True) if points else pd.DataFrame(columns=POINT_COLUMNS)
     for setting, p in pts.groupby("setting"):  # the pooled correlation is over every step of every seed
-        out.loc[(out["setting"] == setting) & (out["seed"] == "all"), "corr_grad_reward_std"] = p["grad_norm"].corr(
-            p["reward_std"]
-        )
+        pooled = (out["setting"] == setting) & (out["seed"] == "all")
+        out.loc[pooled, "corr_grad_reward_std"] = p["grad_norm"].corr(p["reward_std"])
     out["severity"] = out["reduction"].map(severity)
     return out, pts
 
@@ -321,11 +260,8 @@ def bandit_curves(ctx) -> pd.DataFrame:
         if df is not None and len(df):
             df = df.assign(phase=df["phase"].astype(object).fillna(""))
             frames.append(mean_spread(df, ["study", "setting", "step", "phase"], [m for m in METRICS if m in df]))
-    return (
-        pd.concat(frames, ignore_index=True)
-        if frames
-        else pd.DataFrame(columns=["study", "setting", "step", "phase", "n"])
-    )
+    empty = pd.DataFrame(columns=["study", "setting", "step", "phase", "n"])
+    return pd.concat(frames, ignore_index=True) if frames else empty
 
 
 GPT_VALUES = ["accuracy_start", "accuracy_end", "eval_start", "eval_end", "eval_gain", "entropy_start", "entropy_end",
@@ -363,12 +299,8 @@ def gpt_runs(ctx) -> pd.DataFrame:
     training reward, which one batch measures noisily, are means over GPT_WINDOW steps."""
     rows = []
     for run in ctx.experiment(EXPERIMENT):
-        row = {
-            "run_id": run.spec.run_id,
-            "variant": run.spec.variant or "",
-            "seed": run.spec.seed,
-            "status": run.status,
-        }
+        spec = run.spec
+        row = {"run_id": spec.run_id, "variant": spec.variant or "", "seed": spec.seed, "status": run.status}
         if run.ok:
             m = run.metrics.sort_values("step")
             k = window(len(m), GPT_WINDOW)
@@ -408,17 +340,10 @@ def differences(settings: dict, against: dict, ignore: tuple[str, ...] = ("seed"
     return [(k, settings.get(k), against.get(k)) for k in keys if settings.get(k) != against.get(k)]
 
 
-COMPARED_TO_FAILURE = (
-    "normal",
-    "clip_higher",
-    "remedy",
-    "kl_clip",
-    "kl_epochs",
-    "entropy_bonus",
-    "temperature",
-    "clip_cov",
-    "kl_cov",
-)  # roles set beside aggressive
+# roles set beside aggressive
+COMPARED_TO_FAILURE = tuple(
+    "normal clip_higher remedy kl_clip kl_epochs entropy_bonus temperature clip_cov kl_cov".split()
+)
 
 
 def _shown(value) -> str:
@@ -463,11 +388,9 @@ def _row(df: pd.DataFrame, **where) -> dict:
 
 def _per_seed(df: pd.DataFrame, setting: str) -> pd.DataFrame:
     """The per-seed rows (not the pooled one) of one setting."""
-    return (
-        df[(df["seed"].astype(str) != "all") & (df["setting"] == setting)]
-        if len(df)
-        else pd.DataFrame(columns=["converged_to"])
-    )
+    if not len(df):
+        return pd.DataFrame(columns=["converged_to"])
+    return df[(df["seed"].astype(str) != "all") & (df["setting"] == setting)]
 
 
 def _get(d: dict, key: str) -> float:
@@ -512,12 +435,8 @@ def findings(ent, van, hack, gpt) -> list[str]:
            f"({v.get('severity', 'unknown')}); gradient norm and reward std correlated at r = "
            f"{num(v.get('corr_grad_reward_std'), '.2f')} over all steps.")  # fmt: skip
     h, p = _row(hack, seed="all"), _row(gpt, role="proxy")
-    gpt_hacked = hacked(
-        *(
-            p.get(k, math.nan)
-            for k in ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
-        )
-    )
+    ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
+    gpt_hacked = hacked(*(p.get(k, math.nan) for k in ends))
     word = {True: "exploited, judging by the means", False: "not exploited, judging by the means", None: "not measured"}
     three = (f"Reward hacking: on the bandit the proxy score went from {_pm(h, 'proxy_start')} to "
              f"{_pm(h, 'proxy_end')} while the true reward "
@@ -612,14 +531,7 @@ def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
         ax.legend()
 
 
-COMPARED = (
-    "normal",
-    "aggressive",
-    "clip_higher",
-    "remedy",
-    *COV_REMEDIES,
-    *TABLE_REMEDIES,
-)  # GPT roles whose entropy, accuracy are compared
+COMPARED = ("normal", "aggressive", "clip_higher", "remedy", *COV_REMEDIES, *TABLE_REMEDIES)  # GPT roles compared
 ACTION_COLORS = (COLORS[4], COLORS[5], COLORS[9])  # the bandit's actions, in colours no setting of the panels uses
 STARTS = ("random_policy", "perfect_policy")  # GPT roles starting from a random or a near-perfect policy: drawn apart
 
@@ -628,16 +540,7 @@ def _settings(ax, c: pd.DataFrame, metric: str, label: str) -> None:
     """One band per setting of a bandit study (labelled `label` when there is only one)."""
     groups = list(c.groupby("setting", sort=False))
     for i, (setting, g) in enumerate(groups):
-        band(
-            ax,
-            g["step"],
-            g[f"{metric}_mean"],
-            g[f"{metric}_std"],
-            setting if len(groups) > 1 else label,
-            COLORS[i],
-            n=g["n"],
-            bounds=bounds(metric),
-        )
+        table_band(ax, g, metric, setting if len(groups) > 1 else label, COLORS[i])
 
 
 def _shade_homogeneous(ax, c: pd.DataFrame) -> None:
@@ -663,16 +566,7 @@ def _probabilities(fig, cell, ec: pd.DataFrame) -> list:
         ax = fig.add_subplot(grid[k // cols, k % cols], sharey=axes[0] if axes else None)
         g = ec[ec["setting"] == setting]
         for i in range(3):
-            band(
-                ax,
-                g["step"],
-                g[f"p{i}_mean"],
-                g[f"p{i}_std"],
-                f"action {i}",
-                ACTION_COLORS[i],
-                n=g["n"],
-                bounds=bounds(f"p{i}"),
-            )
+            table_band(ax, g, f"p{i}", f"action {i}", ACTION_COLORS[i])
         ax.set_title(f"Action probabilities: {setting}", fontsize=8)
         ax.set_xlabel("step", fontsize=7)
         ax.set_ylabel("probability", fontsize=7)
@@ -704,9 +598,8 @@ def six_panel(t) -> Figure:
         placeholder(a_std, "no gradient-vanishing data")
     if len(pts):
         for i, (phase, g) in enumerate(pts.groupby("phase")):
-            a_scatter.scatter(
-                g["reward_std"], g["grad_norm"], s=8, alpha=0.5, color=COLORS[i + 3], label=f"{phase} ({len(g)} steps)"
-            )
+            label = f"{phase} ({len(g)} steps)"
+            a_scatter.scatter(g["reward_std"], g["grad_norm"], s=8, alpha=0.5, color=COLORS[i + 3], label=label)
         a_scatter.set_yscale("symlog", linthresh=1e-6)
     else:
         placeholder(a_scatter, "no gradient-vanishing data")
@@ -724,29 +617,16 @@ def hacking_figure(t) -> Figure:
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
     rh = _bandit(t, "reward_hacking")
     if len(rh):
-        band(
-            left,
-            rh["step"],
-            rh["proxy_reward_mean"],
-            rh["proxy_reward_std"],
-            "proxy score (optimised)",
-            COLORS[3],
-            n=rh["n"],
-        )
-        band(left, rh["step"], rh["true_reward_mean"], rh["true_reward_std"], "true reward", COLORS[2], n=rh["n"])
+        table_band(left, rh, "proxy_reward", "proxy score (optimised)", COLORS[3])
+        table_band(left, rh, "true_reward", "true reward", COLORS[2])
     else:
         placeholder(left, "no reward-hacking bandit data")
     proxy = _row(t["lab04_gpt"], role="proxy").get("variant", "")
-    series = [
-        (seed_band(t["curves"], proxy, m), label, COLORS[k], bounds(m))
-        for m, label, k in (
-            ("reward_mean", "training reward = proxy score", 3),
-            ("accuracy", "exact-match accuracy (sampled)", 2),
-        )
-    ]
-    for s, label, color, limits in series:
+    lines = (("reward_mean", "training reward = proxy score", 3), ("accuracy", "exact-match accuracy (sampled)", 2))
+    series = [(seed_band(t["curves"], proxy, m), m, label, COLORS[k]) for m, label, k in lines]
+    for s, metric, label, color in series:
         if len(s):
-            band(right, s["step"], s["mean"], s["std"], label, color, n=s["n"], bounds=limits)
+            table_band(right, s, metric, label, color, value="")
     if not any(len(s) for s, *_ in series):
         placeholder(right, "no proxy_reward GPT runs")
     _label(left, "Bandit: proxy score and true reward", "step", "mean reward of the batch")
@@ -762,7 +642,7 @@ def _gpt_panel(ax, t, names: list[str], metric: str, colour: dict) -> None:
     for v in names:
         s = seed_band(t["curves"], v, metric)
         if len(s):
-            band(ax, s["step"], s["mean"], s["std"], v, colour[v], n=s["n"], bounds=bounds(metric))
+            table_band(ax, s, metric, v, colour[v], value="")
             drawn += 1
     if not drawn:
         placeholder(ax, "no lab04_gpt runs")
@@ -800,48 +680,8 @@ def figures(t) -> dict[str, Figure]:
 
 
 # ---- section: the template's context, from the tables ----------------------------------
-CLAIMS = {
-    "entropy": "A three-armed bandit pays 0.3, 1.0 and 0.5 (action 1 is the global optimum). Trained for 200 steps "
-    "with five times the "
-               "normal learning rate (5e-3) and a tenth of the entropy bonus (0.001), its policy entropy should fall "
-               "from about 1.1 to about 0.1. "
-               "Settling on action 1 is the success case; settling on action 0 or 2, a local optimum, the failure "
-               "case; a high learning rate "
-               "or a low entropy bonus should make the failure likelier. From the document's uniform start no seed can "
-               "fail, so the failure is "
-               "looked for from a start that hides the global arm (p = 0.005, noisy rewards), in a 2x2 of the two "
-               "knobs, each cell run for the "
-               "same number of rewards and long enough that the normal setting leaves the local plateau it first "
-               "settles on.",
-    "vanishing": "When every reward in a batch is the same (all 1.0), advantages are zero and so is the gradient. "
-    "Alternating such phases "
-                 "with varied rewards, the document expects a gradient norm below 1e-4 in the homogeneous phases, "
-                 "above 1e-3 in the diverse "
-                 "ones, a fall of more than 90%, and a gradient norm that follows the reward std.",
-    "hacking": "The document's results show a reward-model score that keeps climbing while the true reward (human "
-    "preference) rises "
-               "briefly and then falls, even below zero: the agent learns the reward model's flaws instead of the "
-               "goal.",
-    "gpt": "The document names DAPO (clip-higher, dynamic sampling) as the cure for entropy collapse. On the GPT we "
-    "repeat the challenges "
-           "from the calibrated reference: a failing setting (a multiple of its learning rate, a tenth of the entropy "
-           "bonus, several PPO epochs "
-           "per batch so that the ratio moves and a clip can bind), on which the failure each remedy is for must first "
-           "be shown with its interval "
-           "(token entropy falling by at least half for the entropy claims, held-out accuracy lost for the accuracy "
-           "claims, the KL to the warm-up "
-           "passing the documents' alarm of 0.5 for the troubleshooting table's KL remedies); a proxy reward that "
-           "favours large digits; RL from a "
-           "random policy (all answers wrong) and from a near-perfect one (all right). "
-           "Each remedy is compared with the failing setting where the two match: at equal updates (each run's last "
-           "step, the same number of steps) "
-           "and, for DAPO, whose dynamic sampling draws more rollouts per step, also at equal samples (the step by "
-           "which it has drawn what the failing "
-           "setting draws in its whole run). A remedy is judged only where the failure was shown and its mechanism "
-           "acted: for clip-higher, "
-           "the tokens it frees (positive advantage, ratio between 1 + clip_eps and 1 + clip_eps_high), which a "
-           "symmetric clip would cut.",
-}  # fmt: skip
+OUTCOMES = ("agrees", "disagrees", "inconclusive", "not judged")
+PARTS = ("entropy", "vanishing", "hacking", "gpt")  # the section's parts (the document's claims: its template)
 
 
 def gpt_sentence(gpt: pd.DataFrame, diffs: pd.DataFrame | None = None) -> str:
@@ -907,8 +747,8 @@ def cov_sentence(gpt: pd.DataFrame) -> str:
 
 
 def section(t) -> dict:
-    claims = claim_frame(t, NAME)
-    rows = verdict_rows(claims)
+    rows, power = verdicts(t, NAME)
+    grouped = by_part(rows)
     tpl = t["lab04_report_template"]
     found = tpl.loc[tpl["part"] == "Key findings", "value"].tolist() if len(tpl) else []
     sentences = {
@@ -916,16 +756,14 @@ def section(t) -> dict:
         "gpt": gpt_sentence(t["lab04_gpt"], t["lab04_gpt_differences"]),
     }
     parts = {}
-    for part in CLAIMS:
-        mine = [r for r in rows if r.get("part") == part]
+    for part in PARTS:
+        mine = grouped.get(part, [])
         claims_, setup = [r for r in mine if r.get("kind") != "setup"], sum(r.get("kind") == "setup" for r in mine)
-        counts = {
-            o: sum(r["outcome"] == o for r in claims_) for o in ("agrees", "disagrees", "inconclusive", "not judged")
-        }
+        counts = {o: sum(r["outcome"] == o for r in claims_) for o in OUTCOMES}
         summary = ", ".join(f"{k} {o}" for o, k in counts.items() if k) or "no verdicts"
         summary += f"; and {setup} setup check{'s' * (setup != 1)}, not counted" if setup else ""
-        parts[part] = {"claim": CLAIMS[part], "measured": sentences[part], "rows": mine, "summary": summary}
-    return {"parts": parts, "verdict_list": rows, "power": power_note(claims),
+        parts[part] = {"measured": sentences[part], "rows": mine, "summary": summary}
+    return {"parts": parts, "verdict_list": rows, "power": power,
             "severity_definition": SEVERITY_DEFINITION,
             "bandit_window": BANDIT_WINDOW, "gpt_window": GPT_WINDOW, "dominant": DOMINANT,
             "settled_span": SETTLED_SPAN, "settled_move": SETTLED_MOVE,

@@ -43,9 +43,8 @@ def variant(run) -> str:
 def run_row(run) -> dict:
     """One run's mismatch summary and held-out accuracy at the start and the end."""
     m = run.metrics.reindex(columns=[*MISMATCH, "sample_seconds", "update_seconds"])  # NaN where a column is absent
-    mean = {
-        name: float(m[f"mismatch_{name}"].mean()) for name in ("logp_diff_mean", "kl_k3", "chi2", "ess", "logp_corr")
-    }
+    averaged = ("logp_diff_mean", "kl_k3", "chi2", "ess", "logp_corr")
+    mean = {name: float(m[f"mismatch_{name}"].mean()) for name in averaged}
     initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
     return {
         "setting": variant(run), "seed": run.spec.seed, "steps": len(m), **mean,
@@ -90,11 +89,8 @@ def mismatch_steps(ctx) -> pd.DataFrame:
         run.metrics.assign(setting=variant(run), seed=run.spec.seed) for run in ctx.experiment(EXPERIMENT) if run.ok
     ]
     frames = [f for f in frames if set(STEP_VALUES) <= set(f)]
-    if not frames:
-        return pd.DataFrame(
-            columns=["setting", "step", "n"] + [f"{v}_{s}" for v in STEP_VALUES for s in ("mean", "std")]
-        )
-    return mean_spread(pd.concat(frames, ignore_index=True), ["setting", "step"], STEP_VALUES)
+    long = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return mean_spread(long, ["setting", "step"], STEP_VALUES)
 
 
 def control_at_scale(ctx) -> pd.DataFrame:
@@ -137,11 +133,8 @@ def figures(t) -> dict[str, plt.Figure]:
         ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     else:
         placeholder(ax, f"no runs of {EXPERIMENT}")
-    ax.set(
-        xlabel="step",
-        ylabel="|trainer − sampler log-prob| per token",
-        title="The rollout/trainer log-prob gap (mean over seeds)",
-    )
+    title = "The rollout/trainer log-prob gap (mean over seeds)"
+    ax.set(xlabel="step", ylabel="|trainer − sampler log-prob| per token", title=title)
     return {"diagnostics_mismatch": fig}
 
 

@@ -17,42 +17,29 @@ import math
 
 import pandas as pd
 
+from mathrl.studies.kit import estimate_columns, joined_roles
 from mathrl.verdict import Estimate, difference, mean_interval
 
 NAN = math.nan
 EXPERIMENT = "negative_controls"
 ROLES = ("reference", "random_reward", "random_reward_noclip", "positive_only", "negative_only")
-RUN_COLUMNS = [
-    "setting",
-    "role",
-    "seed",
-    "initial",
-    "final",
-    "change",
-    "initial_sampled",
-    "final_sampled",
-    "sampled_change",
-    "clip_frac",
-    "adv_mean",
-    "reward_mean",
-    "entropy_start",
-    "entropy_end",
-    "kl_end",
+RUN_COLUMNS = (
+    "setting role seed initial final change initial_sampled final_sampled sampled_change clip_frac "
+    "adv_mean reward_mean entropy_start entropy_end kl_end"
+).split()
+ENGAGED = ("clip_frac", "adv_mean", "reward_mean", "entropy_start", "entropy_end", "kl_end")  # means per variant
+SUMMARY_COLUMNS = [
+    *"setting role n initial_mean final_mean".split(),
+    *(f"{v}_{c}" for v in ("change", "sampled_change", "vs_reference") for c in ("mean", "lo", "hi")),
+    "vs_reference_n",
+    *(f"{c}_mean" for c in ENGAGED),
 ]
-
-
-def role_of(roles: dict) -> dict[str, str]:
-    """{variant: its roles, joined} from the experiment's {role: variant}."""
-    out: dict[str, list[str]] = {}
-    for role, variant in roles.items():
-        out.setdefault(variant, []).append(role)
-    return {v: ", ".join(r) for v, r in out.items()}
 
 
 def control_runs(runs, roles: dict) -> pd.DataFrame:
     """Per run: held-out accuracy at the start and the end (greedy; sampled at the policy's temperature), and
     step means of what shows a mechanism engaged (clip fraction, mean advantage, reward), entropy and KL."""
-    names, rows = role_of(roles), []
+    names, rows = joined_roles(roles), []
     for name, run in runs:
         m = run.metrics
         initial, final = run.initial_eval, float(run.evals["eval_accuracy"].iloc[-1])
@@ -81,10 +68,6 @@ def control_runs(runs, roles: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
-def _columns(prefix: str, est: Estimate) -> dict:
-    return {f"{prefix}_mean": est.estimate, f"{prefix}_lo": est.lo, f"{prefix}_hi": est.hi}
-
-
 def control_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
     """Per variant: the greedy and sampled held-out change from the start (95% t interval over seeds), the final
     greedy accuracy minus the reference's (paired by seed; empty for the reference), and the engagement columns'
@@ -94,11 +77,8 @@ def control_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
     rows = []
     for name, g in runs.groupby("setting", sort=False):
         g = g.set_index("seed")
-        vs = (
-            difference(g["final"], ref["final"])
-            if name != ref_name and len(ref)
-            else Estimate(NAN, NAN, NAN, 0, "paired")
-        )
+        none = Estimate(NAN, NAN, NAN, 0, "paired")
+        vs = difference(g["final"], ref["final"]) if name != ref_name and len(ref) else none
         rows.append(
             {
                 "setting": name,
@@ -106,40 +86,14 @@ def control_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
                 "n": int(g["change"].notna().sum()),
                 "initial_mean": float(g["initial"].mean()),
                 "final_mean": float(g["final"].mean()),
-                **_columns("change", mean_interval(g["change"])),
-                **_columns("sampled_change", mean_interval(g["sampled_change"])),
-                **_columns("vs_reference", vs),
+                **estimate_columns("change", mean_interval(g["change"])),
+                **estimate_columns("sampled_change", mean_interval(g["sampled_change"])),
+                **estimate_columns("vs_reference", vs),
                 "vs_reference_n": vs.n,
-                **{
-                    f"{c}_mean": float(g[c].mean())
-                    for c in ("clip_frac", "adv_mean", "reward_mean", "entropy_start", "entropy_end", "kl_end")
-                },
+                **{f"{c}_mean": float(g[c].mean()) for c in ENGAGED},
             }
         )
-    cols = [
-        "setting",
-        "role",
-        "n",
-        "initial_mean",
-        "final_mean",
-        "change_mean",
-        "change_lo",
-        "change_hi",
-        "sampled_change_mean",
-        "sampled_change_lo",
-        "sampled_change_hi",
-        "vs_reference_mean",
-        "vs_reference_lo",
-        "vs_reference_hi",
-        "vs_reference_n",
-        "clip_frac_mean",
-        "adv_mean_mean",
-        "reward_mean_mean",
-        "entropy_start_mean",
-        "entropy_end_mean",
-        "kl_end_mean",
-    ]
-    return pd.DataFrame(rows, columns=cols)
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
 def control_pass_at_k(pk: pd.DataFrame, roles: dict) -> pd.DataFrame:
@@ -149,7 +103,7 @@ def control_pass_at_k(pk: pd.DataFrame, roles: dict) -> pd.DataFrame:
     pk = pk[pk["experiment"] == EXPERIMENT] if len(pk) else pk
     if pk.empty:
         return pd.DataFrame(columns=cols)
-    names, rows = role_of(roles), []
+    names, rows = joined_roles(roles), []
     kmax = int(pk["k"].max())
     for (name, k), g in pk[pk["k"].isin([1, kmax])].groupby(["setting", "k"], sort=False):
         v = {phase: dict(zip(h["seed"], h["pass_at_k"])) for phase, h in g.groupby("phase")}
@@ -163,7 +117,7 @@ def control_pass_at_k(pk: pd.DataFrame, roles: dict) -> pd.DataFrame:
                 "n": est.n,
                 "initial_mean": float(pd.Series(before).mean()) if before else NAN,
                 "final_mean": float(pd.Series(after).mean()) if after else NAN,
-                **_columns("change", est),
+                **estimate_columns("change", est),
             }
         )
     return pd.DataFrame(rows, columns=cols).sort_values(["k", "setting"], kind="stable").reset_index(drop=True)

@@ -20,7 +20,7 @@ import math
 import pandas as pd
 
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, band, placeholder, plt
+from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, band, estimate_columns, joined_roles, placeholder, plt
 from mathrl.verdict import Estimate, difference, mean_interval
 
 NAN = math.nan
@@ -29,28 +29,10 @@ PART = "policy losses"  # the claims' part (config/claims.yaml) this part of the
 BASELINE = "baseline"  # the role of the clipped surrogate the others are compared with
 # the losses' own diagnostics (metrics.csv columns; NaN where a loss does not report one)
 CLIPS = ["clip_frac", "clip_frac_low", "clip_frac_high", "seq_clip_frac", "is_clip_frac", "dual_clip_frac"]
-VALUES = [
-    "entropy_start",
-    "entropy_end",
-    "entropy_reduction",
-    "initial",
-    "final",
-    "change",
-    *CLIPS,
-    "ppo_kl",
-    "samples",
-]
+VALUES = [*"entropy_start entropy_end entropy_reduction initial final change".split(), *CLIPS, "ppo_kl", "samples"]
 COMPARED = ["entropy_end", "final", "clip_frac"]  # differences from the baseline, paired by seed
 LIMITS = {"entropy_start": NONNEGATIVE, "entropy_end": NONNEGATIVE, "initial": SHARE, "final": SHARE,
           **dict.fromkeys(CLIPS, SHARE)}  # fmt: skip
-
-
-def role_of(roles: dict) -> dict[str, str]:
-    """{variant: its roles, joined} from the experiment's {role: variant}."""
-    out: dict[str, list[str]] = {}
-    for role, variant in roles.items():
-        out.setdefault(variant, []).append(role)
-    return {v: ", ".join(r) for v, r in out.items()}
 
 
 def _mean(m: pd.DataFrame, col: str) -> float:
@@ -61,7 +43,7 @@ def loss_runs(runs, roles: dict) -> pd.DataFrame:
     """Per run: the policy loss, token entropy at the first step (the rollouts of the policy before any update) and at
     the last, its relative fall (1 − end / start), held-out greedy accuracy at the start and the end, the step means of
     the clip diagnostics and ppo_kl, and the rollouts sampled."""
-    names, rows = role_of(roles), []
+    names, rows = joined_roles(roles), []
     for name, run in runs:
         m = run.metrics.sort_values("step")
         h0, h1 = float(m["entropy"].iloc[0]), float(m["entropy"].iloc[-1])
@@ -85,15 +67,6 @@ def loss_runs(runs, roles: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["setting", "role", "seed", "policy_loss", *VALUES])
 
 
-def _columns(prefix: str, est: Estimate, within: tuple = (None, None)) -> dict:
-    lo, hi = est.lo, est.hi
-    if within[0] is not None and math.isfinite(lo):
-        lo = max(lo, within[0])
-    if within[1] is not None and math.isfinite(hi):
-        hi = min(hi, within[1])
-    return {f"{prefix}_mean": est.estimate, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
-
-
 def loss_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
     """Per variant: the mean of every per-run value with its 95% t interval over seeds (cut to the value's range), and
     final entropy, final accuracy and clip_frac minus the baseline's, paired by seed (empty for the baseline)."""
@@ -105,14 +78,11 @@ def loss_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
         row = {"setting": name, "role": g["role"].iloc[0], "policy_loss": g["policy_loss"].iloc[0],
                "n": int(g["entropy_end"].notna().sum())}  # fmt: skip
         for v in VALUES:
-            row.update(_columns(v, mean_interval(g[v].dropna()), LIMITS.get(v, (None, None))))
+            row.update(estimate_columns(v, mean_interval(g[v].dropna()), LIMITS.get(v, (None, None))))
         for v in COMPARED:
-            vs = (
-                difference(g[v].dropna(), base[v].dropna())
-                if name != base_name and len(base) and g[v].notna().any()
-                else Estimate(NAN, NAN, NAN, 0, "paired")
-            )
-            row.update(_columns(f"vs_baseline_{v}", vs))
+            compared = name != base_name and len(base) and g[v].notna().any()
+            vs = difference(g[v].dropna(), base[v].dropna()) if compared else Estimate(NAN, NAN, NAN, 0, "paired")
+            row.update(estimate_columns(f"vs_baseline_{v}", vs))
             row[f"vs_baseline_{v}_n"] = vs.n
         rows.append(row)
     cols = ["setting", "role", "policy_loss", "n"]
@@ -125,11 +95,8 @@ def loss_steps(runs) -> pd.DataFrame:
     """Per variant and step: token entropy and the share of tokens each loss cut (clip_frac; GSPO's is its sequences'
     tokens) over seeds (mean, std, n), for the figure."""
     frames = [run.metrics.assign(setting=name, seed=run.spec.seed) for name, run in runs]
-    if not frames:
-        return pd.DataFrame(
-            columns=["setting", "step", "n", "entropy_mean", "entropy_std", "clip_frac_mean", "clip_frac_std"]
-        )
-    return mean_spread(pd.concat(frames, ignore_index=True), ["setting", "step"], ["entropy", "clip_frac"])
+    long = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return mean_spread(long, ["setting", "step"], ["entropy", "clip_frac"])
 
 
 def tables(runs, roles: dict) -> dict[str, pd.DataFrame]:
@@ -167,7 +134,4 @@ def figure(t) -> plt.Figure:
 
 
 def section(t) -> dict:
-    return {
-        "losses": t["diagnostics_policy_losses"],
-        "losses_experiment": EXPERIMENT,
-    }
+    return {"losses": t["diagnostics_policy_losses"], "losses_experiment": EXPERIMENT}

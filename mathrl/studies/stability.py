@@ -22,14 +22,13 @@ from mathrl.studies.kit import (
     COLORS,
     NONNEGATIVE,
     SHARE,
-    band,
-    bounds,
-    claim_frame,
+    by_part,
     known,
     placeholder,
-    power_note,
     roles,
-    verdict_rows,
+    table_band,
+    verdicts,
+    wilson_columns,
 )
 from mathrl.studies.kit import pm as interval
 from mathrl.verdict import wilson
@@ -140,12 +139,8 @@ def curve_points(run) -> list[dict]:
         if run.ok and step <= run.metrics["step"].max():  # a run that stopped early has no value here
             ev, m = run.evals, run.metrics.set_index("step")
             i = (ev["step"] - step).abs().idxmin()
-            row.update(
-                eval_step=ev["step"][i],
-                eval_accuracy=ev["eval_accuracy"][i],
-                entropy=m["entropy"].get(step, NAN),
-                reward=m["reward_mean"].get(step, NAN),
-            )
+            row.update(eval_step=ev["step"][i], eval_accuracy=ev["eval_accuracy"][i])
+            row.update(entropy=m["entropy"].get(step, NAN), reward=m["reward_mean"].get(step, NAN))
         out.append(row)
     return out
 
@@ -161,42 +156,19 @@ def series(runs: list, metrics: list[str]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=["order", "setting", "metric", "step", "mean", "std", "n"])
     df = pd.concat(frames, ignore_index=True).assign(order=lambda d: d["setting"].map(order))
-    return (
-        df.groupby(["order", "setting", "metric", "step"])["value"].agg(mean="mean", std="std", n="count").reset_index()
-    )
+    g = df.groupby(["order", "setting", "metric", "step"])["value"]
+    return g.agg(mean="mean", std="std", n="count").reset_index()
 
 
 # ---- tables ------------------------------------------------------------------------------
 def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
     if not runs:
         return {}
-    rows = pd.DataFrame(
-        [
-            {
-                "batch_size": r.settings["batch_size"],
-                "lr": r.settings["lr"],
-                "seed": r.spec.seed,
-                **measures(r),
-                **batch_measures(r),
-            }
-            for r in runs
-        ]
-    )
+    rows = pd.DataFrame([{"batch_size": r.settings["batch_size"], "lr": r.settings["lr"], "seed": r.spec.seed,
+                          **measures(r), **batch_measures(r)} for r in runs])  # fmt: skip
     rows["final_reward_absdev"] = absolute_deviation(rows, "batch_size", "final_reward")
-    batch = summarise(
-        rows,
-        ["batch_size", "lr"],
-        [
-            "final_eval",
-            "best_eval",
-            "roughness",
-            "drawdown",
-            "largest_drop",
-            "share_above_10",
-            "share_below_3",
-            "collapsed",
-        ],
-    )
+    values = "final_eval best_eval roughness drawdown largest_drop share_above_10 share_below_3 collapsed".split()
+    batch = summarise(rows, ["batch_size", "lr"], values)
     batch = batch.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
     batch["collapses"] = rows.groupby("batch_size", sort=False)["collapsed"].sum(min_count=1).values
     batch["doc_curve"] = batch["batch_size"].map(DOC_BATCH)
@@ -204,9 +176,8 @@ def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
     curve = summarise(pts, ["batch_size", "point", "step"], ["eval_accuracy", "entropy", "reward"])
     curve.insert(3, "eval_step", pts.groupby(["batch_size", "point", "step"], sort=False)["eval_step"].max().values)
     for j, col in enumerate(["doc_accuracy", "doc_entropy", "doc_reward"]):
-        curve[col] = [
-            DOC_CURVE[b][p - 1][j] if b in DOC_CURVE else NAN for b, p in zip(curve["batch_size"], curve["point"])
-        ]
+        points = zip(curve["batch_size"], curve["point"])
+        curve[col] = [DOC_CURVE[b][p - 1][j] if b in DOC_CURVE else NAN for b, p in points]
     small, large = rows["batch_size"].min(), rows["batch_size"].max()
     cs = rows[rows["batch_size"].isin([small, large])]
     case = summarise(cs, ["batch_size"], ["final_reward", "final_eval", "wall_seconds", "alerts"])
@@ -259,10 +230,8 @@ def equal_samples_pairs(es: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-LR_FELL, KL_MOVED = (
-    0.5,
-    1.5,
-)  # B engaged: its last LR at most half its first; C: its KL coefficient spanned at least 1.5x
+# B engaged: its last LR at most half its first; C: its KL coefficient spanned at least 1.5x
+LR_FELL, KL_MOVED = 0.5, 1.5
 
 
 def schedule_motion(run) -> dict:
@@ -286,23 +255,10 @@ def fixed_vs_dynamic_tables(runs: list, role: dict) -> tuple[pd.DataFrame, pd.Da
                           **measures(r),
                           "final_lr": last(r, "lr"), "final_kl_coef": last(r, "kl_coef"),
                           **schedule_motion(r)} for r in runs])  # fmt: skip
-    out = summarise(
-        rows,
-        ["method", "variant"],
-        [
-            "final_eval",
-            "roughness",
-            "drawdown",
-            "largest_drop",
-            "final_lr",
-            "final_kl_coef",
-            "lr_ratio",
-            "kl_coef_range",
-        ],
-    )
-    out["reproducibility_std"] = out[
-        "final_eval_std"
-    ]  # the document's "reproducibility": spread of the final result across seeds
+    values = "final_eval roughness drawdown largest_drop final_lr final_kl_coef lr_ratio kl_coef_range".split()
+    out = summarise(rows, ["method", "variant"], values)
+    # the document's "reproducibility": spread of the final result across seeds
+    out["reproducibility_std"] = out["final_eval_std"]
     out["rank"] = out["final_eval_mean"].rank(ascending=False)
     for j, col in enumerate(["doc_final_accuracy", "doc_stability", "doc_reproducibility", "doc_rank"]):
         out[col] = out["method"].map(lambda m, j=j: DOC_METHODS.get(m, (NAN,) * 4)[j])
@@ -344,10 +300,8 @@ def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
 
 
 DROP, HORIZON = 0.05, 10  # an alert should precede a sustained 5-point drop of held-out accuracy within 10 steps
-FIXED_SWING, SWING_SIGMAS = (
-    0.3,
-    6.0,
-)  # the document's fixed reward-swing threshold, and ours in standard errors of the batch mean
+# the document's fixed reward-swing threshold, and ours in standard errors of the batch mean
+FIXED_SWING, SWING_SIGMAS = 0.3, 6.0
 
 
 def replay(run, **monitor) -> list[dict]:
@@ -412,16 +366,12 @@ def alert_scores(runs: list) -> pd.DataFrame:
                 c[i] += x
     rows = []
     for name, (hit, n_alerts, caught, n_drops) in counts.items():
-        (plo, phi), (rlo, rhi) = wilson(hit, n_alerts), wilson(caught, n_drops)
         rows.append({"detector": DETECTORS[name], "alerts": n_alerts, "followed_by_drop": hit,
-                     "precision": hit / n_alerts if n_alerts else NAN, "precision_lo": plo,
-                     "precision_hi": phi, "drops": n_drops, "announced": caught,
-                     "recall": caught / n_drops if n_drops else NAN, "recall_lo": rlo,
-                     "recall_hi": rhi, "base_rate": base[0] / base[1] if base[1] else NAN})  # fmt: skip
-    return pd.DataFrame(rows,
-                        columns=["detector", "alerts", "followed_by_drop", "precision", "precision_lo", "precision_hi",
-                                 "drops", "announced",
-                                       "recall", "recall_lo", "recall_hi", "base_rate"])  # fmt: skip
+                     **wilson_columns("precision", hit, n_alerts), "drops": n_drops, "announced": caught,
+                     **wilson_columns("recall", caught, n_drops),
+                     "base_rate": base[0] / base[1] if base[1] else NAN})  # fmt: skip
+    columns = "detector alerts followed_by_drop precision precision_lo precision_hi drops announced recall recall_lo"
+    return pd.DataFrame(rows, columns=[*columns.split(), "recall_hi", "base_rate"])
 
 
 def alerts_table(ctx) -> pd.DataFrame:
@@ -664,26 +614,18 @@ def _series(t, experiment: str, metric: str) -> pd.DataFrame:
     )
 
 
-def _curves(ax, s: pd.DataFrame, ylabel: str, title: str) -> None:
+def _curves(ax, t, experiment: str, metric: str, ylabel: str, title: str) -> None:
+    """One band per setting of an experiment (its `stability_series` rows of one metric)."""
+    s = _series(t, experiment, metric)
     if s.empty:
         placeholder(ax, "no run with a result")
     for i, (_, g) in enumerate(s.groupby("order", sort=True)):
-        band(
-            ax,
-            g["step"],
-            g["mean"],
-            g["std"],
-            g["setting"].iloc[0],
-            COLORS[i % len(COLORS)],
-            n=g["n"],
-            bounds=bounds(g["metric"].iloc[0]),
-        )
+        table_band(ax, g, g["metric"].iloc[0], g["setting"].iloc[0], COLORS[i % len(COLORS)], value="")
     if not s.empty:
         ax.legend()
     ax.set(xlabel="RL step", ylabel=ylabel, title=title)
 
 
-# fmt: off
 def _gradvar_figure(t):
     fig, ax = plt.subplots()
     gv = t["stability_gradvar"].dropna(subset=["variance"]) if not t["stability_gradvar"].empty else pd.DataFrame()
@@ -693,57 +635,79 @@ def _gradvar_figure(t):
     for k, (task, g) in enumerate(gv.groupby("task", sort=False) if not gv.empty else []):
         x = np.arange(len(g)) + 0.4 * k
         ax.bar(x, g["variance"], width=0.38, color=COLORS[k], label=f"{task}: measured")
-        ax.plot(x, g["variance"].iloc[0] * g["batch_size"].iloc[0] / g["batch_size"], "k--o",
-                label=f"{task}: 1/N from batch {g['batch_size'].iloc[0]}")
+        ax.plot(
+            x,
+            g["variance"].iloc[0] * g["batch_size"].iloc[0] / g["batch_size"],
+            "k--o",
+            label=f"{task}: 1/N from batch {g['batch_size'].iloc[0]}",
+        )
         ax.set_xticks(np.arange(len(g)), labels=[str(b) for b in g["batch_size"]])
-        notes.append(f"{task}: {g['ratio_to_largest'].iloc[0]:.1f}x lower at {g['batch_size'].iloc[-1]} (1/N: "
-                     f"{g['theory_ratio'].iloc[0]:.0f}x)")
+        notes.append(
+            f"{task}: {g['ratio_to_largest'].iloc[0]:.1f}x lower at {g['batch_size'].iloc[-1]} (1/N: "
+            f"{g['theory_ratio'].iloc[0]:.0f}x)"
+        )
     if notes:
         ax.set_yscale("log")
         # bars need a floor well below the smallest on a log axis
         ax.set_ylim(gv["variance"].min() / 5, gv["variance"].max() * 5)
         ax.legend()
         notes.append(f"document: {DOC_VARIANCE[64] / DOC_VARIANCE[512]:.1f}x from 64 to 512")
-    ax.set(xlabel="batch size (rollouts)", ylabel="mean per-element gradient variance",
-           title="Policy-gradient variance against batch size\n" + "; ".join(notes))
+    ax.set(
+        xlabel="batch size (rollouts)",
+        ylabel="mean per-element gradient variance",
+        title="Policy-gradient variance against batch size\n" + "; ".join(notes),
+    )
     return fig
 
 
-def figures(t) -> dict:
-    out = {}
+def _batch_figure(t):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    _curves(axes[0], _series(t, "batch", "eval_accuracy"), "held-out accuracy",
-            "Eval accuracy by batch size (mean, 95% interval over seeds)")
-    _curves(axes[1], _series(t, "batch", "entropy"), "mean token entropy", "Policy entropy by batch size")
-    out["stability_batch_curves"] = fig
+    _curves(
+        axes[0],
+        t,
+        "batch",
+        "eval_accuracy",
+        "held-out accuracy",
+        "Eval accuracy by batch size (mean, 95% interval over seeds)",
+    )
+    _curves(axes[1], t, "batch", "entropy", "mean token entropy", "Policy entropy by batch size")
+    return fig
 
+
+def _fixed_vs_dynamic_figure(t):
     fig, axes = plt.subplots(1, 3, figsize=(14, 4), layout="constrained")
-    for ax, (metric, ylabel, title) in zip(axes,
-                                           [("eval_accuracy", "held-out accuracy", "Held-out accuracy"),
-                                            ("lr", "learning rate", "Learning rate"),
-                                            ("kl_coef", "KL coefficient", "KL coefficient")]):
-        _curves(ax, _series(t, "fixed_vs_dynamic", metric), ylabel, title)
+    panels = [
+        ("eval_accuracy", "held-out accuracy", "Held-out accuracy"),
+        ("lr", "learning rate", "Learning rate"),
+        ("kl_coef", "KL coefficient", "KL coefficient"),
+    ]
+    for ax, (metric, ylabel, title) in zip(axes, panels):
+        _curves(ax, t, "fixed_vs_dynamic", metric, ylabel, title)
     axes[1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
     fig.suptitle("A: fixed at the large batch; B: step-decayed LR; C: adaptive KL (mean, 95% interval over seeds)")
-    out["stability_fixed_vs_dynamic"] = fig
+    return fig
 
+
+def _equal_samples_figure(t):
     fig, ax = plt.subplots()
     es = t["stability_equal_samples"]
     if es.empty:
         placeholder(ax, "no batch-study runs with a result")
     for i, (b, g) in enumerate(es.groupby("batch_size") if not es.empty else []):
-        m = g.groupby("samples")["eval_accuracy"].agg(["mean", "std", "count"]).reset_index()
-        band(ax, m["samples"], m["mean"], m["std"], f"batch {b}", COLORS[i % len(COLORS)], n=m["count"],
-             bounds=bounds("eval_accuracy"))
+        m = g.groupby("samples")["eval_accuracy"].agg(mean="mean", std="std", n="count").reset_index()
+        table_band(ax, m, "eval_accuracy", f"batch {b}", COLORS[i % len(COLORS)], x="samples", value="")
     if not es.empty:
         ax.set_xscale("log")
         ax.legend()
-    ax.set(xlabel="rollouts sampled (log scale)", ylabel="held-out accuracy",
-           title="Accuracy against rollouts sampled, per batch size (95% interval over seeds)")
-    out["stability_equal_samples"] = fig
+    ax.set(
+        xlabel="rollouts sampled (log scale)",
+        ylabel="held-out accuracy",
+        title="Accuracy against rollouts sampled, per batch size (95% interval over seeds)",
+    )
+    return fig
 
-    out["stability_gradvar"] = _gradvar_figure(t)
 
+def _clipping_figure(t):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     c = t["stability_clipping"]
     if c.empty:
@@ -751,27 +715,47 @@ def figures(t) -> dict:
     else:
         x = np.arange(len(c))
         err = np.vstack([c["collapse_rate"] - c["collapse_rate_lo"], c["collapse_rate_hi"] - c["collapse_rate"]])
-        axes[0].bar(x, c["collapse_rate"], width=0.6,
-                    color=[COLORS[0] if o == "sgd" else COLORS[1] for o in c["optimizer"]], yerr=err, capsize=3)
+        colors = [COLORS[0] if o == "sgd" else COLORS[1] for o in c["optimizer"]]
+        axes[0].bar(x, c["collapse_rate"], width=0.6, color=colors, yerr=err, capsize=3)
         axes[0].set_xticks(x, labels=c["cell"].str.replace(", ", "\n"), fontsize=7)
         axes[0].set_ylim(0, 1.05)
-    axes[0].set(xlabel="optimizer, max gradient norm, injected spike", ylabel="share of runs collapsed",
-                title="Collapse rate per cell (95% Wilson interval)")
-    _curves(axes[1], _series(t, "clipping", "eval_accuracy"), "held-out accuracy", "Eval accuracy per cell")
-    out["stability_clipping"] = fig
+    axes[0].set(
+        xlabel="optimizer, max gradient norm, injected spike",
+        ylabel="share of runs collapsed",
+        title="Collapse rate per cell (95% Wilson interval)",
+    )
+    _curves(axes[1], t, "clipping", "eval_accuracy", "held-out accuracy", "Eval accuracy per cell")
+    return fig
 
+
+def _value_clip_figure(t):
     fig, ax = plt.subplots()
-    _curves(ax, _series(t, "value_clip", "value_rmse"), "value RMSE (against returns)",
-            "PPO value error by value clipping and weight")
+    _curves(
+        ax,
+        t,
+        "value_clip",
+        "value_rmse",
+        "value RMSE (against returns)",
+        "PPO value error by value clipping and weight",
+    )
     vr = t["stability_value_clip_runs"]
     clipped = set(vr.loc[vr["value_clip"].astype(str) != "none", "setting"]) if "setting" in vr else set()
     for line in ax.get_lines():  # clipped dashed, so settings whose curves coincide stay visible
         line.set_linestyle("--" if line.get_label() in clipped else "-")
     if ax.get_legend():
         ax.legend()
-    out["stability_value_clip"] = fig
-    return out
-# fmt: on
+    return fig
+
+
+def figures(t) -> dict:
+    return {
+        "stability_batch_curves": _batch_figure(t),
+        "stability_fixed_vs_dynamic": _fixed_vs_dynamic_figure(t),
+        "stability_equal_samples": _equal_samples_figure(t),
+        "stability_gradvar": _gradvar_figure(t),
+        "stability_clipping": _clipping_figure(t),
+        "stability_value_clip": _value_clip_figure(t),
+    }
 
 
 # ---- section (verdicts with numbers, from the tables alone) -------------------------------
@@ -780,9 +764,8 @@ def pm(r, col: str, kind: str = "pct") -> str:
     accuracy points: roughness or a drop, interval at least 0), num."""
     if r is None or not known(r.get(f"{col}_mean")):
         return "no data"
-    unit = {"pct": "pct", "pts": "pts", "num": "num"}[kind]
     limits = {"pct": SHARE, "pts": NONNEGATIVE}.get(kind)
-    return interval(r[f"{col}_mean"], r.get(f"{col}_std", NAN), r["n"], unit, bounds=limits)
+    return interval(r[f"{col}_mean"], r.get(f"{col}_std", NAN), r["n"], kind, bounds=limits)
 
 
 def pick(df: pd.DataFrame, col: str, key):
@@ -935,19 +918,34 @@ def alerts_text(al: pd.DataFrame) -> str:
     )
 
 
+# The clipping verdicts in the order the section's text reads them (claims.yaml lists the adamw check second).
+CLIPPING_ORDER = ["clipping_spike_collapses", "clipping_sgd", "clipping_sgd_2.0", "clipping_sgd_0.5",
+                  "clipping_dose_order", "clipping_adamw"]  # fmt: skip
+TEXTS = {"batch": batch_text, "fixed_vs_dynamic": fvd_text, "equal_samples": equal_samples_text,
+         "case": lambda tb: case_text(tb["case_study"]), "remedies": remedies_text, "clipping": clipping_text,
+         "value_clip": value_text}  # fmt: skip
+
+
+def troubleshooting_text(ts: pd.DataFrame) -> str:
+    if ts.empty:
+        return "No runs."
+    shown = int((ts["evidence_run"].astype(object).fillna("") != "").sum())
+    return f"{shown} of {len(ts)} symptoms are shown by a run of this pipeline."
+
+
 def section(t) -> dict:
-    names = ["stability_batch_curve", "stability_batch", "stability_equal_samples", "stability_case_study",
-             "stability_fixed_vs_dynamic", "stability_gradvar",
-             "stability_accumulation", "stability_alerts", "stability_alert_scores", "stability_clipping",
-             "stability_value_clip", "stability_troubleshooting",
-             "stability_remedies"]  # fmt: skip
-    tb = {n.removeprefix("stability_"): t[n] for n in names}
-    claims = claim_frame(t, NAME)
-    rows = verdict_rows(claims)
-    keyed = {r["key"]: r for r in rows}
-    pick_rows = lambda *keys: [keyed[k] for k in keys if k in keyed]  # noqa: E731
-    gradvar, accumulation = gradvar_text(tb["gradvar"], tb["accumulation"])
-    ts, al = tb["troubleshooting"], tb["alerts"]
+    names = ["batch_curve", "batch", "equal_samples", "case_study", "fixed_vs_dynamic", "gradvar", "accumulation",
+             "alerts", "alert_scores", "clipping", "value_clip", "troubleshooting", "remedies"]  # fmt: skip
+    tb = {n: t[f"stability_{n}"] for n in names}
+    rows, power = verdicts(t, NAME)
+    parts = by_part(rows)
+    clipping = {r["key"]: r for r in parts.get("clipping", [])}
+    parts["clipping"] = [clipping.pop(k) for k in CLIPPING_ORDER if k in clipping] + list(clipping.values())
+    texts = {part: text(tb) if part == "case" else text(tb[part]) for part, text in TEXTS.items()}
+    texts["gradvar"], texts["accumulation"] = gradvar_text(tb["gradvar"], tb["accumulation"])
+    texts["alerts"] = alerts_text(tb["alerts"]) + " " + scores_text(tb["alert_scores"])
+    texts["troubleshooting"] = troubleshooting_text(tb["troubleshooting"])
+    al = tb["alerts"]
     return {
         "tables": {**tb, "alerts_fired": al[al["alerts"] > 0] if not al.empty else al},
         "collapse_definition": COLLAPSE_DEFINITION,
@@ -955,58 +953,6 @@ def section(t) -> dict:
         "big": BIG_SWING,
         "small": SMALL_SWING,
         "verdict_list": rows,
-        "power": power_note(claims),
-        "verdicts": {
-            "batch": {
-                "text": batch_text(tb["batch"]),
-                "rows": pick_rows(
-                    "batch_smoother",
-                    "batch_more_accurate",
-                    "batch_keeps_entropy",
-                    "batch_large_calm",
-                    "batch_small_swings",
-                ),
-            },
-            "gradvar": {"text": gradvar, "rows": pick_rows("gradvar")},
-            "accumulation": {"text": accumulation, "rows": pick_rows("accumulation")},
-            "fixed_vs_dynamic": {
-                "text": fvd_text(tb["fixed_vs_dynamic"]),
-                "rows": pick_rows("dynamic_B_equal_batch", "dynamic_C_equal_batch", "fixed_vs_B", "fixed_vs_C"),
-            },
-            "equal_samples": {
-                "text": equal_samples_text(tb["equal_samples"]),
-                "rows": [r for r in rows if r["key"].startswith("equal_samples_")],
-            },
-            "case": {
-                "text": case_text(tb["case_study"]),
-                "rows": pick_rows("case_reward", "case_spread", "remedy_batch"),
-            },
-            "remedies": {"text": remedies_text(tb["remedies"]), "rows": [r for r in rows if r["part"] == "remedies"]},
-            "clipping": {
-                "text": clipping_text(tb["clipping"]),
-                "rows": pick_rows(
-                    "clipping_spike_collapses",
-                    "clipping_sgd",
-                    "clipping_sgd_2.0",
-                    "clipping_sgd_0.5",
-                    "clipping_dose_order",
-                    "clipping_adamw",
-                    "natural_collapse_sgd",
-                    "natural_collapse_adamw",
-                    "adam_bounds_step",
-                ),
-            },
-            "value_clip": {"text": value_text(tb["value_clip"]), "rows": pick_rows("value_clip")},
-            "alerts": {
-                "text": alerts_text(tb["alerts"]) + " " + scores_text(tb["alert_scores"]),
-                "rows": [r for r in rows if r["key"].startswith("monitor_precision_")],
-            },
-            "troubleshooting": {
-                "text": f"{int((ts['evidence_run'].astype(object).fillna('') != '').sum())} of {len(ts)} symptoms are "
-                "shown by a run of this pipeline."
-                if not ts.empty
-                else "No runs.",
-                "rows": [],
-            },
-        },  # fmt: skip
+        "power": power,
+        "verdicts": {part: {"text": text, "rows": parts.get(part, [])} for part, text in texts.items()},
     }

@@ -30,16 +30,14 @@ from mathrl.studies.kit import (
     SHARE,
     add_intervals,
     add_wilson,
-    band,
-    bounds,
     by_key,
     cell,
-    claim_frame,
+    interval_text,
     known,
     placeholder,
-    power_note,
     t_halfwidth,
-    verdict_rows,
+    table_band,
+    verdicts,
 )
 from mathrl.studies.kit import pm as interval
 from mathrl.verdict import difference as seed_difference
@@ -60,6 +58,7 @@ DOC = {
 DOC_RL = {"steps": 200, "lr": 1e-4, "batch_size": 128, "micro_batch_size": 64, "group_size": 8, "grad_clip": 1.0,
           "weight_decay": 0.01,
           "adam_beta1": 0.9, "adam_beta2": 0.99, "temperature": 1.0, "baseline_decay": 0.9}  # fmt: skip
+DOC_CONSOLE = "Step 50/200 | Loss: 0.234 | Acc: 0.750 | Reward: 0.750 | LR: 1.00e-04"  # the document's example
 # What each algorithm run beside the document's REINFORCE is, for the section's text.
 BESIDE = {
     "ppo": "PPO (a value head on the shared trunk, GAE advantages, clipped ratio)",
@@ -188,11 +187,9 @@ def starts_table(ctx, start_runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for task in DOC:
         for st in read_starts(ctx, task)["starts"]:
-            d = (
-                start_runs[(start_runs["task"] == task) & (start_runs["start"] == st["start"])]
-                if len(start_runs)
-                else start_runs
-            )
+            d = start_runs
+            if len(d):
+                d = d[(d["task"] == task) & (d["start"] == st["start"])]
             arms = {a: d.loc[d["algorithm"] == a].set_index("seed")["final_eval"] if len(d) else pd.Series(dtype=float)
                     for a in ("reinforce", SUPERVISED)}  # fmt: skip
             if arms["reinforce"].empty and arms[SUPERVISED].empty:
@@ -204,14 +201,8 @@ def starts_table(ctx, start_runs: pd.DataFrame) -> pd.DataFrame:
                    "rl_minus_sup_hi": math.nan}  # fmt: skip
             for arm, prefix in (("reinforce", "rl"), (SUPERVISED, "sup")):
                 est = mean_interval_of(arms[arm])
-                row.update(
-                    {
-                        f"{prefix}_n": est["n"],
-                        f"{prefix}_final": est["estimate"],
-                        f"{prefix}_lo": est["lo"],
-                        f"{prefix}_hi": est["hi"],
-                    }
-                )
+                names = {"n": "n", "estimate": "final", "lo": "lo", "hi": "hi"}
+                row.update({f"{prefix}_{name}": est[k] for k, name in names.items()})
             if len(arms["reinforce"]) > 1 and len(arms[SUPERVISED]) > 1:
                 diff = seed_difference(arms["reinforce"].to_dict(), arms[SUPERVISED].to_dict(), paired=False)
                 row.update(rl_minus_sup=diff.estimate, rl_minus_sup_lo=diff.lo, rl_minus_sup_hi=diff.hi)
@@ -231,14 +222,8 @@ def mean_interval_of(values: pd.Series) -> dict:
 def run_stats(run, start: str = "") -> dict:
     """One run's outcome and throughput (sequences sampled per second of step time)."""
     s = run.settings
-    row = {
-        "task": s["task"],
-        "start": start,
-        "algorithm": s["algorithm"],
-        "seed": run.spec.seed,
-        "run_id": run.spec.run_id,
-        "status": run.status,
-    }
+    row = {"task": s["task"], "start": start, "algorithm": s["algorithm"], "seed": run.spec.seed,
+           "run_id": run.spec.run_id, "status": run.status}  # fmt: skip
     if run.ok:
         m = run.metrics
         row.update(final_eval=run.summary["final"]["eval_accuracy"], initial_eval=run.initial_eval,
@@ -255,17 +240,7 @@ def reached(final_mean: float, low: float) -> bool | None:
     return None if final_mean is None or math.isnan(final_mean) else bool(final_mean >= low)
 
 
-STATS = [
-    "final_eval",
-    "initial_eval",
-    "best_eval",
-    "gain",
-    "steps_done",
-    "wall_seconds",
-    "seq_per_s",
-    "collapsed",
-    "degraded",
-]
+STATS = "final_eval initial_eval best_eval gain steps_done wall_seconds seq_per_s collapsed degraded".split()
 
 
 def per_run_table(runs, cfg: dict | None = None) -> pd.DataFrame:
@@ -306,25 +281,17 @@ def console_table(ctx, runs) -> pd.DataFrame:
     rows = []
     for task in DOC:
         for algorithm in ALGORITHMS:
-            run = next(
-                (r for r in runs if r.ok and r.settings["task"] == task and r.settings["algorithm"] == algorithm), None
-            )
-            if run is None:
+            ran = [r for r in runs if r.ok and r.settings["task"] == task and r.settings["algorithm"] == algorithm]
+            if not ran:
                 continue
+            run = ran[0]
             log = layout.at(ctx.cfg, layout.STAGES["train"].log, run_id=run.spec.run_id)
-            lines = (
-                [x.strip() for x in log.read_text(errors="replace").splitlines() if x.startswith("Step ")]
-                if log.is_file()
-                else []
-            )
-            line, source = (
-                (lines[-1], "log")
-                if lines
-                else (console_line(run.metrics.iloc[-1].to_dict(), run.settings["steps"]), "metrics.csv")
-            )
-            rows.append(
-                {"task": task, "algorithm": algorithm, "run_id": run.spec.run_id, "source": source, "line": line}
-            )
+            text = log.read_text(errors="replace").splitlines() if log.is_file() else []
+            lines = [x.strip() for x in text if x.startswith("Step ")]
+            rebuilt = console_line(run.metrics.iloc[-1].to_dict(), run.settings["steps"])
+            line, source = (lines[-1], "log") if lines else (rebuilt, "metrics.csv")
+            row = {"task": task, "algorithm": algorithm, "run_id": run.spec.run_id}
+            rows.append({**row, "source": source, "line": line})
     return pd.DataFrame(rows, columns=["task", "algorithm", "run_id", "source", "line"])
 
 
@@ -363,9 +330,7 @@ def fig_curves(t) -> plt.Figure:
         for i, (st, algorithm) in enumerate(lines):
             a = d[(d["algorithm"] == algorithm) & (d["start"] == st)]
             if len(a):
-                band(ax, a["step"], a["eval_accuracy_mean"], a["eval_accuracy_std"], f"{algorithm} from {st}",
-                     COLORS[i % len(COLORS)],
-                     n=a["n"], bounds=bounds("eval_accuracy"))  # fmt: skip
+                table_band(ax, a, "eval_accuracy", f"{algorithm} from {st}", COLORS[i % len(COLORS)])
         lo, hi = cell(res, "expected_low", task=task), cell(res, "expected_high", task=task)
         if not math.isnan(lo):
             target(ax, lo, hi, d["step"].max() if len(d) else math.nan)
@@ -392,15 +357,9 @@ def fig_throughput(t) -> plt.Figure:
             errs = [0.0 if not known(v, sd, n) else float(t_halfwidth(sd, n)) for v, sd, n in zip(vals, stds, ns)]
             errs = [0.0 if math.isnan(e) else e for e in errs]  # one seed: no interval
             x = [j + (i - 1) * width for j in range(len(DOC))]
-            ax.bar(
-                x,
-                [0 if math.isnan(v) else v for v in vals],
-                width,
-                capsize=3,
-                color=COLORS[i],
-                label=algorithm,
-                yerr=[[min(e, 0 if math.isnan(v) else v) for e, v in zip(errs, vals)], errs],
-            )  # never below 0
+            heights = [0 if math.isnan(v) else v for v in vals]
+            below = [min(e, h) for e, h in zip(errs, heights)]  # never below 0
+            ax.bar(x, heights, width, capsize=3, color=COLORS[i], label=algorithm, yerr=[below, errs])
             for xi, v in zip(x, vals):
                 if math.isnan(v):  # a missing bar says so rather than reading as zero throughput
                     ax.annotate("missing", (xi, 0), ha="center", va="bottom", rotation=90, fontsize=7, color="0.4")
@@ -434,8 +393,8 @@ def starts_text(starts: pd.DataFrame, task: str) -> str:
             f" {number(r.start_val, 'pct', sign=False)} validation)"
         )
         part += (
-            f" REINFORCE ended at {ci_text(r.rl_final, r.rl_lo, r.rl_hi, r.rl_n)}, the supervised control at"
-            f" {ci_text(r.sup_final, r.sup_lo, r.sup_hi, r.sup_n)}"
+            f" REINFORCE ended at {interval_text(r.rl_final, r.rl_lo, r.rl_hi, r.rl_n)}, the supervised control at"
+            f" {interval_text(r.sup_final, r.sup_lo, r.sup_hi, r.sup_n)}"
         )
         if known(getattr(r, "rl_minus_sup", math.nan)):
             part += (
@@ -444,13 +403,6 @@ def starts_text(starts: pd.DataFrame, task: str) -> str:
             )
         parts.append(part)
     return "; ".join(parts)
-
-
-def ci_text(mean: float, lo: float, hi: float, n) -> str:
-    if not known(mean):
-        return "no data"
-    ci = f" [{number(lo, 'pct', sign=False)}, {number(hi, 'pct', sign=False)}]" if known(lo, hi) else ""
-    return f"{number(mean, 'pct', sign=False)}{ci} (n={int(n) if known(n) else 0})"
 
 
 def scale_note(cfgs: pd.DataFrame, task: str) -> str:
@@ -521,8 +473,7 @@ def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:
 
 def section(t) -> dict:
     res, cfgs = t["system_results"], t["system_configs"]
-    claims = claim_frame(t, NAME)
-    rows = verdict_rows(claims)
+    rows, power = verdicts(t, NAME)
     decay = cell(cfgs, "ours", task="add", key="baseline_decay")
     presets = cfgs.drop_duplicates("task")[["task", "config", "preset"]].to_dict("records") if len(cfgs) else []
     return {
@@ -532,12 +483,10 @@ def section(t) -> dict:
         "console": t["system_console"],
         "baseline_decay": "–" if math.isnan(decay) else f"{decay:g}",
         "verdict_list": rows,
-        "power": power_note(claims),
+        "power": power,
         "verdicts": [task_text(res, cfgs, task, by_key(rows), t["system_starts"]) for task in DOC],
         "doc_steps": DOC_RL["steps"],
         "starts": t["system_starts"],
         "beside": [BESIDE[a] for a in ALGORITHMS if a in BESIDE and len(res) and (res["algorithm"] == a).any()],
-        "doc_console": (
-            "Step 50/200 | Loss: 0.234 | Acc: 0.750 | Reward: 0.750 | LR: 1.00e-04"
-        ),  # the document's example
+        "doc_console": DOC_CONSOLE,
     }
