@@ -2,7 +2,8 @@
 
 `train.token_selection` names a rule here, which the trainer looks up once; no line of the
 trainer depends on which rule runs. A rule is a pure function of the batch's per-token entropy
-(B, T), under the sampling policy at the rollout and detached, its answer mask (B, T) and
+(B, T) under the sampling policy at the rollout (the sampler's logits at temperature 1, before any
+top-k or top-p truncation; detached), its answer mask (B, T) and
 `train.token_fraction`; it returns the selected answer tokens, (B, T) bool, or None where it
 selects every answer token (then the loss is exactly the unselected code path's).
 
