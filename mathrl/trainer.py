@@ -87,7 +87,7 @@ from mathrl.sampler import RolloutSampler, sampler_logprobs
 from mathrl.settings import RunSettings
 from mathrl.sft import load_policy
 from mathrl.tasks import VOCAB_SIZE, answer_mask, filter_by_ndigit, read_problems, task_of
-from mathrl.token_selection import check_fraction, get_token_selection, selection_weight
+from mathrl.token_selection import get_token_selection, selection_weight
 
 # Version of the snapshot layout (3: optimizer state of torch.optim; 4: the held-out sampled accuracy).
 SNAPSHOT_FORMAT = 4
@@ -158,9 +158,7 @@ class Trainer:
         self.ref = copy.deepcopy(policy).to(d.device).eval().requires_grad_(False)
         self.estimator = get_estimator(s.algorithm)  # the advantage estimator (mathrl.algorithms)
         self.policy_loss = get_policy_loss(s.policy_loss)  # the per-token surrogate (mathrl.policy_losses)
-        # which answer tokens the policy gradient trains on (mathrl.token_selection)
-        self.select_tokens = get_token_selection(s.token_selection)
-        check_fraction(s.token_fraction)
+        self.select_tokens = get_token_selection(s.token_selection)  # the tokens it trains on (mathrl.token_selection)
         if s.reward_placement != "end" and not self.estimator.critic:
             raise ConfigError(f"reward_placement {s.reward_placement}: only a critic's GAE reads per-token rewards, "
                               f"and {s.algorithm} has no critic; use algorithm ppo, or reward_placement end")
