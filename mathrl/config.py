@@ -587,3 +587,13 @@ def trained_runs(cfg: dict) -> dict[str, RunSpec]:
 def config_hash(obj: Any) -> str:
     """A short stable hash of a JSON-able object (configs in summaries and reports)."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+# Train keys added after runs were recorded, at the default that leaves a run exactly as it was (a test checks each
+# default against the schema's): left out of a run's settings hash at that value, so adding them reruns no run.
+NEUTRAL_DEFAULTS = {"token_selection": "all", "token_fraction": 0.2}
+
+
+def run_hash(settings: dict) -> str:
+    """The hash of a run's resolved settings that reruns it when it changes (Snakemake's params trigger)."""
+    return config_hash({k: v for k, v in settings.items() if NEUTRAL_DEFAULTS.get(k, object()) != v})

@@ -43,6 +43,9 @@ EXTRAS = [
     # the policy losses' own clips (mathrl.policy_losses): sequences GSPO's clip cut, tokens whose
     # importance weight CISPO's bound cut, tokens dual-clip's lower bound hit
     "seq_clip_frac", "is_clip_frac", "dual_clip_frac",
+    # the token selection (mathrl.token_selection): the share of answer tokens the policy gradient trained on, and the
+    # mean entropy (sampling policy, at the rollout) of the selected and of the other answer tokens
+    "token_selected_frac", "entropy_selected", "entropy_unselected",
     # the rollout/trainer mismatch (mathrl.mismatch): sampler against trainer log-probs of the sampled tokens
     *MISMATCH,
 ]  # fmt: skip

@@ -121,6 +121,8 @@ class RunSettings:
     gspo_clip_high: float
     cispo_clip_high: float
     clip_ratio_c: float
+    token_selection: str
+    token_fraction: float
     grad_noise_scale: bool
     pass_at_k: bool
     pass_at_k_problems: int

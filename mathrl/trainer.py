@@ -14,7 +14,8 @@ the step's `StepMetrics` (`mathrl.metrics`) where it computes them:
 3. `update`: for each PPO epoch one optimizer step over the whole batch, accumulated over
    micro-batches (`micro_batch`); the loss per answer token is the policy loss named by
    `policy_loss` in its registry (`mathrl.policy_losses`), times the rollout correction's
-   weight when one is set (`mathrl.mismatch`)
+   weight when one is set (`mathrl.mismatch`) and by the token selection's weight when
+   `token_selection` picks answer tokens by entropy (`mathrl.token_selection`)
    + kl_coef * KL(pi || ref) - entropy_coef * entropy (+ value_coef * value loss),
    aggregated per token or per sequence and divided by a global count, so micro-batches
    and ranks add up exactly to the large-batch gradient. The KL penalty sits in the loss
@@ -86,6 +87,7 @@ from mathrl.sampler import RolloutSampler, sampler_logprobs
 from mathrl.settings import RunSettings
 from mathrl.sft import load_policy
 from mathrl.tasks import VOCAB_SIZE, answer_mask, filter_by_ndigit, read_problems, task_of
+from mathrl.token_selection import get_token_selection, selection_weight
 
 # Version of the snapshot layout (3: optimizer state of torch.optim; 4: the held-out sampled accuracy).
 SNAPSHOT_FORMAT = 4
@@ -156,6 +158,7 @@ class Trainer:
         self.ref = copy.deepcopy(policy).to(d.device).eval().requires_grad_(False)
         self.estimator = get_estimator(s.algorithm)  # the advantage estimator (mathrl.algorithms)
         self.policy_loss = get_policy_loss(s.policy_loss)  # the per-token surrogate (mathrl.policy_losses)
+        self.select_tokens = get_token_selection(s.token_selection)  # the tokens it trains on (mathrl.token_selection)
         if s.reward_placement != "end" and not self.estimator.critic:
             raise ConfigError(f"reward_placement {s.reward_placement}: only a critic's GAE reads per-token rewards, "
                               f"and {s.algorithm} has no critic; use algorithm ppo, or reward_placement end")
@@ -303,7 +306,7 @@ class Trainer:
         sampler_logp = sampler_logprobs(logits, tokens, s.temperature, s.sample_top_k, s.sample_top_p)
         checks = {k: v.float() for k, v in checks.items()}
         return {"prompts": prompts, "tokens": tokens, "rewards": rewards.float(), **checks, **dense,
-                "sampler_logp": sampler_logp}  # fmt: skip
+                "sampler_logp": sampler_logp, "sampler_entropy": token_entropy(logits)}  # fmt: skip
 
     def collect(self, nd: int) -> tuple[dict, int]:
         """One batch of rollouts; with dynamic sampling, homogeneous groups are replaced.
@@ -392,7 +395,21 @@ class Trainer:
         # train on the positive- or negative-advantage rollouts only (zeroing commutes with the clip below)
         adv = filter_samples(adv, mask, s.sample_filter)
         return {"ref_logp": token_logprobs(ref_logits, tokens), "old_logp": old_logp, "old_values": old_values,
-                "adv": clip_abs(adv, s.adv_clip), "returns": returns}  # fmt: skip
+                "adv": clip_abs(adv, s.adv_clip), "returns": returns,
+                "pg_weight": self.token_weight(batch["sampler_entropy"], mask, metrics)}  # fmt: skip
+
+    def token_weight(self, entropy: torch.Tensor, mask: torch.Tensor, metrics: StepMetrics) -> torch.Tensor | None:
+        """The token selection's weight on the policy-gradient term (None: every answer token, no weight), and its
+        metrics: the share of answer tokens selected and the mean entropy of the selected and the other tokens."""
+        selected = self.select_tokens(entropy, mask, self.s.token_fraction)
+        if selected is None:
+            return None
+        answer = mask > 0
+        counts = all_sum(self.d, torch.tensor([float(selected.sum()), float(answer.sum())], dtype=torch.float64))
+        metrics.ratio("token_selected_frac", float(selected.sum()), float(answer.sum()))
+        metrics.masked_mean("entropy_selected", entropy, selected.float())
+        metrics.masked_mean("entropy_unselected", entropy, (answer & ~selected).float())
+        return selection_weight(selected, mask, float(counts[0]), float(counts[1]))
 
     def coefficients(self, step: int, mask: torch.Tensor, metrics: StepMetrics) -> dict:
         """The step's scheduled learning rate, KL and entropy coefficients and loss divisor."""
@@ -488,6 +505,8 @@ class Trainer:
         weight, corrected = correction(old, sampler_logp, m, s.tis_cap, s.mis_cap, s.seq_mask_cap)
         if weight is not None:
             pg = pg * weight
+        if sc["pg_weight"] is not None:  # the token selection (mathrl.token_selection): selected tokens only
+            pg = pg * sc["pg_weight"][rows]
         kl = kl_estimate(logp, sc["ref_logp"][rows], s.kl_estimator)
         ent = token_entropy(logits)
         per_token = pg + coefs["kl_coef"] * kl - coefs["ent_coef"] * ent

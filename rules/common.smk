@@ -289,7 +289,7 @@ def get_starts_hash(wildcards):
 
 
 def get_run_hash(wildcards):
-    return config_hash(RUNS[wildcards.run_id].settings)
+    return mathrl.config.run_hash(RUNS[wildcards.run_id].settings)
 
 
 def get_bandit_hash(wildcards):

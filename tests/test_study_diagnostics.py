@@ -187,6 +187,7 @@ def test_section_renders(results, cfg):
         "diagnostics_mismatch",
         "diagnostics_curves",
         "diagnostics_policy_losses",
+        "diagnostics_token_selection",
     }
     assert set(figs) == expected
     html = env.get_template("sections/diagnostics.html.j2").render(ctx=diagnostics.section(t), figures={})

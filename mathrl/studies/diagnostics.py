@@ -6,7 +6,8 @@ Everything is computed from files the runs wrote: `pass_at_k.csv` (runs with `pa
 end), `metrics.csv`, and the gradient probe's JSON. The maths is `mathrl.analysis`;
 intervals come from scipy.stats.bootstrap (over problems) and `mathrl.verdict` (over seeds).
 Three parts live in modules of their own: compute-performance curves (`compute_curves`), the
-negative controls (`negative_controls`) and the policy losses of 2025 (`policy_losses`).
+negative controls (`negative_controls`), the policy losses of 2025 (`policy_losses`) and the token selection by
+entropy (`token_selection`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from scipy import stats
 import mathrl.studies.compute_curves as compute_curves
 import mathrl.studies.negative_controls as negative_controls
 import mathrl.studies.policy_losses as policy_losses
+import mathrl.studies.token_selection as token_selection
 from mathrl import analysis as dx
 from mathrl import layout
 from mathrl.results import mean_spread
@@ -270,6 +272,9 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
                                    controls, roles_of(ctx.cfg, negative_controls.EXPERIMENT, ("reference",))),
         **policy_losses.tables([(setting(r.spec), r) for r in ctx.experiment(policy_losses.EXPERIMENT) if r.ok],
                                roles_of(ctx.cfg, policy_losses.EXPERIMENT, (policy_losses.BASELINE,))),
+        **token_selection.tables(ctx,
+                                 [(setting(r.spec), r) for r in ctx.experiment(token_selection.EXPERIMENT) if r.ok],
+                                 roles_of(ctx.cfg, token_selection.EXPERIMENT, (token_selection.BASELINE,))),
     }  # fmt: skip
 
 
@@ -323,6 +328,7 @@ def figures(t) -> dict[str, plt.Figure]:
     out.update(mismatch_figures(t))  # the rollout/trainer mismatch
     out["diagnostics_curves"] = compute_curves.figure(t)
     out["diagnostics_policy_losses"] = policy_losses.figure(t)
+    out["diagnostics_token_selection"] = token_selection.figure(t)
     return out
 
 
@@ -359,4 +365,6 @@ def section(t) -> dict:
         "mismatch": mismatch_section(t),  # the rollout/trainer mismatch (sections/mismatch.html.j2)
         **compute_curves.section(t), **negative_controls.section(t), **policy_losses.section(t),
         "losses_verdicts": verdicts(t, NAME, policy_losses.PART)[0],
+        **token_selection.section(t),
+        "tokens_verdicts": verdicts(t, NAME, token_selection.PART)[0],
     }  # fmt: skip

@@ -1,0 +1,231 @@
+"""Which tokens carry the learning (arXiv 2506.01939), a part of the diagnostics study.
+
+The experiment `token_selection` trains addition from the warm-up with the policy gradient on every answer token
+(`token_selection: all`), on the 20% of the batch's answer tokens of highest entropy (`top_entropy`) and on the other
+80% (`bottom_entropy`), at equal rollouts and seeds (`mathrl.token_selection`). Its tables:
+
+- per run (`diagnostics_token_selection_runs`, the table the claims read): held-out greedy accuracy before RL and at
+  the end, the step means of the share of answer tokens selected and of the mean entropy of the selected and the other
+  tokens, and the carry probe's mean entropy of the digits a carry enters and of those it does not;
+- per variant (`diagnostics_token_selection`): means with 95% t intervals over seeds;
+- per variant and step (`diagnostics_token_selection_steps`): held-out accuracy over seeds, for the figure;
+- per checkpoint, answer position and carry (`diagnostics_token_selection_carry`): the probe's mean entropy.
+
+The carry probe: teacher-forced on the correct answers of the first `PROBE_PROBLEMS` held-out problems, the entropy of
+the policy's distribution at each answer token (temperature 1), for the warm-up and for each run's final snapshot; a
+token is a carry token when a carry enters its digit (`token_selection.carry_in`). The per-run comparison keeps the
+digit positions where both kinds occur (every digit but the lowest; not the end token) and weighs them equally, so
+that neither position nor the share of carries at a position can make the difference.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from mathrl.results import mean_spread
+from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, add_intervals, band, placeholder, plt
+
+NAN = math.nan
+EXPERIMENT = "token_selection"
+PART = "token selection"  # the claims' part (config/claims.yaml) this part of the section shows
+BASELINE = "baseline"  # the role of the arm that trains on every answer token
+PROBE_PROBLEMS = 1000
+RUN_VALUES = ["initial", "final", "change", "token_selected_frac", "entropy_selected", "entropy_unselected",
+              "entropy_carry", "entropy_nocarry", "carry_gap"]  # fmt: skip
+LIMITS = {"initial": SHARE, "final": SHARE, "token_selected_frac": SHARE, "entropy_selected": NONNEGATIVE,
+          "entropy_unselected": NONNEGATIVE, "entropy_carry": NONNEGATIVE, "entropy_nocarry": NONNEGATIVE}  # fmt: skip
+
+
+def role_of(roles: dict) -> dict[str, str]:
+    """{variant: its roles, joined} from the experiment's {role: variant}."""
+    out: dict[str, list[str]] = {}
+    for role, variant in roles.items():
+        out.setdefault(variant, []).append(role)
+    return {v: ", ".join(r) for v, r in out.items()}
+
+
+# ----------------------------------------------------------------------------- the carry probe
+def answer_entropy(model, task, pairs):
+    """(N, L) entropy of `model`'s distribution at each answer token of `pairs`, teacher-forced on the right answers."""
+    import torch
+
+    from mathrl.losses import token_entropy
+    from mathrl.sft import sft_batch
+
+    x, _ = sft_batch(task, pairs)
+    with torch.no_grad():
+        logits = model(x)[:, task.prompt_len - 1 :]  # the logits that predict each answer token
+    return token_entropy(logits)
+
+
+def carry_frame(entropy, carry) -> pd.DataFrame:
+    """Mean entropy per answer position and carry, from (N, L) entropies and carry flags: columns position, carry
+    (bool), entropy, tokens."""
+    rows = []
+    for pos in range(entropy.shape[1]):
+        for flag in (False, True):
+            sel = carry[:, pos] == flag
+            if int(sel.sum()):
+                rows.append({"position": pos, "carry": flag, "entropy": float(entropy[sel, pos].mean()),
+                             "tokens": int(sel.sum())})  # fmt: skip
+    return pd.DataFrame(rows, columns=["position", "carry", "entropy", "tokens"])
+
+
+def carry_means(entropy, carry) -> dict:
+    """entropy_carry and entropy_nocarry: over the positions where both kinds occur, the mean (each position weighing
+    the same) of the mean entropy of the digit tokens a carry enters, and of the others; carry_gap, their difference,
+    the mean within-position difference. Weighing positions equally keeps the share of carries at each position (which
+    differs from one position to the next, as does entropy) out of the comparison."""
+    both = [p for p in range(entropy.shape[1]) if 0 < int(carry[:, p].sum()) < carry.shape[0]]
+    if not both:
+        return {"entropy_carry": NAN, "entropy_nocarry": NAN, "carry_gap": NAN}
+    on = sum(float(entropy[carry[:, p], p].mean()) for p in both) / len(both)
+    off = sum(float(entropy[~carry[:, p], p].mean()) for p in both) / len(both)
+    return {"entropy_carry": on, "entropy_nocarry": off, "carry_gap": on - off}
+
+
+def _policy(path: Path):
+    """The policy of a warm-up checkpoint or of a run's snapshot (its `net`: the policy and any value head)."""
+    from mathrl import snapshot
+    from mathrl.model import GPT, GPTConfig
+
+    ckpt = snapshot.decode(Path(path).read_bytes(), str(path))
+    model = GPT(GPTConfig(**ckpt["model_config"]))
+    state = ckpt["model"] if ckpt.get("model") is not None else {
+        k.removeprefix("policy."): v for k, v in ckpt["net"].items() if k.startswith("policy.")}  # fmt: skip
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def probe(ctx, runs) -> tuple[pd.DataFrame, dict]:
+    """The carry probe of the warm-up and of each run's final snapshot: the per-position table, and {run_id: the
+    run's carry means}."""
+    from mathrl import layout
+    from mathrl.tasks import read_problems, task_of
+    from mathrl.token_selection import carry_in
+
+    frames, means = [], {}
+    if not runs:
+        return pd.DataFrame(columns=["checkpoint", "seed", "position", "carry", "entropy", "tokens"]), means
+    task_name = runs[0][1].settings.get("task", "add")
+    task = task_of(ctx.cfg, task_name)
+    problems = layout.problems_file(ctx.cfg, task_name, "test")
+    if not Path(problems).is_file():
+        return pd.DataFrame(columns=["checkpoint", "seed", "position", "carry", "entropy", "tokens"]), means
+    pairs = read_problems(problems, task)[:PROBE_PROBLEMS]
+    carry = carry_in(pairs[:, 0], pairs[:, 1], task.answer_width).numpy()
+    # the arms' start (the warm-up)
+    start = layout.init_checkpoint(ctx.cfg["results"], task_name, runs[0][1].settings.get("init"))
+    checkpoints = [("warm-up", NAN, None, start)] if start is not None else []
+    for name, run in runs:
+        snap = layout.at(ctx.cfg, layout.RUN_SNAPSHOT, run_id=run.spec.run_id)
+        checkpoints.append((name, run.spec.seed, run.spec.run_id, snap))
+    for name, seed, run_id, path in checkpoints:
+        if not Path(path).is_file():
+            continue
+        h = answer_entropy(_policy(path), task, pairs).numpy()
+        frames.append(carry_frame(h, carry).assign(checkpoint=name, seed=seed))
+        if run_id is not None:
+            means[run_id] = carry_means(h, carry)
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return table.reindex(columns=["checkpoint", "seed", "position", "carry", "entropy", "tokens"]), means
+
+
+# ----------------------------------------------------------------------------- the tables
+def _mean(m: pd.DataFrame, col: str) -> float:
+    return float(m[col].mean()) if col in m and m[col].notna().any() else NAN
+
+
+def selection_runs(runs, roles: dict, carry: dict) -> pd.DataFrame:
+    """Per run: accuracy before and after, the selection's step means, and the carry probe's means."""
+    names, rows = role_of(roles), []
+    for name, run in runs:
+        m = run.metrics.sort_values("step")
+        initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
+        probe_means = carry.get(run.spec.run_id, {})
+        rows.append({"setting": name, "role": names.get(name, ""), "seed": run.spec.seed,
+                     "token_selection": run.settings.get("token_selection", "all"),
+                     "initial": initial, "final": final, "change": final - initial,
+                     **{c: _mean(m, c) for c in ("token_selected_frac", "entropy_selected", "entropy_unselected")},
+                     **{c: probe_means.get(c, NAN) for c in ("entropy_carry", "entropy_nocarry", "carry_gap")},
+                     })  # fmt: skip
+    return pd.DataFrame(rows, columns=["setting", "role", "seed", "token_selection", *RUN_VALUES])
+
+
+def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
+    """Per variant: every per-run value's mean with its 95% t interval over seeds."""
+    if per_run.empty:
+        return pd.DataFrame(
+            columns=["setting", "role", "n", *[f"{v}_{s}" for v in RUN_VALUES for s in ("mean", "lo", "hi")]]
+        )
+    out = mean_spread(per_run, ["setting", "role"], RUN_VALUES)
+    return add_intervals(out, RUN_VALUES, bounds=LIMITS)
+
+
+def accuracy_steps(runs) -> pd.DataFrame:
+    """Per variant and evaluated step: held-out accuracy over seeds (mean, std, n)."""
+    frames = [run.evals.assign(setting=name, seed=run.spec.seed) for name, run in runs]
+    if not frames:
+        return pd.DataFrame(columns=["setting", "step", "n", "eval_accuracy_mean", "eval_accuracy_std"])
+    return mean_spread(pd.concat(frames, ignore_index=True), ["setting", "step"], ["eval_accuracy"])
+
+
+def carry_summary(probe_rows: pd.DataFrame) -> pd.DataFrame:
+    """Per checkpoint kind (the warm-up or an arm's final policies), position and carry: mean entropy over seeds."""
+    if probe_rows.empty:
+        return pd.DataFrame(columns=["checkpoint", "position", "carry", "n", "entropy_mean", "entropy_std"])
+    return mean_spread(probe_rows, ["checkpoint", "position", "carry"], ["entropy"])
+
+
+def tables(ctx, runs, roles: dict) -> dict[str, pd.DataFrame]:
+    """The experiment's tables from its complete runs, (variant, run) pairs, and its roles."""
+    runs = list(runs)
+    probe_rows, carry = probe(ctx, runs)
+    per_run = selection_runs(runs, roles, carry)
+    return {
+        "diagnostics_token_selection_runs": per_run,
+        "diagnostics_token_selection": selection_summary(per_run),
+        "diagnostics_token_selection_steps": accuracy_steps(runs),
+        "diagnostics_token_selection_carry": carry_summary(probe_rows),
+    }
+
+
+# ----------------------------------------------------------------------------- figure and section
+def figure(t) -> plt.Figure:
+    """Token entropy by answer position, carry against no carry (left), and held-out accuracy per arm (right); bands:
+    95% t intervals over seeds."""
+    carry, steps = t["diagnostics_token_selection_carry"], t["diagnostics_token_selection_steps"]
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.6), layout="constrained")
+    if len(carry):
+        for i, (name, g) in enumerate(carry.groupby("checkpoint", sort=False)):
+            for flag, style in ((True, "-"), (False, "--")):
+                h = g[g["carry"].astype(str).str.lower() == str(flag).lower()].sort_values("position")
+                band(axes[0], h["position"], h["entropy_mean"], h["entropy_std"],
+                     f"{name}, {'carry in' if flag else 'no carry'}", COLORS[i % len(COLORS)], n=h["n"],
+                     bounds=NONNEGATIVE, linestyle=style, marker="o", markersize=3)  # fmt: skip
+        axes[0].legend(fontsize=6)
+    else:
+        placeholder(axes[0], "no token_selection runs")
+    if len(steps):
+        for i, (name, g) in enumerate(steps.groupby("setting", sort=False)):
+            band(axes[1], g["step"], g["eval_accuracy_mean"] * 100, g["eval_accuracy_std"] * 100, name,
+                 COLORS[i % len(COLORS)], n=g["n"], bounds=(0.0, 100.0), marker="o", markersize=3)  # fmt: skip
+        axes[1].legend(fontsize=7)
+    else:
+        placeholder(axes[1], "no token_selection runs")
+    axes[0].set(xlabel="answer position (0: lowest digit; last: end token)", ylabel="token entropy (nats)",
+                title="Entropy by position and carry")  # fmt: skip
+    axes[1].set(xlabel="RL step", ylabel="held-out accuracy (%)", title="Held-out accuracy per token selection")
+    return fig
+
+
+def section(t) -> dict:
+    return {
+        "tokens": t["diagnostics_token_selection"],
+        "tokens_carry": t["diagnostics_token_selection_carry"],
+        "tokens_experiment": EXPERIMENT,
+        "tokens_probe_problems": PROBE_PROBLEMS,
+    }

@@ -1,0 +1,125 @@
+"""The token-selection part of the diagnostics study: the carry probe's pure functions by hand, and its tables, claims,
+figure and section on a hand-made results tree."""
+
+import copy
+
+import matplotlib
+import numpy as np
+import pytest
+
+from mathrl.config import expand_runs, load_config
+from mathrl.studies import diagnostics
+from mathrl.studies import token_selection as ts
+from mathrl.studies.context import Context, Tables
+from tests import synthetic
+from tests.conftest import TINY, write_config
+from tests.synthetic import write_run
+
+matplotlib.use("Agg")
+
+SEEDS = (0, 1, 2)
+ARMS = {"all_tokens": "all", "top_20": "top_entropy", "bottom_80": "bottom_entropy"}
+FINAL = {"all_tokens": 0.50, "top_20": 0.49, "bottom_80": 0.40}
+SHARE = {"all_tokens": np.nan, "top_20": 0.2, "bottom_80": 0.8}
+
+
+def test_carry_frame_and_means_by_hand():
+    entropy = np.array([[0.1, 0.8, 0.2, 0.0], [0.3, 0.4, 0.6, 0.0], [0.2, 0.6, 1.0, 0.0]])
+    carry = np.array([[False, True, False, False], [False, False, True, False], [False, True, False, False]])
+    frame = ts.carry_frame(entropy, carry).set_index(["position", "carry"])
+    assert frame.loc[(0, False), "entropy"] == pytest.approx(0.2) and frame.loc[(0, False), "tokens"] == 3
+    assert (0, True) not in frame.index  # no carry enters the lowest digit
+    assert frame.loc[(1, True), "entropy"] == pytest.approx(0.7) and frame.loc[(1, False), "entropy"] == pytest.approx(
+        0.4
+    )
+    assert frame.loc[(2, True), "entropy"] == pytest.approx(0.6) and frame.loc[(2, False), "entropy"] == pytest.approx(
+        0.6
+    )
+    means = ts.carry_means(entropy, carry)
+    # positions 1 and 2 hold both kinds; carry: 0.7 and 0.6, no carry: 0.4 and 0.6, each position weighing the same
+    # (pooling the tokens would give 0.667 against 0.533)
+    assert means["entropy_carry"] == pytest.approx(0.65) and means["entropy_nocarry"] == pytest.approx(0.5)
+    assert means["carry_gap"] == pytest.approx(0.15)
+    assert np.isnan(ts.carry_means(entropy, np.zeros_like(carry))["carry_gap"])  # no position holds both
+
+
+def rows(arm: str, seed: int) -> list[dict]:
+    out = []
+    for step in range(1, 5):
+        row = {"step": step, "samples": 16 * step, "entropy": 0.5, "accuracy": 0.3, "reward_mean": 0.3, "seconds": 1.0}
+        if arm != "all_tokens":
+            row.update(token_selected_frac=SHARE[arm], entropy_selected=0.9 if arm == "top_20" else 0.3,
+                       entropy_unselected=0.3 if arm == "top_20" else 0.9)  # fmt: skip
+        if step in (2, 4):
+            row["eval_accuracy"] = FINAL[arm] + 0.01 * seed - (0.05 if step == 2 else 0.0)
+        out.append(row)
+    return out
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("tokens")
+    d = copy.deepcopy(TINY)
+    d["results"] = str(tmp_path / "results")
+    d["experiments"] = {
+        "token_selection": {
+            "fixed": {"steps": 4, "eval_every": 2},
+            "variants": {name: {"token_selection": sel} for name, sel in ARMS.items()},
+            "roles": {"baseline": "all_tokens", "top": "top_20", "bottom": "bottom_80"},
+            "seeds": list(SEEDS),
+        }
+    }
+    cfg = load_config(write_config(tmp_path / "config.yaml", d))
+    specs = expand_runs(cfg)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(synthetic, "expand_runs", lambda _: specs)
+        for arm in ARMS:
+            for s in SEEDS:
+                write_run(cfg, f"token_selection__{arm}__s{s}", rows(arm, s), 0.4 + 0.01 * s)
+    tabs = synthetic.with_claims(cfg, diagnostics.tables(Context(cfg)))
+    t = Tables(cfg)
+    t.dir.mkdir(parents=True, exist_ok=True)
+    for name, df in tabs.items():
+        df.to_csv(t.dir / f"{name}.csv", index=False)
+    return tabs, t
+
+
+def test_per_run_and_per_arm_values(results):
+    r = results[0]["diagnostics_token_selection_runs"].set_index(["setting", "seed"])
+    assert len(r) == 9
+    top = r.loc[("top_20", 2)]
+    assert top.role == "top" and top.token_selection == "top_entropy"
+    assert top.initial == pytest.approx(0.42) and top.final == pytest.approx(0.51) and top.change == pytest.approx(0.09)
+    assert top.token_selected_frac == pytest.approx(0.2) and top.entropy_selected == pytest.approx(0.9)
+    assert np.isnan(r.loc[("all_tokens", 0)].token_selected_frac)  # every token: nothing selected, nothing logged
+    assert np.isnan(top.carry_gap)  # no snapshots in this tree: the probe has nothing to read
+    s = results[0]["diagnostics_token_selection"].set_index("setting")
+    assert s.loc["bottom_80", "final_mean"] == pytest.approx(0.41) and s.loc["bottom_80", "n"] == 3
+    steps = results[0]["diagnostics_token_selection_steps"]
+    assert sorted(steps["step"].unique()) == [0, 2, 4]
+
+
+def test_claims_read_the_runs_table(results):
+    judged = results[0]["claims"].set_index("claim_id")
+    top = judged.loc["tokens_top20_accuracy"]
+    assert top.difference == pytest.approx(-0.01) and top.n == 3 and top.outcome == "agrees"  # within 3 points
+    bottom = judged.loc["tokens_bottom80_accuracy"]
+    assert bottom.difference == pytest.approx(-0.10) and bottom.outcome == "agrees"
+    assert judged.loc["tokens_carry_entropy"].outcome == "not judged"  # no probe values
+
+
+def test_figure_and_section_render(results):
+    from mathrl.report import environment
+
+    t = results[1]
+    fig = diagnostics.figures(t)["diagnostics_token_selection"]
+    left, right = fig.axes[:2]
+    assert left.get_ylabel() == "token entropy (nats)" and right.get_ylabel() == "held-out accuracy (%)"
+    assert right.get_xlabel() == "RL step"
+    html = (
+        environment()
+        .get_template("sections/diagnostics.html.j2")
+        .render(ctx=diagnostics.section(t), figures={"diagnostics_token_selection": "x.png"})
+    )
+    assert "Which tokens carry the learning" in html and "arXiv 2506.01939" in html and "x.png" in html
+    assert "20% highest-entropy answer tokens is at least as accurate" in html  # the view of claims.csv
