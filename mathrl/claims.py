@@ -9,8 +9,8 @@ the failure a remedy exists for was shown (`failure`), and that the remedy's mec
 (`engaged`). The engine turns each claim into one row of `results/tables/claims.csv`:
 
 - the per-seed values of each arm (rows whose seed is `all` are pooled rows, never values);
-- an estimate with its 95% interval (`mathrl.verdict`: paired by seed where the arms share
-  their seeds, else Welch; Wilson and Newcombe for rates);
+- an estimate with its 95% interval (`mathrl.verdict`: paired by seed where one arm's seeds
+  include the other's, else Welch; Wilson and Newcombe for rates);
 - a p-value from scipy.stats for the claim's own test, adjusted across the family of
   `document` claims by Holm and by Benjamini-Hochberg (statsmodels);
 - the outcome: `mathrl.verdict.judge` on the interval, "not judged" where a check failed,

@@ -2,8 +2,8 @@
 
 An arm is a set of runs (`--arm A=run1,run2`, an experiment's variant, or runs grouped by
 their settings but the seed). Each arm's measure is a mean over its runs with a one-sample
-t interval; each arm's difference from the baseline arm is paired by seed where both arms
-hold the same seeds, else Welch's (`verdict.difference`). Runs are read from their
+t interval; each arm's difference from the baseline arm is paired by seed where one arm's
+seeds include the other's, else Welch's (`verdict.difference`). Runs are read from their
 directories alone (summary.json, metrics.csv), so runs made with `mathrl train --run-id`
 compare like an experiment's. A measure is one of `mathrl.measures`' registry, the one
 `mathrl claims --measures` lists and claims read.

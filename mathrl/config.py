@@ -511,6 +511,26 @@ def _check_blocks(name: str, exp: dict, origin=None) -> None:
         validate(block, prefix=".".join(where), validator=_train_validator(), origin=came_from)
 
 
+def _check_variant_seeds(name: str, exp: dict, origin=None) -> None:
+    """`variant_seeds` names variants of the experiment, and adds seeds to the experiment's (a
+    variant with more seeds keeps the others' seeds, so that its comparisons stay paired by seed)."""
+    for variant, seeds in (exp.get("variant_seeds") or {}).items():
+        key = ["experiments", name, "variant_seeds", variant]
+        came_from = f" (from {origin(key)})" if origin else ""
+        allowed = list(exp.get("variants") or {})
+        if variant not in allowed:
+            raise ConfigError(
+                f"{'.'.join(key)}: {variant!r} is not a variant of {name}{_suggest(variant, allowed)}; "
+                f"allowed: {', '.join(allowed) or 'none (the experiment has no variants)'}{came_from}"
+            )
+        missing = sorted(set(exp["seeds"]) - set(seeds))
+        if missing:
+            raise ConfigError(
+                f"{'.'.join(key)}: lacks the experiment's seeds {missing}; a variant may add seeds, not drop them"
+                f"{came_from}"
+            )
+
+
 def point_label(point: dict) -> str:
     """A grid point as a role names it: `batch_size=512` (keys in the grid's order)."""
     return ", ".join(f"{k}={'none' if v is None else v}" for k, v in point.items())
@@ -549,10 +569,17 @@ def expand_runs(cfg: dict, origin=None) -> dict[str, RunSpec]:
             raise ConfigError(f"experiments.{name}: the grid expands to zero runs")
         _check_blocks(name, exp, origin)
         _check_roles(name, exp, points, origin)
+        _check_variant_seeds(name, exp, origin)
         _check_lr_or_scale(exp.get("fixed") or {}, f"experiments.{name}.fixed")
         for variant, vsettings in variants.items():
             _check_lr_or_scale(vsettings or {}, f"experiments.{name}" + (f".variants.{variant}" if variant else ""))
-        for (variant, vsettings), point, seed in itertools.product(variants.items(), points, exp["seeds"]):
+        runs_of = [
+            (variant, vsettings, point, seed)
+            for variant, vsettings in variants.items()
+            for point in points
+            for seed in (exp.get("variant_seeds") or {}).get(variant, exp["seeds"])
+        ]
+        for variant, vsettings, point, seed in runs_of:
             # Grid keys in sorted order: a run id must not depend on how a YAML tool ordered them.
             parts = ([variant] if variant else []) + [f"{k}-{_fmt(point[k])}" for k in sorted(point)]
             run_id = f"{name}__{'_'.join(parts) or 'base'}__s{seed}"

@@ -149,10 +149,12 @@ def unpaired_difference(a, b) -> Estimate:
 
 
 def difference(a, b, paired: bool | None = None) -> Estimate:
-    """a − b, paired by seed when both arms hold the same seeds (at least two), else Welch."""
+    """a − b, paired by seed when one arm's seeds include the other's (at least two in common:
+    an arm given extra seeds is paired on the seeds both hold), else Welch."""
     va, vb = _values(a), _values(b)
     if paired is None:
-        paired = set(va) == set(vb) and len(va) >= 2
+        common = set(va) & set(vb)
+        paired = len(common) >= 2 and common in (set(va), set(vb))
     return paired_difference(va, vb) if paired else unpaired_difference(va, vb)
 
 

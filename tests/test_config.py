@@ -280,6 +280,25 @@ def test_a_role_must_name_a_variant(tiny_cfg_dict, tmp_path, roles, needle):
     assert needle in str(err.value) and str(mine) in str(err.value)
 
 
+def test_variant_seeds_add_seeds_to_one_variant(tiny_cfg_dict, tmp_path):
+    base = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    e1 = {"variants": {"a": {}, "c": {"lr": 0.01}}, "seeds": [0, 1], "variant_seeds": {"c": [0, 1, 2]}}
+    runs = expand_runs(load_config([base, write_config(tmp_path / "more.yaml", {"experiments": {"e1": e1}})]))
+    assert sorted(r for r in runs if r.startswith("e1__")) == [
+        "e1__a__s0",
+        "e1__a__s1",
+        "e1__c__s0",
+        "e1__c__s1",
+        "e1__c__s2",
+    ]
+    e1["variant_seeds"] = {"cc": [0, 1, 2]}
+    with pytest.raises(ConfigError, match=r"variant_seeds\.cc: 'cc' is not a variant of e1 \(did you mean 'c'\?\)"):
+        load_config([base, write_config(tmp_path / "typo.yaml", {"experiments": {"e1": e1}})])
+    e1["variant_seeds"] = {"c": [1, 2]}
+    with pytest.raises(ConfigError, match=r"variant_seeds\.c: lacks the experiment's seeds \[0\]"):
+        load_config([base, write_config(tmp_path / "drop.yaml", {"experiments": {"e1": e1}})])
+
+
 def test_a_reference_role_may_name_a_grid_point(tiny_cfg_dict, tmp_path):
     base = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
     e1 = {"grid": {"batch_size": [8, 16]}, "roles": {"reference": "batch_size=16"}, "seeds": [0]}

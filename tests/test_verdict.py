@@ -49,11 +49,14 @@ def test_welch_interval_by_hand():
     half = stats.t.ppf(0.975, df) * se
     assert e.estimate == pytest.approx(1.0) and e.se == pytest.approx(se) and e.df == pytest.approx(df)
     assert (e.lo, e.hi) == (pytest.approx(1 - half), pytest.approx(1 + half)) and (e.n_a, e.n_b) == (3, 4)
-    # difference() pairs only when both arms hold the same seeds
+    # difference() pairs when one arm's seeds include the other's, on the seeds both hold
     assert (
         difference({0: 1, 1: 2}, {0: 0, 1: 1}).kind == "paired"
         and difference({0: 1, 1: 2}, {0: 0, 2: 1}).kind == "unpaired"
     )
+    nested = difference({0: 1.0, 1: 2.0, 2: 3.0, 3: 7.0}, {0: 0.0, 1: 1.5, 2: 2.0})
+    assert nested.kind == "paired" and nested.n == 3 and nested.estimate == pytest.approx(2.5 / 3)
+    assert difference({0: 1.0, 1: 2.0, 2: 3.0}, {0: 0.0, 5: 1.0, 6: 2.0}).kind == "unpaired"  # one seed in common
 
 
 def test_wilson_and_rates_by_hand():
