@@ -31,6 +31,7 @@ from mathrl.config import ROOT, config_hash
 from mathrl.results import COLLAPSE_DEFINITION
 from mathrl.studies import STUDIES
 from mathrl.studies.context import Tables
+from mathrl.studies.kit import NONNEGATIVE, SHARE, interval_text, known, pm
 from mathrl.verdict import number
 
 TEMPLATES = ROOT / "report" / "templates"
@@ -221,17 +222,45 @@ def claims_summary(t: Tables, method: str = "bh") -> dict:
     }
 
 
+def spec(value, format_spec: str = ".3g") -> str:
+    """A number in a sentence, formatted by `format_spec` as Python's format() does; a dash when missing."""
+    return format(value, format_spec) if known(value) else "–"
+
+
+def ci(row, col: str, kind: str = "pct") -> str:
+    """`mean [95% interval] (n=k)` of a summary row's `{col}_mean`, `{col}_std` and `n`; kind: pct (a share,
+    interval within [0, 1]), pts (a size in accuracy points, interval at least 0), num (unbounded)."""
+    if row is None or not known(row.get(f"{col}_mean")):
+        return "no data"
+    limits = {"pct": SHARE, "pts": NONNEGATIVE}.get(kind)
+    return pm(row[f"{col}_mean"], row.get(f"{col}_std", math.nan), row["n"], kind, bounds=limits)
+
+
+def sd(row: dict, key: str, format_spec: str = ".3g") -> str:
+    """`mean ± std` of a row's `key` (a `{v}_mean` column, or a pooled value `v` beside `v_std`)."""
+    return f"{spec(row.get(key), format_spec)} ± {spec(row.get(key.removesuffix('_mean') + '_std'), format_spec)}"
+
+
+def records(df: pd.DataFrame | None) -> list[dict]:
+    """A table's rows as dicts (none for a missing or empty table)."""
+    return [] if df is None or df.empty else df.to_dict("records")
+
+
 def environment() -> Environment:
-    """The report's Jinja environment: its templates, the filters `fmt`, `pct` and `unit`, and the
-    `table()` helper. The study tests render their sections with it, so they see what the report does."""
+    """The report's Jinja environment: its templates, the filters `fmt`, `pct`, `unit` and `spec`, the
+    test `startswith`, and the helpers `table()`, `ci()`, `sd()`, `interval_text()`, `records()` and
+    `known()`. Sections build their sentences here from the numbers their study passes. The study tests
+    render their sections with it, so they see what the report does."""
     loader = FileSystemLoader(TEMPLATES)
     env = Environment(loader=loader, autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 
     def unit(x, u="num", sign=True):
         return number(None if x is None else float(x), u, sign)
 
-    env.filters.update(fmt=fmt, pct=pct, unit=unit)
-    env.globals.update(table=html_table)
+    env.filters.update(fmt=fmt, pct=pct, unit=unit, spec=spec)
+    env.tests.update(startswith=lambda value, prefix: str(value).startswith(prefix))
+    env.globals.update(table=html_table, ci=ci, sd=sd, interval_text=interval_text, records=records, known=known,
+                       pm=pm)  # fmt: skip
     return env
 
 

@@ -6,6 +6,7 @@ A study keeps only its science; this module holds the plumbing and the plot styl
 
 from __future__ import annotations
 
+import functools
 import math
 
 import matplotlib
@@ -16,10 +17,18 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from mathrl.config import ROOT, read_yaml  # noqa: E402
 from mathrl.errors import ConfigError  # noqa: E402
+from mathrl.layout import DOCUMENTS_FILE  # noqa: E402
 from mathrl.verdict import CONFIDENCE, number, seeds_text, sentence, wilson  # noqa: E402
 
 NAN = math.nan
+
+
+@functools.cache
+def document_facts(study: str) -> dict:
+    """The documents' numbers and tables a study's tables set beside its measurements (config/documents.yaml)."""
+    return read_yaml(ROOT / DOCUMENTS_FILE)[study]
 
 
 # ----------------------------------------------------------------------------- roles
