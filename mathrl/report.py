@@ -31,7 +31,7 @@ from mathrl.config import ROOT, config_hash
 from mathrl.results import COLLAPSE_DEFINITION
 from mathrl.studies import STUDIES
 from mathrl.studies.context import Tables
-from mathrl.studies.kit import NONNEGATIVE, SHARE, interval_text, known, pm
+from mathrl.studies.kit import NONNEGATIVE, SHARE, interval_text, known, pm, records
 from mathrl.verdict import number
 
 TEMPLATES = ROOT / "report" / "templates"
@@ -239,11 +239,6 @@ def ci(row, col: str, kind: str = "pct") -> str:
 def sd(row: dict, key: str, format_spec: str = ".3g") -> str:
     """`mean ± std` of a row's `key` (a `{v}_mean` column, or a pooled value `v` beside `v_std`)."""
     return f"{spec(row.get(key), format_spec)} ± {spec(row.get(key.removesuffix('_mean') + '_std'), format_spec)}"
-
-
-def records(df: pd.DataFrame | None) -> list[dict]:
-    """A table's rows as dicts (none for a missing or empty table)."""
-    return [] if df is None or df.empty else df.to_dict("records")
 
 
 def environment() -> Environment:

@@ -84,6 +84,19 @@ def per_seed(df: pd.DataFrame, col: str, **where) -> dict:
     return {s: float(v) for s, v in zip(sel["seed"], sel[col]) if pd.notna(v)}
 
 
+def row_of(df: pd.DataFrame, **where) -> dict:
+    """The first row whose columns equal `where` (compared as text), as a dict; empty when none does."""
+    if df is None or df.empty or any(k not in df for k in where):
+        return {}
+    mask = np.logical_and.reduce([(df[k].astype(str) == str(v)).to_numpy() for k, v in where.items()])
+    return df[mask].iloc[0].to_dict() if mask.any() else {}
+
+
+def records(df: pd.DataFrame | None) -> list[dict]:
+    """A table's rows as dicts (none for a missing or empty table)."""
+    return [] if df is None or df.empty else df.to_dict("records")
+
+
 def cell(df: pd.DataFrame, col: str, **where) -> float:
     """The value of `col` in the first row matching `where`; NaN when absent."""
     vals = _where(df, col, where)[col]

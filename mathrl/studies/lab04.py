@@ -27,6 +27,7 @@ from mathrl.studies.kit import (
     plt,
     role_of,
     roles,
+    row_of,
     table_band,
     verdicts,
     wilson_columns,
@@ -365,14 +366,6 @@ def gpt_table(runs: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _row(df: pd.DataFrame, **where) -> dict:
-    """The one row matching `where` as a dict (empty when absent)."""
-    if df.empty or any(k not in df for k in where):
-        return {}
-    mask = np.logical_and.reduce([df[k].astype(str) == str(v) for k, v in where.items()])
-    return df[mask].iloc[0].to_dict() if mask.any() else {}
-
-
 def _per_seed(df: pd.DataFrame, setting: str) -> pd.DataFrame:
     """The per-seed rows (not the pooled one) of one setting."""
     if not len(df):
@@ -522,7 +515,7 @@ def hacking_figure(t) -> Figure:
         table_band(left, rh, "true_reward", "true reward", COLORS[2])
     else:
         placeholder(left, "no reward-hacking bandit data")
-    proxy = _row(t["lab04_gpt"], role="proxy").get("variant", "")
+    proxy = row_of(t["lab04_gpt"], role="proxy").get("variant", "")
     lines = (("reward_mean", "training reward = proxy score", 3), ("accuracy", "exact-match accuracy (sampled)", 2))
     series = [(seed_band(t["curves"], proxy, m), m, label, COLORS[k]) for m, label, k in lines]
     for s, metric, label, color in series:
@@ -590,8 +583,8 @@ def section(t) -> dict:
     rows, power = verdicts(t, NAME)
     grouped = by_part(rows)
     ent, van, hack, gpt = (t[f"lab04_{k}"] for k in ("entropy", "vanishing", "hacking", "gpt"))
-    a, n = _row(ent, setting="aggressive", seed="all"), _row(ent, setting="normal", seed="all")
-    p = _row(gpt, role="proxy")
+    a, n = row_of(ent, setting="aggressive", seed="all"), row_of(ent, setting="normal", seed="all")
+    p = row_of(gpt, role="proxy")
     ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
     parts = {}
     for part in PARTS:
@@ -605,13 +598,13 @@ def section(t) -> dict:
             "severity_definition": SEVERITY_DEFINITION,
             "bandit_window": BANDIT_WINDOW, "gpt_window": GPT_WINDOW, "dominant": DOMINANT,
             "settled_span": SETTLED_SPAN, "settled_move": SETTLED_MOVE,
-            "aggressive": a, "normal": n, "vanishing": _row(van, seed="all"), "hacking": _row(hack, seed="all"),
+            "aggressive": a, "normal": n, "vanishing": row_of(van, seed="all"), "hacking": row_of(hack, seed="all"),
             "aggressive_seeds": _per_seed(ent, "aggressive"),
             "normal_keeps_more": check(n.get("final_entropy", math.nan) - a.get("final_entropy", math.nan),
                                        lambda x: x > 0),
-            "bandit_hacked": as_passed(_row(hack, seed="all").get("hacked")),
+            "bandit_hacked": as_passed(row_of(hack, seed="all").get("hacked")),
             "gpt_hacked": hacked(*(p.get(k, math.nan) for k in ends)),
-            "gpt": {r: _row(gpt, role=r) for r in (*ROLES, *COV_REMEDIES)}, "cov_remedies": COV_REMEDIES,
+            "gpt": {r: row_of(gpt, role=r) for r in (*ROLES, *COV_REMEDIES)}, "cov_remedies": COV_REMEDIES,
             "tables": {**{k: t[f"lab04_{k}"] for k in ("entropy", "local_optima", "vanishing", "hacking", "gpt",
                                                        "gpt_differences")},
                        "entropy_pooled": _pooled_rows(t["lab04_entropy"])}}  # fmt: skip
