@@ -283,39 +283,6 @@ def figure(t) -> plt.Figure:
     return fig
 
 
-def _excludes_zero(lo: float, hi: float) -> bool:
-    return bool(np.isfinite(lo) and np.isfinite(hi) and (lo > 0 or hi < 0))
-
-
-def batch_text(batch: pd.DataFrame) -> str:
-    """Which batch sizes move the ceiling A and which only the efficiency B, from the paired intervals."""
-    if batch.empty or not batch["reference"].astype(bool).any():
-        return "No batch-study fits to compare: see the notes in the table above."
-    ref = batch[batch["reference"].astype(bool)].iloc[0]
-    others = batch[~batch["reference"].astype(bool)]
-    moves_a, only_b, neither = [], [], []
-    for r in others.itertuples():
-        if _excludes_zero(r.dA_lo, r.dA_hi):
-            moves_a.append(f"{r.setting} (ΔA {r.dA:+.3f} [{r.dA_lo:+.3f}, {r.dA_hi:+.3f}])")
-        elif _excludes_zero(r.dB_lo, r.dB_hi):
-            only_b.append(f"{r.setting} (ΔB {r.dB:+.2f} [{r.dB_lo:+.2f}, {r.dB_hi:+.2f}])")
-        else:
-            neither.append(str(r.setting))
-    none = "no batch size"
-    text = (
-        f"Against {ref.setting}: the 95% interval of the paired difference in A excludes 0 for "
-        f"{', '.join(moves_a) or none}; only B's does for {', '.join(only_b) or none}; "
-        f"neither for {', '.join(neither) or none}."
-    )
-    if int(ref.a_at_bound):
-        text += (
-            f" A of {ref.setting} sits at its bound 1 in {int(ref.a_at_bound)} of {int(ref.n)} runs: its curve has not "
-            "bent within the measured compute, so its ceiling is not measured and differences in A from it are bounds, "
-            "not estimates."
-        )
-    return text
-
-
 def section(t) -> dict:
     s = t["diagnostics_curves"]
     counted = s.groupby("experiment", sort=False)["points"].median() if len(s) else pd.Series(dtype=float)
@@ -324,7 +291,6 @@ def section(t) -> dict:
         "curves_not_fitted": s[~s["fitted"].astype(bool)] if len(s) else s,
         "curves_points": ", ".join(f"{e} {int(p)}" for e, p in counted.items()),
         "curves_batch": t["diagnostics_curves_batch"],
-        "curves_batch_text": batch_text(t["diagnostics_curves_batch"]),
         "curves_min_points": curves.MIN_POINTS,
         "curves_settings": len(s),
         "curves_fitted": int(s["fitted"].astype(bool).sum()) if len(s) else 0,
