@@ -319,7 +319,7 @@ def figures(t) -> dict[str, plt.Figure]:
 # ----------------------------------------------------------------------------- section
 def section(t) -> dict:
     v, d = t["collapse_variants"], t["collapse_reward_design"]
-    rows, power = verdicts(t, NAME)
+    rows = verdicts(t, NAME)
     name = lambda role: (v.loc[v["role"] == role, "variant"].tolist() or [role])[0] if len(v) else role  # noqa: E731
     setting = lambda role: (v.loc[v["role"] == role, "settings"].tolist() or ["not run"])[0] if len(v) else "not run"  # noqa: E731
     zs = {r.role: r.frac_zero_std_mean for r in d[d["point"] == 0].itertuples()} if len(d) else {}
@@ -333,4 +333,4 @@ def section(t) -> dict:
                          else pd.DataFrame(columns=NONFINITE_COLUMNS),
             "zero_std": {"baseline": z("random_baseline"), "shaped": z("shaped")}, "verdicts": by_key(rows),
             "verdict_list": rows,
-            "power": power, "remedies": list(REMEDIES)}  # fmt: skip
+            "remedies": list(REMEDIES)}  # fmt: skip

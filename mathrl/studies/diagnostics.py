@@ -333,7 +333,7 @@ def figures(t) -> dict[str, plt.Figure]:
 
 
 def section(t) -> dict:
-    rows, power = verdicts(t, NAME)
+    rows = verdicts(t, NAME)
     law = t["diagnostics_entropy_law"]
     return {
         "pass_at_k": t["diagnostics_pass_at_k"], "pass_at_k_runs": t["diagnostics_pass_at_k_runs"],
@@ -341,12 +341,12 @@ def section(t) -> dict:
         "adv": t["diagnostics_adv_scaling"],
         "noise": t["diagnostics_noise_scale"], "noise_steps": t["diagnostics_noise_scale_steps"],
         "updates": t["diagnostics_update"],
-        "verdicts": rows, "power": power, "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE,
+        "verdicts": rows, "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE,
         "reached_steps": REACHED_STEPS,
         "experiment": EXPERIMENT,
         "mismatch": mismatch_section(t),  # the rollout/trainer mismatch (sections/mismatch.html.j2)
         **compute_curves.section(t), **negative_controls.section(t), **policy_losses.section(t),
-        "losses_verdicts": verdicts(t, NAME, policy_losses.PART)[0],
+        "losses_verdicts": verdicts(t, NAME, policy_losses.PART),
         **token_selection.section(t),
-        "tokens_verdicts": verdicts(t, NAME, token_selection.PART)[0],
+        "tokens_verdicts": verdicts(t, NAME, token_selection.PART),
     }  # fmt: skip

@@ -20,7 +20,7 @@ from scipy import stats  # noqa: E402
 from mathrl.config import ROOT, read_yaml  # noqa: E402
 from mathrl.errors import ConfigError  # noqa: E402
 from mathrl.layout import DOCUMENTS_FILE  # noqa: E402
-from mathrl.verdict import CONFIDENCE, number, seeds_text, sentence, wilson  # noqa: E402
+from mathrl.verdict import CONFIDENCE, sentence, wilson  # noqa: E402
 
 NAN = math.nan
 
@@ -187,10 +187,9 @@ def verdict_rows(df: pd.DataFrame) -> list[dict]:
     return out
 
 
-def verdicts(t, section: str, part: str | None = None) -> tuple[list[dict], str]:
-    """A section's verdict rows (for the template's macros) and its `power_note`."""
-    claims = claim_frame(t, section, part)
-    return verdict_rows(claims), power_note(claims)
+def verdicts(t, section: str, part: str | None = None) -> list[dict]:
+    """A section's verdict rows, for the template's macros (`power_note` of mathrl.report states their power)."""
+    return verdict_rows(claim_frame(t, section, part))
 
 
 def by_part(rows: list[dict]) -> dict[str, list[dict]]:
@@ -203,46 +202,6 @@ def by_part(rows: list[dict]) -> dict[str, list[dict]]:
 
 def by_key(rows: list[dict]) -> dict[str, dict]:
     return {r["key"]: r for r in rows}
-
-
-def power_note(df: pd.DataFrame) -> str:
-    """The study's power in one sentence: n per arm and the smallest effects its verdicts can detect."""
-    if df is None or df.empty:
-        return "No verdicts: no runs with a result."
-    judged = df[df["outcome"] != "not judged"]
-    ns = sorted({int(n) for n in judged["n"].dropna()}) if len(judged) else []
-    parts = [f"n per arm: {', '.join(map(str, ns)) if ns else 'none'}"]
-    mdes = [f"{r.key} {number(r.mde, r.unit, sign=False)}" for r in judged.itertuples() if pd.notna(r.mde)]
-    if mdes:
-        parts.append("smallest effect detectable with 80% power: " + "; ".join(mdes))
-    need = [
-        f"{r.key} {seeds_text(r.seeds_needed)}"
-        for r in judged.itertuples()
-        if r.outcome == "inconclusive" and pd.notna(r.seeds_needed)
-    ]
-    if need:
-        parts.append("seeds per arm an inconclusive verdict would need: " + "; ".join(need))
-    counts = df["outcome"].value_counts()
-    parts.append(", ".join(f"{counts.get(o, 0)} {o}" for o in ("agrees", "disagrees", "inconclusive", "not judged")))
-    return ". ".join(parts) + "."
-
-
-def pm(mean, std, n, unit: str = "pts", bounds: tuple | None = None) -> str:
-    """`mean [lo, hi] (n=k)`: a mean with its 95% t interval (clipped to `bounds`), in a unit of
-    mathrl.verdict.number."""
-    if not known(mean):
-        return "no data"
-    h = float(t_halfwidth(std, n)) if known(std, n) else NAN
-    lo, hi = band_limits([mean], [std], n, bounds) if known(h) else ([NAN], [NAN])
-    return interval_text(mean, lo[0], hi[0], n, unit)
-
-
-def interval_text(mean, lo, hi, n, unit: str = "pct") -> str:
-    """`mean [lo, hi] (n=k)` in a unit of mathrl.verdict.number; no interval where lo or hi is unknown."""
-    if not known(mean):
-        return "no data"
-    ci = f" [{number(lo, unit, sign=False)}, {number(hi, unit, sign=False)}]" if known(lo, hi) else ""
-    return f"{number(mean, unit, sign=False)}{ci} (n={int(n) if known(n) else 0})"
 
 
 # ----------------------------------------------------------------------------- plot style

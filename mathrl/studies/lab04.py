@@ -580,7 +580,7 @@ PARTS = ("entropy", "vanishing", "hacking", "gpt")  # the section's parts (the d
 
 def section(t) -> dict:
     """The verdicts per part and the rows the template's measured sentences and lab report read."""
-    rows, power = verdicts(t, NAME)
+    rows = verdicts(t, NAME)
     grouped = by_part(rows)
     ent, van, hack, gpt = (t[f"lab04_{k}"] for k in ("entropy", "vanishing", "hacking", "gpt"))
     a, n = row_of(ent, setting="aggressive", seed="all"), row_of(ent, setting="normal", seed="all")
@@ -594,8 +594,7 @@ def section(t) -> dict:
         summary = ", ".join(f"{k} {o}" for o, k in counts.items() if k) or "no verdicts"
         summary += f"; and {setup} setup check{'s' * (setup != 1)}, not counted" if setup else ""
         parts[part] = {"rows": mine, "summary": summary}
-    return {"parts": parts, "verdict_list": rows, "power": power,
-            "severity_definition": SEVERITY_DEFINITION,
+    return {"parts": parts, "verdict_list": rows, "severity_definition": SEVERITY_DEFINITION,
             "bandit_window": BANDIT_WINDOW, "gpt_window": GPT_WINDOW, "dominant": DOMINANT,
             "settled_span": SETTLED_SPAN, "settled_move": SETTLED_MOVE,
             "aggressive": a, "normal": n, "vanishing": row_of(van, seed="all"), "hacking": row_of(hack, seed="all"),

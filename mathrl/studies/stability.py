@@ -727,7 +727,7 @@ def section(t) -> dict:
     names = ["batch_curve", "batch", "equal_samples", "case_study", "fixed_vs_dynamic", "gradvar", "accumulation",
              "alerts", "alert_scores", "clipping", "value_clip", "troubleshooting", "remedies"]  # fmt: skip
     tb = {n: t[f"stability_{n}"] for n in names}
-    rows, power = verdicts(t, NAME)
+    rows = verdicts(t, NAME)
     parts = by_part(rows)
     clipping = {r["key"]: r for r in parts.get("clipping", [])}
     parts["clipping"] = [clipping.pop(k) for k in CLIPPING_ORDER if k in clipping] + list(clipping.values())
@@ -748,6 +748,5 @@ def section(t) -> dict:
         "fvd": list(first_rows(tb["fixed_vs_dynamic"], "method", FVD_ROLES).values()),
         "value_clip": value,
         "verdict_list": rows,
-        "power": power,
         "rows": parts,
     }

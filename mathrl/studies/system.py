@@ -403,7 +403,7 @@ def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:
 
 def section(t) -> dict:
     res, cfgs = t["system_results"], t["system_configs"]
-    rows, power = verdicts(t, NAME)
+    rows = verdicts(t, NAME)
     decay = cell(cfgs, "ours", task="add", key="baseline_decay")
     presets = cfgs.drop_duplicates("task")[["task", "config", "preset"]].to_dict("records") if len(cfgs) else []
     return {
@@ -413,7 +413,6 @@ def section(t) -> dict:
         "console": t["system_console"],
         "baseline_decay": "–" if math.isnan(decay) else f"{decay:g}",
         "verdict_list": rows,
-        "power": power,
         "tasks": [task_view(res, cfgs, t["system_starts"], task, by_key(rows)) for task in DOC],
         "doc_steps": DOC_RL["steps"],
         "starts": t["system_starts"],
