@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, add_intervals, band, placeholder, plt
+from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, add_intervals, band, joined_roles, placeholder, plt
 
 NAN = math.nan
 EXPERIMENT = "token_selection"
@@ -37,14 +37,6 @@ RUN_VALUES = ["initial", "final", "change", "token_selected_frac", "entropy_sele
               "entropy_carry", "entropy_nocarry", "carry_gap"]  # fmt: skip
 LIMITS = {"initial": SHARE, "final": SHARE, "token_selected_frac": SHARE, "entropy_selected": NONNEGATIVE,
           "entropy_unselected": NONNEGATIVE, "entropy_carry": NONNEGATIVE, "entropy_nocarry": NONNEGATIVE}  # fmt: skip
-
-
-def role_of(roles: dict) -> dict[str, str]:
-    """{variant: its roles, joined} from the experiment's {role: variant}."""
-    out: dict[str, list[str]] = {}
-    for role, variant in roles.items():
-        out.setdefault(variant, []).append(role)
-    return {v: ", ".join(r) for v, r in out.items()}
 
 
 # ----------------------------------------------------------------------------- the carry probe
@@ -141,7 +133,7 @@ def _mean(m: pd.DataFrame, col: str) -> float:
 
 def selection_runs(runs, roles: dict, carry: dict) -> pd.DataFrame:
     """Per run: accuracy before and after, the selection's step means, and the carry probe's means."""
-    names, rows = role_of(roles), []
+    names, rows = joined_roles(roles), []
     for name, run in runs:
         m = run.metrics.sort_values("step")
         initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
