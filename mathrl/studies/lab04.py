@@ -44,16 +44,11 @@ EXPERIMENT = "lab04_gpt"
 ROLES = ("normal", "aggressive", "clip_higher", "remedy", "proxy", "random_policy", "perfect_policy")
 # Optional roles: the covariance remedies of arXiv 2505.22617, judged like clip-higher (config/claims.yaml) where an
 # experiment names them (config/full.yaml does; the default leaves them out of its budget).
-COV_REMEDIES = {"clip_cov": "Clip-Cov", "kl_cov": "KL-Cov"}
+COV_REMEDIES = ("clip_cov", "kl_cov")
 # Optional roles: the troubleshooting table's remedies for collapsing entropy
 # (rl-stability-batch-and-hyperparameters.md, 八),
 # judged on the same failing setting where an experiment names them (config/full.yaml).
-TABLE_REMEDIES = {
-    "entropy_bonus": "entropy bonus 0.02",
-    "temperature": "temperature 0.8",
-    "kl_clip": "clip epsilon 0.1",
-    "kl_epochs": "two PPO epochs",
-}
+TABLE_REMEDIES = ("entropy_bonus", "temperature", "kl_clip", "kl_epochs")
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
 # GPT steps averaged for the start or end of a per-step metric; at most half a run, so the two never overlap
 GPT_WINDOW = 5
