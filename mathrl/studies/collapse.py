@@ -27,6 +27,7 @@ from mathrl.studies.kit import (
     SHARE,
     add_intervals,
     add_wilson,
+    bands,
     by_key,
     cell,
     per_seed,
@@ -35,7 +36,6 @@ from mathrl.studies.kit import (
     role_of,
     roles,
     row_of,
-    table_band,
     verdicts,
 )
 from mathrl.verdict import difference
@@ -235,16 +235,8 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
 # ----------------------------------------------------------------------------- figures
 def _curves(ax, c, wanted, col, title, ylabel):
     """One band (BAND_NOTE) per role of `col` over steps, or a placeholder."""
-    drawn = 0
-    for i, role in enumerate(wanted):
-        d = c[(c["role"] == role) & c[f"{col}_mean"].notna()] if len(c) else c
-        if len(d):
-            table_band(ax, d, col, d["variant"].iloc[0], COLORS[i % len(COLORS)])
-            drawn += 1
-    if not drawn:
-        placeholder(ax, f"no data: {', '.join(wanted)} missing")
-    else:
-        ax.legend()
+    rows = [c[(c["role"] == role) & c[f"{col}_mean"].notna()] if len(c) else c for role in wanted]
+    bands(ax, [(d["variant"].iloc[0] if len(d) else "", d) for d in rows], col, f"no data: {', '.join(wanted)} missing")
     ax.set(title=title, xlabel="RL step", ylabel=ylabel)
 
 

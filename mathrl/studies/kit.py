@@ -20,6 +20,7 @@ from scipy import stats  # noqa: E402
 from mathrl.config import ROOT, read_yaml  # noqa: E402
 from mathrl.errors import ConfigError  # noqa: E402
 from mathrl.layout import DOCUMENTS_FILE  # noqa: E402
+from mathrl.results import mean_spread  # noqa: E402
 from mathrl.verdict import CONFIDENCE, sentence, wilson  # noqa: E402
 
 NAN = math.nan
@@ -146,6 +147,11 @@ def wilson_columns(prefix: str, k: int, n: int) -> dict:
     return {prefix: k / n if n else NAN, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
 
 
+def over_seeds(frames: list[pd.DataFrame], by: list[str], values: list[str]) -> pd.DataFrame:
+    """Per `by` and step: the mean, std and n over runs of `values` (`mean_spread`), from each run's frame of steps."""
+    return mean_spread(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), [*by, "step"], values)
+
+
 def add_wilson(df: pd.DataFrame, count: str, n: str = "n", prefix: str = "collapse_rate") -> pd.DataFrame:
     """`{prefix}`, `{prefix}_lo`, `{prefix}_hi`: a rate count/n with its 95% Wilson interval."""
     out = df.copy()
@@ -256,6 +262,15 @@ def table_band(ax, df: pd.DataFrame, metric: str, label: str, color, x: str = "s
     prefix = metric if value is None else value
     mean, std = (f"{prefix}_mean", f"{prefix}_std") if prefix else ("mean", "std")
     band(ax, df[x], df[mean], df[std], label, color, n=df["n"], bounds=bounds(metric))
+
+
+def bands(ax, groups, metric: str, empty: str, value: str | None = None) -> None:
+    """`table_band` of each (label, table) of `groups` with a row, in the palette's order, and a legend; `empty`
+    in a placeholder when none has one."""
+    drawn = [(label, g) for label, g in groups if len(g)]
+    for i, (label, g) in enumerate(drawn):
+        table_band(ax, g, metric, label, COLORS[i % len(COLORS)], value=value)
+    ax.legend() if drawn else placeholder(ax, empty)
 
 
 def placeholder(ax, text: str) -> None:

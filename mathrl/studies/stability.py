@@ -20,6 +20,7 @@ from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sust
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
 from mathrl.studies.kit import (
     COLORS,
+    bands,
     by_part,
     document_facts,
     known,
@@ -569,12 +570,8 @@ def _series(t, experiment: str, metric: str) -> pd.DataFrame:
 def _curves(ax, t, experiment: str, metric: str, ylabel: str, title: str) -> None:
     """One band per setting of an experiment (its `stability_series` rows of one metric)."""
     s = _series(t, experiment, metric)
-    if s.empty:
-        placeholder(ax, "no run with a result")
-    for i, (_, g) in enumerate(s.groupby("order", sort=True)):
-        table_band(ax, g, g["metric"].iloc[0], g["setting"].iloc[0], COLORS[i % len(COLORS)], value="")
-    if not s.empty:
-        ax.legend()
+    groups = [(g["setting"].iloc[0], g) for _, g in s.groupby("order", sort=True)] if not s.empty else []
+    bands(ax, groups, metric, "no run with a result", value="")
     ax.set(xlabel="RL step", ylabel=ylabel, title=title)
 
 

@@ -34,6 +34,7 @@ from mathrl.studies.kit import (
     cell,
     document_facts,
     known,
+    over_seeds,
     placeholder,
     records,
     row_of,
@@ -259,8 +260,7 @@ def curves_table(runs, cfg: dict | None = None) -> pd.DataFrame:
     frames = [r.evals.assign(task=r.settings["task"], start=start_of(cfg, r.settings) if cfg else "",
                              algorithm=r.settings["algorithm"])
               for r in runs if r.ok]  # fmt: skip
-    long = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return mean_spread(long, ["task", "start", "algorithm", "step"], ["eval_accuracy"])
+    return over_seeds(frames, ["task", "start", "algorithm"], ["eval_accuracy"])
 
 
 def console_table(ctx, runs) -> pd.DataFrame:

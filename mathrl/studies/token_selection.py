@@ -26,7 +26,17 @@ from pathlib import Path
 import pandas as pd
 
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, add_intervals, band, joined_roles, placeholder, plt
+from mathrl.studies.kit import (
+    COLORS,
+    NONNEGATIVE,
+    SHARE,
+    add_intervals,
+    band,
+    joined_roles,
+    over_seeds,
+    placeholder,
+    plt,
+)
 
 NAN = math.nan
 EXPERIMENT = "token_selection"
@@ -159,10 +169,8 @@ def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
 
 def accuracy_steps(runs) -> pd.DataFrame:
     """Per variant and evaluated step: held-out accuracy over seeds (mean, std, n)."""
-    frames = [run.evals.assign(setting=name, seed=run.spec.seed) for name, run in runs]
-    if not frames:
-        return pd.DataFrame(columns=["setting", "step", "n", "eval_accuracy_mean", "eval_accuracy_std"])
-    return mean_spread(pd.concat(frames, ignore_index=True), ["setting", "step"], ["eval_accuracy"])
+    return over_seeds([run.evals.assign(setting=name, seed=run.spec.seed) for name, run in runs], ["setting"],
+                      ["eval_accuracy"])  # fmt: skip
 
 
 def carry_summary(probe_rows: pd.DataFrame) -> pd.DataFrame:
