@@ -285,9 +285,10 @@ def sd(row: dict, key: str, format_spec: str = ".3g") -> str:
 
 def environment() -> Environment:
     """The report's Jinja environment: its templates, the filters `fmt`, `pct`, `unit` and `spec`, the
-    test `startswith`, and the helpers `table()`, `ci()`, `sd()`, `interval_text()`, `records()` and
-    `known()`. Sections build their sentences here from the numbers their study passes. The study tests
-    render their sections with it, so they see what the report does."""
+    test `startswith`, and the functions `table()`, `ci()`, `sd()`, `pm()`, `interval_text()`,
+    `power_note()`, `records()` and `known()`, with which the section templates write their sentences
+    from the numbers their study passes. The study tests render their sections with it, so they see
+    what the report does."""
     loader = FileSystemLoader(TEMPLATES)
     env = Environment(loader=loader, autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 

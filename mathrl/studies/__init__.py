@@ -12,7 +12,7 @@ Each module defines:
   the template's sentences are written from: no sentence is built here).
 
 What they share (roles, per-seed values, views of claims.csv, the documents' numbers, plot style)
-is `kit`; the statistics are `mathrl.verdict`; the report's wording helpers are `mathrl.report`'s.
+is `kit`; the statistics are `mathrl.verdict`; the functions its templates write sentences with are `mathrl.report`'s.
 """
 
 from mathrl.studies import calibration, collapse, diagnostics, generic, lab04, stability, system
