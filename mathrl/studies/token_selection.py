@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from mathrl import analysis as dx
 from mathrl.results import mean_spread
 from mathrl.studies.kit import (
     COLORS,
@@ -61,32 +62,6 @@ def answer_entropy(model, task, pairs):
     with torch.no_grad():
         logits = model(x)[:, task.prompt_len - 1 :]  # the logits that predict each answer token
     return token_entropy(logits)
-
-
-def carry_frame(entropy, carry) -> pd.DataFrame:
-    """Mean entropy per answer position and carry, from (N, L) entropies and carry flags: columns position, carry
-    (bool), entropy, tokens."""
-    rows = []
-    for pos in range(entropy.shape[1]):
-        for flag in (False, True):
-            sel = carry[:, pos] == flag
-            if int(sel.sum()):
-                rows.append({"position": pos, "carry": flag, "entropy": float(entropy[sel, pos].mean()),
-                             "tokens": int(sel.sum())})  # fmt: skip
-    return pd.DataFrame(rows, columns=["position", "carry", "entropy", "tokens"])
-
-
-def carry_means(entropy, carry) -> dict:
-    """entropy_carry and entropy_nocarry: over the positions where both kinds occur, the mean (each position weighing
-    the same) of the mean entropy of the digit tokens a carry enters, and of the others; carry_gap, their difference,
-    the mean within-position difference. Weighing positions equally keeps the share of carries at each position (which
-    differs from one position to the next, as does entropy) out of the comparison."""
-    both = [p for p in range(entropy.shape[1]) if 0 < int(carry[:, p].sum()) < carry.shape[0]]
-    if not both:
-        return {"entropy_carry": NAN, "entropy_nocarry": NAN, "carry_gap": NAN}
-    on = sum(float(entropy[carry[:, p], p].mean()) for p in both) / len(both)
-    off = sum(float(entropy[~carry[:, p], p].mean()) for p in both) / len(both)
-    return {"entropy_carry": on, "entropy_nocarry": off, "carry_gap": on - off}
 
 
 def _policy(path: Path):
@@ -129,9 +104,10 @@ def probe(ctx, runs) -> tuple[pd.DataFrame, dict]:
         if not Path(path).is_file():
             continue
         h = answer_entropy(_policy(path), task, pairs).numpy()
-        frames.append(carry_frame(h, carry).assign(checkpoint=name, seed=seed))
+        frames.append(pd.DataFrame(dx.carry_entropy(h, carry), columns=["position", "carry", "entropy", "tokens"])
+                      .assign(checkpoint=name, seed=seed))  # fmt: skip
         if run_id is not None:
-            means[run_id] = carry_means(h, carry)
+            means[run_id] = dx.carry_means(h, carry)
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return table.reindex(columns=["checkpoint", "seed", "position", "carry", "entropy", "tokens"]), means
 
