@@ -4,6 +4,8 @@ entropy-performance law, the gradient noise scale.
 - ``pass_at_k``: the unbiased estimator of Chen et al. 2021 ("Evaluating Large Language
   Models Trained on Code", arXiv 2107.03374) from n samples of which c are correct;
 - ``carries``: the number of carries of a + b, a known measure of an addition's difficulty;
+- ``carry_entropy``, ``carry_means``: a policy's token entropy by answer position, split by whether
+  a carry enters the digit (the token-selection study's probe);
 - ``fit_entropy_law``: R = -a exp(H) + b (Cui et al. 2025, arXiv 2505.22617) by
   scipy.optimize.curve_fit, with R², the predicted ceiling b - a (at H = 0) and the error of a
   fit on the first half of a run predicting its second half;
@@ -108,3 +110,29 @@ def noise_scale(small: float, big: float, sq_norm_small: float, sq_norm_big: flo
     g2 = (big * sq_norm_big - small * sq_norm_small) / (big - small)
     tr = (sq_norm_small - sq_norm_big) / (1 / small - 1 / big)
     return {"grad_sq": g2, "trace_sigma": tr, "noise_scale": tr / g2 if g2 > 0 else math.nan}
+
+
+def carry_entropy(entropy, carry) -> list[dict]:
+    """Mean entropy per answer position and carry, from (N, L) entropies and carry flags: rows of position, carry
+    (bool), entropy, tokens (each kind at each position where it occurs)."""
+    rows = []
+    for pos in range(entropy.shape[1]):
+        for flag in (False, True):
+            sel = carry[:, pos] == flag
+            if int(sel.sum()):
+                rows.append({"position": pos, "carry": flag, "entropy": float(entropy[sel, pos].mean()),
+                             "tokens": int(sel.sum())})  # fmt: skip
+    return rows
+
+
+def carry_means(entropy, carry) -> dict:
+    """entropy_carry and entropy_nocarry: over the positions where both kinds occur, the mean (each position weighing
+    the same) of the mean entropy of the digit tokens a carry enters, and of the others; carry_gap, their difference,
+    the mean within-position difference. Weighing positions equally keeps the share of carries at each position (which
+    differs from one position to the next, as does entropy) out of the comparison."""
+    both = [p for p in range(entropy.shape[1]) if 0 < int(carry[:, p].sum()) < carry.shape[0]]
+    if not both:
+        return {"entropy_carry": math.nan, "entropy_nocarry": math.nan, "carry_gap": math.nan}
+    on = sum(float(entropy[carry[:, p], p].mean()) for p in both) / len(both)
+    off = sum(float(entropy[~carry[:, p], p].mean()) for p in both) / len(both)
+    return {"entropy_carry": on, "entropy_nocarry": off, "carry_gap": on - off}

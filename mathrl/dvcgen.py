@@ -231,8 +231,9 @@ def _report_stages(w: _Writer, lists: dict) -> dict:
         (layout.SFT_SUMMARY, lists["warm_up_tasks"]),
     ]
     inputs = [w.res(pattern.split("/")[0]) for pattern, present in read if present] + [
-        layout.CLAIMS_FILE
-    ]  # and the declared claims
+        layout.CLAIMS_FILE,
+        layout.DOCUMENTS_FILE,
+    ]  # and the declared claims, and the documents' numbers
     snakemake = f"{w.python} -m snakemake"
     return {
         "aggregate": stage(

@@ -43,6 +43,7 @@ BENCHMARKS = "benchmarks"
 CLAIMS_FILE = (  # the declared claims (relative to the repository, not to results); an input of the tables
     "config/claims.yaml"
 )
+DOCUMENTS_FILE = "config/documents.yaml"  # the documents' numbers set beside ours in the tables; an input of the tables
 CLAIMS = TABLES + "/claims.csv"  # every verdict the report prints, one row per claim (mathrl.claims)
 
 

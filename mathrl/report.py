@@ -31,7 +31,8 @@ from mathrl.config import ROOT, config_hash
 from mathrl.results import COLLAPSE_DEFINITION
 from mathrl.studies import STUDIES
 from mathrl.studies.context import Tables
-from mathrl.verdict import number
+from mathrl.studies.kit import NONNEGATIVE, SHARE, band_limits, known, records, t_halfwidth
+from mathrl.verdict import number, seeds_text
 
 TEMPLATES = ROOT / "report" / "templates"
 
@@ -221,17 +222,83 @@ def claims_summary(t: Tables, method: str = "bh") -> dict:
     }
 
 
+def power_note(rows) -> str:
+    """A section's power in one sentence, from its verdict rows: n per arm and the smallest effects its verdicts
+    can detect."""
+    df = pd.DataFrame(list(rows))
+    if df.empty:
+        return "No verdicts: no runs with a result."
+    judged = df[df["outcome"] != "not judged"]
+    ns = sorted({int(n) for n in judged["n"].dropna()}) if len(judged) else []
+    parts = [f"n per arm: {', '.join(map(str, ns)) if ns else 'none'}"]
+    mdes = [f"{r.key} {number(r.mde, r.unit, sign=False)}" for r in judged.itertuples() if pd.notna(r.mde)]
+    if mdes:
+        parts.append("smallest effect detectable with 80% power: " + "; ".join(mdes))
+    need = [
+        f"{r.key} {seeds_text(r.seeds_needed)}"
+        for r in judged.itertuples()
+        if r.outcome == "inconclusive" and pd.notna(r.seeds_needed)
+    ]
+    if need:
+        parts.append("seeds per arm an inconclusive verdict would need: " + "; ".join(need))
+    counts = df["outcome"].value_counts()
+    parts.append(", ".join(f"{counts.get(o, 0)} {o}" for o in ("agrees", "disagrees", "inconclusive", "not judged")))
+    return ". ".join(parts) + "."
+
+
+def pm(mean, std, n, unit: str = "pts", bounds: tuple | None = None) -> str:
+    """`mean [lo, hi] (n=k)`: a mean with its 95% t interval (clipped to `bounds`), in a unit of
+    mathrl.verdict.number."""
+    if not known(mean):
+        return "no data"
+    h = float(t_halfwidth(std, n)) if known(std, n) else math.nan
+    lo, hi = band_limits([mean], [std], n, bounds) if known(h) else ([math.nan], [math.nan])
+    return interval_text(mean, lo[0], hi[0], n, unit)
+
+
+def interval_text(mean, lo, hi, n, unit: str = "pct") -> str:
+    """`mean [lo, hi] (n=k)` in a unit of mathrl.verdict.number; no interval where lo or hi is unknown."""
+    if not known(mean):
+        return "no data"
+    ci = f" [{number(lo, unit, sign=False)}, {number(hi, unit, sign=False)}]" if known(lo, hi) else ""
+    return f"{number(mean, unit, sign=False)}{ci} (n={int(n) if known(n) else 0})"
+
+
+def spec(value, format_spec: str = ".3g") -> str:
+    """A number in a sentence, formatted by `format_spec` as Python's format() does; a dash when missing."""
+    return format(value, format_spec) if known(value) else "–"
+
+
+def ci(row, col: str, kind: str = "pct") -> str:
+    """`mean [95% interval] (n=k)` of a summary row's `{col}_mean`, `{col}_std` and `n`; kind: pct (a share,
+    interval within [0, 1]), pts (a size in accuracy points, interval at least 0), num (unbounded)."""
+    if row is None or not known(row.get(f"{col}_mean")):
+        return "no data"
+    limits = {"pct": SHARE, "pts": NONNEGATIVE}.get(kind)
+    return pm(row[f"{col}_mean"], row.get(f"{col}_std", math.nan), row["n"], kind, bounds=limits)
+
+
+def sd(row: dict, key: str, format_spec: str = ".3g") -> str:
+    """`mean ± std` of a row's `key` (a `{v}_mean` column, or a pooled value `v` beside `v_std`)."""
+    return f"{spec(row.get(key), format_spec)} ± {spec(row.get(key.removesuffix('_mean') + '_std'), format_spec)}"
+
+
 def environment() -> Environment:
-    """The report's Jinja environment: its templates, the filters `fmt`, `pct` and `unit`, and the
-    `table()` helper. The study tests render their sections with it, so they see what the report does."""
+    """The report's Jinja environment: its templates, the filters `fmt`, `pct`, `unit` and `spec`, the
+    test `startswith`, and the functions `table()`, `ci()`, `sd()`, `pm()`, `interval_text()`,
+    `power_note()`, `records()` and `known()`, with which the section templates write their sentences
+    from the numbers their study passes. The study tests render their sections with it, so they see
+    what the report does."""
     loader = FileSystemLoader(TEMPLATES)
     env = Environment(loader=loader, autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 
     def unit(x, u="num", sign=True):
         return number(None if x is None else float(x), u, sign)
 
-    env.filters.update(fmt=fmt, pct=pct, unit=unit)
-    env.globals.update(table=html_table)
+    env.filters.update(fmt=fmt, pct=pct, unit=unit, spec=spec)
+    env.tests.update(startswith=lambda value, prefix: str(value).startswith(prefix))
+    env.globals.update(table=html_table, ci=ci, sd=sd, interval_text=interval_text, records=records, known=known,
+                       pm=pm, power_note=power_note)  # fmt: skip
     return env
 
 

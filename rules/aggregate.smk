@@ -3,6 +3,7 @@ rule aggregate:
     input:
         unpack(get_aggregate_inputs),
         claims=CLAIMS_FILE,
+        documents=DOCUMENTS_FILE,
     output:
         report(
             directory(outputs("aggregate")["tables"]),

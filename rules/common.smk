@@ -79,6 +79,8 @@ def write_config_file(cfg: dict) -> Path:
 # a params value of its rule (a run reruns when its settings change, and only then).
 # The declared claims (in the repository, wherever the workflow runs): the tables are judged against them.
 CLAIMS_FILE = str(mathrl.config.ROOT / layout.CLAIMS_FILE)
+# The documents' numbers the tables set beside ours (in the repository too).
+DOCUMENTS_FILE = str(mathrl.config.ROOT / layout.DOCUMENTS_FILE)
 CONFIG_FILE = write_config_file(copy.deepcopy(config))
 
 # Every rule names envs/mathrl.yaml. Under --use-conda a job runs in that environment with

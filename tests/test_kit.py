@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from mathrl import claims
-from mathrl.studies.kit import add_intervals, band_limits, bounds, claim_frame, pm, power_note, role_of, verdict_rows
+from mathrl.report import pm, power_note
+from mathrl.studies.kit import add_intervals, band_limits, bounds, claim_frame, role_of, verdict_rows
 
 
 def test_a_sections_claims_as_verdict_rows():
@@ -32,7 +33,7 @@ def test_a_sections_claims_as_verdict_rows():
     assert out[1]["sentence"].startswith(
         "Not judged: failure not established: fall (b) not established: fall 0 (needs >= 0.5)"
     )
-    assert "1 agrees" in power_note(view) and "1 not judged" in power_note(view)
+    assert "1 agrees" in power_note(out) and "1 not judged" in power_note(out)
 
 
 def test_band_is_a_clipped_t_interval_by_hand():

@@ -54,7 +54,7 @@ INJECTED_ALERT = "<img src=x onerror=alert(2)> & <b>bold</b>"  # in an alert mes
 # CSV tables each section must render through the `table()` helper, unchanged: their cells are checked.
 REQUIRED_TABLES = {
     "calibration": {"calibration_pilot", "calibration_pick", "calibration_below"},
-    "lab04": {"lab04_local_optima", "lab04_vanishing", "lab04_hacking", "lab04_gpt", "lab04_report_template"},
+    "lab04": {"lab04_local_optima", "lab04_vanishing", "lab04_hacking", "lab04_gpt"},
     "stability": {"stability_batch_curve", "stability_batch", "stability_gradvar", "stability_accumulation",
                   "stability_fixed_vs_dynamic",
                   "stability_case_study", "stability_clipping", "stability_value_clip", "stability_troubleshooting"},

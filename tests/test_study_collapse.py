@@ -331,14 +331,13 @@ def test_figures_and_section(results):
     s = collapse.section(t)
     assert s["verdicts"]["normalisation"]["outcome"] == "not judged"
     assert "n=2" in s["verdicts"]["kl"]["sentence"] and s["verdicts"]["kl"]["outcome"] == "inconclusive"
-    assert (
-        s["failure"].startswith(
-            "held-out accuracy 40.0% before RL; its change by the end -15.5 pts [-21.9 pts, -9.1 pts] (n=2)"
-        )
-        and "collapsed in 0 of 2 runs" in s["failure"]
-    )
     assert s["verdicts"]["shaping"]["sentence"].startswith("Not judged: n=1")
     html = render(s, {"collapse_variants": "data:image/png;base64,AA=="})
+    failure = " ".join(html.split()).split("The failure to remedy (exact):</strong> ")[1]
+    assert failure.startswith(
+        "held-out accuracy 40.0% before RL; its change by the end -15.5 pts [-21.9 pts, -9.1 pts] (n=2)"
+    )
+    assert "collapsed in 0 of 2 runs" in failure.split("</p>")[0]
     assert "inconclusive" in html and "agrees" in html and "Causes of collapse" in html and "data:image/png" in html
     assert "n per arm: 2" in html
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import re
 
 import matplotlib
 import pandas as pd
@@ -186,10 +187,12 @@ def test_pure_measures():
         and max_drawdown([0.1, 0.2]) == 0.0
         and math.isnan(roughness([0, 1], [0, 1]))
     )
+    from mathrl.report import ci  # the section's sentences print a row's mean with its interval
+
     assert (
-        st.pm(pd.Series({"x_mean": 0.5, "x_std": 0.1, "n": 3}), "x") == "50.0% [25.2%, 74.8%] (n=3)"
+        ci(pd.Series({"x_mean": 0.5, "x_std": 0.1, "n": 3}), "x") == "50.0% [25.2%, 74.8%] (n=3)"
     )  # t(2) x 0.1 / sqrt(3)
-    assert st.pm(None, "x") == "no data"
+    assert ci(None, "x") == "no data"
 
 
 def test_batch_tables(tree):
@@ -424,7 +427,7 @@ def test_figures_and_section_from_csv(cfg, tree):
     check_figures(figs)
     s = st.section(t)
     # the equal-batch rows first (no control in this tree), then B against A, C against A (one seed: no interval)
-    assert [r["outcome"] for r in s["verdicts"]["fixed_vs_dynamic"]["rows"]] == [
+    assert [r["outcome"] for r in s["rows"]["fixed_vs_dynamic"]] == [
         "not judged",
         "not judged",
         "inconclusive",
@@ -436,19 +439,17 @@ def test_figures_and_section_from_csv(cfg, tree):
     assert (
         set(es["samples"]) == {32, 64, 96, 128, 160} and len(es) == 3 * 5
     )  # batch 64 (2 seeds) and 512 (1 seed), 5 evaluations each
-    [eq] = s["verdicts"]["equal_samples"]["rows"]
+    [eq] = s["rows"]["equal_samples"]
     assert eq["key"] == "equal_samples_64" and eq["n"] == 1 and eq["outcome"] == "not judged"  # batch 512 has one seed
-    assert (
-        "Roughness (spread of held-out accuracy around its trend) was 0.0 pts (n=1) at batch 512"
-        in s["verdicts"]["batch"]["text"]
-    )
-    assert s["verdicts"]["alerts"]["text"].startswith(
-        "Of 22 runs with a result, the monitor raised high_kl in 1 run(s) (1 alerts); reward_swing in 1 run(s) (2"
-        " alerts). Against"
-    )
-    assert "low_entropy: precision 1/1 (21% to 100%), recall 1/2" in s["verdicts"]["alerts"]["text"]
-    assert "clipped at weight 1.0 0.145 (n=1)" in s["verdicts"]["value_clip"]["text"]
     html = render(s, {"stability_batch_curves": "data:image/png;base64,"})
+    text = " ".join(re.sub(r"<[^>]+>", " ", html).replace("&#39;", "'").split())
+    assert "Roughness (spread of held-out accuracy around its trend) was 0.0 pts (n=1) at batch 512" in text
+    assert (
+        "Of 22 runs with a result, the monitor raised high_kl in 1 run(s) (1 alerts); reward_swing in 1 run(s) (2"
+        " alerts). Against" in text
+    )
+    assert "low_entropy: precision 1/1 (21% to 100%), recall 1/2" in text
+    assert "clipped at weight 1.0 0.145 (n=1)" in text
     assert (
         "stability_fixed_vs_dynamic was not drawn" in html
         and "inconclusive" in html
@@ -465,7 +466,7 @@ def test_empty_results_render(cfg, tmp_path):
     t = save(cfg, tables)
     check_figures(st.figures(t))
     s = st.section(t)
-    assert all(r["outcome"] == "not judged" for v in s["verdicts"].values() for r in v["rows"])
+    assert all(r["outcome"] == "not judged" for rows in s["rows"].values() for r in rows)
     assert "No data" in render(s, {}) or "missing" in render(s, {})
 
 
@@ -512,9 +513,11 @@ def test_dynamic_schedules_are_also_judged_at_their_own_batch():
 
 def test_stated_intervals_stay_within_the_range_of_their_quantity():
     """Roughness is a size (at least 0), accuracy a share: their t intervals (n=3, t(2) = 4.303) are clipped."""
+    from mathrl.report import ci
+
     r = {"roughness_mean": 0.011, "roughness_std": 0.01, "final_eval_mean": 0.99, "final_eval_std": 0.01, "n": 3}
-    assert st.pm(r, "roughness", "pts") == "1.1 pts [0.0 pts, 3.6 pts] (n=3)"  # unclipped: -1.4 pts
-    assert st.pm(r, "final_eval") == "99.0% [96.5%, 100.0%] (n=3)"  # unclipped: 101.5%
+    assert ci(r, "roughness", "pts") == "1.1 pts [0.0 pts, 3.6 pts] (n=3)"  # unclipped: -1.4 pts
+    assert ci(r, "final_eval") == "99.0% [96.5%, 100.0%] (n=3)"  # unclipped: 101.5%
 
 
 class _Run:

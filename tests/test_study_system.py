@@ -2,6 +2,7 @@
 
 import copy
 import math
+import re
 from pathlib import Path
 
 import matplotlib
@@ -199,20 +200,22 @@ def test_figures_and_section(results):
     for fig in figs.values():
         matplotlib.pyplot.close(fig)
     s = system.section(t)
-    add, mul = s["verdicts"]
+    add, mul = s["tasks"]
     assert [r["outcome"] for r in add["rows"]] == ["inconclusive"] * 3 + [
         "not judged"
     ]  # no supervised control in this tree
+    measured = [" ".join(re.sub(r"<[^>]+>", " ", p).split()) for p in render(s).split("<strong>Measured.</strong>")[1:]]
     assert (
-        "70.0% [0.0%, 100.0%] (n=2)" in add["text"]
-        and "90%–95%" in add["text"]
-        and "from start_30, the start picked" in add["text"]
+        "70.0% [0.0%, 100.0%] (n=2)" in measured[0]
+        and "90%–95%" in measured[0]
+        and "from start_30, the start picked" in measured[0]
     )
-    assert [r["outcome"] for r in mul["rows"]] == ["agrees"] * 3 + ["not judged"] and "; ppo no data" in mul[
-        "text"
-    ]  # planned, not written
-    alone = system.task_text(t["system_results"].query("algorithm == 'reinforce'"), t["system_configs"], "mul", {})
-    assert "before RL), against" in alone["text"] and "no data" not in alone["text"]  # PPO, GRPO not in the config
+    assert [r["outcome"] for r in mul["rows"]] == ["agrees"] * 3 + ["not judged"]
+    assert "; ppo no data" in measured[1]  # planned, not written
+    alone = system.task_view(t["system_results"].query("algorithm == 'reinforce'"), t["system_configs"],
+                             t["system_starts"], "mul", {})  # fmt: skip
+    text = " ".join(re.sub(r"<[^>]+>", " ", render({**s, "tasks": [alone]})).split())
+    assert "before RL), against" in text and "no data" not in text.split("Measured.")[1]  # PPO, GRPO not in the config
     assert s["baseline_decay"] == "0.9" and s["presets"][0]["preset"] == "small"
     w = s["configs"].set_index("key")
     assert (

@@ -5,11 +5,12 @@ import copy
 
 import matplotlib
 import numpy as np
+import pandas as pd
 import pytest
 
+from mathrl import analysis
 from mathrl.config import expand_runs, load_config
 from mathrl.studies import diagnostics
-from mathrl.studies import token_selection as ts
 from mathrl.studies.context import Context, Tables
 from tests import synthetic
 from tests.conftest import TINY, write_config
@@ -26,7 +27,7 @@ SHARE = {"all_tokens": np.nan, "top_20": 0.2, "bottom_80": 0.8}
 def test_carry_frame_and_means_by_hand():
     entropy = np.array([[0.1, 0.8, 0.2, 0.0], [0.3, 0.4, 0.6, 0.0], [0.2, 0.6, 1.0, 0.0]])
     carry = np.array([[False, True, False, False], [False, False, True, False], [False, True, False, False]])
-    frame = ts.carry_frame(entropy, carry).set_index(["position", "carry"])
+    frame = pd.DataFrame(analysis.carry_entropy(entropy, carry)).set_index(["position", "carry"])
     assert frame.loc[(0, False), "entropy"] == pytest.approx(0.2) and frame.loc[(0, False), "tokens"] == 3
     assert (0, True) not in frame.index  # no carry enters the lowest digit
     assert frame.loc[(1, True), "entropy"] == pytest.approx(0.7) and frame.loc[(1, False), "entropy"] == pytest.approx(
@@ -35,12 +36,12 @@ def test_carry_frame_and_means_by_hand():
     assert frame.loc[(2, True), "entropy"] == pytest.approx(0.6) and frame.loc[(2, False), "entropy"] == pytest.approx(
         0.6
     )
-    means = ts.carry_means(entropy, carry)
+    means = analysis.carry_means(entropy, carry)
     # positions 1 and 2 hold both kinds; carry: 0.7 and 0.6, no carry: 0.4 and 0.6, each position weighing the same
     # (pooling the tokens would give 0.667 against 0.533)
     assert means["entropy_carry"] == pytest.approx(0.65) and means["entropy_nocarry"] == pytest.approx(0.5)
     assert means["carry_gap"] == pytest.approx(0.15)
-    assert np.isnan(ts.carry_means(entropy, np.zeros_like(carry))["carry_gap"])  # no position holds both
+    assert np.isnan(analysis.carry_means(entropy, np.zeros_like(carry))["carry_gap"])  # no position holds both
 
 
 def rows(arm: str, seed: int) -> list[dict]:

@@ -8,10 +8,11 @@ Each module defines:
 - `figures(t: Tables) -> dict[str, Figure]`: drawn from the tables alone (read back from
   CSV), written by `mathrl figures` to results/figures/;
 - `section(t: Tables) -> dict`: the context of its report template
-  `report/templates/sections/{NAME}.html.j2` (claims, verdicts with intervals and n).
+  `report/templates/sections/{NAME}.html.j2` (its verdict rows, and the tables, rows and numbers
+  the template's sentences are written from: no sentence is built here).
 
-What they share (roles, per-seed values, verdict tables, text, plot style) is `kit`; the
-statistics are `mathrl.verdict`.
+What they share (roles, per-seed values, views of claims.csv, the documents' numbers, plot style)
+is `kit`; the statistics are `mathrl.verdict`; the functions its templates write sentences with are `mathrl.report`'s.
 """
 
 from mathrl.studies import calibration, collapse, diagnostics, generic, lab04, stability, system

@@ -261,11 +261,10 @@ def section(t) -> dict:
     # declares it but has no finished run yet is not among them
     no_reference = refs["reference"].isna() | refs["reference"].eq("") if len(refs) else []
     unreferenced = refs.loc[no_reference, "experiment"].tolist() if len(refs) else []
-    rows, power = verdicts(t, NAME)
+    rows = verdicts(t, NAME)
     return {
         "unreferenced": unreferenced,
         "pilot": t["calibration_pilot"], "pick": t["calibration_pick"], "references": t["calibration_references"],
         "below": below, "overall": total, "target": TARGET_BELOW, "drop": DROP,
         "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),
-        "verdicts": rows, "power": power,
-    }  # fmt: skip
+        "verdicts": rows, }  # fmt: skip

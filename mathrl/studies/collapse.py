@@ -27,19 +27,18 @@ from mathrl.studies.kit import (
     SHARE,
     add_intervals,
     add_wilson,
+    bands,
     by_key,
     cell,
-    known,
     per_seed,
     placeholder,
     plt,
-    pm,
     role_of,
     roles,
-    table_band,
+    row_of,
     verdicts,
 )
-from mathrl.verdict import difference, number
+from mathrl.verdict import difference
 
 NAME = "collapse"
 TITLE = "Training collapse: causes and remedies"
@@ -236,16 +235,8 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
 # ----------------------------------------------------------------------------- figures
 def _curves(ax, c, wanted, col, title, ylabel):
     """One band (BAND_NOTE) per role of `col` over steps, or a placeholder."""
-    drawn = 0
-    for i, role in enumerate(wanted):
-        d = c[(c["role"] == role) & c[f"{col}_mean"].notna()] if len(c) else c
-        if len(d):
-            table_band(ax, d, col, d["variant"].iloc[0], COLORS[i % len(COLORS)])
-            drawn += 1
-    if not drawn:
-        placeholder(ax, f"no data: {', '.join(wanted)} missing")
-    else:
-        ax.legend()
+    rows = [c[(c["role"] == role) & c[f"{col}_mean"].notna()] if len(c) else c for role in wanted]
+    bands(ax, [(d["variant"].iloc[0] if len(d) else "", d) for d in rows], col, f"no data: {', '.join(wanted)} missing")
     ax.set(title=title, xlabel="RL step", ylabel=ylabel)
 
 
@@ -318,32 +309,14 @@ def figures(t) -> dict[str, plt.Figure]:
 
 
 # ----------------------------------------------------------------------------- section
-CAUSES = [
-    "A learning rate too large for the model: updates overshoot, weights and losses overflow to Inf or NaN.",
-    "No gradient clipping: one batch with an outsized gradient is enough to wreck the weights.",
-    "Sparse, binary rewards: most groups of rollouts earn the same score, so advantages carry no signal.",
-    "No entropy bonus: the policy turns deterministic too early, and its later updates become erratic.",
-    "Targets too hard for the model: it never produces a rewarded answer and drifts towards garbage output.",
-]
-
-
 def section(t) -> dict:
     v, d = t["collapse_variants"], t["collapse_reward_design"]
-    rows, power = verdicts(t, NAME)
+    rows = verdicts(t, NAME)
     name = lambda role: (v.loc[v["role"] == role, "variant"].tolist() or [role])[0] if len(v) else role  # noqa: E731
     setting = lambda role: (v.loc[v["role"] == role, "settings"].tolist() or ["not run"])[0] if len(v) else "not run"  # noqa: E731
-    base = v[v["role"] == "baseline"] if len(v) else v
-    failure = "no data" if base.empty or not known(cell(base, "gain_mean"), cell(base, "collapses")) else (
-        f"held-out accuracy {number(cell(base, 'initial_eval_mean'), 'pct', sign=False)} before RL; its change by the "
-        "end "
-        f"{pm(cell(base, 'gain_mean'), cell(base, 'gain_std'), cell(base, 'n'))}; collapsed in "
-        f"{int(cell(base, 'collapses'))} of "
-        f"{int(cell(base, 'runs_judged'))} runs (95% Wilson interval "
-        f"{number(cell(base, 'collapse_rate_lo'), 'pct', sign=False)} to "
-        f"{number(cell(base, 'collapse_rate_hi'), 'pct', sign=False)})")  # fmt: skip
     zs = {r.role: r.frac_zero_std_mean for r in d[d["point"] == 0].itertuples()} if len(d) else {}
     z = lambda k: "–" if k not in zs or pd.isna(zs[k]) else f"{100 * zs[k]:.0f}%"  # noqa: E731
-    return {"causes": CAUSES,
+    return {"baseline": row_of(v, role="baseline"),
             "algorithm": (v.loc[v["role"] == "baseline", "algorithm"].tolist() or ["–"])[0] if len(v) else "–",
             "names": {r: name(r) for r in ROLES}, "settings": {r: setting(r) for r in ROLES},
             "collapse_definition": COLLAPSE_DEFINITION,
@@ -352,4 +325,4 @@ def section(t) -> dict:
                          else pd.DataFrame(columns=NONFINITE_COLUMNS),
             "zero_std": {"baseline": z("random_baseline"), "shaped": z("shaped")}, "verdicts": by_key(rows),
             "verdict_list": rows,
-            "power": power, "failure": failure, "remedies": list(REMEDIES)}  # fmt: skip
+            "remedies": list(REMEDIES)}  # fmt: skip

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from mathrl import curves
-from mathrl.studies.kit import COLORS, band, placeholder, plt, t_halfwidth
+from mathrl.studies.kit import COLORS, band, estimate_columns, placeholder, plt, t_halfwidth
 from mathrl.verdict import Estimate, difference, mean_interval
 
 NAN = math.nan
@@ -79,18 +79,6 @@ def fit_runs(runs, cfg: dict | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
-def _interval(values, within: tuple[float, float] = (-math.inf, math.inf)) -> dict:
-    """Mean and 95% t interval over runs, the interval cut to `within` (A's [0, 1]: a t interval of three ceilings
-    near 1 reaches past it)."""
-    est = mean_interval(list(values))
-    return {"mean": est.estimate, "lo": max(est.lo, within[0]), "hi": min(est.hi, within[1]), "n": est.n}
-
-
-def _columns(name: str, interval: dict) -> dict:
-    """`{name}_mean`, `{name}_lo`, `{name}_hi` of an `_interval`."""
-    return {f"{name}_{k}": interval[k] for k in ("mean", "lo", "hi")}
-
-
 def _difference(name: str, est: Estimate) -> dict:
     """`{name}`, `{name}_lo`, `{name}_hi`, `{name}_n` of a paired difference."""
     return {name: est.estimate, f"{name}_lo": est.lo, f"{name}_hi": est.hi, f"{name}_n": est.n}
@@ -125,11 +113,8 @@ def summary(fits: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (exp, name), g in fits.groupby(["experiment", "setting"], sort=False):
         fitted = g[g["fitted"].astype(bool)]
-        a, b, half = (
-            _interval(fitted["A"].dropna(), (0.0, 1.0)),
-            _interval(fitted["B"].dropna()),
-            _interval(fitted["half_mae"].dropna(), (0.0, math.inf)),  # an absolute error is at least 0
-        )
+        # A's interval is cut to [0, 1] below: a t interval of three ceilings near 1 reaches past it
+        a, b, half = (mean_interval(list(fitted[c].dropna())) for c in ("A", "B", "half_mae"))
         noise = fitted.loc[fitted["half_mae"].notna(), "half_noise"]
         log_mid = np.log(fitted["C_mid"].dropna())
         rows.append(
@@ -140,14 +125,14 @@ def summary(fits: pd.DataFrame) -> pd.DataFrame:
                 "n": len(fitted),
                 "points": int(g["points"].median()),
                 "R0": float(g["R0"].mean()),
-                **_columns("A", a),
+                **estimate_columns("A", a, (0.0, 1.0)),
                 "a_at_bound": int(fitted["a_at_bound"].sum()),
-                "B_n": b["n"],
-                **_columns("B", b),
+                "B_n": b.n,
+                **estimate_columns("B", b),
                 "C_mid": float(np.exp(log_mid.mean())) if len(log_mid) else NAN,
                 "rmse_mean": float(fitted["rmse"].mean()),
-                "half_n": half["n"],
-                **_columns("half_mae", half),
+                "half_n": half.n,
+                **estimate_columns("half_mae", half, (0.0, None)),  # an absolute error is at least 0
                 "half_noise": float(noise.mean()) if noise.notna().any() else NAN,
                 "fitted": len(fitted) > 0,
                 "note": _note(g, fitted),
@@ -186,17 +171,17 @@ def batch_table(fits: pd.DataFrame, reference: str, sizes: dict[str, int] | None
         da, db = difference(g["A"], ref["A"]), difference(g["B"].dropna(), ref["B"].dropna())
         if name == reference:  # not a difference from itself
             da = db = Estimate(NAN, NAN, NAN, 0, "paired")
-        a, b = _interval(g["A"], (0.0, 1.0)), _interval(g["B"].dropna())
+        a, b = mean_interval(list(g["A"])), mean_interval(list(g["B"].dropna()))
         rows.append(
             {
                 "setting": name,
                 "batch_size": (sizes or {}).get(name, int(str(name).split("=")[-1]) if "=" in str(name) else NAN),
                 "reference": name == reference,
-                "n": a["n"],
-                **_columns("A", a),
+                "n": a.n,
+                **estimate_columns("A", a, (0.0, 1.0)),
                 "a_at_bound": int(g["a_at_bound"].sum()),
-                "B_n": b["n"],
-                **_columns("B", b),
+                "B_n": b.n,
+                **estimate_columns("B", b),
                 **_difference("dA", da),
                 **_difference("dB", db),
             }
@@ -283,39 +268,6 @@ def figure(t) -> plt.Figure:
     return fig
 
 
-def _excludes_zero(lo: float, hi: float) -> bool:
-    return bool(np.isfinite(lo) and np.isfinite(hi) and (lo > 0 or hi < 0))
-
-
-def batch_text(batch: pd.DataFrame) -> str:
-    """Which batch sizes move the ceiling A and which only the efficiency B, from the paired intervals."""
-    if batch.empty or not batch["reference"].astype(bool).any():
-        return "No batch-study fits to compare: see the notes in the table above."
-    ref = batch[batch["reference"].astype(bool)].iloc[0]
-    others = batch[~batch["reference"].astype(bool)]
-    moves_a, only_b, neither = [], [], []
-    for r in others.itertuples():
-        if _excludes_zero(r.dA_lo, r.dA_hi):
-            moves_a.append(f"{r.setting} (ΔA {r.dA:+.3f} [{r.dA_lo:+.3f}, {r.dA_hi:+.3f}])")
-        elif _excludes_zero(r.dB_lo, r.dB_hi):
-            only_b.append(f"{r.setting} (ΔB {r.dB:+.2f} [{r.dB_lo:+.2f}, {r.dB_hi:+.2f}])")
-        else:
-            neither.append(str(r.setting))
-    none = "no batch size"
-    text = (
-        f"Against {ref.setting}: the 95% interval of the paired difference in A excludes 0 for "
-        f"{', '.join(moves_a) or none}; only B's does for {', '.join(only_b) or none}; "
-        f"neither for {', '.join(neither) or none}."
-    )
-    if int(ref.a_at_bound):
-        text += (
-            f" A of {ref.setting} sits at its bound 1 in {int(ref.a_at_bound)} of {int(ref.n)} runs: its curve has not "
-            "bent within the measured compute, so its ceiling is not measured and differences in A from it are bounds, "
-            "not estimates."
-        )
-    return text
-
-
 def section(t) -> dict:
     s = t["diagnostics_curves"]
     counted = s.groupby("experiment", sort=False)["points"].median() if len(s) else pd.Series(dtype=float)
@@ -324,7 +276,6 @@ def section(t) -> dict:
         "curves_not_fitted": s[~s["fitted"].astype(bool)] if len(s) else s,
         "curves_points": ", ".join(f"{e} {int(p)}" for e, p in counted.items()),
         "curves_batch": t["diagnostics_curves_batch"],
-        "curves_batch_text": batch_text(t["diagnostics_curves_batch"]),
         "curves_min_points": curves.MIN_POINTS,
         "curves_settings": len(s),
         "curves_fitted": int(s["fitted"].astype(bool).sum()) if len(s) else 0,

@@ -6,6 +6,7 @@ A study keeps only its science; this module holds the plumbing and the plot styl
 
 from __future__ import annotations
 
+import functools
 import math
 
 import matplotlib
@@ -16,10 +17,19 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from mathrl.config import ROOT, read_yaml  # noqa: E402
 from mathrl.errors import ConfigError  # noqa: E402
-from mathrl.verdict import CONFIDENCE, number, seeds_text, sentence, wilson  # noqa: E402
+from mathrl.layout import DOCUMENTS_FILE  # noqa: E402
+from mathrl.results import mean_spread  # noqa: E402
+from mathrl.verdict import CONFIDENCE, sentence, wilson  # noqa: E402
 
 NAN = math.nan
+
+
+@functools.cache
+def document_facts(study: str) -> dict:
+    """The documents' numbers and tables a study's tables set beside its measurements (config/documents.yaml)."""
+    return read_yaml(ROOT / DOCUMENTS_FILE)[study]
 
 
 # ----------------------------------------------------------------------------- roles
@@ -75,6 +85,19 @@ def per_seed(df: pd.DataFrame, col: str, **where) -> dict:
     return {s: float(v) for s, v in zip(sel["seed"], sel[col]) if pd.notna(v)}
 
 
+def row_of(df: pd.DataFrame, **where) -> dict:
+    """The first row whose columns equal `where` (compared as text), as a dict; empty when none does."""
+    if df is None or df.empty or any(k not in df for k in where):
+        return {}
+    mask = np.logical_and.reduce([(df[k].astype(str) == str(v)).to_numpy() for k, v in where.items()])
+    return df[mask].iloc[0].to_dict() if mask.any() else {}
+
+
+def records(df: pd.DataFrame | None) -> list[dict]:
+    """A table's rows as dicts (none for a missing or empty table)."""
+    return [] if df is None or df.empty else df.to_dict("records")
+
+
 def cell(df: pd.DataFrame, col: str, **where) -> float:
     """The value of `col` in the first row matching `where`; NaN when absent."""
     vals = _where(df, col, where)[col]
@@ -124,6 +147,11 @@ def wilson_columns(prefix: str, k: int, n: int) -> dict:
     return {prefix: k / n if n else NAN, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
 
 
+def over_seeds(frames: list[pd.DataFrame], by: list[str], values: list[str]) -> pd.DataFrame:
+    """Per `by` and step: the mean, std and n over runs of `values` (`mean_spread`), from each run's frame of steps."""
+    return mean_spread(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), [*by, "step"], values)
+
+
 def add_wilson(df: pd.DataFrame, count: str, n: str = "n", prefix: str = "collapse_rate") -> pd.DataFrame:
     """`{prefix}`, `{prefix}_lo`, `{prefix}_hi`: a rate count/n with its 95% Wilson interval."""
     out = df.copy()
@@ -165,10 +193,9 @@ def verdict_rows(df: pd.DataFrame) -> list[dict]:
     return out
 
 
-def verdicts(t, section: str, part: str | None = None) -> tuple[list[dict], str]:
-    """A section's verdict rows (for the template's macros) and its `power_note`."""
-    claims = claim_frame(t, section, part)
-    return verdict_rows(claims), power_note(claims)
+def verdicts(t, section: str, part: str | None = None) -> list[dict]:
+    """A section's verdict rows, for the template's macros (`power_note` of mathrl.report states their power)."""
+    return verdict_rows(claim_frame(t, section, part))
 
 
 def by_part(rows: list[dict]) -> dict[str, list[dict]]:
@@ -181,46 +208,6 @@ def by_part(rows: list[dict]) -> dict[str, list[dict]]:
 
 def by_key(rows: list[dict]) -> dict[str, dict]:
     return {r["key"]: r for r in rows}
-
-
-def power_note(df: pd.DataFrame) -> str:
-    """The study's power in one sentence: n per arm and the smallest effects its verdicts can detect."""
-    if df is None or df.empty:
-        return "No verdicts: no runs with a result."
-    judged = df[df["outcome"] != "not judged"]
-    ns = sorted({int(n) for n in judged["n"].dropna()}) if len(judged) else []
-    parts = [f"n per arm: {', '.join(map(str, ns)) if ns else 'none'}"]
-    mdes = [f"{r.key} {number(r.mde, r.unit, sign=False)}" for r in judged.itertuples() if pd.notna(r.mde)]
-    if mdes:
-        parts.append("smallest effect detectable with 80% power: " + "; ".join(mdes))
-    need = [
-        f"{r.key} {seeds_text(r.seeds_needed)}"
-        for r in judged.itertuples()
-        if r.outcome == "inconclusive" and pd.notna(r.seeds_needed)
-    ]
-    if need:
-        parts.append("seeds per arm an inconclusive verdict would need: " + "; ".join(need))
-    counts = df["outcome"].value_counts()
-    parts.append(", ".join(f"{counts.get(o, 0)} {o}" for o in ("agrees", "disagrees", "inconclusive", "not judged")))
-    return ". ".join(parts) + "."
-
-
-def pm(mean, std, n, unit: str = "pts", bounds: tuple | None = None) -> str:
-    """`mean [lo, hi] (n=k)`: a mean with its 95% t interval (clipped to `bounds`), in a unit of
-    mathrl.verdict.number."""
-    if not known(mean):
-        return "no data"
-    h = float(t_halfwidth(std, n)) if known(std, n) else NAN
-    lo, hi = band_limits([mean], [std], n, bounds) if known(h) else ([NAN], [NAN])
-    return interval_text(mean, lo[0], hi[0], n, unit)
-
-
-def interval_text(mean, lo, hi, n, unit: str = "pct") -> str:
-    """`mean [lo, hi] (n=k)` in a unit of mathrl.verdict.number; no interval where lo or hi is unknown."""
-    if not known(mean):
-        return "no data"
-    ci = f" [{number(lo, unit, sign=False)}, {number(hi, unit, sign=False)}]" if known(lo, hi) else ""
-    return f"{number(mean, unit, sign=False)}{ci} (n={int(n) if known(n) else 0})"
 
 
 # ----------------------------------------------------------------------------- plot style
@@ -275,6 +262,15 @@ def table_band(ax, df: pd.DataFrame, metric: str, label: str, color, x: str = "s
     prefix = metric if value is None else value
     mean, std = (f"{prefix}_mean", f"{prefix}_std") if prefix else ("mean", "std")
     band(ax, df[x], df[mean], df[std], label, color, n=df["n"], bounds=bounds(metric))
+
+
+def bands(ax, groups, metric: str, empty: str, value: str | None = None) -> None:
+    """`table_band` of each (label, table) of `groups` with a row, in the palette's order, and a legend; `empty`
+    in a placeholder when none has one."""
+    drawn = [(label, g) for label, g in groups if len(g)]
+    for i, (label, g) in enumerate(drawn):
+        table_band(ax, g, metric, label, COLORS[i % len(COLORS)], value=value)
+    ax.legend() if drawn else placeholder(ax, empty)
 
 
 def placeholder(ax, text: str) -> None:

@@ -27,6 +27,7 @@ from mathrl.studies.kit import (
     plt,
     role_of,
     roles,
+    row_of,
     table_band,
     verdicts,
     wilson_columns,
@@ -43,16 +44,11 @@ EXPERIMENT = "lab04_gpt"
 ROLES = ("normal", "aggressive", "clip_higher", "remedy", "proxy", "random_policy", "perfect_policy")
 # Optional roles: the covariance remedies of arXiv 2505.22617, judged like clip-higher (config/claims.yaml) where an
 # experiment names them (config/full.yaml does; the default leaves them out of its budget).
-COV_REMEDIES = {"clip_cov": "Clip-Cov", "kl_cov": "KL-Cov"}
+COV_REMEDIES = ("clip_cov", "kl_cov")
 # Optional roles: the troubleshooting table's remedies for collapsing entropy
 # (rl-stability-batch-and-hyperparameters.md, 八),
 # judged on the same failing setting where an experiment names them (config/full.yaml).
-TABLE_REMEDIES = {
-    "entropy_bonus": "entropy bonus 0.02",
-    "temperature": "temperature 0.8",
-    "kl_clip": "clip epsilon 0.1",
-    "kl_epochs": "two PPO epochs",
-}
+TABLE_REMEDIES = ("entropy_bonus", "temperature", "kl_clip", "kl_epochs")
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
 # GPT steps averaged for the start or end of a per-step metric; at most half a run, so the two never overlap
 GPT_WINDOW = 5
@@ -92,19 +88,6 @@ def hacked(proxy_start: float, proxy_end: float, true_start: float, true_end: fl
 def as_passed(v) -> bool | None:
     """A `passed` cell read back from CSV: True, False or None (not measured)."""
     return None if (not known(v)) or v == "" else str(v).lower() in ("true", "1", "1.0")
-
-
-def global_found(labels: list[str]) -> str:
-    """The lab report's 'global optimum found' box from per-seed converged_to labels."""
-    labels = [x for x in labels if x in ("global", "local", "none")]
-    k = sum(x == "global" for x in labels)
-    word = "no data" if not labels else "yes" if k == len(labels) else "no" if k == 0 else "partly"
-    return f"{word} ({k} of {len(labels)} seeds)"
-
-
-def num(x, spec: str = ".3g") -> str:
-    """A number in a generated sentence; a dash when it is missing."""
-    return "–" if (not known(x)) else format(x, spec)
 
 
 # ---- tables: from the files alone ------------------------------------------------------
@@ -378,24 +361,11 @@ def gpt_table(runs: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _row(df: pd.DataFrame, **where) -> dict:
-    """The one row matching `where` as a dict (empty when absent)."""
-    if df.empty or any(k not in df for k in where):
-        return {}
-    mask = np.logical_and.reduce([df[k].astype(str) == str(v) for k, v in where.items()])
-    return df[mask].iloc[0].to_dict() if mask.any() else {}
-
-
 def _per_seed(df: pd.DataFrame, setting: str) -> pd.DataFrame:
     """The per-seed rows (not the pooled one) of one setting."""
     if not len(df):
         return pd.DataFrame(columns=["converged_to"])
     return df[(df["seed"].astype(str) != "all") & (df["setting"] == setting)]
-
-
-def _get(d: dict, key: str) -> float:
-    """A value of a `_row` dict; NaN when the row or the column is missing."""
-    return d.get(key, math.nan)
 
 
 def _pooled_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -405,86 +375,6 @@ def _pooled_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 def _per_seed_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["seed"].astype(str) != "all"] if len(df) and "seed" in df else df
-
-
-def _pm(d: dict, key: str, spec: str = ".3g") -> str:
-    """'mean ± std' of a pooled row; `key` may be a mean_spread `{v}_mean` column."""
-    return f"{num(d.get(key), spec)} ± {num(d.get(key.removesuffix('_mean') + '_std'), spec)}"
-
-
-def findings(ent, van, hack, gpt) -> list[str]:
-    """The lab report's three key findings, written from the measurements (also the
-    section's 'measured' sentences of its first three parts)."""
-    a, n = _row(ent, setting="aggressive", seed="all"), _row(ent, setting="normal", seed="all")
-    keeps = {True: "the normal setting kept more entropy on average",
-             False: "the normal setting did not keep more entropy on average",
-             None: "which setting kept more entropy is unknown"}  # fmt: skip
-    one = (f"Entropy collapse: the aggressive setting's policy entropy went from {_pm(a, 'initial_entropy')} to "
-           f"{_pm(a, 'final_entropy')} "
-           f"({num(a.get('reduction'), '.1%')} lower, n={num(a.get('n'), '.0f')}), the normal setting's to "
-           f"{_pm(n, 'final_entropy')} "
-           f"({num(n.get('reduction'), '.1%')} lower, n={num(n.get('n'), '.0f')}): "
-           f"{keeps[check(_get(n, 'final_entropy') - _get(a, 'final_entropy'), lambda x: x > 0)]}; "
-           "global optimum found (aggressive): "
-           f"{global_found(_per_seed(ent, 'aggressive')['converged_to'].tolist())}.")  # fmt: skip
-    v = _row(van, seed="all")
-    two = ("Vanishing gradients: with every reward of a batch equal the mean gradient norm was "
-           f"{_pm(v, 'grad_norm_homogeneous')} against "
-           f"{_pm(v, 'grad_norm_diverse')} with varied rewards (n={num(v.get('n'), '.0f')} seeds), "
-           f"{num(v.get('reduction'), '.1%')} lower "
-           f"({v.get('severity', 'unknown')}); gradient norm and reward std correlated at r = "
-           f"{num(v.get('corr_grad_reward_std'), '.2f')} over all steps.")  # fmt: skip
-    h, p = _row(hack, seed="all"), _row(gpt, role="proxy")
-    ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
-    gpt_hacked = hacked(*(p.get(k, math.nan) for k in ends))
-    word = {True: "exploited, judging by the means", False: "not exploited, judging by the means", None: "not measured"}
-    three = (f"Reward hacking: on the bandit the proxy score went from {_pm(h, 'proxy_start')} to "
-             f"{_pm(h, 'proxy_end')} while the true reward "
-             f"went from {_pm(h, 'true_start')} (rolling peak {num(h.get('true_peak'))} near step "
-             f"{num(h.get('true_peak_step'), '.0f')}) to "
-             f"{_pm(h, 'true_end')}, the overrated arm {num(h.get('hack_arm'), '.0f')} holding "
-             f"{num(h.get('hack_share_end'), '.1%')} of the policy "
-             f"at the end (n={num(h.get('n'), '.0f')}): {word[as_passed(h.get('hacked'))]}. On the GPT (proxy_reward, "
-             f"n={num(p.get('n'), '.0f')}) "
-             f"the training reward (proxy score) went from {_pm(p, 'reward_start_mean')} to "
-             f"{_pm(p, 'reward_end_mean')} and sampled "
-             f"exact-match accuracy from {_pm(p, 'accuracy_start_mean')} to {_pm(p, 'accuracy_end_mean')}: "
-             f"{word[gpt_hacked]}.")  # fmt: skip
-    return [one, two, three]
-
-
-def dominant_actions(per: pd.DataFrame) -> str:
-    """Each final dominant action with the seeds that ended on it and the range of its probability
-    ('action 1 (p = 0.993 to 0.997) in 100 of 100 seeds'); empty when no seed has a result."""
-    done = per.dropna(subset=["dominant_action"]) if len(per) else per
-    parts = []
-    for action, g in done.groupby("dominant_action", sort=True):
-        lo, hi = g["dominant_prob"].min(), g["dominant_prob"].max()
-        p = num(lo, ".3f") if num(lo, ".3f") == num(hi, ".3f") else f"{num(lo, '.3f')} to {num(hi, '.3f')}"
-        parts.append(f"action {action:.0f} (p = {p}) in {len(g)} of {len(done)} seeds")
-    return "; ".join(parts)
-
-
-def report_template(ent, van, hack, gpt) -> pd.DataFrame:
-    """The document's lab-report template, filled in (aggressive bandit setting, pooled seeds)."""
-    a, v, per = _row(ent, setting="aggressive", seed="all"), _row(van, seed="all"), _per_seed(ent, "aggressive")
-    dom = dominant_actions(per)
-    n = f" (n={num(a.get('n'), '.0f')})"
-    rows = [
-        ("Entropy collapse", "Initial entropy", _pm(a, "initial_entropy", ".3f") + n, a.get("initial_entropy")),
-        ("Entropy collapse", "Final entropy", _pm(a, "final_entropy", ".3f") + n, a.get("final_entropy")),
-        ("Entropy collapse", "Entropy reduction", _pm(a, "reduction", ".1%") + n, a.get("reduction")),
-        ("Entropy collapse", "Final dominant action (probability)", dom or "no data", a.get("dominant_prob")),
-        ("Entropy collapse", "Global optimum found", global_found(per["converged_to"].tolist()), a.get("global_share")),
-        ("Vanishing gradients", "Mean gradient norm, homogeneous rewards", _pm(v, "grad_norm_homogeneous"),
-         v.get("grad_norm_homogeneous")),
-        ("Vanishing gradients", "Mean gradient norm, diverse rewards", _pm(v, "grad_norm_diverse"),
-         v.get("grad_norm_diverse")),
-        ("Vanishing gradients", "Gradient-norm reduction", _pm(v, "reduction", ".1%"), v.get("reduction")),
-        ("Vanishing gradients", "Severity", v.get("severity", "unknown"), math.nan),
-    ] + [("Key findings", str(i), text, math.nan)
-         for i, text in enumerate(findings(ent, van, hack, gpt), 1)]  # fmt: skip
-    return pd.DataFrame(rows, columns=["part", "item", "value", "number"])
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
@@ -499,7 +389,6 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         "lab04_entropy": ent, "lab04_local_optima": local_optima_table(ent), "lab04_vanishing": van,
         "lab04_vanishing_points": points, "lab04_hacking": hack,
         "lab04_bandit_curves": bandit_curves(ctx), "lab04_gpt_runs": runs, "lab04_gpt": gpt,
-        "lab04_report_template": report_template(ent, van, hack, gpt),
     }  # fmt: skip
 
 
@@ -621,7 +510,7 @@ def hacking_figure(t) -> Figure:
         table_band(left, rh, "true_reward", "true reward", COLORS[2])
     else:
         placeholder(left, "no reward-hacking bandit data")
-    proxy = _row(t["lab04_gpt"], role="proxy").get("variant", "")
+    proxy = row_of(t["lab04_gpt"], role="proxy").get("variant", "")
     lines = (("reward_mean", "training reward = proxy score", 3), ("accuracy", "exact-match accuracy (sampled)", 2))
     series = [(seed_band(t["curves"], proxy, m), m, label, COLORS[k]) for m, label, k in lines]
     for s, metric, label, color in series:
@@ -684,77 +573,14 @@ OUTCOMES = ("agrees", "disagrees", "inconclusive", "not judged")
 PARTS = ("entropy", "vanishing", "hacking", "gpt")  # the section's parts (the document's claims: its template)
 
 
-def gpt_sentence(gpt: pd.DataFrame, diffs: pd.DataFrame | None = None) -> str:
-    """The measured sentence of the GPT part, with every setting in which each remedy differs from the failing one."""
-    g = {name: _row(gpt, role=role) for name, role in
-         (("normal", "normal"), ("aggressive", "aggressive"), ("clip_higher", "clip_higher"),
-          ("dapo_aggressive", "remedy"),
-          ("random_init", "random_policy"), ("near_perfect", "perfect_policy"))}  # fmt: skip
-    n = {k: f"n={num(d.get('n'), '.0f')} of {num(d.get('expected'), '.0f')}" for k, d in g.items()}
-    a, d = g["aggressive"], g["dapo_aggressive"]
-    return (f"Token entropy went from {_pm(a, 'entropy_start_mean')} to {_pm(a, 'entropy_end_mean')} under the failing "
-            "setting "
-            f"({_pm(a, 'entropy_reduction_mean', '.1%')} lower, {n['aggressive']}; largest KL to the reference "
-            f"{_pm(a, 'kl_max_mean')}), "
-            f"sampled accuracy changing by {_pm(a, 'accuracy_gain_mean')}, against "
-            f"{_pm(g['normal'], 'entropy_reduction_mean', '.1%')} lower "
-            f"under the normal one ({n['normal']}). Clip-higher ({n['clip_higher']}){_freed(g['clip_higher'])} "
-            f"ended at entropy {_pm(g['clip_higher'], 'entropy_end_mean')}. DAPO ({n['dapo_aggressive']}){_freed(d)} "
-            f"drew {_pm(d, 'draws_per_rollout_mean')} rollouts per rollout kept, {_pm(d, 'samples_mean', '.0f')} in "
-            "all against "
-            f"{_pm(a, 'samples_mean', '.0f')}; at its last step (equal updates) its entropy was "
-            f"{_pm(d, 'entropy_end_mean')} against "
-            f"{_pm(a, 'entropy_end_mean')}; at step {_pm(d, 'equal_samples_step_mean', '.1f')} "
-            f"({_pm(d, 'samples_at_equal_mean', '.0f')} rollouts, "
-            f"equal samples) {_pm(d, 'entropy_equal_samples_mean')}, with held-out accuracy "
-            f"{_pm(d, 'eval_equal_samples_mean', '.1%')} at its last "
-            f"evaluation by then (step {_pm(d, 'eval_equal_samples_step_mean', '.1f')}) against "
-            f"{_pm(a, 'eval_end_mean', '.1%')}. "
-            f"Share of groups with equal rewards: {_pm(g['random_init'], 'frac_zero_std_mean')} from a random policy "
-            f"({n['random_init']}), "
-            f"{_pm(g['near_perfect'], 'frac_zero_std_mean')} from a near-perfect one "
-            f"({n['near_perfect']}).") + cov_sentence(gpt) + differences_sentence(diffs)  # fmt: skip
-
-
-def differences_sentence(diffs: pd.DataFrame | None) -> str:
-    """' Against the failing setting, clip_higher changes clip_eps_high (0.28, not None); ...': every setting each arm
-    changes."""
-    if diffs is None or diffs.empty:
-        return ""
-    parts = []
-    for (role, variant), g in diffs.groupby(["role", "variant"], sort=False):
-        changed = ", ".join(f"{r.setting} ({r.value}, not {r.aggressive})" for r in g.itertuples())
-        parts.append(f"{variant} ({role}) changes {changed}")
-    return " Against the failing setting, " + "; ".join(parts) + "."
-
-
-def _freed(d: dict) -> str:
-    """' freed x ± s of tokens and': the tokens clip-higher freed, where the runs logged them."""
-    return f" freed {_pm(d, 'clip_higher_freed_mean')} of tokens and" if known(d.get("clip_higher_freed_mean")) else ""
-
-
-def cov_sentence(gpt: pd.DataFrame) -> str:
-    """The covariance remedies' part of the measured sentence: empty where no experiment names them."""
-    parts = []
-    for r, name in COV_REMEDIES.items():
-        d = _row(gpt, role=r)
-        if d:
-            parts.append(f" {name} (n={num(d.get('n'), '.0f')} of {num(d.get('expected'), '.0f')}) acted on "
-                         f"{_pm(d, 'cov_frac_mean')} of answer "
-                         f"tokens and ended at entropy {_pm(d, 'entropy_end_mean')} and held-out accuracy "
-                         f"{_pm(d, 'eval_end_mean', '.1%')}.")  # fmt: skip
-    return "".join(parts)
-
-
 def section(t) -> dict:
-    rows, power = verdicts(t, NAME)
+    """The verdicts per part and the rows the template's measured sentences and lab report read."""
+    rows = verdicts(t, NAME)
     grouped = by_part(rows)
-    tpl = t["lab04_report_template"]
-    found = tpl.loc[tpl["part"] == "Key findings", "value"].tolist() if len(tpl) else []
-    sentences = {
-        **dict(zip(("entropy", "vanishing", "hacking"), found + ["no data"] * (3 - len(found)))),
-        "gpt": gpt_sentence(t["lab04_gpt"], t["lab04_gpt_differences"]),
-    }
+    ent, van, hack, gpt = (t[f"lab04_{k}"] for k in ("entropy", "vanishing", "hacking", "gpt"))
+    a, n = row_of(ent, setting="aggressive", seed="all"), row_of(ent, setting="normal", seed="all")
+    p = row_of(gpt, role="proxy")
+    ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
     parts = {}
     for part in PARTS:
         mine = grouped.get(part, [])
@@ -762,11 +588,17 @@ def section(t) -> dict:
         counts = {o: sum(r["outcome"] == o for r in claims_) for o in OUTCOMES}
         summary = ", ".join(f"{k} {o}" for o, k in counts.items() if k) or "no verdicts"
         summary += f"; and {setup} setup check{'s' * (setup != 1)}, not counted" if setup else ""
-        parts[part] = {"measured": sentences[part], "rows": mine, "summary": summary}
-    return {"parts": parts, "verdict_list": rows, "power": power,
-            "severity_definition": SEVERITY_DEFINITION,
+        parts[part] = {"rows": mine, "summary": summary}
+    return {"parts": parts, "verdict_list": rows, "severity_definition": SEVERITY_DEFINITION,
             "bandit_window": BANDIT_WINDOW, "gpt_window": GPT_WINDOW, "dominant": DOMINANT,
             "settled_span": SETTLED_SPAN, "settled_move": SETTLED_MOVE,
+            "aggressive": a, "normal": n, "vanishing": row_of(van, seed="all"), "hacking": row_of(hack, seed="all"),
+            "aggressive_seeds": _per_seed(ent, "aggressive"),
+            "normal_keeps_more": check(n.get("final_entropy", math.nan) - a.get("final_entropy", math.nan),
+                                       lambda x: x > 0),
+            "bandit_hacked": as_passed(row_of(hack, seed="all").get("hacked")),
+            "gpt_hacked": hacked(*(p.get(k, math.nan) for k in ends)),
+            "gpt": {r: row_of(gpt, role=r) for r in (*ROLES, *COV_REMEDIES)}, "cov_remedies": COV_REMEDIES,
             "tables": {**{k: t[f"lab04_{k}"] for k in ("entropy", "local_optima", "vanishing", "hacking", "gpt",
-                                                       "gpt_differences", "report_template")},
+                                                       "gpt_differences")},
                        "entropy_pooled": _pooled_rows(t["lab04_entropy"])}}  # fmt: skip

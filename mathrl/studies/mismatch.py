@@ -17,7 +17,7 @@ import pandas as pd
 
 from mathrl.mismatch import METRICS as MISMATCH
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, add_intervals, placeholder, plt
+from mathrl.studies.kit import COLORS, add_intervals, over_seeds, placeholder, plt
 from mathrl.verdict import difference
 
 EXPERIMENT = "rollout_mismatch"
@@ -88,9 +88,7 @@ def mismatch_steps(ctx) -> pd.DataFrame:
     frames = [
         run.metrics.assign(setting=variant(run), seed=run.spec.seed) for run in ctx.experiment(EXPERIMENT) if run.ok
     ]
-    frames = [f for f in frames if set(STEP_VALUES) <= set(f)]
-    long = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return mean_spread(long, ["setting", "step"], STEP_VALUES)
+    return over_seeds([f for f in frames if set(STEP_VALUES) <= set(f)], ["setting"], STEP_VALUES)
 
 
 def control_at_scale(ctx) -> pd.DataFrame:

@@ -19,8 +19,17 @@ import math
 
 import pandas as pd
 
-from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, band, estimate_columns, joined_roles, placeholder, plt
+from mathrl.studies.kit import (
+    COLORS,
+    NONNEGATIVE,
+    SHARE,
+    band,
+    estimate_columns,
+    joined_roles,
+    over_seeds,
+    placeholder,
+    plt,
+)
 from mathrl.verdict import Estimate, difference, mean_interval
 
 NAN = math.nan
@@ -95,8 +104,7 @@ def loss_steps(runs) -> pd.DataFrame:
     """Per variant and step: token entropy and the share of tokens each loss cut (clip_frac; GSPO's is its sequences'
     tokens) over seeds (mean, std, n), for the figure."""
     frames = [run.metrics.assign(setting=name, seed=run.spec.seed) for name, run in runs]
-    long = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return mean_spread(long, ["setting", "step"], ["entropy", "clip_frac"])
+    return over_seeds(frames, ["setting"], ["entropy", "clip_frac"])
 
 
 def tables(runs, roles: dict) -> dict[str, pd.DataFrame]:

@@ -20,9 +20,9 @@ from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sust
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
 from mathrl.studies.kit import (
     COLORS,
-    NONNEGATIVE,
-    SHARE,
+    bands,
     by_part,
+    document_facts,
     known,
     placeholder,
     roles,
@@ -30,33 +30,14 @@ from mathrl.studies.kit import (
     verdicts,
     wilson_columns,
 )
-from mathrl.studies.kit import pm as interval
 from mathrl.verdict import wilson
 
 NAME = "stability"
 TITLE = "Batch size and hyperparameters against training stability"
 DOCUMENT = "rl-stability-batch-and-hyperparameters.md"
 
-# The document's numbers, stated as its claims (section 2.2, 3.3, 4.1, 5.2, 5.3).
-DOC_CURVE = {  # batch -> (accuracy, entropy, reward) at steps 100..500 of 500, i.e. 20%..100%
-    64: [(0.32, 1.65, 0.08), (0.41, 1.42, 0.15), (0.35, 1.58, 0.11), (0.48, 1.35, 0.18), (0.44, 1.48, 0.14)],
-    512: [(0.35, 1.72, 0.10), (0.42, 1.68, 0.16), (0.48, 1.64, 0.22), (0.53, 1.60, 0.28), (0.57, 1.56, 0.34)],
-}
-DOC_BATCH = {64: "violent oscillation", 256: "small fluctuation", 512: "smooth rise"}
-DOC_METHODS = {
-    "A": (0.586, "smooth", "strong", 1),
-    "B": (0.523, "moderate fluctuation", "weak", 3),
-    "C": (0.541, "light fluctuation", "medium", 2),
-}
-DOC_VARIANCE = {64: 0.082, 512: 0.014}
-DOC_CLIPPING = {
-    "none": (0.35, "fast (when it does not collapse)"),
-    "2.0": (0.12, "medium"),
-    "1.0": (0.03, "slower but stable"),
-    "0.5": (0.0, "slow"),
-}
-DOC_VALUE_RMSE = {("none", 0.5): 0.25, ("0.2", 1.0): 0.12}
-DOC_CASE = {64: (0.18, 0.12, 3, "8 h"), 512: (0.38, 0.02, 0, "6 h")}
+DOC = document_facts("stability")  # the document's numbers (sections 2.2, 3.3, 4.1, 5.2, 5.3, 8): config/documents.yaml
+DOC_VALUE_RMSE = {(clip, coef): rmse for clip, coef, rmse in DOC["value_rmse"]}
 
 FVD = "fixed_vs_dynamic"
 FVD_ROLES = ("A", "B", "C")  # the document's methods: A fixed at the large batch, B step-decayed LR, C adaptive KL
@@ -171,19 +152,19 @@ def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
     batch = summarise(rows, ["batch_size", "lr"], values)
     batch = batch.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
     batch["collapses"] = rows.groupby("batch_size", sort=False)["collapsed"].sum(min_count=1).values
-    batch["doc_curve"] = batch["batch_size"].map(DOC_BATCH)
+    batch["doc_curve"] = batch["batch_size"].map(DOC["batch"])
     pts = pd.DataFrame([{"batch_size": r.settings["batch_size"], **p} for r in runs for p in curve_points(r)])
     curve = summarise(pts, ["batch_size", "point", "step"], ["eval_accuracy", "entropy", "reward"])
     curve.insert(3, "eval_step", pts.groupby(["batch_size", "point", "step"], sort=False)["eval_step"].max().values)
     for j, col in enumerate(["doc_accuracy", "doc_entropy", "doc_reward"]):
         points = zip(curve["batch_size"], curve["point"])
-        curve[col] = [DOC_CURVE[b][p - 1][j] if b in DOC_CURVE else NAN for b, p in points]
+        curve[col] = [DOC["curve"][b][p - 1][j] if b in DOC["curve"] else NAN for b, p in points]
     small, large = rows["batch_size"].min(), rows["batch_size"].max()
     cs = rows[rows["batch_size"].isin([small, large])]
     case = summarise(cs, ["batch_size"], ["final_reward", "final_eval", "wall_seconds", "alerts"])
     case["collapses"] = cs.groupby("batch_size", sort=False)["collapsed"].sum(min_count=1).values
     for j, col in enumerate(["doc_final_reward", "doc_reward_std", "doc_collapses", "doc_time"]):
-        case[col] = [DOC_CASE[b][j] if b in DOC_CASE else NAN for b in case["batch_size"]]
+        case[col] = [DOC["case"][b][j] if b in DOC["case"] else NAN for b in case["batch_size"]]
     return {
         "stability_batch_curve": curve,
         "stability_batch": batch,
@@ -261,7 +242,7 @@ def fixed_vs_dynamic_tables(runs: list, role: dict) -> tuple[pd.DataFrame, pd.Da
     out["reproducibility_std"] = out["final_eval_std"]
     out["rank"] = out["final_eval_mean"].rank(ascending=False)
     for j, col in enumerate(["doc_final_accuracy", "doc_stability", "doc_reproducibility", "doc_rank"]):
-        out[col] = out["method"].map(lambda m, j=j: DOC_METHODS.get(m, (NAN,) * 4)[j])
+        out[col] = out["method"].map(lambda m, j=j: DOC["methods"].get(m, (NAN,) * 4)[j])
     return out, rows
 
 
@@ -289,8 +270,8 @@ def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
                              "variance": found.get(n, NAN),
                              "ratio_to_largest": found.get(n, NAN) / found[sizes[-1]] if found.get(sizes[-1]) else NAN,
                              "theory_ratio": sizes[-1] / n,
-                             "doc_variance": DOC_VARIANCE.get(n, NAN),
-                             "doc_ratio": DOC_VARIANCE.get(n, NAN) / DOC_VARIANCE[512]})  # fmt: skip
+                             "doc_variance": DOC["variance"].get(n, NAN),
+                             "doc_ratio": DOC["variance"].get(n, NAN) / DOC["variance"][512]})  # fmt: skip
         acc = probe["accumulation"] if probe else dict(zip(["batch_size", "micro_batch_size"], g["accumulation"]))
         acc_rows.append({"task": task, "status": "complete" if probe else "missing", "batch_size": acc["batch_size"],
                          "micro_batch_size": acc["micro_batch_size"],
@@ -447,7 +428,7 @@ def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     ci = [wilson(int(k), int(n)) if known(k, n) and n else (NAN, NAN) for k, n in zip(out["collapses"], out["n"])]
     out.insert(out.columns.get_loc("collapse_rate") + 1, "collapse_rate_lo", [c[0] for c in ci])
     out.insert(out.columns.get_loc("collapse_rate") + 2, "collapse_rate_hi", [c[1] for c in ci])
-    out["doc_collapse_rate"] = out["max_norm"].map(lambda m: DOC_CLIPPING.get(m, (NAN, ""))[0])
+    out["doc_collapse_rate"] = out["max_norm"].map(lambda m: DOC["clipping"].get(m, (NAN, ""))[0])
     return out, rows
 
 
@@ -489,43 +470,18 @@ def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     return out, rows
 
 
-# The document's diagnosis table (section 8), one row per symptom: the evidence rule picks a run among those
-# whose settings carry the cause the document names (`CAUSE_FILTERS`), never among arbitrary runs.
-SYMPTOMS = [
-    ("reward does not rise", "learning rate too small; batch too small; reward function wrong",
-     "raise the LR 10x; batch 512+; check the verifier",
-     "largest mean frac_zero_std (share of groups with equal rewards), shown when >= 0.9"),
-    ("reward drops suddenly", "learning rate too large; KL coefficient too small; no gradient clipping",
-     "cut the LR 10x; KL coefficient 0.1; clip the gradient norm",
-     "largest single drop of eval accuracy between evaluations, shown when > 10 points"),
-    ("entropy collapses fast", "sampling temperature too low; entropy bonus too weak; strong length penalty",
-     "temperature 0.8; entropy_coef 0.02; drop explicit penalties",
-     "lowest final/first-step entropy ratio, shown when < 0.8"),
-    ("KL explodes", "clip epsilon too large; too many PPO epochs; batch too small",
-     "clip_epsilon 0.1; PPO epochs 4 -> 2; larger batch",
-     "largest KL to the reference, shown when above the run's monitor threshold"),
-    ("out of memory", "batch set wrongly; sequences too long; no mixed precision",
-     "check the accumulation; truncate; torch.cuda.amp",
-     "none: this pipeline records no memory failures"),
-    ("non-finite loss or gradient", "learning rate far too large, no clipping",
-     "skip the update (the guard), lower the LR, clip",
-     "most updates skipped by the non-finite guard"),
-]  # fmt: skip
 # The calibrated reference (docs/notebook/2026-11-23-calibration-pilot.md); "too large" is a multiple of it.
 REFERENCE_LR = 3.0e-4
-# (which of the document's causes, a test of a run's settings) per symptom, in SYMPTOMS' order.
+# Per symptom of the document's diagnosis table (DOC["symptoms"], in its order): a test of a run's settings for
+# the cause named in its `cause_shown`; the evidence is picked among the runs that carry it, never among arbitrary runs.
 CAUSE_FILTERS = [
-    ("reward function wrong for the policy: exact match pays a random policy nothing",
-     lambda st: st.get("init") == "random" and st.get("reward") == "exact"),
-    ("no gradient clipping (and an outsized gradient)", lambda st: st.get("grad_clip") is None),
-    ("entropy bonus too weak (present, below 0.01)",
-     lambda st: 0 < st.get("entropy_coef", 0.0) < 0.01 and st.get("init") != "random"),
-    ("several PPO epochs or a wider upper clip",
-     lambda st: st.get("ppo_epochs", 1) > 1 or st.get("clip_eps_high") is not None),
-    ("none", lambda st: False),
-    ("learning rate far too large, no clipping",
-     lambda st: st.get("grad_clip") is None and st.get("lr", 0) > 1e3 * REFERENCE_LR),
-]  # fmt: skip
+    lambda st: st.get("init") == "random" and st.get("reward") == "exact",
+    lambda st: st.get("grad_clip") is None,
+    lambda st: 0 < st.get("entropy_coef", 0.0) < 0.01 and st.get("init") != "random",
+    lambda st: st.get("ppo_epochs", 1) > 1 or st.get("clip_eps_high") is not None,
+    lambda st: False,
+    lambda st: st.get("grad_clip") is None and st.get("lr", 0) > 1e3 * REFERENCE_LR,
+]
 
 
 def run_signals(run) -> dict:
@@ -574,13 +530,10 @@ def troubleshooting_table(ctx) -> pd.DataFrame:
         ("skipped", True, lambda g: g["skipped"] > 0,
          lambda g: f"{g['skipped']} update(s) skipped by the non-finite guard"),
     ]  # fmt: skip
-    evidence = [
-        choose(f, *rule) if rule else ("", "not observed in this pipeline")
-        for (_, f), rule in zip(CAUSE_FILTERS, rules)
-    ]
-    return pd.DataFrame([{"symptom": a, "cause": b, "fix": c, "rule": d, "cause_shown": cause, "evidence_run": r,
-                          "evidence": e}
-                         for (a, b, c, d), (cause, _), (r, e) in zip(SYMPTOMS, CAUSE_FILTERS, evidence)])  # fmt: skip
+    evidence = [choose(f, *r) if r else ("", "not observed in this pipeline") for f, r in zip(CAUSE_FILTERS, rules)]
+    columns = ["symptom", "cause", "fix", "rule", "cause_shown"]
+    return pd.DataFrame([{**{c: row[c] for c in columns}, "evidence_run": r, "evidence": e}
+                         for row, (r, e) in zip(DOC["symptoms"], evidence)])  # fmt: skip
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
@@ -617,12 +570,8 @@ def _series(t, experiment: str, metric: str) -> pd.DataFrame:
 def _curves(ax, t, experiment: str, metric: str, ylabel: str, title: str) -> None:
     """One band per setting of an experiment (its `stability_series` rows of one metric)."""
     s = _series(t, experiment, metric)
-    if s.empty:
-        placeholder(ax, "no run with a result")
-    for i, (_, g) in enumerate(s.groupby("order", sort=True)):
-        table_band(ax, g, g["metric"].iloc[0], g["setting"].iloc[0], COLORS[i % len(COLORS)], value="")
-    if not s.empty:
-        ax.legend()
+    groups = [(g["setting"].iloc[0], g) for _, g in s.groupby("order", sort=True)] if not s.empty else []
+    bands(ax, groups, metric, "no run with a result", value="")
     ax.set(xlabel="RL step", ylabel=ylabel, title=title)
 
 
@@ -651,7 +600,7 @@ def _gradvar_figure(t):
         # bars need a floor well below the smallest on a log axis
         ax.set_ylim(gv["variance"].min() / 5, gv["variance"].max() * 5)
         ax.legend()
-        notes.append(f"document: {DOC_VARIANCE[64] / DOC_VARIANCE[512]:.1f}x from 64 to 512")
+        notes.append(f"document: {DOC['variance'][64] / DOC['variance'][512]:.1f}x from 64 to 512")
     ax.set(
         xlabel="batch size (rollouts)",
         ylabel="mean per-element gradient variance",
@@ -758,201 +707,43 @@ def figures(t) -> dict:
     }
 
 
-# ---- section (verdicts with numbers, from the tables alone) -------------------------------
-def pm(r, col: str, kind: str = "pct") -> str:
-    """`mean [95% interval] (n=k)` of a summary row; kind: pct (accuracy, interval within [0, 1]), pts (a size in
-    accuracy points: roughness or a drop, interval at least 0), num."""
-    if r is None or not known(r.get(f"{col}_mean")):
-        return "no data"
-    limits = {"pct": SHARE, "pts": NONNEGATIVE}.get(kind)
-    return interval(r[f"{col}_mean"], r.get(f"{col}_std", NAN), r["n"], kind, bounds=limits)
-
-
-def pick(df: pd.DataFrame, col: str, key):
-    r = df[df[col].astype(str) == str(key)] if not df.empty and col in df else df
-    return r.iloc[0] if len(r) else None
-
-
-def batch_text(b: pd.DataFrame) -> str:
-    if b.empty or b["roughness_mean"].isna().all():
-        return "No batch-size runs with a result."
-    lo, hi = pick(b, "batch_size", b["batch_size"].min()), pick(b, "batch_size", b["batch_size"].max())
-    return (f"Roughness (spread of held-out accuracy around its trend) was {pm(hi, 'roughness', 'pts')} at batch "
-            f"{hi['batch_size']} against {pm(lo, 'roughness', 'pts')} "
-            f"at batch {lo['batch_size']}; largest fall between consecutive evaluations "
-            f"{pm(hi, 'largest_drop', 'pts')} against {pm(lo, 'largest_drop', 'pts')}; "
-            f"final accuracy {pm(hi, 'final_eval')} against {pm(lo, 'final_eval')}.")  # fmt: skip
-
-
-def gradvar_text(gv: pd.DataFrame, acc: pd.DataFrame) -> tuple[str, str]:
-    g = gv.dropna(subset=["variance"]) if not gv.empty else gv
-    if g.empty:
-        v = "The gradient-variance probe has not run."
-    else:
-        lo, hi = g.iloc[0], g[g["task"] == g.iloc[0]["task"]].iloc[-1]
-        v = (f"On {lo['task']}, the variance was {lo['variance']:.3g} at batch {lo['batch_size']:g} and "
-             f"{hi['variance']:.3g} at {hi['batch_size']:g}: "
-             f"{lo['ratio_to_largest']:.2f}x lower, against {lo['theory_ratio']:.0f}x from 1/N and the document's "
-             f"about 6x ({DOC_VARIANCE[64]} vs {DOC_VARIANCE[512]}).")  # fmt: skip
-    a = acc.dropna(subset=["relative"]).iloc[0] if not acc.empty and acc["relative"].notna().any() else None
-    if a is None:
-        return v, "The accumulation check has not run."
-    return v, (f"Accumulating {a['steps']:g} micro-batches of {a['micro_batch_size']:g} reproduced the gradient of the "
-               f"whole batch of {a['batch_size']:g} "
-               f"to a largest element-wise difference of {a['max_abs_difference']:.2g} ({a['relative']:.2g} of the "
-               "largest gradient element).")  # fmt: skip
-
-
-def fvd_text(f: pd.DataFrame) -> str:
-    if f.empty or f["final_eval_mean"].isna().all():
-        return "No fixed-vs-dynamic runs with a result."
-    r = {m: pick(f, "method", m) for m in FVD_ROLES}
-    measured = " > ".join(f.sort_values("final_eval_mean", ascending=False)["method"])
-    parts = "; ".join(
-        f"{m} ({r[m]['variant']}) {pm(r[m], 'final_eval')}, roughness {pm(r[m], 'roughness', 'pts')}"
-        for m in FVD_ROLES
-        if r[m] is not None
-    )
-    return f"Final accuracy: {parts}. Measured order of the means {measured}; the document's A > C > B."
-
-
-def equal_samples_text(es: pd.DataFrame) -> str:
-    if es.empty:
-        return "No batch-study runs with a result."
-    last = es.groupby("batch_size")["samples"].max()
-    return (
-        "Rollouts sampled by the end of the runs: "
-        + ", ".join(f"batch {b}: {n:,}" for b, n in last.items())
-        + ". At equal steps the larger batch has seen proportionally more rollouts; below, each pair is compared at the"
-        " largest number of rollouts both have been evaluated at."
-    )
-
-
-def case_text(c: pd.DataFrame) -> str:
-    if len(c) < 2 or c["final_reward_mean"].isna().any():
-        return "The smallest or largest batch has no run with a result."
-    lo, hi = c.iloc[0], c.iloc[-1]
-    return (f"Batch {lo['batch_size']}: final training reward {pm(lo, 'final_reward', 'num')}, {lo['collapses']:g} "
-            f"collapsed run(s), {lo['wall_seconds_mean']:.0f} s per run; "
-            f"batch {hi['batch_size']}: {pm(hi, 'final_reward', 'num')}, {hi['collapses']:g} collapsed, "
-            f"{hi['wall_seconds_mean']:.0f} s.")  # fmt: skip
-
-
-def clipping_text(c: pd.DataFrame) -> str:
-    if c.empty or c["collapse_rate"].isna().all():
-        return "No clipping runs with a result."
-    return "; ".join(f"{r.cell}: {r.collapses:g}/{r.n} collapsed (95% Wilson interval {100 * r.collapse_rate_lo:.0f}% "
-                     f"to {100 * r.collapse_rate_hi:.0f}%)"
-                     + (f", spike {r.spike_ratio_mean:.0f}x the median gradient "
-                        "norm" if known(r.spike_ratio_mean) else "")
-                     for r in c.itertuples()) + "."  # fmt: skip
-
-
-def value_text(v: pd.DataFrame) -> str:
-    cell = lambda clip, coef: pick(v[v["value_coef"] == coef], "value_clip", clip) if not v.empty else None  # noqa: E731
-    a, b = cell("none", 0.5), cell("0.2", 1.0)
-    if a is None or b is None:
-        return "The unclipped (weight 0.5) or clipped (weight 1.0) PPO runs have no result."
-    alone = [
-        f"{name} {pm(x, 'mean_rmse', 'num')}"
-        for name, x in [("clipping alone", cell("0.2", 0.5)), ("weight 1.0 alone", cell("none", 1.0))]
-        if x is not None
-    ]
-    return (f"Mean value RMSE over training: unclipped at weight 0.5 {pm(a, 'mean_rmse', 'num')}, clipped at weight "
-            f"1.0 {pm(b, 'mean_rmse', 'num')}"
-            + (f" ({'; '.join(alone)})" if alone else "") + "; the document: 0.25 and 0.12 (−52%). "
-            + f"The critic explains {pm(a, 'ev_by_20', 'num')} and {pm(b, 'ev_by_20', 'num')} of the returns' variance "
-            "over steps 16-20; "
-            + f"one update moved the values by up to {pm(a, 'value_delta_max', 'num')} unclipped, and the clip cut up "
-            f"to {pm(b, 'clip_share_max', 'pct')} "
-            + "of the value predictions on a step.")  # fmt: skip
-
-
-def remedies_text(r: pd.DataFrame) -> str:
-    if r.empty or r["drawdown_mean"].isna().all():
-        return "No remedies runs with a result."
-    kl = r[r["variant"].str.startswith("kl_")]
-    parts = [
-        f"KL {x.kl_coef:g}: drawdown {pm(x, 'drawdown', 'pts')}, KL to the reference at the end {x.kl_end_mean:.3g}"
-        for _, x in kl.iterrows()
-    ]
-    lr = [
-        f"LR {x.lr:.2g}: training-reward gain {pm(x, 'accuracy_gain', 'num')}"
-        for _, x in r[~r["variant"].str.startswith("kl_")].iterrows()
-    ]
-    return "At batch 64: " + "; ".join(parts + lr) + "."
-
-
-def scores_text(sc: pd.DataFrame) -> str:
-    if sc.empty:
-        return "No runs to score the alerts on."
-    parts = [
-        f"{r.detector}: precision {interval_rate(r.followed_by_drop, r.alerts)}, recall"
-        f" {interval_rate(r.announced, r.drops)}"
-        for r in sc.itertuples()
-    ]
-    return (
-        f"Against sustained drops (held-out accuracy at least {100 * DROP:.0f} points below its running best at two"
-        f" evaluations in a row) starting within {HORIZON} steps after the alert; a random step is followed by one with"
-        f" probability {sc['base_rate'].iloc[0]:.2f}. " + "; ".join(parts) + "."
-    )
-
-
-def interval_rate(k, n) -> str:
-    """`k/n (95% Wilson lo-hi%)`, or `no alerts` for n = 0."""
-    if not n:
-        return "– (none)"
-    lo, hi = wilson(int(k), int(n))
-    return f"{k}/{n} ({100 * lo:.0f}% to {100 * hi:.0f}%)"
-
-
-def alerts_text(al: pd.DataFrame) -> str:
-    if al.empty:
-        return "No runs."
-    kinds = al.groupby("kind", sort=False)[["runs_with_alert", "alerts"]].sum()
-    parts = [f"{kind} in {r.runs_with_alert} run(s) ({r.alerts} alerts)" for kind, r in kinds.iterrows() if r.alerts]
-    return (
-        f"Of {al.drop_duplicates('experiment')['runs'].sum()} runs with a result, the monitor raised "
-        + ("; ".join(parts) or "no alert")
-        + "."
-    )
-
-
+# ---- section (the numbers its template's sentences read, from the tables alone) -----------
 # The clipping verdicts in the order the section's text reads them (claims.yaml lists the adamw check second).
 CLIPPING_ORDER = ["clipping_spike_collapses", "clipping_sgd", "clipping_sgd_2.0", "clipping_sgd_0.5",
                   "clipping_dose_order", "clipping_adamw"]  # fmt: skip
-TEXTS = {"batch": batch_text, "fixed_vs_dynamic": fvd_text, "equal_samples": equal_samples_text,
-         "case": lambda tb: case_text(tb["case_study"]), "remedies": remedies_text, "clipping": clipping_text,
-         "value_clip": value_text}  # fmt: skip
 
 
-def troubleshooting_text(ts: pd.DataFrame) -> str:
-    if ts.empty:
-        return "No runs."
-    shown = int((ts["evidence_run"].astype(object).fillna("") != "").sum())
-    return f"{shown} of {len(ts)} symptoms are shown by a run of this pipeline."
+def first_rows(df: pd.DataFrame, col: str, keys) -> dict:
+    """{key: the first row whose `col` reads as `key`, as a dict} for the keys present."""
+    rows = df.astype({col: str}).drop_duplicates(col) if not df.empty and col in df else pd.DataFrame(columns=[col])
+    found = dict(zip(rows[col], df.loc[rows.index].to_dict("records") if len(rows) else []))
+    return {k: found[str(k)] for k in keys if str(k) in found}
 
 
 def section(t) -> dict:
     names = ["batch_curve", "batch", "equal_samples", "case_study", "fixed_vs_dynamic", "gradvar", "accumulation",
              "alerts", "alert_scores", "clipping", "value_clip", "troubleshooting", "remedies"]  # fmt: skip
     tb = {n: t[f"stability_{n}"] for n in names}
-    rows, power = verdicts(t, NAME)
+    rows = verdicts(t, NAME)
     parts = by_part(rows)
     clipping = {r["key"]: r for r in parts.get("clipping", [])}
     parts["clipping"] = [clipping.pop(k) for k in CLIPPING_ORDER if k in clipping] + list(clipping.values())
-    texts = {part: text(tb) if part == "case" else text(tb[part]) for part, text in TEXTS.items()}
-    texts["gradvar"], texts["accumulation"] = gradvar_text(tb["gradvar"], tb["accumulation"])
-    texts["alerts"] = alerts_text(tb["alerts"]) + " " + scores_text(tb["alert_scores"])
-    texts["troubleshooting"] = troubleshooting_text(tb["troubleshooting"])
-    al = tb["alerts"]
+    al, b, v = tb["alerts"], tb["batch"], tb["value_clip"]
+    ends = [b["batch_size"].min(), b["batch_size"].max()] if not b.empty else []
+    value = {f"{clip}@{coef:g}": first_rows(v[v["value_coef"] == coef], "value_clip", [clip]).get(clip)
+             for clip in ("none", "0.2") for coef in (0.5, 1.0)} if not v.empty else {}  # fmt: skip
     return {
         "tables": {**tb, "alerts_fired": al[al["alerts"] > 0] if not al.empty else al},
         "collapse_definition": COLLAPSE_DEFINITION,
         "spike_factor": SPIKE_FACTOR,
         "big": BIG_SWING,
         "small": SMALL_SWING,
+        "drop": DROP,
+        "horizon": HORIZON,
+        "doc_variance": DOC["variance"],
+        "batch_ends": [first_rows(b, "batch_size", ends)[k] for k in ends],
+        "fvd": list(first_rows(tb["fixed_vs_dynamic"], "method", FVD_ROLES).values()),
+        "value_clip": value,
         "verdict_list": rows,
-        "power": power,
-        "verdicts": {part: {"text": text, "rows": parts.get(part, [])} for part, text in texts.items()},
+        "rows": parts,
     }

@@ -32,38 +32,27 @@ from mathrl.studies.kit import (
     add_wilson,
     by_key,
     cell,
-    interval_text,
+    document_facts,
     known,
+    over_seeds,
     placeholder,
+    records,
+    row_of,
     t_halfwidth,
     table_band,
     verdicts,
 )
-from mathrl.studies.kit import pm as interval
 from mathrl.verdict import difference as seed_difference
-from mathrl.verdict import mean_interval, number
+from mathrl.verdict import mean_interval
 
 NAME = "system"
 TITLE = "The math RL training system: configurations and results"
 DOCUMENT = "math-rl-training-system.md"
 
 ALGORITHMS = ("reinforce", "ppo", "grpo")
-# The document's configurations, stated as its claims (its "performance benchmarks" and
-# "configuration parameters" sections); NaN where the document gives no value.
-DOC = {
-    "add": {"config": "AdderRLConfig", "n_layer": 4, "n_head": 8, "n_embd": 256, "expected": (0.90, 0.95)},
-    "mul": {"config": "MultiplierRLConfig", "n_layer": 6, "n_head": 8, "n_embd": 256, "expected": (0.80, 0.90)},
-}
-# rl_batch_size 64 with rl_ga_steps 2: 128 sequences per optimizer step, in micro-batches of 64.
-DOC_RL = {"steps": 200, "lr": 1e-4, "batch_size": 128, "micro_batch_size": 64, "group_size": 8, "grad_clip": 1.0,
-          "weight_decay": 0.01,
-          "adam_beta1": 0.9, "adam_beta2": 0.99, "temperature": 1.0, "baseline_decay": 0.9}  # fmt: skip
-DOC_CONSOLE = "Step 50/200 | Loss: 0.234 | Acc: 0.750 | Reward: 0.750 | LR: 1.00e-04"  # the document's example
-# What each algorithm run beside the document's REINFORCE is, for the section's text.
-BESIDE = {
-    "ppo": "PPO (a value head on the shared trunk, GAE advantages, clipped ratio)",
-    "grpo": "GRPO (advantages normalised within each group of rollouts of one prompt)",
-}
+# The document's configurations ("performance benchmarks", "configuration parameters"): config/documents.yaml
+FACTS = document_facts("system")
+DOC, DOC_RL = FACTS["tasks"], FACTS["rl"]
 SETTING_NAMES = {
     "n_layer": "layers", "n_head": "attention heads", "n_embd": "embedding dim", "n_params": "parameters",
     "sft_steps": "warm-up steps", "sft_accuracy": "warm-up held-out accuracy", "steps": "RL steps",
@@ -271,8 +260,7 @@ def curves_table(runs, cfg: dict | None = None) -> pd.DataFrame:
     frames = [r.evals.assign(task=r.settings["task"], start=start_of(cfg, r.settings) if cfg else "",
                              algorithm=r.settings["algorithm"])
               for r in runs if r.ok]  # fmt: skip
-    long = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return mean_spread(long, ["task", "start", "algorithm", "step"], ["eval_accuracy"])
+    return over_seeds(frames, ["task", "start", "algorithm"], ["eval_accuracy"])
 
 
 def console_table(ctx, runs) -> pd.DataFrame:
@@ -376,86 +364,23 @@ def figures(t) -> dict[str, plt.Figure]:
 
 
 # ----------------------------------------------------------------------------- section
-def pm(res: pd.DataFrame, task: str, algorithm: str, col: str = "final_eval", start: str | None = None) -> str:
-    """`mean [95% interval] (n=k)` of an accuracy (from `start`, else the first start listed)."""
-    where = {"task": task, "algorithm": algorithm, **({"start": start} if start else {})}
-    m, s, n = (cell(res, c, **where) for c in (f"{col}_mean", f"{col}_std", "n"))
-    return interval(m, s, n, "pct", bounds=SHARE)
-
-
-def starts_text(starts: pd.DataFrame, task: str) -> str:
-    """Each start of a task: its accuracy, REINFORCE's and the supervised control's final accuracy and RL − control."""
-    d = starts[starts["task"] == task] if len(starts) else starts
-    parts = []
-    for r in d.itertuples():
-        part = (
-            f"from {r.start} ({number(r.start_test, 'pct', sign=False)} held-out,"
-            f" {number(r.start_val, 'pct', sign=False)} validation)"
-        )
-        part += (
-            f" REINFORCE ended at {interval_text(r.rl_final, r.rl_lo, r.rl_hi, r.rl_n)}, the supervised control at"
-            f" {interval_text(r.sup_final, r.sup_lo, r.sup_hi, r.sup_n)}"
-        )
-        if known(getattr(r, "rl_minus_sup", math.nan)):
-            part += (
-                f" (RL − control {number(r.rl_minus_sup, 'pts')} [{number(r.rl_minus_sup_lo, 'pts')},"
-                f" {number(r.rl_minus_sup_hi, 'pts')}])"
-            )
-        parts.append(part)
-    return "; ".join(parts)
-
-
-def scale_note(cfgs: pd.DataFrame, task: str) -> str:
-    """What differs from the document's setup (model size, steps), read from system_configs."""
-    d = cfgs[cfgs["task"] == task] if len(cfgs) else cfgs
-    if d.empty:
-        return ""
-    row = {r.key: (r.ours, r.document) for r in d.itertuples()}
-    diffs = [f"{SETTING_NAMES[k]} {o:g} (document {doc:g})" for k, (o, doc) in row.items()
-             if k in ("n_layer", "n_embd", "steps", "batch_size") and not (pd.isna(o) or o == doc)]  # fmt: skip
-    if not diffs:
-        return ""
-    return f" Our setup differs in scale: preset {d['preset'].iloc[0]}, " + ", ".join(diffs) + "."
-
-
-def task_text(res: pd.DataFrame, cfgs: pd.DataFrame, task: str, rows: dict, starts: pd.DataFrame | None = None) -> dict:
-    """REINFORCE's final accuracy against the document's range from the picked start, with the other algorithms
-    beside it, every start against its supervised control, and the verdicts."""
-    lo, hi = DOC[task]["expected"]
-    starts = pd.DataFrame() if starts is None else starts
+def task_view(res: pd.DataFrame, cfgs: pd.DataFrame, starts: pd.DataFrame, task: str, rows: dict) -> dict:
+    """What the template's sentences on one task read: the start picked on the validation split, each
+    algorithm's results from it, every start against its supervised control, our settings, the verdicts."""
     d = starts[starts["task"] == task] if len(starts) else starts
     picked = d.loc[d["picked"].astype(bool), "start"].iloc[0] if len(d) and d["picked"].astype(bool).any() else None
     planned = set(zip(res["task"], res["algorithm"])) if len(res) else set()  # one the config does not run is left out
-    others = "".join(
-        f"; {a} {pm(res, task, a, start=picked)}" for a in ALGORITHMS if a != "reinforce" and (task, a) in planned
-    )
-    where = f" from {picked}, the start picked on the validation split," if picked else ""
-    where_rows = {"task": task, "algorithm": "reinforce", **({"start": picked} if picked else {})}
-    spread = cell(res, "initial_eval_std", **where_rows)
-    before = (
-        pm(res, task, "reinforce", "initial_eval", start=picked)
-        if known(spread) and spread > 0  # every seed starts from one checkpoint:
-        else number(cell(res, "initial_eval_mean", **where_rows), "pct", sign=False)
-    )  # one number, no interval of width 0
-    text = (f"On {task},{where} REINFORCE ended at {pm(res, task, 'reinforce', start=picked)} held-out accuracy (from "
-            f"{before} "
-            f"before RL{others}), against the document's {lo:.0%}–{hi:.0%}.")  # fmt: skip
-    reaching = d[d["rl_lo"] >= lo]["start"].tolist() if len(d) and "rl_lo" in d else []
-    if len(d) > 1 or reaching:
-        text += f" By start: {starts_text(starts, task)}."
-        text += (f" REINFORCE's whole interval lies at or above the document's {lo:.0%} from "
-                 f"{', '.join(reaching)}." if reaching
-                 else " From none of these starts does REINFORCE's interval reach the document's "
-                 f"{lo:.0%}.")  # fmt: skip
-    acc = rows.get(f"{task}_accuracy")
-    if acc and acc["outcome"] == "disagrees":
-        text += " From the picked start the document's accuracy is not reached; that is a finding." + scale_note(
-            cfgs, task
-        )
+    lo = DOC[task]["expected"][0]
     ids = [f"{task}_accuracy", f"{task}_gain", f"{task}_stable"] + sorted(
         k for k in rows if k.startswith(f"{task}_start") and k.endswith("_rl_vs_supervised")
     )
-    return {"text": text, "rows": [rows[k] for k in ids if k in rows]}
+    return {"task": task, "expected": DOC[task]["expected"], "picked": picked,
+            "results": {a: row_of(res, task=task, algorithm=a, **({"start": picked} if picked else {}))
+                        for a in ALGORITHMS},
+            "others": [a for a in ALGORITHMS if a != "reinforce" and (task, a) in planned],
+            "starts": records(d), "reaching": d[d["rl_lo"] >= lo]["start"].tolist() if len(d) and "rl_lo" in d else [],
+            "configs": records(cfgs[cfgs["task"] == task] if len(cfgs) else cfgs),
+            "rows": [rows[k] for k in ids if k in rows]}  # fmt: skip
 
 
 def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:
@@ -473,7 +398,7 @@ def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:
 
 def section(t) -> dict:
     res, cfgs = t["system_results"], t["system_configs"]
-    rows, power = verdicts(t, NAME)
+    rows = verdicts(t, NAME)
     decay = cell(cfgs, "ours", task="add", key="baseline_decay")
     presets = cfgs.drop_duplicates("task")[["task", "config", "preset"]].to_dict("records") if len(cfgs) else []
     return {
@@ -483,10 +408,9 @@ def section(t) -> dict:
         "console": t["system_console"],
         "baseline_decay": "–" if math.isnan(decay) else f"{decay:g}",
         "verdict_list": rows,
-        "power": power,
-        "verdicts": [task_text(res, cfgs, task, by_key(rows), t["system_starts"]) for task in DOC],
+        "tasks": [task_view(res, cfgs, t["system_starts"], task, by_key(rows)) for task in DOC],
         "doc_steps": DOC_RL["steps"],
         "starts": t["system_starts"],
-        "beside": [BESIDE[a] for a in ALGORITHMS if a in BESIDE and len(res) and (res["algorithm"] == a).any()],
-        "doc_console": DOC_CONSOLE,
+        "beside": [a for a in ALGORITHMS[1:] if len(res) and (res["algorithm"] == a).any()],  # run beside REINFORCE
+        "doc_console": FACTS["console"],
     }

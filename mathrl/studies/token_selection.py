@@ -25,8 +25,19 @@ from pathlib import Path
 
 import pandas as pd
 
+from mathrl import analysis as dx
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, NONNEGATIVE, SHARE, add_intervals, band, placeholder, plt
+from mathrl.studies.kit import (
+    COLORS,
+    NONNEGATIVE,
+    SHARE,
+    add_intervals,
+    band,
+    joined_roles,
+    over_seeds,
+    placeholder,
+    plt,
+)
 
 NAN = math.nan
 EXPERIMENT = "token_selection"
@@ -37,14 +48,6 @@ RUN_VALUES = ["initial", "final", "change", "token_selected_frac", "entropy_sele
               "entropy_carry", "entropy_nocarry", "carry_gap"]  # fmt: skip
 LIMITS = {"initial": SHARE, "final": SHARE, "token_selected_frac": SHARE, "entropy_selected": NONNEGATIVE,
           "entropy_unselected": NONNEGATIVE, "entropy_carry": NONNEGATIVE, "entropy_nocarry": NONNEGATIVE}  # fmt: skip
-
-
-def role_of(roles: dict) -> dict[str, str]:
-    """{variant: its roles, joined} from the experiment's {role: variant}."""
-    out: dict[str, list[str]] = {}
-    for role, variant in roles.items():
-        out.setdefault(variant, []).append(role)
-    return {v: ", ".join(r) for v, r in out.items()}
 
 
 # ----------------------------------------------------------------------------- the carry probe
@@ -59,32 +62,6 @@ def answer_entropy(model, task, pairs):
     with torch.no_grad():
         logits = model(x)[:, task.prompt_len - 1 :]  # the logits that predict each answer token
     return token_entropy(logits)
-
-
-def carry_frame(entropy, carry) -> pd.DataFrame:
-    """Mean entropy per answer position and carry, from (N, L) entropies and carry flags: columns position, carry
-    (bool), entropy, tokens."""
-    rows = []
-    for pos in range(entropy.shape[1]):
-        for flag in (False, True):
-            sel = carry[:, pos] == flag
-            if int(sel.sum()):
-                rows.append({"position": pos, "carry": flag, "entropy": float(entropy[sel, pos].mean()),
-                             "tokens": int(sel.sum())})  # fmt: skip
-    return pd.DataFrame(rows, columns=["position", "carry", "entropy", "tokens"])
-
-
-def carry_means(entropy, carry) -> dict:
-    """entropy_carry and entropy_nocarry: over the positions where both kinds occur, the mean (each position weighing
-    the same) of the mean entropy of the digit tokens a carry enters, and of the others; carry_gap, their difference,
-    the mean within-position difference. Weighing positions equally keeps the share of carries at each position (which
-    differs from one position to the next, as does entropy) out of the comparison."""
-    both = [p for p in range(entropy.shape[1]) if 0 < int(carry[:, p].sum()) < carry.shape[0]]
-    if not both:
-        return {"entropy_carry": NAN, "entropy_nocarry": NAN, "carry_gap": NAN}
-    on = sum(float(entropy[carry[:, p], p].mean()) for p in both) / len(both)
-    off = sum(float(entropy[~carry[:, p], p].mean()) for p in both) / len(both)
-    return {"entropy_carry": on, "entropy_nocarry": off, "carry_gap": on - off}
 
 
 def _policy(path: Path):
@@ -127,9 +104,10 @@ def probe(ctx, runs) -> tuple[pd.DataFrame, dict]:
         if not Path(path).is_file():
             continue
         h = answer_entropy(_policy(path), task, pairs).numpy()
-        frames.append(carry_frame(h, carry).assign(checkpoint=name, seed=seed))
+        frames.append(pd.DataFrame(dx.carry_entropy(h, carry), columns=["position", "carry", "entropy", "tokens"])
+                      .assign(checkpoint=name, seed=seed))  # fmt: skip
         if run_id is not None:
-            means[run_id] = carry_means(h, carry)
+            means[run_id] = dx.carry_means(h, carry)
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return table.reindex(columns=["checkpoint", "seed", "position", "carry", "entropy", "tokens"]), means
 
@@ -141,7 +119,7 @@ def _mean(m: pd.DataFrame, col: str) -> float:
 
 def selection_runs(runs, roles: dict, carry: dict) -> pd.DataFrame:
     """Per run: accuracy before and after, the selection's step means, and the carry probe's means."""
-    names, rows = role_of(roles), []
+    names, rows = joined_roles(roles), []
     for name, run in runs:
         m = run.metrics.sort_values("step")
         initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
@@ -167,10 +145,8 @@ def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
 
 def accuracy_steps(runs) -> pd.DataFrame:
     """Per variant and evaluated step: held-out accuracy over seeds (mean, std, n)."""
-    frames = [run.evals.assign(setting=name, seed=run.spec.seed) for name, run in runs]
-    if not frames:
-        return pd.DataFrame(columns=["setting", "step", "n", "eval_accuracy_mean", "eval_accuracy_std"])
-    return mean_spread(pd.concat(frames, ignore_index=True), ["setting", "step"], ["eval_accuracy"])
+    return over_seeds([run.evals.assign(setting=name, seed=run.spec.seed) for name, run in runs], ["setting"],
+                      ["eval_accuracy"])  # fmt: skip
 
 
 def carry_summary(probe_rows: pd.DataFrame) -> pd.DataFrame:
