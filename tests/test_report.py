@@ -77,6 +77,7 @@ def make_config(tmp: Path) -> Path:
     d["train"].update(steps=STEPS, eval_every=EVAL_EVERY, log_every=1, snapshot_every=STEPS)
     for exp in d["experiments"].values():
         exp["seeds"] = [0, 1]
+        exp.pop("variant_seeds", None)  # every arm at the two seeds
         exp.setdefault("fixed", {})["steps"] = STEPS
         for settings in (exp.get("variants") or {}).values():
             settings.pop("steps", None)

@@ -53,6 +53,7 @@ def cfg(tmp_path_factory):
                         "variants": {"group_std": {"algorithm": "grpo", "pass_at_k": True},
                                      "none": {"algorithm": "dr_grpo"}},
                         "roles": {"baseline": "group_std", "none": "none"}, "seeds": [0, 1]},
+        "clipping": {"fixed": {"steps": 12, "fault_grad_spike_step": 3}, "seeds": [0]},
     }  # fmt: skip
     return load_config(write_config(tmp_path / "config.yaml", d))
 
@@ -84,6 +85,11 @@ def results(cfg):
                         + [f"final,{a},{b},4,{2 + s}" for a, b in PROBLEMS]
                     )
                     (d / "pass_at_k.csv").write_text("\n".join(lines) + "\n")
+        # an injected spike: entropy rises after the steps of larger covariance (the fault's dynamics, left out)
+        spiked = law_rows(0)
+        for row in spiked:
+            row["entropy"] = 1.2 - row["entropy"]
+        write_run(cfg, "clipping__base__s0", spiked, 0.5)
         write_json(
             cfg,
             "gradvar/add.json",
@@ -121,7 +127,9 @@ def test_pass_at_k_tables_and_verdicts(results):
 
 
 def test_entropy_law_fits_the_hand_made_law(results):
-    law = results[0]["diagnostics_entropy_law_runs"]
+    law = results[0]["diagnostics_entropy_law_runs"].query(
+        "experiment != 'clipping'"
+    )  # the spiked run fits its own law
     assert len(law) == 8 and law["a"].tolist() == pytest.approx([0.5] * 8, abs=1e-6)
     assert law["ceiling"].tolist() == pytest.approx([0.7] * 8, abs=1e-6) and law["holds"].all()
     s = results[0]["diagnostics_entropy_law"].set_index(["experiment", "setting"])
@@ -172,8 +180,11 @@ def test_update_diagnostics_and_the_covariance_correlation(results):
     r = u.loc[("adv_scaling", "group_std")]
     assert r.clip_frac_high_mean == pytest.approx(0.03) and r.adv_std_mean == pytest.approx(0.905)
     assert r.cov_entropy_corr_mean < -0.9  # entropy falls more after each larger covariance (float noise breaks ties)
+    runs = results[0]["diagnostics_update_runs"].set_index("experiment")
+    assert runs.loc["clipping", "fault_injected"] == "yes" and runs.loc["clipping", "cov_entropy_corr"] > 0.9
+    assert set(runs.drop(index="clipping")["fault_injected"]) == {"no"}
     v = verdicts(results[0], "diagnostics").loc["cov_drives_entropy"]
-    assert v["diff"] < -0.9 and v["n"] == 8 and v["outcome"] == "agrees"
+    assert v["diff"] < -0.9 and v["n"] == 8 and v["outcome"] == "agrees"  # the spiked run is not among the 8
 
 
 def test_section_renders(results, cfg):

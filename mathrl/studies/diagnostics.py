@@ -224,6 +224,9 @@ def noise_scale_steps(ctx) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- update diagnostics
+# A run with a fault injected by the trainer's test hooks (a gradient spike, a NaN) shows the fault's dynamics,
+# not training's.
+FAULT_STEPS = ("fault_grad_spike_step", "fault_nan_step")
 UPDATE = ["clip_frac_low", "clip_frac_high", "ppo_kl", "adv_std", "adv_abs_max", "logp_adv_cov", "cov_entropy_corr"]
 UPDATE_BOUNDS = {"clip_frac_low": SHARE, "clip_frac_high": SHARE, "adv_std": NONNEGATIVE, "adv_abs_max": NONNEGATIVE,
                  "cov_entropy_corr": (-1.0, 1.0)}  # fmt: skip
@@ -243,9 +246,11 @@ def update_runs(ctx) -> pd.DataFrame:
         rho = (
             float(stats.spearmanr(cov[keep], dh[keep]).statistic) if keep.sum() >= 5 and np.ptp(cov[keep]) > 0 else NAN
         )
+        injected = any(run.settings.get(k) is not None for k in FAULT_STEPS)
         rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed,
+                     "fault_injected": "yes" if injected else "no",
                      **{c: float(m[c].mean()) for c in UPDATE[:-1]}, "cov_entropy_corr": rho})  # fmt: skip
-    return pd.DataFrame(rows, columns=["experiment", "setting", "seed", *UPDATE])
+    return pd.DataFrame(rows, columns=["experiment", "setting", "seed", "fault_injected", *UPDATE])
 
 
 def update_summary(runs: pd.DataFrame) -> pd.DataFrame:

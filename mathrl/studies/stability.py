@@ -247,16 +247,16 @@ def fixed_vs_dynamic_tables(runs: list, role: dict) -> tuple[pd.DataFrame, pd.Da
 
 
 def remedies_table(runs: list) -> pd.DataFrame:
-    """Per variant of the remedies experiment (KL grid and the LR remedy at batch 64): its KL coefficient and
-    LR, and across seeds the drawdown, the KL to the reference at the end, the training-reward gain and the
-    final held-out accuracy."""
+    """Per variant of the remedies experiment (KL grid, and the LR and batch remedies at batch 64): its batch,
+    KL coefficient and LR, and across seeds the drawdown, the KL to the reference at the end, the training-reward
+    gain and the final held-out accuracy."""
     cols = ["drawdown", "kl_end", "accuracy_gain", "final_eval"]
-    rows = pd.DataFrame([{"variant": r.spec.variant, "kl_coef": r.settings["kl_coef"], "lr": r.settings["lr"],
-                          "seed": r.spec.seed,
+    rows = pd.DataFrame([{"variant": r.spec.variant, "batch_size": r.settings["batch_size"],
+                          "kl_coef": r.settings["kl_coef"], "lr": r.settings["lr"], "seed": r.spec.seed,
                           **({"drawdown": drawdown(r), "kl_end": kl_end(r), "accuracy_gain": accuracy_gain(r),
                               "final_eval": final_eval(r)}
                              if r.ok else dict.fromkeys(cols, NAN))} for r in runs])  # fmt: skip
-    return summarise(rows, ["variant", "kl_coef", "lr"], cols) if len(rows) else pd.DataFrame()
+    return summarise(rows, ["variant", "batch_size", "kl_coef", "lr"], cols) if len(rows) else pd.DataFrame()
 
 
 def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
