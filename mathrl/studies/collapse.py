@@ -242,8 +242,10 @@ def _curves(c, wanted, col, title, ylabel) -> dict:
 
 def fig_reward_design(t) -> plt.Figure:
     c = t["collapse_curves"]
-    panels = [_curves(c, REWARD_DESIGNS, "eval_accuracy", "Held-out accuracy by reward design", "eval accuracy"),
-              _curves(c, REWARD_DESIGNS, "format_rate", "Well-formed answers in rollouts", "format rate")]  # fmt: skip
+    panels = [
+        _curves(c, REWARD_DESIGNS, "eval_accuracy", "Held-out accuracy by reward design", "eval accuracy"),
+        _curves(c, REWARD_DESIGNS, "format_rate", "Well-formed answers in rollouts", "format rate"),
+    ]
     suptitle = f"Reward design on 2-digit multiplication ({BAND_NOTE})"
     return band_panels(panels, 1, 2, (10, 3.8), suptitle, layout="constrained")  # the suptitle clear of the titles
 
@@ -282,19 +284,23 @@ def fig_remedies(t) -> plt.Figure:
 
 def fig_schedules(t) -> plt.Figure:
     c = t["collapse_curves"]
-    panels = [_curves(c, ["entropy_schedule", "baseline"], "entropy", "Policy entropy", "mean token entropy"),
-              _curves(c, ["cosine_lr", "lr_tenth", "baseline"], "lr", "Learning rate", "lr"),
-              _curves(c, ["curriculum"], "ndigit", "Curriculum: operand digits", "ndigit"),
-              _curves(c, ["curriculum", "shaped"], "format_rate", "Curriculum: well-formed answers in rollouts",
-                      "format rate")]  # fmt: skip
+    curriculum = "Curriculum: well-formed answers in rollouts"
+    panels = [
+        _curves(c, ["entropy_schedule", "baseline"], "entropy", "Policy entropy", "mean token entropy"),
+        _curves(c, ["cosine_lr", "lr_tenth", "baseline"], "lr", "Learning rate", "lr"),
+        _curves(c, ["curriculum"], "ndigit", "Curriculum: operand digits", "ndigit"),
+        _curves(c, ["curriculum", "shaped"], "format_rate", curriculum, "format rate"),
+    ]
     suptitle = f"Entropy bonus schedule, LR schedules and curriculum ({BAND_NOTE})"
     return band_panels(panels, 2, 2, (10, 6.5), suptitle, layout="constrained")
 
 
 def fig_nonfinite(t) -> plt.Figure:
     c = t["collapse_curves"]
-    panels = [_curves(c, ["nonfinite"], "skipped", "Updates skipped by the non-finite guard", "share of runs skipping"),
-              _curves(c, ["nonfinite", "lr_tenth"], "eval_accuracy", "Held-out accuracy", "eval accuracy")]  # fmt: skip
+    panels = [
+        _curves(c, ["nonfinite"], "skipped", "Updates skipped by the non-finite guard", "share of runs skipping"),
+        _curves(c, ["nonfinite", "lr_tenth"], "eval_accuracy", "Held-out accuracy", "eval accuracy"),
+    ]
     suptitle = f"A huge learning rate without gradient clipping ({BAND_NOTE})"
     return band_panels(panels, 1, 2, (10, 3.8), suptitle, layout="constrained")
 

@@ -609,16 +609,18 @@ def _gradvar_figure(t):
 
 
 def _batch_figure(t):
-    accuracy = _curves(t, "batch", "eval_accuracy", "held-out accuracy", "Eval accuracy by batch size (mean, 95% "
-                       "interval over seeds)")  # fmt: skip
+    title = "Eval accuracy by batch size (mean, 95% interval over seeds)"
+    accuracy = _curves(t, "batch", "eval_accuracy", "held-out accuracy", title)
     entropy = _curves(t, "batch", "entropy", "mean token entropy", "Policy entropy by batch size")
     return band_panels([accuracy, entropy], 1, 2, (11, 4))
 
 
 def _fixed_vs_dynamic_figure(t):
-    panels = [_curves(t, "fixed_vs_dynamic", "eval_accuracy", "held-out accuracy", "Held-out accuracy"),
-              _curves(t, "fixed_vs_dynamic", "lr", "learning rate", "Learning rate"),
-              _curves(t, "fixed_vs_dynamic", "kl_coef", "KL coefficient", "KL coefficient")]  # fmt: skip
+    panels = [
+        _curves(t, "fixed_vs_dynamic", "eval_accuracy", "held-out accuracy", "Held-out accuracy"),
+        _curves(t, "fixed_vs_dynamic", "lr", "learning rate", "Learning rate"),
+        _curves(t, "fixed_vs_dynamic", "kl_coef", "KL coefficient", "KL coefficient"),
+    ]
     suptitle = "A: fixed at the large batch; B: step-decayed LR; C: adaptive KL (mean, 95% interval over seeds)"
     fig = band_panels(panels, 1, 3, (14, 4), suptitle, layout="constrained")
     fig.axes[1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
@@ -628,11 +630,13 @@ def _fixed_vs_dynamic_figure(t):
 def _equal_samples_figure(t):
     fig, ax = plt.subplots()
     es = t["stability_equal_samples"]
-    groups = [(f"batch {b}", g.groupby("samples")["eval_accuracy"].agg(mean="mean", std="std", n="count").reset_index())
-              for b, g in (es.groupby("batch_size") if not es.empty else [])]  # fmt: skip
+    groups = [
+        (f"batch {b}", g.groupby("samples")["eval_accuracy"].agg(mean="mean", std="std", n="count").reset_index())
+        for b, g in (es.groupby("batch_size") if not es.empty else [])
+    ]
     title = "Accuracy against rollouts sampled, per batch size (95% interval over seeds)"
-    bands(ax, groups, "eval_accuracy", "no batch-study runs with a result", "", x="samples",
-          xlabel="rollouts sampled (log scale)", ylabel="held-out accuracy", title=title)  # fmt: skip
+    labels = dict(xlabel="rollouts sampled (log scale)", ylabel="held-out accuracy", title=title)
+    bands(ax, groups, "eval_accuracy", "no batch-study runs with a result", "", x="samples", **labels)
     if not es.empty:
         ax.set_xscale("log")
     return fig
@@ -661,8 +665,8 @@ def _clipping_figure(t):
 
 def _value_clip_figure(t):
     fig, ax = plt.subplots()
-    bands(ax, **_curves(t, "value_clip", "value_rmse", "value RMSE (against returns)",
-                        "PPO value error by value clipping and weight"))  # fmt: skip
+    title = "PPO value error by value clipping and weight"
+    bands(ax, **_curves(t, "value_clip", "value_rmse", "value RMSE (against returns)", title))
     vr = t["stability_value_clip_runs"]
     clipped = set(vr.loc[vr["value_clip"].astype(str) != "none", "setting"]) if "setting" in vr else set()
     for line in ax.get_lines():  # clipped dashed, so settings whose curves coincide stay visible
