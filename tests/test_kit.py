@@ -6,7 +6,7 @@ import pandas as pd
 
 from mathrl import claims
 from mathrl.report import pm, power_note
-from mathrl.studies.kit import add_intervals, band_limits, bounds, claim_frame, role_of, verdict_rows
+from mathrl.studies.kit import add_intervals, band_limits, band_panels, bounds, claim_frame, plt, role_of, verdict_rows
 
 
 def test_a_sections_claims_as_verdict_rows():
@@ -63,3 +63,20 @@ def test_table_and_text_intervals_of_an_accuracy_stay_within_its_range():
     assert abs(out["gain_lo"][0] - (0.006 - 0.024841)) < 1e-5  # a difference: not clipped
     assert pm(0.006, 0.01, 3, "pct", bounds=bounds("eval_accuracy")) == "0.6% [0.0%, 3.1%] (n=3)"
     assert pm(0.006, 0.01, 3, "pct") == "0.6% [-1.9%, 3.1%] (n=3)"
+
+
+def test_a_panel_draws_a_clipped_band_per_group_with_rows_and_its_labels():
+    table = pd.DataFrame({"step": [1, 2], "eval_accuracy_mean": [0.5, 0.98], "eval_accuracy_std": [0.1, 0.1], "n": 3})
+    accuracy = dict(groups=[("a", table), ("b", table.iloc[:0])], metric="eval_accuracy", empty="none", scale=100)
+    labels = dict(ylabel="accuracy (%)", title="A")
+    fig = band_panels([{**accuracy, **labels}, dict(groups=[], metric="entropy", empty="no runs")], 2, 2, (6, 4))
+    assert len(fig.axes) == 2  # the cells beyond the panels are removed
+    curves, empty = fig.axes
+    assert [line.get_label() for line in curves.get_lines()] == ["a"]  # the group without rows is left out
+    assert curves.get_lines()[0].get_ydata().tolist() == [50.0, 98.0]
+    (band,) = curves.collections
+    assert band.get_paths()[0].vertices[:, 1].max() == 100.0  # the scaled share's band stays within [0, 100]
+    assert (curves.get_xlabel(), curves.get_ylabel(), curves.get_title()) == ("RL step", "accuracy (%)", "A")
+    assert [t.get_text() for t in curves.get_legend().get_texts()] == ["a"]
+    assert [t.get_text() for t in empty.texts] == ["no runs"] and empty.get_legend() is None
+    plt.close(fig)

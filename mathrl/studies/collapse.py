@@ -27,7 +27,7 @@ from mathrl.studies.kit import (
     SHARE,
     add_intervals,
     add_wilson,
-    bands,
+    band_panels,
     by_key,
     cell,
     per_seed,
@@ -233,20 +233,21 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
 
 
 # ----------------------------------------------------------------------------- figures
-def _curves(ax, c, wanted, col, title, ylabel):
-    """One band (BAND_NOTE) per role of `col` over steps, or a placeholder."""
+def _curves(c, wanted, col, title, ylabel) -> dict:
+    """The `bands` panel of one column: a band (BAND_NOTE) per role of `wanted` over steps, or a placeholder."""
     rows = [c[(c["role"] == role) & c[f"{col}_mean"].notna()] if len(c) else c for role in wanted]
-    bands(ax, [(d["variant"].iloc[0] if len(d) else "", d) for d in rows], col, f"no data: {', '.join(wanted)} missing")
-    ax.set(title=title, xlabel="RL step", ylabel=ylabel)
+    groups = [(d["variant"].iloc[0] if len(d) else "", d) for d in rows]
+    return dict(groups=groups, metric=col, empty=f"no data: {', '.join(wanted)} missing", title=title, ylabel=ylabel)
 
 
 def fig_reward_design(t) -> plt.Figure:
     c = t["collapse_curves"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")  # the suptitle clear of the titles
-    _curves(axes[0], c, REWARD_DESIGNS, "eval_accuracy", "Held-out accuracy by reward design", "eval accuracy")
-    _curves(axes[1], c, REWARD_DESIGNS, "format_rate", "Well-formed answers in rollouts", "format rate")
-    fig.suptitle(f"Reward design on 2-digit multiplication ({BAND_NOTE})")
-    return fig
+    panels = [
+        _curves(c, REWARD_DESIGNS, "eval_accuracy", "Held-out accuracy by reward design", "eval accuracy"),
+        _curves(c, REWARD_DESIGNS, "format_rate", "Well-formed answers in rollouts", "format rate"),
+    ]
+    suptitle = f"Reward design on 2-digit multiplication ({BAND_NOTE})"
+    return band_panels(panels, 1, 2, (10, 3.8), suptitle, layout="constrained")  # the suptitle clear of the titles
 
 
 def fig_variants(t) -> plt.Figure:
@@ -274,32 +275,34 @@ def fig_variants(t) -> plt.Figure:
 def fig_remedies(t) -> plt.Figure:
     """Held-out accuracy over steps: each remedy against the failing baseline, one panel each."""
     c = t["collapse_curves"]
-    fig, axes = plt.subplots(2, 3, figsize=(12, 6.5), sharey=True, layout="constrained")
-    for ax, remedy in zip(axes.flat, REMEDIES):
-        _curves(ax, c, [remedy, "baseline"], "eval_accuracy", f"{remedy} against the baseline", "eval accuracy")
-    fig.suptitle(f"Held-out accuracy of each remedy against the failing baseline ({BAND_NOTE})")
-    return fig
+    panels = [
+        _curves(c, [r, "baseline"], "eval_accuracy", f"{r} against the baseline", "eval accuracy") for r in REMEDIES
+    ]
+    suptitle = f"Held-out accuracy of each remedy against the failing baseline ({BAND_NOTE})"
+    return band_panels(panels, 2, 3, (12, 6.5), suptitle, sharey=True, layout="constrained")
 
 
 def fig_schedules(t) -> plt.Figure:
     c = t["collapse_curves"]
-    fig, axes = plt.subplots(2, 2, figsize=(10, 6.5), layout="constrained")
-    _curves(axes[0, 0], c, ["entropy_schedule", "baseline"], "entropy", "Policy entropy", "mean token entropy")
-    _curves(axes[0, 1], c, ["cosine_lr", "lr_tenth", "baseline"], "lr", "Learning rate", "lr")
-    _curves(axes[1, 0], c, ["curriculum"], "ndigit", "Curriculum: operand digits", "ndigit")
-    title = "Curriculum: well-formed answers in rollouts"
-    _curves(axes[1, 1], c, ["curriculum", "shaped"], "format_rate", title, "format rate")
-    fig.suptitle(f"Entropy bonus schedule, LR schedules and curriculum ({BAND_NOTE})")
-    return fig
+    curriculum = "Curriculum: well-formed answers in rollouts"
+    panels = [
+        _curves(c, ["entropy_schedule", "baseline"], "entropy", "Policy entropy", "mean token entropy"),
+        _curves(c, ["cosine_lr", "lr_tenth", "baseline"], "lr", "Learning rate", "lr"),
+        _curves(c, ["curriculum"], "ndigit", "Curriculum: operand digits", "ndigit"),
+        _curves(c, ["curriculum", "shaped"], "format_rate", curriculum, "format rate"),
+    ]
+    suptitle = f"Entropy bonus schedule, LR schedules and curriculum ({BAND_NOTE})"
+    return band_panels(panels, 2, 2, (10, 6.5), suptitle, layout="constrained")
 
 
 def fig_nonfinite(t) -> plt.Figure:
     c = t["collapse_curves"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
-    _curves(axes[0], c, ["nonfinite"], "skipped", "Updates skipped by the non-finite guard", "share of runs skipping")
-    _curves(axes[1], c, ["nonfinite", "lr_tenth"], "eval_accuracy", "Held-out accuracy", "eval accuracy")
-    fig.suptitle(f"A huge learning rate without gradient clipping ({BAND_NOTE})")
-    return fig
+    panels = [
+        _curves(c, ["nonfinite"], "skipped", "Updates skipped by the non-finite guard", "share of runs skipping"),
+        _curves(c, ["nonfinite", "lr_tenth"], "eval_accuracy", "Held-out accuracy", "eval accuracy"),
+    ]
+    suptitle = f"A huge learning rate without gradient clipping ({BAND_NOTE})"
+    return band_panels(panels, 1, 2, (10, 3.8), suptitle, layout="constrained")
 
 
 def figures(t) -> dict[str, plt.Figure]:

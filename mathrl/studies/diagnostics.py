@@ -31,9 +31,9 @@ from mathrl.studies.kit import (
     NONNEGATIVE,
     SHARE,
     add_intervals,
+    bands,
     placeholder,
     plt,
-    table_band,
     verdicts,
 )
 from mathrl.studies.kit import roles as roles_of
@@ -284,14 +284,12 @@ def figures(t) -> dict[str, plt.Figure]:
     out = {}
     pk = t["diagnostics_pass_at_k"]
     fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
+    cells = pk.groupby(["experiment", "setting", "phase"], sort=False) if len(pk) else []
+    groups = [(f"{exp}/{name} {phase}", g) for (exp, name, phase), g in cells]
+    labels = dict(xlabel="k", ylabel="pass@k (held-out)", title="pass@k before and after RL (95% interval over seeds)")
+    bands(ax, groups, "pass_at_k", "no run asked for pass@k", x="k", legend={"fontsize": 7}, **labels)
     if len(pk):
-        for i, ((exp, name, phase), g) in enumerate(pk.groupby(["experiment", "setting", "phase"], sort=False)):
-            table_band(ax, g, "pass_at_k", f"{exp}/{name} {phase}", COLORS[i % len(COLORS)], x="k")
         ax.set_xscale("log", base=2)
-        ax.legend(fontsize=7)
-    else:
-        placeholder(ax, "no run asked for pass@k")
-    ax.set(xlabel="k", ylabel="pass@k (held-out)", title="pass@k before and after RL (95% interval over seeds)")
     out["diagnostics_pass_at_k"] = fig
 
     law = t["diagnostics_entropy_law_runs"]

@@ -256,21 +256,52 @@ def band(ax, x, mean, std, label, color, n, bounds=None, **line):
     ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
 
 
-def table_band(ax, df: pd.DataFrame, metric: str, label: str, color, x: str = "step", value: str | None = None) -> None:
+def table_band(ax, df: pd.DataFrame, metric: str, label: str, color, x="step", value=None, scale=1.0, **line) -> None:
     """`band` of a table's `{value}_mean` and `{value}_std` (value: `metric`; "" for plain `mean` and `std`) over
-    `n` seeds against column `x`, within the range of `metric`."""
+    `n` seeds against column `x`, within the range of `metric`; `scale` multiplies both (100: a share in percent)."""
     prefix = metric if value is None else value
     mean, std = (f"{prefix}_mean", f"{prefix}_std") if prefix else ("mean", "std")
-    band(ax, df[x], df[mean], df[std], label, color, n=df["n"], bounds=bounds(metric))
+    limits = None if bounds(metric) is None else tuple(None if b is None else b * scale for b in bounds(metric))
+    band(ax, df[x], df[mean] * scale, df[std] * scale, label, color, n=df["n"], bounds=limits, **line)
 
 
-def bands(ax, groups, metric: str, empty: str, value: str | None = None) -> None:
-    """`table_band` of each (label, table) of `groups` with a row, in the palette's order, and a legend; `empty`
-    in a placeholder when none has one."""
-    drawn = [(label, g) for label, g in groups if len(g)]
-    for i, (label, g) in enumerate(drawn):
-        table_band(ax, g, metric, label, COLORS[i % len(COLORS)], value=value)
-    ax.legend() if drawn else placeholder(ax, empty)
+def bands(
+    ax,
+    groups,
+    metric: str,
+    empty: str,
+    value=None,
+    *,
+    x="step",
+    scale=1.0,
+    colors=None,
+    legend=None,
+    line=None,
+    **labels,
+) -> None:
+    """One panel: `table_band` of each (label, table) of `groups` with a row, in `colors` (one per group; default:
+    the palette's order over the groups drawn) and with `line` (a linestyle, a marker), and a legend (`legend`: its
+    keywords), or `empty` in a placeholder when none has a row; then `labels` (xlabel, default "RL step"; ylabel,
+    title) on the axes."""
+    drawn = [(label, g, c) for (label, g), c in zip(groups, colors or [None] * len(groups)) if len(g)]
+    for i, (label, g, color) in enumerate(drawn):
+        color = COLORS[i % len(COLORS)] if color is None else color
+        table_band(ax, g, metric, label, color, x=x, value=value, scale=scale, **(line or {}))
+    ax.legend(**(legend or {})) if drawn else placeholder(ax, empty)
+    ax.set(**{"xlabel": "RL step", **labels})
+
+
+def band_panels(panels: list[dict], rows: int, cols: int, figsize: tuple, suptitle: str = "", **subplots):
+    """A figure of `bands` panels in reading order (each a dict of `bands`' arguments, `ax` aside); cells beyond
+    the panels are removed. `subplots` goes to `plt.subplots` (sharey, layout)."""
+    fig, axes = plt.subplots(rows, cols, figsize=figsize, squeeze=False, **subplots)
+    for ax, panel in zip(axes.flat, panels):
+        bands(ax, **panel)
+    for ax in axes.flat[len(panels) :]:
+        fig.delaxes(ax)
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
 
 
 def placeholder(ax, text: str) -> None:

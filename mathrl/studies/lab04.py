@@ -21,6 +21,7 @@ from mathrl.results import mean_spread
 from mathrl.studies.kit import (
     BAND_NOTE,
     COLORS,
+    band_panels,
     by_part,
     known,
     placeholder,
@@ -525,41 +526,34 @@ def hacking_figure(t) -> Figure:
     return fig
 
 
-def _gpt_panel(ax, t, names: list[str], metric: str, colour: dict) -> None:
-    """One band per lab04_gpt variant of `names` (a placeholder when none has a result)."""
-    drawn = 0
-    for v in names:
-        s = seed_band(t["curves"], v, metric)
-        if len(s):
-            table_band(ax, s, metric, v, colour[v], value="")
-            drawn += 1
-    if not drawn:
-        placeholder(ax, "no lab04_gpt runs")
+def _gpt_panel(t, names: list[str], metric: str, colour: dict, title: str, ylabel: str) -> dict:
+    """The `bands` panel of one metric: a band per lab04_gpt variant of `names`, each in its colour."""
+    groups = [(v, seed_band(t["curves"], v, metric)) for v in names]
+    colors, labels = [colour[v] for v in names], dict(title=title, ylabel=ylabel)
+    return dict(groups=groups, metric=metric, empty="no lab04_gpt runs", value="", colors=colors, **labels)
 
 
 def gpt_figure(t) -> Figure:
     """Top: entropy and held-out accuracy of the settings the section compares; bottom, apart
     (their entropy would stretch the axis): the random and near-perfect starts."""
-    fig, axes = plt.subplots(2, 3, figsize=(16, 7.5))
     gpt = t["lab04_gpt"]
     variants = gpt["variant"].tolist() if "variant" in gpt else []
     role = dict(zip(variants, gpt["role"])) if "role" in gpt else {}
     colour = {v: COLORS[k % len(COLORS)] for k, v in enumerate(variants)}
     compared = [v for v in variants if role.get(v) in COMPARED]
     starts = [v for v in variants if role.get(v) in STARTS]
-    for ax, names, metric in ((axes[0, 0], compared, "entropy"), (axes[0, 1], compared, "eval_accuracy"),
-                              (axes[0, 2], compared, "kl"),
-                              (axes[1, 0], starts, "frac_zero_std"), (axes[1, 1], starts, "entropy")):  # fmt: skip
-        _gpt_panel(ax, t, names, metric, colour)
-    fig.delaxes(axes[1, 2])
-    _label(axes[0, 2], "KL to the warm-up (the documents' alarm: 0.5)", "RL step", "per-token KL (k3)")
-    axes[0, 2].axhline(0.5, color="0.3", ls=":", lw=1)
-    _label(axes[0, 0], "Token entropy", "RL step", "mean per-token entropy")
-    _label(axes[0, 1], "Held-out accuracy (step 0: before RL)", "RL step", "greedy exact-match accuracy")
-    axes[1, 0].set_ylim(-0.02, 1.02)  # a share
-    _label(axes[1, 0], "Random and near-perfect starts: groups with equal rewards", "RL step", "frac_zero_std")
-    _label(axes[1, 1], "Random and near-perfect starts: token entropy", "RL step", "mean per-token entropy")
-    fig.suptitle(f"Lab 04 on the GPT: {BAND_NOTE}")
+    entropy, accuracy = "mean per-token entropy", "greedy exact-match accuracy"
+    starts_title = "Random and near-perfect starts: "
+    panels = [
+        _gpt_panel(t, compared, "entropy", colour, "Token entropy", entropy),
+        _gpt_panel(t, compared, "eval_accuracy", colour, "Held-out accuracy (step 0: before RL)", accuracy),
+        _gpt_panel(t, compared, "kl", colour, "KL to the warm-up (the documents' alarm: 0.5)", "per-token KL (k3)"),
+        _gpt_panel(t, starts, "frac_zero_std", colour, starts_title + "groups with equal rewards", "frac_zero_std"),
+        _gpt_panel(t, starts, "entropy", colour, starts_title + "token entropy", entropy),
+    ]
+    fig = band_panels(panels, 2, 3, (16, 7.5), f"Lab 04 on the GPT: {BAND_NOTE}")
+    fig.axes[2].axhline(0.5, color="0.3", ls=":", lw=1)
+    fig.axes[3].set_ylim(-0.02, 1.02)  # a share
     fig.tight_layout()
     return fig
 

@@ -23,11 +23,10 @@ from mathrl.studies.kit import (
     COLORS,
     NONNEGATIVE,
     SHARE,
-    band,
+    band_panels,
     estimate_columns,
     joined_roles,
     over_seeds,
-    placeholder,
     plt,
 )
 from mathrl.verdict import Estimate, difference, mean_interval
@@ -122,23 +121,16 @@ def figure(t) -> plt.Figure:
     """Token entropy along training per loss (left) and the share of tokens whose gradient its clip cut (right); bands:
     95% t intervals over seeds."""
     steps = t["diagnostics_policy_losses_steps"]
-    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.6), layout="constrained")
-    if len(steps):
-        for i, (name, g) in enumerate(steps.groupby("setting", sort=False)):
-            color = COLORS[i % len(COLORS)]
-            band(axes[0], g["step"], g["entropy_mean"], g["entropy_std"], name, color, n=g["n"], bounds=NONNEGATIVE)
-            if g["clip_frac_mean"].notna().any():
-                band(axes[1], g["step"], g["clip_frac_mean"] * 100, g["clip_frac_std"] * 100, name, color, n=g["n"],
-                     bounds=(0.0, 100.0))  # fmt: skip
-        axes[0].legend(fontsize=7)
-        axes[1].legend(fontsize=7)
-    else:
-        for ax in axes:
-            placeholder(ax, "no policy_losses runs")
-    axes[0].set(xlabel="RL step", ylabel="token entropy (nats)", title="Token entropy per policy loss")
-    axes[1].set(xlabel="RL step", ylabel="tokens whose gradient the clip cut (%)",
-                title="Clip share (GSPO: tokens of cut sequences)")  # fmt: skip
-    return fig
+    groups = list(steps.groupby("setting", sort=False)) if len(steps) else []
+    clipped = [(name, g if g["clip_frac_mean"].notna().any() else g.iloc[:0]) for name, g in groups]
+    colors = [COLORS[i % len(COLORS)] for i in range(len(groups))]  # a loss keeps its colour where it has no clip
+    shared = dict(empty="no policy_losses runs", colors=colors, legend={"fontsize": 7})
+    entropy = dict(groups=groups, metric="entropy", ylabel="token entropy (nats)", **shared)
+    clip = dict(
+        groups=clipped, metric="clip_frac", scale=100, ylabel="tokens whose gradient the clip cut (%)", **shared
+    )
+    entropy["title"], clip["title"] = "Token entropy per policy loss", "Clip share (GSPO: tokens of cut sequences)"
+    return band_panels([entropy, clip], 1, 2, (9.0, 3.6), layout="constrained")
 
 
 def section(t) -> dict:

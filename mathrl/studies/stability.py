@@ -20,13 +20,13 @@ from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sust
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
 from mathrl.studies.kit import (
     COLORS,
+    band_panels,
     bands,
     by_part,
     document_facts,
     known,
     placeholder,
     roles,
-    table_band,
     verdicts,
     wilson_columns,
 )
@@ -567,12 +567,11 @@ def _series(t, experiment: str, metric: str) -> pd.DataFrame:
     )
 
 
-def _curves(ax, t, experiment: str, metric: str, ylabel: str, title: str) -> None:
-    """One band per setting of an experiment (its `stability_series` rows of one metric)."""
+def _curves(t, experiment: str, metric: str, ylabel: str, title: str) -> dict:
+    """The `bands` panel of one metric: a band per setting of an experiment (its `stability_series` rows)."""
     s = _series(t, experiment, metric)
     groups = [(g["setting"].iloc[0], g) for _, g in s.groupby("order", sort=True)] if not s.empty else []
-    bands(ax, groups, metric, "no run with a result", value="")
-    ax.set(xlabel="RL step", ylabel=ylabel, title=title)
+    return dict(groups=groups, metric=metric, empty="no run with a result", value="", ylabel=ylabel, title=title)
 
 
 def _gradvar_figure(t):
@@ -610,49 +609,36 @@ def _gradvar_figure(t):
 
 
 def _batch_figure(t):
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    _curves(
-        axes[0],
-        t,
-        "batch",
-        "eval_accuracy",
-        "held-out accuracy",
-        "Eval accuracy by batch size (mean, 95% interval over seeds)",
-    )
-    _curves(axes[1], t, "batch", "entropy", "mean token entropy", "Policy entropy by batch size")
-    return fig
+    title = "Eval accuracy by batch size (mean, 95% interval over seeds)"
+    accuracy = _curves(t, "batch", "eval_accuracy", "held-out accuracy", title)
+    entropy = _curves(t, "batch", "entropy", "mean token entropy", "Policy entropy by batch size")
+    return band_panels([accuracy, entropy], 1, 2, (11, 4))
 
 
 def _fixed_vs_dynamic_figure(t):
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4), layout="constrained")
     panels = [
-        ("eval_accuracy", "held-out accuracy", "Held-out accuracy"),
-        ("lr", "learning rate", "Learning rate"),
-        ("kl_coef", "KL coefficient", "KL coefficient"),
+        _curves(t, "fixed_vs_dynamic", "eval_accuracy", "held-out accuracy", "Held-out accuracy"),
+        _curves(t, "fixed_vs_dynamic", "lr", "learning rate", "Learning rate"),
+        _curves(t, "fixed_vs_dynamic", "kl_coef", "KL coefficient", "KL coefficient"),
     ]
-    for ax, (metric, ylabel, title) in zip(axes, panels):
-        _curves(ax, t, "fixed_vs_dynamic", metric, ylabel, title)
-    axes[1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
-    fig.suptitle("A: fixed at the large batch; B: step-decayed LR; C: adaptive KL (mean, 95% interval over seeds)")
+    suptitle = "A: fixed at the large batch; B: step-decayed LR; C: adaptive KL (mean, 95% interval over seeds)"
+    fig = band_panels(panels, 1, 3, (14, 4), suptitle, layout="constrained")
+    fig.axes[1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
     return fig
 
 
 def _equal_samples_figure(t):
     fig, ax = plt.subplots()
     es = t["stability_equal_samples"]
-    if es.empty:
-        placeholder(ax, "no batch-study runs with a result")
-    for i, (b, g) in enumerate(es.groupby("batch_size") if not es.empty else []):
-        m = g.groupby("samples")["eval_accuracy"].agg(mean="mean", std="std", n="count").reset_index()
-        table_band(ax, m, "eval_accuracy", f"batch {b}", COLORS[i % len(COLORS)], x="samples", value="")
+    groups = [
+        (f"batch {b}", g.groupby("samples")["eval_accuracy"].agg(mean="mean", std="std", n="count").reset_index())
+        for b, g in (es.groupby("batch_size") if not es.empty else [])
+    ]
+    title = "Accuracy against rollouts sampled, per batch size (95% interval over seeds)"
+    labels = dict(xlabel="rollouts sampled (log scale)", ylabel="held-out accuracy", title=title)
+    bands(ax, groups, "eval_accuracy", "no batch-study runs with a result", "", x="samples", **labels)
     if not es.empty:
         ax.set_xscale("log")
-        ax.legend()
-    ax.set(
-        xlabel="rollouts sampled (log scale)",
-        ylabel="held-out accuracy",
-        title="Accuracy against rollouts sampled, per batch size (95% interval over seeds)",
-    )
     return fig
 
 
@@ -673,20 +659,14 @@ def _clipping_figure(t):
         ylabel="share of runs collapsed",
         title="Collapse rate per cell (95% Wilson interval)",
     )
-    _curves(axes[1], t, "clipping", "eval_accuracy", "held-out accuracy", "Eval accuracy per cell")
+    bands(axes[1], **_curves(t, "clipping", "eval_accuracy", "held-out accuracy", "Eval accuracy per cell"))
     return fig
 
 
 def _value_clip_figure(t):
     fig, ax = plt.subplots()
-    _curves(
-        ax,
-        t,
-        "value_clip",
-        "value_rmse",
-        "value RMSE (against returns)",
-        "PPO value error by value clipping and weight",
-    )
+    title = "PPO value error by value clipping and weight"
+    bands(ax, **_curves(t, "value_clip", "value_rmse", "value RMSE (against returns)", title))
     vr = t["stability_value_clip_runs"]
     clipped = set(vr.loc[vr["value_clip"].astype(str) != "none", "setting"]) if "setting" in vr else set()
     for line in ax.get_lines():  # clipped dashed, so settings whose curves coincide stay visible

@@ -30,6 +30,7 @@ from mathrl.studies.kit import (
     SHARE,
     add_intervals,
     add_wilson,
+    bands,
     by_key,
     cell,
     document_facts,
@@ -39,7 +40,6 @@ from mathrl.studies.kit import (
     records,
     row_of,
     t_halfwidth,
-    table_band,
     verdicts,
 )
 from mathrl.verdict import difference as seed_difference
@@ -315,18 +315,17 @@ def fig_curves(t) -> plt.Figure:
     for ax, task in zip(axes, DOC):
         d = c[c["task"] == task] if len(c) else c
         lines = [(st, algorithm) for st in (dict.fromkeys(d["start"]) if len(d) else []) for algorithm in ALGORITHMS]
-        for i, (st, algorithm) in enumerate(lines):
-            a = d[(d["algorithm"] == algorithm) & (d["start"] == st)]
-            if len(a):
-                table_band(ax, a, "eval_accuracy", f"{algorithm} from {st}", COLORS[i % len(COLORS)])
+        groups = [(f"{a} from {st}", d[(d["algorithm"] == a) & (d["start"] == st)]) for st, a in lines]
+        colors = [
+            COLORS[i % len(COLORS)] for i in range(len(lines))
+        ]  # a line keeps its colour where another is missing
+        labels = dict(title=f"{task} ({DOC[task]['config']})", ylabel="held-out accuracy", ylim=(0, 1))
+        bands(ax, groups, "eval_accuracy", f"no data: the {task} runs are missing", colors=colors, **labels)
         lo, hi = cell(res, "expected_low", task=task), cell(res, "expected_high", task=task)
         if not math.isnan(lo):
             target(ax, lo, hi, d["step"].max() if len(d) else math.nan)
-        if d.empty:
-            placeholder(ax, f"no data: the {task} runs are missing")
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="lower right")
-        ax.set(title=f"{task} ({DOC[task]['config']})", xlabel="RL step", ylabel="held-out accuracy", ylim=(0, 1))
+            ax.legend(loc="lower right")  # the document's range among the lines
     fig.suptitle(f"Held-out accuracy during RL ({BAND_NOTE})")
     return fig
 

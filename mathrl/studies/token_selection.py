@@ -32,11 +32,12 @@ from mathrl.studies.kit import (
     NONNEGATIVE,
     SHARE,
     add_intervals,
-    band,
+    bands,
     joined_roles,
     over_seeds,
     placeholder,
     plt,
+    table_band,
 )
 
 NAN = math.nan
@@ -175,26 +176,18 @@ def figure(t) -> plt.Figure:
     95% t intervals over seeds."""
     carry, steps = t["diagnostics_token_selection_carry"], t["diagnostics_token_selection_steps"]
     fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.6), layout="constrained")
-    if len(carry):
-        for i, (name, g) in enumerate(carry.groupby("checkpoint", sort=False)):
-            for flag, style in ((True, "-"), (False, "--")):
-                h = g[g["carry"].astype(str).str.lower() == str(flag).lower()].sort_values("position")
-                band(axes[0], h["position"], h["entropy_mean"], h["entropy_std"],
-                     f"{name}, {'carry in' if flag else 'no carry'}", COLORS[i % len(COLORS)], n=h["n"],
-                     bounds=NONNEGATIVE, linestyle=style, marker="o", markersize=3)  # fmt: skip
-        axes[0].legend(fontsize=6)
-    else:
-        placeholder(axes[0], "no token_selection runs")
-    if len(steps):
-        for i, (name, g) in enumerate(steps.groupby("setting", sort=False)):
-            band(axes[1], g["step"], g["eval_accuracy_mean"] * 100, g["eval_accuracy_std"] * 100, name,
-                 COLORS[i % len(COLORS)], n=g["n"], bounds=(0.0, 100.0), marker="o", markersize=3)  # fmt: skip
-        axes[1].legend(fontsize=7)
-    else:
-        placeholder(axes[1], "no token_selection runs")
-    axes[0].set(xlabel="answer position (0: lowest digit; last: end token)", ylabel="token entropy (nats)",
-                title="Entropy by position and carry")  # fmt: skip
-    axes[1].set(xlabel="RL step", ylabel="held-out accuracy (%)", title="Held-out accuracy per token selection")
+    for i, (name, g) in enumerate(carry.groupby("checkpoint", sort=False) if len(carry) else []):
+        for flag, style in ((True, "-"), (False, "--")):
+            h = g[g["carry"].astype(str).str.lower() == str(flag).lower()].sort_values("position")
+            label, color = f"{name}, {'carry in' if flag else 'no carry'}", COLORS[i % len(COLORS)]
+            table_band(axes[0], h, "entropy", label, color, x="position", linestyle=style, marker="o", markersize=3)
+    axes[0].legend(fontsize=6) if len(carry) else placeholder(axes[0], "no token_selection runs")
+    xlabel = "answer position (0: lowest digit; last: end token)"
+    axes[0].set(xlabel=xlabel, ylabel="token entropy (nats)", title="Entropy by position and carry")
+    groups = list(steps.groupby("setting", sort=False)) if len(steps) else []
+    labels = dict(ylabel="held-out accuracy (%)", title="Held-out accuracy per token selection")
+    style = dict(scale=100, legend={"fontsize": 7}, line={"marker": "o", "markersize": 3})
+    bands(axes[1], groups, "eval_accuracy", "no token_selection runs", **style, **labels)
     return fig
 
 
