@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from mathrl.losses import baseline_advantages, gae_advantages, group_advantages, normalize, rloo_advantages
+from mathrl.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -66,25 +67,18 @@ class Estimator:
     grouped: bool = False  # compares the rollouts of one prompt: needs group_size >= 2
 
 
-ESTIMATORS: dict[str, Estimator] = {}
+ESTIMATORS: Registry[Estimator] = Registry("algorithm", "advantage estimator")
+get_estimator = ESTIMATORS.lookup
 
 
 def estimator(name: str, *, critic: bool = False, baseline: bool = False, grouped: bool = False):
     """Register the decorated function as the advantage estimator `name`."""
 
     def register(fn: Callable[[AdvantageInputs], Advantages]):
-        if name in ESTIMATORS:
-            raise ValueError(f"advantage estimator {name!r} is registered twice")
-        ESTIMATORS[name] = Estimator(name, fn, critic=critic, baseline=baseline, grouped=grouped)
+        ESTIMATORS.add(name, Estimator(name, fn, critic=critic, baseline=baseline, grouped=grouped))
         return fn
 
     return register
-
-
-def get_estimator(name: str) -> Estimator:
-    if name not in ESTIMATORS:
-        raise ValueError(f"algorithm: {name!r} is not allowed; allowed: {', '.join(ESTIMATORS)}")
-    return ESTIMATORS[name]
 
 
 def per_token(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

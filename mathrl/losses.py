@@ -16,6 +16,8 @@ import math
 
 import torch
 
+from mathrl.registry import Registry
+
 LOSS_AGG_MODES = ("token", "sequence")
 
 
@@ -75,22 +77,19 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
 
 # Per-token estimators of KL(pi || ref) by name, as functions of d = ref_logp - logp (the log
 # of the ratio ref/pi at tokens sampled from pi):
-KL_ESTIMATORS = {
-    "k1": lambda d: -d,  # logp - ref_logp: unbiased, high variance, can be negative
-    "k2": lambda d: 0.5 * d.square(),  # biased, low variance, >= 0
-    # exp(d) - d - 1: unbiased (E_pi[exp(d)] = 1) and >= 0 (Schulman). expm1(d) - d: no
-    # cancellation when d is tiny, the usual case while the policy is close to the reference.
-    "k3": lambda d: torch.expm1(d) - d,
-}
+KL_ESTIMATORS: Registry = Registry("kl_estimator", "KL estimator")
+KL_ESTIMATORS.add("k1", lambda d: -d)  # logp - ref_logp: unbiased, high variance, can be negative
+KL_ESTIMATORS.add("k2", lambda d: 0.5 * d.square())  # biased, low variance, >= 0
+# exp(d) - d - 1: unbiased (E_pi[exp(d)] = 1) and >= 0 (Schulman). expm1(d) - d: no
+# cancellation when d is tiny, the usual case while the policy is close to the reference.
+KL_ESTIMATORS.add("k3", lambda d: torch.expm1(d) - d)
 
 
 def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
     """Per-token estimate of KL(pi || ref) from tokens sampled from pi, by the estimator
     named `kind` (KL_ESTIMATORS). logp, ref_logp (B, T): log-probs of the sampled tokens
     under the policy and the reference -> (B, T)."""
-    if kind not in KL_ESTIMATORS:
-        raise ValueError(f"unknown KL estimator kind={kind!r}; allowed: {', '.join(KL_ESTIMATORS)}")
-    return KL_ESTIMATORS[kind](ref_logp - logp)
+    return KL_ESTIMATORS.lookup(kind)(ref_logp - logp)
 
 
 # --------------------------------------------------------------------------- advantages

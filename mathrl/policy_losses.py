@@ -33,6 +33,7 @@ from mathrl.losses import (
     gspo_surrogate,
     kl_cov_tokens,
 )
+from mathrl.registry import Registry
 from mathrl.settings import RunSettings
 
 
@@ -50,25 +51,9 @@ class PolicyLossInputs:
 
 Diagnostics = dict[str, torch.Tensor]
 PolicyLossFn = Callable[[PolicyLossInputs], tuple[torch.Tensor, Diagnostics]]
-POLICY_LOSSES: dict[str, PolicyLossFn] = {}
-
-
-def policy_loss(name: str):
-    """Register the decorated function as the policy loss `name`."""
-
-    def register(fn: PolicyLossFn) -> PolicyLossFn:
-        if name in POLICY_LOSSES:
-            raise ValueError(f"policy loss {name!r} is registered twice")
-        POLICY_LOSSES[name] = fn
-        return fn
-
-    return register
-
-
-def get_policy_loss(name: str) -> PolicyLossFn:
-    if name not in POLICY_LOSSES:
-        raise ValueError(f"policy_loss: {name!r} is not allowed; allowed: {', '.join(POLICY_LOSSES)}")
-    return POLICY_LOSSES[name]
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy_loss", "policy loss")
+policy_loss = POLICY_LOSSES.register  # @policy_loss(name): register the decorated function as the policy loss `name`
+get_policy_loss = POLICY_LOSSES.lookup
 
 
 def clip_range(s: RunSettings) -> tuple[float | None, float | None]:

@@ -31,26 +31,12 @@ from collections.abc import Callable
 
 import torch
 
+from mathrl.registry import Registry
+
 TokenSelectionFn = Callable[[torch.Tensor, torch.Tensor, float], "torch.Tensor | None"]
-TOKEN_SELECTIONS: dict[str, TokenSelectionFn] = {}
-
-
-def token_selection(name: str):
-    """Register the decorated function as the token selection `name`."""
-
-    def register(fn: TokenSelectionFn) -> TokenSelectionFn:
-        if name in TOKEN_SELECTIONS:
-            raise ValueError(f"token selection {name!r} is registered twice")
-        TOKEN_SELECTIONS[name] = fn
-        return fn
-
-    return register
-
-
-def get_token_selection(name: str) -> TokenSelectionFn:
-    if name not in TOKEN_SELECTIONS:
-        raise ValueError(f"token_selection: {name!r} is not allowed; allowed: {', '.join(TOKEN_SELECTIONS)}")
-    return TOKEN_SELECTIONS[name]
+TOKEN_SELECTIONS: Registry[TokenSelectionFn] = Registry("token_selection", "token selection")
+token_selection = TOKEN_SELECTIONS.register  # @token_selection(name): register the decorated function as `name`
+get_token_selection = TOKEN_SELECTIONS.lookup
 
 
 def check_fraction(fraction: float) -> float:
