@@ -305,8 +305,10 @@ class Trainer:
         # what the sampler records of each token: its log-prob under the distribution it sampled from
         sampler_logp = sampler_logprobs(logits, tokens, s.temperature, s.sample_top_k, s.sample_top_p)
         checks = {k: v.float() for k, v in checks.items()}
+        # the sampler's per-token entropy, which only a token selection by entropy reads
+        entropy = {"sampler_entropy": token_entropy(logits)} if s.token_selection != "all" else {}
         return {"prompts": prompts, "tokens": tokens, "rewards": rewards.float(), **checks, **dense,
-                "sampler_logp": sampler_logp, "sampler_entropy": token_entropy(logits)}  # fmt: skip
+                "sampler_logp": sampler_logp, **entropy}  # fmt: skip
 
     def collect(self, nd: int) -> tuple[dict, int]:
         """One batch of rollouts; with dynamic sampling, homogeneous groups are replaced.
@@ -396,11 +398,16 @@ class Trainer:
         adv = filter_samples(adv, mask, s.sample_filter)
         return {"ref_logp": token_logprobs(ref_logits, tokens), "old_logp": old_logp, "old_values": old_values,
                 "adv": clip_abs(adv, s.adv_clip), "returns": returns,
-                "pg_weight": self.token_weight(batch["sampler_entropy"], mask, metrics)}  # fmt: skip
+                "pg_weight": self.token_weight(batch.get("sampler_entropy"), mask, metrics)}  # fmt: skip
 
-    def token_weight(self, entropy: torch.Tensor, mask: torch.Tensor, metrics: StepMetrics) -> torch.Tensor | None:
+    def token_weight(
+        self, entropy: torch.Tensor | None, mask: torch.Tensor, metrics: StepMetrics
+    ) -> torch.Tensor | None:
         """The token selection's weight on the policy-gradient term (None: every answer token, no weight), and its
-        metrics: the share of answer tokens selected and the mean entropy of the selected and the other tokens."""
+        metrics: the share of answer tokens selected and the mean entropy of the selected and the other tokens.
+        `entropy` is None where the sampler did not compute it (token_selection all)."""
+        if entropy is None:
+            return None
         selected = self.select_tokens(entropy, mask, self.s.token_fraction)
         if selected is None:
             return None

@@ -57,6 +57,8 @@ CASES: dict[str, list[str]] = {
     "dual_clip": ["policy_loss=dual_clip", "ppo_epochs=2", "clip_ratio_c=1.0001"],
     "noise_scale": ["grad_noise_scale=true", "micro_batch_size=4"],
     "reward_norm_adv_clip": ["reward=shaped", "reward_norm=true", "adv_norm=true", "adv_clip=1.0", "kl_estimator=k2"],
+    "top_entropy_tokens": ["token_selection=top_entropy", "token_fraction=0.2"],
+    "bottom_entropy_dapo": ["algorithm=dapo", "token_selection=bottom_entropy", "token_fraction=0.2"],
 }
 
 
