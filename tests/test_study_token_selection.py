@@ -124,3 +124,26 @@ def test_figure_and_section_render(results):
     )
     assert "Which tokens carry the learning" in html and "arXiv 2506.01939" in html and "x.png" in html
     assert "20% highest-entropy answer tokens is at least as accurate" in html  # the view of claims.csv
+
+
+def test_carry_probe_runs_in_float64_and_is_the_same_at_any_thread_count():
+    import torch
+
+    from mathrl.model import GPT, GPTConfig
+    from mathrl.studies.token_selection import answer_entropy
+    from mathrl.tasks import VOCAB, Task
+
+    task = Task(op="add", ndigit=2, reverse=True)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=len(VOCAB), block_size=task.seq_len, n_layer=1, n_head=2, n_embd=16)).eval()
+    pairs = torch.randint(0, 100, (64, 2))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = answer_entropy(model, task, pairs)
+        torch.set_num_threads(2)
+        two = answer_entropy(model, task, pairs)
+    finally:
+        torch.set_num_threads(threads)
+    assert next(model.parameters()).dtype == torch.float64  # the forward ran in float64
+    assert one.shape == (64, task.answer_len) and bool((one > 0).all()) and torch.equal(one, two)

@@ -53,7 +53,8 @@ LIMITS = {"initial": SHARE, "final": SHARE, "token_selected_frac": SHARE, "entro
 
 # ----------------------------------------------------------------------------- the carry probe
 def answer_entropy(model, task, pairs):
-    """(N, L) entropy of `model`'s distribution at each answer token of `pairs`, teacher-forced on the right answers."""
+    """(N, L) entropy of `model`'s distribution at each answer token of `pairs`, teacher-forced on the right answers.
+    In float64, so that the report's numbers do not depend on how many threads summed the matrix products."""
     import torch
 
     from mathrl.losses import token_entropy
@@ -61,7 +62,7 @@ def answer_entropy(model, task, pairs):
 
     x, _ = sft_batch(task, pairs)
     with torch.no_grad():
-        logits = model(x)[:, task.prompt_len - 1 :]  # the logits that predict each answer token
+        logits = model.double()(x)[:, task.prompt_len - 1 :]  # the logits that predict each answer token
     return token_entropy(logits)
 
 
