@@ -187,7 +187,11 @@ def test_two_process_ddp_equals_one_process(run_env):
     two = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert two.returncode == 0, two.stderr[-3000:]
     a, b = (metrics(run_env, r).drop(columns=VOLATILE) for r in ("one", "two"))
-    pd.testing.assert_frame_equal(a, b, rtol=1e-4, atol=1e-6)
+    # float rounding between the sampling and the training forward: its size depends on how the batch is cut into
+    # kernels (16 rows in one process, 8 in each of two), so each run's is checked against the rounding level
+    rounding = ["mismatch_logp_diff_mean", "mismatch_logp_diff_max"]
+    pd.testing.assert_frame_equal(a.drop(columns=rounding), b.drop(columns=rounding), rtol=1e-4, atol=1e-6)
+    assert (a[rounding] < 1e-4).all().all() and (b[rounding] < 1e-4).all().all()
     assert_same_weights(weights(run_env, "one"), weights(run_env, "two"))
     assert summary(run_env, "two")["resolved"]["world_size"] == 2
     assert "Step 3/3" in two.stdout and two.stdout.count("Step 3/3") == 1  # only rank 0 prints
