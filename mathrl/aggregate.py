@@ -110,10 +110,11 @@ def headline_metrics(tables: dict[str, pd.DataFrame]) -> dict:
     return out
 
 
-def aggregate(cfg: dict, out_dir: Path | None = None) -> dict[str, int]:
+def aggregate(cfg: dict, out_dir: Path | None = None) -> tuple[dict[str, int], list[str]]:
     """Write results/tables/{name}.csv for every table, an index.json of row counts, the
     headline metrics.json and the config's hash (config.json); then results/tables.complete
-    if no input was missing, else remove it."""
+    if no input was missing and no run is stale, else remove it. Returns the tables' row
+    counts and, per stale run (trained with settings other than the config's), what differs."""
     out = Path(out_dir) if out_dir else layout.at(cfg, layout.TABLES)
     counts = {}
     tables = all_tables(Context(cfg))
@@ -125,9 +126,11 @@ def aggregate(cfg: dict, out_dir: Path | None = None) -> dict[str, int]:
     atomic_write(out / MADE_WITH, (json.dumps({"config_hash": tables_hash(cfg)}) + "\n").encode())
     atomic_write(out / "index.json", (json.dumps(counts, indent=2) + "\n").encode())
     atomic_write(out / "metrics.json", (json.dumps(headline_metrics(tables), indent=2) + "\n").encode())
-    marker = complete_marker(out)  # the pipeline's sign that no input was missing
-    if missing_inputs(cfg):
+    runs = tables["runs"]
+    stale = runs.loc[runs["status"] == "stale", "problem"].tolist() if not runs.empty else []
+    marker = complete_marker(out)  # the pipeline's sign that every input existed and was the config's
+    if missing_inputs(cfg) or stale:
         marker.unlink(missing_ok=True)
     else:
         atomic_write(marker, b"every input of the tables existed when they were written\n")
-    return counts
+    return counts, stale

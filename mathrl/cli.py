@@ -409,13 +409,18 @@ def cmd_aggregate(args) -> int:
     cfg = _load(args)
     from mathrl.results import missing_inputs
 
-    counts = aggregate(cfg, args.out)
+    counts, stale = aggregate(cfg, args.out)
     missing = len(missing_inputs(cfg))
     print(f"aggregate: {len(counts)} tables in {args.out or Path(cfg['results']) / 'tables'}")
     if missing:
         print(f"aggregate: {missing} input files are missing (runs not trained yet are marked missing); "
               "these tables are not the pipeline's: `snakemake report` makes the missing inputs and redoes "
               "them")  # fmt: skip
+    if stale:
+        print(f"aggregate: {len(stale)} run(s) were trained with settings other than the config's (a results tree "
+              "from another commit or config?); the tables leave them out and are not the pipeline's:",
+              *stale[:10], *(["..."] if len(stale) > 10 else []), sep="\n  ", file=sys.stderr)  # fmt: skip
+        return 1
     return 0
 
 

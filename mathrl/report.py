@@ -321,7 +321,9 @@ def render(cfg: dict) -> str:
         repro=reproducibility(cfg, t),
         cfg=cfg,
         config_text=json.dumps(cfg, indent=1, default=str),
-        n_missing=int((runs["status"].isin(["missing", "failed"]) & trained(runs)).sum()) if not runs.empty else 0,
+        n_missing=int((runs["status"].isin(["missing", "failed", "stale"]) & trained(runs)).sum())
+        if not runs.empty
+        else 0,
     )
 
 

@@ -3,7 +3,9 @@
 Everything here works from files alone. A run is `complete` (or `stopped_nonfinite`) only
 when its summary.json exists: metrics.csv and summary.json are written once, atomically,
 at the end of a run, so a half-finished run is `missing` (no files yet) or `failed` (its
-files are unreadable) and is never mistaken for a result.
+files are unreadable) and is never mistaken for a result. A run whose recorded settings differ
+from those the config gives it now is `stale` (a results tree copied from another commit or
+config, which Snakemake has no record of and so does not retrain): it is no result either.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ COLLAPSE_DEFINITION = (
 @dataclass
 class Run:
     spec: RunSpec
-    status: str  # complete | stopped_nonfinite | missing | failed
+    status: str  # complete | stopped_nonfinite | missing | failed | stale
     summary: dict | None = None
     metrics: pd.DataFrame | None = field(default=None, repr=False)
     problem: str = ""
@@ -82,7 +84,17 @@ def progress_of(cfg: dict, spec: RunSpec) -> str:
     return ("done" if status == "complete" else f"done ({status})") + shared
 
 
-def load_run(run_dir: Path, spec: RunSpec) -> Run:
+def settings_drift(expected: dict, recorded: dict) -> list[str]:
+    """The settings a run recorded (summary.json's `config`) that differ from `expected` (what the config gives the
+    run now), as "key recorded -> expected", compared as JSON values; a key the run did not record is not compared."""
+    as_json = lambda v: json.loads(json.dumps(v, default=str))  # noqa: E731
+    return [f"{k} {recorded[k]!r} -> {v!r}" for k, v in expected.items()
+            if k in recorded and as_json(recorded[k]) != as_json(v)]  # fmt: skip
+
+
+def load_run(run_dir: Path, spec: RunSpec | None) -> Run:
+    """The run in `run_dir`; with the config's `spec` of it, `stale` where it recorded other settings (a run read
+    without a spec, as `mathrl compare --run` reads one, is taken as it is)."""
     summary_path, metrics_path = run_dir / layout.SUMMARY_FILE, run_dir / layout.METRICS_FILE
     if not summary_path.exists():
         return Run(spec, "missing")
@@ -91,7 +103,17 @@ def load_run(run_dir: Path, spec: RunSpec) -> Run:
         metrics = pd.read_csv(metrics_path)
     except (OSError, ValueError) as exc:
         return Run(spec, "failed", problem=f"{run_dir}: {exc}")
+    drift = settings_drift(spec.settings, summary.get("config") or {}) if spec is not None else []
+    if drift:
+        problem = (f"{run_dir} was trained with other settings than the config gives it now ({'; '.join(drift)}); "
+                   "remove the directory (or `snakemake --forcerun`) to train it again")  # fmt: skip
+        return Run(spec, "stale", summary, metrics, problem=problem)
     return Run(spec, summary.get("status", "complete"), summary, metrics)
+
+
+def stale_runs(runs: dict[str, Run]) -> list[Run]:
+    """The runs whose recorded settings are not the config's (`load_run`'s status `stale`)."""
+    return [r for r in runs.values() if r.status == "stale"]
 
 
 def aggregate_inputs(cfg: dict) -> dict[str, list[str]]:

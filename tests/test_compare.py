@@ -10,6 +10,7 @@ import pytest
 
 from mathrl.cli import main
 from mathrl.compare import arm_values, group_by_settings
+from mathrl.config import expand_runs, load_config
 from mathrl.results import Run
 from mathrl.verdict import difference, mean_interval
 from tests.conftest import write_config
@@ -17,11 +18,12 @@ from tests.conftest import write_config
 FINAL = {"a0": 0.50, "a1": 0.60, "a2": 0.70, "b0": 0.40, "b1": 0.55, "b2": 0.58}
 
 
-def write_summary(results, run_id, seed, final, lr=0.001, experiment=None):
+def write_summary(results, run_id, seed, final, lr=0.001, experiment=None, settings=None):
+    """An ad hoc run's files; `settings`: those an experiment's run records (its config's), else lr, seed, batch 16."""
     d = results / "runs" / run_id
     d.mkdir(parents=True, exist_ok=True)
     summary = {"run_id": run_id, "experiment": experiment, "seed": seed, "status": "complete",
-               "config": {"lr": lr, "seed": seed, "batch_size": 16}, "initial": {"eval_accuracy": 0.3},
+               "config": settings or {"lr": lr, "seed": seed, "batch_size": 16}, "initial": {"eval_accuracy": 0.3},
                "final": {"eval_accuracy": final, "entropy": 0.2, "kl": 0.01, "reward_mean": final},
                "best": {"eval_accuracy": final + 0.01}}  # fmt: skip
     (d / "summary.json").write_text(json.dumps(summary))
@@ -97,9 +99,11 @@ def test_compare_reads_the_one_registry_of_measures(made, capsys):
 
 def test_an_experiments_settings_are_its_arms(made, capsys):
     config, results = made
+    specs = expand_runs(load_config([config]))
     for seed, (small, big) in enumerate([(0.3, 0.5), (0.35, 0.5)]):  # the tiny experiment: batch 8 and 16, seeds 0-1
-        write_summary(results, f"tiny__batch_size-8__s{seed}", seed, small, experiment="tiny")
-        write_summary(results, f"tiny__batch_size-16__s{seed}", seed, big, experiment="tiny")
+        for batch, final in ((8, small), (16, big)):
+            run_id = f"tiny__batch_size-{batch}__s{seed}"
+            write_summary(results, run_id, seed, final, experiment="tiny", settings=specs[run_id].settings)
     assert main(["compare", "--config", str(config), "--experiment", "tiny", "--baseline", "batch_size=16"]) == 0
     table = pd.read_csv(results / "compare" / "tiny_final_eval.csv")
     row = table[table["kind"] == "difference"].iloc[0]

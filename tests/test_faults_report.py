@@ -1,5 +1,6 @@
 """Fault injection in the report: a non-finite loss shows, a missing run is marked and
-never invented, free text is escaped."""
+never invented, a run trained with other settings than the config's is left out and named,
+free text is escaped."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 
 import pandas as pd
 import pytest
-from conftest import copy_tree, run_dir
+from conftest import copy_tree, run_dir, write_config
 
 from mathrl.cli import main
 
@@ -55,7 +56,27 @@ def test_missing_run_is_marked_and_never_invented(reported):
     assert not (run_dir(reported, "fault__clean__s0")).exists()  # reading the tree wrote nothing there
     row = re.search(r'<tr id="run-fault__clean__s0">.*?</tr>', html, re.S)[0]
     assert '<td class="missing">missing</td>' in row
-    assert "1 run(s) are missing or failed" in html
+    assert "1 run(s) are missing, failed or stale" in html
+
+
+def test_a_run_trained_with_other_settings_is_stale_and_left_out(reported, capsys):
+    """A results tree whose config changed after a run was trained (copied from another commit, say: Snakemake has
+    no record of it, so nothing retrains it) must not pass that run off as the config's."""
+    experiments = {"fault": {**reported["cfg"]["experiments"]["fault"],
+                             "variants": {"nan": {"fault_nan_step": 3}, "clean": {}}}}  # fmt: skip
+    config = write_config(reported["dir"] / "changed.yaml", {**reported["cfg"], "experiments": experiments})
+    tables = reported["dir"] / "changed-tables"
+    capsys.readouterr()
+    assert main(["aggregate", "--config", str(config), "--out", str(tables)]) == 1
+    err = capsys.readouterr().err
+    assert "1 run(s) were trained with settings other than the config's" in err and "fault_nan_step 2 -> 3" in err
+    runs = pd.read_csv(tables / "runs.csv").set_index("run_id")
+    assert (
+        runs.loc["fault__nan__s0", "status"] == "stale"
+        and "fault_nan_step 2 -> 3" in runs.loc["fault__nan__s0", "problem"]
+    )
+    assert (tables / "curves.csv").read_text().strip() == ""  # its metrics are not among the results
+    assert not (reported["dir"] / "changed-tables.complete").exists()
 
 
 def test_free_text_is_escaped_in_the_report(reported):

@@ -534,7 +534,7 @@ def test_run_index_matches_csv(report_tree, dom):
             c.text() == "–" for c in [td for td in tr.iter("td")][head.index("initial") : head.index("final") + 1]
         )
     banner = dom.root.find("main").find("p", **{"class": "missing"})
-    assert banner is not None and "2 run(s) are missing or failed" in banner.text()
+    assert banner is not None and "2 run(s) are missing, failed or stale" in banner.text()
 
 
 def test_missing_and_failed_runs_in_study_tables(report_tree, dom):
@@ -615,7 +615,8 @@ def test_empty_tree_renders(tmp_path):
     trained = runs["same_as"].isna().sum()  # a run read by a second experiment is counted once
     assert (
         0 < trained < len(runs)
-        and f"{trained} run(s) are missing or failed" in d.root.find("main").find("p", **{"class": "missing"}).text()
+        and f"{trained} run(s) are missing, failed or stale"
+        in d.root.find("main").find("p", **{"class": "missing"}).text()
     )
     table = d.root.find("section", id="runs").find("tr", id=f"run-{runs['run_id'].iloc[0]}")
     assert [td.text() for td in table.iter("td")][8] == "missing"

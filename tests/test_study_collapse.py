@@ -250,7 +250,8 @@ def test_verdicts(results):
 
 
 def test_settings_come_from_the_runs_summary(cfg, results):
-    """A run's settings are the ones it recorded in summary.json, not a re-expansion of the config."""
+    """A run's settings are the ones it recorded in summary.json (a key the config's expansion lacks is read
+    from there); a run that recorded a value other than the config's is stale: no result, and named."""
     import json
 
     from mathrl.results import load_runs
@@ -258,9 +259,12 @@ def test_settings_come_from_the_runs_summary(cfg, results):
     path = Path(cfg["results"]) / "runs" / "collapse__exact__s0" / "summary.json"
     summary = json.loads(path.read_text())
     try:
+        path.write_text(json.dumps({**summary, "config": {**summary["config"], "recorded_only": 7}}))
+        run = load_runs(cfg)["collapse__exact__s0"]
+        assert run.ok and run.settings["recorded_only"] == 7 and "recorded_only" not in run.spec.settings
         path.write_text(json.dumps({**summary, "config": {**summary["config"], "lr": 0.123}}))
         run = load_runs(cfg)["collapse__exact__s0"]
-        assert run.settings["lr"] == 0.123 and run.spec.settings["lr"] != 0.123
+        assert run.status == "stale" and not run.ok and "lr 0.123 -> " in run.problem
     finally:
         path.write_text(json.dumps(summary))
 
