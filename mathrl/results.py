@@ -71,16 +71,21 @@ class Run:
 
 def progress_of(cfg: dict, spec: RunSpec) -> str:
     """How far a run is, from its files alone (no snapshot is read): `done`, `partial` (a
-    snapshot, no result yet), `failed` (a result that does not read) or `missing`; a run
-    read from another with its settings says which."""
+    snapshot, no result yet), `failed` (a result that does not read), `stale` (a result of
+    other settings than the config's, `load_run`) or `missing`; a run read from another with
+    its settings says which."""
     run_dir = layout.at(cfg, layout.RUN_DIR, run_id=spec.trained_as)
     shared = f" (as {spec.same_as})" if spec.same_as else ""
     try:
-        status = json.loads((run_dir / layout.SUMMARY_FILE).read_text()).get("status", "complete")
+        summary = json.loads((run_dir / layout.SUMMARY_FILE).read_text())
+        status = summary.get("status", "complete")
+        drift = settings_drift(spec.settings, summary.get("config") or {})
     except FileNotFoundError:
         return ("partial" if (run_dir / layout.SNAPSHOT_FILE).exists() else "missing") + shared
     except (OSError, ValueError, AttributeError):
         return "failed" + shared
+    if drift:
+        return "stale" + shared
     return ("done" if status == "complete" else f"done ({status})") + shared
 
 
