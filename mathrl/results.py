@@ -116,11 +116,6 @@ def load_run(run_dir: Path, spec: RunSpec | None) -> Run:
     return Run(spec, summary.get("status", "complete"), summary, metrics)
 
 
-def stale_runs(runs: dict[str, Run]) -> list[Run]:
-    """The runs whose recorded settings are not the config's (`load_run`'s status `stale`)."""
-    return [r for r in runs.values() if r.status == "stale"]
-
-
 def aggregate_inputs(cfg: dict) -> dict[str, list[str]]:
     """Every file the tables are made from, by kind: what the pipeline's aggregate job waits
     for (rules/common.smk) and what `mathrl aggregate` checks before it calls them complete."""
