@@ -262,7 +262,7 @@ def cmd_launch(args) -> int:
     try:
         return launch(train_args, gpus=args.gpus, threads=args.threads, lock_dir=args.lock_dir,
                       dry_run=args.dry_run, torchrun_args=args.torchrun_arg, torchrun=args.torchrun,
-                      fork_server=args.fork_server,
+                      fork_server=args.fork_server, runs_per_gpu=args.runs_per_gpu,
                       check=lambda world: check_train_args(train_args, world))  # fmt: skip
     except (ValueError, TimeoutError) as exc:
         print(f"mathrl launch: error: {exc}", file=sys.stderr)
@@ -593,10 +593,13 @@ def _add_train(sub) -> None:
 # fmt: off
 def _add_launch(sub) -> None:
     p = sub.add_parser("launch", help="one `mathrl train` under torchrun on GPUs of its own (for concurrent jobs)",
-                       usage="mathrl launch [--gpus N] [--threads T] [--lock-dir DIR] [--torchrun-arg ARG] "
+                       usage="mathrl launch [--gpus N] [--runs-per-gpu K] [--threads T] [--lock-dir DIR] "
+                       "[--torchrun-arg ARG] "
                        "[--fork-server auto|off] [--dry-run] -- <mathrl train args>")  # fmt: skip
     p.add_argument("--gpus", type=int,
                    help="GPUs to lease, one worker each (default: 1 if a GPU is visible, else 0 = one CPU worker)")
+    p.add_argument("--runs-per-gpu", type=int, default=1, metavar="K",
+                   help="launches that may share one GPU at once (K lock slots a GPU; default 1)")
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads of the job, split between workers (OMP/MKL_NUM_THREADS; default 1)")
     p.add_argument("--lock-dir", type=Path,

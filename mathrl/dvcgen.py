@@ -150,6 +150,7 @@ class _Writer:
         gpus = "" if pipe["gpus_per_run"] == "auto" else f" --gpus {pipe['gpus_per_run']}"  # auto: launch's own default
         fork = "auto" if pipe["fork_server"] else "off"
         threads, torchrun = pipe["threads_per_run"], pipe["torchrun"]
+        gpus += f" --runs-per-gpu {pipe['runs_per_gpu']}" if pipe["runs_per_gpu"] != 1 else ""
         return f"{self.mathrl} launch{gpus} --threads {threads} --torchrun {torchrun} --fork-server {fork}"
 
 

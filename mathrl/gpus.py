@@ -4,7 +4,9 @@ Snakemake's `--resources gpu=4` bounds how many GPUs its local jobs use at once 
 say which: every job would see GPU 0. `acquire(n, lock_dir)` claims n free devices by taking
 an exclusive `flock` on `lock_dir/gpu<id>.lock` each. The kernel drops a lock when its
 holder's last descriptor closes, a killed process included, so no lock is ever stale; the
-pid inside a lock file is for humans only.
+pid inside a lock file is for humans only. With `per_gpu` k, each device has k slots
+(`gpu<id>.lock`, `gpu<id>-1.lock`, ...): up to k small runs share a GPU, each on its own slot,
+and a run of n GPUs holds one slot on each of n distinct devices.
 
 Device ids are in CUDA_VISIBLE_DEVICES terms: an existing CUDA_VISIBLE_DEVICES (SLURM, a
 user) restricts the slots to its list, and a lease exports ids from that list.
@@ -66,8 +68,18 @@ class GpuLease:
         return f"GpuLease(ids={self.ids})"
 
 
-def lock_path(lock_dir: Path, device: str) -> Path:
-    return Path(lock_dir) / f"gpu{re.sub(r'[^A-Za-z0-9._-]', '_', device)}.lock"
+def lock_path(lock_dir: Path, device: str, slot: int = 0) -> Path:
+    name = f"gpu{re.sub(r'[^A-Za-z0-9._-]', '_', device)}" + (f"-{slot}" if slot else "")
+    return Path(lock_dir) / f"{name}.lock"
+
+
+def _lock_a_slot(lock_dir: Path, device: str, per_gpu: int) -> int | None:
+    """A free slot of one device, the lowest first; its descriptor, or None when all are held."""
+    for slot in range(per_gpu):
+        fd = _try_lock(lock_path(lock_dir, device, slot))
+        if fd is not None:
+            return fd
+    return None
 
 
 def _try_lock(path: Path) -> int | None:
@@ -82,10 +94,13 @@ def _try_lock(path: Path) -> int | None:
     return fd
 
 
-def acquire(n: int, lock_dir: Path, timeout: float | None = None, poll: float = 0.5) -> GpuLease:
-    """Claim n free visible GPUs; wait (poll seconds apart) up to timeout, None: forever."""
+def acquire(n: int, lock_dir: Path, timeout: float | None = None, poll: float = 0.5, per_gpu: int = 1) -> GpuLease:
+    """Claim a free slot on each of n visible GPUs (per_gpu slots a GPU); wait (poll seconds
+    apart) up to timeout, None: forever."""
     if n < 0:
         raise ValueError(f"cannot acquire {n} GPUs")
+    if per_gpu < 1:
+        raise ValueError(f"runs per GPU: {per_gpu} must be at least 1")
     if n == 0:
         return GpuLease([], [])
     ids = visible_gpu_ids()
@@ -96,7 +111,7 @@ def acquire(n: int, lock_dir: Path, timeout: float | None = None, poll: float = 
     while True:
         taken: list[tuple[str, int]] = []
         for device in ids:
-            fd = _try_lock(lock_path(lock_dir, device))
+            fd = _lock_a_slot(lock_dir, device, per_gpu)
             if fd is not None:
                 taken.append((device, fd))
                 if len(taken) == n:
@@ -104,5 +119,7 @@ def acquire(n: int, lock_dir: Path, timeout: float | None = None, poll: float = 
         for _, fd in taken:  # never sit on a partial set: two waiters could deadlock
             os.close(fd)
         if deadline is not None and time.monotonic() >= deadline:
-            raise TimeoutError(f"no {n} free GPU slots of {len(ids)} within {timeout}s (locks in {lock_dir})")
+            raise TimeoutError(
+                f"no free slot on {n} of {len(ids)} GPUs ({per_gpu} a GPU) within {timeout}s (locks in {lock_dir})"
+            )
         time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))

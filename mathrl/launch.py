@@ -60,11 +60,12 @@ def torchrun_command(nproc: int, args: Sequence[str], torchrun_args: Sequence[st
 def launch(args: Sequence[str] = (), *, gpus: int | None = None, threads: int = 1, lock_dir: Path | None = None,
            dry_run: bool = False, torchrun_args: Sequence[str] = (), module: Sequence[str] = ("mathrl", "train"),
            timeout: float | None = None, out: TextIO | None = None, torchrun: str = "always",
-           fork_server: str = "off", check=None) -> int:  # fmt: skip
+           fork_server: str = "off", check=None, runs_per_gpu: int = 1) -> int:  # fmt: skip
     """Run `torchrun ... -m <module> <args>` on `gpus` leased GPUs (0: CPU); its exit code.
 
     gpus None takes 1 when a GPU is visible, else 0. `module` is for tests (a tiny probe
-    instead of `mathrl train`); `timeout` bounds the wait for free slots (None: forever).
+    instead of `mathrl train`); `timeout` bounds the wait for free slots (None: forever);
+    `runs_per_gpu` k lets k launches share each GPU (k lock slots a device).
     `check(world_size)`, before torchrun starts more than one worker, raises what every worker
     would (a config error), so that it is said once and not followed by torchrun's failure report
     (about 1.4 s on this project's 2-core machine, for the default config).
@@ -92,7 +93,7 @@ def launch(args: Sequence[str] = (), *, gpus: int | None = None, threads: int = 
     if dry_run:  # the slots a launch would get now, taken and given back at once
         note = None
         try:
-            with gpu_slots.acquire(gpus, lock_dir, timeout=0) as lease:
+            with gpu_slots.acquire(gpus, lock_dir, timeout=0, per_gpu=runs_per_gpu) as lease:
                 visible = lease.env()["CUDA_VISIBLE_DEVICES"]
         except TimeoutError:
             visible, note = "?", f"# no {gpus} GPU slots free now (locks in {lock_dir}); a real launch would wait"
@@ -105,7 +106,7 @@ def launch(args: Sequence[str] = (), *, gpus: int | None = None, threads: int = 
 
     if check is not None and nproc > 1:  # what one process accepts, N may not (the batch splits over them)
         check(nproc)
-    with gpu_slots.acquire(gpus, lock_dir, timeout=timeout) as lease:
+    with gpu_slots.acquire(gpus, lock_dir, timeout=timeout, per_gpu=runs_per_gpu) as lease:
         env = {**os.environ, **lease.env(), "OMP_NUM_THREADS": per_worker, "MKL_NUM_THREADS": per_worker}
         if cmd[1:3] == ["-m", "mathrl"] and fork_server == "auto":  # a lone CPU worker of mathrl itself
             from mathrl import forkserver

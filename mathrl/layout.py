@@ -149,7 +149,8 @@ def snakemake_shell(stage: str) -> str:
         args += f" --out {{output.{s.out}:q}}"
     head = f"{{params.py:q}} -m mathrl {s.command}"
     if s.launched:
-        head = ("{params.py:q} -m mathrl launch --gpus {resources.gpu} --threads {threads} --torchrun "
+        head = ("{params.py:q} -m mathrl launch --gpus {resources.gpu} --runs-per-gpu {params.runs_per_gpu:q}"
+                " --threads {threads} --torchrun "
                 "{params.torchrun:q}"
                 " --fork-server {params.fork_server:q} --")  # fmt: skip
     return " ".join(part for part in (head, "--config {params.config:q}", args, "> {log:q} 2>&1") if part)

@@ -25,6 +25,7 @@ rule train:
         config=CONFIG_FILE,
         py=PY,
         torchrun=LaunchSetting(PIPELINE["torchrun"]),
+        runs_per_gpu=LaunchSetting(PIPELINE["runs_per_gpu"]),
         fork_server=LaunchSetting("auto" if PIPELINE["fork_server"] else "off"),
     shell:
         mathrl_shell("train")

@@ -125,6 +125,31 @@ def test_four_leases_get_distinct_ids_and_a_fifth_waits_for_a_release(locks):
         lease.release()
 
 
+def test_two_runs_per_gpu_share_each_device_and_a_ninth_waits(locks):
+    leases = [gpus.acquire(1, locks, timeout=0, per_gpu=2) for _ in range(8)]
+    ids = sorted(lease.ids[0] for lease in leases)
+    assert ids == ["0", "0", "1", "1", "2", "2", "3", "3"]
+    assert (locks / "gpu0.lock").exists() and (locks / "gpu0-1.lock").exists()
+    with pytest.raises(TimeoutError, match="2 a GPU"):
+        gpus.acquire(1, locks, timeout=0.1, poll=0.05, per_gpu=2)
+    for lease in leases:
+        lease.release()
+
+
+def test_a_run_of_two_gpus_takes_one_slot_on_each_of_two_devices(locks, monkeypatch):
+    monkeypatch.setenv("MATHRL_FAKE_GPUS", "2")
+    with gpus.acquire(1, locks, timeout=0, per_gpu=3) as one:
+        with gpus.acquire(2, locks, timeout=0, per_gpu=3) as two:
+            assert sorted(two.ids) == ["0", "1"] and one.ids == ["0"]
+    with pytest.raises(ValueError, match="at least 1"):
+        gpus.acquire(1, locks, per_gpu=0)
+
+
+def test_one_run_per_gpu_uses_the_same_lock_files_as_before(locks):
+    with gpus.acquire(1, locks, timeout=0, per_gpu=1) as lease:
+        assert lease.ids == ["0"] and sorted(p.name for p in locks.iterdir()) == ["gpu0.lock"]
+
+
 def test_lock_file_names_the_holder_pid(locks):
     with gpus.acquire(1, locks) as lease:
         assert lease.ids == ["0"]
