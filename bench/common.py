@@ -113,19 +113,21 @@ class TempTree:
             self._tmp.cleanup()
 
 
-def make_trainer(results: Path, preset: str, batch: int, run_dir: Path):
-    """A GRPO trainer on 3-digit addition, group size 8, CPU, world of one."""
+def make_trainer(results: Path, preset: str, batch: int, run_dir: Path, device: str = "cpu"):
+    """A GRPO trainer on 3-digit addition, group size 8, on `device` (cpu or cuda), world of one."""
     from mathrl.config import run_settings
-    from mathrl.distributed import Dist
+    from mathrl.distributed import Dist, pick_device
     from mathrl.settings import RunSettings
     from mathrl.trainer import Trainer
 
     cfg = load_cfg(results, preset)
     settings = run_settings(cfg, {
         "task": TASK, "algorithm": "grpo", "batch_size": batch, "group_size": GROUP_SIZE,
-        "steps": NEVER, "eval_every": NEVER, "log_every": NEVER, "snapshot_every": NEVER, "device": "cpu",
+        "steps": NEVER, "eval_every": NEVER, "log_every": NEVER, "snapshot_every": NEVER, "device": device,
     })  # fmt: skip
-    return Trainer(cfg, f"bench_{preset}_{batch}", RunSettings.from_dict(settings), run_dir, Dist())
+    return Trainer(
+        cfg, f"bench_{preset}_{batch}", RunSettings.from_dict(settings), run_dir, Dist(device=pick_device(device))
+    )
 
 
 def median(xs) -> float:
@@ -158,6 +160,18 @@ def add_threads_arg(p) -> None:
     p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's default)")
 
 
+def add_device_arg(p) -> None:
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the model runs (default cpu)")
+
+
+def synchronize(device: str) -> None:
+    """Wait for the GPU's queued work, so that a wall-clock reading covers it (no-op on the CPU)."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
 def apply_threads(n: int | None) -> None:
     if n:
         import torch
@@ -168,8 +182,12 @@ def apply_threads(n: int | None) -> None:
 def proc_info() -> dict:
     import torch
 
-    return {"torch_threads": torch.get_num_threads(), "torch_interop_threads": torch.get_num_interop_threads(),
+    info = {"torch_threads": torch.get_num_threads(), "torch_interop_threads": torch.get_num_interop_threads(),
             "peak_rss_mb": peak_rss_mb()}  # fmt: skip
+    if torch.cuda.is_initialized():
+        info["gpu"] = torch.cuda.get_device_name()
+        info["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    return info
 
 
 def emit(record: dict) -> None:
@@ -224,6 +242,7 @@ def machine_info() -> dict:
         "platform": platform.platform(), "python": platform.python_version(), "cpu": cpu_model(),
         "cpu_count": os.cpu_count(), "cpus_usable": affinity, "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "loadavg_start": list(os.getloadavg()), "git": git_state(),
     }  # fmt: skip
 

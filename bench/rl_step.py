@@ -1,6 +1,7 @@
 """One RL-step configuration in a fresh process: `python -m bench.rl_step --preset small --batch 512 --steps 20`.
 
-GRPO on 3-digit addition, group size 8, CPU, one process, torch's default thread count.
+GRPO on 3-digit addition, group size 8, one process, torch's default thread count, on the CPU
+or (`--device cuda`) one GPU, where each reading waits for the GPU's queued work.
 Times `Trainer.step()` (evaluation and snapshots are pushed beyond the timed steps), split
 into its own `sample_seconds` and `update_seconds`, after `--warmup` untimed steps, and
 prints one JSON line with the per-step times, their medians and the process's peak RSS.
@@ -26,6 +27,7 @@ from pathlib import Path
 from bench.common import (
     PRESETS,
     TempTree,
+    add_device_arg,
     add_threads_arg,
     apply_threads,
     emit,
@@ -33,12 +35,16 @@ from bench.common import (
     median,
     proc_info,
     summarise,
+    synchronize,
 )
 
 
 def timed_step(trainer) -> dict:
+    device = trainer.d.device.type
+    synchronize(device)
     t0 = time.perf_counter()
     row = trainer.step()
+    synchronize(device)
     wall = time.perf_counter() - t0
     return {"sample": row["sample_seconds"], "update": row["update_seconds"], "total": wall}
 
@@ -84,6 +90,7 @@ def main(argv=None) -> int:
     p.add_argument("--compare-sharing", action="store_true", help="alternate prefix sharing on and off")
     p.add_argument("--root", help="results trees built by the parent (default: build a private one)")
     add_threads_arg(p)
+    add_device_arg(p)
     args = p.parse_args(argv)
     apply_threads(args.threads)
 
@@ -94,10 +101,10 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         # The trainer prints alerts on stdout; keep stdout for the one JSON line.
         with contextlib.redirect_stdout(sys.stderr):
-            trainer = make_trainer(results, args.preset, args.batch, Path(run_dir))
+            trainer = make_trainer(results, args.preset, args.batch, Path(run_dir), args.device)
             setup = time.perf_counter() - t0
             kind = "rl_naive" if args.compare_naive else "rl_sharing" if args.compare_sharing else "rl"
-            record = {"kind": kind, "preset": args.preset, "batch": args.batch,
+            record = {"kind": kind, "preset": args.preset, "batch": args.batch, "device": trainer.d.device.type,
                       "group_size": trainer.s.group_size, "algorithm": trainer.s.algorithm, "task": "add/3",
                       "params": trainer.net.policy.num_params(), "warmup": args.warmup, "setup_seconds": setup,
                       "prefix_sharing": trainer.share_prefix}  # fmt: skip

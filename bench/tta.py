@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import PRESETS, add_threads_arg, apply_threads, emit, proc_info
+from bench.common import PRESETS, add_device_arg, add_threads_arg, apply_threads, emit, proc_info
 
 NEVER = 10**9
 TASKS = {"add": {"op": "add", "ndigit": 3, "n_train": 20000, "n_test": 500, "seed": 1234},
@@ -41,10 +41,10 @@ def config(results: Path, task: str, args) -> dict:
         "results": str(results),
         "tasks": {task: TASKS[task]},
         "sft": {task: {"preset": args.preset, "lr": args.sft_lr, "batch_size": args.sft_batch, "max_steps": NEVER,
-                       "eval_every": args.sft_eval_every, "band": [args.sft_until, 1.0]}},
+                       "eval_every": args.sft_eval_every, "band": [args.sft_until, 1.0], "device": args.device}},
         "train": {"task": task, "algorithm": "grpo", "batch_size": args.batch, "group_size": 8, "lr": args.lr,
                   "kl_coef": args.kl_coef, "steps": NEVER, "eval_every": NEVER, "log_every": NEVER,
-                  "snapshot_every": NEVER, "eval_size": 0, "device": "cpu"},
+                  "snapshot_every": NEVER, "eval_size": 0, "device": args.device},
         "gradvar": {"tasks": [task]},
         "experiments": {},
     })  # fmt: skip
@@ -52,7 +52,7 @@ def config(results: Path, task: str, args) -> dict:
 
 def run(args) -> dict:
     from mathrl.config import run_settings
-    from mathrl.distributed import Dist
+    from mathrl.distributed import Dist, pick_device
     from mathrl.settings import RunSettings
     from mathrl.sft import run_sft
     from mathrl.tasks import write_problem_splits
@@ -90,7 +90,13 @@ def run(args) -> dict:
             sft_done = False
         if sft_done and max(c["accuracy"] for c in curve) < targets[-1]:
             settings = run_settings(cfg, {"seed": 0})
-            trainer = Trainer(cfg, "bench_tta", RunSettings.from_dict(settings), Path(tmp) / "run", Dist())
+            trainer = Trainer(
+                cfg,
+                "bench_tta",
+                RunSettings.from_dict(settings),
+                Path(tmp) / "run",
+                Dist(device=pick_device(args.device)),
+            )
             while elapsed() < args.budget:
                 row = trainer.step()
                 if trainer.step_no % args.eval_every == 0:
@@ -105,8 +111,9 @@ def run(args) -> dict:
         hit = next((c for c in curve if c["accuracy"] >= target), None)
         reached[f"{target:g}"] = hit
     best = max(curve, key=lambda c: c["accuracy"]) if curve else None
-    return {"task": args.task, "preset": args.preset, "budget_s": args.budget, "targets": targets, "reached": reached,
-            "best": best, "wall_s": elapsed(), "curve": curve, "warmup_finished": sft_done,
+    return {"task": args.task, "preset": args.preset, "device": args.device, "budget_s": args.budget,
+            "targets": targets, "reached": reached, "best": best, "wall_s": elapsed(), "curve": curve,
+            "warmup_finished": sft_done,
             "settings": {k: v for k, v in vars(args).items() if k != "targets"}}  # fmt: skip
 
 
@@ -128,6 +135,7 @@ def main(argv=None) -> int:
     p.add_argument("--kl-coef", type=float, default=0.0)
     p.add_argument("--eval-every", type=int, default=5, help="GRPO steps between evaluations (default 5)")
     add_threads_arg(p)
+    add_device_arg(p)
     args = p.parse_args(argv)
     apply_threads(args.threads)
     with contextlib.redirect_stdout(sys.stderr):  # the trainer's console lines; stdout carries the JSON

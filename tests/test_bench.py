@@ -153,3 +153,26 @@ def test_targets_and_table_read_records_of_every_section():
     }
     md = markdown_table(machine, results, list(ts.values()))
     assert "| make report, default config | <= 900 s | 400 s | PASS |" in md and "NOT MEASURED (no GPU)" in md
+
+
+def test_gpu_targets_read_only_the_records_measured_on_cuda():
+    sys.path.insert(0, str(ROOT))
+    from bench.__main__ import targets
+
+    def rl(device: str, seconds: float) -> dict:
+        step = {"median": seconds, "min": seconds, "max": seconds, "iqr_rel": 0.0, "n": 3}
+        return {"preset": "adder", "batch": 512, "device": device, "total": step, "sample": step, "update": step,
+                "sequences_per_second": 512 / seconds, "peak_rss_mb": 900.0}  # fmt: skip
+
+    tta = {"task": "add", "preset": "small", "device": "cuda", "budget_s": 120.0, "best": None,
+           "reached": {"0.95": {"seconds": 30.0, "phase": "GRPO", "step": 5}, "0.99": {"seconds": 75.0}}}  # fmt: skip
+    ts = {t["target"]: t for t in targets({"rl": [rl("cpu", 0.5), rl("cuda", 0.008)], "tta": [tta]})}
+    assert ts["GRPO step, adder @512 rollouts"]["value_s"] == 0.5  # the CPU target keeps the CPU record
+    step = ts["adder GRPO step @512 rollouts on one GPU"]
+    assert (step["value_s"], step["status"]) == (0.008, "PASS")
+    tta_target = ts["warm-up + RL to 99% on 3-digit addition on one GPU"]
+    assert (tta_target["value_s"], tta_target["status"]) == (75.0, "MISS")
+    assert ts["config/full.yaml grid on one GPU"]["status"] == "NOT MEASURED (no GPU)"
+    assert ts["add to 95% from scratch (GPU, reported)"]["value_s"] == 30.0
+    cpu_only = {t["target"]: t for t in targets({"rl": [rl("cpu", 0.5)]})}
+    assert cpu_only["adder GRPO step @512 rollouts on one GPU"]["status"] == "NOT MEASURED (no GPU)"
