@@ -21,7 +21,7 @@ from mathrl.config import ROOT, read_yaml  # noqa: E402
 from mathrl.errors import ConfigError  # noqa: E402
 from mathrl.layout import DOCUMENTS_FILE  # noqa: E402
 from mathrl.results import mean_spread  # noqa: E402
-from mathrl.verdict import CONFIDENCE, sentence, wilson  # noqa: E402
+from mathrl.verdict import CONFIDENCE, Estimate, sentence, wilson  # noqa: E402
 
 NAN = math.nan
 
@@ -131,14 +131,24 @@ def add_intervals(df: pd.DataFrame, values: list[str], bounds: dict | None = Non
     return out
 
 
-def estimate_columns(prefix: str, est, within: tuple = (None, None)) -> dict:
-    """`{prefix}_mean`, `{prefix}_lo`, `{prefix}_hi` of a `mathrl.verdict.Estimate`, the interval cut to `within`."""
+NO_DIFFERENCE = Estimate(NAN, NAN, NAN, 0, "paired")  # a paired difference not taken (an arm against itself)
+
+
+def estimate_columns(prefix: str, est, within: tuple = (None, None), n: bool = False) -> dict:
+    """`{prefix}_mean`, `{prefix}_lo`, `{prefix}_hi` (and `{prefix}_n` with `n`) of a `mathrl.verdict.Estimate`, the
+    interval cut to `within`."""
     lo, hi = est.lo, est.hi
     if within[0] is not None and math.isfinite(lo):
         lo = max(lo, within[0])
     if within[1] is not None and math.isfinite(hi):
         hi = min(hi, within[1])
-    return {f"{prefix}_mean": est.estimate, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
+    out = {f"{prefix}_mean": est.estimate, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
+    return {**out, f"{prefix}_n": est.n} if n else out
+
+
+def step_mean(metrics: pd.DataFrame, column: str) -> float:
+    """The mean of a logged column over a run's steps; NaN where the run did not log it."""
+    return float(metrics[column].mean()) if column in metrics else NAN
 
 
 def wilson_columns(prefix: str, k: int, n: int) -> dict:

@@ -37,6 +37,7 @@ from mathrl.studies.kit import (
     over_seeds,
     placeholder,
     plt,
+    step_mean,
     table_band,
 )
 
@@ -115,10 +116,6 @@ def probe(ctx, runs) -> tuple[pd.DataFrame, dict]:
 
 
 # ----------------------------------------------------------------------------- the tables
-def _mean(m: pd.DataFrame, col: str) -> float:
-    return float(m[col].mean()) if col in m and m[col].notna().any() else NAN
-
-
 def selection_runs(runs, roles: dict, carry: dict) -> pd.DataFrame:
     """Per run: accuracy before and after, the selection's step means, and the carry probe's means."""
     names, rows = joined_roles(roles), []
@@ -129,7 +126,7 @@ def selection_runs(runs, roles: dict, carry: dict) -> pd.DataFrame:
         rows.append({"setting": name, "role": names.get(name, ""), "seed": run.spec.seed,
                      "token_selection": run.settings.get("token_selection", "all"),
                      "initial": initial, "final": final, "change": final - initial,
-                     **{c: _mean(m, c) for c in ("token_selected_frac", "entropy_selected", "entropy_unselected")},
+                     **{c: step_mean(m, c) for c in ("token_selected_frac", "entropy_selected", "entropy_unselected")},
                      **{c: probe_means.get(c, NAN) for c in ("entropy_carry", "entropy_nocarry", "carry_gap")},
                      })  # fmt: skip
     return pd.DataFrame(rows, columns=["setting", "role", "seed", "token_selection", *RUN_VALUES])
