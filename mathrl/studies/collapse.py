@@ -26,16 +26,18 @@ from mathrl.studies.kit import (
     COLORS,
     SHARE,
     add_intervals,
-    add_wilson,
+    add_outcomes,
     band_panels,
     by_key,
     cell,
+    end_over_start,
     per_seed,
     placeholder,
     plt,
     role_of,
     roles,
     row_of,
+    step_mean,
     verdicts,
 )
 from mathrl.verdict import difference
@@ -95,13 +97,11 @@ def run_stats(run, role: str) -> dict:
         early_entropy=float(m.loc[m["step"] <= half, "entropy"].mean()), skipped=float(m["skipped"].fillna(0).sum()),
     )  # fmt: skip
     row["gain"], row["mid_gain"] = row["final_eval"] - row["initial_eval"], mid - row["initial_eval"]
-    ent, lr = m["entropy"].dropna(), m["lr"].dropna()
     first_stage = m.loc[m["ndigit"] == m["ndigit"].min(), "accuracy"] if settings.get("curriculum_start") else []
     row.update(initial_format_rate=float(m["format_rate"].iloc[0]), zero_std=float(m["frac_zero_std"].mean()),
-               entropy_fall=1 - float(ent.iloc[-1] / ent.iloc[0]) if len(ent) and ent.iloc[0] > 0 else math.nan,
-               lr_ratio=float(lr.iloc[-1] / lr.iloc[0]) if len(lr) and lr.iloc[0] > 0 else math.nan,
+               entropy_fall=1 - end_over_start(m["entropy"]), lr_ratio=end_over_start(m["lr"]),
                first_stage_accuracy=float(first_stage.mean()) if len(first_stage) else math.nan,
-               adv_abs_max=float(m["adv_abs_max"].mean()) if "adv_abs_max" in m else math.nan)  # fmt: skip
+               adv_abs_max=step_mean(m, "adv_abs_max"))  # fmt: skip
     clip = settings.get("adv_clip")
     # 1: the clip bound at every step (logged after it)
     row["adv_clip_ratio"] = row["adv_abs_max"] / float(clip) if clip else math.nan
@@ -118,15 +118,13 @@ def mechanisms(m: pd.DataFrame, settings: dict) -> dict:
     clip, q, adv_clip = settings.get("grad_clip"), max(1, len(m) // 4), settings.get("adv_clip")
     adv = m["adv_abs_max"].dropna() if "adv_abs_max" in m else pd.Series(dtype=float)
     adv = adv[adv > 0]
-    coef = m["entropy_coef"].dropna() if "entropy_coef" in m else pd.Series(dtype=float)
     late = float(m["format_rate"].tail(q).mean())
     return {"clip_binding": float((m["grad_norm"] > float(clip)).mean()) if clip and "grad_norm" in m else math.nan,
-            "entropy_coef_ratio": float(coef.iloc[-1] / coef.iloc[0]) if len(coef) and coef.iloc[0] > 0 else math.nan,
+            "entropy_coef_ratio": end_over_start(m["entropy_coef"]) if "entropy_coef" in m else math.nan,
             "adv_clip_binding": float((adv >= float(adv_clip) * (1 - 1e-6)).mean()) if adv_clip and len(adv)
                                 else math.nan,
             "mean_lr": float(m["lr"].mean()),
-            "mean_kl_coef": float(m["kl_coef"].mean()) if "kl_coef" in m else math.nan,
-            "mean_kl": float(m["kl"].mean()) if "kl" in m else math.nan,
+            "mean_kl_coef": step_mean(m, "kl_coef"), "mean_kl": step_mean(m, "kl"),
             "late_format_rate": late, "format_gain": late - float(m["format_rate"].iloc[0])}  # fmt: skip
 
 
@@ -141,11 +139,7 @@ def variants_table(per_run: pd.DataFrame, settings: dict, baseline: str) -> pd.D
     g = per_run.groupby("variant", sort=False)
     out.insert(3, "algorithm", g["algorithm"].first().values if len(per_run) else [])
     out.insert(5, "n_runs", g.size().values if len(per_run) else [])
-    out["collapses"] = g["collapsed"].sum(min_count=1).values if len(per_run) else []
-    out["degradations"] = g["degraded"].sum(min_count=1).values if len(per_run) else []
-    # runs whose collapse is known (a final evaluation may be missing)
-    out["runs_judged"] = g["collapsed"].count().values if len(per_run) else []
-    out = add_wilson(out, "collapses", n="runs_judged")
+    out = add_outcomes(out, per_run, "variant", judged=True)
     base = per_seed(per_run, "final_eval", variant=baseline)
     diffs = [difference(per_seed(per_run, "final_eval", variant=x), base) for x in out["variant"]]
     out["diff_vs_baseline"] = [d.estimate if x != baseline else math.nan for d, x in zip(diffs, out["variant"])]

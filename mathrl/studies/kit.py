@@ -146,6 +146,12 @@ def estimate_columns(prefix: str, est, within: tuple = (None, None), n: bool = F
     return {**out, f"{prefix}_n": est.n} if n else out
 
 
+def end_over_start(values: pd.Series) -> float:
+    """The last over the first value of a logged series (NaN values left out); NaN when the first is not positive."""
+    s = values.dropna()
+    return float(s.iloc[-1] / s.iloc[0]) if len(s) and s.iloc[0] > 0 else NAN
+
+
 def step_mean(metrics: pd.DataFrame, column: str) -> float:
     """The mean of a logged column over a run's steps; NaN where the run did not log it."""
     return float(metrics[column].mean()) if column in metrics else NAN
@@ -160,6 +166,24 @@ def wilson_columns(prefix: str, k: int, n: int) -> dict:
 def over_seeds(frames: list[pd.DataFrame], by: list[str], values: list[str]) -> pd.DataFrame:
     """Per `by` and step: the mean, std and n over runs of `values` (`mean_spread`), from each run's frame of steps."""
     return mean_spread(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), [*by, "step"], values)
+
+
+def group_sums(rows: pd.DataFrame, by, column: str) -> np.ndarray:
+    """Per group of `rows` (in order of appearance): the sum of `column`, NaN where it has no value (a count of runs
+    that collapsed, say)."""
+    return rows.groupby(by, sort=False)[column].sum(min_count=1).values
+
+
+def add_outcomes(out: pd.DataFrame, per_run: pd.DataFrame, by, judged: bool = False) -> pd.DataFrame:
+    """`collapses` and `degradations` per group of `per_run` (the rows of `out`, in order) and the collapse rate with
+    its 95% Wilson interval over the group's `n` runs, or with `judged` over its `runs_judged` (the runs whose collapse
+    is known: a final evaluation may be missing)."""
+    g = per_run.groupby(by, sort=False)
+    out["collapses"] = g["collapsed"].sum(min_count=1).values if len(per_run) else []
+    out["degradations"] = g["degraded"].sum(min_count=1).values if len(per_run) else []
+    if judged:
+        out["runs_judged"] = g["collapsed"].count().values if len(per_run) else []
+    return add_wilson(out, "collapses", n="runs_judged" if judged else "n")
 
 
 def add_wilson(df: pd.DataFrame, count: str, n: str = "n", prefix: str = "collapse_rate") -> pd.DataFrame:

@@ -29,11 +29,12 @@ from mathrl.studies.kit import (
     COLORS,
     SHARE,
     add_intervals,
-    add_wilson,
+    add_outcomes,
     bands,
     by_key,
     cell,
     document_facts,
+    estimate_columns,
     known,
     over_seeds,
     placeholder,
@@ -188,10 +189,7 @@ def starts_table(ctx, start_runs: pd.DataFrame) -> pd.DataFrame:
                    "picked": bool(len(d)) and (d["picked"] == "yes").any(), "expected_low": DOC[task]["expected"][0],
                    "expected_high": DOC[task]["expected"][1], "rl_minus_sup": math.nan, "rl_minus_sup_lo": math.nan,
                    "rl_minus_sup_hi": math.nan}  # fmt: skip
-            for arm, prefix in (("reinforce", "rl"), (SUPERVISED, "sup")):
-                est = mean_interval_of(arms[arm])
-                names = {"n": "n", "estimate": "final", "lo": "lo", "hi": "hi"}
-                row.update({f"{prefix}_{name}": est[k] for k, name in names.items()})
+            row.update({**accuracy_columns("rl", arms["reinforce"]), **accuracy_columns("sup", arms[SUPERVISED])})
             if len(arms["reinforce"]) > 1 and len(arms[SUPERVISED]) > 1:
                 diff = seed_difference(arms["reinforce"].to_dict(), arms[SUPERVISED].to_dict(), paired=False)
                 row.update(rl_minus_sup=diff.estimate, rl_minus_sup_lo=diff.lo, rl_minus_sup_hi=diff.hi)
@@ -199,13 +197,12 @@ def starts_table(ctx, start_runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def mean_interval_of(values: pd.Series) -> dict:
-    """Mean and 95% t interval of seeds' accuracies, the interval kept within [0, 1]."""
-    if values.empty:
-        return {"n": 0, "estimate": math.nan, "lo": math.nan, "hi": math.nan}
+def accuracy_columns(prefix: str, values: pd.Series) -> dict:
+    """`{prefix}_n`, `{prefix}_final`, `{prefix}_lo`, `{prefix}_hi`: the mean of seeds' accuracies and its 95% t
+    interval, kept within [0, 1]."""
     est = mean_interval(values.to_dict())
-    return {"n": est.n, "estimate": est.estimate, "lo": max(0.0, est.lo) if est.lo == est.lo else est.lo,
-            "hi": min(1.0, est.hi) if est.hi == est.hi else est.hi}  # fmt: skip
+    final, lo, hi = estimate_columns(prefix, est, SHARE).values()
+    return {f"{prefix}_n": est.n, f"{prefix}_final": final, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
 
 
 def run_stats(run, start: str = "") -> dict:
@@ -243,9 +240,7 @@ def results_table(runs, cfg: dict | None = None) -> pd.DataFrame:
     out = add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
     g = per_run.groupby(["task", "start", "algorithm"], sort=False)
     out.insert(3, "n_runs", g.size().values if len(per_run) else [])
-    out["collapses"] = g["collapsed"].sum(min_count=1).values if len(per_run) else []
-    out["degradations"] = g["degraded"].sum(min_count=1).values if len(per_run) else []
-    out = add_wilson(out, "collapses")
+    out = add_outcomes(out, per_run, ["task", "start", "algorithm"])
     out["rl_steps"] = [
         next((r.settings["steps"] for r in runs if r.settings["task"] == t), math.nan) for t in out["task"]
     ]
