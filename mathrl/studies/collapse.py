@@ -48,22 +48,18 @@ DOCUMENT = "training-collapse-analysis.md"
 
 EXPERIMENT = "collapse"
 # What each run of the experiment is for; the config's `roles` block names the variant of each.
-ROLES = ("baseline", "lr_tenth", "kl", "grad_clip", "adv_norm_clip", "entropy_schedule", "cosine_lr", "random_baseline",
-         "shaped", "penalty",
-         "curriculum", "nonfinite")  # fmt: skip
+ROLES = ("baseline", "lr_tenth", "kl", "grad_clip", "adv_norm_clip", "entropy_schedule", "cosine_lr",
+         "random_baseline", "shaped", "penalty", "curriculum", "nonfinite")  # fmt: skip
 REMEDIES = ("lr_tenth", "kl", "grad_clip", "adv_norm_clip", "entropy_schedule", "cosine_lr")  # each changes one thing
 REWARD_DESIGNS = ("random_baseline", "shaped", "penalty")
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)  # "the five points of a run", as shares of its steps
 STATS = ["initial_eval", "final_eval", "best_eval", "gain", "mid_gain", "drawdown", "late_drawdown", "roughness",
-         "collapsed", "degraded",
-         "final_format_rate", "final_entropy", "early_entropy", "skipped", "initial_format_rate", "zero_std",
-         "entropy_fall", "lr_ratio",
-         "first_stage_accuracy", "adv_abs_max", "adv_clip_ratio", "adv_clip_binding", "clip_binding",
-         "entropy_coef_ratio", "mean_lr", "mean_kl_coef", "mean_kl",
-         "late_format_rate", "format_gain"]  # fmt: skip
+         "collapsed", "degraded", "final_format_rate", "final_entropy", "early_entropy", "skipped",
+         "initial_format_rate", "zero_std", "entropy_fall", "lr_ratio", "first_stage_accuracy", "adv_abs_max",
+         "adv_clip_ratio", "adv_clip_binding", "clip_binding", "entropy_coef_ratio", "mean_lr", "mean_kl_coef",
+         "mean_kl", "late_format_rate", "format_gain"]  # fmt: skip
 NONFINITE_COLUMNS = ["run_id", "seed", "status", "steps_done", "skipped", "first_skipped_step", "weights_finite",
-                     "caught", "initial_eval",
-                     "final_eval"]  # fmt: skip
+                     "caught", "initial_eval", "final_eval"]  # fmt: skip
 POINT_VALUES = ["eval_accuracy", "format_rate", "frac_zero_std"]  # at each of the five points of a run
 CURVE_VALUES = "eval_accuracy format_rate entropy entropy_coef lr ndigit skipped frac_zero_std accuracy".split()
 

@@ -80,8 +80,7 @@ def last(run, column: str) -> float:
 def measures(run) -> dict:
     """What the tables aggregate per run; NaN everywhere for a run without a result."""
     keys = ["initial_eval", "final_eval", "best_eval", "roughness", "drawdown", "largest_drop", "share_above_10",
-            "share_below_3",
-            "collapsed", "final_reward", "wall_seconds", "alerts"]  # fmt: skip
+            "share_below_3", "collapsed", "final_reward", "wall_seconds", "alerts"]  # fmt: skip
     if not run.ok:
         return dict.fromkeys(keys, NAN)
     e = run.evals
