@@ -106,10 +106,8 @@ def pilot_table(ctx) -> pd.DataFrame:
         s = r.settings
         base = ref_lr.get(s["task"], NAN)
         row = {"variant": r.spec.variant, "seed": r.spec.seed, "task": s["task"], "batch_size": s["batch_size"],
-               "lr": s["lr"],
-               "multiple": s["lr"] / base if base == base else NAN, "steps": s["steps"],
-               "split": s.get("eval_split", "test"), "status": r.status,
-               **gain_row(r)}  # fmt: skip
+               "lr": s["lr"], "multiple": s["lr"] / base if base == base else NAN, "steps": s["steps"],
+               "split": s.get("eval_split", "test"), "status": r.status, **gain_row(r)}  # fmt: skip
         row["learns"] = learns(row["gain_lo"], bool(row["sustained_drop"])) if r.ok else None
         rows.append(row)
     return pd.DataFrame(rows)
@@ -262,9 +260,7 @@ def section(t) -> dict:
     no_reference = refs["reference"].isna() | refs["reference"].eq("") if len(refs) else []
     unreferenced = refs.loc[no_reference, "experiment"].tolist() if len(refs) else []
     rows = verdicts(t, NAME)
-    return {
-        "unreferenced": unreferenced,
-        "pilot": t["calibration_pilot"], "pick": t["calibration_pick"], "references": t["calibration_references"],
-        "below": below, "overall": total, "target": TARGET_BELOW, "drop": DROP,
-        "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),
-        "verdicts": rows, }  # fmt: skip
+    return {"unreferenced": unreferenced, "pilot": t["calibration_pilot"], "pick": t["calibration_pick"],
+            "references": t["calibration_references"], "below": below, "overall": total, "target": TARGET_BELOW,
+            "drop": DROP, "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),
+            "verdicts": rows}  # fmt: skip

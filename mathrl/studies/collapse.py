@@ -83,15 +83,13 @@ def run_stats(run, role: str) -> dict:
     m, e, half = run.metrics, run.evals, settings["steps"] / 2
     mid = five_points(e, settings["steps"]).loc[2, "eval_accuracy"]
     late = e.loc[e["step"] >= half]
-    row.update(
-        initial_eval=run.initial_eval, final_eval=run.summary["final"]["eval_accuracy"],
-        best_eval=run.summary["best"]["eval_accuracy"], drawdown=max_drawdown(e["eval_accuracy"]),
-        late_drawdown=max_drawdown(late["eval_accuracy"]),
-        roughness=roughness(e["step"], e["eval_accuracy"]), collapsed=float(collapsed(run)),
-        degraded=float(degraded(run)),
-        final_format_rate=float(m["format_rate"].iloc[-1]), final_entropy=float(m["entropy"].iloc[-1]),
-        early_entropy=float(m.loc[m["step"] <= half, "entropy"].mean()), skipped=float(m["skipped"].fillna(0).sum()),
-    )  # fmt: skip
+    row.update(initial_eval=run.initial_eval, final_eval=run.summary["final"]["eval_accuracy"],
+               best_eval=run.summary["best"]["eval_accuracy"], drawdown=max_drawdown(e["eval_accuracy"]),
+               late_drawdown=max_drawdown(late["eval_accuracy"]), roughness=roughness(e["step"], e["eval_accuracy"]),
+               collapsed=float(collapsed(run)), degraded=float(degraded(run)),
+               final_format_rate=float(m["format_rate"].iloc[-1]), final_entropy=float(m["entropy"].iloc[-1]),
+               early_entropy=float(m.loc[m["step"] <= half, "entropy"].mean()),
+               skipped=float(m["skipped"].fillna(0).sum()))  # fmt: skip
     row["gain"], row["mid_gain"] = row["final_eval"] - row["initial_eval"], mid - row["initial_eval"]
     first_stage = m.loc[m["ndigit"] == m["ndigit"].min(), "accuracy"] if settings.get("curriculum_start") else []
     row.update(initial_format_rate=float(m["format_rate"].iloc[0]), zero_std=float(m["frac_zero_std"].mean()),
@@ -184,8 +182,7 @@ def nonfinite_table(runs) -> pd.DataFrame:
     rows = []
     for r in runs:
         row = {"run_id": r.spec.run_id, "seed": r.spec.seed, "status": r.status, "steps_done": math.nan,
-               "skipped": math.nan,
-               "first_skipped_step": math.nan, "weights_finite": None, "initial_eval": math.nan,
+               "skipped": math.nan, "first_skipped_step": math.nan, "weights_finite": None, "initial_eval": math.nan,
                "final_eval": math.nan}  # fmt: skip
         if r.ok:
             m, final = r.metrics, r.summary["final"]["eval_accuracy"]

@@ -94,8 +94,7 @@ def pass_at_k_runs(ctx) -> pd.DataFrame:
                 p = dx.pass_at_k(n, c, k)
                 lo, hi = bootstrap_mean(p)
                 rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "phase": phase,
-                             "k": k,
-                             "problems": len(p), "pass_at_k": float(p.mean()), "boot_lo": lo,
+                             "k": k, "problems": len(p), "pass_at_k": float(p.mean()), "boot_lo": lo,
                              "boot_hi": hi})  # fmt: skip
     return pd.DataFrame(
         rows, columns=["experiment", "setting", "seed", "phase", "k", "problems", "pass_at_k", "boot_lo", "boot_hi"]

@@ -206,8 +206,7 @@ def claim_frame(t, section: str, part: str | None = None) -> pd.DataFrame:
 def claim_view(df: pd.DataFrame) -> pd.DataFrame:
     """Rows of claims.csv under the verdict macros' names."""
     return df.rename(columns={"claim_id": "key", "statement": "claim", "difference": "diff",
-                              "engaged": "engaged_passed",
-                              "checks": "engaged"})  # fmt: skip
+                              "engaged": "engaged_passed", "checks": "engaged"})  # fmt: skip
 
 
 def verdict_rows(df: pd.DataFrame) -> list[dict]:

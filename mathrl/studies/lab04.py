@@ -223,8 +223,7 @@ def hacking_table(ctx) -> pd.DataFrame:
             head, tail = g.head(window(len(g), BANDIT_WINDOW)), g.tail(window(len(g), BANDIT_WINDOW))
             rolling = g["true_reward"].rolling(BANDIT_WINDOW, min_periods=1).mean()
             row.update(proxy_start=head["proxy_reward"].mean(), proxy_end=tail["proxy_reward"].mean(),
-                       true_start=head["true_reward"].mean(),
-                       true_peak=rolling.max(),
+                       true_start=head["true_reward"].mean(), true_peak=rolling.max(),
                        true_peak_step=float(g["step"].iloc[int(np.argmax(rolling.to_numpy()))]),
                        true_end=tail["true_reward"].mean(),
                        hack_share_end=float(g[f"p{hack_arm}"].iloc[-1]))  # fmt: skip
@@ -370,12 +369,10 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     role = roles(ctx.cfg, EXPERIMENT, ROLES) if len(runs) else {}
     named = role_of(role, (*ROLES, *COV_REMEDIES, *TABLE_REMEDIES))
     gpt.insert(1, "role", gpt["variant"].map(named).fillna("") if len(gpt) else [])
-    return {
-        "lab04_gpt_differences": differences_table(ctx, role),
-        "lab04_entropy": ent, "lab04_local_optima": local_optima_table(ent), "lab04_vanishing": van,
-        "lab04_vanishing_points": points, "lab04_hacking": hack,
-        "lab04_bandit_curves": bandit_curves(ctx), "lab04_gpt_runs": runs, "lab04_gpt": gpt,
-    }  # fmt: skip
+    return {"lab04_gpt_differences": differences_table(ctx, role), "lab04_entropy": ent,
+            "lab04_local_optima": local_optima_table(ent), "lab04_vanishing": van, "lab04_vanishing_points": points,
+            "lab04_hacking": hack, "lab04_bandit_curves": bandit_curves(ctx), "lab04_gpt_runs": runs,
+            "lab04_gpt": gpt}  # fmt: skip
 
 
 # ---- figures: from the tables alone ----------------------------------------------------

@@ -234,8 +234,7 @@ def fixed_vs_dynamic_tables(runs: list, role: dict) -> tuple[pd.DataFrame, pd.Da
         return pd.DataFrame(), pd.DataFrame()
     method = {v: r for r, v in role.items() if r in (*FVD_ROLES, FVD_CONTROL)}
     rows = pd.DataFrame([{"method": method.get(r.spec.variant, ""), "variant": r.spec.variant, "seed": r.spec.seed,
-                          **measures(r),
-                          "final_lr": last(r, "lr"), "final_kl_coef": last(r, "kl_coef"),
+                          **measures(r), "final_lr": last(r, "lr"), "final_kl_coef": last(r, "kl_coef"),
                           **schedule_motion(r)} for r in runs])  # fmt: skip
     values = "final_eval roughness drawdown largest_drop final_lr final_kl_coef lr_ratio kl_coef_range".split()
     out = summarise(rows, ["method", "variant"], values)
@@ -270,8 +269,7 @@ def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
             var_rows.append({"task": task, "status": "complete" if probe else "missing", "batch_size": n,
                              "variance": found.get(n, NAN),
                              "ratio_to_largest": found.get(n, NAN) / found[sizes[-1]] if found.get(sizes[-1]) else NAN,
-                             "theory_ratio": sizes[-1] / n,
-                             "doc_variance": DOC["variance"].get(n, NAN),
+                             "theory_ratio": sizes[-1] / n, "doc_variance": DOC["variance"].get(n, NAN),
                              "doc_ratio": DOC["variance"].get(n, NAN) / DOC["variance"][512]})  # fmt: skip
         acc = probe["accumulation"] if probe else dict(zip(["batch_size", "micro_batch_size"], g["accumulation"]))
         acc_rows.append({"task": task, "status": "complete" if probe else "missing", "batch_size": acc["batch_size"],

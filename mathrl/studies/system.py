@@ -54,16 +54,13 @@ ALGORITHMS = ("reinforce", "ppo", "grpo")
 # The document's configurations ("performance benchmarks", "configuration parameters"): config/documents.yaml
 FACTS = document_facts("system")
 DOC, DOC_RL = FACTS["tasks"], FACTS["rl"]
-SETTING_NAMES = {
-    "n_layer": "layers", "n_head": "attention heads", "n_embd": "embedding dim", "n_params": "parameters",
-    "sft_steps": "warm-up steps", "sft_accuracy": "warm-up held-out accuracy", "steps": "RL steps",
-    "lr": "learning rate",
-    "batch_size": "sequences per step", "micro_batch_size": "sequences per micro-batch",
-    "group_size": "rollouts per prompt", "grad_clip": "gradient clip (max norm)",
-    "weight_decay": "weight decay", "adam_beta1": "Adam beta1", "adam_beta2": "Adam beta2",
-    "temperature": "sampling temperature",
-    "baseline_decay": "REINFORCE baseline decay",
-}  # fmt: skip
+SETTING_NAMES = {"n_layer": "layers", "n_head": "attention heads", "n_embd": "embedding dim",
+                 "n_params": "parameters", "sft_steps": "warm-up steps", "sft_accuracy": "warm-up held-out accuracy",
+                 "steps": "RL steps", "lr": "learning rate", "batch_size": "sequences per step",
+                 "micro_batch_size": "sequences per micro-batch", "group_size": "rollouts per prompt",
+                 "grad_clip": "gradient clip (max norm)", "weight_decay": "weight decay", "adam_beta1": "Adam beta1",
+                 "adam_beta2": "Adam beta2", "temperature": "sampling temperature",
+                 "baseline_decay": "REINFORCE baseline decay"}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- tables
@@ -120,9 +117,8 @@ def read_starts(ctx, task: str) -> dict:
     if not sft:
         return {"starts": [], "controls": []}
     start = {"start": band_start(ctx.cfg, task), "threshold": ctx.cfg["sft"][task]["band"][0],
-             "sft_steps": sft.get("steps", math.nan),
-             "val_accuracy": sft.get("val_accuracy", math.nan), "test_accuracy": sft.get("eval_accuracy", math.nan),
-             "reached": sft.get("reached")}  # fmt: skip
+             "sft_steps": sft.get("steps", math.nan), "val_accuracy": sft.get("val_accuracy", math.nan),
+             "test_accuracy": sft.get("eval_accuracy", math.nan), "reached": sft.get("reached")}  # fmt: skip
     return {"starts": [start], "controls": []}
 
 
