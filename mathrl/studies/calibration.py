@@ -23,12 +23,10 @@ is judged against it. Three questions, each answered from this run's files:
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from mathrl.config import point_label
-from mathrl.studies.kit import COLORS, placeholder, plt, verdicts
+from mathrl.studies.kit import COLORS, NAN, placeholder, plt, verdicts
 from mathrl.verdict import mean_interval, rate_difference, wilson
 
 NAME = "calibration"
@@ -39,7 +37,6 @@ PILOT = "calibration"
 DROP = 0.05  # "more than 5 points below": a sustained drop (pilot) and a run ending below its warm-up
 TARGET_BELOW = 0.25  # at most a quarter of the runs may end that far below their warm-up
 HEADROOM = 0.9  # a reference that starts this high has no room to show a gain
-NAN = math.nan
 
 
 # ----------------------------------------------------------------------------- pure rules

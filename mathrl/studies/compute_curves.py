@@ -14,16 +14,13 @@ The functions take the runs as (experiment, setting, run) triples, which `mathrl
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 
 from mathrl import curves
-from mathrl.studies.kit import COLORS, band, estimate_columns, placeholder, plt, t_halfwidth
+from mathrl.studies.kit import COLORS, NAN, band, estimate_columns, placeholder, plt, t_halfwidth
 from mathrl.verdict import Estimate, difference, mean_interval
 
-NAN = math.nan
 BATCH = "batch"  # the experiment restated as ceiling against efficiency
 GRID = 40  # points of each drawn curve
 RUN_COLUMNS = ["experiment", "setting", "seed", "R0", "C_max", *curves.FIT_KEYS,

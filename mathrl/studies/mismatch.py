@@ -11,8 +11,6 @@ they support is for the claims engine.
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from mathrl.mismatch import METRICS as MISMATCH
@@ -21,7 +19,6 @@ from mathrl.studies.kit import COLORS, add_intervals, over_seeds, placeholder, p
 from mathrl.verdict import difference
 
 EXPERIMENT = "rollout_mismatch"
-NAN = math.nan
 # per-run summaries of the metrics.csv columns: the step mean, and for the largest gap the maximum over steps
 RUN_VALUES = ["logp_diff_mean", "logp_diff_max", "kl_k3", "chi2", "ess", "ess_min", "logp_corr", "corrected_frac",
               "sample_seconds", "update_seconds", "initial", "final", "gain"]  # fmt: skip

@@ -13,14 +13,11 @@ The claims on these tables are declared in config/claims.yaml (part "negative co
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
-from mathrl.studies.kit import NO_DIFFERENCE, estimate_columns, joined_roles
+from mathrl.studies.kit import NAN, NO_DIFFERENCE, estimate_columns, joined_roles
 from mathrl.verdict import difference, mean_interval
 
-NAN = math.nan
 EXPERIMENT = "negative_controls"
 ROLES = ("reference", "random_reward", "random_reward_noclip", "positive_only", "negative_only")
 RUN_COLUMNS = (

@@ -15,12 +15,11 @@ The functions take the experiment's complete runs as (variant, run) pairs, which
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from mathrl.studies.kit import (
     COLORS,
+    NAN,
     NO_DIFFERENCE,
     NONNEGATIVE,
     SHARE,
@@ -33,7 +32,6 @@ from mathrl.studies.kit import (
 )
 from mathrl.verdict import difference, mean_interval
 
-NAN = math.nan
 EXPERIMENT = "policy_losses"
 PART = "policy losses"  # the claims' part (config/claims.yaml) this part of the section shows
 BASELINE = "baseline"  # the role of the clipped surrogate the others are compared with

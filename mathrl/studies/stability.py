@@ -20,6 +20,7 @@ from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sust
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
 from mathrl.studies.kit import (
     COLORS,
+    NAN,
     band_panels,
     bands,
     by_part,
@@ -48,7 +49,6 @@ FRACTIONS = (0.2, 0.4, 0.6, 0.8, 1.0)
 BIG_SWING, SMALL_SWING = 0.10, 0.03  # the document's ">10%" and "<3%", as accuracy points
 SERIES = {"batch": ["eval_accuracy", "entropy"], "fixed_vs_dynamic": ["eval_accuracy", "lr", "kl_coef"],
           "clipping": ["eval_accuracy"], "value_clip": ["value_rmse", "eval_accuracy"]}  # fmt: skip
-NAN = math.nan
 
 
 # ---- per-run statistics (pure) ------------------------------------------------------------

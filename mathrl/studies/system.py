@@ -17,6 +17,7 @@ import json
 import math
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 from matplotlib.transforms import blended_transform_factory
 
@@ -329,11 +330,9 @@ def fig_throughput(t) -> plt.Figure:
     else:
         width = 0.8 / len(ALGORITHMS)
         for i, algorithm in enumerate(ALGORITHMS):
-            vals = [cell(res, "seq_per_s_mean", task=k, algorithm=algorithm) for k in DOC]
-            stds = [cell(res, "seq_per_s_std", task=k, algorithm=algorithm) for k in DOC]
-            ns = [cell(res, "n", task=k, algorithm=algorithm) for k in DOC]
-            errs = [0.0 if not known(v, sd, n) else float(t_halfwidth(sd, n)) for v, sd, n in zip(vals, stds, ns)]
-            errs = [0.0 if math.isnan(e) else e for e in errs]  # one seed: no interval
+            vals, stds, ns = ([cell(res, col, task=k, algorithm=algorithm) for k in DOC]
+                              for col in ("seq_per_s_mean", "seq_per_s_std", "n"))  # fmt: skip
+            errs = list(np.nan_to_num(t_halfwidth(stds, ns)))  # one seed or a missing cell: no interval
             x = [j + (i - 1) * width for j in range(len(DOC))]
             heights = [0 if math.isnan(v) else v for v in vals]
             below = [min(e, h) for e, h in zip(errs, heights)]  # never below 0

@@ -20,7 +20,6 @@ that neither position nor the share of carries at a position can make the differ
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +28,7 @@ from mathrl import analysis as dx
 from mathrl.results import mean_spread
 from mathrl.studies.kit import (
     COLORS,
+    NAN,
     NONNEGATIVE,
     SHARE,
     add_intervals,
@@ -41,7 +41,6 @@ from mathrl.studies.kit import (
     table_band,
 )
 
-NAN = math.nan
 EXPERIMENT = "token_selection"
 PART = "token selection"  # the claims' part (config/claims.yaml) this part of the section shows
 BASELINE = "baseline"  # the role of the arm that trains on every answer token
