@@ -302,13 +302,12 @@ def figures(t) -> dict[str, plt.Figure]:
 def section(t) -> dict:
     v, d = t["collapse_variants"], t["collapse_reward_design"]
     rows = verdicts(t, NAME)
-    name = lambda role: (v.loc[v["role"] == role, "variant"].tolist() or [role])[0] if len(v) else role  # noqa: E731
-    setting = lambda role: (v.loc[v["role"] == role, "settings"].tolist() or ["not run"])[0] if len(v) else "not run"  # noqa: E731
+    of_role = {r: row_of(v, role=r) for r in ROLES}
     zs = {r.role: r.frac_zero_std_mean for r in d[d["point"] == 0].itertuples()} if len(d) else {}
     z = lambda k: "–" if k not in zs or pd.isna(zs[k]) else f"{100 * zs[k]:.0f}%"  # noqa: E731
-    return {"baseline": row_of(v, role="baseline"),
-            "algorithm": (v.loc[v["role"] == "baseline", "algorithm"].tolist() or ["–"])[0] if len(v) else "–",
-            "names": {r: name(r) for r in ROLES}, "settings": {r: setting(r) for r in ROLES},
+    return {"baseline": of_role["baseline"], "algorithm": of_role["baseline"].get("algorithm", "–"),
+            "names": {r: row.get("variant", r) for r, row in of_role.items()},
+            "settings": {r: row.get("settings", "not run") for r, row in of_role.items()},
             "collapse_definition": COLLAPSE_DEFINITION,
             "variants": v, "reward_design": d,
             "nonfinite": t["collapse_nonfinite"] if len(t["collapse_nonfinite"])

@@ -30,6 +30,7 @@ from mathrl.studies.kit import (
     known,
     placeholder,
     roles,
+    row_of,
     verdicts,
     wilson_columns,
 )
@@ -667,9 +668,7 @@ CLIPPING_ORDER = ["clipping_spike_collapses", "clipping_sgd", "clipping_sgd_2.0"
 
 def first_rows(df: pd.DataFrame, col: str, keys) -> dict:
     """{key: the first row whose `col` reads as `key`, as a dict} for the keys present."""
-    rows = df.astype({col: str}).drop_duplicates(col) if not df.empty and col in df else pd.DataFrame(columns=[col])
-    found = dict(zip(rows[col], df.loc[rows.index].to_dict("records") if len(rows) else []))
-    return {k: found[str(k)] for k in keys if str(k) in found}
+    return {k: row for k in keys if (row := row_of(df, **{col: k}))}
 
 
 def section(t) -> dict:
