@@ -23,12 +23,10 @@ is judged against it. Three questions, each answered from this run's files:
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from mathrl.config import point_label
-from mathrl.studies.kit import COLORS, placeholder, plt, verdicts
+from mathrl.studies.kit import COLORS, NAN, placeholder, plt, verdicts
 from mathrl.verdict import mean_interval, rate_difference, wilson
 
 NAME = "calibration"
@@ -39,7 +37,6 @@ PILOT = "calibration"
 DROP = 0.05  # "more than 5 points below": a sustained drop (pilot) and a run ending below its warm-up
 TARGET_BELOW = 0.25  # at most a quarter of the runs may end that far below their warm-up
 HEADROOM = 0.9  # a reference that starts this high has no room to show a gain
-NAN = math.nan
 
 
 # ----------------------------------------------------------------------------- pure rules
@@ -106,10 +103,8 @@ def pilot_table(ctx) -> pd.DataFrame:
         s = r.settings
         base = ref_lr.get(s["task"], NAN)
         row = {"variant": r.spec.variant, "seed": r.spec.seed, "task": s["task"], "batch_size": s["batch_size"],
-               "lr": s["lr"],
-               "multiple": s["lr"] / base if base == base else NAN, "steps": s["steps"],
-               "split": s.get("eval_split", "test"), "status": r.status,
-               **gain_row(r)}  # fmt: skip
+               "lr": s["lr"], "multiple": s["lr"] / base if base == base else NAN, "steps": s["steps"],
+               "split": s.get("eval_split", "test"), "status": r.status, **gain_row(r)}  # fmt: skip
         row["learns"] = learns(row["gain_lo"], bool(row["sustained_drop"])) if r.ok else None
         rows.append(row)
     return pd.DataFrame(rows)
@@ -262,9 +257,7 @@ def section(t) -> dict:
     no_reference = refs["reference"].isna() | refs["reference"].eq("") if len(refs) else []
     unreferenced = refs.loc[no_reference, "experiment"].tolist() if len(refs) else []
     rows = verdicts(t, NAME)
-    return {
-        "unreferenced": unreferenced,
-        "pilot": t["calibration_pilot"], "pick": t["calibration_pick"], "references": t["calibration_references"],
-        "below": below, "overall": total, "target": TARGET_BELOW, "drop": DROP,
-        "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),
-        "verdicts": rows, }  # fmt: skip
+    return {"unreferenced": unreferenced, "pilot": t["calibration_pilot"], "pick": t["calibration_pick"],
+            "references": t["calibration_references"], "below": below, "overall": total, "target": TARGET_BELOW,
+            "drop": DROP, "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),
+            "verdicts": rows}  # fmt: skip

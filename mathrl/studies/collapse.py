@@ -26,16 +26,18 @@ from mathrl.studies.kit import (
     COLORS,
     SHARE,
     add_intervals,
-    add_wilson,
+    add_outcomes,
     band_panels,
     by_key,
     cell,
+    end_over_start,
     per_seed,
     placeholder,
     plt,
     role_of,
     roles,
     row_of,
+    step_mean,
     verdicts,
 )
 from mathrl.verdict import difference
@@ -46,22 +48,18 @@ DOCUMENT = "training-collapse-analysis.md"
 
 EXPERIMENT = "collapse"
 # What each run of the experiment is for; the config's `roles` block names the variant of each.
-ROLES = ("baseline", "lr_tenth", "kl", "grad_clip", "adv_norm_clip", "entropy_schedule", "cosine_lr", "random_baseline",
-         "shaped", "penalty",
-         "curriculum", "nonfinite")  # fmt: skip
+ROLES = ("baseline", "lr_tenth", "kl", "grad_clip", "adv_norm_clip", "entropy_schedule", "cosine_lr",
+         "random_baseline", "shaped", "penalty", "curriculum", "nonfinite")  # fmt: skip
 REMEDIES = ("lr_tenth", "kl", "grad_clip", "adv_norm_clip", "entropy_schedule", "cosine_lr")  # each changes one thing
 REWARD_DESIGNS = ("random_baseline", "shaped", "penalty")
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)  # "the five points of a run", as shares of its steps
 STATS = ["initial_eval", "final_eval", "best_eval", "gain", "mid_gain", "drawdown", "late_drawdown", "roughness",
-         "collapsed", "degraded",
-         "final_format_rate", "final_entropy", "early_entropy", "skipped", "initial_format_rate", "zero_std",
-         "entropy_fall", "lr_ratio",
-         "first_stage_accuracy", "adv_abs_max", "adv_clip_ratio", "adv_clip_binding", "clip_binding",
-         "entropy_coef_ratio", "mean_lr", "mean_kl_coef", "mean_kl",
-         "late_format_rate", "format_gain"]  # fmt: skip
+         "collapsed", "degraded", "final_format_rate", "final_entropy", "early_entropy", "skipped",
+         "initial_format_rate", "zero_std", "entropy_fall", "lr_ratio", "first_stage_accuracy", "adv_abs_max",
+         "adv_clip_ratio", "adv_clip_binding", "clip_binding", "entropy_coef_ratio", "mean_lr", "mean_kl_coef",
+         "mean_kl", "late_format_rate", "format_gain"]  # fmt: skip
 NONFINITE_COLUMNS = ["run_id", "seed", "status", "steps_done", "skipped", "first_skipped_step", "weights_finite",
-                     "caught", "initial_eval",
-                     "final_eval"]  # fmt: skip
+                     "caught", "initial_eval", "final_eval"]  # fmt: skip
 POINT_VALUES = ["eval_accuracy", "format_rate", "frac_zero_std"]  # at each of the five points of a run
 CURVE_VALUES = "eval_accuracy format_rate entropy entropy_coef lr ndigit skipped frac_zero_std accuracy".split()
 
@@ -85,23 +83,19 @@ def run_stats(run, role: str) -> dict:
     m, e, half = run.metrics, run.evals, settings["steps"] / 2
     mid = five_points(e, settings["steps"]).loc[2, "eval_accuracy"]
     late = e.loc[e["step"] >= half]
-    row.update(
-        initial_eval=run.initial_eval, final_eval=run.summary["final"]["eval_accuracy"],
-        best_eval=run.summary["best"]["eval_accuracy"], drawdown=max_drawdown(e["eval_accuracy"]),
-        late_drawdown=max_drawdown(late["eval_accuracy"]),
-        roughness=roughness(e["step"], e["eval_accuracy"]), collapsed=float(collapsed(run)),
-        degraded=float(degraded(run)),
-        final_format_rate=float(m["format_rate"].iloc[-1]), final_entropy=float(m["entropy"].iloc[-1]),
-        early_entropy=float(m.loc[m["step"] <= half, "entropy"].mean()), skipped=float(m["skipped"].fillna(0).sum()),
-    )  # fmt: skip
+    row.update(initial_eval=run.initial_eval, final_eval=run.summary["final"]["eval_accuracy"],
+               best_eval=run.summary["best"]["eval_accuracy"], drawdown=max_drawdown(e["eval_accuracy"]),
+               late_drawdown=max_drawdown(late["eval_accuracy"]), roughness=roughness(e["step"], e["eval_accuracy"]),
+               collapsed=float(collapsed(run)), degraded=float(degraded(run)),
+               final_format_rate=float(m["format_rate"].iloc[-1]), final_entropy=float(m["entropy"].iloc[-1]),
+               early_entropy=float(m.loc[m["step"] <= half, "entropy"].mean()),
+               skipped=float(m["skipped"].fillna(0).sum()))  # fmt: skip
     row["gain"], row["mid_gain"] = row["final_eval"] - row["initial_eval"], mid - row["initial_eval"]
-    ent, lr = m["entropy"].dropna(), m["lr"].dropna()
     first_stage = m.loc[m["ndigit"] == m["ndigit"].min(), "accuracy"] if settings.get("curriculum_start") else []
     row.update(initial_format_rate=float(m["format_rate"].iloc[0]), zero_std=float(m["frac_zero_std"].mean()),
-               entropy_fall=1 - float(ent.iloc[-1] / ent.iloc[0]) if len(ent) and ent.iloc[0] > 0 else math.nan,
-               lr_ratio=float(lr.iloc[-1] / lr.iloc[0]) if len(lr) and lr.iloc[0] > 0 else math.nan,
+               entropy_fall=1 - end_over_start(m["entropy"]), lr_ratio=end_over_start(m["lr"]),
                first_stage_accuracy=float(first_stage.mean()) if len(first_stage) else math.nan,
-               adv_abs_max=float(m["adv_abs_max"].mean()) if "adv_abs_max" in m else math.nan)  # fmt: skip
+               adv_abs_max=step_mean(m, "adv_abs_max"))  # fmt: skip
     clip = settings.get("adv_clip")
     # 1: the clip bound at every step (logged after it)
     row["adv_clip_ratio"] = row["adv_abs_max"] / float(clip) if clip else math.nan
@@ -118,15 +112,13 @@ def mechanisms(m: pd.DataFrame, settings: dict) -> dict:
     clip, q, adv_clip = settings.get("grad_clip"), max(1, len(m) // 4), settings.get("adv_clip")
     adv = m["adv_abs_max"].dropna() if "adv_abs_max" in m else pd.Series(dtype=float)
     adv = adv[adv > 0]
-    coef = m["entropy_coef"].dropna() if "entropy_coef" in m else pd.Series(dtype=float)
     late = float(m["format_rate"].tail(q).mean())
     return {"clip_binding": float((m["grad_norm"] > float(clip)).mean()) if clip and "grad_norm" in m else math.nan,
-            "entropy_coef_ratio": float(coef.iloc[-1] / coef.iloc[0]) if len(coef) and coef.iloc[0] > 0 else math.nan,
+            "entropy_coef_ratio": end_over_start(m["entropy_coef"]) if "entropy_coef" in m else math.nan,
             "adv_clip_binding": float((adv >= float(adv_clip) * (1 - 1e-6)).mean()) if adv_clip and len(adv)
                                 else math.nan,
             "mean_lr": float(m["lr"].mean()),
-            "mean_kl_coef": float(m["kl_coef"].mean()) if "kl_coef" in m else math.nan,
-            "mean_kl": float(m["kl"].mean()) if "kl" in m else math.nan,
+            "mean_kl_coef": step_mean(m, "kl_coef"), "mean_kl": step_mean(m, "kl"),
             "late_format_rate": late, "format_gain": late - float(m["format_rate"].iloc[0])}  # fmt: skip
 
 
@@ -141,11 +133,7 @@ def variants_table(per_run: pd.DataFrame, settings: dict, baseline: str) -> pd.D
     g = per_run.groupby("variant", sort=False)
     out.insert(3, "algorithm", g["algorithm"].first().values if len(per_run) else [])
     out.insert(5, "n_runs", g.size().values if len(per_run) else [])
-    out["collapses"] = g["collapsed"].sum(min_count=1).values if len(per_run) else []
-    out["degradations"] = g["degraded"].sum(min_count=1).values if len(per_run) else []
-    # runs whose collapse is known (a final evaluation may be missing)
-    out["runs_judged"] = g["collapsed"].count().values if len(per_run) else []
-    out = add_wilson(out, "collapses", n="runs_judged")
+    out = add_outcomes(out, per_run, "variant", judged=True)
     base = per_seed(per_run, "final_eval", variant=baseline)
     diffs = [difference(per_seed(per_run, "final_eval", variant=x), base) for x in out["variant"]]
     out["diff_vs_baseline"] = [d.estimate if x != baseline else math.nan for d, x in zip(diffs, out["variant"])]
@@ -194,8 +182,7 @@ def nonfinite_table(runs) -> pd.DataFrame:
     rows = []
     for r in runs:
         row = {"run_id": r.spec.run_id, "seed": r.spec.seed, "status": r.status, "steps_done": math.nan,
-               "skipped": math.nan,
-               "first_skipped_step": math.nan, "weights_finite": None, "initial_eval": math.nan,
+               "skipped": math.nan, "first_skipped_step": math.nan, "weights_finite": None, "initial_eval": math.nan,
                "final_eval": math.nan}  # fmt: skip
         if r.ok:
             m, final = r.metrics, r.summary["final"]["eval_accuracy"]
@@ -315,13 +302,12 @@ def figures(t) -> dict[str, plt.Figure]:
 def section(t) -> dict:
     v, d = t["collapse_variants"], t["collapse_reward_design"]
     rows = verdicts(t, NAME)
-    name = lambda role: (v.loc[v["role"] == role, "variant"].tolist() or [role])[0] if len(v) else role  # noqa: E731
-    setting = lambda role: (v.loc[v["role"] == role, "settings"].tolist() or ["not run"])[0] if len(v) else "not run"  # noqa: E731
+    of_role = {r: row_of(v, role=r) for r in ROLES}
     zs = {r.role: r.frac_zero_std_mean for r in d[d["point"] == 0].itertuples()} if len(d) else {}
     z = lambda k: "–" if k not in zs or pd.isna(zs[k]) else f"{100 * zs[k]:.0f}%"  # noqa: E731
-    return {"baseline": row_of(v, role="baseline"),
-            "algorithm": (v.loc[v["role"] == "baseline", "algorithm"].tolist() or ["–"])[0] if len(v) else "–",
-            "names": {r: name(r) for r in ROLES}, "settings": {r: setting(r) for r in ROLES},
+    return {"baseline": of_role["baseline"], "algorithm": of_role["baseline"].get("algorithm", "–"),
+            "names": {r: row.get("variant", r) for r, row in of_role.items()},
+            "settings": {r: row.get("settings", "not run") for r, row in of_role.items()},
             "collapse_definition": COLLAPSE_DEFINITION,
             "variants": v, "reward_design": d,
             "nonfinite": t["collapse_nonfinite"] if len(t["collapse_nonfinite"])

@@ -14,27 +14,17 @@ The functions take the runs as (experiment, setting, run) triples, which `mathrl
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 
 from mathrl import curves
-from mathrl.studies.kit import COLORS, band, estimate_columns, placeholder, plt, t_halfwidth
+from mathrl.studies.kit import COLORS, NAN, band, estimate_columns, placeholder, plt, t_halfwidth
 from mathrl.verdict import Estimate, difference, mean_interval
 
-NAN = math.nan
 BATCH = "batch"  # the experiment restated as ceiling against efficiency
 GRID = 40  # points of each drawn curve
-RUN_COLUMNS = [
-    "experiment",
-    "setting",
-    "seed",
-    "R0",
-    "C_max",
-    *curves.FIT_KEYS,
-    *"half_mae half_points half_predicted half_noise half_reason".split(),
-]
+RUN_COLUMNS = ["experiment", "setting", "seed", "R0", "C_max", *curves.FIT_KEYS,
+               *"half_mae half_points half_predicted half_noise half_reason".split()]  # fmt: skip
 SUMMARY_COLUMNS = (
     "experiment setting runs n points R0 A_mean A_lo A_hi a_at_bound B_n B_mean B_lo B_hi C_mid "
     "rmse_mean half_n half_mae_mean half_mae_lo half_mae_hi half_noise fitted note"
@@ -65,17 +55,9 @@ def fit_runs(runs, cfg: dict | None = None) -> pd.DataFrame:
     for exp, name, run in runs:
         p = evaluation_points(run)
         c, r = p["samples"].to_numpy(), p["eval_accuracy"].to_numpy()
-        rows.append(
-            {
-                "experiment": exp,
-                "setting": name,
-                "seed": run.spec.seed,
-                "R0": run.initial_eval,
-                "C_max": float(np.nanmax(c)),
-                **curves.fit_curve(c, r, run.initial_eval),
-                **curves.half_fit_error(c, r, run.initial_eval, problems=problems(run, cfg or {})),
-            }
-        )
+        rows.append({"experiment": exp, "setting": name, "seed": run.spec.seed, "R0": run.initial_eval,
+                     "C_max": float(np.nanmax(c)), **curves.fit_curve(c, r, run.initial_eval),
+                     **curves.half_fit_error(c, r, run.initial_eval, problems=problems(run, cfg or {}))})  # fmt: skip
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
@@ -89,22 +71,26 @@ def _note(g: pd.DataFrame, fitted: pd.DataFrame) -> str:
     if fitted.empty:
         return f"not fitted: {g['reason'].iloc[0]}"
     parts = []
-    if int(fitted["a_at_bound"].sum()):
-        parts.append(
-            f"A at its bound 1 in {int(fitted['a_at_bound'].sum())} of {len(fitted)} runs (the curve has not bent)"
-        )
-    flat = int(fitted["B"].isna().sum())
+    at_bound, flat = int(fitted["a_at_bound"].sum()), int(fitted["B"].isna().sum())
+    step = int((~fitted["converged"].astype(bool) & fitted["B"].notna()).sum())
+    if at_bound:
+        parts.append(f"A at its bound 1 in {at_bound} of {len(fitted)} runs (the curve has not bent)")
     if flat:
         parts.append(f"no gain in {flat} of {len(fitted)} runs (A = R0, no B)")
-    step = int((~fitted["converged"].astype(bool) & fitted["B"].notna()).sum())
     if step:
-        parts.append(
-            f"a step in log C in {step} of {len(fitted)} runs "
-            f"(B runs to its bound {curves.B_BOUNDS[1]:g}; A and C_mid hold)"
-        )
+        parts.append(f"a step in log C in {step} of {len(fitted)} runs "
+                     f"(B runs to its bound {curves.B_BOUNDS[1]:g}; A and C_mid hold)")  # fmt: skip
     if fitted["half_mae"].isna().all():
         parts.append(f"no half fit: {fitted['half_reason'].iloc[0]}")
     return "; ".join(parts)
+
+
+def ceiling_and_efficiency(fits: pd.DataFrame) -> dict:
+    """A and B over the fitted runs of a setting (95% t intervals; B over the runs that gained) and how many runs
+    have A at its bound. A's interval is cut to [0, 1]: a t interval of three ceilings near 1 reaches past it."""
+    a, b = mean_interval(list(fits["A"].dropna())), mean_interval(list(fits["B"].dropna()))
+    return {**estimate_columns("A", a, (0.0, 1.0)), "a_at_bound": int(fits["a_at_bound"].sum()), "B_n": b.n,
+            **estimate_columns("B", b)}  # fmt: skip
 
 
 def summary(fits: pd.DataFrame) -> pd.DataFrame:
@@ -113,31 +99,16 @@ def summary(fits: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (exp, name), g in fits.groupby(["experiment", "setting"], sort=False):
         fitted = g[g["fitted"].astype(bool)]
-        # A's interval is cut to [0, 1] below: a t interval of three ceilings near 1 reaches past it
-        a, b, half = (mean_interval(list(fitted[c].dropna())) for c in ("A", "B", "half_mae"))
+        half = mean_interval(list(fitted["half_mae"].dropna()))
         noise = fitted.loc[fitted["half_mae"].notna(), "half_noise"]
         log_mid = np.log(fitted["C_mid"].dropna())
-        rows.append(
-            {
-                "experiment": exp,
-                "setting": name,
-                "runs": len(g),
-                "n": len(fitted),
-                "points": int(g["points"].median()),
-                "R0": float(g["R0"].mean()),
-                **estimate_columns("A", a, (0.0, 1.0)),
-                "a_at_bound": int(fitted["a_at_bound"].sum()),
-                "B_n": b.n,
-                **estimate_columns("B", b),
-                "C_mid": float(np.exp(log_mid.mean())) if len(log_mid) else NAN,
-                "rmse_mean": float(fitted["rmse"].mean()),
-                "half_n": half.n,
-                **estimate_columns("half_mae", half, (0.0, None)),  # an absolute error is at least 0
-                "half_noise": float(noise.mean()) if noise.notna().any() else NAN,
-                "fitted": len(fitted) > 0,
-                "note": _note(g, fitted),
-            }
-        )
+        rows.append({"experiment": exp, "setting": name, "runs": len(g), "n": len(fitted),
+                     "points": int(g["points"].median()), "R0": float(g["R0"].mean()), **ceiling_and_efficiency(fitted),
+                     "C_mid": float(np.exp(log_mid.mean())) if len(log_mid) else NAN,
+                     "rmse_mean": float(fitted["rmse"].mean()), "half_n": half.n,
+                     **estimate_columns("half_mae", half, (0.0, None)),  # an absolute error is at least 0
+                     "half_noise": float(noise.mean()) if noise.notna().any() else NAN,
+                     "fitted": len(fitted) > 0, "note": _note(g, fitted)})  # fmt: skip
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
@@ -171,21 +142,9 @@ def batch_table(fits: pd.DataFrame, reference: str, sizes: dict[str, int] | None
         da, db = difference(g["A"], ref["A"]), difference(g["B"].dropna(), ref["B"].dropna())
         if name == reference:  # not a difference from itself
             da = db = Estimate(NAN, NAN, NAN, 0, "paired")
-        a, b = mean_interval(list(g["A"])), mean_interval(list(g["B"].dropna()))
-        rows.append(
-            {
-                "setting": name,
-                "batch_size": (sizes or {}).get(name, int(str(name).split("=")[-1]) if "=" in str(name) else NAN),
-                "reference": name == reference,
-                "n": a.n,
-                **estimate_columns("A", a, (0.0, 1.0)),
-                "a_at_bound": int(g["a_at_bound"].sum()),
-                "B_n": b.n,
-                **estimate_columns("B", b),
-                **_difference("dA", da),
-                **_difference("dB", db),
-            }
-        )
+        size = (sizes or {}).get(name, int(str(name).split("=")[-1]) if "=" in str(name) else NAN)
+        rows.append({"setting": name, "batch_size": size, "reference": name == reference, "n": int(g["A"].count()),
+                     **ceiling_and_efficiency(g), **_difference("dA", da), **_difference("dB", db)})  # fmt: skip
     out = pd.DataFrame(rows, columns=BATCH_COLUMNS)
     return out.sort_values("batch_size", kind="stable").reset_index(drop=True) if len(out) else out
 
@@ -199,20 +158,15 @@ def drawn(fits: pd.DataFrame, runs) -> tuple[pd.DataFrame, pd.DataFrame]:
         if exp != BATCH or name not in set(fitted["setting"]):
             continue
         p = evaluation_points(run)
-        points += [
-            {"setting": name, "seed": run.spec.seed, "samples": c, "accuracy": r}
-            for c, r in zip(p["samples"], p["eval_accuracy"])
-        ]
+        points += [{"setting": name, "seed": run.spec.seed, "samples": c, "accuracy": r}
+                   for c, r in zip(p["samples"], p["eval_accuracy"])]  # fmt: skip
     pts = pd.DataFrame(points, columns=["setting", "seed", "samples", "accuracy"])
     for name, g in fitted.groupby("setting", sort=False):
         first = pts.loc[(pts["setting"] == name) & (pts["samples"] > 0), "samples"].min()
         c = np.geomspace(first, g["C_max"].max(), GRID)  # from the first evaluation after the start to the last
         for fit in g.itertuples():
-            r = (
-                np.full(GRID, fit.R0)
-                if not np.isfinite(fit.B)
-                else curves.sigmoid_curve(c, fit.R0, fit.A, fit.B, fit.C_mid)
-            )
+            flat = not np.isfinite(fit.B)
+            r = np.full(GRID, fit.R0) if flat else curves.sigmoid_curve(c, fit.R0, fit.A, fit.B, fit.C_mid)
             grid += [{"setting": name, "seed": fit.seed, "samples": x, "fit": y} for x, y in zip(c, r)]
     fit = pd.DataFrame(grid, columns=["setting", "seed", "samples", "fit"])
     return _spread(pts, "accuracy"), _spread(fit, "fit")
@@ -251,20 +205,16 @@ def figure(t) -> plt.Figure:
             band(ax, g["samples"], mean, std, f"{name} (fit)", color, n=g["n"], bounds=(0, 100))
             p = pts[(pts["setting"] == name) & (pts["samples"] > 0)]
             half = np.nan_to_num(t_halfwidth(p["accuracy_std"], p["n"])) * 100
-            ax.errorbar(
-                p["samples"], p["accuracy_mean"] * 100, yerr=half, fmt="o", ms=4, color=color, capsize=2, zorder=3
-            )
+            ax.errorbar(p["samples"], p["accuracy_mean"] * 100, yerr=half, fmt="o", ms=4, color=color, capsize=2,
+                        zorder=3)  # fmt: skip
         if len(start):
             ax.axhline(float(start["accuracy_mean"].mean()) * 100, color="0.4", ls=":", lw=1, label="start (R0)")
         ax.set_xscale("log")
         ax.legend(fontsize=7)
     else:
         placeholder(ax, "no run of the batch study has enough evaluations to fit")
-    ax.set(
-        xlabel="rollouts sampled (compute C)",
-        ylabel="held-out greedy accuracy (%)",
-        title="Batch study: accuracy against compute, R(C) = R0 + (A − R0)/(1 + (C_mid/C)^B)",
-    )
+    title = "Batch study: accuracy against compute, R(C) = R0 + (A − R0)/(1 + (C_mid/C)^B)"
+    ax.set(xlabel="rollouts sampled (compute C)", ylabel="held-out greedy accuracy (%)", title=title)
     return fig
 
 

@@ -12,8 +12,6 @@ entropy (`token_selection`).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -28,6 +26,7 @@ from mathrl import layout
 from mathrl.results import mean_spread
 from mathrl.studies.kit import (
     COLORS,
+    NAN,
     NONNEGATIVE,
     SHARE,
     add_intervals,
@@ -52,7 +51,6 @@ KS = (1, 2, 4, 8, 16, 32, 64)
 LAW_R2 = 0.5  # the law "holds" in a run when its fit explains at least half the variance ...
 LAW_RMSE = 0.05  # ... and the first half's fit predicts the second half within 5 points (RMSE)
 REACHED_STEPS = 5  # the accuracy a run reached: the mean sampled accuracy of its last this many steps
-NAN = math.nan
 
 
 def run_dir(ctx, run):
@@ -94,8 +92,7 @@ def pass_at_k_runs(ctx) -> pd.DataFrame:
                 p = dx.pass_at_k(n, c, k)
                 lo, hi = bootstrap_mean(p)
                 rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "phase": phase,
-                             "k": k,
-                             "problems": len(p), "pass_at_k": float(p.mean()), "boot_lo": lo,
+                             "k": k, "problems": len(p), "pass_at_k": float(p.mean()), "boot_lo": lo,
                              "boot_hi": hi})  # fmt: skip
     return pd.DataFrame(
         rows, columns=["experiment", "setting", "seed", "phase", "k", "problems", "pass_at_k", "boot_lo", "boot_hi"]
@@ -260,6 +257,7 @@ def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- the study
 def tables(ctx) -> dict[str, pd.DataFrame]:
     pk, law, adv, upd = pass_at_k_runs(ctx), entropy_law_runs(ctx), adv_scaling_runs(ctx), update_runs(ctx)
+    named = lambda experiment: [(setting(r.spec), r) for r in ctx.experiment(experiment) if r.ok]  # noqa: E731
     is_control = pk["experiment"] == negative_controls.EXPERIMENT  # their pass@k has claims of its own
     controls, pk = pk[is_control], pk[~is_control]
     return {
@@ -270,12 +268,11 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         "diagnostics_update_runs": upd, "diagnostics_update": update_summary(upd),
         **mismatch_tables(ctx, roles_of(ctx.cfg, MISMATCH_EXPERIMENT, ("control",))),  # the rollout/trainer mismatch
         **compute_curves.tables(((exp, setting(run.spec), run) for exp, run in ok_runs(ctx)), ctx.cfg),
-        **negative_controls.tables([(setting(r.spec), r) for r in ctx.experiment(negative_controls.EXPERIMENT) if r.ok],
-                                   controls, roles_of(ctx.cfg, negative_controls.EXPERIMENT, ("reference",))),
-        **policy_losses.tables([(setting(r.spec), r) for r in ctx.experiment(policy_losses.EXPERIMENT) if r.ok],
+        **negative_controls.tables(named(negative_controls.EXPERIMENT), controls,
+                                   roles_of(ctx.cfg, negative_controls.EXPERIMENT, ("reference",))),
+        **policy_losses.tables(named(policy_losses.EXPERIMENT),
                                roles_of(ctx.cfg, policy_losses.EXPERIMENT, (policy_losses.BASELINE,))),
-        **token_selection.tables(ctx,
-                                 [(setting(r.spec), r) for r in ctx.experiment(token_selection.EXPERIMENT) if r.ok],
+        **token_selection.tables(ctx, named(token_selection.EXPERIMENT),
                                  roles_of(ctx.cfg, token_selection.EXPERIMENT, (token_selection.BASELINE,))),
     }  # fmt: skip
 

@@ -21,7 +21,7 @@ from mathrl.config import ROOT, read_yaml  # noqa: E402
 from mathrl.errors import ConfigError  # noqa: E402
 from mathrl.layout import DOCUMENTS_FILE  # noqa: E402
 from mathrl.results import mean_spread  # noqa: E402
-from mathrl.verdict import CONFIDENCE, sentence, wilson  # noqa: E402
+from mathrl.verdict import CONFIDENCE, Estimate, sentence, wilson  # noqa: E402
 
 NAN = math.nan
 
@@ -131,14 +131,30 @@ def add_intervals(df: pd.DataFrame, values: list[str], bounds: dict | None = Non
     return out
 
 
-def estimate_columns(prefix: str, est, within: tuple = (None, None)) -> dict:
-    """`{prefix}_mean`, `{prefix}_lo`, `{prefix}_hi` of a `mathrl.verdict.Estimate`, the interval cut to `within`."""
+NO_DIFFERENCE = Estimate(NAN, NAN, NAN, 0, "paired")  # a paired difference not taken (an arm against itself)
+
+
+def estimate_columns(prefix: str, est, within: tuple = (None, None), n: bool = False) -> dict:
+    """`{prefix}_mean`, `{prefix}_lo`, `{prefix}_hi` (and `{prefix}_n` with `n`) of a `mathrl.verdict.Estimate`, the
+    interval cut to `within`."""
     lo, hi = est.lo, est.hi
     if within[0] is not None and math.isfinite(lo):
         lo = max(lo, within[0])
     if within[1] is not None and math.isfinite(hi):
         hi = min(hi, within[1])
-    return {f"{prefix}_mean": est.estimate, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
+    out = {f"{prefix}_mean": est.estimate, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
+    return {**out, f"{prefix}_n": est.n} if n else out
+
+
+def end_over_start(values: pd.Series) -> float:
+    """The last over the first value of a logged series (NaN values left out); NaN when the first is not positive."""
+    s = values.dropna()
+    return float(s.iloc[-1] / s.iloc[0]) if len(s) and s.iloc[0] > 0 else NAN
+
+
+def step_mean(metrics: pd.DataFrame, column: str) -> float:
+    """The mean of a logged column over a run's steps; NaN where the run did not log it."""
+    return float(metrics[column].mean()) if column in metrics else NAN
 
 
 def wilson_columns(prefix: str, k: int, n: int) -> dict:
@@ -150,6 +166,24 @@ def wilson_columns(prefix: str, k: int, n: int) -> dict:
 def over_seeds(frames: list[pd.DataFrame], by: list[str], values: list[str]) -> pd.DataFrame:
     """Per `by` and step: the mean, std and n over runs of `values` (`mean_spread`), from each run's frame of steps."""
     return mean_spread(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), [*by, "step"], values)
+
+
+def group_sums(rows: pd.DataFrame, by, column: str) -> np.ndarray:
+    """Per group of `rows` (in order of appearance): the sum of `column`, NaN where it has no value (a count of runs
+    that collapsed, say)."""
+    return rows.groupby(by, sort=False)[column].sum(min_count=1).values
+
+
+def add_outcomes(out: pd.DataFrame, per_run: pd.DataFrame, by, judged: bool = False) -> pd.DataFrame:
+    """`collapses` and `degradations` per group of `per_run` (the rows of `out`, in order) and the collapse rate with
+    its 95% Wilson interval over the group's `n` runs, or with `judged` over its `runs_judged` (the runs whose collapse
+    is known: a final evaluation may be missing)."""
+    g = per_run.groupby(by, sort=False)
+    out["collapses"] = g["collapsed"].sum(min_count=1).values if len(per_run) else []
+    out["degradations"] = g["degraded"].sum(min_count=1).values if len(per_run) else []
+    if judged:
+        out["runs_judged"] = g["collapsed"].count().values if len(per_run) else []
+    return add_wilson(out, "collapses", n="runs_judged" if judged else "n")
 
 
 def add_wilson(df: pd.DataFrame, count: str, n: str = "n", prefix: str = "collapse_rate") -> pd.DataFrame:
@@ -172,8 +206,7 @@ def claim_frame(t, section: str, part: str | None = None) -> pd.DataFrame:
 def claim_view(df: pd.DataFrame) -> pd.DataFrame:
     """Rows of claims.csv under the verdict macros' names."""
     return df.rename(columns={"claim_id": "key", "statement": "claim", "difference": "diff",
-                              "engaged": "engaged_passed",
-                              "checks": "engaged"})  # fmt: skip
+                              "engaged": "engaged_passed", "checks": "engaged"})  # fmt: skip
 
 
 def verdict_rows(df: pd.DataFrame) -> list[dict]:

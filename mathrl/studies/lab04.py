@@ -29,6 +29,7 @@ from mathrl.studies.kit import (
     role_of,
     roles,
     row_of,
+    step_mean,
     table_band,
     verdicts,
     wilson_columns,
@@ -127,6 +128,10 @@ def window(steps: int, size: int) -> int:
     return max(1, min(size, steps // 2))
 
 
+ENTROPY_COLUMNS = ["initial_entropy", "final_entropy", "reduction", "dominant_action", "dominant_prob", "global_share",
+                   "local_share", "initial_best_prob", "moving"]  # fmt: skip
+
+
 def entropy_table(ctx) -> pd.DataFrame:
     """Per setting and seed: entropy over the first and last BANDIT_WINDOW steps, its reduction, the
     initial probability of the global arm (step 0), the dominant action at the last step and where
@@ -135,11 +140,7 @@ def entropy_table(ctx) -> pd.DataFrame:
     best = int(np.argmax(bandit.resolve(ctx.cfg.get("bandit"))["arm_rewards"]))
     rows = []
     for setting, seed, g in _expected(ctx, "entropy_collapse", ctx.bandit("entropy_collapse")):
-        row = {"setting": setting, "seed": seed, "initial_entropy": math.nan, "final_entropy": math.nan,
-               "reduction": math.nan,
-               "dominant_action": math.nan, "dominant_prob": math.nan, "global_share": math.nan,
-               "local_share": math.nan, "initial_best_prob": math.nan, "moving": math.nan,
-               "converged_to": "missing"}  # fmt: skip
+        row = {"setting": setting, "seed": seed, **dict.fromkeys(ENTROPY_COLUMNS, math.nan), "converged_to": "missing"}
         if len(g):
             first, last, k = g.iloc[0], g.iloc[-1], window(len(g), BANDIT_WINDOW)
             start, end = g["entropy"].head(k).mean(), g["entropy"].tail(k).mean()
@@ -151,8 +152,7 @@ def entropy_table(ctx) -> pd.DataFrame:
                        converged_to=label, global_share=float(label == "global"), local_share=float(label == "local"),
                        moving=float(still_moving(g[[f"p{i}" for i in range(3)]].to_numpy())))  # fmt: skip
         rows.append(row)
-    values = "initial_entropy final_entropy reduction dominant_prob global_share local_share initial_best_prob moving"
-    out = _pooled(pd.DataFrame(rows), ["setting"], values.split())
+    out = _pooled(pd.DataFrame(rows), ["setting"], [c for c in ENTROPY_COLUMNS if c != "dominant_action"])
     for setting, g in out[out["seed"] != "all"].groupby("setting", sort=False):
         labels = g["converged_to"].tolist()
         pooled = (out["setting"] == setting) & (out["seed"] == "all")
@@ -166,7 +166,7 @@ def entropy_table(ctx) -> pd.DataFrame:
 def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
     """Per setting: how many seeds ended at the global optimum, a local one or neither, how many were
     still moving at the end (`still_moving`), and the local-optimum rate with its 95% Wilson interval."""
-    per = _per_seed_rows(ent)
+    per = _seeds(ent)
     rows = []
     for setting, g in per.groupby("setting", sort=False):
         labels = g["converged_to"].tolist()
@@ -223,8 +223,7 @@ def hacking_table(ctx) -> pd.DataFrame:
             head, tail = g.head(window(len(g), BANDIT_WINDOW)), g.tail(window(len(g), BANDIT_WINDOW))
             rolling = g["true_reward"].rolling(BANDIT_WINDOW, min_periods=1).mean()
             row.update(proxy_start=head["proxy_reward"].mean(), proxy_end=tail["proxy_reward"].mean(),
-                       true_start=head["true_reward"].mean(),
-                       true_peak=rolling.max(),
+                       true_start=head["true_reward"].mean(), true_peak=rolling.max(),
                        true_peak_step=float(g["step"].iloc[int(np.argmax(rolling.to_numpy()))]),
                        true_end=tail["true_reward"].mean(),
                        hack_share_end=float(g[f"p{hack_arm}"].iloc[-1]))  # fmt: skip
@@ -249,13 +248,13 @@ def bandit_curves(ctx) -> pd.DataFrame:
 
 
 GPT_VALUES = ["accuracy_start", "accuracy_end", "eval_start", "eval_end", "eval_gain", "entropy_start", "entropy_end",
-              "entropy_reduction",
-              "equal_samples_step", "samples_at_equal", "entropy_equal_samples", "eval_equal_samples",
-              "eval_equal_samples_step",
-              "frac_zero_std", "grad_norm", "reward_start", "reward_end", "accuracy_gain", "kl_max", "ppo_kl",
-              "clip_frac", "clip_frac_high",
-              "clip_higher_freed", "samples", "draws_per_rollout", "cov_frac", "entropy_coef",
-              "temperature"]  # fmt: skip
+              "entropy_reduction", "equal_samples_step", "samples_at_equal", "entropy_equal_samples",
+              "eval_equal_samples", "eval_equal_samples_step", "frac_zero_std", "grad_norm", "reward_start",
+              "reward_end", "accuracy_gain", "kl_max", "ppo_kl", "clip_frac", "clip_frac_high", "clip_higher_freed",
+              "samples", "draws_per_rollout", "cov_frac", "entropy_coef", "temperature"]  # fmt: skip
+# the GPT values that are a run's step means of the logged column of the same name (NaN where not logged)
+GPT_STEP_MEANS = ["frac_zero_std", "grad_norm", "clip_frac", "clip_frac_high", "clip_higher_freed", "cov_frac",
+                  "ppo_kl", "entropy_coef"]  # fmt: skip
 
 
 def equal_samples_step(steps, samples, budget: float) -> int:
@@ -272,6 +271,30 @@ def last_eval_by(evals: pd.DataFrame, step: int) -> tuple[float, int]:
     return (float(e["eval_accuracy"].iloc[-1]), int(e["step"].iloc[-1])) if len(e) else (math.nan, 0)
 
 
+def gpt_values(run) -> dict:
+    """GPT_VALUES of one run with a result (the measures `gpt_runs` describes)."""
+    m, evals, st = run.metrics.sort_values("step"), run.evals, run.settings
+    k = window(len(m), GPT_WINDOW)
+    head, tail = m.head(k), m.tail(k)
+    at = equal_samples_step(m["step"], m["samples"], float(st["steps"]) * float(st["batch_size"]))
+    at_row = m[m["step"] == at]
+    eval_eq, eval_eq_step = last_eval_by(evals, at)
+    at_equal = lambda col: float(at_row[col].iloc[0]) if len(at_row) else math.nan  # noqa: E731
+    row = dict(accuracy_start=head["accuracy"].mean(), accuracy_end=tail["accuracy"].mean(),
+               reward_start=head["reward_mean"].mean(), reward_end=tail["reward_mean"].mean(),
+               eval_start=evals["eval_accuracy"].iloc[0], eval_end=evals["eval_accuracy"].iloc[-1],
+               entropy_start=float(m["entropy"].iloc[0]), entropy_end=float(m["entropy"].iloc[-1]),
+               equal_samples_step=float(at), samples_at_equal=at_equal("samples"),
+               entropy_equal_samples=at_equal("entropy"), eval_equal_samples=eval_eq,
+               eval_equal_samples_step=float(eval_eq_step), kl_max=m["kl"].max(), samples=float(m["samples"].iloc[-1]),
+               draws_per_rollout=float(m["samples"].iloc[-1]) / (len(m) * st["batch_size"]),
+               temperature=float(st.get("temperature", math.nan)),
+               **{c: step_mean(m, c) for c in GPT_STEP_MEANS})  # fmt: skip
+    return {**row, "entropy_reduction": reduction(row["entropy_start"], row["entropy_end"]),
+            "eval_gain": row["eval_end"] - row["eval_start"],
+            "accuracy_gain": row["accuracy_end"] - row["accuracy_start"]}  # fmt: skip
+
+
 def gpt_runs(ctx) -> pd.DataFrame:
     """One row per lab04_gpt run (missing ones included, with NaN values).
 
@@ -286,34 +309,7 @@ def gpt_runs(ctx) -> pd.DataFrame:
         spec = run.spec
         row = {"run_id": spec.run_id, "variant": spec.variant or "", "seed": spec.seed, "status": run.status}
         if run.ok:
-            m = run.metrics.sort_values("step")
-            k = window(len(m), GPT_WINDOW)
-            head, tail, evals = m.head(k), m.tail(k), run.evals
-            st = run.settings
-            at = equal_samples_step(m["step"], m["samples"], float(st["steps"]) * float(st["batch_size"]))
-            at_row = m[m["step"] == at]
-            eval_eq, eval_eq_step = last_eval_by(evals, at)
-            row.update(accuracy_start=head["accuracy"].mean(), accuracy_end=tail["accuracy"].mean(),
-                       eval_start=evals["eval_accuracy"].iloc[0],
-                       eval_end=evals["eval_accuracy"].iloc[-1], entropy_start=float(m["entropy"].iloc[0]),
-                       entropy_end=float(m["entropy"].iloc[-1]),
-                       equal_samples_step=float(at),
-                       samples_at_equal=float(at_row["samples"].iloc[0]) if len(at_row) else math.nan,
-                       entropy_equal_samples=float(at_row["entropy"].iloc[0]) if len(at_row) else math.nan,
-                       eval_equal_samples=eval_eq, eval_equal_samples_step=float(eval_eq_step),
-                       frac_zero_std=m["frac_zero_std"].mean(), grad_norm=m["grad_norm"].mean(), kl_max=m["kl"].max(),
-                       reward_start=head["reward_mean"].mean(), reward_end=tail["reward_mean"].mean())  # fmt: skip
-            row["entropy_reduction"] = reduction(row["entropy_start"], row["entropy_end"])
-            row["eval_gain"] = row["eval_end"] - row["eval_start"]
-            row.update(accuracy_gain=row["accuracy_end"] - row["accuracy_start"], clip_frac=m["clip_frac"].mean(),
-                       clip_frac_high=m["clip_frac_high"].mean() if "clip_frac_high" in m else math.nan,
-                       clip_higher_freed=m["clip_higher_freed"].mean() if "clip_higher_freed" in m else math.nan,
-                       samples=float(m["samples"].iloc[-1]),
-                       draws_per_rollout=float(m["samples"].iloc[-1]) / (len(m) * st["batch_size"]),
-                       cov_frac=m["cov_frac"].mean() if "cov_frac" in m else math.nan,
-                       ppo_kl=m["ppo_kl"].mean() if "ppo_kl" in m else math.nan,
-                       entropy_coef=m["entropy_coef"].mean() if "entropy_coef" in m else math.nan,
-                       temperature=float(st.get("temperature", math.nan)))  # fmt: skip
+            row.update(gpt_values(run))
         rows.append(row)
     return pd.DataFrame(rows).reindex(columns=["run_id", "variant", "seed", "status", *GPT_VALUES])
 
@@ -325,9 +321,8 @@ def differences(settings: dict, against: dict, ignore: tuple[str, ...] = ("seed"
 
 
 # roles set beside aggressive
-COMPARED_TO_FAILURE = tuple(
-    "normal clip_higher remedy kl_clip kl_epochs entropy_bonus temperature clip_cov kl_cov".split()
-)
+COMPARED_TO_FAILURE = ("normal", "clip_higher", "remedy", "kl_clip", "kl_epochs", "entropy_bonus", "temperature",
+                       "clip_cov", "kl_cov")  # fmt: skip
 
 
 def _shown(value) -> str:
@@ -362,20 +357,9 @@ def gpt_table(runs: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _per_seed(df: pd.DataFrame, setting: str) -> pd.DataFrame:
-    """The per-seed rows (not the pooled one) of one setting."""
-    if not len(df):
-        return pd.DataFrame(columns=["converged_to"])
-    return df[(df["seed"].astype(str) != "all") & (df["setting"] == setting)]
-
-
-def _pooled_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """The pooled rows (seed 'all') of a bandit table: one per setting."""
-    return df[df["seed"].astype(str) == "all"] if len(df) and "seed" in df else df
-
-
-def _per_seed_rows(df: pd.DataFrame) -> pd.DataFrame:
-    return df[df["seed"].astype(str) != "all"] if len(df) and "seed" in df else df
+def _seeds(df: pd.DataFrame, pooled: bool = False) -> pd.DataFrame:
+    """The per-seed rows of a bandit table, or (`pooled`) its rows with seed 'all', one per setting."""
+    return df[(df["seed"].astype(str) == "all") == pooled] if len(df) and "seed" in df else df
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
@@ -385,12 +369,10 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     role = roles(ctx.cfg, EXPERIMENT, ROLES) if len(runs) else {}
     named = role_of(role, (*ROLES, *COV_REMEDIES, *TABLE_REMEDIES))
     gpt.insert(1, "role", gpt["variant"].map(named).fillna("") if len(gpt) else [])
-    return {
-        "lab04_gpt_differences": differences_table(ctx, role),
-        "lab04_entropy": ent, "lab04_local_optima": local_optima_table(ent), "lab04_vanishing": van,
-        "lab04_vanishing_points": points, "lab04_hacking": hack,
-        "lab04_bandit_curves": bandit_curves(ctx), "lab04_gpt_runs": runs, "lab04_gpt": gpt,
-    }  # fmt: skip
+    return {"lab04_gpt_differences": differences_table(ctx, role), "lab04_entropy": ent,
+            "lab04_local_optima": local_optima_table(ent), "lab04_vanishing": van, "lab04_vanishing_points": points,
+            "lab04_hacking": hack, "lab04_bandit_curves": bandit_curves(ctx), "lab04_gpt_runs": runs,
+            "lab04_gpt": gpt}  # fmt: skip
 
 
 # ---- figures: from the tables alone ----------------------------------------------------
@@ -587,7 +569,8 @@ def section(t) -> dict:
             "bandit_window": BANDIT_WINDOW, "gpt_window": GPT_WINDOW, "dominant": DOMINANT,
             "settled_span": SETTLED_SPAN, "settled_move": SETTLED_MOVE,
             "aggressive": a, "normal": n, "vanishing": row_of(van, seed="all"), "hacking": row_of(hack, seed="all"),
-            "aggressive_seeds": _per_seed(ent, "aggressive"),
+            "aggressive_seeds": _seeds(ent)[lambda d: d["setting"] == "aggressive"] if len(ent)
+                                else pd.DataFrame(columns=["converged_to"]),
             "normal_keeps_more": check(n.get("final_entropy", math.nan) - a.get("final_entropy", math.nan),
                                        lambda x: x > 0),
             "bandit_hacked": as_passed(row_of(hack, seed="all").get("hacked")),
@@ -595,4 +578,4 @@ def section(t) -> dict:
             "gpt": {r: row_of(gpt, role=r) for r in (*ROLES, *COV_REMEDIES)}, "cov_remedies": COV_REMEDIES,
             "tables": {**{k: t[f"lab04_{k}"] for k in ("entropy", "local_optima", "vanishing", "hacking", "gpt",
                                                        "gpt_differences")},
-                       "entropy_pooled": _pooled_rows(t["lab04_entropy"])}}  # fmt: skip
+                       "entropy_pooled": _seeds(t["lab04_entropy"], pooled=True)}}  # fmt: skip

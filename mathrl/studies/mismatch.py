@@ -11,8 +11,6 @@ they support is for the claims engine.
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from mathrl.mismatch import METRICS as MISMATCH
@@ -21,7 +19,6 @@ from mathrl.studies.kit import COLORS, add_intervals, over_seeds, placeholder, p
 from mathrl.verdict import difference
 
 EXPERIMENT = "rollout_mismatch"
-NAN = math.nan
 # per-run summaries of the metrics.csv columns: the step mean, and for the largest gap the maximum over steps
 RUN_VALUES = ["logp_diff_mean", "logp_diff_max", "kl_k3", "chi2", "ess", "ess_min", "logp_corr", "corrected_frac",
               "sample_seconds", "update_seconds", "initial", "final", "gain"]  # fmt: skip
@@ -46,13 +43,11 @@ def run_row(run) -> dict:
     averaged = ("logp_diff_mean", "kl_k3", "chi2", "ess", "logp_corr")
     mean = {name: float(m[f"mismatch_{name}"].mean()) for name in averaged}
     initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
-    return {
-        "setting": variant(run), "seed": run.spec.seed, "steps": len(m), **mean,
-        "logp_diff_max": float(m["mismatch_logp_diff_max"].max()), "ess_min": float(m["mismatch_ess"].min()),
-        "corrected_frac": float(m["mismatch_corrected_frac"].mean()),
-        "sample_seconds": float(m["sample_seconds"].mean()), "update_seconds": float(m["update_seconds"].mean()),
-        "initial": initial, "final": final, "gain": final - initial,
-    }  # fmt: skip
+    return {"setting": variant(run), "seed": run.spec.seed, "steps": len(m), **mean,
+            "logp_diff_max": float(m["mismatch_logp_diff_max"].max()), "ess_min": float(m["mismatch_ess"].min()),
+            "corrected_frac": float(m["mismatch_corrected_frac"].mean()),
+            "sample_seconds": float(m["sample_seconds"].mean()), "update_seconds": float(m["update_seconds"].mean()),
+            "initial": initial, "final": final, "gain": final - initial}  # fmt: skip
 
 
 def mismatch_runs(ctx) -> pd.DataFrame:
@@ -109,12 +104,10 @@ def control_at_scale(ctx) -> pd.DataFrame:
 
 def tables(ctx, roles: dict) -> dict[str, pd.DataFrame]:
     runs = mismatch_runs(ctx)
-    return {
-        "diagnostics_mismatch_runs": runs, "diagnostics_mismatch": mismatch_summary(runs),
-        "diagnostics_mismatch_accuracy": accuracy_differences(runs, roles),
-        "diagnostics_mismatch_steps": mismatch_steps(ctx),
-        "diagnostics_mismatch_control": control_at_scale(ctx),
-    }  # fmt: skip
+    return {"diagnostics_mismatch_runs": runs, "diagnostics_mismatch": mismatch_summary(runs),
+            "diagnostics_mismatch_accuracy": accuracy_differences(runs, roles),
+            "diagnostics_mismatch_steps": mismatch_steps(ctx),
+            "diagnostics_mismatch_control": control_at_scale(ctx)}  # fmt: skip
 
 
 def figures(t) -> dict[str, plt.Figure]:
@@ -137,7 +130,6 @@ def figures(t) -> dict[str, plt.Figure]:
 
 
 def section(t) -> dict:
-    return {
-        "summary": t["diagnostics_mismatch"], "accuracy": t["diagnostics_mismatch_accuracy"],
-        "runs": t["diagnostics_mismatch_runs"], "control": t["diagnostics_mismatch_control"], "experiment": EXPERIMENT,
-    }  # fmt: skip
+    return {"summary": t["diagnostics_mismatch"], "accuracy": t["diagnostics_mismatch_accuracy"],
+            "runs": t["diagnostics_mismatch_runs"], "control": t["diagnostics_mismatch_control"],
+            "experiment": EXPERIMENT}  # fmt: skip

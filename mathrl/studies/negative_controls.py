@@ -13,21 +13,19 @@ The claims on these tables are declared in config/claims.yaml (part "negative co
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
-from mathrl.studies.kit import estimate_columns, joined_roles
-from mathrl.verdict import Estimate, difference, mean_interval
+from mathrl.studies.kit import NAN, NO_DIFFERENCE, estimate_columns, joined_roles
+from mathrl.verdict import difference, mean_interval
 
-NAN = math.nan
 EXPERIMENT = "negative_controls"
 ROLES = ("reference", "random_reward", "random_reward_noclip", "positive_only", "negative_only")
 RUN_COLUMNS = (
     "setting role seed initial final change initial_sampled final_sampled sampled_change clip_frac "
     "adv_mean reward_mean entropy_start entropy_end kl_end"
 ).split()
-ENGAGED = ("clip_frac", "adv_mean", "reward_mean", "entropy_start", "entropy_end", "kl_end")  # means per variant
+MEANS = ("clip_frac", "adv_mean", "reward_mean")  # step means per run
+ENGAGED = (*MEANS, "entropy_start", "entropy_end", "kl_end")  # means per variant
 SUMMARY_COLUMNS = [
     *"setting role n initial_mean final_mean".split(),
     *(f"{v}_{c}" for v in ("change", "sampled_change", "vs_reference") for c in ("mean", "lo", "hi")),
@@ -46,25 +44,11 @@ def control_runs(runs, roles: dict) -> pd.DataFrame:
         s0 = run.summary.get("initial", {}).get("eval_sampled_accuracy", NAN)
         s1 = m["eval_sampled_accuracy"].dropna()
         s1 = float(s1.iloc[-1]) if len(s1) else NAN
-        rows.append(
-            {
-                "setting": name,
-                "role": names.get(name, ""),
-                "seed": run.spec.seed,
-                "initial": initial,
-                "final": final,
-                "change": final - initial,
-                "initial_sampled": s0,
-                "final_sampled": s1,
-                "sampled_change": s1 - s0,
-                "clip_frac": float(m["clip_frac"].mean()),
-                "adv_mean": float(m["adv_mean"].mean()),
-                "reward_mean": float(m["reward_mean"].mean()),
-                "entropy_start": float(m["entropy"].iloc[0]),
-                "entropy_end": float(m["entropy"].iloc[-1]),
-                "kl_end": float(m["kl"].iloc[-1]),
-            }
-        )
+        rows.append({"setting": name, "role": names.get(name, ""), "seed": run.spec.seed, "initial": initial,
+                     "final": final, "change": final - initial, "initial_sampled": s0, "final_sampled": s1,
+                     "sampled_change": s1 - s0, **{c: float(m[c].mean()) for c in MEANS},
+                     "entropy_start": float(m["entropy"].iloc[0]), "entropy_end": float(m["entropy"].iloc[-1]),
+                     "kl_end": float(m["kl"].iloc[-1])})  # fmt: skip
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
@@ -77,22 +61,13 @@ def control_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
     rows = []
     for name, g in runs.groupby("setting", sort=False):
         g = g.set_index("seed")
-        none = Estimate(NAN, NAN, NAN, 0, "paired")
-        vs = difference(g["final"], ref["final"]) if name != ref_name and len(ref) else none
-        rows.append(
-            {
-                "setting": name,
-                "role": g["role"].iloc[0],
-                "n": int(g["change"].notna().sum()),
-                "initial_mean": float(g["initial"].mean()),
-                "final_mean": float(g["final"].mean()),
-                **estimate_columns("change", mean_interval(g["change"])),
-                **estimate_columns("sampled_change", mean_interval(g["sampled_change"])),
-                **estimate_columns("vs_reference", vs),
-                "vs_reference_n": vs.n,
-                **{f"{c}_mean": float(g[c].mean()) for c in ENGAGED},
-            }
-        )
+        vs = difference(g["final"], ref["final"]) if name != ref_name and len(ref) else NO_DIFFERENCE
+        rows.append({"setting": name, "role": g["role"].iloc[0], "n": int(g["change"].notna().sum()),
+                     "initial_mean": float(g["initial"].mean()), "final_mean": float(g["final"].mean()),
+                     **estimate_columns("change", mean_interval(g["change"])),
+                     **estimate_columns("sampled_change", mean_interval(g["sampled_change"])),
+                     **estimate_columns("vs_reference", vs, n=True),
+                     **{f"{c}_mean": float(g[c].mean()) for c in ENGAGED}})  # fmt: skip
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
@@ -109,17 +84,10 @@ def control_pass_at_k(pk: pd.DataFrame, roles: dict) -> pd.DataFrame:
         v = {phase: dict(zip(h["seed"], h["pass_at_k"])) for phase, h in g.groupby("phase")}
         before, after = v.get("initial", {}), v.get("final", {})
         est = difference(after, before)
-        rows.append(
-            {
-                "setting": name,
-                "role": names.get(name, ""),
-                "k": int(k),
-                "n": est.n,
-                "initial_mean": float(pd.Series(before).mean()) if before else NAN,
-                "final_mean": float(pd.Series(after).mean()) if after else NAN,
-                **estimate_columns("change", est),
-            }
-        )
+        rows.append({"setting": name, "role": names.get(name, ""), "k": int(k), "n": est.n,
+                     "initial_mean": float(pd.Series(before).mean()) if before else NAN,
+                     "final_mean": float(pd.Series(after).mean()) if after else NAN,
+                     **estimate_columns("change", est)})  # fmt: skip
     return pd.DataFrame(rows, columns=cols).sort_values(["k", "setting"], kind="stable").reset_index(drop=True)
 
 

@@ -15,12 +15,12 @@ The functions take the experiment's complete runs as (variant, run) pairs, which
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from mathrl.studies.kit import (
     COLORS,
+    NAN,
+    NO_DIFFERENCE,
     NONNEGATIVE,
     SHARE,
     band_panels,
@@ -28,10 +28,10 @@ from mathrl.studies.kit import (
     joined_roles,
     over_seeds,
     plt,
+    step_mean,
 )
-from mathrl.verdict import Estimate, difference, mean_interval
+from mathrl.verdict import difference, mean_interval
 
-NAN = math.nan
 EXPERIMENT = "policy_losses"
 PART = "policy losses"  # the claims' part (config/claims.yaml) this part of the section shows
 BASELINE = "baseline"  # the role of the clipped surrogate the others are compared with
@@ -43,10 +43,6 @@ LIMITS = {"entropy_start": NONNEGATIVE, "entropy_end": NONNEGATIVE, "initial": S
           **dict.fromkeys(CLIPS, SHARE)}  # fmt: skip
 
 
-def _mean(m: pd.DataFrame, col: str) -> float:
-    return float(m[col].mean()) if col in m and m[col].notna().any() else NAN
-
-
 def loss_runs(runs, roles: dict) -> pd.DataFrame:
     """Per run: the policy loss, token entropy at the first step (the rollouts of the policy before any update) and at
     the last, its relative fall (1 − end / start), held-out greedy accuracy at the start and the end, the step means of
@@ -56,22 +52,11 @@ def loss_runs(runs, roles: dict) -> pd.DataFrame:
         m = run.metrics.sort_values("step")
         h0, h1 = float(m["entropy"].iloc[0]), float(m["entropy"].iloc[-1])
         initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
-        rows.append(
-            {
-                "setting": name,
-                "role": names.get(name, ""),
-                "seed": run.spec.seed,
-                "policy_loss": run.settings.get("policy_loss", "vanilla"),
-                "entropy_start": h0,
-                "entropy_end": h1,
-                "entropy_reduction": 1.0 - h1 / h0 if h0 > 0 else NAN,
-                "initial": initial,
-                "final": final,
-                "change": final - initial,
-                **{c: _mean(m, c) for c in [*CLIPS, "ppo_kl"]},
-                "samples": float(m["samples"].iloc[-1]),
-            }
-        )
+        rows.append({"setting": name, "role": names.get(name, ""), "seed": run.spec.seed,
+                     "policy_loss": run.settings.get("policy_loss", "vanilla"), "entropy_start": h0, "entropy_end": h1,
+                     "entropy_reduction": 1.0 - h1 / h0 if h0 > 0 else NAN, "initial": initial, "final": final,
+                     "change": final - initial, **{c: step_mean(m, c) for c in [*CLIPS, "ppo_kl"]},
+                     "samples": float(m["samples"].iloc[-1])})  # fmt: skip
     return pd.DataFrame(rows, columns=["setting", "role", "seed", "policy_loss", *VALUES])
 
 
@@ -89,9 +74,8 @@ def loss_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
             row.update(estimate_columns(v, mean_interval(g[v].dropna()), LIMITS.get(v, (None, None))))
         for v in COMPARED:
             compared = name != base_name and len(base) and g[v].notna().any()
-            vs = difference(g[v].dropna(), base[v].dropna()) if compared else Estimate(NAN, NAN, NAN, 0, "paired")
-            row.update(estimate_columns(f"vs_baseline_{v}", vs))
-            row[f"vs_baseline_{v}_n"] = vs.n
+            vs = difference(g[v].dropna(), base[v].dropna()) if compared else NO_DIFFERENCE
+            row.update(estimate_columns(f"vs_baseline_{v}", vs, n=True))
         rows.append(row)
     cols = ["setting", "role", "policy_loss", "n"]
     cols += [f"{v}_{s}" for v in VALUES for s in ("mean", "lo", "hi")]
@@ -126,9 +110,8 @@ def figure(t) -> plt.Figure:
     colors = [COLORS[i % len(COLORS)] for i in range(len(groups))]  # a loss keeps its colour where it has no clip
     shared = dict(empty="no policy_losses runs", colors=colors, legend={"fontsize": 7})
     entropy = dict(groups=groups, metric="entropy", ylabel="token entropy (nats)", **shared)
-    clip = dict(
-        groups=clipped, metric="clip_frac", scale=100, ylabel="tokens whose gradient the clip cut (%)", **shared
-    )
+    clip_label = "tokens whose gradient the clip cut (%)"
+    clip = dict(groups=clipped, metric="clip_frac", scale=100, ylabel=clip_label, **shared)
     entropy["title"], clip["title"] = "Token entropy per policy loss", "Clip share (GSPO: tokens of cut sequences)"
     return band_panels([entropy, clip], 1, 2, (9.0, 3.6), layout="constrained")
 

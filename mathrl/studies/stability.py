@@ -20,13 +20,17 @@ from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sust
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
 from mathrl.studies.kit import (
     COLORS,
+    NAN,
     band_panels,
     bands,
     by_part,
     document_facts,
+    end_over_start,
+    group_sums,
     known,
     placeholder,
     roles,
+    row_of,
     verdicts,
     wilson_columns,
 )
@@ -46,7 +50,6 @@ FRACTIONS = (0.2, 0.4, 0.6, 0.8, 1.0)
 BIG_SWING, SMALL_SWING = 0.10, 0.03  # the document's ">10%" and "<3%", as accuracy points
 SERIES = {"batch": ["eval_accuracy", "entropy"], "fixed_vs_dynamic": ["eval_accuracy", "lr", "kl_coef"],
           "clipping": ["eval_accuracy"], "value_clip": ["value_rmse", "eval_accuracy"]}  # fmt: skip
-NAN = math.nan
 
 
 # ---- per-run statistics (pure) ------------------------------------------------------------
@@ -78,8 +81,7 @@ def last(run, column: str) -> float:
 def measures(run) -> dict:
     """What the tables aggregate per run; NaN everywhere for a run without a result."""
     keys = ["initial_eval", "final_eval", "best_eval", "roughness", "drawdown", "largest_drop", "share_above_10",
-            "share_below_3",
-            "collapsed", "final_reward", "wall_seconds", "alerts"]  # fmt: skip
+            "share_below_3", "collapsed", "final_reward", "wall_seconds", "alerts"]  # fmt: skip
     if not run.ok:
         return dict.fromkeys(keys, NAN)
     e = run.evals
@@ -151,7 +153,7 @@ def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
     values = "final_eval best_eval roughness drawdown largest_drop share_above_10 share_below_3 collapsed".split()
     batch = summarise(rows, ["batch_size", "lr"], values)
     batch = batch.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
-    batch["collapses"] = rows.groupby("batch_size", sort=False)["collapsed"].sum(min_count=1).values
+    batch["collapses"] = group_sums(rows, "batch_size", "collapsed")
     batch["doc_curve"] = batch["batch_size"].map(DOC["batch"])
     pts = pd.DataFrame([{"batch_size": r.settings["batch_size"], **p} for r in runs for p in curve_points(r)])
     curve = summarise(pts, ["batch_size", "point", "step"], ["eval_accuracy", "entropy", "reward"])
@@ -162,7 +164,7 @@ def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
     small, large = rows["batch_size"].min(), rows["batch_size"].max()
     cs = rows[rows["batch_size"].isin([small, large])]
     case = summarise(cs, ["batch_size"], ["final_reward", "final_eval", "wall_seconds", "alerts"])
-    case["collapses"] = cs.groupby("batch_size", sort=False)["collapsed"].sum(min_count=1).values
+    case["collapses"] = group_sums(cs, "batch_size", "collapsed")
     for j, col in enumerate(["doc_final_reward", "doc_reward_std", "doc_collapses", "doc_time"]):
         case[col] = [DOC["case"][b][j] if b in DOC["case"] else NAN for b in case["batch_size"]]
     return {
@@ -221,7 +223,7 @@ def schedule_motion(run) -> dict:
     if not run.ok:
         return {"lr_ratio": NAN, "kl_coef_range": NAN, "schedule_moved": NAN}
     lr, kl = run.metrics["lr"].dropna(), run.metrics["kl_coef"].dropna()
-    lr_ratio = float(lr.iloc[-1] / lr.iloc[0]) if len(lr) and lr.iloc[0] > 0 else NAN
+    lr_ratio = end_over_start(lr)
     kl_range = float(kl.max() / kl.min()) if len(kl) and kl.min() > 0 else NAN
     moved = (known(lr_ratio) and lr_ratio <= LR_FELL) or (known(kl_range) and kl_range >= KL_MOVED)
     return {"lr_ratio": lr_ratio, "kl_coef_range": kl_range, "schedule_moved": float(moved)}
@@ -233,8 +235,7 @@ def fixed_vs_dynamic_tables(runs: list, role: dict) -> tuple[pd.DataFrame, pd.Da
         return pd.DataFrame(), pd.DataFrame()
     method = {v: r for r, v in role.items() if r in (*FVD_ROLES, FVD_CONTROL)}
     rows = pd.DataFrame([{"method": method.get(r.spec.variant, ""), "variant": r.spec.variant, "seed": r.spec.seed,
-                          **measures(r),
-                          "final_lr": last(r, "lr"), "final_kl_coef": last(r, "kl_coef"),
+                          **measures(r), "final_lr": last(r, "lr"), "final_kl_coef": last(r, "kl_coef"),
                           **schedule_motion(r)} for r in runs])  # fmt: skip
     values = "final_eval roughness drawdown largest_drop final_lr final_kl_coef lr_ratio kl_coef_range".split()
     out = summarise(rows, ["method", "variant"], values)
@@ -269,8 +270,7 @@ def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
             var_rows.append({"task": task, "status": "complete" if probe else "missing", "batch_size": n,
                              "variance": found.get(n, NAN),
                              "ratio_to_largest": found.get(n, NAN) / found[sizes[-1]] if found.get(sizes[-1]) else NAN,
-                             "theory_ratio": sizes[-1] / n,
-                             "doc_variance": DOC["variance"].get(n, NAN),
+                             "theory_ratio": sizes[-1] / n, "doc_variance": DOC["variance"].get(n, NAN),
                              "doc_ratio": DOC["variance"].get(n, NAN) / DOC["variance"][512]})  # fmt: skip
         acc = probe["accumulation"] if probe else dict(zip(["batch_size", "micro_batch_size"], g["accumulation"]))
         acc_rows.append({"task": task, "status": "complete" if probe else "missing", "batch_size": acc["batch_size"],
@@ -316,19 +316,18 @@ def alert_events(runs: list) -> pd.DataFrame:
     steps after it. The monitor's precision claim compares the two shares."""
     rows = []
     for run in runs:
-        drops = sustained_drops(run.evals["step"], run.evals["eval_accuracy"], DROP)
-        hit = lambda s, drops=drops: float(any(s < d <= s + HORIZON for d in drops))  # noqa: E731
-        base = [hit(s) for s in run.metrics["step"]]
+        hit = followed_by_drop(run)
+        steps = [("step", s, hit(s)) for s in run.metrics["step"]]
         for name, alerts in detectors(run).items():
-            rows += [
-                {"detector": name, "source": "alert", "run_id": run.spec.run_id, "step": s, "followed_by_drop": hit(s)}
-                for s in alerts
-            ]
-            rows += [
-                {"detector": name, "source": "step", "run_id": run.spec.run_id, "step": s, "followed_by_drop": h}
-                for s, h in zip(run.metrics["step"], base)
-            ]
+            events = [("alert", s, hit(s)) for s in alerts] + steps
+            rows += [(name, source, run.spec.run_id, s, h) for source, s, h in events]
     return pd.DataFrame(rows, columns=["detector", "source", "run_id", "step", "followed_by_drop"])
+
+
+def followed_by_drop(run):
+    """The test of a step on one run: 1.0 when a sustained drop (DROP) starts within HORIZON steps after it, else 0."""
+    drops = sustained_drops(run.evals["step"], run.evals["eval_accuracy"], DROP)
+    return lambda step: float(any(step < d <= step + HORIZON for d in drops))
 
 
 def alert_scores(runs: list) -> pd.DataFrame:
@@ -337,10 +336,9 @@ def alert_scores(runs: list) -> pd.DataFrame:
     alert announced (recall); Wilson intervals."""
     counts, base = {}, [0, 0]
     for run in runs:
-        drops = sustained_drops(run.evals["step"], run.evals["eval_accuracy"], DROP)
-        steps = run.metrics["step"].tolist()
-        base[0] += sum(any(s < d <= s + HORIZON for d in drops) for s in steps)
-        base[1] += len(steps)
+        drops, hit = sustained_drops(run.evals["step"], run.evals["eval_accuracy"], DROP), followed_by_drop(run)
+        base[0] += sum(hit(s) for s in run.metrics["step"])
+        base[1] += len(run.metrics)
         for name, alerts in detectors(run).items():
             c = counts.setdefault(name, [0, 0, 0, 0])
             for i, x in enumerate(precision_recall(alerts, drops, HORIZON)):
@@ -418,13 +416,10 @@ def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not runs:
         return pd.DataFrame(), pd.DataFrame()
     rows = clipping_runs(runs)
-    out = summarise(
-        rows, ["cell", "optimizer", "max_norm", "spike"], ["collapsed", "drop_after_spike", "final_eval", "spike_ratio"]
-    )
+    values = ["collapsed", "drop_after_spike", "final_eval", "spike_ratio"]
+    out = summarise(rows, ["cell", "optimizer", "max_norm", "spike"], values)
     out = out.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
-    out.insert(
-        out.columns.get_loc("n"), "collapses", rows.groupby("cell", sort=False)["collapsed"].sum(min_count=1).values
-    )
+    out.insert(out.columns.get_loc("n"), "collapses", group_sums(rows, "cell", "collapsed"))
     ci = [wilson(int(k), int(n)) if known(k, n) and n else (NAN, NAN) for k, n in zip(out["collapses"], out["n"])]
     out.insert(out.columns.get_loc("collapse_rate") + 1, "collapse_rate_lo", [c[0] for c in ci])
     out.insert(out.columns.get_loc("collapse_rate") + 2, "collapse_rate_hi", [c[1] for c in ci])
@@ -492,7 +487,7 @@ def run_signals(run) -> dict:
     return {"zero_std": m["frac_zero_std"].mean(), "drop": largest_drop(ev["eval_accuracy"]),
             "drop_at": (ev["step"][i - 1], ev["step"][i], ev["eval_accuracy"][i - 1],
                         ev["eval_accuracy"][i]) if i is not None else None,
-            "ent_ratio": ent.iloc[-1] / ent.iloc[0] if len(ent) and ent.iloc[0] > 0 else NAN,
+            "ent_ratio": end_over_start(ent),
             "ent": (ent.iloc[0], ent.iloc[-1]) if len(ent) else None,
             "kl": m["kl"].max(), "kl_at": m.loc[m["kl"].idxmax(), "step"] if m["kl"].notna().any() else NAN,
             "kl_max": run.settings.get("monitor_kl_max") or math.inf,
@@ -511,11 +506,9 @@ def troubleshooting_table(ctx) -> pd.DataFrame:
         if v.empty:
             return "", "no run of this pipeline has this cause"
         rid = v.idxmax() if largest else v.idxmin()
-        return (
-            (rid, text(sig[rid]))
-            if passes(sig[rid])
-            else ("", f"not observed in this pipeline (most extreme run with this cause, {rid}: {text(sig[rid])})")
-        )
+        if passes(sig[rid]):
+            return rid, text(sig[rid])
+        return "", f"not observed in this pipeline (most extreme run with this cause, {rid}: {text(sig[rid])})"
 
     rules = [
         ("zero_std", True, lambda g: g["zero_std"] >= 0.9, lambda g: f"mean frac_zero_std {g['zero_std']:.2f}"),
@@ -558,18 +551,10 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
 
 
 # ---- figures (from the tables alone) ------------------------------------------------------
-def _series(t, experiment: str, metric: str) -> pd.DataFrame:
-    s = t["stability_series"]
-    return (
-        s[(s["experiment"] == experiment) & (s["metric"] == metric)].sort_values(["order", "step"])
-        if not s.empty
-        else s
-    )
-
-
 def _curves(t, experiment: str, metric: str, ylabel: str, title: str) -> dict:
     """The `bands` panel of one metric: a band per setting of an experiment (its `stability_series` rows)."""
-    s = _series(t, experiment, metric)
+    s = t["stability_series"]
+    s = s[(s["experiment"] == experiment) & (s["metric"] == metric)].sort_values(["order", "step"]) if len(s) else s
     groups = [(g["setting"].iloc[0], g) for _, g in s.groupby("order", sort=True)] if not s.empty else []
     return dict(groups=groups, metric=metric, empty="no run with a result", value="", ylabel=ylabel, title=title)
 
@@ -583,28 +568,19 @@ def _gradvar_figure(t):
     for k, (task, g) in enumerate(gv.groupby("task", sort=False) if not gv.empty else []):
         x = np.arange(len(g)) + 0.4 * k
         ax.bar(x, g["variance"], width=0.38, color=COLORS[k], label=f"{task}: measured")
-        ax.plot(
-            x,
-            g["variance"].iloc[0] * g["batch_size"].iloc[0] / g["batch_size"],
-            "k--o",
-            label=f"{task}: 1/N from batch {g['batch_size'].iloc[0]}",
-        )
+        first = g["batch_size"].iloc[0]
+        ax.plot(x, g["variance"].iloc[0] * first / g["batch_size"], "k--o", label=f"{task}: 1/N from batch {first}")
         ax.set_xticks(np.arange(len(g)), labels=[str(b) for b in g["batch_size"]])
-        notes.append(
-            f"{task}: {g['ratio_to_largest'].iloc[0]:.1f}x lower at {g['batch_size'].iloc[-1]} (1/N: "
-            f"{g['theory_ratio'].iloc[0]:.0f}x)"
-        )
+        notes.append(f"{task}: {g['ratio_to_largest'].iloc[0]:.1f}x lower at {g['batch_size'].iloc[-1]} (1/N: "
+                     f"{g['theory_ratio'].iloc[0]:.0f}x)")  # fmt: skip
     if notes:
         ax.set_yscale("log")
         # bars need a floor well below the smallest on a log axis
         ax.set_ylim(gv["variance"].min() / 5, gv["variance"].max() * 5)
         ax.legend()
         notes.append(f"document: {DOC['variance'][64] / DOC['variance'][512]:.1f}x from 64 to 512")
-    ax.set(
-        xlabel="batch size (rollouts)",
-        ylabel="mean per-element gradient variance",
-        title="Policy-gradient variance against batch size\n" + "; ".join(notes),
-    )
+    title = "Policy-gradient variance against batch size\n" + "; ".join(notes)
+    ax.set(xlabel="batch size (rollouts)", ylabel="mean per-element gradient variance", title=title)
     return fig
 
 
@@ -654,11 +630,8 @@ def _clipping_figure(t):
         axes[0].bar(x, c["collapse_rate"], width=0.6, color=colors, yerr=err, capsize=3)
         axes[0].set_xticks(x, labels=c["cell"].str.replace(", ", "\n"), fontsize=7)
         axes[0].set_ylim(0, 1.05)
-    axes[0].set(
-        xlabel="optimizer, max gradient norm, injected spike",
-        ylabel="share of runs collapsed",
-        title="Collapse rate per cell (95% Wilson interval)",
-    )
+    axes[0].set(xlabel="optimizer, max gradient norm, injected spike", ylabel="share of runs collapsed",
+                title="Collapse rate per cell (95% Wilson interval)")  # fmt: skip
     bands(axes[1], **_curves(t, "clipping", "eval_accuracy", "held-out accuracy", "Eval accuracy per cell"))
     return fig
 
@@ -695,9 +668,7 @@ CLIPPING_ORDER = ["clipping_spike_collapses", "clipping_sgd", "clipping_sgd_2.0"
 
 def first_rows(df: pd.DataFrame, col: str, keys) -> dict:
     """{key: the first row whose `col` reads as `key`, as a dict} for the keys present."""
-    rows = df.astype({col: str}).drop_duplicates(col) if not df.empty and col in df else pd.DataFrame(columns=[col])
-    found = dict(zip(rows[col], df.loc[rows.index].to_dict("records") if len(rows) else []))
-    return {k: found[str(k)] for k in keys if str(k) in found}
+    return {k: row for k in keys if (row := row_of(df, **{col: k}))}
 
 
 def section(t) -> dict:

@@ -17,6 +17,7 @@ import json
 import math
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 from matplotlib.transforms import blended_transform_factory
 
@@ -29,11 +30,12 @@ from mathrl.studies.kit import (
     COLORS,
     SHARE,
     add_intervals,
-    add_wilson,
+    add_outcomes,
     bands,
     by_key,
     cell,
     document_facts,
+    estimate_columns,
     known,
     over_seeds,
     placeholder,
@@ -53,16 +55,13 @@ ALGORITHMS = ("reinforce", "ppo", "grpo")
 # The document's configurations ("performance benchmarks", "configuration parameters"): config/documents.yaml
 FACTS = document_facts("system")
 DOC, DOC_RL = FACTS["tasks"], FACTS["rl"]
-SETTING_NAMES = {
-    "n_layer": "layers", "n_head": "attention heads", "n_embd": "embedding dim", "n_params": "parameters",
-    "sft_steps": "warm-up steps", "sft_accuracy": "warm-up held-out accuracy", "steps": "RL steps",
-    "lr": "learning rate",
-    "batch_size": "sequences per step", "micro_batch_size": "sequences per micro-batch",
-    "group_size": "rollouts per prompt", "grad_clip": "gradient clip (max norm)",
-    "weight_decay": "weight decay", "adam_beta1": "Adam beta1", "adam_beta2": "Adam beta2",
-    "temperature": "sampling temperature",
-    "baseline_decay": "REINFORCE baseline decay",
-}  # fmt: skip
+SETTING_NAMES = {"n_layer": "layers", "n_head": "attention heads", "n_embd": "embedding dim",
+                 "n_params": "parameters", "sft_steps": "warm-up steps", "sft_accuracy": "warm-up held-out accuracy",
+                 "steps": "RL steps", "lr": "learning rate", "batch_size": "sequences per step",
+                 "micro_batch_size": "sequences per micro-batch", "group_size": "rollouts per prompt",
+                 "grad_clip": "gradient clip (max norm)", "weight_decay": "weight decay", "adam_beta1": "Adam beta1",
+                 "adam_beta2": "Adam beta2", "temperature": "sampling temperature",
+                 "baseline_decay": "REINFORCE baseline decay"}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- tables
@@ -119,9 +118,8 @@ def read_starts(ctx, task: str) -> dict:
     if not sft:
         return {"starts": [], "controls": []}
     start = {"start": band_start(ctx.cfg, task), "threshold": ctx.cfg["sft"][task]["band"][0],
-             "sft_steps": sft.get("steps", math.nan),
-             "val_accuracy": sft.get("val_accuracy", math.nan), "test_accuracy": sft.get("eval_accuracy", math.nan),
-             "reached": sft.get("reached")}  # fmt: skip
+             "sft_steps": sft.get("steps", math.nan), "val_accuracy": sft.get("val_accuracy", math.nan),
+             "test_accuracy": sft.get("eval_accuracy", math.nan), "reached": sft.get("reached")}  # fmt: skip
     return {"starts": [start], "controls": []}
 
 
@@ -188,10 +186,7 @@ def starts_table(ctx, start_runs: pd.DataFrame) -> pd.DataFrame:
                    "picked": bool(len(d)) and (d["picked"] == "yes").any(), "expected_low": DOC[task]["expected"][0],
                    "expected_high": DOC[task]["expected"][1], "rl_minus_sup": math.nan, "rl_minus_sup_lo": math.nan,
                    "rl_minus_sup_hi": math.nan}  # fmt: skip
-            for arm, prefix in (("reinforce", "rl"), (SUPERVISED, "sup")):
-                est = mean_interval_of(arms[arm])
-                names = {"n": "n", "estimate": "final", "lo": "lo", "hi": "hi"}
-                row.update({f"{prefix}_{name}": est[k] for k, name in names.items()})
+            row.update({**accuracy_columns("rl", arms["reinforce"]), **accuracy_columns("sup", arms[SUPERVISED])})
             if len(arms["reinforce"]) > 1 and len(arms[SUPERVISED]) > 1:
                 diff = seed_difference(arms["reinforce"].to_dict(), arms[SUPERVISED].to_dict(), paired=False)
                 row.update(rl_minus_sup=diff.estimate, rl_minus_sup_lo=diff.lo, rl_minus_sup_hi=diff.hi)
@@ -199,13 +194,12 @@ def starts_table(ctx, start_runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def mean_interval_of(values: pd.Series) -> dict:
-    """Mean and 95% t interval of seeds' accuracies, the interval kept within [0, 1]."""
-    if values.empty:
-        return {"n": 0, "estimate": math.nan, "lo": math.nan, "hi": math.nan}
+def accuracy_columns(prefix: str, values: pd.Series) -> dict:
+    """`{prefix}_n`, `{prefix}_final`, `{prefix}_lo`, `{prefix}_hi`: the mean of seeds' accuracies and its 95% t
+    interval, kept within [0, 1]."""
     est = mean_interval(values.to_dict())
-    return {"n": est.n, "estimate": est.estimate, "lo": max(0.0, est.lo) if est.lo == est.lo else est.lo,
-            "hi": min(1.0, est.hi) if est.hi == est.hi else est.hi}  # fmt: skip
+    final, lo, hi = estimate_columns(prefix, est, SHARE).values()
+    return {f"{prefix}_n": est.n, f"{prefix}_final": final, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
 
 
 def run_stats(run, start: str = "") -> dict:
@@ -243,9 +237,7 @@ def results_table(runs, cfg: dict | None = None) -> pd.DataFrame:
     out = add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
     g = per_run.groupby(["task", "start", "algorithm"], sort=False)
     out.insert(3, "n_runs", g.size().values if len(per_run) else [])
-    out["collapses"] = g["collapsed"].sum(min_count=1).values if len(per_run) else []
-    out["degradations"] = g["degraded"].sum(min_count=1).values if len(per_run) else []
-    out = add_wilson(out, "collapses")
+    out = add_outcomes(out, per_run, ["task", "start", "algorithm"])
     out["rl_steps"] = [
         next((r.settings["steps"] for r in runs if r.settings["task"] == t), math.nan) for t in out["task"]
     ]
@@ -338,11 +330,9 @@ def fig_throughput(t) -> plt.Figure:
     else:
         width = 0.8 / len(ALGORITHMS)
         for i, algorithm in enumerate(ALGORITHMS):
-            vals = [cell(res, "seq_per_s_mean", task=k, algorithm=algorithm) for k in DOC]
-            stds = [cell(res, "seq_per_s_std", task=k, algorithm=algorithm) for k in DOC]
-            ns = [cell(res, "n", task=k, algorithm=algorithm) for k in DOC]
-            errs = [0.0 if not known(v, sd, n) else float(t_halfwidth(sd, n)) for v, sd, n in zip(vals, stds, ns)]
-            errs = [0.0 if math.isnan(e) else e for e in errs]  # one seed: no interval
+            vals, stds, ns = ([cell(res, col, task=k, algorithm=algorithm) for k in DOC]
+                              for col in ("seq_per_s_mean", "seq_per_s_std", "n"))  # fmt: skip
+            errs = list(np.nan_to_num(t_halfwidth(stds, ns)))  # one seed or a missing cell: no interval
             x = [j + (i - 1) * width for j in range(len(DOC))]
             heights = [0 if math.isnan(v) else v for v in vals]
             below = [min(e, h) for e, h in zip(errs, heights)]  # never below 0

@@ -20,7 +20,6 @@ that neither position nor the share of carries at a position can make the differ
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +28,7 @@ from mathrl import analysis as dx
 from mathrl.results import mean_spread
 from mathrl.studies.kit import (
     COLORS,
+    NAN,
     NONNEGATIVE,
     SHARE,
     add_intervals,
@@ -37,10 +37,10 @@ from mathrl.studies.kit import (
     over_seeds,
     placeholder,
     plt,
+    step_mean,
     table_band,
 )
 
-NAN = math.nan
 EXPERIMENT = "token_selection"
 PART = "token selection"  # the claims' part (config/claims.yaml) this part of the section shows
 BASELINE = "baseline"  # the role of the arm that trains on every answer token
@@ -115,10 +115,6 @@ def probe(ctx, runs) -> tuple[pd.DataFrame, dict]:
 
 
 # ----------------------------------------------------------------------------- the tables
-def _mean(m: pd.DataFrame, col: str) -> float:
-    return float(m[col].mean()) if col in m and m[col].notna().any() else NAN
-
-
 def selection_runs(runs, roles: dict, carry: dict) -> pd.DataFrame:
     """Per run: accuracy before and after, the selection's step means, and the carry probe's means."""
     names, rows = joined_roles(roles), []
@@ -129,7 +125,7 @@ def selection_runs(runs, roles: dict, carry: dict) -> pd.DataFrame:
         rows.append({"setting": name, "role": names.get(name, ""), "seed": run.spec.seed,
                      "token_selection": run.settings.get("token_selection", "all"),
                      "initial": initial, "final": final, "change": final - initial,
-                     **{c: _mean(m, c) for c in ("token_selected_frac", "entropy_selected", "entropy_unselected")},
+                     **{c: step_mean(m, c) for c in ("token_selected_frac", "entropy_selected", "entropy_unselected")},
                      **{c: probe_means.get(c, NAN) for c in ("entropy_carry", "entropy_nocarry", "carry_gap")},
                      })  # fmt: skip
     return pd.DataFrame(rows, columns=["setting", "role", "seed", "token_selection", *RUN_VALUES])
