@@ -64,6 +64,14 @@ def all_tokens(entropy: torch.Tensor, mask: torch.Tensor, fraction: float) -> No
     return None
 
 
+all_tokens.reads_entropy = False  # the trainer need not compute the sampler's entropy for it
+
+
+def reads_entropy(rule: TokenSelectionFn) -> bool:
+    """Whether a rule reads the per-token entropy (every rule does unless it says otherwise)."""
+    return getattr(rule, "reads_entropy", True)
+
+
 @token_selection("top_entropy")
 def top_entropy(entropy: torch.Tensor, mask: torch.Tensor, fraction: float) -> torch.Tensor:
     """The `fraction` of answer tokens of highest entropy (the paper's 'forking' tokens)."""

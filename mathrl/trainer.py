@@ -87,7 +87,7 @@ from mathrl.sampler import RolloutSampler, sampler_logprobs
 from mathrl.settings import RunSettings
 from mathrl.sft import load_policy
 from mathrl.tasks import VOCAB_SIZE, answer_mask, filter_by_ndigit, read_problems, task_of
-from mathrl.token_selection import get_token_selection, selection_weight
+from mathrl.token_selection import get_token_selection, reads_entropy, selection_weight
 
 # Version of the snapshot layout (3: optimizer state of torch.optim; 4: the held-out sampled accuracy).
 SNAPSHOT_FORMAT = 4
@@ -306,7 +306,7 @@ class Trainer:
         sampler_logp = sampler_logprobs(logits, tokens, s.temperature, s.sample_top_k, s.sample_top_p)
         checks = {k: v.float() for k, v in checks.items()}
         # the sampler's per-token entropy, which only a token selection by entropy reads
-        entropy = {"sampler_entropy": token_entropy(logits)} if s.token_selection != "all" else {}
+        entropy = {"sampler_entropy": token_entropy(logits)} if reads_entropy(self.select_tokens) else {}
         return {"prompts": prompts, "tokens": tokens, "rewards": rewards.float(), **checks, **dense,
                 "sampler_logp": sampler_logp, **entropy}  # fmt: skip
 

@@ -45,6 +45,10 @@ def test_all_selects_nothing_and_the_registry_names_its_key():
         T.token_selection("all")(T.all_tokens)
 
 
+def test_only_all_spares_the_sampler_its_entropy():
+    assert [name for name, rule in T.TOKEN_SELECTIONS.items() if not T.reads_entropy(rule)] == ["all"]
+
+
 def test_the_schema_names_exactly_the_registered_selections():
     train = load_schema()["definitions"]["train"]["properties"]
     assert train["token_selection"]["enum"] == list(T.TOKEN_SELECTIONS) and train["token_selection"]["default"] == "all"
