@@ -44,6 +44,7 @@ class Run:
     summary: dict | None = None
     metrics: pd.DataFrame | None = field(default=None, repr=False)
     problem: str = ""
+    _evals: pd.DataFrame | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -62,11 +63,15 @@ class Run:
 
     @property
     def evals(self) -> pd.DataFrame:
-        """(step, eval_accuracy) at evaluation steps, starting with step 0 (before RL)."""
+        """(step, eval_accuracy) at evaluation steps, starting with step 0 (before RL). Built once per run (the
+        tables read it thousands of times); each call gets a copy, which the caller may change."""
         if not self.ok:
             return pd.DataFrame(columns=["step", "eval_accuracy"])
-        e = self.metrics.loc[self.metrics["eval_accuracy"].notna(), ["step", "eval_accuracy"]]
-        return pd.concat([pd.DataFrame({"step": [0], "eval_accuracy": [self.initial_eval]}), e], ignore_index=True)
+        if self._evals is None:
+            e = self.metrics.loc[self.metrics["eval_accuracy"].notna(), ["step", "eval_accuracy"]]
+            start = pd.DataFrame({"step": [0], "eval_accuracy": [self.initial_eval]})
+            self._evals = pd.concat([start, e], ignore_index=True)
+        return self._evals.copy()
 
 
 def progress_of(cfg: dict, spec: RunSpec) -> str:
