@@ -48,6 +48,7 @@ def run_dir(ctx, run):
 
 
 def setting(spec) -> str:
+    """Like `generic.setting`, but a grid value None reads `None` (not `none`) in the diagnostics tables."""
     return spec.variant or ", ".join(f"{k}={v}" for k, v in spec.point.items()) or "default"
 
 

@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from mathrl.config import ROOT, read_yaml  # noqa: E402
+from mathrl.config import ROOT, point_label, read_yaml  # noqa: E402
 from mathrl.errors import ConfigError  # noqa: E402
 from mathrl.layout import DOCUMENTS_FILE  # noqa: E402
 from mathrl.results import mean_spread  # noqa: E402
@@ -49,6 +49,11 @@ def roles(cfg: dict, experiment: str, required: tuple[str, ...]) -> dict[str, st
                           f"(the {experiment} study needs: {', '.join(required)}; give each the name of one of its "
                           "variants)")  # fmt: skip
     return {r: declared[r] for r in declared}
+
+
+def setting(spec) -> str:
+    """A run's setting as a role names it: its variant, else its grid point (`batch_size=512`; "" for neither)."""
+    return spec.variant or point_label(spec.point)
 
 
 def role_of(role: dict[str, str], study_roles: tuple[str, ...]) -> dict[str, str]:

@@ -44,10 +44,6 @@ def label(value) -> str:
     return "none" if value is None else str(value)
 
 
-def setting(spec) -> str:
-    return spec.variant or ", ".join(f"{k}={label(v)}" for k, v in spec.point.items())
-
-
 def largest_drop(values: pd.Series) -> float:
     """The largest decrease between consecutive values (0 when the curve never goes down)."""
     d = values.diff().dropna()
@@ -119,10 +115,10 @@ def series(runs: list, metrics: list[str]) -> pd.DataFrame:
     """Mean, std and n across seeds of each metric at each step, per setting (eval from step 0)."""
     frames, order = [], {}
     for run in runs:
-        order.setdefault(setting(run.spec), len(order))
+        order.setdefault(kit.setting(run.spec), len(order))
         for metric in metrics if run.ok else []:
             src = run.evals if metric == "eval_accuracy" else run.metrics[["step", metric]]
-            frames.append(src.rename(columns={metric: "value"}).assign(setting=setting(run.spec), metric=metric))
+            frames.append(src.rename(columns={metric: "value"}).assign(setting=kit.setting(run.spec), metric=metric))
     if not frames:
         return pd.DataFrame(columns=["order", "setting", "metric", "step", "mean", "std", "n"])
     df = pd.concat(frames, ignore_index=True).assign(order=lambda d: d["setting"].map(order))
@@ -436,7 +432,7 @@ def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not runs:
         return pd.DataFrame(), pd.DataFrame()
     rows = pd.DataFrame([{"value_clip": label(r.settings["value_clip"]), "value_coef": float(r.settings["value_coef"]),
-                          "seed": r.spec.seed, "setting": setting(r.spec),
+                          "seed": r.spec.seed, "setting": kit.setting(r.spec),
                           "final_rmse": last(r, "value_rmse"),
                           "mean_rmse": r.metrics["value_rmse"].mean() if r.ok else NAN,
                           "final_explained_variance": last(r, "explained_variance"),
