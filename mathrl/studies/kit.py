@@ -192,11 +192,14 @@ def add_outcomes(out: pd.DataFrame, per_run: pd.DataFrame, by, judged: bool = Fa
 
 
 def add_wilson(df: pd.DataFrame, count: str, n: str = "n", prefix: str = "collapse_rate") -> pd.DataFrame:
-    """`{prefix}`, `{prefix}_lo`, `{prefix}_hi`: a rate count/n with its 95% Wilson interval."""
+    """`{prefix}`, `{prefix}_lo`, `{prefix}_hi`: a rate count/n with its 95% Wilson interval; the rate replaces a
+    `{prefix}` column already there, in its place, and the interval's columns follow it."""
     out = df.copy()
     ci = [wilson(int(k), int(m)) if known(k, m) and m else (NAN, NAN) for k, m in zip(out[count], out[n])]
     out[prefix] = [k / m if known(k, m) and m else NAN for k, m in zip(out[count], out[n])]
-    out[f"{prefix}_lo"], out[f"{prefix}_hi"] = [c[0] for c in ci], [c[1] for c in ci]
+    at = out.columns.get_loc(prefix) + 1
+    out.insert(at, f"{prefix}_lo", [c[0] for c in ci])
+    out.insert(at + 1, f"{prefix}_hi", [c[1] for c in ci])
     return out
 
 

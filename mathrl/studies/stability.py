@@ -20,7 +20,6 @@ from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sust
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
 from mathrl.studies import kit
 from mathrl.studies.kit import COLORS, NAN
-from mathrl.verdict import wilson
 
 NAME = "stability"
 TITLE = "Batch size and hyperparameters against training stability"
@@ -403,9 +402,7 @@ def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     out = summarise(rows, ["cell", "optimizer", "max_norm", "spike"], values)
     out = out.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
     out.insert(out.columns.get_loc("n"), "collapses", kit.group_sums(rows, "cell", "collapsed"))
-    ci = [wilson(int(k), int(n)) if kit.known(k, n) and n else (NAN, NAN) for k, n in zip(out["collapses"], out["n"])]
-    out.insert(out.columns.get_loc("collapse_rate") + 1, "collapse_rate_lo", [c[0] for c in ci])
-    out.insert(out.columns.get_loc("collapse_rate") + 2, "collapse_rate_hi", [c[1] for c in ci])
+    out = kit.add_wilson(out, "collapses")  # the rate, collapses/n (the mean of `collapsed`), with its interval
     out["doc_collapse_rate"] = out["max_norm"].map(lambda m: DOC["clipping"].get(m, (NAN, ""))[0])
     return out, rows
 
