@@ -253,6 +253,5 @@ def section(t) -> dict:
     unreferenced = refs.loc[no_reference, "experiment"].tolist() if len(refs) else []
     rows = verdicts(t, NAME)
     return {"unreferenced": unreferenced, "pilot": t["calibration_pilot"], "pick": t["calibration_pick"],
-            "references": t["calibration_references"], "below": below, "overall": total, "target": TARGET_BELOW,
-            "drop": DROP, "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),
-            "verdicts": rows}  # fmt: skip
+            "below": below, "overall": total, "target": TARGET_BELOW, "drop": DROP,
+            "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW), "verdicts": rows}  # fmt: skip
