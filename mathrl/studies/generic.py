@@ -88,19 +88,9 @@ def curves_table(ctx) -> pd.DataFrame:
     frames = []
     for exp in ctx.cfg["experiments"]:
         for run in (r for r in ctx.experiment(exp) if r.ok):
-            for metric in METRICS:
-                if metric == "eval_accuracy":
-                    src = run.evals.rename(columns={metric: "value"})
-                elif metric in run.metrics:
-                    src = run.metrics[["step", metric]].rename(columns={metric: "value"})
-                else:
-                    continue
-                frames.append(src.assign(experiment=exp, setting=setting(run.spec), metric=metric))
-    if not frames:
-        return pd.DataFrame(columns=["experiment", "setting", "metric", "step", "mean", "std", "n"])
-    long = pd.concat(frames, ignore_index=True).dropna(subset=["value"])
-    g = long.groupby(["experiment", "setting", "metric", "step"], sort=False)["value"]
-    return g.agg(mean="mean", std="std", n="count").reset_index()
+            for f in kit.metric_frames(run, METRICS):
+                frames.append(f.dropna(subset=["value"]).assign(experiment=exp, setting=setting(run.spec)))
+    return kit.metric_curves(frames, ["experiment", "setting"], sort=False)
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:

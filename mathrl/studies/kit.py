@@ -173,6 +173,30 @@ def over_seeds(frames: list[pd.DataFrame], by: list[str], values: list[str]) -> 
     return mean_spread(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), [*by, "step"], values)
 
 
+def metric_frames(run, metrics: list[str]) -> list[pd.DataFrame]:
+    """A run's `metrics` as long frames of `step`, `value` and `metric`: eval_accuracy from its evaluations (step 0
+    on), the others from its steps; a metric the run did not log is left out."""
+    frames = []
+    for metric in metrics:
+        if metric == "eval_accuracy":
+            src = run.evals
+        elif metric in run.metrics:
+            src = run.metrics[["step", metric]]
+        else:
+            continue
+        frames.append(src.rename(columns={metric: "value"}).assign(metric=metric))
+    return frames
+
+
+def metric_curves(frames: list[pd.DataFrame], by: list[str], sort: bool = True) -> pd.DataFrame:
+    """Per `by`, metric and step: the mean, std and n over runs of the long frames' `value` (`metric_frames`), sorted
+    by those keys, or with `sort` False in order of appearance."""
+    if not frames:
+        return pd.DataFrame(columns=[*by, "metric", "step", "mean", "std", "n"])
+    g = pd.concat(frames, ignore_index=True).groupby([*by, "metric", "step"], sort=sort)["value"]
+    return g.agg(mean="mean", std="std", n="count").reset_index()
+
+
 def group_sums(rows: pd.DataFrame, by, column: str) -> np.ndarray:
     """Per group of `rows` (in order of appearance): the sum of `column`, NaN where it has no value (a count of runs
     that collapsed, say)."""

@@ -114,15 +114,11 @@ def series(runs: list, metrics: list[str]) -> pd.DataFrame:
     """Mean, std and n across seeds of each metric at each step, per setting (eval from step 0)."""
     frames, order = [], {}
     for run in runs:
-        order.setdefault(kit.setting(run.spec), len(order))
-        for metric in metrics if run.ok else []:
-            src = run.evals if metric == "eval_accuracy" else run.metrics[["step", metric]]
-            frames.append(src.rename(columns={metric: "value"}).assign(setting=kit.setting(run.spec), metric=metric))
-    if not frames:
-        return pd.DataFrame(columns=["order", "setting", "metric", "step", "mean", "std", "n"])
-    df = pd.concat(frames, ignore_index=True).assign(order=lambda d: d["setting"].map(order))
-    g = df.groupby(["order", "setting", "metric", "step"])["value"]
-    return g.agg(mean="mean", std="std", n="count").reset_index()
+        name = kit.setting(run.spec)
+        order.setdefault(name, len(order))  # the settings in the order of their runs
+        if run.ok:
+            frames += [f.assign(order=order[name], setting=name) for f in kit.metric_frames(run, metrics)]
+    return kit.metric_curves(frames, ["order", "setting"])
 
 
 # ---- tables ------------------------------------------------------------------------------
