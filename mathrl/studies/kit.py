@@ -21,7 +21,7 @@ from mathrl.config import ROOT, point_label, read_yaml  # noqa: E402
 from mathrl.errors import ConfigError  # noqa: E402
 from mathrl.layout import DOCUMENTS_FILE  # noqa: E402
 from mathrl.results import mean_spread  # noqa: E402
-from mathrl.verdict import CONFIDENCE, Estimate, sentence, wilson  # noqa: E402
+from mathrl.verdict import CONFIDENCE, Estimate, difference, sentence, wilson  # noqa: E402
 
 NAN = math.nan
 
@@ -137,6 +137,20 @@ def add_intervals(df: pd.DataFrame, values: list[str], bounds: dict | None = Non
 
 
 NO_DIFFERENCE = Estimate(NAN, NAN, NAN, 0, "paired")  # a paired difference not taken (an arm against itself)
+
+
+def arms(runs: pd.DataFrame, reference: str | None):
+    """Each setting's rows of a per-run table (indexed by seed; settings in order of appearance) with the reference
+    setting's rows to compare them with: None for the reference itself, or where the reference has no rows."""
+    ref = runs[runs["setting"] == reference].set_index("seed") if len(runs) else runs
+    for name, rows in runs.groupby("setting", sort=False):
+        yield name, rows.set_index("seed"), ref if name != reference and len(ref) else None
+
+
+def versus(arm: pd.DataFrame, reference: pd.DataFrame | None, column: str) -> Estimate:
+    """An arm's `column` minus the reference's, paired by seed (`mathrl.verdict.difference`); without a reference,
+    NO_DIFFERENCE."""
+    return NO_DIFFERENCE if reference is None else difference(arm[column], reference[column])
 
 
 def estimate_columns(prefix: str, est, within: tuple = (None, None), n: bool = False) -> dict:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import pandas as pd
 
 from mathrl.studies import kit
-from mathrl.studies.kit import COLORS, NAN, NO_DIFFERENCE, NONNEGATIVE, SHARE, plt
-from mathrl.verdict import difference, mean_interval
+from mathrl.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, plt
+from mathrl.verdict import mean_interval
 
 EXPERIMENT = "policy_losses"
 PART = "policy losses"  # the claims' part (config/claims.yaml) this part of the section shows
@@ -52,19 +52,14 @@ def loss_runs(runs, roles: dict) -> pd.DataFrame:
 def loss_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
     """Per variant: the mean of every per-run value with its 95% t interval over seeds (cut to the value's range), and
     final entropy, final accuracy and clip_frac minus the baseline's, paired by seed (empty for the baseline)."""
-    base_name = roles.get(BASELINE)
-    base = runs[runs["setting"] == base_name].set_index("seed") if len(runs) else runs
     rows = []
-    for name, g in runs.groupby("setting", sort=False):
-        g = g.set_index("seed")
+    for name, g, base in kit.arms(runs, roles.get(BASELINE)):
         row = {"setting": name, "role": g["role"].iloc[0], "policy_loss": g["policy_loss"].iloc[0],
                "n": int(g["entropy_end"].notna().sum())}  # fmt: skip
         for v in VALUES:
-            row.update(kit.estimate_columns(v, mean_interval(g[v].dropna()), LIMITS.get(v, (None, None))))
+            row.update(kit.estimate_columns(v, mean_interval(g[v]), LIMITS.get(v, (None, None))))
         for v in COMPARED:
-            compared = name != base_name and len(base) and g[v].notna().any()
-            vs = difference(g[v].dropna(), base[v].dropna()) if compared else NO_DIFFERENCE
-            row.update(kit.estimate_columns(f"vs_baseline_{v}", vs, n=True))
+            row.update(kit.estimate_columns(f"vs_baseline_{v}", kit.versus(g, base, v), n=True))
         rows.append(row)
     cols = ["setting", "role", "policy_loss", "n"]
     cols += [f"{v}_{s}" for v in VALUES for s in ("mean", "lo", "hi")]
