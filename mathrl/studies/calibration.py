@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mathrl.config import point_label
-from mathrl.studies.kit import COLORS, NAN, placeholder, plt, verdicts
+from mathrl.studies.kit import COLORS, NAN, placeholder, plt, setting, verdicts
 from mathrl.verdict import mean_interval, rate_difference, wilson
 
 NAME = "calibration"
@@ -128,16 +127,12 @@ def pick_table(pilot: pd.DataFrame, ctx) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- references
-def setting_of(spec) -> str:
-    return spec.variant or point_label(spec.point)
-
-
 def reference_runs(ctx, experiment: str) -> list:
     """The runs of an experiment's `reference` role (a variant name, or a grid point `key=value`)."""
     ref = (ctx.cfg["experiments"][experiment].get("roles") or {}).get("reference")
     if ref is None:
         return []
-    return [r for r in ctx.experiment(experiment) if setting_of(r.spec) == ref or r.spec.variant == ref]
+    return [r for r in ctx.experiment(experiment) if setting(r.spec) == ref or r.spec.variant == ref]
 
 
 def references_table(ctx) -> pd.DataFrame:
@@ -153,7 +148,7 @@ def references_table(ctx) -> pd.DataFrame:
         per = {r.spec.seed: gain_row(r) for r in runs if r.ok}
         est = mean_interval({s: g["gain"] for s, g in per.items()})
         start = sum(g["start"] for g in per.values()) / len(per) if per else NAN
-        rows.append({"experiment": exp, "reference": setting_of(runs[0].spec), "task": runs[0].settings["task"],
+        rows.append({"experiment": exp, "reference": setting(runs[0].spec), "task": runs[0].settings["task"],
                      "n": est.n, "start": start,
                      "final": sum(g["final"] for g in per.values()) / len(per) if per else NAN, "gain": est.estimate,
                      "gain_lo": est.lo, "gain_hi": est.hi, "no_headroom": bool(per) and start >= HEADROOM})  # fmt: skip
@@ -168,7 +163,7 @@ def all_gains(ctx) -> pd.DataFrame:
         if r.spec.same_as or not r.ok:
             continue
         g = gain_row(r)
-        rows.append({"run_id": run_id, "experiment": r.spec.experiment, "setting": setting_of(r.spec),
+        rows.append({"run_id": run_id, "experiment": r.spec.experiment, "setting": setting(r.spec),
                      "seed": r.spec.seed,
                      "task": r.settings["task"], "start": g["start"], "final": g["final"], "gain": g["gain"],
                      "below": bool(g["gain"] < -DROP), "above": bool(g["gain"] > DROP)})  # fmt: skip
@@ -258,6 +253,5 @@ def section(t) -> dict:
     unreferenced = refs.loc[no_reference, "experiment"].tolist() if len(refs) else []
     rows = verdicts(t, NAME)
     return {"unreferenced": unreferenced, "pilot": t["calibration_pilot"], "pick": t["calibration_pick"],
-            "references": t["calibration_references"], "below": below, "overall": total, "target": TARGET_BELOW,
-            "drop": DROP, "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),
-            "verdicts": rows}  # fmt: skip
+            "below": below, "overall": total, "target": TARGET_BELOW, "drop": DROP,
+            "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW), "verdicts": rows}  # fmt: skip

@@ -21,25 +21,8 @@ import math
 import pandas as pd
 
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, degraded, max_drawdown, mean_spread, roughness
-from mathrl.studies.kit import (
-    BAND_NOTE,
-    COLORS,
-    SHARE,
-    add_intervals,
-    add_outcomes,
-    band_panels,
-    by_key,
-    cell,
-    end_over_start,
-    per_seed,
-    placeholder,
-    plt,
-    role_of,
-    roles,
-    row_of,
-    step_mean,
-    verdicts,
-)
+from mathrl.studies import kit
+from mathrl.studies.kit import BAND_NOTE, COLORS, SHARE, plt
 from mathrl.verdict import difference
 
 NAME = "collapse"
@@ -93,9 +76,9 @@ def run_stats(run, role: str) -> dict:
     row["gain"], row["mid_gain"] = row["final_eval"] - row["initial_eval"], mid - row["initial_eval"]
     first_stage = m.loc[m["ndigit"] == m["ndigit"].min(), "accuracy"] if settings.get("curriculum_start") else []
     row.update(initial_format_rate=float(m["format_rate"].iloc[0]), zero_std=float(m["frac_zero_std"].mean()),
-               entropy_fall=1 - end_over_start(m["entropy"]), lr_ratio=end_over_start(m["lr"]),
+               entropy_fall=1 - kit.end_over_start(m["entropy"]), lr_ratio=kit.end_over_start(m["lr"]),
                first_stage_accuracy=float(first_stage.mean()) if len(first_stage) else math.nan,
-               adv_abs_max=step_mean(m, "adv_abs_max"))  # fmt: skip
+               adv_abs_max=kit.step_mean(m, "adv_abs_max"))  # fmt: skip
     clip = settings.get("adv_clip")
     # 1: the clip bound at every step (logged after it)
     row["adv_clip_ratio"] = row["adv_abs_max"] / float(clip) if clip else math.nan
@@ -114,11 +97,11 @@ def mechanisms(m: pd.DataFrame, settings: dict) -> dict:
     adv = adv[adv > 0]
     late = float(m["format_rate"].tail(q).mean())
     return {"clip_binding": float((m["grad_norm"] > float(clip)).mean()) if clip and "grad_norm" in m else math.nan,
-            "entropy_coef_ratio": end_over_start(m["entropy_coef"]) if "entropy_coef" in m else math.nan,
+            "entropy_coef_ratio": kit.end_over_start(m["entropy_coef"]) if "entropy_coef" in m else math.nan,
             "adv_clip_binding": float((adv >= float(adv_clip) * (1 - 1e-6)).mean()) if adv_clip and len(adv)
                                 else math.nan,
             "mean_lr": float(m["lr"].mean()),
-            "mean_kl_coef": step_mean(m, "kl_coef"), "mean_kl": step_mean(m, "kl"),
+            "mean_kl_coef": kit.step_mean(m, "kl_coef"), "mean_kl": kit.step_mean(m, "kl"),
             "late_format_rate": late, "format_gain": late - float(m["format_rate"].iloc[0])}  # fmt: skip
 
 
@@ -126,16 +109,16 @@ def variants_table(per_run: pd.DataFrame, settings: dict, baseline: str) -> pd.D
     """Per variant: its settings, mean, std, 95% interval and n of every statistic, and the
     difference in final accuracy from the baseline with its 95% interval (paired by seed)."""
     out = mean_spread(per_run, ["variant"], STATS[1:2] + STATS[:1] + STATS[2:])  # n counts final evals
-    out = add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
+    out = kit.add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
     out.insert(1, "role", per_run.groupby("variant", sort=False)["role"].first().values if len(per_run) else [])
     described = [", ".join(f"{k}={val}" for k, val in (settings.get(x) or {}).items()) for x in out["variant"]]
     out.insert(2, "settings", [d or "defaults" for d in described])
     g = per_run.groupby("variant", sort=False)
     out.insert(3, "algorithm", g["algorithm"].first().values if len(per_run) else [])
     out.insert(5, "n_runs", g.size().values if len(per_run) else [])
-    out = add_outcomes(out, per_run, "variant", judged=True)
-    base = per_seed(per_run, "final_eval", variant=baseline)
-    diffs = [difference(per_seed(per_run, "final_eval", variant=x), base) for x in out["variant"]]
+    out = kit.add_outcomes(out, per_run, "variant", judged=True)
+    base = kit.per_seed(per_run, "final_eval", variant=baseline)
+    diffs = [difference(kit.per_seed(per_run, "final_eval", variant=x), base) for x in out["variant"]]
     out["diff_vs_baseline"] = [d.estimate if x != baseline else math.nan for d, x in zip(diffs, out["variant"])]
     out["diff_lo"] = [d.lo if x != baseline else math.nan for d, x in zip(diffs, out["variant"])]
     out["diff_hi"] = [d.hi if x != baseline else math.nan for d, x in zip(diffs, out["variant"])]
@@ -199,8 +182,9 @@ def nonfinite_table(runs) -> pd.DataFrame:
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = ctx.experiment(EXPERIMENT)
-    role = roles(ctx.cfg, EXPERIMENT, ROLES) if runs else {}
-    named = role_of(role, ROLES)  # the calibration's `reference` shares the baseline's variant: the baseline names it
+    role = kit.roles(ctx.cfg, EXPERIMENT, ROLES) if runs else {}
+    # the calibration's `reference` shares the baseline's variant: the baseline names it
+    named = kit.role_of(role, ROLES)
     per_run = pd.DataFrame([run_stats(r, named.get(r.spec.variant, "")) for r in runs],
                            columns=["variant", "role", "seed", "run_id", "status", "algorithm"] + STATS)  # fmt: skip
     variants = ctx.cfg["experiments"].get(EXPERIMENT, {}).get("variants") or {}
@@ -234,14 +218,14 @@ def fig_reward_design(t) -> plt.Figure:
         _curves(c, REWARD_DESIGNS, "format_rate", "Well-formed answers in rollouts", "format rate"),
     ]
     suptitle = f"Reward design on 2-digit multiplication ({BAND_NOTE})"
-    return band_panels(panels, 1, 2, (10, 3.8), suptitle, layout="constrained")  # the suptitle clear of the titles
+    return kit.band_panels(panels, 1, 2, (10, 3.8), suptitle, layout="constrained")  # the suptitle clear of the titles
 
 
 def fig_variants(t) -> plt.Figure:
     v = t["collapse_variants"]
     fig, ax = plt.subplots(figsize=(9, 3.8))
     if v.empty:
-        placeholder(ax, "no data: the collapse runs are missing")
+        kit.placeholder(ax, "no data: the collapse runs are missing")
     else:
         x = range(len(v))
         lo, hi = v["final_eval_lo"].clip(*SHARE), v["final_eval_hi"].clip(*SHARE)  # an accuracy stays within [0, 1]
@@ -250,7 +234,7 @@ def fig_variants(t) -> plt.Figure:
         ax.bar(x, v["final_eval_mean"].fillna(0), yerr=err, color=COLORS[0], capsize=3, label=label)
         for i, n in zip(x, v["n"]):
             ax.annotate(f"n={int(n)}" if n else "missing", (i, 0), ha="center", va="bottom", fontsize=7, color="0.2")
-        base = cell(v, "final_eval_mean", role="baseline")
+        base = kit.cell(v, "final_eval_mean", role="baseline")
         if not math.isnan(base):
             ax.axhline(base, color=COLORS[3], linestyle="--", label="baseline")
         ax.set_xticks(list(x), v["variant"], rotation=30, ha="right")
@@ -266,7 +250,7 @@ def fig_remedies(t) -> plt.Figure:
         _curves(c, [r, "baseline"], "eval_accuracy", f"{r} against the baseline", "eval accuracy") for r in REMEDIES
     ]
     suptitle = f"Held-out accuracy of each remedy against the failing baseline ({BAND_NOTE})"
-    return band_panels(panels, 2, 3, (12, 6.5), suptitle, sharey=True, layout="constrained")
+    return kit.band_panels(panels, 2, 3, (12, 6.5), suptitle, sharey=True, layout="constrained")
 
 
 def fig_schedules(t) -> plt.Figure:
@@ -279,7 +263,7 @@ def fig_schedules(t) -> plt.Figure:
         _curves(c, ["curriculum", "shaped"], "format_rate", curriculum, "format rate"),
     ]
     suptitle = f"Entropy bonus schedule, LR schedules and curriculum ({BAND_NOTE})"
-    return band_panels(panels, 2, 2, (10, 6.5), suptitle, layout="constrained")
+    return kit.band_panels(panels, 2, 2, (10, 6.5), suptitle, layout="constrained")
 
 
 def fig_nonfinite(t) -> plt.Figure:
@@ -289,7 +273,7 @@ def fig_nonfinite(t) -> plt.Figure:
         _curves(c, ["nonfinite", "lr_tenth"], "eval_accuracy", "Held-out accuracy", "eval accuracy"),
     ]
     suptitle = f"A huge learning rate without gradient clipping ({BAND_NOTE})"
-    return band_panels(panels, 1, 2, (10, 3.8), suptitle, layout="constrained")
+    return kit.band_panels(panels, 1, 2, (10, 3.8), suptitle, layout="constrained")
 
 
 def figures(t) -> dict[str, plt.Figure]:
@@ -301,8 +285,8 @@ def figures(t) -> dict[str, plt.Figure]:
 # ----------------------------------------------------------------------------- section
 def section(t) -> dict:
     v, d = t["collapse_variants"], t["collapse_reward_design"]
-    rows = verdicts(t, NAME)
-    of_role = {r: row_of(v, role=r) for r in ROLES}
+    rows = kit.verdicts(t, NAME)
+    of_role = {r: kit.row_of(v, role=r) for r in ROLES}
     zs = {r.role: r.frac_zero_std_mean for r in d[d["point"] == 0].itertuples()} if len(d) else {}
     z = lambda k: "–" if k not in zs or pd.isna(zs[k]) else f"{100 * zs[k]:.0f}%"  # noqa: E731
     return {"baseline": of_role["baseline"], "algorithm": of_role["baseline"].get("algorithm", "–"),
@@ -312,6 +296,6 @@ def section(t) -> dict:
             "variants": v, "reward_design": d,
             "nonfinite": t["collapse_nonfinite"] if len(t["collapse_nonfinite"])
                          else pd.DataFrame(columns=NONFINITE_COLUMNS),
-            "zero_std": {"baseline": z("random_baseline"), "shaped": z("shaped")}, "verdicts": by_key(rows),
+            "zero_std": {"baseline": z("random_baseline"), "shaped": z("shaped")}, "verdicts": kit.by_key(rows),
             "verdict_list": rows,
             "remedies": list(REMEDIES)}  # fmt: skip

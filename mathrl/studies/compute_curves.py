@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from mathrl import curves
-from mathrl.studies.kit import COLORS, NAN, band, estimate_columns, placeholder, plt, t_halfwidth
-from mathrl.verdict import Estimate, difference, mean_interval
+from mathrl.studies.kit import COLORS, NAN, arms, band, estimate_columns, placeholder, plt, t_halfwidth, versus
+from mathrl.verdict import Estimate, mean_interval
 
 BATCH = "batch"  # the experiment restated as ceiling against efficiency
 GRID = 40  # points of each drawn curve
@@ -136,12 +136,8 @@ def batch_table(fits: pd.DataFrame, reference: str, sizes: dict[str, int] | None
     size (else read from a grid point's name, `batch_size=64`)."""
     rows = []
     f = fits[(fits["experiment"] == BATCH) & fits["fitted"].astype(bool)] if len(fits) else fits
-    ref = f[f["setting"] == reference].set_index("seed") if len(f) else f
-    for name, g in f.groupby("setting", sort=False):
-        g = g.set_index("seed")
-        da, db = difference(g["A"], ref["A"]), difference(g["B"].dropna(), ref["B"].dropna())
-        if name == reference:  # not a difference from itself
-            da = db = Estimate(NAN, NAN, NAN, 0, "paired")
+    for name, g, ref in arms(f, reference):
+        da, db = versus(g, ref, "A"), versus(g, ref, "B")
         size = (sizes or {}).get(name, int(str(name).split("=")[-1]) if "=" in str(name) else NAN)
         rows.append({"setting": name, "batch_size": size, "reference": name == reference, "n": int(g["A"].count()),
                      **ceiling_and_efficiency(g), **_difference("dA", da), **_difference("dB", db)})  # fmt: skip

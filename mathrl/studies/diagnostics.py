@@ -18,24 +18,14 @@ from scipy import stats
 
 # modules, not `from mathrl.studies import ...`: the package's __init__ imports this module
 import mathrl.studies.compute_curves as compute_curves
+import mathrl.studies.kit as kit
 import mathrl.studies.negative_controls as negative_controls
 import mathrl.studies.policy_losses as policy_losses
 import mathrl.studies.token_selection as token_selection
 from mathrl import analysis as dx
 from mathrl import layout
 from mathrl.results import mean_spread
-from mathrl.studies.kit import (
-    COLORS,
-    NAN,
-    NONNEGATIVE,
-    SHARE,
-    add_intervals,
-    bands,
-    placeholder,
-    plt,
-    verdicts,
-)
-from mathrl.studies.kit import roles as roles_of
+from mathrl.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, plt
 from mathrl.studies.mismatch import EXPERIMENT as MISMATCH_EXPERIMENT
 from mathrl.studies.mismatch import figures as mismatch_figures
 from mathrl.studies.mismatch import section as mismatch_section
@@ -58,6 +48,7 @@ def run_dir(ctx, run):
 
 
 def setting(spec) -> str:
+    """Like `generic.setting`, but a grid value None reads `None` (not `none`) in the diagnostics tables."""
     return spec.variant or ", ".join(f"{k}={v}" for k, v in spec.point.items()) or "default"
 
 
@@ -103,7 +94,7 @@ def pass_at_k_summary(runs: pd.DataFrame) -> pd.DataFrame:
     """Per experiment, setting, phase and k: the mean over seeds with its t interval."""
     out = mean_spread(runs, ["experiment", "setting", "phase", "k"], ["pass_at_k"])
     # a t interval of a share reaches past [0, 1] with 3 seeds near 1: cut to it
-    return add_intervals(out, ["pass_at_k"], bounds={"pass_at_k": SHARE})
+    return kit.add_intervals(out, ["pass_at_k"], bounds={"pass_at_k": SHARE})
 
 
 # ----------------------------------------------------------------------------- the entropy law
@@ -138,7 +129,7 @@ def entropy_law_summary(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=["experiment", "setting", "n", "holds"])
     runs = runs.assign(entropy_drop=runs["entropy_start"] - runs["entropy_end"], holds=runs["holds"].astype(float))
-    out = add_intervals(mean_spread(runs, ["experiment", "setting"], LAW_VALUES), LAW_VALUES, bounds=LAW_BOUNDS)
+    out = kit.add_intervals(mean_spread(runs, ["experiment", "setting"], LAW_VALUES), LAW_VALUES, bounds=LAW_BOUNDS)
     out["holds"] = runs.groupby(["experiment", "setting"], sort=False)["holds"].sum().values
     return out
 
@@ -166,7 +157,8 @@ def adv_scaling_runs(ctx) -> pd.DataFrame:
 def adv_scaling_summary(runs: pd.DataFrame) -> pd.DataFrame:
     values = ["initial", "final", "gain"]
     out = mean_spread(runs, ["setting", "carries"], values + ["problems"])
-    out = add_intervals(out, values, bounds={"initial": SHARE, "final": SHARE})  # accuracies; the gain is a difference
+    # the accuracies are bounded; the gain is a difference
+    out = kit.add_intervals(out, values, bounds={"initial": SHARE, "final": SHARE})
     return out
 
 
@@ -214,7 +206,7 @@ def noise_scale_steps(ctx) -> pd.DataFrame:
         rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "batch_size": big, **est,
                      "undefined_steps": int(m["grad_noise_scale"].isna().sum())})  # fmt: skip
     df = pd.DataFrame(rows, columns=["experiment", "setting", "seed", "batch_size", "early", "late", "undefined_steps"])
-    return add_intervals(
+    return kit.add_intervals(
         mean_spread(df, ["experiment", "setting", "batch_size"], ["early", "late", "undefined_steps"]),
         ["early", "late"],
     )
@@ -251,7 +243,7 @@ def update_runs(ctx) -> pd.DataFrame:
 
 
 def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
-    return add_intervals(mean_spread(runs, ["experiment", "setting"], UPDATE), UPDATE, bounds=UPDATE_BOUNDS)
+    return kit.add_intervals(mean_spread(runs, ["experiment", "setting"], UPDATE), UPDATE, bounds=UPDATE_BOUNDS)
 
 
 # ----------------------------------------------------------------------------- the study
@@ -266,14 +258,14 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         "diagnostics_adv_scaling_runs": adv, "diagnostics_adv_scaling": adv_scaling_summary(adv),
         "diagnostics_noise_scale": noise_scale_table(ctx), "diagnostics_noise_scale_steps": noise_scale_steps(ctx),
         "diagnostics_update_runs": upd, "diagnostics_update": update_summary(upd),
-        **mismatch_tables(ctx, roles_of(ctx.cfg, MISMATCH_EXPERIMENT, ("control",))),  # the rollout/trainer mismatch
+        **mismatch_tables(ctx, kit.roles(ctx.cfg, MISMATCH_EXPERIMENT, ("control",))),  # the rollout/trainer mismatch
         **compute_curves.tables(((exp, setting(run.spec), run) for exp, run in ok_runs(ctx)), ctx.cfg),
         **negative_controls.tables(named(negative_controls.EXPERIMENT), controls,
-                                   roles_of(ctx.cfg, negative_controls.EXPERIMENT, ("reference",))),
+                                   kit.roles(ctx.cfg, negative_controls.EXPERIMENT, ("reference",))),
         **policy_losses.tables(named(policy_losses.EXPERIMENT),
-                               roles_of(ctx.cfg, policy_losses.EXPERIMENT, (policy_losses.BASELINE,))),
+                               kit.roles(ctx.cfg, policy_losses.EXPERIMENT, (policy_losses.BASELINE,))),
         **token_selection.tables(ctx, named(token_selection.EXPERIMENT),
-                                 roles_of(ctx.cfg, token_selection.EXPERIMENT, (token_selection.BASELINE,))),
+                                 kit.roles(ctx.cfg, token_selection.EXPERIMENT, (token_selection.BASELINE,))),
     }  # fmt: skip
 
 
@@ -284,7 +276,7 @@ def figures(t) -> dict[str, plt.Figure]:
     cells = pk.groupby(["experiment", "setting", "phase"], sort=False) if len(pk) else []
     groups = [(f"{exp}/{name} {phase}", g) for (exp, name, phase), g in cells]
     labels = dict(xlabel="k", ylabel="pass@k (held-out)", title="pass@k before and after RL (95% interval over seeds)")
-    bands(ax, groups, "pass_at_k", "no run asked for pass@k", x="k", legend={"fontsize": 7}, **labels)
+    kit.bands(ax, groups, "pass_at_k", "no run asked for pass@k", x="k", legend={"fontsize": 7}, **labels)
     if len(pk):
         ax.set_xscale("log", base=2)
     out["diagnostics_pass_at_k"] = fig
@@ -300,7 +292,7 @@ def figures(t) -> dict[str, plt.Figure]:
             ax.scatter([], [], color=COLORS[i % len(COLORS)], label=exp, s=12)
         ax.legend(fontsize=7)
     else:
-        placeholder(ax, "no runs to fit")
+        kit.placeholder(ax, "no runs to fit")
     ax.set(xlabel="R² of R = −a·exp(H) + b", ylabel="first-half fit's error on the second half (RMSE, points)",
            title="The entropy law per run (lower right: it holds)")  # fmt: skip
     out["diagnostics_entropy_law"] = fig
@@ -318,7 +310,7 @@ def figures(t) -> dict[str, plt.Figure]:
         ax.axhline(0, color="0.5", lw=0.8)
         ax.legend(fontsize=7)
     else:
-        placeholder(ax, "no advantage-scaling runs")
+        kit.placeholder(ax, "no advantage-scaling runs")
     title = "Advantage scaling by difficulty (95% interval over seeds)"
     ax.set(xlabel="carries in the problem", ylabel="held-out gain (points)", title=title)
     out["diagnostics_adv_scaling"] = fig
@@ -330,7 +322,7 @@ def figures(t) -> dict[str, plt.Figure]:
 
 
 def section(t) -> dict:
-    rows = verdicts(t, NAME)
+    rows = kit.verdicts(t, NAME)
     law = t["diagnostics_entropy_law"]
     return {
         "pass_at_k": t["diagnostics_pass_at_k"], "pass_at_k_runs": t["diagnostics_pass_at_k_runs"],
@@ -343,7 +335,7 @@ def section(t) -> dict:
         "experiment": EXPERIMENT,
         "mismatch": mismatch_section(t),  # the rollout/trainer mismatch (sections/mismatch.html.j2)
         **compute_curves.section(t), **negative_controls.section(t), **policy_losses.section(t),
-        "losses_verdicts": verdicts(t, NAME, policy_losses.PART),
+        "losses_verdicts": kit.verdicts(t, NAME, policy_losses.PART),
         **token_selection.section(t),
-        "tokens_verdicts": verdicts(t, NAME, token_selection.PART),
+        "tokens_verdicts": kit.verdicts(t, NAME, token_selection.PART),
     }  # fmt: skip

@@ -20,7 +20,8 @@ from rliable import metrics as rly
 
 from mathrl.config import expand_runs
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, add_intervals, band, claim_frame, placeholder, plt, verdict_rows
+from mathrl.studies import kit
+from mathrl.studies.kit import COLORS, plt
 from mathrl.verdict import binomial_halfwidth
 
 NAME = "generic"
@@ -37,7 +38,8 @@ VALUES = ["start", "final", "best", "gain"]
 
 
 def setting(spec) -> str:
-    return spec.variant or ", ".join(f"{k}={'none' if v is None else v}" for k, v in spec.point.items()) or "default"
+    """`kit.setting`, and "default" for a run with neither a variant nor a grid point."""
+    return kit.setting(spec) or "default"
 
 
 def per_run(ctx) -> pd.DataFrame:
@@ -63,7 +65,7 @@ def summary_table(runs: pd.DataFrame, cfg: dict) -> pd.DataFrame:
     declared baseline."""
     if runs.empty:
         return pd.DataFrame(columns=["experiment", "setting", "n"])
-    out = add_intervals(mean_spread(runs, ["experiment", "setting"], VALUES), VALUES)
+    out = kit.add_intervals(mean_spread(runs, ["experiment", "setting"], VALUES), VALUES)
     out.insert(3, "expected", runs.groupby(["experiment", "setting"], sort=False).size().values)
     sizes = runs.groupby(["experiment", "setting"], sort=False)["eval_size"].max().values
     out["eval_error"] = [
@@ -86,19 +88,9 @@ def curves_table(ctx) -> pd.DataFrame:
     frames = []
     for exp in ctx.cfg["experiments"]:
         for run in (r for r in ctx.experiment(exp) if r.ok):
-            for metric in METRICS:
-                if metric == "eval_accuracy":
-                    src = run.evals.rename(columns={metric: "value"})
-                elif metric in run.metrics:
-                    src = run.metrics[["step", metric]].rename(columns={metric: "value"})
-                else:
-                    continue
-                frames.append(src.assign(experiment=exp, setting=setting(run.spec), metric=metric))
-    if not frames:
-        return pd.DataFrame(columns=["experiment", "setting", "metric", "step", "mean", "std", "n"])
-    long = pd.concat(frames, ignore_index=True).dropna(subset=["value"])
-    g = long.groupby(["experiment", "setting", "metric", "step"], sort=False)["value"]
-    return g.agg(mean="mean", std="std", n="count").reset_index()
+            for f in kit.metric_frames(run, METRICS):
+                frames.append(f.dropna(subset=["value"]).assign(experiment=exp, setting=setting(run.spec)))
+    return kit.metric_curves(frames, ["experiment", "setting"], sort=False)
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
@@ -141,9 +133,9 @@ def figure(c: pd.DataFrame, experiment: str, settings: dict[str, dict] | None = 
         for i, (name, g) in enumerate(m.groupby("setting", sort=False) if len(m) else []):
             g = g.sort_values("step")
             limits = bounds(metric, (settings or {}).get(name))
-            band(ax, g["step"], g["mean"], g["std"], name, COLORS[i % len(COLORS)], g["n"], limits)
+            kit.band(ax, g["step"], g["mean"], g["std"], name, COLORS[i % len(COLORS)], g["n"], limits)
         if m.empty:
-            placeholder(ax, f"no {label} logged")
+            kit.placeholder(ax, f"no {label} logged")
         ax.set(title=label, xlabel="RL step", ylabel=label)
     handles, labels = axes[0].get_legend_handles_labels()
     if handles:
@@ -166,5 +158,5 @@ def section(t) -> dict:
     for e, spec in cfg["experiments"].items():
         rows = s[s["experiment"] == e] if "experiment" in s else s.iloc[0:0]
         exps.append({"name": e, "description": spec.get("description", ""), "summary": rows, "figure": f"generic_{e}",
-                     "roles": spec.get("roles") or {}, "claims": verdict_rows(claim_frame(t, NAME, e))})  # fmt: skip
+                     "roles": spec.get("roles") or {}, "claims": kit.verdicts(t, NAME, e)})  # fmt: skip
     return {"experiments": exps}

@@ -17,11 +17,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from mathrl.config import ROOT, read_yaml  # noqa: E402
+from mathrl.config import ROOT, point_label, read_yaml  # noqa: E402
 from mathrl.errors import ConfigError  # noqa: E402
 from mathrl.layout import DOCUMENTS_FILE  # noqa: E402
 from mathrl.results import mean_spread  # noqa: E402
-from mathrl.verdict import CONFIDENCE, Estimate, sentence, wilson  # noqa: E402
+from mathrl.verdict import CONFIDENCE, Estimate, difference, sentence, wilson  # noqa: E402
 
 NAN = math.nan
 
@@ -49,6 +49,11 @@ def roles(cfg: dict, experiment: str, required: tuple[str, ...]) -> dict[str, st
                           f"(the {experiment} study needs: {', '.join(required)}; give each the name of one of its "
                           "variants)")  # fmt: skip
     return {r: declared[r] for r in declared}
+
+
+def setting(spec) -> str:
+    """A run's setting as a role names it: its variant, else its grid point (`batch_size=512`; "" for neither)."""
+    return spec.variant or point_label(spec.point)
 
 
 def role_of(role: dict[str, str], study_roles: tuple[str, ...]) -> dict[str, str]:
@@ -134,6 +139,20 @@ def add_intervals(df: pd.DataFrame, values: list[str], bounds: dict | None = Non
 NO_DIFFERENCE = Estimate(NAN, NAN, NAN, 0, "paired")  # a paired difference not taken (an arm against itself)
 
 
+def arms(runs: pd.DataFrame, reference: str | None):
+    """Each setting's rows of a per-run table (indexed by seed; settings in order of appearance) with the reference
+    setting's rows to compare them with: None for the reference itself, or where the reference has no rows."""
+    ref = runs[runs["setting"] == reference].set_index("seed") if len(runs) else runs
+    for name, rows in runs.groupby("setting", sort=False):
+        yield name, rows.set_index("seed"), ref if name != reference and len(ref) else None
+
+
+def versus(arm: pd.DataFrame, reference: pd.DataFrame | None, column: str) -> Estimate:
+    """An arm's `column` minus the reference's, paired by seed (`mathrl.verdict.difference`); without a reference,
+    NO_DIFFERENCE."""
+    return NO_DIFFERENCE if reference is None else difference(arm[column], reference[column])
+
+
 def estimate_columns(prefix: str, est, within: tuple = (None, None), n: bool = False) -> dict:
     """`{prefix}_mean`, `{prefix}_lo`, `{prefix}_hi` (and `{prefix}_n` with `n`) of a `mathrl.verdict.Estimate`, the
     interval cut to `within`."""
@@ -168,6 +187,30 @@ def over_seeds(frames: list[pd.DataFrame], by: list[str], values: list[str]) -> 
     return mean_spread(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), [*by, "step"], values)
 
 
+def metric_frames(run, metrics: list[str]) -> list[pd.DataFrame]:
+    """A run's `metrics` as long frames of `step`, `value` and `metric`: eval_accuracy from its evaluations (step 0
+    on), the others from its steps; a metric the run did not log is left out."""
+    frames = []
+    for metric in metrics:
+        if metric == "eval_accuracy":
+            src = run.evals
+        elif metric in run.metrics:
+            src = run.metrics[["step", metric]]
+        else:
+            continue
+        frames.append(src.rename(columns={metric: "value"}).assign(metric=metric))
+    return frames
+
+
+def metric_curves(frames: list[pd.DataFrame], by: list[str], sort: bool = True) -> pd.DataFrame:
+    """Per `by`, metric and step: the mean, std and n over runs of the long frames' `value` (`metric_frames`), sorted
+    by those keys, or with `sort` False in order of appearance."""
+    if not frames:
+        return pd.DataFrame(columns=[*by, "metric", "step", "mean", "std", "n"])
+    g = pd.concat(frames, ignore_index=True).groupby([*by, "metric", "step"], sort=sort)["value"]
+    return g.agg(mean="mean", std="std", n="count").reset_index()
+
+
 def group_sums(rows: pd.DataFrame, by, column: str) -> np.ndarray:
     """Per group of `rows` (in order of appearance): the sum of `column`, NaN where it has no value (a count of runs
     that collapsed, say)."""
@@ -187,11 +230,14 @@ def add_outcomes(out: pd.DataFrame, per_run: pd.DataFrame, by, judged: bool = Fa
 
 
 def add_wilson(df: pd.DataFrame, count: str, n: str = "n", prefix: str = "collapse_rate") -> pd.DataFrame:
-    """`{prefix}`, `{prefix}_lo`, `{prefix}_hi`: a rate count/n with its 95% Wilson interval."""
+    """`{prefix}`, `{prefix}_lo`, `{prefix}_hi`: a rate count/n with its 95% Wilson interval; the rate replaces a
+    `{prefix}` column already there, in its place, and the interval's columns follow it."""
     out = df.copy()
     ci = [wilson(int(k), int(m)) if known(k, m) and m else (NAN, NAN) for k, m in zip(out[count], out[n])]
     out[prefix] = [k / m if known(k, m) and m else NAN for k, m in zip(out[count], out[n])]
-    out[f"{prefix}_lo"], out[f"{prefix}_hi"] = [c[0] for c in ci], [c[1] for c in ci]
+    at = out.columns.get_loc(prefix) + 1
+    out.insert(at, f"{prefix}_lo", [c[0] for c in ci])
+    out.insert(at + 1, f"{prefix}_hi", [c[1] for c in ci])
     return out
 
 

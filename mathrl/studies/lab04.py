@@ -18,22 +18,8 @@ import pandas as pd
 
 from mathrl import bandit_config as bandit  # the study's settings; no torch for tables and figures
 from mathrl.results import mean_spread
-from mathrl.studies.kit import (
-    BAND_NOTE,
-    COLORS,
-    band_panels,
-    by_part,
-    known,
-    placeholder,
-    plt,
-    role_of,
-    roles,
-    row_of,
-    step_mean,
-    table_band,
-    verdicts,
-    wilson_columns,
-)
+from mathrl.studies import kit
+from mathrl.studies.kit import BAND_NOTE, COLORS, plt
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -67,29 +53,29 @@ METRICS = "entropy p0 p1 p2 p3 loss grad_norm reward_std reward_mean proxy_rewar
 # ---- small pure functions of table values -----------------------------------------------
 def reduction(start: float, end: float) -> float:
     """Relative decrease from start to end: 1 when it fell to zero, NaN when start is 0 or unknown."""
-    return math.nan if (not known(start)) or (not known(end)) or start == 0 else 1 - end / start
+    return math.nan if (not kit.known(start)) or (not kit.known(end)) or start == 0 else 1 - end / start
 
 
 def severity(red: float) -> str:
     """The gradient-vanishing severity of a reduction (SEVERITY_DEFINITION)."""
-    return "unknown" if (not known(red)) else "severe" if red > 0.9 else "moderate" if red >= 0.5 else "mild"
+    return "unknown" if (not kit.known(red)) else "severe" if red > 0.9 else "moderate" if red >= 0.5 else "mild"
 
 
 def check(value: float, test) -> bool | None:
     """test(value), or None when the value could not be measured."""
-    return None if (not known(value)) else bool(test(value))
+    return None if (not kit.known(value)) else bool(test(value))
 
 
 def hacked(proxy_start: float, proxy_end: float, true_start: float, true_end: float) -> bool | None:
     """Reward hacking: the optimised (proxy) score rose while the true reward fell."""
-    if any((not known(x)) for x in (proxy_start, proxy_end, true_start, true_end)):
+    if any((not kit.known(x)) for x in (proxy_start, proxy_end, true_start, true_end)):
         return None
     return proxy_end > proxy_start and true_end < true_start
 
 
 def as_passed(v) -> bool | None:
     """A `passed` cell read back from CSV: True, False or None (not measured)."""
-    return None if (not known(v)) or v == "" else str(v).lower() in ("true", "1", "1.0")
+    return None if (not kit.known(v)) or v == "" else str(v).lower() in ("true", "1", "1.0")
 
 
 # ---- tables: from the files alone ------------------------------------------------------
@@ -173,7 +159,7 @@ def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
         n = sum(x in ("global", "local", "none") for x in labels)
         k = labels.count("local")
         rows.append({"setting": setting, "n": n, "global": labels.count("global"), "local": k,
-                     "none": labels.count("none"), **wilson_columns("local_rate", k, n),
+                     "none": labels.count("none"), **kit.wilson_columns("local_rate", k, n),
                      "moving": int((g["moving"] == 1).sum()) if "moving" in g else 0,
                      "initial_best_prob": g["initial_best_prob"].mean()})  # fmt: skip
     columns = "setting n global local none moving local_rate local_rate_lo local_rate_hi initial_best_prob"
@@ -289,7 +275,7 @@ def gpt_values(run) -> dict:
                eval_equal_samples_step=float(eval_eq_step), kl_max=m["kl"].max(), samples=float(m["samples"].iloc[-1]),
                draws_per_rollout=float(m["samples"].iloc[-1]) / (len(m) * st["batch_size"]),
                temperature=float(st.get("temperature", math.nan)),
-               **{c: step_mean(m, c) for c in GPT_STEP_MEANS})  # fmt: skip
+               **{c: kit.step_mean(m, c) for c in GPT_STEP_MEANS})  # fmt: skip
     return {**row, "entropy_reduction": reduction(row["entropy_start"], row["entropy_end"]),
             "eval_gain": row["eval_end"] - row["eval_start"],
             "accuracy_gain": row["accuracy_end"] - row["accuracy_start"]}  # fmt: skip
@@ -366,8 +352,8 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     ent, (van, points), hack = entropy_table(ctx), vanishing_table(ctx), hacking_table(ctx)
     runs = gpt_runs(ctx)
     gpt = gpt_table(runs)
-    role = roles(ctx.cfg, EXPERIMENT, ROLES) if len(runs) else {}
-    named = role_of(role, (*ROLES, *COV_REMEDIES, *TABLE_REMEDIES))
+    role = kit.roles(ctx.cfg, EXPERIMENT, ROLES) if len(runs) else {}
+    named = kit.role_of(role, (*ROLES, *COV_REMEDIES, *TABLE_REMEDIES))
     gpt.insert(1, "role", gpt["variant"].map(named).fillna("") if len(gpt) else [])
     return {"lab04_gpt_differences": differences_table(ctx, role), "lab04_entropy": ent,
             "lab04_local_optima": local_optima_table(ent), "lab04_vanishing": van, "lab04_vanishing_points": points,
@@ -412,7 +398,7 @@ def _settings(ax, c: pd.DataFrame, metric: str, label: str) -> None:
     """One band per setting of a bandit study (labelled `label` when there is only one)."""
     groups = list(c.groupby("setting", sort=False))
     for i, (setting, g) in enumerate(groups):
-        table_band(ax, g, metric, setting if len(groups) > 1 else label, COLORS[i])
+        kit.table_band(ax, g, metric, setting if len(groups) > 1 else label, COLORS[i])
 
 
 def _shade_homogeneous(ax, c: pd.DataFrame) -> None:
@@ -428,7 +414,7 @@ def _probabilities(fig, cell, ec: pd.DataFrame) -> list:
     settings = list(dict.fromkeys(ec["setting"])) if len(ec) else []
     if not settings:
         ax = fig.add_subplot(cell)
-        placeholder(ax, "no entropy-collapse data")
+        kit.placeholder(ax, "no entropy-collapse data")
         _label(ax, "Action probabilities", "step", "probability")
         return [ax]
     cols = min(2, len(settings))
@@ -438,7 +424,7 @@ def _probabilities(fig, cell, ec: pd.DataFrame) -> list:
         ax = fig.add_subplot(grid[k // cols, k % cols], sharey=axes[0] if axes else None)
         g = ec[ec["setting"] == setting]
         for i in range(3):
-            table_band(ax, g, f"p{i}", f"action {i}", ACTION_COLORS[i])
+            kit.table_band(ax, g, f"p{i}", f"action {i}", ACTION_COLORS[i])
         ax.set_title(f"Action probabilities: {setting}", fontsize=8)
         ax.set_xlabel("step", fontsize=7)
         ax.set_ylabel("probability", fontsize=7)
@@ -456,7 +442,7 @@ def six_panel(t) -> Figure:
     a_grad, a_std, a_scatter = (fig.add_subplot(grid[1, k]) for k in range(3))
     ec, gv, pts = _bandit(t, "entropy_collapse"), _bandit(t, "gradient_vanishing"), t["lab04_vanishing_points"]
     for ax, metric in ((a_ent, "entropy"), (a_loss, "loss")):
-        _settings(ax, ec, metric, metric) if len(ec) else placeholder(ax, "no entropy-collapse data")
+        _settings(ax, ec, metric, metric) if len(ec) else kit.placeholder(ax, "no entropy-collapse data")
     _probabilities(fig, grid[0, 1], ec)
     if len(gv):
         for ax, metric in ((a_grad, "grad_norm"), (a_std, "reward_std")):
@@ -466,15 +452,15 @@ def six_panel(t) -> Figure:
         for y, name in ((1e-4, "document: < 1e-4 when homogeneous"), (1e-3, "document: > 1e-3 when diverse")):
             a_grad.axhline(y, color="0.3", ls=":", lw=1, label=name)
     else:
-        placeholder(a_grad, "no gradient-vanishing data")
-        placeholder(a_std, "no gradient-vanishing data")
+        kit.placeholder(a_grad, "no gradient-vanishing data")
+        kit.placeholder(a_std, "no gradient-vanishing data")
     if len(pts):
         for i, (phase, g) in enumerate(pts.groupby("phase")):
             label = f"{phase} ({len(g)} steps)"
             a_scatter.scatter(g["reward_std"], g["grad_norm"], s=8, alpha=0.5, color=COLORS[i + 3], label=label)
         a_scatter.set_yscale("symlog", linthresh=1e-6)
     else:
-        placeholder(a_scatter, "no gradient-vanishing data")
+        kit.placeholder(a_scatter, "no gradient-vanishing data")
     _label(a_ent, "Policy entropy (entropy collapse)", "step", "entropy (nats)")
     _label(a_loss, "Training loss", "step", "loss")
     _label(a_grad, "Gradient norm (vanishing gradients)", "step", "gradient norm (symlog)")
@@ -489,18 +475,18 @@ def hacking_figure(t) -> Figure:
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
     rh = _bandit(t, "reward_hacking")
     if len(rh):
-        table_band(left, rh, "proxy_reward", "proxy score (optimised)", COLORS[3])
-        table_band(left, rh, "true_reward", "true reward", COLORS[2])
+        kit.table_band(left, rh, "proxy_reward", "proxy score (optimised)", COLORS[3])
+        kit.table_band(left, rh, "true_reward", "true reward", COLORS[2])
     else:
-        placeholder(left, "no reward-hacking bandit data")
-    proxy = row_of(t["lab04_gpt"], role="proxy").get("variant", "")
+        kit.placeholder(left, "no reward-hacking bandit data")
+    proxy = kit.row_of(t["lab04_gpt"], role="proxy").get("variant", "")
     lines = (("reward_mean", "training reward = proxy score", 3), ("accuracy", "exact-match accuracy (sampled)", 2))
     series = [(seed_band(t["curves"], proxy, m), m, label, COLORS[k]) for m, label, k in lines]
     for s, metric, label, color in series:
         if len(s):
-            table_band(right, s, metric, label, color, value="")
+            kit.table_band(right, s, metric, label, color, value="")
     if not any(len(s) for s, *_ in series):
-        placeholder(right, "no proxy_reward GPT runs")
+        kit.placeholder(right, "no proxy_reward GPT runs")
     _label(left, "Bandit: proxy score and true reward", "step", "mean reward of the batch")
     _label(right, "GPT, proxy_reward variant", "step", "reward / accuracy")
     fig.suptitle(f"Reward hacking: {BAND_NOTE}")
@@ -533,7 +519,7 @@ def gpt_figure(t) -> Figure:
         _gpt_panel(t, starts, "frac_zero_std", colour, starts_title + "groups with equal rewards", "frac_zero_std"),
         _gpt_panel(t, starts, "entropy", colour, starts_title + "token entropy", entropy),
     ]
-    fig = band_panels(panels, 2, 3, (16, 7.5), f"Lab 04 on the GPT: {BAND_NOTE}")
+    fig = kit.band_panels(panels, 2, 3, (16, 7.5), f"Lab 04 on the GPT: {BAND_NOTE}")
     fig.axes[2].axhline(0.5, color="0.3", ls=":", lw=1)
     fig.axes[3].set_ylim(-0.02, 1.02)  # a share
     fig.tight_layout()
@@ -551,11 +537,11 @@ PARTS = ("entropy", "vanishing", "hacking", "gpt")  # the section's parts (the d
 
 def section(t) -> dict:
     """The verdicts per part and the rows the template's measured sentences and lab report read."""
-    rows = verdicts(t, NAME)
-    grouped = by_part(rows)
+    rows = kit.verdicts(t, NAME)
+    grouped = kit.by_part(rows)
     ent, van, hack, gpt = (t[f"lab04_{k}"] for k in ("entropy", "vanishing", "hacking", "gpt"))
-    a, n = row_of(ent, setting="aggressive", seed="all"), row_of(ent, setting="normal", seed="all")
-    p = row_of(gpt, role="proxy")
+    a, n = kit.row_of(ent, setting="aggressive", seed="all"), kit.row_of(ent, setting="normal", seed="all")
+    p = kit.row_of(gpt, role="proxy")
     ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
     parts = {}
     for part in PARTS:
@@ -568,14 +554,15 @@ def section(t) -> dict:
     return {"parts": parts, "verdict_list": rows, "severity_definition": SEVERITY_DEFINITION,
             "bandit_window": BANDIT_WINDOW, "gpt_window": GPT_WINDOW, "dominant": DOMINANT,
             "settled_span": SETTLED_SPAN, "settled_move": SETTLED_MOVE,
-            "aggressive": a, "normal": n, "vanishing": row_of(van, seed="all"), "hacking": row_of(hack, seed="all"),
+            "aggressive": a, "normal": n,
+            "vanishing": kit.row_of(van, seed="all"), "hacking": kit.row_of(hack, seed="all"),
             "aggressive_seeds": _seeds(ent)[lambda d: d["setting"] == "aggressive"] if len(ent)
                                 else pd.DataFrame(columns=["converged_to"]),
             "normal_keeps_more": check(n.get("final_entropy", math.nan) - a.get("final_entropy", math.nan),
                                        lambda x: x > 0),
-            "bandit_hacked": as_passed(row_of(hack, seed="all").get("hacked")),
+            "bandit_hacked": as_passed(kit.row_of(hack, seed="all").get("hacked")),
             "gpt_hacked": hacked(*(p.get(k, math.nan) for k in ends)),
-            "gpt": {r: row_of(gpt, role=r) for r in (*ROLES, *COV_REMEDIES)}, "cov_remedies": COV_REMEDIES,
+            "gpt": {r: kit.row_of(gpt, role=r) for r in (*ROLES, *COV_REMEDIES)}, "cov_remedies": COV_REMEDIES,
             "tables": {**{k: t[f"lab04_{k}"] for k in ("entropy", "local_optima", "vanishing", "hacking", "gpt",
                                                        "gpt_differences")},
                        "entropy_pooled": _seeds(t["lab04_entropy"], pooled=True)}}  # fmt: skip

@@ -34,6 +34,7 @@ NO_SOURCE = {
 
 
 def variant(run) -> str:
+    """The run's variant ("default" for none), not its grid point: the mismatch claims name variants."""
     return run.spec.variant or "default"
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mathrl.studies.kit import NAN, NO_DIFFERENCE, estimate_columns, joined_roles
+from mathrl.studies.kit import NAN, arms, estimate_columns, joined_roles, versus
 from mathrl.verdict import difference, mean_interval
 
 EXPERIMENT = "negative_controls"
@@ -56,17 +56,13 @@ def control_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
     """Per variant: the greedy and sampled held-out change from the start (95% t interval over seeds), the final
     greedy accuracy minus the reference's (paired by seed; empty for the reference), and the engagement columns'
     means."""
-    ref_name = roles.get("reference")
-    ref = runs[runs["setting"] == ref_name].set_index("seed") if len(runs) else runs
     rows = []
-    for name, g in runs.groupby("setting", sort=False):
-        g = g.set_index("seed")
-        vs = difference(g["final"], ref["final"]) if name != ref_name and len(ref) else NO_DIFFERENCE
+    for name, g, ref in arms(runs, roles.get("reference")):
         rows.append({"setting": name, "role": g["role"].iloc[0], "n": int(g["change"].notna().sum()),
                      "initial_mean": float(g["initial"].mean()), "final_mean": float(g["final"].mean()),
                      **estimate_columns("change", mean_interval(g["change"])),
                      **estimate_columns("sampled_change", mean_interval(g["sampled_change"])),
-                     **estimate_columns("vs_reference", vs, n=True),
+                     **estimate_columns("vs_reference", versus(g, ref, "final"), n=True),
                      **{f"{c}_mean": float(g[c].mean()) for c in ENGAGED}})  # fmt: skip
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 

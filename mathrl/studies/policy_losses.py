@@ -17,20 +17,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mathrl.studies.kit import (
-    COLORS,
-    NAN,
-    NO_DIFFERENCE,
-    NONNEGATIVE,
-    SHARE,
-    band_panels,
-    estimate_columns,
-    joined_roles,
-    over_seeds,
-    plt,
-    step_mean,
-)
-from mathrl.verdict import difference, mean_interval
+from mathrl.studies import kit
+from mathrl.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, plt
+from mathrl.verdict import mean_interval
 
 EXPERIMENT = "policy_losses"
 PART = "policy losses"  # the claims' part (config/claims.yaml) this part of the section shows
@@ -47,7 +36,7 @@ def loss_runs(runs, roles: dict) -> pd.DataFrame:
     """Per run: the policy loss, token entropy at the first step (the rollouts of the policy before any update) and at
     the last, its relative fall (1 − end / start), held-out greedy accuracy at the start and the end, the step means of
     the clip diagnostics and ppo_kl, and the rollouts sampled."""
-    names, rows = joined_roles(roles), []
+    names, rows = kit.joined_roles(roles), []
     for name, run in runs:
         m = run.metrics.sort_values("step")
         h0, h1 = float(m["entropy"].iloc[0]), float(m["entropy"].iloc[-1])
@@ -55,7 +44,7 @@ def loss_runs(runs, roles: dict) -> pd.DataFrame:
         rows.append({"setting": name, "role": names.get(name, ""), "seed": run.spec.seed,
                      "policy_loss": run.settings.get("policy_loss", "vanilla"), "entropy_start": h0, "entropy_end": h1,
                      "entropy_reduction": 1.0 - h1 / h0 if h0 > 0 else NAN, "initial": initial, "final": final,
-                     "change": final - initial, **{c: step_mean(m, c) for c in [*CLIPS, "ppo_kl"]},
+                     "change": final - initial, **{c: kit.step_mean(m, c) for c in [*CLIPS, "ppo_kl"]},
                      "samples": float(m["samples"].iloc[-1])})  # fmt: skip
     return pd.DataFrame(rows, columns=["setting", "role", "seed", "policy_loss", *VALUES])
 
@@ -63,19 +52,14 @@ def loss_runs(runs, roles: dict) -> pd.DataFrame:
 def loss_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
     """Per variant: the mean of every per-run value with its 95% t interval over seeds (cut to the value's range), and
     final entropy, final accuracy and clip_frac minus the baseline's, paired by seed (empty for the baseline)."""
-    base_name = roles.get(BASELINE)
-    base = runs[runs["setting"] == base_name].set_index("seed") if len(runs) else runs
     rows = []
-    for name, g in runs.groupby("setting", sort=False):
-        g = g.set_index("seed")
+    for name, g, base in kit.arms(runs, roles.get(BASELINE)):
         row = {"setting": name, "role": g["role"].iloc[0], "policy_loss": g["policy_loss"].iloc[0],
                "n": int(g["entropy_end"].notna().sum())}  # fmt: skip
         for v in VALUES:
-            row.update(estimate_columns(v, mean_interval(g[v].dropna()), LIMITS.get(v, (None, None))))
+            row.update(kit.estimate_columns(v, mean_interval(g[v]), LIMITS.get(v, (None, None))))
         for v in COMPARED:
-            compared = name != base_name and len(base) and g[v].notna().any()
-            vs = difference(g[v].dropna(), base[v].dropna()) if compared else NO_DIFFERENCE
-            row.update(estimate_columns(f"vs_baseline_{v}", vs, n=True))
+            row.update(kit.estimate_columns(f"vs_baseline_{v}", kit.versus(g, base, v), n=True))
         rows.append(row)
     cols = ["setting", "role", "policy_loss", "n"]
     cols += [f"{v}_{s}" for v in VALUES for s in ("mean", "lo", "hi")]
@@ -87,7 +71,7 @@ def loss_steps(runs) -> pd.DataFrame:
     """Per variant and step: token entropy and the share of tokens each loss cut (clip_frac; GSPO's is its sequences'
     tokens) over seeds (mean, std, n), for the figure."""
     frames = [run.metrics.assign(setting=name, seed=run.spec.seed) for name, run in runs]
-    return over_seeds(frames, ["setting"], ["entropy", "clip_frac"])
+    return kit.over_seeds(frames, ["setting"], ["entropy", "clip_frac"])
 
 
 def tables(runs, roles: dict) -> dict[str, pd.DataFrame]:
@@ -113,7 +97,7 @@ def figure(t) -> plt.Figure:
     clip_label = "tokens whose gradient the clip cut (%)"
     clip = dict(groups=clipped, metric="clip_frac", scale=100, ylabel=clip_label, **shared)
     entropy["title"], clip["title"] = "Token entropy per policy loss", "Clip share (GSPO: tokens of cut sequences)"
-    return band_panels([entropy, clip], 1, 2, (9.0, 3.6), layout="constrained")
+    return kit.band_panels([entropy, clip], 1, 2, (9.0, 3.6), layout="constrained")
 
 
 def section(t) -> dict:

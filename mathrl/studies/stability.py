@@ -18,29 +18,15 @@ import pandas as pd
 from mathrl.measures import accuracy_gain, drawdown, entropy_end, final_eval, kl_end, reward_end, reward_start
 from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
-from mathrl.studies.kit import (
-    COLORS,
-    NAN,
-    band_panels,
-    bands,
-    by_part,
-    document_facts,
-    end_over_start,
-    group_sums,
-    known,
-    placeholder,
-    roles,
-    row_of,
-    verdicts,
-    wilson_columns,
-)
-from mathrl.verdict import wilson
+from mathrl.studies import kit
+from mathrl.studies.kit import COLORS, NAN
 
 NAME = "stability"
 TITLE = "Batch size and hyperparameters against training stability"
 DOCUMENT = "rl-stability-batch-and-hyperparameters.md"
 
-DOC = document_facts("stability")  # the document's numbers (sections 2.2, 3.3, 4.1, 5.2, 5.3, 8): config/documents.yaml
+# the document's numbers (sections 2.2, 3.3, 4.1, 5.2, 5.3, 8): config/documents.yaml
+DOC = kit.document_facts("stability")
 DOC_VALUE_RMSE = {(clip, coef): rmse for clip, coef, rmse in DOC["value_rmse"]}
 
 FVD = "fixed_vs_dynamic"
@@ -55,10 +41,6 @@ SERIES = {"batch": ["eval_accuracy", "entropy"], "fixed_vs_dynamic": ["eval_accu
 # ---- per-run statistics (pure) ------------------------------------------------------------
 def label(value) -> str:
     return "none" if value is None else str(value)
-
-
-def setting(spec) -> str:
-    return spec.variant or ", ".join(f"{k}={label(v)}" for k, v in spec.point.items())
 
 
 def largest_drop(values: pd.Series) -> float:
@@ -132,15 +114,11 @@ def series(runs: list, metrics: list[str]) -> pd.DataFrame:
     """Mean, std and n across seeds of each metric at each step, per setting (eval from step 0)."""
     frames, order = [], {}
     for run in runs:
-        order.setdefault(setting(run.spec), len(order))
-        for metric in metrics if run.ok else []:
-            src = run.evals if metric == "eval_accuracy" else run.metrics[["step", metric]]
-            frames.append(src.rename(columns={metric: "value"}).assign(setting=setting(run.spec), metric=metric))
-    if not frames:
-        return pd.DataFrame(columns=["order", "setting", "metric", "step", "mean", "std", "n"])
-    df = pd.concat(frames, ignore_index=True).assign(order=lambda d: d["setting"].map(order))
-    g = df.groupby(["order", "setting", "metric", "step"])["value"]
-    return g.agg(mean="mean", std="std", n="count").reset_index()
+        name = kit.setting(run.spec)
+        order.setdefault(name, len(order))  # the settings in the order of their runs
+        if run.ok:
+            frames += [f.assign(order=order[name], setting=name) for f in kit.metric_frames(run, metrics)]
+    return kit.metric_curves(frames, ["order", "setting"])
 
 
 # ---- tables ------------------------------------------------------------------------------
@@ -153,7 +131,7 @@ def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
     values = "final_eval best_eval roughness drawdown largest_drop share_above_10 share_below_3 collapsed".split()
     batch = summarise(rows, ["batch_size", "lr"], values)
     batch = batch.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
-    batch["collapses"] = group_sums(rows, "batch_size", "collapsed")
+    batch["collapses"] = kit.group_sums(rows, "batch_size", "collapsed")
     batch["doc_curve"] = batch["batch_size"].map(DOC["batch"])
     pts = pd.DataFrame([{"batch_size": r.settings["batch_size"], **p} for r in runs for p in curve_points(r)])
     curve = summarise(pts, ["batch_size", "point", "step"], ["eval_accuracy", "entropy", "reward"])
@@ -164,7 +142,7 @@ def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
     small, large = rows["batch_size"].min(), rows["batch_size"].max()
     cs = rows[rows["batch_size"].isin([small, large])]
     case = summarise(cs, ["batch_size"], ["final_reward", "final_eval", "wall_seconds", "alerts"])
-    case["collapses"] = group_sums(cs, "batch_size", "collapsed")
+    case["collapses"] = kit.group_sums(cs, "batch_size", "collapsed")
     for j, col in enumerate(["doc_final_reward", "doc_reward_std", "doc_collapses", "doc_time"]):
         case[col] = [DOC["case"][b][j] if b in DOC["case"] else NAN for b in case["batch_size"]]
     return {
@@ -223,9 +201,9 @@ def schedule_motion(run) -> dict:
     if not run.ok:
         return {"lr_ratio": NAN, "kl_coef_range": NAN, "schedule_moved": NAN}
     lr, kl = run.metrics["lr"].dropna(), run.metrics["kl_coef"].dropna()
-    lr_ratio = end_over_start(lr)
+    lr_ratio = kit.end_over_start(lr)
     kl_range = float(kl.max() / kl.min()) if len(kl) and kl.min() > 0 else NAN
-    moved = (known(lr_ratio) and lr_ratio <= LR_FELL) or (known(kl_range) and kl_range >= KL_MOVED)
+    moved = (kit.known(lr_ratio) and lr_ratio <= LR_FELL) or (kit.known(kl_range) and kl_range >= KL_MOVED)
     return {"lr_ratio": lr_ratio, "kl_coef_range": kl_range, "schedule_moved": float(moved)}
 
 
@@ -346,8 +324,8 @@ def alert_scores(runs: list) -> pd.DataFrame:
     rows = []
     for name, (hit, n_alerts, caught, n_drops) in counts.items():
         rows.append({"detector": DETECTORS[name], "alerts": n_alerts, "followed_by_drop": hit,
-                     **wilson_columns("precision", hit, n_alerts), "drops": n_drops, "announced": caught,
-                     **wilson_columns("recall", caught, n_drops),
+                     **kit.wilson_columns("precision", hit, n_alerts), "drops": n_drops, "announced": caught,
+                     **kit.wilson_columns("recall", caught, n_drops),
                      "base_rate": base[0] / base[1] if base[1] else NAN})  # fmt: skip
     columns = "detector alerts followed_by_drop precision precision_lo precision_hi drops announced recall recall_lo"
     return pd.DataFrame(rows, columns=[*columns.split(), "recall_hi", "base_rate"])
@@ -373,10 +351,10 @@ SPIKE_FACTOR = 10.0  # the spike "was injected" when the gradient norm at its st
 
 def spike_ratio(grad_norms: pd.Series, steps: pd.Series, spike_step) -> float:
     """Gradient norm (before clipping) at the spike step over the median of the other steps; NaN without a spike."""
-    if spike_step is None or not known(spike_step):
+    if spike_step is None or not kit.known(spike_step):
         return NAN
     at, rest = grad_norms[steps == spike_step], grad_norms[steps != spike_step].dropna()
-    if not len(at) or not len(rest) or not known(at.iloc[0]) or rest.median() <= 0:
+    if not len(at) or not len(rest) or not kit.known(at.iloc[0]) or rest.median() <= 0:
         return NAN
     return float(at.iloc[0] / rest.median())
 
@@ -419,10 +397,8 @@ def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     values = ["collapsed", "drop_after_spike", "final_eval", "spike_ratio"]
     out = summarise(rows, ["cell", "optimizer", "max_norm", "spike"], values)
     out = out.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
-    out.insert(out.columns.get_loc("n"), "collapses", group_sums(rows, "cell", "collapsed"))
-    ci = [wilson(int(k), int(n)) if known(k, n) and n else (NAN, NAN) for k, n in zip(out["collapses"], out["n"])]
-    out.insert(out.columns.get_loc("collapse_rate") + 1, "collapse_rate_lo", [c[0] for c in ci])
-    out.insert(out.columns.get_loc("collapse_rate") + 2, "collapse_rate_hi", [c[1] for c in ci])
+    out.insert(out.columns.get_loc("n"), "collapses", kit.group_sums(rows, "cell", "collapsed"))
+    out = kit.add_wilson(out, "collapses")  # the rate, collapses/n (the mean of `collapsed`), with its interval
     out["doc_collapse_rate"] = out["max_norm"].map(lambda m: DOC["clipping"].get(m, (NAN, ""))[0])
     return out, rows
 
@@ -449,7 +425,7 @@ def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not runs:
         return pd.DataFrame(), pd.DataFrame()
     rows = pd.DataFrame([{"value_clip": label(r.settings["value_clip"]), "value_coef": float(r.settings["value_coef"]),
-                          "seed": r.spec.seed, "setting": setting(r.spec),
+                          "seed": r.spec.seed, "setting": kit.setting(r.spec),
                           "final_rmse": last(r, "value_rmse"),
                           "mean_rmse": r.metrics["value_rmse"].mean() if r.ok else NAN,
                           "final_explained_variance": last(r, "explained_variance"),
@@ -487,7 +463,7 @@ def run_signals(run) -> dict:
     return {"zero_std": m["frac_zero_std"].mean(), "drop": largest_drop(ev["eval_accuracy"]),
             "drop_at": (ev["step"][i - 1], ev["step"][i], ev["eval_accuracy"][i - 1],
                         ev["eval_accuracy"][i]) if i is not None else None,
-            "ent_ratio": end_over_start(ent),
+            "ent_ratio": kit.end_over_start(ent),
             "ent": (ent.iloc[0], ent.iloc[-1]) if len(ent) else None,
             "kl": m["kl"].max(), "kl_at": m.loc[m["kl"].idxmax(), "step"] if m["kl"].notna().any() else NAN,
             "kl_max": run.settings.get("monitor_kl_max") or math.inf,
@@ -533,7 +509,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     out = {**batch_tables(ctx.experiment("batch")), **gradvar_tables(ctx)}
     fvd = ctx.experiment(FVD)
     out["stability_fixed_vs_dynamic"], out["stability_fvd_runs"] = fixed_vs_dynamic_tables(
-        fvd, roles(ctx.cfg, FVD, FVD_ROLES) if fvd else {}
+        fvd, kit.roles(ctx.cfg, FVD, FVD_ROLES) if fvd else {}
     )
     out["stability_equal_samples"] = equal_samples_table(ctx.experiment("batch"))
     out["stability_remedies"] = remedies_table(ctx.experiment("remedies"))
@@ -564,7 +540,7 @@ def _gradvar_figure(t):
     gv = t["stability_gradvar"].dropna(subset=["variance"]) if not t["stability_gradvar"].empty else pd.DataFrame()
     notes = []
     if gv.empty:
-        placeholder(ax, "gradient-variance probe missing")
+        kit.placeholder(ax, "gradient-variance probe missing")
     for k, (task, g) in enumerate(gv.groupby("task", sort=False) if not gv.empty else []):
         x = np.arange(len(g)) + 0.4 * k
         ax.bar(x, g["variance"], width=0.38, color=COLORS[k], label=f"{task}: measured")
@@ -588,7 +564,7 @@ def _batch_figure(t):
     title = "Eval accuracy by batch size (mean, 95% interval over seeds)"
     accuracy = _curves(t, "batch", "eval_accuracy", "held-out accuracy", title)
     entropy = _curves(t, "batch", "entropy", "mean token entropy", "Policy entropy by batch size")
-    return band_panels([accuracy, entropy], 1, 2, (11, 4))
+    return kit.band_panels([accuracy, entropy], 1, 2, (11, 4))
 
 
 def _fixed_vs_dynamic_figure(t):
@@ -598,7 +574,7 @@ def _fixed_vs_dynamic_figure(t):
         _curves(t, "fixed_vs_dynamic", "kl_coef", "KL coefficient", "KL coefficient"),
     ]
     suptitle = "A: fixed at the large batch; B: step-decayed LR; C: adaptive KL (mean, 95% interval over seeds)"
-    fig = band_panels(panels, 1, 3, (14, 4), suptitle, layout="constrained")
+    fig = kit.band_panels(panels, 1, 3, (14, 4), suptitle, layout="constrained")
     fig.axes[1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
     return fig
 
@@ -612,7 +588,7 @@ def _equal_samples_figure(t):
     ]
     title = "Accuracy against rollouts sampled, per batch size (95% interval over seeds)"
     labels = dict(xlabel="rollouts sampled (log scale)", ylabel="held-out accuracy", title=title)
-    bands(ax, groups, "eval_accuracy", "no batch-study runs with a result", "", x="samples", **labels)
+    kit.bands(ax, groups, "eval_accuracy", "no batch-study runs with a result", "", x="samples", **labels)
     if not es.empty:
         ax.set_xscale("log")
     return fig
@@ -622,7 +598,7 @@ def _clipping_figure(t):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     c = t["stability_clipping"]
     if c.empty:
-        placeholder(axes[0], "no clipping runs")
+        kit.placeholder(axes[0], "no clipping runs")
     else:
         x = np.arange(len(c))
         err = np.vstack([c["collapse_rate"] - c["collapse_rate_lo"], c["collapse_rate_hi"] - c["collapse_rate"]])
@@ -632,14 +608,14 @@ def _clipping_figure(t):
         axes[0].set_ylim(0, 1.05)
     axes[0].set(xlabel="optimizer, max gradient norm, injected spike", ylabel="share of runs collapsed",
                 title="Collapse rate per cell (95% Wilson interval)")  # fmt: skip
-    bands(axes[1], **_curves(t, "clipping", "eval_accuracy", "held-out accuracy", "Eval accuracy per cell"))
+    kit.bands(axes[1], **_curves(t, "clipping", "eval_accuracy", "held-out accuracy", "Eval accuracy per cell"))
     return fig
 
 
 def _value_clip_figure(t):
     fig, ax = plt.subplots()
     title = "PPO value error by value clipping and weight"
-    bands(ax, **_curves(t, "value_clip", "value_rmse", "value RMSE (against returns)", title))
+    kit.bands(ax, **_curves(t, "value_clip", "value_rmse", "value RMSE (against returns)", title))
     vr = t["stability_value_clip_runs"]
     clipped = set(vr.loc[vr["value_clip"].astype(str) != "none", "setting"]) if "setting" in vr else set()
     for line in ax.get_lines():  # clipped dashed, so settings whose curves coincide stay visible
@@ -668,15 +644,15 @@ CLIPPING_ORDER = ["clipping_spike_collapses", "clipping_sgd", "clipping_sgd_2.0"
 
 def first_rows(df: pd.DataFrame, col: str, keys) -> dict:
     """{key: the first row whose `col` reads as `key`, as a dict} for the keys present."""
-    return {k: row for k in keys if (row := row_of(df, **{col: k}))}
+    return {k: row for k in keys if (row := kit.row_of(df, **{col: k}))}
 
 
 def section(t) -> dict:
     names = ["batch_curve", "batch", "equal_samples", "case_study", "fixed_vs_dynamic", "gradvar", "accumulation",
              "alerts", "alert_scores", "clipping", "value_clip", "troubleshooting", "remedies"]  # fmt: skip
     tb = {n: t[f"stability_{n}"] for n in names}
-    rows = verdicts(t, NAME)
-    parts = by_part(rows)
+    rows = kit.verdicts(t, NAME)
+    parts = kit.by_part(rows)
     clipping = {r["key"]: r for r in parts.get("clipping", [])}
     parts["clipping"] = [clipping.pop(k) for k in CLIPPING_ORDER if k in clipping] + list(clipping.values())
     al, b, v = tb["alerts"], tb["batch"], tb["value_clip"]

@@ -25,25 +25,8 @@ from mathrl import layout
 from mathrl.console import console_line
 from mathrl.layout import is_start
 from mathrl.results import collapsed, degraded, mean_spread
-from mathrl.studies.kit import (
-    BAND_NOTE,
-    COLORS,
-    SHARE,
-    add_intervals,
-    add_outcomes,
-    bands,
-    by_key,
-    cell,
-    document_facts,
-    estimate_columns,
-    known,
-    over_seeds,
-    placeholder,
-    records,
-    row_of,
-    t_halfwidth,
-    verdicts,
-)
+from mathrl.studies import kit
+from mathrl.studies.kit import BAND_NOTE, COLORS, SHARE
 from mathrl.verdict import difference as seed_difference
 from mathrl.verdict import mean_interval
 
@@ -53,7 +36,7 @@ DOCUMENT = "math-rl-training-system.md"
 
 ALGORITHMS = ("reinforce", "ppo", "grpo")
 # The document's configurations ("performance benchmarks", "configuration parameters"): config/documents.yaml
-FACTS = document_facts("system")
+FACTS = kit.document_facts("system")
 DOC, DOC_RL = FACTS["tasks"], FACTS["rl"]
 SETTING_NAMES = {"n_layer": "layers", "n_head": "attention heads", "n_embd": "embedding dim",
                  "n_params": "parameters", "sft_steps": "warm-up steps", "sft_accuracy": "warm-up held-out accuracy",
@@ -198,7 +181,7 @@ def accuracy_columns(prefix: str, values: pd.Series) -> dict:
     """`{prefix}_n`, `{prefix}_final`, `{prefix}_lo`, `{prefix}_hi`: the mean of seeds' accuracies and its 95% t
     interval, kept within [0, 1]."""
     est = mean_interval(values.to_dict())
-    final, lo, hi = estimate_columns(prefix, est, SHARE).values()
+    final, lo, hi = kit.estimate_columns(prefix, est, SHARE).values()
     return {f"{prefix}_n": est.n, f"{prefix}_final": final, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
 
 
@@ -234,10 +217,10 @@ def per_run_table(runs, cfg: dict | None = None) -> pd.DataFrame:
 def results_table(runs, cfg: dict | None = None) -> pd.DataFrame:
     per_run = per_run_table(runs, cfg)
     out = mean_spread(per_run, ["task", "start", "algorithm"], STATS)  # n counts runs with a final evaluation
-    out = add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
+    out = kit.add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
     g = per_run.groupby(["task", "start", "algorithm"], sort=False)
     out.insert(3, "n_runs", g.size().values if len(per_run) else [])
-    out = add_outcomes(out, per_run, ["task", "start", "algorithm"])
+    out = kit.add_outcomes(out, per_run, ["task", "start", "algorithm"])
     out["rl_steps"] = [
         next((r.settings["steps"] for r in runs if r.settings["task"] == t), math.nan) for t in out["task"]
     ]
@@ -252,7 +235,7 @@ def curves_table(runs, cfg: dict | None = None) -> pd.DataFrame:
     frames = [r.evals.assign(task=r.settings["task"], start=start_of(cfg, r.settings) if cfg else "",
                              algorithm=r.settings["algorithm"])
               for r in runs if r.ok]  # fmt: skip
-    return over_seeds(frames, ["task", "start", "algorithm"], ["eval_accuracy"])
+    return kit.over_seeds(frames, ["task", "start", "algorithm"], ["eval_accuracy"])
 
 
 def console_table(ctx, runs) -> pd.DataFrame:
@@ -292,12 +275,12 @@ def target(ax, lo: float, hi: float, last_step: float) -> None:
     else a bar at the right edge of the axes, labelled with the step it belongs to."""
     step = DOC_RL["steps"]
     label = f"document: {lo:.0%}–{hi:.0%} at step {step}"
-    if known(last_step) and last_step >= step:
+    if kit.known(last_step) and last_step >= step:
         ax.plot([step, step], [lo, hi], color="0.45", lw=6, solid_capstyle="butt", label=label)
         return
     edge = blended_transform_factory(ax.transAxes, ax.transData)  # x in axes fractions, y in accuracy
     ax.plot([0.985, 0.985], [lo, hi], color="0.45", lw=6, solid_capstyle="butt", transform=edge, clip_on=False,
-            label=f"{label} (beyond these {last_step:g} steps)" if known(last_step) else label)  # fmt: skip
+            label=f"{label} (beyond these {last_step:g} steps)" if kit.known(last_step) else label)  # fmt: skip
     ax.text(0.97, hi, f"step {step}", transform=edge, ha="right", va="bottom", fontsize=7, color="0.3")
 
 
@@ -312,8 +295,8 @@ def fig_curves(t) -> plt.Figure:
             COLORS[i % len(COLORS)] for i in range(len(lines))
         ]  # a line keeps its colour where another is missing
         labels = dict(title=f"{task} ({DOC[task]['config']})", ylabel="held-out accuracy", ylim=(0, 1))
-        bands(ax, groups, "eval_accuracy", f"no data: the {task} runs are missing", colors=colors, **labels)
-        lo, hi = cell(res, "expected_low", task=task), cell(res, "expected_high", task=task)
+        kit.bands(ax, groups, "eval_accuracy", f"no data: the {task} runs are missing", colors=colors, **labels)
+        lo, hi = kit.cell(res, "expected_low", task=task), kit.cell(res, "expected_high", task=task)
         if not math.isnan(lo):
             target(ax, lo, hi, d["step"].max() if len(d) else math.nan)
         if ax.get_legend_handles_labels()[0]:
@@ -326,13 +309,13 @@ def fig_throughput(t) -> plt.Figure:
     res = t["system_results"]
     fig, ax = plt.subplots(figsize=(7, 3.8))
     if res.empty or res["seq_per_s_mean"].isna().all():
-        placeholder(ax, "no data: the system runs are missing")
+        kit.placeholder(ax, "no data: the system runs are missing")
     else:
         width = 0.8 / len(ALGORITHMS)
         for i, algorithm in enumerate(ALGORITHMS):
-            vals, stds, ns = ([cell(res, col, task=k, algorithm=algorithm) for k in DOC]
+            vals, stds, ns = ([kit.cell(res, col, task=k, algorithm=algorithm) for k in DOC]
                               for col in ("seq_per_s_mean", "seq_per_s_std", "n"))  # fmt: skip
-            errs = list(np.nan_to_num(t_halfwidth(stds, ns)))  # one seed or a missing cell: no interval
+            errs = list(np.nan_to_num(kit.t_halfwidth(stds, ns)))  # one seed or a missing cell: no interval
             x = [j + (i - 1) * width for j in range(len(DOC))]
             heights = [0 if math.isnan(v) else v for v in vals]
             below = [min(e, h) for e, h in zip(errs, heights)]  # never below 0
@@ -364,11 +347,12 @@ def task_view(res: pd.DataFrame, cfgs: pd.DataFrame, starts: pd.DataFrame, task:
         k for k in rows if k.startswith(f"{task}_start") and k.endswith("_rl_vs_supervised")
     )
     return {"task": task, "expected": DOC[task]["expected"], "picked": picked,
-            "results": {a: row_of(res, task=task, algorithm=a, **({"start": picked} if picked else {}))
+            "results": {a: kit.row_of(res, task=task, algorithm=a, **({"start": picked} if picked else {}))
                         for a in ALGORITHMS},
             "others": [a for a in ALGORITHMS if a != "reinforce" and (task, a) in planned],
-            "starts": records(d), "reaching": d[d["rl_lo"] >= lo]["start"].tolist() if len(d) and "rl_lo" in d else [],
-            "configs": records(cfgs[cfgs["task"] == task] if len(cfgs) else cfgs),
+            "starts": kit.records(d),
+            "reaching": d[d["rl_lo"] >= lo]["start"].tolist() if len(d) and "rl_lo" in d else [],
+            "configs": kit.records(cfgs[cfgs["task"] == task] if len(cfgs) else cfgs),
             "rows": [rows[k] for k in ids if k in rows]}  # fmt: skip
 
 
@@ -387,8 +371,8 @@ def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:
 
 def section(t) -> dict:
     res, cfgs = t["system_results"], t["system_configs"]
-    rows = verdicts(t, NAME)
-    decay = cell(cfgs, "ours", task="add", key="baseline_decay")
+    rows = kit.verdicts(t, NAME)
+    decay = kit.cell(cfgs, "ours", task="add", key="baseline_decay")
     presets = cfgs.drop_duplicates("task")[["task", "config", "preset"]].to_dict("records") if len(cfgs) else []
     return {
         "configs": configs_wide(cfgs),
@@ -397,7 +381,7 @@ def section(t) -> dict:
         "console": t["system_console"],
         "baseline_decay": "–" if math.isnan(decay) else f"{decay:g}",
         "verdict_list": rows,
-        "tasks": [task_view(res, cfgs, t["system_starts"], task, by_key(rows)) for task in DOC],
+        "tasks": [task_view(res, cfgs, t["system_starts"], task, kit.by_key(rows)) for task in DOC],
         "doc_steps": DOC_RL["steps"],
         "starts": t["system_starts"],
         "beside": [a for a in ALGORITHMS[1:] if len(res) and (res["algorithm"] == a).any()],  # run beside REINFORCE

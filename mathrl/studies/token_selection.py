@@ -26,20 +26,8 @@ import pandas as pd
 
 from mathrl import analysis as dx
 from mathrl.results import mean_spread
-from mathrl.studies.kit import (
-    COLORS,
-    NAN,
-    NONNEGATIVE,
-    SHARE,
-    add_intervals,
-    bands,
-    joined_roles,
-    over_seeds,
-    placeholder,
-    plt,
-    step_mean,
-    table_band,
-)
+from mathrl.studies import kit
+from mathrl.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, plt
 
 EXPERIMENT = "token_selection"
 PART = "token selection"  # the claims' part (config/claims.yaml) this part of the section shows
@@ -117,15 +105,16 @@ def probe(ctx, runs) -> tuple[pd.DataFrame, dict]:
 # ----------------------------------------------------------------------------- the tables
 def selection_runs(runs, roles: dict, carry: dict) -> pd.DataFrame:
     """Per run: accuracy before and after, the selection's step means, and the carry probe's means."""
-    names, rows = joined_roles(roles), []
+    names, rows = kit.joined_roles(roles), []
     for name, run in runs:
         m = run.metrics.sort_values("step")
         initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
         probe_means = carry.get(run.spec.run_id, {})
+        step_means = ("token_selected_frac", "entropy_selected", "entropy_unselected")
         rows.append({"setting": name, "role": names.get(name, ""), "seed": run.spec.seed,
                      "token_selection": run.settings.get("token_selection", "all"),
                      "initial": initial, "final": final, "change": final - initial,
-                     **{c: step_mean(m, c) for c in ("token_selected_frac", "entropy_selected", "entropy_unselected")},
+                     **{c: kit.step_mean(m, c) for c in step_means},
                      **{c: probe_means.get(c, NAN) for c in ("entropy_carry", "entropy_nocarry", "carry_gap")},
                      })  # fmt: skip
     return pd.DataFrame(rows, columns=["setting", "role", "seed", "token_selection", *RUN_VALUES])
@@ -138,12 +127,12 @@ def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
             columns=["setting", "role", "n", *[f"{v}_{s}" for v in RUN_VALUES for s in ("mean", "lo", "hi")]]
         )
     out = mean_spread(per_run, ["setting", "role"], RUN_VALUES)
-    return add_intervals(out, RUN_VALUES, bounds=LIMITS)
+    return kit.add_intervals(out, RUN_VALUES, bounds=LIMITS)
 
 
 def accuracy_steps(runs) -> pd.DataFrame:
     """Per variant and evaluated step: held-out accuracy over seeds (mean, std, n)."""
-    return over_seeds([run.evals.assign(setting=name, seed=run.spec.seed) for name, run in runs], ["setting"],
+    return kit.over_seeds([run.evals.assign(setting=name, seed=run.spec.seed) for name, run in runs], ["setting"],
                       ["eval_accuracy"])  # fmt: skip
 
 
@@ -177,14 +166,14 @@ def figure(t) -> plt.Figure:
         for flag, style in ((True, "-"), (False, "--")):
             h = g[g["carry"].astype(str).str.lower() == str(flag).lower()].sort_values("position")
             label, color = f"{name}, {'carry in' if flag else 'no carry'}", COLORS[i % len(COLORS)]
-            table_band(axes[0], h, "entropy", label, color, x="position", linestyle=style, marker="o", markersize=3)
-    axes[0].legend(fontsize=6) if len(carry) else placeholder(axes[0], "no token_selection runs")
+            kit.table_band(axes[0], h, "entropy", label, color, x="position", linestyle=style, marker="o", markersize=3)
+    axes[0].legend(fontsize=6) if len(carry) else kit.placeholder(axes[0], "no token_selection runs")
     xlabel = "answer position (0: lowest digit; last: end token)"
     axes[0].set(xlabel=xlabel, ylabel="token entropy (nats)", title="Entropy by position and carry")
     groups = list(steps.groupby("setting", sort=False)) if len(steps) else []
     labels = dict(ylabel="held-out accuracy (%)", title="Held-out accuracy per token selection")
     style = dict(scale=100, legend={"fontsize": 7}, line={"marker": "o", "markersize": 3})
-    bands(axes[1], groups, "eval_accuracy", "no token_selection runs", **style, **labels)
+    kit.bands(axes[1], groups, "eval_accuracy", "no token_selection runs", **style, **labels)
     return fig
 
 
