@@ -20,8 +20,8 @@ import math
 
 import pandas as pd
 
+import mathrl.studies.kit as kit
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, degraded, max_drawdown, mean_spread, roughness
-from mathrl.studies import kit
 from mathrl.studies.kit import BAND_NOTE, COLORS, SHARE, plt
 from mathrl.verdict import difference
 

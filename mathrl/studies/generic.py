@@ -18,9 +18,9 @@ import math
 import pandas as pd
 from rliable import metrics as rly
 
+import mathrl.studies.kit as kit
 from mathrl.config import expand_runs
 from mathrl.results import mean_spread
-from mathrl.studies import kit
 from mathrl.studies.kit import COLORS, plt
 from mathrl.verdict import binomial_halfwidth
 

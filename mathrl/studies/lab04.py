@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+import mathrl.studies.kit as kit
 from mathrl import bandit_config as bandit  # the study's settings; no torch for tables and figures
 from mathrl.results import mean_spread
-from mathrl.studies import kit
 from mathrl.studies.kit import BAND_NOTE, COLORS, plt
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mathrl.studies import kit
+import mathrl.studies.kit as kit
 from mathrl.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, plt
 from mathrl.verdict import mean_interval
 

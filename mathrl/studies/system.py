@@ -21,11 +21,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.transforms import blended_transform_factory
 
+import mathrl.studies.kit as kit
 from mathrl import layout
 from mathrl.console import console_line
 from mathrl.layout import is_start
 from mathrl.results import collapsed, degraded, mean_spread
-from mathrl.studies import kit
 from mathrl.studies.kit import BAND_NOTE, COLORS, SHARE
 from mathrl.verdict import difference as seed_difference
 from mathrl.verdict import mean_interval

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pandas as pd
 
+import mathrl.studies.kit as kit
 from mathrl import analysis as dx
 from mathrl.results import mean_spread
-from mathrl.studies import kit
 from mathrl.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, plt
 
 EXPERIMENT = "token_selection"
