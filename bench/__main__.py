@@ -144,12 +144,6 @@ def n_steps(args, table: dict, preset: str, factor: int = 1) -> int:
     return 2 if args.quick else table[preset] * factor
 
 
-def without_device(argv: list[str]) -> list[str]:
-    """A child's arguments less `--device X` (the warm-up step bench runs on the CPU only)."""
-    i = argv.index("--device")
-    return argv[:i] + argv[i + 2 :]
-
-
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -326,21 +320,22 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="mathrl-bench-") as tmp:
         log("  building the throwaway results tree (problem files, random-init checkpoints)")
         build_tree(tmp, args.presets)
-        common = ["--root", tmp, "--warmup", str(args.warmup), "--device", args.device] + (
+        common = ["--root", tmp, "--warmup", str(args.warmup)] + (
             ["--threads", str(args.threads)] if args.threads else []
         )
+        rl_common = [*common, "--device", args.device]  # the warm-up step bench runs on the CPU only
         if "rl" in args.sections:
             results["rl"] = [
                 child("rl_step", f"rl {p}@{b}", ["--preset", p, "--batch", str(b),
                                                  "--steps", str(n_steps(args, RL_STEPS, p, 2 if b < 512 else 1)),
-                                                 *common])
+                                                 *rl_common])
                 for p in args.presets for b in args.batches
             ]  # fmt: skip
         if "sft" in args.sections:
             results["sft"] = [
                 child("sft_step", f"sft {p}@{SFT_BATCH}", ["--preset", p, "--batch", str(SFT_BATCH),
                                                           "--steps", str(n_steps(args, SFT_STEPS, p)),
-                                                          *without_device(common)])
+                                                          *common])
                 for p in args.presets
             ]  # fmt: skip
         if "naive" in args.sections:
@@ -349,7 +344,7 @@ def main(argv=None) -> int:
                 child("rl_step", f"naive {p}@{args.naive_batch}",
                       ["--preset", p, "--batch", str(args.naive_batch), "--compare-naive",
                                                                    "--steps", str(n_steps(args, NAIVE_PAIRS, p)),
-                       *common])
+                       *rl_common])
                 for p in presets
             ]  # fmt: skip
         if "sharing" in args.sections:
@@ -357,7 +352,7 @@ def main(argv=None) -> int:
                 child("rl_step", f"sharing {p}@{args.naive_batch}",
                       ["--preset", p, "--batch", str(args.naive_batch), "--compare-sharing",
                                                                      "--steps", str(n_steps(args, NAIVE_PAIRS, p)),
-                       *common])
+                       *rl_common])
                 for p in args.presets
             ]  # fmt: skip
     if "tta" in args.sections:
