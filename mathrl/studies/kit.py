@@ -388,3 +388,8 @@ def placeholder(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
     ax.set_xticks([])
     ax.set_yticks([])
+
+
+def measured(run, **measures) -> dict:
+    """{name: measure(run)} of a run with a result; NaN for each measure of a run without one."""
+    return {name: measure(run) if run.ok else NAN for name, measure in measures.items()}
