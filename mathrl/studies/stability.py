@@ -609,11 +609,6 @@ CLIPPING_ORDER = ["clipping_spike_collapses", "clipping_sgd", "clipping_sgd_2.0"
                   "clipping_dose_order", "clipping_adamw"]  # fmt: skip
 
 
-def first_rows(df: pd.DataFrame, col: str, keys) -> dict:
-    """{key: the first row whose `col` reads as `key`, as a dict} for the keys present."""
-    return {k: row for k in keys if (row := kit.row_of(df, **{col: k}))}
-
-
 def section(t) -> dict:
     names = ["batch_curve", "batch", "equal_samples", "case_study", "fixed_vs_dynamic", "gradvar", "accumulation",
              "alerts", "alert_scores", "clipping", "value_clip", "troubleshooting", "remedies"]  # fmt: skip
@@ -623,9 +618,10 @@ def section(t) -> dict:
     clipping = {r["key"]: r for r in parts.get("clipping", [])}
     parts["clipping"] = [clipping.pop(k) for k in CLIPPING_ORDER if k in clipping] + list(clipping.values())
     al, b, v = tb["alerts"], tb["batch"], tb["value_clip"]
+    # the PPO cells by value clip and weight, as `{clip}@{weight}`; None where a cell has no row
+    value = {f"{c}@{w:g}": kit.row_of(v, value_clip=c, value_coef=w) or None
+             for c in ("none", "0.2") for w in (0.5, 1.0)}  # fmt: skip
     ends = [b["batch_size"].min(), b["batch_size"].max()] if not b.empty else []
-    value = {f"{clip}@{coef:g}": first_rows(v[v["value_coef"] == coef], "value_clip", [clip]).get(clip)
-             for clip in ("none", "0.2") for coef in (0.5, 1.0)} if not v.empty else {}  # fmt: skip
     return {
         "tables": {**tb, "alerts_fired": al[al["alerts"] > 0] if not al.empty else al},
         "collapse_definition": COLLAPSE_DEFINITION,
@@ -635,8 +631,8 @@ def section(t) -> dict:
         "drop": DROP,
         "horizon": HORIZON,
         "doc_variance": DOC["variance"],
-        "batch_ends": [first_rows(b, "batch_size", ends)[k] for k in ends],
-        "fvd": list(first_rows(tb["fixed_vs_dynamic"], "method", FVD_ROLES).values()),
+        "batch_ends": [kit.row_of(b, batch_size=k) for k in ends],
+        "fvd": [row for m in FVD_ROLES if (row := kit.row_of(tb["fixed_vs_dynamic"], method=m))],
         "value_clip": value,
         "verdict_list": rows,
         "rows": parts,
