@@ -82,11 +82,9 @@ def summary_table(runs: pd.DataFrame, cfg: dict) -> pd.DataFrame:
 
 def curves_table(ctx) -> pd.DataFrame:
     """Per experiment, setting, metric and step: mean, std and n across seeds (eval from step 0)."""
-    frames = []
-    for exp in ctx.cfg["experiments"]:
-        for run in (r for r in ctx.experiment(exp) if r.ok):
-            for f in kit.metric_frames(run, METRICS):
-                frames.append(f.dropna(subset=["value"]).assign(experiment=exp, setting=setting(run.spec)))
+    frames = [f.dropna(subset=["value"]).assign(experiment=exp, setting=setting(run.spec))
+              for exp in ctx.cfg["experiments"] for run in ctx.experiment(exp) if run.ok
+              for f in kit.metric_frames(run, METRICS)]  # fmt: skip
     return kit.metric_curves(frames, ["experiment", "setting"], sort=False)
 
 
@@ -149,11 +147,10 @@ def figures(t) -> dict[str, plt.Figure]:
 
 
 def section(t) -> dict:
+    """Per experiment of the config: its description, roles, summary rows, figure and verdicts."""
     s = t["generic_summary"]
-    cfg = t.cfg
-    exps = []
-    for e, spec in cfg["experiments"].items():
-        rows = s[s["experiment"] == e] if "experiment" in s else s.iloc[0:0]
-        exps.append({"name": e, "description": spec.get("description", ""), "summary": rows, "figure": f"generic_{e}",
-                     "roles": spec.get("roles") or {}, "claims": kit.verdicts(t, NAME, e)})  # fmt: skip
-    return {"experiments": exps}
+    return {"experiments": [{"name": e, "description": spec.get("description", ""),
+                             "summary": s[s["experiment"] == e] if "experiment" in s else s.iloc[0:0],
+                             "figure": f"generic_{e}", "roles": spec.get("roles") or {},
+                             "claims": kit.verdicts(t, NAME, e)}
+                            for e, spec in t.cfg["experiments"].items()]}  # fmt: skip
