@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mathrl.studies.kit import COLORS, NAN, placeholder, plt, setting, verdicts
+import mathrl.studies.kit as kit
+from mathrl.studies.kit import COLORS, NAN, placeholder, plt, setting
 from mathrl.verdict import mean_interval, rate_difference, wilson
 
 NAME = "calibration"
@@ -57,27 +58,12 @@ def pick(multiples_learning: dict[float, bool]) -> float:
 
 
 # ----------------------------------------------------------------------------- per run
-def n_evaluated(run) -> int:
-    """Held-out problems per evaluation of a run (eval_size 0 means all of the test set)."""
-    resolved = (run.summary or {}).get("resolved", {})
-    return int(resolved.get("n_eval") or run.settings.get("eval_size") or 0)
-
-
 def gain_row(run) -> dict:
     """Start, final, gain with its Newcombe interval on the evaluated problems, sustained drop."""
-    row = {
-        "start": NAN,
-        "final": NAN,
-        "gain": NAN,
-        "gain_lo": NAN,
-        "gain_hi": NAN,
-        "sustained_drop": None,
-        "n_eval": NAN,
-    }
+    row = dict.fromkeys(["start", "final", "gain", "gain_lo", "gain_hi", "sustained_drop", "n_eval"], NAN)
     if not run.ok:
-        return row
-    ev = run.evals["eval_accuracy"].tolist()
-    n = n_evaluated(run)
+        return {**row, "sustained_drop": None}
+    ev, n = run.evals["eval_accuracy"].tolist(), kit.n_evaluated(run)
     start, final = ev[0], ev[-1]
     row.update(start=start, final=final, gain=final - start, n_eval=n, sustained_drop=sustained_drop(ev[1:], start))
     if n:
@@ -88,70 +74,51 @@ def gain_row(run) -> dict:
 
 def pilot_table(ctx) -> pd.DataFrame:
     """One row per pilot run: task, batch, LR and its multiple of the task's reference, outcome."""
-    runs = ctx.experiment(PILOT)
-    if not runs:
-        return pd.DataFrame()
-    roles = ctx.cfg["experiments"][PILOT].get("roles") or {}
-    ref_lr = {}
+    runs, rows = ctx.experiment(PILOT), []
+    lr = {r.spec.variant: r.settings["lr"] for r in runs}
+    roles = ctx.cfg["experiments"].get(PILOT, {}).get("roles") or {}
+    ref_lr = {r.removeprefix("reference_"): lr[v] for r, v in roles.items() if r.startswith("reference_") and v in lr}
     for r in runs:
-        for role, variant in roles.items():
-            if role.startswith("reference_") and r.spec.variant == variant:
-                ref_lr[role.removeprefix("reference_")] = r.settings["lr"]
-    rows = []
-    for r in runs:
-        s = r.settings
+        s, gain = r.settings, gain_row(r)
         base = ref_lr.get(s["task"], NAN)
-        row = {"variant": r.spec.variant, "seed": r.spec.seed, "task": s["task"], "batch_size": s["batch_size"],
-               "lr": s["lr"], "multiple": s["lr"] / base if base == base else NAN, "steps": s["steps"],
-               "split": s.get("eval_split", "test"), "status": r.status, **gain_row(r)}  # fmt: skip
-        row["learns"] = learns(row["gain_lo"], bool(row["sustained_drop"])) if r.ok else None
-        rows.append(row)
+        rows.append({"variant": r.spec.variant, "seed": r.spec.seed, "task": s["task"], "batch_size": s["batch_size"],
+                     "lr": s["lr"], "multiple": s["lr"] / base if base == base else NAN, "steps": s["steps"],
+                     "split": s.get("eval_split", "test"), "status": r.status, **gain,
+                     "learns": learns(gain["gain_lo"], bool(gain["sustained_drop"])) if r.ok else None})  # fmt: skip
     return pd.DataFrame(rows)
 
 
-def pick_table(pilot: pd.DataFrame, ctx) -> pd.DataFrame:
+def pick_table(pilot: pd.DataFrame) -> pd.DataFrame:
     """Per task and batch: the multiples tried, the pick, and whether the configured reference is it."""
-    if pilot.empty:
-        return pd.DataFrame()
     rows = []
-    for (task, batch), g in pilot.groupby(["task", "batch_size"], sort=False):
+    for (task, batch), g in pilot.groupby(["task", "batch_size"], sort=False) if len(pilot) else []:
         done = g[g["learns"].notna()]
-        tried = sorted(done["multiple"].round(3).tolist())
         chosen = pick({float(m): bool(ok) for m, ok in zip(done["multiple"], done["learns"])})
-        rows.append({"task": task, "batch_size": batch, "tried": ", ".join(f"{m:g}x" for m in tried),
-                     "n_learning": int(done["learns"].sum()),
-                     "pick": chosen,
-                     "reference_is_pick": bool(chosen == chosen and abs(chosen - 1) < 1e-6) if len(done)
-                                          else None})  # fmt: skip
+        rows.append({"task": task, "batch_size": batch,
+                     "tried": ", ".join(f"{m:g}x" for m in sorted(done["multiple"].round(3))),
+                     "n_learning": int(done["learns"].sum()), "pick": chosen, "reference_is_pick":
+                         bool(chosen == chosen and abs(chosen - 1) < 1e-6) if len(done) else None})  # fmt: skip
     return pd.DataFrame(rows)
 
 
 # ----------------------------------------------------------------------------- references
-def reference_runs(ctx, experiment: str) -> list:
-    """The runs of an experiment's `reference` role (a variant name, or a grid point `key=value`)."""
-    ref = (ctx.cfg["experiments"][experiment].get("roles") or {}).get("reference")
-    if ref is None:
-        return []
-    return [r for r in ctx.experiment(experiment) if setting(r.spec) == ref or r.spec.variant == ref]
-
-
 def references_table(ctx) -> pd.DataFrame:
-    """Per experiment with a reference: its setting, start, final and the gain over seeds (t
-    interval); the verdict on it is the claim `reference_{experiment}` (config/claims.yaml)."""
+    """Per experiment with a reference (a variant name, or a grid point `key=value`, as its `reference` role names
+    it): its setting, start, final and the gain over seeds (t interval); the verdict on it is the claim
+    `reference_{experiment}` (config/claims.yaml)."""
     rows = []
     for exp, spec in ctx.cfg["experiments"].items():
-        runs = reference_runs(ctx, exp)
+        reference = (spec.get("roles") or {}).get("reference")
+        runs = [r for r in ctx.experiment(exp) if reference in (setting(r.spec), r.spec.variant)] if reference else []
         if not runs:
-            reference = (spec.get("roles") or {}).get("reference", "")
-            rows.append({"experiment": exp, "reference": reference, "task": "", "n": 0})
+            rows.append({"experiment": exp, "reference": reference or "", "task": "", "n": 0})
             continue
         per = {r.spec.seed: gain_row(r) for r in runs if r.ok}
         est = mean_interval({s: g["gain"] for s, g in per.items()})
-        start = sum(g["start"] for g in per.values()) / len(per) if per else NAN
+        start, final = (sum(g[k] for g in per.values()) / len(per) if per else NAN for k in ("start", "final"))
         rows.append({"experiment": exp, "reference": setting(runs[0].spec), "task": runs[0].settings["task"],
-                     "n": est.n, "start": start,
-                     "final": sum(g["final"] for g in per.values()) / len(per) if per else NAN, "gain": est.estimate,
-                     "gain_lo": est.lo, "gain_hi": est.hi, "no_headroom": bool(per) and start >= HEADROOM})  # fmt: skip
+                     "n": est.n, "start": start, "final": final, "gain": est.estimate, "gain_lo": est.lo,
+                     "gain_hi": est.hi, "no_headroom": bool(per) and start >= HEADROOM})  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -160,23 +127,19 @@ def all_gains(ctx) -> pd.DataFrame:
     """Every trained run once (a run two experiments share is counted under the first)."""
     rows = []
     for run_id, r in ctx.runs.items():
-        if r.spec.same_as or not r.ok:
-            continue
-        g = gain_row(r)
-        rows.append({"run_id": run_id, "experiment": r.spec.experiment, "setting": setting(r.spec),
-                     "seed": r.spec.seed,
-                     "task": r.settings["task"], "start": g["start"], "final": g["final"], "gain": g["gain"],
-                     "below": bool(g["gain"] < -DROP), "above": bool(g["gain"] > DROP)})  # fmt: skip
+        if r.ok and not r.spec.same_as:
+            g = gain_row(r)
+            rows.append({"run_id": run_id, "experiment": r.spec.experiment, "setting": setting(r.spec),
+                         "seed": r.spec.seed, "task": r.settings["task"], "start": g["start"], "final": g["final"],
+                         "gain": g["gain"], "below": bool(g["gain"] < -DROP),
+                         "above": bool(g["gain"] > DROP)})  # fmt: skip
     return pd.DataFrame(rows)
 
 
 def below_table(gains: pd.DataFrame) -> pd.DataFrame:
     """Per experiment and overall: runs ending more than 5 points below / above their start."""
-    if gains.empty:
-        return pd.DataFrame()
-    parts = [(exp, g) for exp, g in gains.groupby("experiment", sort=False)] + [("all runs", gains)]
     rows = []
-    for name, g in parts:
+    for name, g in [*gains.groupby("experiment", sort=False), ("all runs", gains)] if len(gains) else []:
         k, n = int(g["below"].sum()), len(g)
         lo, hi = wilson(k, n)
         rows.append({"experiment": name, "runs": n, "below": k, "below_rate": k / n, "below_lo": lo, "below_hi": hi,
@@ -186,11 +149,10 @@ def below_table(gains: pd.DataFrame) -> pd.DataFrame:
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
-    pilot = pilot_table(ctx)
-    refs = references_table(ctx)
-    gains = all_gains(ctx)
-    return {"calibration_pilot": pilot, "calibration_pick": pick_table(pilot, ctx), "calibration_references": refs,
-            "calibration_gains": gains, "calibration_below": below_table(gains)}  # fmt: skip
+    pilot, gains = pilot_table(ctx), all_gains(ctx)
+    return {"calibration_pilot": pilot, "calibration_pick": pick_table(pilot),
+            "calibration_references": references_table(ctx), "calibration_gains": gains,
+            "calibration_below": below_table(gains)}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- figures
@@ -243,15 +205,13 @@ def figures(t) -> dict[str, plt.Figure]:
 
 # ----------------------------------------------------------------------------- report
 def section(t) -> dict:
-    below = t["calibration_below"]
-    overall = below[below["experiment"] == "all runs"] if len(below) else below
-    total = overall.iloc[0].to_dict() if len(overall) else {}
-    refs = t["calibration_references"]
+    below, refs = t["calibration_below"], t["calibration_references"]
+    total = kit.row_of(below, experiment="all runs")
     # experiments that declare no reference (an empty cell reads back from CSV as NaN); one that
     # declares it but has no finished run yet is not among them
     no_reference = refs["reference"].isna() | refs["reference"].eq("") if len(refs) else []
     unreferenced = refs.loc[no_reference, "experiment"].tolist() if len(refs) else []
-    rows = verdicts(t, NAME)
     return {"unreferenced": unreferenced, "pilot": t["calibration_pilot"], "pick": t["calibration_pick"],
             "below": below, "overall": total, "target": TARGET_BELOW, "drop": DROP,
-            "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW), "verdicts": rows}  # fmt: skip
+            "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),
+            "verdicts": kit.verdicts(t, NAME)}  # fmt: skip

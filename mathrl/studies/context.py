@@ -75,9 +75,6 @@ class Tables:
         return (f"the tables in {self.dir} were made from config {made}, this command read config {mine}: "
                 f"pass the --config files `mathrl aggregate` was given")  # fmt: skip
 
-    def __contains__(self, name: str) -> bool:
-        return (self.dir / f"{name}.csv").exists()
-
     def __getitem__(self, name: str) -> pd.DataFrame:
         if name not in self._cache:
             path = self.dir / f"{name}.csv"

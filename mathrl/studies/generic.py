@@ -43,20 +43,17 @@ def setting(spec) -> str:
 
 
 def per_run(ctx) -> pd.DataFrame:
+    """One row per run of every experiment: its setting, status, the problems an evaluation reads, and held-out
+    accuracy at the start and end, its best after the start and its gain (NaN for a run without a result)."""
     rows = []
     for exp in ctx.cfg["experiments"]:
         for run in ctx.experiment(exp):
-            resolved = (run.summary or {}).get("resolved") or {}
-            n_eval = resolved.get("n_eval") or run.settings.get("eval_size") or math.nan
-            row = {"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "status": run.status,
-                   "eval_size": n_eval}  # fmt: skip
-            if run.ok:
-                e = run.evals["eval_accuracy"]
-                best = float(e.iloc[1:].max()) if len(e) > 1 else math.nan
-                row.update(start=float(e.iloc[0]), final=float(e.iloc[-1]), best=best)
-                row["gain"] = row["final"] - row["start"]
-            rows.append(row)
-    return pd.DataFrame(rows).reindex(columns=["experiment", "setting", "seed", "status", "eval_size", *VALUES])
+            e = run.evals["eval_accuracy"]
+            values = [e.iloc[0], e.iloc[-1], e.iloc[1:].max(), e.iloc[-1] - e.iloc[0]] if run.ok else [math.nan] * 4
+            rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "status": run.status,
+                         "eval_size": kit.n_evaluated(run) or math.nan,
+                         **dict(zip(VALUES, map(float, values)))})  # fmt: skip
+    return pd.DataFrame(rows, columns=["experiment", "setting", "seed", "status", "eval_size", *VALUES])
 
 
 def summary_table(runs: pd.DataFrame, cfg: dict) -> pd.DataFrame:
@@ -85,11 +82,9 @@ def summary_table(runs: pd.DataFrame, cfg: dict) -> pd.DataFrame:
 
 def curves_table(ctx) -> pd.DataFrame:
     """Per experiment, setting, metric and step: mean, std and n across seeds (eval from step 0)."""
-    frames = []
-    for exp in ctx.cfg["experiments"]:
-        for run in (r for r in ctx.experiment(exp) if r.ok):
-            for f in kit.metric_frames(run, METRICS):
-                frames.append(f.dropna(subset=["value"]).assign(experiment=exp, setting=setting(run.spec)))
+    frames = [f.dropna(subset=["value"]).assign(experiment=exp, setting=setting(run.spec))
+              for exp in ctx.cfg["experiments"] for run in ctx.experiment(exp) if run.ok
+              for f in kit.metric_frames(run, METRICS)]  # fmt: skip
     return kit.metric_curves(frames, ["experiment", "setting"], sort=False)
 
 
@@ -152,11 +147,10 @@ def figures(t) -> dict[str, plt.Figure]:
 
 
 def section(t) -> dict:
+    """Per experiment of the config: its description, roles, summary rows, figure and verdicts."""
     s = t["generic_summary"]
-    cfg = t.cfg
-    exps = []
-    for e, spec in cfg["experiments"].items():
-        rows = s[s["experiment"] == e] if "experiment" in s else s.iloc[0:0]
-        exps.append({"name": e, "description": spec.get("description", ""), "summary": rows, "figure": f"generic_{e}",
-                     "roles": spec.get("roles") or {}, "claims": kit.verdicts(t, NAME, e)})  # fmt: skip
-    return {"experiments": exps}
+    return {"experiments": [{"name": e, "description": spec.get("description", ""),
+                             "summary": s[s["experiment"] == e] if "experiment" in s else s.iloc[0:0],
+                             "figure": f"generic_{e}", "roles": spec.get("roles") or {},
+                             "claims": kit.verdicts(t, NAME, e)}
+                            for e, spec in t.cfg["experiments"].items()]}  # fmt: skip

@@ -388,3 +388,14 @@ def placeholder(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
     ax.set_xticks([])
     ax.set_yticks([])
+
+
+def measured(run, **measures) -> dict:
+    """{name: measure(run)} of a run with a result; NaN for each measure of a run without one."""
+    return {name: measure(run) if run.ok else NAN for name, measure in measures.items()}
+
+
+def n_evaluated(run) -> int:
+    """Held-out problems per evaluation of a run (eval_size 0 means all of the test set; 0 where neither is known)."""
+    resolved = (run.summary or {}).get("resolved") or {}
+    return int(resolved.get("n_eval") or run.settings.get("eval_size") or 0)

@@ -9,9 +9,6 @@ and are compared by direction and ranking, never by absolute value.
 
 from __future__ import annotations
 
-import math
-
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
@@ -19,7 +16,7 @@ import mathrl.studies.kit as kit
 from mathrl.measures import accuracy_gain, drawdown, entropy_end, final_eval, kl_end, reward_end, reward_start
 from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
-from mathrl.studies.kit import COLORS, NAN
+from mathrl.studies.kit import COLORS, NAN, plt
 
 NAME = "stability"
 TITLE = "Batch size and hyperparameters against training stability"
@@ -27,7 +24,6 @@ DOCUMENT = "rl-stability-batch-and-hyperparameters.md"
 
 # the document's numbers (sections 2.2, 3.3, 4.1, 5.2, 5.3, 8): config/documents.yaml
 DOC = kit.document_facts("stability")
-DOC_VALUE_RMSE = {(clip, coef): rmse for clip, coef, rmse in DOC["value_rmse"]}
 
 FVD = "fixed_vs_dynamic"
 FVD_ROLES = ("A", "B", "C")  # the document's methods: A fixed at the large batch, B step-decayed LR, C adaptive KL
@@ -55,32 +51,25 @@ def change_shares(values: pd.Series, big: float = BIG_SWING, small: float = SMAL
     return (float((d > big).mean()), float((d < small).mean())) if len(d) else (NAN, NAN)
 
 
-def last(run, column: str) -> float:
-    s = run.metrics[column].dropna() if run.ok else pd.Series(dtype=float)
-    return float(s.iloc[-1]) if len(s) else NAN
+def logged(run, column: str, how: str = "last") -> float:
+    """The last, mean, largest ("max") or smallest ("min") value of a logged column over the run's steps (NaN for a
+    run without a result, or one that never logged it)."""
+    s = run.metrics[column].dropna() if run.ok and column in run.metrics else pd.Series(dtype=float)
+    return NAN if s.empty else float(s.iloc[-1] if how == "last" else getattr(s, how)())
+
+
+MEASURES = ("initial_eval", "final_eval", "best_eval", "roughness", "drawdown", "largest_drop", "share_above_10",
+            "share_below_3", "collapsed", "final_reward", "wall_seconds", "alerts")  # fmt: skip
 
 
 def measures(run) -> dict:
-    """What the tables aggregate per run; NaN everywhere for a run without a result."""
-    keys = ["initial_eval", "final_eval", "best_eval", "roughness", "drawdown", "largest_drop", "share_above_10",
-            "share_below_3", "collapsed", "final_reward", "wall_seconds", "alerts"]  # fmt: skip
+    """What the tables aggregate per run (MEASURES); NaN everywhere for a run without a result."""
     if not run.ok:
-        return dict.fromkeys(keys, NAN)
-    e = run.evals
-    ev = e["eval_accuracy"]
-    above, below = change_shares(ev)
-    return dict(zip(keys,
-                    [ev.iloc[0], ev.iloc[-1], ev.iloc[1:].max(), roughness(e["step"], ev), max_drawdown(ev),
-                     largest_drop(ev), above, below,
-                           float(collapsed(run)), last(run, "reward_mean"), run.summary["wall_seconds"],
-                     len(run.summary["alerts"])]))  # fmt: skip
-
-
-def batch_measures(run) -> dict:
-    """Entropy at the end and the training reward's rise (the measures of mathrl.measures); NaN without a result."""
-    if not run.ok:
-        return {"entropy_end": NAN, "reward_gain": NAN}
-    return {"entropy_end": entropy_end(run), "reward_gain": reward_end(run) - reward_start(run)}
+        return dict.fromkeys(MEASURES, NAN)
+    e, ev = run.evals, run.evals["eval_accuracy"]
+    return dict(zip(MEASURES, [ev.iloc[0], ev.iloc[-1], ev.iloc[1:].max(), roughness(e["step"], ev), max_drawdown(ev),
+                               largest_drop(ev), *change_shares(ev), float(collapsed(run)), logged(run, "reward_mean"),
+                               run.summary["wall_seconds"], len(run.summary["alerts"])]))  # fmt: skip
 
 
 def absolute_deviation(rows: pd.DataFrame, by: str, col: str) -> pd.Series:
@@ -121,12 +110,21 @@ def series(runs: list, metrics: list[str]) -> pd.DataFrame:
     return kit.metric_curves(frames, ["order", "setting"])
 
 
+def document_columns(df: pd.DataFrame, names: list[str], facts: list) -> None:
+    """Columns `names` beside the rows of `df`: the document's numbers of each row (`facts`, one sequence per row in
+    the order of `names`, or None where the document has none: NaN)."""
+    for j, name in enumerate(names):
+        df[name] = [NAN if f is None else f[j] for f in facts]
+
+
 # ---- tables ------------------------------------------------------------------------------
 def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
     if not runs:
         return {}
     rows = pd.DataFrame([{"batch_size": r.settings["batch_size"], "lr": r.settings["lr"], "seed": r.spec.seed,
-                          **measures(r), **batch_measures(r)} for r in runs])  # fmt: skip
+                          **measures(r), **kit.measured(r, entropy_end=entropy_end,
+                                                        reward_gain=lambda r: reward_end(r) - reward_start(r))}
+                         for r in runs])  # fmt: skip
     rows["final_reward_absdev"] = absolute_deviation(rows, "batch_size", "final_reward")
     values = "final_eval best_eval roughness drawdown largest_drop share_above_10 share_below_3 collapsed".split()
     batch = summarise(rows, ["batch_size", "lr"], values)
@@ -136,15 +134,14 @@ def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
     pts = pd.DataFrame([{"batch_size": r.settings["batch_size"], **p} for r in runs for p in curve_points(r)])
     curve = summarise(pts, ["batch_size", "point", "step"], ["eval_accuracy", "entropy", "reward"])
     curve.insert(3, "eval_step", pts.groupby(["batch_size", "point", "step"], sort=False)["eval_step"].max().values)
-    for j, col in enumerate(["doc_accuracy", "doc_entropy", "doc_reward"]):
-        points = zip(curve["batch_size"], curve["point"])
-        curve[col] = [DOC["curve"][b][p - 1][j] if b in DOC["curve"] else NAN for b, p in points]
-    small, large = rows["batch_size"].min(), rows["batch_size"].max()
-    cs = rows[rows["batch_size"].isin([small, large])]
-    case = summarise(cs, ["batch_size"], ["final_reward", "final_eval", "wall_seconds", "alerts"])
-    case["collapses"] = kit.group_sums(cs, "batch_size", "collapsed")
-    for j, col in enumerate(["doc_final_reward", "doc_reward_std", "doc_collapses", "doc_time"]):
-        case[col] = [DOC["case"][b][j] if b in DOC["case"] else NAN for b in case["batch_size"]]
+    document_columns(curve, ["doc_accuracy", "doc_entropy", "doc_reward"],
+                     [DOC["curve"][b][p - 1] if b in DOC["curve"] else None
+                      for b, p in zip(curve["batch_size"], curve["point"])])  # fmt: skip
+    ends = rows[rows["batch_size"].isin([rows["batch_size"].min(), rows["batch_size"].max()])]
+    case = summarise(ends, ["batch_size"], ["final_reward", "final_eval", "wall_seconds", "alerts"])
+    case["collapses"] = kit.group_sums(ends, "batch_size", "collapsed")
+    document_columns(case, ["doc_final_reward", "doc_reward_std", "doc_collapses", "doc_time"],
+                     [DOC["case"].get(b) for b in case["batch_size"]])  # fmt: skip
     return {
         "stability_batch_curve": curve,
         "stability_batch": batch,
@@ -153,42 +150,29 @@ def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
     }
 
 
-def accuracy_by_samples(run) -> pd.DataFrame:
-    """(samples, eval_accuracy) at each evaluation of a run, from 0 samples (the start)."""
-    if not run.ok:
-        return pd.DataFrame(columns=["samples", "eval_accuracy"])
-    m = run.metrics.loc[run.metrics["eval_accuracy"].notna(), ["samples", "eval_accuracy"]]
-    return pd.concat([pd.DataFrame({"samples": [0], "eval_accuracy": [run.initial_eval]}), m], ignore_index=True)
-
-
 def equal_samples_table(runs: list) -> pd.DataFrame:
     """Held-out accuracy per batch size, seed and number of rollouts sampled, at every
     evaluation: the batch study's comparison at equal samples beside its equal steps."""
-    rows = [{"batch_size": r.settings["batch_size"], "seed": r.spec.seed, "samples": int(p.samples),
-             "eval_accuracy": p.eval_accuracy}
-            for r in runs for p in accuracy_by_samples(r).itertuples() if p.samples > 0]  # fmt: skip
+    rows = [{"batch_size": r.settings["batch_size"], "seed": r.spec.seed, "samples": int(s), "eval_accuracy": acc}
+            for r in runs if r.ok for s, acc in zip(r.metrics["samples"], r.metrics["eval_accuracy"])
+            if pd.notna(acc) and s > 0]  # fmt: skip
     return pd.DataFrame(rows, columns=["batch_size", "seed", "samples", "eval_accuracy"])
 
 
 def equal_samples_pairs(es: pd.DataFrame) -> pd.DataFrame:
     """Per smaller batch and seed: held-out accuracy of the largest batch and of the smaller one at
     the largest number of rollouts both were evaluated at (the comparison at equal samples)."""
-    columns = ["batch_size", "large_batch", "seed", "samples", "large", "small"]
-    if es.empty:
-        return pd.DataFrame(columns=columns)
-    hi, rows = es["batch_size"].max(), []
-    for small in sorted(set(es["batch_size"]) - {hi}):
-        common = set(es.loc[es["batch_size"] == hi, "samples"]) & set(es.loc[es["batch_size"] == small, "samples"])
-        if not common:
-            continue
-        at = es[es["samples"] == max(common)]
-        large = dict(zip(at.loc[at["batch_size"] == hi, "seed"], at.loc[at["batch_size"] == hi, "eval_accuracy"]))
-        for seed, acc in zip(
-            at.loc[at["batch_size"] == small, "seed"], at.loc[at["batch_size"] == small, "eval_accuracy"]
-        ):
-            rows.append({"batch_size": small, "large_batch": hi, "seed": seed, "samples": max(common),
-                         "large": large.get(seed, NAN), "small": acc})  # fmt: skip
-    return pd.DataFrame(rows, columns=columns)
+    hi, rows = es["batch_size"].max() if len(es) else None, []
+    samples = {b: set(g["samples"]) for b, g in es.groupby("batch_size")}
+    for small in sorted(set(samples) - {hi}):
+        if common := samples[hi] & samples[small]:
+            at = es[es["samples"] == max(common)]
+            large = kit.per_seed(at, "eval_accuracy", batch_size=hi)
+            mine = at[at["batch_size"] == small]
+            rows += [{"batch_size": small, "large_batch": hi, "seed": seed, "samples": max(common),
+                      "large": large.get(seed, NAN), "small": acc}
+                     for seed, acc in zip(mine["seed"], mine["eval_accuracy"])]  # fmt: skip
+    return pd.DataFrame(rows, columns=["batch_size", "large_batch", "seed", "samples", "large", "small"])
 
 
 # B engaged: its last LR at most half its first; C: its KL coefficient spanned at least 1.5x
@@ -213,46 +197,46 @@ def fixed_vs_dynamic_tables(runs: list, role: dict) -> tuple[pd.DataFrame, pd.Da
         return pd.DataFrame(), pd.DataFrame()
     method = {v: r for r, v in role.items() if r in (*FVD_ROLES, FVD_CONTROL)}
     rows = pd.DataFrame([{"method": method.get(r.spec.variant, ""), "variant": r.spec.variant, "seed": r.spec.seed,
-                          **measures(r), "final_lr": last(r, "lr"), "final_kl_coef": last(r, "kl_coef"),
+                          **measures(r), "final_lr": logged(r, "lr"), "final_kl_coef": logged(r, "kl_coef"),
                           **schedule_motion(r)} for r in runs])  # fmt: skip
     values = "final_eval roughness drawdown largest_drop final_lr final_kl_coef lr_ratio kl_coef_range".split()
     out = summarise(rows, ["method", "variant"], values)
     # the document's "reproducibility": spread of the final result across seeds
     out["reproducibility_std"] = out["final_eval_std"]
     out["rank"] = out["final_eval_mean"].rank(ascending=False)
-    for j, col in enumerate(["doc_final_accuracy", "doc_stability", "doc_reproducibility", "doc_rank"]):
-        out[col] = out["method"].map(lambda m, j=j: DOC["methods"].get(m, (NAN,) * 4)[j])
+    document_columns(out, ["doc_final_accuracy", "doc_stability", "doc_reproducibility", "doc_rank"],
+                     [DOC["methods"].get(m) for m in out["method"]])  # fmt: skip
     return out, rows
+
+
+REMEDY_MEASURES = {"drawdown": drawdown, "kl_end": kl_end, "accuracy_gain": accuracy_gain, "final_eval": final_eval}
 
 
 def remedies_table(runs: list) -> pd.DataFrame:
     """Per variant of the remedies experiment (KL grid, and the LR and batch remedies at batch 64): its batch,
     KL coefficient and LR, and across seeds the drawdown, the KL to the reference at the end, the training-reward
     gain and the final held-out accuracy."""
-    cols = ["drawdown", "kl_end", "accuracy_gain", "final_eval"]
-    rows = pd.DataFrame([{"variant": r.spec.variant, "batch_size": r.settings["batch_size"],
-                          "kl_coef": r.settings["kl_coef"], "lr": r.settings["lr"], "seed": r.spec.seed,
-                          **({"drawdown": drawdown(r), "kl_end": kl_end(r), "accuracy_gain": accuracy_gain(r),
-                              "final_eval": final_eval(r)}
-                             if r.ok else dict.fromkeys(cols, NAN))} for r in runs])  # fmt: skip
-    return summarise(rows, ["variant", "batch_size", "kl_coef", "lr"], cols) if len(rows) else pd.DataFrame()
+    if not runs:
+        return pd.DataFrame()
+    settings = ["batch_size", "kl_coef", "lr"]
+    rows = pd.DataFrame([{"variant": r.spec.variant, **{k: r.settings[k] for k in settings}, "seed": r.spec.seed,
+                          **kit.measured(r, **REMEDY_MEASURES)} for r in runs])  # fmt: skip
+    return summarise(rows, ["variant", *settings], list(REMEDY_MEASURES))
 
 
 def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
     g, var_rows, acc_rows = ctx.cfg["gradvar"], [], []
     for task in g["tasks"]:
         probe = ctx.gradvar(task)
+        status = {"task": task, "status": "complete" if probe else "missing"}
         found = {v["batch_size"]: v["variance"] for v in probe["variance"]} if probe else {}
         sizes = sorted(found or g["batch_sizes"])
-        for n in sizes:
-            var_rows.append({"task": task, "status": "complete" if probe else "missing", "batch_size": n,
-                             "variance": found.get(n, NAN),
-                             "ratio_to_largest": found.get(n, NAN) / found[sizes[-1]] if found.get(sizes[-1]) else NAN,
-                             "theory_ratio": sizes[-1] / n, "doc_variance": DOC["variance"].get(n, NAN),
-                             "doc_ratio": DOC["variance"].get(n, NAN) / DOC["variance"][512]})  # fmt: skip
+        var_rows += [{**status, "batch_size": n, "variance": found.get(n, NAN),
+                      "ratio_to_largest": found.get(n, NAN) / found[sizes[-1]] if found.get(sizes[-1]) else NAN,
+                      "theory_ratio": sizes[-1] / n, "doc_variance": DOC["variance"].get(n, NAN),
+                      "doc_ratio": DOC["variance"].get(n, NAN) / DOC["variance"][512]} for n in sizes]  # fmt: skip
         acc = probe["accumulation"] if probe else dict(zip(["batch_size", "micro_batch_size"], g["accumulation"]))
-        acc_rows.append({"task": task, "status": "complete" if probe else "missing", "batch_size": acc["batch_size"],
-                         "micro_batch_size": acc["micro_batch_size"],
+        acc_rows.append({**status, "batch_size": acc["batch_size"], "micro_batch_size": acc["micro_batch_size"],
                          **{k: acc.get(k, NAN) for k in ("steps", "max_abs_difference", "max_abs_gradient",
                                                          "relative")}})  # fmt: skip
     return {"stability_gradvar": pd.DataFrame(var_rows), "stability_accumulation": pd.DataFrame(acc_rows)}
@@ -263,29 +247,38 @@ DROP, HORIZON = 0.05, 10  # an alert should precede a sustained 5-point drop of 
 FIXED_SWING, SWING_SIGMAS = 0.3, 6.0
 
 
-def replay(run, **monitor) -> list[dict]:
-    """The alerts a monitor with these thresholds raises over a run's logged metrics (a pure replay)."""
+def replay(run, **monitor) -> list[int]:
+    """The steps of the alerts a monitor with these thresholds raises over a run's logged metrics (a pure replay)."""
     mon = StabilityMonitor(**monitor)
     for r in run.metrics[["step", "entropy", "kl", "reward_mean"]].itertuples():
         mon.check(r.step, r.entropy, r.kl, r.reward_mean)
-    return mon.alerts
+    return [a["step"] for a in mon.alerts]
 
 
 def detectors(run) -> dict[str, list[int]]:
     """Alert steps per detector on one run: the document's fixed reward swing, the noise-scaled one,
     and the run's own KL and entropy thresholds."""
     st, off = run.settings, {"entropy_min": None, "kl_max": None, "reward_swing": None}
-    steps = lambda alerts: [a["step"] for a in alerts]  # noqa: E731
-    return {"fixed_swing": steps(replay(run, **{**off, "reward_swing": FIXED_SWING}, window=st["monitor_window"])),
-            "scaled_swing": steps(replay(run, **off, window=st["monitor_window"], swing_sigmas=SWING_SIGMAS,
-                                         batch_size=st["batch_size"])),
-            "high_kl": steps(replay(run, **{**off, "kl_max": st["monitor_kl_max"]})),
-            "low_entropy": steps(replay(run, **{**off, "entropy_min": st["monitor_entropy_min"]}))}  # fmt: skip
+    return {"fixed_swing": replay(run, **{**off, "reward_swing": FIXED_SWING}, window=st["monitor_window"]),
+            "scaled_swing": replay(run, **off, window=st["monitor_window"], swing_sigmas=SWING_SIGMAS,
+                                   batch_size=st["batch_size"]),
+            "high_kl": replay(run, **{**off, "kl_max": st["monitor_kl_max"]}),
+            "low_entropy": replay(run, **{**off, "entropy_min": st["monitor_entropy_min"]})}  # fmt: skip
 
 
 DETECTORS = {"fixed_swing": f"reward_swing, fixed {FIXED_SWING:g}",
              "scaled_swing": f"reward_swing, {SWING_SIGMAS:g} standard errors of the batch mean",
              "high_kl": "high_kl", "low_entropy": "low_entropy"}  # fmt: skip
+
+
+def drop_onsets(run) -> list:
+    """The steps at which a run's held-out accuracy starts a sustained drop of DROP."""
+    return sustained_drops(run.evals["step"], run.evals["eval_accuracy"], DROP)
+
+
+def followed_by_drop(step, drops: list) -> float:
+    """1.0 when a sustained drop (`drops`: their onsets) starts within HORIZON steps after `step`, else 0."""
+    return float(any(step < d <= step + HORIZON for d in drops))
 
 
 def alert_events(runs: list) -> pd.DataFrame:
@@ -294,39 +287,28 @@ def alert_events(runs: list) -> pd.DataFrame:
     steps after it. The monitor's precision claim compares the two shares."""
     rows = []
     for run in runs:
-        hit = followed_by_drop(run)
-        steps = [("step", s, hit(s)) for s in run.metrics["step"]]
+        drops = drop_onsets(run)
+        steps = [("step", s, followed_by_drop(s, drops)) for s in run.metrics["step"]]
         for name, alerts in detectors(run).items():
-            events = [("alert", s, hit(s)) for s in alerts] + steps
-            rows += [(name, source, run.spec.run_id, s, h) for source, s, h in events]
+            events = [("alert", s, followed_by_drop(s, drops)) for s in alerts] + steps
+            rows += [(name, source, run.spec.run_id, s, hit) for source, s, hit in events]
     return pd.DataFrame(rows, columns=["detector", "source", "run_id", "step", "followed_by_drop"])
-
-
-def followed_by_drop(run):
-    """The test of a step on one run: 1.0 when a sustained drop (DROP) starts within HORIZON steps after it, else 0."""
-    drops = sustained_drops(run.evals["step"], run.evals["eval_accuracy"], DROP)
-    return lambda step: float(any(step < d <= step + HORIZON for d in drops))
 
 
 def alert_scores(runs: list) -> pd.DataFrame:
     """Per detector, over every run with a result: how often an alert was followed by a sustained drop
     within HORIZON steps (precision, beside the base rate of a random step), and how many drops an
     alert announced (recall); Wilson intervals."""
-    counts, base = {}, [0, 0]
+    counts, base = [], []
     for run in runs:
-        drops, hit = sustained_drops(run.evals["step"], run.evals["eval_accuracy"], DROP), followed_by_drop(run)
-        base[0] += sum(hit(s) for s in run.metrics["step"])
-        base[1] += len(run.metrics)
-        for name, alerts in detectors(run).items():
-            c = counts.setdefault(name, [0, 0, 0, 0])
-            for i, x in enumerate(precision_recall(alerts, drops, HORIZON)):
-                c[i] += x
-    rows = []
-    for name, (hit, n_alerts, caught, n_drops) in counts.items():
-        rows.append({"detector": DETECTORS[name], "alerts": n_alerts, "followed_by_drop": hit,
-                     **kit.wilson_columns("precision", hit, n_alerts), "drops": n_drops, "announced": caught,
-                     **kit.wilson_columns("recall", caught, n_drops),
-                     "base_rate": base[0] / base[1] if base[1] else NAN})  # fmt: skip
+        drops = drop_onsets(run)
+        base += [followed_by_drop(s, drops) for s in run.metrics["step"]]
+        counts += [(name, *precision_recall(alerts, drops, HORIZON)) for name, alerts in detectors(run).items()]
+    per = pd.DataFrame(counts, columns=["detector", "hit", "alerts", "caught", "drops"])
+    rows = [{"detector": DETECTORS[c.Index], "alerts": c.alerts, "followed_by_drop": c.hit,
+             **kit.wilson_columns("precision", c.hit, c.alerts), "drops": c.drops, "announced": c.caught,
+             **kit.wilson_columns("recall", c.caught, c.drops), "base_rate": sum(base) / len(base) if base else NAN}
+            for c in per.groupby("detector", sort=False).sum().itertuples()]  # fmt: skip
     columns = "detector alerts followed_by_drop precision precision_lo precision_hi drops announced recall recall_lo"
     return pd.DataFrame(rows, columns=[*columns.split(), "recall_hi", "base_rate"])
 
@@ -359,33 +341,27 @@ def spike_ratio(grad_norms: pd.Series, steps: pd.Series, spike_step) -> float:
     return float(at.iloc[0] / rest.median())
 
 
-def cell_name(optimizer: str, grad_clip, spike) -> str:
-    return f"{optimizer}, clip {label(grad_clip)}, {'spike' if spike is not None else 'no spike'}"
-
-
 def clipping_runs(runs: list) -> pd.DataFrame:
-    """One row per clipping run: its cell (optimizer, max norm, spike or not), collapse, the
-    largest fall below its start after the spike, and the spike's measured size."""
+    """One row per clipping run: its cell (optimizer, max norm, spike or not), collapse, the largest fall below its
+    start after the spike, the spike's measured size, and `clip_bound`: 1 when the gradient norm at the spike (before
+    clipping) exceeded the max norm (NaN without a clip)."""
     rows = []
     for r in runs:
         st, m = r.settings, measures(r)
-        spike = st.get("fault_grad_spike_step")
-        after = r.evals[r.evals["step"] >= (spike or 0)]["eval_accuracy"] if r.ok else pd.Series(dtype=float)
-        rows.append({"optimizer": st.get("optimizer", "adamw"), "max_norm": label(st["grad_clip"]),
-                     "spike": "yes" if spike is not None else "no",
-                     "cell": cell_name(st.get("optimizer", "adamw"), st["grad_clip"], spike), "seed": r.spec.seed,
-                     "collapsed": m["collapsed"],
+        optimizer, spike = st.get("optimizer", "adamw"), st.get("fault_grad_spike_step")
+        max_norm = label(st["grad_clip"])
+        after = r.evals[r.evals["step"] >= (spike or 0)]["eval_accuracy"] if r.ok else []
+        at_spike = r.metrics.loc[r.metrics["step"] == spike, "grad_norm"] if r.ok and spike is not None else []
+        rows.append({"optimizer": optimizer, "max_norm": max_norm, "spike": "yes" if spike is not None else "no",
+                     "cell": f"{optimizer}, clip {max_norm}, {'spike' if spike is not None else 'no spike'}",
+                     "seed": r.spec.seed, "collapsed": m["collapsed"],
                      "initial_eval": m["initial_eval"], "final_eval": m["final_eval"],
                      "drop_after_spike": float(m["initial_eval"] - after.min()) if len(after) else NAN,
                      "spike_ratio": spike_ratio(r.metrics["grad_norm"], r.metrics["step"], spike) if r.ok else NAN,
-                     "spike_norm": float(r.metrics.loc[r.metrics["step"] == spike, "grad_norm"].iloc[0])
-                                   if r.ok and spike is not None and (r.metrics["step"] == spike).any()
-                                   else NAN})  # fmt: skip
+                     "spike_norm": float(at_spike.iloc[0]) if len(at_spike) else NAN})  # fmt: skip
     out = pd.DataFrame(rows)
-    clip = pd.to_numeric(out["max_norm"], errors="coerce") if len(out) else pd.Series(dtype=float)
-    # the clip bound at the spike: its gradient norm (before clipping) exceeded the max norm; NaN without a clip
-    out["clip_bound"] = np.where(clip.notna() & out.get("spike_norm", pd.Series(dtype=float)).notna(),
-                                 (out.get("spike_norm", 0) > clip).astype(float), NAN) if len(out) else []  # fmt: skip
+    norm, clip = out["spike_norm"], pd.to_numeric(out["max_norm"], errors="coerce")
+    out["clip_bound"] = np.where(clip.notna() & norm.notna(), (norm > clip).astype(float), NAN)
     return out
 
 
@@ -412,12 +388,6 @@ def critic_ev(metrics: pd.DataFrame, by: int = CRITIC_BY, window: int = 5) -> fl
     return float(m.mean()) if len(m) else NAN
 
 
-def over_steps(run, column: str, how: str) -> float:
-    """The largest ("max") or smallest ("min") value of a logged column over the run's steps (NaN when never logged)."""
-    s = run.metrics[column].dropna() if run.ok and column in run.metrics else pd.Series(dtype=float)
-    return float(getattr(s, how)()) if len(s) else NAN
-
-
 def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per run: the critic's error (value RMSE against its targets), how much of the returns it explains, how far
     one update moved its values (value_delta: mean |v - v_old| after a batch's first epoch) and the share of value
@@ -426,33 +396,21 @@ def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
         return pd.DataFrame(), pd.DataFrame()
     rows = pd.DataFrame([{"value_clip": label(r.settings["value_clip"]), "value_coef": float(r.settings["value_coef"]),
                           "seed": r.spec.seed, "setting": kit.setting(r.spec),
-                          "final_rmse": last(r, "value_rmse"),
-                          "mean_rmse": r.metrics["value_rmse"].mean() if r.ok else NAN,
-                          "final_explained_variance": last(r, "explained_variance"),
+                          "final_rmse": logged(r, "value_rmse"), "mean_rmse": logged(r, "value_rmse", "mean"),
+                          "final_explained_variance": logged(r, "explained_variance"),
                           "ev_by_20": critic_ev(r.metrics) if r.ok else NAN,
-                          "ev_min": over_steps(r, "explained_variance", "min"),
-                          "value_delta_max": over_steps(r, "value_delta", "max"),
-                          "clip_share_max": over_steps(r, "value_clip_frac", "max"),
-                          "final_eval": measures(r)["final_eval"]} for r in runs])  # fmt: skip
-    out = summarise(rows, ["value_clip", "value_coef"],
-                    ["final_rmse", "mean_rmse", "final_explained_variance", "ev_by_20", "ev_min", "value_delta_max",
-                                                          "clip_share_max", "final_eval"])  # fmt: skip
-    out["doc_rmse"] = [DOC_VALUE_RMSE.get((c, w), NAN) for c, w in zip(out["value_clip"], out["value_coef"])]
+                          "ev_min": logged(r, "explained_variance", "min"),
+                          "value_delta_max": logged(r, "value_delta", "max"),
+                          "clip_share_max": logged(r, "value_clip_frac", "max"),
+                          "final_eval": final_eval(r) if r.ok else NAN} for r in runs])  # fmt: skip
+    out = summarise(rows, ["value_clip", "value_coef"], list(rows.columns[4:]))
+    doc_rmse = {(clip, coef): rmse for clip, coef, rmse in DOC["value_rmse"]}
+    out["doc_rmse"] = [doc_rmse.get(cell, NAN) for cell in zip(out["value_clip"], out["value_coef"])]
     return out, rows
 
 
 # The calibrated reference (docs/notebook/2026-11-23-calibration-pilot.md); "too large" is a multiple of it.
 REFERENCE_LR = 3.0e-4
-# Per symptom of the document's diagnosis table (DOC["symptoms"], in its order): a test of a run's settings for
-# the cause named in its `cause_shown`; the evidence is picked among the runs that carry it, never among arbitrary runs.
-CAUSE_FILTERS = [
-    lambda st: st.get("init") == "random" and st.get("reward") == "exact",
-    lambda st: st.get("grad_clip") is None,
-    lambda st: 0 < st.get("entropy_coef", 0.0) < 0.01 and st.get("init") != "random",
-    lambda st: st.get("ppo_epochs", 1) > 1 or st.get("clip_eps_high") is not None,
-    lambda st: False,
-    lambda st: st.get("grad_clip") is None and st.get("lr", 0) > 1e3 * REFERENCE_LR,
-]
 
 
 def run_signals(run) -> dict:
@@ -466,59 +424,71 @@ def run_signals(run) -> dict:
             "ent_ratio": kit.end_over_start(ent),
             "ent": (ent.iloc[0], ent.iloc[-1]) if len(ent) else None,
             "kl": m["kl"].max(), "kl_at": m.loc[m["kl"].idxmax(), "step"] if m["kl"].notna().any() else NAN,
-            "kl_max": run.settings.get("monitor_kl_max") or math.inf,
+            "kl_max": run.settings.get("monitor_kl_max") or np.inf,
             "skipped": int(m["skipped"].fillna(0).sum()) + (run.status == "stopped_nonfinite")}  # fmt: skip
+
+
+# Per symptom of the document's diagnosis table (DOC["symptoms"], in its order): a test of a run's settings for the
+# cause named in its `cause_shown` (the evidence is picked among the runs that carry it, never among arbitrary runs);
+# the signal of `run_signals` that shows the symptom, and whether its largest value is the most extreme; whether the
+# most extreme run shows the symptom; and its evidence as text. None: no run of this pipeline can show the symptom.
+SYMPTOM_TESTS = [
+    (lambda st: st.get("init") == "random" and st.get("reward") == "exact", "zero_std", True,
+     lambda g: g["zero_std"] >= 0.9, lambda g: f"mean frac_zero_std {g['zero_std']:.2f}"),
+    (lambda st: st.get("grad_clip") is None, "drop", True, lambda g: g["drop"] > BIG_SWING,
+     lambda g: "eval accuracy {2:.1%} at step {0:g} -> {3:.1%} at step "
+     "{1:g}".format(*g["drop_at"]) if g["drop_at"] else "no drop"),
+    (lambda st: 0 < st.get("entropy_coef", 0.0) < 0.01 and st.get("init") != "random", "ent_ratio", False,
+     lambda g: g["ent_ratio"] < 0.8,
+     lambda g: f"entropy {g['ent'][0]:.3f} at the first step -> {g['ent'][1]:.3f} at the last"),
+    (lambda st: st.get("ppo_epochs", 1) > 1 or st.get("clip_eps_high") is not None, "kl", True,
+     lambda g: g["kl"] > g["kl_max"],
+     lambda g: f"KL {g['kl']:.3g} at step {g['kl_at']:g} (monitor threshold {g['kl_max']:g})"),
+    None,  # out of memory
+    (lambda st: st.get("grad_clip") is None and st.get("lr", 0) > 1e3 * REFERENCE_LR, "skipped", True,
+     lambda g: g["skipped"] > 0, lambda g: f"{g['skipped']} update(s) skipped by the non-finite guard"),
+]  # fmt: skip
+
+
+def evidence(runs: dict, signals: dict, test) -> tuple[str, str]:
+    """The run that shows a symptom (its SYMPTOM_TESTS entry), and the evidence: the most extreme run by the signal
+    among those with the document's cause; "not observed" when it does not show the symptom."""
+    if test is None:
+        return "", "not observed in this pipeline"
+    cause, col, largest, passes, text = test
+    v = pd.Series({rid: signals[rid][col] for rid, r in runs.items() if cause(r.settings)}, dtype=float)
+    v = pd.to_numeric(v, errors="coerce").dropna()
+    if v.empty:
+        return "", "no run of this pipeline has this cause"
+    rid = v.idxmax() if largest else v.idxmin()
+    if passes(signals[rid]):
+        return rid, text(signals[rid])
+    return "", f"not observed in this pipeline (most extreme run with this cause, {rid}: {text(signals[rid])})"
 
 
 def troubleshooting_table(ctx) -> pd.DataFrame:
     ok = {rid: r for rid, r in ctx.runs.items() if r.ok}
-    sig = {rid: run_signals(r) for rid, r in ok.items()}
-
-    def choose(cause, col, largest, passes, text):
-        """The most extreme run by `col` among those with the document's cause; "not observed" when it fails
-        `passes`."""
-        rids = [rid for rid, r in ok.items() if cause(r.settings)]
-        v = pd.to_numeric(pd.Series({rid: sig[rid][col] for rid in rids}, dtype=float), errors="coerce").dropna()
-        if v.empty:
-            return "", "no run of this pipeline has this cause"
-        rid = v.idxmax() if largest else v.idxmin()
-        if passes(sig[rid]):
-            return rid, text(sig[rid])
-        return "", f"not observed in this pipeline (most extreme run with this cause, {rid}: {text(sig[rid])})"
-
-    rules = [
-        ("zero_std", True, lambda g: g["zero_std"] >= 0.9, lambda g: f"mean frac_zero_std {g['zero_std']:.2f}"),
-        ("drop", True, lambda g: g["drop"] > BIG_SWING,
-         lambda g: "eval accuracy {2:.1%} at step {0:g} -> {3:.1%} at step "
-         "{1:g}".format(*g["drop_at"]) if g["drop_at"] else "no drop"),
-        ("ent_ratio", False, lambda g: g["ent_ratio"] < 0.8,
-         lambda g: f"entropy {g['ent'][0]:.3f} at the first step -> {g['ent'][1]:.3f} at the last"),
-        ("kl", True, lambda g: g["kl"] > g["kl_max"],
-         lambda g: f"KL {g['kl']:.3g} at step {g['kl_at']:g} (monitor threshold {g['kl_max']:g})"),
-        None,
-        ("skipped", True, lambda g: g["skipped"] > 0,
-         lambda g: f"{g['skipped']} update(s) skipped by the non-finite guard"),
-    ]  # fmt: skip
-    evidence = [choose(f, *r) if r else ("", "not observed in this pipeline") for f, r in zip(CAUSE_FILTERS, rules)]
+    signals = {rid: run_signals(r) for rid, r in ok.items()}
     columns = ["symptom", "cause", "fix", "rule", "cause_shown"]
-    return pd.DataFrame([{**{c: row[c] for c in columns}, "evidence_run": r, "evidence": e}
-                         for row, (r, e) in zip(DOC["symptoms"], evidence)])  # fmt: skip
+    found = [evidence(ok, signals, test) for test in SYMPTOM_TESTS]
+    return pd.DataFrame([{**{c: row[c] for c in columns}, "evidence_run": run, "evidence": text}
+                         for row, (run, text) in zip(DOC["symptoms"], found)])  # fmt: skip
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
-    out = {**batch_tables(ctx.experiment("batch")), **gradvar_tables(ctx)}
-    fvd = ctx.experiment(FVD)
+    batch, fvd, ok = ctx.experiment("batch"), ctx.experiment(FVD), [r for r in ctx.runs.values() if r.ok]
+    out = {**batch_tables(batch), **gradvar_tables(ctx)}
     out["stability_fixed_vs_dynamic"], out["stability_fvd_runs"] = fixed_vs_dynamic_tables(
         fvd, kit.roles(ctx.cfg, FVD, FVD_ROLES) if fvd else {}
     )
-    out["stability_equal_samples"] = equal_samples_table(ctx.experiment("batch"))
+    out["stability_equal_samples"] = equal_samples_table(batch)
     out["stability_remedies"] = remedies_table(ctx.experiment("remedies"))
     out["stability_equal_samples_pairs"] = equal_samples_pairs(out["stability_equal_samples"])
     out["stability_clipping"], out["stability_clipping_runs"] = clipping_table(ctx.experiment("clipping"))
     out["stability_value_clip"], out["stability_value_clip_runs"] = value_clip_table(ctx.experiment("value_clip"))
     out["stability_alerts"] = alerts_table(ctx)
-    out["stability_alert_scores"] = alert_scores([r for r in ctx.runs.values() if r.ok])
-    out["stability_alert_events"] = alert_events([r for r in ctx.runs.values() if r.ok])
+    out["stability_alert_scores"] = alert_scores(ok)
+    out["stability_alert_events"] = alert_events(ok)
     out["stability_troubleshooting"] = troubleshooting_table(ctx)
     out["stability_series"] = pd.concat(
         [series(ctx.experiment(e), ms).assign(experiment=e) for e, ms in SERIES.items()], ignore_index=True
@@ -537,8 +507,8 @@ def _curves(t, experiment: str, metric: str, ylabel: str, title: str) -> dict:
 
 def _gradvar_figure(t):
     fig, ax = plt.subplots()
-    gv = t["stability_gradvar"].dropna(subset=["variance"]) if not t["stability_gradvar"].empty else pd.DataFrame()
-    notes = []
+    gv, notes = t["stability_gradvar"], []
+    gv = gv.dropna(subset=["variance"]) if not gv.empty else gv
     if gv.empty:
         kit.placeholder(ax, "gradient-variance probe missing")
     for k, (task, g) in enumerate(gv.groupby("task", sort=False) if not gv.empty else []):
@@ -568,11 +538,8 @@ def _batch_figure(t):
 
 
 def _fixed_vs_dynamic_figure(t):
-    panels = [
-        _curves(t, "fixed_vs_dynamic", "eval_accuracy", "held-out accuracy", "Held-out accuracy"),
-        _curves(t, "fixed_vs_dynamic", "lr", "learning rate", "Learning rate"),
-        _curves(t, "fixed_vs_dynamic", "kl_coef", "KL coefficient", "KL coefficient"),
-    ]
+    ylabels = {"eval_accuracy": "held-out accuracy", "lr": "learning rate", "kl_coef": "KL coefficient"}
+    panels = [_curves(t, FVD, metric, ylabel, ylabel[0].upper() + ylabel[1:]) for metric, ylabel in ylabels.items()]
     suptitle = "A: fixed at the large batch; B: step-decayed LR; C: adaptive KL (mean, 95% interval over seeds)"
     fig = kit.band_panels(panels, 1, 3, (14, 4), suptitle, layout="constrained")
     fig.axes[1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
@@ -642,11 +609,6 @@ CLIPPING_ORDER = ["clipping_spike_collapses", "clipping_sgd", "clipping_sgd_2.0"
                   "clipping_dose_order", "clipping_adamw"]  # fmt: skip
 
 
-def first_rows(df: pd.DataFrame, col: str, keys) -> dict:
-    """{key: the first row whose `col` reads as `key`, as a dict} for the keys present."""
-    return {k: row for k in keys if (row := kit.row_of(df, **{col: k}))}
-
-
 def section(t) -> dict:
     names = ["batch_curve", "batch", "equal_samples", "case_study", "fixed_vs_dynamic", "gradvar", "accumulation",
              "alerts", "alert_scores", "clipping", "value_clip", "troubleshooting", "remedies"]  # fmt: skip
@@ -656,9 +618,10 @@ def section(t) -> dict:
     clipping = {r["key"]: r for r in parts.get("clipping", [])}
     parts["clipping"] = [clipping.pop(k) for k in CLIPPING_ORDER if k in clipping] + list(clipping.values())
     al, b, v = tb["alerts"], tb["batch"], tb["value_clip"]
+    # the PPO cells by value clip and weight, as `{clip}@{weight}`; None where a cell has no row
+    value = {f"{c}@{w:g}": kit.row_of(v, value_clip=c, value_coef=w) or None
+             for c in ("none", "0.2") for w in (0.5, 1.0)}  # fmt: skip
     ends = [b["batch_size"].min(), b["batch_size"].max()] if not b.empty else []
-    value = {f"{clip}@{coef:g}": first_rows(v[v["value_coef"] == coef], "value_clip", [clip]).get(clip)
-             for clip in ("none", "0.2") for coef in (0.5, 1.0)} if not v.empty else {}  # fmt: skip
     return {
         "tables": {**tb, "alerts_fired": al[al["alerts"] > 0] if not al.empty else al},
         "collapse_definition": COLLAPSE_DEFINITION,
@@ -668,8 +631,8 @@ def section(t) -> dict:
         "drop": DROP,
         "horizon": HORIZON,
         "doc_variance": DOC["variance"],
-        "batch_ends": [first_rows(b, "batch_size", ends)[k] for k in ends],
-        "fvd": list(first_rows(tb["fixed_vs_dynamic"], "method", FVD_ROLES).values()),
+        "batch_ends": [kit.row_of(b, batch_size=k) for k in ends],
+        "fvd": [row for m in FVD_ROLES if (row := kit.row_of(tb["fixed_vs_dynamic"], method=m))],
         "value_clip": value,
         "verdict_list": rows,
         "rows": parts,
