@@ -364,8 +364,7 @@ def seed_band(curves: pd.DataFrame, variant: str, metric: str) -> pd.DataFrame:
     the `curves` table); eval_accuracy starts at step 0 with the accuracy before RL."""
     if curves.empty or metric not in curves:
         return pd.DataFrame(columns=["step", "mean", "std", "n"])
-    c = curves[(curves["experiment"] == EXPERIMENT) & (curves["variant"] == variant)]
-    c = c[["run_id", "step", metric]]
+    c = curves.loc[(curves["experiment"] == EXPERIMENT) & (curves["variant"] == variant), ["run_id", "step", metric]]
     if metric == "eval_accuracy":
         first = curves.loc[c.index].drop_duplicates("run_id")
         c = pd.concat([pd.DataFrame({"run_id": first["run_id"], "step": 0, metric: first["initial_eval"]}), c])
