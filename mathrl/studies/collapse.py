@@ -110,18 +110,18 @@ def variants_table(per_run: pd.DataFrame, settings: dict, baseline: str) -> pd.D
     difference in final accuracy from the baseline with its 95% interval (paired by seed)."""
     out = mean_spread(per_run, ["variant"], STATS[1:2] + STATS[:1] + STATS[2:])  # n counts final evals
     out = kit.add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
-    out.insert(1, "role", per_run.groupby("variant", sort=False)["role"].first().values if len(per_run) else [])
+    g = per_run.groupby("variant", sort=False)
+    out.insert(1, "role", g["role"].first().values)
     described = [", ".join(f"{k}={val}" for k, val in (settings.get(x) or {}).items()) for x in out["variant"]]
     out.insert(2, "settings", [d or "defaults" for d in described])
-    g = per_run.groupby("variant", sort=False)
-    out.insert(3, "algorithm", g["algorithm"].first().values if len(per_run) else [])
-    out.insert(5, "n_runs", g.size().values if len(per_run) else [])
+    out.insert(3, "algorithm", g["algorithm"].first().values)
+    out.insert(5, "n_runs", g.size().values)
     out = kit.add_outcomes(out, per_run, "variant", judged=True)
     base = kit.per_seed(per_run, "final_eval", variant=baseline)
-    diffs = [difference(kit.per_seed(per_run, "final_eval", variant=x), base) for x in out["variant"]]
-    out["diff_vs_baseline"] = [d.estimate if x != baseline else math.nan for d, x in zip(diffs, out["variant"])]
-    out["diff_lo"] = [d.lo if x != baseline else math.nan for d, x in zip(diffs, out["variant"])]
-    out["diff_hi"] = [d.hi if x != baseline else math.nan for d, x in zip(diffs, out["variant"])]
+    diffs = [kit.NO_DIFFERENCE if x == baseline else difference(kit.per_seed(per_run, "final_eval", variant=x), base)
+             for x in out["variant"]]  # fmt: skip
+    for column, field in (("diff_vs_baseline", "estimate"), ("diff_lo", "lo"), ("diff_hi", "hi")):
+        out[column] = [getattr(d, field) for d in diffs]
     return out
 
 
@@ -161,21 +161,19 @@ def nonfinite_table(runs) -> pd.DataFrame:
     """The huge-LR runs one by one: did the guard skip updates, and did the weights stay finite?
 
     Weights count as finite when the run ended with a result and its final evaluation and
-    last step's entropy (a forward pass through the final weights) are finite numbers."""
+    last step's entropy (a forward pass through the final weights) are finite numbers; a run
+    without a result keeps NaN for everything it did not get to measure."""
     rows = []
     for r in runs:
-        row = {"run_id": r.spec.run_id, "seed": r.spec.seed, "status": r.status, "steps_done": math.nan,
-               "skipped": math.nan, "first_skipped_step": math.nan, "weights_finite": None, "initial_eval": math.nan,
-               "final_eval": math.nan}  # fmt: skip
+        row = {"run_id": r.spec.run_id, "seed": r.spec.seed, "status": r.status}
         if r.ok:
             m, final = r.metrics, r.summary["final"]["eval_accuracy"]
             hits = m.loc[m["skipped"].fillna(0) > 0, "step"]
+            finite = bool(math.isfinite(final) and math.isfinite(m["entropy"].iloc[-1]))
             row.update(steps_done=len(m), skipped=int(len(hits)),
-                       first_skipped_step=float(hits.iloc[0]) if len(hits) else math.nan,
-                       weights_finite=bool(math.isfinite(final) and math.isfinite(m["entropy"].iloc[-1])),
+                       first_skipped_step=float(hits.iloc[0]) if len(hits) else math.nan, weights_finite=finite,
+                       caught=float(len(hits) > 0 and finite),  # the guard skipped an update, the weights stayed finite
                        initial_eval=r.initial_eval, final_eval=final)  # fmt: skip
-            # the guard skipped an update, the weights stayed finite
-            row["caught"] = float(row["skipped"] > 0 and row["weights_finite"])
         rows.append(row)
     return pd.DataFrame(rows, columns=NONFINITE_COLUMNS)
 
@@ -211,14 +209,30 @@ def _curves(c, wanted, col, title, ylabel) -> dict:
     return dict(groups=groups, metric=col, empty=f"no data: {', '.join(wanted)} missing", title=title, ylabel=ylabel)
 
 
-def fig_reward_design(t) -> plt.Figure:
-    c = t["collapse_curves"]
-    panels = [
-        _curves(c, REWARD_DESIGNS, "eval_accuracy", "Held-out accuracy by reward design", "eval accuracy"),
-        _curves(c, REWARD_DESIGNS, "format_rate", "Well-formed answers in rollouts", "format rate"),
-    ]
-    suptitle = f"Reward design on 2-digit multiplication ({BAND_NOTE})"
-    return kit.band_panels(panels, 1, 2, (10, 3.8), suptitle, layout="constrained")  # the suptitle clear of the titles
+# The figures of curves, {name: (suptitle, rows, columns, size, shared y axis, panels)}: each panel a column of
+# collapse_curves with a band per role of its `roles` (`_curves`: roles, column, title, ylabel).
+CURVE_FIGURES = {
+    "collapse_reward_design": ("Reward design on 2-digit multiplication", 1, 2, (10, 3.8), False, [
+        (REWARD_DESIGNS, "eval_accuracy", "Held-out accuracy by reward design", "eval accuracy"),
+        (REWARD_DESIGNS, "format_rate", "Well-formed answers in rollouts", "format rate")]),
+    # each remedy against the failing baseline, one panel each
+    "collapse_remedies": ("Held-out accuracy of each remedy against the failing baseline", 2, 3, (12, 6.5), True, [
+        ((r, "baseline"), "eval_accuracy", f"{r} against the baseline", "eval accuracy") for r in REMEDIES]),
+    "collapse_schedules": ("Entropy bonus schedule, LR schedules and curriculum", 2, 2, (10, 6.5), False, [
+        (("entropy_schedule", "baseline"), "entropy", "Policy entropy", "mean token entropy"),
+        (("cosine_lr", "lr_tenth", "baseline"), "lr", "Learning rate", "lr"),
+        (("curriculum",), "ndigit", "Curriculum: operand digits", "ndigit"),
+        (("curriculum", "shaped"), "format_rate", "Curriculum: well-formed answers in rollouts", "format rate")]),
+    "collapse_nonfinite": ("A huge learning rate without gradient clipping", 1, 2, (10, 3.8), False, [
+        (("nonfinite",), "skipped", "Updates skipped by the non-finite guard", "share of runs skipping"),
+        (("nonfinite", "lr_tenth"), "eval_accuracy", "Held-out accuracy", "eval accuracy")]),
+}  # fmt: skip
+
+
+def fig_curves(c: pd.DataFrame, suptitle: str, rows: int, cols: int, size: tuple, sharey: bool, panels: list):
+    """One of CURVE_FIGURES (the constrained layout keeps the suptitle clear of the panels' titles)."""
+    panels = [_curves(c, *panel) for panel in panels]
+    return kit.band_panels(panels, rows, cols, size, f"{suptitle} ({BAND_NOTE})", sharey=sharey, layout="constrained")
 
 
 def fig_variants(t) -> plt.Figure:
@@ -243,43 +257,9 @@ def fig_variants(t) -> plt.Figure:
     return fig
 
 
-def fig_remedies(t) -> plt.Figure:
-    """Held-out accuracy over steps: each remedy against the failing baseline, one panel each."""
-    c = t["collapse_curves"]
-    panels = [
-        _curves(c, [r, "baseline"], "eval_accuracy", f"{r} against the baseline", "eval accuracy") for r in REMEDIES
-    ]
-    suptitle = f"Held-out accuracy of each remedy against the failing baseline ({BAND_NOTE})"
-    return kit.band_panels(panels, 2, 3, (12, 6.5), suptitle, sharey=True, layout="constrained")
-
-
-def fig_schedules(t) -> plt.Figure:
-    c = t["collapse_curves"]
-    curriculum = "Curriculum: well-formed answers in rollouts"
-    panels = [
-        _curves(c, ["entropy_schedule", "baseline"], "entropy", "Policy entropy", "mean token entropy"),
-        _curves(c, ["cosine_lr", "lr_tenth", "baseline"], "lr", "Learning rate", "lr"),
-        _curves(c, ["curriculum"], "ndigit", "Curriculum: operand digits", "ndigit"),
-        _curves(c, ["curriculum", "shaped"], "format_rate", curriculum, "format rate"),
-    ]
-    suptitle = f"Entropy bonus schedule, LR schedules and curriculum ({BAND_NOTE})"
-    return kit.band_panels(panels, 2, 2, (10, 6.5), suptitle, layout="constrained")
-
-
-def fig_nonfinite(t) -> plt.Figure:
-    c = t["collapse_curves"]
-    panels = [
-        _curves(c, ["nonfinite"], "skipped", "Updates skipped by the non-finite guard", "share of runs skipping"),
-        _curves(c, ["nonfinite", "lr_tenth"], "eval_accuracy", "Held-out accuracy", "eval accuracy"),
-    ]
-    suptitle = f"A huge learning rate without gradient clipping ({BAND_NOTE})"
-    return kit.band_panels(panels, 1, 2, (10, 3.8), suptitle, layout="constrained")
-
-
 def figures(t) -> dict[str, plt.Figure]:
-    return {"collapse_reward_design": fig_reward_design(t), "collapse_variants": fig_variants(t),
-            "collapse_remedies": fig_remedies(t),
-            "collapse_schedules": fig_schedules(t), "collapse_nonfinite": fig_nonfinite(t)}  # fmt: skip
+    curves = {name: fig_curves(t["collapse_curves"], *spec) for name, spec in CURVE_FIGURES.items()}
+    return {**curves, "collapse_variants": fig_variants(t)}
 
 
 # ----------------------------------------------------------------------------- section

@@ -53,7 +53,7 @@ METRICS = "entropy p0 p1 p2 p3 loss grad_norm reward_std reward_mean proxy_rewar
 # ---- small pure functions of table values -----------------------------------------------
 def reduction(start: float, end: float) -> float:
     """Relative decrease from start to end: 1 when it fell to zero, NaN when start is 0 or unknown."""
-    return math.nan if (not kit.known(start)) or (not kit.known(end)) or start == 0 else 1 - end / start
+    return math.nan if not kit.known(start, end) or start == 0 else 1 - end / start
 
 
 def severity(red: float) -> str:
@@ -68,9 +68,8 @@ def check(value: float, test) -> bool | None:
 
 def hacked(proxy_start: float, proxy_end: float, true_start: float, true_end: float) -> bool | None:
     """Reward hacking: the optimised (proxy) score rose while the true reward fell."""
-    if any((not kit.known(x)) for x in (proxy_start, proxy_end, true_start, true_end)):
-        return None
-    return proxy_end > proxy_start and true_end < true_start
+    known = kit.known(proxy_start, proxy_end, true_start, true_end)
+    return proxy_end > proxy_start and true_end < true_start if known else None
 
 
 def as_passed(v) -> bool | None:
@@ -89,16 +88,14 @@ def _pooled(per: pd.DataFrame, by: list[str], values: list[str]) -> pd.DataFrame
     return pd.concat(parts, ignore_index=True) if parts else per
 
 
-def _expected(ctx, study: str, df: pd.DataFrame | None) -> list[tuple[str, int, pd.DataFrame]]:
-    """(setting, seed, its rows by step) for every setting and seed the config asks of a study;
+def _expected(ctx, study: str):
+    """(setting, seed, its rows by step) for every setting and seed the config asks of a bandit study;
     an empty frame where the study's CSV lacks them."""
-    cfg = bandit.resolve(ctx.cfg.get("bandit"))
-    out = []
+    cfg, df = bandit.resolve(ctx.cfg.get("bandit")), ctx.bandit(study)
     for setting in cfg["studies"][study]["settings"]:
-        for seed in bandit.study_seeds(cfg, study):
-            g = pd.DataFrame() if df is None else df[(df["setting"] == setting) & (df["seed"] == int(seed))]
-            out.append((setting, int(seed), g.sort_values("step") if len(g) else g))
-    return out
+        for seed in map(int, bandit.study_seeds(cfg, study)):
+            g = pd.DataFrame() if df is None else df[(df["setting"] == setting) & (df["seed"] == seed)]
+            yield setting, seed, g.sort_values("step") if len(g) else g
 
 
 def still_moving(probs: np.ndarray, span: float = SETTLED_SPAN, move: float = SETTLED_MOVE) -> bool:
@@ -125,7 +122,7 @@ def entropy_table(ctx) -> pd.DataFrame:
     # the global optimum (action 1 in the document)
     best = int(np.argmax(bandit.resolve(ctx.cfg.get("bandit"))["arm_rewards"]))
     rows = []
-    for setting, seed, g in _expected(ctx, "entropy_collapse", ctx.bandit("entropy_collapse")):
+    for setting, seed, g in _expected(ctx, "entropy_collapse"):
         row = {"setting": setting, "seed": seed, **dict.fromkeys(ENTROPY_COLUMNS, math.nan), "converged_to": "missing"}
         if len(g):
             first, last, k = g.iloc[0], g.iloc[-1], window(len(g), BANDIT_WINDOW)
@@ -171,9 +168,8 @@ POINT_COLUMNS = ["setting", "seed", "step", "phase", "grad_norm", "reward_std"] 
 
 def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per seed and pooled: mean gradient norm and reward std per phase, their correlation; and the points."""
-    df = ctx.bandit("gradient_vanishing")
     rows, points = [], []
-    for setting, seed, g in _expected(ctx, "gradient_vanishing", df):
+    for setting, seed, g in _expected(ctx, "gradient_vanishing"):
         row = {"setting": setting, "seed": seed}
         for phase in ("homogeneous", "diverse"):
             ph = g[g["phase"] == phase] if len(g) else g
@@ -203,7 +199,7 @@ def hacking_table(ctx) -> pd.DataFrame:
     unlabelled = [a for a in range(len(proxy)) if a not in study["labelled_arms"]] or list(range(len(proxy)))
     hack_arm = max(unlabelled, key=proxy.__getitem__)  # the arm the proxy overrates: never labelled, scored highest
     rows = []
-    for setting, seed, g in _expected(ctx, "reward_hacking", ctx.bandit("reward_hacking")):
+    for setting, seed, g in _expected(ctx, "reward_hacking"):
         row = {"setting": setting, "seed": seed, "hack_arm": hack_arm}
         if len(g):
             head, tail = g.head(window(len(g), BANDIT_WINDOW)), g.tail(window(len(g), BANDIT_WINDOW))
@@ -322,14 +318,10 @@ def differences_table(ctx, role: dict[str, str]) -> pd.DataFrame:
     spec = {}
     for run in ctx.experiment(EXPERIMENT):
         spec.setdefault(run.spec.variant or "", run.spec.settings)
-    base = spec.get(role.get("aggressive", ""), None)
-    rows = []
-    for r in COMPARED_TO_FAILURE:
-        v = role.get(r)
-        if base is None or v not in spec:
-            continue
-        for key, value, other in differences(spec[v], base):
-            rows.append({"role": r, "variant": v, "setting": key, "value": _shown(value), "aggressive": _shown(other)})
+    base = spec.get(role.get("aggressive", ""))
+    rows = [{"role": r, "variant": role[r], "setting": key, "value": _shown(value), "aggressive": _shown(other)}
+            for r in COMPARED_TO_FAILURE if base is not None and role.get(r) in spec
+            for key, value, other in differences(spec[role[r]], base)]  # fmt: skip
     return pd.DataFrame(rows, columns=["role", "variant", "setting", "value", "aggressive"])
 
 
@@ -372,8 +364,7 @@ def seed_band(curves: pd.DataFrame, variant: str, metric: str) -> pd.DataFrame:
     the `curves` table); eval_accuracy starts at step 0 with the accuracy before RL."""
     if curves.empty or metric not in curves:
         return pd.DataFrame(columns=["step", "mean", "std", "n"])
-    c = curves[(curves["experiment"] == EXPERIMENT) & (curves["variant"] == variant)]
-    c = c[["run_id", "step", metric]]
+    c = curves.loc[(curves["experiment"] == EXPERIMENT) & (curves["variant"] == variant), ["run_id", "step", metric]]
     if metric == "eval_accuracy":
         first = curves.loc[c.index].drop_duplicates("run_id")
         c = pd.concat([pd.DataFrame({"run_id": first["run_id"], "step": 0, metric: first["initial_eval"]}), c])
@@ -533,36 +524,37 @@ def figures(t) -> dict[str, Figure]:
 # ---- section: the template's context, from the tables ----------------------------------
 OUTCOMES = ("agrees", "disagrees", "inconclusive", "not judged")
 PARTS = ("entropy", "vanishing", "hacking", "gpt")  # the section's parts (the document's claims: its template)
+SHOWN = ("local_optima", "vanishing", "hacking", "gpt", "gpt_differences")  # the lab04_ tables the template shows
+
+
+def part_summary(rows: list[dict]) -> str:
+    """A part's verdicts counted by outcome; its setup checks (no claims of the document) counted apart."""
+    setup = sum(r.get("kind") == "setup" for r in rows)
+    counts = {o: sum(r["outcome"] == o and r.get("kind") != "setup" for r in rows) for o in OUTCOMES}
+    summary = ", ".join(f"{k} {o}" for o, k in counts.items() if k) or "no verdicts"
+    return summary + (f"; and {setup} setup check{'s' * (setup != 1)}, not counted" if setup else "")
 
 
 def section(t) -> dict:
     """The verdicts per part and the rows the template's measured sentences and lab report read."""
     rows = kit.verdicts(t, NAME)
     grouped = kit.by_part(rows)
-    ent, van, hack, gpt = (t[f"lab04_{k}"] for k in ("entropy", "vanishing", "hacking", "gpt"))
-    a, n = kit.row_of(ent, setting="aggressive", seed="all"), kit.row_of(ent, setting="normal", seed="all")
-    p = kit.row_of(gpt, role="proxy")
+    ent = t["lab04_entropy"]
+    a, n = (kit.row_of(ent, setting=setting, seed="all") for setting in ("aggressive", "normal"))
+    hack = kit.row_of(t["lab04_hacking"], seed="all")
+    gpt = {r: kit.row_of(t["lab04_gpt"], role=r) for r in (*ROLES, *COV_REMEDIES)}
     ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
-    parts = {}
-    for part in PARTS:
-        mine = grouped.get(part, [])
-        claims_, setup = [r for r in mine if r.get("kind") != "setup"], sum(r.get("kind") == "setup" for r in mine)
-        counts = {o: sum(r["outcome"] == o for r in claims_) for o in OUTCOMES}
-        summary = ", ".join(f"{k} {o}" for o, k in counts.items() if k) or "no verdicts"
-        summary += f"; and {setup} setup check{'s' * (setup != 1)}, not counted" if setup else ""
-        parts[part] = {"rows": mine, "summary": summary}
-    return {"parts": parts, "verdict_list": rows, "severity_definition": SEVERITY_DEFINITION,
+    return {"parts": {part: {"rows": grouped.get(part, []), "summary": part_summary(grouped.get(part, []))}
+                      for part in PARTS},
+            "verdict_list": rows, "severity_definition": SEVERITY_DEFINITION,
             "bandit_window": BANDIT_WINDOW, "gpt_window": GPT_WINDOW, "dominant": DOMINANT,
             "settled_span": SETTLED_SPAN, "settled_move": SETTLED_MOVE,
-            "aggressive": a, "normal": n,
-            "vanishing": kit.row_of(van, seed="all"), "hacking": kit.row_of(hack, seed="all"),
+            "aggressive": a, "normal": n, "vanishing": kit.row_of(t["lab04_vanishing"], seed="all"), "hacking": hack,
             "aggressive_seeds": _seeds(ent)[lambda d: d["setting"] == "aggressive"] if len(ent)
                                 else pd.DataFrame(columns=["converged_to"]),
             "normal_keeps_more": check(n.get("final_entropy", math.nan) - a.get("final_entropy", math.nan),
                                        lambda x: x > 0),
-            "bandit_hacked": as_passed(kit.row_of(hack, seed="all").get("hacked")),
-            "gpt_hacked": hacked(*(p.get(k, math.nan) for k in ends)),
-            "gpt": {r: kit.row_of(gpt, role=r) for r in (*ROLES, *COV_REMEDIES)}, "cov_remedies": COV_REMEDIES,
-            "tables": {**{k: t[f"lab04_{k}"] for k in ("entropy", "local_optima", "vanishing", "hacking", "gpt",
-                                                       "gpt_differences")},
-                       "entropy_pooled": _seeds(t["lab04_entropy"], pooled=True)}}  # fmt: skip
+            "bandit_hacked": as_passed(hack.get("hacked")),
+            "gpt_hacked": hacked(*(gpt["proxy"].get(k, math.nan) for k in ends)),
+            "gpt": gpt, "cov_remedies": COV_REMEDIES,
+            "tables": {"entropy_pooled": _seeds(ent, pooled=True), **{k: t[f"lab04_{k}"] for k in SHOWN}}}  # fmt: skip

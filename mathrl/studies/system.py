@@ -47,6 +47,11 @@ SETTING_NAMES = {"n_layer": "layers", "n_head": "attention heads", "n_embd": "em
                  "baseline_decay": "REINFORCE baseline decay"}  # fmt: skip
 
 
+def expected(task: str) -> tuple[float, float]:
+    """The document's expected accuracy range of a task after its RL steps (NaN for a task it does not name)."""
+    return tuple(DOC.get(task, {}).get("expected", (math.nan, math.nan)))
+
+
 # ----------------------------------------------------------------------------- tables
 def per_micro_batch(settings: dict, world_size: int = 1) -> float:
     """Sequences per backward pass on a rank: micro_batch_size, or with 0 (no accumulation) the rank's whole batch."""
@@ -132,21 +137,17 @@ def start_runs_table(ctx, per_run: pd.DataFrame) -> pd.DataFrame:
     """Per seed, RL (each algorithm) and the supervised control from every start, with `cell`
     (task_start) and `picked` ("yes" at the start the document's range is judged at)."""
     cols = ["task", "start", "cell", "algorithm", "seed", "initial_eval", "final_eval", "gain", "start_val", "picked"]
-    rl = per_run[per_run["final_eval"].notna()] if len(per_run) else per_run
-    frames = [rl[["task", "start", "algorithm", "seed", "initial_eval", "final_eval", "gain"]]] if len(rl) else []
-    frames += [pd.DataFrame(control_rows(ctx, task)) for task in DOC]
-    frames = [f for f in frames if len(f)]
+    rl = per_run.loc[per_run["final_eval"].notna(), ["task", "start", "algorithm", "seed", "initial_eval", "final_eval",
+                                                     "gain"]]  # fmt: skip
+    frames = [f for f in (rl, *(pd.DataFrame(control_rows(ctx, task)) for task in DOC)) if len(f)]
     if not frames:
         return pd.DataFrame(columns=cols)
     out = pd.concat(frames, ignore_index=True)
     val = {(task, st["start"]): st["val_accuracy"] for task in DOC for st in read_starts(ctx, task)["starts"]}
     out["start_val"] = [val.get((t, st), math.nan) for t, st in zip(out["task"], out["start"])]
     out["cell"] = out["task"] + "_" + out["start"]
-    picked = {}
-    for task, g in out[out["algorithm"] != SUPERVISED].groupby("task"):
-        picked[task] = pick_start(
-            dict(zip(g["start"], g["start_val"])), DOC.get(task, {}).get("expected", (math.nan,))[0]
-        )
+    picked = {task: pick_start(dict(zip(g["start"], g["start_val"])), expected(task)[0])
+              for task, g in out[out["algorithm"] != SUPERVISED].groupby("task")}  # fmt: skip
     out["picked"] = ["yes" if picked.get(t) == st else "no" for t, st in zip(out["task"], out["start"])]
     return out[cols]
 
@@ -156,24 +157,20 @@ def starts_table(ctx, start_runs: pd.DataFrame) -> pd.DataFrame:
     supervised control's final accuracy (95% t intervals) and RL − control (Welch interval)."""
     rows = []
     for task in DOC:
+        low, high = expected(task)
         for st in read_starts(ctx, task)["starts"]:
-            d = start_runs
-            if len(d):
-                d = d[(d["task"] == task) & (d["start"] == st["start"])]
-            arms = {a: d.loc[d["algorithm"] == a].set_index("seed")["final_eval"] if len(d) else pd.Series(dtype=float)
-                    for a in ("reinforce", SUPERVISED)}  # fmt: skip
-            if arms["reinforce"].empty and arms[SUPERVISED].empty:
+            d = start_runs[(start_runs["task"] == task) & (start_runs["start"] == st["start"])]
+            rl, sup = (d.loc[d["algorithm"] == a].set_index("seed")["final_eval"] for a in ("reinforce", SUPERVISED))
+            if rl.empty and sup.empty:
                 continue
+            welch = len(rl) > 1 and len(sup) > 1
+            diff = seed_difference(rl.to_dict(), sup.to_dict(), paired=False) if welch else kit.NO_DIFFERENCE
             row = {"task": task, "start": st["start"], "threshold": st["threshold"], "warm_up_steps": st["sft_steps"],
                    "start_val": st["val_accuracy"], "start_test": st["test_accuracy"], "reached": st["reached"],
-                   "picked": bool(len(d)) and (d["picked"] == "yes").any(), "expected_low": DOC[task]["expected"][0],
-                   "expected_high": DOC[task]["expected"][1], "rl_minus_sup": math.nan, "rl_minus_sup_lo": math.nan,
-                   "rl_minus_sup_hi": math.nan}  # fmt: skip
-            row.update({**accuracy_columns("rl", arms["reinforce"]), **accuracy_columns("sup", arms[SUPERVISED])})
-            if len(arms["reinforce"]) > 1 and len(arms[SUPERVISED]) > 1:
-                diff = seed_difference(arms["reinforce"].to_dict(), arms[SUPERVISED].to_dict(), paired=False)
-                row.update(rl_minus_sup=diff.estimate, rl_minus_sup_lo=diff.lo, rl_minus_sup_hi=diff.hi)
-            rows.append(row)
+                   "picked": bool(len(d)) and (d["picked"] == "yes").any(), "expected_low": low,
+                   "expected_high": high}  # fmt: skip
+            rows.append({**row, "rl_minus_sup": diff.estimate, "rl_minus_sup_lo": diff.lo, "rl_minus_sup_hi": diff.hi,
+                         **accuracy_columns("rl", rl), **accuracy_columns("sup", sup)})  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -209,30 +206,29 @@ def reached(final_mean: float, low: float) -> bool | None:
 STATS = "final_eval initial_eval best_eval gain steps_done wall_seconds seq_per_s collapsed degraded".split()
 
 
-def per_run_table(runs, cfg: dict | None = None) -> pd.DataFrame:
-    return pd.DataFrame([run_stats(r, start_of(cfg, r.settings) if cfg else "") for r in runs],
+def per_run_table(runs, cfg: dict) -> pd.DataFrame:
+    return pd.DataFrame([run_stats(r, start_of(cfg, r.settings)) for r in runs],
                         columns=["task", "start", "algorithm", "seed", "run_id", "status"] + STATS)  # fmt: skip
 
 
-def results_table(runs, cfg: dict | None = None) -> pd.DataFrame:
-    per_run = per_run_table(runs, cfg)
-    out = mean_spread(per_run, ["task", "start", "algorithm"], STATS)  # n counts runs with a final evaluation
+def results_table(runs, per_run: pd.DataFrame) -> pd.DataFrame:
+    by = ["task", "start", "algorithm"]
+    out = mean_spread(per_run, by, STATS)  # n counts runs with a final evaluation
     out = kit.add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
-    g = per_run.groupby(["task", "start", "algorithm"], sort=False)
-    out.insert(3, "n_runs", g.size().values if len(per_run) else [])
-    out = kit.add_outcomes(out, per_run, ["task", "start", "algorithm"])
+    out.insert(3, "n_runs", per_run.groupby(by, sort=False).size().values)
+    out = kit.add_outcomes(out, per_run, by)
     out["rl_steps"] = [
         next((r.settings["steps"] for r in runs if r.settings["task"] == t), math.nan) for t in out["task"]
     ]
-    out["expected_low"] = [DOC.get(t, {}).get("expected", (math.nan,) * 2)[0] for t in out["task"]]
-    out["expected_high"] = [DOC.get(t, {}).get("expected", (math.nan,) * 2)[1] for t in out["task"]]
+    out["expected_low"] = [expected(t)[0] for t in out["task"]]
+    out["expected_high"] = [expected(t)[1] for t in out["task"]]
     out["reached"] = [reached(m, lo) for m, lo in zip(out["final_eval_mean"], out["expected_low"])]
     return out
 
 
-def curves_table(runs, cfg: dict | None = None) -> pd.DataFrame:
+def curves_table(runs, cfg: dict) -> pd.DataFrame:
     """Held-out accuracy per task, start, algorithm and evaluation step (step 0: before RL)."""
-    frames = [r.evals.assign(task=r.settings["task"], start=start_of(cfg, r.settings) if cfg else "",
+    frames = [r.evals.assign(task=r.settings["task"], start=start_of(cfg, r.settings),
                              algorithm=r.settings["algorithm"])
               for r in runs if r.ok]  # fmt: skip
     return kit.over_seeds(frames, ["task", "start", "algorithm"], ["eval_accuracy"])
@@ -244,24 +240,23 @@ def console_table(ctx, runs) -> pd.DataFrame:
     rows = []
     for task in DOC:
         for algorithm in ALGORITHMS:
-            ran = [r for r in runs if r.ok and r.settings["task"] == task and r.settings["algorithm"] == algorithm]
-            if not ran:
+            ran = (r for r in runs if r.ok and r.settings["task"] == task and r.settings["algorithm"] == algorithm)
+            run = next(ran, None)
+            if run is None:
                 continue
-            run = ran[0]
             log = layout.at(ctx.cfg, layout.STAGES["train"].log, run_id=run.spec.run_id)
             text = log.read_text(errors="replace").splitlines() if log.is_file() else []
             lines = [x.strip() for x in text if x.startswith("Step ")]
             rebuilt = console_line(run.metrics.iloc[-1].to_dict(), run.settings["steps"])
             line, source = (lines[-1], "log") if lines else (rebuilt, "metrics.csv")
-            row = {"task": task, "algorithm": algorithm, "run_id": run.spec.run_id}
-            rows.append({**row, "source": source, "line": line})
+            rows.append(dict(task=task, algorithm=algorithm, run_id=run.spec.run_id, source=source, line=line))
     return pd.DataFrame(rows, columns=["task", "algorithm", "run_id", "source", "line"])
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = ctx.experiment("system")
-    res = results_table(runs, ctx.cfg)
     per_run = per_run_table(runs, ctx.cfg)
+    res = results_table(runs, per_run)
     start_runs = start_runs_table(ctx, per_run)
     return {"system_configs": configs_table(ctx, runs), "system_results": res,
             "system_curves": curves_table(runs, ctx.cfg),
@@ -291,9 +286,8 @@ def fig_curves(t) -> plt.Figure:
         d = c[c["task"] == task] if len(c) else c
         lines = [(st, algorithm) for st in (dict.fromkeys(d["start"]) if len(d) else []) for algorithm in ALGORITHMS]
         groups = [(f"{a} from {st}", d[(d["algorithm"] == a) & (d["start"] == st)]) for st, a in lines]
-        colors = [
-            COLORS[i % len(COLORS)] for i in range(len(lines))
-        ]  # a line keeps its colour where another is missing
+        # a line keeps its colour where another is missing
+        colors = [COLORS[i % len(COLORS)] for i in range(len(lines))]
         labels = dict(title=f"{task} ({DOC[task]['config']})", ylabel="held-out accuracy", ylim=(0, 1))
         kit.bands(ax, groups, "eval_accuracy", f"no data: the {task} runs are missing", colors=colors, **labels)
         lo, hi = kit.cell(res, "expected_low", task=task), kit.cell(res, "expected_high", task=task)
@@ -342,11 +336,11 @@ def task_view(res: pd.DataFrame, cfgs: pd.DataFrame, starts: pd.DataFrame, task:
     d = starts[starts["task"] == task] if len(starts) else starts
     picked = d.loc[d["picked"].astype(bool), "start"].iloc[0] if len(d) and d["picked"].astype(bool).any() else None
     planned = set(zip(res["task"], res["algorithm"])) if len(res) else set()  # one the config does not run is left out
-    lo = DOC[task]["expected"][0]
+    lo = expected(task)[0]
     ids = [f"{task}_accuracy", f"{task}_gain", f"{task}_stable"] + sorted(
         k for k in rows if k.startswith(f"{task}_start") and k.endswith("_rl_vs_supervised")
     )
-    return {"task": task, "expected": DOC[task]["expected"], "picked": picked,
+    return {"task": task, "expected": expected(task), "picked": picked,
             "results": {a: kit.row_of(res, task=task, algorithm=a, **({"start": picked} if picked else {}))
                         for a in ALGORITHMS},
             "others": [a for a in ALGORITHMS if a != "reinforce" and (task, a) in planned],
