@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from mathrl import curves
+from mathrl.results import mean_spread
 from mathrl.studies.kit import COLORS, NAN, arms, band, estimate_columns, placeholder, plt, t_halfwidth, versus
 from mathrl.verdict import Estimate, mean_interval
 
@@ -112,31 +113,24 @@ def summary(fits: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
-def batch_reference(cfg: dict) -> str:
-    """The batch study's reference cell (its `reference` role, a grid point like batch_size=512), else the
-    largest batch."""
+def batch_design(cfg: dict) -> tuple[str, dict[str, int]]:
+    """The batch study's reference cell (its `reference` role, a grid point like batch_size=512; else the largest
+    batch), and the batch size of each of its settings: its variants' own, or its grid points'."""
     exp = cfg.get("experiments", {}).get(BATCH) or {}
-    declared = (exp.get("roles") or {}).get("reference")
-    sizes = (exp.get("grid") or {}).get("batch_size") or []
-    return declared or (f"batch_size={max(sizes)}" if sizes else "")
-
-
-def batch_sizes(cfg: dict) -> dict[str, int]:
-    """The batch size of each of the batch study's settings: its variants' own, or its grid points'."""
-    exp = cfg.get("experiments", {}).get(BATCH) or {}
+    grid = (exp.get("grid") or {}).get("batch_size") or []
+    reference = (exp.get("roles") or {}).get("reference") or (f"batch_size={max(grid)}" if grid else "")
     fixed = (exp.get("fixed") or {}).get("batch_size")
     sizes = {name: v.get("batch_size", fixed) for name, v in (exp.get("variants") or {}).items()}
-    sizes.update({f"batch_size={b}": b for b in (exp.get("grid") or {}).get("batch_size") or []})
-    return {k: int(v) for k, v in sizes.items() if v is not None}
+    sizes.update({f"batch_size={b}": b for b in grid})
+    return reference, {k: int(v) for k, v in sizes.items() if v is not None}
 
 
-def batch_table(fits: pd.DataFrame, reference: str, sizes: dict[str, int] | None = None) -> pd.DataFrame:
-    """The batch study as ceiling against efficiency: per batch size, A and B, and their differences from the
-    reference batch's (paired by seed; B over the seeds where both runs gained). `sizes`: each setting's batch
-    size (else read from a grid point's name, `batch_size=64`)."""
+def batch_table(fitted: pd.DataFrame, reference: str, sizes: dict[str, int] | None = None) -> pd.DataFrame:
+    """The batch study as ceiling against efficiency, from its fitted runs: per batch size, A and B, and their
+    differences from the reference batch's (paired by seed; B over the seeds where both runs gained). `sizes`: each
+    setting's batch size (else read from a grid point's name, `batch_size=64`)."""
     rows = []
-    f = fits[(fits["experiment"] == BATCH) & fits["fitted"].astype(bool)] if len(fits) else fits
-    for name, g, ref in arms(f, reference):
+    for name, g, ref in arms(fitted, reference):
         da, db = versus(g, ref, "A"), versus(g, ref, "B")
         size = (sizes or {}).get(name, int(str(name).split("=")[-1]) if "=" in str(name) else NAN)
         rows.append({"setting": name, "batch_size": size, "reference": name == reference, "n": int(g["A"].count()),
@@ -145,18 +139,14 @@ def batch_table(fits: pd.DataFrame, reference: str, sizes: dict[str, int] | None
     return out.sort_values("batch_size", kind="stable").reset_index(drop=True) if len(out) else out
 
 
-def drawn(fits: pd.DataFrame, runs) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """What the figure draws, for the batch study's settings with a fit: the mean measured accuracy per evaluation
-    (with its spread over seeds), and the fitted curves on a grid of compute (mean and spread over seeds)."""
-    points, grid = [], []
-    fitted = fits[(fits["experiment"] == BATCH) & fits["fitted"].astype(bool)] if len(fits) else fits
-    for exp, name, run in runs:
-        if exp != BATCH or name not in set(fitted["setting"]):
-            continue
-        p = evaluation_points(run)
-        points += [{"setting": name, "seed": run.spec.seed, "samples": c, "accuracy": r}
-                   for c, r in zip(p["samples"], p["eval_accuracy"])]  # fmt: skip
-    pts = pd.DataFrame(points, columns=["setting", "seed", "samples", "accuracy"])
+def drawn(fitted: pd.DataFrame, runs) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """What the figure draws, for the batch study's settings with a fit (`fitted`, their runs' fits): the mean
+    measured accuracy per evaluation (with its spread over seeds), and the fitted curves on a grid of compute (mean
+    and spread over seeds)."""
+    points = [evaluation_points(run).assign(setting=name, seed=run.spec.seed)
+              for exp, name, run in runs if exp == BATCH and name in set(fitted["setting"])]  # fmt: skip
+    pts = pd.concat(points).rename(columns={"eval_accuracy": "accuracy"}) if points else pd.DataFrame()
+    pts, grid = pts.reindex(columns=["setting", "seed", "samples", "accuracy"]), []
     for name, g in fitted.groupby("setting", sort=False):
         first = pts.loc[(pts["setting"] == name) & (pts["samples"] > 0), "samples"].min()
         c = np.geomspace(first, g["C_max"].max(), GRID)  # from the first evaluation after the start to the last
@@ -165,26 +155,20 @@ def drawn(fits: pd.DataFrame, runs) -> tuple[pd.DataFrame, pd.DataFrame]:
             r = np.full(GRID, fit.R0) if flat else curves.sigmoid_curve(c, fit.R0, fit.A, fit.B, fit.C_mid)
             grid += [{"setting": name, "seed": fit.seed, "samples": x, "fit": y} for x, y in zip(c, r)]
     fit = pd.DataFrame(grid, columns=["setting", "seed", "samples", "fit"])
-    return _spread(pts, "accuracy"), _spread(fit, "fit")
-
-
-def _spread(df: pd.DataFrame, col: str) -> pd.DataFrame:
-    if df.empty:
-        return pd.DataFrame(columns=["setting", "samples", "n", f"{col}_mean", f"{col}_std"])
-    g = df.groupby(["setting", "samples"], sort=False)[col]
-    return pd.DataFrame({"n": g.count(), f"{col}_mean": g.mean(), f"{col}_std": g.std()}).reset_index()
+    return mean_spread(pts, ["setting", "samples"], ["accuracy"]), mean_spread(fit, ["setting", "samples"], ["fit"])
 
 
 def tables(runs, cfg: dict) -> dict[str, pd.DataFrame]:
     runs = list(runs)
     fits = fit_runs(runs, cfg)
-    points, fitted = drawn(fits, runs)
+    batch = fits[(fits["experiment"] == BATCH) & fits["fitted"].astype(bool)] if len(fits) else fits
+    points, curves_drawn = drawn(batch, runs)
     return {
         "diagnostics_curves_runs": fits,
         "diagnostics_curves": summary(fits),
-        "diagnostics_curves_batch": batch_table(fits, batch_reference(cfg), batch_sizes(cfg)),
+        "diagnostics_curves_batch": batch_table(batch, *batch_design(cfg)),
         "diagnostics_curves_points": points,
-        "diagnostics_curves_fit": fitted,
+        "diagnostics_curves_fit": curves_drawn,
     }
 
 
