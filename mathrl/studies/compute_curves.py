@@ -19,7 +19,7 @@ import pandas as pd
 
 from mathrl import curves
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, NAN, arms, band, estimate_columns, placeholder, plt, t_halfwidth, versus
+from mathrl.studies.kit import COLORS, NAN, arms, estimate_columns, placeholder, plt, t_halfwidth, table_band, versus
 from mathrl.verdict import Estimate, mean_interval
 
 BATCH = "batch"  # the experiment restated as ceiling against efficiency
@@ -181,8 +181,7 @@ def figure(t) -> plt.Figure:
         start = pts[pts["samples"] == 0]
         for i, (name, g) in enumerate(fit.groupby("setting", sort=False)):
             color = COLORS[i % len(COLORS)]
-            mean, std = g["fit_mean"] * 100, g["fit_std"] * 100
-            band(ax, g["samples"], mean, std, f"{name} (fit)", color, n=g["n"], bounds=(0, 100))
+            table_band(ax, g, "eval_accuracy", f"{name} (fit)", color, x="samples", value="fit", scale=100)
             p = pts[(pts["setting"] == name) & (pts["samples"] > 0)]
             half = np.nan_to_num(t_halfwidth(p["accuracy_std"], p["n"])) * 100
             ax.errorbar(p["samples"], p["accuracy_mean"] * 100, yerr=half, fmt="o", ms=4, color=color, capsize=2,

@@ -147,11 +147,9 @@ def adv_scaling_runs(ctx) -> pd.DataFrame:
 
 
 def adv_scaling_summary(runs: pd.DataFrame) -> pd.DataFrame:
-    values = ["initial", "final", "gain"]
-    out = mean_spread(runs, ["setting", "carries"], values + ["problems"])
+    out = mean_spread(runs, ["setting", "carries"], ["initial", "final", "gain", "problems"])
     # the accuracies are bounded; the gain is a difference
-    out = kit.add_intervals(out, values, bounds={"initial": SHARE, "final": SHARE})
-    return out
+    return kit.add_intervals(out, ["initial", "final", "gain"], bounds={"initial": SHARE, "final": SHARE})
 
 
 # ----------------------------------------------------------------------------- noise scale
@@ -308,15 +306,13 @@ def figures(t) -> dict[str, plt.Figure]:
 
 
 def section(t) -> dict:
-    rows = kit.verdicts(t, NAME)
-    law = t["diagnostics_entropy_law"]
     return {
         "pass_at_k": t["diagnostics_pass_at_k"], "pass_at_k_runs": t["diagnostics_pass_at_k_runs"],
-        "law": law, "law_runs": t["diagnostics_entropy_law_runs"],
+        "law": t["diagnostics_entropy_law"], "law_runs": t["diagnostics_entropy_law_runs"],
         "adv": t["diagnostics_adv_scaling"],
         "noise": t["diagnostics_noise_scale"], "noise_steps": t["diagnostics_noise_scale_steps"],
         "updates": t["diagnostics_update"],
-        "verdicts": rows, "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE,
+        "verdicts": kit.verdicts(t, NAME), "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE,
         "reached_steps": REACHED_STEPS,
         "experiment": EXPERIMENT,
         "mismatch": mismatch.section(t),  # the rollout/trainer mismatch (sections/mismatch.html.j2)
