@@ -71,16 +71,11 @@ def _note(g: pd.DataFrame, fitted: pd.DataFrame) -> str:
     """Why a setting's numbers are missing or read with care, in words."""
     if fitted.empty:
         return f"not fitted: {g['reason'].iloc[0]}"
-    parts = []
     at_bound, flat = int(fitted["a_at_bound"].sum()), int(fitted["B"].isna().sum())
     step = int((~fitted["converged"].astype(bool) & fitted["B"].notna()).sum())
-    if at_bound:
-        parts.append(f"A at its bound 1 in {at_bound} of {len(fitted)} runs (the curve has not bent)")
-    if flat:
-        parts.append(f"no gain in {flat} of {len(fitted)} runs (A = R0, no B)")
-    if step:
-        parts.append(f"a step in log C in {step} of {len(fitted)} runs "
-                     f"(B runs to its bound {curves.B_BOUNDS[1]:g}; A and C_mid hold)")  # fmt: skip
+    cases = [(at_bound, "A at its bound 1", "the curve has not bent"), (flat, "no gain", "A = R0, no B"),
+             (step, "a step in log C", f"B runs to its bound {curves.B_BOUNDS[1]:g}; A and C_mid hold")]  # fmt: skip
+    parts = [f"{what} in {count} of {len(fitted)} runs ({why})" for count, what, why in cases if count]
     if fitted["half_mae"].isna().all():
         parts.append(f"no half fit: {fitted['half_reason'].iloc[0]}")
     return "; ".join(parts)
@@ -89,7 +84,7 @@ def _note(g: pd.DataFrame, fitted: pd.DataFrame) -> str:
 def ceiling_and_efficiency(fits: pd.DataFrame) -> dict:
     """A and B over the fitted runs of a setting (95% t intervals; B over the runs that gained) and how many runs
     have A at its bound. A's interval is cut to [0, 1]: a t interval of three ceilings near 1 reaches past it."""
-    a, b = mean_interval(list(fits["A"].dropna())), mean_interval(list(fits["B"].dropna()))
+    a, b = mean_interval(fits["A"]), mean_interval(fits["B"])
     return {**estimate_columns("A", a, (0.0, 1.0)), "a_at_bound": int(fits["a_at_bound"].sum()), "B_n": b.n,
             **estimate_columns("B", b)}  # fmt: skip
 
@@ -100,7 +95,7 @@ def summary(fits: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (exp, name), g in fits.groupby(["experiment", "setting"], sort=False):
         fitted = g[g["fitted"].astype(bool)]
-        half = mean_interval(list(fitted["half_mae"].dropna()))
+        half = mean_interval(fitted["half_mae"])
         noise = fitted.loc[fitted["half_mae"].notna(), "half_noise"]
         log_mid = np.log(fitted["C_mid"].dropna())
         rows.append({"experiment": exp, "setting": name, "runs": len(g), "n": len(fitted),

@@ -5,9 +5,9 @@ Everything is computed from files the runs wrote: `pass_at_k.csv` (runs with `pa
 `heldout.csv` (every run: greedy correctness per held-out problem at the start and at the
 end), `metrics.csv`, and the gradient probe's JSON. The maths is `mathrl.analysis`;
 intervals come from scipy.stats.bootstrap (over problems) and `mathrl.verdict` (over seeds).
-Three parts live in modules of their own: compute-performance curves (`compute_curves`), the
-negative controls (`negative_controls`), the policy losses of 2025 (`policy_losses`) and the token selection by
-entropy (`token_selection`).
+Five parts live in modules of their own: the rollout/trainer mismatch (`mismatch`), compute-performance curves
+(`compute_curves`), the negative controls (`negative_controls`), the policy losses of 2025 (`policy_losses`) and the
+token selection by entropy (`token_selection`).
 """
 
 from __future__ import annotations
@@ -191,10 +191,8 @@ def noise_scale_steps(ctx) -> pd.DataFrame:
                for part, w in (("early", m.head(q)), ("late", m.tail(q)))}  # fmt: skip
         rows.append({**keys, "batch_size": big, **est, "undefined_steps": int(m["grad_noise_scale"].isna().sum())})
     df = pd.DataFrame(rows, columns=[*RUN_KEYS, "batch_size", "early", "late", "undefined_steps"])
-    return kit.add_intervals(
-        mean_spread(df, ["experiment", "setting", "batch_size"], ["early", "late", "undefined_steps"]),
-        ["early", "late"],
-    )
+    out = mean_spread(df, ["experiment", "setting", "batch_size"], ["early", "late", "undefined_steps"])
+    return kit.add_intervals(out, ["early", "late"])
 
 
 # ----------------------------------------------------------------------------- update diagnostics
@@ -217,9 +215,8 @@ def update_runs(ctx) -> pd.DataFrame:
             continue
         cov, dh = m["logp_adv_cov"].to_numpy()[:-1], np.diff(m["entropy"].to_numpy())
         keep = np.isfinite(cov) & np.isfinite(dh)
-        rho = (
-            float(stats.spearmanr(cov[keep], dh[keep]).statistic) if keep.sum() >= 5 and np.ptp(cov[keep]) > 0 else NAN
-        )
+        enough = keep.sum() >= 5 and np.ptp(cov[keep]) > 0  # five steps, and a covariance that varies
+        rho = float(stats.spearmanr(cov[keep], dh[keep]).statistic) if enough else NAN
         injected = any(run.settings.get(k) is not None for k in FAULT_STEPS)
         rows.append({**keys, "fault_injected": "yes" if injected else "no",
                      **{c: float(m[c].mean()) for c in UPDATE[:-1]}, "cov_entropy_corr": rho})  # fmt: skip
