@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from mathrl import curves
-from mathrl.studies.kit import COLORS, NAN, arms, band, estimate_columns, placeholder, plt, t_halfwidth, versus
+from mathrl.results import mean_spread
+from mathrl.studies.kit import COLORS, NAN, arms, estimate_columns, placeholder, plt, t_halfwidth, table_band, versus
 from mathrl.verdict import Estimate, mean_interval
 
 BATCH = "batch"  # the experiment restated as ceiling against efficiency
@@ -70,16 +71,11 @@ def _note(g: pd.DataFrame, fitted: pd.DataFrame) -> str:
     """Why a setting's numbers are missing or read with care, in words."""
     if fitted.empty:
         return f"not fitted: {g['reason'].iloc[0]}"
-    parts = []
     at_bound, flat = int(fitted["a_at_bound"].sum()), int(fitted["B"].isna().sum())
     step = int((~fitted["converged"].astype(bool) & fitted["B"].notna()).sum())
-    if at_bound:
-        parts.append(f"A at its bound 1 in {at_bound} of {len(fitted)} runs (the curve has not bent)")
-    if flat:
-        parts.append(f"no gain in {flat} of {len(fitted)} runs (A = R0, no B)")
-    if step:
-        parts.append(f"a step in log C in {step} of {len(fitted)} runs "
-                     f"(B runs to its bound {curves.B_BOUNDS[1]:g}; A and C_mid hold)")  # fmt: skip
+    cases = [(at_bound, "A at its bound 1", "the curve has not bent"), (flat, "no gain", "A = R0, no B"),
+             (step, "a step in log C", f"B runs to its bound {curves.B_BOUNDS[1]:g}; A and C_mid hold")]  # fmt: skip
+    parts = [f"{what} in {count} of {len(fitted)} runs ({why})" for count, what, why in cases if count]
     if fitted["half_mae"].isna().all():
         parts.append(f"no half fit: {fitted['half_reason'].iloc[0]}")
     return "; ".join(parts)
@@ -88,7 +84,7 @@ def _note(g: pd.DataFrame, fitted: pd.DataFrame) -> str:
 def ceiling_and_efficiency(fits: pd.DataFrame) -> dict:
     """A and B over the fitted runs of a setting (95% t intervals; B over the runs that gained) and how many runs
     have A at its bound. A's interval is cut to [0, 1]: a t interval of three ceilings near 1 reaches past it."""
-    a, b = mean_interval(list(fits["A"].dropna())), mean_interval(list(fits["B"].dropna()))
+    a, b = mean_interval(fits["A"]), mean_interval(fits["B"])
     return {**estimate_columns("A", a, (0.0, 1.0)), "a_at_bound": int(fits["a_at_bound"].sum()), "B_n": b.n,
             **estimate_columns("B", b)}  # fmt: skip
 
@@ -99,7 +95,7 @@ def summary(fits: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (exp, name), g in fits.groupby(["experiment", "setting"], sort=False):
         fitted = g[g["fitted"].astype(bool)]
-        half = mean_interval(list(fitted["half_mae"].dropna()))
+        half = mean_interval(fitted["half_mae"])
         noise = fitted.loc[fitted["half_mae"].notna(), "half_noise"]
         log_mid = np.log(fitted["C_mid"].dropna())
         rows.append({"experiment": exp, "setting": name, "runs": len(g), "n": len(fitted),
@@ -112,31 +108,24 @@ def summary(fits: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
-def batch_reference(cfg: dict) -> str:
-    """The batch study's reference cell (its `reference` role, a grid point like batch_size=512), else the
-    largest batch."""
+def batch_design(cfg: dict) -> tuple[str, dict[str, int]]:
+    """The batch study's reference cell (its `reference` role, a grid point like batch_size=512; else the largest
+    batch), and the batch size of each of its settings: its variants' own, or its grid points'."""
     exp = cfg.get("experiments", {}).get(BATCH) or {}
-    declared = (exp.get("roles") or {}).get("reference")
-    sizes = (exp.get("grid") or {}).get("batch_size") or []
-    return declared or (f"batch_size={max(sizes)}" if sizes else "")
-
-
-def batch_sizes(cfg: dict) -> dict[str, int]:
-    """The batch size of each of the batch study's settings: its variants' own, or its grid points'."""
-    exp = cfg.get("experiments", {}).get(BATCH) or {}
+    grid = (exp.get("grid") or {}).get("batch_size") or []
+    reference = (exp.get("roles") or {}).get("reference") or (f"batch_size={max(grid)}" if grid else "")
     fixed = (exp.get("fixed") or {}).get("batch_size")
     sizes = {name: v.get("batch_size", fixed) for name, v in (exp.get("variants") or {}).items()}
-    sizes.update({f"batch_size={b}": b for b in (exp.get("grid") or {}).get("batch_size") or []})
-    return {k: int(v) for k, v in sizes.items() if v is not None}
+    sizes.update({f"batch_size={b}": b for b in grid})
+    return reference, {k: int(v) for k, v in sizes.items() if v is not None}
 
 
-def batch_table(fits: pd.DataFrame, reference: str, sizes: dict[str, int] | None = None) -> pd.DataFrame:
-    """The batch study as ceiling against efficiency: per batch size, A and B, and their differences from the
-    reference batch's (paired by seed; B over the seeds where both runs gained). `sizes`: each setting's batch
-    size (else read from a grid point's name, `batch_size=64`)."""
+def batch_table(fitted: pd.DataFrame, reference: str, sizes: dict[str, int] | None = None) -> pd.DataFrame:
+    """The batch study as ceiling against efficiency, from its fitted runs: per batch size, A and B, and their
+    differences from the reference batch's (paired by seed; B over the seeds where both runs gained). `sizes`: each
+    setting's batch size (else read from a grid point's name, `batch_size=64`)."""
     rows = []
-    f = fits[(fits["experiment"] == BATCH) & fits["fitted"].astype(bool)] if len(fits) else fits
-    for name, g, ref in arms(f, reference):
+    for name, g, ref in arms(fitted, reference):
         da, db = versus(g, ref, "A"), versus(g, ref, "B")
         size = (sizes or {}).get(name, int(str(name).split("=")[-1]) if "=" in str(name) else NAN)
         rows.append({"setting": name, "batch_size": size, "reference": name == reference, "n": int(g["A"].count()),
@@ -145,18 +134,14 @@ def batch_table(fits: pd.DataFrame, reference: str, sizes: dict[str, int] | None
     return out.sort_values("batch_size", kind="stable").reset_index(drop=True) if len(out) else out
 
 
-def drawn(fits: pd.DataFrame, runs) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """What the figure draws, for the batch study's settings with a fit: the mean measured accuracy per evaluation
-    (with its spread over seeds), and the fitted curves on a grid of compute (mean and spread over seeds)."""
-    points, grid = [], []
-    fitted = fits[(fits["experiment"] == BATCH) & fits["fitted"].astype(bool)] if len(fits) else fits
-    for exp, name, run in runs:
-        if exp != BATCH or name not in set(fitted["setting"]):
-            continue
-        p = evaluation_points(run)
-        points += [{"setting": name, "seed": run.spec.seed, "samples": c, "accuracy": r}
-                   for c, r in zip(p["samples"], p["eval_accuracy"])]  # fmt: skip
-    pts = pd.DataFrame(points, columns=["setting", "seed", "samples", "accuracy"])
+def drawn(fitted: pd.DataFrame, runs) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """What the figure draws, for the batch study's settings with a fit (`fitted`, their runs' fits): the mean
+    measured accuracy per evaluation (with its spread over seeds), and the fitted curves on a grid of compute (mean
+    and spread over seeds)."""
+    points = [evaluation_points(run).assign(setting=name, seed=run.spec.seed)
+              for exp, name, run in runs if exp == BATCH and name in set(fitted["setting"])]  # fmt: skip
+    pts = pd.concat(points).rename(columns={"eval_accuracy": "accuracy"}) if points else pd.DataFrame()
+    pts, grid = pts.reindex(columns=["setting", "seed", "samples", "accuracy"]), []
     for name, g in fitted.groupby("setting", sort=False):
         first = pts.loc[(pts["setting"] == name) & (pts["samples"] > 0), "samples"].min()
         c = np.geomspace(first, g["C_max"].max(), GRID)  # from the first evaluation after the start to the last
@@ -165,26 +150,20 @@ def drawn(fits: pd.DataFrame, runs) -> tuple[pd.DataFrame, pd.DataFrame]:
             r = np.full(GRID, fit.R0) if flat else curves.sigmoid_curve(c, fit.R0, fit.A, fit.B, fit.C_mid)
             grid += [{"setting": name, "seed": fit.seed, "samples": x, "fit": y} for x, y in zip(c, r)]
     fit = pd.DataFrame(grid, columns=["setting", "seed", "samples", "fit"])
-    return _spread(pts, "accuracy"), _spread(fit, "fit")
-
-
-def _spread(df: pd.DataFrame, col: str) -> pd.DataFrame:
-    if df.empty:
-        return pd.DataFrame(columns=["setting", "samples", "n", f"{col}_mean", f"{col}_std"])
-    g = df.groupby(["setting", "samples"], sort=False)[col]
-    return pd.DataFrame({"n": g.count(), f"{col}_mean": g.mean(), f"{col}_std": g.std()}).reset_index()
+    return mean_spread(pts, ["setting", "samples"], ["accuracy"]), mean_spread(fit, ["setting", "samples"], ["fit"])
 
 
 def tables(runs, cfg: dict) -> dict[str, pd.DataFrame]:
     runs = list(runs)
     fits = fit_runs(runs, cfg)
-    points, fitted = drawn(fits, runs)
+    batch = fits[(fits["experiment"] == BATCH) & fits["fitted"].astype(bool)] if len(fits) else fits
+    points, curves_drawn = drawn(batch, runs)
     return {
         "diagnostics_curves_runs": fits,
         "diagnostics_curves": summary(fits),
-        "diagnostics_curves_batch": batch_table(fits, batch_reference(cfg), batch_sizes(cfg)),
+        "diagnostics_curves_batch": batch_table(batch, *batch_design(cfg)),
         "diagnostics_curves_points": points,
-        "diagnostics_curves_fit": fitted,
+        "diagnostics_curves_fit": curves_drawn,
     }
 
 
@@ -197,8 +176,7 @@ def figure(t) -> plt.Figure:
         start = pts[pts["samples"] == 0]
         for i, (name, g) in enumerate(fit.groupby("setting", sort=False)):
             color = COLORS[i % len(COLORS)]
-            mean, std = g["fit_mean"] * 100, g["fit_std"] * 100
-            band(ax, g["samples"], mean, std, f"{name} (fit)", color, n=g["n"], bounds=(0, 100))
+            table_band(ax, g, "eval_accuracy", f"{name} (fit)", color, x="samples", value="fit", scale=100)
             p = pts[(pts["setting"] == name) & (pts["samples"] > 0)]
             half = np.nan_to_num(t_halfwidth(p["accuracy_std"], p["n"])) * 100
             ax.errorbar(p["samples"], p["accuracy_mean"] * 100, yerr=half, fmt="o", ms=4, color=color, capsize=2,

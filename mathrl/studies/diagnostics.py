@@ -5,9 +5,9 @@ Everything is computed from files the runs wrote: `pass_at_k.csv` (runs with `pa
 `heldout.csv` (every run: greedy correctness per held-out problem at the start and at the
 end), `metrics.csv`, and the gradient probe's JSON. The maths is `mathrl.analysis`;
 intervals come from scipy.stats.bootstrap (over problems) and `mathrl.verdict` (over seeds).
-Three parts live in modules of their own: compute-performance curves (`compute_curves`), the
-negative controls (`negative_controls`), the policy losses of 2025 (`policy_losses`) and the token selection by
-entropy (`token_selection`).
+Five parts live in modules of their own: the rollout/trainer mismatch (`mismatch`), compute-performance curves
+(`compute_curves`), the negative controls (`negative_controls`), the policy losses of 2025 (`policy_losses`) and the
+token selection by entropy (`token_selection`).
 """
 
 from __future__ import annotations
@@ -19,17 +19,14 @@ from scipy import stats
 # modules, not `from mathrl.studies import ...`: the package's __init__ imports this module
 import mathrl.studies.compute_curves as compute_curves
 import mathrl.studies.kit as kit
+import mathrl.studies.mismatch as mismatch
 import mathrl.studies.negative_controls as negative_controls
 import mathrl.studies.policy_losses as policy_losses
 import mathrl.studies.token_selection as token_selection
 from mathrl import analysis as dx
 from mathrl import layout
 from mathrl.results import mean_spread
-from mathrl.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, plt
-from mathrl.studies.mismatch import EXPERIMENT as MISMATCH_EXPERIMENT
-from mathrl.studies.mismatch import figures as mismatch_figures
-from mathrl.studies.mismatch import section as mismatch_section
-from mathrl.studies.mismatch import tables as mismatch_tables
+from mathrl.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, known, plt
 from mathrl.verdict import mean_interval
 
 NAME = "diagnostics"
@@ -41,6 +38,7 @@ KS = (1, 2, 4, 8, 16, 32, 64)
 LAW_R2 = 0.5  # the law "holds" in a run when its fit explains at least half the variance ...
 LAW_RMSE = 0.05  # ... and the first half's fit predicts the second half within 5 points (RMSE)
 REACHED_STEPS = 5  # the accuracy a run reached: the mean sampled accuracy of its last this many steps
+RUN_KEYS = ["experiment", "setting", "seed"]
 
 
 def run_dir(ctx, run):
@@ -53,10 +51,11 @@ def setting(spec) -> str:
 
 
 def ok_runs(ctx):
+    """Every complete run, with the columns that name it in the per-run tables: experiment, setting and seed."""
     for exp in ctx.cfg.get("experiments", {}):
         for run in ctx.experiment(exp):
             if run.ok:
-                yield exp, run
+                yield {"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed}, run
 
 
 def bootstrap_mean(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
@@ -72,22 +71,18 @@ def bootstrap_mean(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
 # ----------------------------------------------------------------------------- pass@k
 def pass_at_k_runs(ctx) -> pd.DataFrame:
     rows = []
-    for exp, run in ok_runs(ctx):
+    for keys, run in ok_runs(ctx):
         path = run_dir(ctx, run) / "pass_at_k.csv"
         if not path.exists():
             continue
-        df = pd.read_csv(path)
-        for phase, g in df.groupby("phase", sort=False):
+        for phase, g in pd.read_csv(path).groupby("phase", sort=False):
             n, c = g["samples"].to_numpy(), g["correct"].to_numpy()
             for k in (k for k in KS if k <= n.min()):
                 p = dx.pass_at_k(n, c, k)
                 lo, hi = bootstrap_mean(p)
-                rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "phase": phase,
-                             "k": k, "problems": len(p), "pass_at_k": float(p.mean()), "boot_lo": lo,
-                             "boot_hi": hi})  # fmt: skip
-    return pd.DataFrame(
-        rows, columns=["experiment", "setting", "seed", "phase", "k", "problems", "pass_at_k", "boot_lo", "boot_hi"]
-    )
+                rows.append({**keys, "phase": phase, "k": k, "problems": len(p), "pass_at_k": float(p.mean()),
+                             "boot_lo": lo, "boot_hi": hi})  # fmt: skip
+    return pd.DataFrame(rows, columns=[*RUN_KEYS, "phase", "k", "problems", "pass_at_k", "boot_lo", "boot_hi"])
 
 
 def pass_at_k_summary(runs: pd.DataFrame) -> pd.DataFrame:
@@ -101,23 +96,20 @@ def pass_at_k_summary(runs: pd.DataFrame) -> pd.DataFrame:
 def entropy_law_runs(ctx) -> pd.DataFrame:
     """One fit per run: training accuracy (sampled, per step) against policy entropy."""
     rows = []
-    for exp, run in ok_runs(ctx):
+    for keys, run in ok_runs(ctx):
         m = run.metrics
         if "entropy" not in m or "accuracy" not in m or len(m) < 8:
             continue
         fit = dx.fit_entropy_law(m["entropy"].to_numpy(), m["accuracy"].to_numpy())
-        final_eval = float(run.evals["eval_accuracy"].iloc[-1])
         reached = float(m["accuracy"].tail(REACHED_STEPS).mean())
-        rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "steps": len(m), **fit,
-                     "entropy_start": float(m["entropy"].iloc[0]), "entropy_end": float(m["entropy"].iloc[-1]),
-                     "reached": reached, "final_eval": final_eval, "ceiling_minus_reached": fit["ceiling"] - reached,
-                     "holds": bool(fit["r2"] >= LAW_R2 and fit["half_rmse"] <= LAW_RMSE)
-                         if fit["r2"] == fit["r2"] and fit["half_rmse"] == fit["half_rmse"] else None})  # fmt: skip
-    return pd.DataFrame(rows,
-                        columns=["experiment", "setting", "seed", "steps", "n", "a", "b", "r2", "ceiling", "half_rmse",
-                                 "half_mae",
-                                       "entropy_start", "entropy_end", "reached", "final_eval", "ceiling_minus_reached",
-                                 "holds"])  # fmt: skip
+        holds = fit["r2"] >= LAW_R2 and fit["half_rmse"] <= LAW_RMSE
+        rows.append({**keys, "steps": len(m), **fit, "entropy_start": float(m["entropy"].iloc[0]),
+                     "entropy_end": float(m["entropy"].iloc[-1]), "reached": reached,
+                     "final_eval": float(run.evals["eval_accuracy"].iloc[-1]),
+                     "ceiling_minus_reached": fit["ceiling"] - reached,
+                     "holds": bool(holds) if known(fit["r2"], fit["half_rmse"]) else None})  # fmt: skip
+    columns = "steps n a b r2 ceiling half_rmse half_mae entropy_start entropy_end reached final_eval".split()
+    return pd.DataFrame(rows, columns=[*RUN_KEYS, *columns, "ceiling_minus_reached", "holds"])
 
 
 LAW_VALUES = ["r2", "a", "b", "ceiling", "reached", "final_eval", "ceiling_minus_reached", "half_rmse", "entropy_drop"]
@@ -155,37 +147,31 @@ def adv_scaling_runs(ctx) -> pd.DataFrame:
 
 
 def adv_scaling_summary(runs: pd.DataFrame) -> pd.DataFrame:
-    values = ["initial", "final", "gain"]
-    out = mean_spread(runs, ["setting", "carries"], values + ["problems"])
+    out = mean_spread(runs, ["setting", "carries"], ["initial", "final", "gain", "problems"])
     # the accuracies are bounded; the gain is a difference
-    out = kit.add_intervals(out, values, bounds={"initial": SHARE, "final": SHARE})
-    return out
+    return kit.add_intervals(out, ["initial", "final", "gain"], bounds={"initial": SHARE, "final": SHARE})
 
 
 # ----------------------------------------------------------------------------- noise scale
 def noise_scale_table(ctx) -> pd.DataFrame:
     """The gradient probe's noise scale beside the batch study's outcome per batch size."""
-    rows = []
-    batch_runs = [r for r in ctx.experiment("batch") if r.ok]
     gains = pd.DataFrame([{"batch_size": r.settings["batch_size"], "lr": r.settings["lr"],
                            "gain": float(r.evals["eval_accuracy"].iloc[-1] - r.initial_eval)}
-                          for r in batch_runs], columns=["batch_size", "lr", "gain"])  # fmt: skip
+                          for r in ctx.experiment("batch") if r.ok], columns=["batch_size", "lr", "gain"])  # fmt: skip
+    sizes, rows = sorted(set(gains["batch_size"])) or [NAN], []
     for task in ctx.cfg.get("gradvar", {}).get("tasks", []):
-        probe = ctx.gradvar(task) or {}
-        ns = probe.get("noise_scale") or {}
+        ns = (ctx.gradvar(task) or {}).get("noise_scale") or {}
         b_noise = ns.get("noise_scale", NAN)
-        sizes = sorted(set(gains["batch_size"])) or [NAN]
         for b in sizes:
-            g = gains[gains["batch_size"] == b]["gain"]
-            est = mean_interval(g.tolist())
+            g = gains[gains["batch_size"] == b]
+            est = mean_interval(g["gain"].tolist())
             rows.append({"task": task, "grad_sq": ns.get("grad_sq", NAN), "trace_sigma": ns.get("trace_sigma", NAN),
-                         "noise_scale": b_noise,
-                         "batch_size": b, "lr": float(gains[gains["batch_size"] == b]["lr"].iloc[0]) if len(g) else NAN,
-                         "gain_mean": est.estimate, "gain_lo": est.lo, "gain_hi": est.hi, "n": est.n,
+                         "noise_scale": b_noise, "batch_size": b, "lr": float(g["lr"].iloc[0]) if len(g) else NAN,
+                         **kit.estimate_columns("gain", est), "n": est.n,
                          # McCandlish et al.: the best step size grows as B / (B + B_noise); relative to the
                          # largest batch
                          "lr_scale": (b / (b + b_noise)) / (max(sizes) / (max(sizes) + b_noise))
-                                     if b == b and b_noise == b_noise else NAN})  # fmt: skip
+                                     if known(b, b_noise) else NAN})  # fmt: skip
     columns = "task grad_sq trace_sigma noise_scale batch_size lr gain_mean gain_lo gain_hi n lr_scale".split()
     return pd.DataFrame(rows, columns=columns)
 
@@ -195,7 +181,7 @@ def noise_scale_steps(ctx) -> pd.DataFrame:
     first and the last quarter of the steps, from the squared norms averaged over those steps
     (McCandlish et al. average |G|² and tr(Σ) before taking their ratio; one step's is noisy)."""
     rows = []
-    for exp, run in ok_runs(ctx):
+    for keys, run in ok_runs(ctx):
         m = run.metrics
         if "grad_sq_micro" not in m or m["grad_sq_micro"].notna().sum() < 4:
             continue
@@ -203,13 +189,10 @@ def noise_scale_steps(ctx) -> pd.DataFrame:
         est = {part: dx.noise_scale(b, big, float(w["grad_sq_micro"].mean()),
                                     float(w["grad_sq_batch"].mean()))["noise_scale"]
                for part, w in (("early", m.head(q)), ("late", m.tail(q)))}  # fmt: skip
-        rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "batch_size": big, **est,
-                     "undefined_steps": int(m["grad_noise_scale"].isna().sum())})  # fmt: skip
-    df = pd.DataFrame(rows, columns=["experiment", "setting", "seed", "batch_size", "early", "late", "undefined_steps"])
-    return kit.add_intervals(
-        mean_spread(df, ["experiment", "setting", "batch_size"], ["early", "late", "undefined_steps"]),
-        ["early", "late"],
-    )
+        rows.append({**keys, "batch_size": big, **est, "undefined_steps": int(m["grad_noise_scale"].isna().sum())})
+    df = pd.DataFrame(rows, columns=[*RUN_KEYS, "batch_size", "early", "late", "undefined_steps"])
+    out = mean_spread(df, ["experiment", "setting", "batch_size"], ["early", "late", "undefined_steps"])
+    return kit.add_intervals(out, ["early", "late"])
 
 
 # ----------------------------------------------------------------------------- update diagnostics
@@ -226,20 +209,18 @@ def update_runs(ctx) -> pd.DataFrame:
     the log-prob/advantage covariance at step t and the entropy change H(t+1) − H(t) (the
     Entropy Mechanism paper: entropy falls where the covariance is positive)."""
     rows = []
-    for exp, run in ok_runs(ctx):
+    for keys, run in ok_runs(ctx):
         m = run.metrics
         if "logp_adv_cov" not in m:
             continue
         cov, dh = m["logp_adv_cov"].to_numpy()[:-1], np.diff(m["entropy"].to_numpy())
         keep = np.isfinite(cov) & np.isfinite(dh)
-        rho = (
-            float(stats.spearmanr(cov[keep], dh[keep]).statistic) if keep.sum() >= 5 and np.ptp(cov[keep]) > 0 else NAN
-        )
+        enough = keep.sum() >= 5 and np.ptp(cov[keep]) > 0  # five steps, and a covariance that varies
+        rho = float(stats.spearmanr(cov[keep], dh[keep]).statistic) if enough else NAN
         injected = any(run.settings.get(k) is not None for k in FAULT_STEPS)
-        rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed,
-                     "fault_injected": "yes" if injected else "no",
+        rows.append({**keys, "fault_injected": "yes" if injected else "no",
                      **{c: float(m[c].mean()) for c in UPDATE[:-1]}, "cov_entropy_corr": rho})  # fmt: skip
-    return pd.DataFrame(rows, columns=["experiment", "setting", "seed", "fault_injected", *UPDATE])
+    return pd.DataFrame(rows, columns=[*RUN_KEYS, "fault_injected", *UPDATE])
 
 
 def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
@@ -258,8 +239,8 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         "diagnostics_adv_scaling_runs": adv, "diagnostics_adv_scaling": adv_scaling_summary(adv),
         "diagnostics_noise_scale": noise_scale_table(ctx), "diagnostics_noise_scale_steps": noise_scale_steps(ctx),
         "diagnostics_update_runs": upd, "diagnostics_update": update_summary(upd),
-        **mismatch_tables(ctx, kit.roles(ctx.cfg, MISMATCH_EXPERIMENT, ("control",))),  # the rollout/trainer mismatch
-        **compute_curves.tables(((exp, setting(run.spec), run) for exp, run in ok_runs(ctx)), ctx.cfg),
+        **mismatch.tables(ctx, kit.roles(ctx.cfg, mismatch.EXPERIMENT, ("control",))),  # the rollout/trainer mismatch
+        **compute_curves.tables(((k["experiment"], k["setting"], run) for k, run in ok_runs(ctx)), ctx.cfg),
         **negative_controls.tables(named(negative_controls.EXPERIMENT), controls,
                                    kit.roles(ctx.cfg, negative_controls.EXPERIMENT, ("reference",))),
         **policy_losses.tables(named(policy_losses.EXPERIMENT),
@@ -314,7 +295,7 @@ def figures(t) -> dict[str, plt.Figure]:
     title = "Advantage scaling by difficulty (95% interval over seeds)"
     ax.set(xlabel="carries in the problem", ylabel="held-out gain (points)", title=title)
     out["diagnostics_adv_scaling"] = fig
-    out.update(mismatch_figures(t))  # the rollout/trainer mismatch
+    out.update(mismatch.figures(t))  # the rollout/trainer mismatch
     out["diagnostics_curves"] = compute_curves.figure(t)
     out["diagnostics_policy_losses"] = policy_losses.figure(t)
     out["diagnostics_token_selection"] = token_selection.figure(t)
@@ -322,18 +303,16 @@ def figures(t) -> dict[str, plt.Figure]:
 
 
 def section(t) -> dict:
-    rows = kit.verdicts(t, NAME)
-    law = t["diagnostics_entropy_law"]
     return {
         "pass_at_k": t["diagnostics_pass_at_k"], "pass_at_k_runs": t["diagnostics_pass_at_k_runs"],
-        "law": law, "law_runs": t["diagnostics_entropy_law_runs"],
+        "law": t["diagnostics_entropy_law"], "law_runs": t["diagnostics_entropy_law_runs"],
         "adv": t["diagnostics_adv_scaling"],
         "noise": t["diagnostics_noise_scale"], "noise_steps": t["diagnostics_noise_scale_steps"],
         "updates": t["diagnostics_update"],
-        "verdicts": rows, "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE,
+        "verdicts": kit.verdicts(t, NAME), "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE,
         "reached_steps": REACHED_STEPS,
         "experiment": EXPERIMENT,
-        "mismatch": mismatch_section(t),  # the rollout/trainer mismatch (sections/mismatch.html.j2)
+        "mismatch": mismatch.section(t),  # the rollout/trainer mismatch (sections/mismatch.html.j2)
         **compute_curves.section(t), **negative_controls.section(t), **policy_losses.section(t),
         "losses_verdicts": kit.verdicts(t, NAME, policy_losses.PART),
         **token_selection.section(t),

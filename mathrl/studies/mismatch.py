@@ -38,22 +38,23 @@ def variant(run) -> str:
     return run.spec.variant or "default"
 
 
+def complete_runs(ctx) -> list:
+    return [run for run in ctx.experiment(EXPERIMENT) if run.ok]
+
+
 def run_row(run) -> dict:
-    """One run's mismatch summary and held-out accuracy at the start and the end."""
+    """One run's mismatch summary (step means; the largest gap and the smallest ESS over steps) and held-out accuracy
+    at the start and the end."""
     m = run.metrics.reindex(columns=[*MISMATCH, "sample_seconds", "update_seconds"])  # NaN where a column is absent
-    averaged = ("logp_diff_mean", "kl_k3", "chi2", "ess", "logp_corr")
-    mean = {name: float(m[f"mismatch_{name}"].mean()) for name in averaged}
+    m.columns = [c.removeprefix("mismatch_") for c in m.columns]
     initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
-    return {"setting": variant(run), "seed": run.spec.seed, "steps": len(m), **mean,
-            "logp_diff_max": float(m["mismatch_logp_diff_max"].max()), "ess_min": float(m["mismatch_ess"].min()),
-            "corrected_frac": float(m["mismatch_corrected_frac"].mean()),
-            "sample_seconds": float(m["sample_seconds"].mean()), "update_seconds": float(m["update_seconds"].mean()),
+    return {"setting": variant(run), "seed": run.spec.seed, "steps": len(m), **{c: float(m[c].mean()) for c in m},
+            "logp_diff_max": float(m["logp_diff_max"].max()), "ess_min": float(m["ess"].min()),
             "initial": initial, "final": final, "gain": final - initial}  # fmt: skip
 
 
 def mismatch_runs(ctx) -> pd.DataFrame:
-    rows = [run_row(run) for run in ctx.experiment(EXPERIMENT) if run.ok]
-    return pd.DataFrame(rows, columns=["setting", "seed", "steps", *RUN_VALUES])
+    return pd.DataFrame([run_row(run) for run in complete_runs(ctx)], columns=["setting", "seed", "steps", *RUN_VALUES])
 
 
 def mismatch_summary(runs: pd.DataFrame) -> pd.DataFrame:
@@ -81,9 +82,7 @@ def accuracy_differences(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
 
 def mismatch_steps(ctx) -> pd.DataFrame:
     """Per setting and step: the mismatch over seeds (mean and std), for the figure."""
-    frames = [
-        run.metrics.assign(setting=variant(run), seed=run.spec.seed) for run in ctx.experiment(EXPERIMENT) if run.ok
-    ]
+    frames = [run.metrics.assign(setting=variant(run), seed=run.spec.seed) for run in complete_runs(ctx)]
     return over_seeds([f for f in frames if set(STEP_VALUES) <= set(f)], ["setting"], STEP_VALUES)
 
 

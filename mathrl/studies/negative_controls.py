@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mathrl.studies.kit import NAN, arms, estimate_columns, joined_roles, versus
+from mathrl.studies.kit import NAN, arms, estimate_columns, joined_roles, per_seed, versus
 from mathrl.verdict import difference, mean_interval
 
 EXPERIMENT = "negative_controls"
@@ -68,17 +68,12 @@ def control_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
 
 
 def control_pass_at_k(pk: pd.DataFrame, roles: dict) -> pd.DataFrame:
-    """pass@k of the experiment's runs at k = 1 and the largest k: before and after RL (means over seeds) and the
-    change (after − before, paired by seed, 95% t interval)."""
+    """pass@k of the experiment's runs (`pk`, their rows of the per-run pass@k table) at k = 1 and the largest k: before
+    and after RL (means over seeds) and the change (after − before, paired by seed, 95% t interval)."""
     cols = ["setting", "role", "k", "n", "initial_mean", "final_mean", "change_mean", "change_lo", "change_hi"]
-    pk = pk[pk["experiment"] == EXPERIMENT] if len(pk) else pk
-    if pk.empty:
-        return pd.DataFrame(columns=cols)
     names, rows = joined_roles(roles), []
-    kmax = int(pk["k"].max())
-    for (name, k), g in pk[pk["k"].isin([1, kmax])].groupby(["setting", "k"], sort=False):
-        v = {phase: dict(zip(h["seed"], h["pass_at_k"])) for phase, h in g.groupby("phase")}
-        before, after = v.get("initial", {}), v.get("final", {})
+    for (name, k), g in pk[pk["k"].isin([1, pk["k"].max()])].groupby(["setting", "k"], sort=False):
+        before, after = per_seed(g, "pass_at_k", phase="initial"), per_seed(g, "pass_at_k", phase="final")
         est = difference(after, before)
         rows.append({"setting": name, "role": names.get(name, ""), "k": int(k), "n": est.n,
                      "initial_mean": float(pd.Series(before).mean()) if before else NAN,

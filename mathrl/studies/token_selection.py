@@ -33,8 +33,10 @@ EXPERIMENT = "token_selection"
 PART = "token selection"  # the claims' part (config/claims.yaml) this part of the section shows
 BASELINE = "baseline"  # the role of the arm that trains on every answer token
 PROBE_PROBLEMS = 1000
-RUN_VALUES = ["initial", "final", "change", "token_selected_frac", "entropy_selected", "entropy_unselected",
-              "entropy_carry", "entropy_nocarry", "carry_gap"]  # fmt: skip
+STEP_MEANS = ["token_selected_frac", "entropy_selected", "entropy_unselected"]  # per run, over its steps
+PROBE_MEANS = ["entropy_carry", "entropy_nocarry", "carry_gap"]  # per run, from the carry probe of its final policy
+RUN_VALUES = ["initial", "final", "change", *STEP_MEANS, *PROBE_MEANS]
+PROBE_COLUMNS = ["checkpoint", "seed", "position", "carry", "entropy", "tokens"]
 LIMITS = {"initial": SHARE, "final": SHARE, "token_selected_frac": SHARE, "entropy_selected": NONNEGATIVE,
           "entropy_unselected": NONNEGATIVE, "entropy_carry": NONNEGATIVE, "entropy_nocarry": NONNEGATIVE}  # fmt: skip
 
@@ -75,13 +77,11 @@ def probe(ctx, runs) -> tuple[pd.DataFrame, dict]:
     from mathrl.token_selection import carry_in
 
     frames, means = [], {}
-    if not runs:
-        return pd.DataFrame(columns=["checkpoint", "seed", "position", "carry", "entropy", "tokens"]), means
-    task_name = runs[0][1].settings.get("task", "add")
+    task_name = runs[0][1].settings.get("task", "add") if runs else None
+    problems = layout.problems_file(ctx.cfg, task_name, "test") if runs else None
+    if problems is None or not Path(problems).is_file():
+        return pd.DataFrame(columns=PROBE_COLUMNS), means
     task = task_of(ctx.cfg, task_name)
-    problems = layout.problems_file(ctx.cfg, task_name, "test")
-    if not Path(problems).is_file():
-        return pd.DataFrame(columns=["checkpoint", "seed", "position", "carry", "entropy", "tokens"]), means
     pairs = read_problems(problems, task)[:PROBE_PROBLEMS]
     carry = carry_in(pairs[:, 0], pairs[:, 1], task.answer_width).numpy()
     # the arms' start (the warm-up)
@@ -99,7 +99,7 @@ def probe(ctx, runs) -> tuple[pd.DataFrame, dict]:
         if run_id is not None:
             means[run_id] = dx.carry_means(h, carry)
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return table.reindex(columns=["checkpoint", "seed", "position", "carry", "entropy", "tokens"]), means
+    return table.reindex(columns=PROBE_COLUMNS), means
 
 
 # ----------------------------------------------------------------------------- the tables
@@ -110,13 +110,11 @@ def selection_runs(runs, roles: dict, carry: dict) -> pd.DataFrame:
         m = run.metrics.sort_values("step")
         initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
         probe_means = carry.get(run.spec.run_id, {})
-        step_means = ("token_selected_frac", "entropy_selected", "entropy_unselected")
         rows.append({"setting": name, "role": names.get(name, ""), "seed": run.spec.seed,
                      "token_selection": run.settings.get("token_selection", "all"),
                      "initial": initial, "final": final, "change": final - initial,
-                     **{c: kit.step_mean(m, c) for c in step_means},
-                     **{c: probe_means.get(c, NAN) for c in ("entropy_carry", "entropy_nocarry", "carry_gap")},
-                     })  # fmt: skip
+                     **{c: kit.step_mean(m, c) for c in STEP_MEANS},
+                     **{c: probe_means.get(c, NAN) for c in PROBE_MEANS}})  # fmt: skip
     return pd.DataFrame(rows, columns=["setting", "role", "seed", "token_selection", *RUN_VALUES])
 
 
@@ -136,13 +134,6 @@ def accuracy_steps(runs) -> pd.DataFrame:
                       ["eval_accuracy"])  # fmt: skip
 
 
-def carry_summary(probe_rows: pd.DataFrame) -> pd.DataFrame:
-    """Per checkpoint kind (the warm-up or an arm's final policies), position and carry: mean entropy over seeds."""
-    if probe_rows.empty:
-        return pd.DataFrame(columns=["checkpoint", "position", "carry", "n", "entropy_mean", "entropy_std"])
-    return mean_spread(probe_rows, ["checkpoint", "position", "carry"], ["entropy"])
-
-
 def tables(ctx, runs, roles: dict) -> dict[str, pd.DataFrame]:
     """The experiment's tables from its complete runs, (variant, run) pairs, and its roles."""
     runs = list(runs)
@@ -152,7 +143,8 @@ def tables(ctx, runs, roles: dict) -> dict[str, pd.DataFrame]:
         "diagnostics_token_selection_runs": per_run,
         "diagnostics_token_selection": selection_summary(per_run),
         "diagnostics_token_selection_steps": accuracy_steps(runs),
-        "diagnostics_token_selection_carry": carry_summary(probe_rows),
+        # per checkpoint kind (the warm-up or an arm's final policies), position and carry: mean entropy over seeds
+        "diagnostics_token_selection_carry": mean_spread(probe_rows, ["checkpoint", "position", "carry"], ["entropy"]),
     }
 
 
