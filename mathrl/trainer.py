@@ -331,7 +331,7 @@ class Trainer:
         merged = {k: torch.cat([p[k] for p in parts]) for k in batch}
         group_std = merged["rewards"].view(-1, G).std(1, unbiased=False)
         order = torch.argsort((group_std == 0).long(), stable=True)[:n_local]  # informative groups first
-        rows = (order[:, None] * G + torch.arange(G)).flatten().to(merged["rewards"].device)
+        rows = (order[:, None] * G + torch.arange(G, device=order.device)).flatten()
         return {k: v[rows] for k, v in merged.items()}, sampled
 
     # ---------------------------------------------------------------- one step

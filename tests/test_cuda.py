@@ -33,9 +33,11 @@ def read_run(env: dict, run_id: str) -> tuple[pd.DataFrame, dict]:
     return pd.read_csv(directory / "metrics.csv"), json.loads((directory / "summary.json").read_text())
 
 
-def test_a_cuda_run_matches_the_same_run_on_the_cpu(run_env):
+@pytest.mark.parametrize("extra", [(), ("dynamic_sampling=true",)], ids=["grpo", "dynamic_sampling"])
+def test_a_cuda_run_matches_the_same_run_on_the_cpu(run_env, extra):
+    """Dynamic sampling too: its refill picks the informative groups' rows by indices built beside the rewards."""
     for run_id, device in (("on_cpu", "cpu"), ("on_cuda", "cuda")):
-        done = train(run_env, run_id, f"device={device}", "steps=4")
+        done = train(run_env, run_id, f"device={device}", "steps=4", *extra)
         assert done.returncode == 0, done.stderr[-3000:]
     cpu, cpu_summary = read_run(run_env, "on_cpu")
     gpu, gpu_summary = read_run(run_env, "on_cuda")
