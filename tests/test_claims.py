@@ -97,6 +97,28 @@ def test_a_remedy_waits_for_its_failure_and_its_mechanism():
     assert judge(decl, {"t": t.assign(fall=0.9)})["outcome"] == "agrees"
 
 
+def test_a_check_at_its_threshold_up_to_float_rounding_passes():
+    """A setting logged at every step and averaged (an entropy bonus of 0.02 over 200 steps) comes out a few ulps
+    below itself; it meets a threshold equal to the setting, and a value below it by more than rounding does not."""
+    mean = 0.019999999999999997  # what a 200-step run's table held for its bonus of 0.02
+    assert mean == math.nextafter(0.02, 0)
+    decl = {
+        "id": "x",
+        "kind": "document",
+        "statement": "s",
+        "measure": "acc",
+        "table": "t",
+        "experiment": "e",
+        "a": {"role": "remedy"},
+        "b": {"role": "ref"},
+        "checks": [{"type": "engaged", "label": "bonus (fix)", "measure": "coef", "arm": "a", "at_least": 0.02}],
+    }
+    r = judge(decl, {"t": RUNS.assign(coef=mean)})
+    assert r["engaged"] is True and r["outcome"] == "agrees"
+    assert judge(decl, {"t": RUNS.assign(coef=0.0199)})["outcome"] == "not judged"
+    assert claims.within(0.1, 0.1 + 1e-17) and claims.within(0.3 - 1e-17, 0.3) and not claims.within(0.3, 0.2999)
+
+
 def test_equal_samples_ratio_check_and_ci_low():
     t = RUNS.assign(samples=[100.0] * 3 + [200.0] * 3)
     check = {
