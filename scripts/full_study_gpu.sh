@@ -38,6 +38,7 @@ for task in $(awk '$2 != "-" {print $2}' "$OUT/plan.txt" | sort -u); do
     python3 -m mathrl sft "${F[@]}" --task "$task" > "$OUT/logs/sft_$task.log" 2>&1 || { tail "$OUT/logs/sft_$task.log"; exit 1; }
   echo "warm-up $task: $(($(date +%s) - T0)) s; $(tail -1 "$OUT/logs/sft_$task.log")"
 done
+(cd "$WORK" && find sft -type f ! -name '*.pt' -exec cp --parents {} "$OUT/results/" \;)  # the warm-ups' evaluations
 
 # each run as it ends: its light files to OUT_DIR, so that a run cut short by a time limit loses only the runs
 # still going
@@ -51,4 +52,3 @@ awk '{print $1}' "$OUT/plan.txt" | xargs -P "$K" -n 1 sh -c '
   for f in "$WORK/runs/$1"/*; do case "$f" in *.pt | *.pt.*) ;; *) cp "$f" "$OUT/results/runs/$1/" ;; esac; done
   echo "$1 rc $rc"' _
 echo "wall $(($(date +%s) - T0)) s for $(wc -l < "$OUT/plan.txt") runs, $K at a time"
-(cd "$WORK" && find sft -type f ! -name '*.pt' -exec cp --parents {} "$OUT/results/" \;)
