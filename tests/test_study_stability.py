@@ -420,11 +420,13 @@ def test_figures_and_section_from_csv(cfg, tree):
     check_figures(named)
     check_figures(figs)
     s = st.section(t)
-    # the equal-batch rows first (no control in this tree), then B against A, C against A (one seed: no interval)
+    # the equal-batch rows first (no control in this tree), then B against A, C against A (one seed: no interval),
+    # then the setup check of C's controller (no control either)
     assert [r["outcome"] for r in s["rows"]["fixed_vs_dynamic"]] == [
         "not judged",
         "not judged",
         "inconclusive",
+        "not judged",
         "not judged",
     ]
     # equal samples: both batches logged 16 rollouts per step here, so they share every evaluation; compared at the last
