@@ -69,19 +69,28 @@ def cmd_problems(args) -> int:
 
 
 def cmd_sft(args) -> int:
+    """The warm-up on the pipeline's thread count (pipeline.threads_sft) unless --threads says otherwise: the thread
+    count changes float sums, so a warm-up run by hand on all cores ends on another checkpoint than the pipeline's."""
+    import torch
+
     from mathrl.sft import run_sft, run_starts
 
     cfg = _load(args)
     _check_task(cfg, [args.task])
-    if args.starts:
-        if not cfg["sft"][args.task]["starts"] and not cfg["sft"][args.task]["control_seeds"]:
-            raise ConfigError(f"sft.{args.task}: no starts and no control_seeds configured for --starts")
-        out = Path(args.out) if args.out else layout.at(cfg, layout.SFT_STARTS, task=args.task).parent
-        run_starts(cfg, args.task, out)
+    before = torch.get_num_threads()
+    torch.set_num_threads(args.threads or cfg.get("pipeline", {}).get("threads_sft", 1))
+    try:
+        if args.starts:
+            if not cfg["sft"][args.task]["starts"] and not cfg["sft"][args.task]["control_seeds"]:
+                raise ConfigError(f"sft.{args.task}: no starts and no control_seeds configured for --starts")
+            out = Path(args.out) if args.out else layout.at(cfg, layout.SFT_STARTS, task=args.task).parent
+            run_starts(cfg, args.task, out)
+            return 0
+        out = Path(args.out) if args.out else layout.at(cfg, layout.SFT_DIR, task=args.task)
+        run_sft(cfg, args.task, out)
         return 0
-    out = Path(args.out) if args.out else layout.at(cfg, layout.SFT_DIR, task=args.task)
-    run_sft(cfg, args.task, out)
-    return 0
+    finally:
+        torch.set_num_threads(before)  # a caller in the same process (the tests) keeps its own
 
 
 def resolve_run(cfg: dict, run: str | None, run_id: str | None, overrides: list[str],
@@ -631,7 +640,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sft", help="supervised warm-up of a task's model into its accuracy band")
     _common(p)
-    p.add_argument("--task", required=True)
+    p.add_argument("--task", required=True, help="the task whose warm-up to train (a key of tasks:)")
+    p.add_argument("--threads", type=_count, default=0,
+                   help="torch CPU threads (default 0: the pipeline's, pipeline.threads_sft, so that a warm-up run "
+                   "by hand ends on the pipeline's checkpoint)")
     p.add_argument("--starts", action="store_true",
                    help="from the warm-up's checkpoint: the further starts (sft.TASK.starts) and the supervised "
                    "controls")

@@ -76,3 +76,21 @@ def test_starts_and_controls_then_a_run_from_a_start(tmp_path):
     assert summary["initial"]["eval_accuracy"] == pytest.approx(
         far["val_accuracy"]
     )  # the checkpoint, on the validation split
+
+
+def test_a_warm_up_by_hand_runs_on_the_pipelines_thread_count(tmp_path, monkeypatch):
+    """The thread count changes float sums: `mathrl sft` without --threads trains on pipeline.threads_sft, as the
+    pipeline's job does, and gives the calling process its own thread count back."""
+    import torch
+
+    import mathrl.sft
+
+    seen = []
+    monkeypatch.setattr(mathrl.sft, "run_sft", lambda cfg, task, out: seen.append(torch.get_num_threads()))
+    d = copy.deepcopy(TINY)
+    d["results"] = str(tmp_path / "results")
+    before = torch.get_num_threads()
+    path = write_config(tmp_path / "c.yaml", {**d, "pipeline": {"threads_sft": 1}})
+    assert main(["sft", "--config", str(path), "--task", "mul"]) == 0
+    assert main(["sft", "--config", str(path), "--task", "mul", "--threads", "2"]) == 0
+    assert seen == [1, 2] and torch.get_num_threads() == before
