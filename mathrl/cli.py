@@ -669,8 +669,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--experiment", help="only this experiment's runs")
     p.add_argument("--status", action="store_true",
-                   help="each run's status: done, partial (a snapshot, no result yet), failed or missing "
-                        "(the default on a terminal; piped, only the ids)")  # fmt: skip
+                   help="each run's status: done, partial (a snapshot, no result yet), failed, stale (trained "
+                        "with other settings than the config's) or missing (the default on a terminal; piped, only "
+                        "the ids)")  # fmt: skip
     p.set_defaults(func=cmd_runs)
 
     for name, func, what in [("aggregate", cmd_aggregate, "one CSV per report table under results/tables/"),
