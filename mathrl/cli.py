@@ -349,8 +349,10 @@ def cmd_compare(args) -> int:
         groups = {name: {r: found[r] for r in ids} for name, ids in by_settings.items()}
         default_base = None
     if len(groups) < 2:
-        raise ConfigError(f"compare: {len(groups)} arm ({', '.join(groups) or 'none'}); a comparison needs two or more "
-                          f"(--arm NAME=RUN,... twice, or --runs of different settings)")  # fmt: skip
+        how = (f"train {args.experiment}'s runs first (`mathrl runs --status --experiment {args.experiment}`)"
+               if args.experiment else "--arm NAME=RUN,... twice, or --runs of different settings")  # fmt: skip
+        raise ConfigError(f"compare: {len(groups)} arm ({', '.join(groups) or 'none'}) with results; a comparison "
+                          f"needs two or more ({how})")  # fmt: skip
     arms = {name: arm_values(runs, args.measure) for name, runs in groups.items()}
     baseline = args.baseline or default_base or next(iter(arms))
     _check_name("--baseline", baseline, "an arm", arms)
