@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup system-deps test report bench clean
+.PHONY: setup system-deps test report tiny bench clean
 
 setup: system-deps $(STAMP)
 
@@ -28,6 +28,12 @@ report: setup
 	  echo "snakemake took $$(( $$(date +%s) - start )) s"
 	@$(BIN)/python -m bench.split results || true
 	@echo "open results/report.html"
+
+# A small whole pipeline (config/examples/tiny.yaml): about a minute on 2 cores, in results/tiny.
+tiny: setup
+	@start=$$(date +%s); $(BIN)/snakemake --profile profiles/default report --configfile config/examples/tiny.yaml && \
+	  echo "snakemake took $$(( $$(date +%s) - start )) s"
+	@echo "open results/tiny/report.html"
 
 bench: setup
 	$(BIN)/python -m bench

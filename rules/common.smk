@@ -47,6 +47,16 @@ def config_source() -> str:
 # allowed in one line; it also fills the defaults (Snakemake must not: experiments'
 # settings are overrides) and checks what a schema cannot, e.g. that a run's task exists.
 # A bad config stops here, before any job starts or anything is written under results/.
+# A --configfile that says `standalone: true` is a whole configuration, as it is to
+# `mathrl --config`: Snakemake has merged it over config/config.yaml (and any --configfile
+# before it), so the config is read again from the command line's files, without those.
+_CLI_FILES = list(workflow.config_settings.configfiles)
+try:
+    if any(mathrl.config.read_yaml(path).get("standalone") for path in _CLI_FILES):
+        config.clear()
+        config.update(mathrl.config.read_layers(_CLI_FILES)[0])
+except ConfigError as exc:
+    raise WorkflowError(str(exc)) from None
 # Snakemake reads --configfile as YAML 1.1 (`1e-3` is text there); mathrl reads YAML 1.2 numbers.
 config.update(mathrl.config.yaml12_numbers(dict(config)))
 update_config(config, typed(workflow.config_settings.config))

@@ -309,3 +309,20 @@ def test_a_reference_role_may_name_a_grid_point(tiny_cfg_dict, tmp_path):
     needle = "'batch_size=32' is not a grid point of e1; allowed: batch_size=8, batch_size=16 \\("
     with pytest.raises(ConfigError, match=needle):
         load_config([base, write_config(tmp_path / "bad.yaml", good)])
+
+
+def test_the_tiny_example_is_a_whole_small_config_with_the_grpo_vs_rloo_experiment():
+    """config/examples/tiny.yaml (README, "The first five minutes") passes the schema read as
+    `mathrl --config` reads it (over config/config.yaml, which it replaces), writes under its
+    own results directory, and expands into grpo_vs_rloo's ten runs: the same experiment, claim
+    included, as config/examples/grpo_vs_rloo.yaml."""
+    import yaml
+
+    examples = DEFAULT_CONFIG.parent / "examples"
+    cfg = load_config(layered([examples / "tiny.yaml"]))
+    assert cfg["results"] == "results/tiny" and list(cfg["tasks"]) == ["add"] and list(cfg["sft"]) == ["add"]
+    runs = trained_runs(cfg)
+    assert sorted(runs) == [f"grpo_vs_rloo__{arm}__s{seed}" for arm in ("grpo", "rloo") for seed in range(5)]
+    assert all(spec.settings["steps"] <= 30 and spec.settings["batch_size"] <= 256 for spec in runs.values())
+    ours = yaml.safe_load((examples / "tiny.yaml").read_text())["experiments"]
+    assert ours == yaml.safe_load((examples / "grpo_vs_rloo.yaml").read_text())["experiments"]

@@ -212,6 +212,20 @@ def test_the_report_and_the_snakemake_report_from_the_finished_runs(grid, tmp_pa
     assert zipfile.is_zipfile(results / "snakemake-report.zip")
 
 
+def test_a_standalone_configfile_is_read_without_the_snakefiles_default(tmp_path):
+    """With config/config.yaml where the Snakefile reads it, `--configfile config/examples/tiny.yaml`
+    (`standalone: true`) plans the tiny layer's runs alone, as `mathrl --config` reads it: Snakemake
+    merges it over the default, whose experiments then fail its smaller batch."""
+    (tmp_path / "config" / "examples").mkdir(parents=True)
+    shutil.copy2(DEFAULT_CONFIG, tmp_path / "config" / "config.yaml")
+    tiny = shutil.copy2(ROOT / "config" / "examples" / "tiny.yaml", tmp_path / "config" / "examples" / "tiny.yaml")
+    res = snakemake(tmp_path, "-n", "report", "--configfile", "config/examples/tiny.yaml")
+    assert res.returncode == 0, res.stdout + res.stderr
+    expected = {f"grpo_vs_rloo__{arm}__s{seed}" for arm in ("grpo", "rloo") for seed in range(5)}
+    assert planned_runs(res.stdout) == set(trained_runs(load_config(tiny))) == expected
+    assert "results/tiny/report.html" in res.stdout and not (tmp_path / "results").exists()
+
+
 def test_one_experiment_has_a_target_of_its_own_with_a_users_config_file(tmp_path):
     """`snakemake -n --configfile base.yaml mine.yaml -- experiment_mine`: only that experiment's runs
     (its `1e-3`, text to Snakemake's YAML 1.1 reader, is a number)."""
