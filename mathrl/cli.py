@@ -723,6 +723,9 @@ def _claims_parser(sub) -> None:
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
+LISTINGS = ("runs", "claims", "settings")  # commands that only print a listing: a closed pipe ends them quietly
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Under torchrun every rank meets the same configuration and the same Ctrl-C: rank 0 says so.
@@ -741,7 +744,7 @@ def main(argv: list[str] | None = None) -> int:
         # The reader stopped reading (`mathrl runs | head -1`): no more output, and no error
         # for a listing; any other command did not finish, which it says on stderr.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        if args.command == "runs":
+        if args.command in LISTINGS:
             return 0
         print(
             f"mathrl {args.command}: stopped: its output was closed (broken pipe){_where_to_resume(args)}",

@@ -75,6 +75,14 @@ def test_a_value_is_blamed_on_the_file_that_gave_it(tiny_cfg_dict, tmp_path, cap
     assert f"train.batch_size: -64 is less than the minimum of 1 (from {bad})" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("listing", ["claims", "settings"])
+def test_a_pipe_closed_before_a_listing_writes_ends_it_quietly(listing):
+    """`true` reads nothing and exits at once: the listing's first write meets a closed pipe."""
+    done = subprocess.run(f"set -o pipefail; {sys.executable} -m mathrl {listing} | true", shell=True, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, executable="/bin/bash")  # fmt: skip
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
 def test_a_closed_pipe_ends_a_listing_quietly():
     done = subprocess.run(f"{sys.executable} -m mathrl runs | head -1", shell=True, cwd=ROOT, capture_output=True,
                           text=True, timeout=120, executable="/bin/bash")  # fmt: skip
