@@ -605,7 +605,7 @@ def _add_train(sub) -> None:
 def _add_launch(sub) -> None:
     p = sub.add_parser("launch", help="one `mathrl train` under torchrun on GPUs of its own (for concurrent jobs)",
                        usage="mathrl launch [--gpus N] [--runs-per-gpu K] [--threads T] [--lock-dir DIR] "
-                       "[--torchrun-arg ARG] "
+                       "[--torchrun always|auto] [--torchrun-arg ARG] "
                        "[--fork-server auto|off] [--dry-run] -- <mathrl train args>")  # fmt: skip
     p.add_argument("--gpus", type=int,
                    help="GPUs to lease, one worker each (default: 1 if a GPU is visible, else 0 = one CPU worker)")
