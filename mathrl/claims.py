@@ -573,15 +573,18 @@ ADJUSTMENTS = {
 
 
 def adjust(df: pd.DataFrame, method: str = "bh") -> pd.DataFrame:
-    """Holm and Benjamini-Hochberg across the document claims with a p-value; a decided document
-    claim whose p-value adjusted by `method` is not below ALPHA becomes inconclusive, with the reason."""
+    """Holm and Benjamini-Hochberg across the document claims that were judged and have a p-value (a
+    claim not judged, its failure not established or its mechanism not engaged, tests nothing, so it
+    is no member of the family); a decided document claim whose p-value adjusted by `method` is not
+    below ALPHA becomes inconclusive, with the reason."""
     from statsmodels.stats.multitest import multipletests
 
     if method not in ADJUSTMENTS:
         raise ConfigError(f"verdicts.adjustment: {method!r} is not one of {', '.join(ADJUSTMENTS)}")
     column, words, level_at = ADJUSTMENTS[method]
     out = df.copy()
-    family = out["kind"].eq("document") & pd.to_numeric(out["p_value"], errors="coerce").notna()
+    family = (out["kind"].eq("document") & out["outcome"].ne("not judged")
+              & pd.to_numeric(out["p_value"], errors="coerce").notna())  # fmt: skip
     if family.any():
         p = out.loc[family, "p_value"].astype(float).to_numpy()
         out.loc[family, "p_holm"] = multipletests(p, method="holm")[1]

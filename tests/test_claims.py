@@ -187,6 +187,15 @@ def test_holm_demotes_a_document_claim_that_does_not_survive_the_family():
     assert (bh["outcome"] == "agrees").all() and list(bh["reason"]) == ["r"] * 4
 
 
+def test_a_claim_not_judged_is_no_member_of_the_family():
+    rows = pd.DataFrame({"kind": ["document"] * 3, "p_value": [0.02, 0.03, 0.001],
+                         "outcome": ["agrees", "agrees", "not judged"], "reason": ["r"] * 3, "p_holm": math.nan,
+                         "p_bh": math.nan})  # fmt: skip
+    out = claims.adjust(rows, "holm")  # a family of two: Holm's 0.04 and 0.04 (three would give 0.04, 0.04 and 0.003)
+    assert list(out["p_holm"][:2]) == pytest.approx([0.04, 0.04]) and math.isnan(out["p_holm"][2])
+    assert list(out["outcome"]) == ["agrees", "agrees", "not judged"]
+
+
 def test_benjamini_hochberg_demotes_what_its_step_up_rule_does_not_reach():
     rows = pd.DataFrame({"kind": ["document"] * 3, "p_value": [0.01, 0.04, 0.3], "outcome": ["agrees"] * 3,
                          "reason": ["r"] * 3, "p_holm": math.nan, "p_bh": math.nan})  # fmt: skip
