@@ -73,9 +73,11 @@ def write_config_file(cfg: dict) -> Path:
     The CLI thus sees exactly the config Snakemake has, whatever the config files and
     --config said. The name is the content's hash and an existing file is never rewritten,
     so a running job never sees its config change; the write is atomic because cluster
-    jobs parse the workflow (and reach this line) concurrently.
+    jobs parse the workflow (and reach this line) concurrently. Keys keep their order:
+    experiments and variants are expanded, tabled and drawn in the order the config gives
+    them (batch 64 before 512), as `mathrl` reads the config files themselves.
     """
-    text = yaml.safe_dump({**cfg, "standalone": True}, sort_keys=True)  # read alone
+    text = yaml.safe_dump({**cfg, "standalone": True}, sort_keys=False)  # read alone
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     path = Path(".snakemake", "mathrl", f"config-{digest}.yaml")
     if not path.exists():

@@ -54,6 +54,11 @@ def test_dry_run_plans_a_train_job_per_run_of_the_default_config(tmp_path):
     assert expected and planned_runs(res.stdout) == expected
     assert elapsed < 60, f"planning took {elapsed:.0f}s"
     assert not (tmp_path / "results").exists()  # a dry run writes no results
+    # the config every job reads keeps the file's order: the tables list batch 64 to 512, not 128, 256, 512, 64
+    (written,) = (tmp_path / ".snakemake" / "mathrl").glob("config-*.yaml")
+    ours, default = load_config(written), load_config(DEFAULT_CONFIG)
+    assert list(ours["experiments"]) == list(default["experiments"])
+    assert list(ours["experiments"]["batch"]["variants"]) == ["b64", "b128", "b256", "b512"]
 
 
 def test_tables_made_by_hand_before_the_runs_do_not_pass_for_the_pipelines(tmp_path):
