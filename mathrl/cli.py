@@ -172,8 +172,9 @@ def cmd_train(args) -> int:
         for key, value in settings.as_dict().items():
             print(f"  {key:<{width}} = {'null' if value is None else value}")
         return 0
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    before, threads = torch.get_num_threads(), train_threads(args.threads, cfg)
+    if threads:
+        torch.set_num_threads(threads)
     out = Path(args.out) if args.out else layout.at(cfg, layout.RUN_DIR, run_id=run_id)
     args.snapshot_path = out / layout.SNAPSHOT_FILE  # named if the run is interrupted
     d = distributed.setup(settings.device)
@@ -181,11 +182,23 @@ def cmd_train(args) -> int:
         summary = Trainer(cfg, run_id, settings, out, d, experiment, started=started).run(on_mismatch=args.on_mismatch)
     finally:
         distributed.teardown(d)
+        torch.set_num_threads(before)  # a caller in the same process (the tests) keeps its own
     if d.is_main:
         print(f"run {run_id}: {summary['status']}, eval accuracy {summary['initial']['eval_accuracy']:.3f} -> "
               f"{summary['final']['eval_accuracy']:.3f} (best {summary['best']['eval_accuracy']:.3f}) in "
               f"{summary['wall_seconds']:.1f}s")  # fmt: skip
     return 0
+
+
+def train_threads(requested: int, cfg: dict) -> int | None:
+    """The torch threads of a run: `--threads` when given; else none to set where OMP_NUM_THREADS is (the launcher's
+    share of the job, which torch reads itself); else the pipeline's pipeline.threads_per_run. The thread count changes
+    float sums, so a run trained by hand on all cores would not reproduce the pipeline's run of the same settings."""
+    if requested:
+        return requested
+    if os.environ.get("OMP_NUM_THREADS", "").strip():
+        return None
+    return int(cfg.get("pipeline", {}).get("threads_per_run", 1))
 
 
 def _check_memory(cfg: dict, s, world: int) -> str:
@@ -585,7 +598,11 @@ def _add_train(sub) -> None:
     )
     p.add_argument("--out", help="run directory (default results/runs/RUN_ID)")
     p.add_argument(
-        "--threads", type=_count, default=0, help="torch CPU threads per process (default 0: torch's choice)"
+        "--threads",
+        type=_count,
+        default=0,
+        help="torch CPU threads per process (default 0: OMP_NUM_THREADS where set, else the pipeline's "
+        "pipeline.threads_per_run, so that a run by hand reproduces the pipeline's)",
     )
     p.add_argument(
         "--dry-run",

@@ -251,3 +251,15 @@ def test_mathrl_launch_imports_no_configuration_code():
             "sys.modules))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out.splitlines()[-1] == "[]", out
+
+
+def test_a_run_by_hand_trains_on_the_pipelines_thread_count(monkeypatch):
+    """The thread count changes float sums: without --threads a run trains on pipeline.threads_per_run, as the
+    pipeline's job does, unless OMP_NUM_THREADS already gives the launcher's share (torch reads that itself)."""
+    from mathrl.cli import train_threads
+
+    cfg = {"pipeline": {"threads_per_run": 3}}
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert train_threads(0, cfg) == 3 and train_threads(0, {}) == 1 and train_threads(2, cfg) == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    assert train_threads(0, cfg) is None and train_threads(2, cfg) == 2
