@@ -310,12 +310,16 @@ def cmd_runs(args) -> int:
     if args.experiment is not None:
         _check_name("--experiment", args.experiment, "an experiment", cfg["experiments"])
     from mathrl.config import expand_runs
-    from mathrl.results import progress_of
+    from mathrl.results import adhoc_progress, progress_of
 
     show = args.status or sys.stdout.isatty()  # piped: the bare ids, one a line, for scripts
-    for run_id, spec in expand_runs(cfg).items():
+    runs = expand_runs(cfg)
+    for run_id, spec in runs.items():
         if not args.experiment or spec.experiment == args.experiment:
             print(f"{run_id}  {progress_of(cfg, spec)}" if show else run_id)
+    if show and not args.experiment:  # not piped: an ad hoc id is nothing `mathrl train --run` could train
+        for run_id, progress in adhoc_progress(cfg, {spec.trained_as for spec in runs.values()}).items():
+            print(f"{run_id}  {progress}, ad hoc (no run of the config)")
     return 0
 
 
@@ -689,8 +693,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment", help="only this experiment's runs")
     p.add_argument("--status", action="store_true",
                    help="each run's status: done, partial (a snapshot, no result yet), failed, stale (trained "
-                        "with other settings than the config's) or missing (the default on a terminal; piped, only "
-                        "the ids)")  # fmt: skip
+                        "with other settings than the config's) or missing, then the run directories of no run of "
+                        "the config, ad hoc (the default on a terminal; piped, only the config's run ids)")  # fmt: skip
     p.set_defaults(func=cmd_runs)
 
     for name, func, what in [("aggregate", cmd_aggregate, "one CSV per report table under results/tables/"),

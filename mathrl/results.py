@@ -94,6 +94,17 @@ def progress_of(cfg: dict, spec: RunSpec) -> str:
     return ("done" if status == "complete" else f"done ({status})") + shared
 
 
+def adhoc_progress(cfg: dict, known: set[str]) -> dict[str, str]:
+    """Run directories under the results tree that no run of the config trains in (`mathrl train --run-id NAME`,
+    or an experiment since removed from the config), each with how far it is: `done`, `partial` or `failed`."""
+    root, out = layout.at(cfg, layout.RUNS), {}
+    for run_dir in sorted(root.iterdir()) if root.is_dir() else ():
+        if run_dir.is_dir() and run_dir.name not in known:
+            summary, snapshot = run_dir / layout.SUMMARY_FILE, run_dir / layout.SNAPSHOT_FILE
+            out[run_dir.name] = "done" if summary.is_file() else "partial" if snapshot.is_file() else "failed"
+    return out
+
+
 def settings_drift(expected: dict, recorded: dict) -> list[str]:
     """The settings a run recorded (summary.json's `config`) that differ from `expected` (what the config gives the
     run now), as "key recorded -> expected", compared as JSON values; a key the run did not record is not compared."""

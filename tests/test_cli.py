@@ -186,14 +186,19 @@ def test_finding_ones_way_settings_version_dry_run_and_run_status(tiny_cfg_dict,
     (run_dir / "tiny__batch_size-16__s0" / "summary.json").write_text('{"status": "complete"}')
     (run_dir / "tiny__batch_size-16__s1").mkdir()  # a result trained at another batch size than the config's
     (run_dir / "tiny__batch_size-16__s1" / "summary.json").write_text('{"config": {"batch_size": 32}}')
+    (run_dir / "mine").mkdir()  # `mathrl train --run-id mine`: no run of the config
+    (run_dir / "mine" / "summary.json").write_text("{}")
     assert main(["runs", "--config", str(path), "--status"]) == 0
-    statuses = [line.split() for line in capsys.readouterr().out.splitlines()]
+    statuses = [line.split(maxsplit=1) for line in capsys.readouterr().out.splitlines()]
     assert statuses == [
         ["tiny__batch_size-8__s0", "missing"],
         ["tiny__batch_size-8__s1", "partial"],
         ["tiny__batch_size-16__s0", "done"],
         ["tiny__batch_size-16__s1", "stale"],
+        ["mine", "done, ad hoc (no run of the config)"],
     ]
+    assert main(["runs", "--config", str(path), "--experiment", "tiny", "--status"]) == 0
+    assert "mine" not in capsys.readouterr().out  # one experiment's runs alone
 
 
 def test_every_subcommand_has_help(capsys):
