@@ -46,6 +46,7 @@ from mathrl.verdict import (
     difference,
     distance_to_pass,
     mean_interval,
+    number,
     rate_difference,
     rate_seeds_needed,
     seeds_for,
@@ -59,7 +60,7 @@ COLUMNS = ["claim_id", "kind", "source", "statement", "outcome", "difference", "
            "p_holm",
            "p_bh", "engaged", "failure_established", "reason"]  # fmt: skip
 EXTRA = ["section", "part", "measure", "expected", "margin", "unit", "design", "n_a", "n_b", "sd", "effect_size", "mde",
-         "effect_target", "seeds_needed", "note", "checks", "outcome_unadjusted"]  # fmt: skip
+         "effect_target", "seeds_needed", "note", "checks", "outcome_unadjusted", "p_null", "p_test"]  # fmt: skip
 BY_CONSTRUCTION = ("nothing varied across seeds (a zero-width interval, or every run the same outcome against 0): the "
                    "result "
                    "is likely fixed by construction of the setup rather than a finding")  # fmt: skip
@@ -88,7 +89,7 @@ class Check:
 
 @dataclass(frozen=True)
 class ClaimSpec:
-    """One declared claim (see config/claims.schema.yaml for every field's meaning)."""
+    """One declared claim (the `claim` definition of config/config.schema.yaml gives every field's meaning)."""
 
     id: str
     kind: str
@@ -113,6 +114,7 @@ class ClaimSpec:
     optional_roles: tuple[str, ...] = ()
     note: str = ""
     paired: bool | None = None
+    pair_on: str = "seed"
 
     @property
     def verdict_claim(self) -> Claim:
@@ -176,7 +178,7 @@ def parse(d: dict, where: str) -> ClaimSpec:
         measure_text=d.get("measure_text", ""), section=d.get("section", ""), part=d.get("part", ""),
         experiment=d.get("experiment"), checks=checks, optional_roles=tuple(d.get("optional") or ()),
         note=d.get("note", ""),
-        paired=d.get("paired"),
+        paired=d.get("paired"), pair_on=d.get("pair_on", "seed"),
     )  # fmt: skip
 
 
@@ -267,13 +269,15 @@ class Arm:
     rows: pd.DataFrame
     where: dict = field(default_factory=dict)
     measure: str = ""
+    key: str = "seed"  # the column pairing the two arms' rows (the claim's pair_on)
 
     def values(self) -> dict:
-        """{seed: value} when seeds are unique in the arm, else {row position: value}."""
+        """{seed (or the pair_on column): value} when those are unique in the arm, else {row position: value}."""
         if self.rows.empty or self.measure not in self.rows:
             return {}
         v = pd.to_numeric(self.rows[self.measure], errors="coerce")
-        keys = self.rows["seed"] if "seed" in self.rows and self.rows["seed"].is_unique else range(len(self.rows))
+        k = self.key
+        keys = self.rows[k] if k in self.rows and self.rows[k].is_unique else range(len(self.rows))
         return {k: float(x) for k, x in zip(keys, v) if x == x}
 
 
@@ -307,15 +311,15 @@ def select(df: pd.DataFrame, where: dict, cfg: dict, spec: ClaimSpec) -> Arm:
     resolved = {}
     for col, want in where.items():
         if col not in rows:
-            return Arm(rows.iloc[0:0], {**resolved, col: want}, measure)
+            return Arm(rows.iloc[0:0], {**resolved, col: want}, measure, spec.pair_on)
         if want in SPECIAL:
             nums = _numbers(rows[col])
             want = (nums.max() if want == "max" else nums.min()) if len(nums) else math.nan
         if isinstance(want, float) and math.isnan(want):
-            return Arm(rows.iloc[0:0], resolved, measure)
+            return Arm(rows.iloc[0:0], resolved, measure, spec.pair_on)
         rows = rows[_equal(rows[col], want)]
         resolved[col] = _plain(want)
-    return Arm(rows, resolved, measure)
+    return Arm(rows, resolved, measure, spec.pair_on)
 
 
 def _equal(col: pd.Series, want) -> pd.Series:
@@ -334,65 +338,111 @@ def _plain(x):
 
 
 # ----------------------------------------------------------------------------- statistics
-def estimate(spec: ClaimSpec, a: dict, b: dict) -> tuple[Estimate | None, float, str]:
-    """(estimate, p-value of the claim's own test, note) for one claim's per-seed values."""
+def estimate(spec: ClaimSpec, a: dict, b: dict) -> tuple[Estimate | None, str]:
+    """(estimate, note) for one claim's per-seed values."""
     if spec.compare == "point":
         vals = list(a.values())
         if not vals:
-            return None, math.nan, ""
+            return None, ""
         v = float(np.mean(vals)) - spec.value
-        return Estimate(v, math.nan, math.nan, len(vals), "probe", len(vals)), math.nan, ""
+        return Estimate(v, math.nan, math.nan, len(vals), "probe", len(vals)), ""
     if spec.compare == "rate":
-        ka, na = int(sum(x > 0 for x in a.values())), len(a)
+        ka, na = _hits(a)
         if not b:
             lo, hi = wilson(ka, na)
             est = Estimate(ka / na - spec.value, lo - spec.value, hi - spec.value, na, "rates", na) if na else None
-            p = float(stats.binomtest(ka, na, spec.value).pvalue) if na and 0 < spec.value < 1 else math.nan
-            return est, p, f"{ka} of {na} runs"
-        kb, nb = int(sum(x > 0 for x in b.values())), len(b)
+            return est, f"{ka} of {na} runs"
+        kb, nb = _hits(b)
         if not na or not nb:
-            return None, math.nan, ""
-        p = float(stats.fisher_exact([[ka, na - ka], [kb, nb - kb]]).pvalue)
-        return rate_difference(ka, na, kb, nb), p, f"{ka} of {na} runs against {kb} of {nb}"
+            return None, ""
+        return rate_difference(ka, na, kb, nb), f"{ka} of {na} runs against {kb} of {nb}"
     if spec.compare == "one_sample":
-        vals = {k: x - spec.value for k, x in a.items()}
-        return mean_interval(vals), _p_one(spec, list(vals.values())), ""
+        return mean_interval({k: x - spec.value for k, x in a.items()}), ""
     est = difference(a, b, spec.paired)
     if spec.compare == "relative":
         base = np.mean(list(b.values())) if b else math.nan
-        return (est.scaled(1 / base) if base else est), _p_two(spec, a, b, est.kind), ""
-    return est, _p_two(spec, a, b, est.kind), ""
+        return (est.scaled(1 / base) if base else est), ""
+    return est, ""
 
 
-def _alternative(spec: ClaimSpec) -> list[tuple[float, str]]:
-    """The null values and sides of the claim's test (TOST for equivalence: both)."""
-    if spec.equivalence is not None:
-        m = float(spec.equivalence)
-        return [(-m, "greater"), (m, "less")]
-    if spec.noninferior is not None:
-        m = float(spec.noninferior)
-        return [(-m, "greater")] if spec.direction > 0 else [(m, "less")]
-    return [(0.0, "two-sided")]
+def _hits(arm: dict) -> tuple[int, int]:
+    """(runs with a positive value, runs) of a rate's arm."""
+    return int(sum(x > 0 for x in arm.values())), len(arm)
 
 
-def _p_one(spec: ClaimSpec, x: list[float]) -> float:
-    if len(x) < 2 or np.std(x) <= 1e-12 * max(1.0, abs(float(np.mean(x)))):  # no spread: an exact value, no test
-        return math.nan
-    return max(float(stats.ttest_1samp(x, m, alternative=side).pvalue) for m, side in _alternative(spec))
+def deciding_tests(claim: Claim, est: Estimate, outcome: str) -> tuple[list[tuple[float, str]], int]:
+    """The null values and sides of the test behind `outcome` (TOST: both), on the claim's scale, and the factor
+    its p-value is multiplied by. A one-sided test is read at 2.5%, as a 95% interval decides, so its p is doubled:
+    then p < 0.05 exactly when the interval decides, for every kind of claim, and one adjustment serves them all.
+    - a margin (equivalence, non-inferiority): the test that the difference lies inside it, or, for a
+      disagreement, beyond it on the losing side;
+    - a document's size the interval excludes: the nearer end of the size, two-sided;
+    - otherwise no difference, two-sided."""
+    if claim.kind == "equivalence":
+        m = claim.margin
+        if outcome == "disagrees":
+            return ([(m, "greater")] if est.lo > m else [(-m, "less")]), 2
+        return [(-m, "greater"), (m, "less")], 2
+    if claim.kind == "noninferior":
+        win, lose = ("greater", "less") if claim.direction > 0 else ("less", "greater")
+        return [(-claim.direction * claim.margin, lose if outcome == "disagrees" else win)], 2
+    if claim.size is not None and outcome == "disagrees":
+        low, high = claim.size
+        return [(low if est.hi < low else high, "two-sided")], 1
+    return [(0.0, "two-sided")], 1
 
 
-def _p_two(spec: ClaimSpec, a: dict, b: dict, design: str) -> float:
-    if design == "paired":
+def deciding_p(spec: ClaimSpec, claim: Claim, est: Estimate | None, outcome: str, a: dict, b: dict) -> dict:
+    """The p-value of the claim's test behind its outcome (`deciding_tests`), from scipy.stats (t, Welch, binomial,
+    Fisher's exact) or statsmodels (two rates against a difference other than 0), with the null it tests against
+    (of two, the nearer the estimate) and the test in words: {p_value, p_null, p_test}. The p is NaN for a probe's
+    single value, an exact value (no spread) or a rate against 0 or 1."""
+    if est is None or spec.compare == "point" or est.kind == "exact":
+        return {"p_value": math.nan, "p_null": math.nan, "p_test": ""}
+    tests, factor = deciding_tests(claim, est, outcome)
+    ps = [_p_at(spec, a, b, est, null, side) for null, side in tests]
+    p = min(1.0, factor * max(ps)) if all(x == x for x in ps) else math.nan
+    null = min((x for x, _ in tests), key=lambda x: abs(est.estimate - x))
+    if len(tests) > 1:
+        text = f"against ±{number(abs(null), claim.unit).lstrip('+')} (two one-sided tests, the larger p doubled)"
+    else:
+        text = f"against {number(null, claim.unit)} ({tests[0][1]}{', doubled' if factor > 1 else ''})"
+    return {"p_value": p, "p_null": null, "p_test": text}
+
+
+def _p_at(spec: ClaimSpec, a: dict, b: dict, est: Estimate, null: float, side: str) -> float:
+    """p of `side` against `null` (on the claim's scale) for one claim's per-seed values."""
+    if spec.compare == "rate":
+        (ka, na), (kb, nb) = _hits(a), _hits(b)
+        if not b:
+            rate = spec.value + null
+            return float(stats.binomtest(ka, na, rate, alternative=side).pvalue) if na and 0 < rate < 1 else math.nan
+        if null == 0:
+            return float(stats.fisher_exact([[ka, na - ka], [kb, nb - kb]], alternative=side).pvalue)
+        from statsmodels.stats.proportion import test_proportions_2indep
+
+        with np.errstate(divide="ignore", invalid="ignore"):  # its ratio and odds columns at a rate of 0
+            side = {"two-sided": "two-sided", "greater": "larger", "less": "smaller"}[side]
+            return float(test_proportions_2indep(ka, na, kb, nb, value=null, compare="diff", method="score",
+                                                 alternative=side).pvalue)  # fmt: skip
+    if spec.compare == "one_sample":
+        return _t_one([x - spec.value for x in a.values()], null, side)
+    if spec.compare == "relative":  # the interval was scaled by 1 / the baseline's mean: so is the null
+        base = float(np.mean(list(b.values()))) if b else math.nan
+        null, side = null * base, side if base > 0 else {"greater": "less", "less": "greater"}.get(side, side)
+    if est.kind == "paired":
         common = sorted(set(a) & set(b), key=str)
-        return _p_one(spec, [a[k] - b[k] for k in common])
+        return _t_one([a[k] - b[k] for k in common], null, side)
     xa, xb = list(a.values()), list(b.values())
     if len(xa) < 2 or len(xb) < 2:
         return math.nan
-    out = []
-    for m, side in _alternative(spec):
-        p = stats.ttest_ind(np.array(xa) - m, xb, equal_var=False, alternative=side).pvalue
-        out.append(float(p))
-    return max(out) if all(p == p for p in out) else math.nan
+    return float(stats.ttest_ind(np.array(xa) - null, xb, equal_var=False, alternative=side).pvalue)
+
+
+def _t_one(x: list[float], null: float, side: str) -> float:
+    if len(x) < 2 or np.std(x) <= 1e-12 * max(1.0, abs(float(np.mean(x)))):  # no spread: an exact value, no test
+        return math.nan
+    return float(stats.ttest_1samp(x, null, alternative=side).pvalue)
 
 
 # ----------------------------------------------------------------------------- checks
@@ -473,7 +523,7 @@ def judge_claim(spec: ClaimSpec, tables: Mapping[str, pd.DataFrame], cfg: dict) 
         return {**base, **_row(v, math.nan, [])}
     statement, measure_text = (_arm_values(x, a, b) for x in (spec.statement, claim.measure))
     claim = Claim(claim.key, statement, measure_text, claim.kind, claim.direction, claim.size, claim.margin, claim.unit)
-    est, p, note = estimate(spec, a.values(), b.values() if b else {})
+    est, note = estimate(spec, a.values(), b.values() if b else {})
     if est is not None and spec.compare != "point" and est.exact:
         est = est.as_exact()
     results = [(c, *run_check(c, spec, tables, cfg, arms)) for c in spec.checks]
@@ -494,7 +544,8 @@ def judge_claim(spec: ClaimSpec, tables: Mapping[str, pd.DataFrame], cfg: dict) 
     if spec.kind in ("document", "beyond", "reference") and _degenerate(spec, est, a.values()):
         note = "; ".join(x for x in (note, BY_CONSTRUCTION) if x)
     v.note = "; ".join(x for x in (spec.note, note) if x)
-    return {**base, "statement": statement, **_row(v, p, results)}
+    test = deciding_p(spec, claim, v.est, v.outcome, a.values(), b.values() if b else {})
+    return {**base, "statement": statement, **_row(v, test["p_value"], results), **test}
 
 
 def _degenerate(spec: ClaimSpec, est: Estimate | None, a: dict) -> bool:
@@ -593,13 +644,13 @@ def adjust(df: pd.DataFrame, method: str = "bh") -> pd.DataFrame:
     rank = out.loc[family, "p_value"].astype(float).rank(method="first")
     for i in out.index[family]:
         r = out.loc[i]
-        tests_outcome = r["outcome"] == "agrees" or (r["outcome"] == "disagrees" and "other side" in str(r["reason"]))
-        if tests_outcome and r[column] >= ALPHA:
+        if r["outcome"] in ("agrees", "disagrees") and r[column] >= ALPHA:
             level = level_at(rank[i], size)  # the adjustment's threshold at this claim's rank
             out.loc[i, "outcome"] = "inconclusive"
-            seeds = seeds_for(
-                float(r.get("sd", math.nan)), str(r.get("design")), float(r.get("effect_target", math.nan)), level
-            )
+            # the seeds at which the estimate's distance from the null its p tests against is detected at that level
+            target = abs(float(r.get("difference", math.nan)) - float(r.get("p_null", math.nan)))
+            target = target if target == target else float(r.get("effect_target", math.nan))
+            seeds = seeds_for(float(r.get("sd", math.nan)), str(r.get("design")), target, level)
             if seeds == seeds:  # a rate keeps the seeds of its own power calculation
                 out.loc[i, "seeds_needed"] = seeds
             out.loc[i, "reason"] = (f"{r['reason']}, but not after {words} across {size} document claims "

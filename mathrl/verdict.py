@@ -225,12 +225,12 @@ def seeds_needed(est: Estimate, target: float, alpha: float = 1 - CONFIDENCE, po
 
 def seeds_to_decide(claim: Claim, est: Estimate) -> float:
     """Seeds per arm an inconclusive claim would need: for a direction, to detect the document's
-    size (else the observed difference); for a margin, to pass when the true difference is 0
-    (equivalence: both one-sided tests at once, so 90% power each)."""
-    if claim.kind == "equivalence":
-        return seeds_needed(est, claim.margin, power=(1 + POWER) / 2)
-    if claim.kind == "noninferior":
-        return seeds_needed(est, claim.margin)
+    size (else the observed difference); for a margin, to pass if the true difference is the one
+    observed (how far inside the margin it lies); NaN where the observed difference lies on or beyond
+    the margin, which no number of seeds would make pass."""
+    if claim.kind in ("equivalence", "noninferior"):
+        inside = distance_to_pass(claim, est)
+        return seeds_needed(est, inside) if inside > 0 else math.nan
     return seeds_needed(est, distance_to_pass(claim, est))
 
 
@@ -377,11 +377,15 @@ class Verdict:
         if reach and self.outcome == "inconclusive":
             self.reason = f"{self.reason}; {reach}"
         if self.outcome == "inconclusive":
-            self.seeds = seeds_to_decide(self.claim, e)
-        if reach and self.seeds == self.seeds:
-            self.reason += (
-                f"; about {seeds_text(self.seeds)} seeds per arm would let it pass if the true difference is 0"
-            )
+            self.seeds = max(seeds_to_decide(self.claim, e), e.n + 1)  # NaN stays NaN; these n did not decide
+            margin = self.claim.kind in ("equivalence", "noninferior")
+            if margin and self.seeds == self.seeds:
+                self.reason += (
+                    f"; about {seeds_text(self.seeds)} seeds per arm would let it pass if the true "
+                    "difference is the one observed"
+                )
+            elif margin and e.kind != "rates":
+                self.reason += "; the difference observed lies beyond the margin: at it no number of seeds would pass"
 
     def row(self) -> dict:
         e = self.est or Estimate(math.nan, math.nan, math.nan, 0, "")

@@ -163,7 +163,38 @@ def test_equivalence_uses_two_one_sided_tests():
     tost = max(
         stats.ttest_1samp(d, -0.03, alternative="greater").pvalue, stats.ttest_1samp(d, 0.03, alternative="less").pvalue
     )
-    assert r["outcome"] == "agrees" and r["p_value"] == pytest.approx(tost)
+    # each one-sided test is read at 2.5%, as the 95% interval decides: the p is doubled, so p < 0.05 when it agrees
+    assert r["outcome"] == "agrees" and r["p_value"] == pytest.approx(2 * tost)
+    assert r["p_test"] == "against ±0.03 (two one-sided tests, the larger p doubled)"
+
+
+SIZE = table(arm=["a"] * 5, seed=range(5), v=[0.10, 0.12, 0.11, 0.13, 0.09])
+
+
+@pytest.mark.parametrize(
+    "expect, outcome, null, side",
+    [
+        ({"direction": 1}, "agrees", 0.0, "two-sided"),
+        ({"direction": 1, "size": [0.3, 0.5]}, "disagrees", 0.3, "two-sided"),  # the interval lies below the size
+        ({"noninferior": 0.02}, "agrees", -0.02, "greater"),
+        ({"noninferior": 0.02, "direction": -1}, "disagrees", 0.02, "greater"),  # beyond the margin, losing side
+        ({"equivalence": 0.05}, "disagrees", 0.05, "greater"),
+    ],
+)
+def test_the_p_value_is_the_test_behind_the_outcome(expect, outcome, null, side):
+    """p < 0.05 exactly when the 95% interval decides: two-sided against the null the interval excludes, or a
+    one-sided test (doubled) against a margin."""
+    r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "v", "table": "t", "a": {"arm": "a"},
+               "expect": expect}, {"t": SIZE})  # fmt: skip
+    want = stats.ttest_1samp(SIZE["v"], null, alternative=side).pvalue * (1 if side == "two-sided" else 2)
+    assert r["outcome"] == outcome and r["p_value"] == pytest.approx(want) and r["p_null"] == pytest.approx(null)
+
+
+def test_a_rate_against_the_documents_size_gets_its_binomial_p():
+    t = table(arm=["a"] * 10, seed=range(10), collapsed=[0.0] * 10)  # 0 of 10 against the document's 35%
+    r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "collapsed", "table": "t",
+               "compare": "rate", "a": {"arm": "a"}, "expect": {"size": [0.35, 0.35]}}, {"t": t})  # fmt: skip
+    assert r["outcome"] == "disagrees" and r["p_value"] == pytest.approx(stats.binomtest(0, 10, 0.35).pvalue)
 
 
 def test_point_claims_have_no_interval():
@@ -374,3 +405,25 @@ def test_a_failure_shown_as_a_loss_whose_interval_lies_below_zero():
     assert r["failure_established"] is True and r["outcome"] == "agrees" and r["difference"] == pytest.approx(0.25 / 3)
     same = judge(decl, {"t": t.assign(acc=[0.50, 0.52, 0.51, 0.52, 0.50, 0.51, 0.49, 0.50, 0.50])})
     assert same["outcome"] == "not judged" and same["failure_established"] is False
+
+
+def test_no_seeds_are_promised_where_the_difference_observed_lies_beyond_the_margin():
+    t = table(arm=["a"] * 5, seed=range(5), v=[-0.10, 0.02, -0.05, 0.01, -0.06])  # mean -0.036: beyond -0.03
+    r = judge({"id": "x", "kind": "beyond", "statement": "s", "measure": "v", "table": "t", "a": {"arm": "a"},
+               "expect": {"noninferior": 0.03}}, {"t": t})  # fmt: skip
+    assert r["outcome"] == "inconclusive" and math.isnan(r["seeds_needed"])
+    assert "beyond the margin: at it no number of seeds would pass" in r["reason"]
+    inside = judge({"id": "y", "kind": "beyond", "statement": "s", "measure": "v", "table": "t", "a": {"arm": "a"},
+                    "expect": {"noninferior": 0.06}}, {"t": t})  # fmt: skip
+    assert inside["outcome"] == "inconclusive" and inside["seeds_needed"] > 5  # more than the five that did not decide
+
+
+def test_pair_on_makes_the_run_the_unit():
+    """Alert precision against the base rate: one value per run and arm, paired by run_id (not by row)."""
+    t = table(run_id=["r1", "r2", "r3", "r1", "r2", "r3", "r4"], source=["alert"] * 3 + ["step"] * 4,
+              hit=[1.0, 0.5, 1.0, 0.4, 0.3, 0.5, 0.2])  # fmt: skip
+    r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "hit", "table": "t",
+               "a": {"source": "alert"}, "b": {"source": "step"}, "pair_on": "run_id"}, {"t": t})  # fmt: skip
+    d = [0.6, 0.2, 0.5]  # r1-r3, the runs with an alert; r4 has none
+    assert r["design"] == "paired" and r["n"] == 3 and r["difference"] == pytest.approx(sum(d) / 3)
+    assert r["p_value"] == pytest.approx(stats.ttest_1samp(d, 0).pvalue)
