@@ -557,6 +557,10 @@ def test_alert_events_score_each_alert_against_every_step():
     base = ev[(ev["detector"] == "low_entropy") & (ev["source"] == "step")]
     assert len(base) == 8 and base["followed_by_drop"].sum() == 5  # steps 1-5 precede the onset at 6; 6-8 do not
     assert set(ev["detector"]) == set(st.DETECTORS)
+    per_run = st.alert_runs(ev).set_index(["detector", "source"])  # one row per run: the unit the claims compare
+    assert per_run.loc[("low_entropy", "alert"), ["followed_by_drop", "events"]].tolist() == [1.0, 1]
+    assert per_run.loc[("low_entropy", "step"), ["followed_by_drop", "events"]].tolist() == [5 / 8, 8]
+    assert ("high_kl", "alert") not in per_run.index  # no alert in this run: it adds no pair
 
 
 def test_remedy_claims_need_their_symptom_and_their_mechanism():

@@ -295,6 +295,17 @@ def alert_events(runs: list) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["detector", "source", "run_id", "step", "followed_by_drop"])
 
 
+def alert_runs(events: pd.DataFrame) -> pd.DataFrame:
+    """Per detector, source and run: the share of its events (`alert_events`) followed by a sustained drop, and their
+    number. The run is the unit the monitor's precision claims compare: a run's steps, and the alerts around one
+    drop, are not independent draws."""
+    columns = ["detector", "source", "run_id", "followed_by_drop", "events"]
+    if events.empty:
+        return pd.DataFrame(columns=columns)
+    by_run = events.groupby(["detector", "source", "run_id"], sort=False)["followed_by_drop"]
+    return by_run.agg(followed_by_drop="mean", events="size").reset_index()[columns]
+
+
 def alert_scores(runs: list) -> pd.DataFrame:
     """Per detector, over every run with a result: how often an alert was followed by a sustained drop
     within HORIZON steps (precision, beside the base rate of a random step), and how many drops an
@@ -489,6 +500,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     out["stability_alerts"] = alerts_table(ctx)
     out["stability_alert_scores"] = alert_scores(ok)
     out["stability_alert_events"] = alert_events(ok)
+    out["stability_alert_runs"] = alert_runs(out["stability_alert_events"])
     out["stability_troubleshooting"] = troubleshooting_table(ctx)
     out["stability_series"] = pd.concat(
         [series(ctx.experiment(e), ms).assign(experiment=e) for e, ms in SERIES.items()], ignore_index=True
