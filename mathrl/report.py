@@ -56,6 +56,16 @@ def pct(value, digits: int = 1) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.{digits}f}%"
 
 
+def cell(value, spec: str = ".3g") -> str:
+    """A table cell's text: `spec` is a format for fmt(), "pct" (a share as %) or "pts" (a difference of shares,
+    in accuracy points)."""
+    if spec == "pct":
+        return pct(value)
+    if spec == "pts" and isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return number(float(value), "pts", sign=False)
+    return fmt(value, ".3g" if spec == "pts" else spec)
+
+
 def trained(runs: pd.DataFrame) -> pd.Series:
     """Rows of the run index that are trained runs (not a second experiment's read of one)."""
     if "same_as" not in runs:
@@ -68,7 +78,8 @@ def html_table(
 ) -> Markup:
     """A DataFrame as an escaped HTML table; `columns` may map column names to headers.
 
-    A `run_id` column links to the run index; an empty frame says so instead of vanishing."""
+    `formats` maps columns to a spec of cell(); a `run_id` column links to the run index; an empty frame says so
+    instead of vanishing."""
     if df is None or df.empty:
         return Markup('<p class="missing">No data: the runs this table needs are missing or failed.</p>')
     if columns is None:
@@ -83,7 +94,7 @@ def html_table(
         cells = []
         for col in headers:
             value = row.get(col)
-            text = escape(fmt(value, formats.get(col, ".3g")) if formats.get(col) != "pct" else pct(value))
+            text = escape(cell(value, formats.get(col, ".3g")))
             if col in ("run_id", "evidence_run") and isinstance(value, str) and value:
                 text = Markup(f'<a href="#run-{escape(value)}">{text}</a>')
             numeric = (

@@ -419,6 +419,11 @@ def number(x, unit: str = "num", sign: bool = True) -> str:
     return f"{x:{s}.3g}"
 
 
+def rates_design(n_a: int, n_b: int) -> str:
+    """The n of a rate verdict: one rate against a threshold (no second arm, Wilson) or two rates (Newcombe)."""
+    return f"n={n_a} runs, Wilson" if n_b == 0 else f"n={n_a} vs {n_b} runs, Wilson/Newcombe"
+
+
 def sentence(r: Mapping) -> str:
     """One verdict row in words: difference, 95% interval, n, design, effect size, outcome."""
     u = r.get("unit", "num")
@@ -428,7 +433,7 @@ def sentence(r: Mapping) -> str:
     design = {"paired": f"n={n} seeds, paired",
               "unpaired": f"n={int(r.get('n_a') or 0)} vs {int(r.get('n_b') or 0)} seeds, unpaired",
               "one-sample": f"n={n} runs",
-              "rates": f"n={int(r.get('n_a') or 0)} vs {int(r.get('n_b') or 0)} runs, Wilson/Newcombe",
+              "rates": rates_design(int(r.get("n_a") or 0), int(r.get("n_b") or 0)),
               "probe": f"n={n} probe", "exact": f"n={n} seeds, every one the same"}.get(r.get("design"),
                                                                                         f"n={n}")  # fmt: skip
     es = r.get("effect_size")

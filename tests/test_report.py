@@ -321,7 +321,17 @@ def py(value):
 
 
 def expected_text(value, spec: str | None) -> str:
-    return pct(py(value)) if spec == "pct" else fmt(py(value), spec or ".3g")
+    value = py(value)
+    if spec == "pts":  # a difference of shares, in accuracy points
+        return "–" if value != value else f"{100 * value:.1f} pts"
+    return pct(value) if spec == "pct" else fmt(value, spec or ".3g")
+
+
+def test_differences_of_shares_print_in_points():
+    """A column of accuracy differences reads as points, as the verdicts and sentences beside it do."""
+    df = pd.DataFrame({"final": [0.483], "gain": [-0.276], "std": [math.nan]})
+    table = str(html_table(df, formats={"final": "pct", "gain": "pts", "std": "pts"}))
+    assert ">48.3%<" in table and ">-27.6 pts<" in table and ">–<" in table
 
 
 # ---------------------------------------------------------------------------------------

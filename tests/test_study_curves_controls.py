@@ -148,6 +148,8 @@ def test_negative_control_tables(results):
     assert rnd.clip_frac_mean == pytest.approx(0.02) and c.loc["positive_only"].adv_mean_mean == pytest.approx(0.2)
     pk = tabs["diagnostics_negative_controls_pass_at_k"].set_index(["setting", "k"])
     assert sorted(set(tabs["diagnostics_negative_controls_pass_at_k"]["k"])) == [1, 4]
+    at_1 = tabs["diagnostics_negative_controls_pass_at_k"].query("k == 1")["setting"].tolist()
+    assert at_1 == ["reference", "random_reward", "positive_only"]  # the config's order within each k
     assert pk.loc[("random_reward", 1)].change_mean == pytest.approx(-0.25)  # 1 of 4 right before, none after
     assert pk.loc[("random_reward", 4)].change_mean == pytest.approx(-1.0)
     assert pk.loc[("positive_only", 1)].final_mean == pytest.approx(0.75)

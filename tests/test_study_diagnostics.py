@@ -187,6 +187,17 @@ def test_update_diagnostics_and_the_covariance_correlation(results):
     assert v["diff"] < -0.9 and v["n"] == 8 and v["outcome"] == "agrees"  # the spiked run is not among the 8
 
 
+def test_update_summary_counts_runs_whose_loss_has_no_ppo_clip():
+    """Under CISPO no PPO clip is logged: its runs still count, and its other columns get their intervals."""
+    runs = pd.DataFrame(
+        {"experiment": "policy_losses", "setting": "cispo", "seed": [0, 1, 2], "fault_injected": "no",
+         **{c: [0.1, 0.2, 0.3] for c in diagnostics.UPDATE}, "clip_frac_low": math.nan, "clip_frac_high": math.nan}
+    )  # fmt: skip
+    r = diagnostics.update_summary(runs).iloc[0]
+    assert r.n == 3 and math.isnan(r.clip_frac_low_mean) and math.isnan(r.clip_frac_low_lo)
+    assert r.ppo_kl_mean == pytest.approx(0.2) and r.ppo_kl_lo < 0.2 < r.ppo_kl_hi
+
+
 def test_section_renders(results, cfg):
     t = results[1]
     env = environment()

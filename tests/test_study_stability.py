@@ -446,12 +446,22 @@ def test_figures_and_section_from_csv(cfg, tree):
     )
     assert "low_entropy: precision 1/1 (21% to 100%), recall 1/2" in text
     assert "clipped at weight 1.0 0.145 (n=1)" in text
+    batches = st.design(cfg)["gradvar_batches"]
+    assert "It reads held-out accuracy every 2 steps on" in text and f"The probe draws {batches} independent" in text
     assert (
         "stability_fixed_vs_dynamic was not drawn" in html
         and "inconclusive" in html
         and "95% CI [" in html
         and st.COLLAPSE_DEFINITION in html
     )
+
+
+def test_the_design_the_prose_names_comes_from_the_config():
+    cfg = {"train": {"steps": 50, "eval_every": 25, "eval_size": 0}, "gradvar": {"num_samples": 20},
+           "experiments": {"remedies": {"fixed": {"batch_size": 64, "steps": 100, "eval_every": 10}}}}  # fmt: skip
+    d = st.design(cfg)
+    assert d["remedies"] == {"batch_size": 64, "steps": 100, "eval_every": 10, "eval_size": 0}
+    assert d["batch"]["eval_every"] == 25 and d["gradvar_batches"] == 20
 
 
 def test_empty_results_render(cfg, tmp_path):

@@ -143,3 +143,6 @@ def test_sentence_states_interval_and_n():
     assert (
         sentence({"outcome": "not judged", "reason": "no runs with a result"}) == "Not judged: no runs with a result."
     )
+    one_rate = {"outcome": "agrees", "diff": 0.5, "ci_low": 0.41, "ci_high": 0.5, "unit": "pts", "design": "rates"}
+    assert "(n=40 runs, Wilson)" in sentence({**one_rate, "n": 40, "n_a": 40, "n_b": 0})
+    assert "(n=40 vs 38 runs, Wilson/Newcombe)" in sentence({**one_rate, "n": 40, "n_a": 40, "n_b": 38})

@@ -79,7 +79,8 @@ def control_pass_at_k(pk: pd.DataFrame, roles: dict) -> pd.DataFrame:
                      "initial_mean": float(pd.Series(before).mean()) if before else NAN,
                      "final_mean": float(pd.Series(after).mean()) if after else NAN,
                      **estimate_columns("change", est)})  # fmt: skip
-    return pd.DataFrame(rows, columns=cols).sort_values(["k", "setting"], kind="stable").reset_index(drop=True)
+    # a stable sort by k keeps the settings in the config's order within each k
+    return pd.DataFrame(rows, columns=cols).sort_values("k", kind="stable").reset_index(drop=True)
 
 
 def tables(runs, pk: pd.DataFrame, roles: dict) -> dict[str, pd.DataFrame]:

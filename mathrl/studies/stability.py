@@ -621,6 +621,22 @@ CLIPPING_ORDER = ["clipping_spike_collapses", "clipping_sgd", "clipping_sgd_2.0"
                   "clipping_dose_order", "clipping_adamw"]  # fmt: skip
 
 
+def fixed_setting(cfg: dict, experiment: str, key: str):
+    """A setting every run of an experiment shares: its `fixed:` value, else the train block's."""
+    fixed = (cfg.get("experiments", {}).get(experiment) or {}).get("fixed") or {}
+    return fixed.get(key, cfg.get("train", {}).get(key))
+
+
+def design(cfg: dict) -> dict:
+    """The settings the section's prose names, read from the config rather than written into the template."""
+    keys = ("batch_size", "steps", "eval_every", "eval_size")
+    return {
+        "batch": {k: fixed_setting(cfg, "batch", k) for k in keys},
+        "remedies": {k: fixed_setting(cfg, "remedies", k) for k in keys},
+        "gradvar_batches": (cfg.get("gradvar") or {}).get("num_samples"),
+    }
+
+
 def section(t) -> dict:
     names = ["batch_curve", "batch", "equal_samples", "case_study", "fixed_vs_dynamic", "gradvar", "accumulation",
              "alerts", "alert_scores", "clipping", "value_clip", "troubleshooting", "remedies"]  # fmt: skip
@@ -637,6 +653,7 @@ def section(t) -> dict:
     return {
         "tables": {**tb, "alerts_fired": al[al["alerts"] > 0] if not al.empty else al},
         "collapse_definition": COLLAPSE_DEFINITION,
+        "design": design(t.cfg),
         "spike_factor": SPIKE_FACTOR,
         "big": BIG_SWING,
         "small": SMALL_SWING,
