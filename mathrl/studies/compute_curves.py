@@ -83,10 +83,11 @@ def _note(g: pd.DataFrame, fitted: pd.DataFrame) -> str:
 
 def ceiling_and_efficiency(fits: pd.DataFrame) -> dict:
     """A and B over the fitted runs of a setting (95% t intervals; B over the runs that gained) and how many runs
-    have A at its bound. A's interval is cut to [0, 1]: a t interval of three ceilings near 1 reaches past it."""
+    have A at its bound. Each interval is cut to the values its fit allows (A to [0, 1], B to curves.B_BOUNDS): a t
+    interval of three ceilings near 1, or of efficiencies of which one ran to its bound of 20, reaches past them."""
     a, b = mean_interval(fits["A"]), mean_interval(fits["B"])
     return {**estimate_columns("A", a, (0.0, 1.0)), "a_at_bound": int(fits["a_at_bound"].sum()), "B_n": b.n,
-            **estimate_columns("B", b)}  # fmt: skip
+            **estimate_columns("B", b, curves.B_BOUNDS)}  # fmt: skip
 
 
 def summary(fits: pd.DataFrame) -> pd.DataFrame:
