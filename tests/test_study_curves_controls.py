@@ -190,10 +190,10 @@ def test_negative_control_claims_read_these_tables(results, cfg):
 
 def test_the_efficiency_interval_stays_within_the_fit_bounds():
     """Three efficiencies, one at the fit's bound of 20: the t interval reaches below 0, which no fit can give."""
+    import pandas as pd
+
     from mathrl import curves
     from mathrl.studies.compute_curves import ceiling_and_efficiency
-
-    import pandas as pd
 
     fits = pd.DataFrame({"A": [0.5, 0.6, 0.55], "B": [0.5, 1.0, 20.0], "a_at_bound": [0, 0, 0]})
     out = ceiling_and_efficiency(fits)
