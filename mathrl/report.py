@@ -56,11 +56,19 @@ def pct(value, digits: int = 1) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.{digits}f}%"
 
 
+def seeds(value) -> str:
+    """Seeds per arm a claim needs, as the verdicts say it ("more than 1000" past the power calculation's cap)."""
+    known = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    return seeds_text(float(value)) if known else "–"
+
+
 def cell(value, spec: str = ".3g") -> str:
-    """A table cell's text: `spec` is a format for fmt(), "pct" (a share as %) or "pts" (a difference of shares,
-    in accuracy points)."""
+    """A table cell's text: `spec` is a format for fmt(), "pct" (a share as %), "pts" (a difference of shares,
+    in accuracy points) or "seeds" (seeds a claim needs)."""
     if spec == "pct":
         return pct(value)
+    if spec == "seeds":
+        return seeds(value)
     if spec == "pts" and isinstance(value, numbers.Real) and not isinstance(value, bool):
         return number(float(value), "pts", sign=False)
     return fmt(value, ".3g" if spec == "pts" else spec)
@@ -306,7 +314,7 @@ def environment() -> Environment:
     def unit(x, u="num", sign=True):
         return number(None if x is None else float(x), u, sign)
 
-    env.filters.update(fmt=fmt, pct=pct, unit=unit, spec=spec)
+    env.filters.update(fmt=fmt, pct=pct, unit=unit, spec=spec, seeds=seeds)
     env.tests.update(startswith=lambda value, prefix: str(value).startswith(prefix))
     env.globals.update(table=html_table, ci=ci, sd=sd, interval_text=interval_text, records=records, known=known,
                        pm=pm, power_note=power_note)  # fmt: skip

@@ -652,3 +652,11 @@ def test_renamed_variant_fails_naming_the_role(tmp_path, capsys, experiment, old
     exp["roles"] = {r: new if v == old else v for r, v in exp["roles"].items()}  # every role the variant plays
     path.write_text(yaml.safe_dump(d, sort_keys=False))
     assert main(["aggregate", "--config", str(path)]) == 0
+
+
+def test_seeds_a_claim_needs_print_as_the_verdicts_say_them():
+    from mathrl.report import cell
+
+    assert (
+        cell(12.0, "seeds") == "12" and cell(1001.0, "seeds") == "more than 1000" and cell(float("nan"), "seeds") == "–"
+    )
