@@ -451,6 +451,7 @@ STATS = {
     "sum": lambda x: float(np.sum(x)),
     "max": lambda x: float(np.max(x)),
     "min": lambda x: float(np.min(x)),
+    "count": lambda x: float(len(x)),
     "ci_low": lambda x: mean_interval(x).lo,
     "ci_high": lambda x: mean_interval(x).hi,
 }  # how a check reduces an arm's per-seed values; ci_low / ci_high: the ends of the mean's 95% t interval

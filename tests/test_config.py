@@ -170,13 +170,15 @@ def test_full_yaml_keeps_the_defaults_multiples_of_the_reference_lr():
         scaled = [v for v, block in (exp.get("variants") or {}).items() if (block or {}).get("lr_scale", 1.0) != 1.0]
         if not ref or ref not in (exp.get("variants") or {}) or not scaled:
             continue
+        ref_scale = (exp["variants"][ref] or {}).get("lr_scale", 1.0)  # a reference may itself be a multiple
         for cfg_ratio in [default, full]:
             runs = expand_runs(cfg_ratio)
             seed = cfg_ratio["experiments"][name]["seeds"][0]
             ref_lr = runs[f"{name}__{ref}__s{seed}"].settings["lr"]
             for variant in scaled:
                 ratio = runs[f"{name}__{variant}__s{seed}"].settings["lr"] / ref_lr
-                assert ratio == pytest.approx(exp["variants"][variant]["lr_scale"]), (name, variant, ratio)
+                want = exp["variants"][variant]["lr_scale"] / ref_scale
+                assert ratio == pytest.approx(want), (name, variant, ratio)
 
 
 def test_a_run_with_another_experiments_settings_is_trained_once_and_read_by_both(tiny_cfg_dict, tmp_path):

@@ -312,8 +312,10 @@ def test_alert_scores(tree):
     # Two sustained drops in the tree: clipping sgd_spike s0 (0.6 -> 0.1 at step 4) and s1 (0.5 start, 0.2 at step 2...
     # onset step 2).
     le = sc.loc["low_entropy"]  # sgd_spike s0's entropy falls below 0.5 at step 2, two steps before its drop
-    assert (le.alerts, le.followed_by_drop, le.drops, le.announced) == (1, 1, 2, 1)
-    assert sc.loc["reward_swing, fixed 0.3"].alerts == 0 and 0 < le.base_rate < 1
+    # a 6-step run cannot watch a 10-step horizon (`watched`): the alert announces the drop (recall) but is not scored
+    # for precision, and no step of these short runs gives a base rate
+    assert (le.alerts, le.followed_by_drop, le.drops, le.announced) == (0, 0, 2, 1)
+    assert sc.loc["reward_swing, fixed 0.3"].alerts == 0 and math.isnan(le.base_rate)
 
 
 def test_troubleshooting_and_criteria(tree):
@@ -444,7 +446,8 @@ def test_figures_and_section_from_csv(cfg, tree):
         "Of 22 runs with a result, the monitor raised high_kl in 1 run(s) (1 alerts); reward_swing in 1 run(s) (2"
         " alerts). Against" in text
     )
-    assert "low_entropy: precision 1/1 (21% to 100%), recall 1/2" in text
+    # its runs are too short to watch a 10-step horizon: no alert scored for precision, the drop still announced
+    assert "low_entropy: precision – (none), recall 1/2" in text
     assert "clipped at weight 1.0 0.145 (n=1)" in text
     batches = st.design(cfg)["gradvar_batches"]
     assert "It reads held-out accuracy every 2 steps on" in text and f"The probe draws {batches} independent" in text
@@ -555,21 +558,26 @@ def test_absolute_deviation_is_the_brown_forsythe_transform():
     assert list(st.absolute_deviation(rows, "batch_size", "final_reward").round(6)) == [0.2, 0.0, 0.5, 0.01, 0.0, 0.04]
 
 
-def test_alert_events_score_each_alert_against_every_step():
-    # accuracy 0.6 at steps 0-4, then 0.5 and 0.5 at steps 6 and 8: a sustained drop whose onset is step 6
-    evals = pd.DataFrame({"step": [0, 2, 4, 6, 8], "eval_accuracy": [0.6, 0.6, 0.6, 0.5, 0.5]})
-    metrics = pd.DataFrame({"step": range(1, 9), "entropy": [1.0, 0.05] + [1.0] * 6, "kl": 0.0, "reward_mean": 0.5})
+def test_alert_events_score_the_watched_steps_against_the_base_rate():
+    # accuracy 0.6 at steps 0-4, then 0.5 from step 6 to the end (24): a sustained drop whose onset is step 6
+    evals = pd.DataFrame({"step": range(0, 25, 2), "eval_accuracy": [0.6] * 3 + [0.5] * 10})
+    entropy = [1.0, 0.05] + [1.0] * 17 + [0.05] + [1.0] * 4  # below the minimum at steps 2 and 20
+    metrics = pd.DataFrame({"step": range(1, 25), "entropy": entropy, "kl": 0.0, "reward_mean": 0.5})
     run = _Run(metrics, evals, "r")
     run.settings = {"monitor_window": 3, "batch_size": 64, "monitor_kl_max": 0.5, "monitor_entropy_min": 0.1}
+    # a drop is seen at its second low evaluation, so an onset must come by the second-to-last one (22): steps up to
+    # 12 have their whole 10-step horizon watched; the alert at step 20 is censored, not counted as 'no drop'
+    seen = st.watched(run)
+    assert seen(12) and not seen(13)
     ev = st.alert_events([run])
     low = ev[(ev["detector"] == "low_entropy") & (ev["source"] == "alert")]
     assert list(low["step"]) == [2] and list(low["followed_by_drop"]) == [1.0]  # step 2, a drop within 10 steps
     base = ev[(ev["detector"] == "low_entropy") & (ev["source"] == "step")]
-    assert len(base) == 8 and base["followed_by_drop"].sum() == 5  # steps 1-5 precede the onset at 6; 6-8 do not
+    assert len(base) == 12 and base["followed_by_drop"].sum() == 5  # steps 1-5 precede the onset at 6; 6-12 do not
     assert set(ev["detector"]) == set(st.DETECTORS)
     per_run = st.alert_runs(ev).set_index(["detector", "source"])  # one row per run: the unit the claims compare
     assert per_run.loc[("low_entropy", "alert"), ["followed_by_drop", "events"]].tolist() == [1.0, 1]
-    assert per_run.loc[("low_entropy", "step"), ["followed_by_drop", "events"]].tolist() == [5 / 8, 8]
+    assert per_run.loc[("low_entropy", "step"), ["followed_by_drop", "events"]].tolist() == [5 / 12, 12]
     assert ("high_kl", "alert") not in per_run.index  # no alert in this run: it adds no pair
 
 

@@ -9,6 +9,9 @@ and are compared by direction and ranking, never by absolute value.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -281,16 +284,25 @@ def followed_by_drop(step, drops: list) -> float:
     return float(any(step < d <= step + HORIZON for d in drops))
 
 
+def watched(run) -> Callable[[int], bool]:
+    """Whether the HORIZON after a step lies wholly where a drop could still be seen: a sustained drop is known at
+    its second low evaluation, so its onset must come by the run's second-to-last evaluation. Later steps (most of
+    a short run) are censored: scoring them would count as 'no drop' what the run ended too soon to show."""
+    evals = list(run.evals["step"])
+    last_onset = evals[-2] if len(evals) >= 2 else -math.inf
+    return lambda step: step + HORIZON <= last_onset
+
+
 def alert_events(runs: list) -> pd.DataFrame:
     """One row per alert of each detector (source `alert`) and per logged step (source `step`, the base rate,
-    repeated under each detector), with `followed_by_drop`: 1 when a sustained drop starts within HORIZON
-    steps after it. The monitor's precision claim compares the two shares."""
+    repeated under each detector) whose HORIZON is watched (`watched`), with `followed_by_drop`: 1 when a sustained
+    drop starts within HORIZON steps after it. The monitor's precision claim compares the two shares."""
     rows = []
     for run in runs:
-        drops = drop_onsets(run)
-        steps = [("step", s, followed_by_drop(s, drops)) for s in run.metrics["step"]]
+        drops, seen = drop_onsets(run), watched(run)
+        steps = [("step", s, followed_by_drop(s, drops)) for s in run.metrics["step"] if seen(s)]
         for name, alerts in detectors(run).items():
-            events = [("alert", s, followed_by_drop(s, drops)) for s in alerts] + steps
+            events = [("alert", s, followed_by_drop(s, drops)) for s in alerts if seen(s)] + steps
             rows += [(name, source, run.spec.run_id, s, hit) for source, s, hit in events]
     return pd.DataFrame(rows, columns=["detector", "source", "run_id", "step", "followed_by_drop"])
 
@@ -308,13 +320,15 @@ def alert_runs(events: pd.DataFrame) -> pd.DataFrame:
 
 def alert_scores(runs: list) -> pd.DataFrame:
     """Per detector, over every run with a result: how often an alert was followed by a sustained drop
-    within HORIZON steps (precision, beside the base rate of a random step), and how many drops an
-    alert announced (recall); Wilson intervals."""
+    within HORIZON steps (precision, over the alerts whose HORIZON is watched, beside the base rate of such a
+    step), and how many drops an alert announced (recall, over every alert); Wilson intervals."""
     counts, base = [], []
     for run in runs:
-        drops = drop_onsets(run)
-        base += [followed_by_drop(s, drops) for s in run.metrics["step"]]
-        counts += [(name, *precision_recall(alerts, drops, HORIZON)) for name, alerts in detectors(run).items()]
+        drops, seen = drop_onsets(run), watched(run)
+        base += [followed_by_drop(s, drops) for s in run.metrics["step"] if seen(s)]
+        for name, alerts in detectors(run).items():
+            hit, scored = precision_recall([a for a in alerts if seen(a)], drops, HORIZON)[:2]
+            counts.append((name, hit, scored, *precision_recall(alerts, drops, HORIZON)[2:]))
     per = pd.DataFrame(counts, columns=["detector", "hit", "alerts", "caught", "drops"])
     rows = [{"detector": DETECTORS[c.Index], "alerts": c.alerts, "followed_by_drop": c.hit,
              **kit.wilson_columns("precision", c.hit, c.alerts), "drops": c.drops, "announced": c.caught,
