@@ -228,8 +228,8 @@ def claims_summary(t: Tables, method: str = "bh") -> dict:
     return {
         "counts": t["claims_counts"],
         "setup": verdict_rows(claim_view(c[c["kind"].eq("setup")])),
-        "family_rows": c[doc & c["p_value"].notna()].sort_values("p_value"),
-        "family": int((doc & c["p_value"].notna()).sum()),
+        "family_rows": c[doc & c["p_holm"].notna()].sort_values("p_value"),  # the claims the adjustment covered
+        "family": int((doc & c["p_holm"].notna()).sum()),
         "demoted": int((doc & c["outcome"].ne(c["outcome_unadjusted"])).sum()),
         "adjustment": words,
         "other": {

@@ -34,6 +34,10 @@ def test_a_sections_claims_as_verdict_rows():
         "Not judged: failure not established: fall (b) not established: fall 0 (needs >= 0.5)"
     )
     assert "1 agrees" in power_note(out) and "1 not judged" in power_note(out)
+    from mathrl.report import claims_summary
+
+    summary = claims_summary({**t, "claims_counts": claims.counts(t["claims"])})
+    assert summary["family"] == 2 and "waits" not in set(summary["family_rows"]["claim_id"])  # not judged: no member
 
 
 def test_band_is_a_clipped_t_interval_by_hand():
