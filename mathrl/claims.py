@@ -49,6 +49,7 @@ from mathrl.verdict import (
     number,
     rate_difference,
     rate_seeds_needed,
+    relative_difference,
     seeds_for,
     wilson,
 )
@@ -358,11 +359,9 @@ def estimate(spec: ClaimSpec, a: dict, b: dict) -> tuple[Estimate | None, str]:
         return rate_difference(ka, na, kb, nb), f"{ka} of {na} runs against {kb} of {nb}"
     if spec.compare == "one_sample":
         return mean_interval({k: x - spec.value for k, x in a.items()}), ""
-    est = difference(a, b, spec.paired)
     if spec.compare == "relative":
-        base = np.mean(list(b.values())) if b else math.nan
-        return (est.scaled(1 / base) if base else est), ""
-    return est, ""
+        return relative_difference(a, b, spec.paired), ""
+    return difference(a, b, spec.paired), ""
 
 
 def _hits(arm: dict) -> tuple[int, int]:
@@ -427,9 +426,12 @@ def _p_at(spec: ClaimSpec, a: dict, b: dict, est: Estimate, null: float, side: s
                                                  alternative=side).pvalue)  # fmt: skip
     if spec.compare == "one_sample":
         return _t_one([x - spec.value for x in a.values()], null, side)
-    if spec.compare == "relative":  # the interval was scaled by 1 / the baseline's mean: so is the null
-        base = float(np.mean(list(b.values()))) if b else math.nan
-        null, side = null * base, side if base > 0 else {"greater": "less", "less": "greater"}.get(side, side)
+    if spec.compare == "relative":  # the delta method's t statistic, on the interval's own standard error and df
+        if not (est.se > 0):
+            return math.nan
+        t = (est.estimate - null) / est.se
+        tail = {"two-sided": 2 * stats.t.sf(abs(t), est.df), "greater": stats.t.sf(t, est.df)}
+        return float(tail.get(side, stats.t.cdf(t, est.df)))
     if est.kind == "paired":
         common = sorted(set(a) & set(b), key=str)
         return _t_one([a[k] - b[k] for k in common], null, side)

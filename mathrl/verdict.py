@@ -158,6 +158,36 @@ def difference(a, b, paired: bool | None = None) -> Estimate:
     return paired_difference(va, vb) if paired else unpaired_difference(va, vb)
 
 
+def relative_difference(a, b, paired: bool | None = None) -> Estimate:
+    """(a − b) / mean of b, with a delta-method t interval that counts the baseline's own uncertainty: paired (by
+    seed, as `difference` decides), the mean difference over the baseline's mean with their covariance; else the
+    ratio of the two arms' means less 1, on Welch's degrees of freedom. sd: the differences' (or the pooled),
+    scaled by the baseline's mean."""
+    d = difference(a, b, paired)
+    va, vb = _values(a), _values(b)
+    if d.kind == "paired":
+        keys = sorted(set(va) & set(vb), key=str)
+        x, base = np.array([va[k] - vb[k] for k in keys]), np.array([vb[k] for k in keys])
+    else:
+        x, base = np.array(list(va.values())), np.array(list(vb.values()))
+    m = float(base.mean()) if len(base) else math.nan
+    if not m or m != m or not d.finite:
+        return Estimate(d.estimate / m if m else math.nan, math.nan, math.nan, d.n, d.kind, d.n_a, d.n_b)
+    r = d.estimate / m
+    if d.kind == "paired":
+        n = len(x)
+        cov = float(np.cov(x, base, ddof=1)[0, 1]) / n
+        var = (d.se**2 - 2 * r * cov + r**2 * base.var(ddof=1) / n) / m**2
+        df = n - 1
+    else:  # (mean a / mean b) − 1: the two means are independent
+        ratio = float(x.mean()) / m
+        parts = (x.var(ddof=1) / len(x) / m**2, ratio**2 * base.var(ddof=1) / len(base) / m**2)
+        var, df = sum(parts), sum(parts) ** 2 / (parts[0] ** 2 / (len(x) - 1) + parts[1] ** 2 / (len(base) - 1))
+    se = math.sqrt(max(var, 0.0))
+    half = _t(df) * se
+    return Estimate(r, r - half, r + half, d.n, d.kind, d.n_a, d.n_b, d.sd / abs(m), se, df)
+
+
 def wilson(k: int, n: int) -> tuple[float, float]:
     """95% Wilson score interval of a rate k/n (NaN for n = 0)."""
     if not n:

@@ -427,3 +427,20 @@ def test_pair_on_makes_the_run_the_unit():
     d = [0.6, 0.2, 0.5]  # r1-r3, the runs with an alert; r4 has none
     assert r["design"] == "paired" and r["n"] == 3 and r["difference"] == pytest.approx(sum(d) / 3)
     assert r["p_value"] == pytest.approx(stats.ttest_1samp(d, 0).pvalue)
+
+
+def test_a_relative_difference_counts_the_baselines_uncertainty():
+    """(a − b) / mean b by the delta method: var = (var d̄ − 2 R cov(d̄, b̄) + R² var b̄) / b̄², t on n − 1 df."""
+    import numpy as np
+
+    b, a = [1.0, 1.2, 0.8, 1.1], [0.5, 0.7, 0.5, 0.5]
+    t = table(arm=["a"] * 4 + ["b"] * 4, seed=list(range(4)) * 2, v=a + b)
+    r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "v", "table": "t", "compare": "relative",
+               "a": {"arm": "a"}, "b": {"arm": "b"}, "expect": {"direction": -1}}, {"t": t})  # fmt: skip
+    d, base = np.subtract(a, b), np.array(b)
+    ratio = d.mean() / base.mean()  # -0.475 / 1.025
+    var = (d.var(ddof=1) - 2 * ratio * np.cov(d, base)[0, 1] + ratio**2 * base.var(ddof=1)) / 4 / base.mean() ** 2
+    half = stats.t.ppf(0.975, 3) * np.sqrt(var)
+    assert r["difference"] == pytest.approx(ratio) and r["design"] == "paired" and r["outcome"] == "agrees"
+    assert (r["ci_low"], r["ci_high"]) == pytest.approx((ratio - half, ratio + half))
+    assert r["p_value"] == pytest.approx(2 * stats.t.sf(abs(ratio) / np.sqrt(var), 3))
