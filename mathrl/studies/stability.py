@@ -341,7 +341,9 @@ def alert_scores(runs: list) -> pd.DataFrame:
 def alerts_table(ctx) -> pd.DataFrame:
     rows = []
     for exp in ctx.cfg["experiments"]:
-        runs = ctx.experiment(exp)
+        runs = [
+            r for r in ctx.experiment(exp) if r.spec.same_as is None
+        ]  # a shared run under the experiment training it
         ok = [r for r in runs if r.ok]
         for kind in ALERT_KINDS:
             steps = [[a["step"] for a in r.summary["alerts"] if a["kind"] == kind] for r in ok]
@@ -501,7 +503,9 @@ def troubleshooting_table(ctx) -> pd.DataFrame:
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
-    batch, fvd, ok = ctx.experiment("batch"), ctx.experiment(FVD), [r for r in ctx.runs.values() if r.ok]
+    batch, fvd = ctx.experiment("batch"), ctx.experiment(FVD)
+    # the monitor scores each trained run once: a run two experiments read (same_as) is one unit, not two
+    ok = [r for r in ctx.runs.values() if r.ok and r.spec.same_as is None]
     out = {**batch_tables(batch), **gradvar_tables(ctx)}
     out["stability_fixed_vs_dynamic"], out["stability_fvd_runs"] = fixed_vs_dynamic_tables(
         fvd, kit.roles(ctx.cfg, FVD, FVD_ROLES) if fvd else {}
