@@ -227,3 +227,16 @@ def test_entropy_law_intervals_stay_within_their_range():
     r = diagnostics.entropy_law_summary(runs).iloc[0]
     assert r.r2_hi == 1.0 and r.half_rmse_lo == 0.0 and r.reached_lo == 0.0 and r.final_eval_hi == 1.0
     assert r.ceiling_hi > 1.0 and r.r2_lo == pytest.approx(0.945 - 12.7062 * 0.045, rel=1e-4)
+
+
+def test_a_run_without_an_r2_still_counts_among_the_runs_fitted():
+    """Constant data (a random policy) has no R², a or b, yet its reached accuracy counts: n is the runs fitted, and
+    each value's interval uses its own count (R² over two runs, t(1); reached over three, t(2))."""
+    runs = pd.DataFrame({"experiment": "e", "setting": "s", "seed": [0, 1, 2], "r2": [0.90, 0.99, None],
+                         "a": [0.5, 0.5, None], "b": [1.0, 1.2, None], "ceiling": [0.5, 0.7, None],
+                         "reached": [0.30, 0.40, 0.50], "final_eval": [0.3, 0.4, 0.5], "ceiling_minus_reached": 0.1,
+                         "half_rmse": [0.01, 0.03, None], "entropy_start": 1.0, "entropy_end": 0.5,
+                         "holds": [True, True, None]})  # fmt: skip
+    r = diagnostics.entropy_law_summary(runs).iloc[0]
+    assert r.n == 3 and r.r2_lo == pytest.approx(0.945 - 12.7062 * 0.045, rel=1e-4)
+    assert r.reached_lo == pytest.approx(0.40 - 4.3027 * 0.1 / 3**0.5, rel=1e-4)

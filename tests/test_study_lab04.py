@@ -565,3 +565,10 @@ def test_a_bandit_policy_still_moving():
     )  # arm 1 gains 0.04 in 10 steps: settled; 0.4 in 100
     assert lab04.still_moving(rising) is False and lab04.still_moving(rising, span=0.5) is True
     assert lab04.still_moving(np.array([[0.3, 0.3, 0.4]])) is False  # one step: nothing to compare
+
+
+def test_bandit_settings_keep_the_config_order_in_the_figures():
+    """The six-panel figure draws settings in the order the study's table gives them (the config's), not sorted."""
+    curves = pd.DataFrame({"study": "entropy_collapse", "setting": ["normal", "aggressive"] * 2, "step": [0, 0, 1, 1]})
+    c = lab04._bandit({"lab04_bandit_curves": curves}, "entropy_collapse")
+    assert list(dict.fromkeys(c["setting"])) == ["normal", "aggressive"] and list(c["step"]) == [0, 0, 1, 1]

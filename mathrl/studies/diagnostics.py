@@ -121,8 +121,11 @@ def entropy_law_summary(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=["experiment", "setting", "n", "holds"])
     runs = runs.assign(entropy_drop=runs["entropy_start"] - runs["entropy_end"], holds=runs["holds"].astype(float))
-    out = kit.add_intervals(mean_spread(runs, ["experiment", "setting"], LAW_VALUES), LAW_VALUES, bounds=LAW_BOUNDS)
-    out["holds"] = runs.groupby(["experiment", "setting"], sort=False)["holds"].sum().values
+    by = runs.groupby(["experiment", "setting"], sort=False)
+    # n: the runs fitted; a fit on constant data has no R² (nor a and b), so each value's interval has its own count
+    out = mean_spread(runs, ["experiment", "setting"], LAW_VALUES).assign(n=by.size().values)
+    out = kit.add_intervals(out, LAW_VALUES, bounds=LAW_BOUNDS, counts=by[LAW_VALUES].count())
+    out["holds"] = by["holds"].sum().values
     return out
 
 

@@ -123,13 +123,16 @@ def t_halfwidth(std, n):
         return t * std / np.sqrt(n)
 
 
-def add_intervals(df: pd.DataFrame, values: list[str], bounds: dict | None = None) -> pd.DataFrame:
+def add_intervals(
+    df: pd.DataFrame, values: list[str], bounds: dict | None = None, counts: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """For each `{v}_mean`/`{v}_std` with `n`: `{v}_lo`, `{v}_hi` (95% t interval of the mean), clipped
-    to `bounds[v]` (lo, hi; either None) where given, so an accuracy's interval stays within [0, 1]."""
+    to `bounds[v]` (lo, hi; either None) where given, so an accuracy's interval stays within [0, 1]. `counts`: each
+    value's own count per row (where some values are missing in rows that others have), instead of `n`."""
     out = df.copy()
     for v in values:
         if f"{v}_mean" in out and f"{v}_std" in out and "n" in out:
-            h = t_halfwidth(out[f"{v}_std"], out["n"])
+            h = t_halfwidth(out[f"{v}_std"], out["n"] if counts is None else counts[v].to_numpy())
             out[f"{v}_lo"], out[f"{v}_hi"] = out[f"{v}_mean"] - h, out[f"{v}_mean"] + h
             if (bounds or {}).get(v) is not None:
                 out[f"{v}_lo"], out[f"{v}_hi"] = out[f"{v}_lo"].clip(*bounds[v]), out[f"{v}_hi"].clip(*bounds[v])

@@ -356,7 +356,8 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
 # ---- figures: from the tables alone ----------------------------------------------------
 def _bandit(t, study: str) -> pd.DataFrame:
     c = t["lab04_bandit_curves"]
-    return c[c["study"] == study].sort_values(["setting", "step"]) if "study" in c else pd.DataFrame()
+    # by step, stably: each setting's rows in step order, the settings in the config's order (not alphabetical)
+    return c[c["study"] == study].sort_values("step", kind="stable") if "study" in c else pd.DataFrame()
 
 
 def seed_band(curves: pd.DataFrame, variant: str, metric: str) -> pd.DataFrame:
