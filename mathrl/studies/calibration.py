@@ -95,7 +95,7 @@ def pick_table(pilot: pd.DataFrame) -> pd.DataFrame:
         done = g[g["learns"].notna()]
         chosen = pick({float(m): bool(ok) for m, ok in zip(done["multiple"], done["learns"])})
         rows.append({"task": task, "batch_size": batch,
-                     "tried": ", ".join(f"{m:g}x" for m in sorted(done["multiple"].round(3))),
+                     "tried": ", ".join(f"{m:.3g}x" for m in sorted(done["multiple"].round(3))),
                      "n_learning": int(done["learns"].sum()), "pick": chosen, "reference_is_pick":
                          bool(chosen == chosen and abs(chosen - 1) < 1e-6) if len(done) else None})  # fmt: skip
     return pd.DataFrame(rows)
