@@ -438,7 +438,8 @@ def seeds_text(seeds: float) -> str:
 
 
 def number(x, unit: str = "num", sign: bool = True) -> str:
-    """A number in a unit: pts (accuracy points from a fraction), pct (a share as %), num."""
+    """A number in a unit: pts (points: a difference of two shares, such as accuracies, times 100), pct (a share, or a
+    relative change, as %), num."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
     s = "+" if sign else ""
