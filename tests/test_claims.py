@@ -444,3 +444,34 @@ def test_a_relative_difference_counts_the_baselines_uncertainty():
     assert r["difference"] == pytest.approx(ratio) and r["design"] == "paired" and r["outcome"] == "agrees"
     assert (r["ci_low"], r["ci_high"]) == pytest.approx((ratio - half, ratio + half))
     assert r["p_value"] == pytest.approx(2 * stats.t.sf(abs(ratio) / np.sqrt(var), 3))
+
+
+@pytest.mark.parametrize("design", ["one_sample", "paired", "welch", "relative"])
+def test_p_below_005_exactly_when_the_interval_decides(design):
+    """Across random data and every kind of expectation, the p of the test behind the outcome is below 0.05 exactly
+    when the 95% interval decides the claim (agrees or disagrees), as a two-sided test's p matches its interval."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    expects = [{"direction": 1}, {"direction": -1}, {"direction": 1, "size": [0.05, 0.1]}, {"noninferior": 0.05},
+               {"noninferior": 0.05, "direction": -1}, {"equivalence": 0.08}]  # fmt: skip
+    decided = 0
+    for case in range(120):
+        n, shift, spread = int(rng.integers(3, 12)), float(rng.normal(0, 0.1)), float(rng.uniform(0.01, 0.15))
+        a = 1.0 + shift + spread * rng.standard_normal(n)
+        b = 1.0 + spread * rng.standard_normal(n + (2 if design == "welch" else 0))
+        seeds_b = list(range(len(b))) if design != "welch" else list(range(100, 100 + len(b)))
+        t = table(arm=["a"] * n + ["b"] * len(b), seed=list(range(n)) + seeds_b, v=list(a) + list(b))
+        decl = {"id": "x", "kind": "document", "statement": "s", "measure": "v", "table": "t", "a": {"arm": "a"},
+                "expect": expects[case % len(expects)]}  # fmt: skip
+        if design == "one_sample":
+            decl["value"] = 1.0
+        else:
+            decl["b"] = {"arm": "b"}
+        if design == "relative":
+            decl["compare"] = "relative"
+        r = judge(decl, {"t": t})
+        decides = r["outcome"] in ("agrees", "disagrees")
+        decided += decides
+        assert (r["p_value"] < 0.05) == decides, (case, r["outcome"], r["p_value"], r["p_test"])
+    assert 10 < decided < 110  # both sides of the line were tried
