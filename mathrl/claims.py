@@ -372,7 +372,8 @@ def _hits(arm: dict) -> tuple[int, int]:
 def deciding_tests(claim: Claim, est: Estimate, outcome: str) -> tuple[list[tuple[float, str]], int]:
     """The null values and sides of the test behind `outcome` (TOST: both), on the claim's scale, and the factor
     its p-value is multiplied by. A one-sided test is read at 2.5%, as a 95% interval decides, so its p is doubled:
-    then p < 0.05 exactly when the interval decides, for every kind of claim, and one adjustment serves them all.
+    then p < 0.05 exactly when the interval decides (for rates nearly: Fisher's exact test and the score test are not
+    what Newcombe's interval inverts), for every kind of claim, and one adjustment serves them all.
     - a margin (equivalence, non-inferiority): the test that the difference lies inside it, or, for a
       disagreement, beyond it on the losing side;
     - a document's size the interval excludes: the nearer end of the size, two-sided;
