@@ -8,15 +8,17 @@ document expects, and the checks that must pass before the comparison means anyt
 the failure a remedy exists for was shown (`failure`), and that the remedy's mechanism acted
 (`engaged`). The engine turns each claim into one row of `results/tables/claims.csv`:
 
-- the per-seed values of each arm (rows whose seed is `all` are pooled rows, never values);
-- an estimate with its 95% interval (`mathrl.verdict`: paired by seed where one arm's seeds
-  include the other's, else Welch; Wilson and Newcombe for rates);
-- a p-value from scipy.stats for the claim's own test, adjusted across the family of
-  `document` claims by Holm and by Benjamini-Hochberg (statsmodels);
-- the outcome: `mathrl.verdict.judge` on the interval, "not judged" where a check failed,
-  and "inconclusive" where a decided document claim does not survive Holm's adjustment;
+- the per-seed values of each arm (rows whose seed is `all` are pooled rows, never values), keyed
+  by seed or by the column the claim's `pair_on` names;
+- an estimate with its 95% interval (`mathrl.verdict`: paired by that key where one arm's keys
+  include the other's, else Welch; the delta method for a relative difference; Wilson and
+  Newcombe for rates);
+- the outcome: `mathrl.verdict.judge` on the interval, "not judged" where a check failed;
+- the p-value of the test behind that outcome (`deciding_tests`), adjusted across the family of
+  `document` claims judged by Holm and by Benjamini-Hochberg (statsmodels); a decided document
+  claim that does not survive the configured adjustment is "inconclusive";
 - for an inconclusive claim, the seeds per arm that would decide it (`seeds_needed`: power at
-  the spread measured, for rates from Cohen's h, for a demoted claim at Holm's level); a
+  the spread measured, for rates from Cohen's h, for a demoted claim at the adjustment's level); a
   zero-width interval is stated as exact and, outside setup checks, noted as a result likely
   fixed by construction.
 
@@ -431,8 +433,9 @@ def _p_at(spec: ClaimSpec, a: dict, b: dict, est: Estimate, null: float, side: s
         if not (est.se > 0):
             return math.nan
         t = (est.estimate - null) / est.se
-        tail = {"two-sided": 2 * stats.t.sf(abs(t), est.df), "greater": stats.t.sf(t, est.df)}
-        return float(tail.get(side, stats.t.cdf(t, est.df)))
+        if side == "two-sided":
+            return float(2 * stats.t.sf(abs(t), est.df))
+        return float(stats.t.sf(t, est.df) if side == "greater" else stats.t.cdf(t, est.df))
     if est.kind == "paired":
         common = sorted(set(a) & set(b), key=str)
         return _t_one([a[k] - b[k] for k in common], null, side)

@@ -9,6 +9,7 @@ before anything is written.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -69,17 +70,13 @@ def cmd_problems(args) -> int:
 
 
 def cmd_sft(args) -> int:
-    """The warm-up on the pipeline's thread count (pipeline.threads_sft) unless --threads says otherwise: the thread
-    count changes float sums, so a warm-up run by hand on all cores ends on another checkpoint than the pipeline's."""
-    import torch
-
+    """The warm-up on the pipeline's thread count (`torch_threads`), so that by hand it ends on the pipeline's
+    checkpoint."""
     from mathrl.sft import run_sft, run_starts
 
     cfg = _load(args)
     _check_task(cfg, [args.task])
-    before = torch.get_num_threads()
-    torch.set_num_threads(args.threads or cfg.get("pipeline", {}).get("threads_sft", 1))
-    try:
+    with torch_threads(args.threads, cfg, "threads_sft"):
         if args.starts:
             if not cfg["sft"][args.task]["starts"] and not cfg["sft"][args.task]["control_seeds"]:
                 raise ConfigError(f"sft.{args.task}: no starts and no control_seeds configured for --starts")
@@ -89,8 +86,31 @@ def cmd_sft(args) -> int:
         out = Path(args.out) if args.out else layout.at(cfg, layout.SFT_DIR, task=args.task)
         run_sft(cfg, args.task, out)
         return 0
+
+
+def pipeline_threads(requested: int, cfg: dict, key: str) -> int | None:
+    """The torch threads of a command: `--threads` when given; else none to set where OMP_NUM_THREADS is (the
+    launcher's share of a job, which torch reads itself); else the pipeline's (pipeline.KEY). The thread count changes
+    float sums, so a run or warm-up by hand on all cores would not reproduce the pipeline's of the same settings."""
+    if requested:
+        return requested
+    if os.environ.get("OMP_NUM_THREADS", "").strip():
+        return None
+    return int(cfg.get("pipeline", {}).get(key, 1))
+
+
+@contextlib.contextmanager
+def torch_threads(requested: int, cfg: dict, key: str):
+    """torch on `pipeline_threads` inside the block; the caller's count back after it (the tests call in-process)."""
+    import torch
+
+    before, threads = torch.get_num_threads(), pipeline_threads(requested, cfg, key)
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
     finally:
-        torch.set_num_threads(before)  # a caller in the same process (the tests) keeps its own
+        torch.set_num_threads(before)
 
 
 def resolve_run(cfg: dict, run: str | None, run_id: str | None, overrides: list[str],
@@ -152,8 +172,6 @@ def cmd_train(args) -> int:
     import time
 
     started = time.perf_counter()
-    import torch
-
     from mathrl import distributed
     from mathrl.config import check_train, layered, load_config_and_runs
     from mathrl.settings import RunSettings
@@ -172,33 +190,21 @@ def cmd_train(args) -> int:
         for key, value in settings.as_dict().items():
             print(f"  {key:<{width}} = {'null' if value is None else value}")
         return 0
-    before, threads = torch.get_num_threads(), train_threads(args.threads, cfg)
-    if threads:
-        torch.set_num_threads(threads)
     out = Path(args.out) if args.out else layout.at(cfg, layout.RUN_DIR, run_id=run_id)
     args.snapshot_path = out / layout.SNAPSHOT_FILE  # named if the run is interrupted
-    d = distributed.setup(settings.device)
-    try:
-        summary = Trainer(cfg, run_id, settings, out, d, experiment, started=started).run(on_mismatch=args.on_mismatch)
-    finally:
-        distributed.teardown(d)
-        torch.set_num_threads(before)  # a caller in the same process (the tests) keeps its own
+    with torch_threads(args.threads, cfg, "threads_per_run"):
+        d = distributed.setup(settings.device)
+        try:
+            summary = Trainer(cfg, run_id, settings, out, d, experiment, started=started).run(
+                on_mismatch=args.on_mismatch
+            )
+        finally:
+            distributed.teardown(d)
     if d.is_main:
         print(f"run {run_id}: {summary['status']}, eval accuracy {summary['initial']['eval_accuracy']:.3f} -> "
               f"{summary['final']['eval_accuracy']:.3f} (best {summary['best']['eval_accuracy']:.3f}) in "
               f"{summary['wall_seconds']:.1f}s")  # fmt: skip
     return 0
-
-
-def train_threads(requested: int, cfg: dict) -> int | None:
-    """The torch threads of a run: `--threads` when given; else none to set where OMP_NUM_THREADS is (the launcher's
-    share of the job, which torch reads itself); else the pipeline's pipeline.threads_per_run. The thread count changes
-    float sums, so a run trained by hand on all cores would not reproduce the pipeline's run of the same settings."""
-    if requested:
-        return requested
-    if os.environ.get("OMP_NUM_THREADS", "").strip():
-        return None
-    return int(cfg.get("pipeline", {}).get("threads_per_run", 1))
 
 
 def _check_memory(cfg: dict, s, world: int) -> str:
@@ -665,8 +671,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--task", required=True, help="the task whose warm-up to train (a key of tasks:)")
     p.add_argument("--threads", type=_count, default=0,
-                   help="torch CPU threads (default 0: the pipeline's, pipeline.threads_sft, so that a warm-up run "
-                   "by hand ends on the pipeline's checkpoint)")
+                   help="torch CPU threads (default 0: OMP_NUM_THREADS where set, else the pipeline's "
+                   "pipeline.threads_sft, so that a warm-up run by hand ends on the pipeline's checkpoint)")
     p.add_argument("--starts", action="store_true",
                    help="from the warm-up's checkpoint: the further starts (sft.TASK.starts) and the supervised "
                    "controls")

@@ -261,7 +261,10 @@ def test_mathrl_launch_imports_no_configuration_code():
 def test_a_run_by_hand_trains_on_the_pipelines_thread_count(monkeypatch):
     """The thread count changes float sums: without --threads a run trains on pipeline.threads_per_run, as the
     pipeline's job does, unless OMP_NUM_THREADS already gives the launcher's share (torch reads that itself)."""
-    from mathrl.cli import train_threads
+    from mathrl.cli import pipeline_threads
+
+    def train_threads(requested, cfg):
+        return pipeline_threads(requested, cfg, "threads_per_run")
 
     cfg = {"pipeline": {"threads_per_run": 3}}
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

@@ -86,6 +86,7 @@ def test_a_warm_up_by_hand_runs_on_the_pipelines_thread_count(tmp_path, monkeypa
     import mathrl.sft
 
     seen = []
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # a launcher's share would stand instead
     monkeypatch.setattr(mathrl.sft, "run_sft", lambda cfg, task, out: seen.append(torch.get_num_threads()))
     d = copy.deepcopy(TINY)
     d["results"] = str(tmp_path / "results")

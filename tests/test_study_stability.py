@@ -459,10 +459,12 @@ def test_figures_and_section_from_csv(cfg, tree):
     )
 
 
-def test_the_design_the_prose_names_comes_from_the_config():
-    cfg = {"train": {"steps": 50, "eval_every": 25, "eval_size": 0}, "gradvar": {"num_samples": 20},
-           "experiments": {"remedies": {"fixed": {"batch_size": 64, "steps": 100, "eval_every": 10}}}}  # fmt: skip
-    d = st.design(cfg)
+def test_the_design_the_prose_names_comes_from_the_config(tmp_path):
+    c = copy.deepcopy(TINY)
+    c["train"].update(steps=50, eval_every=25, eval_size=0)
+    c["gradvar"] = {"tasks": ["add"], "num_samples": 20}
+    c["experiments"] = {"remedies": {"fixed": {"batch_size": 64, "steps": 100, "eval_every": 10}, "seeds": [0]}}
+    d = st.design(load_config(write_config(tmp_path / "c.yaml", c)))
     assert d["remedies"] == {"batch_size": 64, "steps": 100, "eval_every": 10, "eval_size": 0}
     assert d["batch"]["eval_every"] == 25 and d["gradvar_batches"] == 20
 

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 import mathrl.studies.kit as kit
+from mathrl.config import expand_runs
 from mathrl.measures import accuracy_gain, drawdown, entropy_end, final_eval, kl_end, reward_end, reward_start
 from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
@@ -341,9 +342,8 @@ def alert_scores(runs: list) -> pd.DataFrame:
 def alerts_table(ctx) -> pd.DataFrame:
     rows = []
     for exp in ctx.cfg["experiments"]:
-        runs = [
-            r for r in ctx.experiment(exp) if r.spec.same_as is None
-        ]  # a shared run under the experiment training it
+        # a run two experiments share is counted under the one that trains it
+        runs = [r for r in ctx.experiment(exp) if r.spec.same_as is None]
         ok = [r for r in runs if r.ok]
         for kind in ALERT_KINDS:
             steps = [[a["step"] for a in r.summary["alerts"] if a["kind"] == kind] for r in ok]
@@ -639,18 +639,15 @@ CLIPPING_ORDER = ["clipping_spike_collapses", "clipping_sgd", "clipping_sgd_2.0"
                   "clipping_dose_order", "clipping_adamw"]  # fmt: skip
 
 
-def fixed_setting(cfg: dict, experiment: str, key: str):
-    """A setting every run of an experiment shares: its `fixed:` value, else the train block's."""
-    fixed = (cfg.get("experiments", {}).get(experiment) or {}).get("fixed") or {}
-    return fixed.get(key, cfg.get("train", {}).get(key))
-
-
 def design(cfg: dict) -> dict:
-    """The settings the section's prose names, read from the config rather than written into the template."""
+    """The settings the section's prose names, read from the config rather than written into the template: as the
+    config resolves them for each experiment's first run (the train block's where the experiment has none)."""
     keys = ("batch_size", "steps", "eval_every", "eval_size")
+    first: dict[str, dict] = {}
+    for spec in expand_runs(cfg).values():
+        first.setdefault(spec.experiment, spec.settings)
     return {
-        "batch": {k: fixed_setting(cfg, "batch", k) for k in keys},
-        "remedies": {k: fixed_setting(cfg, "remedies", k) for k in keys},
+        **{exp: {k: first.get(exp, cfg.get("train", {})).get(k) for k in keys} for exp in ("batch", "remedies")},
         "gradvar_batches": (cfg.get("gradvar") or {}).get("num_samples"),
     }
 
