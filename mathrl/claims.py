@@ -45,6 +45,7 @@ from mathrl.verdict import (
     Claim,
     Estimate,
     Verdict,
+    correlation_interval,
     difference,
     distance_to_pass,
     mean_interval,
@@ -57,7 +58,7 @@ from mathrl.verdict import (
 )
 
 KINDS = ("document", "setup", "reference", "beyond", "user")
-COMPARES = ("difference", "one_sample", "rate", "relative", "point")
+COMPARES = ("difference", "one_sample", "correlation", "rate", "relative", "point")
 ALPHA = 0.05
 COLUMNS = ["claim_id", "kind", "source", "statement", "outcome", "difference", "ci_low", "ci_high", "n", "p_value",
            "p_holm",
@@ -361,6 +362,8 @@ def estimate(spec: ClaimSpec, a: dict, b: dict) -> tuple[Estimate | None, str]:
         return rate_difference(ka, na, kb, nb), f"{ka} of {na} runs against {kb} of {nb}"
     if spec.compare == "one_sample":
         return mean_interval({k: x - spec.value for k, x in a.items()}), ""
+    if spec.compare == "correlation":
+        return correlation_interval(a), ""
     if spec.compare == "relative":
         return relative_difference(a, b, spec.paired), ""
     return difference(a, b, spec.paired), ""
@@ -429,6 +432,9 @@ def _p_at(spec: ClaimSpec, a: dict, b: dict, est: Estimate, null: float, side: s
                                                  alternative=side).pvalue)  # fmt: skip
     if spec.compare == "one_sample":
         return _t_one([x - spec.value for x in a.values()], null, side)
+    if spec.compare == "correlation":  # the t test of Fisher's z, against the null's z
+        z = np.arctanh(np.clip(list(a.values()), -1 + 1e-12, 1 - 1e-12))
+        return _t_one(list(z), float(np.arctanh(null)), side)
     if spec.compare == "relative":  # the delta method's t statistic, on the interval's own standard error and df
         if not (est.se > 0):
             return math.nan

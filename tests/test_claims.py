@@ -51,6 +51,20 @@ def test_one_sample_against_a_value_and_the_wrong_side():
     assert r["difference"] == pytest.approx(-0.1) and r["outcome"] == "disagrees"  # the interval lies below the value
 
 
+def test_a_correlation_is_averaged_by_fisher_z():
+    r_seed = [0.90, 0.95, 0.99]
+    t = table(seed=[0, 1, 2], corr=r_seed)
+    r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "corr", "table": "t",
+               "compare": "correlation", "a": {}}, {"t": t})  # fmt: skip
+    z = [math.atanh(x) for x in r_seed]  # 1.4722, 1.8318, 2.6467: their mean 1.9836, sd 0.6017
+    half = stats.t.ppf(0.975, 2) * stats.tstd(z) / math.sqrt(3)
+    mean = sum(z) / 3
+    assert r["difference"] == pytest.approx(math.tanh(mean)) and r["difference"] == pytest.approx(0.9628, abs=1e-4)
+    assert (r["ci_low"], r["ci_high"]) == pytest.approx((math.tanh(mean - half), math.tanh(mean + half)))
+    assert r["ci_high"] < 1 and r["p_value"] == pytest.approx(stats.ttest_1samp(z, 0).pvalue)
+    assert r["outcome"] == "agrees" and r["n"] == 3
+
+
 def test_rates_wilson_and_newcombe():
     t = table(arm=["a"] * 10 + ["b"] * 10, seed=list(range(10)) * 2, collapsed=[1.0] * 10 + [0.0] * 10)
     r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "collapsed", "table": "t", "compare": "rate",
@@ -446,7 +460,7 @@ def test_a_relative_difference_counts_the_baselines_uncertainty():
     assert r["p_value"] == pytest.approx(2 * stats.t.sf(abs(ratio) / np.sqrt(var), 3))
 
 
-@pytest.mark.parametrize("design", ["one_sample", "paired", "welch", "relative"])
+@pytest.mark.parametrize("design", ["one_sample", "paired", "welch", "relative", "correlation"])
 def test_p_below_005_exactly_when_the_interval_decides(design):
     """Across random data and every kind of expectation, the p of the test behind the outcome is below 0.05 exactly
     when the 95% interval decides the claim (agrees or disagrees), as a two-sided test's p matches its interval."""
@@ -466,6 +480,9 @@ def test_p_below_005_exactly_when_the_interval_decides(design):
                 "expect": expects[case % len(expects)]}  # fmt: skip
         if design == "one_sample":
             decl["value"] = 1.0
+        elif design == "correlation":  # correlations about 0: a's values moved into (-1, 1)
+            t["v"] = np.tanh(t["v"] - 1.0)
+            decl["compare"] = "correlation"
         else:
             decl["b"] = {"arm": "b"}
         if design == "relative":
