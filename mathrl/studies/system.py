@@ -121,8 +121,7 @@ def start_runs_table(ctx, per_run: pd.DataFrame) -> pd.DataFrame:
     """Per seed, RL (each algorithm) and the supervised control from every start, with `cell`
     (task_start) and `picked` ("yes" at the start the document's range is judged at)."""
     cols = ["task", "start", "cell", "algorithm", "seed", "initial_eval", "final_eval", "gain", "start_val", "picked"]
-    rl = per_run.loc[per_run["final_eval"].notna(), ["task", "start", "algorithm", "seed", "initial_eval", "final_eval",
-                                                     "gain"]]  # fmt: skip
+    rl = per_run[per_run["final_eval"].notna()]
     starts = {task: read_starts(ctx, task) for task in DOC}
     # the supervised control's rows, in RL's columns
     sup = pd.DataFrame([{"task": task, "start": c["start"], "algorithm": SUPERVISED, "seed": c["seed"],
@@ -236,9 +235,8 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = ctx.experiment("system")
     per_run = pd.DataFrame([run_stats(r, start_of(ctx.cfg, r.settings)) for r in runs],
                            columns=["task", "start", "algorithm", "seed", "run_id", "status"] + STATS)  # fmt: skip
-    res = results_table(runs, per_run)
     start_runs = start_runs_table(ctx, per_run)
-    return {"system_configs": configs_table(ctx, runs), "system_results": res,
+    return {"system_configs": configs_table(ctx, runs), "system_results": results_table(runs, per_run),
             "system_curves": curves_table(runs, ctx.cfg),
             "system_console": console_table(ctx, runs), "system_runs": per_run, "system_start_runs": start_runs,
             "system_starts": starts_table(ctx, start_runs)}  # fmt: skip
