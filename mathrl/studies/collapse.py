@@ -30,11 +30,10 @@ TITLE = "Training collapse: causes and remedies"
 DOCUMENT = "training-collapse-analysis.md"
 
 EXPERIMENT = "collapse"
-# What each run of the experiment is for; the config's `roles` block names the variant of each.
-ROLES = ("baseline", "lr_tenth", "kl", "grad_clip", "adv_norm_clip", "entropy_schedule", "cosine_lr",
-         "random_baseline", "shaped", "penalty", "curriculum", "nonfinite")  # fmt: skip
 REMEDIES = ("lr_tenth", "kl", "grad_clip", "adv_norm_clip", "entropy_schedule", "cosine_lr")  # each changes one thing
 REWARD_DESIGNS = ("random_baseline", "shaped", "penalty")
+# What each run of the experiment is for; the config's `roles` block names the variant of each.
+ROLES = ("baseline", *REMEDIES, *REWARD_DESIGNS, "curriculum", "nonfinite")
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)  # "the five points of a run", as shares of its steps
 STATS = ["initial_eval", "final_eval", "best_eval", "gain", "mid_gain", "drawdown", "late_drawdown", "roughness",
          "collapsed", "degraded", "final_format_rate", "final_entropy", "early_entropy", "skipped",
@@ -59,38 +58,34 @@ def five_points(evals: pd.DataFrame, steps: int) -> pd.DataFrame:
 def run_stats(run, role: str) -> dict:
     """One run's outcome; a run without a result keeps NaN statistics (never invented)."""
     spec, settings = run.spec, run.settings
-    keys = {"variant": spec.variant, "role": role, "seed": spec.seed, "run_id": spec.run_id, "status": run.status}
-    row = {**keys, "algorithm": settings["algorithm"]}
+    row = {"variant": spec.variant, "role": role, "seed": spec.seed, "run_id": spec.run_id, "status": run.status,
+           "algorithm": settings["algorithm"]}  # fmt: skip
     if not run.ok:
         return row
-    m, e, half = run.metrics, run.evals, settings["steps"] / 2
-    mid = five_points(e, settings["steps"]).loc[2, "eval_accuracy"]
-    late = e.loc[e["step"] >= half]
-    row.update(initial_eval=run.initial_eval, final_eval=run.summary["final"]["eval_accuracy"],
-               best_eval=run.summary["best"]["eval_accuracy"], drawdown=max_drawdown(e["eval_accuracy"]),
-               late_drawdown=max_drawdown(late["eval_accuracy"]), roughness=roughness(e["step"], e["eval_accuracy"]),
-               collapsed=float(collapsed(run)), degraded=float(degraded(run)),
-               final_format_rate=float(m["format_rate"].iloc[-1]), final_entropy=float(m["entropy"].iloc[-1]),
-               early_entropy=float(m.loc[m["step"] <= half, "entropy"].mean()),
-               skipped=float(m["skipped"].fillna(0).sum()))  # fmt: skip
-    row["gain"], row["mid_gain"] = row["final_eval"] - row["initial_eval"], mid - row["initial_eval"]
-    first_stage = m.loc[m["ndigit"] == m["ndigit"].min(), "accuracy"] if settings.get("curriculum_start") else []
-    row.update(initial_format_rate=float(m["format_rate"].iloc[0]), zero_std=float(m["frac_zero_std"].mean()),
-               entropy_fall=1 - kit.end_over_start(m["entropy"]), lr_ratio=kit.end_over_start(m["lr"]),
-               first_stage_accuracy=float(first_stage.mean()) if len(first_stage) else math.nan,
-               adv_abs_max=kit.step_mean(m, "adv_abs_max"))  # fmt: skip
-    clip = settings.get("adv_clip")
-    # 1: the clip bound at every step (logged after it)
-    row["adv_clip_ratio"] = row["adv_abs_max"] / float(clip) if clip else math.nan
-    row.update(mechanisms(m, settings))
-    return row
+    m, e, half, initial = run.metrics, run.evals, settings["steps"] / 2, run.initial_eval
+    final, mid = run.summary["final"]["eval_accuracy"], five_points(e, settings["steps"]).loc[2, "eval_accuracy"]
+    curriculum = settings.get("curriculum_start")
+    return {**row, "initial_eval": initial, "final_eval": final, "gain": final - initial, "mid_gain": mid - initial,
+            "best_eval": run.summary["best"]["eval_accuracy"], "drawdown": max_drawdown(e["eval_accuracy"]),
+            "late_drawdown": max_drawdown(e.loc[e["step"] >= half, "eval_accuracy"]),
+            "roughness": roughness(e["step"], e["eval_accuracy"]),
+            "collapsed": float(collapsed(run)), "degraded": float(degraded(run)),
+            "final_format_rate": float(m["format_rate"].iloc[-1]), "final_entropy": float(m["entropy"].iloc[-1]),
+            "early_entropy": float(m.loc[m["step"] <= half, "entropy"].mean()),
+            "skipped": float(m["skipped"].fillna(0).sum()), "initial_format_rate": float(m["format_rate"].iloc[0]),
+            "zero_std": float(m["frac_zero_std"].mean()), "entropy_fall": 1 - kit.end_over_start(m["entropy"]),
+            "lr_ratio": kit.end_over_start(m["lr"]), "adv_abs_max": kit.step_mean(m, "adv_abs_max"),
+            "first_stage_accuracy": float(m.loc[m["ndigit"] == m["ndigit"].min(), "accuracy"].mean())
+                                    if curriculum else math.nan,
+            **mechanisms(m, settings)}  # fmt: skip
 
 
 def mechanisms(m: pd.DataFrame, settings: dict) -> dict:
     """What each remedy changes, as the run logged it: the share of steps whose gradient norm (logged
     before clipping) exceeded the clip; the entropy bonus's last / first weight; the mean LR, KL
     coefficient and KL; the share of well-formed rollouts over the last quarter of the steps, and its
-    rise over step 1's. The advantage clip's binding counts the steps with any advantage (a step whose
+    rise over step 1's. The advantage clip's ratio is the mean largest |advantage| over the clip (1: the
+    clip bound at every step, logged after it); its binding counts the steps with any advantage (a step whose
     groups all had equal rewards has none to clip) whose largest |advantage|, logged after the clip, reached it."""
     clip, q, adv_clip = settings.get("grad_clip"), max(1, len(m) // 4), settings.get("adv_clip")
     adv = m["adv_abs_max"].dropna() if "adv_abs_max" in m else pd.Series(dtype=float)
@@ -100,6 +95,7 @@ def mechanisms(m: pd.DataFrame, settings: dict) -> dict:
             "entropy_coef_ratio": kit.end_over_start(m["entropy_coef"]) if "entropy_coef" in m else math.nan,
             "adv_clip_binding": float((adv >= float(adv_clip) * (1 - 1e-6)).mean()) if adv_clip and len(adv)
                                 else math.nan,
+            "adv_clip_ratio": kit.step_mean(m, "adv_abs_max") / float(adv_clip) if adv_clip else math.nan,
             "mean_lr": float(m["lr"].mean()),
             "mean_kl_coef": kit.step_mean(m, "kl_coef"), "mean_kl": kit.step_mean(m, "kl"),
             "late_format_rate": late, "format_gain": late - float(m["format_rate"].iloc[0])}  # fmt: skip
@@ -143,18 +139,15 @@ def segment_rows(run, role: str) -> list[dict]:
 def curve_table(runs, role_of: dict) -> pd.DataFrame:
     """Per variant and step: the mean and std across seeds of each logged metric (step 0 is
     the evaluation before RL); n is the number of runs that reached the step."""
-    frames = []
-    for r in runs:
-        if r.ok:
-            m = r.metrics.reindex(columns=["step"] + CURVE_VALUES)
-            m = pd.concat([pd.DataFrame({"step": [0], "eval_accuracy": [r.initial_eval]}), m], ignore_index=True)
-            frames.append(m.assign(variant=r.spec.variant, role=role_of.get(r.spec.variant, ""), seed=r.spec.seed))
+    by = ["variant", "role", "step"]
+    frames = [pd.concat([pd.DataFrame({"step": [0], "eval_accuracy": [r.initial_eval]}),
+                         r.metrics.reindex(columns=["step"] + CURVE_VALUES)], ignore_index=True)
+              .assign(variant=r.spec.variant, role=role_of.get(r.spec.variant, ""), seed=r.spec.seed)
+              for r in runs if r.ok]  # fmt: skip
     if not frames:
-        return mean_spread(pd.DataFrame(), ["variant", "role", "step"], CURVE_VALUES)
+        return mean_spread(pd.DataFrame(), by, CURVE_VALUES)
     long = pd.concat(frames, ignore_index=True)
-    out = mean_spread(long, ["variant", "role", "step"], CURVE_VALUES)
-    out["n"] = long.groupby(["variant", "role", "step"], sort=False).size().values
-    return out
+    return mean_spread(long, by, CURVE_VALUES).assign(n=long.groupby(by, sort=False).size().values)
 
 
 def nonfinite_table(runs) -> pd.DataFrame:
@@ -186,31 +179,22 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     per_run = pd.DataFrame([run_stats(r, named.get(r.spec.variant, "")) for r in runs],
                            columns=["variant", "role", "seed", "run_id", "status", "algorithm"] + STATS)  # fmt: skip
     variants = ctx.cfg["experiments"].get(EXPERIMENT, {}).get("variants") or {}
-    v = variants_table(per_run, variants, role.get("baseline", ""))
     design = pd.DataFrame([row for r in runs if r.ok and named.get(r.spec.variant) in REWARD_DESIGNS
                            for row in segment_rows(r, named[r.spec.variant])],
                           columns=["variant", "role", "seed", "point", "step", *POINT_VALUES])  # fmt: skip
     design = mean_spread(design, ["variant", "role", "point", "step"], POINT_VALUES)
-    nonfinite = nonfinite_table([r for r in runs if named.get(r.spec.variant) == "nonfinite"])
     return {
-        "collapse_variants": v,
+        "collapse_variants": variants_table(per_run, variants, role.get("baseline", "")),
         "collapse_per_run": per_run,
         "collapse_reward_design": design,
-        "collapse_nonfinite": nonfinite,
+        "collapse_nonfinite": nonfinite_table([r for r in runs if named.get(r.spec.variant) == "nonfinite"]),
         "collapse_curves": curve_table(runs, named),
     }
 
 
 # ----------------------------------------------------------------------------- figures
-def _curves(c, wanted, col, title, ylabel) -> dict:
-    """The `bands` panel of one column: a band (BAND_NOTE) per role of `wanted` over steps, or a placeholder."""
-    rows = [c[(c["role"] == role) & c[f"{col}_mean"].notna()] if len(c) else c for role in wanted]
-    groups = [(d["variant"].iloc[0] if len(d) else "", d) for d in rows]
-    return dict(groups=groups, metric=col, empty=f"no data: {', '.join(wanted)} missing", title=title, ylabel=ylabel)
-
-
 # The figures of curves, {name: (suptitle, rows, columns, size, shared y axis, panels)}: each panel a column of
-# collapse_curves with a band per role of its `roles` (`_curves`: roles, column, title, ylabel).
+# collapse_curves with a band per role of its `roles` (roles, column, title, ylabel).
 CURVE_FIGURES = {
     "collapse_reward_design": ("Reward design on 2-digit multiplication", 1, 2, (10, 3.8), False, [
         (REWARD_DESIGNS, "eval_accuracy", "Held-out accuracy by reward design", "eval accuracy"),
@@ -230,9 +214,14 @@ CURVE_FIGURES = {
 
 
 def fig_curves(c: pd.DataFrame, suptitle: str, rows: int, cols: int, size: tuple, sharey: bool, panels: list):
-    """One of CURVE_FIGURES (the constrained layout keeps the suptitle clear of the panels' titles)."""
-    panels = [_curves(c, *panel) for panel in panels]
-    return kit.band_panels(panels, rows, cols, size, f"{suptitle} ({BAND_NOTE})", sharey=sharey, layout="constrained")
+    """One of CURVE_FIGURES: per panel, a band (BAND_NOTE) per role over steps, or a placeholder (the constrained
+    layout keeps the suptitle clear of the panels' titles)."""
+    drawn = []
+    for wanted, col, title, ylabel in panels:
+        rows_of = [c[(c["role"] == role) & c[f"{col}_mean"].notna()] if len(c) else c for role in wanted]
+        drawn.append(dict(groups=[(d["variant"].iloc[0] if len(d) else "", d) for d in rows_of], metric=col,
+                          empty=f"no data: {', '.join(wanted)} missing", title=title, ylabel=ylabel))  # fmt: skip
+    return kit.band_panels(drawn, rows, cols, size, f"{suptitle} ({BAND_NOTE})", sharey=sharey, layout="constrained")
 
 
 def fig_variants(t) -> plt.Figure:
@@ -277,5 +266,4 @@ def section(t) -> dict:
             "nonfinite": t["collapse_nonfinite"] if len(t["collapse_nonfinite"])
                          else pd.DataFrame(columns=NONFINITE_COLUMNS),
             "zero_std": {"baseline": z("random_baseline"), "shaped": z("shaped")}, "verdicts": kit.by_key(rows),
-            "verdict_list": rows,
-            "remedies": list(REMEDIES)}  # fmt: skip
+            "verdict_list": rows}  # fmt: skip

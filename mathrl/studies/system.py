@@ -13,6 +13,7 @@ split (`pick_start`): the most-trained start still below the document's range.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -24,17 +25,16 @@ from matplotlib.transforms import blended_transform_factory
 import mathrl.studies.kit as kit
 from mathrl import layout
 from mathrl.console import console_line
-from mathrl.layout import is_start
 from mathrl.results import collapsed, degraded, mean_spread
 from mathrl.studies.kit import BAND_NOTE, COLORS, SHARE
-from mathrl.verdict import difference as seed_difference
-from mathrl.verdict import mean_interval
+from mathrl.verdict import difference, mean_interval
 
 NAME = "system"
 TITLE = "The math RL training system: configurations and results"
 DOCUMENT = "math-rl-training-system.md"
 
 ALGORITHMS = ("reinforce", "ppo", "grpo")
+ARCHITECTURE = ("n_layer", "n_head", "n_embd")
 # The document's configurations ("performance benchmarks", "configuration parameters"): config/documents.yaml
 FACTS = kit.document_facts("system")
 DOC, DOC_RL = FACTS["tasks"], FACTS["rl"]
@@ -63,22 +63,18 @@ def configs_table(ctx, runs) -> pd.DataFrame:
     rows = []
     for task, doc in DOC.items():
         sft = ctx.sft(task) or {}
-        model = sft.get("model", {})
         spec = next((r for r in runs if r.settings["task"] == task and r.settings["algorithm"] == "reinforce"), None)
-        ours = {**{k: model.get(k, math.nan) for k in ("n_layer", "n_head", "n_embd")},
-                "n_params": sft.get("n_params", math.nan),
-                "sft_steps": sft.get("steps", math.nan), "sft_accuracy": sft.get("eval_accuracy", math.nan),
-                **{k: (spec.settings[k] if spec else math.nan) for k in DOC_RL}}  # fmt: skip
+        ours = {**{k: sft.get("model", {}).get(k) for k in ARCHITECTURE}, "n_params": sft.get("n_params"),
+                "sft_steps": sft.get("steps"), "sft_accuracy": sft.get("eval_accuracy"),
+                **{k: spec.settings[k] for k in DOC_RL if spec}}  # fmt: skip
         if spec:
             world = ((spec.summary or {}).get("resolved") or {}).get("world_size", 1)
             ours["micro_batch_size"] = per_micro_batch(spec.settings, world)
-        theirs = {**{k: doc[k] for k in ("n_layer", "n_head", "n_embd")}, **DOC_RL}
         preset = sft.get("settings", {}).get("preset", "missing")
-        for key, label in SETTING_NAMES.items():
-            value = ours[key]
-            rows.append({"task": task, "config": doc["config"], "preset": preset, "key": key, "setting": label,
-                         "ours": math.nan if value is None else float(value),
-                         "document": float(theirs.get(key, math.nan))})  # fmt: skip
+        theirs = {**doc, **DOC_RL}
+        rows += [{"task": task, "config": doc["config"], "preset": preset, "key": key, "setting": label,
+                  "ours": math.nan if ours.get(key) is None else float(ours[key]),
+                  "document": float(theirs.get(key, math.nan))} for key, label in SETTING_NAMES.items()]  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -94,7 +90,7 @@ def band_start(cfg: dict, task: str) -> str:
 def start_of(cfg: dict, settings: dict) -> str:
     """The start a run trains from: its `init: start_PCT`, or the band's for the warm-up checkpoint."""
     init = settings.get("init")
-    return init if is_start(init) else band_start(cfg, settings["task"]) if init is None else str(init)
+    return init if layout.is_start(init) else band_start(cfg, settings["task"]) if init is None else str(init)
 
 
 def read_starts(ctx, task: str) -> dict:
@@ -116,34 +112,27 @@ def pick_start(val_accuracy: dict[str, float], low: float) -> str | None:
     most-trained start whose validation accuracy is still below the range's lower end (RL has
     the range left to reach), else the least-trained one. A lone start is picked whatever its
     reading; None where no start, or several without a validation reading."""
-    if len(val_accuracy) == 1:
-        return next(iter(val_accuracy))
-    known_starts = {k: v for k, v in val_accuracy.items() if v == v}
-    if not known_starts:
-        return None
-    below = {k: v for k, v in known_starts.items() if v < low}
-    return max(below, key=below.get) if below else min(known_starts, key=known_starts.get)
-
-
-def control_rows(ctx, task: str) -> list[dict]:
-    """The supervised control's per-seed rows, in system_start_runs' columns."""
-    return [{"task": task, "start": c["start"], "algorithm": SUPERVISED, "seed": c["seed"],
-             "initial_eval": c["initial_test"],
-             "final_eval": c["final_test"], "gain": c["final_test"] - c["initial_test"]}
-            for c in read_starts(ctx, task)["controls"]]  # fmt: skip
+    known = {k: v for k, v in val_accuracy.items() if v == v or len(val_accuracy) == 1}
+    below = {k: v for k, v in known.items() if v < low}
+    return max(below, key=below.get) if below else min(known, key=known.get, default=None)
 
 
 def start_runs_table(ctx, per_run: pd.DataFrame) -> pd.DataFrame:
     """Per seed, RL (each algorithm) and the supervised control from every start, with `cell`
     (task_start) and `picked` ("yes" at the start the document's range is judged at)."""
     cols = ["task", "start", "cell", "algorithm", "seed", "initial_eval", "final_eval", "gain", "start_val", "picked"]
-    rl = per_run.loc[per_run["final_eval"].notna(), ["task", "start", "algorithm", "seed", "initial_eval", "final_eval",
-                                                     "gain"]]  # fmt: skip
-    frames = [f for f in (rl, *(pd.DataFrame(control_rows(ctx, task)) for task in DOC)) if len(f)]
+    rl = per_run[per_run["final_eval"].notna()]
+    starts = {task: read_starts(ctx, task) for task in DOC}
+    # the supervised control's rows, in RL's columns
+    sup = pd.DataFrame([{"task": task, "start": c["start"], "algorithm": SUPERVISED, "seed": c["seed"],
+                         "initial_eval": c["initial_test"], "final_eval": c["final_test"],
+                         "gain": c["final_test"] - c["initial_test"]}
+                        for task in DOC for c in starts[task]["controls"]])  # fmt: skip
+    frames = [f for f in (rl, sup) if len(f)]
     if not frames:
         return pd.DataFrame(columns=cols)
     out = pd.concat(frames, ignore_index=True)
-    val = {(task, st["start"]): st["val_accuracy"] for task in DOC for st in read_starts(ctx, task)["starts"]}
+    val = {(task, st["start"]): st["val_accuracy"] for task in DOC for st in starts[task]["starts"]}
     out["start_val"] = [val.get((t, st), math.nan) for t, st in zip(out["task"], out["start"])]
     out["cell"] = out["task"] + "_" + out["start"]
     picked = {task: pick_start(dict(zip(g["start"], g["start_val"])), expected(task)[0])
@@ -157,19 +146,19 @@ def starts_table(ctx, start_runs: pd.DataFrame) -> pd.DataFrame:
     supervised control's final accuracy (95% t intervals) and RL − control (Welch interval)."""
     rows = []
     for task in DOC:
-        low, high = expected(task)
         for st in read_starts(ctx, task)["starts"]:
             d = start_runs[(start_runs["task"] == task) & (start_runs["start"] == st["start"])]
             rl, sup = (d.loc[d["algorithm"] == a].set_index("seed")["final_eval"] for a in ("reinforce", SUPERVISED))
             if rl.empty and sup.empty:
                 continue
             welch = len(rl) > 1 and len(sup) > 1
-            diff = seed_difference(rl.to_dict(), sup.to_dict(), paired=False) if welch else kit.NO_DIFFERENCE
-            row = {"task": task, "start": st["start"], "threshold": st["threshold"], "warm_up_steps": st["sft_steps"],
-                   "start_val": st["val_accuracy"], "start_test": st["test_accuracy"], "reached": st["reached"],
-                   "picked": bool(len(d)) and (d["picked"] == "yes").any(), "expected_low": low,
-                   "expected_high": high}  # fmt: skip
-            rows.append({**row, "rl_minus_sup": diff.estimate, "rl_minus_sup_lo": diff.lo, "rl_minus_sup_hi": diff.hi,
+            diff = difference(rl.to_dict(), sup.to_dict(), paired=False) if welch else kit.NO_DIFFERENCE
+            rows.append({"task": task, "start": st["start"], "threshold": st["threshold"],
+                         "warm_up_steps": st["sft_steps"], "start_val": st["val_accuracy"],
+                         "start_test": st["test_accuracy"], "reached": st["reached"],
+                         "picked": (d["picked"] == "yes").any(), "expected_low": expected(task)[0],
+                         "expected_high": expected(task)[1], "rl_minus_sup": diff.estimate,
+                         "rl_minus_sup_lo": diff.lo, "rl_minus_sup_hi": diff.hi,
                          **accuracy_columns("rl", rl), **accuracy_columns("sup", sup)})  # fmt: skip
     return pd.DataFrame(rows)
 
@@ -182,19 +171,18 @@ def accuracy_columns(prefix: str, values: pd.Series) -> dict:
     return {f"{prefix}_n": est.n, f"{prefix}_final": final, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
 
 
-def run_stats(run, start: str = "") -> dict:
+def run_stats(run, start: str) -> dict:
     """One run's outcome and throughput (sequences sampled per second of step time)."""
     s = run.settings
     row = {"task": s["task"], "start": start, "algorithm": s["algorithm"], "seed": run.spec.seed,
            "run_id": run.spec.run_id, "status": run.status}  # fmt: skip
     if run.ok:
-        m = run.metrics
-        row.update(final_eval=run.summary["final"]["eval_accuracy"], initial_eval=run.initial_eval,
+        m, final = run.metrics, run.summary["final"]["eval_accuracy"]
+        row.update(final_eval=final, initial_eval=run.initial_eval, gain=final - run.initial_eval,
                    best_eval=run.summary["best"]["eval_accuracy"], steps_done=float(len(m)),
                    wall_seconds=float(m["seconds"].sum()),
                    seq_per_s=float(m["samples"].iloc[-1] / m["seconds"].sum()), collapsed=float(collapsed(run)),
                    degraded=float(degraded(run)))  # fmt: skip
-        row["gain"] = row["final_eval"] - row["initial_eval"]
     return row
 
 
@@ -206,20 +194,13 @@ def reached(final_mean: float, low: float) -> bool | None:
 STATS = "final_eval initial_eval best_eval gain steps_done wall_seconds seq_per_s collapsed degraded".split()
 
 
-def per_run_table(runs, cfg: dict) -> pd.DataFrame:
-    return pd.DataFrame([run_stats(r, start_of(cfg, r.settings)) for r in runs],
-                        columns=["task", "start", "algorithm", "seed", "run_id", "status"] + STATS)  # fmt: skip
-
-
 def results_table(runs, per_run: pd.DataFrame) -> pd.DataFrame:
     by = ["task", "start", "algorithm"]
     out = mean_spread(per_run, by, STATS)  # n counts runs with a final evaluation
     out = kit.add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
     out.insert(3, "n_runs", per_run.groupby(by, sort=False).size().values)
     out = kit.add_outcomes(out, per_run, by)
-    out["rl_steps"] = [
-        next((r.settings["steps"] for r in runs if r.settings["task"] == t), math.nan) for t in out["task"]
-    ]
+    out["rl_steps"] = out["task"].map({r.settings["task"]: r.settings["steps"] for r in reversed(runs)})
     out["expected_low"] = [expected(t)[0] for t in out["task"]]
     out["expected_high"] = [expected(t)[1] for t in out["task"]]
     out["reached"] = [reached(m, lo) for m, lo in zip(out["final_eval_mean"], out["expected_low"])]
@@ -238,27 +219,24 @@ def console_table(ctx, runs) -> pd.DataFrame:
     """Per task and algorithm, the last console line of its first run with a result: from the
     run's log when there is one, else rebuilt from its last metrics row."""
     rows = []
-    for task in DOC:
-        for algorithm in ALGORITHMS:
-            ran = (r for r in runs if r.ok and r.settings["task"] == task and r.settings["algorithm"] == algorithm)
-            run = next(ran, None)
-            if run is None:
-                continue
-            log = layout.at(ctx.cfg, layout.STAGES["train"].log, run_id=run.spec.run_id)
-            text = log.read_text(errors="replace").splitlines() if log.is_file() else []
-            lines = [x.strip() for x in text if x.startswith("Step ")]
-            rebuilt = console_line(run.metrics.iloc[-1].to_dict(), run.settings["steps"])
-            line, source = (lines[-1], "log") if lines else (rebuilt, "metrics.csv")
-            rows.append(dict(task=task, algorithm=algorithm, run_id=run.spec.run_id, source=source, line=line))
+    first = {(r.settings["task"], r.settings["algorithm"]): r for r in reversed(runs) if r.ok}  # each pair's first run
+    for task, algorithm in (k for k in itertools.product(DOC, ALGORITHMS) if k in first):
+        run = first[task, algorithm]
+        log = layout.at(ctx.cfg, layout.STAGES["train"].log, run_id=run.spec.run_id)
+        text = log.read_text(errors="replace").splitlines() if log.is_file() else []
+        lines = [x.strip() for x in text if x.startswith("Step ")]
+        rebuilt = console_line(run.metrics.iloc[-1].to_dict(), run.settings["steps"])
+        line, source = (lines[-1], "log") if lines else (rebuilt, "metrics.csv")
+        rows.append(dict(task=task, algorithm=algorithm, run_id=run.spec.run_id, source=source, line=line))
     return pd.DataFrame(rows, columns=["task", "algorithm", "run_id", "source", "line"])
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = ctx.experiment("system")
-    per_run = per_run_table(runs, ctx.cfg)
-    res = results_table(runs, per_run)
+    per_run = pd.DataFrame([run_stats(r, start_of(ctx.cfg, r.settings)) for r in runs],
+                           columns=["task", "start", "algorithm", "seed", "run_id", "status"] + STATS)  # fmt: skip
     start_runs = start_runs_table(ctx, per_run)
-    return {"system_configs": configs_table(ctx, runs), "system_results": res,
+    return {"system_configs": configs_table(ctx, runs), "system_results": results_table(runs, per_run),
             "system_curves": curves_table(runs, ctx.cfg),
             "system_console": console_table(ctx, runs), "system_runs": per_run, "system_start_runs": start_runs,
             "system_starts": starts_table(ctx, start_runs)}  # fmt: skip
@@ -284,10 +262,10 @@ def fig_curves(t) -> plt.Figure:
     fig, axes = plt.subplots(1, len(DOC), figsize=(10, 3.8), sharey=True, layout="constrained")
     for ax, task in zip(axes, DOC):
         d = c[c["task"] == task] if len(c) else c
-        lines = [(st, algorithm) for st in (dict.fromkeys(d["start"]) if len(d) else []) for algorithm in ALGORITHMS]
-        groups = [(f"{a} from {st}", d[(d["algorithm"] == a) & (d["start"] == st)]) for st, a in lines]
+        groups = [(f"{a} from {st}", d[(d["algorithm"] == a) & (d["start"] == st)])
+                  for st in (dict.fromkeys(d["start"]) if len(d) else []) for a in ALGORITHMS]  # fmt: skip
         # a line keeps its colour where another is missing
-        colors = [COLORS[i % len(COLORS)] for i in range(len(lines))]
+        colors = [COLORS[i % len(COLORS)] for i in range(len(groups))]
         labels = dict(title=f"{task} ({DOC[task]['config']})", ylabel="held-out accuracy", ylim=(0, 1))
         kit.bands(ax, groups, "eval_accuracy", f"no data: the {task} runs are missing", colors=colors, **labels)
         lo, hi = kit.cell(res, "expected_low", task=task), kit.cell(res, "expected_high", task=task)
