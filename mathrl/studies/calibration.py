@@ -7,11 +7,10 @@ is judged against it. Three questions, each answered from this run's files:
    each task's reference, the variant its `reference_<task>` role names) at two batch
    sizes for a few dozen steps, evaluated on the validation split (`eval_split: val`: a
    selection never reads the held-out test set the verdicts are judged on). A setting
-   *learns* when its gain (final − start validation accuracy) has a 95% interval above 0 (Newcombe, on the problems
-   evaluated) and its
-   accuracy never makes a sustained drop (two evaluations in a row more than 5 points below
-   the start). The pilot's pick is the largest multiple that learns; the configured
-   reference should be it.
+   *learns* when its gain (final − start validation accuracy) has a 95% interval above 0
+   (Newcombe, on the problems evaluated) and its accuracy never makes a sustained drop (two
+   evaluations in a row more than 5 points below the start). The pilot's pick is the
+   largest multiple that learns; the configured reference should be it.
 2. **Each experiment's reference.** An experiment's `reference` role names the setting in
    which RL should learn (a variant, or a grid point as `key=value`). Its gain over seeds
    is a verdict: the interval above 0, or the report says it does not learn and by how much.
@@ -48,13 +47,12 @@ def sustained_drop(accuracies, start: float, margin: float = DROP) -> bool:
 
 def learns(gain_lo: float, dropped: bool) -> bool:
     """The pilot's rule: the gain's interval lies above 0 and accuracy never dropped for long."""
-    return bool(gain_lo == gain_lo and gain_lo > 0 and not dropped)
+    return bool(gain_lo > 0 and not dropped)  # a NaN bound (no interval) is not above 0
 
 
 def pick(multiples_learning: dict[float, bool]) -> float:
     """The largest LR multiple that learns (NaN when none does)."""
-    ok = [m for m, good in multiples_learning.items() if good]
-    return max(ok) if ok else NAN
+    return max((m for m, good in multiples_learning.items() if good), default=NAN)
 
 
 # ----------------------------------------------------------------------------- per run
@@ -96,8 +94,8 @@ def pick_table(pilot: pd.DataFrame) -> pd.DataFrame:
         chosen = pick({float(m): bool(ok) for m, ok in zip(done["multiple"], done["learns"])})
         rows.append({"task": task, "batch_size": batch,
                      "tried": ", ".join(f"{m:.3g}x" for m in sorted(done["multiple"].round(3))),
-                     "n_learning": int(done["learns"].sum()), "pick": chosen, "reference_is_pick":
-                         bool(chosen == chosen and abs(chosen - 1) < 1e-6) if len(done) else None})  # fmt: skip
+                     "n_learning": int(done["learns"].sum()), "pick": chosen,
+                     "reference_is_pick": bool(abs(chosen - 1) < 1e-6) if len(done) else None})  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -209,8 +207,7 @@ def section(t) -> dict:
     total = kit.row_of(below, experiment="all runs")
     # experiments that declare no reference (an empty cell reads back from CSV as NaN); one that
     # declares it but has no finished run yet is not among them
-    no_reference = refs["reference"].isna() | refs["reference"].eq("") if len(refs) else []
-    unreferenced = refs.loc[no_reference, "experiment"].tolist() if len(refs) else []
+    unreferenced = refs.loc[refs["reference"].fillna("").eq(""), "experiment"].tolist() if len(refs) else []
     return {"unreferenced": unreferenced, "pilot": t["calibration_pilot"], "pick": t["calibration_pick"],
             "below": below, "overall": total, "target": TARGET_BELOW, "drop": DROP,
             "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),

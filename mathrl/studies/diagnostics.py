@@ -41,10 +41,6 @@ REACHED_STEPS = 5  # the accuracy a run reached: the mean sampled accuracy of it
 RUN_KEYS = ["experiment", "setting", "seed"]
 
 
-def run_dir(ctx, run):
-    return layout.at(ctx.cfg, layout.RUN_DIR, run_id=run.spec.run_id)
-
-
 def setting(spec) -> str:
     """Like `generic.setting`, but a grid value None reads `None` (not `none`) in the diagnostics tables."""
     return spec.variant or ", ".join(f"{k}={v}" for k, v in spec.point.items()) or "default"
@@ -58,13 +54,11 @@ def ok_runs(ctx):
                 yield {"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed}, run
 
 
-def bootstrap_mean(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
+def bootstrap_mean(x: np.ndarray) -> tuple[float, float]:
     """95% percentile-bootstrap interval of a mean over problems (scipy.stats.bootstrap)."""
-    if len(x) < 2 or np.ptp(x) == 0:
-        return (float(np.mean(x)), float(np.mean(x))) if len(x) else (NAN, NAN)
-    res = stats.bootstrap(
-        (x,), np.mean, n_resamples=2000, method="percentile", random_state=np.random.default_rng(seed)
-    )
+    if np.ptp(x) == 0:  # one problem, or all alike: nothing to resample
+        return float(np.mean(x)), float(np.mean(x))
+    res = stats.bootstrap((x,), np.mean, n_resamples=2000, method="percentile", random_state=np.random.default_rng(0))
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
@@ -72,7 +66,7 @@ def bootstrap_mean(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
 def pass_at_k_runs(ctx) -> pd.DataFrame:
     rows = []
     for keys, run in ok_runs(ctx):
-        path = run_dir(ctx, run) / "pass_at_k.csv"
+        path = layout.at(ctx.cfg, layout.RUN_DIR, run_id=run.spec.run_id) / "pass_at_k.csv"
         if not path.exists():
             continue
         for phase, g in pd.read_csv(path).groupby("phase", sort=False):
@@ -135,7 +129,7 @@ def adv_scaling_runs(ctx) -> pd.DataFrame:
     accuracy at the start and the end (heldout.csv)."""
     rows = []
     for run in ctx.experiment(EXPERIMENT):
-        path = run_dir(ctx, run) / "heldout.csv"
+        path = layout.at(ctx.cfg, layout.RUN_DIR, run_id=run.spec.run_id) / "heldout.csv"
         if not run.ok or not path.exists():
             continue
         h = pd.read_csv(path)
@@ -288,9 +282,8 @@ def figures(t) -> dict[str, plt.Figure]:
     fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
     adv = adv[adv["carries"].astype(str) != "all"] if len(adv) else adv
     if len(adv):
-        names = list(pd.unique(adv["setting"]))
         for i, (name, g) in enumerate(adv.groupby("setting", sort=False)):
-            x = g["carries"].astype(int).to_numpy() + (i - (len(names) - 1) / 2) * 0.18
+            x = g["carries"].astype(int).to_numpy() + (i - (adv["setting"].nunique() - 1) / 2) * 0.18
             ax.errorbar(x, g["gain_mean"] * 100,
                         yerr=[(g["gain_mean"] - g["gain_lo"]) * 100, (g["gain_hi"] - g["gain_mean"]) * 100],
                         fmt="o", color=COLORS[i % len(COLORS)], label=name, capsize=2)  # fmt: skip
