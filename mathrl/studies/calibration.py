@@ -25,6 +25,7 @@ from __future__ import annotations
 import pandas as pd
 
 import mathrl.studies.kit as kit
+from mathrl.results import sustained_below
 from mathrl.studies.kit import COLORS, NAN, placeholder, plt, setting
 from mathrl.verdict import mean_interval, rate_difference, wilson
 
@@ -39,12 +40,6 @@ HEADROOM = 0.9  # a reference that starts this high has no room to show a gain
 
 
 # ----------------------------------------------------------------------------- pure rules
-def sustained_drop(accuracies, start: float, margin: float = DROP) -> bool:
-    """Two evaluations in a row more than `margin` below `start`, or the last one is."""
-    below = [a < start - margin for a in accuracies]
-    return bool(below and (below[-1] or any(x and y for x, y in zip(below, below[1:]))))
-
-
 def learns(gain_lo: float, dropped: bool) -> bool:
     """The pilot's rule: the gain's interval lies above 0 and accuracy never dropped for long."""
     return bool(gain_lo > 0 and not dropped)  # a NaN bound (no interval) is not above 0
@@ -63,7 +58,8 @@ def gain_row(run) -> dict:
         return {**row, "sustained_drop": None}
     ev, n = run.evals["eval_accuracy"].tolist(), kit.n_evaluated(run)
     start, final = ev[0], ev[-1]
-    row.update(start=start, final=final, gain=final - start, n_eval=n, sustained_drop=sustained_drop(ev[1:], start))
+    row.update(start=start, final=final, gain=final - start, n_eval=n)
+    row["sustained_drop"] = sustained_below(ev[1:], start - DROP)  # two evaluations in a row, or the last
     if n:
         est = rate_difference(round(final * n), n, round(start * n), n)
         row.update(gain_lo=est.lo, gain_hi=est.hi)
@@ -182,10 +178,9 @@ def gains_figure(g: pd.DataFrame) -> plt.Figure:
         placeholder(ax, "no runs with a result")
     else:
         exps = list(dict.fromkeys(g["experiment"]))
-        for i, e in enumerate(exps):
-            y = 100 * g.loc[g["experiment"] == e, "gain"]
-            x = [i + 0.25 * ((j % 5) - 2) / 2 for j in range(len(y))]
-            ax.scatter(x, y, s=12, color=COLORS[i % len(COLORS)])
+        for i, (_, runs) in enumerate(g.groupby("experiment", sort=False)):
+            x = [i + 0.25 * ((j % 5) - 2) / 2 for j in range(len(runs))]
+            ax.scatter(x, 100 * runs["gain"], s=12, color=COLORS[i % len(COLORS)])
         ax.axhline(-100 * DROP, color="tab:red", linestyle="--", linewidth=0.8, label="5 points below the warm-up")
         ax.axhline(0, color="0.5", linewidth=0.8)
         ax.set_xticks(range(len(exps)), exps, rotation=30, ha="right")

@@ -135,9 +135,8 @@ def batch_table(fitted: pd.DataFrame, reference: str, sizes: dict[str, int]) -> 
 
 
 def drawn(fitted: pd.DataFrame, runs) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """What the figure draws, for the batch study's settings with a fit (`fitted`, their runs' fits): the mean
-    measured accuracy per evaluation (with its spread over seeds), and the fitted curves on a grid of compute (mean
-    and spread over seeds)."""
+    """What the figure draws of the batch study's fitted settings (`fitted`: their runs' fits): the measured accuracy
+    per evaluation and the fitted curves on a grid of compute, each as the mean and spread over seeds."""
     points = [evaluation_points(run).assign(setting=name, seed=run.spec.seed)
               for exp, name, run in runs if exp == BATCH and name in set(fitted["setting"])]  # fmt: skip
     pts = pd.concat(points).rename(columns={"eval_accuracy": "accuracy"}) if points else pd.DataFrame()
@@ -156,7 +155,7 @@ def drawn(fitted: pd.DataFrame, runs) -> tuple[pd.DataFrame, pd.DataFrame]:
 def tables(runs, cfg: dict) -> dict[str, pd.DataFrame]:
     runs = list(runs)
     fits = fit_runs(runs, cfg)
-    batch = fits[(fits["experiment"] == BATCH) & fits["fitted"].astype(bool)] if len(fits) else fits
+    batch = fits[(fits["experiment"] == BATCH) & fits["fitted"].astype(bool)]
     points, curves_drawn = drawn(batch, runs)
     return {
         "diagnostics_curves_runs": fits,

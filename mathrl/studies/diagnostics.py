@@ -25,6 +25,7 @@ import mathrl.studies.policy_losses as policy_losses
 import mathrl.studies.token_selection as token_selection
 from mathrl import analysis as dx
 from mathrl import layout
+from mathrl.measures import final_eval, gain
 from mathrl.results import mean_spread
 from mathrl.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, known, plt
 from mathrl.verdict import mean_interval
@@ -98,8 +99,7 @@ def entropy_law_runs(ctx) -> pd.DataFrame:
         reached = float(m["accuracy"].tail(REACHED_STEPS).mean())
         holds = fit["r2"] >= LAW_R2 and fit["half_rmse"] <= LAW_RMSE
         rows.append({**keys, "steps": len(m), **fit, "entropy_start": float(m["entropy"].iloc[0]),
-                     "entropy_end": float(m["entropy"].iloc[-1]), "reached": reached,
-                     "final_eval": float(run.evals["eval_accuracy"].iloc[-1]),
+                     "entropy_end": float(m["entropy"].iloc[-1]), "reached": reached, "final_eval": final_eval(run),
                      "ceiling_minus_reached": fit["ceiling"] - reached,
                      "holds": bool(holds) if known(fit["r2"], fit["half_rmse"]) else None})  # fmt: skip
     columns = "steps n a b r2 ceiling half_rmse half_mae entropy_start entropy_end reached final_eval".split()
@@ -152,8 +152,7 @@ def adv_scaling_summary(runs: pd.DataFrame) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- noise scale
 def noise_scale_table(ctx) -> pd.DataFrame:
     """The gradient probe's noise scale beside the batch study's outcome per batch size."""
-    gains = pd.DataFrame([{"batch_size": r.settings["batch_size"], "lr": r.settings["lr"],
-                           "gain": float(r.evals["eval_accuracy"].iloc[-1] - r.initial_eval)}
+    gains = pd.DataFrame([{"batch_size": r.settings["batch_size"], "lr": r.settings["lr"], "gain": gain(r)}
                           for r in ctx.experiment("batch") if r.ok], columns=["batch_size", "lr", "gain"])  # fmt: skip
     sizes, rows = sorted(set(gains["batch_size"])) or [NAN], []
     for task in ctx.cfg.get("gradvar", {}).get("tasks", []):
