@@ -97,14 +97,12 @@ def summary(fits: pd.DataFrame) -> pd.DataFrame:
         fitted = g[g["fitted"].astype(bool)]
         half = mean_interval(fitted["half_mae"])
         noise = fitted.loc[fitted["half_mae"].notna(), "half_noise"]
-        log_mid = np.log(fitted["C_mid"].dropna())
-        rows.append({"experiment": exp, "setting": name, "runs": len(g), "n": len(fitted),
+        log_mid = np.log(fitted["C_mid"].dropna())  # C_mid: a geometric mean (NaN where no run has one)
+        rows.append({"experiment": exp, "setting": name, "runs": len(g), "n": len(fitted), "fitted": len(fitted) > 0,
                      "points": int(g["points"].median()), "R0": float(g["R0"].mean()), **ceiling_and_efficiency(fitted),
-                     "C_mid": float(np.exp(log_mid.mean())) if len(log_mid) else NAN,
-                     "rmse_mean": float(fitted["rmse"].mean()), "half_n": half.n,
+                     "C_mid": float(np.exp(log_mid.mean())), "rmse_mean": float(fitted["rmse"].mean()),
                      **estimate_columns("half_mae", half, (0.0, None)),  # an absolute error is at least 0
-                     "half_noise": float(noise.mean()) if noise.notna().any() else NAN,
-                     "fitted": len(fitted) > 0, "note": _note(g, fitted)})  # fmt: skip
+                     "half_n": half.n, "half_noise": float(noise.mean()), "note": _note(g, fitted)})  # fmt: skip
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 

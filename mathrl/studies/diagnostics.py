@@ -139,8 +139,7 @@ def adv_scaling_runs(ctx) -> pd.DataFrame:
             rows.append({"setting": setting(run.spec), "seed": run.spec.seed, "carries": str(c), "problems": len(g),
                          "initial": float(g["initial"].mean()), "final": float(g["final"].mean())})  # fmt: skip
     df = pd.DataFrame(rows, columns=["setting", "seed", "carries", "problems", "initial", "final"])
-    df["gain"] = df["final"] - df["initial"]
-    return df
+    return df.assign(gain=df["final"] - df["initial"])
 
 
 def adv_scaling_summary(runs: pd.DataFrame) -> pd.DataFrame:
@@ -164,8 +163,7 @@ def noise_scale_table(ctx) -> pd.DataFrame:
             rows.append({"task": task, "grad_sq": ns.get("grad_sq", NAN), "trace_sigma": ns.get("trace_sigma", NAN),
                          "noise_scale": b_noise, "batch_size": b, "lr": float(g["lr"].iloc[0]) if len(g) else NAN,
                          **kit.estimate_columns("gain", est), "n": est.n,
-                         # McCandlish et al.: the best step size grows as B / (B + B_noise); relative to the
-                         # largest batch
+                         # McCandlish et al.: the best step size grows as B / (B + B_noise); relative to the largest B
                          "lr_scale": (b / (b + b_noise)) / (max(sizes) / (max(sizes) + b_noise))
                                      if known(b, b_noise) else NAN})  # fmt: skip
     columns = "task grad_sq trace_sigma noise_scale batch_size lr gain_mean gain_lo gain_hi n lr_scale".split()
