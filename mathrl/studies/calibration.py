@@ -74,9 +74,8 @@ def pilot_table(ctx) -> pd.DataFrame:
     ref_lr = {r.removeprefix("reference_"): lr[v] for r, v in roles.items() if r.startswith("reference_") and v in lr}
     for r in runs:
         s, gain = r.settings, gain_row(r)
-        base = ref_lr.get(s["task"], NAN)
         rows.append({"variant": r.spec.variant, "seed": r.spec.seed, "task": s["task"], "batch_size": s["batch_size"],
-                     "lr": s["lr"], "multiple": s["lr"] / base if base == base else NAN, "steps": s["steps"],
+                     "lr": s["lr"], "multiple": s["lr"] / ref_lr.get(s["task"], NAN), "steps": s["steps"],
                      "split": s.get("eval_split", "test"), "status": r.status, **gain,
                      "learns": learns(gain["gain_lo"], bool(gain["sustained_drop"])) if r.ok else None})  # fmt: skip
     return pd.DataFrame(rows)

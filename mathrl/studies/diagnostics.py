@@ -119,8 +119,7 @@ def entropy_law_summary(runs: pd.DataFrame) -> pd.DataFrame:
     # n: the runs fitted; a fit on constant data has no R² (nor a and b), so each value's interval has its own count
     out = mean_spread(runs, ["experiment", "setting"], LAW_VALUES).assign(n=by.size().values)
     out = kit.add_intervals(out, LAW_VALUES, bounds=LAW_BOUNDS, counts=by[LAW_VALUES].count())
-    out["holds"] = by["holds"].sum().values
-    return out
+    return out.assign(holds=by["holds"].sum().values)
 
 
 # ----------------------------------------------------------------------------- advantage scaling
