@@ -11,6 +11,7 @@ import pytest
 
 from mathrl.config import load_config
 from mathrl.measures import run_measures
+from mathrl.results import sustained_below
 from mathrl.studies import calibration as cal
 from mathrl.studies.context import Context
 from tests.conftest import TINY, write_config
@@ -27,7 +28,7 @@ from tests.synthetic import curve, verdicts, with_claims, write_run
     ([], 0.50, False),
 ])  # fmt: skip
 def test_sustained_drop(accs, start, expected):
-    assert cal.sustained_drop(accs, start) is expected
+    assert sustained_below(accs, start - cal.DROP) is expected
 
 
 def test_the_pilot_picks_the_largest_multiple_that_learns():

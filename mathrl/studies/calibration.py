@@ -7,11 +7,10 @@ is judged against it. Three questions, each answered from this run's files:
    each task's reference, the variant its `reference_<task>` role names) at two batch
    sizes for a few dozen steps, evaluated on the validation split (`eval_split: val`: a
    selection never reads the held-out test set the verdicts are judged on). A setting
-   *learns* when its gain (final − start validation accuracy) has a 95% interval above 0 (Newcombe, on the problems
-   evaluated) and its
-   accuracy never makes a sustained drop (two evaluations in a row more than 5 points below
-   the start). The pilot's pick is the largest multiple that learns; the configured
-   reference should be it.
+   *learns* when its gain (final − start validation accuracy) has a 95% interval above 0
+   (Newcombe, on the problems evaluated) and its accuracy never makes a sustained drop (two
+   evaluations in a row more than 5 points below the start). The pilot's pick is the
+   largest multiple that learns; the configured reference should be it.
 2. **Each experiment's reference.** An experiment's `reference` role names the setting in
    which RL should learn (a variant, or a grid point as `key=value`). Its gain over seeds
    is a verdict: the interval above 0, or the report says it does not learn and by how much.
@@ -26,6 +25,7 @@ from __future__ import annotations
 import pandas as pd
 
 import mathrl.studies.kit as kit
+from mathrl.results import sustained_below
 from mathrl.studies.kit import COLORS, NAN, placeholder, plt, setting
 from mathrl.verdict import mean_interval, rate_difference, wilson
 
@@ -40,21 +40,14 @@ HEADROOM = 0.9  # a reference that starts this high has no room to show a gain
 
 
 # ----------------------------------------------------------------------------- pure rules
-def sustained_drop(accuracies, start: float, margin: float = DROP) -> bool:
-    """Two evaluations in a row more than `margin` below `start`, or the last one is."""
-    below = [a < start - margin for a in accuracies]
-    return bool(below and (below[-1] or any(x and y for x, y in zip(below, below[1:]))))
-
-
 def learns(gain_lo: float, dropped: bool) -> bool:
     """The pilot's rule: the gain's interval lies above 0 and accuracy never dropped for long."""
-    return bool(gain_lo == gain_lo and gain_lo > 0 and not dropped)
+    return bool(gain_lo > 0 and not dropped)  # a NaN bound (no interval) is not above 0
 
 
 def pick(multiples_learning: dict[float, bool]) -> float:
     """The largest LR multiple that learns (NaN when none does)."""
-    ok = [m for m, good in multiples_learning.items() if good]
-    return max(ok) if ok else NAN
+    return max((m for m, good in multiples_learning.items() if good), default=NAN)
 
 
 # ----------------------------------------------------------------------------- per run
@@ -65,7 +58,8 @@ def gain_row(run) -> dict:
         return {**row, "sustained_drop": None}
     ev, n = run.evals["eval_accuracy"].tolist(), kit.n_evaluated(run)
     start, final = ev[0], ev[-1]
-    row.update(start=start, final=final, gain=final - start, n_eval=n, sustained_drop=sustained_drop(ev[1:], start))
+    row.update(start=start, final=final, gain=final - start, n_eval=n)
+    row["sustained_drop"] = sustained_below(ev[1:], start - DROP)  # two evaluations in a row, or the last
     if n:
         est = rate_difference(round(final * n), n, round(start * n), n)
         row.update(gain_lo=est.lo, gain_hi=est.hi)
@@ -80,9 +74,8 @@ def pilot_table(ctx) -> pd.DataFrame:
     ref_lr = {r.removeprefix("reference_"): lr[v] for r, v in roles.items() if r.startswith("reference_") and v in lr}
     for r in runs:
         s, gain = r.settings, gain_row(r)
-        base = ref_lr.get(s["task"], NAN)
         rows.append({"variant": r.spec.variant, "seed": r.spec.seed, "task": s["task"], "batch_size": s["batch_size"],
-                     "lr": s["lr"], "multiple": s["lr"] / base if base == base else NAN, "steps": s["steps"],
+                     "lr": s["lr"], "multiple": s["lr"] / ref_lr.get(s["task"], NAN), "steps": s["steps"],
                      "split": s.get("eval_split", "test"), "status": r.status, **gain,
                      "learns": learns(gain["gain_lo"], bool(gain["sustained_drop"])) if r.ok else None})  # fmt: skip
     return pd.DataFrame(rows)
@@ -96,8 +89,8 @@ def pick_table(pilot: pd.DataFrame) -> pd.DataFrame:
         chosen = pick({float(m): bool(ok) for m, ok in zip(done["multiple"], done["learns"])})
         rows.append({"task": task, "batch_size": batch,
                      "tried": ", ".join(f"{m:.3g}x" for m in sorted(done["multiple"].round(3))),
-                     "n_learning": int(done["learns"].sum()), "pick": chosen, "reference_is_pick":
-                         bool(chosen == chosen and abs(chosen - 1) < 1e-6) if len(done) else None})  # fmt: skip
+                     "n_learning": int(done["learns"].sum()), "pick": chosen,
+                     "reference_is_pick": bool(abs(chosen - 1) < 1e-6) if len(done) else None})  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -184,10 +177,9 @@ def gains_figure(g: pd.DataFrame) -> plt.Figure:
         placeholder(ax, "no runs with a result")
     else:
         exps = list(dict.fromkeys(g["experiment"]))
-        for i, e in enumerate(exps):
-            y = 100 * g.loc[g["experiment"] == e, "gain"]
-            x = [i + 0.25 * ((j % 5) - 2) / 2 for j in range(len(y))]
-            ax.scatter(x, y, s=12, color=COLORS[i % len(COLORS)])
+        for i, (_, runs) in enumerate(g.groupby("experiment", sort=False)):
+            x = [i + 0.25 * ((j % 5) - 2) / 2 for j in range(len(runs))]
+            ax.scatter(x, 100 * runs["gain"], s=12, color=COLORS[i % len(COLORS)])
         ax.axhline(-100 * DROP, color="tab:red", linestyle="--", linewidth=0.8, label="5 points below the warm-up")
         ax.axhline(0, color="0.5", linewidth=0.8)
         ax.set_xticks(range(len(exps)), exps, rotation=30, ha="right")
@@ -209,8 +201,7 @@ def section(t) -> dict:
     total = kit.row_of(below, experiment="all runs")
     # experiments that declare no reference (an empty cell reads back from CSV as NaN); one that
     # declares it but has no finished run yet is not among them
-    no_reference = refs["reference"].isna() | refs["reference"].eq("") if len(refs) else []
-    unreferenced = refs.loc[no_reference, "experiment"].tolist() if len(refs) else []
+    unreferenced = refs.loc[refs["reference"].fillna("").eq(""), "experiment"].tolist() if len(refs) else []
     return {"unreferenced": unreferenced, "pilot": t["calibration_pilot"], "pick": t["calibration_pick"],
             "below": below, "overall": total, "target": TARGET_BELOW, "drop": DROP,
             "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),

@@ -6,8 +6,8 @@ tokens, so tokens would only rescale C_mid). Per setting: the ceiling A and the 
 over seeds (one fit per seed; a bootstrap over three to five seeds would understate the spread), C_mid, and the error
 of a fit on the first half of a run's compute predicting its second half, beside the error a perfect forecast would
 show from the evaluation's sampling alone (policy_losses evaluates every step on few problems: its runs have a first
-half to fit). The batch study is restated as ceiling
-against efficiency: each batch size's A and B against the reference batch's, paired by seed.
+half to fit). The batch study is restated as ceiling against efficiency: each batch size's A and B against the
+reference batch's, paired by seed.
 
 The functions take the runs as (experiment, setting, run) triples, which `mathrl.studies.diagnostics` passes in.
 """
@@ -49,7 +49,7 @@ def problems(run, cfg: dict) -> int:
     return int(s.get("eval_size") or (cfg.get("tasks", {}).get(s.get("task"), {}) or {}).get("n_test") or 0)
 
 
-def fit_runs(runs, cfg: dict | None = None) -> pd.DataFrame:
+def fit_runs(runs, cfg: dict) -> pd.DataFrame:
     """One fit per run (and one of its first half, with the error a perfect forecast would show from the
     evaluation's sampling alone): A, B, C_mid, how many points, and why not where not."""
     rows = []
@@ -58,12 +58,11 @@ def fit_runs(runs, cfg: dict | None = None) -> pd.DataFrame:
         c, r = p["samples"].to_numpy(), p["eval_accuracy"].to_numpy()
         rows.append({"experiment": exp, "setting": name, "seed": run.spec.seed, "R0": run.initial_eval,
                      "C_max": float(np.nanmax(c)), **curves.fit_curve(c, r, run.initial_eval),
-                     **curves.half_fit_error(c, r, run.initial_eval, problems=problems(run, cfg or {}))})  # fmt: skip
+                     **curves.half_fit_error(c, r, run.initial_eval, problems=problems(run, cfg))})  # fmt: skip
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
 def _difference(name: str, est: Estimate) -> dict:
-    """`{name}`, `{name}_lo`, `{name}_hi`, `{name}_n` of a paired difference."""
     return {name: est.estimate, f"{name}_lo": est.lo, f"{name}_hi": est.hi, f"{name}_n": est.n}
 
 
@@ -98,14 +97,12 @@ def summary(fits: pd.DataFrame) -> pd.DataFrame:
         fitted = g[g["fitted"].astype(bool)]
         half = mean_interval(fitted["half_mae"])
         noise = fitted.loc[fitted["half_mae"].notna(), "half_noise"]
-        log_mid = np.log(fitted["C_mid"].dropna())
-        rows.append({"experiment": exp, "setting": name, "runs": len(g), "n": len(fitted),
+        log_mid = np.log(fitted["C_mid"].dropna())  # C_mid: a geometric mean (NaN where no run has one)
+        rows.append({"experiment": exp, "setting": name, "runs": len(g), "n": len(fitted), "fitted": len(fitted) > 0,
                      "points": int(g["points"].median()), "R0": float(g["R0"].mean()), **ceiling_and_efficiency(fitted),
-                     "C_mid": float(np.exp(log_mid.mean())) if len(log_mid) else NAN,
-                     "rmse_mean": float(fitted["rmse"].mean()), "half_n": half.n,
+                     "C_mid": float(np.exp(log_mid.mean())), "rmse_mean": float(fitted["rmse"].mean()),
                      **estimate_columns("half_mae", half, (0.0, None)),  # an absolute error is at least 0
-                     "half_noise": float(noise.mean()) if noise.notna().any() else NAN,
-                     "fitted": len(fitted) > 0, "note": _note(g, fitted)})  # fmt: skip
+                     "half_n": half.n, "half_noise": float(noise.mean()), "note": _note(g, fitted)})  # fmt: skip
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
@@ -121,24 +118,23 @@ def batch_design(cfg: dict) -> tuple[str, dict[str, int]]:
     return reference, {k: int(v) for k, v in sizes.items() if v is not None}
 
 
-def batch_table(fitted: pd.DataFrame, reference: str, sizes: dict[str, int] | None = None) -> pd.DataFrame:
+def batch_table(fitted: pd.DataFrame, reference: str, sizes: dict[str, int]) -> pd.DataFrame:
     """The batch study as ceiling against efficiency, from its fitted runs: per batch size, A and B, and their
     differences from the reference batch's (paired by seed; B over the seeds where both runs gained). `sizes`: each
     setting's batch size (else read from a grid point's name, `batch_size=64`)."""
     rows = []
     for name, g, ref in arms(fitted, reference):
-        da, db = versus(g, ref, "A"), versus(g, ref, "B")
-        size = (sizes or {}).get(name, int(str(name).split("=")[-1]) if "=" in str(name) else NAN)
+        size = sizes.get(name, int(str(name).split("=")[-1]) if "=" in str(name) else NAN)
         rows.append({"setting": name, "batch_size": size, "reference": name == reference, "n": int(g["A"].count()),
-                     **ceiling_and_efficiency(g), **_difference("dA", da), **_difference("dB", db)})  # fmt: skip
+                     **ceiling_and_efficiency(g), **_difference("dA", versus(g, ref, "A")),
+                     **_difference("dB", versus(g, ref, "B"))})  # fmt: skip
     out = pd.DataFrame(rows, columns=BATCH_COLUMNS)
     return out.sort_values("batch_size", kind="stable").reset_index(drop=True) if len(out) else out
 
 
 def drawn(fitted: pd.DataFrame, runs) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """What the figure draws, for the batch study's settings with a fit (`fitted`, their runs' fits): the mean
-    measured accuracy per evaluation (with its spread over seeds), and the fitted curves on a grid of compute (mean
-    and spread over seeds)."""
+    """What the figure draws of the batch study's fitted settings (`fitted`: their runs' fits): the measured accuracy
+    per evaluation and the fitted curves on a grid of compute, each as the mean and spread over seeds."""
     points = [evaluation_points(run).assign(setting=name, seed=run.spec.seed)
               for exp, name, run in runs if exp == BATCH and name in set(fitted["setting"])]  # fmt: skip
     pts = pd.concat(points).rename(columns={"eval_accuracy": "accuracy"}) if points else pd.DataFrame()
@@ -157,7 +153,7 @@ def drawn(fitted: pd.DataFrame, runs) -> tuple[pd.DataFrame, pd.DataFrame]:
 def tables(runs, cfg: dict) -> dict[str, pd.DataFrame]:
     runs = list(runs)
     fits = fit_runs(runs, cfg)
-    batch = fits[(fits["experiment"] == BATCH) & fits["fitted"].astype(bool)] if len(fits) else fits
+    batch = fits[(fits["experiment"] == BATCH) & fits["fitted"].astype(bool)]
     points, curves_drawn = drawn(batch, runs)
     return {
         "diagnostics_curves_runs": fits,
@@ -194,15 +190,15 @@ def figure(t) -> plt.Figure:
 
 
 def section(t) -> dict:
-    s = t["diagnostics_curves"]
-    counted = s.groupby("experiment", sort=False)["points"].median() if len(s) else pd.Series(dtype=float)
+    s = t["diagnostics_curves"].reindex(columns=SUMMARY_COLUMNS)  # a table not written: no rows
+    counted = s.groupby("experiment", sort=False)["points"].median()
     return {
-        "curves": s[s["fitted"].astype(bool)] if len(s) else s,
-        "curves_not_fitted": s[~s["fitted"].astype(bool)] if len(s) else s,
+        "curves": s[s["fitted"].astype(bool)],
+        "curves_not_fitted": s[~s["fitted"].astype(bool)],
         "curves_points": ", ".join(f"{e} {int(p)}" for e, p in counted.items()),
         "curves_batch": t["diagnostics_curves_batch"],
         "curves_min_points": curves.MIN_POINTS,
         "curves_settings": len(s),
-        "curves_fitted": int(s["fitted"].astype(bool).sum()) if len(s) else 0,
-        "curves_half": int((s["half_n"] > 0).sum()) if len(s) else 0,
+        "curves_fitted": int(s["fitted"].astype(bool).sum()),
+        "curves_half": int((s["half_n"] > 0).sum()),
     }

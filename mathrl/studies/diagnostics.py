@@ -25,6 +25,7 @@ import mathrl.studies.policy_losses as policy_losses
 import mathrl.studies.token_selection as token_selection
 from mathrl import analysis as dx
 from mathrl import layout
+from mathrl.measures import final_eval, gain
 from mathrl.results import mean_spread
 from mathrl.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, known, plt
 from mathrl.verdict import mean_interval
@@ -41,10 +42,6 @@ REACHED_STEPS = 5  # the accuracy a run reached: the mean sampled accuracy of it
 RUN_KEYS = ["experiment", "setting", "seed"]
 
 
-def run_dir(ctx, run):
-    return layout.at(ctx.cfg, layout.RUN_DIR, run_id=run.spec.run_id)
-
-
 def setting(spec) -> str:
     """Like `generic.setting`, but a grid value None reads `None` (not `none`) in the diagnostics tables."""
     return spec.variant or ", ".join(f"{k}={v}" for k, v in spec.point.items()) or "default"
@@ -58,13 +55,11 @@ def ok_runs(ctx):
                 yield {"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed}, run
 
 
-def bootstrap_mean(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
+def bootstrap_mean(x: np.ndarray) -> tuple[float, float]:
     """95% percentile-bootstrap interval of a mean over problems (scipy.stats.bootstrap)."""
-    if len(x) < 2 or np.ptp(x) == 0:
-        return (float(np.mean(x)), float(np.mean(x))) if len(x) else (NAN, NAN)
-    res = stats.bootstrap(
-        (x,), np.mean, n_resamples=2000, method="percentile", random_state=np.random.default_rng(seed)
-    )
+    if np.ptp(x) == 0:  # one problem, or all alike: nothing to resample
+        return float(np.mean(x)), float(np.mean(x))
+    res = stats.bootstrap((x,), np.mean, n_resamples=2000, method="percentile", random_state=np.random.default_rng(0))
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
@@ -72,7 +67,7 @@ def bootstrap_mean(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
 def pass_at_k_runs(ctx) -> pd.DataFrame:
     rows = []
     for keys, run in ok_runs(ctx):
-        path = run_dir(ctx, run) / "pass_at_k.csv"
+        path = layout.at(ctx.cfg, layout.RUN_DIR, run_id=run.spec.run_id) / "pass_at_k.csv"
         if not path.exists():
             continue
         for phase, g in pd.read_csv(path).groupby("phase", sort=False):
@@ -104,8 +99,7 @@ def entropy_law_runs(ctx) -> pd.DataFrame:
         reached = float(m["accuracy"].tail(REACHED_STEPS).mean())
         holds = fit["r2"] >= LAW_R2 and fit["half_rmse"] <= LAW_RMSE
         rows.append({**keys, "steps": len(m), **fit, "entropy_start": float(m["entropy"].iloc[0]),
-                     "entropy_end": float(m["entropy"].iloc[-1]), "reached": reached,
-                     "final_eval": float(run.evals["eval_accuracy"].iloc[-1]),
+                     "entropy_end": float(m["entropy"].iloc[-1]), "reached": reached, "final_eval": final_eval(run),
                      "ceiling_minus_reached": fit["ceiling"] - reached,
                      "holds": bool(holds) if known(fit["r2"], fit["half_rmse"]) else None})  # fmt: skip
     columns = "steps n a b r2 ceiling half_rmse half_mae entropy_start entropy_end reached final_eval".split()
@@ -125,8 +119,7 @@ def entropy_law_summary(runs: pd.DataFrame) -> pd.DataFrame:
     # n: the runs fitted; a fit on constant data has no R² (nor a and b), so each value's interval has its own count
     out = mean_spread(runs, ["experiment", "setting"], LAW_VALUES).assign(n=by.size().values)
     out = kit.add_intervals(out, LAW_VALUES, bounds=LAW_BOUNDS, counts=by[LAW_VALUES].count())
-    out["holds"] = by["holds"].sum().values
-    return out
+    return out.assign(holds=by["holds"].sum().values)
 
 
 # ----------------------------------------------------------------------------- advantage scaling
@@ -135,7 +128,7 @@ def adv_scaling_runs(ctx) -> pd.DataFrame:
     accuracy at the start and the end (heldout.csv)."""
     rows = []
     for run in ctx.experiment(EXPERIMENT):
-        path = run_dir(ctx, run) / "heldout.csv"
+        path = layout.at(ctx.cfg, layout.RUN_DIR, run_id=run.spec.run_id) / "heldout.csv"
         if not run.ok or not path.exists():
             continue
         h = pd.read_csv(path)
@@ -145,8 +138,7 @@ def adv_scaling_runs(ctx) -> pd.DataFrame:
             rows.append({"setting": setting(run.spec), "seed": run.spec.seed, "carries": str(c), "problems": len(g),
                          "initial": float(g["initial"].mean()), "final": float(g["final"].mean())})  # fmt: skip
     df = pd.DataFrame(rows, columns=["setting", "seed", "carries", "problems", "initial", "final"])
-    df["gain"] = df["final"] - df["initial"]
-    return df
+    return df.assign(gain=df["final"] - df["initial"])
 
 
 def adv_scaling_summary(runs: pd.DataFrame) -> pd.DataFrame:
@@ -158,8 +150,7 @@ def adv_scaling_summary(runs: pd.DataFrame) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- noise scale
 def noise_scale_table(ctx) -> pd.DataFrame:
     """The gradient probe's noise scale beside the batch study's outcome per batch size."""
-    gains = pd.DataFrame([{"batch_size": r.settings["batch_size"], "lr": r.settings["lr"],
-                           "gain": float(r.evals["eval_accuracy"].iloc[-1] - r.initial_eval)}
+    gains = pd.DataFrame([{"batch_size": r.settings["batch_size"], "lr": r.settings["lr"], "gain": gain(r)}
                           for r in ctx.experiment("batch") if r.ok], columns=["batch_size", "lr", "gain"])  # fmt: skip
     sizes, rows = sorted(set(gains["batch_size"])) or [NAN], []
     for task in ctx.cfg.get("gradvar", {}).get("tasks", []):
@@ -171,8 +162,7 @@ def noise_scale_table(ctx) -> pd.DataFrame:
             rows.append({"task": task, "grad_sq": ns.get("grad_sq", NAN), "trace_sigma": ns.get("trace_sigma", NAN),
                          "noise_scale": b_noise, "batch_size": b, "lr": float(g["lr"].iloc[0]) if len(g) else NAN,
                          **kit.estimate_columns("gain", est), "n": est.n,
-                         # McCandlish et al.: the best step size grows as B / (B + B_noise); relative to the
-                         # largest batch
+                         # McCandlish et al.: the best step size grows as B / (B + B_noise); relative to the largest B
                          "lr_scale": (b / (b + b_noise)) / (max(sizes) / (max(sizes) + b_noise))
                                      if known(b, b_noise) else NAN})  # fmt: skip
     columns = "task grad_sq trace_sigma noise_scale batch_size lr gain_mean gain_lo gain_hi n lr_scale".split()
@@ -288,9 +278,8 @@ def figures(t) -> dict[str, plt.Figure]:
     fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
     adv = adv[adv["carries"].astype(str) != "all"] if len(adv) else adv
     if len(adv):
-        names = list(pd.unique(adv["setting"]))
         for i, (name, g) in enumerate(adv.groupby("setting", sort=False)):
-            x = g["carries"].astype(int).to_numpy() + (i - (len(names) - 1) / 2) * 0.18
+            x = g["carries"].astype(int).to_numpy() + (i - (adv["setting"].nunique() - 1) / 2) * 0.18
             ax.errorbar(x, g["gain_mean"] * 100,
                         yerr=[(g["gain_mean"] - g["gain_lo"]) * 100, (g["gain_hi"] - g["gain_mean"]) * 100],
                         fmt="o", color=COLORS[i % len(COLORS)], label=name, capsize=2)  # fmt: skip
