@@ -20,6 +20,7 @@ import mathrl.studies.kit as kit
 from mathrl import bandit_config as bandit  # the study's settings; no torch for tables and figures
 from mathrl.results import mean_spread
 from mathrl.studies.kit import BAND_NOTE, COLORS, plt
+from mathrl.verdict import OUTCOMES
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -72,11 +73,6 @@ def hacked(proxy_start: float, proxy_end: float, true_start: float, true_end: fl
     return proxy_end > proxy_start and true_end < true_start if known else None
 
 
-def as_passed(v) -> bool | None:
-    """A `passed` cell read back from CSV: True, False or None (not measured)."""
-    return None if (not kit.known(v)) or v == "" else str(v).lower() in ("true", "1", "1.0")
-
-
 # ---- tables: from the files alone ------------------------------------------------------
 def _pooled(per: pd.DataFrame, by: list[str], values: list[str]) -> pd.DataFrame:
     """Per-seed rows followed, per group, by a row with seed 'all' (mean, {v}_std, n)."""
@@ -92,10 +88,10 @@ def _expected(ctx, study: str):
     """(setting, seed, its rows by step) for every setting and seed the config asks of a bandit study;
     an empty frame where the study's CSV lacks them."""
     cfg, df = bandit.resolve(ctx.cfg.get("bandit")), ctx.bandit(study)
+    df = pd.DataFrame(columns=bandit.COLUMNS) if df is None else df
     for setting in cfg["studies"][study]["settings"]:
         for seed in map(int, bandit.study_seeds(cfg, study)):
-            g = pd.DataFrame() if df is None else df[(df["setting"] == setting) & (df["seed"] == seed)]
-            yield setting, seed, g.sort_values("step") if len(g) else g
+            yield setting, seed, df[(df["setting"] == setting) & (df["seed"] == seed)].sort_values("step")
 
 
 def still_moving(probs: np.ndarray, span: float = SETTLED_SPAN, move: float = SETTLED_MOVE) -> bool:
@@ -172,9 +168,8 @@ def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
     for setting, seed, g in _expected(ctx, "gradient_vanishing"):
         row = {"setting": setting, "seed": seed}
         for phase in ("homogeneous", "diverse"):
-            ph = g[g["phase"] == phase] if len(g) else g
-            row[f"grad_norm_{phase}"] = ph["grad_norm"].mean() if len(ph) else math.nan
-            row[f"reward_std_{phase}"] = ph["reward_std"].mean() if len(ph) else math.nan
+            ph = g[g["phase"] == phase]
+            row[f"grad_norm_{phase}"], row[f"reward_std_{phase}"] = ph["grad_norm"].mean(), ph["reward_std"].mean()
         row["reduction"] = reduction(row["grad_norm_diverse"], row["grad_norm_homogeneous"])
         row["corr_grad_reward_std"] = g["grad_norm"].corr(g["reward_std"]) if len(g) > 2 else math.nan
         rows.append(row)
@@ -296,9 +291,9 @@ def gpt_runs(ctx) -> pd.DataFrame:
     return pd.DataFrame(rows).reindex(columns=["run_id", "variant", "seed", "status", *GPT_VALUES])
 
 
-def differences(settings: dict, against: dict, ignore: tuple[str, ...] = ("seed",)) -> list[tuple[str, object, object]]:
-    """(key, value, other value) for every run setting in which `settings` differ from `against`, by key."""
-    keys = sorted((set(settings) | set(against)) - set(ignore))
+def differences(settings: dict, against: dict) -> list[tuple[str, object, object]]:
+    """(key, value, other value) for every run setting but the seed where `settings` differ from `against`, by key."""
+    keys = sorted((set(settings) | set(against)) - {"seed"})
     return [(k, settings.get(k), against.get(k)) for k in keys if settings.get(k) != against.get(k)]
 
 
@@ -523,7 +518,6 @@ def figures(t) -> dict[str, Figure]:
 
 
 # ---- section: the template's context, from the tables ----------------------------------
-OUTCOMES = ("agrees", "disagrees", "inconclusive", "not judged")
 PARTS = ("entropy", "vanishing", "hacking", "gpt")  # the section's parts (the document's claims: its template)
 SHOWN = ("local_optima", "vanishing", "hacking", "gpt", "gpt_differences")  # the lab04_ tables the template shows
 
@@ -544,7 +538,8 @@ def section(t) -> dict:
     a, n = (kit.row_of(ent, setting=setting, seed="all") for setting in ("aggressive", "normal"))
     hack = kit.row_of(t["lab04_hacking"], seed="all")
     gpt = {r: kit.row_of(t["lab04_gpt"], role=r) for r in (*ROLES, *COV_REMEDIES)}
-    ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
+    bandit_ends = ("proxy_start", "proxy_end", "true_start", "true_end")
+    gpt_ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
     return {"parts": {part: {"rows": grouped.get(part, []), "summary": part_summary(grouped.get(part, []))}
                       for part in PARTS},
             "verdict_list": rows, "severity_definition": SEVERITY_DEFINITION,
@@ -555,7 +550,7 @@ def section(t) -> dict:
                                 else pd.DataFrame(columns=["converged_to"]),
             "normal_keeps_more": check(n.get("final_entropy", math.nan) - a.get("final_entropy", math.nan),
                                        lambda x: x > 0),
-            "bandit_hacked": as_passed(hack.get("hacked")),
-            "gpt_hacked": hacked(*(gpt["proxy"].get(k, math.nan) for k in ends)),
+            "bandit_hacked": hacked(*(hack.get(k, math.nan) for k in bandit_ends)),
+            "gpt_hacked": hacked(*(gpt["proxy"].get(k, math.nan) for k in gpt_ends)),
             "gpt": gpt, "cov_remedies": COV_REMEDIES,
             "tables": {"entropy_pooled": _seeds(ent, pooled=True), **{k: t[f"lab04_{k}"] for k in SHOWN}}}  # fmt: skip
