@@ -34,9 +34,8 @@ ROLES = ("normal", "aggressive", "clip_higher", "remedy", "proxy", "random_polic
 # Optional roles: the covariance remedies of arXiv 2505.22617, judged like clip-higher (config/claims.yaml) where an
 # experiment names them (config/full.yaml does; the default leaves them out of its budget).
 COV_REMEDIES = ("clip_cov", "kl_cov")
-# Optional roles: the troubleshooting table's remedies for collapsing entropy
-# (rl-stability-batch-and-hyperparameters.md, 八),
-# judged on the same failing setting where an experiment names them (config/full.yaml).
+# Optional roles: the troubleshooting table's remedies for collapsing entropy (rl-stability-batch-and-hyperparameters.md
+# 八), judged on the same failing setting where an experiment names them (config/full.yaml).
 TABLE_REMEDIES = ("entropy_bonus", "temperature", "kl_clip", "kl_epochs")
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
 # GPT steps averaged for the start or end of a per-step metric; at most half a run, so the two never overlap
@@ -60,11 +59,6 @@ def reduction(start: float, end: float) -> float:
 def severity(red: float) -> str:
     """The gradient-vanishing severity of a reduction (SEVERITY_DEFINITION)."""
     return "unknown" if (not kit.known(red)) else "severe" if red > 0.9 else "moderate" if red >= 0.5 else "mild"
-
-
-def check(value: float, test) -> bool | None:
-    """test(value), or None when the value could not be measured."""
-    return None if (not kit.known(value)) else bool(test(value))
 
 
 def hacked(proxy_start: float, proxy_end: float, true_start: float, true_end: float) -> bool | None:
@@ -97,7 +91,6 @@ def _expected(ctx, study: str):
 def still_moving(probs: np.ndarray, span: float = SETTLED_SPAN, move: float = SETTLED_MOVE) -> bool:
     """Whether a bandit policy was still moving at its end: some arm's probability changed by more
     than `move` over the last `span` of its steps (probs: steps x arms, in step order)."""
-    probs = np.asarray(probs, dtype=float)
     back = max(1, int(round(span * len(probs))))
     return bool(len(probs) > back and np.abs(probs[-1] - probs[-1 - back]).max() > move)
 
@@ -121,15 +114,13 @@ def entropy_table(ctx) -> pd.DataFrame:
     for setting, seed, g in _expected(ctx, "entropy_collapse"):
         row = {"setting": setting, "seed": seed, **dict.fromkeys(ENTROPY_COLUMNS, math.nan), "converged_to": "missing"}
         if len(g):
-            first, last, k = g.iloc[0], g.iloc[-1], window(len(g), BANDIT_WINDOW)
+            k, probs = window(len(g), BANDIT_WINDOW), g[["p0", "p1", "p2"]].to_numpy()
             start, end = g["entropy"].head(k).mean(), g["entropy"].tail(k).mean()
-            probs = [float(last[f"p{i}"]) for i in range(3)]
-            top = int(np.argmax(probs))
-            label = bandit.converged_to(*probs, threshold=DOMINANT, best_arm=best)
+            top, label = int(np.argmax(probs[-1])), bandit.converged_to(*probs[-1], threshold=DOMINANT, best_arm=best)
             row.update(initial_entropy=start, final_entropy=end, reduction=reduction(start, end),
-                       dominant_action=top, dominant_prob=probs[top], initial_best_prob=float(first[f"p{best}"]),
+                       dominant_action=top, dominant_prob=probs[-1, top], initial_best_prob=probs[0, best],
                        converged_to=label, global_share=float(label == "global"), local_share=float(label == "local"),
-                       moving=float(still_moving(g[[f"p{i}" for i in range(3)]].to_numpy())))  # fmt: skip
+                       moving=float(still_moving(probs)))  # fmt: skip
         rows.append(row)
     out = _pooled(pd.DataFrame(rows), ["setting"], [c for c in ENTROPY_COLUMNS if c != "dominant_action"])
     for setting, g in out[out["seed"] != "all"].groupby("setting", sort=False):
@@ -148,11 +139,9 @@ def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
     per = _seeds(ent)
     rows = []
     for setting, g in per.groupby("setting", sort=False):
-        labels = g["converged_to"].tolist()
-        n = sum(x in ("global", "local", "none") for x in labels)
-        k = labels.count("local")
-        rows.append({"setting": setting, "n": n, "global": labels.count("global"), "local": k,
-                     "none": labels.count("none"), **kit.wilson_columns("local_rate", k, n),
+        counts = {x: int((g["converged_to"] == x).sum()) for x in ("global", "local", "none")}
+        n = sum(counts.values())
+        rows.append({"setting": setting, "n": n, **counts, **kit.wilson_columns("local_rate", counts["local"], n),
                      "moving": int((g["moving"] == 1).sum()) if "moving" in g else 0,
                      "initial_best_prob": g["initial_best_prob"].mean()})  # fmt: skip
     columns = "setting n global local none moving local_rate local_rate_lo local_rate_hi initial_best_prob"
@@ -310,9 +299,7 @@ def _shown(value) -> str:
 def differences_table(ctx, role: dict[str, str]) -> pd.DataFrame:
     """Per role compared with the failing setting (role aggressive): each run setting it changes, from
     the config's expansion of the experiment (seed 0's run of each variant)."""
-    spec = {}
-    for run in ctx.experiment(EXPERIMENT):
-        spec.setdefault(run.spec.variant or "", run.spec.settings)
+    spec = {run.spec.variant or "": run.spec.settings for run in reversed(ctx.experiment(EXPERIMENT))}
     base = spec.get(role.get("aggressive", ""))
     rows = [{"role": r, "variant": role[r], "setting": key, "value": _shown(value), "aggressive": _shown(other)}
             for r in COMPARED_TO_FAILURE if base is not None and role.get(r) in spec
@@ -431,16 +418,16 @@ def six_panel(t) -> Figure:
     for ax, metric in ((a_ent, "entropy"), (a_loss, "loss")):
         _settings(ax, ec, metric, metric) if len(ec) else kit.placeholder(ax, "no entropy-collapse data")
     _probabilities(fig, grid[0, 1], ec)
-    if len(gv):
-        for ax, metric in ((a_grad, "grad_norm"), (a_std, "reward_std")):
+    for ax, metric in ((a_grad, "grad_norm"), (a_std, "reward_std")):
+        if len(gv):
             _shade_homogeneous(ax, gv)
             _settings(ax, gv, metric, metric.replace("_", " "))
+        else:
+            kit.placeholder(ax, "no gradient-vanishing data")
+    if len(gv):
         a_grad.set_yscale("symlog", linthresh=1e-6)  # exact zeros (equal rewards) stay visible
         for y, name in ((1e-4, "document: < 1e-4 when homogeneous"), (1e-3, "document: > 1e-3 when diverse")):
             a_grad.axhline(y, color="0.3", ls=":", lw=1, label=name)
-    else:
-        kit.placeholder(a_grad, "no gradient-vanishing data")
-        kit.placeholder(a_std, "no gradient-vanishing data")
     if len(pts):
         for i, (phase, g) in enumerate(pts.groupby("phase")):
             label = f"{phase} ({len(g)} steps)"
@@ -538,6 +525,7 @@ def section(t) -> dict:
     a, n = (kit.row_of(ent, setting=setting, seed="all") for setting in ("aggressive", "normal"))
     hack = kit.row_of(t["lab04_hacking"], seed="all")
     gpt = {r: kit.row_of(t["lab04_gpt"], role=r) for r in (*ROLES, *COV_REMEDIES)}
+    kept = n.get("final_entropy", math.nan) - a.get("final_entropy", math.nan)  # by the normal setting over aggressive
     bandit_ends = ("proxy_start", "proxy_end", "true_start", "true_end")
     gpt_ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
     return {"parts": {part: {"rows": grouped.get(part, []), "summary": part_summary(grouped.get(part, []))}
@@ -548,8 +536,7 @@ def section(t) -> dict:
             "aggressive": a, "normal": n, "vanishing": kit.row_of(t["lab04_vanishing"], seed="all"), "hacking": hack,
             "aggressive_seeds": _seeds(ent)[lambda d: d["setting"] == "aggressive"] if len(ent)
                                 else pd.DataFrame(columns=["converged_to"]),
-            "normal_keeps_more": check(n.get("final_entropy", math.nan) - a.get("final_entropy", math.nan),
-                                       lambda x: x > 0),
+            "normal_keeps_more": bool(kept > 0) if kit.known(kept) else None,
             "bandit_hacked": hacked(*(hack.get(k, math.nan) for k in bandit_ends)),
             "gpt_hacked": hacked(*(gpt["proxy"].get(k, math.nan) for k in gpt_ends)),
             "gpt": gpt, "cov_remedies": COV_REMEDIES,
