@@ -68,12 +68,12 @@ def hacked(proxy_start: float, proxy_end: float, true_start: float, true_end: fl
 
 
 # ---- tables: from the files alone ------------------------------------------------------
-def _pooled(per: pd.DataFrame, by: list[str], values: list[str]) -> pd.DataFrame:
-    """Per-seed rows followed, per group, by a row with seed 'all' (mean, {v}_std, n)."""
+def _pooled(per: pd.DataFrame, values: list[str]) -> pd.DataFrame:
+    """Per-seed rows followed, per setting, by a row with seed 'all' (mean, {v}_std, n)."""
     per = per.assign(n=per[values[0]].notna().astype(int))
     parts = []
-    for _, g in per.groupby(by, sort=False):
-        s = mean_spread(g, by, values).rename(columns={f"{v}_mean": v for v in values})
+    for _, g in per.groupby("setting", sort=False):
+        s = mean_spread(g, ["setting"], values).rename(columns={f"{v}_mean": v for v in values})
         parts += [g, s.assign(seed="all")]
     return pd.concat(parts, ignore_index=True) if parts else per
 
@@ -122,8 +122,8 @@ def entropy_table(ctx) -> pd.DataFrame:
                        converged_to=label, global_share=float(label == "global"), local_share=float(label == "local"),
                        moving=float(still_moving(probs)))  # fmt: skip
         rows.append(row)
-    out = _pooled(pd.DataFrame(rows), ["setting"], [c for c in ENTROPY_COLUMNS if c != "dominant_action"])
-    for setting, g in out[out["seed"] != "all"].groupby("setting", sort=False):
+    out = _pooled(pd.DataFrame(rows), [c for c in ENTROPY_COLUMNS if c != "dominant_action"])
+    for setting, g in _seeds(out).groupby("setting", sort=False):
         labels = g["converged_to"].tolist()
         pooled = (out["setting"] == setting) & (out["seed"] == "all")
         counted = ", ".join(f"{k} {labels.count(k)}" for k in ("global", "local", "none") if k in labels)
@@ -136,9 +136,8 @@ def entropy_table(ctx) -> pd.DataFrame:
 def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
     """Per setting: how many seeds ended at the global optimum, a local one or neither, how many were
     still moving at the end (`still_moving`), and the local-optimum rate with its 95% Wilson interval."""
-    per = _seeds(ent)
     rows = []
-    for setting, g in per.groupby("setting", sort=False):
+    for setting, g in _seeds(ent).groupby("setting", sort=False):
         counts = {x: int((g["converged_to"] == x).sum()) for x in ("global", "local", "none")}
         n = sum(counts.values())
         rows.append({"setting": setting, "n": n, **counts, **kit.wilson_columns("local_rate", counts["local"], n),
@@ -166,7 +165,7 @@ def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
             points.append(g[POINT_COLUMNS])
     values = "grad_norm_homogeneous grad_norm_diverse reduction reward_std_homogeneous reward_std_diverse"
     values += " corr_grad_reward_std"
-    out = _pooled(pd.DataFrame(rows), ["setting"], values.split())
+    out = _pooled(pd.DataFrame(rows), values.split())
     pts = pd.concat(points, ignore_index=True) if points else pd.DataFrame(columns=POINT_COLUMNS)
     for setting, p in pts.groupby("setting"):  # the pooled correlation is over every step of every seed
         pooled = (out["setting"] == setting) & (out["seed"] == "all")
@@ -195,7 +194,7 @@ def hacking_table(ctx) -> pd.DataFrame:
                        hack_share_end=float(g[f"p{hack_arm}"].iloc[-1]))  # fmt: skip
         rows.append(row)
     values = ["proxy_start", "proxy_end", "true_start", "true_peak", "true_peak_step", "true_end", "hack_share_end"]
-    out = _pooled(pd.DataFrame(rows).reindex(columns=["setting", "seed", "hack_arm", *values]), ["setting"], values)
+    out = _pooled(pd.DataFrame(rows).reindex(columns=["setting", "seed", "hack_arm", *values]), values)
     out["hack_arm"] = hack_arm
     out["hacked"] = [hacked(r.proxy_start, r.proxy_end, r.true_start, r.true_end) for r in out.itertuples()]
     return out
@@ -274,9 +273,7 @@ def gpt_runs(ctx) -> pd.DataFrame:
     for run in ctx.experiment(EXPERIMENT):
         spec = run.spec
         row = {"run_id": spec.run_id, "variant": spec.variant or "", "seed": spec.seed, "status": run.status}
-        if run.ok:
-            row.update(gpt_values(run))
-        rows.append(row)
+        rows.append({**row, **(gpt_values(run) if run.ok else {})})
     return pd.DataFrame(rows).reindex(columns=["run_id", "variant", "seed", "status", *GPT_VALUES])
 
 
@@ -383,14 +380,13 @@ def _shade_homogeneous(ax, c: pd.DataFrame) -> None:
         ax.axvspan(a - 0.5, b + 0.5, color="0.6", alpha=0.15, lw=0, label="homogeneous rewards" if i == 0 else None)
 
 
-def _probabilities(fig, cell, ec: pd.DataFrame) -> list:
+def _probabilities(fig, cell, ec: pd.DataFrame) -> None:
     """The action probabilities, one small panel per entropy-collapse setting (a colour per action)."""
     settings = list(dict.fromkeys(ec["setting"])) if len(ec) else []
     if not settings:
         ax = fig.add_subplot(cell)
         kit.placeholder(ax, "no entropy-collapse data")
-        _label(ax, "Action probabilities", "step", "probability")
-        return [ax]
+        return _label(ax, "Action probabilities", "step", "probability")
     cols = min(2, len(settings))
     grid = cell.subgridspec(-(-len(settings) // cols), cols, hspace=0.95, wspace=0.3)
     axes = []
@@ -406,7 +402,6 @@ def _probabilities(fig, cell, ec: pd.DataFrame) -> list:
         ax.legend(fontsize=7, loc="center right", handlelength=1.2, borderpad=0.3, labelspacing=0.2)
         axes.append(ax)
     axes[0].set_ylim(-0.02, 1.02)
-    return axes
 
 
 def six_panel(t) -> Figure:
