@@ -11,7 +11,6 @@ Bandit tables hold one row per (setting, seed), then a pooled row per setting wi
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -21,9 +20,6 @@ from mathrl import bandit_config as bandit  # the study's settings; no torch for
 from mathrl.results import mean_spread
 from mathrl.studies.kit import BAND_NOTE, COLORS, plt
 from mathrl.verdict import OUTCOMES
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 NAME = "lab04"
 TITLE = "Lab 04: entropy collapse, vanishing gradients and reward hacking"
@@ -239,8 +235,7 @@ def last_eval_by(evals: pd.DataFrame, step: int) -> tuple[float, int]:
 def gpt_values(run) -> dict:
     """GPT_VALUES of one run with a result (the measures `gpt_runs` describes)."""
     m, evals, st = run.metrics.sort_values("step"), run.evals, run.settings
-    k = window(len(m), GPT_WINDOW)
-    head, tail = m.head(k), m.tail(k)
+    head, tail = m.head(window(len(m), GPT_WINDOW)), m.tail(window(len(m), GPT_WINDOW))
     at = equal_samples_step(m["step"], m["samples"], float(st["steps"]) * float(st["batch_size"]))
     at_row = m[m["step"] == at]
     eval_eq, eval_eq_step = last_eval_by(evals, at)
@@ -404,7 +399,7 @@ def _probabilities(fig, cell, ec: pd.DataFrame) -> None:
     axes[0].set_ylim(-0.02, 1.02)
 
 
-def six_panel(t) -> Figure:
+def six_panel(t) -> plt.Figure:
     fig = plt.figure(figsize=(15, 8.5))
     grid = fig.add_gridspec(2, 3)
     a_ent, a_loss = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 2])
@@ -440,7 +435,7 @@ def six_panel(t) -> Figure:
     return fig
 
 
-def hacking_figure(t) -> Figure:
+def hacking_figure(t) -> plt.Figure:
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
     rh = _bandit(t, "reward_hacking")
     if len(rh):
@@ -470,7 +465,7 @@ def _gpt_panel(t, names: list[str], metric: str, colour: dict, title: str, ylabe
     return dict(groups=groups, metric=metric, empty="no lab04_gpt runs", value="", colors=colors, **labels)
 
 
-def gpt_figure(t) -> Figure:
+def gpt_figure(t) -> plt.Figure:
     """Top: entropy and held-out accuracy of the settings the section compares; bottom, apart
     (their entropy would stretch the axis): the random and near-perfect starts."""
     gpt = t["lab04_gpt"]
@@ -495,7 +490,7 @@ def gpt_figure(t) -> Figure:
     return fig
 
 
-def figures(t) -> dict[str, Figure]:
+def figures(t) -> dict[str, plt.Figure]:
     return {"lab04_six_panel": six_panel(t), "lab04_hacking": hacking_figure(t), "lab04_gpt": gpt_figure(t)}
 
 
