@@ -348,9 +348,7 @@ def seed_band(curves: pd.DataFrame, variant: str, metric: str) -> pd.DataFrame:
 
 
 def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
 
@@ -377,7 +375,7 @@ def _shade_homogeneous(ax, c: pd.DataFrame) -> None:
 
 def _probabilities(fig, cell, ec: pd.DataFrame) -> None:
     """The action probabilities, one small panel per entropy-collapse setting (a colour per action)."""
-    settings = list(dict.fromkeys(ec["setting"])) if len(ec) else []
+    settings = list(ec.groupby("setting", sort=False)) if len(ec) else []
     if not settings:
         ax = fig.add_subplot(cell)
         kit.placeholder(ax, "no entropy-collapse data")
@@ -385,9 +383,8 @@ def _probabilities(fig, cell, ec: pd.DataFrame) -> None:
     cols = min(2, len(settings))
     grid = cell.subgridspec(-(-len(settings) // cols), cols, hspace=0.95, wspace=0.3)
     axes = []
-    for k, setting in enumerate(settings):
+    for k, (setting, g) in enumerate(settings):
         ax = fig.add_subplot(grid[k // cols, k % cols], sharey=axes[0] if axes else None)
-        g = ec[ec["setting"] == setting]
         for i in range(3):
             kit.table_band(ax, g, f"p{i}", f"action {i}", ACTION_COLORS[i])
         ax.set_title(f"Action probabilities: {setting}", fontsize=8)
