@@ -463,7 +463,7 @@ def _gpt_panel(t, names: list[str], metric: str, colour: dict, title: str, ylabe
 
 
 def gpt_figure(t) -> plt.Figure:
-    """Top: entropy and held-out accuracy of the settings the section compares; bottom, apart
+    """Top: entropy, held-out accuracy and KL to the warm-up of the settings the section compares; bottom, apart
     (their entropy would stretch the axis): the random and near-perfect starts."""
     gpt = t["lab04_gpt"]
     variants = gpt["variant"].tolist() if "variant" in gpt else []
