@@ -169,7 +169,6 @@ def test_pure_verdicts():
     ]
     assert lab04.hacked(0.6, 3.0, 0.5, -0.5) is True and lab04.hacked(0.6, 3.0, 0.5, 0.7) is False
     assert lab04.hacked(0.6, math.nan, 0.5, 0.1) is None
-    assert lab04.check(0.5, lambda x: x > 0) is True and lab04.check(math.nan, lambda x: x > 0) is None
 
 
 def test_entropy_table(results):
@@ -372,6 +371,8 @@ def test_figures_and_section(results):
         band.step.tolist() == [0, 4, 8, 12] and band["mean"].iloc[-1] == pytest.approx(0.385) and band["n"].iloc[0] == 2
     )
     s = lab04.section(t)
+    assert s["normal_keeps_more"] is True and s["normal"]["final_entropy"] > s["aggressive"]["final_entropy"]
+    assert s["bandit_hacked"] and s["gpt_hacked"]
     assert "inconclusive" in s["parts"]["entropy"]["summary"] and len(s["parts"]["entropy"]["rows"]) == 8
     assert s["parts"]["entropy"]["summary"].endswith("and 2 setup checks, not counted")
     html = render(t)
@@ -428,6 +429,7 @@ def test_missing_everything(tmp_path):
     assert len(lab04.figures(t)) == 3
     s = lab04.section(t)
     assert all(r["outcome"] == "not judged" for p in s["parts"].values() for r in p["rows"])
+    assert s["normal_keeps_more"] is None and s["bandit_hacked"] is None and s["gpt_hacked"] is None
     assert "Not judged" in render(t)
 
 

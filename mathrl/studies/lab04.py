@@ -11,7 +11,6 @@ Bandit tables hold one row per (setting, seed), then a pooled row per setting wi
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -20,9 +19,7 @@ import mathrl.studies.kit as kit
 from mathrl import bandit_config as bandit  # the study's settings; no torch for tables and figures
 from mathrl.results import mean_spread
 from mathrl.studies.kit import BAND_NOTE, COLORS, plt
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+from mathrl.verdict import OUTCOMES
 
 NAME = "lab04"
 TITLE = "Lab 04: entropy collapse, vanishing gradients and reward hacking"
@@ -33,9 +30,8 @@ ROLES = ("normal", "aggressive", "clip_higher", "remedy", "proxy", "random_polic
 # Optional roles: the covariance remedies of arXiv 2505.22617, judged like clip-higher (config/claims.yaml) where an
 # experiment names them (config/full.yaml does; the default leaves them out of its budget).
 COV_REMEDIES = ("clip_cov", "kl_cov")
-# Optional roles: the troubleshooting table's remedies for collapsing entropy
-# (rl-stability-batch-and-hyperparameters.md, 八),
-# judged on the same failing setting where an experiment names them (config/full.yaml).
+# Optional roles: the troubleshooting table's remedies for collapsing entropy (rl-stability-batch-and-hyperparameters.md
+# 八), judged on the same failing setting where an experiment names them (config/full.yaml).
 TABLE_REMEDIES = ("entropy_bonus", "temperature", "kl_clip", "kl_epochs")
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
 # GPT steps averaged for the start or end of a per-step metric; at most half a run, so the two never overlap
@@ -61,29 +57,19 @@ def severity(red: float) -> str:
     return "unknown" if (not kit.known(red)) else "severe" if red > 0.9 else "moderate" if red >= 0.5 else "mild"
 
 
-def check(value: float, test) -> bool | None:
-    """test(value), or None when the value could not be measured."""
-    return None if (not kit.known(value)) else bool(test(value))
-
-
 def hacked(proxy_start: float, proxy_end: float, true_start: float, true_end: float) -> bool | None:
     """Reward hacking: the optimised (proxy) score rose while the true reward fell."""
     known = kit.known(proxy_start, proxy_end, true_start, true_end)
     return proxy_end > proxy_start and true_end < true_start if known else None
 
 
-def as_passed(v) -> bool | None:
-    """A `passed` cell read back from CSV: True, False or None (not measured)."""
-    return None if (not kit.known(v)) or v == "" else str(v).lower() in ("true", "1", "1.0")
-
-
 # ---- tables: from the files alone ------------------------------------------------------
-def _pooled(per: pd.DataFrame, by: list[str], values: list[str]) -> pd.DataFrame:
-    """Per-seed rows followed, per group, by a row with seed 'all' (mean, {v}_std, n)."""
+def _pooled(per: pd.DataFrame, values: list[str]) -> pd.DataFrame:
+    """Per-seed rows followed, per setting, by a row with seed 'all' (mean, {v}_std, n)."""
     per = per.assign(n=per[values[0]].notna().astype(int))
     parts = []
-    for _, g in per.groupby(by, sort=False):
-        s = mean_spread(g, by, values).rename(columns={f"{v}_mean": v for v in values})
+    for _, g in per.groupby("setting", sort=False):
+        s = mean_spread(g, ["setting"], values).rename(columns={f"{v}_mean": v for v in values})
         parts += [g, s.assign(seed="all")]
     return pd.concat(parts, ignore_index=True) if parts else per
 
@@ -92,16 +78,15 @@ def _expected(ctx, study: str):
     """(setting, seed, its rows by step) for every setting and seed the config asks of a bandit study;
     an empty frame where the study's CSV lacks them."""
     cfg, df = bandit.resolve(ctx.cfg.get("bandit")), ctx.bandit(study)
+    df = pd.DataFrame(columns=bandit.COLUMNS) if df is None else df
     for setting in cfg["studies"][study]["settings"]:
         for seed in map(int, bandit.study_seeds(cfg, study)):
-            g = pd.DataFrame() if df is None else df[(df["setting"] == setting) & (df["seed"] == seed)]
-            yield setting, seed, g.sort_values("step") if len(g) else g
+            yield setting, seed, df[(df["setting"] == setting) & (df["seed"] == seed)].sort_values("step")
 
 
 def still_moving(probs: np.ndarray, span: float = SETTLED_SPAN, move: float = SETTLED_MOVE) -> bool:
     """Whether a bandit policy was still moving at its end: some arm's probability changed by more
     than `move` over the last `span` of its steps (probs: steps x arms, in step order)."""
-    probs = np.asarray(probs, dtype=float)
     back = max(1, int(round(span * len(probs))))
     return bool(len(probs) > back and np.abs(probs[-1] - probs[-1 - back]).max() > move)
 
@@ -125,18 +110,16 @@ def entropy_table(ctx) -> pd.DataFrame:
     for setting, seed, g in _expected(ctx, "entropy_collapse"):
         row = {"setting": setting, "seed": seed, **dict.fromkeys(ENTROPY_COLUMNS, math.nan), "converged_to": "missing"}
         if len(g):
-            first, last, k = g.iloc[0], g.iloc[-1], window(len(g), BANDIT_WINDOW)
+            k, probs = window(len(g), BANDIT_WINDOW), g[["p0", "p1", "p2"]].to_numpy()
             start, end = g["entropy"].head(k).mean(), g["entropy"].tail(k).mean()
-            probs = [float(last[f"p{i}"]) for i in range(3)]
-            top = int(np.argmax(probs))
-            label = bandit.converged_to(*probs, threshold=DOMINANT, best_arm=best)
+            top, label = int(np.argmax(probs[-1])), bandit.converged_to(*probs[-1], threshold=DOMINANT, best_arm=best)
             row.update(initial_entropy=start, final_entropy=end, reduction=reduction(start, end),
-                       dominant_action=top, dominant_prob=probs[top], initial_best_prob=float(first[f"p{best}"]),
+                       dominant_action=top, dominant_prob=probs[-1, top], initial_best_prob=probs[0, best],
                        converged_to=label, global_share=float(label == "global"), local_share=float(label == "local"),
-                       moving=float(still_moving(g[[f"p{i}" for i in range(3)]].to_numpy())))  # fmt: skip
+                       moving=float(still_moving(probs)))  # fmt: skip
         rows.append(row)
-    out = _pooled(pd.DataFrame(rows), ["setting"], [c for c in ENTROPY_COLUMNS if c != "dominant_action"])
-    for setting, g in out[out["seed"] != "all"].groupby("setting", sort=False):
+    out = _pooled(pd.DataFrame(rows), [c for c in ENTROPY_COLUMNS if c != "dominant_action"])
+    for setting, g in _seeds(out).groupby("setting", sort=False):
         labels = g["converged_to"].tolist()
         pooled = (out["setting"] == setting) & (out["seed"] == "all")
         counted = ", ".join(f"{k} {labels.count(k)}" for k in ("global", "local", "none") if k in labels)
@@ -149,14 +132,11 @@ def entropy_table(ctx) -> pd.DataFrame:
 def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
     """Per setting: how many seeds ended at the global optimum, a local one or neither, how many were
     still moving at the end (`still_moving`), and the local-optimum rate with its 95% Wilson interval."""
-    per = _seeds(ent)
     rows = []
-    for setting, g in per.groupby("setting", sort=False):
-        labels = g["converged_to"].tolist()
-        n = sum(x in ("global", "local", "none") for x in labels)
-        k = labels.count("local")
-        rows.append({"setting": setting, "n": n, "global": labels.count("global"), "local": k,
-                     "none": labels.count("none"), **kit.wilson_columns("local_rate", k, n),
+    for setting, g in _seeds(ent).groupby("setting", sort=False):
+        counts = {x: int((g["converged_to"] == x).sum()) for x in ("global", "local", "none")}
+        n = sum(counts.values())
+        rows.append({"setting": setting, "n": n, **counts, **kit.wilson_columns("local_rate", counts["local"], n),
                      "moving": int((g["moving"] == 1).sum()) if "moving" in g else 0,
                      "initial_best_prob": g["initial_best_prob"].mean()})  # fmt: skip
     columns = "setting n global local none moving local_rate local_rate_lo local_rate_hi initial_best_prob"
@@ -172,9 +152,8 @@ def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
     for setting, seed, g in _expected(ctx, "gradient_vanishing"):
         row = {"setting": setting, "seed": seed}
         for phase in ("homogeneous", "diverse"):
-            ph = g[g["phase"] == phase] if len(g) else g
-            row[f"grad_norm_{phase}"] = ph["grad_norm"].mean() if len(ph) else math.nan
-            row[f"reward_std_{phase}"] = ph["reward_std"].mean() if len(ph) else math.nan
+            ph = g[g["phase"] == phase]
+            row[f"grad_norm_{phase}"], row[f"reward_std_{phase}"] = ph["grad_norm"].mean(), ph["reward_std"].mean()
         row["reduction"] = reduction(row["grad_norm_diverse"], row["grad_norm_homogeneous"])
         row["corr_grad_reward_std"] = g["grad_norm"].corr(g["reward_std"]) if len(g) > 2 else math.nan
         rows.append(row)
@@ -182,7 +161,7 @@ def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
             points.append(g[POINT_COLUMNS])
     values = "grad_norm_homogeneous grad_norm_diverse reduction reward_std_homogeneous reward_std_diverse"
     values += " corr_grad_reward_std"
-    out = _pooled(pd.DataFrame(rows), ["setting"], values.split())
+    out = _pooled(pd.DataFrame(rows), values.split())
     pts = pd.concat(points, ignore_index=True) if points else pd.DataFrame(columns=POINT_COLUMNS)
     for setting, p in pts.groupby("setting"):  # the pooled correlation is over every step of every seed
         pooled = (out["setting"] == setting) & (out["seed"] == "all")
@@ -211,7 +190,7 @@ def hacking_table(ctx) -> pd.DataFrame:
                        hack_share_end=float(g[f"p{hack_arm}"].iloc[-1]))  # fmt: skip
         rows.append(row)
     values = ["proxy_start", "proxy_end", "true_start", "true_peak", "true_peak_step", "true_end", "hack_share_end"]
-    out = _pooled(pd.DataFrame(rows).reindex(columns=["setting", "seed", "hack_arm", *values]), ["setting"], values)
+    out = _pooled(pd.DataFrame(rows).reindex(columns=["setting", "seed", "hack_arm", *values]), values)
     out["hack_arm"] = hack_arm
     out["hacked"] = [hacked(r.proxy_start, r.proxy_end, r.true_start, r.true_end) for r in out.itertuples()]
     return out
@@ -256,8 +235,7 @@ def last_eval_by(evals: pd.DataFrame, step: int) -> tuple[float, int]:
 def gpt_values(run) -> dict:
     """GPT_VALUES of one run with a result (the measures `gpt_runs` describes)."""
     m, evals, st = run.metrics.sort_values("step"), run.evals, run.settings
-    k = window(len(m), GPT_WINDOW)
-    head, tail = m.head(k), m.tail(k)
+    head, tail = m.head(window(len(m), GPT_WINDOW)), m.tail(window(len(m), GPT_WINDOW))
     at = equal_samples_step(m["step"], m["samples"], float(st["steps"]) * float(st["batch_size"]))
     at_row = m[m["step"] == at]
     eval_eq, eval_eq_step = last_eval_by(evals, at)
@@ -290,15 +268,13 @@ def gpt_runs(ctx) -> pd.DataFrame:
     for run in ctx.experiment(EXPERIMENT):
         spec = run.spec
         row = {"run_id": spec.run_id, "variant": spec.variant or "", "seed": spec.seed, "status": run.status}
-        if run.ok:
-            row.update(gpt_values(run))
-        rows.append(row)
+        rows.append({**row, **(gpt_values(run) if run.ok else {})})
     return pd.DataFrame(rows).reindex(columns=["run_id", "variant", "seed", "status", *GPT_VALUES])
 
 
-def differences(settings: dict, against: dict, ignore: tuple[str, ...] = ("seed",)) -> list[tuple[str, object, object]]:
-    """(key, value, other value) for every run setting in which `settings` differ from `against`, by key."""
-    keys = sorted((set(settings) | set(against)) - set(ignore))
+def differences(settings: dict, against: dict) -> list[tuple[str, object, object]]:
+    """(key, value, other value) for every run setting but the seed where `settings` differ from `against`, by key."""
+    keys = sorted((set(settings) | set(against)) - {"seed"})
     return [(k, settings.get(k), against.get(k)) for k in keys if settings.get(k) != against.get(k)]
 
 
@@ -315,9 +291,7 @@ def _shown(value) -> str:
 def differences_table(ctx, role: dict[str, str]) -> pd.DataFrame:
     """Per role compared with the failing setting (role aggressive): each run setting it changes, from
     the config's expansion of the experiment (seed 0's run of each variant)."""
-    spec = {}
-    for run in ctx.experiment(EXPERIMENT):
-        spec.setdefault(run.spec.variant or "", run.spec.settings)
+    spec = {run.spec.variant or "": run.spec.settings for run in reversed(ctx.experiment(EXPERIMENT))}
     base = spec.get(role.get("aggressive", ""))
     rows = [{"role": r, "variant": role[r], "setting": key, "value": _shown(value), "aggressive": _shown(other)}
             for r in COMPARED_TO_FAILURE if base is not None and role.get(r) in spec
@@ -374,9 +348,7 @@ def seed_band(curves: pd.DataFrame, variant: str, metric: str) -> pd.DataFrame:
 
 
 def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
 
@@ -401,20 +373,18 @@ def _shade_homogeneous(ax, c: pd.DataFrame) -> None:
         ax.axvspan(a - 0.5, b + 0.5, color="0.6", alpha=0.15, lw=0, label="homogeneous rewards" if i == 0 else None)
 
 
-def _probabilities(fig, cell, ec: pd.DataFrame) -> list:
+def _probabilities(fig, cell, ec: pd.DataFrame) -> None:
     """The action probabilities, one small panel per entropy-collapse setting (a colour per action)."""
-    settings = list(dict.fromkeys(ec["setting"])) if len(ec) else []
+    settings = list(ec.groupby("setting", sort=False)) if len(ec) else []
     if not settings:
         ax = fig.add_subplot(cell)
         kit.placeholder(ax, "no entropy-collapse data")
-        _label(ax, "Action probabilities", "step", "probability")
-        return [ax]
+        return _label(ax, "Action probabilities", "step", "probability")
     cols = min(2, len(settings))
     grid = cell.subgridspec(-(-len(settings) // cols), cols, hspace=0.95, wspace=0.3)
     axes = []
-    for k, setting in enumerate(settings):
+    for k, (setting, g) in enumerate(settings):
         ax = fig.add_subplot(grid[k // cols, k % cols], sharey=axes[0] if axes else None)
-        g = ec[ec["setting"] == setting]
         for i in range(3):
             kit.table_band(ax, g, f"p{i}", f"action {i}", ACTION_COLORS[i])
         ax.set_title(f"Action probabilities: {setting}", fontsize=8)
@@ -424,10 +394,9 @@ def _probabilities(fig, cell, ec: pd.DataFrame) -> list:
         ax.legend(fontsize=7, loc="center right", handlelength=1.2, borderpad=0.3, labelspacing=0.2)
         axes.append(ax)
     axes[0].set_ylim(-0.02, 1.02)
-    return axes
 
 
-def six_panel(t) -> Figure:
+def six_panel(t) -> plt.Figure:
     fig = plt.figure(figsize=(15, 8.5))
     grid = fig.add_gridspec(2, 3)
     a_ent, a_loss = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 2])
@@ -436,16 +405,16 @@ def six_panel(t) -> Figure:
     for ax, metric in ((a_ent, "entropy"), (a_loss, "loss")):
         _settings(ax, ec, metric, metric) if len(ec) else kit.placeholder(ax, "no entropy-collapse data")
     _probabilities(fig, grid[0, 1], ec)
-    if len(gv):
-        for ax, metric in ((a_grad, "grad_norm"), (a_std, "reward_std")):
+    for ax, metric in ((a_grad, "grad_norm"), (a_std, "reward_std")):
+        if len(gv):
             _shade_homogeneous(ax, gv)
             _settings(ax, gv, metric, metric.replace("_", " "))
+        else:
+            kit.placeholder(ax, "no gradient-vanishing data")
+    if len(gv):
         a_grad.set_yscale("symlog", linthresh=1e-6)  # exact zeros (equal rewards) stay visible
         for y, name in ((1e-4, "document: < 1e-4 when homogeneous"), (1e-3, "document: > 1e-3 when diverse")):
             a_grad.axhline(y, color="0.3", ls=":", lw=1, label=name)
-    else:
-        kit.placeholder(a_grad, "no gradient-vanishing data")
-        kit.placeholder(a_std, "no gradient-vanishing data")
     if len(pts):
         for i, (phase, g) in enumerate(pts.groupby("phase")):
             label = f"{phase} ({len(g)} steps)"
@@ -463,7 +432,7 @@ def six_panel(t) -> Figure:
     return fig
 
 
-def hacking_figure(t) -> Figure:
+def hacking_figure(t) -> plt.Figure:
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
     rh = _bandit(t, "reward_hacking")
     if len(rh):
@@ -493,8 +462,8 @@ def _gpt_panel(t, names: list[str], metric: str, colour: dict, title: str, ylabe
     return dict(groups=groups, metric=metric, empty="no lab04_gpt runs", value="", colors=colors, **labels)
 
 
-def gpt_figure(t) -> Figure:
-    """Top: entropy and held-out accuracy of the settings the section compares; bottom, apart
+def gpt_figure(t) -> plt.Figure:
+    """Top: entropy, held-out accuracy and KL to the warm-up of the settings the section compares; bottom, apart
     (their entropy would stretch the axis): the random and near-perfect starts."""
     gpt = t["lab04_gpt"]
     variants = gpt["variant"].tolist() if "variant" in gpt else []
@@ -518,12 +487,11 @@ def gpt_figure(t) -> Figure:
     return fig
 
 
-def figures(t) -> dict[str, Figure]:
+def figures(t) -> dict[str, plt.Figure]:
     return {"lab04_six_panel": six_panel(t), "lab04_hacking": hacking_figure(t), "lab04_gpt": gpt_figure(t)}
 
 
 # ---- section: the template's context, from the tables ----------------------------------
-OUTCOMES = ("agrees", "disagrees", "inconclusive", "not judged")
 PARTS = ("entropy", "vanishing", "hacking", "gpt")  # the section's parts (the document's claims: its template)
 SHOWN = ("local_optima", "vanishing", "hacking", "gpt", "gpt_differences")  # the lab04_ tables the template shows
 
@@ -544,7 +512,9 @@ def section(t) -> dict:
     a, n = (kit.row_of(ent, setting=setting, seed="all") for setting in ("aggressive", "normal"))
     hack = kit.row_of(t["lab04_hacking"], seed="all")
     gpt = {r: kit.row_of(t["lab04_gpt"], role=r) for r in (*ROLES, *COV_REMEDIES)}
-    ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
+    kept = n.get("final_entropy", math.nan) - a.get("final_entropy", math.nan)  # by the normal setting over aggressive
+    bandit_ends = ("proxy_start", "proxy_end", "true_start", "true_end")
+    gpt_ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
     return {"parts": {part: {"rows": grouped.get(part, []), "summary": part_summary(grouped.get(part, []))}
                       for part in PARTS},
             "verdict_list": rows, "severity_definition": SEVERITY_DEFINITION,
@@ -553,9 +523,8 @@ def section(t) -> dict:
             "aggressive": a, "normal": n, "vanishing": kit.row_of(t["lab04_vanishing"], seed="all"), "hacking": hack,
             "aggressive_seeds": _seeds(ent)[lambda d: d["setting"] == "aggressive"] if len(ent)
                                 else pd.DataFrame(columns=["converged_to"]),
-            "normal_keeps_more": check(n.get("final_entropy", math.nan) - a.get("final_entropy", math.nan),
-                                       lambda x: x > 0),
-            "bandit_hacked": as_passed(hack.get("hacked")),
-            "gpt_hacked": hacked(*(gpt["proxy"].get(k, math.nan) for k in ends)),
+            "normal_keeps_more": bool(kept > 0) if kit.known(kept) else None,
+            "bandit_hacked": hacked(*(hack.get(k, math.nan) for k in bandit_ends)),
+            "gpt_hacked": hacked(*(gpt["proxy"].get(k, math.nan) for k in gpt_ends)),
             "gpt": gpt, "cov_remedies": COV_REMEDIES,
             "tables": {"entropy_pooled": _seeds(ent, pooled=True), **{k: t[f"lab04_{k}"] for k in SHOWN}}}  # fmt: skip
