@@ -19,6 +19,7 @@ import pandas as pd
 
 import mathrl.studies.kit as kit
 from mathrl.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, plt
+from mathrl.studies.negative_controls import arm_runs, held_out
 from mathrl.verdict import mean_interval
 
 EXPERIMENT = "policy_losses"
@@ -32,21 +33,16 @@ LIMITS = {"entropy_start": NONNEGATIVE, "entropy_end": NONNEGATIVE, "initial": S
           **dict.fromkeys(CLIPS, SHARE)}  # fmt: skip
 
 
-def loss_runs(runs, roles: dict) -> pd.DataFrame:
-    """Per run: the policy loss, token entropy at the first step (the rollouts of the policy before any update) and at
-    the last, its relative fall (1 − end / start), held-out greedy accuracy at the start and the end, the step means of
+def loss_run(run) -> dict:
+    """A run's policy loss, token entropy at the first step (the rollouts of the policy before any update) and at the
+    last, its relative fall (1 − end / start), held-out greedy accuracy at the start and the end, the step means of
     the clip diagnostics and ppo_kl, and the rollouts sampled."""
-    names, rows = kit.joined_roles(roles), []
-    for name, run in runs:
-        m = run.metrics.sort_values("step")
-        h0, h1 = float(m["entropy"].iloc[0]), float(m["entropy"].iloc[-1])
-        initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
-        rows.append({"setting": name, "role": names.get(name, ""), "seed": run.spec.seed,
-                     "policy_loss": run.settings.get("policy_loss", "vanilla"), "entropy_start": h0, "entropy_end": h1,
-                     "entropy_reduction": 1.0 - h1 / h0 if h0 > 0 else NAN, "initial": initial, "final": final,
-                     "change": final - initial, **{c: kit.step_mean(m, c) for c in [*CLIPS, "ppo_kl"]},
-                     "samples": float(m["samples"].iloc[-1])})  # fmt: skip
-    return pd.DataFrame(rows, columns=["setting", "role", "seed", "policy_loss", *VALUES])
+    m = run.metrics.sort_values("step")
+    h0, h1 = float(m["entropy"].iloc[0]), float(m["entropy"].iloc[-1])
+    return {"policy_loss": run.settings.get("policy_loss", "vanilla"), "entropy_start": h0, "entropy_end": h1,
+            "entropy_reduction": 1.0 - h1 / h0 if h0 > 0 else NAN, **held_out(run),
+            **{c: kit.step_mean(m, c) for c in [*CLIPS, "ppo_kl"]},
+            "samples": float(m["samples"].iloc[-1])}  # fmt: skip
 
 
 def loss_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
@@ -67,21 +63,20 @@ def loss_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def loss_steps(runs) -> pd.DataFrame:
-    """Per variant and step: token entropy and the share of tokens each loss cut (clip_frac; GSPO's is its sequences'
-    tokens) over seeds (mean, std, n), for the figure."""
-    frames = [run.metrics.assign(setting=name, seed=run.spec.seed) for name, run in runs]
-    return kit.over_seeds(frames, ["setting"], ["entropy", "clip_frac"])
-
-
 def tables(runs, roles: dict) -> dict[str, pd.DataFrame]:
     """The experiment's tables from its complete runs, (variant, run) pairs, and its roles."""
     runs = list(runs)
-    per_run = loss_runs(runs, roles)
+    per_run = arm_runs(runs, roles, loss_run, ["policy_loss", *VALUES])
     return {
         "diagnostics_policy_losses_runs": per_run,
         "diagnostics_policy_losses": loss_summary(per_run, roles),
-        "diagnostics_policy_losses_steps": loss_steps(runs),
+        # per variant and step: token entropy and the share of tokens each loss cut (clip_frac; GSPO's is its
+        # sequences' tokens) over seeds (mean, std, n), for the figure
+        "diagnostics_policy_losses_steps": kit.over_seeds(
+            [run.metrics.assign(setting=name, seed=run.spec.seed) for name, run in runs],
+            ["setting"],
+            ["entropy", "clip_frac"],
+        ),
     }
 
 
