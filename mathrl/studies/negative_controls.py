@@ -63,14 +63,13 @@ def control_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
     """Per variant: the greedy and sampled held-out change from the start (95% t interval over seeds), the final
     greedy accuracy minus the reference's (paired by seed; empty for the reference), and the engagement columns'
     means."""
-    rows = []
-    for name, g, ref in arms(runs, roles.get("reference")):
-        rows.append({"setting": name, "role": g["role"].iloc[0], "n": int(g["change"].notna().sum()),
-                     "initial_mean": float(g["initial"].mean()), "final_mean": float(g["final"].mean()),
-                     **estimate_columns("change", mean_interval(g["change"])),
-                     **estimate_columns("sampled_change", mean_interval(g["sampled_change"])),
-                     **estimate_columns("vs_reference", versus(g, ref, "final"), n=True),
-                     **{f"{c}_mean": float(g[c].mean()) for c in ENGAGED}})  # fmt: skip
+    rows = [{"setting": name, "role": g["role"].iloc[0], "n": int(g["change"].notna().sum()),
+             "initial_mean": float(g["initial"].mean()), "final_mean": float(g["final"].mean()),
+             **estimate_columns("change", mean_interval(g["change"])),
+             **estimate_columns("sampled_change", mean_interval(g["sampled_change"])),
+             **estimate_columns("vs_reference", versus(g, ref, "final"), n=True),
+             **{f"{c}_mean": float(g[c].mean()) for c in ENGAGED}}
+            for name, g, ref in arms(runs, roles.get("reference"))]  # fmt: skip
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 

@@ -57,15 +57,12 @@ def loss_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
         for v in COMPARED:
             row.update(kit.estimate_columns(f"vs_baseline_{v}", kit.versus(g, base, v), n=True))
         rows.append(row)
-    cols = ["setting", "role", "policy_loss", "n"]
-    cols += [f"{v}_{s}" for v in VALUES for s in ("mean", "lo", "hi")]
+    cols = ["setting", "role", "policy_loss", "n", *[f"{v}_{s}" for v in VALUES for s in ("mean", "lo", "hi")]]
     cols += [f"vs_baseline_{v}_{s}" for v in COMPARED for s in ("mean", "lo", "hi", "n")]
     return pd.DataFrame(rows, columns=cols)
 
 
 def tables(runs, roles: dict) -> dict[str, pd.DataFrame]:
-    """The experiment's tables from its complete runs, (variant, run) pairs, and its roles."""
-    runs = list(runs)
     per_run = arm_runs(runs, roles, loss_run, ["policy_loss", *VALUES])
     return {
         "diagnostics_policy_losses_runs": per_run,

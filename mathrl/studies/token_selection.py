@@ -122,7 +122,6 @@ def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
 
 def tables(ctx, runs, roles: dict) -> dict[str, pd.DataFrame]:
     """The experiment's tables from its complete runs, (variant, run) pairs, and its roles."""
-    runs = list(runs)
     probe_rows, carry = probe(ctx, runs)
     per_run = arm_runs(runs, roles, lambda run: selection_run(run, carry), ["token_selection", *RUN_VALUES])
     steps = [run.evals.assign(setting=name, seed=run.spec.seed) for name, run in runs]
