@@ -81,11 +81,10 @@ def control_at_scale(ctx) -> pd.DataFrame:
     runs = [r for r in runs if all(r.settings.get(k, v) == v for k, v in NO_SOURCE.items())]
     if not runs:
         return pd.DataFrame(columns=cols)
-    maxes = pd.Series([float(r.metrics["mismatch_logp_diff_max"].max()) for r in runs])
-    means = pd.Series([float(r.metrics["mismatch_logp_diff_mean"].mean()) for r in runs])
-    ess_min = pd.Series([float(r.metrics["mismatch_ess"].min()) for r in runs]).min()
+    per_run = pd.DataFrame([run_row(r) for r in runs])
+    maxes, means = per_run["logp_diff_max"], per_run["logp_diff_mean"]
     row = {"runs": len(runs), "tokens_max": maxes.max(), "run_max_median": maxes.median(),
-           "mean_gap_mean": means.mean(), "mean_gap_max": means.max(), "ess_min": ess_min}  # fmt: skip
+           "mean_gap_mean": means.mean(), "mean_gap_max": means.max(), "ess_min": per_run["ess_min"].min()}  # fmt: skip
     return pd.DataFrame([row], columns=cols)
 
 

@@ -7,7 +7,7 @@ loss's mechanism acting: the share of tokens whose gradient the PPO clip cut (`c
 sequences GSPO's sequence clip cut (`seq_clip_frac`), the share of tokens whose importance weight CISPO's cap cut
 (`is_clip_frac`), the share of tokens dual-clip's bound hit (`dual_clip_frac`) and `ppo_kl`. Per variant: the means with
 95% t intervals over seeds, and each loss's difference from the baseline (vanilla) paired by seed. Per step: token
-entropy over seeds, for the figure. The claims on these tables are declared in config/claims.yaml (part
+entropy and clip_frac over seeds, for the figure. The claims on these tables are declared in config/claims.yaml (part
 "policy losses").
 
 The functions take the experiment's complete runs as (variant, run) pairs, which `mathrl.studies.diagnostics` passes in.
@@ -67,8 +67,6 @@ def tables(runs, roles: dict) -> dict[str, pd.DataFrame]:
     return {
         "diagnostics_policy_losses_runs": per_run,
         "diagnostics_policy_losses": loss_summary(per_run, roles),
-        # per variant and step: token entropy and the share of tokens each loss cut (clip_frac; GSPO's is its
-        # sequences' tokens) over seeds (mean, std, n), for the figure
         "diagnostics_policy_losses_steps": kit.over_seeds(
             [run.metrics.assign(setting=name, seed=run.spec.seed) for name, run in runs],
             ["setting"],
