@@ -19,7 +19,6 @@ from mathrl.studies.kit import NAN, arms, estimate_columns, joined_roles, per_se
 from mathrl.verdict import difference, mean_interval
 
 EXPERIMENT = "negative_controls"
-ROLES = ("reference", "random_reward", "random_reward_noclip", "positive_only", "negative_only")
 RUN_VALUES = (  # per run, after its setting, role and seed
     "initial final change initial_sampled final_sampled sampled_change clip_frac "
     "adv_mean reward_mean entropy_start entropy_end kl_end"
