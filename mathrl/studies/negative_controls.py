@@ -19,12 +19,10 @@ from mathrl.studies.kit import NAN, arms, estimate_columns, joined_roles, per_se
 from mathrl.verdict import difference, mean_interval
 
 EXPERIMENT = "negative_controls"
-RUN_VALUES = (  # per run, after its setting, role and seed
-    "initial final change initial_sampled final_sampled sampled_change clip_frac "
-    "adv_mean reward_mean entropy_start entropy_end kl_end"
-).split()
 MEANS = ("clip_frac", "adv_mean", "reward_mean")  # step means per run
 ENGAGED = (*MEANS, "entropy_start", "entropy_end", "kl_end")  # means per variant
+# per run, after its setting, role and seed
+RUN_VALUES = [*"initial final change initial_sampled final_sampled sampled_change".split(), *ENGAGED]
 SUMMARY_COLUMNS = [
     *"setting role n initial_mean final_mean".split(),
     *(f"{v}_{c}" for v in ("change", "sampled_change", "vs_reference") for c in ("mean", "lo", "hi")),

@@ -64,14 +64,11 @@ def loss_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
 
 def tables(runs, roles: dict) -> dict[str, pd.DataFrame]:
     per_run = arm_runs(runs, roles, loss_run, ["policy_loss", *VALUES])
+    steps = [run.metrics.assign(setting=name, seed=run.spec.seed) for name, run in runs]
     return {
         "diagnostics_policy_losses_runs": per_run,
         "diagnostics_policy_losses": loss_summary(per_run, roles),
-        "diagnostics_policy_losses_steps": kit.over_seeds(
-            [run.metrics.assign(setting=name, seed=run.spec.seed) for name, run in runs],
-            ["setting"],
-            ["entropy", "clip_frac"],
-        ),
+        "diagnostics_policy_losses_steps": kit.over_seeds(steps, ["setting"], ["entropy", "clip_frac"]),
     }
 
 

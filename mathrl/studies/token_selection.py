@@ -129,6 +129,7 @@ def tables(ctx, runs, roles: dict) -> dict[str, pd.DataFrame]:
         "diagnostics_token_selection_runs": per_run,
         "diagnostics_token_selection": selection_summary(per_run),
         "diagnostics_token_selection_steps": kit.over_seeds(steps, ["setting"], ["eval_accuracy"]),
+        # per checkpoint kind (the warm-up or an arm's final policies), position and carry: mean entropy over seeds
         "diagnostics_token_selection_carry": mean_spread(probe_rows, ["checkpoint", "position", "carry"], ["entropy"]),
     }
 
