@@ -77,9 +77,8 @@ class Tables:
 
     def __getitem__(self, name: str) -> pd.DataFrame:
         if name not in self._cache:
-            path = self.dir / f"{name}.csv"
             try:
-                self._cache[name] = pd.read_csv(path)
+                self._cache[name] = pd.read_csv(self.dir / f"{name}.csv")
             except (FileNotFoundError, pd.errors.EmptyDataError):  # not written, or a frame with no columns
                 self._cache[name] = pd.DataFrame()
         return self._cache[name]

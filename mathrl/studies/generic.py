@@ -113,11 +113,8 @@ def bounds(metric: str, s: dict | None) -> tuple[float, float]:
 
 def setting_settings(cfg: dict, experiment: str) -> dict[str, dict]:
     """{setting: the resolved settings of its first run} of one experiment."""
-    out: dict[str, dict] = {}
-    for spec in expand_runs(cfg).values():
-        if spec.experiment == experiment:
-            out.setdefault(setting(spec), spec.settings)
-    return out
+    specs = [spec for spec in expand_runs(cfg).values() if spec.experiment == experiment]
+    return {setting(spec): spec.settings for spec in reversed(specs)}  # reversed: the first run's settings win
 
 
 def figure(c: pd.DataFrame, experiment: str, settings: dict[str, dict] | None = None) -> plt.Figure:
@@ -142,8 +139,7 @@ def figure(c: pd.DataFrame, experiment: str, settings: dict[str, dict] | None = 
 def figures(t) -> dict[str, plt.Figure]:
     s, c = t["generic_summary"], t["generic_curves"]
     exps = list(dict.fromkeys(s["experiment"])) if "experiment" in s else []
-    known = [e for e in exps if e in t.cfg["experiments"]]
-    return {f"generic_{e}": figure(c, e, setting_settings(t.cfg, e) if e in known else None) for e in exps}
+    return {f"generic_{e}": figure(c, e, setting_settings(t.cfg, e)) for e in exps}
 
 
 def section(t) -> dict:

@@ -38,10 +38,6 @@ def variant(run) -> str:
     return run.spec.variant or "default"
 
 
-def complete_runs(ctx) -> list:
-    return [run for run in ctx.experiment(EXPERIMENT) if run.ok]
-
-
 def run_row(run) -> dict:
     """One run's mismatch summary (step means; the largest gap and the smallest ESS over steps) and held-out accuracy
     at the start and the end."""
@@ -51,15 +47,6 @@ def run_row(run) -> dict:
     return {"setting": variant(run), "seed": run.spec.seed, "steps": len(m), **{c: float(m[c].mean()) for c in m},
             "logp_diff_max": float(m["logp_diff_max"].max()), "ess_min": float(m["ess"].min()),
             "initial": initial, "final": final, "gain": final - initial}  # fmt: skip
-
-
-def mismatch_runs(ctx) -> pd.DataFrame:
-    return pd.DataFrame([run_row(run) for run in complete_runs(ctx)], columns=["setting", "seed", "steps", *RUN_VALUES])
-
-
-def mismatch_summary(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per setting: the mean over seeds of each run summary, with its 95% t interval."""
-    return add_intervals(mean_spread(runs, ["setting"], RUN_VALUES), RUN_VALUES)
 
 
 def accuracy_differences(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
@@ -80,9 +67,9 @@ def accuracy_differences(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def mismatch_steps(ctx) -> pd.DataFrame:
+def mismatch_steps(runs: list) -> pd.DataFrame:
     """Per setting and step: the mismatch over seeds (mean and std), for the figure."""
-    frames = [run.metrics.assign(setting=variant(run), seed=run.spec.seed) for run in complete_runs(ctx)]
+    frames = [run.metrics.assign(setting=variant(run), seed=run.spec.seed) for run in runs]
     return over_seeds([f for f in frames if set(STEP_VALUES) <= set(f)], ["setting"], STEP_VALUES)
 
 
@@ -94,19 +81,21 @@ def control_at_scale(ctx) -> pd.DataFrame:
     runs = [r for r in runs if all(r.settings.get(k, v) == v for k, v in NO_SOURCE.items())]
     if not runs:
         return pd.DataFrame(columns=cols)
-    maxes = pd.Series([float(r.metrics["mismatch_logp_diff_max"].max()) for r in runs])
-    means = pd.Series([float(r.metrics["mismatch_logp_diff_mean"].mean()) for r in runs])
-    ess_min = pd.Series([float(r.metrics["mismatch_ess"].min()) for r in runs]).min()
+    per_run = pd.DataFrame([run_row(r) for r in runs])
+    maxes, means = per_run["logp_diff_max"], per_run["logp_diff_mean"]
     row = {"runs": len(runs), "tokens_max": maxes.max(), "run_max_median": maxes.median(),
-           "mean_gap_mean": means.mean(), "mean_gap_max": means.max(), "ess_min": ess_min}  # fmt: skip
+           "mean_gap_mean": means.mean(), "mean_gap_max": means.max(), "ess_min": per_run["ess_min"].min()}  # fmt: skip
     return pd.DataFrame([row], columns=cols)
 
 
 def tables(ctx, roles: dict) -> dict[str, pd.DataFrame]:
-    runs = mismatch_runs(ctx)
-    return {"diagnostics_mismatch_runs": runs, "diagnostics_mismatch": mismatch_summary(runs),
+    complete = [run for run in ctx.experiment(EXPERIMENT) if run.ok]
+    runs = pd.DataFrame([run_row(run) for run in complete], columns=["setting", "seed", "steps", *RUN_VALUES])
+    # per setting: the mean over seeds of each run summary, with its 95% t interval
+    summary = add_intervals(mean_spread(runs, ["setting"], RUN_VALUES), RUN_VALUES)
+    return {"diagnostics_mismatch_runs": runs, "diagnostics_mismatch": summary,
             "diagnostics_mismatch_accuracy": accuracy_differences(runs, roles),
-            "diagnostics_mismatch_steps": mismatch_steps(ctx),
+            "diagnostics_mismatch_steps": mismatch_steps(complete),
             "diagnostics_mismatch_control": control_at_scale(ctx)}  # fmt: skip
 
 

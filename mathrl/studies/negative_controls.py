@@ -19,13 +19,10 @@ from mathrl.studies.kit import NAN, arms, estimate_columns, joined_roles, per_se
 from mathrl.verdict import difference, mean_interval
 
 EXPERIMENT = "negative_controls"
-ROLES = ("reference", "random_reward", "random_reward_noclip", "positive_only", "negative_only")
-RUN_COLUMNS = (
-    "setting role seed initial final change initial_sampled final_sampled sampled_change clip_frac "
-    "adv_mean reward_mean entropy_start entropy_end kl_end"
-).split()
 MEANS = ("clip_frac", "adv_mean", "reward_mean")  # step means per run
 ENGAGED = (*MEANS, "entropy_start", "entropy_end", "kl_end")  # means per variant
+# per run, after its setting, role and seed
+RUN_VALUES = [*"initial final change initial_sampled final_sampled sampled_change".split(), *ENGAGED]
 SUMMARY_COLUMNS = [
     *"setting role n initial_mean final_mean".split(),
     *(f"{v}_{c}" for v in ("change", "sampled_change", "vs_reference") for c in ("mean", "lo", "hi")),
@@ -34,36 +31,42 @@ SUMMARY_COLUMNS = [
 ]
 
 
-def control_runs(runs, roles: dict) -> pd.DataFrame:
-    """Per run: held-out accuracy at the start and the end (greedy; sampled at the policy's temperature), and
-    step means of what shows a mechanism engaged (clip fraction, mean advantage, reward), entropy and KL."""
-    names, rows = joined_roles(roles), []
-    for name, run in runs:
-        m = run.metrics
-        initial, final = run.initial_eval, float(run.evals["eval_accuracy"].iloc[-1])
-        s0 = run.summary.get("initial", {}).get("eval_sampled_accuracy", NAN)
-        s1 = m["eval_sampled_accuracy"].dropna()
-        s1 = float(s1.iloc[-1]) if len(s1) else NAN
-        rows.append({"setting": name, "role": names.get(name, ""), "seed": run.spec.seed, "initial": initial,
-                     "final": final, "change": final - initial, "initial_sampled": s0, "final_sampled": s1,
-                     "sampled_change": s1 - s0, **{c: float(m[c].mean()) for c in MEANS},
-                     "entropy_start": float(m["entropy"].iloc[0]), "entropy_end": float(m["entropy"].iloc[-1]),
-                     "kl_end": float(m["kl"].iloc[-1])})  # fmt: skip
-    return pd.DataFrame(rows, columns=RUN_COLUMNS)
+def held_out(run) -> dict:
+    """A run's held-out greedy accuracy before RL (`initial`) and at the end (`final`), and the `change`."""
+    initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
+    return {"initial": initial, "final": final, "change": final - initial}
+
+
+def arm_runs(runs, roles: dict, values, columns: list[str]) -> pd.DataFrame:
+    """Per run of (variant, run) pairs: its setting, roles and seed, then `values(run)` (a dict) in `columns`."""
+    names = joined_roles(roles)
+    rows = [{"setting": name, "role": names.get(name, ""), "seed": run.spec.seed, **values(run)} for name, run in runs]
+    return pd.DataFrame(rows, columns=["setting", "role", "seed", *columns])
+
+
+def control_run(run) -> dict:
+    """A run's held-out accuracy at the start and the end (greedy; sampled at the policy's temperature), and step
+    means of what shows a mechanism engaged (clip fraction, mean advantage, reward), entropy and KL."""
+    m = run.metrics
+    s0 = run.summary.get("initial", {}).get("eval_sampled_accuracy", NAN)
+    s1 = m["eval_sampled_accuracy"].dropna()
+    s1 = float(s1.iloc[-1]) if len(s1) else NAN
+    return {**held_out(run), "initial_sampled": s0, "final_sampled": s1, "sampled_change": s1 - s0,
+            **{c: float(m[c].mean()) for c in MEANS}, "entropy_start": float(m["entropy"].iloc[0]),
+            "entropy_end": float(m["entropy"].iloc[-1]), "kl_end": float(m["kl"].iloc[-1])}  # fmt: skip
 
 
 def control_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
     """Per variant: the greedy and sampled held-out change from the start (95% t interval over seeds), the final
     greedy accuracy minus the reference's (paired by seed; empty for the reference), and the engagement columns'
     means."""
-    rows = []
-    for name, g, ref in arms(runs, roles.get("reference")):
-        rows.append({"setting": name, "role": g["role"].iloc[0], "n": int(g["change"].notna().sum()),
-                     "initial_mean": float(g["initial"].mean()), "final_mean": float(g["final"].mean()),
-                     **estimate_columns("change", mean_interval(g["change"])),
-                     **estimate_columns("sampled_change", mean_interval(g["sampled_change"])),
-                     **estimate_columns("vs_reference", versus(g, ref, "final"), n=True),
-                     **{f"{c}_mean": float(g[c].mean()) for c in ENGAGED}})  # fmt: skip
+    rows = [{"setting": name, "role": g["role"].iloc[0], "n": int(g["change"].notna().sum()),
+             "initial_mean": float(g["initial"].mean()), "final_mean": float(g["final"].mean()),
+             **estimate_columns("change", mean_interval(g["change"])),
+             **estimate_columns("sampled_change", mean_interval(g["sampled_change"])),
+             **estimate_columns("vs_reference", versus(g, ref, "final"), n=True),
+             **{f"{c}_mean": float(g[c].mean()) for c in ENGAGED}}
+            for name, g, ref in arms(runs, roles.get("reference"))]  # fmt: skip
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
@@ -86,7 +89,7 @@ def control_pass_at_k(pk: pd.DataFrame, roles: dict) -> pd.DataFrame:
 def tables(runs, pk: pd.DataFrame, roles: dict) -> dict[str, pd.DataFrame]:
     """The experiment's tables from its complete runs, the pass@k rows of its runs (`pk`, per run, phase and k;
     kept apart from the other runs' pass@k, whose claims are not theirs) and its roles."""
-    per_run = control_runs(runs, roles)
+    per_run = arm_runs(runs, roles, control_run, RUN_VALUES)
     return {
         "diagnostics_negative_controls_pass_at_k_runs": pk,
         "diagnostics_negative_controls_runs": per_run,

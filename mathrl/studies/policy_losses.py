@@ -7,7 +7,7 @@ loss's mechanism acting: the share of tokens whose gradient the PPO clip cut (`c
 sequences GSPO's sequence clip cut (`seq_clip_frac`), the share of tokens whose importance weight CISPO's cap cut
 (`is_clip_frac`), the share of tokens dual-clip's bound hit (`dual_clip_frac`) and `ppo_kl`. Per variant: the means with
 95% t intervals over seeds, and each loss's difference from the baseline (vanilla) paired by seed. Per step: token
-entropy over seeds, for the figure. The claims on these tables are declared in config/claims.yaml (part
+entropy and clip_frac over seeds, for the figure. The claims on these tables are declared in config/claims.yaml (part
 "policy losses").
 
 The functions take the experiment's complete runs as (variant, run) pairs, which `mathrl.studies.diagnostics` passes in.
@@ -19,6 +19,7 @@ import pandas as pd
 
 import mathrl.studies.kit as kit
 from mathrl.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, plt
+from mathrl.studies.negative_controls import arm_runs, held_out
 from mathrl.verdict import mean_interval
 
 EXPERIMENT = "policy_losses"
@@ -32,21 +33,16 @@ LIMITS = {"entropy_start": NONNEGATIVE, "entropy_end": NONNEGATIVE, "initial": S
           **dict.fromkeys(CLIPS, SHARE)}  # fmt: skip
 
 
-def loss_runs(runs, roles: dict) -> pd.DataFrame:
-    """Per run: the policy loss, token entropy at the first step (the rollouts of the policy before any update) and at
-    the last, its relative fall (1 − end / start), held-out greedy accuracy at the start and the end, the step means of
+def loss_run(run) -> dict:
+    """A run's policy loss, token entropy at the first step (the rollouts of the policy before any update) and at the
+    last, its relative fall (1 − end / start), held-out greedy accuracy at the start and the end, the step means of
     the clip diagnostics and ppo_kl, and the rollouts sampled."""
-    names, rows = kit.joined_roles(roles), []
-    for name, run in runs:
-        m = run.metrics.sort_values("step")
-        h0, h1 = float(m["entropy"].iloc[0]), float(m["entropy"].iloc[-1])
-        initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
-        rows.append({"setting": name, "role": names.get(name, ""), "seed": run.spec.seed,
-                     "policy_loss": run.settings.get("policy_loss", "vanilla"), "entropy_start": h0, "entropy_end": h1,
-                     "entropy_reduction": 1.0 - h1 / h0 if h0 > 0 else NAN, "initial": initial, "final": final,
-                     "change": final - initial, **{c: kit.step_mean(m, c) for c in [*CLIPS, "ppo_kl"]},
-                     "samples": float(m["samples"].iloc[-1])})  # fmt: skip
-    return pd.DataFrame(rows, columns=["setting", "role", "seed", "policy_loss", *VALUES])
+    m = run.metrics.sort_values("step")
+    h0, h1 = float(m["entropy"].iloc[0]), float(m["entropy"].iloc[-1])
+    return {"policy_loss": run.settings.get("policy_loss", "vanilla"), "entropy_start": h0, "entropy_end": h1,
+            "entropy_reduction": 1.0 - h1 / h0 if h0 > 0 else NAN, **held_out(run),
+            **{c: kit.step_mean(m, c) for c in [*CLIPS, "ppo_kl"]},
+            "samples": float(m["samples"].iloc[-1])}  # fmt: skip
 
 
 def loss_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
@@ -61,27 +57,18 @@ def loss_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
         for v in COMPARED:
             row.update(kit.estimate_columns(f"vs_baseline_{v}", kit.versus(g, base, v), n=True))
         rows.append(row)
-    cols = ["setting", "role", "policy_loss", "n"]
-    cols += [f"{v}_{s}" for v in VALUES for s in ("mean", "lo", "hi")]
+    cols = ["setting", "role", "policy_loss", "n", *[f"{v}_{s}" for v in VALUES for s in ("mean", "lo", "hi")]]
     cols += [f"vs_baseline_{v}_{s}" for v in COMPARED for s in ("mean", "lo", "hi", "n")]
     return pd.DataFrame(rows, columns=cols)
 
 
-def loss_steps(runs) -> pd.DataFrame:
-    """Per variant and step: token entropy and the share of tokens each loss cut (clip_frac; GSPO's is its sequences'
-    tokens) over seeds (mean, std, n), for the figure."""
-    frames = [run.metrics.assign(setting=name, seed=run.spec.seed) for name, run in runs]
-    return kit.over_seeds(frames, ["setting"], ["entropy", "clip_frac"])
-
-
 def tables(runs, roles: dict) -> dict[str, pd.DataFrame]:
-    """The experiment's tables from its complete runs, (variant, run) pairs, and its roles."""
-    runs = list(runs)
-    per_run = loss_runs(runs, roles)
+    per_run = arm_runs(runs, roles, loss_run, ["policy_loss", *VALUES])
+    steps = [run.metrics.assign(setting=name, seed=run.spec.seed) for name, run in runs]
     return {
         "diagnostics_policy_losses_runs": per_run,
         "diagnostics_policy_losses": loss_summary(per_run, roles),
-        "diagnostics_policy_losses_steps": loss_steps(runs),
+        "diagnostics_policy_losses_steps": kit.over_seeds(steps, ["setting"], ["entropy", "clip_frac"]),
     }
 
 

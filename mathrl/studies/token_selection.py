@@ -28,6 +28,7 @@ import mathrl.studies.kit as kit
 from mathrl import analysis as dx
 from mathrl.results import mean_spread
 from mathrl.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, plt
+from mathrl.studies.negative_controls import arm_runs, held_out
 
 EXPERIMENT = "token_selection"
 PART = "token selection"  # the claims' part (config/claims.yaml) this part of the section shows
@@ -86,36 +87,27 @@ def probe(ctx, runs) -> tuple[pd.DataFrame, dict]:
     carry = carry_in(pairs[:, 0], pairs[:, 1], task.answer_width).numpy()
     # the arms' start (the warm-up)
     start = layout.init_checkpoint(ctx.cfg["results"], task_name, runs[0][1].settings.get("init"))
-    checkpoints = [("warm-up", NAN, None, start)] if start is not None else []
-    for name, run in runs:
-        snap = layout.at(ctx.cfg, layout.RUN_SNAPSHOT, run_id=run.spec.run_id)
-        checkpoints.append((name, run.spec.seed, run.spec.run_id, snap))
-    for name, seed, run_id, path in checkpoints:
+    checkpoints = [("warm-up", None, start)] if start is not None else []
+    checkpoints += [(name, run, layout.at(ctx.cfg, layout.RUN_SNAPSHOT, run_id=run.spec.run_id)) for name, run in runs]
+    for name, run, path in checkpoints:
         if not Path(path).is_file():
             continue
         h = answer_entropy(_policy(path), task, pairs).numpy()
         frames.append(pd.DataFrame(dx.carry_entropy(h, carry), columns=["position", "carry", "entropy", "tokens"])
-                      .assign(checkpoint=name, seed=seed))  # fmt: skip
-        if run_id is not None:
-            means[run_id] = dx.carry_means(h, carry)
+                      .assign(checkpoint=name, seed=NAN if run is None else run.spec.seed))  # fmt: skip
+        if run is not None:
+            means[run.spec.run_id] = dx.carry_means(h, carry)
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return table.reindex(columns=PROBE_COLUMNS), means
 
 
 # ----------------------------------------------------------------------------- the tables
-def selection_runs(runs, roles: dict, carry: dict) -> pd.DataFrame:
-    """Per run: accuracy before and after, the selection's step means, and the carry probe's means."""
-    names, rows = kit.joined_roles(roles), []
-    for name, run in runs:
-        m = run.metrics.sort_values("step")
-        initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
-        probe_means = carry.get(run.spec.run_id, {})
-        rows.append({"setting": name, "role": names.get(name, ""), "seed": run.spec.seed,
-                     "token_selection": run.settings.get("token_selection", "all"),
-                     "initial": initial, "final": final, "change": final - initial,
-                     **{c: kit.step_mean(m, c) for c in STEP_MEANS},
-                     **{c: probe_means.get(c, NAN) for c in PROBE_MEANS}})  # fmt: skip
-    return pd.DataFrame(rows, columns=["setting", "role", "seed", "token_selection", *RUN_VALUES])
+def selection_run(run, carry: dict) -> dict:
+    """A run's accuracy before and after, the selection's step means, and its carry probe's means (`carry`)."""
+    probe_means = carry.get(run.spec.run_id, {})
+    return {"token_selection": run.settings.get("token_selection", "all"), **held_out(run),
+            **{c: kit.step_mean(run.metrics, c) for c in STEP_MEANS},
+            **{c: probe_means.get(c, NAN) for c in PROBE_MEANS}}  # fmt: skip
 
 
 def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
@@ -128,21 +120,15 @@ def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
     return kit.add_intervals(out, RUN_VALUES, bounds=LIMITS)
 
 
-def accuracy_steps(runs) -> pd.DataFrame:
-    """Per variant and evaluated step: held-out accuracy over seeds (mean, std, n)."""
-    return kit.over_seeds([run.evals.assign(setting=name, seed=run.spec.seed) for name, run in runs], ["setting"],
-                      ["eval_accuracy"])  # fmt: skip
-
-
 def tables(ctx, runs, roles: dict) -> dict[str, pd.DataFrame]:
     """The experiment's tables from its complete runs, (variant, run) pairs, and its roles."""
-    runs = list(runs)
     probe_rows, carry = probe(ctx, runs)
-    per_run = selection_runs(runs, roles, carry)
+    per_run = arm_runs(runs, roles, lambda run: selection_run(run, carry), ["token_selection", *RUN_VALUES])
+    steps = [run.evals.assign(setting=name, seed=run.spec.seed) for name, run in runs]
     return {
         "diagnostics_token_selection_runs": per_run,
         "diagnostics_token_selection": selection_summary(per_run),
-        "diagnostics_token_selection_steps": accuracy_steps(runs),
+        "diagnostics_token_selection_steps": kit.over_seeds(steps, ["setting"], ["eval_accuracy"]),
         # per checkpoint kind (the warm-up or an arm's final policies), position and carry: mean entropy over seeds
         "diagnostics_token_selection_carry": mean_spread(probe_rows, ["checkpoint", "position", "carry"], ["entropy"]),
     }
