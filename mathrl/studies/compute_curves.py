@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+import mathrl.studies.kit as kit
 from mathrl import curves
 from mathrl.results import mean_spread
 from mathrl.studies.kit import COLORS, NAN, arms, estimate_columns, placeholder, plt, t_halfwidth, table_band, versus
@@ -43,13 +44,7 @@ def evaluation_points(run) -> pd.DataFrame:
     return e.assign(samples=[0.0 if s == 0 else float(samples.get(s, NAN)) for s in e["step"]])
 
 
-def problems(run, cfg: dict) -> int:
-    """Held-out problems per evaluation of a run: its eval_size, or (0: all) its task's test set."""
-    s = run.settings
-    return int(s.get("eval_size") or (cfg.get("tasks", {}).get(s.get("task"), {}) or {}).get("n_test") or 0)
-
-
-def fit_runs(runs, cfg: dict) -> pd.DataFrame:
+def fit_runs(runs) -> pd.DataFrame:
     """One fit per run (and one of its first half, with the error a perfect forecast would show from the
     evaluation's sampling alone): A, B, C_mid, how many points, and why not where not."""
     rows = []
@@ -58,7 +53,7 @@ def fit_runs(runs, cfg: dict) -> pd.DataFrame:
         c, r = p["samples"].to_numpy(), p["eval_accuracy"].to_numpy()
         rows.append({"experiment": exp, "setting": name, "seed": run.spec.seed, "R0": run.initial_eval,
                      "C_max": float(np.nanmax(c)), **curves.fit_curve(c, r, run.initial_eval),
-                     **curves.half_fit_error(c, r, run.initial_eval, problems=problems(run, cfg))})  # fmt: skip
+                     **curves.half_fit_error(c, r, run.initial_eval, problems=kit.n_evaluated(run))})  # fmt: skip
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
@@ -152,7 +147,7 @@ def drawn(fitted: pd.DataFrame, runs) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def tables(runs, cfg: dict) -> dict[str, pd.DataFrame]:
     runs = list(runs)
-    fits = fit_runs(runs, cfg)
+    fits = fit_runs(runs)
     batch = fits[(fits["experiment"] == BATCH) & fits["fitted"].astype(bool)]
     points, curves_drawn = drawn(batch, runs)
     return {
