@@ -188,8 +188,7 @@ def schedule_motion(run) -> dict:
     `schedule_moved`: 1 when either acted (a step schedule or a KL controller), else 0."""
     if not run.ok:
         return {"lr_ratio": NAN, "kl_coef_range": NAN, "schedule_moved": NAN}
-    lr, kl = run.metrics["lr"].dropna(), run.metrics["kl_coef"].dropna()
-    lr_ratio = kit.end_over_start(lr)
+    lr_ratio, kl = kit.end_over_start(run.metrics["lr"]), run.metrics["kl_coef"].dropna()
     kl_range = float(kl.max() / kl.min()) if len(kl) and kl.min() > 0 else NAN
     moved = (kit.known(lr_ratio) and lr_ratio <= LR_FELL) or (kit.known(kl_range) and kl_range >= KL_MOVED)
     return {"lr_ratio": lr_ratio, "kl_coef_range": kl_range, "schedule_moved": float(moved)}
@@ -230,6 +229,7 @@ def remedies_table(runs: list) -> pd.DataFrame:
 
 def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
     g, var_rows, acc_rows = ctx.cfg["gradvar"], [], []
+    accumulation = ("batch_size", "micro_batch_size", "steps", "max_abs_difference", "max_abs_gradient", "relative")
     for task in g["tasks"]:
         probe = ctx.gradvar(task)
         status = {"task": task, "status": "complete" if probe else "missing"}
@@ -240,9 +240,7 @@ def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
                       "theory_ratio": sizes[-1] / n, "doc_variance": DOC["variance"].get(n, NAN),
                       "doc_ratio": DOC["variance"].get(n, NAN) / DOC["variance"][512]} for n in sizes]  # fmt: skip
         acc = probe["accumulation"] if probe else dict(zip(["batch_size", "micro_batch_size"], g["accumulation"]))
-        acc_rows.append({**status, "batch_size": acc["batch_size"], "micro_batch_size": acc["micro_batch_size"],
-                         **{k: acc.get(k, NAN) for k in ("steps", "max_abs_difference", "max_abs_gradient",
-                                                         "relative")}})  # fmt: skip
+        acc_rows.append({**status, **{k: acc.get(k, NAN) for k in accumulation}})
     return {"stability_gradvar": pd.DataFrame(var_rows), "stability_accumulation": pd.DataFrame(acc_rows)}
 
 
@@ -252,8 +250,8 @@ FIXED_SWING, SWING_SIGMAS = 0.3, 6.0
 
 
 def replay(run, **monitor) -> list[int]:
-    """The steps of the alerts a monitor with these thresholds raises over a run's logged metrics (a pure replay)."""
-    mon = StabilityMonitor(**monitor)
+    """The alert steps of a monitor with these thresholds (the others off) replayed over a run's logged metrics."""
+    mon = StabilityMonitor(**{"entropy_min": None, "kl_max": None, "reward_swing": None, **monitor})
     for r in run.metrics[["step", "entropy", "kl", "reward_mean"]].itertuples():
         mon.check(r.step, r.entropy, r.kl, r.reward_mean)
     return [a["step"] for a in mon.alerts]
@@ -262,22 +260,17 @@ def replay(run, **monitor) -> list[int]:
 def detectors(run) -> dict[str, list[int]]:
     """Alert steps per detector on one run: the document's fixed reward swing, the noise-scaled one,
     and the run's own KL and entropy thresholds."""
-    st, off = run.settings, {"entropy_min": None, "kl_max": None, "reward_swing": None}
-    return {"fixed_swing": replay(run, **{**off, "reward_swing": FIXED_SWING}, window=st["monitor_window"]),
-            "scaled_swing": replay(run, **off, window=st["monitor_window"], swing_sigmas=SWING_SIGMAS,
+    st = run.settings
+    return {"fixed_swing": replay(run, reward_swing=FIXED_SWING, window=st["monitor_window"]),
+            "scaled_swing": replay(run, window=st["monitor_window"], swing_sigmas=SWING_SIGMAS,
                                    batch_size=st["batch_size"]),
-            "high_kl": replay(run, **{**off, "kl_max": st["monitor_kl_max"]}),
-            "low_entropy": replay(run, **{**off, "entropy_min": st["monitor_entropy_min"]})}  # fmt: skip
+            "high_kl": replay(run, kl_max=st["monitor_kl_max"]),
+            "low_entropy": replay(run, entropy_min=st["monitor_entropy_min"])}  # fmt: skip
 
 
 DETECTORS = {"fixed_swing": f"reward_swing, fixed {FIXED_SWING:g}",
              "scaled_swing": f"reward_swing, {SWING_SIGMAS:g} standard errors of the batch mean",
              "high_kl": "high_kl", "low_entropy": "low_entropy"}  # fmt: skip
-
-
-def drop_onsets(run) -> list:
-    """The steps at which a run's held-out accuracy starts a sustained drop of DROP."""
-    return sustained_drops(run.evals["step"], run.evals["eval_accuracy"], DROP)
 
 
 def followed_by_drop(step, drops: list) -> float:
@@ -294,22 +287,8 @@ def watched(run) -> Callable[[int], bool]:
     return lambda step: step + HORIZON <= last_onset
 
 
-def alert_events(runs: list) -> pd.DataFrame:
-    """One row per alert of each detector (source `alert`) and per logged step (source `step`, the base rate,
-    repeated under each detector) whose HORIZON is watched (`watched`), with `followed_by_drop`: 1 when a sustained
-    drop starts within HORIZON steps after it. The monitor's precision claim compares the two shares."""
-    rows = []
-    for run in runs:
-        drops, seen = drop_onsets(run), watched(run)
-        steps = [("step", s, followed_by_drop(s, drops)) for s in run.metrics["step"] if seen(s)]
-        for name, alerts in detectors(run).items():
-            events = [("alert", s, followed_by_drop(s, drops)) for s in alerts if seen(s)] + steps
-            rows += [(name, source, run.spec.run_id, s, hit) for source, s, hit in events]
-    return pd.DataFrame(rows, columns=["detector", "source", "run_id", "step", "followed_by_drop"])
-
-
 def alert_runs(events: pd.DataFrame) -> pd.DataFrame:
-    """Per detector, source and run: the share of its events (`alert_events`) followed by a sustained drop, and their
+    """Per detector, source and run: the share of its events (`alert_tables`) followed by a sustained drop, and their
     number. The run is the unit the monitor's precision claims compare: a run's steps, and the alerts around one
     drop, are not independent draws."""
     columns = ["detector", "source", "run_id", "followed_by_drop", "events"]
@@ -319,24 +298,36 @@ def alert_runs(events: pd.DataFrame) -> pd.DataFrame:
     return by_run.agg(followed_by_drop="mean", events="size").reset_index()[columns]
 
 
-def alert_scores(runs: list) -> pd.DataFrame:
-    """Per detector, over every run with a result: how often an alert was followed by a sustained drop
-    within HORIZON steps (precision, over the alerts whose HORIZON is watched, beside the base rate of such a
-    step), and how many drops an alert announced (recall, over every alert); Wilson intervals."""
-    counts, base = [], []
+def alert_tables(runs: list) -> dict[str, pd.DataFrame]:
+    """The detectors scored over every run with a result. `stability_alert_events`: one row per alert of each detector
+    (source `alert`) and per logged step (source `step`, the base rate, repeated under each detector) whose HORIZON is
+    watched (`watched`), with `followed_by_drop`: 1 when a sustained drop starts within HORIZON steps after it; the
+    monitor's precision claim compares the two shares. `stability_alert_scores`: per detector, how often an alert was
+    followed by a sustained drop within HORIZON steps (precision, over the alerts whose HORIZON is watched, beside the
+    base rate of such a step), and how many drops an alert announced (recall, over every alert); Wilson intervals."""
+    events, counts, base = [], [], []
     for run in runs:
-        drops, seen = drop_onsets(run), watched(run)
-        base += [followed_by_drop(s, drops) for s in run.metrics["step"] if seen(s)]
+        drops, seen = sustained_drops(run.evals["step"], run.evals["eval_accuracy"], DROP), watched(run)
+        steps = [("step", s, followed_by_drop(s, drops)) for s in run.metrics["step"] if seen(s)]
+        base += [hit for *_, hit in steps]
         for name, alerts in detectors(run).items():
-            hit, scored = precision_recall([a for a in alerts if seen(a)], drops, HORIZON)[:2]
-            counts.append((name, hit, scored, *precision_recall(alerts, drops, HORIZON)[2:]))
+            scored = [a for a in alerts if seen(a)]
+            marks = [("alert", a, followed_by_drop(a, drops)) for a in scored] + steps
+            events += [(name, source, run.spec.run_id, s, hit) for source, s, hit in marks]
+            hit, n = precision_recall(scored, drops, HORIZON)[:2]  # precision: the watched alerts; recall: every one
+            counts.append((name, hit, n, *precision_recall(alerts, drops, HORIZON)[2:]))
     per = pd.DataFrame(counts, columns=["detector", "hit", "alerts", "caught", "drops"])
     rows = [{"detector": DETECTORS[c.Index], "alerts": c.alerts, "followed_by_drop": c.hit,
              **kit.wilson_columns("precision", c.hit, c.alerts), "drops": c.drops, "announced": c.caught,
              **kit.wilson_columns("recall", c.caught, c.drops), "base_rate": sum(base) / len(base) if base else NAN}
             for c in per.groupby("detector", sort=False).sum().itertuples()]  # fmt: skip
     columns = "detector alerts followed_by_drop precision precision_lo precision_hi drops announced recall recall_lo"
-    return pd.DataFrame(rows, columns=[*columns.split(), "recall_hi", "base_rate"])
+    events = pd.DataFrame(events, columns=["detector", "source", "run_id", "step", "followed_by_drop"])
+    return {
+        "stability_alert_scores": pd.DataFrame(rows, columns=[*columns.split(), "recall_hi", "base_rate"]),
+        "stability_alert_events": events,
+        "stability_alert_runs": alert_runs(events),
+    }
 
 
 def alerts_table(ctx) -> pd.DataFrame:
@@ -379,17 +370,16 @@ def clipping_runs(runs: list) -> pd.DataFrame:
         max_norm = label(st["grad_clip"])
         after = r.evals[r.evals["step"] >= (spike or 0)]["eval_accuracy"] if r.ok else []
         at_spike = r.metrics.loc[r.metrics["step"] == spike, "grad_norm"] if r.ok and spike is not None else []
+        norm = float(at_spike.iloc[0]) if len(at_spike) else NAN
         rows.append({"optimizer": optimizer, "max_norm": max_norm, "spike": "yes" if spike is not None else "no",
                      "cell": f"{optimizer}, clip {max_norm}, {'spike' if spike is not None else 'no spike'}",
                      "seed": r.spec.seed, "collapsed": m["collapsed"],
                      "initial_eval": m["initial_eval"], "final_eval": m["final_eval"],
                      "drop_after_spike": float(m["initial_eval"] - after.min()) if len(after) else NAN,
                      "spike_ratio": spike_ratio(r.metrics["grad_norm"], r.metrics["step"], spike) if r.ok else NAN,
-                     "spike_norm": float(at_spike.iloc[0]) if len(at_spike) else NAN})  # fmt: skip
-    out = pd.DataFrame(rows)
-    norm, clip = out["spike_norm"], pd.to_numeric(out["max_norm"], errors="coerce")
-    out["clip_bound"] = np.where(clip.notna() & norm.notna(), (norm > clip).astype(float), NAN)
-    return out
+                     "spike_norm": norm, "clip_bound": float(norm > st["grad_clip"])
+                     if kit.known(norm) and st["grad_clip"] is not None else NAN})  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -483,8 +473,7 @@ def evidence(runs: dict, signals: dict, test) -> tuple[str, str]:
     if test is None:
         return "", "not observed in this pipeline"
     cause, col, largest, passes, text = test
-    v = pd.Series({rid: signals[rid][col] for rid, r in runs.items() if cause(r.settings)}, dtype=float)
-    v = pd.to_numeric(v, errors="coerce").dropna()
+    v = pd.Series({rid: signals[rid][col] for rid, r in runs.items() if cause(r.settings)}, dtype=float).dropna()
     if v.empty:
         return "", "no run of this pipeline has this cause"
     rid = v.idxmax() if largest else v.idxmin()
@@ -504,8 +493,6 @@ def troubleshooting_table(ctx) -> pd.DataFrame:
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     batch, fvd = ctx.experiment("batch"), ctx.experiment(FVD)
-    # the monitor scores each trained run once: a run two experiments read (same_as) is one unit, not two
-    ok = [r for r in ctx.runs.values() if r.ok and r.spec.same_as is None]
     out = {**batch_tables(batch), **gradvar_tables(ctx)}
     out["stability_fixed_vs_dynamic"], out["stability_fvd_runs"] = fixed_vs_dynamic_tables(
         fvd, kit.roles(ctx.cfg, FVD, FVD_ROLES) if fvd else {}
@@ -516,9 +503,8 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     out["stability_clipping"], out["stability_clipping_runs"] = clipping_table(ctx.experiment("clipping"))
     out["stability_value_clip"], out["stability_value_clip_runs"] = value_clip_table(ctx.experiment("value_clip"))
     out["stability_alerts"] = alerts_table(ctx)
-    out["stability_alert_scores"] = alert_scores(ok)
-    out["stability_alert_events"] = alert_events(ok)
-    out["stability_alert_runs"] = alert_runs(out["stability_alert_events"])
+    # the monitor scores each trained run once: a run two experiments read (same_as) is one unit, not two
+    out.update(alert_tables([r for r in ctx.runs.values() if r.ok and r.spec.same_as is None]))
     out["stability_troubleshooting"] = troubleshooting_table(ctx)
     out["stability_series"] = pd.concat(
         [series(ctx.experiment(e), ms).assign(experiment=e) for e, ms in SERIES.items()], ignore_index=True
