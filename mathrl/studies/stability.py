@@ -49,15 +49,14 @@ def largest_drop(values: pd.Series) -> float:
     return float(max(-d.min(), 0.0)) if len(d) else 0.0
 
 
-def change_shares(values: pd.Series, big: float = BIG_SWING, small: float = SMALL_SWING) -> tuple[float, float]:
-    """Shares of consecutive changes (in either direction) above `big` and below `small`."""
+def change_shares(values: pd.Series) -> tuple[float, float]:
+    """Shares of consecutive changes (in either direction) above BIG_SWING and below SMALL_SWING."""
     d = values.diff().dropna().abs()
-    return (float((d > big).mean()), float((d < small).mean())) if len(d) else (NAN, NAN)
+    return (float((d > BIG_SWING).mean()), float((d < SMALL_SWING).mean())) if len(d) else (NAN, NAN)
 
 
 def logged(run, column: str, how: str = "last") -> float:
-    """The last, mean, largest ("max") or smallest ("min") value of a logged column over the run's steps (NaN for a
-    run without a result, or one that never logged it)."""
+    """The last, mean, max or min of a logged column over a run's steps (NaN for a run without it or a result)."""
     s = run.metrics[column].dropna() if run.ok and column in run.metrics else pd.Series(dtype=float)
     return NAN if s.empty else float(s.iloc[-1] if how == "last" else getattr(s, how)())
 
@@ -115,8 +114,7 @@ def series(runs: list, metrics: list[str]) -> pd.DataFrame:
 
 
 def document_columns(df: pd.DataFrame, names: list[str], facts: list) -> None:
-    """Columns `names` beside the rows of `df`: the document's numbers of each row (`facts`, one sequence per row in
-    the order of `names`, or None where the document has none: NaN)."""
+    """Columns `names` of `df`: the document's numbers per row (`facts`: a sequence per row, or None for NaN)."""
     for j, name in enumerate(names):
         df[name] = [NAN if f is None else f[j] for f in facts]
 
@@ -194,11 +192,11 @@ def schedule_motion(run) -> dict:
     return {"lr_ratio": lr_ratio, "kl_coef_range": kl_range, "schedule_moved": float(moved)}
 
 
-def fixed_vs_dynamic_tables(runs: list, role: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+def fixed_vs_dynamic_tables(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per method (its role in the config: A, B or C) and per run."""
-    if not runs:
+    if not (runs := ctx.experiment(FVD)):
         return pd.DataFrame(), pd.DataFrame()
-    method = {v: r for r, v in role.items() if r in (*FVD_ROLES, FVD_CONTROL)}
+    method = {v: r for r, v in kit.roles(ctx.cfg, FVD, FVD_ROLES).items() if r in (*FVD_ROLES, FVD_CONTROL)}
     rows = pd.DataFrame([{"method": method.get(r.spec.variant, ""), "variant": r.spec.variant, "seed": r.spec.seed,
                           **measures(r), "final_lr": logged(r, "lr"), "final_kl_coef": logged(r, "kl_coef"),
                           **schedule_motion(r)} for r in runs])  # fmt: skip
@@ -217,8 +215,8 @@ REMEDY_MEASURES = {"drawdown": drawdown, "kl_end": kl_end, "accuracy_gain": accu
 
 def remedies_table(runs: list) -> pd.DataFrame:
     """Per variant of the remedies experiment (KL grid, and the LR and batch remedies at batch 64): its batch,
-    KL coefficient and LR, and across seeds the drawdown, the KL to the reference at the end, the training-reward
-    gain and the final held-out accuracy."""
+    KL coefficient and LR, and across seeds the drawdown, the KL to the reference at the end, the sampled
+    training-accuracy gain and the final held-out accuracy."""
     if not runs:
         return pd.DataFrame()
     settings = ["batch_size", "kl_coef", "lr"]
@@ -359,10 +357,12 @@ def spike_ratio(grad_norms: pd.Series, steps: pd.Series, spike_step) -> float:
     return float(at.iloc[0] / rest.median())
 
 
-def clipping_runs(runs: list) -> pd.DataFrame:
-    """One row per clipping run: its cell (optimizer, max norm, spike or not), collapse, the largest fall below its
-    start after the spike, the spike's measured size, and `clip_bound`: 1 when the gradient norm at the spike (before
-    clipping) exceeded the max norm (NaN without a clip)."""
+def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per cell (optimizer x max norm x spike): collapse rate with its 95% Wilson interval; and one row per run: its
+    cell, collapse, the largest fall below its start after the spike, the spike's measured size, and `clip_bound`: 1
+    when the gradient norm at the spike (before clipping) exceeded the max norm (NaN without a clip)."""
+    if not runs:
+        return pd.DataFrame(), pd.DataFrame()
     rows = []
     for r in runs:
         st, m = r.settings, measures(r)
@@ -379,14 +379,7 @@ def clipping_runs(runs: list) -> pd.DataFrame:
                      "spike_ratio": spike_ratio(r.metrics["grad_norm"], r.metrics["step"], spike) if r.ok else NAN,
                      "spike_norm": norm, "clip_bound": float(norm > st["grad_clip"])
                      if kit.known(norm) and st["grad_clip"] is not None else NAN})  # fmt: skip
-    return pd.DataFrame(rows)
-
-
-def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per cell (optimizer x max norm x spike): collapse rate with its 95% Wilson interval."""
-    if not runs:
-        return pd.DataFrame(), pd.DataFrame()
-    rows = clipping_runs(runs)
+    rows = pd.DataFrame(rows)
     values = ["collapsed", "drop_after_spike", "final_eval", "spike_ratio"]
     out = summarise(rows, ["cell", "optimizer", "max_norm", "spike"], values)
     out = out.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
@@ -399,9 +392,9 @@ def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
 CRITIC_BY = 20  # the step by which the critic must explain part of the returns (its check is in config/claims.yaml)
 
 
-def critic_ev(metrics: pd.DataFrame, by: int = CRITIC_BY, window: int = 5) -> float:
-    """Mean explained variance of the value head over the `window` steps ending at step `by` (or the run's last)."""
-    m = metrics[metrics["step"] <= by].tail(window)["explained_variance"].dropna()
+def critic_ev(metrics: pd.DataFrame) -> float:
+    """Mean explained variance of the value head over the 5 steps ending at step CRITIC_BY (or the run's last)."""
+    m = metrics[metrics["step"] <= CRITIC_BY].tail(5)["explained_variance"].dropna()
     return float(m.mean()) if len(m) else NAN
 
 
@@ -492,11 +485,9 @@ def troubleshooting_table(ctx) -> pd.DataFrame:
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
-    batch, fvd = ctx.experiment("batch"), ctx.experiment(FVD)
+    batch = ctx.experiment("batch")
     out = {**batch_tables(batch), **gradvar_tables(ctx)}
-    out["stability_fixed_vs_dynamic"], out["stability_fvd_runs"] = fixed_vs_dynamic_tables(
-        fvd, kit.roles(ctx.cfg, FVD, FVD_ROLES) if fvd else {}
-    )
+    out["stability_fixed_vs_dynamic"], out["stability_fvd_runs"] = fixed_vs_dynamic_tables(ctx)
     out["stability_equal_samples"] = equal_samples_table(batch)
     out["stability_remedies"] = remedies_table(ctx.experiment("remedies"))
     out["stability_equal_samples_pairs"] = equal_samples_pairs(out["stability_equal_samples"])
@@ -629,9 +620,7 @@ def design(cfg: dict) -> dict:
     """The settings the section's prose names, read from the config rather than written into the template: as the
     config resolves them for each experiment's first run (the train block's where the experiment has none)."""
     keys = ("batch_size", "steps", "eval_every", "eval_size")
-    first: dict[str, dict] = {}
-    for spec in expand_runs(cfg).values():
-        first.setdefault(spec.experiment, spec.settings)
+    first = {spec.experiment: spec.settings for spec in reversed(expand_runs(cfg).values())}  # the first run's win
     return {
         **{exp: {k: first.get(exp, cfg.get("train", {})).get(k) for k in keys} for exp in ("batch", "remedies")},
         "gradvar_batches": (cfg.get("gradvar") or {}).get("num_samples"),
