@@ -371,14 +371,14 @@ def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
         after = r.evals[r.evals["step"] >= (spike or 0)]["eval_accuracy"] if r.ok else []
         at_spike = r.metrics.loc[r.metrics["step"] == spike, "grad_norm"] if r.ok and spike is not None else []
         norm = float(at_spike.iloc[0]) if len(at_spike) else NAN
+        bound = float(norm > st["grad_clip"]) if kit.known(norm) and st["grad_clip"] is not None else NAN
         rows.append({"optimizer": optimizer, "max_norm": max_norm, "spike": "yes" if spike is not None else "no",
                      "cell": f"{optimizer}, clip {max_norm}, {'spike' if spike is not None else 'no spike'}",
                      "seed": r.spec.seed, "collapsed": m["collapsed"],
                      "initial_eval": m["initial_eval"], "final_eval": m["final_eval"],
                      "drop_after_spike": float(m["initial_eval"] - after.min()) if len(after) else NAN,
                      "spike_ratio": spike_ratio(r.metrics["grad_norm"], r.metrics["step"], spike) if r.ok else NAN,
-                     "spike_norm": norm, "clip_bound": float(norm > st["grad_clip"])
-                     if kit.known(norm) and st["grad_clip"] is not None else NAN})  # fmt: skip
+                     "spike_norm": norm, "clip_bound": bound})  # fmt: skip
     rows = pd.DataFrame(rows)
     values = ["collapsed", "drop_after_spike", "final_eval", "spike_ratio"]
     out = summarise(rows, ["cell", "optimizer", "max_norm", "spike"], values)
@@ -620,7 +620,7 @@ def design(cfg: dict) -> dict:
     """The settings the section's prose names, read from the config rather than written into the template: as the
     config resolves them for each experiment's first run (the train block's where the experiment has none)."""
     keys = ("batch_size", "steps", "eval_every", "eval_size")
-    first = {spec.experiment: spec.settings for spec in reversed(expand_runs(cfg).values())}  # the first run's win
+    first = {spec.experiment: spec.settings for spec in reversed(expand_runs(cfg).values())}  # the first run wins
     return {
         **{exp: {k: first.get(exp, cfg.get("train", {})).get(k) for k in keys} for exp in ("batch", "remedies")},
         "gradvar_batches": (cfg.get("gradvar") or {}).get("num_samples"),
