@@ -571,7 +571,7 @@ def test_alert_events_score_the_watched_steps_against_the_base_rate():
     # 12 have their whole 10-step horizon watched; the alert at step 20 is censored, not counted as 'no drop'
     seen = st.watched(run)
     assert seen(12) and not seen(13)
-    ev = st.alert_events([run])
+    ev = st.alert_tables([run])["stability_alert_events"]
     low = ev[(ev["detector"] == "low_entropy") & (ev["source"] == "alert")]
     assert list(low["step"]) == [2] and list(low["followed_by_drop"]) == [1.0]  # step 2, a drop within 10 steps
     base = ev[(ev["detector"] == "low_entropy") & (ev["source"] == "step")]

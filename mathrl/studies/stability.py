@@ -49,15 +49,14 @@ def largest_drop(values: pd.Series) -> float:
     return float(max(-d.min(), 0.0)) if len(d) else 0.0
 
 
-def change_shares(values: pd.Series, big: float = BIG_SWING, small: float = SMALL_SWING) -> tuple[float, float]:
-    """Shares of consecutive changes (in either direction) above `big` and below `small`."""
+def change_shares(values: pd.Series) -> tuple[float, float]:
+    """Shares of consecutive changes (in either direction) above BIG_SWING and below SMALL_SWING."""
     d = values.diff().dropna().abs()
-    return (float((d > big).mean()), float((d < small).mean())) if len(d) else (NAN, NAN)
+    return (float((d > BIG_SWING).mean()), float((d < SMALL_SWING).mean())) if len(d) else (NAN, NAN)
 
 
 def logged(run, column: str, how: str = "last") -> float:
-    """The last, mean, largest ("max") or smallest ("min") value of a logged column over the run's steps (NaN for a
-    run without a result, or one that never logged it)."""
+    """The last, mean, max or min of a logged column over a run's steps (NaN for a run without it or a result)."""
     s = run.metrics[column].dropna() if run.ok and column in run.metrics else pd.Series(dtype=float)
     return NAN if s.empty else float(s.iloc[-1] if how == "last" else getattr(s, how)())
 
@@ -115,8 +114,7 @@ def series(runs: list, metrics: list[str]) -> pd.DataFrame:
 
 
 def document_columns(df: pd.DataFrame, names: list[str], facts: list) -> None:
-    """Columns `names` beside the rows of `df`: the document's numbers of each row (`facts`, one sequence per row in
-    the order of `names`, or None where the document has none: NaN)."""
+    """Columns `names` of `df`: the document's numbers per row (`facts`: a sequence per row, or None for NaN)."""
     for j, name in enumerate(names):
         df[name] = [NAN if f is None else f[j] for f in facts]
 
@@ -188,18 +186,17 @@ def schedule_motion(run) -> dict:
     `schedule_moved`: 1 when either acted (a step schedule or a KL controller), else 0."""
     if not run.ok:
         return {"lr_ratio": NAN, "kl_coef_range": NAN, "schedule_moved": NAN}
-    lr, kl = run.metrics["lr"].dropna(), run.metrics["kl_coef"].dropna()
-    lr_ratio = kit.end_over_start(lr)
+    lr_ratio, kl = kit.end_over_start(run.metrics["lr"]), run.metrics["kl_coef"].dropna()
     kl_range = float(kl.max() / kl.min()) if len(kl) and kl.min() > 0 else NAN
     moved = (kit.known(lr_ratio) and lr_ratio <= LR_FELL) or (kit.known(kl_range) and kl_range >= KL_MOVED)
     return {"lr_ratio": lr_ratio, "kl_coef_range": kl_range, "schedule_moved": float(moved)}
 
 
-def fixed_vs_dynamic_tables(runs: list, role: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+def fixed_vs_dynamic_tables(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per method (its role in the config: A, B or C) and per run."""
-    if not runs:
+    if not (runs := ctx.experiment(FVD)):
         return pd.DataFrame(), pd.DataFrame()
-    method = {v: r for r, v in role.items() if r in (*FVD_ROLES, FVD_CONTROL)}
+    method = {v: r for r, v in kit.roles(ctx.cfg, FVD, FVD_ROLES).items() if r in (*FVD_ROLES, FVD_CONTROL)}
     rows = pd.DataFrame([{"method": method.get(r.spec.variant, ""), "variant": r.spec.variant, "seed": r.spec.seed,
                           **measures(r), "final_lr": logged(r, "lr"), "final_kl_coef": logged(r, "kl_coef"),
                           **schedule_motion(r)} for r in runs])  # fmt: skip
@@ -218,8 +215,8 @@ REMEDY_MEASURES = {"drawdown": drawdown, "kl_end": kl_end, "accuracy_gain": accu
 
 def remedies_table(runs: list) -> pd.DataFrame:
     """Per variant of the remedies experiment (KL grid, and the LR and batch remedies at batch 64): its batch,
-    KL coefficient and LR, and across seeds the drawdown, the KL to the reference at the end, the training-reward
-    gain and the final held-out accuracy."""
+    KL coefficient and LR, and across seeds the drawdown, the KL to the reference at the end, the sampled
+    training-accuracy gain and the final held-out accuracy."""
     if not runs:
         return pd.DataFrame()
     settings = ["batch_size", "kl_coef", "lr"]
@@ -230,6 +227,7 @@ def remedies_table(runs: list) -> pd.DataFrame:
 
 def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
     g, var_rows, acc_rows = ctx.cfg["gradvar"], [], []
+    accumulation = ("batch_size", "micro_batch_size", "steps", "max_abs_difference", "max_abs_gradient", "relative")
     for task in g["tasks"]:
         probe = ctx.gradvar(task)
         status = {"task": task, "status": "complete" if probe else "missing"}
@@ -240,9 +238,7 @@ def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
                       "theory_ratio": sizes[-1] / n, "doc_variance": DOC["variance"].get(n, NAN),
                       "doc_ratio": DOC["variance"].get(n, NAN) / DOC["variance"][512]} for n in sizes]  # fmt: skip
         acc = probe["accumulation"] if probe else dict(zip(["batch_size", "micro_batch_size"], g["accumulation"]))
-        acc_rows.append({**status, "batch_size": acc["batch_size"], "micro_batch_size": acc["micro_batch_size"],
-                         **{k: acc.get(k, NAN) for k in ("steps", "max_abs_difference", "max_abs_gradient",
-                                                         "relative")}})  # fmt: skip
+        acc_rows.append({**status, **{k: acc.get(k, NAN) for k in accumulation}})
     return {"stability_gradvar": pd.DataFrame(var_rows), "stability_accumulation": pd.DataFrame(acc_rows)}
 
 
@@ -252,8 +248,8 @@ FIXED_SWING, SWING_SIGMAS = 0.3, 6.0
 
 
 def replay(run, **monitor) -> list[int]:
-    """The steps of the alerts a monitor with these thresholds raises over a run's logged metrics (a pure replay)."""
-    mon = StabilityMonitor(**monitor)
+    """The alert steps of a monitor with these thresholds (the others off) replayed over a run's logged metrics."""
+    mon = StabilityMonitor(**{"entropy_min": None, "kl_max": None, "reward_swing": None, **monitor})
     for r in run.metrics[["step", "entropy", "kl", "reward_mean"]].itertuples():
         mon.check(r.step, r.entropy, r.kl, r.reward_mean)
     return [a["step"] for a in mon.alerts]
@@ -262,22 +258,17 @@ def replay(run, **monitor) -> list[int]:
 def detectors(run) -> dict[str, list[int]]:
     """Alert steps per detector on one run: the document's fixed reward swing, the noise-scaled one,
     and the run's own KL and entropy thresholds."""
-    st, off = run.settings, {"entropy_min": None, "kl_max": None, "reward_swing": None}
-    return {"fixed_swing": replay(run, **{**off, "reward_swing": FIXED_SWING}, window=st["monitor_window"]),
-            "scaled_swing": replay(run, **off, window=st["monitor_window"], swing_sigmas=SWING_SIGMAS,
+    st = run.settings
+    return {"fixed_swing": replay(run, reward_swing=FIXED_SWING, window=st["monitor_window"]),
+            "scaled_swing": replay(run, window=st["monitor_window"], swing_sigmas=SWING_SIGMAS,
                                    batch_size=st["batch_size"]),
-            "high_kl": replay(run, **{**off, "kl_max": st["monitor_kl_max"]}),
-            "low_entropy": replay(run, **{**off, "entropy_min": st["monitor_entropy_min"]})}  # fmt: skip
+            "high_kl": replay(run, kl_max=st["monitor_kl_max"]),
+            "low_entropy": replay(run, entropy_min=st["monitor_entropy_min"])}  # fmt: skip
 
 
 DETECTORS = {"fixed_swing": f"reward_swing, fixed {FIXED_SWING:g}",
              "scaled_swing": f"reward_swing, {SWING_SIGMAS:g} standard errors of the batch mean",
              "high_kl": "high_kl", "low_entropy": "low_entropy"}  # fmt: skip
-
-
-def drop_onsets(run) -> list:
-    """The steps at which a run's held-out accuracy starts a sustained drop of DROP."""
-    return sustained_drops(run.evals["step"], run.evals["eval_accuracy"], DROP)
 
 
 def followed_by_drop(step, drops: list) -> float:
@@ -294,22 +285,8 @@ def watched(run) -> Callable[[int], bool]:
     return lambda step: step + HORIZON <= last_onset
 
 
-def alert_events(runs: list) -> pd.DataFrame:
-    """One row per alert of each detector (source `alert`) and per logged step (source `step`, the base rate,
-    repeated under each detector) whose HORIZON is watched (`watched`), with `followed_by_drop`: 1 when a sustained
-    drop starts within HORIZON steps after it. The monitor's precision claim compares the two shares."""
-    rows = []
-    for run in runs:
-        drops, seen = drop_onsets(run), watched(run)
-        steps = [("step", s, followed_by_drop(s, drops)) for s in run.metrics["step"] if seen(s)]
-        for name, alerts in detectors(run).items():
-            events = [("alert", s, followed_by_drop(s, drops)) for s in alerts if seen(s)] + steps
-            rows += [(name, source, run.spec.run_id, s, hit) for source, s, hit in events]
-    return pd.DataFrame(rows, columns=["detector", "source", "run_id", "step", "followed_by_drop"])
-
-
 def alert_runs(events: pd.DataFrame) -> pd.DataFrame:
-    """Per detector, source and run: the share of its events (`alert_events`) followed by a sustained drop, and their
+    """Per detector, source and run: the share of its events (`alert_tables`) followed by a sustained drop, and their
     number. The run is the unit the monitor's precision claims compare: a run's steps, and the alerts around one
     drop, are not independent draws."""
     columns = ["detector", "source", "run_id", "followed_by_drop", "events"]
@@ -319,24 +296,36 @@ def alert_runs(events: pd.DataFrame) -> pd.DataFrame:
     return by_run.agg(followed_by_drop="mean", events="size").reset_index()[columns]
 
 
-def alert_scores(runs: list) -> pd.DataFrame:
-    """Per detector, over every run with a result: how often an alert was followed by a sustained drop
-    within HORIZON steps (precision, over the alerts whose HORIZON is watched, beside the base rate of such a
-    step), and how many drops an alert announced (recall, over every alert); Wilson intervals."""
-    counts, base = [], []
+def alert_tables(runs: list) -> dict[str, pd.DataFrame]:
+    """The detectors scored over every run with a result. `stability_alert_events`: one row per alert of each detector
+    (source `alert`) and per logged step (source `step`, the base rate, repeated under each detector) whose HORIZON is
+    watched (`watched`), with `followed_by_drop`: 1 when a sustained drop starts within HORIZON steps after it; the
+    monitor's precision claim compares the two shares. `stability_alert_scores`: per detector, how often an alert was
+    followed by a sustained drop within HORIZON steps (precision, over the alerts whose HORIZON is watched, beside the
+    base rate of such a step), and how many drops an alert announced (recall, over every alert); Wilson intervals."""
+    events, counts, base = [], [], []
     for run in runs:
-        drops, seen = drop_onsets(run), watched(run)
-        base += [followed_by_drop(s, drops) for s in run.metrics["step"] if seen(s)]
+        drops, seen = sustained_drops(run.evals["step"], run.evals["eval_accuracy"], DROP), watched(run)
+        steps = [("step", s, followed_by_drop(s, drops)) for s in run.metrics["step"] if seen(s)]
+        base += [hit for *_, hit in steps]
         for name, alerts in detectors(run).items():
-            hit, scored = precision_recall([a for a in alerts if seen(a)], drops, HORIZON)[:2]
-            counts.append((name, hit, scored, *precision_recall(alerts, drops, HORIZON)[2:]))
+            scored = [a for a in alerts if seen(a)]
+            marks = [("alert", a, followed_by_drop(a, drops)) for a in scored] + steps
+            events += [(name, source, run.spec.run_id, s, hit) for source, s, hit in marks]
+            hit, n = precision_recall(scored, drops, HORIZON)[:2]  # precision: the watched alerts; recall: every one
+            counts.append((name, hit, n, *precision_recall(alerts, drops, HORIZON)[2:]))
     per = pd.DataFrame(counts, columns=["detector", "hit", "alerts", "caught", "drops"])
     rows = [{"detector": DETECTORS[c.Index], "alerts": c.alerts, "followed_by_drop": c.hit,
              **kit.wilson_columns("precision", c.hit, c.alerts), "drops": c.drops, "announced": c.caught,
              **kit.wilson_columns("recall", c.caught, c.drops), "base_rate": sum(base) / len(base) if base else NAN}
             for c in per.groupby("detector", sort=False).sum().itertuples()]  # fmt: skip
     columns = "detector alerts followed_by_drop precision precision_lo precision_hi drops announced recall recall_lo"
-    return pd.DataFrame(rows, columns=[*columns.split(), "recall_hi", "base_rate"])
+    events = pd.DataFrame(events, columns=["detector", "source", "run_id", "step", "followed_by_drop"])
+    return {
+        "stability_alert_scores": pd.DataFrame(rows, columns=[*columns.split(), "recall_hi", "base_rate"]),
+        "stability_alert_events": events,
+        "stability_alert_runs": alert_runs(events),
+    }
 
 
 def alerts_table(ctx) -> pd.DataFrame:
@@ -368,10 +357,12 @@ def spike_ratio(grad_norms: pd.Series, steps: pd.Series, spike_step) -> float:
     return float(at.iloc[0] / rest.median())
 
 
-def clipping_runs(runs: list) -> pd.DataFrame:
-    """One row per clipping run: its cell (optimizer, max norm, spike or not), collapse, the largest fall below its
-    start after the spike, the spike's measured size, and `clip_bound`: 1 when the gradient norm at the spike (before
-    clipping) exceeded the max norm (NaN without a clip)."""
+def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per cell (optimizer x max norm x spike): collapse rate with its 95% Wilson interval; and one row per run: its
+    cell, collapse, the largest fall below its start after the spike, the spike's measured size, and `clip_bound`: 1
+    when the gradient norm at the spike (before clipping) exceeded the max norm (NaN without a clip)."""
+    if not runs:
+        return pd.DataFrame(), pd.DataFrame()
     rows = []
     for r in runs:
         st, m = r.settings, measures(r)
@@ -379,24 +370,16 @@ def clipping_runs(runs: list) -> pd.DataFrame:
         max_norm = label(st["grad_clip"])
         after = r.evals[r.evals["step"] >= (spike or 0)]["eval_accuracy"] if r.ok else []
         at_spike = r.metrics.loc[r.metrics["step"] == spike, "grad_norm"] if r.ok and spike is not None else []
+        norm = float(at_spike.iloc[0]) if len(at_spike) else NAN
+        bound = float(norm > st["grad_clip"]) if kit.known(norm) and st["grad_clip"] is not None else NAN
         rows.append({"optimizer": optimizer, "max_norm": max_norm, "spike": "yes" if spike is not None else "no",
                      "cell": f"{optimizer}, clip {max_norm}, {'spike' if spike is not None else 'no spike'}",
                      "seed": r.spec.seed, "collapsed": m["collapsed"],
                      "initial_eval": m["initial_eval"], "final_eval": m["final_eval"],
                      "drop_after_spike": float(m["initial_eval"] - after.min()) if len(after) else NAN,
                      "spike_ratio": spike_ratio(r.metrics["grad_norm"], r.metrics["step"], spike) if r.ok else NAN,
-                     "spike_norm": float(at_spike.iloc[0]) if len(at_spike) else NAN})  # fmt: skip
-    out = pd.DataFrame(rows)
-    norm, clip = out["spike_norm"], pd.to_numeric(out["max_norm"], errors="coerce")
-    out["clip_bound"] = np.where(clip.notna() & norm.notna(), (norm > clip).astype(float), NAN)
-    return out
-
-
-def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per cell (optimizer x max norm x spike): collapse rate with its 95% Wilson interval."""
-    if not runs:
-        return pd.DataFrame(), pd.DataFrame()
-    rows = clipping_runs(runs)
+                     "spike_norm": norm, "clip_bound": bound})  # fmt: skip
+    rows = pd.DataFrame(rows)
     values = ["collapsed", "drop_after_spike", "final_eval", "spike_ratio"]
     out = summarise(rows, ["cell", "optimizer", "max_norm", "spike"], values)
     out = out.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
@@ -409,9 +392,9 @@ def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
 CRITIC_BY = 20  # the step by which the critic must explain part of the returns (its check is in config/claims.yaml)
 
 
-def critic_ev(metrics: pd.DataFrame, by: int = CRITIC_BY, window: int = 5) -> float:
-    """Mean explained variance of the value head over the `window` steps ending at step `by` (or the run's last)."""
-    m = metrics[metrics["step"] <= by].tail(window)["explained_variance"].dropna()
+def critic_ev(metrics: pd.DataFrame) -> float:
+    """Mean explained variance of the value head over the 5 steps ending at step CRITIC_BY (or the run's last)."""
+    m = metrics[metrics["step"] <= CRITIC_BY].tail(5)["explained_variance"].dropna()
     return float(m.mean()) if len(m) else NAN
 
 
@@ -483,8 +466,7 @@ def evidence(runs: dict, signals: dict, test) -> tuple[str, str]:
     if test is None:
         return "", "not observed in this pipeline"
     cause, col, largest, passes, text = test
-    v = pd.Series({rid: signals[rid][col] for rid, r in runs.items() if cause(r.settings)}, dtype=float)
-    v = pd.to_numeric(v, errors="coerce").dropna()
+    v = pd.Series({rid: signals[rid][col] for rid, r in runs.items() if cause(r.settings)}, dtype=float).dropna()
     if v.empty:
         return "", "no run of this pipeline has this cause"
     rid = v.idxmax() if largest else v.idxmin()
@@ -503,22 +485,17 @@ def troubleshooting_table(ctx) -> pd.DataFrame:
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
-    batch, fvd = ctx.experiment("batch"), ctx.experiment(FVD)
-    # the monitor scores each trained run once: a run two experiments read (same_as) is one unit, not two
-    ok = [r for r in ctx.runs.values() if r.ok and r.spec.same_as is None]
+    batch = ctx.experiment("batch")
     out = {**batch_tables(batch), **gradvar_tables(ctx)}
-    out["stability_fixed_vs_dynamic"], out["stability_fvd_runs"] = fixed_vs_dynamic_tables(
-        fvd, kit.roles(ctx.cfg, FVD, FVD_ROLES) if fvd else {}
-    )
+    out["stability_fixed_vs_dynamic"], out["stability_fvd_runs"] = fixed_vs_dynamic_tables(ctx)
     out["stability_equal_samples"] = equal_samples_table(batch)
     out["stability_remedies"] = remedies_table(ctx.experiment("remedies"))
     out["stability_equal_samples_pairs"] = equal_samples_pairs(out["stability_equal_samples"])
     out["stability_clipping"], out["stability_clipping_runs"] = clipping_table(ctx.experiment("clipping"))
     out["stability_value_clip"], out["stability_value_clip_runs"] = value_clip_table(ctx.experiment("value_clip"))
     out["stability_alerts"] = alerts_table(ctx)
-    out["stability_alert_scores"] = alert_scores(ok)
-    out["stability_alert_events"] = alert_events(ok)
-    out["stability_alert_runs"] = alert_runs(out["stability_alert_events"])
+    # the monitor scores each trained run once: a run two experiments read (same_as) is one unit, not two
+    out.update(alert_tables([r for r in ctx.runs.values() if r.ok and r.spec.same_as is None]))
     out["stability_troubleshooting"] = troubleshooting_table(ctx)
     out["stability_series"] = pd.concat(
         [series(ctx.experiment(e), ms).assign(experiment=e) for e, ms in SERIES.items()], ignore_index=True
@@ -643,9 +620,7 @@ def design(cfg: dict) -> dict:
     """The settings the section's prose names, read from the config rather than written into the template: as the
     config resolves them for each experiment's first run (the train block's where the experiment has none)."""
     keys = ("batch_size", "steps", "eval_every", "eval_size")
-    first: dict[str, dict] = {}
-    for spec in expand_runs(cfg).values():
-        first.setdefault(spec.experiment, spec.settings)
+    first = {spec.experiment: spec.settings for spec in reversed(expand_runs(cfg).values())}  # the first run wins
     return {
         **{exp: {k: first.get(exp, cfg.get("train", {})).get(k) for k in keys} for exp in ("batch", "remedies")},
         "gradvar_batches": (cfg.get("gradvar") or {}).get("num_samples"),
