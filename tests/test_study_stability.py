@@ -467,6 +467,17 @@ def test_the_design_the_prose_names_comes_from_the_config(tmp_path):
     d = st.design(load_config(write_config(tmp_path / "c.yaml", c)))
     assert d["remedies"] == {"batch_size": 64, "steps": 100, "eval_every": 10, "eval_size": 0}
     assert d["batch"]["eval_every"] == 25 and d["gradvar_batches"] == 20
+    assert d["decay"] is None and d["kl_lr_ratio"] is None and d["kl_grid"] == []  # no such experiments, no numbers
+    c["experiments"] = {
+        "fixed_vs_dynamic": {"variants": {"B": {"lr_schedule": "step", "lr_decay_rate": 0.8, "lr_decay_every": 7}},
+                             "roles": {"B": "B"}, "seeds": [0]},
+        "remedies": {"variants": {"grid": {"kl_coef": 0.02, "lr_scale": 1.0}, "own": {"lr_scale": 0.25}},
+                     "roles": {"kl_default": "grid", "raised_lr": "own"}, "seeds": [0]},
+    }  # fmt: skip
+    d = st.design(load_config(write_config(tmp_path / "c.yaml", c)))
+    # 50 steps (0-49) hold 49 // 7 = 7 periods of 7: the last LR is 0.8^7 of the first
+    assert d["decay"] == {"rate": 0.8, "periods": 7, "last": pytest.approx(0.8**7)}
+    assert d["kl_lr_ratio"] == pytest.approx(4.0) and d["kl_grid"] == ["0.02"]
 
 
 def test_empty_results_render(cfg, tmp_path):

@@ -17,6 +17,7 @@ import pandas as pd
 
 import mathrl.studies.kit as kit
 from mathrl.config import expand_runs
+from mathrl.control import lr_factor
 from mathrl.measures import accuracy_gain, drawdown, entropy_end, final_eval, kl_end, reward_end, reward_start
 from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
@@ -616,15 +617,32 @@ CLIPPING_ORDER = ["clipping_spike_collapses", "clipping_sgd", "clipping_sgd_2.0"
                   "clipping_dose_order", "clipping_adamw"]  # fmt: skip
 
 
+KL_GRID = ("kl_none", "kl_low", "kl_default", "kl_high")  # the remedies experiment's KL roles, in the grid's order
+
+
 def design(cfg: dict) -> dict:
     """The settings the section's prose names, read from the config rather than written into the template: as the
     config resolves them for each experiment's first run (the train block's where the experiment has none)."""
     keys = ("batch_size", "steps", "eval_every", "eval_size")
-    first = {spec.experiment: spec.settings for spec in reversed(expand_runs(cfg).values())}  # the first run wins
+    specs = list(expand_runs(cfg).values())
+    first = {spec.experiment: spec.settings for spec in reversed(specs)}  # the first run wins
+    variant = {(spec.experiment, spec.variant): spec.settings for spec in specs}
+
+    def setting(exp: str, role: str) -> dict | None:  # the settings of the variant in `role`, None without one
+        name = kit.roles(cfg, exp, ()).get(role)
+        return variant.get((exp, name)) if name else None
+
+    b, kl, own = setting(FVD, "B"), setting("remedies", "kl_default"), setting("remedies", "raised_lr")
     return {
         **{exp: {k: first.get(exp, cfg.get("train", {})).get(k) for k in keys} for exp in ("batch", "remedies")},
         "gradvar_batches": (cfg.get("gradvar") or {}).get("num_samples"),
-    }
+        # B's step schedule: its rate, the periods its run completes and its LR's last factor
+        "decay": b and {"rate": b["lr_decay_rate"], "periods": (b["steps"] - 1) // b["lr_decay_every"],
+                        "last": lr_factor("step", b["steps"] - 1, b["steps"], b["lr_decay_rate"], b["lr_decay_every"])},
+        # the KL grid's LR against batch 64's own (the square-root rule's)
+        "kl_lr_ratio": kl["lr"] / own["lr"] if kl and own else None,
+        "kl_grid": [f"{g['kl_coef']:g}" for r in KL_GRID if (g := setting("remedies", r))],
+    }  # fmt: skip
 
 
 def section(t) -> dict:
