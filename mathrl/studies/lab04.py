@@ -30,9 +30,9 @@ ROLES = ("normal", "aggressive", "clip_higher", "remedy", "proxy", "random_polic
 # Optional roles: the covariance remedies of arXiv 2505.22617, judged like clip-higher (config/claims.yaml) where an
 # experiment names them (config/full.yaml does; the default leaves them out of its budget).
 COV_REMEDIES = ("clip_cov", "kl_cov")
-# Optional roles: the troubleshooting table's remedies for collapsing entropy (rl-stability-batch-and-hyperparameters.md
-# 八), judged on the same failing setting where an experiment names them (config/full.yaml).
-TABLE_REMEDIES = ("entropy_bonus", "temperature", "kl_clip", "kl_epochs")
+# Optional roles: the troubleshooting table's remedies (rl-stability-batch-and-hyperparameters.md 八) for collapsing
+# entropy and for an exploding KL, judged on the same failing setting where an experiment names them.
+TABLE_REMEDIES = ("entropy_bonus", "temperature", "kl_clip", "kl_epochs", "kl_batch")
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
 # GPT steps averaged for the start or end of a per-step metric; at most half a run, so the two never overlap
 GPT_WINDOW = 5
@@ -279,8 +279,8 @@ def differences(settings: dict, against: dict) -> list[tuple[str, object, object
 
 
 # roles set beside aggressive
-COMPARED_TO_FAILURE = ("normal", "clip_higher", "remedy", "kl_clip", "kl_epochs", "entropy_bonus", "temperature",
-                       "clip_cov", "kl_cov")  # fmt: skip
+COMPARED_TO_FAILURE = ("normal", "clip_higher", "remedy", "kl_clip", "kl_epochs", "kl_batch", "entropy_bonus",
+                       "temperature", "clip_cov", "kl_cov")  # fmt: skip
 
 
 def _shown(value) -> str:
