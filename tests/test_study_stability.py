@@ -661,3 +661,15 @@ def test_a_run_two_experiments_share_is_counted_once_by_the_alerts_table():
     t = st.alerts_table(ctx)
     high = t[t["kind"] == "high_kl"].set_index("experiment")
     assert high["runs"].to_dict() == {"batch": 1, "fvd": 1} and high["expected"].sum() == 2  # three ids, two runs
+
+
+def test_the_monitor_claims_state_the_horizon_and_drop_the_study_scores():
+    import pathlib
+
+    import yaml
+
+    decls = yaml.safe_load((pathlib.Path(__file__).parents[1] / "config" / "claims.yaml").read_text())["claims"]
+    (monitor,) = [d for d in decls if str(d.get("id", "")).startswith("monitor_precision_")]
+    assert f"within {st.HORIZON} steps" in monitor["measure_text"]
+    assert f"{st.HORIZON}-step horizon" in monitor["checks"][0]["text"]
+    assert f"at least {st.DROP * 100:.0f} points below" in monitor["note"]
