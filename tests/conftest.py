@@ -49,7 +49,7 @@ def _threads():
 
 @pytest.fixture(autouse=True)
 def _close_figures():
-    """Each test's matplotlib figures are closed after it, so that they do not pile up across the session."""
+    """Each test's matplotlib figures are closed after it, so that they do not pile up across the test run."""
     yield
     if "matplotlib.pyplot" in sys.modules:
         sys.modules["matplotlib.pyplot"].close("all")
