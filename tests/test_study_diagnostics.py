@@ -240,3 +240,16 @@ def test_a_run_without_an_r2_still_counts_among_the_runs_fitted():
     r = diagnostics.entropy_law_summary(runs).iloc[0]
     assert r.n == 3 and r.r2_lo == pytest.approx(0.945 - 12.7062 * 0.045, rel=1e-4)
     assert r.reached_lo == pytest.approx(0.40 - 4.3027 * 0.1 / 3**0.5, rel=1e-4)
+
+
+def test_a_shared_runs_files_are_read_where_it_was_trained(tmp_path):
+    from mathrl import layout
+    from mathrl.config import RunSpec
+    from mathrl.results import Run
+
+    ctx = Context({"results": str(tmp_path)})
+    own = Run(RunSpec("a__x__s0", "a", "x", {}, 0, {}), "complete")
+    shared = Run(RunSpec("b__y__s0", "b", "y", {}, 0, {}, same_as="a__x__s0"), "complete")
+    assert ctx.run_file(own, layout.RUN_DIR) == tmp_path / "runs" / "a__x__s0"
+    assert ctx.run_file(shared, layout.RUN_SNAPSHOT) == ctx.run_file(own, layout.RUN_SNAPSHOT)
+    assert ctx.run_file(shared, layout.STAGES["train"].log).name == "a__x__s0.log"

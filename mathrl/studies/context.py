@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from functools import cached_property
+from pathlib import Path
 
 import pandas as pd
 
@@ -26,6 +27,11 @@ class Context:
     def experiment(self, name: str) -> list[Run]:
         """The runs of one experiment, in expansion order (missing ones included)."""
         return [r for r in self.runs.values() if r.spec.experiment == name]
+
+    def run_file(self, run: Run, pattern: str) -> Path:
+        """A file of a run (`pattern`: a layout path with {run_id}) where it was written: a run two experiments share
+        is trained once, under the id of the one that trains it (`trained_as`)."""
+        return layout.at(self.cfg, pattern, run_id=run.spec.trained_as)
 
     def bandit(self, study: str) -> pd.DataFrame | None:
         path = layout.at(self.cfg, layout.BANDIT, study=study)

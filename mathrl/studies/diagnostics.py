@@ -67,7 +67,7 @@ def bootstrap_mean(x: np.ndarray) -> tuple[float, float]:
 def pass_at_k_runs(ctx) -> pd.DataFrame:
     rows = []
     for keys, run in ok_runs(ctx):
-        path = layout.at(ctx.cfg, layout.RUN_DIR, run_id=run.spec.trained_as) / "pass_at_k.csv"
+        path = ctx.run_file(run, layout.RUN_DIR) / "pass_at_k.csv"
         if not path.exists():
             continue
         for phase, g in pd.read_csv(path).groupby("phase", sort=False):
@@ -128,7 +128,7 @@ def adv_scaling_runs(ctx) -> pd.DataFrame:
     accuracy at the start and the end (heldout.csv)."""
     rows = []
     for run in ctx.experiment(EXPERIMENT):
-        path = layout.at(ctx.cfg, layout.RUN_DIR, run_id=run.spec.trained_as) / "heldout.csv"
+        path = ctx.run_file(run, layout.RUN_DIR) / "heldout.csv"
         if not run.ok or not path.exists():
             continue
         h = pd.read_csv(path)

@@ -222,7 +222,7 @@ def console_table(ctx, runs) -> pd.DataFrame:
     first = {(r.settings["task"], r.settings["algorithm"]): r for r in reversed(runs) if r.ok}  # each pair's first run
     for task, algorithm in (k for k in itertools.product(DOC, ALGORITHMS) if k in first):
         run = first[task, algorithm]
-        log = layout.at(ctx.cfg, layout.STAGES["train"].log, run_id=run.spec.run_id)
+        log = ctx.run_file(run, layout.STAGES["train"].log)
         text = log.read_text(errors="replace").splitlines() if log.is_file() else []
         lines = [x.strip() for x in text if x.startswith("Step ")]
         rebuilt = console_line(run.metrics.iloc[-1].to_dict(), run.settings["steps"])

@@ -88,7 +88,7 @@ def probe(ctx, runs) -> tuple[pd.DataFrame, dict]:
     # the arms' start (the warm-up)
     start = layout.init_checkpoint(ctx.cfg["results"], task_name, runs[0][1].settings.get("init"))
     checkpoints = [("warm-up", None, start)] if start is not None else []
-    checkpoints += [(name, run, layout.at(ctx.cfg, layout.RUN_SNAPSHOT, run_id=run.spec.run_id)) for name, run in runs]
+    checkpoints += [(name, run, ctx.run_file(run, layout.RUN_SNAPSHOT)) for name, run in runs]
     for name, run, path in checkpoints:
         if not Path(path).is_file():
             continue
