@@ -48,6 +48,7 @@ from mathrl.verdict import (
     correlation_interval,
     difference,
     distance_to_pass,
+    fisher_z,
     mean_interval,
     number,
     rate_difference,
@@ -59,6 +60,8 @@ from mathrl.verdict import (
 
 KINDS = ("document", "setup", "reference", "beyond", "user")
 COMPARES = ("difference", "one_sample", "correlation", "rate", "relative", "point")
+# whether a comparison needs a second arm b (a rate takes one or none)
+SECOND_ARM = {"difference": True, "relative": True, "one_sample": False, "correlation": False, "point": False}
 ALPHA = 0.05
 COLUMNS = ["claim_id", "kind", "source", "statement", "outcome", "difference", "ci_low", "ci_high", "n", "p_value",
            "p_holm",
@@ -168,6 +171,8 @@ def validate(decl: dict, where: str) -> None:
 def parse(d: dict, where: str) -> ClaimSpec:
     """One claim declaration (validated, already expanded) as a ClaimSpec."""
     compare = d.get("compare") or ("difference" if d.get("b") else "one_sample")
+    if compare in SECOND_ARM and SECOND_ARM[compare] != bool(d.get("b")):
+        raise ConfigError(f"{where}: compare {compare} takes {'an arm b' if SECOND_ARM[compare] else 'no arm b'}")
     d = dict(d)
     expect = dict(d.pop("expect", None) or {})
     size = expect.get("size")
@@ -433,8 +438,7 @@ def _p_at(spec: ClaimSpec, a: dict, b: dict, est: Estimate, null: float, side: s
     if spec.compare == "one_sample":
         return _t_one([x - spec.value for x in a.values()], null, side)
     if spec.compare == "correlation":  # the t test of Fisher's z, against the null's z
-        z = np.arctanh(np.clip(list(a.values()), -1 + 1e-12, 1 - 1e-12))
-        return _t_one(list(z), float(np.arctanh(null)), side)
+        return _t_one(list(fisher_z(a)), float(np.arctanh(null)), side)
     if spec.compare == "relative":  # the delta method's t statistic, on the interval's own standard error and df
         if not (est.se > 0):
             return math.nan

@@ -123,12 +123,16 @@ def mean_interval(values) -> Estimate:
     return Estimate(m, m - half, m + half, n, "one-sample", n, 0, sd, se, n - 1)
 
 
+def fisher_z(values) -> np.ndarray:
+    """Fisher's z of correlations, atanh(r) (r held just inside ±1, where it is infinite)."""
+    return np.arctanh(np.clip(list(_values(values).values()), -1 + 1e-12, 1 - 1e-12))
+
+
 def correlation_interval(values) -> Estimate:
     """The mean of per-seed correlations by Fisher's z: the t interval of the mean of atanh(r), mapped back by tanh
     (near ±1 a correlation's spread is lopsided; z's is nearly normal). sd and se are z's, times the slope of tanh at
     the mean (the delta method), so that power reads them on the correlation's scale."""
-    r = np.clip(list(_values(values).values()), -1 + 1e-12, 1 - 1e-12)
-    z = mean_interval(np.arctanh(r))
+    z = mean_interval(fisher_z(values))
     slope = 1 - math.tanh(z.estimate) ** 2 if z.n else math.nan
     return Estimate(math.tanh(z.estimate), math.tanh(z.lo), math.tanh(z.hi), z.n, "one-sample", z.n, 0,
                     z.sd * slope, z.se * slope, z.df)  # fmt: skip

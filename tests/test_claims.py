@@ -65,6 +65,17 @@ def test_a_correlation_is_averaged_by_fisher_z():
     assert r["outcome"] == "agrees" and r["n"] == 3
 
 
+@pytest.mark.parametrize(
+    ("compare", "b", "says"),
+    [("correlation", {"variant": "fix"}, "takes no arm b"), ("relative", None, "takes an arm b")],
+)
+def test_a_comparison_given_the_wrong_arms_is_refused(compare, b, says):
+    decl = {"id": "x", "kind": "document", "statement": "s", "measure": "acc", "table": "t", "compare": compare,
+            "a": {"variant": "base"}, **({"b": b} if b else {})}  # fmt: skip
+    with pytest.raises(ConfigError, match=f"compare {compare} {says}"):
+        judge(decl, {"t": RUNS})
+
+
 def test_rates_wilson_and_newcombe():
     t = table(arm=["a"] * 10 + ["b"] * 10, seed=list(range(10)) * 2, collapsed=[1.0] * 10 + [0.0] * 10)
     r = judge({"id": "x", "kind": "document", "statement": "s", "measure": "collapsed", "table": "t", "compare": "rate",
