@@ -17,7 +17,6 @@ import pandas as pd
 
 import mathrl.studies.kit as kit
 from mathrl.config import expand_runs
-from mathrl.control import lr_factor
 from mathrl.measures import accuracy_gain, drawdown, entropy_end, final_eval, kl_end, reward_end, reward_start
 from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
@@ -636,9 +635,8 @@ def design(cfg: dict) -> dict:
     return {
         **{exp: {k: first.get(exp, cfg.get("train", {})).get(k) for k in keys} for exp in ("batch", "remedies")},
         "gradvar_batches": (cfg.get("gradvar") or {}).get("num_samples"),
-        # B's step schedule: its rate, the periods its run completes and its LR's last factor
-        "decay": b and {"rate": b["lr_decay_rate"], "periods": (b["steps"] - 1) // b["lr_decay_every"],
-                        "last": lr_factor("step", b["steps"] - 1, b["steps"], b["lr_decay_rate"], b["lr_decay_every"])},
+        # B's step schedule (what its LR did, the section reads from the runs: LR last / first)
+        "decay": b and {"rate": b["lr_decay_rate"], "every": b["lr_decay_every"]},
         # the KL grid's LR against batch 64's own (the square-root rule's)
         "kl_lr_ratio": kl["lr"] / own["lr"] if kl and own else None,
         "kl_grid": [f"{g['kl_coef']:g}" for r in KL_GRID if (g := setting("remedies", r))],
@@ -670,6 +668,7 @@ def section(t) -> dict:
         "doc_variance": DOC["variance"],
         "batch_ends": [kit.row_of(b, batch_size=k) for k in ends],
         "fvd": [row for m in FVD_ROLES if (row := kit.row_of(tb["fixed_vs_dynamic"], method=m))],
+        "b_lr_ratio": kit.cell(tb["fixed_vs_dynamic"], "lr_ratio_mean", method="B"),
         "value_clip": value,
         "verdict_list": rows,
         "rows": parts,
