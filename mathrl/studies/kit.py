@@ -398,6 +398,19 @@ def measured(run, **measures) -> dict:
     return {name: measure(run) if run.ok else NAN for name, measure in measures.items()}
 
 
+def held_out(run) -> dict:
+    """A run's held-out greedy accuracy before RL (`initial`) and at the end (`final`), and the `change`."""
+    initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
+    return {"initial": initial, "final": final, "change": final - initial}
+
+
+def arm_runs(runs, roles: dict, values, columns: list[str]) -> pd.DataFrame:
+    """Per run of (variant, run) pairs: its setting, roles and seed, then `values(run)` (a dict) in `columns`."""
+    names = joined_roles(roles)
+    rows = [{"setting": name, "role": names.get(name, ""), "seed": run.spec.seed, **values(run)} for name, run in runs]
+    return pd.DataFrame(rows, columns=["setting", "role", "seed", *columns])
+
+
 def n_evaluated(run) -> int:
     """Held-out problems per evaluation of a run (eval_size 0 means all of the test set; 0 where neither is known)."""
     resolved = (run.summary or {}).get("resolved") or {}

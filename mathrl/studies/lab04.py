@@ -235,7 +235,8 @@ def last_eval_by(evals: pd.DataFrame, step: int) -> tuple[float, int]:
 def gpt_values(run) -> dict:
     """GPT_VALUES of one run with a result (the measures `gpt_runs` describes)."""
     m, evals, st = run.metrics.sort_values("step"), run.evals, run.settings
-    head, tail = m.head(window(len(m), GPT_WINDOW)), m.tail(window(len(m), GPT_WINDOW))
+    k = window(len(m), GPT_WINDOW)
+    head, tail = m.head(k), m.tail(k)
     at = equal_samples_step(m["step"], m["samples"], float(st["steps"]) * float(st["batch_size"]))
     at_row = m[m["step"] == at]
     eval_eq, eval_eq_step = last_eval_by(evals, at)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mathrl.studies.kit import NAN, arms, estimate_columns, joined_roles, per_seed, versus
+from mathrl.studies.kit import NAN, arm_runs, arms, estimate_columns, held_out, joined_roles, per_seed, versus
 from mathrl.verdict import difference, mean_interval
 
 EXPERIMENT = "negative_controls"
@@ -29,19 +29,6 @@ SUMMARY_COLUMNS = [
     "vs_reference_n",
     *(f"{c}_mean" for c in ENGAGED),
 ]
-
-
-def held_out(run) -> dict:
-    """A run's held-out greedy accuracy before RL (`initial`) and at the end (`final`), and the `change`."""
-    initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
-    return {"initial": initial, "final": final, "change": final - initial}
-
-
-def arm_runs(runs, roles: dict, values, columns: list[str]) -> pd.DataFrame:
-    """Per run of (variant, run) pairs: its setting, roles and seed, then `values(run)` (a dict) in `columns`."""
-    names = joined_roles(roles)
-    rows = [{"setting": name, "role": names.get(name, ""), "seed": run.spec.seed, **values(run)} for name, run in runs]
-    return pd.DataFrame(rows, columns=["setting", "role", "seed", *columns])
 
 
 def control_run(run) -> dict:

@@ -19,7 +19,6 @@ import pandas as pd
 
 import mathrl.studies.kit as kit
 from mathrl.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, plt
-from mathrl.studies.negative_controls import arm_runs, held_out
 from mathrl.verdict import mean_interval
 
 EXPERIMENT = "policy_losses"
@@ -40,7 +39,7 @@ def loss_run(run) -> dict:
     m = run.metrics.sort_values("step")
     h0, h1 = float(m["entropy"].iloc[0]), float(m["entropy"].iloc[-1])
     return {"policy_loss": run.settings.get("policy_loss", "vanilla"), "entropy_start": h0, "entropy_end": h1,
-            "entropy_reduction": 1.0 - h1 / h0 if h0 > 0 else NAN, **held_out(run),
+            "entropy_reduction": 1.0 - h1 / h0 if h0 > 0 else NAN, **kit.held_out(run),
             **{c: kit.step_mean(m, c) for c in [*CLIPS, "ppo_kl"]},
             "samples": float(m["samples"].iloc[-1])}  # fmt: skip
 
@@ -63,7 +62,7 @@ def loss_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
 
 
 def tables(runs, roles: dict) -> dict[str, pd.DataFrame]:
-    per_run = arm_runs(runs, roles, loss_run, ["policy_loss", *VALUES])
+    per_run = kit.arm_runs(runs, roles, loss_run, ["policy_loss", *VALUES])
     steps = [run.metrics.assign(setting=name, seed=run.spec.seed) for name, run in runs]
     return {
         "diagnostics_policy_losses_runs": per_run,

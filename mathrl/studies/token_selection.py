@@ -28,7 +28,6 @@ import mathrl.studies.kit as kit
 from mathrl import analysis as dx
 from mathrl.results import mean_spread
 from mathrl.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, plt
-from mathrl.studies.negative_controls import arm_runs, held_out
 
 EXPERIMENT = "token_selection"
 PART = "token selection"  # the claims' part (config/claims.yaml) this part of the section shows
@@ -105,7 +104,7 @@ def probe(ctx, runs) -> tuple[pd.DataFrame, dict]:
 def selection_run(run, carry: dict) -> dict:
     """A run's accuracy before and after, the selection's step means, and its carry probe's means (`carry`)."""
     probe_means = carry.get(run.spec.run_id, {})
-    return {"token_selection": run.settings.get("token_selection", "all"), **held_out(run),
+    return {"token_selection": run.settings.get("token_selection", "all"), **kit.held_out(run),
             **{c: kit.step_mean(run.metrics, c) for c in STEP_MEANS},
             **{c: probe_means.get(c, NAN) for c in PROBE_MEANS}}  # fmt: skip
 
@@ -123,7 +122,7 @@ def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
 def tables(ctx, runs, roles: dict) -> dict[str, pd.DataFrame]:
     """The experiment's tables from its complete runs, (variant, run) pairs, and its roles."""
     probe_rows, carry = probe(ctx, runs)
-    per_run = arm_runs(runs, roles, lambda run: selection_run(run, carry), ["token_selection", *RUN_VALUES])
+    per_run = kit.arm_runs(runs, roles, lambda run: selection_run(run, carry), ["token_selection", *RUN_VALUES])
     steps = [run.evals.assign(setting=name, seed=run.spec.seed) for name, run in runs]
     return {
         "diagnostics_token_selection_runs": per_run,
