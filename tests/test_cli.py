@@ -263,11 +263,10 @@ def test_a_run_by_hand_trains_on_the_pipelines_thread_count(monkeypatch):
     pipeline's job does, unless OMP_NUM_THREADS already gives the launcher's share (torch reads that itself)."""
     from mathrl.cli import pipeline_threads
 
-    def train_threads(requested, cfg):
-        return pipeline_threads(requested, cfg, "threads_per_run")
-
-    cfg = {"pipeline": {"threads_per_run": 3}}
+    cfg, key = {"pipeline": {"threads_per_run": 3}}, "threads_per_run"
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    assert train_threads(0, cfg) == 3 and train_threads(0, {}) == 1 and train_threads(2, cfg) == 2
+    assert (
+        pipeline_threads(0, cfg, key) == 3 and pipeline_threads(0, {}, key) == 1 and pipeline_threads(2, cfg, key) == 2
+    )
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
-    assert train_threads(0, cfg) is None and train_threads(2, cfg) == 2
+    assert pipeline_threads(0, cfg, key) is None and pipeline_threads(2, cfg, key) == 2
