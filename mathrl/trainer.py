@@ -379,7 +379,7 @@ class Trainer:
         else:
             ref_logits = self.ref(batch["inp"])[:, self.task.prompt_len - 1 :]
         old_logp = old_values = None
-        if s.ppo_epochs > 1 or self.estimator.critic:
+        if self.estimator.critic:  # the advantages need the values before the update
             # the training forward's path, so that the first epoch's ratio is exactly 1
             logits, old_values = self.answer_outputs(self.net, batch, 0, len(raw))
             old_logp = token_logprobs(logits, tokens)
@@ -433,13 +433,17 @@ class Trainer:
 
     def update(self, batch: dict, scored: dict, coefs: dict, step: int, metrics: StepMetrics) -> bool:
         """Stage 3: per PPO epoch one optimizer step, accumulated over micro-batches. A
-        non-finite loss or gradient skips it (or stops the run); returns whether it was skipped."""
+        non-finite loss or gradient skips it (or stops the run); returns whether it was skipped.
+        The first epoch's log-probs, taken before any step, are the later epochs' old log-probs
+        (where `score` did not compute them): no forward pass of its own."""
         s, d = self.s, self.d
         B = len(batch["tokens"])
         micro = s.micro_batch_size or B
         set_lr(self.opt, coefs["lr"])
-        norms, values, skipped = [], [], False
+        norms, values, first_logp, skipped = [], [], [], False
         for epoch in range(s.ppo_epochs):
+            if epoch == 1 and scored["old_logp"] is None:
+                scored = {**scored, "old_logp": torch.cat(first_logp)}
             self.opt.zero_grad(set_to_none=True)
             probe = None
             if s.grad_noise_scale and epoch == 0 and micro < B and not d.active:
@@ -449,7 +453,7 @@ class Trainer:
                 sync = lo + micro >= B or not d.active
                 with nullcontext() if sync else self.ddp.no_sync():
                     rows = slice(lo, lo + micro)
-                    finite &= self.micro_batch(batch, scored, coefs, rows, epoch, step, metrics, values)
+                    finite &= self.micro_batch(batch, scored, coefs, rows, epoch, step, metrics, values, first_logp)
                 if probe is not None:  # this micro-batch's own gradient, as a mean over its own tokens or sequences
                     own = batch["mask"][rows].sum() if s.loss_agg == "token" else len(batch["tokens"][rows])
                     probe.observe(float(own))
@@ -491,10 +495,11 @@ class Trainer:
         step: int,
         metrics: StepMetrics,
         values0: list,
+        logp0: list,
     ) -> bool:
         """Forward, loss and backward of some rows, their metrics recorded; whether the loss was finite.
         The loss per answer token is the policy loss + kl_coef KL - entropy_coef entropy (+ value_coef
-        value loss); on the first epoch the critic's values go to `values0`."""
+        value loss); on the first epoch the critic's values go to `values0` and the log-probs to `logp0`."""
         s, sc = self.s, scored
         tokens, m = batch["tokens"][rows], batch["mask"][rows]
         logits, values = self.answer_outputs(
@@ -502,6 +507,8 @@ class Trainer:
         )  # (b, L, V): the logits that chose each answer token
         logp = token_logprobs(logits, tokens)  # (b, L)
         old = sc["old_logp"][rows] if sc["old_logp"] is not None else logp.detach()
+        if epoch == 0:
+            logp0.append(old)
         adv = sc["adv"][rows]
         # the seed of a loss's random choices (Clip-Cov's tokens), this micro-batch's own
         seed = s.seed * 1_000_003 + step * 1009 + epoch * 101 + rows.start

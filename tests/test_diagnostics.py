@@ -213,6 +213,9 @@ def test_trainer_logs_the_update_diagnostics(run_env):
     two, _ = run("two_epochs", "ppo_epochs=2", "clip_eps=0.01")
     assert two["clip_frac"].tolist() == pytest.approx((two["clip_frac_low"] + two["clip_frac_high"]).tolist())
     assert (two["clip_frac"] > 0).all() and (two["ppo_kl"] != 0).all()  # the second epoch moved the ratio off 1
+    # the second epoch's old log-probs are the first epoch's, gathered micro-batch by micro-batch in row order
+    micro, _ = run("two_epochs_micro", "ppo_epochs=2", "clip_eps=0.01", "micro_batch_size=4")
+    assert micro["ppo_kl"].tolist() == pytest.approx(two["ppo_kl"].tolist(), rel=1e-3)
     assert one[["grad_sq_micro", "grad_sq_batch", "grad_noise_scale"]].isna().all().all()  # not asked for
     noisy, _ = run("noise", "grad_noise_scale=true", "micro_batch_size=4")
     # a micro-batch of 4 is noisier than the batch of 16: E|g_b|^2 = |G|^2 + tr(Sigma)/b
