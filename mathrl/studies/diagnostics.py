@@ -27,6 +27,7 @@ from mathrl import analysis as dx
 from mathrl import layout
 from mathrl.measures import final_eval, gain
 from mathrl.results import mean_spread
+from mathrl.studies.generic import setting
 from mathrl.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, known, plt
 from mathrl.verdict import mean_interval
 
@@ -40,11 +41,6 @@ LAW_R2 = 0.5  # the law "holds" in a run when its fit explains at least half the
 LAW_RMSE = 0.05  # ... and the first half's fit predicts the second half within 5 points (RMSE)
 REACHED_STEPS = 5  # the accuracy a run reached: the mean sampled accuracy of its last this many steps
 RUN_KEYS = ["experiment", "setting", "seed"]
-
-
-def setting(spec) -> str:
-    """Like `generic.setting`, but a grid value None reads `None` (not `none`) in the diagnostics tables."""
-    return spec.variant or ", ".join(f"{k}={v}" for k, v in spec.point.items()) or "default"
 
 
 def ok_runs(ctx):
