@@ -206,7 +206,6 @@ def reproducibility(cfg: dict, t: Tables) -> dict:
         "stage_times": stage_times(cfg),
         "dvc_status": dvc_status,
         "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "collapse_definition": COLLAPSE_DEFINITION,
     }
 
 
@@ -304,10 +303,10 @@ def sd(row: dict, key: str, format_spec: str = ".3g") -> str:
 
 def environment() -> Environment:
     """The report's Jinja environment: its templates, the filters `fmt`, `pct`, `unit` and `spec`, the
-    test `startswith`, and the functions `table()`, `ci()`, `sd()`, `pm()`, `interval_text()`,
-    `power_note()`, `records()` and `known()`, with which the section templates write their sentences
-    from the numbers their study passes. The study tests render their sections with it, so they see
-    what the report does."""
+    test `startswith`, the functions `table()`, `ci()`, `sd()`, `pm()`, `interval_text()`,
+    `power_note()`, `records()` and `known()` and the text `collapse_definition`, with which the
+    section templates write their sentences from the numbers their study passes. The study tests
+    render their sections with it, so they see what the report does."""
     loader = FileSystemLoader(TEMPLATES)
     env = Environment(loader=loader, autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 
@@ -317,7 +316,7 @@ def environment() -> Environment:
     env.filters.update(fmt=fmt, pct=pct, unit=unit, spec=spec, seeds=seeds)
     env.tests.update(startswith=lambda value, prefix: str(value).startswith(prefix))
     env.globals.update(table=html_table, ci=ci, sd=sd, interval_text=interval_text, records=records, known=known,
-                       pm=pm, power_note=power_note)  # fmt: skip
+                       pm=pm, power_note=power_note, collapse_definition=COLLAPSE_DEFINITION)  # fmt: skip
     return env
 
 

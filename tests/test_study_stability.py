@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 
 from mathrl import config  # noqa: E402
 from mathrl.config import expand_runs, load_config  # noqa: E402
+from mathrl.results import COLLAPSE_DEFINITION  # noqa: E402
 from mathrl.studies import stability as st  # noqa: E402
 from mathrl.studies.context import Context, Tables  # noqa: E402
 from tests import synthetic  # noqa: E402
@@ -455,7 +456,7 @@ def test_figures_and_section_from_csv(cfg, tree):
         "stability_fixed_vs_dynamic was not drawn" in html
         and "inconclusive" in html
         and "95% CI [" in html
-        and st.COLLAPSE_DEFINITION in html
+        and COLLAPSE_DEFINITION in html
     )
 
 

@@ -21,7 +21,7 @@ import math
 import pandas as pd
 
 import mathrl.studies.kit as kit
-from mathrl.results import COLLAPSE_DEFINITION, collapsed, degraded, max_drawdown, mean_spread, roughness
+from mathrl.results import collapsed, degraded, max_drawdown, mean_spread, roughness
 from mathrl.studies.kit import BAND_NOTE, COLORS, SHARE, plt
 from mathrl.verdict import difference
 
@@ -261,7 +261,6 @@ def section(t) -> dict:
     return {"baseline": of_role["baseline"], "algorithm": of_role["baseline"].get("algorithm", "–"),
             "names": {r: row.get("variant", r) for r, row in of_role.items()},
             "settings": {r: row.get("settings", "not run") for r, row in of_role.items()},
-            "collapse_definition": COLLAPSE_DEFINITION,
             "variants": v, "reward_design": d,
             "nonfinite": t["collapse_nonfinite"] if len(t["collapse_nonfinite"])
                          else pd.DataFrame(columns=NONFINITE_COLUMNS),

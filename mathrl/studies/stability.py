@@ -19,7 +19,7 @@ import mathrl.studies.kit as kit
 from mathrl.config import expand_runs
 from mathrl.measures import accuracy_gain, drawdown, entropy_end, final_eval, kl_end, reward_end, reward_start
 from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
-from mathrl.results import COLLAPSE_DEFINITION, collapsed, max_drawdown, mean_spread, roughness
+from mathrl.results import collapsed, max_drawdown, mean_spread, roughness
 from mathrl.studies.kit import COLORS, NAN, plt
 
 NAME = "stability"
@@ -658,7 +658,6 @@ def section(t) -> dict:
     ends = [b["batch_size"].min(), b["batch_size"].max()] if not b.empty else []
     return {
         "tables": {**tb, "alerts_fired": al[al["alerts"] > 0] if not al.empty else al},
-        "collapse_definition": COLLAPSE_DEFINITION,
         "design": design(t.cfg),
         "spike_factor": SPIKE_FACTOR,
         "big": BIG_SWING,
