@@ -11,6 +11,7 @@ import pytest
 from mathrl import analysis
 from mathrl.config import expand_runs, load_config
 from mathrl.studies import diagnostics
+from mathrl.studies import token_selection as ts
 from mathrl.studies.context import Context, Tables
 from tests import synthetic
 from tests.conftest import TINY, write_config
@@ -96,6 +97,8 @@ def test_per_run_and_per_arm_values(results):
     assert np.isnan(top.carry_gap)  # no snapshots in this tree: the probe has nothing to read
     s = results[0]["diagnostics_token_selection"].set_index("setting")
     assert s.loc["bottom_80", "final_mean"] == pytest.approx(0.41) and s.loc["bottom_80", "n"] == 3
+    empty = ts.selection_summary(results[0]["diagnostics_token_selection_runs"].iloc[:0])
+    assert empty.empty and list(empty.columns) == list(results[0]["diagnostics_token_selection"].columns)
     steps = results[0]["diagnostics_token_selection_steps"]
     assert sorted(steps["step"].unique()) == [0, 2, 4]
 

@@ -110,11 +110,7 @@ def selection_run(run, carry: dict) -> dict:
 
 
 def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
-    """Per variant: every per-run value's mean with its 95% t interval over seeds."""
-    if per_run.empty:
-        return pd.DataFrame(
-            columns=["setting", "role", "n", *[f"{v}_{s}" for v in RUN_VALUES for s in ("mean", "lo", "hi")]]
-        )
+    """Per variant: every per-run value's mean with its 95% t interval over seeds (the same columns when empty)."""
     out = mean_spread(per_run, ["setting", "role"], RUN_VALUES)
     return kit.add_intervals(out, RUN_VALUES, bounds=LIMITS)
 
