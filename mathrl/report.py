@@ -32,7 +32,7 @@ from mathrl.results import COLLAPSE_DEFINITION
 from mathrl.studies import STUDIES
 from mathrl.studies.context import Tables
 from mathrl.studies.kit import NONNEGATIVE, SHARE, band_limits, known, records, t_halfwidth
-from mathrl.verdict import number, seeds_text
+from mathrl.verdict import interval_numbers, number, seeds_text
 
 TEMPLATES = ROOT / "report" / "templates"
 
@@ -278,8 +278,10 @@ def interval_text(mean, lo, hi, n, unit: str = "pct") -> str:
     """`mean [lo, hi] (n=k)` in a unit of mathrl.verdict.number; no interval where lo or hi is unknown."""
     if not known(mean):
         return "no data"
-    ci = f" [{number(lo, unit, sign=False)}, {number(hi, unit, sign=False)}]" if known(lo, hi) else ""
-    return f"{number(mean, unit, sign=False)}{ci} (n={int(n) if known(n) else 0})"
+    if not known(lo, hi):
+        return f"{number(mean, unit, sign=False)} (n={int(n) if known(n) else 0})"
+    x, lo, hi = interval_numbers(mean, lo, hi, unit, sign=False)
+    return f"{x} [{lo}, {hi}] (n={int(n) if known(n) else 0})"
 
 
 def spec(value, format_spec: str = ".3g") -> str:

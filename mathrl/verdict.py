@@ -465,6 +465,19 @@ def number(x, unit: str = "num", sign: bool = True) -> str:
     return f"{x:{s}.3g}"
 
 
+def interval_numbers(x, lo, hi, unit: str = "num", sign: bool = True) -> tuple[str, str, str]:
+    """An estimate and its interval's ends at one precision. pts and pct are `number`'s; num keeps the
+    decimals that give the interval's half-width two significant figures (0.986 [0.980, 0.990], not
+    0.986 [0.98, 0.99]), and `number`'s three significant figures where the interval has no width or
+    the numbers are too large or small for fixed decimals."""
+    values = (x, lo, hi)
+    if unit == "num" and all(v is not None and math.isfinite(v) for v in values) and hi > lo:
+        decimals = 1 - math.floor(math.log10((hi - lo) / 2))
+        if 0 <= decimals <= 6 and 1e-3 <= max(abs(v) for v in values) < 1e5:
+            return tuple(f"{v:{'+' if sign else ''}.{decimals}f}" for v in values)  # type: ignore[return-value]
+    return tuple(number(v, unit, sign) for v in values)  # type: ignore[return-value]
+
+
 def rates_design(n_a: int, n_b: int) -> str:
     """The n of a rate verdict: one rate against a threshold (no second arm, Wilson) or two rates (Newcombe)."""
     return f"n={n_a} runs, Wilson" if n_b == 0 else f"n={n_a} vs {n_b} runs, Wilson/Newcombe"
@@ -492,7 +505,8 @@ def sentence(r: Mapping) -> str:
     ):  # a single probe or a deterministic check: no interval to give
         text = f"{number(r['diff'], u)} ({design}, no interval): {r['outcome']}"
     else:
-        text = f"{number(r['diff'], u)}, 95% CI [{number(lo, u)}, {number(hi, u)}] ({design}{eff}): {r['outcome']}"
+        x, lo, hi = interval_numbers(r["diff"], lo, hi, u)
+        text = f"{x}, 95% CI [{lo}, {hi}] ({design}{eff}): {r['outcome']}"
     text += f" ({r['reason']})" if r.get("reason") else ""
     mde = r.get("mde")
     if mde == mde and mde is not None:

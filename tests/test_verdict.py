@@ -10,6 +10,7 @@ from mathrl.verdict import (
     Estimate,
     Verdict,
     difference,
+    interval_numbers,
     judge,
     mean_interval,
     minimum_detectable,
@@ -146,3 +147,16 @@ def test_sentence_states_interval_and_n():
     one_rate = {"outcome": "agrees", "diff": 0.5, "ci_low": 0.41, "ci_high": 0.5, "unit": "pts", "design": "rates"}
     assert "(n=40 runs, Wilson)" in sentence({**one_rate, "n": 40, "n_a": 40, "n_b": 0})
     assert "(n=40 vs 38 runs, Wilson/Newcombe)" in sentence({**one_rate, "n": 40, "n_a": 40, "n_b": 38})
+
+
+def test_interval_numbers_share_the_precision_of_the_half_width():
+    # half-width 0.0048: two significant figures are four decimals, trailing zeros kept
+    assert interval_numbers(0.9856, 0.98, 0.9896) == ("+0.9856", "+0.9800", "+0.9896")
+    assert interval_numbers(-0.0654, -1.4217, 1.2909) == ("-0.1", "-1.4", "+1.3")  # half-width 1.36: one decimal
+    assert interval_numbers(0.013, -0.0195, 0.0455, sign=False) == ("0.013", "-0.019", "0.045")
+    # no width, numbers below 1e-3 or from 1e5: three significant figures each, as number() gives them
+    assert interval_numbers(0.5, 0.5, 0.5) == ("+0.5", "+0.5", "+0.5")
+    assert interval_numbers(4.46e-5, 1e-5, 9e-5) == ("+4.46e-05", "+1e-05", "+9e-05")
+    assert interval_numbers(123456.0, 120000.0, 126000.0, sign=False) == ("1.23e+05", "1.2e+05", "1.26e+05")
+    assert interval_numbers(0.1, 0.05, 0.15, "pts") == ("+10.0 pts", "+5.0 pts", "+15.0 pts")  # pts: one decimal
+    assert interval_numbers(float("nan"), 0.0, 1.0) == ("–", "+0", "+1")
