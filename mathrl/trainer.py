@@ -365,7 +365,9 @@ class Trainer:
 
     @torch.no_grad()
     def score(self, batch: dict, metrics: StepMetrics) -> dict:
-        """Stage 2: rewards shaped, reference and old log-probs, advantages by the registry."""
+        """Stage 2: rewards shaped, reference log-probs (with a critic also the old log-probs and values:
+        the advantages need them; without one, `update` takes the old log-probs from its first epoch),
+        advantages by the registry."""
         s, d, G = self.s, self.d, self.s.group_size
         raw, tokens, mask = batch["rewards"], batch["tokens"], batch["mask"]
         mean_r, std_r = all_mean_std(d, raw, torch.ones_like(raw))
@@ -507,7 +509,7 @@ class Trainer:
         )  # (b, L, V): the logits that chose each answer token
         logp = token_logprobs(logits, tokens)  # (b, L)
         old = sc["old_logp"][rows] if sc["old_logp"] is not None else logp.detach()
-        if epoch == 0:
+        if epoch == 0 and sc["old_logp"] is None:
             logp0.append(old)
         adv = sc["adv"][rows]
         # the seed of a loss's random choices (Clip-Cov's tokens), this micro-batch's own
