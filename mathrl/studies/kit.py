@@ -74,28 +74,23 @@ def joined_roles(role: dict[str, str]) -> dict[str, str]:
     return {v: ", ".join(rs) for v, rs in out.items()}
 
 
-def _where(df: pd.DataFrame, col: str, where: dict) -> pd.DataFrame:
-    """The rows of `df` whose columns equal `where` (compared as text); none when a column is absent."""
-    if df is None or df.empty or col not in df or any(k not in df for k in where):
-        return pd.DataFrame(columns=["seed", col])
-    mask = np.ones(len(df), dtype=bool)
-    for k, v in where.items():
-        mask &= (df[k].astype(str) == str(v)).to_numpy()
-    return df[mask]
+def _where(df: pd.DataFrame, where: dict, *cols: str) -> pd.DataFrame:
+    """The rows of `df` whose columns equal `where` (compared as text); none when the table or a column is absent."""
+    if df is None or df.empty or any(k not in df for k in [*cols, *where]):
+        return pd.DataFrame(columns=["seed", *cols])
+    return df[(df[list(where)].astype(str) == [str(v) for v in where.values()]).all(axis=1)]
 
 
 def per_seed(df: pd.DataFrame, col: str, **where) -> dict:
     """{seed: value} of one column over the rows matching `where` (NaN kept out)."""
-    sel = _where(df, col, where)
+    sel = _where(df, where, col)
     return {s: float(v) for s, v in zip(sel["seed"], sel[col]) if pd.notna(v)}
 
 
 def row_of(df: pd.DataFrame, **where) -> dict:
     """The first row whose columns equal `where` (compared as text), as a dict; empty when none does."""
-    if df is None or df.empty or any(k not in df for k in where):
-        return {}
-    mask = np.logical_and.reduce([(df[k].astype(str) == str(v)).to_numpy() for k, v in where.items()])
-    return df[mask].iloc[0].to_dict() if mask.any() else {}
+    rows = _where(df, where)
+    return rows.iloc[0].to_dict() if len(rows) else {}
 
 
 def records(df: pd.DataFrame | None) -> list[dict]:
@@ -105,7 +100,7 @@ def records(df: pd.DataFrame | None) -> list[dict]:
 
 def cell(df: pd.DataFrame, col: str, **where) -> float:
     """The value of `col` in the first row matching `where`; NaN when absent."""
-    vals = _where(df, col, where)[col]
+    vals = _where(df, where, col)[col]
     return float(vals.iloc[0]) if len(vals) and pd.notna(vals.iloc[0]) else NAN
 
 
@@ -159,11 +154,7 @@ def versus(arm: pd.DataFrame, reference: pd.DataFrame | None, column: str) -> Es
 def estimate_columns(prefix: str, est, within: tuple = (None, None), n: bool = False) -> dict:
     """`{prefix}_mean`, `{prefix}_lo`, `{prefix}_hi` (and `{prefix}_n` with `n`) of a `mathrl.verdict.Estimate`, the
     interval cut to `within`."""
-    lo, hi = est.lo, est.hi
-    if within[0] is not None and math.isfinite(lo):
-        lo = max(lo, within[0])
-    if within[1] is not None and math.isfinite(hi):
-        hi = min(hi, within[1])
+    lo, hi = pd.Series([est.lo, est.hi]).clip(*within)
     out = {f"{prefix}_mean": est.estimate, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
     return {**out, f"{prefix}_n": est.n} if n else out
 
@@ -224,11 +215,9 @@ def add_outcomes(out: pd.DataFrame, per_run: pd.DataFrame, by, judged: bool = Fa
     """`collapses` and `degradations` per group of `per_run` (the rows of `out`, in order) and the collapse rate with
     its 95% Wilson interval over the group's `n` runs, or with `judged` over its `runs_judged` (the runs whose collapse
     is known: a final evaluation may be missing)."""
-    g = per_run.groupby(by, sort=False)
-    out["collapses"] = g["collapsed"].sum(min_count=1).values if len(per_run) else []
-    out["degradations"] = g["degraded"].sum(min_count=1).values if len(per_run) else []
+    out["collapses"], out["degradations"] = group_sums(per_run, by, "collapsed"), group_sums(per_run, by, "degraded")
     if judged:
-        out["runs_judged"] = g["collapsed"].count().values if len(per_run) else []
+        out["runs_judged"] = per_run.groupby(by, sort=False)["collapsed"].count().values
     return add_wilson(out, "collapses", n="runs_judged" if judged else "n")
 
 
@@ -262,17 +251,12 @@ def verdict_rows(df: pd.DataFrame) -> list[dict]:
     """A verdicts table read back from CSV, as dicts for the template macro (with `sentence`)."""
     if df is None or df.empty:
         return []
-    rows = df.astype(object).where(df.notna(), None).to_dict("records")
-    out = []
+    text = df.columns.isin(["reason", "note", "outcome", "design", "unit", "engaged"])  # missing text: None, else NaN
+    rows = df.astype(object).where(df.notna() | ~text, None).to_dict("records")
     for r in rows:
-        r = {
-            k: NAN if v is None and k not in ("reason", "note", "outcome", "design", "unit", "engaged") else v
-            for k, v in r.items()
-        }
-        r["reason"], r["note"], r["engaged"] = r.get("reason") or "", r.get("note") or "", r.get("engaged") or ""
+        r.update({k: r.get(k) or "" for k in ("reason", "note", "engaged")})
         r["sentence"] = sentence(r)
-        out.append(r)
-    return out
+    return rows
 
 
 def verdicts(t, section: str, part: str | None = None) -> list[dict]:
