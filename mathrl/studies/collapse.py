@@ -104,14 +104,13 @@ def mechanisms(m: pd.DataFrame, settings: dict) -> dict:
 def variants_table(per_run: pd.DataFrame, settings: dict, baseline: str) -> pd.DataFrame:
     """Per variant: its settings, mean, std, 95% interval and n of every statistic, and the
     difference in final accuracy from the baseline with its 95% interval (paired by seed)."""
-    out = mean_spread(per_run, ["variant"], STATS[1:2] + STATS[:1] + STATS[2:])  # n counts final evals
+    out = kit.summarise(per_run, ["variant"], STATS[1:2] + STATS[:1] + STATS[2:], "n_runs")  # n counts final evals
     out = kit.add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
     g = per_run.groupby("variant", sort=False)
     out.insert(1, "role", g["role"].first().values)
     described = [", ".join(f"{k}={val}" for k, val in (settings.get(x) or {}).items()) for x in out["variant"]]
     out.insert(2, "settings", [d or "defaults" for d in described])
     out.insert(3, "algorithm", g["algorithm"].first().values)
-    out.insert(5, "n_runs", g.size().values)
     out = kit.add_outcomes(out, per_run, "variant", judged=True)
     base = kit.per_seed(per_run, "final_eval", variant=baseline)
     diffs = [kit.NO_DIFFERENCE if x == baseline else difference(kit.per_seed(per_run, "final_eval", variant=x), base)

@@ -20,7 +20,6 @@ from rliable import metrics as rly
 
 import mathrl.studies.kit as kit
 from mathrl.config import expand_runs
-from mathrl.results import mean_spread
 from mathrl.studies.kit import COLORS, plt
 from mathrl.verdict import binomial_halfwidth
 
@@ -62,8 +61,7 @@ def summary_table(runs: pd.DataFrame, cfg: dict) -> pd.DataFrame:
     declared baseline."""
     if runs.empty:
         return pd.DataFrame(columns=["experiment", "setting", "n"])
-    out = kit.add_intervals(mean_spread(runs, ["experiment", "setting"], VALUES), VALUES)
-    out.insert(3, "expected", runs.groupby(["experiment", "setting"], sort=False).size().values)
+    out = kit.add_intervals(kit.summarise(runs, ["experiment", "setting"], VALUES), VALUES)
     sizes = runs.groupby(["experiment", "setting"], sort=False)["eval_size"].max().values
     out["eval_error"] = [
         binomial_halfwidth(p, int(n)) if p == p and n == n else math.nan for p, n in zip(out["final_mean"], sizes)

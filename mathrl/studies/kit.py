@@ -176,6 +176,13 @@ def wilson_columns(prefix: str, k: int, n: int) -> dict:
     return {prefix: k / n if n else NAN, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
 
 
+def summarise(rows: pd.DataFrame, by: list[str], values: list[str], count: str = "expected") -> pd.DataFrame:
+    """`mean_spread` plus, after its `n` (the runs with a result), `count`: the runs the config asks for per group."""
+    out = mean_spread(rows, by, values)
+    out.insert(out.columns.get_loc("n") + 1, count, rows.groupby(by, sort=False, dropna=False).size().values)
+    return out
+
+
 def over_seeds(frames: list[pd.DataFrame], by: list[str], values: list[str]) -> pd.DataFrame:
     """Per `by` and step: the mean, std and n over runs of `values` (`mean_spread`), from each run's frame of steps."""
     return mean_spread(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), [*by, "step"], values)

@@ -19,7 +19,7 @@ import mathrl.studies.kit as kit
 from mathrl.config import expand_runs
 from mathrl.measures import accuracy_gain, drawdown, entropy_end, final_eval, kl_end, reward_end, reward_start
 from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
-from mathrl.results import collapsed, max_drawdown, mean_spread, roughness
+from mathrl.results import collapsed, max_drawdown, roughness
 from mathrl.studies.kit import COLORS, NAN, plt
 
 NAME = "stability"
@@ -80,13 +80,6 @@ def absolute_deviation(rows: pd.DataFrame, by: str, col: str) -> pd.Series:
     return (rows[col] - rows.groupby(by)[col].transform("median")).abs()
 
 
-def summarise(rows: pd.DataFrame, by: list[str], values: list[str]) -> pd.DataFrame:
-    """mean_spread plus `expected`: the runs the config asks for (n counts those with a result)."""
-    out = mean_spread(rows, by, values)
-    out.insert(out.columns.get_loc("n") + 1, "expected", rows.groupby(by, sort=False, dropna=False).size().values)
-    return out
-
-
 def curve_points(run) -> list[dict]:
     """Eval accuracy (nearest evaluation), entropy and reward at 20..100% of the steps."""
     out = []
@@ -129,18 +122,18 @@ def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
                          for r in runs])  # fmt: skip
     rows["final_reward_absdev"] = absolute_deviation(rows, "batch_size", "final_reward")
     values = "final_eval best_eval roughness drawdown largest_drop share_above_10 share_below_3 collapsed".split()
-    batch = summarise(rows, ["batch_size", "lr"], values)
+    batch = kit.summarise(rows, ["batch_size", "lr"], values)
     batch = batch.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
     batch["collapses"] = kit.group_sums(rows, "batch_size", "collapsed")
     batch["doc_curve"] = batch["batch_size"].map(DOC["batch"])
     pts = pd.DataFrame([{"batch_size": r.settings["batch_size"], **p} for r in runs for p in curve_points(r)])
-    curve = summarise(pts, ["batch_size", "point", "step"], ["eval_accuracy", "entropy", "reward"])
+    curve = kit.summarise(pts, ["batch_size", "point", "step"], ["eval_accuracy", "entropy", "reward"])
     curve.insert(3, "eval_step", pts.groupby(["batch_size", "point", "step"], sort=False)["eval_step"].max().values)
     document_columns(curve, ["doc_accuracy", "doc_entropy", "doc_reward"],
                      [DOC["curve"][b][p - 1] if b in DOC["curve"] else None
                       for b, p in zip(curve["batch_size"], curve["point"])])  # fmt: skip
     ends = rows[rows["batch_size"].isin([rows["batch_size"].min(), rows["batch_size"].max()])]
-    case = summarise(ends, ["batch_size"], ["final_reward", "final_eval", "wall_seconds", "alerts"])
+    case = kit.summarise(ends, ["batch_size"], ["final_reward", "final_eval", "wall_seconds", "alerts"])
     case["collapses"] = kit.group_sums(ends, "batch_size", "collapsed")
     document_columns(case, ["doc_final_reward", "doc_reward_std", "doc_collapses", "doc_time"],
                      [DOC["case"].get(b) for b in case["batch_size"]])  # fmt: skip
@@ -201,7 +194,7 @@ def fixed_vs_dynamic_tables(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
                           **measures(r), "final_lr": logged(r, "lr"), "final_kl_coef": logged(r, "kl_coef"),
                           **schedule_motion(r)} for r in runs])  # fmt: skip
     values = "final_eval roughness drawdown largest_drop final_lr final_kl_coef lr_ratio kl_coef_range".split()
-    out = summarise(rows, ["method", "variant"], values)
+    out = kit.summarise(rows, ["method", "variant"], values)
     # the document's "reproducibility": spread of the final result across seeds
     out["reproducibility_std"] = out["final_eval_std"]
     out["rank"] = out["final_eval_mean"].rank(ascending=False)
@@ -222,7 +215,7 @@ def remedies_table(runs: list) -> pd.DataFrame:
     settings = ["batch_size", "kl_coef", "lr"]
     rows = pd.DataFrame([{"variant": r.spec.variant, **{k: r.settings[k] for k in settings}, "seed": r.spec.seed,
                           **kit.measured(r, **REMEDY_MEASURES)} for r in runs])  # fmt: skip
-    return summarise(rows, ["variant", *settings], list(REMEDY_MEASURES))
+    return kit.summarise(rows, ["variant", *settings], list(REMEDY_MEASURES))
 
 
 def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
@@ -381,7 +374,7 @@ def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "spike_norm": norm, "clip_bound": bound})  # fmt: skip
     rows = pd.DataFrame(rows)
     values = ["collapsed", "drop_after_spike", "final_eval", "spike_ratio"]
-    out = summarise(rows, ["cell", "optimizer", "max_norm", "spike"], values)
+    out = kit.summarise(rows, ["cell", "optimizer", "max_norm", "spike"], values)
     out = out.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
     out.insert(out.columns.get_loc("n"), "collapses", kit.group_sums(rows, "cell", "collapsed"))
     out = kit.add_wilson(out, "collapses")  # the rate, collapses/n (the mean of `collapsed`), with its interval
@@ -413,7 +406,7 @@ def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
                           "value_delta_max": logged(r, "value_delta", "max"),
                           "clip_share_max": logged(r, "value_clip_frac", "max"),
                           "final_eval": final_eval(r) if r.ok else NAN} for r in runs])  # fmt: skip
-    out = summarise(rows, ["value_clip", "value_coef"], list(rows.columns[4:]))
+    out = kit.summarise(rows, ["value_clip", "value_coef"], list(rows.columns[4:]))
     doc_rmse = {(clip, coef): rmse for clip, coef, rmse in DOC["value_rmse"]}
     out["doc_rmse"] = [doc_rmse.get(cell, NAN) for cell in zip(out["value_clip"], out["value_coef"])]
     return out, rows
