@@ -58,11 +58,9 @@ def gain_row(run) -> dict:
         return {**row, "sustained_drop": None}
     ev, n = run.evals["eval_accuracy"].tolist(), kit.n_evaluated(run)
     start, final = ev[0], ev[-1]
-    row.update(start=start, final=final, gain=final - start, n_eval=n)
+    est = rate_difference(round(final * n), n, round(start * n), n)  # no interval where n is unknown (0)
+    row.update(start=start, final=final, gain=final - start, gain_lo=est.lo, gain_hi=est.hi, n_eval=n)
     row["sustained_drop"] = sustained_below(ev[1:], start - DROP)  # two evaluations in a row, or the last
-    if n:
-        est = rate_difference(round(final * n), n, round(start * n), n)
-        row.update(gain_lo=est.lo, gain_hi=est.hi)
     return row
 
 
@@ -201,8 +199,7 @@ def section(t) -> dict:
     total = kit.row_of(below, experiment="all runs")
     # experiments that declare no reference (an empty cell reads back from CSV as NaN); one that
     # declares it but has no finished run yet is not among them
-    no_reference = refs["reference"].isna() | refs["reference"].eq("") if len(refs) else []
-    unreferenced = refs.loc[no_reference, "experiment"].tolist() if len(refs) else []
+    unreferenced = refs.loc[refs["reference"].fillna("").eq(""), "experiment"].tolist() if len(refs) else []
     return {"unreferenced": unreferenced, "pilot": t["calibration_pilot"], "pick": t["calibration_pick"],
             "below": below, "overall": total, "target": TARGET_BELOW, "drop": DROP,
             "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),

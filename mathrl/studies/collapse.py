@@ -261,7 +261,6 @@ def section(t) -> dict:
             "names": {r: row.get("variant", r) for r, row in of_role.items()},
             "settings": {r: row.get("settings", "not run") for r, row in of_role.items()},
             "variants": v, "reward_design": d,
-            "nonfinite": t["collapse_nonfinite"] if len(t["collapse_nonfinite"])
-                         else pd.DataFrame(columns=NONFINITE_COLUMNS),
+            "nonfinite": t["collapse_nonfinite"].reindex(columns=NONFINITE_COLUMNS),
             "zero_std": {"baseline": z("random_baseline"), "shaped": z("shaped")}, "verdicts": kit.by_key(rows),
             "verdict_list": rows}  # fmt: skip

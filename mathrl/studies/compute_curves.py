@@ -124,7 +124,7 @@ def batch_table(fitted: pd.DataFrame, reference: str, sizes: dict[str, int]) -> 
                      **ceiling_and_efficiency(g), **_difference("dA", versus(g, ref, "A")),
                      **_difference("dB", versus(g, ref, "B"))})  # fmt: skip
     out = pd.DataFrame(rows, columns=BATCH_COLUMNS)
-    return out.sort_values("batch_size", kind="stable").reset_index(drop=True) if len(out) else out
+    return out.sort_values("batch_size", kind="stable").reset_index(drop=True)
 
 
 def drawn(fitted: pd.DataFrame, runs) -> tuple[pd.DataFrame, pd.DataFrame]:

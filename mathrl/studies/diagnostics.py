@@ -213,9 +213,9 @@ def update_runs(ctx) -> pd.DataFrame:
 
 
 def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
+    # n: every run counts, also where its loss has no PPO clip (clip_frac_low empty, as under CISPO)
     out = mean_spread(runs, ["experiment", "setting"], UPDATE)
-    if len(out):  # every run counts, also where its loss has no PPO clip (clip_frac_low empty, as under CISPO)
-        out["n"] = runs.groupby(["experiment", "setting"], sort=False).size().values
+    out["n"] = runs.groupby(["experiment", "setting"], sort=False).size().values
     return kit.add_intervals(out, UPDATE, bounds=UPDATE_BOUNDS)
 
 

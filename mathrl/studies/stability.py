@@ -342,7 +342,7 @@ SPIKE_FACTOR = 10.0  # the spike "was injected" when the gradient norm at its st
 
 def spike_ratio(grad_norms: pd.Series, steps: pd.Series, spike_step) -> float:
     """Gradient norm (before clipping) at the spike step over the median of the other steps; NaN without a spike."""
-    if spike_step is None or not kit.known(spike_step):
+    if not kit.known(spike_step):
         return NAN
     at, rest = grad_norms[steps == spike_step], grad_norms[steps != spike_step].dropna()
     if not len(at) or not len(rest) or not kit.known(at.iloc[0]) or rest.median() <= 0:
@@ -387,8 +387,7 @@ CRITIC_BY = 20  # the step by which the critic must explain part of the returns 
 
 def critic_ev(metrics: pd.DataFrame) -> float:
     """Mean explained variance of the value head over the 5 steps ending at step CRITIC_BY (or the run's last)."""
-    m = metrics[metrics["step"] <= CRITIC_BY].tail(5)["explained_variance"].dropna()
-    return float(m.mean()) if len(m) else NAN
+    return float(metrics[metrics["step"] <= CRITIC_BY].tail(5)["explained_variance"].mean())
 
 
 def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
