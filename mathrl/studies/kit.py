@@ -48,7 +48,7 @@ def roles(cfg: dict, experiment: str, required: tuple[str, ...]) -> dict[str, st
         raise ConfigError(f"experiments.{experiment}.roles: missing role(s) {', '.join(missing)} "
                           f"(the {experiment} study needs: {', '.join(required)}; give each the name of one of its "
                           "variants)")  # fmt: skip
-    return {r: declared[r] for r in declared}
+    return dict(declared)
 
 
 def setting(spec) -> str:
@@ -128,9 +128,8 @@ def add_intervals(
     for v in values:
         if f"{v}_mean" in out and f"{v}_std" in out and "n" in out:
             h = t_halfwidth(out[f"{v}_std"], out["n"] if counts is None else counts[v].to_numpy())
-            out[f"{v}_lo"], out[f"{v}_hi"] = out[f"{v}_mean"] - h, out[f"{v}_mean"] + h
-            if (bounds or {}).get(v) is not None:
-                out[f"{v}_lo"], out[f"{v}_hi"] = out[f"{v}_lo"].clip(*bounds[v]), out[f"{v}_hi"].clip(*bounds[v])
+            lo, hi = (bounds or {}).get(v) or (None, None)
+            out[f"{v}_lo"], out[f"{v}_hi"] = (out[f"{v}_mean"] - h).clip(lo, hi), (out[f"{v}_mean"] + h).clip(lo, hi)
     return out
 
 
