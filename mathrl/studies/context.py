@@ -76,10 +76,9 @@ class Tables:
         except (OSError, ValueError, KeyError, TypeError):
             return None  # tables of an older aggregate: nothing to compare
         mine = tables_hash(self.cfg)
-        if made == mine:
-            return None
-        return (f"the tables in {self.dir} were made from config {made}, this command read config {mine}: "
-                f"pass the --config files `mathrl aggregate` was given")  # fmt: skip
+        return None if made == mine else (
+            f"the tables in {self.dir} were made from config {made}, this command read config {mine}: "
+            f"pass the --config files `mathrl aggregate` was given")  # fmt: skip
 
     def __getitem__(self, name: str) -> pd.DataFrame:
         if name not in self._cache:
