@@ -222,8 +222,7 @@ def equal_samples_step(steps, samples, budget: float) -> int:
     """The last step whose cumulative rollouts drawn (`samples`, per step) are at most `budget`:
     where a run that draws more per step (dynamic sampling) has drawn what a run without it
     draws in all; a run without it reaches its budget at its last step. 0 where none is."""
-    within = [int(st) for st, n in zip(steps, samples) if n <= budget]
-    return max(within) if within else 0
+    return max((int(st) for st, n in zip(steps, samples) if n <= budget), default=0)
 
 
 def last_eval_by(evals: pd.DataFrame, step: int) -> tuple[float, int]:
