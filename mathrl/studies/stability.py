@@ -362,8 +362,7 @@ def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
         optimizer, spike = st.get("optimizer", "adamw"), st.get("fault_grad_spike_step")
         max_norm = label(st["grad_clip"])
         after = r.evals[r.evals["step"] >= (spike or 0)]["eval_accuracy"] if r.ok else []
-        at_spike = r.metrics.loc[r.metrics["step"] == spike, "grad_norm"] if r.ok and spike is not None else []
-        norm = float(at_spike.iloc[0]) if len(at_spike) else NAN
+        norm = kit.cell(r.metrics, "grad_norm", step=spike) if r.ok else NAN  # at the spike; NaN without one
         bound = float(norm > st["grad_clip"]) if kit.known(norm) and st["grad_clip"] is not None else NAN
         rows.append({"optimizer": optimizer, "max_norm": max_norm, "spike": "yes" if spike is not None else "no",
                      "cell": f"{optimizer}, clip {max_norm}, {'spike' if spike is not None else 'no spike'}",
