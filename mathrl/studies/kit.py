@@ -192,13 +192,9 @@ def metric_frames(run, metrics: list[str]) -> list[pd.DataFrame]:
     on), the others from its steps; a metric the run did not log is left out."""
     frames = []
     for metric in metrics:
-        if metric == "eval_accuracy":
-            src = run.evals
-        elif metric in run.metrics:
-            src = run.metrics[["step", metric]]
-        else:
-            continue
-        frames.append(src.rename(columns={metric: "value"}).assign(metric=metric))
+        if metric == "eval_accuracy" or metric in run.metrics:
+            src = run.evals if metric == "eval_accuracy" else run.metrics[["step", metric]]
+            frames.append(src.rename(columns={metric: "value"}).assign(metric=metric))
     return frames
 
 
