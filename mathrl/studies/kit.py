@@ -169,6 +169,12 @@ def step_mean(metrics: pd.DataFrame, column: str) -> float:
     return float(metrics[column].mean()) if column in metrics else NAN
 
 
+def logged(run, column: str, how: str = "last") -> float:
+    """The last, mean, max or min of a logged column over a run's steps (NaN for a run without it or a result)."""
+    s = run.metrics[column].dropna() if run.ok and column in run.metrics else pd.Series(dtype=float)
+    return NAN if s.empty else float(s.iloc[-1] if how == "last" else getattr(s, how)())
+
+
 def wilson_columns(prefix: str, k: int, n: int) -> dict:
     """`{prefix}`, `{prefix}_lo`, `{prefix}_hi`: the rate k/n (NaN for n = 0) and its 95% Wilson interval."""
     lo, hi = wilson(k, n)

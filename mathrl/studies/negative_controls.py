@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mathrl.studies.kit import NAN, arm_runs, arms, estimate_columns, held_out, joined_roles, per_seed, versus
+from mathrl.studies.kit import NAN, arm_runs, arms, estimate_columns, held_out, joined_roles, logged, per_seed, versus
 from mathrl.verdict import difference, mean_interval
 
 EXPERIMENT = "negative_controls"
@@ -36,8 +36,7 @@ def control_run(run) -> dict:
     means of what shows a mechanism engaged (clip fraction, mean advantage, reward), entropy and KL."""
     m = run.metrics
     s0 = run.summary.get("initial", {}).get("eval_sampled_accuracy", NAN)
-    s1 = m["eval_sampled_accuracy"].dropna()
-    s1 = float(s1.iloc[-1]) if len(s1) else NAN
+    s1 = logged(run, "eval_sampled_accuracy")
     return {**held_out(run), "initial_sampled": s0, "final_sampled": s1, "sampled_change": s1 - s0,
             **{c: float(m[c].mean()) for c in MEANS}, "entropy_start": float(m["entropy"].iloc[0]),
             "entropy_end": float(m["entropy"].iloc[-1]), "kl_end": float(m["kl"].iloc[-1])}  # fmt: skip

@@ -20,7 +20,7 @@ from mathrl.config import expand_runs
 from mathrl.measures import accuracy_gain, drawdown, entropy_end, final_eval, kl_end, reward_end, reward_start
 from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 from mathrl.results import collapsed, max_drawdown, roughness
-from mathrl.studies.kit import COLORS, NAN, plt
+from mathrl.studies.kit import COLORS, NAN, logged, plt
 
 NAME = "stability"
 TITLE = "Batch size and hyperparameters against training stability"
@@ -53,12 +53,6 @@ def change_shares(values: pd.Series) -> tuple[float, float]:
     """Shares of consecutive changes (in either direction) above BIG_SWING and below SMALL_SWING."""
     d = values.diff().dropna().abs()
     return (float((d > BIG_SWING).mean()), float((d < SMALL_SWING).mean())) if len(d) else (NAN, NAN)
-
-
-def logged(run, column: str, how: str = "last") -> float:
-    """The last, mean, max or min of a logged column over a run's steps (NaN for a run without it or a result)."""
-    s = run.metrics[column].dropna() if run.ok and column in run.metrics else pd.Series(dtype=float)
-    return NAN if s.empty else float(s.iloc[-1] if how == "last" else getattr(s, how)())
 
 
 MEASURES = ("initial_eval", "final_eval", "best_eval", "roughness", "drawdown", "largest_drop", "share_above_10",
