@@ -68,10 +68,7 @@ def role_of(role: dict[str, str], study_roles: tuple[str, ...]) -> dict[str, str
 
 def joined_roles(role: dict[str, str]) -> dict[str, str]:
     """{variant: its roles, joined with commas} from an experiment's {role: variant}."""
-    out: dict[str, list[str]] = {}
-    for r, variant in role.items():
-        out.setdefault(variant, []).append(r)
-    return {v: ", ".join(rs) for v, rs in out.items()}
+    return {variant: ", ".join(r for r, v in role.items() if v == variant) for variant in role.values()}
 
 
 def _where(df: pd.DataFrame, where: dict, *cols: str) -> pd.DataFrame:
@@ -274,10 +271,8 @@ def verdicts(t, section: str, part: str | None = None) -> list[dict]:
 
 def by_part(rows: list[dict]) -> dict[str, list[dict]]:
     """Verdict rows grouped by their claim's `part`, in claims.csv's order."""
-    out: dict[str, list[dict]] = {}
-    for r in rows:
-        out.setdefault(r.get("part") or "", []).append(r)
-    return out
+    parts = dict.fromkeys(r.get("part") or "" for r in rows)
+    return {part: [r for r in rows if (r.get("part") or "") == part] for part in parts}
 
 
 def by_key(rows: list[dict]) -> dict[str, dict]:
