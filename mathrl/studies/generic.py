@@ -87,8 +87,7 @@ def curves_table(ctx) -> pd.DataFrame:
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
-    runs = per_run(ctx)
-    return {"generic_summary": summary_table(runs, ctx.cfg), "generic_curves": curves_table(ctx)}
+    return {"generic_summary": summary_table(per_run(ctx), ctx.cfg), "generic_curves": curves_table(ctx)}
 
 
 def bounds(metric: str, s: dict | None) -> tuple[float, float]:

@@ -111,8 +111,7 @@ def selection_run(run, carry: dict) -> dict:
 
 def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
     """Per variant: every per-run value's mean with its 95% t interval over seeds (the same columns when empty)."""
-    out = mean_spread(per_run, ["setting", "role"], RUN_VALUES)
-    return kit.add_intervals(out, RUN_VALUES, bounds=LIMITS)
+    return kit.add_intervals(mean_spread(per_run, ["setting", "role"], RUN_VALUES), RUN_VALUES, bounds=LIMITS)
 
 
 def tables(ctx, runs, roles: dict) -> dict[str, pd.DataFrame]:
