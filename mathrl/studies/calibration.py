@@ -199,7 +199,8 @@ def section(t) -> dict:
     total = kit.row_of(below, experiment="all runs")
     # experiments that declare no reference (an empty cell reads back from CSV as NaN); one that
     # declares it but has no finished run yet is not among them
-    unreferenced = refs.loc[refs["reference"].fillna("").eq(""), "experiment"].tolist() if len(refs) else []
+    no_reference = refs["reference"].isna() | refs["reference"].eq("") if len(refs) else []
+    unreferenced = refs.loc[no_reference, "experiment"].tolist() if len(refs) else []
     return {"unreferenced": unreferenced, "pilot": t["calibration_pilot"], "pick": t["calibration_pick"],
             "below": below, "overall": total, "target": TARGET_BELOW, "drop": DROP,
             "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),
