@@ -5,7 +5,8 @@
 # machine can judge its claims:
 #   mathrl aggregate --config config/full.yaml --set results=OUT_DIR/results
 # (the config file and the GPUs a run takes can be changed: CONFIG=FILE, GPUS=N; WORK_DIR keeps the checkpoints)
-# Usage, from the repository root (the project installed, or PYTHONPATH=.):
+# Usage, from the repository root, with the project and its dependencies installed (pip install -e .; where pip
+# cannot reach an index, PYTHONPATH=. and its dependencies, jsonschema among them, installed from carried wheels):
 #   scripts/full_study_gpu.sh OUT_DIR EXPERIMENT [K [VARIANT ...]]   (no variants: every run of the experiment)
 set -u
 usage="usage: scripts/full_study_gpu.sh OUT_DIR EXPERIMENT [K [VARIANT ...]]"
