@@ -278,10 +278,11 @@ def interval_text(mean, lo, hi, n, unit: str = "pct") -> str:
     """`mean [lo, hi] (n=k)` in a unit of mathrl.verdict.number; no interval where lo or hi is unknown."""
     if not known(mean):
         return "no data"
+    count = f"(n={int(n) if known(n) else 0})"
     if not known(lo, hi):
-        return f"{number(mean, unit, sign=False)} (n={int(n) if known(n) else 0})"
+        return f"{number(mean, unit, sign=False)} {count}"
     x, lo, hi = interval_numbers(mean, lo, hi, unit, sign=False)
-    return f"{x} [{lo}, {hi}] (n={int(n) if known(n) else 0})"
+    return f"{x} [{lo}, {hi}] {count}"
 
 
 def spec(value, format_spec: str = ".3g") -> str:

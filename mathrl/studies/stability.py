@@ -356,7 +356,7 @@ def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
         optimizer, spike = st.get("optimizer", "adamw"), st.get("fault_grad_spike_step")
         max_norm = label(st["grad_clip"])
         after = r.evals[r.evals["step"] >= (spike or 0)]["eval_accuracy"] if r.ok else []
-        norm = kit.cell(r.metrics, "grad_norm", step=spike) if r.ok else NAN  # at the spike; NaN without one
+        norm = kit.cell(r.metrics, "grad_norm", step=spike) if r.ok and spike is not None else NAN  # at the spike
         bound = float(norm > st["grad_clip"]) if kit.known(norm) and st["grad_clip"] is not None else NAN
         rows.append({"optimizer": optimizer, "max_norm": max_norm, "spike": "yes" if spike is not None else "no",
                      "cell": f"{optimizer}, clip {max_norm}, {'spike' if spike is not None else 'no spike'}",
