@@ -64,6 +64,12 @@ def gain(run: Run) -> float:
     return final_eval(run) - initial_eval(run)
 
 
+@measure("lowest_change", "lowest held-out accuracy at an evaluation after RL began − before RL")
+def lowest_change(run: Run) -> float:
+    e = run.evals["eval_accuracy"]
+    return float(e.iloc[1:].min() - e.iloc[0]) if len(e) > 1 else math.nan
+
+
 @measure("entropy_start", f"mean token entropy over the first {WINDOW} steps")
 def entropy_start(run: Run) -> float:
     return _head(run, "entropy")

@@ -144,6 +144,8 @@ def test_curves_console_criteria(results):
         and acc.outcome == "inconclusive"
     )
     assert k.loc["add_gain"]["diff"] == pytest.approx(0.3) and k.loc["add_stable"].outcome == "inconclusive"
+    # stability reads the lowest evaluation after the start, not the last: 0.5 - 0.4 and 0.6 - 0.4
+    assert k.loc["add_stable"]["diff"] == pytest.approx(0.15) and k.loc["add_stable"].measure.startswith("lowest held-out")
     assert (k.loc[["mul_accuracy", "mul_gain", "mul_stable"], "outcome_unadjusted"] == "agrees").all()
     assert k.loc["mul_accuracy"].kind == "document" and k.loc["add_accuracy"].p_holm >= k.loc["add_accuracy"].p_value
 
@@ -297,6 +299,7 @@ def starts_tables(tmp_path_factory):
 def test_starts_tables_and_claims(starts_tables):
     runs = starts_tables["system_start_runs"]
     assert set(runs.algorithm) == {"reinforce", "supervised"} and set(runs.cell) == {"add_start_30", "add_start_85"}
+    assert runs.loc[runs.algorithm == "supervised", "lowest_change"].isna().all()  # a control has no evaluation path
     assert set(runs.loc[runs.picked == "yes", "start"]) == {
         "start_85"
     }  # validation 86% < 90%: the most-trained start below

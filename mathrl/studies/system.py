@@ -25,6 +25,7 @@ from matplotlib.transforms import blended_transform_factory
 import mathrl.studies.kit as kit
 from mathrl import layout
 from mathrl.console import console_line
+from mathrl.measures import lowest_change
 from mathrl.results import collapsed, degraded, mean_spread
 from mathrl.studies.kit import BAND_NOTE, COLORS, SHARE
 from mathrl.verdict import difference, mean_interval
@@ -120,7 +121,8 @@ def pick_start(val_accuracy: dict[str, float], low: float) -> str | None:
 def start_runs_table(ctx, per_run: pd.DataFrame) -> pd.DataFrame:
     """Per seed, RL (each algorithm) and the supervised control from every start, with `cell`
     (task_start) and `picked` ("yes" at the start the document's range is judged at)."""
-    cols = ["task", "start", "cell", "algorithm", "seed", "initial_eval", "final_eval", "gain", "start_val", "picked"]
+    cols = ["task", "start", "cell", "algorithm", "seed", "initial_eval", "final_eval", "gain", "lowest_change",
+            "start_val", "picked"]
     rl = per_run[per_run["final_eval"].notna()]
     starts = {task: read_starts(ctx, task) for task in DOC}
     # the supervised control's rows, in RL's columns
@@ -138,7 +140,7 @@ def start_runs_table(ctx, per_run: pd.DataFrame) -> pd.DataFrame:
     picked = {task: pick_start(dict(zip(g["start"], g["start_val"])), expected(task)[0])
               for task, g in out[out["algorithm"] != SUPERVISED].groupby("task")}  # fmt: skip
     out["picked"] = ["yes" if picked.get(t) == st else "no" for t, st in zip(out["task"], out["start"])]
-    return out[cols]
+    return out.reindex(columns=cols)  # the controls' rows have no lowest_change: two evaluations, no path
 
 
 def starts_table(ctx, start_runs: pd.DataFrame) -> pd.DataFrame:
@@ -179,6 +181,7 @@ def run_stats(run, start: str) -> dict:
     if run.ok:
         m, final = run.metrics, run.summary["final"]["eval_accuracy"]
         row.update(final_eval=final, initial_eval=run.initial_eval, gain=final - run.initial_eval,
+                   lowest_change=lowest_change(run),
                    best_eval=run.summary["best"]["eval_accuracy"], steps_done=float(len(m)),
                    wall_seconds=float(m["seconds"].sum()),
                    seq_per_s=float(m["samples"].iloc[-1] / m["seconds"].sum()), collapsed=float(collapsed(run)),
@@ -191,7 +194,7 @@ def reached(final_mean: float, low: float) -> bool | None:
     return None if final_mean is None or math.isnan(final_mean) else bool(final_mean >= low)
 
 
-STATS = "final_eval initial_eval best_eval gain steps_done wall_seconds seq_per_s collapsed degraded".split()
+STATS = "final_eval initial_eval best_eval gain lowest_change steps_done wall_seconds seq_per_s collapsed degraded".split()
 
 
 def results_table(runs, per_run: pd.DataFrame) -> pd.DataFrame:
