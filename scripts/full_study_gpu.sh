@@ -1,6 +1,7 @@
 #!/bin/bash
 # One experiment of config/full.yaml (the documents' scale) on one GPU: the problem sets and warm-ups its runs start
-# from, then its runs K at a time on the GPU (mathrl launch --runs-per-gpu K). What its tables read comes back under
+# from (with the further starts and their supervised controls where a run starts from one: `mathrl sft --starts`),
+# then its runs K at a time on the GPU (mathrl launch --runs-per-gpu K). What its tables read comes back under
 # OUT_DIR/results (each run's metrics, evaluations and summary, the warm-ups' summaries; no checkpoints), so that any
 # machine can judge its claims:
 #   mathrl aggregate --config config/full.yaml --set results=OUT_DIR/results
@@ -21,7 +22,8 @@ F=(--config "$CONFIG" --set "results=$WORK")
 mkdir -p "$OUT/logs" "$OUT/results"
 export PYTHONUNBUFFERED=1
 
-# the runs asked for, seed by seed, with the task each one's warm-up is of ("-" for a run from a random policy)
+# the runs asked for, seed by seed, with the task each one's warm-up is of ("-" for a run from a random policy) and
+# whether it starts from one of the warm-up's further starts (sft.TASK.starts: `init: start_PCT`)
 python3 - "$CONFIG" "$EXP" "$@" > "$OUT/plan.txt" <<'EOF' || exit 1
 import sys
 from mathrl.config import DEFAULT_CONFIG, load_config_and_runs
@@ -29,7 +31,8 @@ _, runs = load_config_and_runs((DEFAULT_CONFIG, sys.argv[1]))
 experiment, variants = sys.argv[2], set(sys.argv[3:])
 chosen = [s for s in runs.values() if s.experiment == experiment and (not variants or s.variant in variants)]
 for spec in sorted(chosen, key=lambda s: s.seed):  # seed by seed: a time limit leaves the arms balanced
-    print(spec.run_id, "-" if spec.settings["init"] == "random" else spec.settings["task"])
+    init = spec.settings["init"]
+    print(spec.run_id, "-" if init == "random" else spec.settings["task"], "starts" if str(init).startswith("start_") else "-")
 EOF
 echo "$(wc -l < "$OUT/plan.txt") runs of $EXP; warm-ups: $(awk '$2 != "-" {print $2}' "$OUT/plan.txt" | sort -u | xargs)"
 
@@ -38,6 +41,12 @@ for task in $(awk '$2 != "-" {print $2}' "$OUT/plan.txt" | sort -u); do
   python3 -m mathrl problems "${F[@]}" --task "$task" > "$OUT/logs/problems_$task.log" 2>&1 &&
     python3 -m mathrl sft "${F[@]}" --task "$task" > "$OUT/logs/sft_$task.log" 2>&1 || { tail "$OUT/logs/sft_$task.log"; exit 1; }
   echo "warm-up $task: $(($(date +%s) - T0)) s; $(tail -1 "$OUT/logs/sft_$task.log")"
+  if awk -v t="$task" '$2 == t && $3 == "starts" {found = 1} END {exit !found}' "$OUT/plan.txt"; then
+    T0=$(date +%s)  # the further starts and, from each, the supervised control
+    python3 -m mathrl sft "${F[@]}" --task "$task" --starts > "$OUT/logs/sft_starts_$task.log" 2>&1 ||
+      { tail "$OUT/logs/sft_starts_$task.log"; exit 1; }
+    echo "starts $task: $(($(date +%s) - T0)) s"; grep "^sft $task" "$OUT/logs/sft_starts_$task.log"
+  fi
 done
 (cd "$WORK" && find sft -type f ! -name '*.pt' -exec cp --parents {} "$OUT/results/" \;)  # the warm-ups' evaluations
 
