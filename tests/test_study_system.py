@@ -145,7 +145,9 @@ def test_curves_console_criteria(results):
     )
     assert k.loc["add_gain"]["diff"] == pytest.approx(0.3) and k.loc["add_stable"].outcome == "inconclusive"
     # stability reads the lowest evaluation after the start, not the last: 0.5 - 0.4 and 0.6 - 0.4
-    assert k.loc["add_stable"]["diff"] == pytest.approx(0.15) and k.loc["add_stable"].measure.startswith("lowest held-out")
+    assert k.loc["add_stable"]["diff"] == pytest.approx(0.15) and k.loc["add_stable"].measure.startswith(
+        "lowest held-out"
+    )
     assert (k.loc[["mul_accuracy", "mul_gain", "mul_stable"], "outcome_unadjusted"] == "agrees").all()
     assert k.loc["mul_accuracy"].kind == "document" and k.loc["add_accuracy"].p_holm >= k.loc["add_accuracy"].p_value
 

@@ -121,8 +121,7 @@ def pick_start(val_accuracy: dict[str, float], low: float) -> str | None:
 def start_runs_table(ctx, per_run: pd.DataFrame) -> pd.DataFrame:
     """Per seed, RL (each algorithm) and the supervised control from every start, with `cell`
     (task_start) and `picked` ("yes" at the start the document's range is judged at)."""
-    cols = ["task", "start", "cell", "algorithm", "seed", "initial_eval", "final_eval", "gain", "lowest_change",
-            "start_val", "picked"]
+    cols = "task start cell algorithm seed initial_eval final_eval gain lowest_change start_val picked".split()
     rl = per_run[per_run["final_eval"].notna()]
     starts = {task: read_starts(ctx, task) for task in DOC}
     # the supervised control's rows, in RL's columns
@@ -194,7 +193,8 @@ def reached(final_mean: float, low: float) -> bool | None:
     return None if final_mean is None or math.isnan(final_mean) else bool(final_mean >= low)
 
 
-STATS = "final_eval initial_eval best_eval gain lowest_change steps_done wall_seconds seq_per_s collapsed degraded".split()
+STATS = "final_eval initial_eval best_eval gain lowest_change steps_done wall_seconds seq_per_s collapsed degraded"
+STATS = STATS.split()
 
 
 def results_table(runs, per_run: pd.DataFrame) -> pd.DataFrame:
