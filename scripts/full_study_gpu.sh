@@ -27,12 +27,13 @@ export PYTHONUNBUFFERED=1
 python3 - "$CONFIG" "$EXP" "$@" > "$OUT/plan.txt" <<'EOF' || exit 1
 import sys
 from mathrl.config import DEFAULT_CONFIG, load_config_and_runs
+from mathrl.layout import is_start
 _, runs = load_config_and_runs((DEFAULT_CONFIG, sys.argv[1]))
 experiment, variants = sys.argv[2], set(sys.argv[3:])
 chosen = [s for s in runs.values() if s.experiment == experiment and (not variants or s.variant in variants)]
 for spec in sorted(chosen, key=lambda s: s.seed):  # seed by seed: a time limit leaves the arms balanced
     init = spec.settings["init"]
-    print(spec.run_id, "-" if init == "random" else spec.settings["task"], "starts" if str(init).startswith("start_") else "-")
+    print(spec.run_id, "-" if init == "random" else spec.settings["task"], "starts" if is_start(init) else "-")
 EOF
 echo "$(wc -l < "$OUT/plan.txt") runs of $EXP; warm-ups: $(awk '$2 != "-" {print $2}' "$OUT/plan.txt" | sort -u | xargs)"
 

@@ -193,8 +193,9 @@ def reached(final_mean: float, low: float) -> bool | None:
     return None if final_mean is None or math.isnan(final_mean) else bool(final_mean >= low)
 
 
-STATS = "final_eval initial_eval best_eval gain lowest_change steps_done wall_seconds seq_per_s collapsed degraded"
-STATS = STATS.split()
+STATS = (
+    "final_eval initial_eval best_eval gain lowest_change steps_done wall_seconds seq_per_s collapsed degraded"
+).split()
 
 
 def results_table(runs, per_run: pd.DataFrame) -> pd.DataFrame:
