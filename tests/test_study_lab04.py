@@ -373,7 +373,7 @@ def test_figures_and_section(results):
     s = lab04.section(t)
     assert s["normal_keeps_more"] is True and s["normal"]["final_entropy"] > s["aggressive"]["final_entropy"]
     assert s["bandit_hacked"] and s["gpt_hacked"]
-    assert "inconclusive" in s["parts"]["entropy"]["summary"] and len(s["parts"]["entropy"]["rows"]) == 8
+    assert "inconclusive" in s["parts"]["entropy"]["summary"] and len(s["parts"]["entropy"]["rows"]) == 10
     assert s["parts"]["entropy"]["summary"].endswith("and 2 setup checks, not counted")
     html = render(t)
     assert "n=1 of 2" in text(html).split("The same on the GPT")[1] and "n per arm: 2" in text(html)

@@ -187,6 +187,7 @@ def fixed_vs_dynamic_tables(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
     rows = pd.DataFrame([{"method": method.get(r.spec.variant, ""), "variant": r.spec.variant, "seed": r.spec.seed,
                           **measures(r), "final_lr": logged(r, "lr"), "final_kl_coef": logged(r, "kl_coef"),
                           **schedule_motion(r)} for r in runs])  # fmt: skip
+    rows["final_eval_absdev"] = absolute_deviation(rows, "method", "final_eval")  # the spread across seeds, per method
     values = "final_eval roughness drawdown largest_drop final_lr final_kl_coef lr_ratio kl_coef_range".split()
     out = kit.summarise(rows, ["method", "variant"], values)
     # the document's "reproducibility": spread of the final result across seeds
@@ -362,6 +363,7 @@ def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "cell": f"{optimizer}, clip {max_norm}, {'spike' if spike is not None else 'no spike'}",
                      "seed": r.spec.seed, "collapsed": m["collapsed"],
                      "initial_eval": m["initial_eval"], "final_eval": m["final_eval"],
+                     "eval_gain": m["final_eval"] - m["initial_eval"],
                      "drop_after_spike": float(m["initial_eval"] - after.min()) if len(after) else NAN,
                      "spike_ratio": spike_ratio(r.metrics["grad_norm"], r.metrics["step"], spike) if r.ok else NAN,
                      "spike_norm": norm, "clip_bound": bound})  # fmt: skip
