@@ -5,7 +5,8 @@
 # OUT_DIR/results (each run's metrics, evaluations and summary, the warm-ups' summaries; no checkpoints), so that any
 # machine can judge its claims:
 #   mathrl aggregate --config config/full.yaml --set results=OUT_DIR/results
-# (the config file and the GPUs a run takes can be changed: CONFIG=FILE, GPUS=N; WORK_DIR keeps the checkpoints)
+# (the config file and the GPUs a run takes can be changed: CONFIG=FILE, GPUS=N; WORK_DIR keeps the checkpoints;
+# REUSE_WARMUPS=1 keeps a warm-up WORK_DIR already holds, so that a second experiment starts from the same checkpoint)
 # Usage, from the repository root, with the project and its dependencies installed (pip install -e .; where pip
 # cannot reach an index, PYTHONPATH=. and its dependencies, jsonschema among them, installed from carried wheels):
 #   scripts/full_study_gpu.sh OUT_DIR EXPERIMENT [K [VARIANT ...]]   (no variants: every run of the experiment)
@@ -39,9 +40,13 @@ echo "$(wc -l < "$OUT/plan.txt") runs of $EXP; warm-ups: $(awk '$2 != "-" {print
 
 for task in $(awk '$2 != "-" {print $2}' "$OUT/plan.txt" | sort -u); do
   T0=$(date +%s)
-  python3 -m mathrl problems "${F[@]}" --task "$task" > "$OUT/logs/problems_$task.log" 2>&1 &&
-    python3 -m mathrl sft "${F[@]}" --task "$task" > "$OUT/logs/sft_$task.log" 2>&1 || { tail "$OUT/logs/sft_$task.log"; exit 1; }
-  echo "warm-up $task: $(($(date +%s) - T0)) s; $(tail -1 "$OUT/logs/sft_$task.log")"
+  if [ "${REUSE_WARMUPS:-0}" = 1 ] && [ -f "$WORK/sft/$task/model.pt" ] && [ -f "$WORK/sft/$task/summary.json" ]; then
+    echo "warm-up $task: kept, $WORK/sft/$task"
+  else
+    python3 -m mathrl problems "${F[@]}" --task "$task" > "$OUT/logs/problems_$task.log" 2>&1 &&
+      python3 -m mathrl sft "${F[@]}" --task "$task" > "$OUT/logs/sft_$task.log" 2>&1 || { tail "$OUT/logs/sft_$task.log"; exit 1; }
+    echo "warm-up $task: $(($(date +%s) - T0)) s; $(tail -1 "$OUT/logs/sft_$task.log")"
+  fi
   if awk -v t="$task" '$2 == t && $3 == "starts" {found = 1} END {exit !found}' "$OUT/plan.txt"; then
     T0=$(date +%s)  # the further starts and, from each, the supervised control
     python3 -m mathrl sft "${F[@]}" --task "$task" --starts > "$OUT/logs/sft_starts_$task.log" 2>&1 ||

@@ -253,6 +253,9 @@ def test_fixed_vs_dynamic_and_clipping(tree):
         0.4
     )  # from 0.5 to 0.1 after step 3
     assert one(c, cell="adamw, clip none, spike")["doc_collapse_rate"] == 0.35
+    runs = tree["stability_clipping_runs"]  # what clipping's speed claim reads: held-out accuracy, last − first
+    assert (runs["eval_gain"] == runs["final_eval"] - runs["initial_eval"]).all()
+    assert one(runs, cell="sgd, clip none, spike", seed=0)["eval_gain"] == pytest.approx(-0.4)
 
 
 def test_critic_explained_variance_by_step_20():
@@ -530,6 +533,25 @@ def test_dynamic_schedules_are_also_judged_at_their_own_batch():
         still.loc["dynamic_B_equal_batch"].outcome == "not judged"
         and "schedule acted (B)" in still.loc["dynamic_B_equal_batch"].engaged
     )
+
+
+def test_the_schedules_are_ranked_against_each_other():
+    """The document's table ranks C above B in final accuracy, smoothness and reproducibility: C − B paired by seed,
+    the spread as each seed's distance from its method's median (Brown-Forsythe), unpaired."""
+    rows = pd.DataFrame({"method": ["B"] * 3 + ["C"] * 3, "seed": [0, 1, 2] * 2, "schedule_moved": 1.0,
+                         "final_eval": [0.50, 0.52, 0.54, 0.55, 0.58, 0.60],
+                         "roughness": [0.010, 0.012, 0.011, 0.020, 0.021, 0.022]})  # fmt: skip
+    rows["final_eval_absdev"] = st.absolute_deviation(rows, "method", "final_eval")
+    assert rows["final_eval_absdev"].tolist() == pytest.approx([0.02, 0.0, 0.02, 0.03, 0.0, 0.02])
+    from mathrl import claims
+
+    v = synthetic.verdicts({"claims": claims.judge_all({}, {"stability_fvd_runs": rows})}, "stability")
+    assert v.loc["dynamic_C_vs_B"]["diff"] == pytest.approx(0.17 / 3) and v.loc["dynamic_C_vs_B"].outcome == "agrees"
+    assert v.loc["dynamic_C_smoother_than_B"]["diff"] == pytest.approx(0.01)  # C rougher: the other side
+    assert v.loc["dynamic_C_smoother_than_B"].outcome == "disagrees"
+    assert v.loc["dynamic_C_reproducible_B"]["diff"] == pytest.approx(0.05 / 3 - 0.04 / 3)
+    # the equal-batch smoothness claims need the control
+    assert v.loc["fixed_smoother_than_B"].outcome == "not judged"
 
 
 def test_stated_intervals_stay_within_the_range_of_their_quantity():
