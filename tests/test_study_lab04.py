@@ -225,9 +225,20 @@ def test_hacking_table(results):
     s0 = h[h.seed.astype(str) == "0"].iloc[0]
     assert s0.hack_arm == 3 and s0.proxy_start == pytest.approx(0.6) and s0.proxy_end == pytest.approx(3.0)
     assert s0.true_start == pytest.approx(0.5) and s0.true_peak == pytest.approx(1.0) and s0.true_peak_step == 19
+    assert s0.true_at_others_peak == pytest.approx(1.0)  # seed 1's rolling mean peaks at step 19 too
     assert s0.true_end == pytest.approx(-0.5) and s0.hack_share_end == pytest.approx(0.97) and s0.hacked
     p = h[h.seed.astype(str) == "all"].iloc[0]
     assert p.n == 2 and p.hack_share_end == pytest.approx(0.96) and p.hacked
+
+
+def test_a_seeds_rise_is_read_where_the_other_seeds_peak():
+    """The step comes from the other seeds of the setting: a seed's own noisy peak does not count."""
+    curves = {("s", 0): pd.Series([0.0, 1.0, 0.0]), ("s", 1): pd.Series([0.0, 0.0, 2.0]),
+              ("s", 2): pd.Series([0.0, 0.0, 1.0]), ("t", 0): pd.Series([9.0, 0.0, 0.0])}  # fmt: skip
+    assert lab04.at_others_peak(curves, ("s", 0)) == 0.0  # the others peak at step 2, where seed 0 is back at 0
+    assert lab04.at_others_peak(curves, ("s", 1)) == 0.0  # seeds 0 and 2 average 0.5 at steps 1 and 2: the first
+    assert lab04.at_others_peak(curves, ("s", 2)) == 1.0  # seeds 0 and 1 peak at step 2 (1.0): seed 2's own peak
+    assert math.isnan(lab04.at_others_peak(curves, ("t", 0))) and math.isnan(lab04.at_others_peak(curves, ("u", 0)))
 
 
 def test_gpt_tables(results):

@@ -170,26 +170,40 @@ def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
     return out, pts
 
 
+def at_others_peak(curves: dict, key) -> float:
+    """Curve `key`'s value at the step where the mean of the other curves of its setting (`key[0]`) peaks: a peak
+    found without the curve's own noise, so that a curve that does not rise reads no rise on average."""
+    others = [c for k, c in curves.items() if k != key and k[0] == key[0]]
+    if key not in curves or not others:
+        return math.nan
+    return float(curves[key].get(pd.concat(others, axis=1).mean(axis=1).idxmax(), math.nan))
+
+
 def hacking_table(ctx) -> pd.DataFrame:
     """Per seed: proxy score and true reward at the start and end, the true reward's rolling
-    peak, the overrated arm's final share, and whether the proxy was exploited."""
+    peak (its own, and where the other seeds' peak), the overrated arm's final share, and whether
+    the proxy was exploited."""
     study = bandit.resolve(ctx.cfg.get("bandit"))["studies"]["reward_hacking"]
     proxy = bandit.proxy_scores(study["arm_lengths"], study["true_rewards"], study["labelled_arms"])
     unlabelled = [a for a in range(len(proxy)) if a not in study["labelled_arms"]] or list(range(len(proxy)))
     hack_arm = max(unlabelled, key=proxy.__getitem__)  # the arm the proxy overrates: never labelled, scored highest
-    rows = []
+    rows, curves = [], {}
     for setting, seed, g in _expected(ctx, "reward_hacking"):
         row = {"setting": setting, "seed": seed, "hack_arm": hack_arm}
         if len(g):
             head, tail = g.head(window(len(g), BANDIT_WINDOW)), g.tail(window(len(g), BANDIT_WINDOW))
             rolling = g["true_reward"].rolling(BANDIT_WINDOW, min_periods=1).mean()
+            curves[(setting, seed)] = pd.Series(rolling.to_numpy(), index=g["step"].to_numpy())
             row.update(proxy_start=head["proxy_reward"].mean(), proxy_end=tail["proxy_reward"].mean(),
                        true_start=head["true_reward"].mean(), true_peak=rolling.max(),
                        true_peak_step=float(g["step"].iloc[int(np.argmax(rolling.to_numpy()))]),
                        true_end=tail["true_reward"].mean(),
                        hack_share_end=float(g[f"p{hack_arm}"].iloc[-1]))  # fmt: skip
         rows.append(row)
-    values = ["proxy_start", "proxy_end", "true_start", "true_peak", "true_peak_step", "true_end", "hack_share_end"]
+    for row in rows:
+        row["true_at_others_peak"] = at_others_peak(curves, (row["setting"], row["seed"]))
+    values = ["proxy_start", "proxy_end", "true_start", "true_peak", "true_peak_step", "true_at_others_peak",
+              "true_end", "hack_share_end"]  # fmt: skip
     out = _pooled(pd.DataFrame(rows).reindex(columns=["setting", "seed", "hack_arm", *values]), values)
     out["hack_arm"] = hack_arm
     out["hacked"] = [hacked(r.proxy_start, r.proxy_end, r.true_start, r.true_end) for r in out.itertuples()]
