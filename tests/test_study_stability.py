@@ -253,6 +253,10 @@ def test_fixed_vs_dynamic_and_clipping(tree):
         0.4
     )  # from 0.5 to 0.1 after step 3
     assert one(c, cell="adamw, clip none, spike")["doc_collapse_rate"] == 0.35
+    fr = tree["stability_fvd_runs"]  # the reproducibility claim reads each seed's distance from its median
+    median = fr.groupby("method")["final_eval"].transform("median")
+    assert fr["final_eval_absdev"].tolist() == pytest.approx((fr["final_eval"] - median).abs().tolist(), nan_ok=True)
+    assert fr["final_eval_absdev"].max() > 0  # the tree's A seeds end apart
     runs = tree["stability_clipping_runs"]  # what clipping's speed claim reads: held-out accuracy, last − first
     assert (runs["eval_gain"] == runs["final_eval"] - runs["initial_eval"]).all()
     assert one(runs, cell="sgd, clip none, spike", seed=0)["eval_gain"] == pytest.approx(-0.4)
