@@ -1,7 +1,8 @@
 """Where the pipeline's job-seconds go: `python -m bench.split RESULTS [--json]`.
 
 Reads a finished results tree: Snakemake's benchmark file of each job (its seconds, s) and,
-for each training job, its run's metrics.csv and summary.json. A training job's seconds
+for each training job, its runs' metrics.csv and summary.json (a job trains one setting's
+seeds one after another; a tree from before that, one run). A training job's seconds
 split into
 - RL steps: the sum of its steps' `sample_seconds + update_seconds`;
 - evaluation: its evaluations' `eval_seconds` (metrics.csv) and the evaluation before RL
@@ -10,8 +11,8 @@ split into
 - run setup: the rest of the run's own command (summary.json's `run_seconds`: reading the
   configuration, problems and checkpoint, building the model, the steps' bookkeeping,
   snapshots and writing the outputs);
-- outside the run: the job's seconds less `run_seconds` (the interpreter or fork, the
-  launcher, Snakemake's shell).
+- outside the runs: the job's seconds less its runs' `run_seconds` (the interpreter or
+  fork, the launcher, Snakemake's shell).
 A tree from before `eval_seconds` and `run_seconds` existed has neither: there the evaluations
 inside the steps are the steps' `seconds - sample_seconds - update_seconds`, and what the
 evaluation before RL, the setup and the outside took are one figure.
@@ -48,25 +49,45 @@ def _number(text: str | None) -> float:
         return math.nan
 
 
-def run_split(job_seconds: float, run_dir: Path) -> dict:
-    """One training job's seconds by part (module docstring); NaN parts where the run
-    recorded nothing for them."""
+def run_parts(run_dir: Path) -> dict:
+    """One run's seconds by part, inside its own command: rl_steps, evaluation and run_seconds (NaN where the run
+    did not record it; an older tree's evaluation is that inside the steps alone)."""
     with open(run_dir / "metrics.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     summary = json.loads((run_dir / "summary.json").read_text())
     rl = sum(_number(r["sample_seconds"]) + _number(r["update_seconds"]) for r in rows)
-    out = {"job_seconds": job_seconds, "rl_steps": rl}
     run_seconds = _number(summary.get("run_seconds"))
     if rows and "eval_seconds" in rows[0] and not math.isnan(run_seconds):
         evals = sum(x for x in (_number(r["eval_seconds"]) for r in rows) if not math.isnan(x))
         evals += _number((summary.get("initial") or {}).get("eval_seconds")) or 0.0
         evals += _number(summary.get("pass_at_k_seconds")) if "pass_at_k_seconds" in summary else 0.0
-        out.update(evaluation=evals, run_setup=run_seconds - rl - evals, outside_run=job_seconds - run_seconds)
     else:  # an older tree: the evaluations inside the steps alone are known
         evals = sum(_number(r["seconds"]) - _number(r["sample_seconds"]) - _number(r["update_seconds"])
                     for r in rows if not math.isnan(_number(r["eval_accuracy"])))  # fmt: skip
-        out.update(evaluation=evals, setup_and_outside=job_seconds - rl - evals)
+        run_seconds = math.nan
+    return {"rl_steps": rl, "evaluation": evals, "run_seconds": run_seconds}
+
+
+def run_split(job_seconds: float, run_dirs: list[Path]) -> dict:
+    """One training job's seconds by part (module docstring), over the runs it trained (one, or a setting's seeds
+    one after another); where a run recorded no run_seconds, setup and outside are one figure."""
+    parts = [run_parts(d) for d in run_dirs]
+    rl, evals = sum(p["rl_steps"] for p in parts), sum(p["evaluation"] for p in parts)
+    run_seconds = sum(p["run_seconds"] for p in parts)
+    out = {"job_seconds": job_seconds, "rl_steps": rl, "evaluation": evals, "runs": len(parts)}
+    if math.isnan(run_seconds):
+        out["setup_and_outside"] = job_seconds - rl - evals
+    else:
+        out.update(run_setup=run_seconds - rl - evals, outside_run=job_seconds - run_seconds)
     return out
+
+
+def job_runs(results: Path, job: str) -> list[Path]:
+    """The run directories a training job trained: the run of its name (one job per run), else the runs of the
+    group of its name (config.run_group: one job per setting); only runs with both outputs."""
+    runs = Path(results) / "runs"
+    dirs = [runs / job] if (runs / job).is_dir() else sorted(d for d in runs.glob(f"{job}__s*") if d.is_dir())
+    return [d for d in dirs if (d / "metrics.csv").is_file() and (d / "summary.json").is_file()]
 
 
 def split(results: Path) -> dict:
@@ -82,10 +103,11 @@ def split(results: Path) -> dict:
             continue
         rules[rule] = rules.get(rule, 0.0) + secs
         jobs[rule] = jobs.get(rule, 0) + 1
-        run_dir = Path(results) / "runs" / tsv.stem
-        if rule == "train" and (run_dir / "metrics.csv").is_file() and (run_dir / "summary.json").is_file():
-            per_run[tsv.stem] = run_split(secs, run_dir)
-    train: dict[str, float] = {"jobs": len(per_run), "job_seconds": sum(r["job_seconds"] for r in per_run.values())}
+        run_dirs = job_runs(results, tsv.stem) if rule == "train" else []
+        if run_dirs:
+            per_run[tsv.stem] = run_split(secs, run_dirs)
+    train: dict[str, float] = {"jobs": len(per_run), "runs": sum(r["runs"] for r in per_run.values()),
+                               "job_seconds": sum(r["job_seconds"] for r in per_run.values())}  # fmt: skip
     for part in (*PARTS, "setup_and_outside"):
         values = [r[part] for r in per_run.values() if part in r]
         if values:
@@ -102,7 +124,7 @@ def split_table(s: dict) -> str:
     t = s["train"]
     rows = [[f"train: {LABELS[p]}", f"{t[p]:.1f}", f"{t[p] / t['job_seconds']:.0%}"]
             for p in (*PARTS, "setup_and_outside") if p in t]  # fmt: skip
-    rows.append([f"train jobs ({t['jobs']})", f"{t['job_seconds']:.1f}", "100%"])
+    rows.append([f"train jobs ({t['jobs']}, {t['runs']} runs)", f"{t['job_seconds']:.1f}", "100%"])
     for rule, secs in sorted(s["rules"].items(), key=lambda kv: -kv[1]):
         if rule != "train":
             rows.append([f"{rule} ({s['jobs'][rule]} jobs)", f"{secs:.1f}", ""])

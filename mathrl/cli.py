@@ -172,13 +172,38 @@ def cmd_train(args) -> int:
     import time
 
     started = time.perf_counter()
+    from mathrl.config import layered, load_config_and_runs
+
+    cfg, runs = load_config_and_runs(layered(args.config), args.set)  # validated and expanded once per configuration
+    names = args.run or [None]
+    if len(names) == 1 and not (args.run_logs and args.run):
+        return train_one(cfg, runs, names[0], args, started)
+    given = [flag for flag, value in (("--run-id", args.run_id), ("--out", args.out), ("--dry-run", args.dry_run),
+                                      ("KEY=VALUE", args.overrides)) if value]  # fmt: skip
+    if given:
+        raise ConfigError(f"--run given {len(names)} times, or --run-logs: {', '.join(given)} name one run's own "
+                          f"output; give one --run, without --run-logs, with them")  # fmt: skip
+    main_rank = int(os.environ.get("RANK", "0")) == 0
+    for name in names:  # each run's console lines in its own log (rank 0's), as if it had been a job of its own
+        log = layout.at(cfg, layout.STAGES["train"].log, run_id=name)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log if main_rank else os.devnull, "w") as fh, contextlib.redirect_stdout(fh), \
+                contextlib.redirect_stderr(fh):  # fmt: skip
+            train_one(cfg, runs, name, args, started)
+        if main_rank:
+            print(f"run {name}: trained (log {log})", flush=True)
+        started = time.perf_counter()
+    return 0
+
+
+def train_one(cfg: dict, runs: dict, name: str | None, args, started: float) -> int:
+    """One run of `mathrl train` (an experiment's run `name`, or an ad hoc run where it is None)."""
     from mathrl import distributed
-    from mathrl.config import check_train, layered, load_config_and_runs
+    from mathrl.config import check_train
     from mathrl.settings import RunSettings
     from mathrl.trainer import Trainer
 
-    cfg, runs = load_config_and_runs(layered(args.config), args.set)  # validated and expanded once per configuration
-    run_id, experiment, settings = resolve_run(cfg, args.run, args.run_id, args.overrides, runs)
+    run_id, experiment, settings = resolve_run(cfg, name, args.run_id, args.overrides, runs)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     check_train(cfg, settings, "run", world_size=world)
     settings = RunSettings.from_dict(settings)  # typed and frozen from here on
@@ -306,9 +331,10 @@ def check_train_args(argv: list[str], world_size: int) -> None:
 
     train = build_parser().parse_args(["train", *argv])
     cfg = _load(train)
-    with contextlib.redirect_stderr(io.StringIO()):  # its notes are the run's to print
-        _, _, settings = resolve_run(cfg, train.run, train.run_id, train.overrides)
-    check_train(cfg, settings, "run", world_size=world_size)
+    for name in train.run or [None]:
+        with contextlib.redirect_stderr(io.StringIO()):  # its notes are the run's to print
+            _, _, settings = resolve_run(cfg, name, train.run_id, train.overrides)
+        check_train(cfg, settings, "run", world_size=world_size)
 
 
 def cmd_runs(args) -> int:
@@ -592,7 +618,13 @@ def _add_train(sub) -> None:
     _common(p)
     # --experiment-run is the same flag under a name that is no prefix of a torchrun option
     # (torchrun's parser reads `--run` as an ambiguous abbreviation of its --run-path).
-    p.add_argument("--run", "--experiment-run", dest="run", help="run id of an experiment (see `mathrl runs`)")
+    p.add_argument("--run", "--experiment-run", dest="run", action="append",
+                   help="run id of an experiment (see `mathrl runs`); repeated, the runs are trained one after "
+                        "another in this process (as the pipeline trains a setting's seeds), each writing its "
+                        "console lines to its own log (--run-logs)")  # fmt: skip
+    p.add_argument("--run-logs", action="store_true",
+                   help="each --run's console lines go to <results>/logs/train/RUN.log, and one line per run to the "
+                        "console (implied by more than one --run)")  # fmt: skip
     p.add_argument(
         "--on-mismatch",
         choices=["error", "restart"],

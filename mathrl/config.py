@@ -611,6 +611,20 @@ def trained_runs(cfg: dict) -> dict[str, RunSpec]:
     return {run_id: spec for run_id, spec in expand_runs(cfg).items() if spec.same_as is None}
 
 
+def run_group(run_id: str) -> str:
+    """The group a run is trained in: its id without the seed (`batch__b64__s3` -> `batch__b64`), so that the
+    seeds of one setting are trained one after another by one pipeline job."""
+    return run_id.rsplit("__s", 1)[0]
+
+
+def run_groups(runs: dict[str, RunSpec]) -> dict[str, list[str]]:
+    """{group: its run ids, in the runs' order} of `runs` (trained_runs)."""
+    groups: dict[str, list[str]] = {}
+    for run_id in runs:
+        groups.setdefault(run_group(run_id), []).append(run_id)
+    return groups
+
+
 def config_hash(obj: Any) -> str:
     """A short stable hash of a JSON-able object (configs in summaries and reports)."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]

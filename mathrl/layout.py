@@ -140,11 +140,20 @@ STAGES = {stage.name: stage for stage in [
 ]}  # fmt: skip
 
 
-def snakemake_shell(stage: str) -> str:
+def group_args(run_ids: list[str]) -> list[str]:
+    """Each run's `--experiment-run` (as words), for the `train` stage of a group of runs trained by one job one
+    after another (Snakemake's `{params.runs:q}` quotes each word)."""
+    return [word for run_id in run_ids for word in ("--experiment-run", run_id)]
+
+
+def snakemake_shell(stage: str, group: bool = False) -> str:
     """The stage's command in a Snakemake rule's `shell:` syntax: wildcards, outputs, params
     and the log quoted or constrained (rules/*.smk; tests/test_faults_security.py checks)."""
     s = STAGES[stage]
-    args = s.args.replace(f"{{{s.wildcard}}}", f"{{wildcards.{s.wildcard}}}") if s.wildcard else s.args
+    if group:  # the train stage for a group of runs: their --experiment-run arguments are a param (group_args)
+        args = s.args.replace(f"--experiment-run {{{s.wildcard}}}", "{params.runs:q} --run-logs")
+    else:
+        args = s.args.replace(f"{{{s.wildcard}}}", f"{{wildcards.{s.wildcard}}}") if s.wildcard else s.args
     if s.out:
         args += f" --out {{output.{s.out}:q}}"
     head = f"{{params.py:q}} -m mathrl {s.command}"

@@ -110,6 +110,9 @@ RESULTS = CFG["results"]
 RUNS = mathrl.config.trained_runs(
     CFG
 )  # runs that reuse another's identical settings are read, not trained
+# One job per group: a setting's seeds, trained one after another (Snakemake's own time per
+# job grows with the number of jobs waiting, and a short run costs less than its job).
+RUN_GROUPS = mathrl.config.run_groups(RUNS)
 
 
 def results(path: str) -> str:
@@ -133,9 +136,10 @@ def benchmark_of(stage: str) -> str:
     return results(layout.STAGES[stage].benchmark)
 
 
-def mathrl_shell(stage: str) -> str:
-    """`mathrl <command> --config <the config file> <args> > <log>`: a rule's whole command."""
-    return layout.snakemake_shell(stage)
+def mathrl_shell(stage: str, group: bool = False) -> str:
+    """`mathrl <command> --config <the config file> <args> > <log>`: a rule's whole command
+    (the train stage's for a group of runs, named by params.runs)."""
+    return layout.snakemake_shell(stage, group)
 
 
 class LaunchSetting:
@@ -193,7 +197,6 @@ if GPUS_PER_RUN > 1:
 
 
 wildcard_constraints:
-    run_id="|".join(map(re.escape, RUNS)),
     task="|".join(map(re.escape, CFG["tasks"])),
     study="[A-Za-z0-9_]+",
 
@@ -223,17 +226,28 @@ def get_sft_inputs(wildcards):
     return problem_files(wildcards.task)
 
 
-def get_run_inputs(wildcards):
+def run_inputs(run_id: str) -> list:
     """A run's problem sets and the checkpoint it starts from (its task's warm-up model,
     the `init` file it names, or nothing for `init: random`)."""
-    settings = RUNS[wildcards.run_id].settings
-    inputs = problem_files(settings["task"])
+    settings = RUNS[run_id].settings
+    inputs = list(problem_files(settings["task"]).values())
     task, init = settings["task"], settings["init"]
     if layout.is_start(init):  # a start's checkpoint: the starts job writes it
-        inputs["init"] = results(layout.SFT_STARTS.format(task=task))
+        inputs.append(results(layout.SFT_STARTS.format(task=task)))
     elif init != "random":
-        inputs["init"] = str(layout.init_checkpoint(RESULTS, task, init))
+        inputs.append(str(layout.init_checkpoint(RESULTS, task, init)))
     return inputs
+
+
+def group_inputs(run_ids: list) -> list:
+    """What a group's runs read (they differ by seed alone, so this is one run's)."""
+    return sorted({path for run_id in run_ids for path in run_inputs(run_id)})
+
+
+def group_outputs(run_ids: list) -> list:
+    """Every run's metrics and summary (`train` stage outputs)."""
+    return [results(pattern.format(run_id=run_id)) for run_id in run_ids
+            for pattern in layout.STAGES["train"].outputs.values()]  # fmt: skip
 
 
 def get_gradvar_inputs(wildcards):
@@ -302,8 +316,12 @@ def get_starts_hash(wildcards):
     return config_hash(CFG["sft"][wildcards.task])
 
 
-def get_run_hash(wildcards):
-    return mathrl.config.run_hash(RUNS[wildcards.run_id].settings)
+def group_hash(run_ids: list) -> str:
+    """The hash of the group's runs' settings: a change to any reruns the group (whose other
+    runs rewrite their outputs from their final snapshots, without training)."""
+    return config_hash(
+        [mathrl.config.run_hash(RUNS[run_id].settings) for run_id in run_ids]
+    )
 
 
 def get_bandit_hash(wildcards):

@@ -3,29 +3,36 @@
 # must survive so that the rerun resumes from it.
 
 
-rule train:
-    """One RL run of an experiment, under torchrun on GPU slots of its own (mathrl launch)."""
-    input:
-        unpack(get_run_inputs),
-    output:
-        **outputs("train"),
-    log:
-        log_of("train"),
-    benchmark:
-        benchmark_of("train")
-    conda:
-        "envs/mathrl.yaml"
-    threads: PIPELINE["threads_per_run"]
-    resources:
-        gpu=GPUS_PER_RUN,
-        mem_mb=PIPELINE["mem_mb_per_run"],
-        runtime=PIPELINE["runtime_per_run"],
-    params:
-        settings=get_run_hash,
-        config=CONFIG_FILE,
-        py=PY,
-        torchrun=LaunchSetting(PIPELINE["torchrun"]),
-        runs_per_gpu=LaunchSetting(PIPELINE["runs_per_gpu"]),
-        fork_server=LaunchSetting("auto" if PIPELINE["fork_server"] else "off"),
-    shell:
-        mathrl_shell("train")
+# One job per group of runs (a setting's seeds, config.run_groups), each rule named
+# train_<group>; each run still has its own outputs, log (logs/train/<run>.log, written by
+# `mathrl train`) and snapshot. The job's own log and benchmark are the group's.
+for _group, _run_ids in RUN_GROUPS.items():
+
+    rule:
+        name:
+            "train_" + re.sub(r"\W", "_", _group)
+        input:
+            group_inputs(_run_ids),
+        output:
+            group_outputs(_run_ids),
+        log:
+            log_of("train").format(run_id=_group),
+        benchmark:
+            benchmark_of("train").format(run_id=_group)
+        conda:
+            "envs/mathrl.yaml"
+        threads: PIPELINE["threads_per_run"]
+        resources:
+            gpu=GPUS_PER_RUN,
+            mem_mb=PIPELINE["mem_mb_per_run"],
+            runtime=PIPELINE["runtime_per_run"],
+        params:
+            settings=group_hash(_run_ids),
+            runs=layout.group_args(_run_ids),
+            config=CONFIG_FILE,
+            py=PY,
+            torchrun=LaunchSetting(PIPELINE["torchrun"]),
+            runs_per_gpu=LaunchSetting(PIPELINE["runs_per_gpu"]),
+            fork_server=LaunchSetting("auto" if PIPELINE["fork_server"] else "off"),
+        shell:
+            mathrl_shell("train", group=True)

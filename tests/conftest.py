@@ -103,8 +103,9 @@ def snakemake(workdir: Path, *args: str, timeout: float = 300) -> subprocess.Com
 
 
 def planned_runs(output: str) -> set[str]:
-    """Run ids of the train jobs a Snakemake log (dry run or real) lists."""
-    return set(re.findall(r"^\s*wildcards: run_id=(\S+)", output, re.M))
+    """Run ids of the train jobs a Snakemake log (dry run or real) lists: the runs whose summary a job outputs."""
+    lines = re.findall(r"^\s*output: (.*)$", output, re.M)
+    return {run for line in lines for run in re.findall(r"runs/([^/\s,]+)/summary\.json", line)}
 
 
 def tiny_config(workdir: Path, experiments: dict | None = None) -> Path:
@@ -125,9 +126,13 @@ def tiny_config(workdir: Path, experiments: dict | None = None) -> Path:
 
 
 def finished_runs(log: str) -> set[str]:
-    """Run ids of the train jobs a Snakemake log reports finished (recorded as complete)."""
-    run_of_job = dict(re.findall(r"^\s*jobid: (\d+)\n(?:\s+\w+: .*\n)*?\s*wildcards: run_id=(\S+)", log, re.M))
-    return {run_of_job[j] for j in re.findall(r"Finished job(?:id)?:? (\d+)", log) if j in run_of_job}
+    """Run ids of the train jobs a Snakemake log reports finished (recorded as complete): a job's runs are those
+    whose summary it outputs."""
+    runs_of_job = {
+        job: set(re.findall(r"runs/([^/\s,]+)/summary\.json", outputs))
+        for outputs, job in re.findall(r"^\s*output: (.*)\n(?:\s+\w+: .*\n)*?\s*jobid: (\d+)", log, re.M)
+    }
+    return {run for j in re.findall(r"Finished job(?:id)?:? (\d+)", log) for run in runs_of_job.get(j, ())}
 
 
 # --- the fault tests: processes, run directories, metrics -----------------------------------

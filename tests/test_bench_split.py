@@ -50,6 +50,19 @@ def test_split_of_a_tree_with_eval_seconds(tmp_path):
     assert "train: run setup" in text and "sft (1 jobs)" in text and f"{t['outside_share']:.1%}" in text
 
 
+def test_a_job_that_trained_a_settings_seeds_splits_over_its_runs(tmp_path):
+    header = HEADER + ",eval_seconds"
+    job(tmp_path, "train", "exp__a", 5.0)  # one job: the runs exp__a__s0 and exp__a__s1, one after another
+    for seed in (0, 1):
+        run(tmp_path, f"exp__a__s{seed}", ["1,0.4,0.9,0.1,0.3,0.4"],
+            {"run_seconds": 2.0, "initial": {"eval_seconds": 0.1}}, header)  # fmt: skip
+    run(tmp_path, "exp__ab__s0", ["1,0.4,0.9,0.1,0.3,0.4"], {"run_seconds": 9.0}, header)  # another setting's run
+    t = split(tmp_path)["train"]
+    assert (t["jobs"], t["runs"]) == (1, 2) and t["job_seconds"] == pytest.approx(5.0)
+    assert t["rl_steps"] == pytest.approx(2 * 0.4) and t["evaluation"] == pytest.approx(2 * 0.5)
+    assert t["run_setup"] == pytest.approx(2 * (2.0 - 0.4 - 0.5)) and t["outside_run"] == pytest.approx(5.0 - 4.0)
+
+
 def test_split_of_an_older_tree_lumps_what_it_did_not_record(tmp_path):
     job(tmp_path, "train", "r1", 4.0)
     run(tmp_path, "r1", ["1,nan,0.5,0.1,0.3", "2,0.4,0.9,0.1,0.3"], {"wall_seconds": 1.4}, HEADER)

@@ -4,6 +4,7 @@ pipe ends a listing quietly."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -270,3 +271,32 @@ def test_a_run_by_hand_trains_on_the_pipelines_thread_count(monkeypatch):
     )
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
     assert pipeline_threads(0, cfg, key) is None and pipeline_threads(2, cfg, key) == 2
+
+
+def test_the_seeds_of_a_setting_train_in_one_command_each_with_its_own_log(run_env, capsys):
+    """`--run A --run B` (the pipeline's job for a setting's seeds): both runs trained, each its own outputs and
+    log, one line each on the console; again, each finds its final snapshot and trains nothing."""
+    results = run_env["results"]
+    runs = ["tiny__batch_size-8__s0", "tiny__batch_size-8__s1"]
+    argv = ["train", "--config", str(run_env["config"]), "--set", "train.steps=2", "--on-mismatch", "restart"]
+    for run_id in runs:
+        argv += ["--run", run_id]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in out] == [f"run {run_id}" for run_id in runs]
+    for run_id in runs:
+        summary = json.loads((results / "runs" / run_id / "summary.json").read_text())
+        assert summary["status"] == "complete" and summary["seed"] == int(run_id[-1])
+        log = (results / "logs" / "train" / f"{run_id}.log").read_text()
+        assert f"run {run_id}: complete" in log and "Step 2/2" in log
+    assert main(argv) == 0
+    for run_id in runs:
+        log = (results / "logs" / "train" / f"{run_id}.log").read_text()
+        assert "Step " not in log and f"run {run_id}: complete" in log  # no step trained again
+
+
+def test_several_runs_refuse_what_names_one_run(tiny_cfg_dict, tmp_path, capsys):
+    path = write_config(tmp_path / "c.yaml", tiny_cfg_dict)
+    argv = ["train", "--config", str(path), "--run", "tiny__batch_size-8__s0", "--run", "tiny__batch_size-8__s1"]
+    assert main([*argv, "--out", str(tmp_path / "x")]) == 2
+    assert "--out name one run's own output" in capsys.readouterr().err

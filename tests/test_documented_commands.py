@@ -107,7 +107,8 @@ def check_mathrl(args: list[str]) -> None:
         finally:
             del os.environ["MATHRL_FAKE_GPUS"]
     elif parsed.command == "train":
-        resolve_run(_load(parsed), parsed.run, parsed.run_id, parsed.overrides)
+        for run in parsed.run or [None]:
+            resolve_run(_load(parsed), run, parsed.run_id, parsed.overrides)
     elif parsed.command == "dvc-yaml":
         return
     elif parsed.command in ("runs",):

@@ -69,11 +69,13 @@ def shell_commands() -> dict[str, str]:
         lines = smk.read_text().splitlines()
         rule = None
         for i, line in enumerate(lines):
-            if m := re.match(r"rule (\w+):", line):
+            if m := re.match(r"\s*rule (\w+):", line):
                 rule = m[1]
+            elif re.match(r"\s*rule:", line):  # a rule made in a loop: named by its stage below
+                rule = None
             if line.strip() == "shell:":
-                if call := re.fullmatch(r'mathrl_shell\("(\w+)"\)', lines[i + 1].strip()):
-                    commands[rule] = layout.snakemake_shell(call[1])
+                if call := re.fullmatch(r'mathrl_shell\("(\w+)"(, group=True)?\)', lines[i + 1].strip()):
+                    commands[rule or call[1]] = layout.snakemake_shell(call[1], group=bool(call[2]))
                     continue
                 parts = []
                 for nxt in lines[i + 1 :]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import SNAKEFILE, finished_runs, planned_runs, snakemake, tiny_config
 
-from mathrl.config import load_config, trained_runs
+from mathrl.config import load_config, run_group, trained_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
@@ -125,7 +125,7 @@ def test_tiny_grid_end_to_end(grid):
         for name in ("summary.json", "metrics.csv", "snapshot.pt"):
             assert (results / "runs" / run_id / name).is_file(), name
         assert (results / "logs" / "train" / f"{run_id}.log").is_file()
-        assert (results / "benchmarks" / "train" / f"{run_id}.tsv").is_file()
+        assert (results / "benchmarks" / "train" / f"{run_group(run_id)}.tsv").is_file()  # one job per setting
     for study in ("entropy_collapse", "gradient_vanishing", "reward_hacking"):
         assert (results / "bandit" / study / "metrics.csv").is_file()
     assert planned_runs(res.stdout + res.stderr) == grid["runs"]
@@ -156,12 +156,14 @@ def test_a_finished_grid_has_nothing_to_do_and_a_changed_setting_reruns_only_its
 @pytest.mark.slow
 def test_an_interrupted_grid_reruns_only_the_missing_runs_and_resumes_the_cut_one(grid, tmp_path):
     # The finished grid's copy, metadata included: problems, warm-up and bandit studies are
-    # up to date, so only the train jobs of three new runs are left. 60 steps with a
-    # snapshot every 2: each run is snapshotted but unfinished for a second or more.
+    # up to date, so only the train jobs of three new runs are left (three settings of one
+    # seed: a job each). 60 steps with a snapshot every 2: each run is snapshotted but
+    # unfinished for a second or more.
     assert grid["result"].returncode == 0
     shutil.copytree(grid["workdir"], tmp_path, dirs_exist_ok=True)
-    tiny = tiny_config(tmp_path, {"tiny": {"fixed": {"steps": 60}, "seeds": [0, 1, 2]}})
-    runs = {f"tiny__base__s{seed}" for seed in range(3)}
+    variants = {"u": {}, "v": {"lr": 2.0e-4}, "w": {"lr": 1.0e-4}}
+    tiny = tiny_config(tmp_path, {"tiny": {"fixed": {"steps": 60}, "variants": variants, "seeds": [0]}})
+    runs = {f"tiny__{name}__s0" for name in variants}
     run_dir = tmp_path / "results" / "runs"
     first_log = tmp_path / "first.log"
 
