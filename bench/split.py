@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from bench.common import table
+from mathrl.config import run_group
 
 PARTS = ("rl_steps", "evaluation", "run_setup", "outside_run")
 LABELS = {"rl_steps": "RL steps", "evaluation": "evaluation", "run_setup": "run setup",
@@ -86,7 +87,11 @@ def job_runs(results: Path, job: str) -> list[Path]:
     """The run directories a training job trained: the run of its name (one job per run), else the runs of the
     group of its name (config.run_group: one job per setting); only runs with both outputs."""
     runs = Path(results) / "runs"
-    dirs = [runs / job] if (runs / job).is_dir() else sorted(d for d in runs.glob(f"{job}__s*") if d.is_dir())
+    dirs = (
+        [runs / job]
+        if (runs / job).is_dir()
+        else sorted(d for d in runs.glob(f"{job}__s*") if run_group(d.name) == job)
+    )
     return [d for d in dirs if (d / "metrics.csv").is_file() and (d / "summary.json").is_file()]
 
 

@@ -176,13 +176,16 @@ def cmd_train(args) -> int:
 
     cfg, runs = load_config_and_runs(layered(args.config), args.set)  # validated and expanded once per configuration
     names = args.run or [None]
-    if len(names) == 1 and not (args.run_logs and args.run):
+    if args.run_logs and not args.run:
+        raise ConfigError("--run-logs: the logs are named by the runs; give each run with --run")
+    if len(names) == 1 and not args.run_logs:
         return train_one(cfg, runs, names[0], args, started)
     given = [flag for flag, value in (("--run-id", args.run_id), ("--out", args.out), ("--dry-run", args.dry_run),
                                       ("KEY=VALUE", args.overrides)) if value]  # fmt: skip
     if given:
-        raise ConfigError(f"--run given {len(names)} times, or --run-logs: {', '.join(given)} name one run's own "
-                          f"output; give one --run, without --run-logs, with them")  # fmt: skip
+        how = f"--run given {len(names)} times" if len(names) > 1 else "--run-logs"
+        raise ConfigError(f"{how}: {', '.join(given)} name one run's own output; give one --run, without "
+                          f"--run-logs, with them")  # fmt: skip
     main_rank = int(os.environ.get("RANK", "0")) == 0
     for name in names:  # each run's console lines in its own log (rank 0's), as if it had been a job of its own
         log = layout.at(cfg, layout.STAGES["train"].log, run_id=name)

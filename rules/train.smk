@@ -5,7 +5,11 @@
 
 # One job per group of runs (a setting's seeds, config.run_groups), each rule named
 # train_<group>; each run still has its own outputs, log (logs/train/<run>.log, written by
-# `mathrl train`) and snapshot. The job's own log and benchmark are the group's.
+# `mathrl train`) and snapshot. The job's own log and benchmark are the group's, and its time
+# limit is the per-run limit times its runs (they train one after another; memory is one run's).
+# Snakemake runs a loop's rules through one function, so the shell command is the same for
+# every group and what differs comes in as params (a run id in the command string would train
+# the last group's runs in every job).
 for _group, _run_ids in RUN_GROUPS.items():
 
     rule:
@@ -25,7 +29,7 @@ for _group, _run_ids in RUN_GROUPS.items():
         resources:
             gpu=GPUS_PER_RUN,
             mem_mb=PIPELINE["mem_mb_per_run"],
-            runtime=PIPELINE["runtime_per_run"],
+            runtime=PIPELINE["runtime_per_run"] * len(_run_ids),
         params:
             settings=group_hash(_run_ids),
             runs=layout.group_args(_run_ids),

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import pandas as pd
 import pytest
 
 from mathrl import snapshot
@@ -289,10 +290,14 @@ def test_the_seeds_of_a_setting_train_in_one_command_each_with_its_own_log(run_e
         assert summary["status"] == "complete" and summary["seed"] == int(run_id[-1])
         log = (results / "logs" / "train" / f"{run_id}.log").read_text()
         assert f"run {run_id}: complete" in log and "Step 2/2" in log
+    (results / "runs" / runs[0] / "summary.json").unlink()  # as Snakemake removes a rerun job's outputs first
+    (results / "runs" / runs[0] / "metrics.csv").unlink()
     assert main(argv) == 0
     for run_id in runs:
         log = (results / "logs" / "train" / f"{run_id}.log").read_text()
         assert "Step " not in log and f"run {run_id}: complete" in log  # no step trained again
+        assert (results / "runs" / run_id / "summary.json").is_file()  # rewritten from the final snapshot
+        assert len(pd.read_csv(results / "runs" / run_id / "metrics.csv")) == 2
 
 
 def test_several_runs_refuse_what_names_one_run(tiny_cfg_dict, tmp_path, capsys):
@@ -300,3 +305,5 @@ def test_several_runs_refuse_what_names_one_run(tiny_cfg_dict, tmp_path, capsys)
     argv = ["train", "--config", str(path), "--run", "tiny__batch_size-8__s0", "--run", "tiny__batch_size-8__s1"]
     assert main([*argv, "--out", str(tmp_path / "x")]) == 2
     assert "--out name one run's own output" in capsys.readouterr().err
+    assert main(["train", "--config", str(path), "--run-logs"]) == 2
+    assert "--run-logs: the logs are named by the runs" in capsys.readouterr().err
