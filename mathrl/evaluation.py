@@ -11,7 +11,8 @@ from mathrl.tasks import Task
 
 @torch.no_grad()
 def greedy_correct(model, task: Task, pairs: torch.Tensor, device, batch_size: int = 1024) -> torch.Tensor:
-    """A bool per problem: did the greedy answer match exactly? `pairs` is (N, 2) of (a, b)."""
+    """A bool per problem: did the greedy answer match exactly? `pairs` is (N, 2) of (a, b). A problem stops
+    being decoded at its first wrong token (`GPT.matches`)."""
     model_was_training = model.training
     model.eval()
     out = []
@@ -19,8 +20,7 @@ def greedy_correct(model, task: Task, pairs: torch.Tensor, device, batch_size: i
         chunk = pairs[start : start + batch_size]
         prompts = task.encode_prompts(chunk[:, 0], chunk[:, 1]).to(device)  # (N, P)
         target = task.encode_answers(chunk[:, 0], chunk[:, 1]).to(device)  # (N, W+1)
-        generated = model.generate(prompts, task.answer_len, greedy=True)  # (N, W+1)
-        out.append((generated == target).all(dim=1).cpu())
+        out.append(model.matches(prompts, target, greedy=True).cpu())  # generate's answer == target
     model.train(model_was_training)
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.bool)
 
@@ -45,8 +45,7 @@ def sampled_correct(
         prompts = task.encode_prompts(chunk[:, 0], chunk[:, 1]).to(device)
         target = task.encode_answers(chunk[:, 0], chunk[:, 1]).to(device)
         u = noise[start : start + batch_size].to(device)
-        generated = model.generate(prompts, task.answer_len, temperature=temperature, noise=u)
-        out.append((generated == target).all(dim=1).cpu())
+        out.append(model.matches(prompts, target, temperature=temperature, noise=u).cpu())
     model.train(model_was_training)
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.bool)
 

@@ -67,6 +67,10 @@ class KVCache:
         self.v[:, :, pos : pos + T] = v
         return self.k[:, :, : pos + T], self.v[:, :, : pos + T]  # (B, nh, pos+T, hs) views
 
+    def keep_rows(self, rows: torch.Tensor):
+        """Keep only the given rows (a 1-D index tensor) of the buffers, in that order."""
+        self.k, self.v = self.k[rows], self.v[rows]
+
     def repeat_rows(self, group_size: int, upto: int):
         """Give each row group_size consecutive copies (rows r*G .. r*G+G-1 copy row r) of
         its first `upto` positions: (B, nh, L, hs) -> (B*G, nh, L, hs)."""
@@ -386,6 +390,42 @@ class GPT(nn.Module):
             pos += x.size(1)
             x = out[:, t : t + 1]  # (B, 1)
         return (out, all_logits) if return_logits else out
+
+    @torch.no_grad()
+    def matches(self, prompts, target, temperature: float = 1.0, noise=None, greedy: bool = False):
+        """Whether `generate(prompts, L, temperature, noise, greedy)` would return exactly `target`
+        (N, L), as a bool per row (N,), at a fraction of its cost where rows go wrong early.
+
+        The same decoding as `generate` (KV cache, the same prefill and picks), except that a row
+        leaves the batch at its first token that differs from its target: nothing after it can make
+        the answer right. The rows that remain compute what they would in the full batch (each row
+        of a matmul and of attention is its own), so the result is that of comparing `generate`'s
+        output with `target`."""
+        greedy = greedy or temperature == 0
+        N, P = prompts.shape
+        L = target.size(1)
+        g = self._check_sampling(prompts, L, noise, greedy)  # (N, L, V) or None
+        caches = [KVCache(P + L) for _ in self.transformer.h]
+        right = torch.zeros(N, dtype=torch.bool, device=prompts.device)  # (N,)
+        alive = torch.arange(N, device=prompts.device)  # the rows still matching their target, (n,)
+        x, pos = prompts, 0
+        for t in range(L):
+            hidden = self._trunk(x, caches, pos, last_only=True)  # (n, 1, C)
+            pick = self._pick(self.lm_head(hidden[:, -1]), None if g is None else g[alive, t], temperature)  # (n,)
+            same = pick == target[alive, t]  # (n,)
+            if t == L - 1:
+                right[alive[same]] = True
+                break
+            if not bool(same.all()):
+                keep = same.nonzero().squeeze(1)  # (n',)
+                if len(keep) == 0:
+                    break
+                alive = alive[keep]
+                for cache in caches:
+                    cache.keep_rows(keep)
+            pos += x.size(1)
+            x = target[alive, t : t + 1]  # (n', 1): the token each remaining row picked
+        return right
 
     @torch.no_grad()
     def generate_naive(

@@ -69,6 +69,29 @@ def test_kv_cache_matches_full_recomputation(B, greedy):
     assert torch.equal(model.generate(idx, n_new, noise=noise, greedy=greedy), out)
 
 
+@pytest.mark.parametrize("greedy", [False, True])
+def test_matches_is_generate_compared_with_the_target(greedy):
+    """Rows whose target is generate's own answer match; a row whose target differs at token k (k = 0..L-1)
+    does not, whichever token it is; and with every row wrong at its first token the loop stops early."""
+    model = small_model(seed=3)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(10)
+    B, P, L = 40, 6, 5
+    idx = prompts(B, P, seed=4)
+    noise = torch.rand(B, L, V, generator=torch.Generator().manual_seed(5))
+    out = model.generate(idx, L, noise=noise, greedy=greedy)
+    target = out.clone()
+    wrong_at = torch.arange(B) % (L + 3)  # L, L+1, L+2: left right
+    for row, k in enumerate(wrong_at.tolist()):
+        if k < L:
+            target[row, k] = (target[row, k] + 1) % V
+    want = wrong_at >= L
+    assert torch.equal(model.matches(idx, target, noise=noise, greedy=greedy), want)
+    assert torch.equal(want, (out == target).all(dim=1))
+    target[:, 0] = (out[:, 0] + 1) % V
+    assert not model.matches(idx, target, noise=noise, greedy=greedy).any()
+
+
 def test_generate_up_to_block_size_and_too_long():
     model = small_model()
     idx = prompts(4, 10)
