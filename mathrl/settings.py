@@ -94,6 +94,7 @@ class RunSettings:
     # evaluation, logging, snapshots, faults, monitor, device
     eval_every: int
     eval_size: int
+    eval_sampled: bool
     eval_split: str
     log_every: int
     snapshot_every: int

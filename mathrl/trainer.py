@@ -601,7 +601,7 @@ class Trainer:
         if resume.evaluated_at(self.record, step) or self.status != "running":
             last = step == self.s.steps or self.status != "running"
             t_eval = time.perf_counter()
-            row["eval_accuracy"], row["eval_sampled_accuracy"] = self.evaluate(step, sampled=last)
+            row["eval_accuracy"], row["eval_sampled_accuracy"] = self.evaluate(step, sampled=last and s.eval_sampled)
             row["eval_seconds"] = time.perf_counter() - t_eval
         row["seconds"] = time.perf_counter() - t0
         self.step_no = step
@@ -610,9 +610,10 @@ class Trainer:
 
     def evaluate(self, step: int, sampled: bool = True) -> tuple[float, float]:
         """Held-out exact-match accuracy, greedy (every problem's result kept in `last_correct`,
-        in test-set order, for heldout.csv) and, when `sampled` (before RL and at the last step),
-        sampled at the policy's temperature: one answer per problem, noise seeded by the run's
-        seed and the step, so a resumed run draws the same answers; NaN when not sampled.
+        in test-set order, for heldout.csv) and, when `sampled` (before RL from a random start, and at
+        the last step with eval_sampled), sampled at the policy's temperature: one answer per problem,
+        noise seeded by the run's seed and the step, so a resumed run draws the same answers; NaN when
+        not sampled.
         Each problem is evaluated on one rank."""
         d, s = self.d, self.s
         mine = slice(d.rank, None, d.world_size)

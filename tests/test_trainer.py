@@ -47,7 +47,7 @@ def assert_same_weights(wa: dict, wb: dict) -> None:
 
 @pytest.mark.parametrize("algorithm", ["reinforce", "ppo", "grpo", "rloo", "dapo"])
 def test_each_algorithm_runs_and_writes_the_contract(run_env, algorithm):
-    assert train(run_env, algorithm, f"algorithm={algorithm}", "steps=3") == 0
+    assert train(run_env, algorithm, f"algorithm={algorithm}", "steps=3", "eval_sampled=true") == 0
     df = metrics(run_env, algorithm)
     assert list(df.columns) == METRICS + EXTRAS and list(df["step"]) == [1, 2, 3]
     for col in ["reward_mean", "accuracy", "entropy", "kl", "grad_norm", "policy_loss", "lr", "frac_zero_std"]:
@@ -342,3 +342,11 @@ def test_pass_at_k_before_rl_is_shared_by_a_seed_and_equal_to_sampling_it(run_en
     assert train(run_env, "arm_d", "seed=3", *k) == 0  # nothing stored: sampled again, the same counts
     assert initial("arm_d") == initial("arm_a")
     assert summary(run_env, "arm_b")["pass_at_k_seconds"] >= 0
+
+
+def test_sampled_evaluation_only_when_asked(run_env):
+    """Without eval_sampled the last evaluation is greedy alone: no sampled accuracy at any step."""
+    assert train(run_env, "greedy_only", "steps=2") == 0
+    df = metrics(run_env, "greedy_only")
+    assert df["eval_accuracy"].notna().iloc[-1] and df["eval_sampled_accuracy"].isna().all()
+    assert 0 <= summary(run_env, "greedy_only")["initial"]["eval_sampled_accuracy"] <= 1  # before RL: always
