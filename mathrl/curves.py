@@ -11,7 +11,8 @@ ScaleRL fits a run's pass rate R against the compute C it has spent with a sigmo
 
 A recipe can raise the ceiling (A) or only reach the same ceiling sooner (B, C_mid); ScaleRL's
 point is that the two are different questions. ``fit_curve`` fits A, B and log C_mid by bounded
-least squares (scipy.optimize.least_squares, curve_fit's solver, several starts); ``half_fit_error``
+least squares (scipy.optimize.least_squares, curve_fit's solver, with the curve's own
+derivatives, several starts); ``half_fit_error``
 fits the points of the first half of the compute and measures the error on the second half (is the
 fitted curve a forecast?).
 """
@@ -52,6 +53,18 @@ def sigmoid_curve(c, r0: float, a: float, b: float, c_mid: float) -> np.ndarray:
 def _in_log(r0: float):
     """The curve in x = log C with parameters (A, B, log C_mid): better conditioned for the optimiser."""
     return lambda x, a, b, log_mid: r0 + (a - r0) / (1.0 + np.exp(np.clip(b * (log_mid - x), -700, 700)))
+
+
+def _in_log_jacobian(r0: float):
+    """The derivatives of `_in_log`'s curve by (A, B, log C_mid), one row per point: with
+    s = 1 / (1 + exp(B (log C_mid - x))), R = R0 + (A - R0) s and ds = s (1 - s) d(B (x - log C_mid))."""
+
+    def jacobian(x, a, b, log_mid):
+        s = 1.0 / (1.0 + np.exp(np.clip(b * (log_mid - x), -700, 700)))
+        slope = (a - r0) * s * (1.0 - s)
+        return np.column_stack([s, slope * (x - log_mid), -slope * b])
+
+    return jacobian
 
 
 def _points(compute, accuracy) -> tuple[np.ndarray, np.ndarray]:
@@ -95,14 +108,19 @@ def fit_curve(compute, accuracy, r0: float, min_points: int = MIN_POINTS) -> dic
     if not (math.isfinite(r0) and 0.0 <= r0 < 1.0):
         out["reason"] = f"starting value R0 = {r0} is not in [0, 1)"
         return out
-    x, f = np.log(c), _in_log(r0)
+    x, f, jac = np.log(c), _in_log(r0), _in_log_jacobian(r0)
     lower = (r0, B_BOUNDS[0], x[0] - math.log(C_MID_SPAN))
     upper = (1.0, B_BOUNDS[1], x[-1] + math.log(C_MID_SPAN))
     a0 = float(np.clip(r.max(), r0 + 1e-3, 1.0 - 1e-6))
     best = None
     for log_mid in np.linspace(x[0], x[-1], 4):  # several starts: the least-squares surface has flat valleys
         res = least_squares(
-            lambda p: f(x, *p) - r, x0=(a0, 1.0, log_mid), bounds=(lower, upper), method="trf", max_nfev=MAX_NFEV
+            lambda p: f(x, *p) - r,
+            x0=(a0, 1.0, log_mid),
+            jac=lambda p: jac(x, *p),
+            bounds=(lower, upper),
+            method="trf",
+            max_nfev=MAX_NFEV,
         )
         if np.all(np.isfinite(res.x)) and (best is None or res.cost < best.cost):
             best = res

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from mathrl.curves import FIT_KEYS, MIN_POINTS, fit_curve, half_fit_error, sigmoid_curve
+from mathrl.curves import FIT_KEYS, MIN_POINTS, _in_log, _in_log_jacobian, fit_curve, half_fit_error, sigmoid_curve
 
 
 def test_sigmoid_curve_by_hand():
@@ -13,6 +13,18 @@ def test_sigmoid_curve_by_hand():
     c = np.array([0.0, 100.0, 300.0])
     assert sigmoid_curve(c, 0.2, 0.6, 1.0, 100.0).tolist() == pytest.approx([0.2, 0.4, 0.2 + 0.4 * 0.75])
     assert sigmoid_curve(1e12, 0.2, 0.6, 2.0, 100.0) == pytest.approx(0.6)  # the asymptote
+
+
+@pytest.mark.parametrize("a, b, log_mid", [(0.8, 1.5, 7.6), (0.55, 0.2, 3.0), (0.95, 12.0, 9.0)])
+def test_the_fits_derivatives_are_the_curves(a, b, log_mid):
+    # the solver's Jacobian against central differences of the curve, at points on both sides of C_mid
+    from scipy.optimize import approx_fprime
+
+    r0, x = 0.3, np.linspace(2.0, 12.0, 9)
+    exact = _in_log_jacobian(r0)(x, a, b, log_mid)
+    for i, xi in enumerate(x):
+        numeric = approx_fprime(np.array([a, b, log_mid]), lambda p, xi=xi: _in_log(r0)(xi, *p), 1e-7)
+        assert exact[i] == pytest.approx(numeric, abs=1e-5)
 
 
 @pytest.mark.parametrize("a, b, c_mid", [(0.8, 1.5, 2000.0), (0.55, 0.8, 500.0), (0.95, 3.0, 8000.0)])
