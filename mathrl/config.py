@@ -263,16 +263,21 @@ def read_layers(paths, overrides=()) -> tuple[dict, list[tuple[str, dict]]]:
 
 
 def load_config_and_runs(paths=(DEFAULT_CONFIG,), overrides=()) -> tuple[dict, dict[str, RunSpec]]:
-    """`load_config` and `expand_runs` of its result, remembered across processes.
+    """`load_config` and `expand_runs` of its result, remembered across processes (`completed`)."""
+    raw, layers = read_layers(paths, overrides)
+    return completed(raw, source=", ".join(name for name, _ in layers), origin=lambda k: origin_of(layers, k))
+
+
+def completed(raw: dict, source: str = "", origin=None) -> tuple[dict, dict[str, RunSpec]]:
+    """`complete` of a merged config dict and its runs (`expand_runs`), remembered across processes.
 
     A training job of the pipeline validated the whole configuration and expanded every run
-    of it (about 0.4 s of CPU for the default's two hundred runs) to train one. The result
-    is kept as JSON under `cache_dir()`, keyed by a hash of the merged configuration and of
-    the code that checks it (every mathrl source file's name, size and mtime, and the
-    schema): an edit to either is another key. Only a configuration that passed every check
-    is kept, and only if JSON gives it back unchanged; a cache that cannot be read or written
-    is passed by."""
-    raw, layers = read_layers(paths, overrides)
+    of it (about 0.4 s of CPU for the default's two hundred runs) to train one, and every
+    Snakemake call did the same before it planned a job. The result is kept as JSON under
+    `cache_dir()`, keyed by a hash of the merged configuration and of the code that checks it
+    (every mathrl source file's name, size and mtime, and the schema): an edit to either is
+    another key. Only a configuration that passed every check is kept, and only if JSON gives
+    it back unchanged; a cache that cannot be read or written is passed by."""
     key = hashlib.sha256(json.dumps([raw, _code_stamp()], sort_keys=True, default=repr).encode()).hexdigest()[:24]
     where = cache_dir()
     path = where / f"config-{key}.json" if where is not None else None
@@ -283,8 +288,7 @@ def load_config_and_runs(paths=(DEFAULT_CONFIG,), overrides=()) -> tuple[dict, d
                 return entry["cfg"], {s["run_id"]: RunSpec(**s) for s in entry["runs"]}
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    cfg = complete(raw, source=", ".join(name for name, _ in layers), origin=lambda k: origin_of(layers, k))
-    runs = expand_runs(cfg)
+    cfg, runs = _complete_and_expand(raw, source, origin)
     entry = {"key": key, "cfg": cfg, "runs": [dataclasses.asdict(s) for s in runs.values()]}
     if path is not None and json.loads(json.dumps(entry)) == entry:  # tuples or non-string keys would come back changed
         try:
@@ -350,8 +354,13 @@ def layered(paths) -> list[Path]:
 
 
 def complete(cfg: dict, source: str = "", origin=None) -> dict:
-    """Validate a merged config dict and fill its defaults (Snakemake calls this too).
+    """Validate a merged config dict and fill its defaults.
     `origin(key path)` names where a value came from, for the error messages."""
+    return _complete_and_expand(cfg, source, origin)[0]
+
+
+def _complete_and_expand(cfg: dict, source: str = "", origin=None) -> tuple[dict, dict[str, RunSpec]]:
+    """`complete`, and the runs every experiment expands into (each must be valid)."""
     schema = load_schema()
     check_finite(cfg, origin=origin)
     validate(cfg, schema, source=source, origin=origin)
@@ -369,8 +378,7 @@ def complete(cfg: dict, source: str = "", origin=None) -> dict:
                 f"gradvar.tasks: {name!r} is not a task{_suggest(name, cfg['tasks'])}; allowed:"
                 f" {', '.join(cfg['tasks'])}"
             )
-    expand_runs(cfg, origin=origin)  # every experiment must expand into valid runs
-    return cfg
+    return cfg, expand_runs(cfg, origin=origin)  # every experiment must expand into valid runs
 
 
 @functools.cache
@@ -608,7 +616,12 @@ def expand_runs(cfg: dict, origin=None) -> dict[str, RunSpec]:
 
 def trained_runs(cfg: dict) -> dict[str, RunSpec]:
     """The runs that are trained: every run of `expand_runs` but those that reuse another's."""
-    return {run_id: spec for run_id, spec in expand_runs(cfg).items() if spec.same_as is None}
+    return trained(expand_runs(cfg))
+
+
+def trained(runs: dict[str, RunSpec]) -> dict[str, RunSpec]:
+    """The runs of `runs` (expand_runs) that are trained: all but those that reuse another's."""
+    return {run_id: spec for run_id, spec in runs.items() if spec.same_as is None}
 
 
 def run_group(run_id: str) -> str:

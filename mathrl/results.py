@@ -132,12 +132,13 @@ def load_run(run_dir: Path, spec: RunSpec | None) -> Run:
     return Run(spec, summary.get("status", "complete"), summary, metrics)
 
 
-def aggregate_inputs(cfg: dict) -> dict[str, list[str]]:
+def aggregate_inputs(cfg: dict, runs: dict | None = None) -> dict[str, list[str]]:
     """Every file the tables are made from, by kind: what the pipeline's aggregate job waits
-    for (rules/common.smk) and what `mathrl aggregate` checks before it calls them complete."""
+    for (rules/common.smk) and what `mathrl aggregate` checks before it calls them complete.
+    `runs`: the config's trained runs where the caller has them (else expanded here)."""
     from mathrl.bandit_config import BANDIT_STUDIES  # torch-free
 
-    res, runs = cfg["results"], list(trained_runs(cfg))
+    res, runs = cfg["results"], list(trained_runs(cfg) if runs is None else runs)
     return {
         "summaries": [str(layout.path(res, layout.RUN_SUMMARY, run_id=run_id)) for run_id in runs],
         "metrics": [str(layout.path(res, layout.RUN_METRICS, run_id=run_id)) for run_id in runs],

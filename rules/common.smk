@@ -61,7 +61,11 @@ except ConfigError as exc:
 config.update(mathrl.config.yaml12_numbers(dict(config)))
 update_config(config, typed(workflow.config_settings.config))
 try:
-    CFG = mathrl.config.complete(copy.deepcopy(config), source=config_source())
+    # Validated and expanded once per configuration and code (mathrl.config.completed's cache):
+    # every Snakemake call, and every cluster job's, reads the workflow again.
+    CFG, ALL_RUNS = mathrl.config.completed(
+        copy.deepcopy(config), source=config_source()
+    )
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 validate(config, "../config/config.schema.yaml", set_default=False)
@@ -107,8 +111,8 @@ else:
     PY = Path(sys.executable)
 
 RESULTS = CFG["results"]
-RUNS = mathrl.config.trained_runs(
-    CFG
+RUNS = mathrl.config.trained(
+    ALL_RUNS
 )  # runs that reuse another's identical settings are read, not trained
 # One job per group: a setting's seeds, trained one after another (Snakemake's own time per
 # job grows with the number of jobs waiting, and a short run costs less than its job).
@@ -263,11 +267,10 @@ def run_outputs(pattern: str) -> list:
 def experiment_outputs(name: str) -> list:
     """The run summaries of one experiment (a run shared with another experiment is read
     from the run that trains it)."""
-    runs = mathrl.config.expand_runs(CFG)
     return sorted(
         {
             results(layout.RUN_SUMMARY.format(run_id=spec.trained_as))
-            for spec in runs.values()
+            for spec in ALL_RUNS.values()
             if spec.experiment == name
         }
     )
@@ -286,7 +289,7 @@ def get_aggregate_inputs(wildcards):
     """The tables read every run, bandit study and gradient-variance probe."""
     from mathrl.results import aggregate_inputs
 
-    return aggregate_inputs(CFG)
+    return aggregate_inputs(CFG, RUNS)
 
 
 # ---- params rerun triggers: the hash of the settings a job's output depends on ----------

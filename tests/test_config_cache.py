@@ -1,5 +1,5 @@
-"""The training command's configuration, validated and expanded once per configuration and code
-(mathrl.config.load_config_and_runs)."""
+"""The configuration, validated and expanded once per configuration and code, for the training
+command and for every Snakemake call (mathrl.config.load_config_and_runs and completed)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_the_cache_gives_back_what_loading_gives(tmp_path, cache, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("validated again")
 
-    monkeypatch.setattr(config, "complete", refuse)
+    monkeypatch.setattr(config, "expand_runs", refuse)  # validating a config expands its runs
     again = config.load_config_and_runs([path], ["train.lr=1e-3"])  # read, not validated again
     assert again == (cfg, runs)
     with pytest.raises(AssertionError, match="validated again"):  # another override is another key
