@@ -20,7 +20,25 @@ def versions() -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "numpy": numpy.__version__,
+        "cpu": cpu_model(),
+        # The CPU kernels torch picked (AVX2, AVX512, ...): they fix the order of float sums, and a
+        # trained policy carries a difference in the last bit forward, so another path trains another run.
+        "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
     }
+
+
+def cpu_model() -> str:
+    """This machine's CPU as the kernel names it (/proc/cpuinfo's model name), else what platform says."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def git_state(where=None) -> dict:

@@ -25,7 +25,7 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
 
-from mathrl import layout
+from mathrl import cpu_model, layout
 from mathrl.atomic import atomic_write
 from mathrl.config import ROOT, config_hash
 from mathrl.results import COLLAPSE_DEFINITION
@@ -79,6 +79,21 @@ def trained(runs: pd.DataFrame) -> pd.Series:
     if "same_as" not in runs:
         return pd.Series(True, index=runs.index)
     return runs["same_as"].isna() | runs["same_as"].eq("")  # read from CSV, an all-empty column is float NaN
+
+
+def run_machines(runs: pd.DataFrame) -> list[dict]:
+    """The CPUs and CPU kernels the finished runs were trained with (each summary's versions), with
+    how many runs each: [{"cpu", "cpu_kernels", "runs"}], "not recorded" where a summary has none."""
+    done = runs[trained(runs) & runs["status"].eq("complete")]
+    if done.empty:
+        return []
+    named = pd.DataFrame({
+        column: done[column].fillna("").astype(str).replace("", "not recorded") if column in done else "not recorded"
+        for column in ("cpu", "cpu_kernels")
+    })  # fmt: skip
+    counts = named.value_counts(["cpu", "cpu_kernels"]).rename("runs").reset_index()
+    counts = counts.sort_values(["runs", "cpu", "cpu_kernels"], ascending=[False, True, True])
+    return [{"cpu": r.cpu, "cpu_kernels": r.cpu_kernels, "runs": int(r.runs)} for r in counts.itertuples()]
 
 
 def html_table(
@@ -199,10 +214,11 @@ def reproducibility(cfg: dict, t: Tables) -> dict:
         "versions": {"python": platform.python_version(), **versions},
         "hardware": {
             "machine": platform.machine(),
-            "processor": platform.processor() or platform.machine(),
+            "processor": cpu_model(),
             "cpus": os.cpu_count(),
             "cuda": gpu_names(),
         },  # fmt: skip
+        "run_machines": run_machines(t["runs"]),
         "stage_times": stage_times(cfg),
         "dvc_status": dvc_status,
         "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),

@@ -237,6 +237,7 @@ def run_index(runs: dict[str, Run]) -> pd.DataFrame:
             "initial_eval": math.nan, "final_eval": math.nan, "best_eval": math.nan, "best_step": math.nan,
             "final_reward": math.nan, "final_entropy": math.nan, "collapsed": None, "degraded": None, "n_alerts": 0,
             "alert_kinds": "", "wall_seconds": math.nan, "problem": run.problem, "same_as": spec.same_as or "",
+            "cpu": "", "cpu_kernels": "",
         }  # fmt: skip
         if run.ok:
             sm, last = run.summary, run.metrics.iloc[-1]
@@ -248,6 +249,7 @@ def run_index(runs: dict[str, Run]) -> pd.DataFrame:
                 final_entropy=float(last["entropy"]),
                 collapsed=collapsed(run), degraded=degraded(run), n_alerts=len(sm["alerts"]),
                 alert_kinds=" ".join(kinds), wall_seconds=sm["wall_seconds"],
+                cpu=sm.get("versions", {}).get("cpu", ""), cpu_kernels=sm.get("versions", {}).get("cpu_kernels", ""),
             )  # fmt: skip
         rows.append(row)
     return pd.DataFrame(rows)

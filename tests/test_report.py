@@ -605,8 +605,25 @@ def test_reproducibility_section(report_tree, dom):
     for word in ("git commit", "config hash", "torch", "pandas", "DVC status"):
         assert word in text
     assert "No benchmark files under" in text  # the synthetic tree was not built by Snakemake
+    assert "runs trained on" in text and "not recorded" in text  # synthetic summaries record no CPU
     cfg_block = sec.find("details").find("pre").text()
     assert report_tree["cfg"]["results"] in cfg_block and "lab04_gpt" in cfg_block
+
+
+def test_run_machines_counts_the_trained_runs_by_cpu_and_kernels():
+    from mathrl.report import run_machines
+
+    runs = pd.DataFrame({
+        "run_id": list("abcdef"), "status": ["complete"] * 4 + ["missing", "complete"],
+        "same_as": ["", "", "", "", "", "a"], "cpu": ["EPYC", "EPYC", "Xeon", "", "EPYC", "EPYC"],
+        "cpu_kernels": ["AVX2", "AVX2", "AVX512", None, "AVX2", "AVX2"],
+    })  # fmt: skip
+    assert run_machines(runs) == [
+        {"cpu": "EPYC", "cpu_kernels": "AVX2", "runs": 2},  # not the missing run, nor the one read twice
+        {"cpu": "Xeon", "cpu_kernels": "AVX512", "runs": 1},
+        {"cpu": "not recorded", "cpu_kernels": "not recorded", "runs": 1},
+    ]
+    assert run_machines(runs[runs["status"].eq("missing")]) == []
 
 
 def test_empty_tree_renders(tmp_path):

@@ -77,6 +77,7 @@ def test_each_algorithm_runs_and_writes_the_contract(run_env, algorithm):
     ]:
         assert key in s, key
     assert s["algorithm"] == algorithm and s["status"] == "complete" and s["config"]["batch_size"] == 16
+    assert s["versions"]["cpu"] and s["versions"]["cpu_kernels"]  # the float path the run was trained on
     assert (
         0 <= s["initial"]["eval_sampled_accuracy"] <= 1 and s["resolved"]["n_eval"] == 50
     )  # before RL too; tiny eval_size
