@@ -87,10 +87,9 @@ def run_machines(runs: pd.DataFrame) -> list[dict]:
     done = runs[trained(runs) & runs["status"].eq("complete")]
     if done.empty:
         return []
-    named = pd.DataFrame({
-        column: done[column].fillna("").astype(str).replace("", "not recorded") if column in done else "not recorded"
-        for column in ("cpu", "cpu_kernels")
-    })  # fmt: skip
+    recorded = lambda column: done[column].astype(object).fillna("").astype(str)  # noqa: E731 (all-NaN read from CSV)
+    named = pd.DataFrame({column: recorded(column).replace("", "not recorded") if column in done else "not recorded"
+                          for column in ("cpu", "cpu_kernels")})  # fmt: skip
     counts = named.value_counts(["cpu", "cpu_kernels"]).rename("runs").reset_index()
     counts = counts.sort_values(["runs", "cpu", "cpu_kernels"], ascending=[False, True, True])
     return [{"cpu": r.cpu, "cpu_kernels": r.cpu_kernels, "runs": int(r.runs)} for r in counts.itertuples()]
