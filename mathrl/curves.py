@@ -11,10 +11,9 @@ ScaleRL fits a run's pass rate R against the compute C it has spent with a sigmo
 
 A recipe can raise the ceiling (A) or only reach the same ceiling sooner (B, C_mid); ScaleRL's
 point is that the two are different questions. ``fit_curve`` fits A, B and log C_mid by bounded
-least squares (scipy.optimize.least_squares, curve_fit's solver, with the curve's own
-derivatives, several starts); ``half_fit_error``
-fits the points of the first half of the compute and measures the error on the second half (is the
-fitted curve a forecast?).
+least squares (scipy.optimize.least_squares, curve_fit's solver, with the curve's own derivatives,
+several starts); ``half_fit_error`` fits the points of the first half of the compute and measures the
+error on the second half (is the fitted curve a forecast?).
 """
 
 from __future__ import annotations
@@ -52,7 +51,13 @@ def sigmoid_curve(c, r0: float, a: float, b: float, c_mid: float) -> np.ndarray:
 
 def _in_log(r0: float):
     """The curve in x = log C with parameters (A, B, log C_mid): better conditioned for the optimiser."""
-    return lambda x, a, b, log_mid: r0 + (a - r0) / (1.0 + np.exp(np.clip(b * (log_mid - x), -700, 700)))
+    return lambda x, a, b, log_mid: r0 + (a - r0) / (1.0 + _odds_against(x, b, log_mid))
+
+
+def _odds_against(x, b: float, log_mid: float):
+    """exp(B (log C_mid - x)): how far the curve at x = log C still is from its asymptote, relative to
+    what it has risen (clipped so that it neither overflows nor underflows)."""
+    return np.exp(np.clip(b * (log_mid - x), -700, 700))
 
 
 def _in_log_jacobian(r0: float):
@@ -60,7 +65,7 @@ def _in_log_jacobian(r0: float):
     s = 1 / (1 + exp(B (log C_mid - x))), R = R0 + (A - R0) s and ds = s (1 - s) d(B (x - log C_mid))."""
 
     def jacobian(x, a, b, log_mid):
-        s = 1.0 / (1.0 + np.exp(np.clip(b * (log_mid - x), -700, 700)))
+        s = 1.0 / (1.0 + _odds_against(x, b, log_mid))
         slope = (a - r0) * s * (1.0 - s)
         return np.column_stack([s, slope * (x - log_mid), -slope * b])
 

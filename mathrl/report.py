@@ -87,9 +87,8 @@ def run_machines(runs: pd.DataFrame) -> list[dict]:
     done = runs[trained(runs) & runs["status"].eq("complete")]
     if done.empty:
         return []
-    recorded = lambda column: done[column].astype(object).fillna("").astype(str)  # noqa: E731 (all-NaN read from CSV)
-    named = pd.DataFrame({column: recorded(column).replace("", "not recorded") if column in done else "not recorded"
-                          for column in ("cpu", "cpu_kernels")})  # fmt: skip
+    # A column missing, empty or all-NaN (as CSV reads an all-empty one back) is "not recorded".
+    named = done.reindex(columns=["cpu", "cpu_kernels"]).astype(object).fillna("").replace("", "not recorded")
     counts = named.value_counts(["cpu", "cpu_kernels"]).rename("runs").reset_index()
     counts = counts.sort_values(["runs", "cpu", "cpu_kernels"], ascending=[False, True, True])
     return [{"cpu": r.cpu, "cpu_kernels": r.cpu_kernels, "runs": int(r.runs)} for r in counts.itertuples()]

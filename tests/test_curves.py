@@ -17,7 +17,7 @@ def test_sigmoid_curve_by_hand():
 
 @pytest.mark.parametrize("a, b, log_mid", [(0.8, 1.5, 7.6), (0.55, 0.2, 3.0), (0.95, 12.0, 9.0)])
 def test_the_fits_derivatives_are_the_curves(a, b, log_mid):
-    # the solver's Jacobian against central differences of the curve, at points on both sides of C_mid
+    # the solver's Jacobian against forward differences of the curve, at points on both sides of C_mid
     from scipy.optimize import approx_fprime
 
     r0, x = 0.3, np.linspace(2.0, 12.0, 9)
