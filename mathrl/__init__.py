@@ -5,7 +5,41 @@ entropy collapse, vanishing gradients, reward hacking and the batch-size and
 hyperparameter trade-offs, measured rather than described.
 """
 
+import os
+
 __version__ = "0.1.0"
+
+# One float path on every x86 CPU with AVX2 and FMA (nearly all made since 2015): torch's own kernels,
+# oneMKL's and oneDNN's each pick the widest vector unit they find, and a sum taken in another order
+# trains another run (the difference in the last bit is carried forward by every update). AVX-512
+# machines would otherwise train other policies than AVX2 ones, and the report decide other claims.
+CPU_KERNEL_PINS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def cpu_flags() -> set[str]:
+    """The instruction-set flags of this machine's CPU (/proc/cpuinfo), empty where unreadable."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def kernel_pins(flags: set[str], environ) -> dict:
+    """The variables that pin the CPU kernels to AVX2: none on a CPU without AVX2 and FMA (forcing
+    them there would stop the process on an illegal instruction), and none the user has set already
+    (ATEN_CPU_CAPABILITY=avx512 MKL_CBWR=AUTO takes an AVX-512 machine's fastest path, whose runs
+    match only that kind of machine)."""
+    if not {"avx2", "fma"} <= flags:
+        return {}
+    return {key: value for key, value in CPU_KERNEL_PINS.items() if key not in environ}
+
+
+# Before torch is imported by any mathrl process (each reads these once, at its first kernel call).
+os.environ.update(kernel_pins(cpu_flags(), os.environ))
 
 
 def versions() -> dict:

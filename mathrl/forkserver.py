@@ -47,6 +47,7 @@ import sys
 import time
 from pathlib import Path
 
+from mathrl import CPU_KERNEL_PINS
 from mathrl.processes import forwarding_signals, prctl, set_parent_death_signal
 
 IDLE_SECONDS = 60.0  # the server exits after this long with no child and no client
@@ -65,11 +66,14 @@ def enabled(gpus: int, environ=os.environ) -> bool:
 
 
 def code_key(package: Path = PACKAGE) -> str:
-    """Hash of what a forked run would execute: interpreter, torch's location, our sources."""
+    """Hash of what a forked run would execute: interpreter, torch's location, our sources, and the
+    CPU kernels the server's torch was imported with (a forked run keeps them, whatever its own
+    environment asks)."""
     h = hashlib.sha256()
     spec = importlib.util.find_spec("torch")  # finds, does not import
     torch_origin = spec.origin if spec and spec.origin else "none"
-    for part in (sys.executable, sys.version, torch_origin):
+    kernels = " ".join(f"{key}={os.environ.get(key, '')}" for key in CPU_KERNEL_PINS)
+    for part in (sys.executable, sys.version, torch_origin, kernels):
         h.update(part.encode() + b"\0")
     if torch_origin != "none":
         st = os.stat(torch_origin)

@@ -192,3 +192,13 @@ def test_a_socket_directory_others_can_enter_is_refused_and_the_run_starts_the_o
                          text=True)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert not list(shared.iterdir())
+
+
+def test_the_cpu_kernels_are_part_of_the_server_key(tmp_path, monkeypatch):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("x = 1\n")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    pinned = forkserver.code_key(pkg)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    assert forkserver.code_key(pkg) != pinned

@@ -1,0 +1,41 @@
+"""The CPU kernels every mathrl process pins, so that one commit trains the same runs on any x86 CPU."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mathrl import CPU_KERNEL_PINS, cpu_flags, kernel_pins
+
+AVX2 = {"sse4_2", "avx", "avx2", "fma"}
+
+
+def test_a_cpu_with_avx2_and_fma_gets_every_pin():
+    assert kernel_pins(AVX2 | {"avx512f"}, {}) == {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_CBWR": "AVX2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+    }
+
+
+@pytest.mark.parametrize("flags", [set(), {"sse4_2", "avx"}, {"sse4_2", "avx", "avx2"}, {"fma"}])
+def test_a_cpu_without_avx2_and_fma_is_left_alone(flags):
+    assert kernel_pins(flags, {}) == {}
+
+
+def test_what_the_user_set_is_kept():
+    assert kernel_pins(AVX2, {"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "AUTO"}) == {"ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def _torch_kernels(env: dict) -> str:
+    code = "import mathrl, torch; print(torch.backends.cpu.get_cpu_capability())"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
+    return out.stdout.strip()
+
+
+@pytest.mark.skipif(not {"avx2", "fma"} <= cpu_flags(), reason="the pins apply to CPUs with AVX2 and FMA")
+def test_a_mathrl_process_trains_on_the_pinned_kernels_unless_told_otherwise():
+    env = {k: v for k, v in os.environ.items() if k not in CPU_KERNEL_PINS}
+    assert _torch_kernels(env) == "AVX2"
+    assert _torch_kernels({**env, "ATEN_CPU_CAPABILITY": "default"}) == "DEFAULT"
