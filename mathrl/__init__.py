@@ -16,16 +16,21 @@ __version__ = "0.1.0"
 CPU_KERNEL_PINS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
-def cpu_flags() -> set[str]:
-    """The instruction-set flags of this machine's CPU (/proc/cpuinfo), empty where unreadable."""
+def _cpuinfo(field: str) -> str | None:
+    """The first value of `field` in /proc/cpuinfo, None where there is none or it is unreadable."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+                if line.startswith(field):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return set()
+    return None
+
+
+def cpu_flags() -> set[str]:
+    """The instruction-set flags of this machine's CPU (/proc/cpuinfo), empty where unreadable."""
+    return set((_cpuinfo("flags") or "").split())
 
 
 def kernel_pins(flags: set[str], environ) -> dict:
@@ -65,14 +70,7 @@ def cpu_model() -> str:
     """This machine's CPU as the kernel names it (/proc/cpuinfo's model name), else what platform says."""
     import platform
 
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def git_state(where=None) -> dict:
