@@ -34,9 +34,10 @@ EXTRAS = [
     # update diagnostics: clip_frac = clip_frac_low + clip_frac_high; ppo_kl as verl's actor/ppo_kl;
     # token-level advantage statistics; the log-prob/advantage covariance (arXiv 2505.22617);
     # cov_frac: share of tokens Clip-Cov or KL-Cov acted on
-    # clip_higher_freed: positive-advantage tokens whose ratio lies between 1 + clip_eps and 1 + clip_eps_high
-    "clip_frac_low", "clip_frac_high", "clip_higher_freed", "ppo_kl", "adv_mean", "adv_std", "adv_abs_max",
-    "logp_adv_cov", "cov_frac",
+    # clip_higher_freed: positive-advantage tokens whose ratio lies between 1 + clip_eps and 1 + clip_eps_high;
+    # clip_tighter_cut: tokens the clip cut whose ratio lies within PPO's standard [0.8, 1.2]
+    "clip_frac_low", "clip_frac_high", "clip_higher_freed", "clip_tighter_cut", "ppo_kl", "adv_mean", "adv_std",
+    "adv_abs_max", "logp_adv_cov", "cov_frac",
     # the gradient noise scale tr(Σ)/|G|² from micro-batch gradients (train.grad_noise_scale):
     # mean squared norm of a micro-batch's own gradient, of the batch's, and the ratio of the estimates
     "grad_sq_micro", "grad_sq_batch", "grad_noise_scale",

@@ -226,10 +226,11 @@ GPT_VALUES = ["accuracy_start", "accuracy_end", "eval_start", "eval_end", "eval_
               "entropy_reduction", "equal_samples_step", "samples_at_equal", "entropy_equal_samples",
               "eval_equal_samples", "eval_equal_samples_step", "frac_zero_std", "grad_norm", "reward_start",
               "reward_end", "accuracy_gain", "kl_max", "ppo_kl", "clip_frac", "clip_frac_high", "clip_higher_freed",
-              "samples", "draws_per_rollout", "cov_frac", "entropy_coef", "temperature"]  # fmt: skip
+              "clip_tighter_cut", "samples", "draws_per_rollout", "cov_frac", "entropy_coef",
+              "temperature"]  # fmt: skip
 # the GPT values that are a run's step means of the logged column of the same name (NaN where not logged)
-GPT_STEP_MEANS = ["frac_zero_std", "grad_norm", "clip_frac", "clip_frac_high", "clip_higher_freed", "cov_frac",
-                  "ppo_kl", "entropy_coef"]  # fmt: skip
+GPT_STEP_MEANS = ["frac_zero_std", "grad_norm", "clip_frac", "clip_frac_high", "clip_higher_freed", "clip_tighter_cut",
+                  "cov_frac", "ppo_kl", "entropy_coef"]  # fmt: skip
 
 
 def equal_samples_step(steps, samples, budget: float) -> int:
