@@ -79,9 +79,11 @@ def _expected(ctx, study: str):
     an empty frame where the study's CSV lacks them."""
     cfg, df = bandit.resolve(ctx.cfg.get("bandit")), ctx.bandit(study)
     df = pd.DataFrame(columns=bandit.COLUMNS) if df is None else df
+    # one grouping for the whole study, not one filter per setting and seed
+    runs = {(str(k[0]), int(k[1])): g for k, g in df.groupby(["setting", "seed"], sort=False)}
     for setting in cfg["studies"][study]["settings"]:
         for seed in map(int, bandit.study_seeds(cfg, study)):
-            yield setting, seed, df[(df["setting"] == setting) & (df["seed"] == seed)].sort_values("step")
+            yield setting, seed, runs.get((setting, seed), df.iloc[:0]).sort_values("step")
 
 
 def still_moving(probs: np.ndarray, span: float = SETTLED_SPAN, move: float = SETTLED_MOVE) -> bool:
