@@ -478,8 +478,10 @@ def test_the_design_the_prose_names_comes_from_the_config(tmp_path):
     c["experiments"] = {
         "fixed_vs_dynamic": {"variants": {"B": {"lr_schedule": "step", "lr_decay_rate": 0.8, "lr_decay_every": 7}},
                              "roles": {"B": "B"}, "seeds": [0]},
-        "remedies": {"variants": {"grid": {"kl_coef": 0.02, "lr_scale": 1.0}, "own": {"lr_scale": 0.25}},
-                     "roles": {"kl_default": "grid", "raised_lr": "own"}, "seeds": [0]},
+        "remedies": {"fixed": {"batch_size": 64}, "variants": {"grid": {"kl_coef": 0.02, "lr_scale": 1.0}},
+                     "roles": {"kl_default": "grid"}, "seeds": [0]},
+        # the grid's LR is read against its batch's own: the batch study's at that batch
+        "batch": {"variants": {"b64": {"batch_size": 64, "lr_scale": 0.25}, "b512": {"batch_size": 512}}, "seeds": [0]},
     }  # fmt: skip
     d = st.design(load_config(write_config(tmp_path / "c.yaml", c)))
     assert d["decay"] == {"rate": 0.8, "every": 7}
@@ -636,7 +638,7 @@ def test_remedy_claims_need_their_symptom_and_their_mechanism():
                     "kl_high": "kl_0.1",
                     "kl_default": "kl_0.05",
                     "low_lr": "low_lr",
-                    "raised_lr": "own_lr",
+                    "raised_lr": "low_lr_x10",
                 }
             }
         }

@@ -17,7 +17,7 @@ import pandas as pd
 
 import mathrl.studies.kit as kit
 from mathrl.config import expand_runs
-from mathrl.measures import accuracy_gain, drawdown, entropy_end, final_eval, kl_end, reward_end, reward_start
+from mathrl.measures import accuracy_gain, drawdown, entropy_end, final_eval, gain, kl_end, reward_end, reward_start
 from mathrl.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 from mathrl.results import collapsed, max_drawdown, roughness
 from mathrl.studies.kit import COLORS, NAN, logged, plt
@@ -198,13 +198,19 @@ def fixed_vs_dynamic_tables(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
     return out, rows
 
 
-REMEDY_MEASURES = {"drawdown": drawdown, "kl_end": kl_end, "accuracy_gain": accuracy_gain, "final_eval": final_eval}
+REMEDY_MEASURES = {
+    "drawdown": drawdown,
+    "kl_end": kl_end,
+    "accuracy_gain": accuracy_gain,
+    "gain": gain,
+    "final_eval": final_eval,
+}
 
 
 def remedies_table(runs: list) -> pd.DataFrame:
     """Per variant of the remedies experiment (KL grid, and the LR and batch remedies at batch 64): its batch,
     KL coefficient and LR, and across seeds the drawdown, the KL to the reference at the end, the sampled
-    training-accuracy gain and the final held-out accuracy."""
+    training-accuracy gain, the held-out accuracy's gain over RL and the final held-out accuracy."""
     if not runs:
         return pd.DataFrame()
     settings = ["batch_size", "kl_coef", "lr"]
@@ -618,13 +624,17 @@ def design(cfg: dict) -> dict:
         name = kit.roles(cfg, exp, ()).get(role)
         return variant.get((exp, name)) if name else None
 
-    b, kl, own = setting(FVD, "B"), setting("remedies", "kl_default"), setting("remedies", "raised_lr")
+    b, kl = setting(FVD, "B"), setting("remedies", "kl_default")
+    # batch 64's own LR: the batch study's (the square-root rule's) at the KL grid's batch
+    own = next(
+        (s for (e, _), s in variant.items() if e == "batch" and kl and s["batch_size"] == kl["batch_size"]), None
+    )
     return {
         **{exp: {k: first.get(exp, cfg.get("train", {})).get(k) for k in keys} for exp in ("batch", "remedies")},
         "gradvar_batches": (cfg.get("gradvar") or {}).get("num_samples"),
         # B's step schedule (what its LR did, the section reads from the runs: LR last / first)
         "decay": b and {"rate": b["lr_decay_rate"], "every": b["lr_decay_every"]},
-        # the KL grid's LR against batch 64's own (the square-root rule's)
+        # the KL grid's LR against its batch's own
         "kl_lr_ratio": kl["lr"] / own["lr"] if kl and own else None,
         "kl_grid": [f"{g['kl_coef']:g}" for r in KL_GRID if (g := setting("remedies", r))],
     }  # fmt: skip
