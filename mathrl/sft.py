@@ -56,13 +56,29 @@ def sft_batch(task: Task, pairs: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return x, y
 
 
+def answer_loss(model, task: Task, pairs: torch.Tensor, device) -> torch.Tensor:
+    """The cross-entropy of `sft_batch`'s teacher forcing on `pairs`, equal up to float rounding, computing the last
+    block only at the positions that predict answer tokens (`GPT.forward_shared` with one answer per prompt): about
+    a fifth fewer FLOPs on this project's tasks, whose prompts are most of each sequence."""
+    answers = task.encode_answers(pairs[:, 0], pairs[:, 1]).to(device)
+    logits = model.forward_shared(task.encode_prompts(pairs[:, 0], pairs[:, 1]).to(device), answers, 1)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), answers.reshape(-1))
+
+
 def supervised_step(
-    model, opt, task: Task, train: torch.Tensor, batch_size: int, gen: torch.Generator, device
-) -> float:
-    """One cross-entropy step on `batch_size` training problems drawn with `gen`; its loss."""
-    x, y = sft_batch(task, train[torch.randint(len(train), (batch_size,), generator=gen)])
-    logits = model(x.to(device))
-    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.to(device).reshape(-1), ignore_index=-100)
+    model, opt, task: Task, train: torch.Tensor, batch_size: int, gen: torch.Generator, device,
+    answers_only: bool = False,
+) -> float:  # fmt: skip
+    """One cross-entropy step on `batch_size` training problems drawn with `gen`; its loss. answers_only: the loss
+    by `answer_loss` (the supervised controls); the warm-ups keep the full forward, so that their checkpoints, where
+    every RL run starts, stay bit for bit what they were."""
+    pairs = train[torch.randint(len(train), (batch_size,), generator=gen)]
+    if answers_only:
+        loss = answer_loss(model, task, pairs, device)
+    else:
+        x, y = sft_batch(task, pairs)
+        logits = model(x.to(device))
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.to(device).reshape(-1), ignore_index=-100)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
@@ -235,7 +251,7 @@ def control_row(cfg: dict, task_name: str, start: dict, seed: int, train, val, t
     gen = torch.Generator().manual_seed(seed)
     opt = make_optimizer(model.parameters(), "adamw", lr=s["lr"], weight_decay=s["weight_decay"], betas=(0.9, 0.99))
     for _ in range(s["control_steps"]):
-        supervised_step(model, opt, task, train, s["control_batch_size"], gen, device)
+        supervised_step(model, opt, task, train, s["control_batch_size"], gen, device, answers_only=True)
     final_test = float(greedy_correct(model, task, test, device).float().mean())
     final_val = float(greedy_correct(model, task, val, device).float().mean())
     return {"start": start["start"], "seed": seed, "initial_test": start["test_accuracy"], "final_test": final_test,

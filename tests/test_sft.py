@@ -95,3 +95,40 @@ def test_a_warm_up_by_hand_runs_on_the_pipelines_thread_count(tmp_path, monkeypa
     assert main(["sft", "--config", str(path), "--task", "mul"]) == 0
     assert main(["sft", "--config", str(path), "--task", "mul", "--threads", "2"]) == 0
     assert seen == [1, 2] and torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("task_name", ["add", "mul"])
+def test_the_controls_answer_only_loss_is_the_warm_ups_loss(task_name):
+    """Computing the last block only where answer tokens are predicted changes the loss and its gradient by float
+    rounding alone, on both tasks (their prompts and answers differ in length)."""
+    import torch
+    import torch.nn.functional as F
+
+    from mathrl.config import load_config
+    from mathrl.model import GPT, gpt_config
+    from mathrl.sft import answer_loss, sft_batch
+    from mathrl.tasks import VOCAB_SIZE, task_of
+
+    task = task_of(load_config(), task_name)
+    torch.manual_seed(0)
+    model = GPT(gpt_config("small", VOCAB_SIZE, task.prompt_len + task.answer_len))
+    top = 10**task.ndigit
+    pairs = torch.stack([torch.randint(top, (64,)), torch.randint(top, (64,))], 1)
+
+    def loss_and_grads(fn):
+        model.zero_grad()
+        loss = fn()
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+    def full():
+        x, y = sft_batch(task, pairs)
+        logits = model(x)
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), ignore_index=-100)
+
+    loss_full, grads_full = loss_and_grads(full)
+    loss_answers, grads_answers = loss_and_grads(lambda: answer_loss(model, task, pairs, "cpu"))
+    assert loss_answers == pytest.approx(float(loss_full), rel=1e-6)
+    for g_full, g_answers in zip(grads_full, grads_answers, strict=True):
+        assert torch.allclose(g_answers, g_full, rtol=1e-4, atol=1e-7)
+    assert any(g.abs().max() > 0 for g in grads_full)  # the comparison is not of zeros
