@@ -63,6 +63,9 @@ def versions() -> dict:
         # The CPU kernels torch picked (AVX2, AVX512, ...): they fix the order of float sums, and a
         # trained policy carries a difference in the last bit forward, so another path trains another run.
         "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
+        # oneMKL's and oneDNN's paths are set by the environment alone (torch does not report them): the variables
+        # as this process had them, None where unset (each library then takes the widest unit it finds)
+        "kernel_env": {key: os.environ.get(key) for key in CPU_KERNEL_PINS},
     }
 
 

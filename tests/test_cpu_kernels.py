@@ -39,3 +39,14 @@ def test_a_mathrl_process_trains_on_the_pinned_kernels_unless_told_otherwise():
     env = {k: v for k, v in os.environ.items() if k not in CPU_KERNEL_PINS}
     assert _torch_kernels(env) == "AVX2"
     assert _torch_kernels({**env, "ATEN_CPU_CAPABILITY": "default"}) == "DEFAULT"
+
+
+def test_versions_record_the_kernel_variables_as_the_process_had_them(monkeypatch):
+    """oneMKL's and oneDNN's paths show nowhere but in the environment, so a run's versions carry it."""
+    from mathrl import versions
+
+    monkeypatch.setenv("MKL_CBWR", "AUTO")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    kernel_env = versions()["kernel_env"]
+    assert set(kernel_env) == set(CPU_KERNEL_PINS)
+    assert kernel_env["MKL_CBWR"] == "AUTO" and kernel_env["ONEDNN_MAX_CPU_ISA"] is None
