@@ -10,13 +10,22 @@ is an argument of `GPT.generate`.
 
 `sampler_logprobs` is what the sampler records of each token it sampled: its log-probability
 under the distribution it sampled from (tempered and truncated).
+
+On a CPU the reduced-precision sampler's linear layers run as `ReducedLinearInFloat32`: the
+products of the bf16 (fp16) values and their sum in float32, the result rounded once to bf16
+(fp16), which is what a bf16 GEMM computes (a GPU's, or torch's own CPU kernel), up to the
+order of the sum. Torch's CPU kernel is about 20 times slower than float32 on CPUs without
+native bf16 matrix units; on CUDA the sampler runs the device's own bf16 kernels.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from mathrl.losses import token_logprobs
 from mathrl.model import GPT, truncate_logits
@@ -29,6 +38,20 @@ def sampler_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: fl
     """Log-probability of each sampled token under the sampling distribution: logits (B, T, V)
     of the sampler (untempered, as `GPT.generate` returns them), tokens (B, T) -> (B, T) float32."""
     return token_logprobs(truncate_logits(logits.float() / temperature, top_k, top_p), tokens)
+
+
+class ReducedLinearInFloat32(TorchFunctionMode):
+    """`F.linear` of bf16 or fp16 CPU tensors computed as a GEMM in that precision computes it: inputs, weights and
+    bias exact in float32 (every bf16 or fp16 value is), products summed in float32, the result rounded once."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.linear and args[0].dtype in (torch.bfloat16, torch.float16) and args[0].device.type == "cpu":
+            x, weight, *rest = args
+            bias = kwargs.get("bias", rest[0] if rest else None)
+            out = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
+            return out.to(x.dtype)
+        return func(*args, **kwargs)
 
 
 class RolloutSampler:
@@ -52,6 +75,12 @@ class RolloutSampler:
         self.history = self.history[-(self.staleness + 1) :]
         self.model.load_state_dict(self.history[0])  # copy_ casts to the sampler's dtype
         return self.model
+
+    def kernels(self, device) -> contextlib.AbstractContextManager:
+        """The context to sample in: on a CPU, a reduced-precision sampler's linear layers as
+        `ReducedLinearInFloat32`; otherwise nothing changes."""
+        reduced = self.model is not None and self.model.lm_head.weight.dtype != torch.float32
+        return ReducedLinearInFloat32() if reduced and torch.device(device).type == "cpu" else contextlib.nullcontext()
 
     def state_dict(self) -> dict:
         return {"history": self.history}

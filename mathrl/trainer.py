@@ -295,10 +295,11 @@ class Trainer:
         target = task.encode_answers(pairs[:, 0], pairs[:, 1]).to(d.device)  # (B, L)
         u = noise[lo * G : (lo + n_local) * G].to(d.device)
         how = {"temperature": s.temperature, "noise": u, "top_k": s.sample_top_k, "top_p": s.sample_top_p}
-        if self.share_prefix:  # prefill each group's prompt once
-            tokens, logits = self.sampling_policy.generate(prompts[::G], L, group_size=G, return_logits=True, **how)
-        else:
-            tokens, logits = self.sampling_policy.generate(prompts, L, return_logits=True, **how)  # (B, L), (B, L, V)
+        with self.sampler.kernels(d.device):
+            if self.share_prefix:  # prefill each group's prompt once
+                tokens, logits = self.sampling_policy.generate(prompts[::G], L, group_size=G, return_logits=True, **how)
+            else:  # tokens (B, L), logits (B, L, V)
+                tokens, logits = self.sampling_policy.generate(prompts, L, return_logits=True, **how)
         mine = None if coins is None else coins[lo * G : (lo + n_local) * G].to(d.device)  # (B,)
         rewards, checks = compute_rewards(self.reward_spec, tokens, target, coins=mine)
         dense = {"token_rewards": token_rewards(tokens, target)} if s.reward_placement == "per_token" else {}

@@ -3,6 +3,7 @@ sampling, the sampler's weights, and the fp32 control against each source on rea
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pandas as pd
@@ -21,7 +22,7 @@ from mathrl.mismatch import (
     truncated_weights,
 )
 from mathrl.model import GPT, GPTConfig, truncate_logits
-from mathrl.sampler import RolloutSampler, sampler_logprobs
+from mathrl.sampler import ReducedLinearInFloat32, RolloutSampler, sampler_logprobs
 
 LN2 = math.log(2.0)
 
@@ -160,6 +161,44 @@ def test_a_stale_sampler_has_the_weights_of_k_updates_ago_in_its_dtype():
         seen.append(float(model.lm_head.weight[0, 0]))
     assert seen == [0.0, 0.0, 0.0, 1.0]  # steps 1 and 2 use step 1's weights, then 2 updates behind
     assert RolloutSampler(policy).policy_for_step(policy) is policy  # the control: the trainer's own policy
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_reduced_precision_linear_is_torch_s_own_up_to_the_order_of_its_sum(dtype):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(256, 64, generator=g).to(dtype)
+    weight, bias = (torch.randn(96, 64, generator=g) / 8).to(dtype), torch.randn(96, generator=g).to(dtype)
+    for args, kwargs in [((x, weight, bias), {}), ((x, weight), {"bias": bias}), ((x, weight), {})]:
+        own = torch.nn.functional.linear(*args, **kwargs)
+        with ReducedLinearInFloat32():
+            ours = torch.nn.functional.linear(*args, **kwargs)
+        assert ours.dtype == dtype
+        # the same products, summed in float32 in another order: equal but for rare last-place differences
+        ulp = torch.finfo(dtype).eps * own.float().abs().clamp_min(torch.finfo(dtype).smallest_normal)  # subnormals too
+        assert ((ours.float() - own.float()).abs() <= 2 * ulp).all()
+        assert (ours == own).float().mean() > 0.99
+
+
+def test_float32_linear_and_a_float32_sampler_are_left_alone():
+    x, weight = torch.randn(4, 3), torch.randn(2, 3)
+    with ReducedLinearInFloat32():
+        assert torch.equal(torch.nn.functional.linear(x, weight), torch.nn.functional.linear(x, weight))
+    policy = tiny_gpt()
+    assert isinstance(RolloutSampler(policy).kernels("cpu"), contextlib.nullcontext)
+    assert isinstance(RolloutSampler(policy, staleness=1).kernels("cpu"), contextlib.nullcontext)
+    assert isinstance(RolloutSampler(policy, "bfloat16").kernels("cpu"), ReducedLinearInFloat32)
+    assert isinstance(RolloutSampler(policy, "bfloat16").kernels("cuda"), contextlib.nullcontext)
+
+
+def test_the_bf16_sampler_s_distribution_under_the_float32_products_is_its_own():
+    policy = tiny_gpt()
+    model = RolloutSampler(policy, "bfloat16").policy_for_step(policy)
+    idx = torch.randint(0, 10, (8, 6), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        own = torch.softmax(model(idx).float(), -1)
+        with ReducedLinearInFloat32():
+            ours = torch.softmax(model(idx).float(), -1)
+    assert (ours - own).abs().max() < 1e-2  # a few bf16 last places, through two layers
 
 
 # ---------------------------------------------------------------- the control against each source, on real runs
