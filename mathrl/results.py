@@ -107,10 +107,11 @@ def adhoc_progress(cfg: dict, known: set[str]) -> dict[str, str]:
 
 def settings_drift(expected: dict, recorded: dict) -> list[str]:
     """The settings a run recorded (summary.json's `config`) that differ from `expected` (what the config gives the
-    run now), as "key recorded -> expected", compared as JSON values; a key the run did not record is not compared."""
+    run now), as "key recorded -> expected", compared as JSON values (where they are not equal already); a key the
+    run did not record is not compared."""
     as_json = lambda v: json.loads(json.dumps(v, default=str))  # noqa: E731
     return [f"{k} {recorded[k]!r} -> {v!r}" for k, v in expected.items()
-            if k in recorded and as_json(recorded[k]) != as_json(v)]  # fmt: skip
+            if k in recorded and recorded[k] != v and as_json(recorded[k]) != as_json(v)]  # fmt: skip
 
 
 def load_run(run_dir: Path, spec: RunSpec | None) -> Run:
@@ -182,10 +183,13 @@ def collapsed(run: Run) -> bool | None:
 
 def sustained_below(values: pd.Series, line: float, k: int = SUSTAINED) -> bool:
     """Below `line` at `k` consecutive values, or at the last one."""
-    low = (pd.Series(values).reset_index(drop=True) < line).astype(int)
-    if not len(low):
-        return False
-    return bool(low.iloc[-1] or (low.rolling(k).sum() >= k).any())
+    low = [bool(v < line) for v in values]  # NaN is not below
+    streak = 0
+    for below in low:
+        streak = streak + 1 if below else 0
+        if streak >= k:
+            return True
+    return bool(low and low[-1])
 
 
 def degraded(run: Run) -> bool | None:
