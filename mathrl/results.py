@@ -68,9 +68,12 @@ class Run:
         if not self.ok:
             return pd.DataFrame(columns=["step", "eval_accuracy"])
         if self._evals is None:
-            e = self.metrics.loc[self.metrics["eval_accuracy"].notna(), ["step", "eval_accuracy"]]
-            start = pd.DataFrame({"step": [0], "eval_accuracy": [self.initial_eval]})
-            self._evals = pd.concat([start, e], ignore_index=True)
+            m = self.metrics
+            evaluated = m["eval_accuracy"].notna().to_numpy()
+            self._evals = pd.DataFrame({
+                "step": np.concatenate([[0], m["step"].to_numpy()[evaluated]]),
+                "eval_accuracy": np.concatenate([[self.initial_eval], m["eval_accuracy"].to_numpy()[evaluated]]),
+            })  # fmt: skip
         return self._evals.copy()
 
 
@@ -175,7 +178,7 @@ def collapsed(run: Run) -> bool | None:
     """COLLAPSE_DEFINITION, applied to one run (None when the run has no result)."""
     if not run.ok:
         return None
-    if run.status == "stopped_nonfinite" or run.metrics["skipped"].fillna(0).gt(0).any():
+    if run.status == "stopped_nonfinite" or (run.metrics["skipped"].to_numpy() > 0).any():  # NaN is not > 0
         return True
     evals = run.evals["eval_accuracy"]
     return sustained_below(evals.iloc[1:], COLLAPSE_FRACTION * evals.iloc[0])
