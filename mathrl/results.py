@@ -68,9 +68,12 @@ class Run:
         if not self.ok:
             return pd.DataFrame(columns=["step", "eval_accuracy"])
         if self._evals is None:
-            e = self.metrics.loc[self.metrics["eval_accuracy"].notna(), ["step", "eval_accuracy"]]
-            start = pd.DataFrame({"step": [0], "eval_accuracy": [self.initial_eval]})
-            self._evals = pd.concat([start, e], ignore_index=True)
+            m = self.metrics
+            evaluated = m["eval_accuracy"].notna().to_numpy()
+            self._evals = pd.DataFrame({
+                "step": np.concatenate([[0], m["step"].to_numpy()[evaluated]]),
+                "eval_accuracy": np.concatenate([[self.initial_eval], m["eval_accuracy"].to_numpy()[evaluated]]),
+            })  # fmt: skip
         return self._evals.copy()
 
 
@@ -107,10 +110,11 @@ def adhoc_progress(cfg: dict, known: set[str]) -> dict[str, str]:
 
 def settings_drift(expected: dict, recorded: dict) -> list[str]:
     """The settings a run recorded (summary.json's `config`) that differ from `expected` (what the config gives the
-    run now), as "key recorded -> expected", compared as JSON values; a key the run did not record is not compared."""
+    run now), as "key recorded -> expected", compared as JSON values (where they are not equal already); a key the
+    run did not record is not compared."""
     as_json = lambda v: json.loads(json.dumps(v, default=str))  # noqa: E731
     return [f"{k} {recorded[k]!r} -> {v!r}" for k, v in expected.items()
-            if k in recorded and as_json(recorded[k]) != as_json(v)]  # fmt: skip
+            if k in recorded and recorded[k] != v and as_json(recorded[k]) != as_json(v)]  # fmt: skip
 
 
 def load_run(run_dir: Path, spec: RunSpec | None) -> Run:
@@ -174,7 +178,7 @@ def collapsed(run: Run) -> bool | None:
     """COLLAPSE_DEFINITION, applied to one run (None when the run has no result)."""
     if not run.ok:
         return None
-    if run.status == "stopped_nonfinite" or run.metrics["skipped"].fillna(0).gt(0).any():
+    if run.status == "stopped_nonfinite" or (run.metrics["skipped"].to_numpy() > 0).any():  # NaN is not > 0
         return True
     evals = run.evals["eval_accuracy"]
     return sustained_below(evals.iloc[1:], COLLAPSE_FRACTION * evals.iloc[0])
@@ -182,10 +186,13 @@ def collapsed(run: Run) -> bool | None:
 
 def sustained_below(values: pd.Series, line: float, k: int = SUSTAINED) -> bool:
     """Below `line` at `k` consecutive values, or at the last one."""
-    low = (pd.Series(values).reset_index(drop=True) < line).astype(int)
-    if not len(low):
-        return False
-    return bool(low.iloc[-1] or (low.rolling(k).sum() >= k).any())
+    low = [bool(v < line) for v in values]  # NaN is not below
+    streak = 0
+    for below in low:
+        streak = streak + 1 if below else 0
+        if streak >= k:
+            return True
+    return bool(low and low[-1])
 
 
 def degraded(run: Run) -> bool | None:

@@ -18,6 +18,7 @@ Where nothing can be judged (no runs, or n < 2) the verdict is "not judged" with
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -207,7 +208,14 @@ def wilson(k: int, n: int) -> tuple[float, float]:
     """95% Wilson score interval of a rate k/n (NaN for n = 0)."""
     if not n:
         return math.nan, math.nan
-    ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence_level=CONFIDENCE, method="wilson")
+    return _wilson_counts(int(k), int(n))
+
+
+@functools.cache
+def _wilson_counts(k: int, n: int) -> tuple[float, float]:
+    """`wilson` of whole counts, once per pair: the tables ask for the same few counts a thousand times, and
+    binomtest computes its exact p-value, unused here, each time."""
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=CONFIDENCE, method="wilson")
     return float(ci.low), float(ci.high)
 
 

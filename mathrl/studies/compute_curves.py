@@ -44,16 +44,23 @@ def evaluation_points(run) -> pd.DataFrame:
     return e.assign(samples=[0.0 if s == 0 else float(samples.get(s, NAN)) for s in e["step"]])
 
 
+def run_fit(run) -> dict:
+    """A run's fit (and the fit of its first half, with the error a perfect forecast would show from the
+    evaluation's sampling alone): R0, C_max, A, B, C_mid, how many points, and why not where not."""
+    p = evaluation_points(run)
+    c, r = p["samples"].to_numpy(), p["eval_accuracy"].to_numpy()
+    return {"R0": run.initial_eval, "C_max": float(np.nanmax(c)), **curves.fit_curve(c, r, run.initial_eval),
+            **curves.half_fit_error(c, r, run.initial_eval, problems=kit.n_evaluated(run))}  # fmt: skip
+
+
 def fit_runs(runs) -> pd.DataFrame:
-    """One fit per run (and one of its first half, with the error a perfect forecast would show from the
-    evaluation's sampling alone): A, B, C_mid, how many points, and why not where not."""
-    rows = []
+    """One row per run of `run_fit`. A run two experiments share (`same_as`: one directory, one training) is
+    fitted once and listed under each."""
+    fits, rows = {}, []
     for exp, name, run in runs:
-        p = evaluation_points(run)
-        c, r = p["samples"].to_numpy(), p["eval_accuracy"].to_numpy()
-        rows.append({"experiment": exp, "setting": name, "seed": run.spec.seed, "R0": run.initial_eval,
-                     "C_max": float(np.nanmax(c)), **curves.fit_curve(c, r, run.initial_eval),
-                     **curves.half_fit_error(c, r, run.initial_eval, problems=kit.n_evaluated(run))})  # fmt: skip
+        if run.spec.trained_as not in fits:
+            fits[run.spec.trained_as] = run_fit(run)
+        rows.append({"experiment": exp, "setting": name, "seed": run.spec.seed, **fits[run.spec.trained_as]})
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 

@@ -80,10 +80,11 @@ def summary_table(runs: pd.DataFrame, cfg: dict) -> pd.DataFrame:
 
 def curves_table(ctx) -> pd.DataFrame:
     """Per experiment, setting, metric and step: mean, std and n across seeds (eval from step 0)."""
-    frames = [f.dropna(subset=["value"]).assign(experiment=exp, setting=setting(run.spec))
+    frames = [f.assign(experiment=exp, setting=setting(run.spec))
               for exp in ctx.cfg["experiments"] for run in ctx.experiment(exp) if run.ok
               for f in kit.metric_frames(run, METRICS)]  # fmt: skip
-    return kit.metric_curves(frames, ["experiment", "setting"], sort=False)
+    logged = [pd.concat(frames, ignore_index=True).dropna(subset=["value"])] if frames else []
+    return kit.metric_curves(logged, ["experiment", "setting"], sort=False)
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:

@@ -191,14 +191,17 @@ def over_seeds(frames: list[pd.DataFrame], by: list[str], values: list[str]) -> 
 
 
 def metric_frames(run, metrics: list[str]) -> list[pd.DataFrame]:
-    """A run's `metrics` as long frames of `step`, `value` and `metric`: eval_accuracy from its evaluations (step 0
-    on), the others from its steps; a metric the run did not log is left out."""
-    frames = []
-    for metric in metrics:
-        if metric == "eval_accuracy" or metric in run.metrics:
-            src = run.evals if metric == "eval_accuracy" else run.metrics[["step", metric]]
-            frames.append(src.rename(columns={metric: "value"}).assign(metric=metric))
-    return frames
+    """A run's `metrics` as a long frame of `step`, `value` and `metric`, one metric after the other in the order
+    given: eval_accuracy from its evaluations (step 0 on), the others from its steps; a metric the run did not log is
+    left out. A list of that one frame, or an empty list where the run logged none of `metrics`."""
+    sources = [(run.evals if m == "eval_accuracy" else run.metrics, m)
+               for m in metrics if m == "eval_accuracy" or m in run.metrics]  # fmt: skip
+    if not sources:
+        return []
+    columns = {"step": [src["step"].to_numpy() for src, _ in sources],
+               "value": [src[m].to_numpy() for src, m in sources],
+               "metric": [np.full(len(src), m, dtype=object) for src, m in sources]}  # fmt: skip
+    return [pd.DataFrame({name: np.concatenate(parts) for name, parts in columns.items()})]
 
 
 def metric_curves(frames: list[pd.DataFrame], by: list[str], sort: bool = True) -> pd.DataFrame:

@@ -244,8 +244,9 @@ FIXED_SWING, SWING_SIGMAS = 0.3, 6.0
 def replay(run, **monitor) -> list[int]:
     """The alert steps of a monitor with these thresholds (the others off) replayed over a run's logged metrics."""
     mon = StabilityMonitor(**{"entropy_min": None, "kl_max": None, "reward_swing": None, **monitor})
-    for r in run.metrics[["step", "entropy", "kl", "reward_mean"]].itertuples():
-        mon.check(r.step, r.entropy, r.kl, r.reward_mean)
+    m = run.metrics
+    for step, entropy, kl, reward_mean in zip(m["step"], m["entropy"], m["kl"], m["reward_mean"]):
+        mon.check(step, entropy, kl, reward_mean)
     return [a["step"] for a in mon.alerts]
 
 
