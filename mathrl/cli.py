@@ -371,10 +371,9 @@ def cmd_settings(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    import io
-
     from mathrl.atomic import atomic_write
     from mathrl.compare import MEASURES, arm_values, compare, figure, group_by_settings, read_run, text
+    from mathrl.studies import kit
 
     if args.measure not in MEASURES:
         raise ConfigError(f"--measure: {args.measure!r} is not a measure; allowed: {', '.join(MEASURES)}")
@@ -414,11 +413,9 @@ def cmd_compare(args) -> int:
     name = f"{args.experiment or 'compare'}_{args.measure}"
     csv = Path(args.out) if args.out else layout.at(cfg, layout.COMPARE, name=name)
     png = csv.with_suffix(".png")
-    fig = figure(table, arms, args.measure)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
+    drawn = kit.png(figure(table, arms, args.measure))
     atomic_write(csv, table.to_csv(index=False).encode())
-    atomic_write(png, buf.getvalue())
+    atomic_write(png, drawn)
     print(f"compare: {csv}, {png}")
     return 0
 
