@@ -254,4 +254,38 @@ def run_study(name: str, cfg: dict | None = None) -> pd.DataFrame:
 
 def write_study(df: pd.DataFrame, path: str | Path) -> Path:
     """Write `df` as CSV atomically (mathrl.atomic)."""
-    return atomic_write(path, df.to_csv(index=False, lineterminator="\n"))
+    return atomic_write(path, csv_text(df))
+
+
+CSV_SPECIAL = (",", '"', "\n", "\r")  # a cell holding one of these is quoted by `to_csv`
+
+
+def csv_text(df: pd.DataFrame) -> str:
+    """`df.to_csv(index=False, lineterminator="\n")`, the same text, built column by column
+    (`csv_cells`). A frame with a column of another kind, a cell that would be quoted, or a
+    single column (whose empty cells `to_csv` quotes) goes to `to_csv` itself."""
+    columns = [csv_cells(df[name]) for name in df.columns]
+    header = [str(name) for name in df.columns]
+    plain = all(c is not None for c in columns) and not any(s in cell for cell in header for s in CSV_SPECIAL)
+    if len(columns) < 2 or not plain:
+        return df.to_csv(index=False, lineterminator="\n")
+    return "\n".join([",".join(header), *map(",".join, zip(*columns))]) + "\n"
+
+
+def csv_cells(column: pd.Series) -> list[str] | None:
+    """A column's cells as `to_csv` writes them, each distinct value formatted once: a float64
+    as its repr (the shortest text that reads back as the same number; its bits tell -0.0 from
+    0.0), NaN as an empty cell, an integer or a string as str. None for any other column, or a
+    string column with a missing value or a cell that `to_csv` would quote."""
+    values = column.to_numpy()
+    if values.dtype == np.float64:
+        codes, distinct = pd.factorize(values.view(np.int64))
+        texts = ["" if math.isnan(x) else repr(x) for x in distinct.view(np.float64).tolist()]
+    elif values.dtype.kind in "iu" or (pd.api.types.is_string_dtype(column) and not column.isna().any()):
+        codes, distinct = pd.factorize(values)
+        texts = [str(x) for x in distinct.tolist()]
+        if values.dtype.kind not in "iu" and any(s in text for text in texts for s in CSV_SPECIAL):
+            return None
+    else:
+        return None
+    return np.asarray(texts, dtype=object)[codes].tolist()

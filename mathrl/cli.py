@@ -371,10 +371,9 @@ def cmd_settings(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    import io
-
     from mathrl.atomic import atomic_write
     from mathrl.compare import MEASURES, arm_values, compare, figure, group_by_settings, read_run, text
+    from mathrl.studies import kit
 
     if args.measure not in MEASURES:
         raise ConfigError(f"--measure: {args.measure!r} is not a measure; allowed: {', '.join(MEASURES)}")
@@ -414,11 +413,9 @@ def cmd_compare(args) -> int:
     name = f"{args.experiment or 'compare'}_{args.measure}"
     csv = Path(args.out) if args.out else layout.at(cfg, layout.COMPARE, name=name)
     png = csv.with_suffix(".png")
-    fig = figure(table, arms, args.measure)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
+    drawn = kit.png(figure(table, arms, args.measure))
     atomic_write(csv, table.to_csv(index=False).encode())
-    atomic_write(png, buf.getvalue())
+    atomic_write(png, drawn)
     print(f"compare: {csv}, {png}")
     return 0
 
@@ -459,7 +456,8 @@ def cmd_bandit(args) -> int:
         _check_name("--study", args.study, "a bandit study", bandit.BANDIT_STUDIES)
     studies = [args.study] if args.study else list(bandit.BANDIT_STUDIES)
     for study in studies:
-        df = bandit.run_study(study, block)
+        with torch_threads(0, cfg, "threads_other"):  # the pipeline's count; tiny tensors run fastest on one
+            df = bandit.run_study(study, block)
         out = Path(args.out) if args.out and args.study else layout.at(cfg, layout.BANDIT, study=study)
         bandit.write_study(df, out)
         print(f"bandit {study}: {len(df)} rows in {out}")

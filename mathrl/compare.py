@@ -131,6 +131,6 @@ def figure(table: pd.DataFrame, arms: dict[str, dict], measure: str):
         right.set_xticks(range(len(diffs)), labels, **tilt)
         base = diffs["baseline"].iloc[0] if len(diffs) else ""
         right.set(
-            xlabel=f"arm, minus {base}", ylabel=f"difference in {label}", title="difference with its 95% interval"
+            xlabel=f"arm, minus {base}", ylabel=f"difference in\n{label}", title="difference with its 95% interval"
         )
     return fig

@@ -4,7 +4,6 @@ The style and the drawing helpers live in `mathrl.studies.kit`, which the studie
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -13,7 +12,7 @@ from mathrl import layout
 from mathrl.atomic import atomic_write
 from mathrl.studies import STUDIES
 from mathrl.studies.context import Tables
-from mathrl.studies.kit import STYLE
+from mathrl.studies.kit import STYLE, png
 
 
 def figures(cfg: dict, out_dir: Path | None = None) -> list[str]:
@@ -25,10 +24,8 @@ def figures(cfg: dict, out_dir: Path | None = None) -> list[str]:
     with plt.rc_context(STYLE):
         for study in STUDIES:
             for name, fig in study.figures(t).items():
-                buf = io.BytesIO()
-                fig.savefig(buf, format="png", bbox_inches="tight")
+                pngs[name] = png(fig)
                 plt.close(fig)
-                pngs[name] = buf.getvalue()
-    for name, png in pngs.items():
-        atomic_write(out / f"{name}.png", png)
+    for name, data in pngs.items():
+        atomic_write(out / f"{name}.png", data)
     return list(pngs)

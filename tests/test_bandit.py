@@ -208,6 +208,17 @@ def test_write_study_atomic(tmp_path):
     assert [p.name for p in path.parent.iterdir()] == ["metrics.csv"]  # no temp file left
 
 
+def test_csv_text_is_to_csv(studies):
+    for df in studies.values():
+        assert all(bandit.csv_cells(df[name]) is not None for name in df.columns)  # no column left to to_csv
+        assert bandit.csv_text(df) == df.to_csv(index=False, lineterminator="\n")
+    floats = [0.0, -0.0, math.nan, 1e-05, 0.0001, 1e16, 123456789.0, -2.5e-300, math.inf, 0.1 + 0.2]
+    edge = pd.DataFrame({"x": floats, "n": range(10), "s": ["", "a"] * 5, "f32": np.float32(floats)})
+    quoted, missing = edge.assign(s=["a,b"] * 10), edge.assign(s=[None, "a"] * 5)
+    for frame in (edge[["x", "n", "s"]], edge, quoted, missing, edge[["s"]]):
+        assert bandit.csv_text(frame) == frame.to_csv(index=False, lineterminator="\n")
+
+
 def _bandit_schema():
     """The root schema (the bandit block and its definitions live there)."""
     return yaml.safe_load((ROOT / "config" / "config.schema.yaml").read_text())

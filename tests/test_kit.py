@@ -6,7 +6,17 @@ import pandas as pd
 
 from mathrl import claims
 from mathrl.report import pm, power_note
-from mathrl.studies.kit import add_intervals, band_limits, band_panels, bounds, claim_frame, plt, role_of, verdict_rows
+from mathrl.studies.kit import (
+    add_intervals,
+    band_limits,
+    band_panels,
+    bounds,
+    claim_frame,
+    plt,
+    png,
+    role_of,
+    verdict_rows,
+)
 
 
 def test_a_sections_claims_as_verdict_rows():
@@ -84,3 +94,18 @@ def test_a_panel_draws_a_clipped_band_per_group_with_rows_and_its_labels():
     assert [t.get_text() for t in curves.get_legend().get_texts()] == ["a"]
     assert [t.get_text() for t in empty.texts] == ["no runs"] and empty.get_legend() is None
     plt.close(fig)
+
+
+def test_png_lays_a_figure_out_inside_its_canvas_and_draws_it_once():
+    for layout in (None, "constrained"):
+        fig, axes = plt.subplots(1, 2, figsize=(6, 3), layout=layout)
+        for ax in axes:
+            ax.plot([0, 1], [0, 1e6])
+            ax.set(ylabel="a y label that needs room", xlabel="step", title="a title")
+        fig.suptitle("a suptitle")
+        data = png(fig)
+        assert data.startswith(b"\x89PNG") and fig.get_layout_engine() is None  # savefig had no layout to redo
+        width, height = fig.get_size_inches()
+        box = fig.get_tightbbox(fig.canvas.get_renderer())
+        assert 0 <= box.x0 and 0 <= box.y0 and box.x1 <= width and box.y1 <= height, (layout, box)
+        plt.close(fig)

@@ -7,6 +7,7 @@ A study keeps only its science; this module holds the plumbing and the plot styl
 from __future__ import annotations
 
 import functools
+import io
 import math
 
 import matplotlib
@@ -289,6 +290,21 @@ STYLE = {
     "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False, "lines.linewidth": 1.5,
 }  # fmt: skip
 COLORS = plt.get_cmap("tab10").colors
+
+
+def png(fig) -> bytes:
+    """`fig` as PNG, laid out once and drawn once: its layout engine (constrained) places the panels,
+    `tight_layout` those of a figure without one; the engine is then taken off, since with one (or
+    with bbox_inches="tight") savefig draws the whole figure twice, once only to measure it."""
+    engine = fig.get_layout_engine()
+    if engine is None:
+        fig.tight_layout()
+    else:
+        engine.execute(fig)
+    fig.set_layout_engine(None)  # under STYLE (no autolayout, no constrained_layout.use): no engine at all
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
 
 
 BAND_NOTE = "mean and 95% t interval of the mean across seeds"  # what every band of every figure is
