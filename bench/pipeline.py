@@ -9,10 +9,13 @@ into a fresh results directory, times it, and sums Snakemake's per-job benchmark
 The wall time is that of Snakemake alone: `make report` adds `make setup`, which on a
 fresh clone installs the virtual environment (timed separately in the README).
 
-`--alternate OLD --rounds N` times two versions of the pipeline on one machine, alternately
-(OLD, NEW, OLD, NEW, ...): each a `git archive` of its commit (NEW: `--new`, default HEAD),
-each round into fresh results, fork-server and cache directories; `--config-from REV` gives
-both the default configuration of commit REV (the same runs for both). It prints each
+`--alternate OLD --rounds N` times two versions of the pipeline on one machine, alternately:
+by default in ABBA order (OLD, NEW, NEW, OLD, OLD, NEW, ...), so that a machine that drifts
+over the session (load, heat, page cache) favours neither; `--order alternating` gives OLD,
+NEW, OLD, NEW. Each version is a `git archive` of its commit (NEW: `--new`, default HEAD),
+each round into fresh results, fork-server and cache directories (kept under `--keep DIR`,
+else removed); `--config-from REV` gives both the default configuration of commit REV (the
+same runs for both). It prints each
 round's wall seconds and job-seconds (all jobs, training jobs) and, for a version that
 records them, the training jobs' split (bench.split); `--json FILE` keeps the records.
 """
@@ -20,6 +23,7 @@ records them, the training jobs' split (bench.split); `--json FILE` keeps the re
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -102,40 +106,78 @@ def export(rev: str, dest: Path, config_from: str | None) -> Path:
     return dest
 
 
+ORDERS = ("abba", "alternating")
+
+
+def schedule(rounds: int, order: str) -> list[tuple[int, str]]:
+    """(round, version) in running order: "alternating" runs old then new each round; "abba"
+    swaps the pair every other round (old new, new old, old new, ...)."""
+    if order not in ORDERS:
+        raise ValueError(f"order {order!r}: expected one of {', '.join(ORDERS)}")
+    pairs = []
+    for rnd in range(rounds):
+        pair = ("new", "old") if order == "abba" and rnd % 2 else ("old", "new")
+        pairs += [(rnd, name) for name in pair]
+    return pairs
+
+
 def alternate(
-    old: str, new: str, rounds: int, cores: str, config_from: str | None, config_items: list[str]
-) -> list[dict]:
-    """Both versions' pipelines, alternated, `rounds` times each; one record per pipeline."""
+    old: str, new: str, rounds: int, cores: str, config_from: str | None, config_items: list[str],
+    order: str = "abba", keep: Path | None = None,
+) -> list[dict]:  # fmt: skip
+    """Both versions' pipelines, in `schedule` order, `rounds` times each; one record per pipeline."""
     from bench.split import split
 
     records = []
-    with tempfile.TemporaryDirectory(prefix="mathrl-bench-alternate-") as tmp:
+    with contextlib.ExitStack() as stack:
+        if keep:
+            keep.mkdir(parents=True, exist_ok=False)
+            tmp = str(keep)
+        else:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="mathrl-bench-alternate-"))
         checkouts = {
             name: export(rev, Path(tmp) / name / "checkout", config_from) for name, rev in (("old", old), ("new", new))
         }
-        for rnd in range(rounds):
-            for name in ("old", "new"):
-                work = Path(tmp) / name / f"round{rnd}"
-                results = work / "results"
-                env = {**os.environ, "PYTHONPATH": str(checkouts[name]), "MATHRL_CACHE_DIR": str(work / "cache"),
-                       "MATHRL_FORK_SERVER_DIR": str(work / "fork")}  # fmt: skip
-                (work / "fork").mkdir(parents=True, mode=0o700)
-                cmd = [*pipeline_command(results, cores, config_items), "--keep-going"]
-                print(f"  round {rnd} {name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
-                t0 = time.perf_counter()
-                with open(work / "snakemake.log", "w") as fh:
-                    proc = subprocess.run(cmd, cwd=checkouts[name], env=env, stdout=fh, stderr=subprocess.STDOUT)
-                wall = time.perf_counter() - t0
-                stages = stage_times(results) if (results / "benchmarks").is_dir() else {}
-                rec = {"version": name, "rev": old if name == "old" else new, "round": rnd, "wall_s": wall,
-                       "returncode": proc.returncode, "job_seconds": sum(st["job_seconds"] for st in stages.values()),
-                       "train_job_seconds": stages.get("train", {}).get("job_seconds", 0.0), "stages": stages,
-                       "loadavg_end": list(os.getloadavg())}  # fmt: skip
-                if stages:
-                    rec["split"] = split(results)["train"]
-                records.append(rec)
-                print(json.dumps({k: v for k, v in rec.items() if k != "stages"}), file=sys.stderr, flush=True)
+        for rnd, name in schedule(rounds, order):
+            work = Path(tmp) / name / f"round{rnd}"
+            results = work / "results"
+            env = {**os.environ, "PYTHONPATH": str(checkouts[name]), "MATHRL_CACHE_DIR": str(work / "cache"),
+                   "MATHRL_FORK_SERVER_DIR": str(work / "fork")}  # fmt: skip
+            (work / "fork").mkdir(parents=True, mode=0o700)
+            cmd = [*pipeline_command(results, cores, config_items), "--keep-going"]
+            print(f"  round {rnd} {name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
+            with open(work / "snakemake.log", "w") as fh:
+                proc = subprocess.run(cmd, cwd=checkouts[name], env=env, stdout=fh, stderr=subprocess.STDOUT)
+            wall = time.perf_counter() - t0
+            stages = stage_times(results) if (results / "benchmarks").is_dir() else {}
+            rec = {"version": name, "rev": old if name == "old" else new, "round": rnd, "wall_s": wall,
+                   "returncode": proc.returncode, "job_seconds": sum(st["job_seconds"] for st in stages.values()),
+                   "train_job_seconds": stages.get("train", {}).get("job_seconds", 0.0), "stages": stages,
+                   "loadavg_end": list(os.getloadavg())}  # fmt: skip
+            if stages:
+                rec["split"] = split(results)["train"]
+            records.append(rec)
+            print(json.dumps({k: v for k, v in rec.items() if k != "stages"}), file=sys.stderr, flush=True)
     return records
+
+
+def pooled_ratio(records: list[dict]) -> tuple[float, list[str]]:
+    """New's job-seconds over old's, pooled over every round, counting only the stages that
+    every pipeline of both versions ran (a version that stops early is not credited with
+    the stages it never reached); and those stages."""
+    common = sorted(set.intersection(*(set(r["stages"]) for r in records))) if records else []
+    total = {name: sum(r["stages"][st]["job_seconds"] for r in records if r["version"] == name for st in common)
+             for name in ("old", "new")}  # fmt: skip
+    return (total["new"] / total["old"] if total["old"] else float("nan")), common
+
+
+def pooled_ratio_line(records: list[dict]) -> str:
+    ratio, common = pooled_ratio(records)
+    every = set.union(*(set(r["stages"]) for r in records)) if records else set()
+    left = sorted(every - set(common))
+    tail = f"; not in every pipeline, left out: {', '.join(left)}" if left else ""
+    return f"new / old job-seconds, pooled: {ratio:.3f} ({ratio - 1:+.1%}) over {', '.join(common)}{tail}"
 
 
 def alternate_table(records: list[dict]) -> str:
@@ -165,16 +207,21 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="with --alternate: pipelines of each version (default 2)")
     p.add_argument("--config-from", metavar="REV", help="with --alternate: both run commit REV's config/config.yaml")
     p.add_argument("--json", type=Path, help="with --alternate: write the records to this file")
+    p.add_argument("--order", choices=ORDERS, default="abba", help="with --alternate: the running order (default abba)")
+    p.add_argument("--keep", type=Path, help="with --alternate: keep checkouts and results under this new directory")
     args = p.parse_args(argv)
 
     if args.alternate:
-        records = alternate(args.alternate, args.new, args.rounds, args.cores, args.config_from, args.config_arg)
+        records = alternate(
+            args.alternate, args.new, args.rounds, args.cores, args.config_from, args.config_arg, args.order, args.keep
+        )
         if args.json:
             args.json.write_text(json.dumps(records, indent=1))
         print(alternate_table(records))
         for name in ("old", "new"):
             done = [r["job_seconds"] for r in records if r["version"] == name]
             print(f"{name}: job-seconds {', '.join(f'{x:.1f}' for x in done)}")
+        print(pooled_ratio_line(records))
         return 0
 
     if args.existing:

@@ -92,3 +92,26 @@ def test_alternate_exports_a_commit_with_another_commits_config(tmp_path):
     text = alternate_table([{"version": "old", "rev": first[:7], "round": 0, "wall_s": 10.0, "job_seconds": 20.0,
                              "train_job_seconds": 15.0, "returncode": 0}])  # fmt: skip
     assert "train job seconds" in text and "20.0" in text
+
+
+def test_abba_schedule_swaps_the_pair_every_other_round():
+    from bench.pipeline import schedule
+
+    assert schedule(3, "abba") == [(0, "old"), (0, "new"), (1, "new"), (1, "old"), (2, "old"), (2, "new")]
+    assert schedule(2, "alternating") == [(0, "old"), (0, "new"), (1, "old"), (1, "new")]
+    with pytest.raises(ValueError, match="abba, alternating"):
+        schedule(1, "random")
+
+
+def test_pooled_ratio_counts_only_the_stages_every_pipeline_ran():
+    from bench.pipeline import pooled_ratio, pooled_ratio_line
+
+    def rec(version, **stages):
+        return {"version": version, "stages": {k: {"job_seconds": v} for k, v in stages.items()}}
+
+    records = [rec("old", train=100.0, sft=20.0, report=5.0), rec("new", train=60.0, sft=20.0),
+               rec("new", train=70.0, sft=10.0, report=1.0), rec("old", train=80.0, sft=0.0, report=5.0)]  # fmt: skip
+    ratio, common = pooled_ratio(records)
+    assert common == ["sft", "train"]
+    assert ratio == pytest.approx((60 + 20 + 70 + 10) / (100 + 20 + 80 + 0))
+    assert "left out: report" in pooled_ratio_line(records)
