@@ -47,9 +47,11 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _load(args) -> dict:
-    from mathrl.config import layered, load_config
+    """The command's configuration, validated (each of its runs too) once per configuration and code: the pipeline's
+    commands all read one config file, so only the first of them pays for the checks (`completed`'s cache)."""
+    from mathrl.config import layered, load_config_and_runs
 
-    return load_config(layered(args.config), args.set)
+    return load_config_and_runs(layered(args.config), args.set)[0]
 
 
 def cmd_problems(args) -> int:

@@ -60,3 +60,22 @@ def test_off_switch_and_a_cache_directory_others_can_read(tmp_path, monkeypatch)
     path = write_config(tmp_path / "c.yaml", {**copy.deepcopy(TINY), "results": str(tmp_path / "r")})
     cfg, _ = config.load_config_and_runs([path])  # still loads, without a cache
     assert cfg == config.load_config([path]) and not list(shared.iterdir())
+
+
+def test_every_command_reads_the_config_through_the_cache(tmp_path, cache, monkeypatch):
+    """The pipeline's commands (problems, sft, bandit, aggregate, ...) load one config file each: only the first
+    validates it."""
+    import argparse
+
+    from mathrl.cli import _load
+
+    path = write_config(tmp_path / "c.yaml", {**copy.deepcopy(TINY), "results": str(tmp_path / "r")})
+    args = argparse.Namespace(config=[str(path)], set=["train.lr=1e-3"])
+    first = _load(args)
+    assert first == config.load_config(config.layered([path]), ["train.lr=1e-3"])
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("validated again")
+
+    monkeypatch.setattr(config, "expand_runs", refuse)
+    assert _load(args) == first
