@@ -11,13 +11,13 @@ fresh clone installs the virtual environment (timed separately in the README).
 
 `--alternate OLD --rounds N` times two versions of the pipeline on one machine, alternately:
 by default in ABBA order (OLD, NEW, NEW, OLD, OLD, NEW, ...), so that a machine that drifts
-over the session (load, heat, page cache) favours neither; `--order alternating` gives OLD,
+over the hours (load, heat, page cache) favours neither; `--order alternating` gives OLD,
 NEW, OLD, NEW. Each version is a `git archive` of its commit (NEW: `--new`, default HEAD),
 each round into fresh results, fork-server and cache directories (kept under `--keep DIR`,
 else removed); `--config-from REV` gives both the default configuration of commit REV (the
-same runs for both). It prints each
-round's wall seconds and job-seconds (all jobs, training jobs) and, for a version that
-records them, the training jobs' split (bench.split); `--json FILE` keeps the records.
+same runs for both). It prints each round's wall seconds and job-seconds (all jobs, training
+jobs) and, for a version that records them, the training jobs' split (bench.split), then new
+over old pooled over the rounds; `--json FILE` keeps the records.
 """
 
 from __future__ import annotations
