@@ -9,11 +9,13 @@ import os
 
 __version__ = "0.1.0"
 
-# One float path on every x86 CPU with AVX2 and FMA (nearly all made since 2015): torch's own kernels,
-# oneMKL's and oneDNN's each pick the widest vector unit they find, and a sum taken in another order
-# trains another run (the difference in the last bit is carried forward by every update). AVX-512
-# machines would otherwise train other policies than AVX2 ones, and the report decide other claims.
+# The CPU kernels torch, oneMKL and oneDNN use: each picks the widest vector unit it finds, so an AVX-512 machine sums
+# in another order than an AVX2 one and trains other runs (a difference in the last bit is carried forward by every
+# update). Verdicts do not depend on that: they are replicated over independent warm-ups, whose variation any rerun
+# draws anew. A user who wants bit-identical reruns across x86 CPUs with AVX2 and FMA sets MATHRL_CPU_PINS=avx2,
+# which pins all three to AVX2 (about a third slower on an AVX-512 machine).
 CPU_KERNEL_PINS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+PINS_SWITCH = "MATHRL_CPU_PINS"  # avx2: pin the kernels; unset (the default): each library's fastest path
 
 
 def _cpuinfo(field: str) -> str | None:
@@ -34,11 +36,10 @@ def cpu_flags() -> set[str]:
 
 
 def kernel_pins(flags: set[str], environ) -> dict:
-    """The variables that pin the CPU kernels to AVX2: none on a CPU without AVX2 and FMA (forcing
-    them there would stop the process on an illegal instruction), and none the user has set already
-    (ATEN_CPU_CAPABILITY=avx512 MKL_CBWR=AUTO takes an AVX-512 machine's fastest path, whose runs
-    match only that kind of machine)."""
-    if not {"avx2", "fma"} <= flags:
+    """The variables that pin the CPU kernels to AVX2, where the user asked for them (MATHRL_CPU_PINS=avx2): none on a
+    CPU without AVX2 and FMA (forcing them there would stop the process on an illegal instruction), and none the user
+    has set already."""
+    if environ.get(PINS_SWITCH, "").strip().lower() != "avx2" or not {"avx2", "fma"} <= flags:
         return {}
     return {key: value for key, value in CPU_KERNEL_PINS.items() if key not in environ}
 
@@ -65,7 +66,7 @@ def versions() -> dict:
         "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
         # oneMKL's and oneDNN's paths are set by the environment alone (torch does not report them): the variables
         # as this process had them, None where unset (each library then takes the widest unit it finds)
-        "kernel_env": {key: os.environ.get(key) for key in CPU_KERNEL_PINS},
+        "kernel_env": {key: os.environ.get(key) for key in (*CPU_KERNEL_PINS, PINS_SWITCH)},
     }
 
 
