@@ -92,6 +92,13 @@ def reinforce(x: AdvantageInputs) -> Advantages:
     return per_token(baseline_advantages(x.rewards, x.baseline), x.mask), None
 
 
+@estimator("reinforce_no_baseline")
+def reinforce_no_baseline(x: AdvantageInputs) -> Advantages:
+    """REINFORCE without a baseline: A = r, every rollout pushed by its raw reward (the system document's
+    moving-average baseline left out: the control that shows what the baseline does)."""
+    return per_token(x.rewards, x.mask), None
+
+
 @estimator("grpo", grouped=True)
 def grpo(x: AdvantageInputs) -> Advantages:
     """GRPO: each reward against its group, A = (r - mean_g) / (std_g + eps)."""

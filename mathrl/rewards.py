@@ -13,7 +13,7 @@ import torch
 
 from mathrl.tasks import END
 
-REWARD_KINDS = ("exact", "shaped", "shaped_penalty", "proxy", "random")
+REWARD_KINDS = ("exact", "signed", "shaped", "shaped_penalty", "proxy", "random")
 
 
 def _check_kind(kind: str) -> None:
@@ -26,6 +26,8 @@ class RewardSpec:
     """Which reward the trainer optimises, and its weights.
 
     Kinds: ``exact`` is 1 for an exactly right answer, else 0 (the documents' reward).
+    ``signed`` is +1 for an exactly right answer and -1 otherwise (the collapse analysis's
+    "success +1, failure -1": below half right, most rewards are the same negative value).
     ``shaped`` = exact + format_bonus * format_ok + digit_weight * digit_frac: dense
     credit for a well-formed answer and for each right digit. ``shaped_penalty`` is
     shaped minus invalid_penalty for malformed output (garbage, no end token).
@@ -85,6 +87,8 @@ def compute_rewards(spec: RewardSpec, generated: torch.Tensor, target: torch.Ten
     shaped = exact + spec.format_bonus * format_ok + spec.digit_weight * digit_frac  # (B,)
     if spec.kind == "exact":
         reward = exact
+    elif spec.kind == "signed":
+        reward = 2 * exact - 1
     elif spec.kind == "shaped":
         reward = shaped
     elif spec.kind == "shaped_penalty":

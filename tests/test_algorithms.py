@@ -50,6 +50,12 @@ def test_reinforce_subtracts_the_baseline_on_every_answer_token():
     assert returns is None
 
 
+def test_reinforce_without_a_baseline_pushes_by_the_raw_reward():
+    adv, returns = A.reinforce_no_baseline(inputs([1.0, -1.0, -1.0, 1.0], baseline=0.25))  # the baseline is ignored
+    close(adv, [[1.0, 1.0], [-1.0, 0.0], [-1.0, -1.0], [1.0, 1.0]])
+    assert returns is None
+
+
 def test_grpo_and_dapo_normalise_within_groups():
     # groups [1, 0] and [3, 3]: mean 0.5, population std 0.5 -> +-1 (eps 1e-6); a flat group gets 0
     for name in ("grpo", "dapo"):

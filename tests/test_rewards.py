@@ -70,8 +70,8 @@ def test_proxy_is_hacked_by_all_nines():
 
 
 def test_unknown_kind_and_bad_shapes():
-    assert REWARD_KINDS == ("exact", "shaped", "shaped_penalty", "proxy", "random")
-    with pytest.raises(ValueError, match="exact, shaped, shaped_penalty, proxy, random"):
+    assert REWARD_KINDS == ("exact", "signed", "shaped", "shaped_penalty", "proxy", "random")
+    with pytest.raises(ValueError, match="exact, signed, shaped, shaped_penalty, proxy, random"):
         RewardSpec("bogus")
     spec = RewardSpec()
     object.__setattr__(spec, "kind", "bogus")  # a spec that skipped validation
@@ -111,3 +111,8 @@ def test_token_rewards_by_hand():
                                                 [0.2, 0.0, 0.2, 0.2, 0.2]]))  # fmt: skip
     with pytest.raises(ValueError, match="must both be"):
         token_rewards(torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long))
+
+
+def test_the_signed_reward_is_plus_one_or_minus_one():
+    reward, checks = compute_rewards(RewardSpec("signed"), *batch(ROWS))
+    assert reward.tolist() == [2 * x - 1 for x in checks["exact"].tolist()] and set(reward.tolist()) == {1.0, -1.0}
