@@ -40,7 +40,7 @@ rule runs:
 
 rule warmup:
     input:
-        expand(outputs("sft")["model"], task=CFG["tasks"]),
+        warmup_models(),
 
 
 # `snakemake experiment_NAME`: the runs of one experiment (and the warm-ups they start from).

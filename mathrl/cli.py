@@ -72,22 +72,30 @@ def cmd_problems(args) -> int:
 
 
 def cmd_sft(args) -> int:
-    """The warm-up on the pipeline's thread count (`torch_threads`), so that by hand it ends on the pipeline's
-    checkpoint."""
+    """The warm-ups of a task (or one, `--warmup K`) on the pipeline's thread count (`torch_threads`), so that by hand
+    they end on the pipeline's checkpoints; each resumes from its snapshot."""
     from mathrl.sft import run_sft, run_starts
 
     cfg = _load(args)
     _check_task(cfg, [args.task])
+    count = layout.warmups(cfg, args.task)
+    if args.warmup is not None and not 0 <= args.warmup < count:
+        raise ConfigError(f"--warmup {args.warmup}: sft.{args.task}.warmups is {count}; allowed: 0..{count - 1}")
+    if args.out and args.warmup is None and count > 1:
+        raise ConfigError(f"--out names one warm-up's directory: give --warmup K (task {args.task} has {count})")
+    chosen = [args.warmup] if args.warmup is not None else range(count)
+    if args.starts and not cfg["sft"][args.task]["starts"] and not cfg["sft"][args.task]["control_seeds"]:
+        raise ConfigError(f"sft.{args.task}: no starts and no control_seeds configured for --starts")
     with torch_threads(args.threads, cfg, "threads_sft"):
-        if args.starts:
-            if not cfg["sft"][args.task]["starts"] and not cfg["sft"][args.task]["control_seeds"]:
-                raise ConfigError(f"sft.{args.task}: no starts and no control_seeds configured for --starts")
-            out = Path(args.out) if args.out else layout.at(cfg, layout.SFT_STARTS, task=args.task).parent
-            run_starts(cfg, args.task, out)
-            return 0
-        out = Path(args.out) if args.out else layout.at(cfg, layout.SFT_DIR, task=args.task)
-        run_sft(cfg, args.task, out)
-        return 0
+        for k in chosen:
+            if args.starts:
+                out = Path(args.out) if args.out else layout.at(cfg, layout.SFT_STARTS, task=args.task, warmup=k).parent
+                run_starts(cfg, args.task, out, k)
+                continue
+            out = Path(args.out) if args.out else layout.at(cfg, layout.SFT_DIR, task=args.task, warmup=k)
+            args.snapshot_path = out / layout.SNAPSHOT_FILE  # where Ctrl-C says the same command resumes
+            run_sft(cfg, args.task, out, k)
+    return 0
 
 
 def pipeline_threads(requested: int, cfg: dict, key: str) -> int | None:
@@ -708,10 +716,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=_count, default=0,
                    help="torch CPU threads (default 0: OMP_NUM_THREADS where set, else the pipeline's "
                    "pipeline.threads_sft, so that a warm-up run by hand ends on the pipeline's checkpoint)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="one of the task's independent warm-ups, 0..sft.TASK.warmups-1 (default: each in turn)")
     p.add_argument("--starts", action="store_true",
                    help="from the warm-up's checkpoint: the further starts (sft.TASK.starts) and the supervised "
                    "controls")
-    p.add_argument("--out", help="output directory (default results/sft/TASK, with --starts results/sft/TASK/starts)")
+    p.add_argument("--out", help="output directory of one warm-up (default results/sft/TASK/wK, with --starts "
+                   "results/sft/TASK/wK/starts)")
     p.set_defaults(func=cmd_sft)
 
     _add_train(sub)
@@ -830,5 +841,5 @@ def _where_to_resume(args) -> str:
     except Exception:  # noqa: BLE001 - a damaged snapshot is reported when the run resumes
         st = None
     if st is None:
-        return f"; no snapshot yet in {path.parent}: the same command starts the run over"
+        return f"; no snapshot yet in {path.parent}: the same command starts it over"
     return f"; the same command resumes {st['run_id']} from its snapshot at step {st['step']} ({path})"

@@ -21,8 +21,8 @@ METRICS_FILE, SUMMARY_FILE, SNAPSHOT_FILE = (
     "summary.json",
     "snapshot.pt",
 )  # the files of a run's directory
-SFT_DIR = "sft/{task}"
-SFT_MODEL = SFT_DIR + "/model.pt"  # the warm-up checkpoint, every RL run's default start
+SFT_DIR = "sft/{task}/w{warmup}"  # warm-up k of a task (sft.TASK.warmups of them, each seeded seed + k)
+SFT_MODEL = SFT_DIR + "/model.pt"  # the warm-up checkpoint, where the RL runs of its seeds start
 SFT_SUMMARY = SFT_DIR + "/" + SUMMARY_FILE
 RUNS = "runs"
 RUN_DIR = RUNS + "/{run_id}"
@@ -65,8 +65,23 @@ def problems_dir(cfg: dict, task: str) -> Path:
     return problems_file(cfg, task, "train").parent
 
 
-def sft_checkpoint(cfg: dict, task: str) -> Path:
-    return path(cfg["results"], SFT_MODEL, task=task)
+def sft_checkpoint(cfg: dict, task: str, warmup: int = 0) -> Path:
+    return path(cfg["results"], SFT_MODEL, task=task, warmup=warmup)
+
+
+def warmups(cfg: dict, task: str) -> int:
+    """How many independent warm-ups a task has (`sft.TASK.warmups`)."""
+    return int(cfg["sft"][task].get("warmups", 1))
+
+
+def warmup_of(cfg: dict, settings: dict) -> int | None:
+    """The warm-up a run starts from: its `warmup` setting, else its seed's (seed mod the task's warm-ups); None for
+    a run from a random policy, which starts from no warm-up."""
+    if settings.get("init") == "random":
+        return None
+    if settings.get("warmup") is not None:
+        return int(settings["warmup"])
+    return int(settings.get("seed", 0)) % warmups(cfg, settings["task"])
 
 
 def is_start(init: str | None) -> bool:
@@ -79,14 +94,14 @@ def starts_tasks(cfg: dict) -> list[str]:
     return [task for task, s in cfg["sft"].items() if s.get("starts") or s.get("control_seeds")]
 
 
-def init_checkpoint(results: str | Path, task: str, init: str | None) -> Path | None:
-    """The checkpoint a run's `init` names: the warm-up's (None), a start's (`start_70`), a
+def init_checkpoint(results: str | Path, task: str, init: str | None, warmup: int | None = 0) -> Path | None:
+    """The checkpoint a run's `init` names: its warm-up's (None), a start of its warm-up (`start_70`), a
     file, or None for a random policy."""
     if init == "random":
         return None
     if init is None:
-        return path(results, SFT_MODEL, task=task)
-    return path(results, SFT_START_MODEL, task=task, start=init) if is_start(init) else Path(init)
+        return path(results, SFT_MODEL, task=task, warmup=warmup)
+    return path(results, SFT_START_MODEL, task=task, warmup=warmup, start=init) if is_start(init) else Path(init)
 
 
 # ---------------------------------------------------------------------- the stages
@@ -95,28 +110,34 @@ class Stage:
     """One pipeline step, as the Snakemake rule of the same name and the DVC stages run it.
 
     `command` is the `mathrl` subcommand; `outputs` maps output names to patterns above;
-    `wildcard` is what its jobs differ by (None: one job); `args` follow `--config` with
-    {wildcard} filled in, and `out` names the output a command is told with `--out`."""
+    `wildcards` are what its jobs differ by (empty: one job); `args` follow `--config` with
+    the wildcards filled in, and `out` names the output a command is told with `--out`."""
 
     name: str
     command: str
     outputs: dict[str, str]
-    wildcard: str | None = None
+    wildcards: tuple[str, ...] = ()
     args: str = ""
     out: str | None = None
     launched: bool = False  # run through `mathrl launch` (GPU slots, torchrun, the fork server)
 
     @property
+    def wildcard(self) -> str | None:
+        """The first wildcard (the one a stage of a single wildcard differs by), None for one job."""
+        return self.wildcards[0] if self.wildcards else None
+
+    def _per_job(self, top: str, suffix: str) -> str:
+        if not self.wildcards:
+            return f"{top}/{self.name}/{self.name}{suffix}" if top == BENCHMARKS else f"{top}/{self.name}{suffix}"
+        return f"{top}/{self.name}/" + "/".join(f"{{{w}}}" for w in self.wildcards) + suffix
+
+    @property
     def log(self) -> str:
-        return f"{LOGS}/{self.name}/{{{self.wildcard}}}.log" if self.wildcard else f"{LOGS}/{self.name}.log"
+        return self._per_job(LOGS, ".log")
 
     @property
     def benchmark(self) -> str:
-        return (
-            f"{BENCHMARKS}/{self.name}/{{{self.wildcard}}}.tsv"
-            if self.wildcard
-            else f"{BENCHMARKS}/{self.name}/{self.name}.tsv"
-        )
+        return self._per_job(BENCHMARKS, ".tsv")
 
 
 def _problems(split: str) -> str:
@@ -125,15 +146,16 @@ def _problems(split: str) -> str:
 
 STAGES = {stage.name: stage for stage in [
     Stage("problems", "problems", {**{split: _problems(split) for split in PROBLEM_SPLITS}, "meta": PROBLEMS_META},
-          "task", "--task {task}"),
-    Stage("sft", "sft", {"model": SFT_MODEL, "summary": SFT_SUMMARY}, "task", "--task {task}"),
-    Stage("sft_starts", "sft", {"starts": SFT_STARTS}, "task", "--task {task} --starts"),
+          ("task",), "--task {task}"),
+    Stage("sft", "sft", {"model": SFT_MODEL, "summary": SFT_SUMMARY}, ("task", "warmup"),
+          "--task {task} --warmup {warmup}"),
+    Stage("sft_starts", "sft", {"starts": SFT_STARTS}, ("task", "warmup"), "--task {task} --warmup {warmup} --starts"),
     # run by `mathrl launch` (GPU slots, the fork server); a run's snapshot is deliberately no output
-    Stage("train", "train", {"metrics": RUN_METRICS, "summary": RUN_SUMMARY}, "run_id",
+    Stage("train", "train", {"metrics": RUN_METRICS, "summary": RUN_SUMMARY}, ("run_id",),
           "--experiment-run {run_id} --on-mismatch restart",
           launched=True),
-    Stage("gradvar", "gradvar", {"json": GRADVAR}, "task", "--task {task}", out="json"),
-    Stage("bandit", "bandit", {"metrics": BANDIT}, "study", "--study {study}", out="metrics"),
+    Stage("gradvar", "gradvar", {"json": GRADVAR}, ("task",), "--task {task}", out="json"),
+    Stage("bandit", "bandit", {"metrics": BANDIT}, ("study",), "--study {study}", out="metrics"),
     Stage("aggregate", "aggregate", {"tables": TABLES, "complete": TABLES_COMPLETE}),
     Stage("figures", "figures", {"figures": FIGURES}),
     Stage("report", "report", {"report": REPORT}),
@@ -153,7 +175,9 @@ def snakemake_shell(stage: str, group: bool = False) -> str:
     if group:  # the train stage for a group of runs: their --experiment-run arguments are a param (group_args)
         args = s.args.replace(f"--experiment-run {{{s.wildcard}}}", "{params.runs:q} --run-logs")
     else:
-        args = s.args.replace(f"{{{s.wildcard}}}", f"{{wildcards.{s.wildcard}}}") if s.wildcard else s.args
+        args = s.args
+        for w in s.wildcards:
+            args = args.replace(f"{{{w}}}", f"{{wildcards.{w}}}")
     if s.out:
         args += f" --out {{output.{s.out}:q}}"
     head = f"{{params.py:q}} -m mathrl {s.command}"

@@ -1,21 +1,31 @@
-"""Supervised warm-up: teach the task until held-out greedy accuracy enters a band.
+"""Supervised warm-ups: teach the task until validation accuracy enters a band, several times over.
 
 RL from a random policy sees only zero rewards (every group homogeneous, every advantage
 zero: lab 04's vanishing gradient), so each task is first trained with cross-entropy on its
-answer tokens (prompt positions masked out of the loss) and stopped as soon as greedy
-accuracy on the validation split reaches the lower end of the band, or at the step cap.
-The stopping rule never reads the test set that every RL run is later scored on (it would
-stop on a lucky draw of exactly those problems); the test accuracy is measured once, at
-the end. The checkpoint is where RL starts and the reference policy of the KL penalty.
+answer tokens and stopped as validation accuracy enters the band. Each task has
+`sft.TASK.warmups` independent warm-ups (warm-up k: its own initialisation and batches,
+seeded `seed + k`, in `results/sft/TASK/wK/`): every RL run starts from one of them (its
+seed's, `seed mod warmups`), so a verdict over runs spread across warm-ups speaks of the
+setting, not of one checkpoint.
 
-`run_starts` continues a task's warm-up past its band and saves a checkpoint each time
-validation accuracy first reaches one of the configured `starts` (the system study's RL runs
-start from each), and from every start it trains the supervised control: the same
-cross-entropy, continued for as many problems as an RL run samples, once per control seed.
+The stopping rule reads the validation split, never the test set every RL run is later
+scored on (the test accuracy is measured once, at the end). Where accuracy climbs fast
+(addition: from 10% to 32% in 25 steps of 64), a reading every `eval_every` steps would
+overshoot the band's lower end by a step function of the float path, so the warm-up keeps
+its state every `fine_every` steps since the last reading, and when a reading enters the
+band it goes back to the first of those states that is in the band: the checkpoint lies at
+most `fine_every` steps past the crossing. A warm-up snapshots itself at each reading, so
+after Ctrl-C or a kill the same command resumes it and ends on the same checkpoint.
+
+`run_starts` continues one warm-up past its band and saves a checkpoint each time validation
+accuracy first reaches one of the configured `starts`, and from every start it trains the
+supervised control: the same cross-entropy, continued for as many problems as an RL run
+samples, once per control seed.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
@@ -28,14 +38,35 @@ import torch.nn.functional as F
 import mathrl
 from mathrl import snapshot
 from mathrl.atomic import atomic_write
+from mathrl.config import config_hash
 from mathrl.console import duration
 from mathrl.distributed import pick_device
 from mathrl.errors import ConfigError
 from mathrl.evaluation import first_mistakes, greedy_correct
-from mathrl.layout import problems_file, sft_checkpoint
+from mathrl.layout import SNAPSHOT_FILE, problems_file, sft_checkpoint
 from mathrl.model import GPT, GPTConfig, gpt_config
 from mathrl.optim import make_optimizer
 from mathrl.tasks import VOCAB_SIZE, Task, read_problems, task_of
+
+# the keys of a task's sft block that its warm-ups' checkpoints do not depend on (the starts job's)
+STARTS_KEYS = (
+    "starts",
+    "starts_max_steps",
+    "starts_eval_every",
+    "control_steps",
+    "control_batch_size",
+    "control_seeds",
+)
+
+
+def warmup_seed(s: dict, warmup: int) -> int:
+    """The seed of a task's warm-up k (initialisation and batches): the block's seed + k."""
+    return int(s["seed"]) + int(warmup)
+
+
+def warmup_settings(s: dict) -> dict:
+    """The settings a warm-up's checkpoint depends on (a change to any retrains it; the starts' keys do not)."""
+    return {key: value for key, value in s.items() if key not in STARTS_KEYS and key != "warmups"}
 
 
 def load_policy(path: Path) -> tuple[GPT, dict]:
@@ -66,87 +97,197 @@ def answer_loss(model, task: Task, pairs: torch.Tensor, device) -> torch.Tensor:
 
 
 def supervised_step(
-    model, opt, task: Task, train: torch.Tensor, batch_size: int, gen: torch.Generator, device,
-    answers_only: bool = False,
-) -> float:  # fmt: skip
-    """One cross-entropy step on `batch_size` training problems drawn with `gen`; its loss. answers_only: the loss
-    by `answer_loss` (the supervised controls); the warm-ups keep the full forward, so that their checkpoints, where
-    every RL run starts, stay bit for bit what they were."""
+    model, opt, task: Task, train: torch.Tensor, batch_size: int, gen: torch.Generator, device
+) -> float:
+    """One cross-entropy step (`answer_loss`) on `batch_size` training problems drawn with `gen`; its loss."""
     pairs = train[torch.randint(len(train), (batch_size,), generator=gen)]
-    if answers_only:
-        loss = answer_loss(model, task, pairs, device)
-    else:
-        x, y = sft_batch(task, pairs)
-        logits = model(x.to(device))
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.to(device).reshape(-1), ignore_index=-100)
+    loss = answer_loss(model, task, pairs, device)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
     return loss.item()
 
 
-def run_sft(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
-    """Train the warm-up model for a task; write model.pt and summary.json to out_dir."""
-    s, task = cfg["sft"][task_name], task_of(cfg, task_name)
-    train = read_problems(problems_file(cfg, task_name, "train"), task)
-    no_val = torch.zeros((0, 2), dtype=torch.long)
-    val = read_problems(problems_file(cfg, task_name, "val"), task) if cfg["tasks"][task_name]["n_val"] else no_val
-    val = val[: s["eval_size"]] if s["eval_size"] else val
-    test = read_problems(problems_file(cfg, task_name, "test"), task)
-    device = pick_device(s["device"])
-    torch.manual_seed(s["seed"])
-    gen = torch.Generator().manual_seed(s["seed"])
-    model = GPT(gpt_config(s["preset"], VOCAB_SIZE, task.seq_len)).to(device)
-    opt = make_optimizer(model.parameters(), "adamw", lr=s["lr"], weight_decay=s["weight_decay"], betas=(0.9, 0.99))
-    lo, hi = s["band"]
-    history, val_acc, step, t0 = [], math.nan, 0, time.perf_counter()
-    rule = f"until validation accuracy >= {lo:.2f}" if len(val) else f"for {s['max_steps']} steps (no validation split)"
-    log(f"sft {task_name}: {model.num_params() / 1e6:.2f}M parameters, preset {s['preset']}, {rule}")
-    while step < s["max_steps"]:
-        step += 1
-        loss = supervised_step(model, opt, task, train, s["batch_size"], gen, device)
-        if len(val) and (step % s["eval_every"] == 0 or step == s["max_steps"]):
-            val_acc = float(greedy_correct(model, task, val, device).float().mean())
-            history.append({"step": step, "loss": loss, "val_accuracy": val_acc})
-            pace = ""
-            if len(history) == 1 and step < s["max_steps"]:  # the first reading: how long it may still take
-                left = (time.perf_counter() - t0) / step * (s["max_steps"] - step)
-                pace = f" | at most {duration(left)} more (max_steps {s['max_steps']}; it stops on entering the band)"
-            log(f"sft {task_name} step {step} | loss {loss:.4f} | validation accuracy {val_acc:.3f}{pace}")
-            if val_acc >= lo:
-                break
-    wall = time.perf_counter() - t0
-    acc = float(greedy_correct(model, task, test, device).float().mean())
-    log(f"sft {task_name} stopped at step {step} | test accuracy {acc:.3f} ({len(test)} held-out problems)")
-    mistakes = first_mistakes(model, task, test, device)
-    judged = val_acc if len(val) else acc
-    summary = {
-        "task": task_name, "task_config": cfg["tasks"][task_name], "settings": s, "steps": step,
-        "eval_accuracy": acc, "val_accuracy": val_acc, "n_test": len(test), "n_val": len(val),
-        "band": [lo, hi], "in_band": lo <= judged <= hi, "reached": judged >= lo, "n_params": model.num_params(),
-        "model": asdict(model.config),
-        "wall_seconds": wall, "history": history, "first_mistakes": mistakes, "versions": mathrl.versions(),
-    }  # fmt: skip
-    if not summary["in_band"]:
-        log(
-            f"warning: sft {task_name} ended at {'validation' if len(val) else 'test'} accuracy {judged:.3f}, outside"
-            f" the band [{lo}, {hi}]"
+def first_in_band(states: list[tuple[int, dict]], accuracy, low: float) -> tuple[int, dict, float] | None:
+    """The earliest (step, state, accuracy) of `states` (in step order) whose accuracy reaches `low`; None if none
+    does. `accuracy(state)` measures one state; states after the first in the band are never measured."""
+    for step, state in states:
+        acc = accuracy(state)
+        if acc >= low:
+            return step, state, acc
+    return None
+
+
+class Warmup:
+    """One warm-up's training state: what a snapshot holds, and the loop that advances it."""
+
+    def __init__(self, cfg: dict, task_name: str, warmup: int, out_dir: Path, log=print):
+        s = cfg["sft"][task_name]
+        self.s, self.task_name, self.warmup, self.log = s, task_name, int(warmup), log
+        self.task = task_of(cfg, task_name)
+        self.train_pairs = read_problems(problems_file(cfg, task_name, "train"), self.task)
+        val = torch.zeros((0, 2), dtype=torch.long)
+        if cfg["tasks"][task_name]["n_val"]:
+            val = read_problems(problems_file(cfg, task_name, "val"), self.task)
+        self.val = val[: s["eval_size"]] if s["eval_size"] else val
+        self.test = read_problems(problems_file(cfg, task_name, "test"), self.task)
+        self.device = pick_device(s["device"])
+        self.seed = warmup_seed(s, warmup)
+        self.identity = config_hash({"task": cfg["tasks"][task_name], "sft": warmup_settings(s), "warmup": warmup})
+        torch.manual_seed(self.seed)
+        self.gen = torch.Generator().manual_seed(self.seed)
+        self.model = GPT(gpt_config(s["preset"], VOCAB_SIZE, self.task.seq_len)).to(self.device)
+        self.opt = make_optimizer(
+            self.model.parameters(), "adamw", lr=s["lr"], weight_decay=s["weight_decay"], betas=(0.9, 0.99)
         )
+        self.step, self.history, self.seconds = 0, [], 0.0
+        self.out_dir = Path(out_dir)
+        self.snapshot_path = self.out_dir / SNAPSHOT_FILE
+
+    # ---- snapshots ----------------------------------------------------------------------
+    def state(self) -> dict:
+        return {"run_id": f"warm-up {self.warmup} of {self.task_name}", "identity": self.identity, "step": self.step,
+                "model": self.model.state_dict(), "opt": self.opt.state_dict(), "gen": self.gen.get_state(),
+                "history": self.history, "seconds": self.seconds}  # fmt: skip
+
+    def resume(self) -> bool:
+        """Continue from this warm-up's snapshot, if it has one of these settings (else an error naming it)."""
+        st = snapshot.load(self.snapshot_path)
+        if st is None:
+            return False
+        if st.get("identity") != self.identity:
+            raise ConfigError(
+                f"{self.snapshot_path}: a snapshot of warm-up {self.warmup} of {self.task_name} trained with other "
+                "settings; remove it (or the warm-up's directory) to start over"
+            )
+        self.model.load_state_dict(st["model"])
+        self.opt.load_state_dict(st["opt"])
+        self.gen.set_state(st["gen"])
+        self.step, self.history, self.seconds = int(st["step"]), list(st["history"]), float(st["seconds"])
+        self.log(f"sft {self.task_name} w{self.warmup}: resuming from its snapshot at step {self.step}")
+        return True
+
+    # ---- the loop -------------------------------------------------------------------------
+    def accuracy(self, pairs: torch.Tensor) -> float:
+        return float(greedy_correct(self.model, self.task, pairs, self.device).float().mean())
+
+    def state_accuracy(self, state: dict) -> float:
+        """Validation accuracy of a stored model state (the current weights put back afterwards)."""
+        current = copy.deepcopy(self.model.state_dict())
+        self.model.load_state_dict(state)
+        try:
+            return self.accuracy(self.val)
+        finally:
+            self.model.load_state_dict(current)
+
+    def train(self) -> float:
+        """Train until a validation reading enters the band (then back to the first stored state in it) or to the
+        step cap; returns the validation accuracy of the weights it ends on (NaN without a validation split)."""
+        s, low = self.s, self.s["band"][0]
+        window: list[tuple[int, dict]] = []  # the states every fine_every steps since the last reading
+        t0 = time.perf_counter() - self.seconds
+        while self.step < s["max_steps"]:
+            self.step += 1
+            loss = supervised_step(
+                self.model, self.opt, self.task, self.train_pairs, s["batch_size"], self.gen, self.device
+            )
+            reading = self.step % s["eval_every"] == 0 or self.step == s["max_steps"]
+            if len(self.val) and not reading and self.step % s["fine_every"] == 0:
+                window.append((self.step, copy.deepcopy(self.model.state_dict())))
+            if not reading:
+                continue
+            self.seconds = time.perf_counter() - t0
+            if not len(self.val):
+                self.save()
+                continue
+            val_acc = self.accuracy(self.val)
+            self.history.append({"step": self.step, "loss": loss, "val_accuracy": val_acc})
+            self.log(f"sft {self.task_name} w{self.warmup} step {self.step} | loss {loss:.4f} | validation accuracy "
+                     f"{val_acc:.3f}{self.pace(t0)}")  # fmt: skip
+            if val_acc >= low:
+                found = first_in_band(window, self.state_accuracy, low)
+                if found is not None:
+                    self.step, state, val_acc = found
+                    self.model.load_state_dict(state)
+                    self.history.append({"step": self.step, "loss": math.nan, "val_accuracy": val_acc, "fine": True})
+                    self.log(f"sft {self.task_name} w{self.warmup}: back to step {self.step}, the first state every "
+                             f"{s['fine_every']} steps in the band (validation accuracy {val_acc:.3f})")  # fmt: skip
+                self.seconds = time.perf_counter() - t0
+                return val_acc
+            window = []
+            self.save()
+        self.seconds = time.perf_counter() - t0
+        return self.history[-1]["val_accuracy"] if self.history else math.nan
+
+    def pace(self, t0: float) -> str:
+        """At the first reading: how long the warm-up may still take."""
+        if len(self.history) != 1 or self.step >= self.s["max_steps"]:
+            return ""
+        left = (time.perf_counter() - t0) / self.step * (self.s["max_steps"] - self.step)
+        return f" | at most {duration(left)} more (max_steps {self.s['max_steps']}; it stops on entering the band)"
+
+    def save(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        snapshot.save(self.snapshot_path, self.state())
+
+
+def run_sft(cfg: dict, task_name: str, out_dir: Path, warmup: int = 0, log=print) -> dict:
+    """Train warm-up `warmup` of a task (resuming from its snapshot); write model.pt and summary.json to out_dir."""
+    s = cfg["sft"][task_name]
+    if not 0 <= warmup < s["warmups"]:
+        raise ConfigError(
+            f"--warmup {warmup}: sft.{task_name}.warmups is {s['warmups']}; allowed: 0..{s['warmups'] - 1}"
+        )
+    w = Warmup(cfg, task_name, warmup, out_dir, log)
+    lo, hi = s["band"]
+    rule = (
+        f"until validation accuracy >= {lo:.2f}" if len(w.val) else f"for {s['max_steps']} steps (no validation split)"
+    )
+    if not w.resume():
+        log(f"sft {task_name} w{warmup}: {w.model.num_params() / 1e6:.2f}M parameters, preset {s['preset']}, seed "
+            f"{w.seed}, {rule}")  # fmt: skip
+    val_acc = w.train()
+    acc = w.accuracy(w.test)
+    log(
+        f"sft {task_name} w{warmup} stopped at step {w.step} | test accuracy {acc:.3f} "
+        f"({len(w.test)} held-out problems)"
+    )
+    mistakes = first_mistakes(w.model, w.task, w.test, w.device)
+    judged = val_acc if len(w.val) else acc
+    summary = {
+        "task": task_name,
+        "warmup": warmup,
+        "seed": w.seed,
+        "task_config": cfg["tasks"][task_name],
+        "settings": warmup_settings(s),
+        "steps": w.step,
+        "eval_accuracy": acc,
+        "val_accuracy": val_acc,
+        "n_test": len(w.test),
+        "n_val": len(w.val),
+        "band": [lo, hi],
+        "in_band": lo <= judged <= hi,
+        "reached": judged >= lo,
+        "n_params": w.model.num_params(),
+        "model": asdict(w.model.config),
+        "wall_seconds": w.seconds,
+        "history": w.history,
+        "first_mistakes": mistakes,
+        "versions": mathrl.versions(),
+    }
+    if not summary["in_band"]:
+        log(f"warning: sft {task_name} w{warmup} ended at {'validation' if len(w.val) else 'test'} accuracy "
+            f"{judged:.3f}, outside the band [{lo}, {hi}]")  # fmt: skip
     for line in mistakes:
         log(f"  mistake: {line}")
-    out_dir = Path(out_dir)
-    state = {
-        "model_config": asdict(model.config),
-        "model": model.state_dict(),
-        "task": task_name,
-        "eval_accuracy": acc,
-        "steps": step,
-    }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(out_dir / "model.pt", snapshot.encode(state))
-    atomic_write(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    state = {"model_config": asdict(w.model.config), "model": w.model.state_dict(), "task": task_name,
+             "warmup": warmup, "eval_accuracy": acc, "steps": w.step}  # fmt: skip
+    atomic_write(w.out_dir / "model.pt", snapshot.encode(state))
+    atomic_write(w.out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    for p in (w.snapshot_path, w.snapshot_path.with_name(w.snapshot_path.name + ".prev")):
+        p.unlink(missing_ok=True)  # the checkpoint is written: nothing left to resume
     if math.isnan(acc):
-        raise RuntimeError(f"sft {task_name}: evaluation returned NaN")
+        raise RuntimeError(f"sft {task_name} w{warmup}: evaluation returned NaN")
     return summary
 
 
@@ -156,8 +297,12 @@ def start_name(threshold: float) -> str:
     return f"start_{round(100 * threshold)}"
 
 
-def run_starts(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
-    """From the warm-up checkpoint (the band's start): the checkpoints at each configured
+def name_band(s: dict) -> str:
+    return start_name(s["band"][0])
+
+
+def run_starts(cfg: dict, task_name: str, out_dir: Path, warmup: int = 0, log=print) -> dict:
+    """From warm-up `warmup`'s checkpoint (the band's start): the checkpoints at each configured
     validation accuracy, then per start and control seed the supervised control; starts.json."""
     s, task = cfg["sft"][task_name], task_of(cfg, task_name)
     if not cfg["tasks"][task_name]["n_val"]:
@@ -169,7 +314,7 @@ def run_starts(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
     val = val[: s["eval_size"]] if s["eval_size"] else val
     test = read_problems(problems_file(cfg, task_name, "test"), task)
     device = pick_device(s["device"])
-    band_path = sft_checkpoint(cfg, task_name)
+    band_path = sft_checkpoint(cfg, task_name, warmup)
     model, ckpt = load_policy(band_path)
     model.to(device)
     t0 = time.process_time()
@@ -181,9 +326,10 @@ def run_starts(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
                "sft_steps": ckpt.get("steps", 0),
                "continued_steps": 0, "val_accuracy": accuracy(model, val), "test_accuracy": accuracy(model, test),
                "reached": True}]  # fmt: skip
-    # Continue the warm-up (its LR, batch and weight decay; a fresh optimizer, seeded batches) through each threshold.
-    torch.manual_seed(s["seed"])
-    gen = torch.Generator().manual_seed(s["seed"] + 1)
+    # Continue the warm-up (its LR, batch and weight decay; a fresh optimizer, batches of a seed of their own).
+    seed = warmup_seed(s, warmup)
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(continuation_seed(seed))
     opt = make_optimizer(model.parameters(), "adamw", lr=s["lr"], weight_decay=s["weight_decay"], betas=(0.9, 0.99))
     step, out_dir = 0, Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -202,6 +348,7 @@ def run_starts(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
             "model_config": asdict(model.config),
             "model": model.state_dict(),
             "task": task_name,
+            "warmup": warmup,
             "steps": ckpt.get("steps", 0) + step,
         }
         atomic_write(path, snapshot.encode(state))
@@ -211,13 +358,13 @@ def run_starts(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
                "reached": val_acc >= threshold}  # fmt: skip
         starts.append(row)
         log(
-            f"sft {task_name} {row['start']}: step {row['sft_steps']} | validation accuracy {val_acc:.3f} | test"
-            f" accuracy {row['test_accuracy']:.3f}"
+            f"sft {task_name} w{warmup} {row['start']}: step {row['sft_steps']} | validation accuracy {val_acc:.3f} |"
+            f" test accuracy {row['test_accuracy']:.3f}"
             + ("" if row["reached"] else f" (starts_max_steps {s['starts_max_steps']} reached first)")
         )
     warm_seconds = time.process_time() - t0
     controls = [
-        control_row(cfg, task_name, start, seed, train, val, test, device)
+        control_row(cfg, task_name, warmup, start, seed, train, val, test, device)
         for start in starts
         for seed in s["control_seeds"]
     ]
@@ -225,35 +372,42 @@ def run_starts(cfg: dict, task_name: str, out_dir: Path, log=print) -> dict:
         finals = [c["final_test"] for c in controls if c["start"] == start["start"]]
         if finals:
             log(
-                f"sft {task_name} control from {start['start']}: test accuracy {start['test_accuracy']:.3f} ->"
-                f" {sum(finals) / len(finals):.3f} (mean of {len(finals)} seeds, {s['control_steps']} steps of"
+                f"sft {task_name} w{warmup} control from {start['start']}: test accuracy {start['test_accuracy']:.3f}"
+                f" -> {sum(finals) / len(finals):.3f} (mean of {len(finals)} seeds, {s['control_steps']} steps of"
                 f" {s['control_batch_size']})"
             )
-    summary = {"task": task_name, "settings": s, "starts": starts, "controls": controls, "n_val": len(val),
-               "n_test": len(test),
+    summary = {"task": task_name, "warmup": warmup, "settings": s, "starts": starts, "controls": controls,
+               "n_val": len(val), "n_test": len(test),
                "warm_up_cpu_seconds": warm_seconds, "control_cpu_seconds": time.process_time() - t0 - warm_seconds,
                "versions": mathrl.versions()}  # fmt: skip
     atomic_write(out_dir / "starts.json", json.dumps(summary, indent=2) + "\n")
     return summary
 
 
-def name_band(s: dict) -> str:
-    return start_name(s["band"][0])
+def continuation_seed(seed: int) -> int:
+    """The batches' seed of a warm-up's continuation past its band: apart from every warm-up's own seed."""
+    return 1_000_003 + seed
 
 
-def control_row(cfg: dict, task_name: str, start: dict, seed: int, train, val, test, device) -> dict:
+def control_seed(warmup: int, seed: int) -> int:
+    """The batches' seed of control `seed` from a start of warm-up `warmup`: controls of different warm-ups draw
+    different batches, as their RL runs draw different prompts."""
+    return 2_000_003 + 1000 * warmup + seed
+
+
+def control_row(cfg: dict, task_name: str, warmup: int, start: dict, seed: int, train, val, test, device) -> dict:
     """The supervised control from one start: the warm-up's cross-entropy at its LR, for the
     configured steps and batch (an RL run's samples), a fresh optimizer, batches drawn by `seed`."""
     s, task = cfg["sft"][task_name], task_of(cfg, task_name)
     model, _ = load_policy(Path(start["path"]))
     model.to(device)
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(control_seed(warmup, seed))
+    gen = torch.Generator().manual_seed(control_seed(warmup, seed))
     opt = make_optimizer(model.parameters(), "adamw", lr=s["lr"], weight_decay=s["weight_decay"], betas=(0.9, 0.99))
     for _ in range(s["control_steps"]):
-        supervised_step(model, opt, task, train, s["control_batch_size"], gen, device, answers_only=True)
+        supervised_step(model, opt, task, train, s["control_batch_size"], gen, device)
     final_test = float(greedy_correct(model, task, test, device).float().mean())
     final_val = float(greedy_correct(model, task, val, device).float().mean())
-    return {"start": start["start"], "seed": seed, "initial_test": start["test_accuracy"], "final_test": final_test,
-            "initial_val": start["val_accuracy"], "final_val": final_val, "steps": s["control_steps"],
-            "samples": s["control_steps"] * s["control_batch_size"]}  # fmt: skip
+    return {"start": start["start"], "warmup": warmup, "seed": seed, "initial_test": start["test_accuracy"],
+            "final_test": final_test, "initial_val": start["val_accuracy"], "final_val": final_val,
+            "steps": s["control_steps"], "samples": s["control_steps"] * s["control_batch_size"]}  # fmt: skip

@@ -202,6 +202,7 @@ if GPUS_PER_RUN > 1:
 
 wildcard_constraints:
     task="|".join(map(re.escape, CFG["tasks"])),
+    warmup=r"\d+",
     study="[A-Za-z0-9_]+",
 
 
@@ -221,8 +222,27 @@ def problem_files(task: str) -> dict:
     }
 
 
-def sft_checkpoint(task: str) -> str:
-    return results(layout.SFT_MODEL.format(task=task))
+def sft_checkpoint(task: str, warmup) -> str:
+    return results(layout.SFT_MODEL.format(task=task, warmup=warmup))
+
+
+def warmup_models() -> list:
+    """Every task's warm-up checkpoints (sft.TASK.warmups of each)."""
+    return [
+        sft_checkpoint(task, k)
+        for task in CFG["sft"]
+        if task in CFG["tasks"]
+        for k in range(layout.warmups(CFG, task))
+    ]
+
+
+def starts_files() -> list:
+    """starts.json of each warm-up of each task with starts or supervised controls."""
+    return [
+        results(layout.SFT_STARTS.format(task=task, warmup=k))
+        for task in layout.starts_tasks(CFG)
+        for k in range(layout.warmups(CFG, task))
+    ]
 
 
 def get_sft_inputs(wildcards):
@@ -231,15 +251,15 @@ def get_sft_inputs(wildcards):
 
 
 def run_inputs(run_id: str) -> list:
-    """A run's problem sets and the checkpoint it starts from (its task's warm-up model,
-    the `init` file it names, or nothing for `init: random`)."""
+    """A run's problem sets and the checkpoint it starts from (its warm-up's model, a start
+    of its warm-up, the `init` file it names, or nothing for `init: random`)."""
     settings = RUNS[run_id].settings
     inputs = list(problem_files(settings["task"]).values())
-    task, init = settings["task"], settings["init"]
+    task, init, warmup = settings["task"], settings["init"], settings.get("warmup")
     if layout.is_start(init):  # a start's checkpoint: the starts job writes it
-        inputs.append(results(layout.SFT_STARTS.format(task=task)))
+        inputs.append(results(layout.SFT_STARTS.format(task=task, warmup=warmup)))
     elif init != "random":
-        inputs.append(str(layout.init_checkpoint(RESULTS, task, init)))
+        inputs.append(str(layout.init_checkpoint(RESULTS, task, init, warmup)))
     return inputs
 
 
@@ -255,8 +275,8 @@ def group_outputs(run_ids: list) -> list:
 
 
 def get_gradvar_inputs(wildcards):
-    """The probe reads a task's problem sets and its warm-up model."""
-    return {**problem_files(wildcards.task), "init": sft_checkpoint(wildcards.task)}
+    """The probe reads a task's problem sets and its first warm-up's model."""
+    return {**problem_files(wildcards.task), "init": sft_checkpoint(wildcards.task, 0)}
 
 
 def run_outputs(pattern: str) -> list:
@@ -297,26 +317,17 @@ def get_task_hash(wildcards):
     return config_hash(CFG["tasks"][wildcards.task])
 
 
-STARTS_KEYS = (
-    "starts",
-    "starts_max_steps",
-    "starts_eval_every",
-    "control_steps",
-    "control_batch_size",
-    "control_seeds",
-)
-
-
 def get_sft_hash(wildcards):
-    """The warm-up's own settings (the starts job's keys do not change its checkpoint)."""
-    block = CFG["sft"][wildcards.task]
+    """One warm-up's own settings and its index (the starts job's keys do not change its checkpoint)."""
+    from mathrl.sft import warmup_settings
+
     return config_hash(
-        {key: value for key, value in block.items() if key not in STARTS_KEYS}
+        [warmup_settings(CFG["sft"][wildcards.task]), int(wildcards.warmup)]
     )
 
 
 def get_starts_hash(wildcards):
-    return config_hash(CFG["sft"][wildcards.task])
+    return config_hash([CFG["sft"][wildcards.task], int(wildcards.warmup)])
 
 
 def group_hash(run_ids: list) -> str:

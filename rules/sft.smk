@@ -1,5 +1,5 @@
 rule sft:
-    """Supervised warm-up of a task's model into its accuracy band."""
+    """One of a task's independent supervised warm-ups, trained into its accuracy band."""
     input:
         unpack(get_sft_inputs),
     output:
@@ -24,10 +24,10 @@ rule sft:
 
 
 rule sft_starts:
-    """A task's further starts above its band and the supervised control from each."""
+    """A warm-up's further starts above its band and the supervised control from each."""
     input:
         unpack(get_sft_inputs),
-        init=lambda wildcards: sft_checkpoint(wildcards.task),
+        init=lambda wildcards: sft_checkpoint(wildcards.task, wildcards.warmup),
     output:
         **outputs("sft_starts"),
     log:

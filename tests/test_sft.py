@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 
 from mathrl.cli import main
+from mathrl.sft import first_in_band
 from tests.conftest import TINY, write_config
 
 
@@ -19,15 +21,15 @@ def warm_up(tmp_path, **task):
     path = write_config(tmp_path / "c.yaml", d)
     assert main(["problems", "--config", str(path), "--task", "mul"]) == 0
     assert main(["sft", "--config", str(path), "--task", "mul"]) == 0
-    return json.loads((tmp_path / "results" / "sft" / "mul" / "summary.json").read_text())
+    return json.loads((tmp_path / "results" / "sft" / "mul" / "w0" / "summary.json").read_text())
 
 
 def test_the_band_is_read_on_the_validation_split(tmp_path, capsys):
-    s = warm_up(tmp_path, n_val=20)  # band low 0: the first validation reading stops it
-    first = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("sft mul step 10 | "))
+    s = warm_up(tmp_path, n_val=20)  # band low 0: the first reading enters it, and so does the first stored state
+    first = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("sft mul w0 step 10 | "))
     assert " | at most " in first and "more (max_steps 30;" in first  # how long it may still take, said at once
-    assert s["steps"] == 10 and s["n_val"] == 20 and s["n_test"] == 20
-    assert [h["step"] for h in s["history"]] == [10] and "val_accuracy" in s["history"][0]
+    assert s["steps"] == 5 and s["n_val"] == 20 and s["n_test"] == 20  # back to step 5, fine_every's first state
+    assert [h["step"] for h in s["history"]] == [10, 5] and s["history"][1]["fine"]
     assert 0 <= s["eval_accuracy"] <= 1  # the test set, scored once after the stop
 
 
@@ -50,7 +52,7 @@ def test_starts_and_controls_then_a_run_from_a_start(tmp_path):
     assert main(["problems", "--config", str(path), "--task", "mul"]) == 0
     assert main(["sft", "--config", str(path), "--task", "mul"]) == 0
     assert main(["sft", "--config", str(path), "--task", "mul", "--starts"]) == 0
-    out = tmp_path / "results" / "sft" / "mul" / "starts"
+    out = tmp_path / "results" / "sft" / "mul" / "w0" / "starts"
     s = json.loads((out / "starts.json").read_text())
     assert [x["start"] for x in s["starts"]] == ["start_0", "start_99"] and (out / "start_99.pt").is_file()
     band, far = s["starts"]
@@ -72,7 +74,7 @@ def test_starts_and_controls_then_a_run_from_a_start(tmp_path):
             "batch_size=8", "group_size=4", "eval_every=1", "eval_size=0"]  # fmt: skip
     assert main(argv) == 0
     summary = json.loads((tmp_path / "results" / "runs" / "from_start" / "summary.json").read_text())
-    assert summary["resolved"]["init"].endswith("sft/mul/starts/start_99.pt") and summary["resolved"]["n_eval"] == 20
+    assert summary["resolved"]["init"].endswith("sft/mul/w0/starts/start_99.pt") and summary["resolved"]["n_eval"] == 20
     assert summary["initial"]["eval_accuracy"] == pytest.approx(
         far["val_accuracy"]
     )  # the checkpoint, on the validation split
@@ -87,7 +89,7 @@ def test_a_warm_up_by_hand_runs_on_the_pipelines_thread_count(tmp_path, monkeypa
 
     seen = []
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # a launcher's share would stand instead
-    monkeypatch.setattr(mathrl.sft, "run_sft", lambda cfg, task, out: seen.append(torch.get_num_threads()))
+    monkeypatch.setattr(mathrl.sft, "run_sft", lambda cfg, task, out, k: seen.append(torch.get_num_threads()))
     d = copy.deepcopy(TINY)
     d["results"] = str(tmp_path / "results")
     before = torch.get_num_threads()
@@ -132,3 +134,74 @@ def test_the_controls_answer_only_loss_is_the_warm_ups_loss(task_name):
     for g_full, g_answers in zip(grads_full, grads_answers, strict=True):
         assert torch.allclose(g_answers, g_full, rtol=1e-4, atol=1e-7)
     assert any(g.abs().max() > 0 for g in grads_full)  # the comparison is not of zeros
+
+
+def test_the_warm_up_goes_back_to_the_first_stored_state_in_the_band():
+    """Of the states kept since the last reading, the first in the band is where the warm-up ends; later ones are
+    never measured, and none in the band leaves the reading's own state."""
+    measured = []
+
+    def accuracy(state):
+        measured.append(state["step"])
+        return state["acc"]
+
+    states = [(s, {"step": s, "acc": a}) for s, a in ((5, 0.1), (10, 0.25), (15, 0.31), (20, 0.4))]
+    step, state, acc = first_in_band(states, accuracy, 0.3)
+    assert (step, acc) == (15, 0.31) and measured == [5, 10, 15]
+    assert first_in_band(states[:2], accuracy, 0.3) is None
+
+
+def multi_warm_up_config(tmp_path, **sft) -> Path:
+    d = copy.deepcopy(TINY)
+    d["results"] = str(tmp_path / "results")
+    d["tasks"]["mul"]["n_val"] = 20
+    d["sft"]["mul"] = {"preset": "small", "max_steps": 40, "eval_every": 10, "fine_every": 5, "band": [0.99, 1.0],
+                       "device": "cpu", "warmups": 2, **sft}  # fmt: skip
+    path = write_config(tmp_path / "c.yaml", d)
+    assert main(["problems", "--config", str(path), "--task", "mul"]) == 0
+    return path
+
+
+def test_each_warm_up_is_seeded_apart_and_a_run_starts_from_its_seeds(tmp_path):
+    path = multi_warm_up_config(tmp_path)
+    assert main(["sft", "--config", str(path), "--task", "mul"]) == 0  # both warm-ups, one after the other
+    root = tmp_path / "results" / "sft" / "mul"
+    s0, s1 = (json.loads((root / f"w{k}" / "summary.json").read_text()) for k in (0, 1))
+    assert (s0["warmup"], s0["seed"], s1["warmup"], s1["seed"]) == (0, 0, 1, 1)
+    assert (root / "w0" / "model.pt").read_bytes() != (root / "w1" / "model.pt").read_bytes()
+    assert not (root / "w0" / "snapshot.pt").exists()  # the checkpoint is written: nothing left to resume
+    argv = ["train", "--config", str(path), "--run-id", "odd", "task=mul", "seed=3", "steps=1", "batch_size=8",
+            "group_size=4", "eval_every=1", "eval_size=0"]  # fmt: skip
+    assert main(argv) == 0
+    summary = json.loads((tmp_path / "results" / "runs" / "odd" / "summary.json").read_text())
+    assert summary["config"]["warmup"] == 1 and summary["resolved"]["init"].endswith("sft/mul/w1/model.pt")
+    assert main(["sft", "--config", str(path), "--task", "mul", "--warmup", "2"]) == 2  # no third warm-up
+
+
+def test_a_killed_warm_up_resumes_to_the_same_checkpoint(tmp_path, monkeypatch):
+    """A warm-up snapshots itself at each reading: stopped after its second, the same command resumes there and ends
+    on the checkpoint an uninterrupted warm-up ends on, bit for bit."""
+    import mathrl.sft
+
+    path = multi_warm_up_config(tmp_path, warmups=1)
+    assert main(["sft", "--config", str(path), "--task", "mul"]) == 0
+    w0 = tmp_path / "results" / "sft" / "mul" / "w0"
+    whole = (w0 / "model.pt").read_bytes()
+    for name in ("model.pt", "summary.json"):
+        (w0 / name).unlink()
+    saves, save = [], mathrl.sft.Warmup.save
+
+    def killed_after_two(self):
+        save(self)
+        saves.append(self.step)
+        if len(saves) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(mathrl.sft.Warmup, "save", killed_after_two)
+    assert main(["sft", "--config", str(path), "--task", "mul"]) == 130  # Ctrl-C's exit status
+    assert saves == [10, 20] and (w0 / "snapshot.pt").is_file() and not (w0 / "model.pt").exists()
+    monkeypatch.setattr(mathrl.sft.Warmup, "save", save)
+    assert main(["sft", "--config", str(path), "--task", "mul"]) == 0
+    assert (w0 / "model.pt").read_bytes() == whole
+    summary = json.loads((w0 / "summary.json").read_text())
+    assert [h["step"] for h in summary["history"]] == [10, 20, 30, 40]
