@@ -28,6 +28,7 @@ definition of `config/config.schema.yaml`; docs/ARCHITECTURE.md shows a claim en
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
@@ -45,6 +46,8 @@ from mathrl.verdict import (
     Claim,
     Estimate,
     Verdict,
+    between_share,
+    cluster_means,
     correlation_interval,
     difference,
     distance_to_pass,
@@ -67,7 +70,9 @@ COLUMNS = ["claim_id", "kind", "source", "statement", "outcome", "difference", "
            "p_holm",
            "p_bh", "engaged", "failure_established", "reason"]  # fmt: skip
 EXTRA = ["section", "part", "measure", "expected", "margin", "unit", "design", "n_a", "n_b", "sd", "effect_size", "mde",
-         "effect_target", "seeds_needed", "note", "checks", "outcome_unadjusted", "p_null", "p_test"]  # fmt: skip
+         "effect_target", "seeds_needed", "note", "checks", "outcome_unadjusted", "p_null", "p_test", "n_of", "runs",
+         "warmups", "between_share"]  # fmt: skip
+WARMUP = "warmup"  # the column naming the warm-up a run started from: the unit of replication of a claim on the GPT
 BY_CONSTRUCTION = ("nothing varied across seeds (a zero-width interval, or every run the same outcome against 0): the "
                    "result "
                    "is likely fixed by construction of the setup rather than a finding")  # fmt: skip
@@ -289,6 +294,16 @@ class Arm:
         keys = self.rows[k] if k in self.rows and self.rows[k].is_unique else range(len(self.rows))
         return {k: float(x) for k, x in zip(keys, v) if x == x}
 
+    def clusters(self) -> dict:
+        """{key of `values`: the warm-up its run started from} where the table has a `warmup` column (a run from a
+        random policy, NaN there, is a cluster of its own); empty where it has none (the bandit's seeds)."""
+        if self.rows.empty or WARMUP not in self.rows:
+            return {}
+        k = self.key
+        keys = self.rows[k] if k in self.rows and self.rows[k].is_unique else range(len(self.rows))
+        warmups = pd.to_numeric(self.rows[WARMUP], errors="coerce")
+        return {k: (None if w != w else int(w)) for k, w in zip(keys, warmups)}
+
 
 def resolve_role(cfg: dict, experiment: str | None, role: str) -> dict:
     """A role of an experiment as a filter: its variant, or the grid point `key=value` it names."""
@@ -344,6 +359,63 @@ def _plain(x):
     if isinstance(x, (float, np.floating)) and float(x).is_integer():
         return int(x)
     return x.item() if isinstance(x, np.generic) else x
+
+
+# ----------------------------------------------------------------------------- replication
+@dataclass(frozen=True)
+class Replication:
+    """What a claim's estimate is replicated over: the arms' values per unit (a warm-up's mean over its RL seeds,
+    or a seed's or run's own value), the comparison made on them, and the units' description."""
+
+    a: dict
+    b: dict
+    compare: str
+    n_of: str  # warm-ups | seeds | runs
+    runs: int  # the runs behind the values (arm a's, or the pairs')
+    warmups: float  # the distinct warm-ups behind them (NaN without any)
+    between: float  # the share of the runs' variance between warm-ups (NaN where not estimable)
+
+
+def paired_keys(a: dict, b: dict, paired: bool | None) -> list | None:
+    """The keys two arms are paired on (as `verdict.difference` decides), None where they are not paired."""
+    common = set(a) & set(b)
+    if paired is False or not b:
+        return None
+    if paired or (len(common) >= 2 and common in (set(a), set(b))):
+        return sorted(common, key=str)
+    return None
+
+
+def replicate(spec: ClaimSpec, a: dict, b: dict, ca: dict, cb: dict) -> Replication:
+    """The values a claim's statistics run on. Where the runs started from warm-ups (`ca`, `cb`: each key's warm-up),
+    the warm-up is the unit of replication: each arm's values are averaged over the runs of a warm-up (paired
+    designs: the per-key pairs, then their means per warm-up), so the interval counts the variation between
+    warm-ups that a rerun would draw anew, and n counts warm-ups. A rate becomes the share per warm-up, compared
+    by t over warm-ups. Without warm-ups (the bandit's seeds, runs from a random policy alone) the values are
+    returned as they are."""
+    rate = spec.compare == "rate"
+    if rate:
+        a, b = ({k: float(x > 0) for k, x in arm.items()} for arm in (a, b))
+    kind = "runs" if rate else "seeds"
+    real = {w for w in (*ca.values(), *cb.values()) if w is not None}
+    if not real:
+        return Replication(a, b, spec.compare, kind, len(a), math.nan, math.nan)
+    if len(real) == 1 and None not in (*ca.values(), *cb.values()):  # every run from one warm-up: seeds given it
+        return Replication(a, b, spec.compare, f"{kind}, one warm-up", len(a), 1.0, math.nan)
+    keys = paired_keys(a, b, spec.paired) if spec.compare in ("difference", "relative", "rate") else None
+    if keys is not None:
+        a, b = {k: a[k] for k in keys}, {k: b[k] for k in keys}
+        cb = {k: ca.get(k) for k in keys}  # a pair is one run of each arm from the same warm-up
+        spread = {k: a[k] - b[k] for k in keys}
+    else:
+        spread = a
+    if spec.compare == "correlation":  # averaged on Fisher's z, where a mean of correlations is meaningful
+        za = cluster_means(dict(zip(a, fisher_z(a))), ca)
+        ma, mb = {c: float(np.tanh(z)) for c, z in za.items()}, {}
+    else:
+        ma, mb = cluster_means(a, ca), cluster_means(b, cb) if b else {}
+    compare = ("difference" if b else "one_sample") if rate else spec.compare
+    return Replication(ma, mb, compare, "warm-ups", len(spread), float(len(real)), between_share(spread, ca))
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -487,7 +559,8 @@ def run_check(
     where = arms.get(check.arm) if isinstance(check.arm, str) else check.arm
     if df is None or df.empty or where is None:
         return None, f"{check.label} not measured: no data"
-    vals = select(df, {**where, "measure": check.measure}, cfg, spec).values()
+    arm = select(df, {**where, "measure": check.measure}, cfg, spec)
+    vals = arm.values()
     for against, combine in (
         (check.ratio_to, lambda v, o: v / o if o else math.nan),
         (check.minus_to, lambda v, o: v - o),
@@ -497,6 +570,8 @@ def run_check(
             other = select(df, {**o_where, "measure": check.measure}, cfg, spec).values()
             vals = {k: combine(v, other[k]) for k, v in vals.items() if k in other}
             vals = {k: v for k, v in vals.items() if v == v}
+    if check.stat in ("ci_low", "ci_high"):  # an interval over the unit of replication (a warm-up's runs' mean)
+        vals = cluster_means(vals, arm.clusters())
     x = list(vals.values())
     if not x:
         return None, f"{check.label} not measured: {check.text or check.measure} has no values"
@@ -540,7 +615,9 @@ def judge_claim(spec: ClaimSpec, tables: Mapping[str, pd.DataFrame], cfg: dict) 
         return {**base, **_row(v, math.nan, [])}
     statement, measure_text = (_arm_values(x, a, b) for x in (spec.statement, claim.measure))
     claim = Claim(claim.key, statement, measure_text, claim.kind, claim.direction, claim.size, claim.margin, claim.unit)
-    est, note = estimate(spec, a.values(), b.values() if b else {})
+    rep = replicate(spec, a.values(), b.values() if b else {}, a.clusters(), b.clusters() if b else {})
+    spec = dataclasses.replace(spec, compare=rep.compare)  # a rate over warm-ups is compared by t on their shares
+    est, note = estimate(spec, rep.a, rep.b)
     if est is not None and spec.compare != "point" and est.exact:
         est = est.as_exact()
     results = [(c, *run_check(c, spec, tables, cfg, arms)) for c in spec.checks]
@@ -555,14 +632,15 @@ def judge_claim(spec: ClaimSpec, tables: Mapping[str, pd.DataFrame], cfg: dict) 
     else:
         v = Verdict(claim, est)
     if spec.compare == "rate" and v.outcome == "inconclusive":
-        v.seeds = rate_seeds_needed(*_rates_to_detect(spec, a.values(), b.values() if b else {}), one_sample=not b)
+        v.seeds = rate_seeds_needed(*_rates_to_detect(spec, rep.a, rep.b), one_sample=not b)
         if v.seeds != v.seeds:
             v.reason += "; the rates are equal and the document states no size, so no number of runs can be given"
-    if spec.kind in ("document", "beyond", "reference") and _degenerate(spec, est, a.values()):
+    if spec.kind in ("document", "beyond", "reference") and _degenerate(spec, est, rep.a):
         note = "; ".join(x for x in (note, BY_CONSTRUCTION) if x)
     v.note = "; ".join(x for x in (spec.note, note) if x)
-    test = deciding_p(spec, claim, v.est, v.outcome, a.values(), b.values() if b else {})
-    return {**base, "statement": statement, **_row(v, test["p_value"], results), **test}
+    test = deciding_p(spec, claim, v.est, v.outcome, rep.a, rep.b)
+    units = {"n_of": rep.n_of, "runs": rep.runs, "warmups": rep.warmups, "between_share": rep.between}
+    return {**base, "statement": statement, **_row(v, test["p_value"], results), **test, **units}
 
 
 def _degenerate(spec: ClaimSpec, est: Estimate | None, a: dict) -> bool:

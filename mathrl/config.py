@@ -30,6 +30,7 @@ import jsonschema
 import yaml
 
 from mathrl.errors import ConfigError  # re-exported: callers import it from here
+from mathrl.layout import warmup_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = ROOT / "config" / "config.schema.yaml"
@@ -422,6 +423,12 @@ def check_train(cfg: dict, settings: dict, where: str, world_size: int = 1) -> N
             f"{where}.task: {settings['task']!r} is not a task{_suggest(settings['task'], cfg['tasks'])}; "
             f"allowed: {', '.join(cfg['tasks'])}"
         )
+    sft, warmup = (cfg.get("sft") or {}).get(settings["task"]) or {}, settings.get("warmup")
+    if warmup is not None and warmup >= sft.get("warmups", 1):
+        raise ConfigError(
+            f"{where}.warmup: {warmup} is not a warm-up of task {settings['task']} (sft.{settings['task']}.warmups is "
+            f"{sft.get('warmups', 1)}); allowed: 0..{sft.get('warmups', 1) - 1} or null"
+        )
     unit = settings["group_size"] * world_size
     if settings["batch_size"] % unit:
         raise ConfigError(
@@ -485,13 +492,16 @@ def _fmt(value: Any) -> str:
 
 def run_settings(cfg: dict, explicit: dict) -> dict:
     """Train defaults, then the chosen algorithm's preset, then the explicit settings; `lr`
-    is then multiplied by `lr_scale` (so the settings hold the LR the run trains with)."""
+    is then multiplied by `lr_scale` (so the settings hold the LR the run trains with), and `warmup`
+    resolved to the seed's warm-up (so the settings name the checkpoint the run starts from)."""
     algorithm = explicit.get("algorithm", cfg["train"]["algorithm"])
     preset = cfg.get("algorithms", {}).get(algorithm, {})
     settings = {**cfg["train"], **preset, **explicit}
     scale, lr = settings.get("lr_scale", 1.0), settings.get("lr")
     if scale != 1.0 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (scale, lr)):
         settings["lr"] = lr * scale  # (a malformed value is left for the schema check to name)
+    if settings.get("warmup") is None and settings.get("task") in (cfg.get("sft") or {}):
+        settings["warmup"] = warmup_of(cfg, settings)  # the seed's warm-up, recorded (None from a random policy)
     return settings
 
 

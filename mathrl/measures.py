@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from mathrl.results import Run, collapsed, max_drawdown, roughness
+from mathrl.results import Run, collapsed, max_drawdown, roughness, warmup
 
 WINDOW = 5  # steps averaged for the start or end of a per-step metric (at most half a run)
 
@@ -142,8 +142,15 @@ def run_measures(runs: dict[str, Run]) -> pd.DataFrame:
         if not run.ok:
             continue
         spec = run.spec
-        row = {"run_id": run_id, "experiment": spec.experiment, "variant": spec.variant or "", "seed": spec.seed,
-               **{k: v for k, v in spec.point.items()}, "task": run.settings.get("task", "")}  # fmt: skip
+        row = {
+            "run_id": run_id,
+            "experiment": spec.experiment,
+            "variant": spec.variant or "",
+            "seed": spec.seed,
+            "warmup": warmup(run),
+            **{k: v for k, v in spec.point.items()},
+            "task": run.settings.get("task", ""),
+        }
         for name, (_, fn) in MEASURES.items():
             try:
                 row[name] = fn(run)

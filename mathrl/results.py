@@ -77,6 +77,13 @@ class Run:
         return self._evals.copy()
 
 
+def warmup(run: Run) -> float:
+    """The warm-up a run started from (its resolved `warmup` setting): the unit its verdicts are replicated over;
+    NaN for a run from a random policy or one recorded before runs named their warm-up."""
+    w = run.settings.get("warmup")
+    return math.nan if w is None else int(w)
+
+
 def progress_of(cfg: dict, spec: RunSpec) -> str:
     """How far a run is, from its files alone (no snapshot is read): `done`, `partial` (a
     snapshot, no result yet), `failed` (a result that does not read), `stale` (a result of
@@ -148,7 +155,17 @@ def aggregate_inputs(cfg: dict, runs: dict | None = None) -> dict[str, list[str]
         "metrics": [str(layout.path(res, layout.RUN_METRICS, run_id=run_id)) for run_id in runs],
         "bandit": [str(layout.path(res, layout.BANDIT, study=study)) for study in BANDIT_STUDIES],
         "gradvar": [str(layout.path(res, layout.GRADVAR, task=task)) for task in cfg["gradvar"]["tasks"]],
-        "starts": [str(layout.path(res, layout.SFT_STARTS, task=task)) for task in layout.starts_tasks(cfg)],
+        "starts": [
+            str(layout.path(res, layout.SFT_STARTS, task=task, warmup=k))
+            for task in layout.starts_tasks(cfg)
+            for k in range(layout.warmups(cfg, task))
+        ],
+        "warmups": [
+            str(layout.path(res, layout.SFT_SUMMARY, task=task, warmup=k))
+            for task in cfg["sft"]
+            if task in cfg["tasks"]
+            for k in range(layout.warmups(cfg, task))
+        ],
     }
 
 
@@ -238,7 +255,7 @@ def run_index(runs: dict[str, Run]) -> pd.DataFrame:
         s, spec = run.settings, run.spec
         row = {
             "run_id": run_id, "experiment": spec.experiment, "variant": spec.variant or "",
-            "point": ";".join(f"{k}={v}" for k, v in spec.point.items()), "seed": spec.seed,
+            "point": ";".join(f"{k}={v}" for k, v in spec.point.items()), "seed": spec.seed, "warmup": warmup(run),
             "task": s["task"], "algorithm": s["algorithm"], "batch_size": s["batch_size"], "lr": s["lr"],
             "kl_coef": s["kl_coef"], "grad_clip": s["grad_clip"], "steps": s["steps"], "status": run.status,
             "initial_eval": math.nan, "final_eval": math.nan, "best_eval": math.nan, "best_step": math.nan,

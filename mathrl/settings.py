@@ -28,7 +28,9 @@ class RunSettings:
     task: str
     algorithm: str
     init: str | None
+    warmup: int | None
     steps: int
+    train_subset: int
     batch_size: int
     group_size: int
     micro_batch_size: int

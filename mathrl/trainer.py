@@ -136,6 +136,8 @@ class Trainer:
             if not path.is_file():
                 raise ConfigError(f"task {s.task}: {path} is missing (run `mathrl problems` first)")
         self.train_pairs = read_problems(files["train"], self.task)
+        if s.train_subset:  # a training set too small for the task (the collapse analysis's data problem)
+            self.train_pairs = self.train_pairs[: s.train_subset]
         # the held-out test set, or the validation split that selects settings
         test = read_problems(files[s.eval_split], self.task)
         if not len(test):
@@ -148,7 +150,7 @@ class Trainer:
             policy, self.init_meta = GPT(gpt_config(cfg["sft"][s.task]["preset"], VOCAB_SIZE, self.task.seq_len)), {}
             self.init_path = "random"
         else:
-            self.init_path = init_checkpoint(cfg["results"], s.task, s.init)
+            self.init_path = init_checkpoint(cfg["results"], s.task, s.init, s.warmup)
             policy, self.init_meta = load_policy(self.init_path)
         # What the run started from: a snapshot trained from another checkpoint is not this run.
         self.init_sha256 = ("random" if self.init_path == "random"

@@ -204,6 +204,40 @@ def relative_difference(a, b, paired: bool | None = None) -> Estimate:
     return Estimate(r, r - half, r + half, d.n, d.kind, d.n_a, d.n_b, d.sd / abs(m), se, df)
 
 
+# ----------------------------------------------------------------------------- replication
+def cluster_means(values: Mapping, clusters: Mapping) -> dict:
+    """{cluster: the mean of its values}: the unit of replication's own value (a warm-up's, over the RL seeds that
+    started from it). A key with no cluster (None, NaN) is a cluster of its own, named ("key", key)."""
+    groups: dict = {}
+    for key, value in _values(values).items():
+        c = clusters.get(key)
+        c = ("key", key) if c is None or c != c else c
+        groups.setdefault(c, []).append(value)
+    return {c: float(np.mean(v)) for c, v in groups.items()}
+
+
+def between_share(values: Mapping, clusters: Mapping) -> float:
+    """The share of the variance of `values` that lies between clusters: the one-way random-effects ANOVA's
+    intraclass correlation ICC(1) = s_b² / (s_b² + s_w²), with s_w² the mean square within clusters and
+    s_b² = (MSB − MSW) / n0 (n0: the cluster size, adjusted for unequal sizes), held in [0, 1]. NaN where no cluster
+    holds two values (nothing within to compare with) or there are fewer than two clusters."""
+    groups: dict = {}
+    for key, value in _values(values).items():
+        c = clusters.get(key)
+        groups.setdefault(("key", key) if c is None or c != c else c, []).append(value)
+    sizes = np.array([len(g) for g in groups.values()], dtype=float)
+    g, n = len(groups), float(sizes.sum())
+    if g < 2 or n - g < 1 or not (sizes > 1).any():
+        return math.nan
+    grand = np.mean([x for v in groups.values() for x in v])
+    msb = sum(len(v) * (np.mean(v) - grand) ** 2 for v in groups.values()) / (g - 1)
+    msw = sum(((np.array(v) - np.mean(v)) ** 2).sum() for v in groups.values()) / (n - g)
+    n0 = (n - (sizes**2).sum() / n) / (g - 1)
+    s_b = max((msb - msw) / n0, 0.0)
+    total = s_b + msw
+    return float(s_b / total) if total > 0 else math.nan
+
+
 def wilson(k: int, n: int) -> tuple[float, float]:
     """95% Wilson score interval of a rate k/n (NaN for n = 0)."""
     if not n:

@@ -161,7 +161,7 @@ def write_tree(cfg: dict) -> dict[str, str]:
                          "max_abs_gradient": 0.1, "relative": 2e-8}})  # fmt: skip
     for task, acc in (("add", 0.45), ("mul", 0.38), ("add1", 0.97)):
         band = cfg["sft"][task]["band"]
-        write_json(cfg, f"sft/{task}/summary.json", {
+        write_json(cfg, f"sft/{task}/w0/summary.json", {
             "settings": {"preset": cfg["sft"][task]["preset"]}, "model": {"n_layer": 2, "n_head": 4, "n_embd": 128},
             "n_params": 400256, "steps": 425, "eval_accuracy": acc, "band": band, "in_band": band[0] <= acc <= band[1],
             "wall_seconds": 12.5})  # fmt: skip

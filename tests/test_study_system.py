@@ -64,7 +64,7 @@ def results(cfg):
 def build(cfg):
     for (task, algorithm, seed), evals in EVALS.items():
         write_run(cfg, run_id(task, algorithm, seed), rows(evals, 1.0 + seed), evals[0])
-    write_json(cfg, "sft/add/summary.json", {
+    write_json(cfg, "sft/add/w0/summary.json", {
         "settings": {"preset": "small"}, "model": {"n_layer": 2, "n_head": 4, "n_embd": 128},
         "n_params": 400256, "steps": 425, "eval_accuracy": 0.464, "band": [0.3, 0.6], "in_band": True,
         "wall_seconds": 12.0})  # fmt: skip
@@ -294,7 +294,7 @@ def starts_tables(tmp_path_factory):
     cfg = load_config(write_config(tmp_path / "config.yaml", d))
     for (variant, seed), evals in FROM.items():
         write_run(cfg, f"system__{variant}__s{seed}", rows(evals, 1.0), evals[0])
-    write_json(cfg, "sft/add/starts/starts.json", STARTS)
+    write_json(cfg, "sft/add/w0/starts/starts.json", STARTS)
     return with_claims(cfg, system.tables(Context(cfg)))
 
 

@@ -72,10 +72,22 @@ def pilot_table(ctx) -> pd.DataFrame:
     ref_lr = {r.removeprefix("reference_"): lr[v] for r, v in roles.items() if r.startswith("reference_") and v in lr}
     for r in runs:
         s, gain = r.settings, gain_row(r)
-        rows.append({"variant": r.spec.variant, "seed": r.spec.seed, "task": s["task"], "batch_size": s["batch_size"],
-                     "lr": s["lr"], "multiple": s["lr"] / ref_lr.get(s["task"], NAN), "steps": s["steps"],
-                     "split": s.get("eval_split", "test"), "status": r.status, **gain,
-                     "learns": learns(gain["gain_lo"], bool(gain["sustained_drop"])) if r.ok else None})  # fmt: skip
+        rows.append(
+            {
+                "variant": r.spec.variant,
+                "seed": r.spec.seed,
+                "warmup": kit.warmup(r),
+                "task": s["task"],
+                "batch_size": s["batch_size"],
+                "lr": s["lr"],
+                "multiple": s["lr"] / ref_lr.get(s["task"], NAN),
+                "steps": s["steps"],
+                "split": s.get("eval_split", "test"),
+                "status": r.status,
+                **gain,
+                "learns": learns(gain["gain_lo"], bool(gain["sustained_drop"])) if r.ok else None,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -120,10 +132,21 @@ def all_gains(ctx) -> pd.DataFrame:
     for run_id, r in ctx.runs.items():
         if r.ok and not r.spec.same_as:
             g = gain_row(r)
-            rows.append({"run_id": run_id, "experiment": r.spec.experiment, "setting": setting(r.spec),
-                         "seed": r.spec.seed, "task": r.settings["task"], "start": g["start"], "final": g["final"],
-                         "gain": g["gain"], "below": bool(g["gain"] < -DROP),
-                         "above": bool(g["gain"] > DROP)})  # fmt: skip
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "experiment": r.spec.experiment,
+                    "setting": setting(r.spec),
+                    "seed": r.spec.seed,
+                    "warmup": kit.warmup(r),
+                    "task": r.settings["task"],
+                    "start": g["start"],
+                    "final": g["final"],
+                    "gain": g["gain"],
+                    "below": bool(g["gain"] < -DROP),
+                    "above": bool(g["gain"] > DROP),
+                }
+            )
     return pd.DataFrame(rows)
 
 

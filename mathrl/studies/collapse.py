@@ -58,8 +58,15 @@ def five_points(evals: pd.DataFrame, steps: int) -> pd.DataFrame:
 def run_stats(run, role: str) -> dict:
     """One run's outcome; a run without a result keeps NaN statistics (never invented)."""
     spec, settings = run.spec, run.settings
-    row = {"variant": spec.variant, "role": role, "seed": spec.seed, "run_id": spec.run_id, "status": run.status,
-           "algorithm": settings["algorithm"]}  # fmt: skip
+    row = {
+        "variant": spec.variant,
+        "role": role,
+        "seed": spec.seed,
+        "warmup": kit.warmup(run),
+        "run_id": spec.run_id,
+        "status": run.status,
+        "algorithm": settings["algorithm"],
+    }
     if not run.ok:
         return row
     m, e, half, initial = run.metrics, run.evals, settings["steps"] / 2, run.initial_eval
@@ -157,7 +164,7 @@ def nonfinite_table(runs) -> pd.DataFrame:
     without a result keeps NaN for everything it did not get to measure."""
     rows = []
     for r in runs:
-        row = {"run_id": r.spec.run_id, "seed": r.spec.seed, "status": r.status}
+        row = {"run_id": r.spec.run_id, "seed": r.spec.seed, "warmup": kit.warmup(r), "status": r.status}
         if r.ok:
             m, final = r.metrics, r.summary["final"]["eval_accuracy"]
             hits = m.loc[m["skipped"].fillna(0) > 0, "step"]

@@ -60,7 +60,15 @@ def fit_runs(runs) -> pd.DataFrame:
     for exp, name, run in runs:
         if run.spec.trained_as not in fits:
             fits[run.spec.trained_as] = run_fit(run)
-        rows.append({"experiment": exp, "setting": name, "seed": run.spec.seed, **fits[run.spec.trained_as]})
+        rows.append(
+            {
+                "experiment": exp,
+                "setting": name,
+                "seed": run.spec.seed,
+                "warmup": kit.warmup(run),
+                **fits[run.spec.trained_as],
+            }
+        )
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 

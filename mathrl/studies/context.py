@@ -41,9 +41,14 @@ class Context:
         path = layout.at(self.cfg, layout.GRADVAR, task=task)
         return json.loads(path.read_text()) if path.exists() else None
 
-    def sft(self, task: str) -> dict | None:
-        path = layout.at(self.cfg, layout.SFT_SUMMARY, task=task)
+    def sft(self, task: str, warmup: int = 0) -> dict | None:
+        path = layout.at(self.cfg, layout.SFT_SUMMARY, task=task, warmup=warmup)
         return json.loads(path.read_text()) if path.exists() else None
+
+    def warmups(self, task: str) -> list[dict]:
+        """The summaries of a task's warm-ups that exist, in warm-up order."""
+        found = (self.sft(task, k) for k in range(layout.warmups(self.cfg, task)))
+        return [summary for summary in found if summary is not None]
 
 
 MADE_WITH = "config.json"  # beside the tables: the hash of the config `mathrl aggregate` read

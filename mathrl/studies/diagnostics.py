@@ -48,7 +48,10 @@ def ok_runs(ctx):
     for exp in ctx.cfg.get("experiments", {}):
         for run in ctx.experiment(exp):
             if run.ok:
-                yield {"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed}, run
+                yield (
+                    {"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "warmup": kit.warmup(run)},
+                    run,
+                )
 
 
 def bootstrap_mean(x: np.ndarray) -> tuple[float, float]:
@@ -131,8 +134,17 @@ def adv_scaling_runs(ctx) -> pd.DataFrame:
         is_add = ctx.cfg["tasks"].get(run.settings.get("task"), {}).get("op") == "add"
         h["carries"] = dx.carries(h["a"], h["b"]) if is_add else -1  # carries are addition's measure of difficulty
         for c, g in [("all", h), *h.groupby("carries")]:
-            rows.append({"setting": setting(run.spec), "seed": run.spec.seed, "carries": str(c), "problems": len(g),
-                         "initial": float(g["initial"].mean()), "final": float(g["final"].mean())})  # fmt: skip
+            rows.append(
+                {
+                    "setting": setting(run.spec),
+                    "seed": run.spec.seed,
+                    "warmup": kit.warmup(run),
+                    "carries": str(c),
+                    "problems": len(g),
+                    "initial": float(g["initial"].mean()),
+                    "final": float(g["final"].mean()),
+                }
+            )
     df = pd.DataFrame(rows, columns=["setting", "seed", "carries", "problems", "initial", "final"])
     return df.assign(gain=df["final"] - df["initial"])
 

@@ -49,9 +49,17 @@ def per_run(ctx) -> pd.DataFrame:
         for run in ctx.experiment(exp):
             e = run.evals["eval_accuracy"]
             values = [e.iloc[0], e.iloc[-1], e.iloc[1:].max(), e.iloc[-1] - e.iloc[0]] if run.ok else [math.nan] * 4
-            rows.append({"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "status": run.status,
-                         "eval_size": kit.n_evaluated(run) or math.nan,
-                         **dict(zip(VALUES, map(float, values)))})  # fmt: skip
+            rows.append(
+                {
+                    "experiment": exp,
+                    "setting": setting(run.spec),
+                    "seed": run.spec.seed,
+                    "warmup": kit.warmup(run),
+                    "status": run.status,
+                    "eval_size": kit.n_evaluated(run) or math.nan,
+                    **dict(zip(VALUES, map(float, values))),
+                }
+            )
     return pd.DataFrame(rows, columns=["experiment", "setting", "seed", "status", "eval_size", *VALUES])
 
 

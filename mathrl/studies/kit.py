@@ -21,7 +21,7 @@ from scipy import stats  # noqa: E402
 from mathrl.config import ROOT, point_label, read_yaml  # noqa: E402
 from mathrl.errors import ConfigError  # noqa: E402
 from mathrl.layout import DOCUMENTS_FILE  # noqa: E402
-from mathrl.results import mean_spread  # noqa: E402
+from mathrl.results import mean_spread, warmup  # noqa: E402
 from mathrl.verdict import CONFIDENCE, Estimate, difference, sentence, wilson  # noqa: E402
 
 NAN = math.nan
@@ -413,8 +413,11 @@ def held_out(run) -> dict:
 def arm_runs(runs, roles: dict, values, columns: list[str]) -> pd.DataFrame:
     """Per run of (variant, run) pairs: its setting, roles and seed, then `values(run)` (a dict) in `columns`."""
     names = joined_roles(roles)
-    rows = [{"setting": name, "role": names.get(name, ""), "seed": run.spec.seed, **values(run)} for name, run in runs]
-    return pd.DataFrame(rows, columns=["setting", "role", "seed", *columns])
+    rows = [
+        {"setting": name, "role": names.get(name, ""), "seed": run.spec.seed, "warmup": warmup(run), **values(run)}
+        for name, run in runs
+    ]
+    return pd.DataFrame(rows, columns=["setting", "role", "seed", "warmup", *columns])
 
 
 def n_evaluated(run) -> int:

@@ -281,8 +281,17 @@ def gpt_runs(ctx) -> pd.DataFrame:
     updates where the arms run the same steps), entropy_equal_samples at `equal_samples_step`
     with a budget of steps x batch_size rollouts (equal samples). Sampled accuracy and the
     training reward, which one batch measures noisily, are means over GPT_WINDOW steps."""
-    rows = [{"run_id": run.spec.run_id, "variant": run.spec.variant or "", "seed": run.spec.seed, "status": run.status,
-             **(gpt_values(run) if run.ok else {})} for run in ctx.experiment(EXPERIMENT)]  # fmt: skip
+    rows = [
+        {
+            "run_id": run.spec.run_id,
+            "variant": run.spec.variant or "",
+            "seed": run.spec.seed,
+            "warmup": kit.warmup(run),
+            "status": run.status,
+            **(gpt_values(run) if run.ok else {}),
+        }
+        for run in ctx.experiment(EXPERIMENT)
+    ]
     return pd.DataFrame(rows).reindex(columns=["run_id", "variant", "seed", "status", *GPT_VALUES])
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pandas as pd
 
 from mathrl.mismatch import METRICS as MISMATCH
-from mathrl.results import mean_spread
+from mathrl.results import mean_spread, warmup
 from mathrl.studies.kit import COLORS, add_intervals, over_seeds, placeholder, plt
 from mathrl.verdict import difference
 
@@ -44,9 +44,18 @@ def run_row(run) -> dict:
     m = run.metrics.reindex(columns=[*MISMATCH, "sample_seconds", "update_seconds"])  # NaN where a column is absent
     m.columns = [c.removeprefix("mismatch_") for c in m.columns]
     initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
-    return {"setting": variant(run), "seed": run.spec.seed, "steps": len(m), **{c: float(m[c].mean()) for c in m},
-            "logp_diff_max": float(m["logp_diff_max"].max()), "ess_min": float(m["ess"].min()),
-            "initial": initial, "final": final, "gain": final - initial}  # fmt: skip
+    return {
+        "setting": variant(run),
+        "seed": run.spec.seed,
+        "warmup": warmup(run),
+        "steps": len(m),
+        **{c: float(m[c].mean()) for c in m},
+        "logp_diff_max": float(m["logp_diff_max"].max()),
+        "ess_min": float(m["ess"].min()),
+        "initial": initial,
+        "final": final,
+        "gain": final - initial,
+    }
 
 
 def accuracy_differences(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:

@@ -110,10 +110,19 @@ def document_columns(df: pd.DataFrame, names: list[str], facts: list) -> None:
 def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
     if not runs:
         return {}
-    rows = pd.DataFrame([{"batch_size": r.settings["batch_size"], "lr": r.settings["lr"], "seed": r.spec.seed,
-                          **measures(r), **kit.measured(r, entropy_end=entropy_end,
-                                                        reward_gain=lambda r: reward_end(r) - reward_start(r))}
-                         for r in runs])  # fmt: skip
+    rows = pd.DataFrame(
+        [
+            {
+                "batch_size": r.settings["batch_size"],
+                "lr": r.settings["lr"],
+                "seed": r.spec.seed,
+                "warmup": kit.warmup(r),
+                **measures(r),
+                **kit.measured(r, entropy_end=entropy_end, reward_gain=lambda r: reward_end(r) - reward_start(r)),
+            }
+            for r in runs
+        ]
+    )
     rows["final_reward_absdev"] = absolute_deviation(rows, "batch_size", "final_reward")
     values = "final_eval best_eval roughness drawdown largest_drop share_above_10 share_below_3 collapsed".split()
     batch = kit.summarise(rows, ["batch_size", "lr"], values)
@@ -142,9 +151,19 @@ def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
 def equal_samples_table(runs: list) -> pd.DataFrame:
     """Held-out accuracy per batch size, seed and number of rollouts sampled, at every
     evaluation: the batch study's comparison at equal samples beside its equal steps."""
-    rows = [{"batch_size": r.settings["batch_size"], "seed": r.spec.seed, "samples": int(s), "eval_accuracy": acc}
-            for r in runs if r.ok for s, acc in zip(r.metrics["samples"], r.metrics["eval_accuracy"])
-            if pd.notna(acc) and s > 0]  # fmt: skip
+    rows = [
+        {
+            "batch_size": r.settings["batch_size"],
+            "seed": r.spec.seed,
+            "warmup": kit.warmup(r),
+            "samples": int(s),
+            "eval_accuracy": acc,
+        }
+        for r in runs
+        if r.ok
+        for s, acc in zip(r.metrics["samples"], r.metrics["eval_accuracy"])
+        if pd.notna(acc) and s > 0
+    ]
     return pd.DataFrame(rows, columns=["batch_size", "seed", "samples", "eval_accuracy"])
 
 
@@ -184,9 +203,21 @@ def fixed_vs_dynamic_tables(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not (runs := ctx.experiment(FVD)):
         return pd.DataFrame(), pd.DataFrame()
     method = {v: r for r, v in kit.roles(ctx.cfg, FVD, FVD_ROLES).items() if r in (*FVD_ROLES, FVD_CONTROL)}
-    rows = pd.DataFrame([{"method": method.get(r.spec.variant, ""), "variant": r.spec.variant, "seed": r.spec.seed,
-                          **measures(r), "final_lr": logged(r, "lr"), "final_kl_coef": logged(r, "kl_coef"),
-                          **schedule_motion(r)} for r in runs])  # fmt: skip
+    rows = pd.DataFrame(
+        [
+            {
+                "method": method.get(r.spec.variant, ""),
+                "variant": r.spec.variant,
+                "seed": r.spec.seed,
+                "warmup": kit.warmup(r),
+                **measures(r),
+                "final_lr": logged(r, "lr"),
+                "final_kl_coef": logged(r, "kl_coef"),
+                **schedule_motion(r),
+            }
+            for r in runs
+        ]
+    )
     rows["final_eval_absdev"] = absolute_deviation(rows, "method", "final_eval")  # the spread across seeds, per method
     values = "final_eval roughness drawdown largest_drop final_lr final_kl_coef lr_ratio kl_coef_range".split()
     out = kit.summarise(rows, ["method", "variant"], values)
@@ -214,8 +245,18 @@ def remedies_table(runs: list) -> pd.DataFrame:
     if not runs:
         return pd.DataFrame()
     settings = ["batch_size", "kl_coef", "lr"]
-    rows = pd.DataFrame([{"variant": r.spec.variant, **{k: r.settings[k] for k in settings}, "seed": r.spec.seed,
-                          **kit.measured(r, **REMEDY_MEASURES)} for r in runs])  # fmt: skip
+    rows = pd.DataFrame(
+        [
+            {
+                "variant": r.spec.variant,
+                **{k: r.settings[k] for k in settings},
+                "seed": r.spec.seed,
+                "warmup": kit.warmup(r),
+                **kit.measured(r, **REMEDY_MEASURES),
+            }
+            for r in runs
+        ]
+    )
     return kit.summarise(rows, ["variant", *settings], list(REMEDY_MEASURES))
 
 
@@ -368,7 +409,7 @@ def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
         bound = float(norm > st["grad_clip"]) if kit.known(norm) and st["grad_clip"] is not None else NAN
         rows.append({"optimizer": optimizer, "max_norm": max_norm, "spike": "yes" if spike is not None else "no",
                      "cell": f"{optimizer}, clip {max_norm}, {'spike' if spike is not None else 'no spike'}",
-                     "seed": r.spec.seed, "collapsed": m["collapsed"],
+                     "seed": r.spec.seed, "warmup": kit.warmup(r), "collapsed": m["collapsed"],
                      "initial_eval": m["initial_eval"], "final_eval": m["final_eval"],
                      "eval_gain": m["final_eval"] - m["initial_eval"],
                      "drop_after_spike": float(m["initial_eval"] - after.min()) if len(after) else NAN,
@@ -399,7 +440,7 @@ def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not runs:
         return pd.DataFrame(), pd.DataFrame()
     rows = pd.DataFrame([{"value_clip": label(r.settings["value_clip"]), "value_coef": float(r.settings["value_coef"]),
-                          "seed": r.spec.seed, "setting": kit.setting(r.spec),
+                          "seed": r.spec.seed, "warmup": kit.warmup(r), "setting": kit.setting(r.spec),
                           "final_rmse": logged(r, "value_rmse"), "mean_rmse": logged(r, "value_rmse", "mean"),
                           "final_explained_variance": logged(r, "explained_variance"),
                           "ev_by_20": critic_ev(r.metrics) if r.ok else NAN,
@@ -407,7 +448,8 @@ def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
                           "value_delta_max": logged(r, "value_delta", "max"),
                           "clip_share_max": logged(r, "value_clip_frac", "max"),
                           "final_eval": final_eval(r) if r.ok else NAN} for r in runs])  # fmt: skip
-    out = kit.summarise(rows, ["value_clip", "value_coef"], list(rows.columns[4:]))
+    values = [c for c in rows.columns if c not in ("value_clip", "value_coef", "seed", "warmup", "setting")]
+    out = kit.summarise(rows, ["value_clip", "value_coef"], values)
     doc_rmse = {(clip, coef): rmse for clip, coef, rmse in DOC["value_rmse"]}
     out["doc_rmse"] = [doc_rmse.get(cell, NAN) for cell in zip(out["value_clip"], out["value_coef"])]
     return out, rows

@@ -95,17 +95,23 @@ def start_of(cfg: dict, settings: dict) -> str:
 
 
 def read_starts(ctx, task: str) -> dict:
-    """starts.json of a task (`mathrl sft --starts`), or the band's start alone from the warm-up summary."""
-    path = layout.at(ctx.cfg, layout.SFT_STARTS, task=task)
-    if path.is_file():
-        return json.loads(path.read_text())
-    sft = ctx.sft(task) or {}
-    if not sft:
-        return {"starts": [], "controls": []}
-    start = {"start": band_start(ctx.cfg, task), "threshold": ctx.cfg["sft"][task]["band"][0],
-             "sft_steps": sft.get("steps", math.nan), "val_accuracy": sft.get("val_accuracy", math.nan),
-             "test_accuracy": sft.get("eval_accuracy", math.nan), "reached": sft.get("reached")}  # fmt: skip
-    return {"starts": [start], "controls": []}
+    """The starts and supervised controls of a task over its warm-ups (each warm-up's starts.json, `mathrl sft
+    --starts`; a warm-up without one gives its band's start alone, from its summary), each row with its `warmup`."""
+    starts, controls = [], []
+    for k in range(layout.warmups(ctx.cfg, task)):
+        path = layout.at(ctx.cfg, layout.SFT_STARTS, task=task, warmup=k)
+        if path.is_file():
+            data = json.loads(path.read_text())
+            starts += [{**st, "warmup": k} for st in data["starts"]]
+            controls += [{**c, "warmup": k} for c in data["controls"]]
+            continue
+        sft = ctx.sft(task, k) or {}
+        if sft:
+            starts.append({"start": band_start(ctx.cfg, task), "threshold": ctx.cfg["sft"][task]["band"][0],
+                           "sft_steps": sft.get("steps", math.nan), "val_accuracy": sft.get("val_accuracy", math.nan),
+                           "test_accuracy": sft.get("eval_accuracy", math.nan), "reached": sft.get("reached"),
+                           "warmup": k})  # fmt: skip
+    return {"starts": starts, "controls": controls}
 
 
 def pick_start(val_accuracy: dict[str, float], low: float) -> str | None:
@@ -119,48 +125,69 @@ def pick_start(val_accuracy: dict[str, float], low: float) -> str | None:
 
 
 def start_runs_table(ctx, per_run: pd.DataFrame) -> pd.DataFrame:
-    """Per seed, RL (each algorithm) and the supervised control from every start, with `cell`
+    """Per seed, RL (each algorithm) and the supervised control from every start of every warm-up, with `cell`
     (task_start) and `picked` ("yes" at the start the document's range is judged at)."""
-    cols = "task start cell algorithm seed initial_eval final_eval gain lowest_change start_val picked".split()
+    cols = "task start cell algorithm seed warmup initial_eval final_eval gain lowest_change start_val picked".split()
     rl = per_run[per_run["final_eval"].notna()]
     starts = {task: read_starts(ctx, task) for task in DOC}
     # the supervised control's rows, in RL's columns
     sup = pd.DataFrame([{"task": task, "start": c["start"], "algorithm": SUPERVISED, "seed": c["seed"],
-                         "initial_eval": c["initial_test"], "final_eval": c["final_test"],
+                         "warmup": c["warmup"], "initial_eval": c["initial_test"], "final_eval": c["final_test"],
                          "gain": c["final_test"] - c["initial_test"]}
                         for task in DOC for c in starts[task]["controls"]])  # fmt: skip
     frames = [f for f in (rl, sup) if len(f)]
     if not frames:
         return pd.DataFrame(columns=cols)
     out = pd.concat(frames, ignore_index=True)
-    val = {(task, st["start"]): st["val_accuracy"] for task in DOC for st in starts[task]["starts"]}
-    out["start_val"] = [val.get((t, st), math.nan) for t, st in zip(out["task"], out["start"])]
+    val = {(task, st["start"], st["warmup"]): st["val_accuracy"] for task in DOC for st in starts[task]["starts"]}
+    out["start_val"] = [val.get((t, st, w), math.nan) for t, st, w in zip(out["task"], out["start"], out["warmup"])]
     out["cell"] = out["task"] + "_" + out["start"]
-    picked = {task: pick_start(dict(zip(g["start"], g["start_val"])), expected(task)[0])
+    mean_val = out.groupby(["task", "start"])["start_val"].mean()
+    picked = {task: pick_start({st: mean_val.get((task, st), math.nan) for st in g["start"].unique()},
+                               expected(task)[0])
               for task, g in out[out["algorithm"] != SUPERVISED].groupby("task")}  # fmt: skip
     out["picked"] = ["yes" if picked.get(t) == st else "no" for t, st in zip(out["task"], out["start"])]
     return out.reindex(columns=cols)  # the controls' rows have no lowest_change: two evaluations, no path
 
 
 def starts_table(ctx, start_runs: pd.DataFrame) -> pd.DataFrame:
-    """Per task and start: its validation and test accuracy and warm-up steps; REINFORCE's and the
-    supervised control's final accuracy (95% t intervals) and RL − control (Welch interval)."""
+    """Per task and start: its validation and test accuracy and warm-up steps (means over the warm-ups, with the
+    lowest and highest test accuracy); REINFORCE's and the supervised control's final accuracy (95% t intervals
+    over warm-ups) and RL − control (paired by warm-up)."""
     rows = []
     for task in DOC:
-        for st in read_starts(ctx, task)["starts"]:
-            d = start_runs[(start_runs["task"] == task) & (start_runs["start"] == st["start"])]
-            rl, sup = (d.loc[d["algorithm"] == a].set_index("seed")["final_eval"] for a in ("reinforce", SUPERVISED))
-            if rl.empty and sup.empty:
+        table = pd.DataFrame(read_starts(ctx, task)["starts"])
+        for name, group in table.groupby("start", sort=False) if len(table) else []:
+            d = start_runs[(start_runs["task"] == task) & (start_runs["start"] == name)]
+            rl, sup = (
+                g.groupby("warmup")["final_eval"].mean().to_dict()  # a warm-up's mean over its runs
+                for g in (d[d["algorithm"] == a] for a in ("reinforce", SUPERVISED))
+            )
+            if not rl and not sup:
                 continue
-            welch = len(rl) > 1 and len(sup) > 1
-            diff = difference(rl.to_dict(), sup.to_dict(), paired=False) if welch else kit.NO_DIFFERENCE
-            rows.append({"task": task, "start": st["start"], "threshold": st["threshold"],
-                         "warm_up_steps": st["sft_steps"], "start_val": st["val_accuracy"],
-                         "start_test": st["test_accuracy"], "reached": st["reached"],
-                         "picked": (d["picked"] == "yes").any(), "expected_low": expected(task)[0],
-                         "expected_high": expected(task)[1], "rl_minus_sup": diff.estimate,
-                         "rl_minus_sup_lo": diff.lo, "rl_minus_sup_hi": diff.hi,
-                         **accuracy_columns("rl", rl), **accuracy_columns("sup", sup)})  # fmt: skip
+            diff = difference(rl, sup) if len(rl) > 1 and len(sup) > 1 else kit.NO_DIFFERENCE
+            rows.append(
+                {
+                    "task": task,
+                    "start": name,
+                    "threshold": group["threshold"].iloc[0],
+                    "warmups": len(group),
+                    "warm_up_steps": group["sft_steps"].mean(),
+                    "start_val": group["val_accuracy"].mean(),
+                    "start_test": group["test_accuracy"].mean(),
+                    "start_test_min": group["test_accuracy"].min(),
+                    "start_test_max": group["test_accuracy"].max(),
+                    "reached": bool(group["reached"].fillna(False).astype(bool).all()),
+                    "picked": (d["picked"] == "yes").any(),
+                    "expected_low": expected(task)[0],
+                    "expected_high": expected(task)[1],
+                    "rl_minus_sup": diff.estimate,
+                    "rl_minus_sup_lo": diff.lo,
+                    "rl_minus_sup_hi": diff.hi,
+                    **accuracy_columns("rl", pd.Series(rl)),
+                    **accuracy_columns("sup", pd.Series(sup)),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -175,8 +202,15 @@ def accuracy_columns(prefix: str, values: pd.Series) -> dict:
 def run_stats(run, start: str) -> dict:
     """One run's outcome and throughput (sequences sampled per second of step time)."""
     s = run.settings
-    row = {"task": s["task"], "start": start, "algorithm": s["algorithm"], "seed": run.spec.seed,
-           "run_id": run.spec.run_id, "status": run.status}  # fmt: skip
+    row = {
+        "task": s["task"],
+        "start": start,
+        "algorithm": s["algorithm"],
+        "seed": run.spec.seed,
+        "warmup": kit.warmup(run),
+        "run_id": run.spec.run_id,
+        "status": run.status,
+    }
     if run.ok:
         m, final = run.metrics, run.summary["final"]["eval_accuracy"]
         row.update(final_eval=final, initial_eval=run.initial_eval, gain=final - run.initial_eval,
@@ -237,8 +271,10 @@ def console_table(ctx, runs) -> pd.DataFrame:
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = ctx.experiment("system")
-    per_run = pd.DataFrame([run_stats(r, start_of(ctx.cfg, r.settings)) for r in runs],
-                           columns=["task", "start", "algorithm", "seed", "run_id", "status"] + STATS)  # fmt: skip
+    per_run = pd.DataFrame(
+        [run_stats(r, start_of(ctx.cfg, r.settings)) for r in runs],
+        columns=["task", "start", "algorithm", "seed", "warmup", "run_id", "status"] + STATS,
+    )
     start_runs = start_runs_table(ctx, per_run)
     return {"system_configs": configs_table(ctx, runs), "system_results": results_table(runs, per_run),
             "system_curves": curves_table(runs, ctx.cfg),

@@ -1,0 +1,93 @@
+"""Verdicts replicated over warm-ups: the interval covers the setting's difference, not one warm-up's.
+
+Synthetic paired runs with a known difference: each warm-up shifts the difference by its own amount (the variation
+a rerun draws anew with new warm-ups) and each RL seed adds its own noise. The claims engine's interval, over
+warm-ups, must cover the true difference about 95% of the time; the interval over seeds, which treats the seeds of
+one warm-up as independent, covers it far less often.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mathrl.claims import ClaimSpec, estimate, replicate
+from mathrl.verdict import between_share, cluster_means
+
+SPEC = ClaimSpec(id="c", kind="user", source="", statement="a beats b", table="t", measure="m", a={}, b={})
+
+
+def runs(rng, true: float, warmups: int, seeds_per: int, between: float, within: float):
+    """Arm values {seed: value} for a and b (b = 0 + noise) and each seed's warm-up (seed mod warmups)."""
+    seeds = range(warmups * seeds_per)
+    warmup = {s: s % warmups for s in seeds}
+    shift = rng.normal(0, between, warmups)  # the warm-up's own effect on the difference
+    base = rng.normal(0.4, 0.05, warmups)  # and on both arms alike (cancels in a pair)
+    b = {s: base[warmup[s]] + rng.normal(0, within) for s in seeds}
+    a = {s: b[s] + true + shift[warmup[s]] + rng.normal(0, within) for s in seeds}
+    return a, b, warmup
+
+
+def test_the_interval_over_warm_ups_covers_the_true_difference_about_95_percent_of_the_time():
+    rng = np.random.default_rng(7)
+    true, trials = 0.05, 2000
+    over_warmups = over_seeds = 0
+    for _ in range(trials):
+        a, b, warmup = runs(rng, true, warmups=5, seeds_per=2, between=0.04, within=0.02)
+        rep = replicate(SPEC, a, b, warmup, warmup)
+        est, _ = estimate(SPEC, rep.a, rep.b)
+        naive, _ = estimate(SPEC, a, b)  # the seeds as if each were independent
+        assert (rep.n_of, est.n, naive.n) == ("warm-ups", 5, 10)
+        over_warmups += est.lo <= true <= est.hi
+        over_seeds += naive.lo <= true <= naive.hi
+    # 2000 trials: a 95% coverage reads within about ±1 point of 95
+    assert 0.93 <= over_warmups / trials <= 0.97
+    assert over_seeds / trials < 0.85
+
+
+def test_without_variation_between_warm_ups_both_intervals_cover():
+    rng = np.random.default_rng(8)
+    true, trials, covered = 0.05, 1000, 0
+    for _ in range(trials):
+        a, b, warmup = runs(rng, true, warmups=5, seeds_per=2, between=0.0, within=0.02)
+        rep = replicate(SPEC, a, b, warmup, warmup)
+        est, _ = estimate(SPEC, rep.a, rep.b)
+        covered += est.lo <= true <= est.hi
+    assert 0.93 <= covered / trials <= 0.97
+
+
+def test_a_pair_is_averaged_within_its_warm_up_before_the_warm_ups_are_compared():
+    a = {0: 1.0, 1: 2.0, 2: 3.0, 3: 5.0}
+    b = {0: 0.0, 1: 0.0, 2: 1.0, 3: 1.0}
+    warmup = {0: 0, 1: 1, 2: 0, 3: 1}
+    rep = replicate(SPEC, a, b, warmup, warmup)
+    assert rep.a == {0: 2.0, 1: 3.5} and rep.b == {0: 0.5, 1: 0.5}
+    assert (rep.runs, rep.warmups) == (4, 2.0)
+
+
+def test_a_rate_over_warm_ups_is_the_share_of_each_warm_ups_runs():
+    spec = ClaimSpec(id="r", kind="user", source="", statement="", table="t", measure="m", a={}, compare="rate")
+    a = {0: 1.0, 1: 0.0, 2: 1.0, 3: 1.0}
+    rep = replicate(spec, a, {}, {0: 0, 1: 1, 2: 0, 3: 1}, {})
+    assert rep.compare == "one_sample" and rep.a == {0: 1.0, 1: 0.5}
+
+
+def test_runs_of_one_warm_up_are_judged_over_seeds_and_say_so():
+    a, b = {0: 1.0, 1: 2.0, 2: 3.0}, {0: 0.0, 1: 0.5, 2: 1.0}
+    rep = replicate(SPEC, a, b, dict.fromkeys(a, 0), dict.fromkeys(b, 0))
+    assert (rep.a, rep.n_of, rep.warmups) == (a, "seeds, one warm-up", 1.0)
+
+
+def test_without_warm_ups_the_seeds_are_the_units():
+    a, b = {0: 1.0, 1: 2.0}, {0: 0.0, 1: 0.5}
+    rep = replicate(SPEC, a, b, {}, {})
+    assert (rep.a, rep.n_of) == (a, "seeds") and math.isnan(rep.warmups)
+
+
+def test_the_share_of_variance_between_warm_ups():
+    clusters = {k: k // 2 for k in range(6)}
+    assert between_share({k: float(k // 2) for k in range(6)}, clusters) == 1.0  # all of it between
+    assert between_share({k: float(k % 2) for k in range(6)}, clusters) == 0.0  # all of it within
+    assert math.isnan(between_share({0: 1.0, 1: 2.0}, {0: 0, 1: 1}))  # one run a warm-up: no within to compare
+    assert cluster_means({0: 1.0, 1: 3.0, 2: 5.0}, {0: "w", 1: "w", 2: None}) == {"w": 2.0, ("key", 2): 5.0}
