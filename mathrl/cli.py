@@ -14,11 +14,11 @@ import os
 import sys
 from pathlib import Path
 
-from mathrl import layout
+from mathrl import layout, rundir
 
 # mathrl.config (jsonschema, yaml: about 0.08 s of CPU) is imported where a command needs it:
 # `mathrl launch`, run by every training job of the pipeline, needs none of it.
-from mathrl.errors import ConfigError, ProblemFileError, SnapshotError
+from mathrl.errors import ConfigError, DamagedFileError, ProblemFileError, RunDirError, SnapshotError
 
 # mathrl.config.DEFAULT_CONFIG, named here without importing that module (tests/test_cli.py checks they agree)
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "config.yaml"
@@ -116,11 +116,29 @@ def torch_threads(requested: int, cfg: dict, key: str):
 
     before, threads = torch.get_num_threads(), pipeline_threads(requested, cfg, key)
     if threads:
+        check_threads(threads, "--threads" if requested else f"pipeline.{key}")
         torch.set_num_threads(threads)
     try:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def check_threads(threads: int, source: str) -> None:
+    """A warning where the threads of this process (times its ranks on this machine) are more than the CPUs it may
+    use: they take turns, slower, though with the float sums of that many threads (which is why it is allowed: a
+    run by hand reproduces a pipeline's of more threads that way)."""
+    from mathrl.limits import usable_cpus
+
+    cpus, what = usable_cpus()
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if threads * ranks > cpus and int(os.environ.get("RANK", "0")) == 0:
+        each = f" in each of {ranks} processes" if ranks > 1 else ""
+        why = f"the threads take turns and run slower (with the float sums of {threads} threads all the same)"
+        print(
+            f"mathrl: warning: {source} {threads}{each}: this process may use {cpus} CPUs ({what}), so {why}",
+            file=sys.stderr,
+        )
 
 
 def resolve_run(cfg: dict, run: str | None, run_id: str | None, overrides: list[str],
@@ -197,15 +215,19 @@ def cmd_train(args) -> int:
         raise ConfigError(f"{how}: {', '.join(given)} name one run's own output; give one --run, without "
                           f"--run-logs, with them")  # fmt: skip
     main_rank = int(os.environ.get("RANK", "0")) == 0
-    for name in names:  # each run's console lines in its own log (rank 0's), as if it had been a job of its own
-        log = layout.at(cfg, layout.STAGES["train"].log, run_id=name)
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log if main_rank else os.devnull, "w") as fh, contextlib.redirect_stdout(fh), \
-                contextlib.redirect_stderr(fh):  # fmt: skip
-            train_one(cfg, runs, name, args, started)
-        if main_rank:
-            print(f"run {name}: trained (log {log})", flush=True)
-        started = time.perf_counter()
+    with contextlib.ExitStack() as held:  # every run's directory is this job's before the first run trains
+        for name in names if main_rank else ():
+            if name in runs:  # (a name that is no run is refused by train_one, with the runs it could mean)
+                held.enter_context(rundir.hold(layout.at(cfg, layout.RUN_DIR, run_id=runs[name].trained_as)))
+        for name in names:  # each run's console lines in its own log (rank 0's), as if it had been a job of its own
+            log = layout.at(cfg, layout.STAGES["train"].log, run_id=name)
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log if main_rank else os.devnull, "w") as fh, contextlib.redirect_stdout(fh), \
+                    contextlib.redirect_stderr(fh):  # fmt: skip
+                train_one(cfg, runs, name, args, started)
+            if main_rank:
+                print(f"run {name}: trained (log {log})", flush=True)
+            started = time.perf_counter()
     return 0
 
 
@@ -228,14 +250,16 @@ def train_one(cfg: dict, runs: dict, name: str | None, args, started: float) -> 
         for key, value in settings.as_dict().items():
             print(f"  {key:<{width}} = {'null' if value is None else value}")
         return 0
+    _check_init(cfg, settings)
     out = Path(args.out) if args.out else layout.at(cfg, layout.RUN_DIR, run_id=run_id)
-    args.snapshot_path = out / layout.SNAPSHOT_FILE  # named if the run is interrupted
     with torch_threads(args.threads, cfg, "threads_per_run"):
         d = distributed.setup(settings.device)
         try:
-            summary = Trainer(cfg, run_id, settings, out, d, experiment, started=started).run(
-                on_mismatch=args.on_mismatch
-            )
+            trainer = Trainer(cfg, run_id, settings, out, d, experiment, started=started)  # reads its inputs only
+            # The run directory is this process's from here (rank 0 writes it), or it stops before the first step.
+            with rundir.hold(out) if d.is_main else contextlib.nullcontext():
+                args.snapshot_path = out / layout.SNAPSHOT_FILE  # named if the run is interrupted
+                summary = trainer.run(on_mismatch=args.on_mismatch)
         finally:
             distributed.teardown(d)
     if d.is_main:
@@ -245,12 +269,28 @@ def train_one(cfg: dict, runs: dict, name: str | None, args, started: float) -> 
     return 0
 
 
+def _check_init(cfg: dict, s) -> None:
+    """The checkpoint a run starts from exists; where it does not, the message says what makes it (a file the user
+    named is theirs to find: no command makes it)."""
+    path = layout.init_checkpoint(cfg["results"], s.task, s.init)
+    if path is None or path.is_file():
+        return
+    if s.init is None:
+        how = f"the warm-up writes it: `mathrl sft --task {s.task}`"
+    elif layout.is_start(s.init):
+        how = f"the warm-up's starts are written by `mathrl sft --task {s.task} --starts` (sft.{s.task}.starts)"
+    else:
+        how = "init is a checkpoint file, start_PCT (a start of the warm-up), random, or null (the task's warm-up)"
+    raise ConfigError(f"run.init: {s.init if s.init is not None else 'null'}: {path} does not exist; {how}")
+
+
 def _check_memory(cfg: dict, s, world: int) -> str:
     """Refuse, before anything loads, a step that needs more memory than the device has;
     else say how much it needs."""
     import torch
 
-    from mathrl.memory import available_cpu_bytes, size, step_memory
+    from mathrl.limits import available_memory
+    from mathrl.memory import size, step_memory
     from mathrl.model import PRESETS
     from mathrl.tasks import VOCAB_SIZE, task_of
 
@@ -266,7 +306,7 @@ def _check_memory(cfg: dict, s, world: int) -> str:
         have, where = torch.cuda.mem_get_info(local % torch.cuda.device_count())[0], "free on the GPU"
         total = need["total"]
     else:  # the ranks of one machine share its memory
-        have, where = available_cpu_bytes(), "available on this machine"
+        have, where = available_memory() or (None, "")
         total = need["total"] * int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     if have is not None and total > have:
         parts = ", ".join(f"{k.replace('_', ' ')} {size(v)}" for k, v in need.items() if k != "total")
@@ -606,6 +646,13 @@ def _count(text: str) -> int:
     return int(text)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error in one line (the command's usage is its --help; `mathrl train`'s is long)."""
+
+    def error(self, message: str):
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (`{self.prog} --help` lists the arguments)\n")
+
+
 class _TrainHelp(argparse.HelpFormatter):
     """`mathrl train --help` ends with every run setting (KEY) and its help, the schema's words
     carried by each RunSettings field; read only when the help is printed."""
@@ -701,7 +748,7 @@ def _add_launch(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from mathrl import __version__
 
-    parser = argparse.ArgumentParser(prog="mathrl", description=__doc__.split("\n")[0])
+    parser = Parser(prog="mathrl", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"mathrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="<command>")
 
@@ -805,7 +852,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet = int(os.environ.get("RANK", "0")) != 0
     try:
         return args.func(args)
-    except (ConfigError, ProblemFileError, SnapshotError) as exc:
+    except (ConfigError, ProblemFileError, SnapshotError, RunDirError, DamagedFileError) as exc:
         if not quiet:
             print(f"mathrl {args.command}: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
@@ -827,6 +874,25 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a full disk, a read-only results directory: no traceback, exit 1
         print(f"mathrl {args.command}: error: {exc}", file=sys.stderr)
         return 1
+    except (MemoryError, RuntimeError) as exc:
+        said = out_of_memory(exc)
+        if said is None:
+            raise
+        if not quiet:
+            print(f"mathrl {args.command}: error: {said}{_where_to_resume(args)}", file=sys.stderr)
+        return 1
+
+
+def out_of_memory(exc: BaseException) -> str | None:
+    """One line for an allocation that failed (Python's MemoryError, torch's allocators' errors), else None: the
+    pre-flight estimate of a step's memory is an estimate, and a limit can tighten while a run trains."""
+    text = str(exc).strip()
+    if not (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
+            or "can't allocate memory" in text):  # fmt: skip
+        return None
+    text = text.split("DefaultCPUAllocator: ", 1)[-1].splitlines()[0] if text else "an allocation failed"
+    return (f"out of memory: {text}; a smaller batch_size (or micro_batch_size, which bounds the training "
+            "activations) needs less")  # fmt: skip
 
 
 def _where_to_resume(args) -> str:
@@ -837,9 +903,10 @@ def _where_to_resume(args) -> str:
     from mathrl import snapshot
 
     try:
-        st = snapshot.load(path)
-    except Exception:  # noqa: BLE001 - a damaged snapshot is reported when the run resumes
-        st = None
-    if st is None:
+        found = snapshot.load_found(path)
+    except Exception as exc:  # noqa: BLE001 - torch raises several types for a damaged file
+        return f"; {exc}"
+    if found is None:
         return f"; no snapshot yet in {path.parent}: the same command starts it over"
-    return f"; the same command resumes {st['run_id']} from its snapshot at step {st['step']} ({path})"
+    st, used = found
+    return f"; the same command resumes {st['run_id']} from its snapshot at step {st['step']} ({used})"

@@ -15,3 +15,11 @@ class SnapshotError(RuntimeError):
 
 class ProblemFileError(ValueError):
     """A problem file line that does not parse or does not match its task."""
+
+
+class RunDirError(RuntimeError):
+    """A run directory this process may not write: another process writes it, or it cannot be written at all."""
+
+
+class DamagedFileError(ValueError):
+    """An input file that exists but does not read whole (cut short, or not what its name says)."""

@@ -44,15 +44,3 @@ def step_memory(
 def size(n: float) -> str:
     """Bytes for people: `12 MiB`, `3.0 GiB`."""
     return f"{n / 2**20:.0f} MiB" if n < 2**30 else f"{n / 2**30:.1f} GiB"
-
-
-def available_cpu_bytes() -> int | None:
-    """MemAvailable of /proc/meminfo (Linux), else None (the check is skipped)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None

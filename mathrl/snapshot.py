@@ -1,9 +1,11 @@
 """Snapshots that survive a kill at any instant.
 
-A snapshot is written to a temporary file, flushed to disk, and renamed over the old one,
-whose previous version is kept as `<name>.prev`. The file starts with a header line holding
-the SHA-256 of the payload, so a truncated or damaged file is detected before torch reads
-it. Loading uses `weights_only=True`: a snapshot can hold tensors and plain Python values,
+A snapshot is written to a temporary file of this process (`.<name>.tmp<pid>`), flushed to
+disk, and renamed over the old one, whose previous version is kept as `<name>.prev`; the
+half-written file of a killed process is removed by the next holder of the run directory's
+lock (`mathrl.rundir`), never by a process writing beside it. The file starts with a header
+line holding the SHA-256 of the payload, so a truncated or damaged file is detected before
+torch reads it. Loading uses `weights_only=True`: a snapshot can hold tensors and plain Python values,
 never code.
 """
 
@@ -46,8 +48,6 @@ def decode(data: bytes, name: str) -> dict:
 def save(path: str | Path, state: dict) -> None:
     """Write a snapshot; the one it replaces becomes `<path>.prev`."""
     path = Path(path)
-    for stale in path.parent.glob(f".{path.name}.tmp*"):  # half-written by a killed process: never read, only space
-        stale.unlink(missing_ok=True)
     tmp = write_tmp(
         path, encode(state), faults.in_snapshot_write(state.get("step"))
     )  # a full disk fails here, the old files intact
@@ -57,7 +57,13 @@ def save(path: str | Path, state: dict) -> None:
 
 
 def load(path: str | Path) -> dict | None:
-    """The latest good snapshot at `path`, falling back to `<path>.prev`.
+    """The latest good snapshot at `path`, falling back to `<path>.prev` (`load_found`)."""
+    found = load_found(path)
+    return None if found is None else found[0]
+
+
+def load_found(path: str | Path) -> tuple[dict, Path] | None:
+    """The latest good snapshot at `path`, falling back to `<path>.prev`, and the file it came from.
 
     Returns None when neither exists (a fresh start). A damaged latest file is reported by
     name on stderr and the previous one used; if no good one remains it is an error, never
@@ -69,11 +75,15 @@ def load(path: str | Path) -> dict | None:
     problems = []
     for candidate in candidates:
         try:
-            return decode(candidate.read_bytes(), str(candidate))
+            return decode(candidate.read_bytes(), str(candidate)), candidate
         except Exception as exc:  # torch raises several types for a damaged zip
             problems.append(f"{candidate}: {exc}")
             print(f"warning: snapshot {candidate} is unusable ({exc}); trying the previous one", file=sys.stderr)
-    raise SnapshotError("no usable snapshot: " + "; ".join(problems))
+    raise SnapshotError(
+        "no usable snapshot: "
+        + "; ".join(problems)
+        + f"; to start over from step 0, remove {' and '.join(map(str, candidates))}"
+    )
 
 
 def set_aside(path: str | Path) -> None:

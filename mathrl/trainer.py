@@ -691,11 +691,12 @@ class Trainer:
         saying so: the pipeline's case after a user changed the run's configuration."""
         s, d = self.s, self.d
         snap_path = self.dir / "snapshot.pt"
-        st = snapshot.load(snap_path)
-        if st is not None:
+        found = snapshot.load_found(snap_path)
+        if found is not None:
+            st, used = found  # the .prev where the latest snapshot was damaged
             try:
-                self.restore(st, snap_path)
-                self.say(f"resuming {self.run_id} from {snap_path} at step {self.step_no}")
+                self.restore(st, used)
+                self.say(f"resuming {self.run_id} from {used} at step {self.step_no}")
             except snapshot.SnapshotError as exc:
                 if on_mismatch != "restart":
                     raise

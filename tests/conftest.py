@@ -178,6 +178,12 @@ def run_dir(env: dict, run_id: str) -> Path:
     return env["results"] / "runs" / run_id
 
 
+def run_files(directory: Path) -> dict[str, bytes]:
+    """Every file of a run directory by name, but its lock (mathrl.rundir: each process that takes it writes its pid
+    there)."""
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.name != ".lock"}
+
+
 def metrics(directory: Path) -> pd.DataFrame:
     return pd.read_csv(directory / "metrics.csv").drop(columns=VOLATILE)
 

@@ -9,7 +9,7 @@ import signal
 
 import pandas as pd
 import pytest
-from conftest import PY, run, run_dir, train_cmd
+from conftest import PY, run, run_dir, run_files, train_cmd
 
 from mathrl import snapshot
 from mathrl.cli import main
@@ -51,7 +51,7 @@ def test_full_disk_during_a_snapshot_keeps_the_previous_one(env, capsys):
         " unchanged"
     )
     assert {name: (d / name).read_bytes() for name in before} == before  # step 2's outputs, whole
-    assert sorted(p.name for p in d.iterdir()) == sorted(before)  # no temporary file left
+    assert sorted(run_files(d)) == sorted(before)  # no temporary file left
     assert snapshot.load(d / "snapshot.pt")["step"] == 2
 
     capsys.readouterr()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import KILL_SETTINGS, child_env, metrics, run, run_dir, train_cmd, wait_for
+from conftest import KILL_SETTINGS, child_env, metrics, run, run_dir, run_files, train_cmd, wait_for
 
 from mathrl import snapshot
 
@@ -46,7 +46,7 @@ def test_kill_9_resumes_from_the_last_complete_snapshot_to_identical_metrics(env
     assert f"resuming r from {d / 'snapshot.pt'} at step 2" in again.stdout
     assert "unusable" not in again.stderr  # the half-written file was never a candidate
     pd.testing.assert_frame_equal(metrics(d), reference, check_exact=True)
-    assert sorted(p.name for p in d.iterdir()) == [
+    assert list(run_files(d)) == [  # the killed process's half-written file removed
         "heldout.csv",
         "metrics.csv",
         "snapshot.pt",

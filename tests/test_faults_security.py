@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, run_dir, tiny_cfg, write_config
+from conftest import ROOT, run_dir, run_files, tiny_cfg, write_config
 
 from mathrl import layout, snapshot
 from mathrl.cli import main
@@ -58,7 +58,7 @@ def test_snapshot_with_code_is_refused_even_with_a_valid_checksum(env, capsys):
     err = capsys.readouterr().err
     assert f"{d / 'snapshot.pt'}: " in err and "Weights only load failed" in err
     assert not marker.exists()
-    assert (d / "snapshot.pt").read_bytes() == data and sorted(p.name for p in d.iterdir()) == ["snapshot.pt"]
+    assert (d / "snapshot.pt").read_bytes() == data and list(run_files(d)) == ["snapshot.pt"]
 
 
 def shell_commands() -> dict[str, str]:

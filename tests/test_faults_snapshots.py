@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import run_dir
+from conftest import run_dir, run_files
 
 from mathrl.cli import main
 
@@ -34,7 +34,7 @@ def test_bit_flipped_snapshot_is_reported_and_the_previous_one_used(env, capsys)
     assert main([*args, "steps=3"]) == 0
     out, err = capsys.readouterr()
     assert f"snapshot {d / 'snapshot.pt'} is unusable" in err and "checksum mismatch" in err
-    assert f"resuming r from {d / 'snapshot.pt'} at step 1" in out  # from .prev, never step 0
+    assert f"resuming r from {d / 'snapshot.pt.prev'} at step 1" in out  # the file it read, never step 0
     assert list(pd.read_csv(d / "metrics.csv")["step"]) == [1, 2, 3]
 
 
@@ -45,11 +45,11 @@ def test_both_snapshots_damaged_is_an_error_naming_both_and_nothing_is_overwritt
     flip_payload_bit(d / "snapshot.pt")
     prev = d / "snapshot.pt.prev"
     prev.write_bytes(prev.read_bytes()[:1000])  # truncated
-    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    before = run_files(d)
     capsys.readouterr()
     assert main([*args, "steps=3"]) == 2
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
     assert last.startswith("mathrl train: error: no usable snapshot")
     assert f"{d / 'snapshot.pt'}: " in last and f"{prev}: " in last and "checksum mismatch" in last
-    assert {p.name: p.read_bytes() for p in d.iterdir()} == before  # nothing rewritten, nothing added
+    assert run_files(d) == before  # nothing rewritten, nothing added
