@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mathrl import claims, layout
+from mathrl import claim_names, claims, layout
 from mathrl.atomic import atomic_write
 from mathrl.measures import run_measures
 from mathrl.results import complete_marker, curves, missing_inputs, run_index
@@ -68,6 +68,8 @@ def all_tables(ctx: Context) -> dict[str, pd.DataFrame]:
             if name in tables:
                 raise ValueError(f"study {study.NAME}: table {name} is defined twice")
             tables[name] = df
+    # each table claims read as its module declares it: the names a claim may use are checked against that
+    tables = {name: claim_names.conform(name, df, ctx.cfg) for name, df in tables.items()}
     tables["claims"] = claims.judge_all(ctx.cfg, as_read_back(tables))
     tables["claims_counts"] = claims.counts(tables["claims"])
     return tables

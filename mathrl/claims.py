@@ -38,9 +38,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 from scipy import stats
 
+from mathrl import claim_names
 from mathrl.errors import ConfigError
 from mathrl.verdict import (
     Claim,
@@ -153,24 +153,9 @@ class ClaimSpec:
         )
 
 
-def _fill(obj, subs: Mapping[str, str]):
-    """`{name}` placeholders of a foreach replaced in every string of a declaration."""
-    if isinstance(obj, str):
-        return re.sub(r"\{(\w+)\}", lambda m: str(subs[m.group(1)]) if m.group(1) in subs else m.group(0), obj)
-    if isinstance(obj, list):
-        return [_fill(x, subs) for x in obj]
-    if isinstance(obj, dict):
-        return {k: _fill(v, subs) for k, v in obj.items()}
-    return obj
-
-
 def validate(decl: dict, where: str) -> None:
-    """A declaration against the schema's `claim` definition; the error names the claim and the key."""
-    from mathrl.config import load_schema
-    from mathrl.config import validate as against
-
-    schema = load_schema()
-    against(decl, {**schema["definitions"]["claim"], "definitions": schema["definitions"]}, prefix=where)
+    """A declaration against the schema's `claim` definition (claim_names.validate)."""
+    claim_names.validate(decl, where)
 
 
 def parse(d: dict, where: str) -> ClaimSpec:
@@ -197,29 +182,16 @@ def parse(d: dict, where: str) -> ClaimSpec:
 
 
 def expand(decl: dict, tables: Mapping[str, pd.DataFrame] | None = None, cfg: dict | None = None) -> list[dict]:
-    """A declaration with `foreach: {name: [values] | "*" | {role_of: R}}` as one declaration per
-    combination; "*" takes the column's distinct values in the claim's table (kept as a placeholder without tables)."""
-    loops = decl.get("foreach")
-    if not loops:
-        return [decl]
-    body = {k: v for k, v in decl.items() if k != "foreach"}
-    names, choices = [], []
-    for name, values in loops.items():
-        if values == "*" and tables is None:  # a listing before any table exists: the placeholder stays
-            values = [f"{{{name}}}"]
-        elif values == "*":
-            df = tables.get(_fill(body.get("table", "run_measures"), {}))
-            values = (
-                []
-                if df is None or df.empty or name not in df
-                else sorted(_rows(df)[name].dropna().astype(str).unique(), key=_natural)
-            )
-        elif isinstance(values, dict) and "experiments_with_role" in values:
-            role = values["experiments_with_role"]
-            values = [e for e, x in ((cfg or {}).get("experiments") or {}).items() if role in (x.get("roles") or {})]
-        names.append(name)
-        choices.append([str(v) for v in values])
-    return [_fill(body, dict(zip(names, combo))) for combo in itertools.product(*choices)]
+    """claim_names.expand, where "*" takes the column's distinct values in the claim's table (kept as a placeholder
+    without tables)."""
+    star = None if tables is None else lambda table, name: _column_values(tables.get(table), name)
+    return claim_names.expand(decl, cfg, star)
+
+
+def _column_values(df: pd.DataFrame | None, name: str) -> list[str]:
+    if df is None or df.empty or name not in df:
+        return []
+    return sorted(_rows(df)[name].dropna().astype(str).unique(), key=_natural)
 
 
 def _natural(s: str):
@@ -229,27 +201,7 @@ def _natural(s: str):
         return (1, 0.0, s)
 
 
-def declarations(cfg: dict, path: Path | None = None) -> list[tuple[dict, str]]:
-    """(declaration, where it was written) for the claims file and every experiment's `claims:` block."""
-    path = Path(path) if path else default_claims_file()
-    out = []
-    if path.exists():
-        data = yaml.safe_load(path.read_text()) or {}
-        for i, d in enumerate(data.get("claims") or []):
-            out.append((d, f"{path.name}: claims[{i}] ({d.get('id', '?')})"))
-    for exp, spec in (cfg.get("experiments") or {}).items():
-        for i, d in enumerate(spec.get("claims") or []):
-            out.append(({"kind": "user", "experiment": exp, "section": "generic", "part": exp,
-                         "source": f"experiment {exp}", **d},
-                        f"experiments.{exp}.claims[{i}] ({d.get('id', '?')})"))  # fmt: skip
-    return out
-
-
-def default_claims_file() -> Path:
-    from mathrl.config import ROOT
-    from mathrl.layout import CLAIMS_FILE
-
-    return ROOT / CLAIMS_FILE
+declarations = claim_names.declarations  # (declaration, where it was written) of every claim of a configuration
 
 
 def load(cfg: dict, tables: Mapping[str, pd.DataFrame] | None = None, path: Path | None = None) -> list[ClaimSpec]:

@@ -250,11 +250,11 @@ def train_one(cfg: dict, runs: dict, name: str | None, args, started: float) -> 
         for key, value in settings.as_dict().items():
             print(f"  {key:<{width}} = {'null' if value is None else value}")
         return 0
-    _check_init(cfg, settings)
     out = Path(args.out) if args.out else layout.at(cfg, layout.RUN_DIR, run_id=run_id)
     with torch_threads(args.threads, cfg, "threads_per_run"):
         d = distributed.setup(settings.device)
         try:
+            _check_init(cfg, settings)
             trainer = Trainer(cfg, run_id, settings, out, d, experiment, started=started)  # reads its inputs only
             # The run directory is this process's from here (rank 0 writes it), or it stops before the first step.
             with rundir.hold(out) if d.is_main else contextlib.nullcontext():

@@ -41,9 +41,38 @@ RUN_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01234567
 EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*)?(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A key given twice in one YAML mapping: PyYAML keeps the second and drops the first in silence (a second
+    `experiments:` block would drop every experiment of the first)."""
+
+    def __init__(self, key, first: int, second: int):
+        super().__init__(key, first, second)
+        self.key, self.first, self.second = key, first, second
+
+    def __str__(self) -> str:
+        where = f"line {self.first}" if self.first == self.second else f"lines {self.first} and {self.second}"
+        return f"key {self.key!r} is given twice in one mapping ({where})"
+
+
 class YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """libyaml's safe loader where PyYAML was built with it (10x faster; the same safe subset),
-    reading every float form of YAML 1.2 as a float (PyYAML reads YAML 1.1, where `1e-3` is text)."""
+    reading every float form of YAML 1.2 as a float (PyYAML reads YAML 1.1, where `1e-3` is text),
+    and refusing a key given twice in one mapping (DuplicateKeyError)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            lines: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` merges on purpose
+                    continue
+                key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+                try:
+                    if key in lines:
+                        raise DuplicateKeyError(key, lines[key], line)
+                    lines[key] = line
+                except TypeError:  # an unhashable key: the constructor below names it
+                    pass
+        return super().construct_mapping(node, deep=deep)
 
 
 YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+0123456789."))
@@ -62,6 +91,8 @@ def read_yaml(path: str | Path) -> dict:
         raise ConfigError(f"config file {path}: no such file")
     try:
         data = safe_load(path.read_text())
+    except DuplicateKeyError as exc:
+        raise ConfigError(f"config file {path}: {exc}; YAML would keep the second in silence: give it once") from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" line {where.line + 1}" if where is not None else ""
@@ -96,7 +127,8 @@ def deep_merge(base: dict, update: dict) -> dict:
 
 def parse_value(text: str) -> Any:
     """A command-line value: int, float (including `1e-3`, which YAML 1.1 reads as text),
-    or any YAML scalar or list (`true`, `null`, `[64, 512]`)."""
+    or any YAML scalar or list (`true`, `null`, `[64, 512]`); a mapping that gives a key twice
+    raises DuplicateKeyError."""
     for cast in (int, float):
         try:
             return cast(text)
@@ -106,6 +138,8 @@ def parse_value(text: str) -> Any:
         return None
     try:
         return safe_load(text)
+    except DuplicateKeyError:
+        raise
     except yaml.YAMLError:
         return text
 
@@ -139,13 +173,24 @@ def check_finite(obj: Any, where: str = "", origin=None, path: tuple = ()) -> No
 
 
 def parse_overrides(items: list[str] | tuple[str, ...]) -> list[tuple[list[str], Any]]:
-    """`a.b=value` strings into (key path, value) pairs."""
-    out = []
+    """`a.b=value` strings into (key path, value) pairs. An item that would drop an earlier one in silence is
+    refused: the same key again, or a mapping that replaces the one an earlier item set a key in (`train.lr=1e-3`,
+    then `train={steps: 3}`)."""
+    out, given = [], {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"override {item!r}: expected key=value")
-        out.append((key.split("."), parse_value(value)))
+        try:
+            path = tuple(key.split("."))
+            out.append((list(path), parse_value(value)))
+        except DuplicateKeyError as exc:
+            raise ConfigError(f"override {item!r}: {exc}; give it once") from None
+        for earlier, earlier_item in given.items():
+            if earlier[: len(path)] == path:  # the same key, or a key inside the mapping this item replaces
+                how = "both set it" if earlier == path else f"the second replaces {key}, and with it the first"
+                raise ConfigError(f"overrides {earlier_item!r} and {item!r}: {how}; give each key once")
+        given[path] = item
     return out
 
 
@@ -171,15 +216,48 @@ def _suggest(name: str, allowed, descriptions: dict | None = None) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _describe(error: jsonschema.ValidationError, prefix: str, origin=None) -> str:
+def _describe(error: jsonschema.ValidationError, prefix: str, origin=None, root: dict | None = None) -> str:
     """One line per schema error: the dotted key, the value, what is allowed (and, given
-    `origin`, which file or --set gave the value)."""
-    line = _describe_only(error, prefix)
+    `origin`, which file or --set gave the value; given the `root` schema validated against,
+    where a misplaced key belongs)."""
+    line = _describe_only(error, prefix, root)
     came_from = origin(list(error.absolute_path)) if origin else None
     return f"{line} (from {came_from})" if came_from else line
 
 
-def _describe_only(error: jsonschema.ValidationError, prefix: str) -> str:
+def _belongs(key: str, error: jsonschema.ValidationError, root: dict | None) -> str | None:
+    """Where a key unknown at the error's place belongs, where it is a key one level down (`direction` at a claim's
+    top level belongs under `expect`) or one level up (`measure` under `expect` belongs beside it)."""
+    if root is None:
+        return None
+    met, node = [], root
+    for part in error.absolute_schema_path:  # the schemas walked from the root to the error's, $refs followed
+        node = _follow(root, node)
+        met.append(node)
+        node = node[part] if isinstance(node, dict) and part in node else None
+        if node is None:
+            return None
+    objects = [m for m in met if isinstance(m, dict) and "properties" in m]
+    below = [name for name, sub in (objects[-1]["properties"] if objects else {}).items()
+             if key in (_follow(root, sub).get("properties") or {})]  # fmt: skip
+    if below:
+        return f"it belongs under {below[0]} ({below[0]}: {{{key}: ...}})"
+    if len(objects) > 1 and key in objects[-2]["properties"] and isinstance(error.absolute_path[-1], str):
+        return f"it belongs one level up, beside {error.absolute_path[-1]} (not under it)"
+    return None
+
+
+def _follow(root: dict, node):
+    """`node` with its `$ref` (`#/definitions/NAME`) followed."""
+    while isinstance(node, dict) and isinstance(node.get("$ref"), str) and node["$ref"].startswith("#/"):
+        target = root
+        for part in node["$ref"][2:].split("/"):
+            target = target[part]
+        node = target
+    return node if isinstance(node, dict) else {}
+
+
+def _describe_only(error: jsonschema.ValidationError, prefix: str, root: dict | None = None) -> str:
     path = ".".join(
         [prefix] + [str(p) for p in error.absolute_path] if prefix else [str(p) for p in error.absolute_path]
     )
@@ -189,14 +267,11 @@ def _describe_only(error: jsonschema.ValidationError, prefix: str) -> str:
         allowed = sorted(properties)
         described = {k: v.get("description", "") for k, v in properties.items() if isinstance(v, dict)}
         extra = sorted(set(error.instance) - set(allowed))
-        parts = [
-            (
-                f"{where}.{k}: unknown key{_suggest(k, allowed, described)}"
-                if path
-                else f"{k}: unknown key{_suggest(k, allowed, described)}"
-            )
-            for k in extra
-        ]
+        parts = []
+        for k in extra:
+            belongs = _belongs(k, error, root)
+            hint = f"; {belongs}" if belongs else _suggest(k, allowed, described)
+            parts.append(f"{where}.{k}: unknown key{hint}" if path else f"{k}: unknown key{hint}")
         if properties.keys() == _schema_text_parsed()["definitions"]["train"]["properties"].keys():
             return "; ".join(parts) + f"; `mathrl settings` lists the {len(allowed)} run settings"
         return "; ".join(parts) + f"; allowed keys: {', '.join(allowed)}"
@@ -324,10 +399,11 @@ def cache_dir() -> Path | None:
 
 
 def _code_stamp() -> list[str]:
-    """Name, size and mtime of every mathrl source file and of the schema."""
+    """Name, size and mtime of every mathrl source file, of the schema and of the claims file (checked with the
+    config)."""
     package = Path(__file__).resolve().parent
     stamp = []
-    for path in sorted([*package.rglob("*.py"), SCHEMA_PATH]):
+    for path in sorted([*package.rglob("*.py"), SCHEMA_PATH, ROOT / "config" / "claims.yaml"]):
         st = path.stat()
         stamp.append(f"{path}:{st.st_size}:{st.st_mtime_ns}")
     return stamp
@@ -379,7 +455,11 @@ def _complete_and_expand(cfg: dict, source: str = "", origin=None) -> tuple[dict
                 f"gradvar.tasks: {name!r} is not a task{_suggest(name, cfg['tasks'])}; allowed:"
                 f" {', '.join(cfg['tasks'])}"
             )
-    return cfg, expand_runs(cfg, origin=origin)  # every experiment must expand into valid runs
+    runs = expand_runs(cfg, origin=origin)  # every experiment must expand into valid runs
+    from mathrl import claim_names  # (torch- and pandas-free)
+
+    claim_names.check(cfg)  # every name a claim uses: its table, columns, variants and roles
+    return cfg, runs
 
 
 @functools.cache
@@ -396,7 +476,7 @@ def validate(instance: dict, schema: dict | None = None, prefix: str = "", sourc
     validator = validator or jsonschema.validators.validator_for(schema)(schema)
     errors = sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
-        lines = [_describe(e, prefix, origin) for e in errors]
+        lines = [_describe(e, prefix, origin, validator.schema) for e in errors]
         head = f"invalid configuration{f' ({source})' if source else ''}:"
         raise ConfigError(head + "\n  " + "\n  ".join(lines))
 

@@ -17,6 +17,11 @@ from mathrl.results import Run, collapsed, max_drawdown, roughness, warmup
 
 WINDOW = 5  # steps averaged for the start or end of a per-step metric (at most half a run)
 
+# The table claims read by default, one row per run: its identity, its grid point ({grid}: every experiment's grid
+# keys), its task and every registered measure ({measures}). Stated once: mathrl.claim_names reads this assignment
+# from the source (without importing the module) to check a claim's names when the config is read.
+CLAIM_TABLES = {"run_measures": ["run_id", "experiment", "variant", "seed", "{grid}", "task", "{measures}"]}
+
 MEASURES: dict[str, tuple[str, Callable[[Run], float]]] = {}
 
 

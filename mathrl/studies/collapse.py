@@ -174,7 +174,16 @@ def nonfinite_table(runs) -> pd.DataFrame:
                        caught=float(len(hits) > 0 and finite),  # the guard skipped an update, the weights stayed finite
                        initial_eval=r.initial_eval, final_eval=final)  # fmt: skip
         rows.append(row)
-    return pd.DataFrame(rows, columns=NONFINITE_COLUMNS)
+    return pd.DataFrame(rows, columns=CLAIM_TABLES["collapse_nonfinite"])
+
+
+# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
+# mathrl.claim_names reads this assignment from the source (without importing the module) to check a claim's names
+# when the config is read.
+CLAIM_TABLES = {
+    "collapse_per_run": ["variant", "role", "seed", "run_id", "status", "algorithm", *STATS],
+    "collapse_nonfinite": NONFINITE_COLUMNS,
+}
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
@@ -182,8 +191,9 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     role = kit.roles(ctx.cfg, EXPERIMENT, ROLES) if runs else {}
     # the calibration's `reference` shares the baseline's variant: the baseline names it
     named = kit.role_of(role, ROLES)
-    per_run = pd.DataFrame([run_stats(r, named.get(r.spec.variant, "")) for r in runs],
-                           columns=["variant", "role", "seed", "run_id", "status", "algorithm"] + STATS)  # fmt: skip
+    per_run = pd.DataFrame(
+        [run_stats(r, named.get(r.spec.variant, "")) for r in runs], columns=CLAIM_TABLES["collapse_per_run"]
+    )
     variants = ctx.cfg["experiments"].get(EXPERIMENT, {}).get("variants") or {}
     design = pd.DataFrame([row for r in runs if r.ok and named.get(r.spec.variant) in REWARD_DESIGNS
                            for row in segment_rows(r, named[r.spec.variant])],

@@ -76,7 +76,7 @@ def pass_at_k_runs(ctx) -> pd.DataFrame:
                 lo, hi = bootstrap_mean(p)
                 rows.append({**keys, "phase": phase, "k": k, "problems": len(p), "pass_at_k": float(p.mean()),
                              "boot_lo": lo, "boot_hi": hi})  # fmt: skip
-    return pd.DataFrame(rows, columns=[*RUN_KEYS, "phase", "k", "problems", "pass_at_k", "boot_lo", "boot_hi"])
+    return pd.DataFrame(rows, columns=CLAIM_TABLES["diagnostics_pass_at_k_runs"])
 
 
 def pass_at_k_summary(runs: pd.DataFrame) -> pd.DataFrame:
@@ -221,7 +221,7 @@ def update_runs(ctx) -> pd.DataFrame:
         injected = any(run.settings.get(k) is not None for k in FAULT_STEPS)
         rows.append({**keys, "fault_injected": "yes" if injected else "no",
                      **{c: float(m[c].mean()) for c in UPDATE[:-1]}, "cov_entropy_corr": rho})  # fmt: skip
-    return pd.DataFrame(rows, columns=[*RUN_KEYS, "fault_injected", *UPDATE])
+    return pd.DataFrame(rows, columns=CLAIM_TABLES["diagnostics_update_runs"])
 
 
 def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
@@ -232,6 +232,26 @@ def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- the study
+# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
+# mathrl.claim_names reads this assignment from the source (without importing the module) to check a claim's names
+# when the config is read.
+CLAIM_TABLES = {
+    "diagnostics_pass_at_k_runs": [*RUN_KEYS, "phase", "k", "problems", "pass_at_k", "boot_lo", "boot_hi"],
+    # the negative controls' rows of pass_at_k_runs, apart: their claims are not the other runs'
+    "diagnostics_negative_controls_pass_at_k_runs": [
+        *RUN_KEYS,
+        "phase",
+        "k",
+        "problems",
+        "pass_at_k",
+        "boot_lo",
+        "boot_hi",
+    ],
+    "diagnostics_update_runs": [*RUN_KEYS, "fault_injected", *UPDATE],
+    "diagnostics_adv_scaling_runs": ["setting", "seed", "carries", "problems", "initial", "final", "gain"],
+}
+
+
 def tables(ctx) -> dict[str, pd.DataFrame]:
     pk, law, adv, upd = pass_at_k_runs(ctx), entropy_law_runs(ctx), adv_scaling_runs(ctx), update_runs(ctx)
     named = lambda experiment: [(setting(r.spec), r) for r in ctx.experiment(experiment) if r.ok]  # noqa: E731

@@ -146,6 +146,10 @@ def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
 
 
 POINT_COLUMNS = ["setting", "seed", "step", "phase", "grad_norm", "reward_std"]  # the vanishing study's scatter
+VANISHING_VALUES = ["grad_norm_homogeneous", "grad_norm_diverse", "reduction", "reward_std_homogeneous",
+                    "reward_std_diverse", "corr_grad_reward_std"]  # fmt: skip
+HACKING_VALUES = ["proxy_start", "proxy_end", "true_start", "true_peak", "true_peak_step", "true_at_others_peak",
+                  "true_end", "hack_share_end"]  # fmt: skip
 
 
 def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -161,9 +165,7 @@ def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
         rows.append(row)
         if len(g):
             points.append(g[POINT_COLUMNS])
-    values = "grad_norm_homogeneous grad_norm_diverse reduction reward_std_homogeneous reward_std_diverse"
-    values += " corr_grad_reward_std"
-    out = _pooled(pd.DataFrame(rows), values.split())
+    out = _pooled(pd.DataFrame(rows), VANISHING_VALUES)
     pts = pd.concat(points, ignore_index=True) if points else pd.DataFrame(columns=POINT_COLUMNS)
     for setting, p in pts.groupby("setting"):  # the pooled correlation is over every step of every seed
         pooled = (out["setting"] == setting) & (out["seed"] == "all")
@@ -204,9 +206,7 @@ def hacking_table(ctx) -> pd.DataFrame:
         rows.append(row)
     for row in rows:
         row["true_at_others_peak"] = at_others_peak(curves, (row["setting"], row["seed"]))
-    values = ["proxy_start", "proxy_end", "true_start", "true_peak", "true_peak_step", "true_at_others_peak",
-              "true_end", "hack_share_end"]  # fmt: skip
-    out = _pooled(pd.DataFrame(rows).reindex(columns=["setting", "seed", "hack_arm", *values]), values)
+    out = _pooled(pd.DataFrame(rows).reindex(columns=["setting", "seed", "hack_arm", *HACKING_VALUES]), HACKING_VALUES)
     out["hack_arm"] = hack_arm
     out["hacked"] = [hacked(r.proxy_start, r.proxy_end, r.true_start, r.true_end) for r in out.itertuples()]
     return out
@@ -292,7 +292,7 @@ def gpt_runs(ctx) -> pd.DataFrame:
         }
         for run in ctx.experiment(EXPERIMENT)
     ]
-    return pd.DataFrame(rows).reindex(columns=["run_id", "variant", "seed", "status", *GPT_VALUES])
+    return pd.DataFrame(rows).reindex(columns=CLAIM_TABLES["lab04_gpt_runs"])
 
 
 def differences(settings: dict, against: dict) -> list[tuple[str, object, object]]:
@@ -335,6 +335,20 @@ def gpt_table(runs: pd.DataFrame) -> pd.DataFrame:
 def _seeds(df: pd.DataFrame, pooled: bool = False) -> pd.DataFrame:
     """The per-seed rows of a bandit table, or (`pooled`) its rows with seed 'all', one per setting."""
     return df[(df["seed"].astype(str) == "all") == pooled] if len(df) and "seed" in df else df
+
+
+# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
+# mathrl.claim_names reads this assignment from the source (without importing the module) to check a claim's names
+# when the config is read.
+CLAIM_TABLES = {
+    "lab04_gpt_runs": ["run_id", "variant", "seed", "status", *GPT_VALUES],
+    # per setting and seed, then per setting a pooled row (seed `all`) with n and each value's spread across seeds
+    "lab04_entropy": ["setting", "seed", *ENTROPY_COLUMNS, "converged_to", "n",
+                      *(f"{c}_std" for c in ENTROPY_COLUMNS if c != "dominant_action")],
+    "lab04_vanishing": ["setting", "seed", *VANISHING_VALUES, "n", *(f"{c}_std" for c in VANISHING_VALUES), "severity"],
+    "lab04_hacking": ["setting", "seed", "hack_arm", *HACKING_VALUES, "n", *(f"{c}_std" for c in HACKING_VALUES),
+                      "hacked"],
+}  # fmt: skip
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:

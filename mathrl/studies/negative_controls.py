@@ -72,6 +72,12 @@ def control_pass_at_k(pk: pd.DataFrame, roles: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols).sort_values("k", kind="stable").reset_index(drop=True)
 
 
+# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
+# mathrl.claim_names reads this assignment from the source (without importing the module) to check a claim's names
+# when the config is read.
+CLAIM_TABLES = {"diagnostics_negative_controls_runs": ["setting", "role", "seed", *RUN_VALUES]}
+
+
 def tables(runs, pk: pd.DataFrame, roles: dict) -> dict[str, pd.DataFrame]:
     """The experiment's tables from its complete runs, the pass@k rows of its runs (`pk`, per run, phase and k;
     kept apart from the other runs' pass@k, whose claims are not theirs) and its roles."""

@@ -180,7 +180,7 @@ def equal_samples_pairs(es: pd.DataFrame) -> pd.DataFrame:
             rows += [{"batch_size": small, "large_batch": hi, "seed": seed, "samples": max(common),
                       "large": large.get(seed, NAN), "small": acc}
                      for seed, acc in zip(mine["seed"], mine["eval_accuracy"])]  # fmt: skip
-    return pd.DataFrame(rows, columns=["batch_size", "large_batch", "seed", "samples", "large", "small"])
+    return pd.DataFrame(rows, columns=CLAIM_TABLES["stability_equal_samples_pairs"])
 
 
 # B engaged: its last LR at most half its first; C: its KL coefficient spanned at least 1.5x
@@ -262,7 +262,6 @@ def remedies_table(runs: list) -> pd.DataFrame:
 
 def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
     g, var_rows, acc_rows = ctx.cfg["gradvar"], [], []
-    accumulation = ("batch_size", "micro_batch_size", "steps", "max_abs_difference", "max_abs_gradient", "relative")
     for task in g["tasks"]:
         probe = ctx.gradvar(task)
         status = {"task": task, "status": "complete" if probe else "missing"}
@@ -273,7 +272,7 @@ def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
                       "theory_ratio": sizes[-1] / n, "doc_variance": DOC["variance"].get(n, NAN),
                       "doc_ratio": DOC["variance"].get(n, NAN) / DOC["variance"][512]} for n in sizes]  # fmt: skip
         acc = probe["accumulation"] if probe else dict(zip(["batch_size", "micro_batch_size"], g["accumulation"]))
-        acc_rows.append({**status, **{k: acc.get(k, NAN) for k in accumulation}})
+        acc_rows.append({**status, **{k: acc.get(k, NAN) for k in ACCUMULATION}})
     return {"stability_gradvar": pd.DataFrame(var_rows), "stability_accumulation": pd.DataFrame(acc_rows)}
 
 
@@ -325,7 +324,7 @@ def alert_runs(events: pd.DataFrame) -> pd.DataFrame:
     """Per detector, source and run: the share of its events (`alert_tables`) followed by a sustained drop, and their
     number. The run is the unit the monitor's precision claims compare: a run's steps, and the alerts around one
     drop, are not independent draws."""
-    columns = ["detector", "source", "run_id", "followed_by_drop", "events"]
+    columns = CLAIM_TABLES["stability_alert_runs"]
     if events.empty:
         return pd.DataFrame(columns=columns)
     by_run = events.groupby(["detector", "source", "run_id"], sort=False)["followed_by_drop"]
@@ -518,6 +517,77 @@ def troubleshooting_table(ctx) -> pd.DataFrame:
     found = [evidence(ok, signals, test) for test in SYMPTOM_TESTS]
     return pd.DataFrame([{**{c: row[c] for c in columns}, "evidence_run": run, "evidence": text}
                          for row, (run, text) in zip(DOC["symptoms"], found)])  # fmt: skip
+
+
+ACCUMULATION = ["batch_size", "micro_batch_size", "steps", "max_abs_difference", "max_abs_gradient", "relative"]
+# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
+# mathrl.claim_names reads this assignment from the source (without importing the module) to check a claim's names
+# when the config is read.
+CLAIM_TABLES = {
+    "stability_batch_runs": [
+        "batch_size",
+        "lr",
+        "seed",
+        *MEASURES,
+        "entropy_end",
+        "reward_gain",
+        "final_reward_absdev",
+    ],
+    "stability_fvd_runs": [
+        "method",
+        "variant",
+        "seed",
+        *MEASURES,
+        "final_lr",
+        "final_kl_coef",
+        "lr_ratio",
+        "kl_coef_range",
+        "schedule_moved",
+        "final_eval_absdev",
+    ],
+    "stability_clipping_runs": [
+        "optimizer",
+        "max_norm",
+        "spike",
+        "cell",
+        "seed",
+        "collapsed",
+        "initial_eval",
+        "final_eval",
+        "eval_gain",
+        "drop_after_spike",
+        "spike_ratio",
+        "spike_norm",
+        "clip_bound",
+    ],
+    "stability_value_clip_runs": [
+        "value_clip",
+        "value_coef",
+        "seed",
+        "setting",
+        "final_rmse",
+        "mean_rmse",
+        "final_explained_variance",
+        "ev_by_20",
+        "ev_min",
+        "value_delta_max",
+        "clip_share_max",
+        "final_eval",
+    ],
+    "stability_gradvar": [
+        "task",
+        "status",
+        "batch_size",
+        "variance",
+        "ratio_to_largest",
+        "theory_ratio",
+        "doc_variance",
+        "doc_ratio",
+    ],
+    "stability_accumulation": ["task", "status", *ACCUMULATION],
+    "stability_equal_samples_pairs": ["batch_size", "large_batch", "seed", "samples", "large", "small"],
+    "stability_alert_runs": ["detector", "source", "run_id", "followed_by_drop", "events"],
+}
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:

@@ -127,7 +127,7 @@ def pick_start(val_accuracy: dict[str, float], low: float) -> str | None:
 def start_runs_table(ctx, per_run: pd.DataFrame) -> pd.DataFrame:
     """Per seed, RL (each algorithm) and the supervised control from every start of every warm-up, with `cell`
     (task_start) and `picked` ("yes" at the start the document's range is judged at)."""
-    cols = "task start cell algorithm seed warmup initial_eval final_eval gain lowest_change start_val picked".split()
+    cols = CLAIM_TABLES["system_start_runs"]
     rl = per_run[per_run["final_eval"].notna()]
     starts = {task: read_starts(ctx, task) for task in DOC}
     # the supervised control's rows, in RL's columns
@@ -267,6 +267,27 @@ def console_table(ctx, runs) -> pd.DataFrame:
         line, source = (lines[-1], "log") if lines else (rebuilt, "metrics.csv")
         rows.append(dict(task=task, algorithm=algorithm, run_id=run.spec.run_id, source=source, line=line))
     return pd.DataFrame(rows, columns=["task", "algorithm", "run_id", "source", "line"])
+
+
+# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
+# mathrl.claim_names reads this assignment from the source (without importing the module) to check a claim's names
+# when the config is read.
+CLAIM_TABLES = {
+    "system_start_runs": [
+        "task",
+        "start",
+        "cell",
+        "algorithm",
+        "seed",
+        "warmup",
+        "initial_eval",
+        "final_eval",
+        "gain",
+        "lowest_change",
+        "start_val",
+        "picked",
+    ],
+}
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:

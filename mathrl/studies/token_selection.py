@@ -114,6 +114,12 @@ def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
     return kit.add_intervals(mean_spread(per_run, ["setting", "role"], RUN_VALUES), RUN_VALUES, bounds=LIMITS)
 
 
+# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
+# mathrl.claim_names reads this assignment from the source (without importing the module) to check a claim's names
+# when the config is read.
+CLAIM_TABLES = {"diagnostics_token_selection_runs": ["setting", "role", "seed", "token_selection", *RUN_VALUES]}
+
+
 def tables(ctx, runs, roles: dict) -> dict[str, pd.DataFrame]:
     """The experiment's tables from its complete runs, (variant, run) pairs, and its roles."""
     probe_rows, carry = probe(ctx, runs)
