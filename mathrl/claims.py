@@ -29,7 +29,6 @@ definition of `config/config.schema.yaml`; docs/ARCHITECTURE.md shows a claim en
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 import re
 from collections.abc import Mapping

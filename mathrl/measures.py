@@ -20,7 +20,7 @@ WINDOW = 5  # steps averaged for the start or end of a per-step metric (at most 
 # The table claims read by default, one row per run: its identity, its grid point ({grid}: every experiment's grid
 # keys), its task and every registered measure ({measures}). Stated once: mathrl.claim_names reads this assignment
 # from the source (without importing the module) to check a claim's names when the config is read.
-CLAIM_TABLES = {"run_measures": ["run_id", "experiment", "variant", "seed", "{grid}", "task", "{measures}"]}
+CLAIM_TABLES = {"run_measures": ["run_id", "experiment", "variant", "seed", "warmup", "{grid}", "task", "{measures}"]}
 
 MEASURES: dict[str, tuple[str, Callable[[Run], float]]] = {}
 

@@ -75,7 +75,7 @@ def control_pass_at_k(pk: pd.DataFrame, roles: dict) -> pd.DataFrame:
 # The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
 # mathrl.claim_names reads this assignment from the source (without importing the module) to check a claim's names
 # when the config is read.
-CLAIM_TABLES = {"diagnostics_negative_controls_runs": ["setting", "role", "seed", *RUN_VALUES]}
+CLAIM_TABLES = {"diagnostics_negative_controls_runs": ["setting", "role", "seed", "warmup", *RUN_VALUES]}
 
 
 def tables(runs, pk: pd.DataFrame, roles: dict) -> dict[str, pd.DataFrame]:

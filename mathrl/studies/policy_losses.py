@@ -64,7 +64,7 @@ def loss_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
 # The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
 # mathrl.claim_names reads this assignment from the source (without importing the module) to check a claim's names
 # when the config is read.
-CLAIM_TABLES = {"diagnostics_policy_losses_runs": ["setting", "role", "seed", "policy_loss", *VALUES]}
+CLAIM_TABLES = {"diagnostics_policy_losses_runs": ["setting", "role", "seed", "warmup", "policy_loss", *VALUES]}
 
 
 def tables(runs, roles: dict) -> dict[str, pd.DataFrame]:

@@ -117,7 +117,9 @@ def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
 # The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
 # mathrl.claim_names reads this assignment from the source (without importing the module) to check a claim's names
 # when the config is read.
-CLAIM_TABLES = {"diagnostics_token_selection_runs": ["setting", "role", "seed", "token_selection", *RUN_VALUES]}
+CLAIM_TABLES = {
+    "diagnostics_token_selection_runs": ["setting", "role", "seed", "warmup", "token_selection", *RUN_VALUES]
+}
 
 
 def tables(ctx, runs, roles: dict) -> dict[str, pd.DataFrame]:
