@@ -84,18 +84,30 @@ def cmd_sft(args) -> int:
     if args.out and args.warmup is None and count > 1:
         raise ConfigError(f"--out names one warm-up's directory: give --warmup K (task {args.task} has {count})")
     chosen = [args.warmup] if args.warmup is not None else range(count)
+    _check_problems(cfg, args.task)  # before a warm-up's directory is taken (its lock is the first thing written)
     if args.starts and not cfg["sft"][args.task]["starts"] and not cfg["sft"][args.task]["control_seeds"]:
         raise ConfigError(f"sft.{args.task}: no starts and no control_seeds configured for --starts")
     with torch_threads(args.threads, cfg, "threads_sft"):
         for k in chosen:
             if args.starts:
                 out = Path(args.out) if args.out else layout.at(cfg, layout.SFT_STARTS, task=args.task, warmup=k).parent
-                run_starts(cfg, args.task, out, k)
+                with rundir.hold(out):  # one writer, as a run's directory has
+                    run_starts(cfg, args.task, out, k)
                 continue
             out = Path(args.out) if args.out else layout.at(cfg, layout.SFT_DIR, task=args.task, warmup=k)
-            args.snapshot_path = out / layout.SNAPSHOT_FILE  # where Ctrl-C says the same command resumes
-            run_sft(cfg, args.task, out, k)
+            with rundir.hold(out):
+                args.snapshot_path = out / layout.SNAPSHOT_FILE  # where Ctrl-C says the same command resumes
+                run_sft(cfg, args.task, out, k)
     return 0
+
+
+def _check_problems(cfg: dict, task: str) -> None:
+    """The task's problem files read whole (ProblemFileError names a missing file or a bad line)."""
+    from mathrl.tasks import read_problems, task_of
+
+    for split in layout.PROBLEM_SPLITS:
+        if split != "val" or cfg["tasks"][task]["n_val"]:
+            read_problems(layout.problems_file(cfg, task, split), task_of(cfg, task))
 
 
 def pipeline_threads(requested: int, cfg: dict, key: str) -> int | None:

@@ -85,11 +85,13 @@ def test_a_warm_up_by_hand_runs_on_the_pipelines_thread_count(tmp_path, monkeypa
     pipeline's job does, and gives the calling process its own thread count back."""
     import torch
 
+    import mathrl.cli
     import mathrl.sft
 
     seen = []
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # a launcher's share would stand instead
     monkeypatch.setattr(mathrl.sft, "run_sft", lambda cfg, task, out, k: seen.append(torch.get_num_threads()))
+    monkeypatch.setattr(mathrl.cli, "_check_problems", lambda cfg, task: None)  # no problem files: run_sft reads none
     d = copy.deepcopy(TINY)
     d["results"] = str(tmp_path / "results")
     before = torch.get_num_threads()
