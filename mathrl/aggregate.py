@@ -70,9 +70,31 @@ def all_tables(ctx: Context) -> dict[str, pd.DataFrame]:
             tables[name] = df
     # each table claims read as its module declares it: the names a claim may use are checked against that
     tables = {name: claim_names.conform(name, df, ctx.cfg) for name, df in tables.items()}
-    tables["claims"] = claims.judge_all(ctx.cfg, as_read_back(tables))
+    read_back = as_read_back(tables)
+    tables["claims"] = with_unreadable_runs(claims.judge_all(ctx.cfg, read_back), ctx, read_back)
     tables["claims_counts"] = claims.counts(tables["claims"])
     return tables
+
+
+def with_unreadable_runs(judged: pd.DataFrame, ctx: Context, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """claims.csv with a note on each claim of an experiment some of whose runs' files do not read whole: those runs
+    are in no table, so the claim's n counts the others, and it says so (the report and the console name the
+    files)."""
+    unreadable: dict[str, list[str]] = {}
+    for run_id, run in ctx.runs.items():
+        if run.status == "unreadable":
+            unreadable.setdefault(run.spec.experiment, []).append(run_id)
+    if not unreadable or judged.empty:
+        return judged
+    experiment = {spec.id: spec.experiment for spec in claims.load(ctx.cfg, tables)}
+    out = judged.copy()
+    for i, claim_id in out["claim_id"].items():
+        runs = unreadable.get(experiment.get(claim_id))
+        if runs:
+            said = f"{len(runs)} run(s) of {experiment[claim_id]} left out, their files unreadable: {', '.join(runs)}"
+            note = out.at[i, "note"]
+            out.at[i, "note"] = f"{note}; {said}" if isinstance(note, str) and note else said
+    return out
 
 
 def as_read_back(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
@@ -112,11 +134,12 @@ def headline_metrics(tables: dict[str, pd.DataFrame]) -> dict:
     return out
 
 
-def aggregate(cfg: dict, out_dir: Path | None = None) -> tuple[dict[str, int], list[str]]:
+def aggregate(cfg: dict, out_dir: Path | None = None) -> tuple[dict[str, int], list[str], list[str]]:
     """Write results/tables/{name}.csv for every table, an index.json of row counts, the
     headline metrics.json and the config's hash (config.json); then results/tables.complete
-    if no input was missing and no run is stale, else remove it. Returns the tables' row
-    counts and, per stale run (trained with settings other than the config's), what differs."""
+    if no input was missing, stale or unreadable, else remove it. Returns the tables' row
+    counts and, per stale run (trained with settings other than the config's), what differs,
+    and per run whose files do not read whole, which file and why."""
     out = Path(out_dir) if out_dir else layout.at(cfg, layout.TABLES)
     counts = {}
     tables = all_tables(Context(cfg))
@@ -129,10 +152,13 @@ def aggregate(cfg: dict, out_dir: Path | None = None) -> tuple[dict[str, int], l
     atomic_write(out / "index.json", (json.dumps(counts, indent=2) + "\n").encode())
     atomic_write(out / "metrics.json", (json.dumps(headline_metrics(tables), indent=2) + "\n").encode())
     runs = tables["runs"]
-    stale = runs.loc[runs["status"] == "stale", "problem"].tolist() if not runs.empty else []
+    stale, unreadable = (
+        list(dict.fromkeys(runs.loc[runs["status"] == status, "problem"])) if not runs.empty else []
+        for status in ("stale", "unreadable")
+    )
     marker = complete_marker(out)  # the pipeline's sign that every input existed and was the config's
-    if missing_inputs(cfg) or stale:
+    if missing_inputs(cfg) or stale or unreadable:
         marker.unlink(missing_ok=True)
     else:
         atomic_write(marker, b"every input of the tables existed when they were written\n")
-    return counts, stale
+    return counts, stale, unreadable

@@ -5,6 +5,7 @@ on one file system), is flushed to disk, and is renamed over the target."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -36,6 +37,12 @@ def write_tmp(path: Path, data: bytes, pause: float = 0.0) -> Path:
             ) from exc
         raise
     return tmp
+
+
+def record(data: bytes) -> dict:
+    """What a reader checks a written file against (`results.whole`): its length and SHA-256. Recorded in the
+    file written after it (a run's summary.json), so that a copy cut short or damaged later is named, not read."""
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def atomic_write(path: str | Path, data: bytes | str) -> Path:

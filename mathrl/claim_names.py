@@ -111,9 +111,11 @@ def measure_names() -> tuple[str, ...]:
         for node in tree.body
         if isinstance(node, ast.FunctionDef)
         for deco in node.decorator_list
-        if isinstance(deco, ast.Call) and getattr(deco.func, "id", "") == "measure" and deco.args
+        if isinstance(deco, ast.Call)
+        and getattr(deco.func, "id", "") == "measure"
+        and deco.args
         and isinstance(deco.args[0], ast.Constant)
-    )  # fmt: skip
+    )
 
 
 def grid_keys(cfg: dict) -> list[str]:
@@ -124,11 +126,11 @@ def grid_keys(cfg: dict) -> list[str]:
 
 def table_columns(cfg: dict) -> dict[str, list[str]]:
     """{table claims read: its columns} for this configuration."""
-    out = {}
-    for table, columns in declared_tables().items():
-        out[table] = [c for col in columns for c in (grid_keys(cfg) if col == GRID else
-                                                     measure_names() if col == MEASURES else [col])]  # fmt: skip
-    return {t: list(dict.fromkeys(cols)) for t, cols in out.items()}
+    expanded = {GRID: grid_keys(cfg), MEASURES: list(measure_names())}
+    return {
+        table: list(dict.fromkeys(c for column in columns for c in expanded.get(column, [column])))
+        for table, columns in declared_tables().items()
+    }
 
 
 def conform(name: str, df, cfg: dict):
@@ -161,8 +163,19 @@ def declarations(cfg: dict, path: Path | None = None) -> list[tuple[dict, str]]:
         for i, d in enumerate(spec.get("claims") or []):
             where = f"experiments.{exp}.claims[{i}] ({d.get('id', '?')})"
             validate(d, where)
-            out.append(({"kind": "user", "experiment": exp, "section": "generic", "part": exp,
-                         "source": f"experiment {exp}", **d}, where))  # fmt: skip
+            out.append(
+                (
+                    {
+                        "kind": "user",
+                        "experiment": exp,
+                        "section": "generic",
+                        "part": exp,
+                        "source": f"experiment {exp}",
+                        **d,
+                    },
+                    where,
+                )
+            )
     return out
 
 
@@ -247,8 +260,10 @@ def check_names(d: dict, where: str, tables: dict[str, list[str]], cfg: dict) ->
     if _open(table):
         return
     if table not in tables:
-        raise ConfigError(f"{where}: table: {table!r} is not a table claims read{_close(table, tables)}; "
-                          f"allowed: {', '.join(sorted(tables))}")  # fmt: skip
+        raise ConfigError(
+            f"{where}: table: {table!r} is not a table claims read{_close(table, tables)}; "
+            f"allowed: {', '.join(sorted(tables))}"
+        )
     experiment = d.get("experiment")
     _column(d["measure"], table, tables, f"{where}: measure")
     # a user's claim is their experiment's: its variants and roles are checked; a document's names a study's roles,
@@ -262,8 +277,10 @@ def check_names(d: dict, where: str, tables: dict[str, list[str]], cfg: dict) ->
         if _open(own):
             continue
         if own not in tables:
-            raise ConfigError(f"{at}.table: {own!r} is not a table claims read{_close(own, tables)}; "
-                              f"allowed: {', '.join(sorted(tables))}")  # fmt: skip
+            raise ConfigError(
+                f"{at}.table: {own!r} is not a table claims read{_close(own, tables)}; "
+                f"allowed: {', '.join(sorted(tables))}"
+            )
         _column(c["measure"], own, tables, f"{at}.measure")
         for key in ("arm", "ratio_to", "minus_to"):
             if isinstance(c.get(key), dict):
@@ -291,13 +308,17 @@ def _arm(
     variants = list((exp or {}).get("variants") or {})
     value = arm.get("variant")
     if variants and value is not None and not _open(value) and str(value) not in variants:
-        raise ConfigError(f"{where}.variant: {value!r} is not a variant of experiment {experiment}"
-                          f"{_close(str(value), variants)}; allowed: {', '.join(variants)}")  # fmt: skip
+        raise ConfigError(
+            f"{where}.variant: {value!r} is not a variant of experiment {experiment}"
+            f"{_close(str(value), variants)}; allowed: {', '.join(variants)}"
+        )
     role, roles = arm.get("role"), (exp or {}).get("roles") or {}
     if exp is None or role is None or _open(role) or role in optional or role in roles or "role" in tables[own]:
         return  # (a table with a role column of its own may be filtered by it)
-    raise ConfigError(f"{where}.role: {role!r} is not a role of experiment {experiment}{_close(role, roles)}; "
-                      f"allowed: {', '.join(roles) or 'none (the experiment declares no roles:)'}")  # fmt: skip
+    raise ConfigError(
+        f"{where}.role: {role!r} is not a role of experiment {experiment}{_close(role, roles)}; "
+        f"allowed: {', '.join(roles) or 'none (the experiment declares no roles:)'}"
+    )
 
 
 def _column(name, table: str, tables: dict, where: str) -> None:

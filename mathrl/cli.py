@@ -234,8 +234,11 @@ def cmd_train(args) -> int:
         for name in names:  # each run's console lines in its own log (rank 0's), as if it had been a job of its own
             log = layout.at(cfg, layout.STAGES["train"].log, run_id=name)
             log.parent.mkdir(parents=True, exist_ok=True)
-            with open(log if main_rank else os.devnull, "w") as fh, contextlib.redirect_stdout(fh), \
-                    contextlib.redirect_stderr(fh):  # fmt: skip
+            with (
+                open(log if main_rank else os.devnull, "w") as fh,
+                contextlib.redirect_stdout(fh),
+                contextlib.redirect_stderr(fh),
+            ):
                 train_one(cfg, runs, name, args, started)
             if main_rank:
                 print(f"run {name}: trained (log {log})", flush=True)
@@ -434,7 +437,7 @@ def cmd_settings(args) -> int:
 
 def cmd_compare(args) -> int:
     from mathrl.atomic import atomic_write
-    from mathrl.compare import MEASURES, arm_values, compare, figure, group_by_settings, read_run, text
+    from mathrl.compare import BOUNDS, MEASURES, arm_values, compare, figure, group_by_settings, read_run, text
     from mathrl.studies import kit
 
     if args.measure not in MEASURES:
@@ -444,9 +447,21 @@ def cmd_compare(args) -> int:
     runs_dir = layout.at(cfg, layout.RUNS)
     if args.experiment:
         groups, default_base, skipped = _experiment_arms(cfg, args.experiment, runs_dir)
-        if skipped:
-            print(f"compare: {len(skipped)} runs of {args.experiment} have no result yet and are left out: "
-                  f"{', '.join(skipped)}", file=sys.stderr)  # fmt: skip
+        unreadable = [run.problem for run in skipped.values() if run.status == "unreadable"]
+        not_yet = [run_id for run_id, run in skipped.items() if run.status != "unreadable"]
+        if not_yet:
+            print(
+                f"compare: {len(not_yet)} runs of {args.experiment} have no result yet and are left out: "
+                f"{', '.join(not_yet)}",
+                file=sys.stderr,
+            )
+        if unreadable:  # named by path: never a smaller n in silence
+            print(
+                f"compare: {len(unreadable)} runs of {args.experiment} are left out, their files unreadable:",
+                *unreadable,
+                sep="\n  ",
+                file=sys.stderr,
+            )
     elif args.arm:
         groups, default_base = {}, None
         for item in args.arm:
@@ -469,7 +484,7 @@ def cmd_compare(args) -> int:
     arms = {name: arm_values(runs, args.measure) for name, runs in groups.items()}
     baseline = args.baseline or default_base or next(iter(arms))
     _check_name("--baseline", baseline, "an arm", arms)
-    table = compare(arms, baseline)
+    table = compare(arms, baseline, BOUNDS.get(args.measure))
     table.insert(0, "measure", args.measure)
     print(text(table, args.measure))
     name = f"{args.experiment or 'compare'}_{args.measure}"
@@ -482,15 +497,15 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def _experiment_arms(cfg: dict, experiment: str, runs_dir: Path) -> tuple[dict, str | None, list[str]]:
+def _experiment_arms(cfg: dict, experiment: str, runs_dir: Path) -> tuple[dict, str | None, dict]:
     """An experiment's settings as arms ({setting: {run id: Run}}), its baseline (the
-    `baseline` or `reference` role), and the runs without a result."""
+    `baseline` or `reference` role), and the runs without a result ({run id: Run}: missing, stale or unreadable)."""
     from mathrl.config import expand_runs, point_label
     from mathrl.results import load_run
 
     _check_name("--experiment", experiment, "an experiment", cfg["experiments"])
     groups: dict[str, dict] = {}
-    skipped = []
+    skipped = {}
     for run_id, spec in expand_runs(cfg).items():
         if spec.experiment != experiment:
             continue
@@ -500,7 +515,7 @@ def _experiment_arms(cfg: dict, experiment: str, runs_dir: Path) -> tuple[dict, 
         if run.ok:
             groups[arm][run_id] = run
         else:
-            skipped.append(run_id)
+            skipped[run_id] = run
     groups = {arm: runs for arm, runs in groups.items() if runs}
     roles = cfg["experiments"][experiment].get("roles") or {}
     base = roles.get("baseline") or roles.get("reference")
@@ -532,7 +547,7 @@ def cmd_aggregate(args) -> int:
     cfg = _load(args)
     from mathrl.results import missing_inputs
 
-    counts, stale = aggregate(cfg, args.out)
+    counts, stale, unreadable = aggregate(cfg, args.out)
     missing = len(missing_inputs(cfg))
     print(f"aggregate: {len(counts)} tables in {args.out or Path(cfg['results']) / 'tables'}")
     if missing:
@@ -543,8 +558,16 @@ def cmd_aggregate(args) -> int:
         print(f"aggregate: {len(stale)} run(s) were trained with settings other than the config's (a results tree "
               "from another commit or config?); the tables leave them out and are not the pipeline's:",
               *stale[:10], *(["..."] if len(stale) > 10 else []), sep="\n  ", file=sys.stderr)  # fmt: skip
-        return 1
-    return 0
+    if unreadable:  # every one by path: a damaged file is never read in part, nor left out unsaid
+        left_out = "the tables leave them out (a claim's n counts the others; the report lists them)"
+        print(
+            f"aggregate: {len(unreadable)} run(s) have files that do not read whole; {left_out}, and the tables are "
+            "not the pipeline's:",
+            *unreadable,
+            sep="\n  ",
+            file=sys.stderr,
+        )
+    return 1 if stale or unreadable else 0
 
 
 def cmd_claims(args) -> int:
@@ -559,6 +582,9 @@ def cmd_claims(args) -> int:
             print(f"{name:16s} {text}")
         return 0
     done = layout.at(cfg, layout.CLAIMS)
+    if done.is_file():  # outcomes judged from tables of another config, or with runs left out: said first
+        _warn_if_tables_differ(args, cfg)
+        _warn_if_runs_unreadable(args, cfg)
     table = claims.listing(cfg, done if done.is_file() else None, kind=args.kind)
     print(table.to_string(index=False, max_colwidth=args.width) if len(table) else "no claims")
     if not done.is_file():
@@ -587,6 +613,19 @@ def cmd_report(args) -> int:
     _warn_if_tables_differ(args, cfg)
     print(f"report: {write_report(cfg, args.out)}")
     return 0
+
+
+def _warn_if_runs_unreadable(args, cfg: dict) -> None:
+    from mathrl.studies.context import Tables
+
+    runs = Tables(cfg)["runs"]
+    if "status" in runs and (runs["status"] == "unreadable").any():
+        n = runs.loc[runs["status"] == "unreadable", "run_id"].nunique()
+        print(
+            f"mathrl {args.command}: warning: {n} run(s) had files that do not read whole when the tables were made "
+            "(`mathrl aggregate` names them): the claims on their experiments count the other runs",
+            file=sys.stderr,
+        )
 
 
 def _warn_if_tables_differ(args, cfg: dict) -> None:
@@ -899,12 +938,15 @@ def out_of_memory(exc: BaseException) -> str | None:
     """One line for an allocation that failed (Python's MemoryError, torch's allocators' errors), else None: the
     pre-flight estimate of a step's memory is an estimate, and a limit can tighten while a run trains."""
     text = str(exc).strip()
-    if not (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
-            or "can't allocate memory" in text):  # fmt: skip
+    if not (
+        isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or "can't allocate memory" in text
+    ):
         return None
     text = text.split("DefaultCPUAllocator: ", 1)[-1].splitlines()[0] if text else "an allocation failed"
-    return (f"out of memory: {text}; a smaller batch_size (or micro_batch_size, which bounds the training "
-            "activations) needs less")  # fmt: skip
+    return (
+        f"out of memory: {text}; a smaller batch_size (or micro_batch_size, which bounds the training "
+        "activations) needs less"
+    )
 
 
 def _where_to_resume(args) -> str:

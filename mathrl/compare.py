@@ -11,6 +11,7 @@ compare like an experiment's. A measure is one of `mathrl.measures`' registry, t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -19,7 +20,7 @@ import pandas as pd
 
 from mathrl import layout
 from mathrl.errors import ConfigError
-from mathrl.measures import MEASURES
+from mathrl.measures import BOUNDS, MEASURES
 from mathrl.results import Run, load_run
 from mathrl.verdict import Estimate, difference, mean_interval
 
@@ -53,21 +54,33 @@ def arm_values(runs: dict[str, Run], measure: str) -> dict:
     return {k: v for k, v in values.items() if not math.isnan(v)}
 
 
-def compare(arms: dict[str, dict], baseline: str) -> pd.DataFrame:
-    """One row per arm (its mean and 95% interval) and per other arm's difference from the baseline."""
+def compare(arms: dict[str, dict], baseline: str, bounds: tuple[float, float] | None = None) -> pd.DataFrame:
+    """One row per arm (its mean and 95% interval) and per other arm's difference from the baseline; with the
+    measure's `bounds`, each interval is held inside the values it can take (`clipped` says where it was cut)."""
     rows = []
     for name, values in arms.items():
-        rows.append(_row("arm", name, "", mean_interval(values), ",".join(map(str, values))))
+        rows.append(_row("arm", name, "", held(mean_interval(values), bounds), ",".join(map(str, values))))
+    spread = None if bounds is None else (bounds[0] - bounds[1], bounds[1] - bounds[0])
     for name, values in arms.items():
         if name != baseline:
-            rows.append(_row("difference", name, baseline, difference(values, arms[baseline]), ""))
+            rows.append(_row("difference", name, baseline, held(difference(values, arms[baseline]), spread), ""))
     return pd.DataFrame(rows)
 
 
-def _row(kind: str, arm: str, baseline: str, est: Estimate, keys: str) -> dict:
+def held(est: Estimate, bounds: tuple[float, float] | None) -> tuple[Estimate, bool]:
+    """An interval inside `bounds` (a t interval of accuracies at n = 2 reaches past 0 and 1); whether it was cut."""
+    if bounds is None or not math.isfinite(est.lo):
+        return est, False
+    lo, hi = max(est.lo, bounds[0]), min(est.hi, bounds[1])
+    return dataclasses.replace(est, lo=lo, hi=hi), (lo, hi) != (est.lo, est.hi)
+
+
+def _row(kind: str, arm: str, baseline: str, held: tuple[Estimate, bool], keys: str) -> dict:
+    est, clipped = held
     method = {"paired": "paired by seed", "unpaired": "Welch", "one-sample": "t"}.get(est.kind, est.kind)
     return {"kind": kind, "arm": arm, "baseline": baseline, "estimate": est.estimate,
-            "ci_low": est.lo, "ci_high": est.hi, "n": est.n, "method": method, "seeds": keys}  # fmt: skip
+            "ci_low": est.lo, "ci_high": est.hi, "n": est.n, "method": method, "seeds": keys,
+            "clipped": clipped}  # fmt: skip
 
 
 def group_by_settings(summaries: dict[str, dict]) -> dict[str, list[str]]:  # run id -> its summary.json
@@ -99,6 +112,10 @@ def text(table: pd.DataFrame, measure: str) -> str:
         interval = f"[{r.ci_low:{sign}.3f}, {r.ci_high:{sign}.3f}]" if finite else "[no interval: n < 2]"
         how = f", {r.method}" if r.kind == "difference" else ""
         lines.append(f"  {name:<{width}} {r.estimate:{sign}.3f} {interval}  n={r.n}{how}")
+    if table["clipped"].any():
+        lo, hi = BOUNDS[measure]
+        lines.append(f"(intervals held within what {measure} can take, {lo:g} to {hi:g}, where the t interval of few "
+                     "runs reaches past it)")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -238,8 +238,11 @@ def _belongs(key: str, error: jsonschema.ValidationError, root: dict | None) -> 
         if node is None:
             return None
     objects = [m for m in met if isinstance(m, dict) and "properties" in m]
-    below = [name for name, sub in (objects[-1]["properties"] if objects else {}).items()
-             if key in (_follow(root, sub).get("properties") or {})]  # fmt: skip
+    below = [
+        name
+        for name, sub in (objects[-1]["properties"] if objects else {}).items()
+        if key in (_follow(root, sub).get("properties") or {})
+    ]
     if below:
         return f"it belongs under {below[0]} ({below[0]}: {{{key}: ...}})"
     if len(objects) > 1 and key in objects[-2]["properties"] and isinstance(error.absolute_path[-1], str):

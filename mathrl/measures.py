@@ -23,13 +23,18 @@ WINDOW = 5  # steps averaged for the start or end of a per-step metric (at most 
 CLAIM_TABLES = {"run_measures": ["run_id", "experiment", "variant", "seed", "warmup", "{grid}", "task", "{measures}"]}
 
 MEASURES: dict[str, tuple[str, Callable[[Run], float]]] = {}
+BOUNDS: dict[str, tuple[float, float]] = {}  # the values a bounded measure can take (an accuracy: 0 to 1)
+SHARE, CHANGE = (0.0, 1.0), (-1.0, 1.0)  # a share, and a change of a share
 
 
-def measure(name: str, text: str):
-    """Register `fn(run) -> float` as a measure named `name`, described by `text`."""
+def measure(name: str, text: str, bounds: tuple[float, float] | None = None):
+    """Register `fn(run) -> float` as a measure named `name`, described by `text`, whose values lie in `bounds`
+    where given (an interval of its mean is held there: `mathrl compare`)."""
 
     def add(fn: Callable[[Run], float]) -> Callable[[Run], float]:
         MEASURES[name] = (text, fn)
+        if bounds is not None:
+            BOUNDS[name] = bounds
         return fn
 
     return add
@@ -49,27 +54,27 @@ def _tail(run: Run, col: str) -> float:
     return float(m[col].tail(_window(m)).mean()) if col in m and len(m) else math.nan
 
 
-@measure("initial_eval", "held-out accuracy before RL (greedy)")
+@measure("initial_eval", "held-out accuracy before RL (greedy)", bounds=SHARE)
 def initial_eval(run: Run) -> float:
     return float(run.initial_eval)
 
 
-@measure("final_eval", "held-out accuracy at the last step (greedy)")
+@measure("final_eval", "held-out accuracy at the last step (greedy)", bounds=SHARE)
 def final_eval(run: Run) -> float:
     return float(run.evals["eval_accuracy"].iloc[-1])
 
 
-@measure("best_eval", "best held-out accuracy over the run's evaluations")
+@measure("best_eval", "best held-out accuracy over the run's evaluations", bounds=SHARE)
 def best_eval(run: Run) -> float:
     return float(run.evals["eval_accuracy"].max())
 
 
-@measure("gain", "held-out accuracy: final − before RL")
+@measure("gain", "held-out accuracy: final − before RL", bounds=CHANGE)
 def gain(run: Run) -> float:
     return final_eval(run) - initial_eval(run)
 
 
-@measure("lowest_change", "lowest held-out accuracy at an evaluation after RL began − before RL")
+@measure("lowest_change", "lowest held-out accuracy at an evaluation after RL began − before RL", bounds=CHANGE)
 def lowest_change(run: Run) -> float:
     e = run.evals["eval_accuracy"]
     return float(e.iloc[1:].min() - e.iloc[0]) if len(e) > 1 else math.nan
@@ -112,12 +117,12 @@ def lr_last(run: Run) -> float:
     return float(m["lr"].dropna().iloc[-1]) if "lr" in m and m["lr"].notna().any() else math.nan
 
 
-@measure("accuracy_gain", "sampled training accuracy: last steps − first steps")
+@measure("accuracy_gain", "sampled training accuracy: last steps − first steps", bounds=CHANGE)
 def accuracy_gain(run: Run) -> float:
     return _tail(run, "accuracy") - _head(run, "accuracy")
 
 
-@measure("drawdown", "largest fall of held-out accuracy from an earlier peak")
+@measure("drawdown", "largest fall of held-out accuracy from an earlier peak", bounds=SHARE)
 def drawdown(run: Run) -> float:
     return float(max_drawdown(run.evals["eval_accuracy"]))
 
@@ -128,7 +133,7 @@ def rough(run: Run) -> float:
     return float(roughness(e["step"], e["eval_accuracy"]))
 
 
-@measure("collapsed", "1 when the run collapsed (sustained, or at the final evaluation)")
+@measure("collapsed", "1 when the run collapsed (sustained, or at the final evaluation)", bounds=SHARE)
 def collapse(run: Run) -> float:
     c = collapsed(run)
     return math.nan if c is None else float(c)

@@ -102,7 +102,7 @@ def html_table(
     `formats` maps columns to a spec of cell(); a `run_id` column links to the run index; an empty frame says so
     instead of vanishing."""
     if df is None or df.empty:
-        return Markup('<p class="missing">No data: the runs this table needs are missing or failed.</p>')
+        return Markup('<p class="missing">No data: the runs this table needs are missing or unreadable.</p>')
     if columns is None:
         columns = list(df.columns)
     headers = columns if isinstance(columns, dict) else {c: c for c in columns}
@@ -356,9 +356,11 @@ def render(cfg: dict) -> str:
         repro=reproducibility(cfg, t),
         cfg=cfg,
         config_text=json.dumps(cfg, indent=1, default=str),
-        n_missing=int((runs["status"].isin(["missing", "failed", "stale"]) & trained(runs)).sum())
+        n_missing=int((runs["status"].isin(["missing", "unreadable", "stale"]) & trained(runs)).sum())
         if not runs.empty
         else 0,
+        # each file that does not read whole, by path: its run is in no table
+        unreadable=list(dict.fromkeys(runs.loc[runs["status"] == "unreadable", "problem"])) if not runs.empty else [],
     )
 
 

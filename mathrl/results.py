@@ -2,14 +2,21 @@
 
 Everything here works from files alone. A run is `complete` (or `stopped_nonfinite`) only
 when its summary.json exists: metrics.csv and summary.json are written once, atomically,
-at the end of a run, so a half-finished run is `missing` (no files yet) or `failed` (its
-files are unreadable) and is never mistaken for a result. A run whose recorded settings differ
-from those the config gives it now is `stale` (a results tree copied from another commit or
-config, which Snakemake has no record of and so does not retrain): it is no result either.
+at the end of a run, so a half-finished run is `missing` (no files yet) and is never mistaken
+for a result. A run whose files do not read whole is `unreadable`, never read in part: summary.json
+records the length and SHA-256 of each file written before it (`atomic.record`), and a CSV is
+also checked in shape (a copy cut mid-line would otherwise read as a truncated number and a row
+of blanks). A run whose recorded settings differ from those the config gives it now is `stale`
+(a results tree copied from another commit or config, which Snakemake has no record of and so
+does not retrain): it is no result either. `mathrl aggregate` names both kinds on the console and
+the report lists them; their runs are left out of every table, so a claim's n counts the others.
 """
 
 from __future__ import annotations
 
+import csv
+import hashlib
+import io
 import json
 import math
 from dataclasses import dataclass, field
@@ -20,6 +27,7 @@ import pandas as pd
 
 from mathrl import layout
 from mathrl.config import RunSpec, expand_runs, trained_runs
+from mathrl.errors import DamagedFileError
 
 # A run "collapsed" if held-out accuracy fell below this share of where it started and
 # stayed there (two evaluations in a row, or at the final one), or a non-finite loss or
@@ -40,7 +48,7 @@ COLLAPSE_DEFINITION = (
 @dataclass
 class Run:
     spec: RunSpec
-    status: str  # complete | stopped_nonfinite | missing | failed | stale
+    status: str  # complete | stopped_nonfinite | missing | unreadable | stale
     summary: dict | None = None
     metrics: pd.DataFrame | None = field(default=None, repr=False)
     problem: str = ""
@@ -86,19 +94,19 @@ def warmup(run: Run) -> float:
 
 def progress_of(cfg: dict, spec: RunSpec) -> str:
     """How far a run is, from its files alone (no snapshot is read): `done`, `partial` (a
-    snapshot, no result yet), `failed` (a result that does not read), `stale` (a result of
-    other settings than the config's, `load_run`) or `missing`; a run read from another with
-    its settings says which."""
+    snapshot, no result yet), `unreadable` (a result whose files do not read whole), `stale` (a
+    result of other settings than the config's, `load_run`) or `missing`; a run read from another
+    with its settings says which."""
     run_dir = layout.at(cfg, layout.RUN_DIR, run_id=spec.trained_as)
     shared = f" (as {spec.same_as})" if spec.same_as else ""
-    try:
-        summary = json.loads((run_dir / layout.SUMMARY_FILE).read_text())
-        status = summary.get("status", "complete")
-        drift = settings_drift(spec.settings, summary.get("config") or {})
-    except FileNotFoundError:
+    if not (run_dir / layout.SUMMARY_FILE).exists():
         return ("partial" if (run_dir / layout.SNAPSHOT_FILE).exists() else "missing") + shared
-    except (OSError, ValueError, AttributeError):
-        return "failed" + shared
+    try:
+        summary, _ = run_files(run_dir)
+    except (OSError, DamagedFileError):
+        return "unreadable" + shared
+    status = summary.get("status", "complete")
+    drift = settings_drift(spec.settings, summary.get("config") or {})
     if drift:
         return "stale" + shared
     return ("done" if status == "complete" else f"done ({status})") + shared
@@ -106,12 +114,19 @@ def progress_of(cfg: dict, spec: RunSpec) -> str:
 
 def adhoc_progress(cfg: dict, known: set[str]) -> dict[str, str]:
     """Run directories under the results tree that no run of the config trains in (`mathrl train --run-id NAME`,
-    or an experiment since removed from the config), each with how far it is: `done`, `partial` or `failed`."""
+    or an experiment since removed from the config), each with how far it is: `done`, `unreadable`, `partial` or
+    `empty` (a run stopped before its first snapshot)."""
     root, out = layout.at(cfg, layout.RUNS), {}
     for run_dir in sorted(root.iterdir()) if root.is_dir() else ():
         if run_dir.is_dir() and run_dir.name not in known:
-            summary, snapshot = run_dir / layout.SUMMARY_FILE, run_dir / layout.SNAPSHOT_FILE
-            out[run_dir.name] = "done" if summary.is_file() else "partial" if snapshot.is_file() else "failed"
+            if (run_dir / layout.SUMMARY_FILE).is_file():
+                try:
+                    run_files(run_dir)
+                    out[run_dir.name] = "done"
+                except (OSError, DamagedFileError):
+                    out[run_dir.name] = "unreadable"
+            else:
+                out[run_dir.name] = "partial" if (run_dir / layout.SNAPSHOT_FILE).is_file() else "empty"
     return out
 
 
@@ -127,20 +142,84 @@ def settings_drift(expected: dict, recorded: dict) -> list[str]:
 def load_run(run_dir: Path, spec: RunSpec | None) -> Run:
     """The run in `run_dir`; with the config's `spec` of it, `stale` where it recorded other settings (a run read
     without a spec, as `mathrl compare --run` reads one, is taken as it is)."""
-    summary_path, metrics_path = run_dir / layout.SUMMARY_FILE, run_dir / layout.METRICS_FILE
-    if not summary_path.exists():
+    if not (run_dir / layout.SUMMARY_FILE).exists():
         return Run(spec, "missing")
     try:
-        summary = json.loads(summary_path.read_text())
-        metrics = pd.read_csv(metrics_path)
-    except (OSError, ValueError) as exc:
-        return Run(spec, "failed", problem=f"{run_dir}: {exc}")
+        summary, text = run_files(run_dir)
+        metrics = pd.read_csv(io.StringIO(text))
+    except (OSError, DamagedFileError, ValueError) as exc:
+        problem = str(exc) if isinstance(exc, DamagedFileError) else f"{run_dir}: {exc}"
+        return Run(
+            spec,
+            "unreadable",
+            problem=f"{problem}; remove {run_dir} (or `snakemake --forcerun`) to train the run again",
+        )
     drift = settings_drift(spec.settings, summary.get("config") or {}) if spec is not None else []
     if drift:
         problem = (f"{run_dir} was trained with other settings than the config gives it now ({'; '.join(drift)}); "
                    "remove the directory (or `snakemake --forcerun`) to train it again")  # fmt: skip
         return Run(spec, "stale", summary, metrics, problem=problem)
     return Run(spec, summary.get("status", "complete"), summary, metrics)
+
+
+def run_files(run_dir: Path) -> tuple[dict, str]:
+    """A finished run's summary.json and the text of its metrics.csv, every file the summary recorded checked whole
+    against its record, and metrics.csv in shape too (DamagedFileError names the first that is not)."""
+    summary = read_json(run_dir / layout.SUMMARY_FILE)
+    files = summary.get("files") or {}
+    for name, recorded in files.items():
+        if name != layout.METRICS_FILE:
+            whole(run_dir / name, recorded)
+    return summary, csv_text(run_dir / layout.METRICS_FILE, files.get(layout.METRICS_FILE))
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object written whole; DamagedFileError naming the file where it does not read (cut short, damaged)."""
+    try:
+        data = json.loads(Path(path).read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DamagedFileError(f"{path}: cut short or damaged: it does not read as JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise DamagedFileError(f"{path}: damaged: a JSON {type(data).__name__}, not the object written")
+    return data
+
+
+def whole(path: Path, recorded: dict | None = None) -> bytes:
+    """A file's bytes, checked against what its writer recorded (`atomic.record`: length and SHA-256) where it did."""
+    data = Path(path).read_bytes()
+    if recorded:
+        if len(data) != recorded.get("bytes"):
+            how = "cut short" if len(data) < recorded.get("bytes", 0) else "damaged"
+            raise DamagedFileError(f"{path}: {how}: {len(data)} bytes, where its run wrote {recorded.get('bytes')}")
+        if hashlib.sha256(data).hexdigest() != recorded.get("sha256"):
+            raise DamagedFileError(f"{path}: damaged: its SHA-256 is not the one its run recorded")
+    return data
+
+
+def csv_text(path: Path, recorded: dict | None = None) -> str:
+    """A CSV file's text, whole (`whole`) and in shape: it ends with a newline and every line holds the header's number
+    of fields, so that a copy cut mid-line is named instead of read as a truncated number and a row of blanks."""
+    try:
+        text = whole(path, recorded).decode()
+    except UnicodeDecodeError:
+        raise DamagedFileError(f"{path}: damaged: it is not text") from None
+    if not text:
+        raise DamagedFileError(f"{path}: empty: not even its header")
+    if not text.endswith("\n"):
+        raise DamagedFileError(f"{path}: cut short: its last line ends without a newline")
+    rows = csv.reader(io.StringIO(text))
+    width = len(next(rows))
+    for number, row in enumerate(rows, start=2):
+        if len(row) != width:
+            raise DamagedFileError(
+                f"{path}, line {number}: cut short or damaged: {len(row)} fields, the header has {width}"
+            )
+    return text
+
+
+def read_csv(path: Path, recorded: dict | None = None, **kwargs) -> pd.DataFrame:
+    """pandas' read_csv of a file checked whole and in shape first (`csv_text`)."""
+    return pd.read_csv(io.StringIO(csv_text(path, recorded)), **kwargs)
 
 
 def aggregate_inputs(cfg: dict, runs: dict | None = None) -> dict[str, list[str]]:

@@ -51,7 +51,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import mathrl
 from mathrl import eval_cache, faults, resume, snapshot
 from mathrl.algorithms import AdvantageInputs, get_estimator
-from mathrl.atomic import atomic_write
+from mathrl.atomic import atomic_write, record
 from mathrl.config import ConfigError
 from mathrl.console import console_line, time_left
 from mathrl.control import MovingAverageBaseline, make_kl_controller
@@ -749,26 +749,29 @@ class Trainer:
             self.pass_counts["final"] = self.pass_at_k_counts()
         summary = self.summary()
         if d.is_main:
-            write_metrics(self.dir / "metrics.csv", self.rows)
-            self.write_problem_files()
+            written = {"metrics.csv": write_metrics(self.dir / "metrics.csv", self.rows), **self.write_problem_files()}
+            summary["files"] = {name: record(data) for name, data in written.items()}  # what readers check them by
             atomic_write(self.dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
         return summary
 
-    def write_problem_files(self) -> None:
+    def write_problem_files(self) -> dict[str, bytes]:
         """heldout.csv: a, b and greedy correctness (0/1) at the start and at the last evaluation
         of every held-out problem; pass_at_k.csv (runs with pass_at_k): a, b, phase
-        (initial/final), samples and correct samples per problem."""
-        pairs = self.test_pairs.tolist()
+        (initial/final), samples and correct samples per problem. What was written, by file name."""
+        pairs, written = self.test_pairs.tolist(), {}
         if self.initial_correct is not None and self.last_correct is not None:
             lines = ["a,b,initial,final"] + [
                 f"{a},{b},{i},{f}" for (a, b), i, f in zip(pairs, self.initial_correct, self.last_correct)
             ]
-            atomic_write(self.dir / "heldout.csv", "\n".join(lines) + "\n")
+            written["heldout.csv"] = ("\n".join(lines) + "\n").encode()
         if self.pass_counts:
             lines = ["phase,a,b,samples,correct"]
             for phase, counts in self.pass_counts.items():
                 lines += [f"{phase},{a},{b},{self.s.pass_at_k_samples},{c}" for (a, b), c in zip(pairs, counts)]
-            atomic_write(self.dir / "pass_at_k.csv", "\n".join(lines) + "\n")
+            written["pass_at_k.csv"] = ("\n".join(lines) + "\n").encode()
+        for name, data in written.items():
+            atomic_write(self.dir / name, data)
+        return written
 
     def start_wandb(self):
         if not (self.s.wandb and self.d.is_main):
@@ -809,8 +812,8 @@ class Trainer:
         }  # fmt: skip
 
 
-def write_metrics(path: Path, rows: list[dict]) -> None:
-    """metrics.csv in one atomic write: a reader never sees a partial file."""
+def write_metrics(path: Path, rows: list[dict]) -> bytes:
+    """metrics.csv in one atomic write: a reader never sees a partial file. The bytes written."""
     import io
 
     buf = io.StringIO()
@@ -818,4 +821,6 @@ def write_metrics(path: Path, rows: list[dict]) -> None:
     writer.writeheader()
     for row in rows:
         writer.writerow({k: row.get(k, math.nan) for k in COLUMNS})
-    atomic_write(path, buf.getvalue())
+    data = buf.getvalue().encode()
+    atomic_write(path, data)
+    return data

@@ -109,3 +109,20 @@ def test_an_experiments_settings_are_its_arms(made, capsys):
     row = table[table["kind"] == "difference"].iloc[0]
     assert (row["arm"], row["baseline"], row["n"]) == ("batch_size=8", "batch_size=16", 2)
     assert row["estimate"] == pytest.approx(((0.3 - 0.5) + (0.35 - 0.5)) / 2)
+
+
+def test_an_accuracys_interval_stays_within_0_and_1(made, capsys):
+    """Two runs an arm: the t interval of arm B's mean accuracy (0.95, 0.55) reaches past 1 and below 0 (t at one
+    degree of freedom is 12.7); the table and the console hold it to what an accuracy can take, and say so."""
+    config, results = made
+    write_summary(results, "c0", 0, 0.95)
+    write_summary(results, "c1", 1, 0.55)
+    assert mean_interval({0: 0.95, 1: 0.55}).hi > 1 and mean_interval({0: 0.95, 1: 0.55}).lo < 0
+    assert main(["compare", "--config", str(config), "--arm", "A=a0,a1,a2", "--arm", "B=c0,c1"]) == 0
+    table = pd.read_csv(results / "compare" / "compare_final_eval.csv").set_index(["kind", "arm"])
+    assert table.loc[("arm", "B"), ["ci_low", "ci_high"]].tolist() == [0.0, 1.0] and table.loc[("arm", "B"), "clipped"]
+    assert table.loc[("difference", "B"), "ci_low"] >= -1 and table.loc[("difference", "B"), "ci_high"] <= 1
+    assert not table.loc[("arm", "A"), "clipped"]  # 0.5, 0.6 and 0.7: inside [0, 1] as it is
+    text = capsys.readouterr().out
+    assert "0.750 [0.000, 1.000]  n=2" in text
+    assert "(intervals held within what final_eval can take, 0 to 1, where the t interval of few runs reaches" in text

@@ -56,7 +56,7 @@ def test_missing_run_is_marked_and_never_invented(reported):
     assert not (run_dir(reported, "fault__clean__s0")).exists()  # reading the tree wrote nothing there
     row = re.search(r'<tr id="run-fault__clean__s0">.*?</tr>', html, re.S)[0]
     assert '<td class="missing">missing</td>' in row
-    assert "1 run(s) are missing, failed or stale" in html
+    assert "1 run(s) are missing, unreadable or stale" in html
 
 
 def test_a_run_trained_with_other_settings_is_stale_and_left_out(reported, capsys):

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from conftest import PY, SNAKEFILE, child_env, run, run_dir, run_files, tiny_config, train_cmd, wait_for
 
-from mathrl import rundir, snapshot
+from mathrl import atomic, rundir, snapshot
 from mathrl.errors import RunDirError
 
 pytestmark = pytest.mark.faults
@@ -36,23 +36,31 @@ def test_two_trainings_of_one_run_id_at_once_one_refuses_and_the_others_files_ar
     d, release = run_dir(env, "twin"), env["dir"] / "release"
     hook = child_env(MATHRL_FAULT_SLEEP_AT_STEP="2:300", MATHRL_FAULT_RELEASE=str(release))
     lrs = {"a": 3e-4, "b": 1e-3}
-    procs = {name: background.start(train_cmd(env, "twin", "steps=3", "snapshot_every=1", f"lr={lr}"),
-                                    env["dir"] / f"{name}.log", hook) for name, lr in lrs.items()}  # fmt: skip
+    procs = {
+        name: background.start(
+            train_cmd(env, "twin", "steps=3", "snapshot_every=1", f"lr={lr}"), env["dir"] / f"{name}.log", hook
+        )
+        for name, lr in lrs.items()
+    }
     refused = first_to_exit(list(procs.values()))
     name = next(n for n, p in procs.items() if p is refused)
     holder_name = "b" if name == "a" else "a"
     holder = procs[holder_name]
     assert refused.returncode == 2 and holder.poll() is None  # it did not wait for the holder to end
     err = (env["dir"] / f"{name}.log").read_text().strip().splitlines()
-    assert err[-1] == (f"mathrl train: error: {d} is being written by pid {holder.pid} on host {socket.gethostname()}"
-                       f" since {err[-1].split(' since ')[1].split(';')[0]}; one process writes a run directory at a "
-                       "time: wait for it to end, or name this run otherwise (--run-id NAME)")  # fmt: skip
+    assert err[-1] == (
+        f"mathrl train: error: {d} is being written by pid {holder.pid} on host {socket.gethostname()}"
+        f" since {err[-1].split(' since ')[1].split(';')[0]}; one process writes a run directory at a "
+        "time: wait for it to end, or name this run otherwise (--run-id NAME)"
+    )
     assert "Step 1/" not in "\n".join(err)  # it trained nothing
 
     release.touch()
     assert holder.wait(timeout=180) == 0
     summary = json.loads((d / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["config"]["lr"] == lrs[holder_name]
+    # what a reader checks the files against (results.run_files): every file written before summary.json
+    assert summary["files"] == {name: atomic.record((d / name).read_bytes()) for name in ("metrics.csv", "heldout.csv")}
     assert list(pd.read_csv(d / "metrics.csv")["step"]) == [1, 2, 3]
     assert snapshot.load(d / "snapshot.pt")["step"] == 3
     assert list(run_files(d)) == ["heldout.csv", "metrics.csv", "snapshot.pt", "snapshot.pt.prev", "summary.json"]
@@ -83,8 +91,20 @@ def test_the_pipelines_job_and_a_run_by_hand_of_the_same_id_meet_the_same_lock(t
 
 
 def snakemake_cmd(workdir, config) -> list[str]:
-    return [PY, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(workdir), "--cores", "1",
-            "results/runs/lock__base__s0/summary.json", "--configfile", str(config)]  # fmt: skip
+    return [
+        PY,
+        "-m",
+        "snakemake",
+        "-s",
+        str(SNAKEFILE),
+        "--directory",
+        str(workdir),
+        "--cores",
+        "1",
+        "results/runs/lock__base__s0/summary.json",
+        "--configfile",
+        str(config),
+    ]
 
 
 def test_temporary_files_are_each_processs_own(tmp_path):

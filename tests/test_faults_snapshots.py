@@ -52,4 +52,5 @@ def test_both_snapshots_damaged_is_an_error_naming_both_and_nothing_is_overwritt
     last = err.strip().splitlines()[-1]
     assert last.startswith("mathrl train: error: no usable snapshot")
     assert f"{d / 'snapshot.pt'}: " in last and f"{prev}: " in last and "checksum mismatch" in last
+    assert last.endswith(f"; to start over from step 0, remove {d / 'snapshot.pt'} and {prev}")
     assert run_files(d) == before  # nothing rewritten, nothing added

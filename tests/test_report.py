@@ -3,9 +3,10 @@
 One tree is built per session (the browser test in test_browser.py reuses it): every
 experiment of config/config.yaml with two seeds and a few steps, the bandit studies run for
 real on a short budget, a gradient-variance probe and warm-up summaries; one run is missing
-and one failed (its summary.json cannot be read). `mathrl aggregate`, `figures` and `report`
-then run as the pipeline runs them. The tests check that the page is one self-contained,
-well-formed document and that its numbers are the aggregated CSVs' numbers.
+and one unreadable (its summary.json is cut short). `mathrl aggregate` (which names that run and
+exits 1), `figures` and `report` then run as the pipeline runs them. The tests check that the
+page is one self-contained, well-formed document and that its numbers are the aggregated CSVs'
+numbers.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ SECTIONS = [
 ]
 # (experiment, variant, grid point, seed) of the run left out and of the run whose summary.json is unreadable
 MISSING = ("batch", "b512", {}, 1)
-FAILED = ("system", "mul", {}, 1)
+UNREADABLE = ("system", "mul", {}, 1)
 STEPS, EVAL_EVERY = 8, 2
 INJECTED = '<script>alert("description")</script>'  # in an experiment's free-text description
 INJECTED_ALERT = "<img src=x onerror=alert(2)> & <b>bold</b>"  # in an alert message read from a summary.json
@@ -127,9 +128,9 @@ def run_id_of(specs: dict, experiment: str, variant: str | None, point: dict, se
 
 
 def write_tree(cfg: dict) -> dict[str, str]:
-    """Every run but MISSING, FAILED unreadable; bandit CSVs, gradvar, warm-ups, a log."""
+    """Every run but MISSING, UNREADABLE cut short; bandit CSVs, gradvar, warm-ups, a log."""
     specs = expand_runs(cfg)
-    missing, failed = run_id_of(specs, *MISSING), run_id_of(specs, *FAILED)
+    missing, unreadable = run_id_of(specs, *MISSING), run_id_of(specs, *UNREADABLE)
     noisy = run_id_of(specs, "clipping", "sgd_spike", {}, 0)
     low_entropy = run_id_of(specs, "batch", "b64", {}, 0)
     for run_id, spec in specs.items():
@@ -151,7 +152,7 @@ def write_tree(cfg: dict) -> dict[str, str]:
                 {"step": 4, "kind": "low_entropy", "value": 0.05, "threshold": 0.1, "message": "entropy 0.05 < 0.1"}
             ]
         write_run(cfg, run_id, rows, initial_eval=0.4, status=status, alerts=alerts)
-    (Path(cfg["results"]) / "runs" / failed / "summary.json").write_text("{truncated")
+    (Path(cfg["results"]) / "runs" / unreadable / "summary.json").write_text("{truncated")
     block = cfg["bandit"]
     for study in bandit.BANDIT_STUDIES:
         bandit.write_study(bandit.run_study(study, block), Path(cfg["results"]) / "bandit" / study / "metrics.csv")
@@ -171,7 +172,7 @@ def write_tree(cfg: dict) -> dict[str, str]:
     return {
         "experiments": {run_id: spec.experiment for run_id, spec in specs.items()},
         "missing": missing,
-        "failed": failed,
+        "unreadable": unreadable,
         "stopped": run_id_of(specs, "collapse", "huge_lr", {}, 1),
     }
 
@@ -198,7 +199,8 @@ def build(tmp: Path, record: list) -> dict:
         for command in ("aggregate", "figures", "report"):
             if command == "report":
                 mp.setattr(mathrl.report, "html_table", recording_table)
-            assert main([command, "--config", str(path)]) == 0, command
+            # aggregate names the unreadable run and says its tables are not the pipeline's
+            assert main([command, "--config", str(path)]) == (1 if command == "aggregate" else 0), command
     results = Path(cfg["results"])
     return {"cfg": cfg, "config": path, "results": results, "html": (results / "report.html").read_text(), **ids}
 
@@ -342,7 +344,7 @@ def test_pipeline_outputs(report_tree):
     r = report_tree["results"]
     assert (r / "report.html").stat().st_size > 10_000
     assert len(list((r / "figures").glob("*.png"))) >= 10
-    assert (r / "runs" / report_tree["failed"] / "summary.json").read_text() == "{truncated" and not (
+    assert (r / "runs" / report_tree["unreadable"] / "summary.json").read_text() == "{truncated" and not (
         r / "runs" / report_tree["missing"]
     ).exists()
     assert report_tree["tables_called"], "the report rendered its tables through the table() helper"
@@ -527,14 +529,14 @@ def test_run_index_matches_csv(report_tree, dom):
                 fmt(r.alert_kinds), fmt(r.wall_seconds, ".1f")]  # fmt: skip
         assert cells == want, r.run_id
     status = dict(zip(runs["run_id"], runs["status"]))
-    assert status[report_tree["missing"]] == "missing" and status[report_tree["failed"]] == "failed"
+    assert status[report_tree["missing"]] == "missing" and status[report_tree["unreadable"]] == "unreadable"
     assert status[report_tree["stopped"]] == "stopped_nonfinite"
     shared = dict(zip(runs["run_id"], runs["same_as"].fillna("")))
     assert (
-        sum(s in ("missing", "failed") and not shared[r] for r, s in status.items()) == 2
+        sum(s in ("missing", "unreadable") and not shared[r] for r, s in status.items()) == 2
     )  # trained runs; a read of the missing one is missing too
     assert any(shared[r] == report_tree["missing"] and status[r] == "missing" for r in status)
-    for run_id, word in ((report_tree["missing"], "missing"), (report_tree["failed"], "failed")):
+    for run_id, word in ((report_tree["missing"], "missing"), (report_tree["unreadable"], "unreadable")):
         tr = table.find("tr", id=f"run-{run_id}")
         td = [td for td in tr.iter("td")][head.index("status")]
         assert td.text() == word and "missing" in td.attrs.get(
@@ -544,11 +546,21 @@ def test_run_index_matches_csv(report_tree, dom):
             c.text() == "–" for c in [td for td in tr.iter("td")][head.index("initial") : head.index("final") + 1]
         )
     banner = dom.root.find("main").find("p", **{"class": "missing"})
-    assert banner is not None and "2 run(s) are missing, failed or stale" in banner.text()
+    assert banner is not None and "2 run(s) are missing, unreadable or stale" in banner.text()
 
 
-def test_missing_and_failed_runs_in_study_tables(report_tree, dom):
-    """The missing batch seed and the failed system seed are counted out where their study counts runs."""
+def test_an_unreadable_run_is_named_by_path_at_the_top_of_the_report(report_tree, dom):
+    path = report_tree["results"] / "runs" / report_tree["unreadable"] / "summary.json"
+    box = dom.root.find("div", id="unreadable")
+    assert box is not None and "1 run(s) have files that do not read whole" in box.text()
+    assert [li.text() for li in box.iter("li")] == [
+        f"{path}: cut short or damaged: it does not read as JSON (Expecting property name enclosed in double quotes: "
+        f"line 1 column 2 (char 1)); remove {path.parent} (or `snakemake --forcerun`) to train the run again"
+    ]
+
+
+def test_missing_and_unreadable_runs_in_study_tables(report_tree, dom):
+    """The missing batch seed and the unreadable system seed are counted out where their study counts runs."""
     sr = csv(report_tree, "system_results").set_index(["task", "start", "algorithm"])
     assert (
         sr.loc[("mul", "start_30", "reinforce"), "n"] == 1 and sr.loc[("mul", "start_30", "reinforce"), "n_runs"] == 2
@@ -642,7 +654,7 @@ def test_empty_tree_renders(tmp_path):
     trained = runs["same_as"].isna().sum()  # a run read by a second experiment is counted once
     assert (
         0 < trained < len(runs)
-        and f"{trained} run(s) are missing, failed or stale"
+        and f"{trained} run(s) are missing, unreadable or stale"
         in d.root.find("main").find("p", **{"class": "missing"}).text()
     )
     table = d.root.find("section", id="runs").find("tr", id=f"run-{runs['run_id'].iloc[0]}")

@@ -43,12 +43,14 @@ def test_a_merge_key_is_no_duplicate():
     "items, needle",
     [
         (["train.steps=3", "train.steps=7"], "overrides 'train.steps=3' and 'train.steps=7': both set it"),
-        (["train.lr=1e-3", "train={steps: 3}"],
-         "overrides 'train.lr=1e-3' and 'train={steps: 3}': the second replaces train, and with it the first"),
+        (
+            ["train.lr=1e-3", "train={steps: 3}"],
+            "overrides 'train.lr=1e-3' and 'train={steps: 3}': the second replaces train, and with it the first",
+        ),
         (["train={steps: 3, steps: 7}"], "override 'train={steps: 3, steps: 7}': key 'steps' is given twice"),
     ],
     ids=["same key", "replaced mapping", "inside a value"],
-)  # fmt: skip
+)
 def test_a_key_given_twice_by_set_is_refused(capsys, items, needle):
     argv = [word for item in items for word in ("--set", item)]
     assert main(["runs", *argv]) == 2
@@ -82,25 +84,46 @@ def test_snakemakes_configfile_with_a_key_given_twice_is_refused(tmp_path):
 
 # --- the names a claim uses ------------------------------------------------------------------------------------------
 
-CLAIM = {"id": "mine", "statement": "RLOO ends more accurate than GRPO", "measure": "final_eval",
-         "a": {"role": "candidate"}, "b": {"role": "baseline"}}  # fmt: skip
+CLAIM = {
+    "id": "mine",
+    "statement": "RLOO ends more accurate than GRPO",
+    "measure": "final_eval",
+    "a": {"role": "candidate"},
+    "b": {"role": "baseline"},
+}
 MISSPELT = {
-    "measure": ({"measure": "final_evl"}, "measure: 'final_evl' is not a column of table run_measures (did you mean "
-                                          "'final_eval'?)"),
-    "variant": ({"a": {"variant": "rlo"}}, "a.variant: 'rlo' is not a variant of experiment mine (did you mean "
-                                           "'rloo'?); allowed: grpo, rloo"),
-    "role": ({"b": {"role": "baselin"}}, "b.role: 'baselin' is not a role of experiment mine (did you mean "
-                                         "'baseline'?); allowed: baseline, candidate"),
-    "table": ({"table": "run_measure"}, "table: 'run_measure' is not a table claims read (did you mean "
-                                        "'run_measures'?)"),
-    "arm column": ({"a": {"variant": "rloo", "sed": 0}}, "a.sed: 'sed' is not a column of table run_measures (did "
-                                                         "you mean 'seed'?)"),
-}  # fmt: skip
+    "measure": (
+        {"measure": "final_evl"},
+        "measure: 'final_evl' is not a column of table run_measures (did you mean 'final_eval'?)",
+    ),
+    "variant": (
+        {"a": {"variant": "rlo"}},
+        "a.variant: 'rlo' is not a variant of experiment mine (did you mean 'rloo'?); allowed: grpo, rloo",
+    ),
+    "role": (
+        {"b": {"role": "baselin"}},
+        "b.role: 'baselin' is not a role of experiment mine (did you mean 'baseline'?); allowed: baseline, candidate",
+    ),
+    "table": (
+        {"table": "run_measure"},
+        "table: 'run_measure' is not a table claims read (did you mean 'run_measures'?)",
+    ),
+    "arm column": (
+        {"a": {"variant": "rloo", "sed": 0}},
+        "a.sed: 'sed' is not a column of table run_measures (did you mean 'seed'?)",
+    ),
+}
 
 
 def experiment(claim: dict) -> dict:
-    return {"mine": {"variants": {"grpo": {"algorithm": "grpo"}, "rloo": {"algorithm": "rloo"}}, "seeds": [0],
-                     "roles": {"baseline": "grpo", "candidate": "rloo"}, "claims": [claim]}}  # fmt: skip
+    return {
+        "mine": {
+            "variants": {"grpo": {"algorithm": "grpo"}, "rloo": {"algorithm": "rloo"}},
+            "seeds": [0],
+            "roles": {"baseline": "grpo", "candidate": "rloo"},
+            "claims": [claim],
+        }
+    }
 
 
 @pytest.mark.parametrize("name", MISSPELT)
@@ -132,13 +155,17 @@ def test_a_misspelt_name_in_a_claim_is_refused_by_snakemake_before_any_job(tmp_p
     "change, needle",
     [
         ({"direction": -1}, "claims.0.direction: unknown key; it belongs under expect (expect: {direction: ...})"),
-        ({"expect": {"size": [0, 1], "measure": "gain"}},
-         "claims.0.expect.measure: unknown key; it belongs one level up, beside expect (not under it)"),
-        ({"checks": [{"type": "engaged", "label": "x", "measure": "gain", "at_least": 0, "direction": 1}]},
-         "claims.0.checks.0.direction: unknown key; allowed keys: arm, at_least, at_most, label, measure,"),
+        (
+            {"expect": {"size": [0, 1], "measure": "gain"}},
+            "claims.0.expect.measure: unknown key; it belongs one level up, beside expect (not under it)",
+        ),
+        (
+            {"checks": [{"type": "engaged", "label": "x", "measure": "gain", "at_least": 0, "direction": 1}]},
+            "claims.0.checks.0.direction: unknown key; allowed keys: arm, at_least, at_most, label, measure,",
+        ),
     ],
     ids=["down", "up", "neither"],
-)  # fmt: skip
+)
 def test_a_key_misplaced_in_a_claim_is_told_where_it_belongs(tmp_path, change, needle):
     cfg = {**copy.deepcopy(TINY), "results": str(tmp_path / "results"), "experiments": experiment({**CLAIM, **change})}
     with pytest.raises(ConfigError) as e:
@@ -156,14 +183,16 @@ def test_the_claims_files_names_are_checked_too(tmp_path):
     """A claim of config/claims.yaml's kind naming a column its table lacks is refused with the table's columns; the
     project's own claims file passes with the default config (load_config checks it)."""
     path = tmp_path / "claims.yaml"
-    path.write_text("claims:\n  - {id: c, kind: document, statement: s, table: lab04_entropy, measure: final_entrpy,\n"
-                    "     a: {setting: aggressive}}\n")  # fmt: skip
+    path.write_text(
+        "claims:\n  - {id: c, kind: document, statement: s, table: lab04_entropy, measure: final_entrpy,\n"
+        "     a: {setting: aggressive}}\n"
+    )
     with pytest.raises(
         ConfigError,
         match=r"claims\[0\] \(c\): measure: 'final_entrpy' is not a column of table "
         r"lab04_entropy \(did you mean 'final_entropy'\?\); its columns: setting, ",
     ):
-        claim_names.check(load_config(), path)  # fmt: skip
+        claim_names.check(load_config(), path)
 
 
 def test_the_claims_files_variants_and_roles_are_the_default_configs():
@@ -203,8 +232,10 @@ def test_each_tables_columns_read_from_the_source_are_the_modules_own():
 
 def test_a_constant_is_read_from_source_with_the_names_it_uses(tmp_path):
     source = tmp_path / "mod.py"
-    source.write_text('import os\nA = ["x", "y"]\nB = "p q".split()\nC = {"t": [*A, *(f"{b}_std" for b in B)], '
-                      '"u": A + ["z"]}\n\ndef f():\n    return os\n')  # fmt: skip
+    source.write_text(
+        'import os\nA = ["x", "y"]\nB = "p q".split()\nC = {"t": [*A, *(f"{b}_std" for b in B)], '
+        '"u": A + ["z"]}\n\ndef f():\n    return os\n'
+    )
     assert claim_names.module_constant(source, "C") == {"t": ["x", "y", "p_std", "q_std"], "u": ["x", "y", "z"]}
     (tmp_path / "bad.py").write_text("import os\nD = os.getcwd()\n")
     with pytest.raises(NameError, match="D is not a constant this reader can evaluate"):

@@ -11,7 +11,7 @@ import pandas as pd
 from mathrl import layout
 from mathrl.config import config_hash
 from mathrl.errors import ConfigError
-from mathrl.results import Run, load_runs
+from mathrl.results import Run, load_runs, read_csv, read_json  # (a file that does not read whole is named)
 
 
 class Context:
@@ -35,15 +35,15 @@ class Context:
 
     def bandit(self, study: str) -> pd.DataFrame | None:
         path = layout.at(self.cfg, layout.BANDIT, study=study)
-        return pd.read_csv(path, keep_default_na=False, na_values=[""]) if path.exists() else None
+        return read_csv(path, keep_default_na=False, na_values=[""]) if path.exists() else None
 
     def gradvar(self, task: str) -> dict | None:
         path = layout.at(self.cfg, layout.GRADVAR, task=task)
-        return json.loads(path.read_text()) if path.exists() else None
+        return read_json(path) if path.exists() else None
 
     def sft(self, task: str, warmup: int = 0) -> dict | None:
         path = layout.at(self.cfg, layout.SFT_SUMMARY, task=task, warmup=warmup)
-        return json.loads(path.read_text()) if path.exists() else None
+        return read_json(path) if path.exists() else None
 
     def warmups(self, task: str) -> list[dict]:
         """The summaries of a task's warm-ups that exist, in warm-up order."""

@@ -26,7 +26,7 @@ import mathrl.studies.token_selection as token_selection
 from mathrl import analysis as dx
 from mathrl import layout
 from mathrl.measures import final_eval, gain
-from mathrl.results import mean_spread
+from mathrl.results import mean_spread, read_csv
 from mathrl.studies.generic import setting
 from mathrl.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, known, plt
 from mathrl.verdict import mean_interval
@@ -62,6 +62,11 @@ def bootstrap_mean(x: np.ndarray) -> tuple[float, float]:
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+def run_file_csv(run, path):
+    """One of a run's CSV files, checked whole against what its summary.json recorded of it (results.read_csv)."""
+    return read_csv(path, ((run.summary or {}).get("files") or {}).get(path.name))
+
+
 # ----------------------------------------------------------------------------- pass@k
 def pass_at_k_runs(ctx) -> pd.DataFrame:
     rows = []
@@ -69,7 +74,7 @@ def pass_at_k_runs(ctx) -> pd.DataFrame:
         path = ctx.run_file(run, layout.RUN_DIR) / "pass_at_k.csv"
         if not path.exists():
             continue
-        for phase, g in pd.read_csv(path).groupby("phase", sort=False):
+        for phase, g in run_file_csv(run, path).groupby("phase", sort=False):
             n, c = g["samples"].to_numpy(), g["correct"].to_numpy()
             for k in (k for k in KS if k <= n.min()):
                 p = dx.pass_at_k(n, c, k)
@@ -130,7 +135,7 @@ def adv_scaling_runs(ctx) -> pd.DataFrame:
         path = ctx.run_file(run, layout.RUN_DIR) / "heldout.csv"
         if not run.ok or not path.exists():
             continue
-        h = pd.read_csv(path)
+        h = run_file_csv(run, path)
         is_add = ctx.cfg["tasks"].get(run.settings.get("task"), {}).get("op") == "add"
         h["carries"] = dx.carries(h["a"], h["b"]) if is_add else -1  # carries are addition's measure of difficulty
         for c, g in [("all", h), *h.groupby("carries")]:

@@ -146,10 +146,24 @@ def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
 
 
 POINT_COLUMNS = ["setting", "seed", "step", "phase", "grad_norm", "reward_std"]  # the vanishing study's scatter
-VANISHING_VALUES = ["grad_norm_homogeneous", "grad_norm_diverse", "reduction", "reward_std_homogeneous",
-                    "reward_std_diverse", "corr_grad_reward_std"]  # fmt: skip
-HACKING_VALUES = ["proxy_start", "proxy_end", "true_start", "true_peak", "true_peak_step", "true_at_others_peak",
-                  "true_end", "hack_share_end"]  # fmt: skip
+VANISHING_VALUES = [
+    "grad_norm_homogeneous",
+    "grad_norm_diverse",
+    "reduction",
+    "reward_std_homogeneous",
+    "reward_std_diverse",
+    "corr_grad_reward_std",
+]
+HACKING_VALUES = [
+    "proxy_start",
+    "proxy_end",
+    "true_start",
+    "true_peak",
+    "true_peak_step",
+    "true_at_others_peak",
+    "true_end",
+    "hack_share_end",
+]
 
 
 def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -343,12 +357,25 @@ def _seeds(df: pd.DataFrame, pooled: bool = False) -> pd.DataFrame:
 CLAIM_TABLES = {
     "lab04_gpt_runs": ["run_id", "variant", "seed", "status", *GPT_VALUES],
     # per setting and seed, then per setting a pooled row (seed `all`) with n and each value's spread across seeds
-    "lab04_entropy": ["setting", "seed", *ENTROPY_COLUMNS, "converged_to", "n",
-                      *(f"{c}_std" for c in ENTROPY_COLUMNS if c != "dominant_action")],
+    "lab04_entropy": [
+        "setting",
+        "seed",
+        *ENTROPY_COLUMNS,
+        "converged_to",
+        "n",
+        *(f"{c}_std" for c in ENTROPY_COLUMNS if c != "dominant_action"),
+    ],
     "lab04_vanishing": ["setting", "seed", *VANISHING_VALUES, "n", *(f"{c}_std" for c in VANISHING_VALUES), "severity"],
-    "lab04_hacking": ["setting", "seed", "hack_arm", *HACKING_VALUES, "n", *(f"{c}_std" for c in HACKING_VALUES),
-                      "hacked"],
-}  # fmt: skip
+    "lab04_hacking": [
+        "setting",
+        "seed",
+        "hack_arm",
+        *HACKING_VALUES,
+        "n",
+        *(f"{c}_std" for c in HACKING_VALUES),
+        "hacked",
+    ],
+}
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:

@@ -177,9 +177,17 @@ def equal_samples_pairs(es: pd.DataFrame) -> pd.DataFrame:
             at = es[es["samples"] == max(common)]
             large = kit.per_seed(at, "eval_accuracy", batch_size=hi)
             mine = at[at["batch_size"] == small]
-            rows += [{"batch_size": small, "large_batch": hi, "seed": seed, "samples": max(common),
-                      "large": large.get(seed, NAN), "small": acc}
-                     for seed, acc in zip(mine["seed"], mine["eval_accuracy"])]  # fmt: skip
+            rows += [
+                {
+                    "batch_size": small,
+                    "large_batch": hi,
+                    "seed": seed,
+                    "samples": max(common),
+                    "large": large.get(seed, NAN),
+                    "small": acc,
+                }
+                for seed, acc in zip(mine["seed"], mine["eval_accuracy"])
+            ]
     return pd.DataFrame(rows, columns=CLAIM_TABLES["stability_equal_samples_pairs"])
 
 

@@ -14,7 +14,6 @@ split (`pick_start`): the most-trained start still below the document's range.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 
 import matplotlib.pyplot as plt
@@ -26,7 +25,7 @@ import mathrl.studies.kit as kit
 from mathrl import layout
 from mathrl.console import console_line
 from mathrl.measures import lowest_change
-from mathrl.results import collapsed, degraded, mean_spread
+from mathrl.results import collapsed, degraded, mean_spread, read_json
 from mathrl.studies.kit import BAND_NOTE, COLORS, SHARE
 from mathrl.verdict import difference, mean_interval
 
@@ -101,7 +100,7 @@ def read_starts(ctx, task: str) -> dict:
     for k in range(layout.warmups(ctx.cfg, task)):
         path = layout.at(ctx.cfg, layout.SFT_STARTS, task=task, warmup=k)
         if path.is_file():
-            data = json.loads(path.read_text())
+            data = read_json(path)
             starts += [{**st, "warmup": k} for st in data["starts"]]
             controls += [{**c, "warmup": k} for c in data["controls"]]
             continue
