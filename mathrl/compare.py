@@ -78,9 +78,8 @@ def held(est: Estimate, bounds: tuple[float, float] | None) -> tuple[Estimate, b
 def _row(kind: str, arm: str, baseline: str, held: tuple[Estimate, bool], keys: str) -> dict:
     est, clipped = held
     method = {"paired": "paired by seed", "unpaired": "Welch", "one-sample": "t"}.get(est.kind, est.kind)
-    return {"kind": kind, "arm": arm, "baseline": baseline, "estimate": est.estimate,
-            "ci_low": est.lo, "ci_high": est.hi, "n": est.n, "method": method, "seeds": keys,
-            "clipped": clipped}  # fmt: skip
+    interval = {"estimate": est.estimate, "ci_low": est.lo, "ci_high": est.hi, "n": est.n, "clipped": clipped}
+    return {"kind": kind, "arm": arm, "baseline": baseline, **interval, "method": method, "seeds": keys}
 
 
 def group_by_settings(summaries: dict[str, dict]) -> dict[str, list[str]]:  # run id -> its summary.json
@@ -114,8 +113,8 @@ def text(table: pd.DataFrame, measure: str) -> str:
         lines.append(f"  {name:<{width}} {r.estimate:{sign}.3f} {interval}  n={r.n}{how}")
     if table["clipped"].any():
         lo, hi = BOUNDS[measure]
-        lines.append(f"(intervals held within what {measure} can take, {lo:g} to {hi:g}, where the t interval of few "
-                     "runs reaches past it)")  # fmt: skip
+        why = "where the t interval of few runs reaches past it"
+        lines.append(f"(intervals held within what {measure} can take, {lo:g} to {hi:g}, {why})")
     return "\n".join(lines)
 
 

@@ -97,7 +97,7 @@ def read_starts(ctx, task: str) -> dict:
     """The starts and supervised controls of a task over its warm-ups (each warm-up's starts.json, `mathrl sft
     --starts`; a warm-up without one gives its band's start alone, from its summary), each row with its `warmup`."""
     starts, controls = [], []
-    for k in range(layout.warmups(ctx.cfg, task)):
+    for k in range(layout.warmups(ctx.cfg, task) if task in ctx.cfg["sft"] else 0):  # (a config without the task)
         path = layout.at(ctx.cfg, layout.SFT_STARTS, task=task, warmup=k)
         if path.is_file():
             data = read_json(path)
