@@ -18,8 +18,8 @@ such name is checked against what exists, before anything runs, with a did-you-m
   configuration may leave out: it is then "not judged", saying which role is missing, as designed
   (tests/test_strict_config.py checks config/claims.yaml's roles against config/config.yaml).
 
-The claims' declarations are read here too (`declarations`, `expand`), torch- and pandas-free;
-`mathrl.claims` judges them.
+The claims' declarations are read and validated by `mathrl.config` (`claim_declarations`), expanded
+here (`expand`), torch- and pandas-free, and judged by `mathrl.claims`.
 """
 
 from __future__ import annotations
@@ -148,71 +148,6 @@ def conform(name: str, df, cfg: dict):
 
 
 # ----------------------------------------------------------------------------- declarations of claims
-def default_claims_file() -> Path:
-    from mathrl.layout import CLAIMS_FILE
-
-    return PACKAGE.parent / CLAIMS_FILE
-
-
-def declarations(cfg: dict, path: Path | None = None) -> list[tuple[dict, str]]:
-    """(declaration, where it was written) for the claims file and every experiment's `claims:` block, each valid
-    against the schema's `claim` definition."""
-    path = Path(path) if path else default_claims_file()
-    out = copy.deepcopy(_file_declarations(path, path.stat().st_mtime_ns if path.exists() else None))
-    for exp, spec in (cfg.get("experiments") or {}).items():
-        for i, d in enumerate(spec.get("claims") or []):
-            where = f"experiments.{exp}.claims[{i}] ({d.get('id', '?')})"
-            validate(d, where)
-            out.append(
-                (
-                    {
-                        "kind": "user",
-                        "experiment": exp,
-                        "section": "generic",
-                        "part": exp,
-                        "source": f"experiment {exp}",
-                        **d,
-                    },
-                    where,
-                )
-            )
-    return out
-
-
-@functools.cache
-def _file_declarations(path: Path, mtime: int | None) -> list[tuple[dict, str]]:
-    """The claims file's declarations, each validated: read once per process and version of the file."""
-    from mathrl.config import read_yaml
-
-    if mtime is None:
-        return []
-    out = [
-        (d, f"{path.name}: claims[{i}] ({d.get('id', '?')})") for i, d in enumerate(read_yaml(path).get("claims") or [])
-    ]
-    for d, where in out:
-        validate(d, where)
-    return out
-
-
-def validate(decl: dict, where: str) -> None:
-    """A declaration against the schema's `claim` definition; the error names the claim and the key (and where a
-    misplaced key belongs)."""
-    from mathrl.config import validate as against
-
-    against(decl, prefix=where, validator=_claim_validator())
-
-
-@functools.cache
-def _claim_validator():
-    import jsonschema
-
-    from mathrl.config import _schema_text_parsed
-
-    schema = _schema_text_parsed()
-    claim = {**schema["definitions"]["claim"], "definitions": schema["definitions"]}
-    return jsonschema.validators.validator_for(claim)(claim)
-
-
 def fill(obj, subs: Mapping[str, str]):
     """`{name}` placeholders of a foreach replaced in every string of a declaration."""
     if isinstance(obj, str):
@@ -245,11 +180,12 @@ def expand(decl: dict, cfg: dict | None = None, star: Callable[[str, str], list]
 
 
 # ----------------------------------------------------------------------------- the check
-def check(cfg: dict, path: Path | None = None) -> None:
-    """Every claim of the configuration (the claims file's and each experiment's) against its schema, then every name
-    it uses against the tables, columns, variants and roles there are; ConfigError naming the claim and the key."""
+def check(cfg: dict, declarations: list[tuple[dict, str]]) -> None:
+    """Every name each claim uses (`declarations`: (declaration, where it was written), each valid against the schema:
+    `config.claim_declarations`) against the tables, columns, variants and roles there are; ConfigError naming the
+    claim and the key."""
     tables = table_columns(cfg)
-    for decl, where in declarations(cfg, path):
+    for decl, where in declarations:
         for d in expand(decl, cfg):
             check_names(d, where, tables, cfg)
 
@@ -305,7 +241,8 @@ def _arm(
         _column(key, own, tables, f"{where}.{key}")
     if optional is None:
         return
-    variants = list((exp or {}).get("variants") or {})
+    # (a table without an experiment column may hold another experiment's variants)
+    variants = list((exp or {}).get("variants") or {}) if "experiment" in tables[own] else []
     value = arm.get("variant")
     if variants and value is not None and not _open(value) and str(value) not in variants:
         raise ConfigError(

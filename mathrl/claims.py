@@ -153,8 +153,10 @@ class ClaimSpec:
 
 
 def validate(decl: dict, where: str) -> None:
-    """A declaration against the schema's `claim` definition (claim_names.validate)."""
-    claim_names.validate(decl, where)
+    """A declaration against the schema's `claim` definition (config.validate_claim)."""
+    from mathrl.config import validate_claim
+
+    validate_claim(decl, where)
 
 
 def parse(d: dict, where: str) -> ClaimSpec:
@@ -200,7 +202,11 @@ def _natural(s: str):
         return (1, 0.0, s)
 
 
-declarations = claim_names.declarations  # (declaration, where it was written) of every claim of a configuration
+def declarations(cfg: dict, path: Path | None = None) -> list[tuple[dict, str]]:
+    """(declaration, where it was written) for every claim of a configuration (config.claim_declarations)."""
+    from mathrl.config import claim_declarations
+
+    return claim_declarations(cfg, path)
 
 
 def load(cfg: dict, tables: Mapping[str, pd.DataFrame] | None = None, path: Path | None = None) -> list[ClaimSpec]:

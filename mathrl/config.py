@@ -35,6 +35,7 @@ from mathrl.layout import warmup_of
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = ROOT / "config" / "config.schema.yaml"
 DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
+CLAIMS_PATH = ROOT / "config" / "claims.yaml"  # layout.CLAIMS_FILE: the documents', papers' and testbed's claims
 RUN_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 # A number with an exponent and no dot (1e-3) or an unsigned exponent (1.0e3): a float in
 # YAML 1.2, text in YAML 1.1 (PyYAML), and a float on the command line; a float everywhere here.
@@ -406,7 +407,7 @@ def _code_stamp() -> list[str]:
     config)."""
     package = Path(__file__).resolve().parent
     stamp = []
-    for path in sorted([*package.rglob("*.py"), SCHEMA_PATH, ROOT / "config" / "claims.yaml"]):
+    for path in sorted([*package.rglob("*.py"), SCHEMA_PATH, CLAIMS_PATH]):
         st = path.stat()
         stamp.append(f"{path}:{st.st_size}:{st.st_mtime_ns}")
     return stamp
@@ -461,8 +462,46 @@ def _complete_and_expand(cfg: dict, source: str = "", origin=None) -> tuple[dict
     runs = expand_runs(cfg, origin=origin)  # every experiment must expand into valid runs
     from mathrl import claim_names  # (torch- and pandas-free)
 
-    claim_names.check(cfg)  # every name a claim uses: its table, columns, variants and roles
+    claim_names.check(cfg, claim_declarations(cfg))  # every name a claim uses: its table, columns, variants and roles
     return cfg, runs
+
+
+def claim_declarations(cfg: dict, path: Path | None = None) -> list[tuple[dict, str]]:
+    """(declaration, where it was written) for the claims file (config/claims.yaml) and every experiment's `claims:`
+    block, each valid against the schema's `claim` definition (the file's read once per process and version)."""
+    path = Path(path) if path else CLAIMS_PATH
+    out = copy.deepcopy(_claims_file(path, path.stat().st_mtime_ns if path.exists() else None))
+    for exp, spec in (cfg.get("experiments") or {}).items():
+        for i, d in enumerate(spec.get("claims") or []):
+            where = f"experiments.{exp}.claims[{i}] ({d.get('id', '?')})"
+            validate_claim(d, where)
+            own = {"kind": "user", "experiment": exp, "section": "generic", "part": exp, "source": f"experiment {exp}"}
+            out.append(({**own, **d}, where))
+    return out
+
+
+@functools.cache
+def _claims_file(path: Path, mtime: int | None) -> list[tuple[dict, str]]:
+    if mtime is None:
+        return []
+    claims = read_yaml(path).get("claims") or []
+    out = [(d, f"{path.name}: claims[{i}] ({d.get('id', '?')})") for i, d in enumerate(claims)]
+    for d, where in out:
+        validate_claim(d, where)
+    return out
+
+
+def validate_claim(decl: dict, where: str) -> None:
+    """A claim's declaration against the schema's `claim` definition; the error names the claim and the key (and where
+    a misplaced key belongs)."""
+    validate(decl, prefix=where, validator=_claim_validator())
+
+
+@functools.cache
+def _claim_validator() -> jsonschema.protocols.Validator:
+    schema = _schema_text_parsed()
+    claim = {**schema["definitions"]["claim"], "definitions": schema["definitions"]}
+    return jsonschema.validators.validator_for(claim)(claim)
 
 
 @functools.cache

@@ -52,8 +52,9 @@ def config_source() -> str:
 # before it), so the config is read again from the command line's files, without those.
 _CLI_FILES = list(workflow.config_settings.configfiles)
 try:
-    # Each file read strictly, as mathrl reads it: Snakemake's reader keeps the second of a key given twice.
-    for _path in workflow.configfiles:  # the workflow's config/config.yaml and the command line's
+    # Each file read strictly, as mathrl reads it: Snakemake's reader keeps the second of a key given twice
+    # (the workflow's config/config.yaml and the command line's files).
+    for _path in workflow.configfiles:
         mathrl.config.read_yaml(_path)
     if any(mathrl.config.read_yaml(path).get("standalone") for path in _CLI_FILES):
         config.clear()

@@ -186,10 +186,13 @@ def test_finding_ones_way_settings_version_dry_run_and_run_status(tiny_cfg_dict,
     (run_dir / "tiny__batch_size-8__s1" / "snapshot.pt").write_bytes(b"")
     (run_dir / "tiny__batch_size-16__s0").mkdir()
     (run_dir / "tiny__batch_size-16__s0" / "summary.json").write_text('{"status": "complete"}')
+    (run_dir / "tiny__batch_size-16__s0" / "metrics.csv").write_text("step,eval_accuracy\n1,0.5\n")  # a whole result
     (run_dir / "tiny__batch_size-16__s1").mkdir()  # a result trained at another batch size than the config's
     (run_dir / "tiny__batch_size-16__s1" / "summary.json").write_text('{"config": {"batch_size": 32}}')
+    (run_dir / "tiny__batch_size-16__s1" / "metrics.csv").write_text("step,eval_accuracy\n1,0.5\n")
     (run_dir / "mine").mkdir()  # `mathrl train --run-id mine`: no run of the config
     (run_dir / "mine" / "summary.json").write_text("{}")
+    (run_dir / "mine" / "metrics.csv").write_text("step\n1\n")
     assert main(["runs", "--config", str(path), "--status"]) == 0
     statuses = [line.split(maxsplit=1) for line in capsys.readouterr().out.splitlines()]
     assert statuses == [

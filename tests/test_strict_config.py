@@ -11,7 +11,7 @@ import pytest
 
 from mathrl import claim_names
 from mathrl.cli import main
-from mathrl.config import ConfigError, load_config, parse_overrides, safe_load
+from mathrl.config import ConfigError, claim_declarations, load_config, parse_overrides, safe_load
 from tests.conftest import TINY, snakemake, tiny_config, write_config
 
 DUPLICATES = {
@@ -192,7 +192,7 @@ def test_the_claims_files_names_are_checked_too(tmp_path):
         match=r"claims\[0\] \(c\): measure: 'final_entrpy' is not a column of table "
         r"lab04_entropy \(did you mean 'final_entropy'\?\); its columns: setting, ",
     ):
-        claim_names.check(load_config(), path)
+        claim_names.check(load_config(), claim_declarations(load_config(), path))
 
 
 def test_the_claims_files_variants_and_roles_are_the_default_configs():
@@ -201,7 +201,7 @@ def test_the_claims_files_variants_and_roles_are_the_default_configs():
     when the config is read."""
     cfg = load_config()
     tables, checked = claim_names.table_columns(cfg), 0
-    for decl, where in claim_names.declarations(cfg):
+    for decl, where in claim_declarations(cfg):
         for d in claim_names.expand(decl, cfg):
             if d.get("experiment") in cfg["experiments"]:
                 claim_names.check_names({**d, "kind": "user"}, where, tables, cfg)
