@@ -71,7 +71,7 @@ def sft_checkpoint(cfg: dict, task: str, warmup: int = 0) -> Path:
 
 def warmups(cfg: dict, task: str) -> int:
     """How many independent warm-ups a task has (`sft.TASK.warmups`)."""
-    return int(cfg["sft"][task].get("warmups", 1))
+    return int(((cfg.get("sft") or {}).get(task) or {}).get("warmups", 1))
 
 
 def warmup_of(cfg: dict, settings: dict) -> int | None:
