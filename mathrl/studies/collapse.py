@@ -40,8 +40,19 @@ STATS = ["initial_eval", "final_eval", "best_eval", "gain", "mid_gain", "drawdow
          "initial_format_rate", "zero_std", "entropy_fall", "lr_ratio", "first_stage_accuracy", "adv_abs_max",
          "adv_clip_ratio", "adv_clip_binding", "clip_binding", "entropy_coef_ratio", "mean_lr", "mean_kl_coef",
          "mean_kl", "late_format_rate", "format_gain"]  # fmt: skip
-NONFINITE_COLUMNS = ["run_id", "seed", "status", "steps_done", "skipped", "first_skipped_step", "weights_finite",
-                     "caught", "initial_eval", "final_eval"]  # fmt: skip
+NONFINITE_COLUMNS = [
+    "run_id",
+    "seed",
+    "warmup",
+    "status",
+    "steps_done",
+    "skipped",
+    "first_skipped_step",
+    "weights_finite",
+    "caught",
+    "initial_eval",
+    "final_eval",
+]
 POINT_VALUES = ["eval_accuracy", "format_rate", "frac_zero_std"]  # at each of the five points of a run
 CURVE_VALUES = "eval_accuracy format_rate entropy entropy_coef lr ndigit skipped frac_zero_std accuracy".split()
 
@@ -182,8 +193,10 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     role = kit.roles(ctx.cfg, EXPERIMENT, ROLES) if runs else {}
     # the calibration's `reference` shares the baseline's variant: the baseline names it
     named = kit.role_of(role, ROLES)
-    per_run = pd.DataFrame([run_stats(r, named.get(r.spec.variant, "")) for r in runs],
-                           columns=["variant", "role", "seed", "run_id", "status", "algorithm"] + STATS)  # fmt: skip
+    per_run = pd.DataFrame(
+        [run_stats(r, named.get(r.spec.variant, "")) for r in runs],
+        columns=["variant", "role", "seed", "warmup", "run_id", "status", "algorithm"] + STATS,
+    )
     variants = ctx.cfg["experiments"].get(EXPERIMENT, {}).get("variants") or {}
     design = pd.DataFrame([row for r in runs if r.ok and named.get(r.spec.variant) in REWARD_DESIGNS
                            for row in segment_rows(r, named[r.spec.variant])],

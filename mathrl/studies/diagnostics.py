@@ -145,7 +145,7 @@ def adv_scaling_runs(ctx) -> pd.DataFrame:
                     "final": float(g["final"].mean()),
                 }
             )
-    df = pd.DataFrame(rows, columns=["setting", "seed", "carries", "problems", "initial", "final"])
+    df = pd.DataFrame(rows, columns=["setting", "seed", "warmup", "carries", "problems", "initial", "final"])
     return df.assign(gain=df["final"] - df["initial"])
 
 

@@ -292,7 +292,7 @@ def gpt_runs(ctx) -> pd.DataFrame:
         }
         for run in ctx.experiment(EXPERIMENT)
     ]
-    return pd.DataFrame(rows).reindex(columns=["run_id", "variant", "seed", "status", *GPT_VALUES])
+    return pd.DataFrame(rows).reindex(columns=["run_id", "variant", "seed", "warmup", "status", *GPT_VALUES])
 
 
 def differences(settings: dict, against: dict) -> list[tuple[str, object, object]]:

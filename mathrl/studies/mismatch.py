@@ -99,7 +99,7 @@ def control_at_scale(ctx) -> pd.DataFrame:
 
 def tables(ctx, roles: dict) -> dict[str, pd.DataFrame]:
     complete = [run for run in ctx.experiment(EXPERIMENT) if run.ok]
-    runs = pd.DataFrame([run_row(run) for run in complete], columns=["setting", "seed", "steps", *RUN_VALUES])
+    runs = pd.DataFrame([run_row(run) for run in complete], columns=["setting", "seed", "warmup", "steps", *RUN_VALUES])
     # per setting: the mean over seeds of each run summary, with its 95% t interval
     summary = add_intervals(mean_spread(runs, ["setting"], RUN_VALUES), RUN_VALUES)
     return {"diagnostics_mismatch_runs": runs, "diagnostics_mismatch": summary,

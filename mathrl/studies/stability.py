@@ -164,7 +164,7 @@ def equal_samples_table(runs: list) -> pd.DataFrame:
         for s, acc in zip(r.metrics["samples"], r.metrics["eval_accuracy"])
         if pd.notna(acc) and s > 0
     ]
-    return pd.DataFrame(rows, columns=["batch_size", "seed", "samples", "eval_accuracy"])
+    return pd.DataFrame(rows, columns=["batch_size", "seed", "warmup", "samples", "eval_accuracy"])
 
 
 def equal_samples_pairs(es: pd.DataFrame) -> pd.DataFrame:
@@ -177,10 +177,10 @@ def equal_samples_pairs(es: pd.DataFrame) -> pd.DataFrame:
             at = es[es["samples"] == max(common)]
             large = kit.per_seed(at, "eval_accuracy", batch_size=hi)
             mine = at[at["batch_size"] == small]
-            rows += [{"batch_size": small, "large_batch": hi, "seed": seed, "samples": max(common),
+            rows += [{"batch_size": small, "large_batch": hi, "seed": seed, "warmup": warmup, "samples": max(common),
                       "large": large.get(seed, NAN), "small": acc}
-                     for seed, acc in zip(mine["seed"], mine["eval_accuracy"])]  # fmt: skip
-    return pd.DataFrame(rows, columns=["batch_size", "large_batch", "seed", "samples", "large", "small"])
+                     for seed, warmup, acc in zip(mine["seed"], mine["warmup"], mine["eval_accuracy"])]  # fmt: skip
+    return pd.DataFrame(rows, columns=["batch_size", "large_batch", "seed", "warmup", "samples", "large", "small"])
 
 
 # B engaged: its last LR at most half its first; C: its KL coefficient spanned at least 1.5x
