@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mathrl import claims, layout
+from mathrl import claims, coverage, layout
 from mathrl.atomic import atomic_write
 from mathrl.measures import run_measures
 from mathrl.results import complete_marker, curves, missing_inputs, run_index
@@ -70,6 +70,7 @@ def all_tables(ctx: Context) -> dict[str, pd.DataFrame]:
             tables[name] = df
     tables["claims"] = claims.judge_all(ctx.cfg, as_read_back(tables))
     tables["claims_counts"] = claims.counts(tables["claims"])
+    tables["coverage"] = coverage.table(ctx.cfg)
     return tables
 
 

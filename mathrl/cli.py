@@ -506,6 +506,14 @@ def cmd_claims(args) -> int:
         for name, (text, _) in MEASURES.items():
             print(f"{name:16s} {text}")
         return 0
+    if args.coverage:
+        from mathrl import coverage
+
+        table = coverage.table(cfg)
+        cols = ["document", "section", "claim_ids", "translation", "status", "why"]
+        print(table[cols].to_string(index=False, max_colwidth=args.width))
+        print("\n" + "; ".join(f"{k}: {n}" for k, n in table["status"].value_counts().items()) + " (document rows)")
+        return 0
     done = layout.at(cfg, layout.CLAIMS)
     table = claims.listing(cfg, done if done.is_file() else None, kind=args.kind)
     print(table.to_string(index=False, max_colwidth=args.width) if len(table) else "no claims")
@@ -788,6 +796,11 @@ def _claims_parser(sub) -> None:
         "--measures",
         action="store_true",
         help="list the registered measures of a run (the run_measures table's columns)",
+    )
+    p.add_argument(
+        "--coverage",
+        action="store_true",
+        help="the operationalisation table: every claim-bearing row of the four documents, its claims and status",
     )
     p.add_argument("--width", type=int, default=70, help="widest column shown (default 70 characters)")
     p.set_defaults(func=cmd_claims)
