@@ -23,6 +23,7 @@ import pytest
 import yaml
 from conftest import TINY
 
+from bench.dvc_time import differing_columns
 from mathrl import layout
 from mathrl.cli import main
 from mathrl.config import ROOT, ConfigError, group_hash, load_config, run_groups, trained_runs
@@ -210,18 +211,6 @@ def run(cmd: list[str], cwd: Path, env: dict, timeout: float = 600) -> subproces
     return res
 
 
-def metrics_differ(a: Path, b: Path) -> list[str]:
-    """The columns two metrics.csv files differ in, the wall-clock ones (`seconds`, `*_seconds`) aside."""
-    import pandas as pd
-
-    x, y = pd.read_csv(a), pd.read_csv(b)
-    if list(x.columns) != list(y.columns) or len(x) != len(y):
-        return ["shape"]
-    clock = [c for c in x.columns if c == "seconds" or c.endswith("_seconds")]
-    x, y = x.drop(columns=clock), y.drop(columns=clock)
-    return [c for c in x.columns if not ((x[c] == y[c]) | (x[c].isna() & y[c].isna())).all()]
-
-
 @pytest.mark.slow
 def test_dvc_repro_builds_the_report_then_nothing_is_left_to_do_for_dvc_or_snakemake(tmp_path):
     repo = clone_worktree(tmp_path / "repo")
@@ -265,7 +254,7 @@ def test_dvc_repro_builds_the_report_then_nothing_is_left_to_do_for_dvc_or_snake
     alone = run([*python, "-m", "mathrl", "train", "--config", "config/config.yaml", "--experiment-run", "tiny__a__s1",
                  "--threads", "1", "--out", str(tmp_path / "alone")], repo, env)  # fmt: skip
     assert alone.returncode == 0, alone.out
-    assert metrics_differ(results / "runs" / "tiny__a__s1" / "metrics.csv", tmp_path / "alone" / "metrics.csv") == []
+    assert differing_columns(results / "runs" / "tiny__a__s1" / "metrics.csv", tmp_path / "alone" / "metrics.csv") == []
 
     second = run([*dvc, "repro"], repo, env)
     assert second.returncode == 0, second.out
