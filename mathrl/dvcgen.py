@@ -5,14 +5,16 @@ both committed, from the same config files Snakemake reads (`config/config.yaml`
 later overrides); a test checks that they are what this module makes of config/config.yaml.
 After editing the config, run `mathrl dvc-yaml`, then `dvc repro`.
 
-- `dvc.yaml` is short: one templated stage per step (DVC's `foreach` over the lists below,
-  `${item.x}` filled in per run or task), then aggregate, figures and report, the metrics and
-  the plots.
-- `dvc-params.yaml` is data: the lists the stages iterate over (the tasks that get problem
-  sets and warm-ups, the trained runs, the gradient probe's tasks, the bandit studies) and,
-  under `config`, the merged and completed config. dvc.yaml reads it through `vars:`, and every
-  stage's `params` are keys of it (`config.tasks.add`, `config.experiments.batch`, ...), so a
-  stage reruns when a setting it reads changes, whichever config file changed it.
+- `dvc.yaml` holds a templated stage per step that runs once per task or study (DVC's
+  `foreach` over its jobs, `${item.<wildcard>}` filled in per job: whatever {wildcards} the
+  step's paths in `mathrl.layout` have), a stage per setting that trains its seeds, then
+  aggregate, figures and report, the metrics and the plots; a stage is a few lines.
+- `dvc-params.yaml` is data: under `jobs` what each templated stage iterates over (the tasks
+  that get problem sets, warm-ups and starts, the gradient probe's tasks, the bandit studies),
+  under `groups` each training stage's rerun trigger, and under `config` the merged and
+  completed config. dvc.yaml reads it through `vars:`, and every stage's `params` are keys of
+  it (`config.tasks.add`, `groups.train_batch__b64`, ...), so a stage reruns when a setting it
+  reads changes, whichever config file changed it.
 
 What each stage is:
 - `cmd` is the `mathrl` subcommand the Snakemake rule runs (rules/*.smk), with the config
@@ -34,11 +36,18 @@ What each stage is:
   flip side: a run whose snapshot reached its last step "reruns" (after a change under
   mathrl/) by writing its outputs from that snapshot again, without training; delete
   `results/runs/<run>/snapshot.pt*` to retrain it with new code.
-- Runs start from their task's warm-up (`train`) or from a random model (`train-from-scratch`,
-  whose params add the warm-up's block: the model takes its preset). Only the tasks some run
-  or the gradient probe uses get problem and warm-up stages, as with `snakemake report`, so
-  that both build the same report. A stage is named `train@<run id>` (a `.` in a run id
-  becomes `p`: DVC's keys are dotted paths).
+- The runs: a stage per group (`config.run_groups`: a setting's seeds), named as its
+  Snakemake rule (`train_<group>`, `layout.group_job`), as Snakemake's jobs are; each run
+  keeps its own outputs, snapshot and log. Its params are the hash of its runs' settings
+  (`groups.<stage>`, `config.group_hash`, the trigger Snakemake's job has), so a changed
+  setting reruns its own stage and no other, and its task's block (a run from a random model
+  also the warm-up's, whose preset the model takes). DVC runs one stage at a time, so the
+  stage's `mathrl launch --parallel auto` deals the seeds out to as many launches as the
+  cores give `pipeline.threads_per_run` threads each, each launch training its share one
+  after another: the machine's cores are used, and every run has the thread count, hence the
+  float sums, of Snakemake's job (a run on more threads gives other numbers). Only the tasks
+  some run or the gradient probe uses get problem and warm-up stages, as with `snakemake
+  report`, so that both build the same report.
 
 Snakemake after DVC: Snakemake reruns a job when an input is newer than an output (DVC
 writes, and `dvc checkout` restores, files in an order of its own), when a job of the target
