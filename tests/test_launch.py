@@ -445,3 +445,18 @@ def test_the_launches_run_at_once_and_the_first_failure_is_the_exit_code(tmp_pat
         os.remove(name)
     assert run_all([[sys.executable, "-c", meet, a, b, "0"], [sys.executable, "-c", meet, b, a, "3"]]) == 3
     assert run_all([[sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]]) == 143
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_killed_group_of_launches_leaves_none_running(tmp_path, procs, sig):
+    """DVC stops a stage with SIGTERM (forwarded to every launch); SIGKILL reaches them as a parent-death signal."""
+    pidfiles = [tmp_path / "one.pid", tmp_path / "two.pid"]
+    cmds = [[sys.executable, "-c", SLEEPER, str(pidfile)] for pidfile in pidfiles]
+    code = f"import sys; from mathrl.launch import run_all; sys.exit(run_all({cmds!r}))"
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+    procs.append(parent)
+    assert wait_until(lambda: all(p.exists() for p in pidfiles), 30), "the launches never started"
+    children = [int(p.read_text()) for p in pidfiles]
+    parent.send_signal(sig)
+    assert wait_until(lambda: not any(alive(pid) for pid in children), 30), "a launch outlived the group"
+    assert parent.wait(timeout=30) == (128 + signal.SIGTERM if sig == signal.SIGTERM else -signal.SIGKILL)
