@@ -220,12 +220,13 @@ def _foreach_stages(w: _Writer, jobs: dict) -> dict:
     """A templated stage per step that runs once per job (FOREACH), none for a step without jobs."""
     stages = {}
     for name, (reads, params) in FOREACH.items():
+        if not jobs[name]:
+            continue
         s = layout.STAGES[name]
         wildcards = {f: f"${{item.{f}}}" for p in (*s.outputs.values(), s.args) for f in fields(p)}
         outs = [w.item(p) for p in TRACKED.get(name, s.outputs.values())]
         do = stage(w.command(name, **wildcards), [w.item(p) for p in reads], [templated(k) for k in params], outs)
-        if jobs[name]:
-            stages[name] = {"foreach": f"${{{JOBS}.{name}}}", "do": do}
+        stages[name] = {"foreach": f"${{{JOBS}.{name}}}", "do": do}
     return stages
 
 
@@ -329,11 +330,15 @@ def stage_jobs(cfg: dict, runs: dict, bandit_studies: Sequence[str]) -> dict[str
 def train_groups(runs: dict) -> dict[str, list[str]]:
     """The groups of runs (`config.run_groups`) by their stage's name, `layout.group_job`."""
     groups = run_groups(runs)
-    named = {layout.group_job(group): run_ids for group, run_ids in groups.items()}
-    if len(named) < len(groups):
-        clash = next(job for job in named if sum(layout.group_job(group) == job for group in groups) > 1)
-        raise ConfigError(f"experiments: two settings' run ids would share the job name {clash} (DVC and Snakemake); "
-                          "rename a variant so that they differ in a letter, digit or _")  # fmt: skip
+    named: dict[str, str] = {}
+    for group in groups:
+        job = layout.group_job(group)
+        if job in named:
+            raise ConfigError(
+                f"experiments: the runs {named[job]}__s* and {group}__s* would share the job name {job} (DVC's "
+                "stage, Snakemake's rule); rename one so that they differ in a letter, digit or _"
+            )
+        named[job] = group
     return groups
 
 

@@ -38,6 +38,7 @@ from mathrl.dvcgen import (
     fields,
     job_key,
     templated,
+    train_groups,
 )
 from mathrl.layout import group_job
 
@@ -85,6 +86,13 @@ def test_dvc_yaml_is_a_few_lines_a_stage_and_its_lists_are_data():
     stage_text = re.split(r"\n  (?=\S)", text.split("\nstages:\n", 1)[1])
     assert all(len(s.splitlines()) == 6 for s in stage_text if s.startswith("train_")), "a training stage is 6 lines"
     assert len(text.splitlines()) < 100 + 6 * len(groups)
+
+
+def test_a_stage_per_setting_and_two_settings_sharing_a_name_refused():
+    assert train_groups(dict.fromkeys(["x__a__s0", "x__a__s1", "x__b__s0"])) == {"x__a": ["x__a__s0", "x__a__s1"],
+                                                                                "x__b": ["x__b__s0"]}  # fmt: skip
+    with pytest.raises(ConfigError, match=r"x__a\.b__s\* and x__a_b__s\* would share the job name train_x__a_b"):
+        train_groups(dict.fromkeys(["x__a.b__s0", "x__a_b__s0"]))
 
 
 def test_foreach_stages_take_whatever_wildcards_their_layout_patterns_have(monkeypatch):
