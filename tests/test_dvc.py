@@ -298,3 +298,13 @@ def test_dvc_repro_builds_the_report_then_nothing_is_left_to_do_for_dvc_or_snake
     assert {p: p.read_bytes() for p in a_files} == a_files
     summary = json.loads((results / "runs" / "tiny__b__s1" / "summary.json").read_text())
     assert summary["config"]["steps"] == 2
+
+    # DVC's cache restores each run's files.
+    tracked = {p: p.read_bytes() for s in (0, 1) for p in (results / "runs" / f"tiny__a__s{s}").iterdir()
+               if p.name in ("metrics.csv", "summary.json", "snapshot.pt")}  # fmt: skip
+    assert len(tracked) == 6
+    for path in tracked:
+        path.unlink()
+    restored = run([*dvc, "checkout"], repo, env)
+    assert restored.returncode == 0, restored.out
+    assert {p: p.read_bytes() for p in tracked} == tracked
