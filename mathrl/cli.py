@@ -321,11 +321,26 @@ def cmd_gradvar(args) -> int:
     return 0
 
 
+def launch_options(args) -> list[str]:
+    """The `mathrl launch` options of parsed `args` as words, `--parallel` aside: what each of a group's launches
+    gets (cmd_launch)."""
+    words = ["--threads", str(args.threads), "--runs-per-gpu", str(args.runs_per_gpu), "--torchrun", args.torchrun,
+             "--fork-server", args.fork_server, *(f"--torchrun-arg={arg}" for arg in args.torchrun_arg)]  # fmt: skip
+    words += ["--gpus", str(args.gpus)] if args.gpus is not None else []
+    words += ["--lock-dir", str(args.lock_dir)] if args.lock_dir else []
+    return words + (["--dry-run"] if args.dry_run else [])
+
+
 def cmd_launch(args) -> int:
-    from mathrl.launch import launch
+    from mathrl.launch import launch, parallel_count, run_all, run_shares
 
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     try:
+        if args.parallel != "1":  # the runs between launches running at once, each one after another
+            shares = run_shares(train_args, parallel_count(args.parallel, args.threads, args.gpus, args.runs_per_gpu))
+            if len(shares) > 1:
+                head = [sys.executable, "-m", "mathrl", "launch", *launch_options(args), "--"]
+                return run_all([[*head, *share] for share in shares])
         return launch(train_args, gpus=args.gpus, threads=args.threads, lock_dir=args.lock_dir,
                       dry_run=args.dry_run, torchrun_args=args.torchrun_arg, torchrun=args.torchrun,
                       fork_server=args.fork_server, runs_per_gpu=args.runs_per_gpu,
@@ -683,7 +698,7 @@ def _add_train(sub) -> None:
 def _add_launch(sub) -> None:
     p = sub.add_parser("launch", help="one `mathrl train` under torchrun on GPUs of its own (for concurrent jobs)",
                        usage="mathrl launch [--gpus N] [--runs-per-gpu K] [--threads T] [--lock-dir DIR] "
-                       "[--torchrun always|auto] [--torchrun-arg ARG] "
+                       "[--torchrun always|auto] [--torchrun-arg ARG] [--parallel K|auto] "
                        "[--fork-server auto|off] [--dry-run] -- <mathrl train args>")  # fmt: skip
     p.add_argument("--gpus", type=int,
                    help="GPUs to lease, one worker each (default: 1 if a GPU is visible, else 0 = one CPU worker)")
@@ -699,6 +714,10 @@ def _add_launch(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the command and its environment, run nothing")
     p.add_argument("--torchrun", choices=["always", "auto"], default="always",
                    help="auto: a single CPU worker runs without torchrun's agent (saves ~2 s per run); default always")
+    p.add_argument("--parallel", default="1", metavar="K",
+                   help="several --experiment-run: dealt out to K launches running at once, each training its share "
+                        "one after another on --threads threads (auto: as many as the CPUs give --threads each and "
+                        "the GPU slots allow); default 1")
     p.add_argument("--fork-server", choices=["auto", "off"], default="off",
                    help="auto: a lone CPU worker (no GPU, outside SLURM) is forked from a per-user server that has "
                         "imported torch once, instead of a fresh interpreter (saves ~2.5 s per run); default off")

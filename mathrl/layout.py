@@ -168,12 +168,26 @@ def group_args(run_ids: list[str]) -> list[str]:
     return [word for run_id in run_ids for word in ("--experiment-run", run_id)]
 
 
+def group_job(group: str) -> str:
+    """The job that trains a group of runs (`config.run_groups`), Snakemake's rule and DVC's stage:
+    `train_<group>`, each character that is no letter, digit or `_` written as `_`."""
+    return "train_" + re.sub(r"\W", "_", group)
+
+
+def group_train_args(runs: str) -> str:
+    """The `train` stage's arguments for a group of runs, `runs` being their `--experiment-run` words (group_args,
+    as Snakemake's `{params.runs:q}` or written out): the runs trained one after another, each logging to its own
+    file."""
+    s = STAGES["train"]
+    return s.args.replace(f"--experiment-run {{{s.wildcard}}}", f"{runs} --run-logs")
+
+
 def snakemake_shell(stage: str, group: bool = False) -> str:
     """The stage's command in a Snakemake rule's `shell:` syntax: wildcards, outputs, params
     and the log quoted or constrained (rules/*.smk; tests/test_faults_security.py checks)."""
     s = STAGES[stage]
     if group:  # the train stage for a group of runs: their --experiment-run arguments are a param (group_args)
-        args = s.args.replace(f"--experiment-run {{{s.wildcard}}}", "{params.runs:q} --run-logs")
+        args = group_train_args("{params.runs:q}")
     else:
         args = s.args
         for w in s.wildcards:

@@ -206,3 +206,27 @@ def test_replication_compares_two_claims_tables_claim_by_claim():
     assert t["all"]["claims"] == 4
     assert float_paths({"avx2", "fma"})["other"] == {"MATHRL_CPU_PINS": "avx2"}
     assert float_paths(set())["other"]["ATEN_CPU_CAPABILITY"] == "default" and float_paths(set())["native"] == {}
+
+
+def test_dvc_time_compares_runs_exactly_but_for_their_wall_clock_columns(tmp_path):
+    from bench.dvc_time import compare_runs, differing_columns
+
+    def metrics(root: Path, run_id: str, rows: list[str], header: str = "step,seconds,loss,sample_seconds") -> Path:
+        path = root / "runs" / run_id / "metrics.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join([header, *rows]) + "\n")
+        return path
+
+    a = metrics(tmp_path / "a", "r0", ["1,0.5,0.25,0.1", "2,0.6,nan,0.2"])
+    b = metrics(tmp_path / "b", "r0", ["1,9.5,0.25,3.1", "2,0.1,nan,0.4"])  # seconds differ, loss the same (NaN too)
+    assert differing_columns(a, b) == []
+    c = metrics(tmp_path / "c", "r0", ["1,0.5,0.25,0.1", "2,0.6,0.3,0.2"])
+    assert differing_columns(a, c) == ["loss"]
+    assert differing_columns(a, metrics(tmp_path / "d", "r0", ["1,0.5,0.25,0.1"])) == ["rows"]
+    assert differing_columns(a, metrics(tmp_path / "e", "r0", ["1,0.5,0.25"], "step,seconds,loss")) == ["columns"]
+    metrics(tmp_path / "a", "r1", ["1,0.5,0.25,0.1"])
+    metrics(tmp_path / "c", "r2", ["1,0.5,0.25,0.1"])
+    assert compare_runs(tmp_path / "a", tmp_path / "b") == {"runs": 2, "identical": 1, "differ": {}, "missing": ["r1"],
+                                                            "extra": []}  # fmt: skip
+    assert compare_runs(tmp_path / "a", tmp_path / "c") == {"runs": 2, "identical": 0, "differ": {"r0": ["loss"]},
+                                                            "missing": ["r1"], "extra": ["r2"]}  # fmt: skip
