@@ -385,7 +385,8 @@ def cmd_compare(args) -> int:
     if args.imported:
         from mathrl.imported import load_set
 
-        cfg, found = load_set(Path(args.imported))
+        given = Path(args.imported)
+        cfg, found = load_set(given if given.is_dir() else layout.at(cfg, layout.IMPORTED, name=args.imported))
         groups = {}
         for run_id, run in found.items():
             groups.setdefault(run.spec.variant, {})[run_id] = run
@@ -456,8 +457,10 @@ def cmd_import(args) -> int:
         print(f"  {r.run_id}: {r.log.source} ({r.log.format}); " + "; ".join(notes))
     t = done["tables"]
     alerts, arm_alerts = t["imported_alerts"], t["imported_arm_alerts"]
-    print(f"alerts: {len(alerts)} in {alerts['run_id'].nunique() if len(alerts) else 0} runs"
-          + "".join(f"; {a.arm}: {a.kind}" for a in arm_alerts.itertuples()))  # fmt: skip
+    print(
+        f"alerts: {len(alerts)} in {alerts['run_id'].nunique() if len(alerts) else 0} runs"
+        + "".join(f"; {a.arm}: {a.kind}" for a in arm_alerts.itertuples())
+    )
     for c in t["claims"].itertuples():
         print(f"claim {c.claim_id}: {c.outcome} ({c.difference:+.4g} [{c.ci_low:+.4g}, {c.ci_high:+.4g}], n={c.n})")
     print(f"report: {done['report']}")
@@ -626,7 +629,11 @@ def _add_compare(sub) -> None:
     arms.add_argument("--arm", action="append", metavar="NAME=RUN,RUN", help="an arm and its runs, repeatable")
     arms.add_argument("--runs", nargs="+", metavar="RUN", help="runs, grouped into arms by their settings but the seed")
     arms.add_argument("--experiment", help="an experiment: its variants (or grid points) are the arms")
-    arms.add_argument("--imported", metavar="DIR", help="a set of `mathrl import`: its arms")
+    arms.add_argument(
+        "--imported",
+        metavar="NAME",
+        help="a set of `mathrl import` (its name under results/imported/, or its folder): its arms",
+    )
     p.add_argument("--baseline", help="the arm the others are compared with (default: the experiment's baseline "
                                       "or reference role, else the first arm)")  # fmt: skip
     p.add_argument(
@@ -640,15 +647,25 @@ def _add_compare(sub) -> None:
 
 
 def _add_import(sub) -> None:
-    p = sub.add_parser("import", help="other frameworks' logs (TRL, verl, OpenRLHF, TensorBoard, W&B CSV) as runs: "
-                                      "monitor, remedies, claims and a report")  # fmt: skip
+    p = sub.add_parser(
+        "import",
+        help="other frameworks' logs (TRL, verl, OpenRLHF, TensorBoard, W&B CSV) as runs: "
+        "monitor, remedies, claims and a report",
+    )
     _common(p)
-    p.add_argument("logs", nargs="+", metavar="LOG",
-                   help="log files or folders: TRL checkpoints (trainer_state.json), TensorBoard event folders, "
-                        "verl console logs, W&B CSV exports, JSON lines")  # fmt: skip
-    p.add_argument("--arms", metavar="FILE.yaml",
-                   help="arms and seeds (arm: [run patterns] or {seed: pattern}), roles, metric names and claims; "
-                        "default: arms and seeds from the folder names (ARM_s0, ARM-seed1, ARM/seed2)")  # fmt: skip
+    p.add_argument(
+        "logs",
+        nargs="+",
+        metavar="LOG",
+        help="log files or folders: TRL checkpoints (trainer_state.json), TensorBoard event folders, "
+        "verl console logs, W&B CSV exports, JSON lines",
+    )
+    p.add_argument(
+        "--arms",
+        metavar="FILE.yaml",
+        help="arms and seeds (arm: [run patterns] or {seed: pattern}), roles, metric names and claims; "
+        "default: arms and seeds from the folder names (ARM_s0, ARM-seed1, ARM/seed2)",
+    )
     p.add_argument("--out", metavar="DIR", help="the set's folder (default results/imported/NAME)")
     p.set_defaults(func=cmd_import)
 

@@ -39,8 +39,15 @@ from mathrl.results import Run
 
 # Thresholds a log alone allows (no batch size, no reward range): the lab-04 study's collapse line (token
 # entropy at half its start), the documents' KL alarm, their fixed reward swing, the trend checks' defaults.
-MONITOR = {"entropy_fall": 0.5, "kl_max": 0.5, "reward_swing": 0.3, "window": 10, "grad_spike": 5.0,
-           "entropy_rise": 0.5, "zero_std": 0.9}  # fmt: skip
+MONITOR = {
+    "entropy_fall": 0.5,
+    "kl_max": 0.5,
+    "reward_swing": 0.3,
+    "window": 10,
+    "grad_spike": 5.0,
+    "entropy_rise": 0.5,
+    "zero_std": 0.9,
+}
 START = 5  # steps whose mean entropy is a run's start
 PRECEDENCE = ("trl_state", "tensorboard", "jsonl", "verl_console", "trl_console", "wandb_csv")
 GENERIC_STEMS = {"train", "training", "log", "logs", "output", "console", "stdout", "metrics", "history", "events"}
@@ -50,22 +57,37 @@ SEED_ONLY = re.compile(r"^(?:seed|s)?[_-]?(?P<seed>\d+)$")
 # Alert kind -> (symptom of the troubleshooting table (config/documents.yaml), the report's section where the
 # testbed shows that failure and its remedies measured, what that section measures).
 REMEDIES = {
-    "low_entropy": ("entropy collapses fast", "lab04",
-                    "lab 04 on the GPT: the aggressive setting's entropy and clip-higher, DAPO beside it"),
-    "arm_entropy_collapse": ("entropy collapses fast", "lab04",
-                             "lab 04 on the GPT: the aggressive setting's entropy and clip-higher, DAPO beside it"),
-    "arm_entropy_below_reference": ("entropy collapses fast", "lab04",
-                                    "lab 04 on the GPT: each remedy's entropy against the failing setting"),
+    "low_entropy": (
+        "entropy collapses fast",
+        "lab04",
+        "lab 04 on the GPT: the aggressive setting's entropy and clip-higher, DAPO beside it",
+    ),
+    "arm_entropy_collapse": (
+        "entropy collapses fast",
+        "lab04",
+        "lab 04 on the GPT: the aggressive setting's entropy and clip-higher, DAPO beside it",
+    ),
+    "arm_entropy_below_reference": (
+        "entropy collapses fast",
+        "lab04",
+        "lab 04 on the GPT: each remedy's entropy against the failing setting",
+    ),
     "high_kl": ("KL explodes", "lab04", "lab 04 on the GPT: clip epsilon 0.1, two PPO epochs, twice the batch"),
-    "reward_swing": ("reward drops suddenly", "collapse",
-                     "the collapse analysis: a tenth of the LR, KL 0.1, gradient clipping on a failing setting"),
-    "grad_norm_spike": ("reward drops suddenly", "stability",
-                        "the stability study's clipping against an injected gradient spike"),
+    "reward_swing": (
+        "reward drops suddenly",
+        "collapse",
+        "the collapse analysis: a tenth of the LR, KL 0.1, gradient clipping on a failing setting",
+    ),
+    "grad_norm_spike": (
+        "reward drops suddenly",
+        "stability",
+        "the stability study's clipping against an injected gradient spike",
+    ),
     "nonfinite": ("non-finite loss or gradient", "collapse", "the collapse analysis: an overflowing LR"),
     "no_signal": ("reward does not rise", "lab04", "lab 04 on the GPT: RL from a random policy (no reward at all)"),
     "entropy_rise": (None, "stability", "the stability study's monitor: alerts scored against later drops"),
     "arm_reward_hack": (None, "lab04", "lab 04 on the GPT: the proxy reward exploited"),
-}  # fmt: skip
+}
 ARM_KINDS = ("arm_entropy_collapse", "arm_entropy_below_reference", "arm_reward_hack")
 
 
@@ -125,8 +147,10 @@ def discover(paths: list[Path]) -> tuple[dict[str, tuple[logs.Log, list[str]]], 
         for c in candidates(p):
             fmt = logs.guess_format(c)
             if fmt is None:
-                raise ConfigError(f"{c}: no known log (by name: trainer_state.json, *.jsonl, events.out.tfevents.*, "
-                                  f"*.log/*.txt, *.csv)")  # fmt: skip
+                raise ConfigError(
+                    f"{c}: no known log (by name: trainer_state.json, *.jsonl, events.out.tfevents.*, "
+                    f"*.log/*.txt, *.csv)"
+                )
             name = _relative(run_folder(c, fmt), root)
             per_run.setdefault(name, []).append((fmt, c))
     out = {}
@@ -216,8 +240,9 @@ def read_arms_file(path: Path) -> dict:
             raise ConfigError(f"{path}: {key} must be a mapping")
     unknown = sorted(set(spec.get("metrics") or {}) - set(logs.COLUMN_KEYS))
     if unknown:
-        raise ConfigError(f"{path}: metrics: {', '.join(unknown)} is not a column; allowed: "
-                          f"{', '.join(logs.COLUMN_KEYS)}")  # fmt: skip
+        raise ConfigError(
+            f"{path}: metrics: {', '.join(unknown)} is not a column; allowed: {', '.join(logs.COLUMN_KEYS)}"
+        )
     return spec
 
 
@@ -231,18 +256,24 @@ def assemble(paths: list[Path], spec: dict, where: str) -> list[ImportedRun]:
     for name, (arm, seed) in groups.items():
         log, others = found[name]
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", arm):
-            raise ConfigError(f"{log.source}: arm name {arm!r} (from {name}) has characters other than letters, "
-                              f"digits and _ . -; name the arms in an --arms file")  # fmt: skip
+            raise ConfigError(
+                f"{log.source}: arm name {arm!r} (from {name}) has characters other than letters, "
+                f"digits and _ . -; name the arms in an --arms file"
+            )
         key = (arm, seed)
         if key in seen:
-            raise ConfigError(f"{log.source}: run {name} claims arm {arm} seed {seed}, as {seen[key]} does; give "
-                              f"them different arms or seeds (--arms FILE)")  # fmt: skip
+            raise ConfigError(
+                f"{log.source}: run {name} claims arm {arm} seed {seed}, as {seen[key]} does; give "
+                f"them different arms or seeds (--arms FILE)"
+            )
         seen[key] = f"{name} ({log.source})"
         mapping = logs.columns(log.keys, spec.get("metrics"))
         if logs.REWARD_COLUMN not in mapping:
             tried = [k for k in logs.COLUMN_KEYS[logs.REWARD_COLUMN] if isinstance(k, str)]
-            raise ConfigError(f"{log.source}: no reward logged (none of {', '.join(tried)}; {len(log.keys)} keys "
-                              f"read); name its key with `metrics: {{reward_mean: KEY}}` in an --arms file")  # fmt: skip
+            raise ConfigError(
+                f"{log.source}: no reward logged (none of {', '.join(tried)}; {len(log.keys)} keys "
+                f"read); name its key with `metrics: {{reward_mean: KEY}}` in an --arms file"
+            )
         runs.append(ImportedRun(log, arm, seed, mapping, others))
     roles = roles_of(spec)
     arms = {r.arm for r in runs}
@@ -268,11 +299,18 @@ def run_alerts(m: pd.DataFrame) -> list[dict]:
     col = lambda c: m[c] if c in m else pd.Series(math.nan, index=m.index)  # noqa: E731
     entropy = col("entropy").dropna()
     start = float(entropy.head(START).mean()) if len(entropy) else math.nan
-    mon = StabilityMonitor(entropy_min=MONITOR["entropy_fall"] * start if math.isfinite(start) else None,
-                           kl_max=MONITOR["kl_max"], reward_swing=MONITOR["reward_swing"], window=MONITOR["window"])  # fmt: skip
+    mon = StabilityMonitor(
+        entropy_min=MONITOR["entropy_fall"] * start if math.isfinite(start) else None,
+        kl_max=MONITOR["kl_max"],
+        reward_swing=MONITOR["reward_swing"],
+        window=MONITOR["window"],
+    )
     for step, e, kl, reward, g in zip(m["step"], col("entropy"), col("kl"), col("reward_mean"), col("grad_norm")):
-        bad = [name for name, x in (("entropy", e), ("kl", kl), ("reward", reward), ("grad_norm", g))
-               if x == x and not math.isfinite(x)]  # fmt: skip
+        bad = [
+            name
+            for name, x in (("entropy", e), ("kl", kl), ("reward", reward), ("grad_norm", g))
+            if x == x and not math.isfinite(x)
+        ]
         if bad:
             mon.record(step, "nonfinite", math.inf, f"non-finite {', '.join(bad)} logged")
         finite = lambda x: x if x == x and math.isfinite(x) else math.nan  # noqa: E731
@@ -285,9 +323,16 @@ def run_alerts(m: pd.DataFrame) -> list[dict]:
     high = zero >= MONITOR["zero_std"]
     for i in high[high & ~high.shift(1, fill_value=False)].index:
         step = int(m["step"][i])
-        alerts.append({"step": step, "kind": "no_signal", "value": float(zero[i]), "threshold": MONITOR["zero_std"],
-                       "message": f"{zero[i]:.0%} of groups had equal rewards over the last {MONITOR['window']} "
-                                  f"logged steps: no learning signal"})  # fmt: skip
+        alerts.append(
+            {
+                "step": step,
+                "kind": "no_signal",
+                "value": float(zero[i]),
+                "threshold": MONITOR["zero_std"],
+                "message": f"{zero[i]:.0%} of groups had equal rewards over the last {MONITOR['window']} "
+                f"logged steps: no learning signal",
+            }
+        )
     return sorted(alerts, key=lambda a: a["step"])
 
 
@@ -311,32 +356,60 @@ def arm_alerts(measures: pd.DataFrame, roles: dict[str, str]) -> list[dict]:
         fall = g["entropy_fall"].dropna().to_dict()
         est = mean_interval(fall) if len(fall) >= 2 else None
         if est is not None and est.estimate >= MONITOR["entropy_fall"] and est.lo > 0:
-            out.append(_arm(arm, "arm_entropy_collapse", est, len(fall),
-                            f"token entropy fell by {est.estimate:.0%} on average over {len(fall)} seeds "
-                            f"(95% interval {est.lo:.0%} to {est.hi:.0%})"))  # fmt: skip
+            out.append(
+                _arm(
+                    arm,
+                    "arm_entropy_collapse",
+                    est,
+                    len(fall),
+                    f"token entropy fell by {est.estimate:.0%} on average over {len(fall)} seeds "
+                    f"(95% interval {est.lo:.0%} to {est.hi:.0%})",
+                )
+            )
         if reference and arm != reference and reference in by_arm:
             ref = by_arm[reference]["entropy_fall"].dropna().to_dict()
             if len(fall) >= 2 and len(ref) >= 2:
                 d = difference(fall, ref)
                 if d.estimate >= MONITOR["entropy_fall"] / 2 and d.lo > 0:
-                    out.append(_arm(arm, "arm_entropy_below_reference", d, d.n,
-                                    f"token entropy fell {d.estimate:.0%} of its start further than in {reference} "
-                                    f"(95% interval {d.lo:.0%} to {d.hi:.0%}, n={d.n})"))  # fmt: skip
+                    out.append(
+                        _arm(
+                            arm,
+                            "arm_entropy_below_reference",
+                            d,
+                            d.n,
+                            f"token entropy fell {d.estimate:.0%} of its start further than in {reference} "
+                            f"(95% interval {d.lo:.0%} to {d.hi:.0%}, n={d.n})",
+                        )
+                    )
         rise = (g["reward_end"] - g["reward_start"]).dropna().to_dict()
         val = g["eval_change"].dropna().to_dict() if "eval_change" in g else {}
         if len(rise) >= 2 and len(val) >= 2:
             r, v = mean_interval(rise), mean_interval(val)
             if r.lo > 0 and v.hi < 0:
-                out.append(_arm(arm, "arm_reward_hack", v, len(val),
-                                f"training reward rose {r.estimate:+.3g} (95% interval {r.lo:+.3g} to {r.hi:+.3g}) "
-                                f"while the validation score changed {v.estimate:+.3g} ({v.lo:+.3g} to {v.hi:+.3g}), "
-                                f"n={len(val)}"))  # fmt: skip
+                out.append(
+                    _arm(
+                        arm,
+                        "arm_reward_hack",
+                        v,
+                        len(val),
+                        f"training reward rose {r.estimate:+.3g} (95% interval {r.lo:+.3g} to {r.hi:+.3g}) "
+                        f"while the validation score changed {v.estimate:+.3g} ({v.lo:+.3g} to {v.hi:+.3g}), "
+                        f"n={len(val)}",
+                    )
+                )
     return out
 
 
 def _arm(arm: str, kind: str, est, n: int, message: str) -> dict:
-    return {"arm": arm, "kind": kind, "value": float(est.estimate), "ci_low": float(est.lo),
-            "ci_high": float(est.hi), "n": int(n), "message": message}  # fmt: skip
+    return {
+        "arm": arm,
+        "kind": kind,
+        "value": float(est.estimate),
+        "ci_low": float(est.lo),
+        "ci_high": float(est.hi),
+        "n": int(n),
+        "message": message,
+    }
 
 
 def remedies(kinds: list[str], symptoms: list[dict], report: str) -> pd.DataFrame:
@@ -346,9 +419,17 @@ def remedies(kinds: list[str], symptoms: list[dict], report: str) -> pd.DataFram
     for kind in dict.fromkeys(kinds):
         symptom, section, what = REMEDIES.get(kind, (None, "stability", "the stability monitor"))
         row = next((s for s in symptoms if s["symptom"] == symptom), None)
-        rows.append({"kind": kind, "symptom": symptom or "(no row of the troubleshooting table)",
-                     "cause": row["cause"] if row else "", "fix": row["fix"] if row else "",
-                     "measured": what, "link": f"{report}#{section}", "section": section})  # fmt: skip
+        rows.append(
+            {
+                "kind": kind,
+                "symptom": symptom or "(no row of the troubleshooting table)",
+                "cause": row["cause"] if row else "",
+                "fix": row["fix"] if row else "",
+                "measured": what,
+                "link": f"{report}#{section}",
+                "section": section,
+            }
+        )
     return pd.DataFrame(rows, columns=["kind", "symptom", "cause", "fix", "measured", "link", "section"])
 
 
@@ -375,23 +456,42 @@ def summary(run: ImportedRun, m: pd.DataFrame, initial: float, name: str, alerts
     best = evals.loc[evals["eval_accuracy"].idxmax()] if len(evals) else None
     mapped = set(run.mapping.values())
     return {
-        "run_id": run.run_id, "experiment": name, "variant": run.arm, "seed": run.seed, "status": "complete",
-        "framework": framework(run.log), "format": run.log.format, "source": run.log.source,
-        "also_found": run.also, "truncated": run.log.truncated, "columns": run.mapping,
-        "unmapped": [k for k in run.log.keys if k not in mapped], "ignored": run.log.ignored,
-        "steps": len(m), "initial": {"eval_accuracy": initial},
+        "run_id": run.run_id,
+        "experiment": name,
+        "variant": run.arm,
+        "seed": run.seed,
+        "status": "complete",
+        "framework": framework(run.log),
+        "format": run.log.format,
+        "source": run.log.source,
+        "also_found": run.also,
+        "truncated": run.log.truncated,
+        "columns": run.mapping,
+        "unmapped": [k for k in run.log.keys if k not in mapped],
+        "ignored": run.log.ignored,
+        "steps": len(m),
+        "initial": {"eval_accuracy": initial},
         "final": {"eval_accuracy": final, "step": int(m["step"].iloc[-1])},
-        "best": {"eval_accuracy": float(best["eval_accuracy"]) if best is not None else math.nan,
-                 "step": int(best["step"]) if best is not None else None},
-        "wall_seconds": math.nan, "config": {}, "alerts": alerts,
-    }  # fmt: skip
+        "best": {
+            "eval_accuracy": float(best["eval_accuracy"]) if best is not None else math.nan,
+            "step": int(best["step"]) if best is not None else None,
+        },
+        "wall_seconds": math.nan,
+        "config": {},
+        "alerts": alerts,
+    }
 
 
 def framework(log: logs.Log) -> str:
     """The framework that wrote a log, from its keys: TRL, verl, OpenRLHF or unknown."""
     keys = set(log.keys)
-    if keys & {"frac_reward_zero_std", "completions/mean_length", "train/frac_reward_zero_std", "clip_ratio/low_mean",
-               "train/completions/mean_length"}:  # fmt: skip
+    if keys & {
+        "frac_reward_zero_std",
+        "completions/mean_length",
+        "train/frac_reward_zero_std",
+        "clip_ratio/low_mean",
+        "train/completions/mean_length",
+    }:
         return "trl"
     if any(k.startswith(("actor/", "critic/score", "response_length/")) for k in keys):
         return "verl"
@@ -412,9 +512,13 @@ def as_runs(written: dict[str, tuple[dict, pd.DataFrame]], name: str) -> dict[st
 def config(spec: dict, name: str, out: Path, runs: list[ImportedRun]) -> dict:
     """The configuration the studies, the claims engine and `mathrl compare` read for the set: one experiment
     named after it, its arms as variants, its roles and claims."""
-    experiment = {"description": spec.get("description") or f"imported logs: {len(runs)} runs",
-                  "variants": {r.arm: {} for r in runs}, "roles": roles_of(spec),
-                  "seeds": sorted({r.seed for r in runs}), "claims": list(spec.get("claims") or [])}  # fmt: skip
+    experiment = {
+        "description": spec.get("description") or f"imported logs: {len(runs)} runs",
+        "variants": {r.arm: {} for r in runs},
+        "roles": roles_of(spec),
+        "seeds": sorted({r.seed for r in runs}),
+        "claims": list(spec.get("claims") or []),
+    }
     return {"results": str(out), "experiments": {name: experiment}, "verdicts": {"adjustment": "bh"}}
 
 
@@ -426,14 +530,17 @@ def load_set(out: Path) -> tuple[dict, dict[str, Run]]:
     try:
         made = json.loads((Path(out) / IMPORT_FILE).read_text())
     except (OSError, ValueError):
-        raise ConfigError(f"{out}: no imported set ({IMPORT_FILE} missing or unreadable); `mathrl import` makes "
-                          f"one") from None  # fmt: skip
+        raise ConfigError(
+            f"{out}: no imported set ({IMPORT_FILE} missing or unreadable); `mathrl import` makes one"
+        ) from None
     cfg, name = made["config"], made["name"]
     written = {}
     for run_id in made["runs"]:
         folder = layout.at(cfg, layout.RUN_DIR, run_id=run_id)
-        written[run_id] = (json.loads((folder / layout.SUMMARY_FILE).read_text()),
-                           pd.read_csv(folder / layout.METRICS_FILE))  # fmt: skip
+        written[run_id] = (
+            json.loads((folder / layout.SUMMARY_FILE).read_text()),
+            pd.read_csv(folder / layout.METRICS_FILE),
+        )
     return cfg, as_runs(written, name)
 
 
@@ -463,25 +570,46 @@ def tables(cfg: dict, runs: dict[str, Run], report: str) -> dict[str, pd.DataFra
 
     name = next(iter(cfg["experiments"]))
     measures = run_measures(runs)
-    source = pd.DataFrame([{"run_id": rid, "arm": r.spec.variant, "seed": r.spec.seed,
-                            "framework": r.summary["framework"], "format": r.summary["format"],
-                            "source": r.summary["source"], "steps": r.summary["steps"],
-                            "mapped": len(r.summary["columns"]), "unmapped": len(r.summary["unmapped"]),
-                            "truncated": r.summary["truncated"], "alerts": len(r.summary["alerts"])}
-                           for rid, r in runs.items()])  # fmt: skip
+    source = pd.DataFrame(
+        [
+            {
+                "run_id": rid,
+                "arm": r.spec.variant,
+                "seed": r.spec.seed,
+                "framework": r.summary["framework"],
+                "format": r.summary["format"],
+                "source": r.summary["source"],
+                "steps": r.summary["steps"],
+                "mapped": len(r.summary["columns"]),
+                "unmapped": len(r.summary["unmapped"]),
+                "truncated": r.summary["truncated"],
+                "alerts": len(r.summary["alerts"]),
+            }
+            for rid, r in runs.items()
+        ]
+    )
     arm_rows = arm_alerts(measures, cfg["experiments"][name]["roles"])
-    per_run = [{"run_id": rid, "arm": r.spec.variant, "seed": r.spec.seed, **a}
-               for rid, r in runs.items() for a in r.summary["alerts"]]  # fmt: skip
+    per_run = [
+        {"run_id": rid, "arm": r.spec.variant, "seed": r.spec.seed, **a}
+        for rid, r in runs.items()
+        for a in r.summary["alerts"]
+    ]
     kinds = [a["kind"] for a in per_run] + [a["kind"] for a in arm_rows]
     values = [v for v in ARM_VALUES if v in measures]
     arms = kit.add_intervals(kit.summarise(measures.assign(arm=measures["variant"]), ["arm"], values), values)
-    out = {"imported_runs": source, "run_measures": measures, "imported_arms": arms,
-           "imported_alerts": pd.DataFrame(per_run, columns=["run_id", "arm", "seed", "step", "kind", "value",
-                                                             "threshold", "message"]),
-           "imported_arm_alerts": pd.DataFrame(arm_rows, columns=["arm", "kind", "value", "ci_low", "ci_high", "n",
-                                                                 "message"]),
-           "imported_remedies": remedies(kinds, document_facts("stability")["symptoms"], report),
-           **generic.tables(SetContext(cfg, runs))}  # fmt: skip
+    out = {
+        "imported_runs": source,
+        "run_measures": measures,
+        "imported_arms": arms,
+        "imported_alerts": pd.DataFrame(
+            per_run, columns=["run_id", "arm", "seed", "step", "kind", "value", "threshold", "message"]
+        ),
+        "imported_arm_alerts": pd.DataFrame(
+            arm_rows, columns=["arm", "kind", "value", "ci_low", "ci_high", "n", "message"]
+        ),
+        "imported_remedies": remedies(kinds, document_facts("stability")["symptoms"], report),
+        **generic.tables(SetContext(cfg, runs)),
+    }
     out["claims"] = claims.judge_all(cfg, as_read_back(out), path=Path(cfg["results"]) / "no-claims-file.yaml")
     return out
 
@@ -512,11 +640,22 @@ def render(cfg: dict, t: dict[str, pd.DataFrame], pngs: dict[str, bytes], comman
 
     name = next(iter(cfg["experiments"]))
     figures_uri = {k: "data:image/png;base64," + base64.b64encode(v).decode() for k, v in pngs.items()}
-    return environment().get_template("imported.html.j2").render(
-        name=name, cfg=cfg, T=t, figures=figures_uri, ctx=generic.section(_Tables(t, cfg)),
-        verdict_rows=verdicts(_Tables(t, cfg), "generic", name), monitor=MONITOR, start=START, command=command,
-        generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-    )  # fmt: skip
+    return (
+        environment()
+        .get_template("imported.html.j2")
+        .render(
+            name=name,
+            cfg=cfg,
+            T=t,
+            figures=figures_uri,
+            ctx=generic.section(_Tables(t, cfg)),
+            verdict_rows=verdicts(_Tables(t, cfg), "generic", name),
+            monitor=MONITOR,
+            start=START,
+            command=command,
+            generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        )
+    )
 
 
 class _Tables(dict):
@@ -549,8 +688,10 @@ def build(paths: list[Path], arms_file: Path | None, out: Path, report_link: str
     cfg = config(spec, name, out, runs)
     for spec_claim in claims.load(cfg, None, path=out / "no-claims-file.yaml"):  # the grammar, checked up front
         if spec_claim.measure not in MEASURES:
-            raise ConfigError(f"{where}: claim {spec_claim.id}: measure {spec_claim.measure!r} is not a measure; "
-                              f"`mathrl claims --measures` lists them")  # fmt: skip
+            raise ConfigError(
+                f"{where}: claim {spec_claim.id}: measure {spec_claim.measure!r} is not a measure; "
+                f"`mathrl claims --measures` lists them"
+            )
     loaded = as_runs(written, name)
     t = tables(cfg, loaded, report_link)
     pngs = figures(cfg, t)

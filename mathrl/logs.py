@@ -56,12 +56,16 @@ COLUMN_KEYS = {
     "ppo_kl": ["actor/ppo_kl", "ppo_kl"],
     "explained_variance": ["critic/vf_explained_var", "explained_variance"],
     "lr": ["learning_rate", "actor/lr", "train/actor_lr", "lr"],
-    "response_length": ["completions/mean_length", "response_length/mean", "train/response_length",
-                        "response_length"],
-    "eval_accuracy": ["eval_reward", "eval_accuracy", re.compile(r"val-core/.+/(acc|reward|score)/mean@1"),
-                      re.compile(r"val-core/.+/(acc|reward|score)/mean@\d+"), re.compile(r"val/test_score/.+"),
-                      re.compile(r"eval/eval_.+_pass1")],
-}  # fmt: skip
+    "response_length": ["completions/mean_length", "response_length/mean", "train/response_length", "response_length"],
+    "eval_accuracy": [
+        "eval_reward",
+        "eval_accuracy",
+        re.compile(r"val-core/.+/(acc|reward|score)/mean@1"),
+        re.compile(r"val-core/.+/(acc|reward|score)/mean@\d+"),
+        re.compile(r"val/test_score/.+"),
+        re.compile(r"eval/eval_.+_pass1"),
+    ],
+}
 REWARD_COLUMN = "reward_mean"
 
 
@@ -325,10 +329,17 @@ def read(path: Path, fmt: str | None = None) -> list[Log]:
     fmt = fmt or guess_format(path)
     if fmt not in FORMATS:
         kind = "a console log with no `step:N - ` or `{'key': value}` lines" if fmt == "console" else "no known log"
-        raise ConfigError(f"{path}: {kind}; readable formats: {', '.join(FORMATS)} (by name: trainer_state.json, "
-                          f"*.jsonl, events.out.tfevents.*, *.log/*.txt, *.csv)")  # fmt: skip
-    readers = {"trl_state": read_trl_state, "trl_console": read_trl_console, "jsonl": read_jsonl,
-               "tensorboard": read_tensorboard, "verl_console": read_verl_console}  # fmt: skip
+        raise ConfigError(
+            f"{path}: {kind}; readable formats: {', '.join(FORMATS)} (by name: trainer_state.json, "
+            f"*.jsonl, events.out.tfevents.*, *.log/*.txt, *.csv)"
+        )
+    readers = {
+        "trl_state": read_trl_state,
+        "trl_console": read_trl_console,
+        "jsonl": read_jsonl,
+        "tensorboard": read_tensorboard,
+        "verl_console": read_verl_console,
+    }
     try:
         logs = read_wandb_csv(path) if fmt == "wandb_csv" else [readers[fmt](path)]
     except (OSError, UnicodeError) as exc:

@@ -49,17 +49,27 @@ def tokenizer() -> PreTrainedTokenizerFast:
     vocab = {w: i for i, w in enumerate(SPECIAL + WORDS)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", bos_token="<bos>",
-                                   eos_token="<eos>")  # fmt: skip
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", bos_token="<bos>", eos_token="<eos>"
+    )
     fast.padding_side = "left"
     return fast
 
 
 def model(tok, seed: int) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32,
-                      pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)  # fmt: skip
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     return LlamaForCausalLM(cfg)
 
 
@@ -78,14 +88,35 @@ def train(out: Path, arm: str, seed: int) -> None:
     tok = tokenizer()
     run_dir = out / f"{arm}_s{seed}"
     args = GRPOConfig(
-        output_dir=str(run_dir), seed=seed, max_steps=STEPS, per_device_train_batch_size=16, num_generations=8,
-        max_completion_length=3, num_iterations=2, beta=0.0, temperature=1.0, logging_steps=1,
-        save_steps=10, save_only_model=True, eval_strategy="steps", eval_steps=5, per_device_eval_batch_size=16,
-        report_to=["tensorboard"], use_cpu=True,
-        disable_tqdm=True, dataloader_num_workers=0, **ARMS[arm],
-    )  # fmt: skip
-    trainer = GRPOTrainer(model=model(tok, seed), reward_funcs=correct, args=args, train_dataset=data("train"),
-                          eval_dataset=data("eval"), processing_class=tok)  # fmt: skip
+        output_dir=str(run_dir),
+        seed=seed,
+        max_steps=STEPS,
+        per_device_train_batch_size=16,
+        num_generations=8,
+        max_completion_length=3,
+        num_iterations=2,
+        beta=0.0,
+        temperature=1.0,
+        logging_steps=1,
+        save_steps=10,
+        save_only_model=True,
+        eval_strategy="steps",
+        eval_steps=5,
+        per_device_eval_batch_size=16,
+        report_to=["tensorboard"],
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        **ARMS[arm],
+    )
+    trainer = GRPOTrainer(
+        model=model(tok, seed),
+        reward_funcs=correct,
+        args=args,
+        train_dataset=data("train"),
+        eval_dataset=data("eval"),
+        processing_class=tok,
+    )
     console = io.StringIO()
     with contextlib.redirect_stdout(console):
         trainer.train()
@@ -114,7 +145,7 @@ def chart_csv(out: Path, arm: str, keys=("reward", "entropy", "kl", "frac_reward
         w.writerow(["Step", *columns])
         for step in sorted({s for h in history.values() for s in h}):
             row = [step]
-            for run, h in history.items():
+            for h in history.values():
                 for k in keys:
                     v = h.get(step, {}).get(k, "")
                     row += [v, v, v]
