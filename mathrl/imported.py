@@ -85,6 +85,7 @@ REMEDIES = {
     ),
     "nonfinite": ("non-finite loss or gradient", "collapse", "the collapse analysis: an overflowing LR"),
     "no_signal": ("reward does not rise", "lab04", "lab 04 on the GPT: RL from a random policy (no reward at all)"),
+    "reward_flat": ("reward does not rise", "stability", "the stability study's remedies: an LR ten times higher"),
     "entropy_rise": (None, "stability", "the stability study's monitor: alerts scored against later drops"),
     "arm_reward_hack": (None, "lab04", "lab 04 on the GPT: the proxy reward exploited"),
 }
@@ -295,7 +296,7 @@ def run_alerts(m: pd.DataFrame) -> list[dict]:
     """The stability monitor replayed over one run's metrics, with MONITOR's thresholds: low entropy (below
     half its mean over the first START steps), high KL, reward swing, gradient-norm spike, entropy rise; a
     non-finite logged value; no learning signal (the share of groups with equal rewards at MONITOR's level,
-    averaged over the window)."""
+    averaged over the window); a reward that does not rise over the run (`reward_flat`)."""
     col = lambda c: m[c] if c in m else pd.Series(math.nan, index=m.index)  # noqa: E731
     entropy = col("entropy").dropna()
     start = float(entropy.head(START).mean()) if len(entropy) else math.nan
@@ -333,7 +334,31 @@ def run_alerts(m: pd.DataFrame) -> list[dict]:
                 f"logged steps: no learning signal",
             }
         )
-    return sorted(alerts, key=lambda a: a["step"])
+    flat = reward_flat(m["step"], col("reward_mean"))
+    return sorted(alerts + ([flat] if flat else []), key=lambda a: a["step"])
+
+
+def reward_flat(steps: pd.Series, reward: pd.Series) -> dict | None:
+    """`reward_flat` at the last step: the training reward over the last k logged steps is not above its first k by
+    two standard errors of the difference (k a third of the steps logged, at most the window, at least 3): the
+    troubleshooting table's "reward does not rise", told apart from the noise of the run's own steps."""
+    r = reward[reward.notna() & reward.map(math.isfinite)]
+    k = min(MONITOR["window"], len(r) // 3)
+    if k < 3:
+        return None
+    first, last = r.iloc[:k], r.iloc[-k:]
+    rise = float(last.mean() - first.mean())
+    se = math.sqrt(first.var() / k + last.var() / k)
+    if rise >= 2 * se and rise > 0:
+        return None
+    return {
+        "step": int(steps[r.index[-1]]),
+        "kind": "reward_flat",
+        "value": rise,
+        "threshold": 2 * se,
+        "message": f"training reward over the last {k} logged steps {rise:+.3g} from the first {k}, not above "
+        f"two standard errors ({2 * se:.3g}): the reward does not rise",
+    }
 
 
 def arm_alerts(measures: pd.DataFrame, roles: dict[str, str]) -> list[dict]:

@@ -16,7 +16,7 @@ import pytest
 
 from mathrl import logs
 from mathrl.cli import main
-from mathrl.imported import MONITOR, arm_alerts, by_names, run_alerts
+from mathrl.imported import MONITOR, arm_alerts, by_names, reward_flat, run_alerts
 from tests.conftest import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "logs"
@@ -180,9 +180,20 @@ def test_the_monitor_on_a_log_by_hand():
 def test_no_signal_fires_once_the_window_of_equal_reward_groups_is_full():
     w = MONITOR["window"]
     m = pd.DataFrame({"step": range(1, 2 * w + 1), "reward_mean": 0.0, "frac_zero_std": [0.5] * w + [1.0] * w})
-    (alert,) = run_alerts(m)
+    alerts = {a["kind"]: a for a in run_alerts(m)}
+    assert set(alerts) == {"no_signal", "reward_flat"} and alerts["reward_flat"]["step"] == 2 * w  # 0 throughout
+    alert = alerts["no_signal"]
     # the mean of the last w steps is 0.5 + 0.05 k after k steps at 1.0: it reaches 0.9 at k = 8
     assert alert["kind"] == "no_signal" and alert["step"] == w + 8
+
+
+def test_a_reward_that_rises_beyond_its_noise_is_not_flat():
+    steps = pd.Series(range(1, 10))
+    # k = 3: first 0.1, 0.2, 0.3 against last 0.7, 0.8, 0.9: a rise of 0.6, two standard errors 2 * sqrt(0.02) = 0.28
+    assert reward_flat(steps, pd.Series([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])) is None
+    flat = reward_flat(steps, pd.Series([0.1, 0.5, 0.3, 0.4, 0.2, 0.6, 0.2, 0.5, 0.3]))
+    assert flat["kind"] == "reward_flat" and flat["step"] == 9 and flat["value"] == pytest.approx(1 / 30)
+    assert reward_flat(steps[:5], pd.Series([0.1] * 5)) is None  # under 9 rewards: k < 3, not judged
 
 
 def test_arm_alerts_by_hand():
