@@ -721,6 +721,12 @@ def build(paths: list[Path], arms_file: Path | None, out: Path, report_link: str
     t = tables(cfg, loaded, report_link)
     pngs = figures(cfg, t)
     html = render(cfg, t, pngs, command)
+    if (out / IMPORT_FILE).is_file():  # a set imported again: the runs it no longer has go
+        import shutil
+
+        for old in json.loads((out / IMPORT_FILE).read_text()).get("runs", []):
+            if old not in written:
+                shutil.rmtree(layout.at(cfg, layout.RUN_DIR, run_id=old), ignore_errors=True)
     for run_id, (sm, m) in written.items():  # nothing is written before every check above has passed
         folder = layout.at(cfg, layout.RUN_DIR, run_id=run_id)
         atomic_write(folder / layout.METRICS_FILE, m.to_csv(index=False))
