@@ -287,6 +287,8 @@ def read_tensorboard(path: Path) -> Log:
             events = list(EventFileLoader(str(file)).Load())
         except Exception as exc:  # noqa: BLE001 - the reader's own errors name what is wrong with the file
             raise ConfigError(f"{file}: not a TensorBoard event file ({type(exc).__name__}: {exc})") from None
+        if _cut_short(file):
+            log.truncated = f"{file.name} ends inside a record"
         for event in events:
             for value in event.summary.value:
                 if value.HasField("simple_value"):
@@ -296,6 +298,15 @@ def read_tensorboard(path: Path) -> Log:
                     if array.size == 1 and array.dtype.kind in "fiu":
                         log.add(event.step, {value.tag: float(array.reshape(-1)[0])})
     return log
+
+
+def _cut_short(file: Path) -> bool:
+    """Whether an event file ends inside a record (a writer mid-record): its records' framing (a little-endian
+    8-byte length, then a 4-byte checksum, the data and another 4-byte checksum) does not end at the file's end."""
+    data, at = file.read_bytes(), 0
+    while at + 12 <= len(data):
+        at += 16 + int.from_bytes(data[at : at + 8], "little")
+    return at != len(data)
 
 
 # ----------------------------------------------------------------------------- formats

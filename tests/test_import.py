@@ -96,6 +96,15 @@ def test_the_same_trl_run_read_from_its_checkpoint_its_tensorboard_files_and_its
     assert board.records[5]["eval/reward"] == pytest.approx(state.records[5]["eval_reward"], rel=1e-6)
 
 
+def test_an_event_file_still_being_written_is_read_to_its_last_whole_record(tmp_path):
+    (whole,) = list((TRL / "baseline_s0" / "runs").glob("*/events.out.tfevents.*"))
+    (tmp_path / whole.name).write_bytes(whole.read_bytes()[:20000])
+    (cut,) = logs.read(tmp_path)
+    full = logs.read(whole.parent)[0]
+    assert cut.truncated.endswith("ends inside a record") and not full.truncated
+    assert 0 < len(cut.records) < len(full.records) and cut.records[3] == full.records[3]
+
+
 def test_a_wandb_chart_export_gives_a_run_per_prefix():
     runs = logs.read(FIXTURES / "wandb" / "baseline.csv")
     assert [r.name for r in runs] == ["baseline_s0", "baseline_s1", "baseline_s2"]
