@@ -285,3 +285,14 @@ def test_the_readme_takes_trl_checkpoints_to_a_report(tmp_path, capsys, monkeypa
     )
     assert "aggressive - baseline" in printed and (out / "compare" / "trl_clip_entropy_end.csv").is_file()
     assert not re.search(r'(src|href)="(https?:|//)', html) and "<script" not in html and "<link" not in html
+
+
+def test_refused_a_claim_on_no_measure_or_no_role(tmp_path, capsys):
+    arms = tmp_path / "arms.yaml"
+    base = "arms: {baseline: [baseline_s*], aggressive: [aggressive_s*]}\nroles: {baseline: baseline}\n"
+    arms.write_text(base + "claims:\n  - {id: c, statement: s, measure: entropy_last, a: {variant: aggressive}}\n")
+    _refused(capsys, [str(TRL), "--arms", str(arms)], tmp_path / "out", r"claim c: measure 'entropy_last' is not a")
+    arms.write_text(base + "claims:\n  - {id: c, statement: s, measure: entropy_end, a: {role: candidate}}\n")
+    _refused(capsys, [str(TRL), "--arms", str(arms)], tmp_path / "out", r"has no role 'candidate'")
+    arms.write_text(base + "colour: blue\n")
+    _refused(capsys, [str(TRL), "--arms", str(arms)], tmp_path / "out", r"unknown key\(s\) colour")
