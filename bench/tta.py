@@ -53,8 +53,8 @@ def config(results: Path, task: str, args) -> dict:
 def run(args) -> dict:
     from mathrl.config import run_settings
     from mathrl.distributed import Dist, pick_device
-    from mathrl.settings import RunSettings
     from mathrl.layout import sft_checkpoint
+    from mathrl.settings import RunSettings
     from mathrl.sft import run_sft
     from mathrl.tasks import write_problem_splits
     from mathrl.trainer import Trainer

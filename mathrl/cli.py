@@ -405,7 +405,18 @@ def cmd_compare(args) -> int:
 
     cfg = _load(args)
     runs_dir = layout.at(cfg, layout.RUNS)
-    if args.experiment:
+    if args.imported:
+        from mathrl.imported import load_set
+
+        given = Path(args.imported)
+        cfg, found = load_set(given if given.is_dir() else layout.at(cfg, layout.IMPORTED, name=args.imported))
+        groups = {}
+        for run_id, run in found.items():
+            groups.setdefault(run.spec.variant, {})[run_id] = run
+        roles = next(iter(cfg["experiments"].values()))["roles"]
+        default_base = roles.get("baseline") or roles.get("reference")
+        args.experiment = next(iter(cfg["experiments"]))
+    elif args.experiment:
         groups, default_base, skipped = _experiment_arms(cfg, args.experiment, runs_dir)
         if skipped:
             print(f"compare: {len(skipped)} runs of {args.experiment} have no result yet and are left out: "
@@ -443,6 +454,52 @@ def cmd_compare(args) -> int:
     atomic_write(png, drawn)
     print(f"compare: {csv}, {png}")
     return 0
+
+
+def cmd_import(args) -> int:
+    """Logs of other frameworks into a results tree of their own: run folders, alerts, claims, report.html."""
+    import os
+
+    from mathrl.imported import build
+
+    cfg = _load(args)
+    given = [Path(p) for p in args.logs]
+    out = Path(args.out) if args.out else layout.at(cfg, layout.IMPORTED, name=_set_name(args, given))
+    if out.exists() and any(out.iterdir()) and not (out / "import.json").is_file():
+        raise ConfigError(f"--out: {out} exists and holds no imported set; name an empty or new folder")
+    report = os.path.relpath(layout.at(cfg, layout.REPORT), out)
+    command = "mathrl import " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["import"] else "mathrl import"
+    done = build(given, Path(args.arms) if args.arms else None, out, report, command)
+    runs = done["runs"]
+    arms = sorted({r.arm for r in runs})
+    print(f"import {done['name']}: {len(runs)} runs in {len(arms)} arms ({', '.join(arms)}) into {out}")
+    for r in runs:
+        unmapped = [k for k in r.log.keys if k not in r.mapping.values()]
+        notes = [f"{len(r.mapping)} columns mapped", f"{len(unmapped)} keys kept unmapped"]
+        notes += [f"cut short: {r.log.truncated}"] if r.log.truncated else []
+        print(f"  {r.run_id}: {r.log.source} ({r.log.format}); " + "; ".join(notes))
+    t = done["tables"]
+    alerts, arm_alerts = t["imported_alerts"], t["imported_arm_alerts"]
+    print(
+        f"alerts: {len(alerts)} in {alerts['run_id'].nunique() if len(alerts) else 0} runs"
+        + "".join(f"; {a.arm}: {a.kind}" for a in arm_alerts.itertuples())
+    )
+    for c in t["claims"].itertuples():
+        print(f"claim {c.claim_id}: {c.outcome} ({c.difference:+.4g} [{c.ci_low:+.4g}, {c.ci_high:+.4g}], n={c.n})")
+    print(f"report: {done['report']}")
+    return 0
+
+
+def _set_name(args, given: list[Path]) -> str:
+    """The set's folder name: the --arms file's `name`, else the logs' folder."""
+    if args.arms:
+        from mathrl.imported import read_arms_file
+
+        name = read_arms_file(Path(args.arms)).get("name")
+        if name:
+            return str(name)
+    first = given[0].resolve()
+    return (first if first.is_dir() else first.parent).name or "imported"
 
 
 def _experiment_arms(cfg: dict, experiment: str, runs_dir: Path) -> tuple[dict, str | None, list[str]]:
@@ -603,6 +660,11 @@ def _add_compare(sub) -> None:
     arms.add_argument("--arm", action="append", metavar="NAME=RUN,RUN", help="an arm and its runs, repeatable")
     arms.add_argument("--runs", nargs="+", metavar="RUN", help="runs, grouped into arms by their settings but the seed")
     arms.add_argument("--experiment", help="an experiment: its variants (or grid points) are the arms")
+    arms.add_argument(
+        "--imported",
+        metavar="NAME",
+        help="a set of `mathrl import` (its name under results/imported/, or its folder): its arms",
+    )
     p.add_argument("--baseline", help="the arm the others are compared with (default: the experiment's baseline "
                                       "or reference role, else the first arm)")  # fmt: skip
     p.add_argument(
@@ -613,6 +675,30 @@ def _add_compare(sub) -> None:
     p.add_argument("--out", metavar="FILE.csv", help="the table; the figure goes beside it as .png "
                                                      "(default results/compare/NAME_MEASURE.csv)")  # fmt: skip
     p.set_defaults(func=cmd_compare)
+
+
+def _add_import(sub) -> None:
+    p = sub.add_parser(
+        "import",
+        help="other frameworks' logs (TRL, verl, OpenRLHF, TensorBoard, W&B CSV) as runs: "
+        "monitor, remedies, claims and a report",
+    )
+    _common(p)
+    p.add_argument(
+        "logs",
+        nargs="+",
+        metavar="LOG",
+        help="log files or folders: TRL checkpoints (trainer_state.json), TensorBoard event folders, "
+        "verl console logs, W&B CSV exports, JSON lines",
+    )
+    p.add_argument(
+        "--arms",
+        metavar="FILE.yaml",
+        help="arms and seeds (arm: [run patterns] or {seed: pattern}), roles, metric names and claims; "
+        "default: arms and seeds from the folder names (ARM_s0, ARM-seed1, ARM/seed2)",
+    )
+    p.add_argument("--out", metavar="DIR", help="the set's folder (default results/imported/NAME)")
+    p.set_defaults(func=cmd_import)
 
 
 def _add_settings(sub) -> None:
@@ -766,6 +852,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_settings(sub)
     _add_compare(sub)
+    _add_import(sub)
 
     p = sub.add_parser("runs", help="list the run ids the experiments expand into")
     _common(p)

@@ -24,6 +24,11 @@ METRICS_FILE, SUMMARY_FILE, SNAPSHOT_FILE = (
 SFT_DIR = "sft/{task}/w{warmup}"  # warm-up k of a task (sft.TASK.warmups of them, each seeded seed + k)
 SFT_MODEL = SFT_DIR + "/model.pt"  # the warm-up checkpoint, where the RL runs of its seeds start
 SFT_SUMMARY = SFT_DIR + "/" + SUMMARY_FILE
+# metrics.csv's columns fixed by DESIGN.md, in their order (mathrl.metrics adds the trainer's own after them)
+METRIC_COLUMNS = [
+    "step", "samples", "reward_mean", "reward_std", "accuracy", "eval_accuracy", "entropy", "kl",
+    "kl_coef", "grad_norm", "policy_loss", "value_loss", "clip_frac", "frac_zero_std", "lr", "seconds",
+]  # fmt: skip
 RUNS = "runs"
 RUN_DIR = RUNS + "/{run_id}"
 RUN_METRICS = RUN_DIR + "/" + METRICS_FILE
@@ -37,6 +42,7 @@ TABLES = "tables"
 TABLES_COMPLETE = TABLES + ".complete"  # written only when no table input was missing (results.complete_marker)
 FIGURES = "figures"
 REPORT = "report.html"
+IMPORTED = "imported/{name}"  # a set of other frameworks' logs (`mathrl import`): runs/, tables/, report.html
 COMPARE = "compare/{name}.csv"  # `mathrl compare`'s table (its figure beside it, .png)
 LOGS = "logs"
 BENCHMARKS = "benchmarks"
