@@ -53,6 +53,7 @@ def config(results: Path, task: str, args) -> dict:
 def run(args) -> dict:
     from mathrl.config import run_settings
     from mathrl.distributed import Dist, pick_device
+    from mathrl.layout import sft_checkpoint
     from mathrl.settings import RunSettings
     from mathrl.sft import run_sft
     from mathrl.tasks import write_problem_splits
@@ -85,7 +86,7 @@ def run(args) -> dict:
 
         sft_done = True
         try:
-            run_sft(cfg, args.task, results / "sft" / args.task, log=sft_log)
+            run_sft(cfg, args.task, sft_checkpoint(cfg, args.task).parent, log=sft_log)
         except OutOfTime:
             sft_done = False
         if sft_done and max(c["accuracy"] for c in curve) < targets[-1]:

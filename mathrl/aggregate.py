@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mathrl import claim_names, claims, layout
+from mathrl import claim_names, claims, coverage, layout
 from mathrl.atomic import atomic_write
 from mathrl.measures import run_measures
 from mathrl.results import complete_marker, curves, missing_inputs, run_index
@@ -73,6 +73,7 @@ def all_tables(ctx: Context) -> dict[str, pd.DataFrame]:
     read_back = as_read_back(tables)
     tables["claims"] = with_unreadable_runs(claims.judge_all(ctx.cfg, read_back), ctx, read_back)
     tables["claims_counts"] = claims.counts(tables["claims"])
+    tables["coverage"] = coverage.table(ctx.cfg)
     return tables
 
 

@@ -68,9 +68,36 @@ ALPHA = 0.05
 COLUMNS = ["claim_id", "kind", "source", "statement", "outcome", "difference", "ci_low", "ci_high", "n", "p_value",
            "p_holm",
            "p_bh", "engaged", "failure_established", "reason"]  # fmt: skip
-EXTRA = ["section", "part", "measure", "expected", "margin", "unit", "design", "n_a", "n_b", "sd", "effect_size", "mde",
-         "effect_target", "seeds_needed", "note", "checks", "outcome_unadjusted", "p_null", "p_test", "n_of", "runs",
-         "warmups", "between_share"]  # fmt: skip
+EXTRA = [
+    "section",
+    "part",
+    "measure",
+    "expected",
+    "margin",
+    "unit",
+    "design",
+    "n_a",
+    "n_b",
+    "sd",
+    "effect_size",
+    "mde",
+    "effect_target",
+    "seeds_needed",
+    "note",
+    "checks",
+    "outcome_unadjusted",
+    "p_null",
+    "p_test",
+    "n_of",
+    "runs",
+    "warmups",
+    "between_share",
+    "quote",
+    "translation",
+    "status",
+    "line",
+    "design_key",
+]
 WARMUP = "warmup"  # the column naming the warm-up a run started from: the unit of replication of a claim on the GPT
 BY_CONSTRUCTION = ("nothing varied across seeds (a zero-width interval, or every run the same outcome against 0): the "
                    "result "
@@ -126,6 +153,11 @@ class ClaimSpec:
     note: str = ""
     paired: bool | None = None
     pair_on: str = "seed"
+    quote: str = ""
+    translation: str = ""
+    design: str = ""
+    line: str = ""
+    size_basis: str = ""
 
     @property
     def verdict_claim(self) -> Claim:
@@ -178,7 +210,9 @@ def parse(d: dict, where: str) -> ClaimSpec:
         measure_text=d.get("measure_text", ""), section=d.get("section", ""), part=d.get("part", ""),
         experiment=d.get("experiment"), checks=checks, optional_roles=tuple(d.get("optional") or ()),
         note=d.get("note", ""),
-        paired=d.get("paired"), pair_on=d.get("pair_on", "seed"),
+        paired=d.get("paired"), pair_on=d.get("pair_on", "seed"), quote=d.get("quote", ""),
+        translation=d.get("translation", ""), design=d.get("design", ""), size_basis=d.get("size_basis", ""),
+        line=d.get("line", "primary" if d["kind"] == "document" else ""),
     )  # fmt: skip
 
 
@@ -241,25 +275,30 @@ class Arm:
     where: dict = field(default_factory=dict)
     measure: str = ""
     key: str = "seed"  # the column pairing the two arms' rows (the claim's pair_on)
+    tag: str = ""  # the arm's name (a, b): rows keyed by position carry it, so they pair with no other arm's
 
     def values(self) -> dict:
         """{seed (or the pair_on column): value} when those are unique in the arm, else {row position: value}."""
         if self.rows.empty or self.measure not in self.rows:
             return {}
         v = pd.to_numeric(self.rows[self.measure], errors="coerce")
+        return {k: float(x) for k, x in zip(self.keys(), v) if x == x}
+
+    def keys(self) -> list:
+        """The pairing column's values where they are unique in the arm; else the rows' positions, as ("row", tag, i),
+        which pair with nothing in another arm."""
         k = self.key
-        keys = self.rows[k] if k in self.rows and self.rows[k].is_unique else range(len(self.rows))
-        return {k: float(x) for k, x in zip(keys, v) if x == x}
+        if k in self.rows and self.rows[k].is_unique:
+            return list(self.rows[k])
+        return [("row", self.tag, i) for i in range(len(self.rows))]
 
     def clusters(self) -> dict:
         """{key of `values`: the warm-up its run started from} where the table has a `warmup` column (a run from a
         random policy, NaN there, is a cluster of its own); empty where it has none (the bandit's seeds)."""
         if self.rows.empty or WARMUP not in self.rows:
             return {}
-        k = self.key
-        keys = self.rows[k] if k in self.rows and self.rows[k].is_unique else range(len(self.rows))
         warmups = pd.to_numeric(self.rows[WARMUP], errors="coerce")
-        return {k: (None if w != w else int(w)) for k, w in zip(keys, warmups)}
+        return {k: (None if w != w else int(w)) for k, w in zip(self.keys(), warmups)}
 
 
 def resolve_role(cfg: dict, experiment: str | None, role: str) -> dict:
@@ -528,7 +567,7 @@ def run_check(
             vals = {k: combine(v, other[k]) for k, v in vals.items() if k in other}
             vals = {k: v for k, v in vals.items() if v == v}
     if check.stat in ("ci_low", "ci_high"):  # an interval over the unit of replication (a warm-up's runs' mean)
-        vals = cluster_means(vals, arm.clusters())
+        vals = replicate(spec, vals, {}, arm.clusters(), {}).a if spec.compare != "rate" else vals
     x = list(vals.values())
     if not x:
         return None, f"{check.label} not measured: {check.text or check.measure} has no values"
@@ -556,13 +595,24 @@ def judge_claim(spec: ClaimSpec, tables: Mapping[str, pd.DataFrame], cfg: dict) 
     df = tables.get(spec.table)
     arms = {"a": spec.a, **({"b": spec.b} if spec.b else {})}
     claim = spec.verdict_claim
-    base = {"claim_id": spec.id, "kind": spec.kind, "source": spec.source, "section": spec.section, "part": spec.part}
+    base = {
+        "claim_id": spec.id,
+        "kind": spec.kind,
+        "source": spec.source,
+        "section": spec.section,
+        "part": spec.part,
+        "quote": spec.quote,
+        "translation": spec.translation,
+        "line": spec.line,
+        "design_key": spec.design,
+        "status": "tested" if spec.kind == "document" else "",
+    }
     if df is None or df.empty:
         v = Verdict(claim, None, outcome="not judged", reason=f"no data: table {spec.table} is empty or missing")
         return {**base, **_row(v, math.nan, [])}
     try:
-        a = select(df, spec.a, cfg, spec)
-        b = select(df, spec.b, cfg, spec) if spec.b else None
+        a = dataclasses.replace(select(df, spec.a, cfg, spec), tag="a")
+        b = dataclasses.replace(select(df, spec.b, cfg, spec), tag="b") if spec.b else None
     except KeyError as e:
         if spec.kind == "user":  # a user's claim names a role their experiment lacks: their mistake to fix
             raise ConfigError(f"claim {spec.id}: experiment {spec.experiment!r} has no role {e.args[0]!r}") from None
@@ -686,7 +736,7 @@ def adjust(df: pd.DataFrame, method: str = "bh") -> pd.DataFrame:
         raise ConfigError(f"verdicts.adjustment: {method!r} is not one of {', '.join(ADJUSTMENTS)}")
     column, words, level_at = ADJUSTMENTS[method]
     out = df.copy()
-    family = (out["kind"].eq("document") & out["outcome"].ne("not judged")
+    family = (in_family(out) & out["outcome"].ne("not judged")
               & pd.to_numeric(out["p_value"], errors="coerce").notna())  # fmt: skip
     if family.any():
         p = out.loc[family, "p_value"].astype(float).to_numpy()
@@ -709,6 +759,13 @@ def adjust(df: pd.DataFrame, method: str = "bh") -> pd.DataFrame:
                                     f"(p = {r['p_value']:.3g}, adjusted {r[column]:.3g}; the seeds needed are for "
                                     f"the level {level:.2g} at this claim's rank)")  # fmt: skip
     return out
+
+
+def in_family(claims: pd.DataFrame) -> pd.Series:
+    """The document family: document claims on the document's own design (a secondary line, a design the testbed
+    adjusted so that its failure appears, is shown but not counted)."""
+    line = claims["line"].fillna("primary").astype(str) if "line" in claims else pd.Series("primary", claims.index)
+    return claims["kind"].eq("document") & line.ne("secondary")
 
 
 def judge_all(cfg: dict, tables: Mapping[str, pd.DataFrame], path: Path | None = None) -> pd.DataFrame:

@@ -376,11 +376,26 @@ def cmd_gradvar(args) -> int:
     return 0
 
 
+def launch_options(args) -> list[str]:
+    """The `mathrl launch` options of parsed `args` as words, `--parallel` aside: what each of a group's launches
+    gets (cmd_launch)."""
+    words = ["--threads", str(args.threads), "--runs-per-gpu", str(args.runs_per_gpu), "--torchrun", args.torchrun,
+             "--fork-server", args.fork_server, *(f"--torchrun-arg={arg}" for arg in args.torchrun_arg)]  # fmt: skip
+    words += ["--gpus", str(args.gpus)] if args.gpus is not None else []
+    words += ["--lock-dir", str(args.lock_dir)] if args.lock_dir else []
+    return words + (["--dry-run"] if args.dry_run else [])
+
+
 def cmd_launch(args) -> int:
-    from mathrl.launch import launch
+    from mathrl.launch import launch, parallel_count, run_all, run_shares
 
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     try:
+        if args.parallel != "1":  # the runs between launches running at once, each one after another
+            shares = run_shares(train_args, parallel_count(args.parallel, args.threads, args.gpus, args.runs_per_gpu))
+            if len(shares) > 1:
+                head = [sys.executable, "-m", "mathrl", "launch", *launch_options(args), "--"]
+                return run_all([[*head, *share] for share in shares])
         return launch(train_args, gpus=args.gpus, threads=args.threads, lock_dir=args.lock_dir,
                       dry_run=args.dry_run, torchrun_args=args.torchrun_arg, torchrun=args.torchrun,
                       fork_server=args.fork_server, runs_per_gpu=args.runs_per_gpu,
@@ -445,7 +460,18 @@ def cmd_compare(args) -> int:
 
     cfg = _load(args)
     runs_dir = layout.at(cfg, layout.RUNS)
-    if args.experiment:
+    if args.imported:
+        from mathrl.imported import load_set
+
+        given = Path(args.imported)
+        cfg, found = load_set(given if given.is_dir() else layout.at(cfg, layout.IMPORTED, name=args.imported))
+        groups = {}
+        for run_id, run in found.items():
+            groups.setdefault(run.spec.variant, {})[run_id] = run
+        roles = next(iter(cfg["experiments"].values()))["roles"]
+        default_base = roles.get("baseline") or roles.get("reference")
+        args.experiment = next(iter(cfg["experiments"]))
+    elif args.experiment:
         groups, default_base, skipped = _experiment_arms(cfg, args.experiment, runs_dir)
         unreadable = [run.problem for run in skipped.values() if run.status == "unreadable"]
         not_yet = [run_id for run_id, run in skipped.items() if run.status != "unreadable"]
@@ -495,6 +521,52 @@ def cmd_compare(args) -> int:
     atomic_write(png, drawn)
     print(f"compare: {csv}, {png}")
     return 0
+
+
+def cmd_import(args) -> int:
+    """Logs of other frameworks into a results tree of their own: run folders, alerts, claims, report.html."""
+    import os
+
+    from mathrl.imported import build
+
+    cfg = _load(args)
+    given = [Path(p) for p in args.logs]
+    out = Path(args.out) if args.out else layout.at(cfg, layout.IMPORTED, name=_set_name(args, given))
+    if out.exists() and any(out.iterdir()) and not (out / "import.json").is_file():
+        raise ConfigError(f"--out: {out} exists and holds no imported set; name an empty or new folder")
+    report = os.path.relpath(layout.at(cfg, layout.REPORT), out)
+    command = "mathrl import " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["import"] else "mathrl import"
+    done = build(given, Path(args.arms) if args.arms else None, out, report, command)
+    runs = done["runs"]
+    arms = sorted({r.arm for r in runs})
+    print(f"import {done['name']}: {len(runs)} runs in {len(arms)} arms ({', '.join(arms)}) into {out}")
+    for r in runs:
+        unmapped = [k for k in r.log.keys if k not in r.mapping.values()]
+        notes = [f"{len(r.mapping)} columns mapped", f"{len(unmapped)} keys kept unmapped"]
+        notes += [f"cut short: {r.log.truncated}"] if r.log.truncated else []
+        print(f"  {r.run_id}: {r.log.source} ({r.log.format}); " + "; ".join(notes))
+    t = done["tables"]
+    alerts, arm_alerts = t["imported_alerts"], t["imported_arm_alerts"]
+    print(
+        f"alerts: {len(alerts)} in {alerts['run_id'].nunique() if len(alerts) else 0} runs"
+        + "".join(f"; {a.arm}: {a.kind}" for a in arm_alerts.itertuples())
+    )
+    for c in t["claims"].itertuples():
+        print(f"claim {c.claim_id}: {c.outcome} ({c.difference:+.4g} [{c.ci_low:+.4g}, {c.ci_high:+.4g}], n={c.n})")
+    print(f"report: {done['report']}")
+    return 0
+
+
+def _set_name(args, given: list[Path]) -> str:
+    """The set's folder name: the --arms file's `name`, else the logs' folder."""
+    if args.arms:
+        from mathrl.imported import read_arms_file
+
+        name = read_arms_file(Path(args.arms)).get("name")
+        if name:
+            return str(name)
+    first = given[0].resolve()
+    return (first if first.is_dir() else first.parent).name or "imported"
 
 
 def _experiment_arms(cfg: dict, experiment: str, runs_dir: Path) -> tuple[dict, str | None, dict]:
@@ -580,6 +652,14 @@ def cmd_claims(args) -> int:
 
         for name, (text, _) in MEASURES.items():
             print(f"{name:16s} {text}")
+        return 0
+    if args.coverage:
+        from mathrl import coverage
+
+        table = coverage.table(cfg)
+        cols = ["document", "section", "claim_ids", "translation", "status", "why"]
+        print(table[cols].to_string(index=False, max_colwidth=args.width))
+        print("\n" + "; ".join(f"{k}: {n}" for k, n in table["status"].value_counts().items()) + " (document rows)")
         return 0
     done = layout.at(cfg, layout.CLAIMS)
     if done.is_file():  # outcomes judged from tables of another config, or with runs left out: said first
@@ -671,6 +751,11 @@ def _add_compare(sub) -> None:
     arms.add_argument("--arm", action="append", metavar="NAME=RUN,RUN", help="an arm and its runs, repeatable")
     arms.add_argument("--runs", nargs="+", metavar="RUN", help="runs, grouped into arms by their settings but the seed")
     arms.add_argument("--experiment", help="an experiment: its variants (or grid points) are the arms")
+    arms.add_argument(
+        "--imported",
+        metavar="NAME",
+        help="a set of `mathrl import` (its name under results/imported/, or its folder): its arms",
+    )
     p.add_argument("--baseline", help="the arm the others are compared with (default: the experiment's baseline "
                                       "or reference role, else the first arm)")  # fmt: skip
     p.add_argument(
@@ -681,6 +766,30 @@ def _add_compare(sub) -> None:
     p.add_argument("--out", metavar="FILE.csv", help="the table; the figure goes beside it as .png "
                                                      "(default results/compare/NAME_MEASURE.csv)")  # fmt: skip
     p.set_defaults(func=cmd_compare)
+
+
+def _add_import(sub) -> None:
+    p = sub.add_parser(
+        "import",
+        help="other frameworks' logs (TRL, verl, OpenRLHF, TensorBoard, W&B CSV) as runs: "
+        "monitor, remedies, claims and a report",
+    )
+    _common(p)
+    p.add_argument(
+        "logs",
+        nargs="+",
+        metavar="LOG",
+        help="log files or folders: TRL checkpoints (trainer_state.json), TensorBoard event folders, "
+        "verl console logs, W&B CSV exports, JSON lines",
+    )
+    p.add_argument(
+        "--arms",
+        metavar="FILE.yaml",
+        help="arms and seeds (arm: [run patterns] or {seed: pattern}), roles, metric names and claims; "
+        "default: arms and seeds from the folder names (ARM_s0, ARM-seed1, ARM/seed2)",
+    )
+    p.add_argument("--out", metavar="DIR", help="the set's folder (default results/imported/NAME)")
+    p.set_defaults(func=cmd_import)
 
 
 def _add_settings(sub) -> None:
@@ -773,7 +882,7 @@ def _add_train(sub) -> None:
 def _add_launch(sub) -> None:
     p = sub.add_parser("launch", help="one `mathrl train` under torchrun on GPUs of its own (for concurrent jobs)",
                        usage="mathrl launch [--gpus N] [--runs-per-gpu K] [--threads T] [--lock-dir DIR] "
-                       "[--torchrun always|auto] [--torchrun-arg ARG] "
+                       "[--torchrun always|auto] [--torchrun-arg ARG] [--parallel K|auto] "
                        "[--fork-server auto|off] [--dry-run] -- <mathrl train args>")  # fmt: skip
     p.add_argument("--gpus", type=int,
                    help="GPUs to lease, one worker each (default: 1 if a GPU is visible, else 0 = one CPU worker)")
@@ -789,6 +898,10 @@ def _add_launch(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the command and its environment, run nothing")
     p.add_argument("--torchrun", choices=["always", "auto"], default="always",
                    help="auto: a single CPU worker runs without torchrun's agent (saves ~2 s per run); default always")
+    p.add_argument("--parallel", default="1", metavar="K",
+                   help="several --experiment-run: dealt out to K launches running at once, each training its share "
+                        "one after another on --threads threads (auto: as many as the CPUs give --threads each and "
+                        "the GPU slots allow); default 1")
     p.add_argument("--fork-server", choices=["auto", "off"], default="off",
                    help="auto: a lone CPU worker (no GPU, outside SLURM) is forked from a per-user server that has "
                         "imported torch once, instead of a fresh interpreter (saves ~2.5 s per run); default off")
@@ -837,6 +950,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_settings(sub)
     _add_compare(sub)
+    _add_import(sub)
 
     p = sub.add_parser("runs", help="list the run ids the experiments expand into")
     _common(p)
@@ -886,6 +1000,11 @@ def _claims_parser(sub) -> None:
         "--measures",
         action="store_true",
         help="list the registered measures of a run (the run_measures table's columns)",
+    )
+    p.add_argument(
+        "--coverage",
+        action="store_true",
+        help="the operationalisation table: every claim-bearing row of the four documents, its claims and status",
     )
     p.add_argument("--width", type=int, default=70, help="widest column shown (default 70 characters)")
     p.set_defaults(func=cmd_claims)

@@ -783,3 +783,9 @@ NEUTRAL_DEFAULTS = {"token_selection": "all", "token_fraction": 0.2}
 def run_hash(settings: dict) -> str:
     """The hash of a run's resolved settings that reruns it when it changes (Snakemake's params trigger)."""
     return config_hash({k: v for k, v in settings.items() if NEUTRAL_DEFAULTS.get(k, object()) != v})
+
+
+def group_hash(runs: dict[str, RunSpec], run_ids: list[str]) -> str:
+    """The hash of a group's runs' settings, the rerun trigger of the job that trains them (Snakemake's params,
+    DVC's): a change to any reruns the group, whose other runs rewrite their outputs from their final snapshots."""
+    return config_hash([run_hash(runs[run_id].settings) for run_id in run_ids])

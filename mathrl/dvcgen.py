@@ -5,14 +5,16 @@ both committed, from the same config files Snakemake reads (`config/config.yaml`
 later overrides); a test checks that they are what this module makes of config/config.yaml.
 After editing the config, run `mathrl dvc-yaml`, then `dvc repro`.
 
-- `dvc.yaml` is short: one templated stage per step (DVC's `foreach` over the lists below,
-  `${item.x}` filled in per run or task), then aggregate, figures and report, the metrics and
-  the plots.
-- `dvc-params.yaml` is data: the lists the stages iterate over (the tasks that get problem
-  sets and warm-ups, the trained runs, the gradient probe's tasks, the bandit studies) and,
-  under `config`, the merged and completed config. dvc.yaml reads it through `vars:`, and every
-  stage's `params` are keys of it (`config.tasks.add`, `config.experiments.batch`, ...), so a
-  stage reruns when a setting it reads changes, whichever config file changed it.
+- `dvc.yaml` holds a templated stage per step that runs once per task or study (DVC's
+  `foreach` over its jobs, `${item.<wildcard>}` filled in per job: whatever {wildcards} the
+  step's paths in `mathrl.layout` have), a stage per setting that trains its seeds, then
+  aggregate, figures and report, the metrics and the plots; a stage is a few lines.
+- `dvc-params.yaml` is data: under `jobs` what each templated stage iterates over (the tasks
+  that get problem sets, warm-ups and starts, the gradient probe's tasks, the bandit studies),
+  under `groups` each training stage's rerun trigger, and under `config` the merged and
+  completed config. dvc.yaml reads it through `vars:`, and every stage's `params` are keys of
+  it (`config.tasks.add`, `groups.train_batch__b64`, ...), so a stage reruns when a setting it
+  reads changes, whichever config file changed it.
 
 What each stage is:
 - `cmd` is the `mathrl` subcommand the Snakemake rule runs (rules/*.smk), with the config
@@ -34,11 +36,18 @@ What each stage is:
   flip side: a run whose snapshot reached its last step "reruns" (after a change under
   mathrl/) by writing its outputs from that snapshot again, without training; delete
   `results/runs/<run>/snapshot.pt*` to retrain it with new code.
-- Runs start from their task's warm-up (`train`) or from a random model (`train-from-scratch`,
-  whose params add the warm-up's block: the model takes its preset). Only the tasks some run
-  or the gradient probe uses get problem and warm-up stages, as with `snakemake report`, so
-  that both build the same report. A stage is named `train@<run id>` (a `.` in a run id
-  becomes `p`: DVC's keys are dotted paths).
+- The runs: a stage per group (`config.run_groups`: a setting's seeds), named as its
+  Snakemake rule (`train_<group>`, `layout.group_job`), as Snakemake's jobs are; each run
+  keeps its own outputs, snapshot and log. Its params are the hash of its runs' settings
+  (`groups.<stage>`, `config.group_hash`, the trigger Snakemake's job has), so a changed
+  setting reruns its own stage and no other, and its task's block (a run from a random model
+  also the warm-up's, whose preset the model takes). DVC runs one stage at a time, so the
+  stage's `mathrl launch --parallel auto` deals the seeds out to as many launches as the
+  cores give `pipeline.threads_per_run` threads each, each launch training its share one
+  after another: the machine's cores are used, and every run has the thread count, hence the
+  float sums, of Snakemake's job (a run on more threads gives other numbers). Only the tasks
+  some run or the gradient probe uses get problem and warm-up stages, as with `snakemake
+  report`, so that both build the same report.
 
 Snakemake after DVC: Snakemake reruns a job when an input is newer than an output (DVC
 writes, and `dvc checkout` restores, files in an order of its own), when a job of the target
@@ -65,17 +74,21 @@ import copy
 import os
 import re
 import shlex
+import string
 from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 
 from mathrl import layout
-from mathrl.config import ROOT, ConfigError, load_config, load_schema, trained_runs
+from mathrl.config import ROOT, ConfigError, group_hash, load_config, load_schema, run_groups, trained_runs
 
 DEFAULT_PYTHON = ".venv/bin/python"
 SCHEMA = "config/config.schema.yaml"
 PARAMS = "dvc-params.yaml"  # beside dvc.yaml: what its stages iterate over, and the params they read
+JOBS = "jobs"  # dvc-params.yaml's {stage: its jobs}, what each `foreach` stage iterates over
+GROUPS = "groups"  # dvc-params.yaml's {training stage: its runs' settings' hash}, the stage's rerun trigger
+YAML_SEQ, YAML_MAP = "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
 CODE = "mathrl"  # the package, one directory dependency of every stage
 TIMESTAMP = ".snakemake_timestamp"  # Snakemake's mtime carrier inside a directory output
 # Config keys that are no setting of any result: scheduling, and where results go.
@@ -93,10 +106,36 @@ PARAMS_HEADER = """\
 """
 
 
-def run_key(run_id: str) -> str:
-    """A run's key in dvc-params.yaml, and so in its stage's name `train@<key>`: DVC reads keys
-    as dotted paths, so `batch__lr-0.5__s0` becomes `batch__lr-0p5__s0`."""
-    return run_id.replace(".", "p")
+class _Flow(list):
+    """A list dvc.yaml writes on one line whatever it holds (a training stage's outputs: a run's
+    snapshot is a mapping, `{path: {persist: true}}`), so that a stage reads as a few lines."""
+
+
+class _Block(dict):
+    """A mapping written a line per key whatever it holds (dvc-params.yaml's `groups`: one stage's hash a line)."""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(_Flow, lambda dumper, data: dumper.represent_sequence(YAML_SEQ, data, flow_style=True))
+_Dumper.add_representer(_Block, lambda dumper, data: dumper.represent_mapping(YAML_MAP, data, flow_style=False))
+
+
+def fields(pattern: str) -> list[str]:
+    """The {wildcards} of a layout pattern (or params key), in order, each once."""
+    return list(dict.fromkeys(name for _, name, _, _ in string.Formatter().parse(pattern) if name))
+
+
+def templated(pattern: str) -> str:
+    """`pattern` with each {wildcard} as DVC's `${item.wildcard}`: a `foreach` stage's text, for every job."""
+    return pattern.format(**{name: f"${{item.{name}}}" for name in fields(pattern)})
+
+
+def job_key(job: dict) -> str:
+    """A job's key in its `foreach` (the stage's name is `<stage>@<key>`): its wildcards' values, joined by `-`."""
+    return "-".join(str(value) for value in job.values())
 
 
 def quote(path: str) -> str:
@@ -110,6 +149,22 @@ def pipeline_settings(cfg: dict) -> dict:
     """The `pipeline` block with the schema's defaults (as rules/common.smk reads it)."""
     props = load_schema()["definitions"]["pipeline"]["properties"]
     return {key: cfg.get("pipeline", {}).get(key, spec["default"]) for key, spec in props.items()}
+
+
+# The stages DVC runs once per job, a `foreach` over their jobs' wildcards (`jobs.<stage>` in
+# dvc-params.yaml): what each reads (layout patterns, as the Snakemake rule's inputs) and its
+# params (keys of dvc-params.yaml), with the job's {wildcards} filled in by DVC.
+PROBLEM_FILES = tuple(layout.STAGES["problems"].outputs[split] for split in layout.PROBLEM_SPLITS)
+FOREACH = {
+    "problems": ((), ("config.tasks.{task}",)),
+    "sft": (PROBLEM_FILES, ("config.tasks.{task}", "config.sft.{task}")),
+    "sft_starts": ((*PROBLEM_FILES, layout.SFT_MODEL), ("config.tasks.{task}", "config.sft.{task}")),
+    # the probe reads a task's first warm-up
+    "gradvar": ((*PROBLEM_FILES, layout.SFT_MODEL.replace("{warmup}", "0")), ("config.gradvar", "config.tasks.{task}")),
+    "bandit": ((), ("config.bandit",)),
+}
+# What DVC tracks in place of a stage's declared files: the starts' directory (checkpoints and starts.json).
+TRACKED = {"sft_starts": (os.path.dirname(layout.SFT_STARTS),)}
 
 
 class _Writer:
@@ -132,9 +187,9 @@ class _Writer:
     def outs(self, stage: str, **wildcards) -> list[str]:
         return [self.res(p, **wildcards) for p in layout.STAGES[stage].outputs.values()]
 
-    def problems(self, task: str) -> list[str]:
-        """The problem sets a warm-up, run or probe of `task` reads (not the metadata file)."""
-        return self.outs("problems", task=task)[: len(layout.PROBLEM_SPLITS)]
+    def item(self, pattern: str) -> str:
+        """A layout pattern under the results directory, its wildcards DVC's `${item.*}`."""
+        return (self.results / templated(pattern)).as_posix()
 
     def command(self, stage: str, **wildcards) -> str:
         """`mathrl <command> --config ... <args>`, as the rule's shell line (rules/common.smk)."""
@@ -145,91 +200,71 @@ class _Writer:
         return " ".join(part for part in parts if part)
 
     def launch(self) -> str:
-        """`mathrl launch` with the pipeline's settings, as rules/train.smk runs it."""
+        """`mathrl launch` with the pipeline's settings, as rules/train.smk runs it, and `--parallel auto`: DVC runs
+        one stage at a time, so a group's runs share the machine's cores, each on the pipeline's threads."""
         pipe = pipeline_settings(self.cfg)
         gpus = "" if pipe["gpus_per_run"] == "auto" else f" --gpus {pipe['gpus_per_run']}"  # auto: launch's own default
         fork = "auto" if pipe["fork_server"] else "off"
         threads, torchrun = pipe["threads_per_run"], pipe["torchrun"]
         gpus += f" --runs-per-gpu {pipe['runs_per_gpu']}" if pipe["runs_per_gpu"] != 1 else ""
-        return f"{self.mathrl} launch{gpus} --threads {threads} --torchrun {torchrun} --fork-server {fork}"
+        return (f"{self.mathrl} launch{gpus} --threads {threads} --parallel auto --torchrun {torchrun} "
+                f"--fork-server {fork}")  # fmt: skip
 
 
 def stage(cmd, deps: Sequence, params: Sequence[str], outs: Sequence) -> dict:
     """One stage; its params are keys of dvc-params.yaml. The package is one directory
     dependency (.dvcignore leaves __pycache__/ out of its hash)."""
-    return {"cmd": cmd, "deps": [*deps, CODE, SCHEMA], "params": [{PARAMS: list(params)}], "outs": list(outs)}
+    return {"cmd": cmd, "deps": [*deps, CODE, SCHEMA], "params": [{PARAMS: list(params)}], "outs": _Flow(outs)}
 
 
-def _step_stages(w: _Writer, lists: dict) -> dict:
-    """The stages of the tasks, runs and probes, one `foreach` each (none over an empty list)."""
-
-    def train_outs():  # a new list per stage: YAML would write a shared one as an anchor
-        snapshot = w.res(layout.RUN_SNAPSHOT, run_id="${item.run_id}")
-        return [*w.outs("train", run_id="${item.run_id}"), {snapshot: {"persist": True}}]
-
-    train_cmd = f"{w.launch()} -- {w.config_args} {layout.STAGES['train'].args.format(run_id='${item.run_id}')}"
-    run_params = [
-        "config.train",
-        "config.algorithms",
-        "config.experiments.${item.experiment}",
-        "config.tasks.${item.task}",
-    ]
-    steps = {  # stage name: (the list in dvc-params.yaml it iterates over, the stage)
-        "problems": (
-            "problem_tasks",
-            stage(
-                w.command("problems", task="${item}"), [], ["config.tasks.${item}"], w.outs("problems", task="${item}")
-            ),
-        ),
-        "sft": (
-            "warm_up_tasks",
-            stage(
-                w.command("sft", task="${item}"),
-                w.problems("${item}"),
-                ["config.tasks.${item}", "config.sft.${item}"],
-                w.outs("sft", task="${item}"),
-            ),
-        ),
-        "sft_starts": (
-            "start_tasks",
-            stage(
-                w.command("sft_starts", task="${item}"),
-                [*w.problems("${item}"), w.res(layout.SFT_MODEL, task="${item}")],
-                ["config.tasks.${item}", "config.sft.${item}"],
-                [w.res(os.path.dirname(layout.SFT_STARTS), task="${item}")],  # the starts' checkpoints and starts.json
-            ),
-        ),
-        "train": ("runs", stage(train_cmd, [*w.problems("${item.task}"), "${item.init}"], run_params, train_outs())),
-        "train-from-scratch": (
-            "runs_from_scratch",
-            stage(train_cmd, w.problems("${item.task}"), [*run_params, "config.sft.${item.task}"], train_outs()),
-        ),
-        "gradvar": (
-            "gradvar_tasks",
-            stage(
-                w.command("gradvar", task="${item}"),
-                [*w.problems("${item}"), w.res(layout.SFT_MODEL, task="${item}")],
-                ["config.gradvar", "config.tasks.${item}"],
-                w.outs("gradvar", task="${item}"),
-            ),
-        ),
-        "bandit": (
-            "bandit_studies",
-            stage(w.command("bandit", study="${item}"), [], ["config.bandit"], w.outs("bandit", study="${item}")),
-        ),
-    }
-    return {name: {"foreach": f"${{{over}}}", "do": do} for name, (over, do) in steps.items() if lists[over]}
+def _foreach_stages(w: _Writer, jobs: dict) -> dict:
+    """A templated stage per step that runs once per job (FOREACH), none for a step without jobs."""
+    stages = {}
+    for name, (reads, params) in FOREACH.items():
+        if not jobs[name]:
+            continue
+        s = layout.STAGES[name]
+        wildcards = {f: f"${{item.{f}}}" for p in (*s.outputs.values(), s.args) for f in fields(p)}
+        outs = [w.item(p) for p in TRACKED.get(name, s.outputs.values())]
+        do = stage(w.command(name, **wildcards), [w.item(p) for p in reads], [templated(k) for k in params], outs)
+        stages[name] = {"foreach": f"${{{JOBS}.{name}}}", "do": do}
+    return stages
 
 
-def _report_stages(w: _Writer, lists: dict) -> dict:
+def _train_stages(w: _Writer, runs: dict, groups: dict[str, list[str]]) -> dict:
+    """A stage per group of runs (a setting's seeds, `config.run_groups`), named as its Snakemake rule: `mathrl
+    launch --parallel auto` trains them, each run with its own outputs and persistent snapshot. It reads its runs'
+    problem sets and start checkpoints; its params are its runs' settings' hash (`groups.<stage>`, the rerun trigger
+    Snakemake's job has) and their task's block (a run from a random model also its warm-up's, for the preset)."""
+    stages = {}
+    for group, run_ids in groups.items():
+        settings = [runs[run_id].settings for run_id in run_ids]
+        tasks = list(dict.fromkeys(s["task"] for s in settings))
+        inits = dict.fromkeys(
+            layout.init_checkpoint(w.results, s["task"], s["init"], s.get("warmup")) for s in settings
+        )
+        reads = [w.res(p, task=task) for task in tasks for p in PROBLEM_FILES]
+        reads += [init.as_posix() for init in inits if init is not None]
+        params = [f"{GROUPS}.{layout.group_job(group)}", *(f"config.tasks.{task}" for task in tasks)]
+        params += list(dict.fromkeys(f"config.sft.{s['task']}" for s in settings if s["init"] == "random"))
+        outs = []
+        for run_id in run_ids:
+            outs += w.outs("train", run_id=run_id)
+            outs.append({w.res(layout.RUN_SNAPSHOT, run_id=run_id): {"persist": True}})
+        args = layout.group_train_args(shlex.join(layout.group_args(run_ids)))
+        stages[layout.group_job(group)] = stage(f"{w.launch()} -- {w.config_args} {args}", reads, params, outs)
+    return stages
+
+
+def _report_stages(w: _Writer, jobs: dict, trains: bool) -> dict:
     # Tables, figures and the report read every setting (as their Snakemake params hash).
     tables, figures = w.res(layout.TABLES), w.res(layout.FIGURES)
     # The aggregate reads files of every run, study, probe and warm-up: their directories.
     read = [
-        (layout.RUN_DIR, lists["runs"] or lists["runs_from_scratch"]),
-        (layout.BANDIT, lists["bandit_studies"]),
-        (layout.GRADVAR, lists["gradvar_tasks"]),
-        (layout.SFT_SUMMARY, lists["warm_up_tasks"]),
+        (layout.RUN_DIR, trains),
+        (layout.BANDIT, jobs["bandit"]),
+        (layout.GRADVAR, jobs["gradvar"]),
+        (layout.SFT_SUMMARY, jobs["sft"]),
     ]
     inputs = [w.res(pattern.split("/")[0]) for pattern, present in read if present] + [
         layout.CLAIMS_FILE,
@@ -277,35 +312,47 @@ def _plots(w: _Writer) -> list:
     ]
 
 
-def stage_lists(cfg: dict, bandit_studies: Sequence[str]) -> dict:
-    """What dvc.yaml's stages iterate over, for a completed config: tasks, runs (by stage key),
-    the gradient probe's tasks and the bandit studies."""
-    runs = trained_runs(cfg)
-    if len({run_key(run_id) for run_id in runs}) < len(runs):
-        raise ConfigError("experiments: two run ids that differ only in '.' against 'p' would share a DVC stage name")
+def stage_jobs(cfg: dict, runs: dict, bandit_studies: Sequence[str]) -> dict[str, dict]:
+    """Each `foreach` stage's jobs, {key: {wildcard: value}} (`jobs` in dvc-params.yaml): problem sets,
+    warm-ups and starts for the tasks some run or the gradient probe uses (as `snakemake report`
+    builds them), the probe's tasks and the bandit studies."""
     probe = list(cfg["gradvar"]["tasks"])
     used = {spec.settings["task"] for spec in runs.values()} | set(probe)
-    starts = [t for t in layout.starts_tasks(cfg) if t in used]
-    warm = {spec.settings["task"] for spec in runs.values() if spec.settings["init"] is None} | set(probe) | set(starts)
-    results = Path(cfg["results"])
-    lists: dict = {
-        "problem_tasks": [t for t in cfg["tasks"] if t in used],
-        "warm_up_tasks": [t for t in cfg["tasks"] if t in warm],
-        "runs": {},
-        "runs_from_scratch": {},
-        "start_tasks": starts,
-        "gradvar_tasks": probe,
-        "bandit_studies": list(bandit_studies),
+    starts = {task for task in layout.starts_tasks(cfg) if task in used}
+    warm = {spec.settings["task"] for spec in runs.values() if spec.settings["init"] is None} | set(probe) | starts
+    listed = {
+        "problems": [{"task": task} for task in cfg["tasks"] if task in used],
+        "sft": [
+            {"task": task, "warmup": k}
+            for task in cfg["tasks"]
+            if task in warm
+            for k in range(layout.warmups(cfg, task))
+        ],
+        "sft_starts": [
+            {"task": task, "warmup": k}
+            for task in cfg["tasks"]
+            if task in starts
+            for k in range(layout.warmups(cfg, task))
+        ],
+        "gradvar": [{"task": task} for task in probe],
+        "bandit": [{"study": study} for study in bandit_studies],
     }
-    for run_id, spec in runs.items():
-        s = spec.settings
-        item = {"run_id": run_id, "experiment": spec.experiment, "task": s["task"]}
-        if s["init"] == "random":  # the fresh model takes the warm-up's preset
-            lists["runs_from_scratch"][run_key(run_id)] = item
-        else:
-            init = layout.init_checkpoint(results, s["task"], s["init"]).as_posix()
-            lists["runs"][run_key(run_id)] = {**item, "init": init}
-    return lists
+    return {name: {job_key(job): job for job in jobs} for name, jobs in listed.items()}
+
+
+def train_groups(runs: dict) -> dict[str, list[str]]:
+    """The groups of runs (`config.run_groups`) by their stage's name, `layout.group_job`."""
+    groups = run_groups(runs)
+    named: dict[str, str] = {}
+    for group in groups:
+        job = layout.group_job(group)
+        if job in named:
+            raise ConfigError(
+                f"experiments: the runs {named[job]}__s* and {group}__s* would share the job name {job} (DVC's "
+                "stage, Snakemake's rule); rename one so that they differ in a letter, digit or _"
+            )
+        named[job] = group
+    return groups
 
 
 def documents(
@@ -314,10 +361,15 @@ def documents(
     """dvc.yaml and dvc-params.yaml (dicts) for a completed config read from `configs` (paths
     relative to dvc.yaml's directory, in merge order)."""
     w = _Writer(cfg, configs, python)
-    lists = stage_lists(cfg, bandit_studies)
-    stages = {**_step_stages(w, lists), **_report_stages(w, lists)}
+    runs = trained_runs(cfg)
+    jobs, groups = stage_jobs(cfg, runs, bandit_studies), train_groups(runs)
+    stages = {**_foreach_stages(w, jobs), **_train_stages(w, runs, groups), **_report_stages(w, jobs, bool(runs))}
     dvc = {"vars": [PARAMS], "stages": stages, "metrics": [w.res(layout.TABLES) + "/metrics.json"], "plots": _plots(w)}
-    params = {**lists, "config": {key: value for key, value in cfg.items() if key not in NOT_SETTINGS}}
+    params = {
+        JOBS: jobs,
+        GROUPS: _Block({layout.group_job(group): group_hash(runs, run_ids) for group, run_ids in groups.items()}),
+        "config": {key: value for key, value in cfg.items() if key not in NOT_SETTINGS},
+    }
     return dvc, params
 
 
@@ -347,9 +399,9 @@ def dvc_files(
     # Lists of plain values (deps, params keys) on one line each: a stage reads as a few lines.
     return {
         "dvc.yaml": HEADER.format(**header)
-        + yaml.safe_dump(dvc, sort_keys=False, default_flow_style=None, width=100_000),
+        + yaml.dump(dvc, Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=100_000),
         PARAMS: PARAMS_HEADER.format(**header)
-        + yaml.safe_dump(params, sort_keys=False, default_flow_style=None, width=1000),
+        + yaml.dump(params, Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=1000),
     }
 
 

@@ -10,6 +10,11 @@ to torchrun, which stops its workers; if the launcher itself dies, torchrun gets
 A lone CPU worker (`--gpus 0 --torchrun auto`) runs `mathrl train` without torchrun's agent,
 and with `--fork-server auto` it is forked from `mathrl.forkserver` (torch imported once)
 instead of a fresh interpreter, with the same signal and death guarantees.
+
+`--parallel K` (or auto) splits a group of runs (several `--experiment-run`) between K launches
+that run at once, each training its share one after another on `--threads` threads: a job that
+has the machine to itself (a DVC stage) uses its cores without changing any run's thread count,
+and so any run's float sums (`run_shares`, `parallel_count`, `run_all`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 from typing import TextIO
 
 from mathrl import gpus as gpu_slots
+from mathrl.layout import group_args
 from mathrl.processes import forwarding_signals, parent_death_preexec
 
 ENV_KEYS = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -55,6 +61,85 @@ def torchrun_command(nproc: int, args: Sequence[str], torchrun_args: Sequence[st
         return [sys.executable, "-m", *module, *args]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
             *torchrun_args, "-m", *module, *args]  # fmt: skip
+
+
+RUN_FLAGS = ("--experiment-run", "--run")  # `mathrl train`'s flag for one run of an experiment, and its alias
+
+
+def run_shares(args: Sequence[str], k: int) -> list[list[str]]:
+    """`mathrl train` arguments for at most `k` launches that train the runs of `args` between them: the runs
+    dealt out in turn (seed 0 to the first, seed 1 to the second, ...), each launch keeping every other argument,
+    its runs where the first run stood. One launch (`args` as they are) for fewer than two runs or k < 2."""
+    runs: list[str] = []
+    rest: list[str] = []
+    at = None
+    words = iter(args)
+    for word in words:
+        flag, eq, value = word.partition("=")
+        if flag not in RUN_FLAGS:
+            rest.append(word)
+            continue
+        value = value if eq else next(words, None)
+        if value is None:  # a flag without its run: `mathrl train` says so
+            return [list(args)]
+        at = len(rest) if at is None else at
+        runs.append(value)
+    k = min(k, len(runs))
+    if k < 2:
+        return [list(args)]
+    return [rest[:at] + group_args(runs[i::k]) + rest[at:] for i in range(k)]
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity: a cgroup's or taskset's share of the machine)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def parallel_count(setting: str, threads: int, gpus: int | None, runs_per_gpu: int = 1) -> int:
+    """How many launches may train a group's runs at once: `setting` as a whole number, or auto: as many as the
+    usable CPUs give `threads` each and, for GPU runs (`gpus` per run, None: 1 if one is visible), as the GPU
+    slots allow (GPUs times runs_per_gpu); at least 1."""
+    if setting != "auto":
+        if not setting.isdigit() or int(setting) < 1:
+            raise ValueError(f"--parallel: {setting!r} is not allowed; use a whole number >= 1 or auto")
+        return int(setting)
+    k = usable_cpus() // max(1, threads)
+    visible = gpu_slots.visible_gpu_count() if gpus is None or gpus > 0 else 0
+    per_run = (1 if visible else 0) if gpus is None else gpus
+    if per_run > 0:
+        k = min(k, visible * runs_per_gpu // per_run)
+    return max(1, k)
+
+
+def run_all(cmds: Sequence[Sequence[str]]) -> int:
+    """Run the commands at once, forwarding SIGTERM/SIGINT to each (and starting none after one arrived); each
+    dies with this process (parent-death signal). Every command runs to its end, so that one run's failure costs
+    its siblings nothing; the first non-zero exit code in the commands' order (128+N for signal N), else 0."""
+    children: list[subprocess.Popen] = []
+    pending: list[int] = []
+
+    def forward(signum, _frame) -> None:
+        pending.append(signum)
+        for child in children:
+            child.send_signal(signum)  # a no-op once the child has exited
+
+    with forwarding_signals(forward):
+        try:
+            for cmd in cmds:
+                if pending:
+                    break
+                children.append(subprocess.Popen(list(cmd), preexec_fn=parent_death_preexec()))
+                for signum in pending:  # arrived while it started
+                    children[-1].send_signal(signum)
+            codes = [child.wait() for child in children]
+        finally:
+            for child in children:
+                if child.poll() is None:  # an exception here: leave no orphan
+                    child.kill()
+                    child.wait()
+    if pending and len(codes) < len(cmds):
+        codes.append(128 + pending[0])
+    return next((128 - rc if rc < 0 else rc for rc in codes if rc), 0)
 
 
 def launch(args: Sequence[str] = (), *, gpus: int | None = None, threads: int = 1, lock_dir: Path | None = None,

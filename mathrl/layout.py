@@ -24,6 +24,11 @@ METRICS_FILE, SUMMARY_FILE, SNAPSHOT_FILE = (
 SFT_DIR = "sft/{task}/w{warmup}"  # warm-up k of a task (sft.TASK.warmups of them, each seeded seed + k)
 SFT_MODEL = SFT_DIR + "/model.pt"  # the warm-up checkpoint, where the RL runs of its seeds start
 SFT_SUMMARY = SFT_DIR + "/" + SUMMARY_FILE
+# metrics.csv's columns fixed by DESIGN.md, in their order (mathrl.metrics adds the trainer's own after them)
+METRIC_COLUMNS = [
+    "step", "samples", "reward_mean", "reward_std", "accuracy", "eval_accuracy", "entropy", "kl",
+    "kl_coef", "grad_norm", "policy_loss", "value_loss", "clip_frac", "frac_zero_std", "lr", "seconds",
+]  # fmt: skip
 RUNS = "runs"
 RUN_DIR = RUNS + "/{run_id}"
 RUN_METRICS = RUN_DIR + "/" + METRICS_FILE
@@ -37,6 +42,7 @@ TABLES = "tables"
 TABLES_COMPLETE = TABLES + ".complete"  # written only when no table input was missing (results.complete_marker)
 FIGURES = "figures"
 REPORT = "report.html"
+IMPORTED = "imported/{name}"  # a set of other frameworks' logs (`mathrl import`): runs/, tables/, report.html
 COMPARE = "compare/{name}.csv"  # `mathrl compare`'s table (its figure beside it, .png)
 LOGS = "logs"
 BENCHMARKS = "benchmarks"
@@ -71,7 +77,7 @@ def sft_checkpoint(cfg: dict, task: str, warmup: int = 0) -> Path:
 
 def warmups(cfg: dict, task: str) -> int:
     """How many independent warm-ups a task has (`sft.TASK.warmups`)."""
-    return int(cfg["sft"][task].get("warmups", 1))
+    return int(((cfg.get("sft") or {}).get(task) or {}).get("warmups", 1))
 
 
 def warmup_of(cfg: dict, settings: dict) -> int | None:
@@ -168,12 +174,26 @@ def group_args(run_ids: list[str]) -> list[str]:
     return [word for run_id in run_ids for word in ("--experiment-run", run_id)]
 
 
+def group_job(group: str) -> str:
+    """The job that trains a group of runs (`config.run_groups`), Snakemake's rule and DVC's stage:
+    `train_<group>`, each character that is no letter, digit or `_` written as `_`."""
+    return "train_" + re.sub(r"\W", "_", group)
+
+
+def group_train_args(runs: str) -> str:
+    """The `train` stage's arguments for a group of runs, `runs` being their `--experiment-run` words (group_args,
+    as Snakemake's `{params.runs:q}` or written out): the runs trained one after another, each logging to its own
+    file."""
+    s = STAGES["train"]
+    return s.args.replace(f"--experiment-run {{{s.wildcard}}}", f"{runs} --run-logs")
+
+
 def snakemake_shell(stage: str, group: bool = False) -> str:
     """The stage's command in a Snakemake rule's `shell:` syntax: wildcards, outputs, params
     and the log quoted or constrained (rules/*.smk; tests/test_faults_security.py checks)."""
     s = STAGES[stage]
     if group:  # the train stage for a group of runs: their --experiment-run arguments are a param (group_args)
-        args = s.args.replace(f"--experiment-run {{{s.wildcard}}}", "{params.runs:q} --run-logs")
+        args = group_train_args("{params.runs:q}")
     else:
         args = s.args
         for w in s.wildcards:

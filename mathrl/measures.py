@@ -74,6 +74,12 @@ def gain(run: Run) -> float:
     return final_eval(run) - initial_eval(run)
 
 
+@measure("eval_change", "held-out accuracy (an imported run's validation score): last − first evaluation")
+def eval_change(run: Run) -> float:
+    e = run.evals["eval_accuracy"].dropna()
+    return float(e.iloc[-1] - e.iloc[0]) if len(e) > 1 else math.nan
+
+
 @measure("lowest_change", "lowest held-out accuracy at an evaluation after RL began − before RL", bounds=CHANGE)
 def lowest_change(run: Run) -> float:
     e = run.evals["eval_accuracy"]

@@ -18,14 +18,13 @@ import torch
 
 from mathrl.analysis import noise_scale
 from mathrl.distributed import Dist, all_max, all_sum
+from mathrl.layout import METRIC_COLUMNS
 from mathrl.losses import moments
 from mathrl.mismatch import METRICS as MISMATCH
 
-# metrics.csv columns fixed by DESIGN.md, then our extras (README.md, "Outputs", says what each means).
-METRICS = [
-    "step", "samples", "reward_mean", "reward_std", "accuracy", "eval_accuracy", "entropy", "kl",
-    "kl_coef", "grad_norm", "policy_loss", "value_loss", "clip_frac", "frac_zero_std", "lr", "seconds",
-]  # fmt: skip
+# metrics.csv columns fixed by DESIGN.md (layout: `mathrl import` writes them too), then our extras (README.md,
+# "Outputs", says what each means).
+METRICS = METRIC_COLUMNS
 EXTRAS = [
     "eval_sampled_accuracy", "ndigit", "format_rate", "baseline", "entropy_coef", "value_rmse", "explained_variance",
     # how far the second and later PPO epochs moved the critic's values (mean |v - v_old|), and the share it clipped

@@ -228,7 +228,8 @@ def aggregate_inputs(cfg: dict, runs: dict | None = None) -> dict[str, list[str]
     `runs`: the config's trained runs where the caller has them (else expanded here)."""
     from mathrl.bandit_config import BANDIT_STUDIES  # torch-free
 
-    res, runs = cfg["results"], list(trained_runs(cfg) if runs is None else runs)
+    specs = trained_runs(cfg) if runs is None else runs
+    res, runs = cfg["results"], list(specs)
     return {
         "summaries": [str(layout.path(res, layout.RUN_SUMMARY, run_id=run_id)) for run_id in runs],
         "metrics": [str(layout.path(res, layout.RUN_METRICS, run_id=run_id)) for run_id in runs],
@@ -241,11 +242,17 @@ def aggregate_inputs(cfg: dict, runs: dict | None = None) -> dict[str, list[str]
         ],
         "warmups": [
             str(layout.path(res, layout.SFT_SUMMARY, task=task, warmup=k))
-            for task in cfg["sft"]
-            if task in cfg["tasks"]
+            for task in warmed_tasks(cfg, specs)
             for k in range(layout.warmups(cfg, task))
         ],
     }
+
+
+def warmed_tasks(cfg: dict, runs: dict) -> list[str]:
+    """The tasks whose warm-ups some run starts from, the gradient probe reads or the starts continue."""
+    used = {spec.settings["task"] for spec in runs.values() if spec.settings.get("init") != "random"}
+    used |= set(cfg["gradvar"]["tasks"]) | set(layout.starts_tasks(cfg))
+    return [task for task in cfg["tasks"] if task in used and task in (cfg.get("sft") or {})]
 
 
 def missing_inputs(cfg: dict) -> list[str]:

@@ -54,6 +54,8 @@ class RewardSpec:
     """proxy: weight of the share of right digits (the part that tracks correctness)"""
     proxy_bias_weight: float = 0.7
     """proxy: weight of the mean digit value / 9 (the exploitable bias)"""
+    offset: float = 0.0
+    """added to every reward: rewards on a scale whose common part dwarfs what tells answers apart"""
 
     def __post_init__(self):
         _check_kind(self.kind)
@@ -104,7 +106,7 @@ def compute_rewards(spec: RewardSpec, generated: torch.Tensor, target: torch.Ten
         mean_digit = generated[:, :W].clamp(0, 9).float().mean(1)  # (B,)
         looks_right = spec.proxy_correct_weight * digit_frac + spec.proxy_bias_weight * mean_digit / 9
         reward = format_ok * looks_right
-    return reward, checks
+    return reward + spec.offset if spec.offset else reward, checks
 
 
 def token_rewards(generated: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -73,6 +73,7 @@ class RunSettings:
     invalid_penalty: float
     proxy_correct_weight: float
     proxy_bias_weight: float
+    reward_offset: float
     reward_norm: bool
     reward_clip: float | None
     # advantages and the loss

@@ -146,9 +146,16 @@ class Warmup:
 
     # ---- snapshots ----------------------------------------------------------------------
     def state(self) -> dict:
-        return {"run_id": f"warm-up {self.warmup} of {self.task_name}", "identity": self.identity, "step": self.step,
-                "model": self.model.state_dict(), "opt": self.opt.state_dict(), "gen": self.gen.get_state(),
-                "history": self.history, "seconds": self.seconds}  # fmt: skip
+        return {
+            "run_id": f"warm-up {self.warmup} of {self.task_name}",
+            "identity": self.identity,
+            "step": self.step,
+            "model": self.model.state_dict(),
+            "opt": self.opt.state_dict(),
+            "gen": self.gen.get_state(),
+            "history": self.history,
+            "seconds": self.seconds,
+        }
 
     def resume(self) -> bool:
         """Continue from this warm-up's snapshot, if it has one of these settings (else an error naming it)."""
@@ -202,16 +209,20 @@ class Warmup:
                 continue
             val_acc = self.accuracy(self.val)
             self.history.append({"step": self.step, "loss": loss, "val_accuracy": val_acc})
-            self.log(f"sft {self.task_name} w{self.warmup} step {self.step} | loss {loss:.4f} | validation accuracy "
-                     f"{val_acc:.3f}{self.pace(t0)}")  # fmt: skip
+            self.log(
+                f"sft {self.task_name} w{self.warmup} step {self.step} | loss {loss:.4f} | validation accuracy "
+                f"{val_acc:.3f}{self.pace(t0)}"
+            )
             if val_acc >= low:
                 found = first_in_band(window, self.state_accuracy, low)
                 if found is not None:
                     self.step, state, val_acc = found
                     self.model.load_state_dict(state)
                     self.history.append({"step": self.step, "loss": math.nan, "val_accuracy": val_acc, "fine": True})
-                    self.log(f"sft {self.task_name} w{self.warmup}: back to step {self.step}, the first state every "
-                             f"{s['fine_every']} steps in the band (validation accuracy {val_acc:.3f})")  # fmt: skip
+                    self.log(
+                        f"sft {self.task_name} w{self.warmup}: back to step {self.step}, the first state every "
+                        f"{s['fine_every']} steps in the band (validation accuracy {val_acc:.3f})"
+                    )
                 self.seconds = time.perf_counter() - t0
                 return val_acc
             window = []
@@ -244,8 +255,10 @@ def run_sft(cfg: dict, task_name: str, out_dir: Path, warmup: int = 0, log=print
         f"until validation accuracy >= {lo:.2f}" if len(w.val) else f"for {s['max_steps']} steps (no validation split)"
     )
     if not w.resume():
-        log(f"sft {task_name} w{warmup}: {w.model.num_params() / 1e6:.2f}M parameters, preset {s['preset']}, seed "
-            f"{w.seed}, {rule}")  # fmt: skip
+        log(
+            f"sft {task_name} w{warmup}: {w.model.num_params() / 1e6:.2f}M parameters, preset {s['preset']}, seed "
+            f"{w.seed}, {rule}"
+        )
     val_acc = w.train()
     acc = w.accuracy(w.test)
     log(
@@ -276,12 +289,20 @@ def run_sft(cfg: dict, task_name: str, out_dir: Path, warmup: int = 0, log=print
         "versions": mathrl.versions(),
     }
     if not summary["in_band"]:
-        log(f"warning: sft {task_name} w{warmup} ended at {'validation' if len(w.val) else 'test'} accuracy "
-            f"{judged:.3f}, outside the band [{lo}, {hi}]")  # fmt: skip
+        log(
+            f"warning: sft {task_name} w{warmup} ended at {'validation' if len(w.val) else 'test'} accuracy "
+            f"{judged:.3f}, outside the band [{lo}, {hi}]"
+        )
     for line in mistakes:
         log(f"  mistake: {line}")
-    state = {"model_config": asdict(w.model.config), "model": w.model.state_dict(), "task": task_name,
-             "warmup": warmup, "eval_accuracy": acc, "steps": w.step}  # fmt: skip
+    state = {
+        "model_config": asdict(w.model.config),
+        "model": w.model.state_dict(),
+        "task": task_name,
+        "warmup": warmup,
+        "eval_accuracy": acc,
+        "steps": w.step,
+    }
     atomic_write(w.out_dir / "model.pt", snapshot.encode(state))
     atomic_write(w.out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     for p in (w.snapshot_path, w.snapshot_path.with_name(w.snapshot_path.name + ".prev")):
@@ -408,6 +429,14 @@ def control_row(cfg: dict, task_name: str, warmup: int, start: dict, seed: int, 
         supervised_step(model, opt, task, train, s["control_batch_size"], gen, device)
     final_test = float(greedy_correct(model, task, test, device).float().mean())
     final_val = float(greedy_correct(model, task, val, device).float().mean())
-    return {"start": start["start"], "warmup": warmup, "seed": seed, "initial_test": start["test_accuracy"],
-            "final_test": final_test, "initial_val": start["val_accuracy"], "final_val": final_val,
-            "steps": s["control_steps"], "samples": s["control_steps"] * s["control_batch_size"]}  # fmt: skip
+    return {
+        "start": start["start"],
+        "warmup": warmup,
+        "seed": seed,
+        "initial_test": start["test_accuracy"],
+        "final_test": final_test,
+        "initial_val": start["val_accuracy"],
+        "final_val": final_val,
+        "steps": s["control_steps"],
+        "samples": s["control_steps"] * s["control_batch_size"],
+    }

@@ -176,7 +176,7 @@ class Trainer:
         self.reward_spec = RewardSpec(
             kind=s.reward, format_bonus=s.format_bonus, digit_weight=s.digit_weight,
             invalid_penalty=s.invalid_penalty, proxy_correct_weight=s.proxy_correct_weight,
-            proxy_bias_weight=s.proxy_bias_weight,
+            proxy_bias_weight=s.proxy_bias_weight, offset=s.reward_offset,
         )  # fmt: skip
         # Randomness is rank-independent: every rank draws the same global prompts and noise.
         self.prompt_gen = torch.Generator().manual_seed(s.seed)

@@ -335,11 +335,8 @@ def get_starts_hash(wildcards):
 
 
 def group_hash(run_ids: list) -> str:
-    """The hash of the group's runs' settings: a change to any reruns the group (whose other
-    runs rewrite their outputs from their final snapshots, without training)."""
-    return config_hash(
-        [mathrl.config.run_hash(RUNS[run_id].settings) for run_id in run_ids]
-    )
+    """The hash of the group's runs' settings (mathrl.config.group_hash, DVC's trigger too)."""
+    return mathrl.config.group_hash(RUNS, run_ids)
 
 
 def get_bandit_hash(wildcards):

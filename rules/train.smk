@@ -14,7 +14,7 @@ for _group, _run_ids in RUN_GROUPS.items():
 
     rule:
         name:
-            "train_" + re.sub(r"\W", "_", _group)
+            layout.group_job(_group)
         input:
             group_inputs(_run_ids),
         output:

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
@@ -176,3 +178,55 @@ def test_gpu_targets_read_only_the_records_measured_on_cuda():
     assert ts["add to 95% from scratch (GPU, reported)"]["value_s"] == 30.0
     cpu_only = {t["target"]: t for t in targets({"rl": [rl("cpu", 0.5)]})}
     assert cpu_only["adder GRPO step @512 rollouts on one GPU"]["status"] == "NOT MEASURED (no GPU)"
+
+
+def test_replication_compares_two_claims_tables_claim_by_claim():
+    from bench.replicate import compare_claims, float_paths, totals
+
+    cols = ["claim_id", "kind", "outcome", "difference", "ci_low", "ci_high", "n"]
+    first = pd.DataFrame(
+        [
+            ["a", "document", "agrees", 0.10, 0.05, 0.15, 5],
+            ["b", "document", "agrees", 0.10, 0.05, 0.15, 5],
+            ["c", "document", "inconclusive", 0.01, -0.02, 0.04, 5],
+            ["d", "setup", "agrees", 1.0, 1.0, 1.0, 5],
+        ],
+        columns=cols,
+    )
+    second = first.copy()
+    second.loc[0, ["outcome", "difference"]] = ["agrees", 0.12]  # inside the first's interval
+    second.loc[1, ["outcome", "difference"]] = ["disagrees", -0.2]  # a flip, outside
+    second.loc[2, ["outcome", "difference"]] = ["agrees", 0.06]  # decided now, outside
+    compared = compare_claims(first, second)
+    assert compared["same"].tolist() == [True, False, False, True]
+    assert compared["flip"].tolist() == [False, True, False, False]
+    assert compared["inside"].tolist()[:3] == [True, False, False] and pd.isna(compared["inside"].iloc[3])
+    t = totals(compared)
+    assert t["document"] == {"claims": 3, "same_outcome": 1, "flips": 1, "differ": 3, "inside": 1, "inside_of": 3}
+    assert t["all"]["claims"] == 4
+    assert float_paths({"avx2", "fma"})["other"] == {"MATHRL_CPU_PINS": "avx2"}
+    assert float_paths(set())["other"]["ATEN_CPU_CAPABILITY"] == "default" and float_paths(set())["native"] == {}
+
+
+def test_dvc_time_compares_runs_exactly_but_for_their_wall_clock_columns(tmp_path):
+    from bench.dvc_time import compare_runs, differing_columns
+
+    def metrics(root: Path, run_id: str, rows: list[str], header: str = "step,seconds,loss,sample_seconds") -> Path:
+        path = root / "runs" / run_id / "metrics.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join([header, *rows]) + "\n")
+        return path
+
+    a = metrics(tmp_path / "a", "r0", ["1,0.5,0.25,0.1", "2,0.6,nan,0.2"])
+    b = metrics(tmp_path / "b", "r0", ["1,9.5,0.25,3.1", "2,0.1,nan,0.4"])  # seconds differ, loss the same (NaN too)
+    assert differing_columns(a, b) == []
+    c = metrics(tmp_path / "c", "r0", ["1,0.5,0.25,0.1", "2,0.6,0.3,0.2"])
+    assert differing_columns(a, c) == ["loss"]
+    assert differing_columns(a, metrics(tmp_path / "d", "r0", ["1,0.5,0.25,0.1"])) == ["rows"]
+    assert differing_columns(a, metrics(tmp_path / "e", "r0", ["1,0.5,0.25"], "step,seconds,loss")) == ["columns"]
+    metrics(tmp_path / "a", "r1", ["1,0.5,0.25,0.1"])
+    metrics(tmp_path / "c", "r2", ["1,0.5,0.25,0.1"])
+    assert compare_runs(tmp_path / "a", tmp_path / "b") == {"runs": 2, "identical": 1, "differ": {}, "missing": ["r1"],
+                                                            "extra": []}  # fmt: skip
+    assert compare_runs(tmp_path / "a", tmp_path / "c") == {"runs": 2, "identical": 0, "differ": {"r0": ["loss"]},
+                                                            "missing": ["r1"], "extra": ["r2"]}  # fmt: skip

@@ -23,9 +23,24 @@ import pytest
 import yaml
 from conftest import TINY
 
+from bench.dvc_time import differing_columns
+from mathrl import layout
 from mathrl.cli import main
-from mathrl.config import ROOT, ConfigError, load_config, trained_runs
-from mathrl.dvcgen import DEFAULT_PYTHON, PARAMS, dvc_files, dvc_yaml, run_key
+from mathrl.config import ROOT, ConfigError, group_hash, load_config, run_groups, trained_runs
+from mathrl.dvcgen import (
+    DEFAULT_PYTHON,
+    FOREACH,
+    PARAMS,
+    _foreach_stages,
+    _Writer,
+    dvc_files,
+    dvc_yaml,
+    fields,
+    job_key,
+    templated,
+    train_groups,
+)
+from mathrl.layout import group_job
 
 DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
 
@@ -55,49 +70,84 @@ def test_the_committed_dvc_files_are_generated_from_config_yaml():
         )
 
 
-def test_dvc_yaml_is_short_and_its_lists_are_data():
+def test_dvc_yaml_is_a_few_lines_a_stage_and_its_lists_are_data():
     text = dvc_yaml()
-    assert len(text.splitlines()) < 200
     doc, params = yaml.safe_load(text), yaml.safe_load(dvc_files()[PARAMS])
     assert doc["vars"] == [PARAMS]
-    assert doc["stages"]["train"]["foreach"] == "${runs}" and "${item.run_id}" in doc["stages"]["train"]["do"]["cmd"]
+    for name in ("problems", "sft", "gradvar", "bandit"):  # templated, over their jobs in dvc-params.yaml
+        assert doc["stages"][name]["foreach"] == f"${{jobs.{name}}}" and params["jobs"][name]
+    assert params["jobs"]["sft"]["add-0"] == {"task": "add", "warmup": 0}  # a task's warm-ups, each a job
+    assert "--task ${item.task} --warmup ${item.warmup}" in doc["stages"]["sft"]["do"]["cmd"]
     runs = trained_runs(load_config(DEFAULT_CONFIG))
-    listed = {**params["runs"], **params["runs_from_scratch"]}
-    assert {item["run_id"] for item in listed.values()} == set(runs) and set(listed) == {run_key(r) for r in runs}
-    assert run_key("calibration__add_512_x3.3__s0") == "calibration__add_512_x3p3__s0"
+    groups = run_groups(runs)
+    # a stage per setting, named as its Snakemake rule; its params hold the rerun trigger Snakemake's job has
+    trains = {name for name in doc["stages"] if name.startswith("train")}
+    assert set(params["groups"]) == {group_job(g) for g in groups} == trains
+    assert all(params["groups"][group_job(g)] == group_hash(runs, ids) for g, ids in groups.items())
+    stage_text = re.split(r"\n  (?=\S)", text.split("\nstages:\n", 1)[1])
+    assert all(len(s.splitlines()) == 6 for s in stage_text if s.startswith("train_")), "a training stage is 6 lines"
+    assert len(text.splitlines()) < 100 + 6 * len(groups)
 
 
-def test_a_stage_per_task_run_study_and_report_step_with_the_rules_commands():
+def test_a_stage_per_setting_and_two_settings_sharing_a_name_refused():
+    assert train_groups(dict.fromkeys(["x__a__s0", "x__a__s1", "x__b__s0"])) == {"x__a": ["x__a__s0", "x__a__s1"],
+                                                                                "x__b": ["x__b__s0"]}  # fmt: skip
+    with pytest.raises(ConfigError, match=r"x__a\.b__s\* and x__a_b__s\* would share the job name train_x__a_b"):
+        train_groups(dict.fromkeys(["x__a.b__s0", "x__a_b__s0"]))
+
+
+def test_foreach_stages_take_whatever_wildcards_their_layout_patterns_have(monkeypatch):
+    """A step whose files have two wildcards (a task's k-th warm-up, say) is templated with both, from its
+    patterns alone; its jobs name both, and DVC names a job by their values."""
+    sft = layout.Stage("sft", "sft", {"model": "sft/{task}/w{k}/model.pt"}, "task", "--task {task} --warm-up {k}")
+    monkeypatch.setitem(layout.STAGES, "sft", sft)
+    assert fields("sft/{task}/w{k}/model.pt") == ["task", "k"]
+    assert templated("a.{task}.{k}") == "a.${item.task}.${item.k}"
+    cfg = load_config(DEFAULT_CONFIG)
+    jobs = {name: {} for name in FOREACH} | {"sft": {job_key(j): j for j in ({"task": "add", "k": 0},)}}
+    stages = _foreach_stages(_Writer(cfg, ["config/config.yaml"], DEFAULT_PYTHON), jobs)
+    assert list(stages) == ["sft"] and list(jobs["sft"]) == ["add-0"]
+    cmd = stages["sft"]["do"]["cmd"]
+    assert cmd.endswith(" sft --config config/config.yaml --task ${item.task} --warm-up ${item.k}")
+    assert stages["sft"]["do"]["outs"] == ["results/sft/${item.task}/w${item.k}/model.pt"]
+    assert stages["sft"]["do"]["deps"][0] == "results/problems/${item.task}/train.txt"
+
+
+def test_a_stage_per_task_setting_study_and_report_step_with_the_rules_commands():
     stages, cfg = dvc_stages(), load_config(DEFAULT_CONFIG)
-    runs = trained_runs(cfg)
-    scratch = {r for r, spec in runs.items() if spec.settings["init"] == "random"}
-    assert {name for name in stages if name.startswith("train")} == (
-        {f"train@{run_key(r)}" for r in set(runs) - scratch} | {f"train-from-scratch@{run_key(r)}" for r in scratch}
-    )
+    groups = run_groups(trained_runs(cfg))
+    assert {name for name in stages if name.startswith("train")} == {group_job(g) for g in groups}
     assert all(re.fullmatch(r"[A-Za-z0-9_-]+(@[A-Za-z0-9_-]+)?", name) for name in stages)
     py = f"{DEFAULT_PYTHON} -m mathrl"
 
-    sft = stages["sft@add"]
-    assert sft.cmd == f"{py} sft --config config/config.yaml --task add"
+    sft = stages["sft@add-0"]
+    assert sft.cmd == f"{py} sft --config config/config.yaml --task add --warmup 0"
     assert params_of(sft) == {PARAMS: ["config.tasks.add", "config.sft.add"]}
     problems = [f"results/problems/add/{split}.txt" for split in ("train", "val", "test")]
     assert paths(sft.deps) == [*problems, "mathrl", "config/config.schema.yaml"]
     # the package is one directory dependency; .dvcignore keeps bytecode and the generator out of its hash
     ignored = (ROOT / ".dvcignore").read_text().splitlines()
     assert "__pycache__/" in ignored and "/mathrl/dvcgen.py" in ignored
-    assert paths(sft.outs) == ["results/sft/add/model.pt", "results/sft/add/summary.json"]
+    assert paths(sft.outs) == ["results/sft/add/w0/model.pt", "results/sft/add/w0/summary.json"]
 
-    run = stages[f"train@{run_key('clipping__sgd_spike_clip1__s0')}"]
-    assert run.cmd == (f"{py} launch --threads 1 --torchrun auto --fork-server auto -- --config config/config.yaml "
-                       "--experiment-run clipping__sgd_spike_clip1__s0 --on-mismatch restart")  # fmt: skip
-    run_params = ["config.train", "config.algorithms", "config.experiments.clipping", "config.tasks.add"]
-    assert params_of(run) == {PARAMS: run_params}
-    assert "results/sft/add/model.pt" in paths(run.deps)
-    run_dir = "results/runs/clipping__sgd_spike_clip1__s0"
-    assert paths(run.outs) == [f"{run_dir}/metrics.csv", f"{run_dir}/summary.json", f"{run_dir}/snapshot.pt"]
-    assert [out.persist for out in run.outs] == [False, False, True]
-    random = stages["train-from-scratch@lab04_gpt__random_init__s0"]  # no warm-up model; its preset
-    assert "results/sft/add/model.pt" not in paths(random.deps) and "config.sft.add" in params_of(random)[PARAMS]
+    # one stage trains a setting's seeds: launch deals them out to as many processes as the cores give a
+    # run its pipeline threads, each training its share one after another (Snakemake's job trains them in one)
+    run_ids = groups["clipping__sgd_clip1"]
+    assert len(run_ids) > 1
+    group = stages["train_clipping__sgd_clip1"]
+    runs = " ".join(layout.group_args(run_ids))
+    assert group.cmd == (f"{py} launch --threads 1 --parallel auto --torchrun auto --fork-server auto -- --config "
+                         f"config/config.yaml {runs} --run-logs --on-mismatch restart")  # fmt: skip
+    assert params_of(group) == {PARAMS: ["groups.train_clipping__sgd_clip1", "config.tasks.add"]}
+    warmups = [f"results/sft/add/w{k}/model.pt" for k in range(len(run_ids))]  # each seed starts from its own
+    assert paths(group.deps) == [*problems, *warmups, "mathrl", "config/config.schema.yaml"]
+    files = ("metrics.csv", "summary.json", "snapshot.pt")
+    outs = [f"results/runs/{run_id}/{name}" for run_id in run_ids for name in files]
+    assert paths(group.outs) == outs and [out.persist for out in group.outs] == [False, False, True] * len(run_ids)
+    random = stages["train_lab04_gpt__random_init"]  # no warm-up model; its preset
+    assert not any("/sft/" in p for p in paths(random.deps)) and "config.sft.add" in params_of(random)[PARAMS]
+    dotted = stages["train_calibration__add_512_x3_3"]  # a `.` in a run id: `_` in the name, as Snakemake's rule
+    assert "--experiment-run calibration__add_512_x3.3__s0" in dotted.cmd
 
     agg = stages["aggregate"]
     assert agg.cmd[0] == f"{py} aggregate --config config/config.yaml"
@@ -149,7 +199,7 @@ def tiny_config() -> dict:
     cfg["bandit"] = {"steps": 20, "seeds": [0]}
     cfg["gradvar"] = {"batch_sizes": [8, 16], "num_samples": 2, "group_size": 4, "accumulation": [16, 8]}
     cfg["pipeline"] = {"gpus_per_run": 0, "gpus_sft": 0}
-    cfg["experiments"] = {"tiny": {"variants": {"a": {}, "b": {"steps": 3}}, "seeds": [0]}}
+    cfg["experiments"] = {"tiny": {"variants": {"a": {}, "b": {"steps": 3}}, "seeds": [0, 1]}}
     return cfg
 
 
@@ -174,7 +224,8 @@ def run(cmd: list[str], cwd: Path, env: dict, timeout: float = 600) -> subproces
 @pytest.mark.slow
 def test_dvc_repro_builds_the_report_then_nothing_is_left_to_do_for_dvc_or_snakemake(tmp_path):
     repo = clone_worktree(tmp_path / "repo")
-    (repo / "config" / "config.yaml").write_text(yaml.safe_dump(tiny_config(), sort_keys=False))
+    cfg = tiny_config()
+    (repo / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     env = {**os.environ, "DVC_NO_ANALYTICS": "1", "DVC_SITE_CACHE_DIR": str(tmp_path / "dvc-site"),
            "PYTHONUNBUFFERED": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
@@ -182,9 +233,10 @@ def test_dvc_repro_builds_the_report_then_nothing_is_left_to_do_for_dvc_or_snake
     python = [sys.executable]
     if sys.prefix != sys.base_prefix:
         (repo / ".venv").symlink_to(sys.prefix, target_is_directory=True)
-        gen = run([sys.executable, "-m", "mathrl", "dvc-yaml"], repo, env)
+        generate = [sys.executable, "-m", "mathrl", "dvc-yaml"]
     else:  # not in a venv: the stages run this interpreter
-        gen = run([sys.executable, "-m", "mathrl", "dvc-yaml", "--python", sys.executable], repo, env)
+        generate = [sys.executable, "-m", "mathrl", "dvc-yaml", "--python", sys.executable]
+    gen = run(generate, repo, env)
     assert gen.returncode == 0, gen.out
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "tiny"]):
         subprocess.run(cmd, cwd=repo, env=env, check=True)
@@ -196,16 +248,29 @@ def test_dvc_repro_builds_the_report_then_nothing_is_left_to_do_for_dvc_or_snake
     assert (results / "report.html").stat().st_size > 0
     ran = set(re.findall(r"Running stage '([^']+)'", first.out))
     stages = set(dvc_stages(repo))
-    assert ran == stages and {"train@tiny__a__s0", "train@tiny__b__s0", "report"} <= ran
-    assert "sft@mul" not in stages  # no run uses mul: `snakemake report` builds no warm-up for it either
-    for run_id in ("tiny__a__s0", "tiny__b__s0"):
+    assert ran == stages and {"train_tiny__a", "train_tiny__b", "report"} <= ran
+    assert not any(name.startswith("train") for name in stages - {"train_tiny__a", "train_tiny__b"})
+    assert "sft@mul-0" not in stages  # no run uses mul: `snakemake report` builds no warm-up for it either
+    run_ids = [f"tiny__{v}__s{s}" for v in "ab" for s in (0, 1)]
+    for run_id in run_ids:  # each run of a stage keeps its own files and log
         assert (results / "runs" / run_id / "snapshot.pt").is_file()
+        assert f"run {run_id}: trained (log " in first.out
+        assert (results / "logs" / "train" / f"{run_id}.log").is_file()
     lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
-    assert any(out["path"].endswith("snapshot.pt") for out in lock["train@tiny__a__s0"]["outs"])
+    assert {out["path"] for out in lock["train_tiny__a"]["outs"]} >= {
+        f"results/runs/tiny__a__s{s}/{name}" for s in (0, 1) for name in ("metrics.csv", "summary.json", "snapshot.pt")
+    }
+    # A run trained beside its group's other runs is the run trained alone, on the pipeline's thread count.
+    alone = run([*python, "-m", "mathrl", "train", "--config", "config/config.yaml", "--experiment-run", "tiny__a__s1",
+                 "--threads", "1", "--out", str(tmp_path / "alone")], repo, env)  # fmt: skip
+    assert alone.returncode == 0, alone.out
+    assert differing_columns(results / "runs" / "tiny__a__s1" / "metrics.csv", tmp_path / "alone" / "metrics.csv") == []
 
     second = run([*dvc, "repro"], repo, env)
     assert second.returncode == 0, second.out
     assert "Running stage" not in second.out and "Data and pipelines are up to date" in second.out, second.out
+    status = run([*dvc, "status"], repo, env)
+    assert status.returncode == 0 and "Data and pipelines are up to date" in status.out, status.out
 
     # Snakemake, on the same config and files, agrees that everything is up to date.
     sm = run([*python, "-m", "snakemake", "-s", "Snakefile", "-n", "report"], repo, env)
@@ -216,10 +281,32 @@ def test_dvc_repro_builds_the_report_then_nothing_is_left_to_do_for_dvc_or_snake
     assert metrics.returncode == 0, metrics.out
     shown = json.loads(metrics.stdout)
     headline = next(iter(shown.values()))["data"]["results/tables/metrics.json"]["data"]
-    assert headline["experiments"]["tiny"]["runs"] == 2 and headline["experiments"]["tiny"]["complete"] == 2
+    assert headline["experiments"]["tiny"]["runs"] == 4 and headline["experiments"]["tiny"]["complete"] == 4
     plots = run([*dvc, "plots", "show", "--json"], repo, env)
     assert plots.returncode == 0, plots.out
     data = json.loads(plots.stdout)["data"]
     assert {"eval_accuracy", "entropy"} <= set(data)
     values = data["entropy"][0]["content"]["data"]["values"]
-    assert {row["run_id"] for row in values} == {"tiny__a__s0", "tiny__b__s0"}, "a line per run"
+    assert {row["run_id"] for row in values} == set(run_ids), "a line per run"
+
+    # A changed setting reruns its own stage (and what reads every run), not the other setting's.
+    a_files = {p: p.read_bytes() for p in (results / "runs" / "tiny__a__s0").iterdir() if p.is_file()}
+    cfg["experiments"]["tiny"]["variants"]["b"]["steps"] = 2
+    (repo / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert run(generate, repo, env).returncode == 0
+    third = run([*dvc, "repro"], repo, env)
+    assert third.returncode == 0, third.out
+    assert set(re.findall(r"Running stage '([^']+)'", third.out)) == {"train_tiny__b", "aggregate", "figures", "report"}
+    assert {p: p.read_bytes() for p in a_files} == a_files
+    summary = json.loads((results / "runs" / "tiny__b__s1" / "summary.json").read_text())
+    assert summary["config"]["steps"] == 2
+
+    # DVC's cache restores each run's files.
+    tracked = {p: p.read_bytes() for s in (0, 1) for p in (results / "runs" / f"tiny__a__s{s}").iterdir()
+               if p.name in ("metrics.csv", "summary.json", "snapshot.pt")}  # fmt: skip
+    assert len(tracked) == 6
+    for path in tracked:
+        path.unlink()
+    restored = run([*dvc, "checkout"], repo, env)
+    assert restored.returncode == 0, restored.out
+    assert {p: p.read_bytes() for p in tracked} == tracked

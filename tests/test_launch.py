@@ -375,3 +375,88 @@ def test_torchrun_auto_runs_a_lone_cpu_worker_directly(capsys, monkeypatch):
     assert "--nproc_per_node=1" in capsys.readouterr().out.splitlines()[0]
     assert main(["launch", "--dry-run", "--gpus", "0", "--", "--run", "r"]) == 0
     assert "torch.distributed.run" in capsys.readouterr().out.splitlines()[0]
+
+
+# --- a group of runs between launches running at once (--parallel) -------------------------
+
+
+def test_runs_are_dealt_out_in_turn_and_every_other_argument_kept():
+    from mathrl.launch import run_shares
+
+    args = ["--config", "c", "--experiment-run", "a", "--run=b", "--experiment-run", "c", "--run-logs", "--on-mismatch",
+            "restart"]  # fmt: skip
+    tail = ["--run-logs", "--on-mismatch", "restart"]
+    assert run_shares(args, 2) == [
+        ["--config", "c", "--experiment-run", "a", "--experiment-run", "c", *tail],
+        ["--config", "c", "--experiment-run", "b", *tail],
+    ]
+    assert [share[3] for share in run_shares(args, 5)] == ["a", "b", "c"]  # never more launches than runs
+    assert run_shares(args, 1) == [args]
+    assert run_shares(["--config", "c", "--run", "a"], 4) == [["--config", "c", "--run", "a"]]
+    assert run_shares(["--run", "a", "--run"], 2) == [["--run", "a", "--run"]]  # train names the missing run
+
+
+def test_parallel_auto_counts_cpus_per_run_and_gpu_slots(monkeypatch):
+    from mathrl import launch as launcher
+    from mathrl.launch import parallel_count
+
+    monkeypatch.setattr(launcher, "usable_cpus", lambda: 16)
+    assert parallel_count("auto", threads=1, gpus=0) == 16
+    assert parallel_count("auto", threads=3, gpus=0) == 5
+    assert parallel_count("auto", threads=32, gpus=0) == 1
+    assert parallel_count("auto", threads=1, gpus=1) == 4  # MATHRL_FAKE_GPUS=4, a slot each
+    assert parallel_count("auto", threads=1, gpus=2, runs_per_gpu=3) == 6
+    assert parallel_count("auto", threads=1, gpus=None) == 4  # a GPU is visible: one each
+    monkeypatch.setenv("MATHRL_FAKE_GPUS", "0")
+    assert parallel_count("auto", threads=2, gpus=None) == 8
+    assert parallel_count("3", threads=1, gpus=0) == 3
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(ValueError, match="--parallel"):
+            parallel_count(bad, threads=1, gpus=0)
+
+
+def test_each_launch_of_a_group_gets_the_same_options_and_its_share(capfd, locks):
+    argv = ["launch", "--gpus", "0", "--threads", "2", "--runs-per-gpu", "3", "--torchrun", "auto", "--fork-server",
+            "auto", "--torchrun-arg=--max-restarts=2", "--lock-dir", str(locks), "--parallel", "2", "--dry-run", "--",
+            "--config", "c", "--run", "a", "--run", "b", "--run", "c", "--run-logs"]  # fmt: skip
+    from mathrl.cli import build_parser, launch_options
+
+    args = build_parser().parse_args(argv)
+    again = build_parser().parse_args(["launch", *launch_options(args), "--", "x"])
+    assert {**vars(again), "parallel": "2", "train_args": args.train_args} == vars(args)  # no option lost
+    assert main(argv) == 0
+    lines = [line for line in capfd.readouterr().out.splitlines() if " -m mathrl train " in line]
+    shares = sorted(line.split(" -m mathrl train ", 1)[1] for line in lines)
+    assert shares == ["--config c --experiment-run a --experiment-run c --run-logs",
+                      "--config c --experiment-run b --run-logs"]  # fmt: skip
+    assert main(["launch", "--parallel", "0", "--dry-run", "--", "--run", "a", "--run", "b"]) == 2
+
+
+def test_the_launches_run_at_once_and_the_first_failure_is_the_exit_code(tmp_path):
+    from mathrl.launch import run_all
+
+    # Each waits for the other's file: only launches running at once both finish.
+    meet = ("import os, sys, time; open(sys.argv[1], 'w').close(); t = time.time()\n"
+            "while not os.path.exists(sys.argv[2]) and time.time() - t < 30: time.sleep(0.05)\n"
+            "sys.exit(int(sys.argv[3]) if os.path.exists(sys.argv[2]) else 99)")  # fmt: skip
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    assert run_all([[sys.executable, "-c", meet, a, b, "0"], [sys.executable, "-c", meet, b, a, "0"]]) == 0
+    for name in (a, b):
+        os.remove(name)
+    assert run_all([[sys.executable, "-c", meet, a, b, "0"], [sys.executable, "-c", meet, b, a, "3"]]) == 3
+    assert run_all([[sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]]) == 143
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_killed_group_of_launches_leaves_none_running(tmp_path, procs, sig):
+    """DVC stops a stage with SIGTERM (forwarded to every launch); SIGKILL reaches them as a parent-death signal."""
+    pidfiles = [tmp_path / "one.pid", tmp_path / "two.pid"]
+    cmds = [[sys.executable, "-c", SLEEPER, str(pidfile)] for pidfile in pidfiles]
+    code = f"import sys; from mathrl.launch import run_all; sys.exit(run_all({cmds!r}))"
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+    procs.append(parent)
+    assert wait_until(lambda: all(p.exists() for p in pidfiles), 30), "the launches never started"
+    children = [int(p.read_text()) for p in pidfiles]
+    parent.send_signal(sig)
+    assert wait_until(lambda: not any(alive(pid) for pid in children), 30), "a launch outlived the group"
+    assert parent.wait(timeout=30) == (128 + signal.SIGTERM if sig == signal.SIGTERM else -signal.SIGKILL)

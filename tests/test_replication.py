@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from mathrl.claims import ClaimSpec, estimate, replicate
 from mathrl.verdict import between_share, cluster_means
@@ -91,3 +92,26 @@ def test_the_share_of_variance_between_warm_ups():
     assert between_share({k: float(k % 2) for k in range(6)}, clusters) == 0.0  # all of it within
     assert math.isnan(between_share({0: 1.0, 1: 2.0}, {0: 0, 1: 1}))  # one run a warm-up: no within to compare
     assert cluster_means({0: 1.0, 1: 3.0, 2: 5.0}, {0: "w", 1: "w", 2: None}) == {"w": 2.0, ("key", 2): 5.0}
+
+
+def test_the_plan_splits_a_pilots_spread_into_its_components():
+    from mathrl import plan
+
+    # a pilot of two runs a warm-up: its warm-ups' means spread by 0.03 when half of a run's variance lies between
+    var_b, var_w = plan.components(0.03, 0.5, 2)
+    assert var_b == pytest.approx(0.0006) and var_w == pytest.approx(0.0006)  # 0.0009 = 0.0006 + 0.0006 / 2
+    assert plan.components(0.03, math.nan, 2) == (pytest.approx(0.0009), 0.0)  # unknown: all of it between
+
+
+def test_the_plan_takes_the_fewest_seeds_that_detect_the_effect():
+    from mathrl import plan
+
+    # five warm-ups, paired: the detectable effect is (t(0.975, 4) + t(0.8, 4)) x sd / sqrt(5) = 1.743 sd
+    assert plan.detectable(1.0, 5, "paired") == pytest.approx((2.7764 + 0.9410) / math.sqrt(5), rel=1e-3)
+    within = dict(sd_pilot=0.03, between=0.0, pilot_per_warmup=2, warmups=5, design="paired", allowed=(1, 2))
+    # all of the variance within warm-ups: a run's sd is 0.042; one seed a warm-up detects 0.071, two 0.050
+    assert plan.seeds_per_warmup(0.06, **within) == 2 and plan.seeds_per_warmup(0.08, **within) == 1
+    between = {**within, "between": 1.0}  # all of it between: more seeds within a warm-up do not help
+    assert plan.seeds_per_warmup(0.05, **between) == 1 and plan.seeds_per_warmup(0.04, **between) is None
+    need = plan.warmups_needed(0.04, 0.03, 1.0, 2, "paired", 2)
+    assert need > 5 and plan.detectable(0.03, need, "paired") <= 0.04 < plan.detectable(0.03, need - 1, "paired")

@@ -116,3 +116,9 @@ def test_token_rewards_by_hand():
 def test_the_signed_reward_is_plus_one_or_minus_one():
     reward, checks = compute_rewards(RewardSpec("signed"), *batch(ROWS))
     assert reward.tolist() == [2 * x - 1 for x in checks["exact"].tolist()] and set(reward.tolist()) == {1.0, -1.0}
+
+
+def test_an_offset_is_added_to_every_reward_and_leaves_accuracy_alone():
+    plain, checks = compute_rewards(RewardSpec("exact"), *batch(ROWS))
+    shifted, same = compute_rewards(RewardSpec("exact", offset=10.0), *batch(ROWS))
+    assert shifted.tolist() == [x + 10 for x in plain.tolist()] and torch.equal(same["exact"], checks["exact"])

@@ -67,10 +67,10 @@ def built(tmp_path_factory, _schema_once):
                              "roles": {"A": "A_fixed_512", "B": "B_step_lr_128", "C": "C_adaptive_kl_128"},
                              "seeds": [0, 1]},
         "clipping": {"fixed": {"fault_grad_spike_step": 3}, "seeds": [0, 1],
-                     "variants": {"sgd_spike": {"optimizer": "sgd", "lr": 0.01, "grad_clip": None},
-                                  "sgd_spike_clip1": {"optimizer": "sgd", "lr": 0.01, "grad_clip": 1.0},
+                     "variants": {"spike_no_clip": {"optimizer": "sgd", "lr": 0.01, "grad_clip": None},
+                                  "spike_clip1": {"optimizer": "sgd", "lr": 0.01, "grad_clip": 1.0},
                                   "adamw_spike": {"grad_clip": None},
-                                  "adamw_no_spike": {"grad_clip": None, "fault_grad_spike_step": None}}},
+                                  "adamw_no_clip": {"grad_clip": None, "fault_grad_spike_step": None}}},
         "value_clip": {"fixed": {"algorithm": "ppo"}, "grid": {"value_clip": [None, 0.2], "value_coef": [0.5, 1.0]},
                        "seeds": [0]},
         "collapse": {"variants": {"huge_lr": {"lr": 1.0, "grad_clip": None}}, "seeds": [0]},
@@ -124,7 +124,7 @@ def write_tree(cfg):
         return [{**x, "grad_norm": size if x["step"] == at else 1.0} for x in r]
 
     w(
-        "clipping__sgd_spike__s0",
+        "clipping__spike_no_clip__s0",
         spiked(
             rows(
                 [0.6, 0.1, 0.1, 0.1, 0.1],
@@ -133,13 +133,13 @@ def write_tree(cfg):
             )
         ),
     )
-    w("clipping__sgd_spike__s1", spiked(rows([0.2, 0.1, 0.1, 0.1, 0.1])))
-    w("clipping__sgd_spike_clip1__s0", spiked(rows([0.5] * 5)))
-    w("clipping__sgd_spike_clip1__s1", spiked(rows([0.5, 0.5, 0.5, 0.5, 0.56])))
+    w("clipping__spike_no_clip__s1", spiked(rows([0.2, 0.1, 0.1, 0.1, 0.1])))
+    w("clipping__spike_clip1__s0", spiked(rows([0.5] * 5)))
+    w("clipping__spike_clip1__s1", spiked(rows([0.5, 0.5, 0.5, 0.5, 0.56])))
     w("clipping__adamw_spike__s0", spiked(rows([0.5, 0.45, 0.5, 0.5, 0.5])))
     w("clipping__adamw_spike__s1", spiked(rows([0.5] * 5)))
-    w("clipping__adamw_no_spike__s0", rows([0.5] * 5, grad_norm=1.0))
-    w("clipping__adamw_no_spike__s1", rows([0.5] * 5, grad_norm=1.0))
+    w("clipping__adamw_no_clip__s0", rows([0.5] * 5, grad_norm=1.0))
+    w("clipping__adamw_no_clip__s1", rows([0.5] * 5, grad_norm=1.0))
     for clip, coef, rmse in [("none", 0.5, 0.3), ("none", 1.0, 0.25), ("0.2", 0.5, 0.2), ("0.2", 1.0, 0.15)]:
         r = rows(
             [0.5] * 5,
@@ -330,7 +330,7 @@ def test_troubleshooting_and_criteria(tree):
     t = tree["stability_troubleshooting"].set_index("symptom")
     assert t.loc["reward does not rise", "evidence_run"] == "lab04_gpt__random_init__s0"
     assert (
-        t.loc["reward drops suddenly", "evidence_run"] == "clipping__sgd_spike__s0"
+        t.loc["reward drops suddenly", "evidence_run"] == "clipping__spike_no_clip__s0"
         and "step 2 -> 10.0% at step 4" in t.loc["reward drops suddenly", "evidence"]
     )
     assert t.loc["reward drops suddenly", "cause_shown"] == "no gradient clipping (and an outsized gradient)"
@@ -356,30 +356,21 @@ def test_troubleshooting_and_criteria(tree):
     assert (b.outcome, b.design, b.n) == ("inconclusive", "paired", 2) and b["diff"] == pytest.approx(0.125)
     assert b.ci_low == pytest.approx(0.125 - 12.7062 * 0.075, rel=1e-4) and b.seeds_needed > 2
     assert v.loc["fixed_vs_C"].outcome == "not judged"  # C has one seed: no interval
-    clip = v.loc["clipping_sgd"]  # SGD after a spike: 2 of 2 collapsed without clipping, 0 of 2 with it
-    assert clip.outcome_unadjusted == "agrees" and clip["diff"] == pytest.approx(1.0) and clip.design == "rates"
-    # 2 of 2 against 0 of 2: Fisher's exact p is 1/3, so across the family the interval's "agrees" does not stand
-    assert (
-        clip.outcome == "inconclusive" and clip.p_value == pytest.approx(1 / 3) and "Benjamini-Hochberg" in clip.reason
-    )
+    clip = v.loc["clipping_bounds_spike"]  # SGD after a spike: 2 of 2 collapsed without clipping, 0 of 2 with it
+    assert clip.kind == "setup" and clip.outcome == "agrees" and clip["diff"] == pytest.approx(1.0)
+    assert clip.design == "rates" and clip.note == "2 of 2 runs against 0 of 2"  # the counts behind the rates
     assert clip.ci_low == pytest.approx(
         1 - math.sqrt(2) * 0.6576, abs=1e-3
     )  # Newcombe from Wilson (2 of 2: [0.3424, 1]; 0 of 2: [0, 0.6576])
-    assert (
-        "spike (sgd, no clipping) met: gradient norm at the spike step / median of the other steps 1e+03"
-        in clip.engaged
-    )
-    assert "clip (sgd) engaged: share of runs whose spike-step gradient norm exceeds the max norm 1" in clip.engaged
-    assert clip.note == "2 of 2 runs against 0 of 2"  # the counts behind the rates
-    assert v.loc["clipping_adamw"].outcome == "not judged"  # no clipped AdamW cell in this tree
+    assert v.loc["clipping_adamw_1.0"].outcome == "not judged"  # no clipped AdamW cell in this tree
     assert v.loc["value_clip"].outcome == "not judged" and v.loc["batch_smoother"].outcome == "not judged"
     # one seed per cell: no interval, so the checks on an interval's lower end cannot be measured
     assert (
-        "critic (clipped, weight 1.0) not measured: ci_low of explained variance over steps 16-20"
+        "critic (unclipped, weight 0.5) not measured: ci_low of explained variance at step 20"
         in v.loc["value_clip"].engaged
     )
-    swings = v.loc["batch_small_swings"]  # largest falls 0.2 and 0.3 at batch 64, minus 10 points
-    assert swings["diff"] == pytest.approx(0.15) and swings.outcome == "inconclusive"
+    swings = v.loc["batch_small_swings"]  # largest relative falls at batch 64 (0.7 -> 0.5; 0.5 -> 0.2), minus 10%
+    assert swings["diff"] == pytest.approx((0.2 / 0.7 + 0.3 / 0.5) / 2 - 0.10) and swings.outcome == "inconclusive"
 
 
 def save(cfg, tables) -> Tables:
@@ -430,14 +421,16 @@ def test_figures_and_section_from_csv(cfg, tree):
     check_figures(named)
     check_figures(figs)
     s = st.section(t)
-    # the equal-batch rows first (no control in this tree), then B against A, C against A (one seed: no interval),
-    # then the setup check of C's controller (no control either); then C against B and the equal-batch smoothness, not
-    # judged where a schedule never acted (this tree's B and C hold their LR and KL coefficient)
+    # B against A, C against A (one seed: no interval); C against B, its smoothness and reproducibility, not judged
+    # where a schedule never acted (this tree's B and C hold their LR and KL coefficient)
     rows = s["rows"]["fixed_vs_dynamic"]
-    assert [r["outcome"] for r in rows] == ["not judged", "not judged", "inconclusive"] + ["not judged"] * 7
-    assert [r["key"] for r in rows[5:]] == ["dynamic_C_vs_B", "dynamic_C_smoother_than_B", "dynamic_C_reproducible_B",
-                                            "fixed_smoother_than_B", "fixed_smoother_than_C"]  # fmt: skip
-    assert all("mechanism not engaged" in r["reason"] for r in rows[5:])
+    keys = [r["key"] for r in rows]
+    assert keys[:2] == ["fixed_vs_B", "fixed_vs_C"] and [r["outcome"] for r in rows[:2]] == [
+        "inconclusive",
+        "not judged",
+    ]
+    for key in ("dynamic_C_vs_B", "dynamic_C_smoother_than_B", "dynamic_C_reproducible_B"):
+        assert "mechanism not engaged" in rows[keys.index(key)]["reason"]
     # equal samples: both batches logged 16 rollouts per step here, so they share every evaluation; compared at the last
     # (160)
     es = t["stability_equal_samples"]
@@ -500,49 +493,25 @@ def test_empty_results_render(cfg, tmp_path):
     assert "No data" in render(s, {}) or "missing" in render(s, {})
 
 
-def test_dynamic_schedules_are_also_judged_at_their_own_batch():
-    """With the equal-batch control, B and C are compared with fixed hyperparameters at their batch (paired by seed)."""
-    finals = {
-        "A": [0.56, 0.59, 0.57],  # A − B: 0.06, 0.07, 0.06, about the document's 6.3 points
-        "B": [0.50, 0.52, 0.51],
-        "C": [0.60, 0.61, 0.62],  # A − C: about −4 points, the other side of the document's +4.5
-        "equal_batch": [0.45, 0.46, 0.47],
-    }
-    fr = pd.DataFrame(
-        [
-            {"method": m, "seed": s, "final_eval": f, "schedule_moved": float(m in "BC")}
-            for m, fs in finals.items()
-            for s, f in enumerate(fs)
-        ]
-    )
+def test_the_fixed_large_batch_is_judged_against_each_schedule_by_direction():
+    """The document's table gives final accuracies of a 1.5B model (A 58.6%, B 52.3%, C 54.1%): a scale this testbed
+    does not share, so A against B and C is judged by its direction alone, paired by seed."""
+    finals = {"A": [0.56, 0.59, 0.57], "B": [0.50, 0.52, 0.51], "C": [0.62, 0.63, 0.64]}
+    fr = pd.DataFrame([{"method": m, "seed": s, "final_eval": f, "schedule_moved": 1.0}
+                       for m, fs in finals.items() for s, f in enumerate(fs)])  # fmt: skip
     from mathrl import claims
 
     v = synthetic.verdicts({"claims": claims.judge_all({}, {"stability_fvd_runs": fr})}, "stability")
-    assert (
-        v.loc["dynamic_B_equal_batch"]["diff"] == pytest.approx(0.05)
-        and v.loc["dynamic_B_equal_batch"].outcome == "agrees"
-    )
-    assert v.loc["dynamic_C_equal_batch"]["diff"] == pytest.approx(0.15) and v.loc["fixed_vs_B"].note.startswith(
+    assert v.loc["fixed_vs_B"]["diff"] == pytest.approx(0.0633, abs=1e-3) and v.loc["fixed_vs_B"].outcome == "agrees"
+    assert v.loc["fixed_vs_C"].outcome == "disagrees" and v.loc["fixed_vs_B"].note.startswith(
         "A differs from B and C in batch size"
     )
-    without = synthetic.verdicts(
-        {"claims": claims.judge_all({}, {"stability_fvd_runs": fr[fr["method"] != "equal_batch"]})}, "stability"
-    )
+    far = fr.assign(final_eval=fr["final_eval"] + 0.2 * (fr["method"] == "A"))  # no size: far above still agrees
     assert (
-        without.loc["dynamic_B_equal_batch"].outcome == "not judged" and without.loc["fixed_vs_B"].outcome == "agrees"
-    )
-    assert without.loc["fixed_vs_C"].outcome == "disagrees"
-    # an A − B far above the table's 6.3 points is judged against that size too: larger than it
-    far = fr.assign(final_eval=fr["final_eval"] + 0.2 * (fr["method"] == "A"))
-    larger = synthetic.verdicts({"claims": claims.judge_all({}, {"stability_fvd_runs": far})}, "stability")
-    assert larger.loc["fixed_vs_B"].outcome == "disagrees" and "larger than it" in larger.loc["fixed_vs_B"].reason
-    # a schedule that never acted (B's LR did not fall) is not judged, whatever its accuracy
-    still = synthetic.verdicts(
-        {"claims": claims.judge_all({}, {"stability_fvd_runs": fr.assign(schedule_moved=0.0)})}, "stability"
-    )
-    assert (
-        still.loc["dynamic_B_equal_batch"].outcome == "not judged"
-        and "schedule acted (B)" in still.loc["dynamic_B_equal_batch"].engaged
+        synthetic.verdicts({"claims": claims.judge_all({}, {"stability_fvd_runs": far})}, "stability")
+        .loc["fixed_vs_B"]
+        .outcome
+        == "agrees"
     )
 
 
@@ -561,8 +530,6 @@ def test_the_schedules_are_ranked_against_each_other():
     assert v.loc["dynamic_C_smoother_than_B"]["diff"] == pytest.approx(0.01)  # C rougher: the other side
     assert v.loc["dynamic_C_smoother_than_B"].outcome == "disagrees"
     assert v.loc["dynamic_C_reproducible_B"]["diff"] == pytest.approx(0.039 / 3 - 0.04 / 3)
-    # the equal-batch smoothness claims need the control
-    assert v.loc["fixed_smoother_than_B"].outcome == "not judged"
 
 
 def test_stated_intervals_stay_within_the_range_of_their_quantity():
@@ -627,7 +594,8 @@ def test_alert_events_score_the_watched_steps_against_the_base_rate():
 
 
 def test_remedy_claims_need_their_symptom_and_their_mechanism():
-    """kl_remedy: judged only where accuracy fell without a KL penalty and the penalty held the KL down."""
+    """kl_remedy: judged only where accuracy fell without a KL penalty while the policy drifted from the reference
+    (its KL above the checklist's 0.1), and where the penalty held the KL down."""
     from mathrl import claims
 
     cfg = {
@@ -639,39 +607,33 @@ def test_remedy_claims_need_their_symptom_and_their_mechanism():
                     "kl_default": "kl_0.05",
                     "low_lr": "low_lr",
                     "raised_lr": "low_lr_x10",
-                }
+                    "plan_b": "plan_b",
+                    "small_batch": "flat_b64",
+                    "raised_batch": "flat_b512",
+                }  # fmt: skip
             }
         }
     }
 
-    def measures(fall_without, kl_ratio):
+    def measures(fall_without, kl_ratio, drift=0.2):
         out = []
         for seed in range(5):
-            out.append(
-                {
-                    "experiment": "remedies",
-                    "variant": "kl_0",
-                    "seed": seed,
-                    "drawdown": fall_without + 0.01 * seed,
-                    "kl_end": 0.2,
-                }
-            )
-            out.append(
-                {
-                    "experiment": "remedies",
-                    "variant": "kl_0.1",
-                    "seed": seed,
-                    "drawdown": 0.01 + 0.002 * seed,
-                    "kl_end": 0.2 * kl_ratio,
-                }
-            )
+            out.append({"experiment": "remedies", "variant": "kl_0", "seed": seed,
+                        "lowest_change": -fall_without - 0.01 * seed, "kl_end": drift})  # fmt: skip
+            out.append({"experiment": "remedies", "variant": "kl_0.1", "seed": seed,
+                        "lowest_change": -0.01 - 0.002 * seed, "kl_end": drift * kl_ratio})  # fmt: skip
         return pd.DataFrame(out)
 
-    judged = claims.judge_all(cfg, {"run_measures": measures(0.10, 0.5)}).set_index("claim_id").loc["kl_remedy"]
-    assert judged.outcome == "agrees" and judged.difference == pytest.approx(0.01 + 0.004 - 0.10 - 0.02)
-    no_fall = claims.judge_all(cfg, {"run_measures": measures(0.0, 0.5)}).set_index("claim_id").loc["kl_remedy"]
+    def judged(**kw):
+        return claims.judge_all(cfg, {"run_measures": measures(**kw)}).set_index("claim_id").loc["kl_remedy"]
+
+    ok = judged(fall_without=0.10, kl_ratio=0.5)
+    assert ok.outcome == "agrees" and ok.difference == pytest.approx(-0.01 - 0.004 + 0.10 + 0.02)
+    no_fall = judged(fall_without=-0.05, kl_ratio=0.5)  # the lowest point lies above the start: nothing fell
     assert no_fall.outcome == "not judged" and no_fall.failure_established in (False, "False")
-    no_hold = claims.judge_all(cfg, {"run_measures": measures(0.10, 1.0)}).set_index("claim_id").loc["kl_remedy"]
+    no_drift = judged(fall_without=0.10, kl_ratio=0.5, drift=0.05)  # the KL stayed within the healthy 0.1
+    assert no_drift.outcome == "not judged" and "policy drifts (KL 0) not established" in no_drift.reason
+    no_hold = judged(fall_without=0.10, kl_ratio=1.0)
     assert no_hold.outcome == "not judged" and no_hold.engaged in (False, "False")
 
 

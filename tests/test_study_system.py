@@ -318,7 +318,7 @@ def test_starts_tables_and_claims(starts_tables):
         k.loc["add_accuracy"]["diff"] == pytest.approx(0.04) and k.loc["add_accuracy"].n == 2
     )  # the picked start's runs only
     assert k.loc["add_gain"]["diff"] == pytest.approx(0.09)
-    vs = k.loc["add_start_30_rl_vs_supervised"]
+    vs = k.loc["add_start_30_rl_vs_supervised"]  # one warm-up: its runs are not paired with its controls by seed
     assert vs["diff"] == pytest.approx(-0.25) and vs.kind == "beyond" and vs.design == "unpaired"
     assert k.loc["add_start_85_rl_vs_supervised"]["diff"] == pytest.approx(0.04)
 
@@ -332,7 +332,8 @@ def test_the_control_sees_an_rl_runs_samples_and_every_start_is_saved(files):
     for spec in runs:
         s, sft = spec.settings, cfg["sft"][spec.settings["task"]]
         assert s["steps"] * s["batch_size"] == sft["control_steps"] * sft["control_batch_size"], spec.run_id
-        assert len(sft["control_seeds"]) >= 5 and len(cfg["experiments"]["system"]["seeds"]) >= 5
+        controls = len(sft["control_seeds"]) * sft["warmups"]  # one control per warm-up and control seed
+        assert controls >= 5 and len(cfg["experiments"]["system"]["seeds"]) >= 5
         if s["init"] is not None:
             assert s["init"] in {system.start_of(cfg, {"task": s["task"], "init": None})} | {
                 f"start_{round(100 * x)}" for x in sft["starts"]

@@ -21,6 +21,7 @@ import math
 import pandas as pd
 
 import mathrl.studies.kit as kit
+from mathrl.measures import lowest_change
 from mathrl.results import collapsed, degraded, max_drawdown, mean_spread, roughness
 from mathrl.studies.kit import BAND_NOTE, COLORS, SHARE, plt
 from mathrl.verdict import difference
@@ -30,19 +31,58 @@ TITLE = "Training collapse: causes and remedies"
 DOCUMENT = "training-collapse-analysis.md"
 
 EXPERIMENT = "collapse"
-REMEDIES = ("lr_tenth", "kl", "grad_clip", "adv_norm_clip", "entropy_schedule", "cosine_lr")  # each changes one thing
+# Each remedy against the failure of its own cause: (remedy, the failing setting it changes one thing of)
+REMEDIES = (
+    ("lr_tenth", "baseline"),
+    ("reward_norm", "scale_failing"),
+    ("adv_norm_clip", "scale_failing"),
+    ("signed", "binary"),
+    ("few_problems", "all_problems"),
+)
 REWARD_DESIGNS = ("random_baseline", "shaped", "penalty")
 # What each run of the experiment is for; the config's `roles` block names the variant of each.
-ROLES = ("baseline", *REMEDIES, *REWARD_DESIGNS, "curriculum", "nonfinite")
+PAIRED = tuple(dict.fromkeys(r for pair in REMEDIES for r in pair))
+ROLES = (*PAIRED, *REWARD_DESIGNS, "curriculum", "nonfinite")
+REQUIRED = ("baseline", "lr_tenth", *REWARD_DESIGNS, "curriculum", "nonfinite")  # a config may leave the others out
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)  # "the five points of a run", as shares of its steps
-STATS = ["initial_eval", "final_eval", "best_eval", "gain", "mid_gain", "drawdown", "late_drawdown", "roughness",
-         "collapsed", "degraded", "final_format_rate", "final_entropy", "early_entropy", "skipped",
-         "initial_format_rate", "zero_std", "entropy_fall", "lr_ratio", "first_stage_accuracy", "adv_abs_max",
-         "adv_clip_ratio", "adv_clip_binding", "clip_binding", "entropy_coef_ratio", "mean_lr", "mean_kl_coef",
-         "mean_kl", "late_format_rate", "format_gain"]  # fmt: skip
+STATS = [
+    "initial_eval",
+    "final_eval",
+    "best_eval",
+    "gain",
+    "mid_gain",
+    "drawdown",
+    "late_drawdown",
+    "roughness",
+    "collapsed",
+    "degraded",
+    "final_format_rate",
+    "final_entropy",
+    "early_entropy",
+    "skipped",
+    "initial_format_rate",
+    "zero_std",
+    "entropy_fall",
+    "lr_ratio",
+    "first_stage_accuracy",
+    "adv_abs_max",
+    "adv_clip_ratio",
+    "adv_clip_binding",
+    "clip_binding",
+    "entropy_coef_ratio",
+    "mean_lr",
+    "mean_kl_coef",
+    "mean_kl",
+    "late_format_rate",
+    "format_gain",
+    "lowest_change",
+    "adv_mean",
+    "adv_mean_abs",
+]
 NONFINITE_COLUMNS = [
     "run_id",
     "seed",
+    "warmup",
     "status",
     "steps_done",
     "skipped",
@@ -92,6 +132,8 @@ def run_stats(run, role: str) -> dict:
             "skipped": float(m["skipped"].fillna(0).sum()), "initial_format_rate": float(m["format_rate"].iloc[0]),
             "zero_std": float(m["frac_zero_std"].mean()), "entropy_fall": 1 - kit.end_over_start(m["entropy"]),
             "lr_ratio": kit.end_over_start(m["lr"]), "adv_abs_max": kit.step_mean(m, "adv_abs_max"),
+            "lowest_change": lowest_change(run), "adv_mean": kit.step_mean(m, "adv_mean"),
+            "adv_mean_abs": abs(kit.step_mean(m, "adv_mean")),
             "first_stage_accuracy": float(m.loc[m["ndigit"] == m["ndigit"].min(), "accuracy"].mean())
                                     if curriculum else math.nan,
             **mechanisms(m, settings)}  # fmt: skip
@@ -118,9 +160,10 @@ def mechanisms(m: pd.DataFrame, settings: dict) -> dict:
             "late_format_rate": late, "format_gain": late - float(m["format_rate"].iloc[0])}  # fmt: skip
 
 
-def variants_table(per_run: pd.DataFrame, settings: dict, baseline: str) -> pd.DataFrame:
-    """Per variant: its settings, mean, std, 95% interval and n of every statistic, and the
-    difference in final accuracy from the baseline with its 95% interval (paired by seed)."""
+def variants_table(per_run: pd.DataFrame, settings: dict, against: dict[str, str]) -> pd.DataFrame:
+    """Per variant: its settings, mean, std, 95% interval and n of every statistic, and for a remedy the difference
+    in final accuracy from the failing setting it changes one thing of (`against`: {variant: its failing variant}),
+    with its 95% interval (paired by seed: the same warm-up and prompts)."""
     out = kit.summarise(per_run, ["variant"], STATS[1:2] + STATS[:1] + STATS[2:], "n_runs")  # n counts final evals
     out = kit.add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
     g = per_run.groupby("variant", sort=False)
@@ -128,11 +171,15 @@ def variants_table(per_run: pd.DataFrame, settings: dict, baseline: str) -> pd.D
     described = [", ".join(f"{k}={val}" for k, val in (settings.get(x) or {}).items()) for x in out["variant"]]
     out.insert(2, "settings", [d or "defaults" for d in described])
     out.insert(3, "algorithm", g["algorithm"].first().values)
+    out.insert(4, "against", [against.get(x, "") for x in out["variant"]])
     out = kit.add_outcomes(out, per_run, "variant", judged=True)
-    base = kit.per_seed(per_run, "final_eval", variant=baseline)
-    diffs = [kit.NO_DIFFERENCE if x == baseline else difference(kit.per_seed(per_run, "final_eval", variant=x), base)
-             for x in out["variant"]]  # fmt: skip
-    for column, field in (("diff_vs_baseline", "estimate"), ("diff_lo", "lo"), ("diff_hi", "hi")):
+    diffs = [
+        difference(kit.per_seed(per_run, "final_eval", variant=x), kit.per_seed(per_run, "final_eval", variant=b))
+        if (b := against.get(x))
+        else kit.NO_DIFFERENCE
+        for x in out["variant"]
+    ]
+    for column, field in (("diff_vs_failing", "estimate"), ("diff_lo", "lo"), ("diff_hi", "hi")):
         out[column] = [getattr(d, field) for d in diffs]
     return out
 
@@ -191,14 +238,14 @@ def nonfinite_table(runs) -> pd.DataFrame:
 # mathrl.claim_names reads this assignment from the source (without importing the module) to check a claim's names
 # when the config is read.
 CLAIM_TABLES = {
-    "collapse_per_run": ["variant", "role", "seed", "run_id", "status", "algorithm", *STATS],
+    "collapse_per_run": ["variant", "role", "seed", "warmup", "run_id", "status", "algorithm", *STATS],
     "collapse_nonfinite": NONFINITE_COLUMNS,
 }
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = ctx.experiment(EXPERIMENT)
-    role = kit.roles(ctx.cfg, EXPERIMENT, ROLES) if runs else {}
+    role = kit.roles(ctx.cfg, EXPERIMENT, REQUIRED) if runs else {}
     # the calibration's `reference` shares the baseline's variant: the baseline names it
     named = kit.role_of(role, ROLES)
     per_run = pd.DataFrame(
@@ -209,8 +256,9 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
                            for row in segment_rows(r, named[r.spec.variant])],
                           columns=["variant", "role", "seed", "point", "step", *POINT_VALUES])  # fmt: skip
     design = mean_spread(design, ["variant", "role", "point", "step"], POINT_VALUES)
+    against = {role[r]: role[f] for r, f in REMEDIES if r in role and f in role}
     return {
-        "collapse_variants": variants_table(per_run, variants, role.get("baseline", "")),
+        "collapse_variants": variants_table(per_run, variants, against),
         "collapse_per_run": per_run,
         "collapse_reward_design": design,
         "collapse_nonfinite": nonfinite_table([r for r in runs if named.get(r.spec.variant) == "nonfinite"]),
@@ -225,12 +273,10 @@ CURVE_FIGURES = {
     "collapse_reward_design": ("Reward design on 2-digit multiplication", 1, 2, (10, 3.8), False, [
         (REWARD_DESIGNS, "eval_accuracy", "Held-out accuracy by reward design", "eval accuracy"),
         (REWARD_DESIGNS, "format_rate", "Well-formed answers in rollouts", "format rate")]),
-    # each remedy against the failing baseline, one panel each
-    "collapse_remedies": ("Held-out accuracy of each remedy against the failing baseline", 2, 3, (12, 6.5), True, [
-        ((r, "baseline"), "eval_accuracy", f"{r} against the baseline", "eval accuracy") for r in REMEDIES]),
-    "collapse_schedules": ("Entropy bonus schedule, LR schedules and curriculum", 2, 2, (10, 6.5), False, [
-        (("entropy_schedule", "baseline"), "entropy", "Policy entropy", "mean token entropy"),
-        (("cosine_lr", "lr_tenth", "baseline"), "lr", "Learning rate", "lr"),
+    # each remedy against the failing setting of its own cause, one panel each
+    "collapse_remedies": ("Each remedy against the failure of its own cause", 2, 3, (12, 6.5), True, [
+        ((r, f), "eval_accuracy", f"{r} against {f}", "eval accuracy") for r, f in REMEDIES]),
+    "collapse_curriculum": ("The curriculum", 1, 2, (10, 3.8), False, [
         (("curriculum",), "ndigit", "Curriculum: operand digits", "ndigit"),
         (("curriculum", "shaped"), "format_rate", "Curriculum: well-formed answers in rollouts", "format rate")]),
     "collapse_nonfinite": ("A huge learning rate without gradient clipping", 1, 2, (10, 3.8), False, [
@@ -263,9 +309,6 @@ def fig_variants(t) -> plt.Figure:
         ax.bar(x, v["final_eval_mean"].fillna(0), yerr=err, color=COLORS[0], capsize=3, label=label)
         for i, n in zip(x, v["n"]):
             ax.annotate(f"n={int(n)}" if n else "missing", (i, 0), ha="center", va="bottom", fontsize=7, color="0.2")
-        base = kit.cell(v, "final_eval_mean", role="baseline")
-        if not math.isnan(base):
-            ax.axhline(base, color=COLORS[3], linestyle="--", label="baseline")
         ax.set_xticks(list(x), v["variant"], rotation=30, ha="right")
         ax.legend()
     ax.set(title="Final held-out accuracy per variant", xlabel="variant", ylabel="final eval accuracy")
@@ -284,7 +327,7 @@ def section(t) -> dict:
     of_role = {r: kit.row_of(v, role=r) for r in ROLES}
     zs = {r.role: r.frac_zero_std_mean for r in d[d["point"] == 0].itertuples()} if len(d) else {}
     z = lambda k: "–" if k not in zs or pd.isna(zs[k]) else f"{100 * zs[k]:.0f}%"  # noqa: E731
-    return {"baseline": of_role["baseline"], "algorithm": of_role["baseline"].get("algorithm", "–"),
+    return {"of_role": of_role, "baseline": of_role["baseline"], "algorithm": of_role["baseline"].get("algorithm", "–"),
             "names": {r: row.get("variant", r) for r, row in of_role.items()},
             "settings": {r: row.get("settings", "not run") for r, row in of_role.items()},
             "variants": v, "reward_design": d,

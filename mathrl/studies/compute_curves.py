@@ -25,7 +25,7 @@ from mathrl.verdict import Estimate, mean_interval
 
 BATCH = "batch"  # the experiment restated as ceiling against efficiency
 GRID = 40  # points of each drawn curve
-RUN_COLUMNS = ["experiment", "setting", "seed", "R0", "C_max", *curves.FIT_KEYS,
+RUN_COLUMNS = ["experiment", "setting", "seed", "warmup", "R0", "C_max", *curves.FIT_KEYS,
                *"half_mae half_points half_predicted half_noise half_reason".split()]  # fmt: skip
 SUMMARY_COLUMNS = (
     "experiment setting runs n points R0 A_mean A_lo A_hi a_at_bound B_n B_mean B_lo B_hi C_mid "

@@ -150,7 +150,7 @@ def adv_scaling_runs(ctx) -> pd.DataFrame:
                     "final": float(g["final"].mean()),
                 }
             )
-    df = pd.DataFrame(rows, columns=["setting", "seed", "carries", "problems", "initial", "final"])
+    df = pd.DataFrame(rows, columns=["setting", "seed", "warmup", "carries", "problems", "initial", "final"])
     return df.assign(gain=df["final"] - df["initial"])
 
 
@@ -253,7 +253,7 @@ CLAIM_TABLES = {
         "boot_hi",
     ],
     "diagnostics_update_runs": [*RUN_KEYS, "fault_injected", *UPDATE],
-    "diagnostics_adv_scaling_runs": ["setting", "seed", "carries", "problems", "initial", "final", "gain"],
+    "diagnostics_adv_scaling_runs": ["setting", "seed", "warmup", "carries", "problems", "initial", "final", "gain"],
 }
 
 

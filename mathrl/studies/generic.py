@@ -60,7 +60,7 @@ def per_run(ctx) -> pd.DataFrame:
                     **dict(zip(VALUES, map(float, values))),
                 }
             )
-    return pd.DataFrame(rows, columns=["experiment", "setting", "seed", "status", "eval_size", *VALUES])
+    return pd.DataFrame(rows, columns=["experiment", "setting", "seed", "warmup", "status", "eval_size", *VALUES])
 
 
 def summary_table(runs: pd.DataFrame, cfg: dict) -> pd.DataFrame:

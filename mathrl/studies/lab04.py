@@ -26,13 +26,17 @@ TITLE = "Lab 04: entropy collapse, vanishing gradients and reward hacking"
 DOCUMENT = "lab04-training-challenges.md"
 
 EXPERIMENT = "lab04_gpt"
-ROLES = ("normal", "aggressive", "clip_higher", "remedy", "proxy", "random_policy", "perfect_policy")
+ROLES = ("normal", "aggressive", "proxy", "random_policy", "perfect_policy")  # every config names these
+# the exploding-KL setting and its remedies (rl-stability-batch-and-hyperparameters.md, 八), several epochs against one,
+# the function-based reward; and, where a config runs them (config/full.yaml), the entropy remedies
+KL_ROLES = ("kl_failing", "kl_clip", "kl_epochs", "kl_batch")
+OTHER_ROLES = ("epochs_one", "epochs_four", "function", "entropy_failing", "clip_higher", "remedy", "low_temperature")
 # Optional roles: the covariance remedies of arXiv 2505.22617, judged like clip-higher (config/claims.yaml) where an
 # experiment names them (config/full.yaml does; the default leaves them out of its budget).
 COV_REMEDIES = ("clip_cov", "kl_cov")
 # Optional roles: the troubleshooting table's remedies (rl-stability-batch-and-hyperparameters.md 八) for collapsing
 # entropy and for an exploding KL, judged on the same failing setting where an experiment names them.
-TABLE_REMEDIES = ("entropy_bonus", "temperature", "kl_clip", "kl_epochs", "kl_batch")
+TABLE_REMEDIES = ("entropy_bonus", "temperature")
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
 # GPT steps averaged for the start or end of a per-step metric; at most half a run, so the two never overlap
 GPT_WINDOW = 5
@@ -316,7 +320,7 @@ def differences(settings: dict, against: dict) -> list[tuple[str, object, object
 
 
 # roles set beside aggressive
-COMPARED_TO_FAILURE = ("normal", "clip_higher", "remedy", "kl_clip", "kl_epochs", "kl_batch", "entropy_bonus",
+COMPARED_TO_FAILURE = ("kl_clip", "kl_epochs", "kl_batch", "clip_higher", "remedy", "entropy_bonus",
                        "temperature", "clip_cov", "kl_cov")  # fmt: skip
 
 
@@ -326,14 +330,25 @@ def _shown(value) -> str:
 
 
 def differences_table(ctx, role: dict[str, str]) -> pd.DataFrame:
-    """Per role compared with the failing setting (role aggressive): each run setting it changes, from
-    the config's expansion of the experiment (seed 0's run of each variant)."""
+    """Per remedy compared with the failing setting of its cause (role kl_failing: the exploding KL; where a config runs
+    the entropy remedies, entropy_failing): each run setting it changes, from the config's expansion of the
+    experiment (seed 0's run of each variant)."""
     spec = {run.spec.variant or "": run.spec.settings for run in reversed(ctx.experiment(EXPERIMENT))}
-    base = spec.get(role.get("aggressive", ""))
-    rows = [{"role": r, "variant": role[r], "setting": key, "value": _shown(value), "aggressive": _shown(other)}
-            for r in COMPARED_TO_FAILURE if base is not None and role.get(r) in spec
-            for key, value, other in differences(spec[role[r]], base)]  # fmt: skip
-    return pd.DataFrame(rows, columns=["role", "variant", "setting", "value", "aggressive"])
+    failing_of = {r: "kl_failing" if r in KL_ROLES else "entropy_failing" for r in COMPARED_TO_FAILURE}
+    rows = [
+        {
+            "role": r,
+            "variant": role[r],
+            "against": role[failing_of[r]],
+            "setting": key,
+            "value": _shown(value),
+            "failing": _shown(other),
+        }
+        for r in COMPARED_TO_FAILURE
+        if role.get(r) in spec and role.get(failing_of[r]) in spec
+        for key, value, other in differences(spec[role[r]], spec[role[failing_of[r]]])
+    ]
+    return pd.DataFrame(rows, columns=["role", "variant", "against", "setting", "value", "failing"])
 
 
 def gpt_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -355,7 +370,7 @@ def _seeds(df: pd.DataFrame, pooled: bool = False) -> pd.DataFrame:
 # mathrl.claim_names reads this assignment from the source (without importing the module) to check a claim's names
 # when the config is read.
 CLAIM_TABLES = {
-    "lab04_gpt_runs": ["run_id", "variant", "seed", "status", *GPT_VALUES],
+    "lab04_gpt_runs": ["run_id", "variant", "seed", "warmup", "status", *GPT_VALUES],
     # per setting and seed, then per setting a pooled row (seed `all`) with n and each value's spread across seeds
     "lab04_entropy": [
         "setting",
@@ -383,7 +398,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = gpt_runs(ctx)
     gpt = gpt_table(runs)
     role = kit.roles(ctx.cfg, EXPERIMENT, ROLES) if len(runs) else {}
-    named = kit.role_of(role, (*ROLES, *COV_REMEDIES, *TABLE_REMEDIES))
+    named = kit.role_of(role, (*ROLES, *KL_ROLES, *OTHER_ROLES, *COV_REMEDIES, *TABLE_REMEDIES))
     gpt.insert(1, "role", gpt["variant"].map(named).fillna("") if len(gpt) else [])
     return {"lab04_gpt_differences": differences_table(ctx, role), "lab04_entropy": ent,
             "lab04_local_optima": local_optima_table(ent), "lab04_vanishing": van, "lab04_vanishing_points": points,
@@ -417,7 +432,7 @@ def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
         ax.legend()
 
 
-COMPARED = ("normal", "aggressive", "clip_higher", "remedy", *COV_REMEDIES, *TABLE_REMEDIES)  # GPT roles compared
+COMPARED = ("normal", "aggressive", *KL_ROLES, "clip_higher", "remedy", *COV_REMEDIES, *TABLE_REMEDIES)  # drawn
 ACTION_COLORS = (COLORS[4], COLORS[5], COLORS[9])  # the bandit's actions, in colours no setting of the panels uses
 STARTS = ("random_policy", "perfect_policy")  # GPT roles starting from a random or a near-perfect policy: drawn apart
 
@@ -575,7 +590,7 @@ def section(t) -> dict:
     ent = t["lab04_entropy"]
     a, n = (kit.row_of(ent, setting=setting, seed="all") for setting in ("aggressive", "normal"))
     hack = kit.row_of(t["lab04_hacking"], seed="all")
-    gpt = {r: kit.row_of(t["lab04_gpt"], role=r) for r in (*ROLES, *COV_REMEDIES)}
+    gpt = {r: kit.row_of(t["lab04_gpt"], role=r) for r in (*ROLES, *KL_ROLES, *OTHER_ROLES, *COV_REMEDIES)}
     kept = n.get("final_entropy", math.nan) - a.get("final_entropy", math.nan)  # by the normal setting over aggressive
     bandit_ends = ("proxy_start", "proxy_end", "true_start", "true_end")
     gpt_ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")

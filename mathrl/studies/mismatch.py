@@ -101,7 +101,7 @@ def control_at_scale(ctx) -> pd.DataFrame:
 # mathrl.claim_names reads this assignment from the source (without importing the module) to check a claim's names
 # when the config is read.
 CLAIM_TABLES = {
-    "diagnostics_mismatch_runs": ["setting", "seed", "steps", *RUN_VALUES],
+    "diagnostics_mismatch_runs": ["setting", "seed", "warmup", "steps", *RUN_VALUES],
     # one row: the runs without a source of mismatch, pooled
     "diagnostics_mismatch_control": [
         "runs",

@@ -49,13 +49,25 @@ def largest_drop(values: pd.Series) -> float:
     return float(max(-d.min(), 0.0)) if len(d) else 0.0
 
 
+def largest_relative_drop(values: pd.Series) -> float:
+    """The largest decrease between consecutive values as a share of the earlier one (0 when the curve never goes
+    down): the document's fluctuation in percent of the metric, free of the metric's scale."""
+    v = values.to_numpy(dtype=float)
+    earlier, later = v[:-1], v[1:]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        falls = np.where(earlier > 0, (earlier - later) / earlier, np.nan)
+    falls = falls[np.isfinite(falls)]
+    return float(max(falls.max(), 0.0)) if len(falls) else 0.0
+
+
 def change_shares(values: pd.Series) -> tuple[float, float]:
     """Shares of consecutive changes (in either direction) above BIG_SWING and below SMALL_SWING."""
     d = values.diff().dropna().abs()
     return (float((d > BIG_SWING).mean()), float((d < SMALL_SWING).mean())) if len(d) else (NAN, NAN)
 
 
-MEASURES = ("initial_eval", "final_eval", "best_eval", "roughness", "drawdown", "largest_drop", "share_above_10",
+MEASURES = ("initial_eval", "final_eval", "best_eval", "roughness", "drawdown", "largest_drop", "largest_relative_drop",
+            "share_above_10",
             "share_below_3", "collapsed", "final_reward", "wall_seconds", "alerts")  # fmt: skip
 
 
@@ -64,9 +76,21 @@ def measures(run) -> dict:
     if not run.ok:
         return dict.fromkeys(MEASURES, NAN)
     e, ev = run.evals, run.evals["eval_accuracy"]
-    return dict(zip(MEASURES, [ev.iloc[0], ev.iloc[-1], ev.iloc[1:].max(), roughness(e["step"], ev), max_drawdown(ev),
-                               largest_drop(ev), *change_shares(ev), float(collapsed(run)), logged(run, "reward_mean"),
-                               run.summary["wall_seconds"], len(run.summary["alerts"])]))  # fmt: skip
+    values = [
+        ev.iloc[0],
+        ev.iloc[-1],
+        ev.iloc[1:].max(),
+        roughness(e["step"], ev),
+        max_drawdown(ev),
+        largest_drop(ev),
+        largest_relative_drop(ev),
+        *change_shares(ev),
+        float(collapsed(run)),
+        logged(run, "reward_mean"),
+        run.summary["wall_seconds"],
+        len(run.summary["alerts"]),
+    ]
+    return dict(zip(MEASURES, values))
 
 
 def absolute_deviation(rows: pd.DataFrame, by: str, col: str) -> pd.Series:
@@ -164,7 +188,7 @@ def equal_samples_table(runs: list) -> pd.DataFrame:
         for s, acc in zip(r.metrics["samples"], r.metrics["eval_accuracy"])
         if pd.notna(acc) and s > 0
     ]
-    return pd.DataFrame(rows, columns=["batch_size", "seed", "samples", "eval_accuracy"])
+    return pd.DataFrame(rows, columns=["batch_size", "seed", "warmup", "samples", "eval_accuracy"])
 
 
 def equal_samples_pairs(es: pd.DataFrame) -> pd.DataFrame:
@@ -182,11 +206,12 @@ def equal_samples_pairs(es: pd.DataFrame) -> pd.DataFrame:
                     "batch_size": small,
                     "large_batch": hi,
                     "seed": seed,
+                    "warmup": warmup,
                     "samples": max(common),
                     "large": large.get(seed, NAN),
                     "small": acc,
                 }
-                for seed, acc in zip(mine["seed"], mine["eval_accuracy"])
+                for seed, warmup, acc in zip(mine["seed"], mine["warmup"], mine["eval_accuracy"])
             ]
     return pd.DataFrame(rows, columns=CLAIM_TABLES["stability_equal_samples_pairs"])
 
@@ -400,10 +425,17 @@ def spike_ratio(grad_norms: pd.Series, steps: pd.Series, spike_step) -> float:
     return float(at.iloc[0] / rest.median())
 
 
+def clipped_share(grad_norms: pd.Series, max_norm) -> float:
+    """The share of steps whose gradient norm (logged before clipping) exceeded the max norm: how often the clip
+    acted (NaN without a clip)."""
+    norms = grad_norms.dropna()
+    return float((norms > float(max_norm)).mean()) if max_norm is not None and len(norms) else NAN
+
+
 def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per cell (optimizer x max norm x spike): collapse rate with its 95% Wilson interval; and one row per run: its
-    cell, collapse, the largest fall below its start after the spike, the spike's measured size, and `clip_bound`: 1
-    when the gradient norm at the spike (before clipping) exceeded the max norm (NaN without a clip)."""
+    variant and cell, collapse, the largest fall below its start after the spike, the spike's measured size, and
+    `clip_bound`: the share of steps whose gradient norm the clip cut (NaN without a clip)."""
     if not runs:
         return pd.DataFrame(), pd.DataFrame()
     rows = []
@@ -413,8 +445,9 @@ def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
         max_norm = label(st["grad_clip"])
         after = r.evals[r.evals["step"] >= (spike or 0)]["eval_accuracy"] if r.ok else []
         norm = kit.cell(r.metrics, "grad_norm", step=spike) if r.ok and spike is not None else NAN  # at the spike
-        bound = float(norm > st["grad_clip"]) if kit.known(norm) and st["grad_clip"] is not None else NAN
-        rows.append({"optimizer": optimizer, "max_norm": max_norm, "spike": "yes" if spike is not None else "no",
+        bound = clipped_share(r.metrics["grad_norm"], st["grad_clip"]) if r.ok else NAN
+        rows.append({"variant": r.spec.variant or "", "optimizer": optimizer, "max_norm": max_norm,
+                     "spike": "yes" if spike is not None else "no",
                      "cell": f"{optimizer}, clip {max_norm}, {'spike' if spike is not None else 'no spike'}",
                      "seed": r.spec.seed, "warmup": kit.warmup(r), "collapsed": m["collapsed"],
                      "initial_eval": m["initial_eval"], "final_eval": m["final_eval"],
@@ -527,6 +560,41 @@ def troubleshooting_table(ctx) -> pd.DataFrame:
                          for row, (run, text) in zip(DOC["symptoms"], found)])  # fmt: skip
 
 
+TUNING = "batch_tuning"
+TUNING_ROLES = ("small_ref", "small_high", "large_ref", "large_high")  # each batch at the reference LR and at 3x it
+
+
+def tuning_table(ctx) -> pd.DataFrame:
+    """Per batch and seed: the held-out gain at the reference LR and at the higher one, and `lr_sensitivity`, their
+    difference (what the higher LR costs that batch), paired by seed: the same warm-up and prompts."""
+    runs = ctx.experiment(TUNING)
+    cols = CLAIM_TABLES["stability_tuning_runs"]
+    if not runs:
+        return pd.DataFrame(columns=cols)
+    role = {v: r for r, v in kit.roles(ctx.cfg, TUNING, TUNING_ROLES).items() if r in TUNING_ROLES}
+    by = {(role.get(r.spec.variant), r.spec.seed): r for r in runs if r.ok}
+    rows = []
+    for size in ("small", "large"):
+        for seed in sorted({s for (_, s) in by}):
+            ref, high = by.get((f"{size}_ref", seed)), by.get((f"{size}_high", seed))
+            if ref is None or high is None:
+                continue
+            g_ref, g_high = (float(r.evals["eval_accuracy"].iloc[-1] - r.initial_eval) for r in (ref, high))
+            rows.append(
+                {
+                    "batch_size": ref.settings["batch_size"],
+                    "seed": seed,
+                    "warmup": kit.warmup(ref),
+                    "gain_ref": g_ref,
+                    "gain_high": g_high,
+                    "lr_ref": ref.settings["lr"],
+                    "lr_high": high.settings["lr"],
+                    "lr_sensitivity": g_ref - g_high,
+                }
+            )
+    return pd.DataFrame(rows, columns=cols)
+
+
 ACCUMULATION = ["batch_size", "micro_batch_size", "steps", "max_abs_difference", "max_abs_gradient", "relative"]
 # The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
 # mathrl.claim_names reads this assignment from the source (without importing the module) to check a claim's names
@@ -556,6 +624,7 @@ CLAIM_TABLES = {
         "final_eval_absdev",
     ],
     "stability_clipping_runs": [
+        "variant",
         "optimizer",
         "max_norm",
         "spike",
@@ -597,8 +666,18 @@ CLAIM_TABLES = {
         "doc_ratio",
     ],
     "stability_accumulation": ["task", "status", *ACCUMULATION],
-    "stability_equal_samples_pairs": ["batch_size", "large_batch", "seed", "samples", "large", "small"],
+    "stability_equal_samples_pairs": ["batch_size", "large_batch", "seed", "warmup", "samples", "large", "small"],
     "stability_alert_runs": ["detector", "source", "run_id", "followed_by_drop", "events"],
+    "stability_tuning_runs": [
+        "batch_size",
+        "seed",
+        "warmup",
+        "gain_ref",
+        "gain_high",
+        "lr_ref",
+        "lr_high",
+        "lr_sensitivity",
+    ],
 }
 
 
@@ -606,6 +685,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     batch = ctx.experiment("batch")
     out = {**batch_tables(batch), **gradvar_tables(ctx)}
     out["stability_fixed_vs_dynamic"], out["stability_fvd_runs"] = fixed_vs_dynamic_tables(ctx)
+    out["stability_tuning_runs"] = tuning_table(ctx)
     out["stability_equal_samples"] = equal_samples_table(batch)
     out["stability_remedies"] = remedies_table(ctx.experiment("remedies"))
     out["stability_equal_samples_pairs"] = equal_samples_pairs(out["stability_equal_samples"])

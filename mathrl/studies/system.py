@@ -25,7 +25,7 @@ import mathrl.studies.kit as kit
 from mathrl import layout
 from mathrl.console import console_line
 from mathrl.measures import lowest_change
-from mathrl.results import collapsed, degraded, mean_spread, read_json
+from mathrl.results import collapsed, degraded, mean_spread, read_json, roughness
 from mathrl.studies.kit import BAND_NOTE, COLORS, SHARE
 from mathrl.verdict import difference, mean_interval
 
@@ -33,7 +33,7 @@ NAME = "system"
 TITLE = "The math RL training system: configurations and results"
 DOCUMENT = "math-rl-training-system.md"
 
-ALGORITHMS = ("reinforce", "ppo", "grpo")
+ALGORITHMS = ("reinforce", "reinforce_no_baseline", "ppo", "grpo")
 ARCHITECTURE = ("n_layer", "n_head", "n_embd")
 # The document's configurations ("performance benchmarks", "configuration parameters"): config/documents.yaml
 FACTS = kit.document_facts("system")
@@ -106,10 +106,17 @@ def read_starts(ctx, task: str) -> dict:
             continue
         sft = ctx.sft(task, k) or {}
         if sft:
-            starts.append({"start": band_start(ctx.cfg, task), "threshold": ctx.cfg["sft"][task]["band"][0],
-                           "sft_steps": sft.get("steps", math.nan), "val_accuracy": sft.get("val_accuracy", math.nan),
-                           "test_accuracy": sft.get("eval_accuracy", math.nan), "reached": sft.get("reached"),
-                           "warmup": k})  # fmt: skip
+            starts.append(
+                {
+                    "start": band_start(ctx.cfg, task),
+                    "threshold": ctx.cfg["sft"][task]["band"][0],
+                    "sft_steps": sft.get("steps", math.nan),
+                    "val_accuracy": sft.get("val_accuracy", math.nan),
+                    "test_accuracy": sft.get("eval_accuracy", math.nan),
+                    "reached": sft.get("reached"),
+                    "warmup": k,
+                }
+            )
     return {"starts": starts, "controls": controls}
 
 
@@ -164,7 +171,7 @@ def starts_table(ctx, start_runs: pd.DataFrame) -> pd.DataFrame:
             )
             if not rl and not sup:
                 continue
-            diff = difference(rl, sup) if len(rl) > 1 and len(sup) > 1 else kit.NO_DIFFERENCE
+            diff = difference(rl, sup) if rl and sup else kit.NO_DIFFERENCE  # one warm-up each: no interval
             rows.append(
                 {
                     "task": task,
@@ -213,7 +220,7 @@ def run_stats(run, start: str) -> dict:
     if run.ok:
         m, final = run.metrics, run.summary["final"]["eval_accuracy"]
         row.update(final_eval=final, initial_eval=run.initial_eval, gain=final - run.initial_eval,
-                   lowest_change=lowest_change(run),
+                   lowest_change=lowest_change(run), roughness=roughness(run.evals["step"], run.evals["eval_accuracy"]),
                    best_eval=run.summary["best"]["eval_accuracy"], steps_done=float(len(m)),
                    wall_seconds=float(m["seconds"].sum()),
                    seq_per_s=float(m["samples"].iloc[-1] / m["seconds"].sum()), collapsed=float(collapsed(run)),
@@ -226,9 +233,19 @@ def reached(final_mean: float, low: float) -> bool | None:
     return None if final_mean is None or math.isnan(final_mean) else bool(final_mean >= low)
 
 
-STATS = (
-    "final_eval initial_eval best_eval gain lowest_change steps_done wall_seconds seq_per_s collapsed degraded"
-).split()
+STATS = [
+    "final_eval",
+    "initial_eval",
+    "best_eval",
+    "gain",
+    "lowest_change",
+    "roughness",
+    "steps_done",
+    "wall_seconds",
+    "seq_per_s",
+    "collapsed",
+    "degraded",
+]
 
 
 def results_table(runs, per_run: pd.DataFrame) -> pd.DataFrame:
@@ -283,6 +300,7 @@ CLAIM_TABLES = {
         "final_eval",
         "gain",
         "lowest_change",
+        "roughness",
         "start_val",
         "picked",
     ],
