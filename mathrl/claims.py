@@ -236,6 +236,13 @@ def _natural(s: str):
         return (1, 0.0, s)
 
 
+def default_claims_file() -> Path:
+    """config/claims.yaml: the documents', the papers' and the testbed's claims."""
+    from mathrl.config import CLAIMS_PATH
+
+    return CLAIMS_PATH
+
+
 def declarations(cfg: dict, path: Path | None = None) -> list[tuple[dict, str]]:
     """(declaration, where it was written) for every claim of a configuration (config.claim_declarations)."""
     from mathrl.config import claim_declarations
