@@ -130,7 +130,7 @@ def write_tree(cfg: dict) -> dict[str, str]:
     """Every run but MISSING, FAILED unreadable; bandit CSVs, gradvar, warm-ups, a log."""
     specs = expand_runs(cfg)
     missing, failed = run_id_of(specs, *MISSING), run_id_of(specs, *FAILED)
-    noisy = run_id_of(specs, "clipping", "sgd_spike", {}, 0)
+    noisy = run_id_of(specs, "clipping", "spike_no_clip", {}, 0)
     low_entropy = run_id_of(specs, "batch", "b64", {}, 0)
     for run_id, spec in specs.items():
         if run_id == missing:
@@ -497,7 +497,7 @@ def test_sentences_show_measured_values_not_placeholders(report_tree, dom):
     setting also holds the calibration's `reference` role and is found all the same."""
     lab04 = dom.root.find("section", id="lab04").text()
     assert "– ± –" not in lab04 and "n=– of –" not in lab04
-    assert re.search(r"under the normal one \(n=2 of 2\)", lab04)
+    assert re.search(r"under the normal one \(n=2 of 2;", lab04)
     system = dom.root.find("section", id="system")
     head, rows = next(table_cells(t) for t in system.iter("table") if table_cells(t)[0][:1] == ["setting"])
     micro = next(r for r in rows if r[0] == "sequences per micro-batch")
@@ -651,7 +651,7 @@ def test_empty_tree_renders(tmp_path):
 
 @pytest.mark.parametrize("experiment, old, new",
                          [("fixed_vs_dynamic", "A_fixed_512", "A_big_batch"), ("collapse", "huge_lr", "overflow"),
-                                                  ("lab04_gpt", "dapo_aggressive", "dapo")])  # fmt: skip
+                                                  ("lab04_gpt", "kl_failing", "kl_fails")])  # fmt: skip
 def test_renamed_variant_fails_naming_the_role(tmp_path, capsys, experiment, old, new):
     """Renaming a variant without its role is an error naming the experiment and the role (exit 2,
     no traceback); renaming both keeps the study's tables filled."""
