@@ -278,7 +278,10 @@ def test_the_design_sentence_lists_the_settings_that_differ_from_the_document(tm
     assert "1 claim is judged on an adjusted, secondary design" in text and "remedy" in text
     assert "EPYC with torch's AVX2 kernels (3 runs)" in text and "has not been shown" in text
     assert "2 rows of the documents cannot be tested at this scale or only at the documents'" in text
-    assert "1 of the 4 document claims are not judged: 1 for failure not established" in text
+    assert (
+        "1 of the 4 document claims are not judged, by the first words of their reasons: failure not established (1)"
+        in text
+    )
 
 
 # ---------------------------------------------------------------------------------------- data files
