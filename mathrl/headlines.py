@@ -5,9 +5,10 @@ what it reads: a claim of claims.csv (`claims`), a cell of a table with its inte
 group of claims (`groups`), or the comparison with the documents' scale (`scale: true`). Its `text` is a Jinja
 sentence over those names; every number in it comes from them, so the text itself holds no digit.
 
-A headline that reads a claim or table row the run does not have, or a claim that was not judged, is skipped with a
-warning (the claim ids change as the science does): the page never shows a headline with a number missing or typed
-in.
+A headline that reads a claim or table row the run does not have, or a claim that was not judged, is left out, and
+the page says so; one that names a claim declared nowhere (the claim ids change as the science does), a table column
+or a section that does not exist is left out with a warning of `mathrl report`. The page never shows a headline with
+a number missing or typed in.
 """
 
 from __future__ import annotations
@@ -184,46 +185,104 @@ def cell_measured(tables, cell: dict) -> Measured | None:
     return Measured(v, interval, f"n={int(n)}" if known(n) else "n unknown")
 
 
-def fill(headlines: list[dict], claims: pd.DataFrame, tables, full: pd.DataFrame | None = None):
-    """Each declared headline as {"id", "section", "text"} (the text as Markup), and the warnings of those skipped."""
+def declared_ids(cfg: dict) -> list[re.Pattern]:
+    """The claim ids the configuration declares (config/claims.yaml and the experiments' own claims), as patterns: a
+    `foreach` declaration's placeholders ("equal_samples_{batch_size}") match any text."""
+    from mathrl.claims import declarations
+
+    ids = [str(d.get("id", "")) for d, _ in declarations(cfg)]
+    return [re.compile(".+".join(re.escape(part) for part in re.split(r"{[^}]*}", i))) for i in ids if i]
+
+
+@dataclass
+class Reasons:
+    """Why a headline is not shown: `stale`, what report/headlines.yaml names that no longer exists (a claim declared
+    nowhere, a table column or a section the page lacks: a warning), and `absent`, what this run does not have (a
+    study its config leaves out, a claim not judged, no documents'-scale tree: said on the page)."""
+
+    stale: list[str] = field(default_factory=list)
+    absent: list[str] = field(default_factory=list)
+
+
+def bind(h: dict, claims: pd.DataFrame, tables, full, known_id, reasons: Reasons) -> dict:
+    """The names a headline's text reads, each from claims.csv or a table; what cannot be bound goes to `reasons`."""
+    names = {}
+    by_id = {r["claim_id"]: r for r in claims.to_dict("records")} if len(claims) else {}
+    for name, claim_id in (h.get("claims") or {}).items():
+        row = by_id.get(claim_id)
+        if not known_id(claim_id):
+            reasons.stale.append(f"claim {claim_id} is declared nowhere (config/claims.yaml or an experiment's claims)")
+        elif row is None:
+            reasons.absent.append(f"claim {claim_id} is not in this run's claims.csv")
+        elif row["outcome"] == "not judged" or not known(row.get("difference")):
+            reasons.absent.append(f"claim {claim_id} was not judged")
+        else:
+            names[name] = claim_measured(row)
+    for name, cell in (h.get("cells") or {}).items():
+        df = tables[cell["table"]]
+        wanted = [*(cell.get("where") or {}), *(cell[k] for k in ("value", "lo", "hi", "std", "n") if k in cell)]
+        if len(df.columns) and set(wanted) - set(df.columns):
+            reasons.stale.append(
+                f"table {cell['table']} has no column {', '.join(sorted(set(wanted) - set(df.columns)))}"
+            )
+        elif (m := cell_measured(tables, cell)) is None:
+            reasons.absent.append(f"table {cell['table']} has no value {cell['value']} where {cell.get('where') or {}}")
+        else:
+            names[name] = m
+    for name, ids in (h.get("groups") or {}).items():
+        if unknown := [i for i in ids if not known_id(i)]:
+            reasons.stale.append(f"claim(s) {', '.join(unknown)} declared nowhere")
+        elif missing := [i for i in ids if i not in by_id]:
+            reasons.absent.append(f"claim(s) {', '.join(missing)} not in this run's claims.csv")
+        names[name] = Outcomes([by_id[i] for i in ids if i in by_id])
+    if h.get("scale"):
+        if full is None:
+            reasons.absent.append("no documents'-scale tree was given (mathrl report --full-results DIR)")
+        else:
+            names["scale"] = compare_scales(claims, full)
+    return names
+
+
+def fill(
+    headlines: list[dict],
+    claims: pd.DataFrame,
+    tables,
+    full: pd.DataFrame | None = None,
+    declared: list[re.Pattern] | None = None,
+    sections=None,
+):
+    """Each declared headline as {"id", "section", "text"} (the text as Markup); those not shown as {"id", "why"}; and
+    the warnings: a headline naming a claim declared nowhere (every claim missing from claims.csv, without
+    `declared`), a table column or a section (`sections`: the page's anchors) that does not exist."""
     env = SandboxedEnvironment(autoescape=True, undefined=StrictUndefined)
     by_id = {r["claim_id"]: r for r in claims.to_dict("records")} if len(claims) else {}
-    shown, warnings = [], []
+    known_id = (lambda i: any(p.fullmatch(i) for p in declared)) if declared is not None else (lambda i: i in by_id)
+    shown, skipped, warnings = [], [], []
     for h in headlines:
-        names, why = {}, []
-        for name, claim_id in (h.get("claims") or {}).items():
-            row = by_id.get(claim_id)
-            if row is None:
-                why.append(f"claim {claim_id} is not in claims.csv")
-            elif row["outcome"] == "not judged" or not known(row.get("difference")):
-                why.append(f"claim {claim_id} was not judged")
-            else:
-                names[name] = claim_measured(row)
-        for name, cell in (h.get("cells") or {}).items():
-            m = cell_measured(tables, cell)
-            if m is None:
-                why.append(f"table {cell['table']} has no value {cell['value']} where {cell.get('where') or {}}")
-            names[name] = m
-        for name, ids in (h.get("groups") or {}).items():
-            missing = [i for i in ids if i not in by_id]
-            if missing:
-                why.append(f"claim(s) {', '.join(missing)} not in claims.csv")
-            names[name] = Outcomes([by_id[i] for i in ids if i in by_id])
-        if h.get("scale"):
-            if full is None:
-                why.append("no documents'-scale tree was given (mathrl report --full-results DIR)")
-            else:
-                names["scale"] = compare_scales(claims, full)
-        if not why:
+        reasons = Reasons()
+        if sections is not None and h["section"] not in sections:
+            reasons.stale.append(f"section {h['section']} is not a section of the page")
+        names = bind(h, claims, tables, full, known_id, reasons)
+        if not reasons.stale and not reasons.absent:
             try:
                 text = env.from_string(str(h["text"]).strip()).render(**names)
             except TemplateError as e:
-                why.append(f"its text does not render: {e}")
-        if why:
-            warnings.append(f"{HEADLINES_FILE.relative_to(ROOT)}: headline {h['id']} skipped: {'; '.join(why)}")
+                reasons.stale.append(f"its text does not render: {e}")
+        if reasons.stale:
+            warnings.append(f"{shown_path(HEADLINES_FILE)}: headline {h['id']} skipped: {'; '.join(reasons.stale)}")
+        if reasons.stale or reasons.absent:
+            skipped.append({"id": h["id"], "why": "; ".join(reasons.stale + reasons.absent)})
             continue
         shown.append({"id": h["id"], "section": h["section"], "text": Markup(text)})
-    return shown, warnings
+    return shown, skipped, warnings
+
+
+def shown_path(path) -> str:
+    """A path as a message names it: relative to the repository where it lies inside it."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
 
 
 def compare_scales(claims: pd.DataFrame, full: pd.DataFrame) -> ScaleComparison:

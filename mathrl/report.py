@@ -436,8 +436,8 @@ def render(cfg: dict, out: Path | None = None, full_results: str | Path | None =
     ]
     claims = t["claims"]
     covered = coverage.table(t[coverage.COVERAGE_TABLE], claims, full)
-    declared = headlines.load()
-    heads, warnings = headlines.fill(declared, claims, t, full)
+    anchors = {"coverage", "limitations", "claims", *(s.NAME for s in STUDIES)}
+    heads, skipped, warnings = headlines.fill(headlines.load(), claims, t, full, headlines.declared_ids(cfg), anchors)
     repro = reproducibility(cfg, t)
     summary = claims_summary(t, claims_engine.adjustment(cfg))
     warnings += [
@@ -447,7 +447,7 @@ def render(cfg: dict, out: Path | None = None, full_results: str | Path | None =
     html = env.get_template("report.html.j2").render(
         claims=summary,
         headlines=heads,
-        skipped=len(declared) - len(heads),
+        skipped=skipped,
         coverage=covered,
         coverage_table=not t[coverage.COVERAGE_TABLE].empty,
         coverage_counts=coverage.counts(covered),

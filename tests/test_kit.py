@@ -156,3 +156,21 @@ def test_png_is_a_palette_image_no_wider_than_the_page_shows():
             with Image.open(io.BytesIO(png(fig))) as im:
                 assert im.mode == "P" and abs(im.size[0] - width) <= 1, (inches, im.size)
             plt.close(fig)
+
+
+def test_the_palette_keeps_white_and_every_plot_colour_exactly():
+    from PIL import Image
+
+    from mathrl.studies.kit import COLORS, STYLE, palette
+
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(4, 3))
+        for i, color in enumerate(COLORS):
+            ax.fill_between([0, 1], i, i + 0.8, color=color, linewidth=0)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        plt.close(fig)
+    with Image.open(io.BytesIO(palette(buf.getvalue()))) as im:
+        seen = {c for _, c in im.convert("RGB").getcolors(maxcolors=1 << 16)}
+    assert (255, 255, 255) in seen
+    assert {tuple(round(255 * c) for c in color) for color in COLORS} <= seen

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -94,36 +95,52 @@ def test_a_headline_reads_its_numbers_from_the_claims_and_tables(tmp_path):
             },
         ],
     )
-    shown, warnings = headlines.fill(declared, CLAIMS, FakeTables(t=table))
-    assert warnings == []
+    shown, skipped, warnings = headlines.fill(declared, CLAIMS, FakeTables(t=table))
+    assert warnings == [] and skipped == []
     one, two = (str(h["text"]) for h in shown)
     assert one == 'Entropy moves by -0.50 (95% CI [-0.70, -0.30], n=5) (<a href="#claim-collapse">agrees</a>).'
     # -0.2 ± t(3) 0.1 / 2 = -0.2 ± 0.159: by hand
     assert two == "The fall is -20.0 pts (95% CI [-35.9 pts, -4.1 pts], n=4); 1 of 3 agree."
 
 
-def test_a_headline_whose_claim_is_missing_or_not_judged_is_skipped_with_a_warning(tmp_path):
-    declared = write_headlines(
-        tmp_path,
-        [
-            {"id": "gone", "section": "lab04", "claims": {"c": "renamed_claim"}, "text": "It is {{ c }}."},
-            {"id": "unjudged", "section": "lab04", "claims": {"c": "remedy"}, "text": "It is {{ c }}."},
-            {
-                "id": "scale",
-                "section": "coverage",
-                "scale": True,
-                "text": "{{ scale.differ }} of {{ scale.compared }}.",
-            },
-            {"id": "kept", "section": "lab04", "claims": {"c": "batch"}, "text": "Batch: {{ c.value }}."},
-        ],
-    )
-    shown, warnings = headlines.fill(declared, CLAIMS, FakeTables())
+def test_a_headline_this_run_cannot_fill_is_left_out_and_a_stale_one_warned_of(tmp_path):
+    """Not in this run (a claim its config does not judge, a claim not judged, no documents'-scale tree): left out,
+    the page says why. Named in report/headlines.yaml but declared nowhere, or under a section the page lacks: left
+    out with a warning, since the file is out of date."""
+    declared = write_headlines(tmp_path, [
+        {"id": "gone", "section": "lab04", "claims": {"c": "renamed_claim"}, "text": "It is {{ c }}."},
+        {"id": "absent", "section": "lab04", "claims": {"c": "equal_samples_32"}, "text": "It is {{ c }}."},
+        {"id": "unjudged", "section": "lab04", "claims": {"c": "remedy"}, "text": "It is {{ c }}."},
+        {"id": "scale", "section": "coverage", "scale": True, "text": "{{ scale.differ }} of {{ scale.compared }}."},
+        {"id": "misplaced", "section": "nowhere", "claims": {"c": "batch"}, "text": "Batch: {{ c.value }}."},
+        {"id": "kept", "section": "lab04", "claims": {"c": "batch"}, "text": "Batch: {{ c.value }}."},
+    ])  # fmt: skip
+    patterns = [re.compile(p) for p in ("collapse", "remedy", "batch", "orphan", "equal_samples_.+")]
+    anchors = {"lab04", "coverage"}
+    shown, skipped, warnings = headlines.fill(declared, CLAIMS, FakeTables(), None, patterns, anchors)
     assert [h["id"] for h in shown] == ["kept"] and str(shown[0]["text"]) == "Batch: +3.1 pts."
-    assert len(warnings) == 3 and "headline gone skipped: claim renamed_claim is not in claims.csv" in warnings[0]
-    assert "claim remedy was not judged" in warnings[1] and "--full-results" in warnings[2]
+    why = {h["id"]: h["why"] for h in skipped}
+    assert why == {
+        "gone": "claim renamed_claim is declared nowhere (config/claims.yaml or an experiment's claims)",
+        "absent": "claim equal_samples_32 is not in this run's claims.csv",
+        "unjudged": "claim remedy was not judged",
+        "scale": "no documents'-scale tree was given (mathrl report --full-results DIR)",
+        "misplaced": "section nowhere is not a section of the page",
+    }
+    assert [w.split(": headline ")[1].split(" ")[0] for w in warnings] == ["gone", "misplaced"]
+    assert all(w.startswith("report/headlines.yaml: headline") for w in warnings)
     full = CLAIMS.assign(outcome=["agrees", "not judged", "agrees", "agrees", "agrees"])
-    shown, warnings = headlines.fill(declared[2:3], CLAIMS, FakeTables(), full)
-    assert warnings == [] and str(shown[0]["text"]) == "2 of 4."  # batch and orphan change; remedy is not judged here
+    shown, skipped, warnings = headlines.fill(declared[3:4], CLAIMS, FakeTables(), full, patterns, anchors)
+    assert warnings == [] == skipped and str(shown[0]["text"]) == "2 of 4."  # batch and orphan change
+
+
+def test_the_declared_claim_ids_match_a_foreach_declaration_s_expansions():
+    from mathrl.config import DEFAULT_CONFIG, load_config
+
+    patterns = headlines.declared_ids(load_config(DEFAULT_CONFIG))
+    known = ("batch_more_accurate", "equal_samples_64", "add_start_30_rl_vs_supervised")
+    assert all(any(p.fullmatch(i) for p in patterns) for i in known)
+    assert not any(p.fullmatch("no_such_claim") for p in patterns)
 
 
 @pytest.mark.parametrize(

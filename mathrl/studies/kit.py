@@ -402,17 +402,22 @@ def palette(data: bytes, colors: int = 256) -> bytes:
     has few colours: lines, bands, text, white). The palette holds every colour the figures draw with exactly (the
     plot colours, black, greys, white) and each plot colour's blends with white (a thin line's anti-aliased edge, a
     band), so a line or a legend's swatch keeps its hue; then the most common other colours of the image by median
-    cut; no dithering."""
+    cut. Each pixel takes its nearest palette colour, computed here exactly (Pillow's own mapping looks colours up at
+    6 bits a channel, which turned white into 252 grey); no dithering."""
     from PIL import Image
 
     with Image.open(io.BytesIO(data)) as im:
         rgb = im.convert("RGB")
     fixed = list(dict.fromkeys(exact_colors()))
     adaptive = rgb.quantize(colors=colors - len(fixed), method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
-    found = adaptive.getpalette()[: 3 * (colors - len(fixed))]
-    table = Image.new("P", (1, 1))
-    table.putpalette([c for rgb_ in fixed for c in rgb_] + found)
-    flat = rgb.quantize(palette=table, dither=Image.Dither.NONE)
+    found = np.array(adaptive.getpalette()[: 3 * (colors - len(fixed))], dtype=np.int64).reshape(-1, 3)
+    table = np.concatenate([np.array(fixed, dtype=np.int64), found])  # (colors, 3)
+    pixels = np.asarray(rgb, dtype=np.int64).reshape(-1, 3)
+    unique, inverse = np.unique((pixels[:, 0] << 16) | (pixels[:, 1] << 8) | pixels[:, 2], return_inverse=True)
+    shades = np.stack([unique >> 16, (unique >> 8) & 255, unique & 255], axis=1)  # (distinct colours, 3)
+    nearest = ((shades[:, None, :] - table[None, :, :]) ** 2).sum(axis=2).argmin(axis=1)
+    flat = Image.fromarray(nearest[inverse].reshape(rgb.size[1], rgb.size[0]).astype(np.uint8), "P")
+    flat.putpalette(table.astype(np.uint8).ravel().tolist())
     out = io.BytesIO()
     flat.save(out, format="png", optimize=True)
     return out.getvalue()
