@@ -119,9 +119,7 @@ def table(coverage: pd.DataFrame, claims: pd.DataFrame, full: pd.DataFrame | Non
     documents: dict[str, dict[str, list]] = {}
     for r in rows.to_dict("records"):
         status = text(r.get("status"))
-        own = (
-            [status + (f": {text(r.get('why'))}" if text(r.get("why")) else "")] if status not in ("", TESTED) else []
-        )
+        own = [status + (f": {text(r.get('why'))}" if text(r.get("why")) else "")] if status not in ("", TESTED) else []
         cells = [claim_cell(c, by_id, there) for c in ids_of(r.get("claim_ids"))]
         documents.setdefault(text(r["document"]), {}).setdefault(text(r.get("section")), []).append(
             {
