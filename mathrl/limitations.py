@@ -23,14 +23,16 @@ PLAN_KEYS = ("pilot", "method", "experiments")  # as `python -m bench.seed_plan 
 SAME_MATHS = ("micro_batch_size",)
 
 
-def warmups(claims: pd.DataFrame, sft: pd.DataFrame) -> dict:
+def warmups(claims: pd.DataFrame, sft: pd.DataFrame, spread: pd.DataFrame | None = None) -> dict:
     """The warm-ups behind the claims: from claims.csv's `warmups` column where it has one (the judged document
     claims by their number of warm-ups, and the largest share of variance between warm-ups), else the warm-up
-    checkpoints trained per task (the sft table's rows)."""
+    checkpoints trained per task (the sft table's rows); and how far apart each task's warm-ups start RL (the
+    sft_spread table)."""
     per_task = sft.groupby("task", sort=False).size().to_dict() if len(sft) and "task" in sft else {}
     out = {
         "recorded": "warmups" in claims,
         "per_task": per_task,
+        "spread": spread.to_dict("records") if spread is not None and len(spread) else [],
         "by_count": {},
         "claims": 0,
         "unrecorded": 0,
@@ -170,7 +172,7 @@ def facts(
 ) -> dict:
     """Every limitation's facts, for the template."""
     return {
-        "warmups": warmups(claims, t["sft"]),
+        "warmups": warmups(claims, t["sft"], t["sft_spread"]),
         "seeds": seed_plan(cfg, plan),
         "design": design_changes(t["system_configs"], claims),
         "untested": untested(coverage, claims),

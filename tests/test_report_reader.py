@@ -19,6 +19,7 @@ from markupsafe import Markup
 
 from mathrl import coverage_view as coverage
 from mathrl import datafiles, headlines, limitations
+from mathrl.aggregate import warmup_spread
 from mathrl.errors import ConfigError
 from mathrl.report import environment
 from tests.test_report import Dom
@@ -226,8 +227,10 @@ def test_the_coverage_template_shows_each_claim_once_with_its_sentence():
 
 # ---------------------------------------------------------------------------------------- limitations
 def limits_text(cfg, claims=CLAIMS, plan=None, sft=None, configs=None) -> str:
+    sft = sft if sft is not None else pd.DataFrame({"task": ["add", "mul"]})
     t = FakeTables(
-        sft=sft if sft is not None else pd.DataFrame({"task": ["add", "mul"]}),
+        sft=sft,
+        sft_spread=warmup_spread(sft) if "steps" in sft else pd.DataFrame(),
         system_configs=configs if configs is not None else pd.DataFrame(),
     )
     docs = coverage.table(COVERAGE, claims)
@@ -279,6 +282,24 @@ def test_the_warm_up_sentence_reads_claims_csv_or_else_the_warm_ups_trained(tmp_
     assert "2 warm-up checkpoints for add" in text
 
 
+def test_the_warm_ups_spread_is_stated_per_task(tmp_path):
+    """How far apart a task's warm-ups start RL, lowest to highest, from the warm-ups' own summaries."""
+    sft = pd.DataFrame(
+        {
+            "task": ["add", "add", "add", "mul"],
+            "val_accuracy": [0.30, 0.32, 0.31, 0.4],
+            "eval_accuracy": [0.281, 0.334, 0.30, 0.39],
+            "steps": [400, 450, 425, 900],
+        }
+    )
+    text = " ".join(limits_text(CFG, plan=tmp_path / "none.yaml", sft=sft).split())
+    assert (
+        "add's 3 at validation accuracy 30.0% to 32.0% and test accuracy 28.1% to 33.4%, after 400 to 450 steps" in text
+    )
+    assert "mul's 1 at validation accuracy 40.0% to 40.0%" in text
+    assert "start RL at different points" not in limits_text(CFG, plan=tmp_path / "none.yaml")
+
+
 def test_the_design_sentence_lists_the_settings_that_differ_from_the_document(tmp_path):
     configs = pd.DataFrame(
         {
@@ -293,7 +314,7 @@ def test_the_design_sentence_lists_the_settings_that_differ_from_the_document(tm
     text = limits_text(CFG, plan=tmp_path / "none.yaml", configs=configs)
     assert "in 1 setting: add sequences per step 512 (the document's AdderRLConfig: 128)" in text
     assert "1 claim is judged on an adjusted, secondary design" in text and "remedy" in text
-    assert "EPYC with torch's AVX2 kernels (3 runs)" in text and "has not been shown" in text
+    assert "EPYC with torch's AVX2 kernels (3 runs)" in text and "python -m bench.replicate" in text
     assert "2 rows of the documents cannot be tested at this scale or only at the documents'" in text
     assert (
         "1 of the 4 document claims are not judged, by the first words of their reasons: failure not established (1)"
