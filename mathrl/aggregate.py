@@ -45,16 +45,28 @@ def last_rise(history: list[dict], evaluations: int = 4) -> float:
 
 
 def sft_table(ctx: Context) -> pd.DataFrame:
+    """One row per warm-up of each task that has a summary."""
     rows = []
     for task in ctx.cfg["tasks"]:
-        s = ctx.sft(task)
-        if s is not None:
-            rows.append({"task": task, "preset": s["settings"]["preset"], "n_params": s["n_params"],
-                         "steps": s["steps"],
+        for k, s in enumerate(ctx.warmups(task)):
+            rows.append({"task": task, "warmup": s.get("warmup", k), "preset": s["settings"]["preset"],
+                         "n_params": s["n_params"], "steps": s["steps"],
                          "val_accuracy": s.get("val_accuracy", math.nan), "last_rise": last_rise(s.get("history", [])),
                          "eval_accuracy": s["eval_accuracy"], "n_test": s.get("n_test", math.nan),
                          "band_low": s["band"][0], "band_high": s["band"][1],
                          "in_band": s["in_band"], "wall_seconds": s["wall_seconds"]})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def warmup_spread(sft: pd.DataFrame) -> pd.DataFrame:
+    """Per task: how far apart its warm-ups start RL (validation and test accuracy, steps), lowest to highest."""
+    rows = []
+    for task, g in sft.groupby("task", sort=False) if len(sft) else []:
+        row = {"task": task, "warmups": len(g)}
+        for col in ("val_accuracy", "eval_accuracy", "steps"):
+            values = pd.to_numeric(g[col], errors="coerce")
+            row |= {f"{col}_min": values.min(), f"{col}_max": values.max(), f"{col}_range": values.max() - values.min()}
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -63,6 +75,7 @@ def all_tables(ctx: Context) -> dict[str, pd.DataFrame]:
     tables = {"runs": run_index(ctx.runs), "curves": curves(ctx.runs), "alerts": alerts_table(ctx),
               "sft": sft_table(ctx),
               "run_measures": run_measures(ctx.runs)}  # fmt: skip
+    tables["sft_spread"] = warmup_spread(tables["sft"])
     for study in STUDIES:
         for name, df in study.tables(ctx).items():
             if name in tables:
@@ -131,7 +144,9 @@ def headline_metrics(tables: dict[str, pd.DataFrame]) -> dict:
             "collapsed_share": number(ok["collapsed"].astype(float).mean()) if len(ok) else None,
         }  # fmt: skip
     for _, row in tables["sft"].iterrows():
-        out["sft"][row["task"]] = {"eval_accuracy": number(row["eval_accuracy"]), "steps": int(row["steps"])}
+        out["sft"].setdefault(row["task"], []).append(
+            {"warmup": int(row["warmup"]), "eval_accuracy": number(row["eval_accuracy"]), "steps": int(row["steps"])}
+        )
     return out
 
 

@@ -691,7 +691,10 @@ def cmd_report(args) -> int:
 
     cfg = _load(args)
     _warn_if_tables_differ(args, cfg)
-    print(f"report: {write_report(cfg, args.out)}")
+    path, warnings = write_report(cfg, args.out, getattr(args, "full_results", None))
+    for warning in warnings:
+        print(f"mathrl report: warning: {warning}", file=sys.stderr)
+    print(f"report: {path}")
     return 0
 
 
@@ -967,6 +970,10 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=what)
         _common(p)
         p.add_argument("--out", help="output path (default under the results directory)")
+        if name == "report":
+            p.add_argument("--full-results", metavar="DIR",
+                           help="the results directory of a config/full.yaml tree (the documents' scale): the "
+                                "report sets its outcomes beside this tree's")
         p.set_defaults(func=func)
 
     _claims_parser(sub)

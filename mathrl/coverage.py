@@ -20,7 +20,8 @@ from mathrl.errors import ConfigError
 
 COLUMNS = ["document", "section", "row_id", "claim_ids", "quote", "translation", "document_setting", "testbed",
            "fails_if", "minimal_effect", "status", "why"]  # fmt: skip
-STATUSES = ("tested", "tested at the documents' scale only", "not testable at this scale")
+TESTED, FULL_ONLY, NOT_TESTABLE = "tested", "tested at the documents' scale only", "not testable at this scale"
+STATUSES = (TESTED, FULL_ONLY, NOT_TESTABLE)
 
 
 def read(path: Path | None = None) -> dict:
@@ -81,12 +82,12 @@ def table(cfg: dict, path: Path | None = None) -> pd.DataFrame:
             "document": document, "section": section, "row_id": spec.id, "claim_ids": [], "quote": spec.quote,
             "translation": spec.translation, "document_setting": design.get("document_setting", ""),
             "testbed": design.get("testbed", ""), "fails_if": fails_if(spec), "minimal_effect": minimal_effect(spec),
-            "status": "tested", "why": "" if spec.line != "secondary" else "a secondary line: the testbed's design",
+            "status": TESTED, "why": "" if spec.line != "secondary" else "a secondary line: the testbed's design",
         })  # fmt: skip
         row["claim_ids"].append(spec.id)
         missing = absent_roles(cfg, spec)
         if missing:
-            row["status"] = "tested at the documents' scale only"
+            row["status"] = FULL_ONLY
             row["why"] = (
                 f"this config names no role {', '.join(missing)} of {spec.experiment}: judged in config/full.yaml"
             )

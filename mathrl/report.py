@@ -15,6 +15,7 @@ import math
 import numbers
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -22,17 +23,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
+import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from mathrl import cpu_model, layout
 from mathrl.atomic import atomic_write
 from mathrl.config import ROOT, config_hash
+from mathrl.errors import ConfigError
 from mathrl.results import COLLAPSE_DEFINITION
 from mathrl.studies import STUDIES
 from mathrl.studies.context import Tables
-from mathrl.studies.kit import NONNEGATIVE, SHARE, band_limits, known, records, t_halfwidth
-from mathrl.verdict import interval_numbers, number, seeds_text
+from mathrl.studies.kit import NONNEGATIVE, SHARE, band_limits, known, records, t_halfwidth, verdicts
+from mathrl.verdict import OUTCOMES, interval_numbers, number, seeds_text
 
 TEMPLATES = ROOT / "report" / "templates"
 
@@ -99,8 +102,7 @@ def html_table(
 ) -> Markup:
     """A DataFrame as an escaped HTML table; `columns` may map column names to headers.
 
-    `formats` maps columns to a spec of cell(); a `run_id` column links to the run index; an empty frame says so
-    instead of vanishing."""
+    `formats` maps columns to a spec of cell(); an empty frame says so instead of vanishing."""
     if df is None or df.empty:
         return Markup('<p class="missing">No data: the runs this table needs are missing or unreadable.</p>')
     if columns is None:
@@ -116,8 +118,6 @@ def html_table(
         for col in headers:
             value = row.get(col)
             text = escape(cell(value, formats.get(col, ".3g")))
-            if col in ("run_id", "evidence_run") and isinstance(value, str) and value:
-                text = Markup(f'<a href="#run-{escape(value)}">{text}</a>')
             numeric = (
                 isinstance(value, numbers.Real)
                 and not isinstance(value, bool)
@@ -255,27 +255,16 @@ def claims_summary(t: Tables, method: str = "bh") -> dict:
 
 
 def power_note(rows) -> str:
-    """A section's power in one sentence, from its verdict rows: n per arm and the smallest effects its verdicts
-    can detect."""
+    """A section's verdicts in one sentence: the n per arm they rest on and their outcomes (each verdict states the
+    smallest effect it could detect and, where inconclusive, the seeds it would need)."""
     df = pd.DataFrame(list(rows))
     if df.empty:
         return "No verdicts: no runs with a result."
     judged = df[df["outcome"] != "not judged"]
     ns = sorted({int(n) for n in judged["n"].dropna()}) if len(judged) else []
-    parts = [f"n per arm: {', '.join(map(str, ns)) if ns else 'none'}"]
-    mdes = [f"{r.key} {number(r.mde, r.unit, sign=False)}" for r in judged.itertuples() if pd.notna(r.mde)]
-    if mdes:
-        parts.append("smallest effect detectable with 80% power: " + "; ".join(mdes))
-    need = [
-        f"{r.key} {seeds_text(r.seeds_needed)}"
-        for r in judged.itertuples()
-        if r.outcome == "inconclusive" and pd.notna(r.seeds_needed)
-    ]
-    if need:
-        parts.append("seeds per arm an inconclusive verdict would need: " + "; ".join(need))
     counts = df["outcome"].value_counts()
-    parts.append(", ".join(f"{counts.get(o, 0)} {o}" for o in ("agrees", "disagrees", "inconclusive", "not judged")))
-    return ". ".join(parts) + "."
+    outcomes = ", ".join(f"{counts.get(o, 0)} {o}" for o in OUTCOMES)
+    return f"n per arm: {', '.join(map(str, ns)) if ns else 'none'}. {outcomes}."
 
 
 def pm(mean, std, n, unit: str = "pts", bounds: tuple | None = None) -> str:
@@ -332,43 +321,177 @@ def environment() -> Environment:
 
     env.filters.update(fmt=fmt, pct=pct, unit=unit, spec=spec, seeds=seeds)
     env.tests.update(startswith=lambda value, prefix: str(value).startswith(prefix))
-    env.globals.update(table=html_table, ci=ci, sd=sd, interval_text=interval_text, records=records, known=known,
-                       pm=pm, power_note=power_note, collapse_definition=COLLAPSE_DEFINITION)  # fmt: skip
+    env.globals.update(
+        table=html_table,
+        ci=ci,
+        sd=sd,
+        interval_text=interval_text,
+        records=records,
+        known=known,
+        pm=pm,
+        power_note=power_note,
+        collapse_definition=COLLAPSE_DEFINITION,
+        tables_href=layout.TABLES,
+    )
     return env
 
 
-def render(cfg: dict) -> str:
+def full_claims(results: str | Path | None) -> pd.DataFrame | None:
+    """claims.csv of a results tree of the documents' scale (`mathrl report --full-results DIR`), or None without one;
+    a directory without it is an error naming the file."""
+    if results is None:
+        return None
+    path = Path(results) / layout.CLAIMS
+    if not path.is_file():
+        raise ConfigError(
+            f"--full-results {results}: no {path} (give the results directory of a config/full.yaml "
+            "tree, after its `mathrl aggregate`)"
+        )
+    return pd.read_csv(path)
+
+
+CLAIM_ID = re.compile(r'id="claim-([^"]+)"')
+LEFTOVERS = (
+    '{% from "macros.html.j2" import verdict_table %}<h3>Other verdicts of this section</h3>'
+    "<p>The verdicts of this section's claims that its text above does not show.</p>{{ verdict_table(rows) }}"
+)
+
+
+def section_html(env: Environment, study, t: Tables, figures: dict, tables_href: str) -> Markup:
+    """A study's section, its verdicts each printed once: its template, then a table of those of its claims the
+    template does not show."""
+    html = env.get_template(f"sections/{study.NAME}.html.j2").render(
+        ctx=study.section(t), figures=figures, tables_href=tables_href
+    )
+    shown = set(CLAIM_ID.findall(html))
+    rest = [r for r in verdicts(t, study.NAME) if r["key"] not in shown]
+    if rest:
+        html += env.from_string(LEFTOVERS).render(rows=rest)
+    return Markup(html)
+
+
+def printed_twice(parts) -> list[str]:
+    """Claim ids whose verdict the page prints more than once (a template showing a verdict its section also shows)."""
+    ids = [i for part in parts for i in CLAIM_ID.findall(str(part))]
+    return sorted({i for i in ids if ids.count(i) > 1})
+
+
+def runs_summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """The run index in a few rows: per experiment, the runs the config expands into, those trained here (not read
+    from another experiment's run), and how many of those completed, stopped or have no result."""
+    if runs.empty:
+        return pd.DataFrame()
+    own = trained(runs)
+    status = runs["status"].astype(str)
+    rows = runs.assign(
+        trained=own,
+        complete=own & status.eq("complete"),
+        stopped=own & status.str.startswith("stopped"),
+        without=own & status.isin(["missing", "unreadable", "stale"]),
+        shared=~own,
+        seconds=runs["wall_seconds"].where(own),
+    )
+    out = rows.groupby("experiment", sort=False).agg(
+        runs=("run_id", "count"),
+        trained=("trained", "sum"),
+        shared=("shared", "sum"),
+        complete=("complete", "sum"),
+        stopped=("stopped", "sum"),
+        without=("without", "sum"),
+        seconds=("seconds", "sum"),
+    )
+    return out.reset_index()
+
+
+def alerts_summary(alerts: pd.DataFrame) -> pd.DataFrame:
+    """The stability monitor's alerts in a few rows: per kind, how many fired, in how many runs and experiments."""
+    if alerts.empty:
+        return pd.DataFrame()
+    g = alerts.groupby("kind", sort=True)
+    return pd.DataFrame(
+        {"alerts": g.size(), "runs": g["run_id"].nunique(), "experiments": g["experiment"].nunique()}
+    ).reset_index()
+
+
+def render(cfg: dict, out: Path | None = None, full_results: str | Path | None = None) -> tuple[str, list[str]]:
+    """The page and the warnings of its build (headlines skipped, a verdict printed twice)."""
     from mathrl import claims as claims_engine
+    from mathrl import coverage_view, datafiles, headlines, limitations
 
     t = Tables(cfg)
     t.require("report")
+    full = full_claims(full_results)
     env = environment()
+    out = Path(out) if out else layout.at(cfg, layout.REPORT)
+    tables_href = Path(os.path.relpath(layout.at(cfg, layout.TABLES), out.resolve().parent)).as_posix()
     figures = figure_uris(cfg)
-    sections = [{"name": s.NAME, "title": s.TITLE, "document": s.DOCUMENT, "ctx": s.section(t)} for s in STUDIES]
+    sections = [
+        {
+            "name": s.NAME,
+            "title": s.TITLE,
+            "document": s.DOCUMENT,
+            "html": section_html(env, s, t, figures, tables_href),
+        }
+        for s in STUDIES
+    ]
+    claims = t["claims"]
+    covered = coverage_view.table(t[coverage_view.COVERAGE_TABLE], claims, full)
+    anchors = {"coverage", "limitations", "claims", *(s.NAME for s in STUDIES)}
+    heads, skipped, warnings = headlines.fill(headlines.load(), claims, t, full, headlines.declared_ids(cfg), anchors)
+    repro = reproducibility(cfg, t)
+    summary = claims_summary(t, claims_engine.adjustment(cfg))
+    warnings += [
+        f"claim {i}: its verdict is printed more than once" for i in printed_twice([s["html"] for s in sections])
+    ]
     runs = t["runs"]
-    return env.get_template("report.html.j2").render(
-        claims=claims_summary(t, claims_engine.adjustment(cfg)),
+    html = env.get_template("report.html.j2").render(
+        claims=summary,
+        headlines=heads,
+        skipped=skipped,
+        coverage=covered,
+        coverage_table=not t[coverage_view.COVERAGE_TABLE].empty,
+        coverage_counts=coverage_view.counts(covered),
+        limits=limitations.facts(
+            cfg, t, claims, covered, full, full_results and str(full_results), machines=repro["run_machines"]
+        ),
+        documents=[s.DOCUMENT for s in STUDIES if s.DOCUMENT],
+        tally=document_tally(claims),
         sections=sections,
+        section_title={"coverage": "The documents' claims", **{s["name"]: s["title"] for s in sections}},
         figures=figures,
-        runs=runs,
-        alerts=t["alerts"],
+        runs_summary=runs_summary(runs),
+        alerts_summary=alerts_summary(t["alerts"]),
+        n_runs=len(runs),
+        n_alerts=len(t["alerts"]),
+        data=datafiles.listing(t, tables_href),
+        tables_href=tables_href,
+        full_given=full is not None,
         sft=t["sft"],
-        repro=reproducibility(cfg, t),
+        repro=repro,
         cfg=cfg,
-        config_text=json.dumps(cfg, indent=1, default=str),
+        config_text=yaml.safe_dump(json.loads(json.dumps(cfg, default=str)), sort_keys=False, width=110),
         n_missing=int((runs["status"].isin(["missing", "unreadable", "stale"]) & trained(runs)).sum())
         if not runs.empty
         else 0,
         # each file that does not read whole, by path: its run is in no table
         unreadable=list(dict.fromkeys(runs.loc[runs["status"] == "unreadable", "problem"])) if not runs.empty else [],
     )
+    return html, warnings
 
 
-def write_report(cfg: dict, out: Path | None = None) -> Path:
+def document_tally(claims: pd.DataFrame) -> dict:
+    """The document claims of claims.csv by outcome, for the page's opening line."""
+    doc = claims[claims["kind"] == "document"] if len(claims) else claims
+    counts = doc["outcome"].value_counts() if len(doc) else pd.Series(dtype=int)
+    return {"total": len(doc), **{o.replace(" ", "_"): int(counts.get(o, 0)) for o in OUTCOMES}}
+
+
+def write_report(cfg: dict, out: Path | None = None, full_results: str | Path | None = None) -> tuple[Path, list[str]]:
+    """Write the page; returns its path and the warnings of its build."""
     out = Path(out) if out else layout.at(cfg, layout.REPORT)
-    html = render(cfg)
+    html, warnings = render(cfg, out, full_results)
     atomic_write(out, html.encode())
-    return out
+    return out, warnings
 
 
 def digest(path: Path) -> str:

@@ -389,20 +389,25 @@ def run_starts(cfg: dict, task_name: str, out_dir: Path, warmup: int = 0, log=pr
         for start in starts
         for seed in s["control_seeds"]
     ]
-    for start in starts:
-        finals = [c["final_test"] for c in controls if c["start"] == start["start"]]
-        if finals:
-            log(
-                f"sft {task_name} w{warmup} control from {start['start']}: test accuracy {start['test_accuracy']:.3f}"
-                f" -> {sum(finals) / len(finals):.3f} (mean of {len(finals)} seeds, {s['control_steps']} steps of"
-                f" {s['control_batch_size']})"
-            )
+    log_controls(s, f"sft {task_name} w{warmup}", starts, controls, log)
     summary = {"task": task_name, "warmup": warmup, "settings": s, "starts": starts, "controls": controls,
                "n_val": len(val), "n_test": len(test),
                "warm_up_cpu_seconds": warm_seconds, "control_cpu_seconds": time.process_time() - t0 - warm_seconds,
                "versions": mathrl.versions()}  # fmt: skip
     atomic_write(out_dir / "starts.json", json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def log_controls(s: dict, name: str, starts: list[dict], controls: list[dict], log) -> None:
+    """One line per start: its test accuracy, then the mean of its controls' final test accuracy."""
+    for start in starts:
+        finals = [c["final_test"] for c in controls if c["start"] == start["start"]]
+        if finals:
+            log(
+                f"{name} control from {start['start']}: test accuracy {start['test_accuracy']:.3f}"
+                f" -> {sum(finals) / len(finals):.3f} (mean of {len(finals)} seeds, {s['control_steps']} steps of"
+                f" {s['control_batch_size']})"
+            )
 
 
 def continuation_seed(seed: int) -> int:

@@ -115,6 +115,22 @@ class ActorCritic(nn.Module):
         return logits, self.value_head(hidden)
 
 
+def read_run_problems(cfg: dict, s: RunSettings, task) -> tuple[list, list]:
+    """A run's training problems (its subset, if any) and the split it evaluates on (cut to eval_size)."""
+    files = {split: problems_file(cfg, s.task, split) for split in ("train", s.eval_split)}
+    for path in files.values():
+        if not path.is_file():
+            raise ConfigError(f"task {s.task}: {path} is missing (run `mathrl problems` first)")
+    train = read_problems(files["train"], task)
+    if s.train_subset:  # a training set too small for the task (the collapse analysis's data problem)
+        train = train[: s.train_subset]
+    # the held-out test set, or the validation split that selects settings
+    test = read_problems(files[s.eval_split], task)
+    if not len(test):
+        raise ConfigError(f"eval_split: task {s.task} has no {s.eval_split} problems (tasks.{s.task}.n_val is 0)")
+    return train, test[: s.eval_size] if s.eval_size else test
+
+
 class Trainer:
     """One RL run with its settings (built once, from the validated config)."""
 
@@ -131,18 +147,7 @@ class Trainer:
         self.progress = None  # the progress bar while one is shown (interactive runs)
         s = settings
         self.task = task_of(cfg, s.task)
-        files = {split: problems_file(cfg, s.task, split) for split in ("train", s.eval_split)}
-        for path in files.values():
-            if not path.is_file():
-                raise ConfigError(f"task {s.task}: {path} is missing (run `mathrl problems` first)")
-        self.train_pairs = read_problems(files["train"], self.task)
-        if s.train_subset:  # a training set too small for the task (the collapse analysis's data problem)
-            self.train_pairs = self.train_pairs[: s.train_subset]
-        # the held-out test set, or the validation split that selects settings
-        test = read_problems(files[s.eval_split], self.task)
-        if not len(test):
-            raise ConfigError(f"eval_split: task {s.task} has no {s.eval_split} problems (tasks.{s.task}.n_val is 0)")
-        self.test_pairs = test[: s.eval_size] if s.eval_size else test
+        self.train_pairs, self.test_pairs = read_run_problems(cfg, s, self.task)
         self.pools: dict[int, torch.Tensor] = {}
 
         if s.init == "random":  # lab 04: RL from a random policy sees only zero rewards

@@ -3,8 +3,9 @@
 Chromium is driven through the Chrome DevTools Protocol over `--remote-debugging-pipe`
 (file descriptors 3 and 4, NUL-terminated JSON), so no websocket client or browser download
 is needed. The page must show every section, decode every image, log no error to the
-console and make no request other than file:// and data:. Screenshots of the whole page,
-its top and each section are kept under tests/artifacts/.
+console, make no request other than file:// and data:, resolve its links (anchors, and the data files beside it),
+fit 1280 pixels without a horizontal scroll and show its findings within the first 800 pixels. Screenshots of the
+whole page, its top and each section are kept under tests/artifacts/.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.browser
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 WIDTH, HEIGHT = 1280, 900
+LAPTOP_HEIGHT = 800  # the height of a laptop's screen the first screen must fit (1280 x 800)
 
 
 def chromium() -> str | None:
@@ -209,6 +211,10 @@ e.getBoundingClientRect().right > document.documentElement.clientWidth + 1
                         widths: imgs.map(i => i.naturalWidth), shown: imgs.map(i => i.getBoundingClientRect().width),
                         page_overflows: document.documentElement.scrollWidth > document.documentElement.clientWidth,
                         wide: wide.slice(0, 5).map(e => e.tagName + '.' + e.className),
+                        first_screen: document.getElementById('findings').getBoundingClientRect().bottom,
+                        broken_anchors: [...document.querySelectorAll('a[href^="#"]')].map(a => a.getAttribute('href'))
+                            .filter(h => !document.getElementById(decodeURIComponent(h.slice(1)))),
+                        files: [...document.querySelectorAll('a[href]:not([href^="#"])')].map(a => a.href),
                         sections: Object.fromEntries([...document.querySelectorAll('section[id]')].map(s => {
                             const r = s.getBoundingClientRect();
                             return [s.id, {y: r.top + window.scrollY, height: r.height, text: s.innerText.length}];
@@ -278,10 +284,26 @@ def test_no_network(page):
 
 
 def test_layout(page):
-    """The page fits its width: only tables (in their scrolling wrapper) and code blocks may be wider."""
+    """The page fits its width at 1280 pixels (no horizontal scroll): only tables (in their scrolling wrapper) and code
+    blocks may be wider."""
     info = page["info"]
     assert not info["page_overflows"], info["wide"]
     assert info["wide"] == []
+
+
+def test_the_findings_fit_the_first_screen_of_a_laptop(page):
+    """The question, the tally and the headline findings end within the first 800 pixels at 1280 wide."""
+    assert 0 < page["info"]["first_screen"] <= LAPTOP_HEIGHT, page["info"]["first_screen"]
+
+
+def test_links_resolve(page):
+    """Every anchor link names an element of the page; every other link is a data file beside it that exists."""
+    from urllib.parse import unquote, urlparse
+
+    info = page["info"]
+    assert info["broken_anchors"] == []
+    assert info["files"] and all(u.startswith("file://") and u.endswith(".csv") for u in info["files"]), info["files"]
+    assert [u for u in info["files"] if not Path(unquote(urlparse(u).path)).is_file()] == []
 
 
 def test_screenshots_kept(page):
@@ -293,3 +315,70 @@ def test_screenshots_kept(page):
             lo, hi = im.convert("L").getextrema()
             assert hi - lo > 50, f"{name}: a blank screenshot"
     assert page["seconds"] < 60, page["seconds"]
+
+
+@pytest.fixture(scope="module")
+def every_headline(report_tree, tmp_path_factory):
+    """The same tree's page with every declared headline shown: each headline of report/headlines.yaml with its names
+    bound to one table value (a number with its interval and n, longer than a count), so the first screen is as full
+    as when the run fills them all; then where its findings end, opened as the page is."""
+    import re
+
+    import yaml
+
+    import mathrl.headlines
+    import mathrl.report
+
+    binding = {
+        "table": "stability_batch",
+        "where": {"batch_size": 64},
+        "value": "final_eval_mean",
+        "std": "final_eval_std",
+        "n": "n",
+        "unit": "pts",
+    }
+    items = [
+        {
+            "id": h["id"],
+            "section": h["section"],
+            "cells": {"x": binding},
+            "text": re.sub(r"{{.*?}}", "{{ x }}", h["text"], flags=re.S),
+        }
+        for h in mathrl.headlines.load()
+    ]
+    path = tmp_path_factory.mktemp("headlines") / "headlines.yaml"
+    path.write_text(yaml.safe_dump({"headlines": items}))
+    out = report_tree["results"] / "report-every-headline.html"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(mathrl.headlines, "HEADLINES_FILE", path)
+        html, warnings = mathrl.report.render(report_tree["cfg"], out)
+    assert warnings == [] and html.count("95% CI") >= len(items)
+    out.write_text(html)
+    binary = chromium()
+    if binary is None:
+        pytest.skip("no chromium on this machine (apt-get install chromium); the browser test needs one")
+    b = Browser(binary, str(tmp_path_factory.mktemp("chromium-profile")))
+    try:
+        target = b.send("Target.createTarget", {"url": "about:blank"}, session=False)["targetId"]
+        b.session = b.send("Target.attachToTarget", {"targetId": target, "flatten": True}, session=False)["sessionId"]
+        b.send("Page.enable")
+        b.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": WIDTH, "height": LAPTOP_HEIGHT, "deviceScaleFactor": 1, "mobile": False},
+        )
+        b.send("Page.navigate", {"url": out.resolve().as_uri()})
+        b.wait_event("Page.loadEventFired")
+        b.screenshot(ARTIFACTS / "report-first-screen.png")
+        return {
+            "items": len(items),
+            **b.evaluate("""(() => ({
+            bottom: document.getElementById('findings').getBoundingClientRect().bottom,
+            shown: document.querySelectorAll('ol.headlines > li').length}))()"""),
+        }
+    finally:
+        b.close()
+
+
+def test_every_declared_headline_fits_the_first_screen_of_a_laptop(every_headline):
+    assert every_headline["shown"] == every_headline["items"] >= 4
+    assert every_headline["bottom"] <= LAPTOP_HEIGHT, every_headline["bottom"]

@@ -45,8 +45,10 @@ def test_nonfinite_loss_shows_in_the_report(reported):
     alerts = reported["alerts"]
     assert alerts[["run_id", "step", "kind"]].values.tolist() == [["fault__nan__s0", 2, "nonfinite"]]
     assert "nonfinite" in reported["runs"].loc["fault__nan__s0", "alert_kinds"]
-    rows = re.findall(r"<tr>(.*?)</tr>", section(reported["html"], "alerts"), re.S)
-    assert [r for r in rows if "fault__nan__s0" in r and ">nonfinite<" in r and ">2<" in r], rows
+    alerts_section = section(reported["html"], "alerts")
+    rows = re.findall(r"<tr>(.*?)</tr>", alerts_section, re.S)  # by kind: one alert, in one run of one experiment
+    assert [r for r in rows if ">nonfinite<" in r and r.count('class="num">1<') == 3], rows
+    assert 'href="tables/alerts.csv"' in alerts_section  # the alert itself, with its run and step, is in the file
 
 
 def test_missing_run_is_marked_and_never_invented(reported):
@@ -54,8 +56,11 @@ def test_missing_run_is_marked_and_never_invented(reported):
     assert runs.loc["fault__clean__s0", "status"] == "missing" and runs.loc["fault__nan__s0", "status"] == "complete"
     assert set(curves["run_id"]) == {"fault__nan__s0"} and len(curves) == 3
     assert not (run_dir(reported, "fault__clean__s0")).exists()  # reading the tree wrote nothing there
-    row = re.search(r'<tr id="run-fault__clean__s0">.*?</tr>', html, re.S)[0]
-    assert '<td class="missing">missing</td>' in row
+    row = re.search(r"<tr><td[^>]*>fault</td>.*?</tr>", section(html, "runs"), re.S)[0]
+    cells = re.findall(
+        r"<td[^>]*>(.*?)</td>", row
+    )  # experiment, runs, trained here, shared, complete, stopped, without
+    assert cells[:7] == ["fault", "2", "2", "0", "1", "0", "1"], cells
     assert "1 run(s) are missing, unreadable or stale" in html
 
 

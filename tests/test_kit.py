@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import pandas as pd
 
 from mathrl import claims
@@ -10,8 +12,10 @@ from mathrl.studies.kit import (
     add_intervals,
     band_limits,
     band_panels,
+    bands,
     bounds,
     claim_frame,
+    offsets,
     plt,
     png,
     role_of,
@@ -88,8 +92,8 @@ def test_a_panel_draws_a_clipped_band_per_group_with_rows_and_its_labels():
     curves, empty = fig.axes
     assert [line.get_label() for line in curves.get_lines()] == ["a"]  # the group without rows is left out
     assert curves.get_lines()[0].get_ydata().tolist() == [50.0, 98.0]
-    (band,) = curves.collections
-    assert band.get_paths()[0].vertices[:, 1].max() == 100.0  # the scaled share's band stays within [0, 100]
+    (band,) = curves.collections  # two measured steps: a bar per point, no band between them
+    assert max(path.vertices[:, 1].max() for path in band.get_paths()) == 100.0  # the scaled share stays within 100
     assert (curves.get_xlabel(), curves.get_ylabel(), curves.get_title()) == ("RL step", "accuracy (%)", "A")
     assert [t.get_text() for t in curves.get_legend().get_texts()] == ["a"]
     assert [t.get_text() for t in empty.texts] == ["no runs"] and empty.get_legend() is None
@@ -109,3 +113,64 @@ def test_png_lays_a_figure_out_inside_its_canvas_and_draws_it_once():
         box = fig.get_tightbbox(fig.canvas.get_renderer())
         assert 0 <= box.x0 and 0 <= box.y0 and box.x1 <= width and box.y1 <= height, (layout, box)
         plt.close(fig)
+
+
+def test_sparse_measurements_are_points_at_their_steps_and_dense_ones_a_line():
+    """Three evaluations are drawn where they were measured, never as a line through them; a second series measured
+    at the same steps is moved a little aside; twelve steps make a line with its band."""
+    sparse = pd.DataFrame(
+        {"step": [0, 6, 12], "eval_accuracy_mean": [0.4, 0.1, 0.5], "eval_accuracy_std": 0.05, "n": 5}
+    )
+    dense = pd.DataFrame({"step": range(12), "eval_accuracy_mean": 0.5, "eval_accuracy_std": 0.05, "n": 5})
+    fig, (ax, bx) = plt.subplots(1, 2)
+    bands(ax, [("a", sparse), ("b", sparse)], "eval_accuracy", "none")
+    a, b = ax.get_lines()
+    assert a.get_linestyle() == "None" and a.get_marker() == "o" and list(a.get_ydata()) == [0.4, 0.1, 0.5]
+    shift = a.get_xdata() - sparse["step"].to_numpy()
+    assert (
+        abs(shift[0]) > 0
+        and abs(shift[0]) <= 0.5 * 6 / 2
+        and list(b.get_xdata() - a.get_xdata()) == [-2 * shift[0]] * 3
+    )
+    assert all(len(c.get_paths()) == 3 for c in ax.collections)  # one interval bar per measured step
+    bands(bx, [("a", dense)], "eval_accuracy", "none")
+    (line,) = bx.get_lines()
+    assert line.get_linestyle() == "-" and list(line.get_xdata()) == list(range(12))
+    plt.close(fig)
+
+
+def test_offsets_spread_series_over_half_the_smallest_gap():
+    assert offsets([[0, 6, 12], [0, 6, 12]]) == [-0.75, 0.75]  # width 0.5 x gap 6 / 2 series, centred
+    assert offsets([[0, 6, 12]]) == [0.0] and offsets([range(12), range(12)]) == [0.0, 0.0]
+
+
+def test_png_is_a_palette_image_no_wider_than_the_page_shows():
+    from PIL import Image
+
+    from mathrl.studies.kit import MAX_WIDTH_PX, STYLE
+
+    with plt.rc_context(STYLE):
+        for inches, width in ((16, MAX_WIDTH_PX), (6, 6 * STYLE["savefig.dpi"])):
+            fig, ax = plt.subplots(figsize=(inches, 3))
+            ax.plot([0, 1], [0, 1])
+            with Image.open(io.BytesIO(png(fig))) as im:
+                assert im.mode == "P" and abs(im.size[0] - width) <= 1, (inches, im.size)
+            plt.close(fig)
+
+
+def test_the_palette_keeps_white_and_every_plot_colour_exactly():
+    from PIL import Image
+
+    from mathrl.studies.kit import COLORS, STYLE, palette
+
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(4, 3))
+        for i, color in enumerate(COLORS):
+            ax.fill_between([0, 1], i, i + 0.8, color=color, linewidth=0)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        plt.close(fig)
+    with Image.open(io.BytesIO(palette(buf.getvalue()))) as im:
+        seen = {c for _, c in im.convert("RGB").getcolors(maxcolors=1 << 16)}
+    assert (255, 255, 255) in seen
+    assert {tuple(round(255 * c) for c in color) for color in COLORS} <= seen

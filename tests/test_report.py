@@ -33,6 +33,9 @@ from tests.conftest import write_config
 from tests.synthetic import write_json, write_run
 
 SECTIONS = [
+    "findings",
+    "coverage",
+    "limitations",
     "claims",
     "calibration",
     "lab04",
@@ -43,6 +46,7 @@ SECTIONS = [
     "generic",
     "runs",
     "alerts",
+    "data",
     "repro",
 ]
 # (experiment, variant, grid point, seed) of the run left out and of the run whose summary.json is unreadable
@@ -62,7 +66,6 @@ REQUIRED_TABLES = {
     "collapse": {"collapse_variants", "collapse_reward_design", "collapse_nonfinite"},
     "system": {"system_results", "system_console"},
     "runs": {"sft"},
-    "alerts": {"alerts"},
 }  # fmt: skip
 
 
@@ -131,7 +134,7 @@ def write_tree(cfg: dict) -> dict[str, str]:
     """Every run but MISSING, UNREADABLE cut short; bandit CSVs, gradvar, warm-ups, a log."""
     specs = expand_runs(cfg)
     missing, unreadable = run_id_of(specs, *MISSING), run_id_of(specs, *UNREADABLE)
-    noisy = run_id_of(specs, "clipping", "sgd_spike", {}, 0)
+    noisy = run_id_of(specs, "clipping", "spike_no_clip", {}, 0)
     low_entropy = run_id_of(specs, "batch", "b64", {}, 0)
     for run_id, spec in specs.items():
         if run_id == missing:
@@ -369,14 +372,18 @@ def test_every_section_present(dom):
         assert sec.find("h2") is not None and sec.find("h2").text(), sid
         assert len(sec.text()) > 200, sid
     toc = [a.attrs["href"] for a in dom.root.find("nav").iter("a")]
-    assert toc == [f"#{s}" for s in SECTIONS]
+    assert toc == [f"#{s}" for s in SECTIONS if s != "findings"]  # the findings are the page's first screen
 
 
-def test_internal_links_resolve(dom):
+def test_links_resolve(report_tree, dom):
+    """A link is an anchor of the page or a data file beside it (a relative path to an existing CSV)."""
     ids = {n.attrs["id"] for n in dom.root.iter() if "id" in n.attrs}
     hrefs = [a.attrs.get("href", "") for a in dom.root.iter("a")]
-    assert hrefs and all(h.startswith("#") for h in hrefs), [h for h in hrefs if not h.startswith("#")]
-    assert sorted({h for h in hrefs if h[1:] not in ids}) == []
+    anchors, files = [h for h in hrefs if h.startswith("#")], [h for h in hrefs if not h.startswith("#")]
+    assert anchors and sorted({h for h in anchors if h[1:] not in ids}) == []
+    here = report_tree["results"]
+    assert files and all(h.endswith(".csv") and ":" not in h for h in files), files
+    assert sorted({h for h in files if not (here / h).is_file()}) == []
 
 
 def test_images_are_embedded_pngs(report_tree, dom):
@@ -410,7 +417,8 @@ def test_self_contained(report_tree, dom):
     for node in dom.root.iter():
         for attr in ("src", "href", "srcset", "action", "poster", "data", "background", "formaction"):
             v = node.attrs.get(attr)
-            assert v is None or v.startswith(("#", "data:")), (node.tag, attr, v[:80])
+            data_file = attr == "href" and node.tag == "a" and re.fullmatch(r"[\w./-]+\.csv", v or "") and ".." not in v
+            assert v is None or v.startswith(("#", "data:")) or data_file, (node.tag, attr, v[:80])
         assert not any(a.startswith("on") for a in node.attrs), (node.tag, node.attrs)
     styles = [s.text() for s in dom.root.iter("style")] + [
         n.attrs["style"] for n in dom.root.iter() if "style" in n.attrs
@@ -423,10 +431,9 @@ def test_self_contained(report_tree, dom):
 def test_autoescaped(report_tree, dom):
     html = report_tree["html"]
     assert "<script" not in html and "<b>bold</b>" not in html and "<img src=x" not in html
-    # The description is in the configuration block, the alert message in the alerts table: as text.
-    assert INJECTED.replace('"', '\\"') in dom.root.find("section", id="repro").find("details").text()
-    assert INJECTED_ALERT in dom.root.find("section", id="alerts").text()
-    assert "&lt;img src=x onerror=alert(2)&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in html
+    # The description is in the configuration block, as text; the alert message is in alerts.csv, not on the page.
+    assert INJECTED in dom.root.find("section", id="repro").find("details").text()
+    assert "&lt;script&gt;alert(" in html and "onerror=alert(2)" not in html
     assert not any(img.attrs.get("src") == "x" for img in dom.root.iter("img"))
 
 
@@ -499,54 +506,61 @@ def test_sentences_show_measured_values_not_placeholders(report_tree, dom):
     setting also holds the calibration's `reference` role and is found all the same."""
     lab04 = dom.root.find("section", id="lab04").text()
     assert "– ± –" not in lab04 and "n=– of –" not in lab04
-    assert re.search(r"under the normal one \(n=2 of 2\)", lab04)
+    assert re.search(r"under the normal one \(n=2 of 2;", lab04)
     system = dom.root.find("section", id="system")
     head, rows = next(table_cells(t) for t in system.iter("table") if table_cells(t)[0][:1] == ["setting"])
     micro = next(r for r in rows if r[0] == "sequences per micro-batch")
     assert micro[head.index("add: ours")] not in ("0", "–")  # micro_batch_size 0 means the whole batch
 
 
-def test_run_index_matches_csv(report_tree, dom):
+def test_the_run_index_is_a_linked_file_and_the_page_sums_it_up(report_tree, dom):
+    """The run index is runs.csv beside the page, one row per run the config expands into; the page gives its counts
+    per experiment and marks the runs without a result."""
     runs = pd.read_csv(report_tree["results"] / "tables" / "runs.csv")
     assert set(runs["run_id"]) == set(report_tree["experiments"])
-    sec = dom.root.find("section", id="runs")
-    table = next(t for t in sec.iter("table") if table_cells(t)[0][:1] == ["run"])
-    head, _ = table_cells(table)
-    assert head == ["run", "experiment", "variant / grid", "seed", "task", "algorithm", "batch", "lr", "status",
-                    "initial", "final",
-                    "best (step)", "collapsed", "alerts", "seconds"]  # fmt: skip
-    trs = [tr for tr in table.find("tbody").iter("tr")]
-    assert [tr.attrs.get("id") for tr in trs] == [f"run-{r}" for r in runs["run_id"]]
-    for tr, r in zip(trs, runs.itertuples()):
-        cells = [
-            td.text().replace(" :", ":") for td in tr.iter("td")
-        ]  # (text() puts a space after the link in the status cell)
-        setting = " ".join(x for x in (r.variant, r.point) if isinstance(x, str)) or "–"
-        status = r.status + (f" (same settings as {r.same_as}: trained once)" if isinstance(r.same_as, str) else "")
-        want = [r.run_id, r.experiment, setting, str(r.seed), r.task, r.algorithm, str(r.batch_size), fmt(r.lr), status,
-                pct(r.initial_eval), pct(r.final_eval), f"{pct(r.best_eval)} ({fmt(r.best_step)})",
-                fmt(py(r.collapsed)),
-                fmt(r.alert_kinds), fmt(r.wall_seconds, ".1f")]  # fmt: skip
-        assert cells == want, r.run_id
     status = dict(zip(runs["run_id"], runs["status"]))
     assert status[report_tree["missing"]] == "missing" and status[report_tree["unreadable"]] == "unreadable"
     assert status[report_tree["stopped"]] == "stopped_nonfinite"
-    shared = dict(zip(runs["run_id"], runs["same_as"].fillna("")))
-    assert (
-        sum(s in ("missing", "unreadable") and not shared[r] for r, s in status.items()) == 2
-    )  # trained runs; a read of the missing one is missing too
-    assert any(shared[r] == report_tree["missing"] and status[r] == "missing" for r in status)
-    for run_id, word in ((report_tree["missing"], "missing"), (report_tree["unreadable"], "unreadable")):
-        tr = table.find("tr", id=f"run-{run_id}")
-        td = [td for td in tr.iter("td")][head.index("status")]
-        assert td.text() == word and "missing" in td.attrs.get(
-            "class", ""
-        )  # (the trained run itself: no "same settings")
-        assert all(
-            c.text() == "–" for c in [td for td in tr.iter("td")][head.index("initial") : head.index("final") + 1]
-        )
+    sec = dom.root.find("section", id="runs")
+    assert sec.find("a", href="tables/runs.csv") is not None and f"expands into {len(runs)} runs" in sec.text()
+    table = next(t for t in sec.iter("table") if table_cells(t)[0][:1] == ["experiment"])
+    head, rows = table_cells(table)
+    by = {r[0]: dict(zip(head, r)) for r in rows}
+    assert set(by) == set(runs["experiment"])
+    own = runs["same_as"].isna()
+    for exp, g in runs.groupby("experiment"):
+        mine = g[own.loc[g.index]]
+        assert by[exp]["runs"] == str(len(g)) and by[exp]["trained here"] == str(len(mine)), exp
+        assert by[exp]["without result"] == str(int(mine["status"].isin(["missing", "unreadable", "stale"]).sum())), exp
+        assert by[exp]["stopped by the guard"] == str(int(mine["status"].str.startswith("stopped").sum())), exp
     banner = dom.root.find("main").find("p", **{"class": "missing"})
     assert banner is not None and "2 run(s) are missing, unreadable or stale" in banner.text()
+    assert dom.root.find("tr", id=f"run-{runs['run_id'].iloc[0]}") is None  # no row per run on the page
+
+
+def test_the_alerts_are_a_linked_file_summed_up_by_kind(report_tree, dom):
+    alerts = csv(report_tree, "alerts")
+    sec = dom.root.find("section", id="alerts")
+    assert sec.find("a", href="tables/alerts.csv") is not None
+    head, rows = table_cells(sec.find("table"))
+    counts = alerts.groupby("kind").agg(alerts=("run_id", "size"), runs=("run_id", "nunique"))
+    assert {r[0]: (int(r[1]), int(r[2])) for r in rows} == {k: (a, n) for k, a, n in counts.itertuples()}
+    assert INJECTED_ALERT not in sec.text()  # the messages are in the file
+
+
+def test_data_files_are_linked_with_their_rows_and_every_column_described(report_tree, dom):
+    from mathrl import datafiles
+    from mathrl.studies.context import Tables
+
+    sec = dom.root.find("section", id="data")
+    head, rows = table_cells(sec.find("table"))
+    listed = {r[0]: int(r[3].replace(",", "")) for r in rows}
+    for name in ("runs", "alerts", "claims", "run_measures", "diagnostics_entropy_law", "diagnostics_update"):
+        assert listed[f"{name}.csv"] == len(csv(report_tree, name)), name
+        assert sec.find("a", href=f"tables/{name}.csv") is not None
+    files = datafiles.listing(Tables(report_tree["cfg"]), "tables")
+    assert datafiles.undescribed(files) == {}
+    assert len(sec.iter("details").__next__().find("dl").children) > 0
 
 
 def test_an_unreadable_run_is_named_by_path_at_the_top_of_the_report(report_tree, dom):
@@ -569,35 +583,33 @@ def test_missing_and_unreadable_runs_in_study_tables(report_tree, dom):
     assert sb.loc[512, "n"] == 1 and sb.loc[512, "expected"] == 2
 
 
-def test_verdict_tables_match_claims_csv(report_tree, dom):
-    """Every study's verdicts table is a view of claims.csv, row by row: the claim, its interval and n as the CSV has
-    them, and an outcome out of agrees / disagrees / inconclusive / not judged; every verdict paragraph states an
-    interval and n; and the opening counts are claims.csv's counts."""
-    from mathrl.verdict import OUTCOMES, number
+def test_every_verdict_is_printed_once_with_its_source(report_tree, dom):
+    """Each claim of claims.csv is printed once, under the id claim-CLAIM_ID, in its section, with its outcome, its
+    measured difference and its source; a verdicts table's row is claims.csv's; the opening counts are its counts."""
+    from mathrl.verdict import OUTCOMES, interval_numbers, number
 
     claims = csv(report_tree, "claims")
-    for sid in ("lab04", "stability", "collapse", "system"):
-        c = claims[claims["section"] == sid]
-        sec = dom.root.find("section", id=sid)
-        head, rows = next(
-            table_cells(t) for t in sec.iter("table") if table_cells(t)[0][:3] == ["claim", "kind", "measured"]
-        )
-        assert len(rows) == len(c) > 0, sid
-        for row, r in zip(rows, c.itertuples()):
-            assert row[0] == r.statement and row[1] == r.kind and row[-1] == r.outcome and r.outcome in OUTCOMES, (
-                sid,
-                r.claim_id,
+    html = report_tree["html"]
+    for r in claims.itertuples():
+        assert html.count(f'id="claim-{r.claim_id}"') == 1, r.claim_id
+        node = dom.root.find(None, id=f"claim-{r.claim_id}")
+        assert node is not None and r.outcome in OUTCOMES and r.outcome in node.text(), r.claim_id
+        assert r.source in node.text() and r.statement in node.text(), r.claim_id
+        section = node.parent
+        while section.tag != "section":
+            section = section.parent
+        assert section.attrs["id"] == r.section, r.claim_id
+        if node.tag == "tr":
+            cells = [td.text() for td in node.iter("td")]
+            assert (
+                cells[-2] == r.outcome
+                and cells[5] == f"[{number(py(r.ci_low), r.unit)}, {number(py(r.ci_high), r.unit)}]"
             )
-            assert row[5] == f"[{number(py(r.ci_low), r.unit)}, {number(py(r.ci_high), r.unit)}]", (sid, r.claim_id)
-            assert row[6].startswith(str(int(r.n))), (sid, r.claim_id)
-        for div in sec.iter("div"):
-            if "verdict" in div.attrs.get("class", "").split():
-                text = div.text()
-                assert (
-                    "Not judged" in text
-                    or (("95% CI [" in text or "exactly" in text) and "n=" in text)
-                    or "no interval" in text
-                ), text[:200]
+            assert cells[6].startswith(str(int(r.n))), r.claim_id
+        elif r.outcome != "not judged" and r.ci_high > r.ci_low:  # a block: its first line gives the interval
+            x, lo, hi = interval_numbers(py(r.difference), py(r.ci_low), py(r.ci_high), r.unit)
+            assert f"{x} [{lo}, {hi}]" in node.find("p").text(), r.claim_id
+        assert node.text().count("Checks:") <= 1, r.claim_id  # the checks are said once, in the verdict
     head, rows = table_cells(dom.root.find("section", id="claims").find("table"))
     counts = claims.groupby(["kind", "outcome"]).size()
     for row in rows:
@@ -609,6 +621,44 @@ def test_verdict_tables_match_claims_csv(report_tree, dom):
     text = " ".join(dom.root.find("section", id="claims").text().split())
     assert f"{decided} of the {len(doc)} document claims are decided under Benjamini-Hochberg" in text
     assert "under Holm's adjustment" in text
+
+
+def test_the_first_screen_states_the_question_and_the_tally_then_the_coverage_table(report_tree, dom):
+    claims = csv(report_tree, "claims")
+    doc = claims[claims["kind"] == "document"]
+    findings = dom.root.find("section", id="findings")
+    text = findings.text()
+    counts = doc["outcome"].value_counts()
+    want = (
+        f"Of the {len(doc)} claims of the documents this run tests, {counts.get('agrees', 0)} agree with the "
+        f"measurements, {counts.get('disagrees', 0)} disagree, {counts.get('inconclusive', 0)} are inconclusive and "
+        f"{counts.get('not judged', 0)} could not be judged"
+    )
+    assert want in text
+    assert "The question:" in dom.root.find("main").find("p", **{"class": "question"}).text()
+    sections = [n.attrs.get("id") for n in dom.root.iter("section")]
+    assert sections.index("findings") == 0 and sections.index("coverage") == 1
+
+
+def test_every_document_claim_appears_in_the_coverage_table_with_its_sentence(report_tree, dom):
+    """Each document claim is named on a row of coverage.csv that quotes the document's sentence with its
+    translation, its outcome linked to its verdict."""
+    claims, coverage = csv(report_tree, "claims"), csv(report_tree, "coverage")
+    sec = dom.root.find("section", id="coverage")
+    for r in claims[claims["kind"] == "document"].itertuples():
+        li = sec.find("li", id=f"cov-{r.claim_id}")
+        assert li is not None, r.claim_id
+        assert li.find("a").attrs["href"] == f"#claim-{r.claim_id}" and r.outcome in li.text()
+        row = " ".join(li.parent.parent.parent.text().split())  # li < ul < td < tr
+        names = coverage["claim_ids"].fillna("").str.split(";")
+        quoted = coverage[[r.claim_id in ids for ids in names]]
+        assert len(quoted) and " ".join(quoted["translation"].iloc[0].split()) in row, r.claim_id
+    documents = [h.text() for h in sec.iter("h3")]
+    assert documents == sorted(documents) and len(documents) == 4
+
+
+def test_the_page_is_under_two_megabytes(report_tree):
+    assert (report_tree["results"] / "report.html").stat().st_size < 2_000_000
 
 
 def test_reproducibility_section(report_tree, dom):
@@ -657,13 +707,13 @@ def test_empty_tree_renders(tmp_path):
         and f"{trained} run(s) are missing, unreadable or stale"
         in d.root.find("main").find("p", **{"class": "missing"}).text()
     )
-    table = d.root.find("section", id="runs").find("tr", id=f"run-{runs['run_id'].iloc[0]}")
-    assert [td.text() for td in table.iter("td")][8] == "missing"
+    head, rows = table_cells(d.root.find("section", id="runs").find("table"))
+    assert {r[0]: r[head.index("complete")] for r in rows} == dict.fromkeys(runs["experiment"], "0")
 
 
 @pytest.mark.parametrize("experiment, old, new",
                          [("fixed_vs_dynamic", "A_fixed_512", "A_big_batch"), ("collapse", "huge_lr", "overflow"),
-                                                  ("lab04_gpt", "dapo_aggressive", "dapo")])  # fmt: skip
+                                                  ("lab04_gpt", "kl_failing", "kl_fails")])  # fmt: skip
 def test_renamed_variant_fails_naming_the_role(tmp_path, capsys, experiment, old, new):
     """Renaming a variant without its role is an error naming the experiment and the role (exit 2,
     no traceback); renaming both keeps the study's tables filled."""
@@ -689,3 +739,39 @@ def test_seeds_a_claim_needs_print_as_the_verdicts_say_them():
     assert (
         cell(12.0, "seeds") == "12" and cell(1001.0, "seeds") == "more than 1000" and cell(float("nan"), "seeds") == "–"
     )
+
+
+def test_a_documents_scale_tree_sets_its_outcomes_beside_this_one(report_tree, tmp_path, capsys):
+    """`mathrl report --full-results DIR`: the coverage table gains the documents'-scale column, marking the claims
+    whose outcome differs there, and the scale headline and limitation say how many; a directory without claims.csv
+    is refused (exit 2) before anything is written."""
+    from mathrl.cli import main
+
+    claims = csv(report_tree, "claims")
+    doc = claims[claims["kind"] == "document"]
+    flipped = doc[doc["outcome"] == "inconclusive"]["claim_id"].head(2).tolist()
+    full = tmp_path / "full"
+    (full / "tables").mkdir(parents=True)
+    claims.assign(outcome=claims["outcome"].where(~claims["claim_id"].isin(flipped), "agrees")).to_csv(
+        full / "tables" / "claims.csv", index=False
+    )
+    out = report_tree["results"] / "report-full.html"
+    assert main(["report", "--config", str(report_tree["config"]), "--out", str(out), "--full-results", str(full)]) == 0
+    d = Dom(out.read_text())
+    sec = d.root.find("section", id="coverage")
+    assert "documents' scale" in [th.text() for th in sec.iter("th")]
+    marked = [li for li in sec.iter("li") if "differs" in li.attrs.get("class", "")]
+    assert len(marked) == len(flipped) == 2 and all(li.text() == "agrees" for li in marked)
+    judged = claims["outcome"].isin(["agrees", "disagrees", "inconclusive"])
+    findings = d.root.find("section", id="findings").text()
+    assert f"At the documents' scale, 2 of the {int(judged.sum())} claims judged in both trees change" in findings
+    assert (
+        f"2 of the {int(judged.sum())} claims judged in both change their outcome"
+        in d.root.find("section", id="limitations").text()
+    )
+    missing = tmp_path / "nothing"
+    gone = tmp_path / "not-written.html"
+    args = ["report", "--config", str(report_tree["config"]), "--out", str(gone), "--full-results", str(missing)]
+    assert main(args) == 2 and not gone.exists()
+    assert f"--full-results {missing}: no {missing}/tables/claims.csv" in capsys.readouterr().err
+    out.unlink()

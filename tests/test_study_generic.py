@@ -41,3 +41,33 @@ def test_two_seed_bands_of_accuracy_reward_and_kl_stay_in_range():
         y = np.concatenate([path.vertices[:, 1] for path in poly.get_paths()])
         assert y.min() >= lo - 1e-12 and y.max() <= hi + 1e-12, ax.get_title()
         assert y.max() > y.min()  # a band is still drawn
+
+
+def test_the_probability_of_improvement_is_over_the_baseline_or_else_the_reference():
+    """Over the `baseline` role where an experiment declares one, else over its `reference` role; the compared
+    setting's own row and an experiment with neither role have none. By hand: 2 of the 4 seed pairs end higher."""
+    runs = pd.DataFrame(
+        {
+            "experiment": ["e"] * 4 + ["f"] * 4 + ["g"] * 2,
+            "setting": ["a", "a", "b", "b"] * 2 + ["x"] * 2,
+            "seed": [0, 1] * 5,
+            "status": "complete",
+            "eval_size": 100.0,
+            "start": 0.4,
+            "final": [0.5, 0.7, 0.6, 0.6, 0.5, 0.7, 0.6, 0.6, 0.5, 0.6],
+            "best": 0.7,
+            "gain": 0.1,
+        }
+    )
+    cfg = {
+        "experiments": {
+            "e": {"roles": {"baseline": "b", "reference": "a"}},
+            "f": {"roles": {"reference": "b"}},
+            "g": {},
+        }
+    }
+    out = generic.summary_table(runs, cfg).set_index(["experiment", "setting"])
+    assert out.loc[("e", "a"), "p_improvement"] == 0.5 and out.loc[("e", "a"), "p_improvement_over"] == "b"
+    assert out.loc[("f", "a"), "p_improvement"] == 0.5 and out.loc[("f", "a"), "p_improvement_over"] == "b"
+    assert math.isnan(out.loc[("e", "b"), "p_improvement"]) and math.isnan(out.loc[("g", "x"), "p_improvement"])
+    assert out.loc[("g", "x"), "p_improvement_over"] == ""

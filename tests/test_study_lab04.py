@@ -580,3 +580,63 @@ def test_bandit_settings_keep_the_config_order_in_the_figures():
     curves = pd.DataFrame({"study": "entropy_collapse", "setting": ["normal", "aggressive"] * 2, "step": [0, 0, 1, 1]})
     c = lab04._bandit({"lab04_bandit_curves": curves}, "entropy_collapse")
     assert list(dict.fromkeys(c["setting"])) == ["normal", "aggressive"] and list(c["step"]) == [0, 0, 1, 1]
+
+
+def test_the_gpt_accuracy_panel_marks_its_few_evaluations_and_draws_no_line_between_them():
+    """Held-out accuracy measured at steps 0, 6 and 12 is drawn there alone: a marker and its interval per variant
+    and step (the variants a little apart), no line through the steps between, where a fall would hide."""
+    gpt = pd.DataFrame({"variant": ["normal", "aggressive"], "role": ["normal", "aggressive"]})
+    rows = []
+    for variant, fall in (("normal", 0.0), ("aggressive", 0.3)):
+        for seed in (0, 1, 2):
+            run = f"lab04_gpt__{variant}__s{seed}"
+            for step in range(1, 13):
+                rows.append(
+                    {
+                        "experiment": "lab04_gpt",
+                        "variant": variant,
+                        "run_id": run,
+                        "step": step,
+                        "initial_eval": 0.5,
+                        "entropy": 0.3,
+                        "kl": 0.01 * step,
+                        "frac_zero_std": 0.2,
+                        "eval_accuracy": 0.5 - fall * step / 12 + 0.01 * seed if step % 6 == 0 else math.nan,
+                    }
+                )
+    fig = lab04.gpt_figure({"lab04_gpt": gpt, "curves": pd.DataFrame(rows)})
+    accuracy = fig.axes[1]
+    assert accuracy.get_title().startswith("Held-out accuracy")
+    for line in accuracy.get_lines():
+        assert line.get_linestyle() == "None" and line.get_marker() == "o", line.get_label()
+        shift = line.get_xdata() - np.array([0, 6, 12])  # each point at its step, moved aside by one shift
+        assert len(set(np.round(shift, 9))) == 1 and 0 < abs(shift[0]) < 3
+    xs = [tuple(line.get_xdata()) for line in accuracy.get_lines()]
+    assert xs[0] != xs[1]  # moved apart, each by less than a step
+    entropy = fig.axes[0]  # twelve steps logged: a line with its band
+    assert all(line.get_linestyle() == "-" for line in entropy.get_lines())
+    matplotlib.pyplot.close(fig)
+
+
+def test_each_bandit_panel_has_one_time_axis():
+    """The document's 200-step settings and the 1,500-step biased ones are drawn on panels of their own."""
+    rows = [
+        {
+            "study": "entropy_collapse",
+            "setting": setting,
+            "step": step,
+            "phase": "",
+            "n": 3,
+            **{f"{m}_{s}": 0.1 for m in ("entropy", "loss", "p0", "p1", "p2") for s in ("mean", "std")},
+        }
+        for setting, steps in (("aggressive", 20), ("normal", 20), ("aggressive_biased", 150))
+        for step in range(steps + 1)
+    ]
+    t = {"lab04_bandit_curves": pd.DataFrame(rows), "lab04_vanishing_points": pd.DataFrame()}
+    fig = lab04.six_panel(t)
+    panels = [ax for ax in fig.axes if ax.get_title().startswith(("Policy entropy", "Training loss"))]
+    assert len(panels) == 4 and sum("20-step" in ax.get_title() for ax in panels) == 2
+    for ax in panels:
+        ends = {max(line.get_xdata()) for line in ax.get_lines()}
+        assert len(ends) == 1 and f"the {int(ends.pop()):,}-step settings" in ax.get_title()
+    matplotlib.pyplot.close(fig)

@@ -338,3 +338,18 @@ def test_the_control_sees_an_rl_runs_samples_and_every_start_is_saved(files):
             assert s["init"] in {system.start_of(cfg, {"task": s["task"], "init": None})} | {
                 f"start_{round(100 * x)}" for x in sft["starts"]
             }
+
+
+def test_the_curves_figure_sets_each_start_s_supervised_control_beside_its_rl_lines(starts_tables):
+    """The control trains for as many samples as an RL run draws: its final accuracy, with its interval, stands at the
+    last RL step of the runs from the same start, in their colour."""
+    fig = system.fig_curves(starts_tables)
+    add = fig.axes[0]
+    lines = {line.get_label(): line for line in add.get_lines()}
+    controls = {c.get_label(): c.lines[0] for c in add.containers}  # an errorbar: its marker line and its bar
+    for start, final in (("start_30", 0.71), ("start_85", 0.90)):
+        control = controls[f"supervised control from {start} (as many samples)"]
+        assert list(control.get_xdata()) == [4.0] and control.get_ydata()[0] == pytest.approx(final)
+        assert control.get_color() == lines[f"reinforce from {start}"].get_color()
+    assert "supervised control from start_30 (as many samples)" in [t.get_text() for t in add.get_legend().get_texts()]
+    matplotlib.pyplot.close(fig)

@@ -183,7 +183,9 @@ def figure(t) -> plt.Figure:
         start = pts[pts["samples"] == 0]
         for i, (name, g) in enumerate(fit.groupby("setting", sort=False)):
             color = COLORS[i % len(COLORS)]
-            table_band(ax, g, "eval_accuracy", f"{name} (fit)", color, x="samples", value="fit", scale=100)
+            table_band(
+                ax, g, "eval_accuracy", f"{name} (fit)", color, x="samples", value="fit", scale=100, measured=False
+            )
             p = pts[(pts["setting"] == name) & (pts["samples"] > 0)]
             half = np.nan_to_num(t_halfwidth(p["accuracy_std"], p["n"])) * 100
             ax.errorbar(p["samples"], p["accuracy_mean"] * 100, yerr=half, fmt="o", ms=4, color=color, capsize=2,

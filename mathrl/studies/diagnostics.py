@@ -331,13 +331,16 @@ def figures(t) -> dict[str, plt.Figure]:
 
 
 def section(t) -> dict:
+    rows = kit.verdicts(t, NAME)
+    apart = (policy_losses.PART, token_selection.PART)  # shown in their own parts of the section
     return {
         "pass_at_k": t["diagnostics_pass_at_k"], "pass_at_k_runs": t["diagnostics_pass_at_k_runs"],
         "law": t["diagnostics_entropy_law"], "law_runs": t["diagnostics_entropy_law_runs"],
         "adv": t["diagnostics_adv_scaling"],
         "noise": t["diagnostics_noise_scale"], "noise_steps": t["diagnostics_noise_scale_steps"],
         "updates": t["diagnostics_update"],
-        "verdicts": kit.verdicts(t, NAME), "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE,
+        "verdicts": rows, "other_verdicts": [r for r in rows if r.get("part") not in apart],
+        "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE,
         "reached_steps": REACHED_STEPS,
         "experiment": EXPERIMENT,
         "mismatch": mismatch.section(t),  # the rollout/trainer mismatch (sections/mismatch.html.j2)

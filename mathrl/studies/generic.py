@@ -5,8 +5,8 @@ KL to the reference and training reward over the steps, with 95% interval bands 
 seeds; and a table of start, final, best and gain with their 95% intervals. Held-out
 accuracy on N problems carries its own sampling error (a standard error of about 1.1 points
 at 50% on the default's 2000 problems, 1.6 on 1000), shown beside the final accuracy.
-Where the experiment declares a `baseline` role, each setting's probability of improvement
-over it (rliable.metrics: the share of seed pairs in which it ends higher) is given too.
+Where the experiment declares a `baseline` role, or else a `reference` role, each setting's probability of
+improvement over that setting (rliable.metrics: the share of seed pairs in which it ends higher) is given too.
 An experiment's own `claims:` are judged by the claims engine (mathrl.claims) and shown
 under its table.
 """
@@ -77,13 +77,21 @@ def summary_table(runs: pd.DataFrame, cfg: dict) -> pd.DataFrame:
     out["eval_size"] = sizes
     p_imp = []
     for r in out.itertuples():
-        base = (cfg["experiments"][r.experiment].get("roles") or {}).get("baseline")
+        base = comparator(cfg["experiments"][r.experiment])
         a = runs[(runs.experiment == r.experiment) & (runs.setting == r.setting)]["final"].dropna().to_numpy()
         b = runs[(runs.experiment == r.experiment) & (runs.setting == base)]["final"].dropna().to_numpy()
         compared = base and len(a) and len(b) and r.setting != base
         p_imp.append(float(rly.probability_of_improvement(a[:, None], b[:, None])) if compared else math.nan)
     out["p_improvement"] = p_imp
+    out["p_improvement_over"] = [comparator(cfg["experiments"][e]) or "" for e in out["experiment"]]
     return out
+
+
+def comparator(experiment: dict) -> str | None:
+    """The setting an experiment's settings are compared with by the probability of improvement: the variant of its
+    `baseline` role, else of its `reference` role (the setting in which RL learns); None where it declares neither."""
+    roles = experiment.get("roles") or {}
+    return roles.get("baseline") or roles.get("reference")
 
 
 def curves_table(ctx) -> pd.DataFrame:
@@ -128,10 +136,10 @@ def figure(c: pd.DataFrame, experiment: str, settings: dict[str, dict] | None = 
     d = c[c["experiment"] == experiment] if len(c) else c
     for ax, (metric, label) in zip(axes, METRICS.items()):
         m = d[d["metric"] == metric] if len(d) else d
-        for i, (name, g) in enumerate(m.groupby("setting", sort=False) if len(m) else []):
-            g = g.sort_values("step")
+        groups = [(name, g.sort_values("step")) for name, g in (m.groupby("setting", sort=False) if len(m) else [])]
+        for i, ((name, g), shift) in enumerate(zip(groups, kit.offsets([g["step"] for _, g in groups]))):
             limits = bounds(metric, (settings or {}).get(name))
-            kit.band(ax, g["step"], g["mean"], g["std"], name, COLORS[i % len(COLORS)], g["n"], limits)
+            kit.band(ax, g["step"], g["mean"], g["std"], name, COLORS[i % len(COLORS)], g["n"], limits, offset=shift)
         if m.empty:
             kit.placeholder(ax, f"no {label} logged")
         ax.set(title=label, xlabel="RL step", ylabel=label)
@@ -153,6 +161,6 @@ def section(t) -> dict:
     s = t["generic_summary"]
     return {"experiments": [{"name": e, "description": spec.get("description", ""),
                              "summary": s[s["experiment"] == e] if "experiment" in s else s.iloc[0:0],
-                             "figure": f"generic_{e}", "roles": spec.get("roles") or {},
+                             "figure": f"generic_{e}", "roles": spec.get("roles") or {}, "over": comparator(spec),
                              "claims": kit.verdicts(t, NAME, e)}
                             for e, spec in t.cfg["experiments"].items()]}  # fmt: skip

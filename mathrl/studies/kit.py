@@ -22,7 +22,7 @@ from mathrl.config import ROOT, point_label, read_yaml  # noqa: E402
 from mathrl.errors import ConfigError  # noqa: E402
 from mathrl.layout import DOCUMENTS_FILE  # noqa: E402
 from mathrl.results import mean_spread, warmup  # noqa: E402
-from mathrl.verdict import CONFIDENCE, Estimate, difference, sentence, wilson  # noqa: E402
+from mathrl.verdict import CONFIDENCE, Estimate, difference, interval_numbers, number, sentence, wilson  # noqa: E402
 
 NAN = math.nan
 
@@ -265,6 +265,82 @@ def verdict_rows(df: pd.DataFrame) -> list[dict]:
     for r in rows:
         r.update({k: r.get(k) or "" for k in ("reason", "note", "engaged")})
         r["sentence"] = sentence(r)
+    return fold(rows)
+
+
+def brief(r: dict) -> str:
+    """A verdict in a few words, for its first line: the difference, its 95% interval and n; for a claim not judged,
+    the checks that failed by their labels (the full checks follow in `said`)."""
+    if r.get("outcome") == "not judged":
+        kind, _, rest = str(r.get("reason") or "").partition(": ")
+        if kind in NOT_JUDGED_BY:
+            return f"{kind}: " + ", ".join(dict.fromkeys(part.split(":")[0] for part in rest.split("; ")))
+        return str(r.get("reason") or "no reason recorded")
+    unit = r.get("unit") or "num"
+    n_a, n_b = r.get("n_a"), r.get("n_b")
+    if r.get("design") in ("unpaired", "rates") and known(n_a, n_b) and n_b:
+        n = f"n={int(n_a)} vs {int(n_b)}"
+    else:
+        n = f"n={int(r['n']) if known(r.get('n')) else 0}"
+    lo, hi, x = r.get("ci_low"), r.get("ci_high"), r.get("diff")
+    if known(lo, hi) and hi > lo:
+        value, lo, hi = interval_numbers(x, lo, hi, unit)
+        return f"{value} [{lo}, {hi}], {n}"
+    return f"{number(x, unit)} ({'every seed the same' if r.get('design') == 'exact' else 'no interval'}), {n}"
+
+
+NOT_JUDGED_BY = ("precondition not met", "failure not established", "mechanism not engaged")  # mathrl.claims's words
+
+
+def fold(rows: list[dict]) -> list[dict]:
+    """Each verdict's checks and notes folded into its text, each said once: `said` (the verdict in words, then its
+    checks and notes) and `remarks` (the same without the numbers a verdicts table has columns for), as Markup.
+
+    A not-judged verdict names the checks that failed and then the others; a check or note that an earlier verdict of
+    `rows` already states in full is named by its label alone with a link to that verdict (a failure five remedies
+    share is stated under the first)."""
+    from markupsafe import Markup, escape
+
+    first: dict[str, str] = {}
+
+    def items(parts: list[str], key: str) -> Markup:
+        out = []
+        for part in parts:
+            if part in first and first[part] != key:
+                label = part.split(":")[0]
+                label = label.split(" (")[0] if len(label) > 60 else label  # a long note by its first words
+                out.append(
+                    escape(label)
+                    + Markup(f' (as for <a href="#claim-{escape(first[part])}">')
+                    + escape(first[part])
+                    + Markup("</a>)")
+                )
+            else:
+                first.setdefault(part, key)
+                out.append(escape(part))
+        return Markup("; ").join(out)
+
+    for r in rows:
+        r["short"] = brief(r)
+        key, checks = r.get("key", ""), [c for c in str(r.get("engaged") or "").split("; ") if c]
+        notes = [n for n in str(r.get("note") or "").split("; ") if n]
+        note = Markup(" <em>") + items(notes, key) + Markup(".</em>") if notes else Markup("")
+        reason = str(r.get("reason") or "")
+        kind, _, rest = reason.partition(": ")
+        failed = rest.split("; ") if kind in NOT_JUDGED_BY else []
+        if r.get("outcome") == "not judged" and failed and set(failed) <= set(checks):
+            others = [c for c in checks if c not in failed]
+            text = Markup("Not judged: ") + escape(kind) + Markup(": ") + items(failed, key) + Markup(".")
+            if others:
+                text += Markup(" Other checks: ") + items(others, key) + Markup(".")
+            r["said"] = r["remarks"] = text + note
+            continue
+        listed = Markup(" Checks: ") + items(checks, key) + Markup(".") if checks else Markup("")
+        if r.get("outcome") == "not judged":
+            r["said"] = r["remarks"] = escape(r["sentence"]) + listed + note
+        else:
+            r["said"] = escape(r["sentence"]) + listed + note
+            r["remarks"] = (escape(reason[:1].upper() + reason[1:] + ".") if reason else Markup("")) + listed + note
     return rows
 
 
@@ -285,11 +361,12 @@ def by_key(rows: list[dict]) -> dict[str, dict]:
 
 # ----------------------------------------------------------------------------- plot style
 STYLE = {
-    "figure.dpi": 110, "savefig.dpi": 110, "figure.figsize": (7.0, 4.0), "font.size": 9,
+    "figure.dpi": 100, "savefig.dpi": 100, "figure.figsize": (7.0, 4.0), "font.size": 9,
     "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8, "axes.grid": True,
     "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False, "lines.linewidth": 1.5,
 }  # fmt: skip
 COLORS = plt.get_cmap("tab10").colors
+PLAIN = ("white", "black", "0.2", "0.3", "0.4", "0.45", "0.5", "0.6", "0.8")  # the greys the figures draw with
 
 
 def png(fig) -> bytes:
@@ -303,8 +380,47 @@ def png(fig) -> bytes:
         engine.execute(fig)
     fig.set_layout_engine(None)  # under STYLE (no autolayout, no constrained_layout.use): no engine at all
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    saved = plt.rcParams["savefig.dpi"]  # a number, or "figure": the figure's own
+    dpi = min(fig.dpi if saved == "figure" else float(saved), MAX_WIDTH_PX / float(fig.get_size_inches()[0]))
+    fig.savefig(buf, format="png", dpi=dpi)
+    return palette(buf.getvalue())
+
+
+MAX_WIDTH_PX = 1200  # the report shows a figure at most about 1,100 pixels wide: a wider one only adds bytes
+
+
+def exact_colors() -> list[tuple[int, int, int]]:
+    """The colours a palette PNG keeps exactly: the plot colours and greys, and each plot colour over white at the
+    band's opacity and at the coverages of an anti-aliased edge."""
+    rgb = [matplotlib.colors.to_rgb(x) for x in [*COLORS, *PLAIN]]
+    blends = [[a * c + (1 - a) for c in matplotlib.colors.to_rgb(x)] for x in COLORS for a in (0.18, 0.35, 0.5, 0.7)]
+    return [tuple(round(255 * c) for c in color) for color in [*rgb, *blends]]
+
+
+def palette(data: bytes, colors: int = 256) -> bytes:
+    """A PNG redrawn with a palette of `colors` colours, about a third of the bytes of the full-colour PNG (a figure
+    has few colours: lines, bands, text, white). The palette holds every colour the figures draw with exactly (the
+    plot colours, black, greys, white) and each plot colour's blends with white (a thin line's anti-aliased edge, a
+    band), so a line or a legend's swatch keeps its hue; then the most common other colours of the image by median
+    cut. Each pixel takes its nearest palette colour, computed here exactly (Pillow's own mapping looks colours up at
+    6 bits a channel, which turned white into 252 grey); no dithering."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        rgb = im.convert("RGB")
+    fixed = list(dict.fromkeys(exact_colors()))
+    adaptive = rgb.quantize(colors=colors - len(fixed), method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    found = np.array(adaptive.getpalette()[: 3 * (colors - len(fixed))], dtype=np.int64).reshape(-1, 3)
+    table = np.concatenate([np.array(fixed, dtype=np.int64), found])  # (colors, 3)
+    pixels = np.asarray(rgb, dtype=np.int64).reshape(-1, 3)
+    unique, inverse = np.unique((pixels[:, 0] << 16) | (pixels[:, 1] << 8) | pixels[:, 2], return_inverse=True)
+    shades = np.stack([unique >> 16, (unique >> 8) & 255, unique & 255], axis=1)  # (distinct colours, 3)
+    nearest = ((shades[:, None, :] - table[None, :, :]) ** 2).sum(axis=2).argmin(axis=1)
+    flat = Image.fromarray(nearest[inverse].reshape(rgb.size[1], rgb.size[0]).astype(np.uint8), "P")
+    flat.putpalette(table.astype(np.uint8).ravel().tolist())
+    out = io.BytesIO()
+    flat.save(out, format="png", optimize=True)
+    return out.getvalue()
 
 
 BAND_NOTE = "mean and 95% t interval of the mean across seeds"  # what every band of every figure is
@@ -336,12 +452,40 @@ def band_limits(mean, std, n, bounds=None) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def band(ax, x, mean, std, label, color, n, bounds=None, **line):
+DENSE = 10  # a series measured at fewer steps than this is drawn at those steps alone, never as a line through them
+
+
+def band(ax, x, mean, std, label, color, n, bounds=None, offset=0.0, measured=True, **line):
     """A mean line with its band, the 95% t interval of the mean across seeds (n: seeds per point),
-    clipped to `bounds` (see `bounds()`); `line` goes to the line (a linestyle, say)."""
+    clipped to `bounds` (see `bounds()`); `line` goes to the line (a linestyle, say).
+
+    A `measured` series with fewer than DENSE distinct x values (three evaluations of a run, say) is drawn where it
+    was measured and nowhere else: a marker per point with its interval as a bar, moved `offset` along x so that
+    series measured at the same steps stay apart (`offsets`); a line would suggest values between the measurements.
+    A dashed or dotted line's series gets square or triangular markers instead. A fitted curve is not `measured`."""
     lo, hi = band_limits(mean, std, n, bounds)
-    ax.plot(x, np.asarray(mean, dtype=float), label=label, color=color, **line)
+    x, mean = np.asarray(x, dtype=float), np.asarray(mean, dtype=float)
+    if measured and len(np.unique(x[~np.isnan(x)])) < DENSE:
+        style = line.pop("linestyle", line.pop("ls", "-"))
+        marker = line.pop("marker", {"--": "s", "dashed": "s", ":": "^", "dotted": "^"}.get(style, "o"))
+        size = line.pop("markersize", line.pop("ms", 4))
+        ax.plot(x + offset, mean, linestyle="none", marker=marker, markersize=size, label=label, color=color, **line)
+        ax.vlines(x + offset, lo, hi, color=color, linewidth=1.2, alpha=0.7)
+        return
+    ax.plot(x, mean, label=label, color=color, **line)
     ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
+
+
+def offsets(xs: list, width: float = 0.5) -> list[float]:
+    """Sideways shifts that keep series measured at the same few x values apart: each series (an array of its x values)
+    by its place among them, spread over `width` of the smallest gap between measured values; 0 for every series
+    when there is only one, or when the series are dense enough to be drawn as lines."""
+    values = np.unique(np.concatenate([np.asarray(x, dtype=float) for x in xs])) if xs else np.array([])
+    values = values[~np.isnan(values)]
+    if len(xs) < 2 or len(values) < 2 or len(values) >= DENSE:
+        return [0.0] * len(xs)
+    step = width * float(np.diff(values).min()) / len(xs)
+    return [(i - (len(xs) - 1) / 2) * step for i in range(len(xs))]
 
 
 def table_band(ax, df: pd.DataFrame, metric: str, label: str, color, x="step", value=None, scale=1.0, **line) -> None:
@@ -370,11 +514,12 @@ def bands(
     """One panel: `table_band` of each (label, table) of `groups` with a row, in `colors` (one per group; default:
     the palette's order over the groups drawn) and with `line` (a linestyle, a marker), and a legend (`legend`: its
     keywords), or `empty` in a placeholder when none has a row; then `labels` (xlabel, default "RL step"; ylabel,
-    title) on the axes."""
+    title) on the axes. Groups measured at the same few steps are moved apart (`offsets`)."""
     drawn = [(label, g, c) for (label, g), c in zip(groups, colors or [None] * len(groups)) if len(g)]
-    for i, (label, g, color) in enumerate(drawn):
+    shifts = offsets([g[x] for _, g, _ in drawn])
+    for i, ((label, g, color), shift) in enumerate(zip(drawn, shifts)):
         color = COLORS[i % len(COLORS)] if color is None else color
-        table_band(ax, g, metric, label, color, x=x, value=value, scale=scale, **(line or {}))
+        table_band(ax, g, metric, label, color, x=x, value=value, scale=scale, offset=shift, **(line or {}))
     ax.legend(**(legend or {})) if drawn else placeholder(ax, empty)
     ax.set(**{"xlabel": "RL step", **labels})
 

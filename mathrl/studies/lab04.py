@@ -444,6 +444,33 @@ def _settings(ax, c: pd.DataFrame, metric: str, label: str) -> None:
         kit.table_band(ax, g, metric, setting if len(groups) > 1 else label, COLORS[i])
 
 
+def by_horizon(c: pd.DataFrame) -> list[tuple[int, pd.DataFrame]]:
+    """A study's curves split by how many steps its settings run (the document's 200-step settings apart from the
+    1,500-step biased ones), shortest first: one time axis per panel."""
+    if c.empty:
+        return []
+    last = c.groupby("setting", sort=False)["step"].transform("max")
+    return [(int(h), c[last == h]) for h in sorted(last.unique())]
+
+
+def _horizon_panels(fig, cell, c: pd.DataFrame, metric: str, title: str, ylabel: str) -> list:
+    """One panel of `metric` per horizon of the entropy-collapse settings (`by_horizon`), stacked in `cell`."""
+    groups = by_horizon(c)
+    if not groups:
+        ax = fig.add_subplot(cell)
+        kit.placeholder(ax, "no entropy-collapse data")
+        _label(ax, title, "step", ylabel)
+        return [ax]
+    grid = cell.subgridspec(len(groups), 1, hspace=0.6)
+    axes = []
+    for k, (steps, g) in enumerate(groups):
+        ax = fig.add_subplot(grid[k, 0])
+        _settings(ax, g, metric, metric)
+        _label(ax, f"{title}: the {steps:,}-step settings" if len(groups) > 1 else title, "step", ylabel)
+        axes.append(ax)
+    return axes
+
+
 def _shade_homogeneous(ax, c: pd.DataFrame) -> None:
     steps = c.drop_duplicates("step")
     hom = steps.loc[steps["phase"] == "homogeneous", "step"].to_numpy()
@@ -478,12 +505,11 @@ def _probabilities(fig, cell, ec: pd.DataFrame) -> None:
 def six_panel(t) -> plt.Figure:
     fig = plt.figure(figsize=(15, 8.5))
     grid = fig.add_gridspec(2, 3)
-    a_ent, a_loss = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 2])
     a_grad, a_std, a_scatter = (fig.add_subplot(grid[1, k]) for k in range(3))
     ec, gv, pts = _bandit(t, "entropy_collapse"), _bandit(t, "gradient_vanishing"), t["lab04_vanishing_points"]
-    for ax, metric in ((a_ent, "entropy"), (a_loss, "loss")):
-        _settings(ax, ec, metric, metric) if len(ec) else kit.placeholder(ax, "no entropy-collapse data")
+    _horizon_panels(fig, grid[0, 0], ec, "entropy", "Policy entropy (entropy collapse)", "entropy (nats)")
     _probabilities(fig, grid[0, 1], ec)
+    _horizon_panels(fig, grid[0, 2], ec, "loss", "Training loss", "loss")
     for ax, metric in ((a_grad, "grad_norm"), (a_std, "reward_std")):
         if len(gv):
             _shade_homogeneous(ax, gv)
@@ -501,8 +527,6 @@ def six_panel(t) -> plt.Figure:
         a_scatter.set_yscale("symlog", linthresh=1e-6)
     else:
         kit.placeholder(a_scatter, "no gradient-vanishing data")
-    _label(a_ent, "Policy entropy (entropy collapse)", "step", "entropy (nats)")
-    _label(a_loss, "Training loss", "step", "loss")
     _label(a_grad, "Gradient norm (vanishing gradients)", "step", "gradient norm (symlog)")
     _label(a_std, "Reward std within the batch", "step", "reward std")
     _label(a_scatter, "Gradient norm against reward std", "reward std", "gradient norm (symlog)")

@@ -335,17 +335,48 @@ def target(ax, lo: float, hi: float, last_step: float) -> None:
     ax.text(0.97, hi, f"step {step}", transform=edge, ha="right", va="bottom", fontsize=7, color="0.3")
 
 
+def controls(ax, starts: pd.DataFrame, task: str, curves: pd.DataFrame, colors: dict[str, tuple]) -> None:
+    """The supervised control from each start of `task`: its final held-out accuracy with its 95% t interval, a
+    diamond at the last RL step of the runs from that start (the control trains for as many samples as they draw),
+    in the colour of the first RL line from the start; nothing where the start has no control."""
+    d = starts[starts["task"] == task] if len(starts) and "sup_final" in starts else pd.DataFrame()
+    for r in d.itertuples():
+        steps = curves.loc[curves["start"] == r.start, "step"] if len(curves) else pd.Series(dtype=float)
+        if not kit.known(r.sup_final) or steps.empty:
+            continue
+        lo, hi = (r.sup_lo, r.sup_hi) if kit.known(r.sup_lo, r.sup_hi) else (r.sup_final, r.sup_final)
+        x = float(steps.max())
+        color = colors.get(r.start, "0.2")
+        ax.errorbar(
+            [x],
+            [r.sup_final],
+            yerr=[[r.sup_final - lo], [hi - r.sup_final]],
+            fmt="D",
+            ms=6,
+            color=color,
+            markeredgecolor="black",
+            capsize=3,
+            zorder=4,
+            label=f"supervised control from {r.start} (as many samples)",
+        )
+
+
 def fig_curves(t) -> plt.Figure:
     c, res = t["system_curves"], t["system_results"]
     fig, axes = plt.subplots(1, len(DOC), figsize=(10, 3.8), sharey=True, layout="constrained")
     for ax, task in zip(axes, DOC):
         d = c[c["task"] == task] if len(c) else c
-        groups = [(f"{a} from {st}", d[(d["algorithm"] == a) & (d["start"] == st)])
-                  for st in (dict.fromkeys(d["start"]) if len(d) else []) for a in ALGORITHMS]  # fmt: skip
+        keys = [(st, a) for st in (dict.fromkeys(d["start"]) if len(d) else []) for a in ALGORITHMS]
+        groups = [(f"{a} from {st}", d[(d["algorithm"] == a) & (d["start"] == st)]) for st, a in keys]
         # a line keeps its colour where another is missing
         colors = [COLORS[i % len(COLORS)] for i in range(len(groups))]
         labels = dict(title=f"{task} ({DOC[task]['config']})", ylabel="held-out accuracy", ylim=(0, 1))
         kit.bands(ax, groups, "eval_accuracy", f"no data: the {task} runs are missing", colors=colors, **labels)
+        first: dict[str, tuple] = {}  # each start's colour: that of its first line drawn
+        for (st, _), (_, g), color in zip(keys, groups, colors):
+            if len(g):
+                first.setdefault(st, color)
+        controls(ax, t["system_starts"], task, d, first)
         lo, hi = kit.cell(res, "expected_low", task=task), kit.cell(res, "expected_high", task=task)
         if not math.isnan(lo):
             target(ax, lo, hi, d["step"].max() if len(d) else math.nan)
