@@ -563,10 +563,11 @@ def test_data_files_are_linked_with_their_rows_and_every_column_described(report
     assert len(sec.iter("details").__next__().find("dl").children) > 0
 
 
-def test_an_unreadable_run_is_named_by_path_at_the_top_of_the_report(report_tree, dom):
+def test_an_unreadable_run_is_named_by_path_in_the_report(report_tree, dom):
     path = report_tree["results"] / "runs" / report_tree["unreadable"] / "summary.json"
-    box = dom.root.find("div", id="unreadable")
+    box = dom.root.find("section", id="runs").find("div", id="unreadable")
     assert box is not None and "1 run(s) have files that do not read whole" in box.text()
+    assert dom.root.find("main").find("a", href="#unreadable") is not None  # the banner at the top links it
     assert [li.text() for li in box.iter("li")] == [
         f"{path}: cut short or damaged: it does not read as JSON (Expecting property name enclosed in double quotes: "
         f"line 1 column 2 (char 1)); remove {path.parent} (or `snakemake --forcerun`) to train the run again"
