@@ -115,3 +115,16 @@ def test_the_plan_takes_the_fewest_seeds_that_detect_the_effect():
     assert plan.seeds_per_warmup(0.05, **between) == 1 and plan.seeds_per_warmup(0.04, **between) is None
     need = plan.warmups_needed(0.04, 0.03, 1.0, 2, "paired", 2)
     assert need > 5 and plan.detectable(0.03, need, "paired") <= 0.04 < plan.detectable(0.03, need - 1, "paired")
+
+
+def test_the_default_config_runs_the_seeds_the_plan_fixed():
+    """config/seed_plan.yaml names its pilot and the date it was fixed; every experiment it plans runs exactly its
+    planned seeds in config/config.yaml, and each GPT task has at least five warm-ups to spread them over."""
+    from mathrl.config import ROOT, load_config, read_yaml
+
+    plan = read_yaml(ROOT / "config" / "seed_plan.yaml")
+    assert plan["pilot"]["commit"] and plan["pilot"]["date"] and plan["method"]
+    cfg = load_config()
+    runs = {name: len(exp["seeds"]) for name, exp in cfg["experiments"].items()}
+    assert plan["experiments"] and {name: runs.get(name) for name in plan["experiments"]} == plan["experiments"]
+    assert all(cfg["sft"][task]["warmups"] >= 5 for task in ("add", "mul"))

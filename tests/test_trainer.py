@@ -347,7 +347,7 @@ def test_eval_seconds_and_the_shared_starting_evaluation(run_env):
     first, second = summary(run_env, "first"), summary(run_env, "second")
     assert first["initial"]["eval_accuracy"] == second["initial"]["eval_accuracy"]
     assert first["initial"]["eval_sampled_accuracy"] == second["initial"]["eval_sampled_accuracy"]
-    (entry,) = (run_env["results"] / "sft" / "add" / "evaluations").glob("*.json")
+    (entry,) = (run_env["results"] / "sft" / "add" / "w0" / "evaluations").glob("*.json")
     assert json.loads(entry.read_text())["problems"] == 50  # the runs' eval_size
     heldout = [(run_env["results"] / "runs" / r / "heldout.csv").read_text().splitlines() for r in ("first", "second")]
     assert [line.split(",")[2] for line in heldout[0]] == [line.split(",")[2] for line in heldout[1]]  # initial column
@@ -361,7 +361,7 @@ def test_pass_at_k_before_rl_is_shared_by_a_seed_and_equal_to_sampling_it(run_en
     assert train(run_env, "arm_a", "seed=3", *k) == 0
     assert train(run_env, "arm_b", "seed=3", "lr=1e-5", *k) == 0
     assert train(run_env, "arm_c", "seed=4", *k) == 0
-    entries = sorted((run_env["results"] / "sft" / "add" / "evaluations").glob("*passk-*.json"))
+    entries = sorted((run_env["results"] / "sft" / "add" / "w0" / "evaluations").glob("*passk-*.json"))
     assert len(entries) == 2  # one per seed
 
     def initial(run_id):
