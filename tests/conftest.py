@@ -125,6 +125,28 @@ def tiny_config(workdir: Path, experiments: dict | None = None) -> Path:
     return path
 
 
+def pipeline_dir(tree: Path, workdir: Path, experiments: dict) -> Path:
+    """A Snakemake directory (the fault tests') holding the warmed-up tree (problem sets and warm-up are there,
+    so only train jobs run) and test_pipeline's tiny config with `experiments`."""
+    shutil.copytree(tree, workdir / "results")
+    return tiny_config(workdir, experiments)
+
+
+def snakemake_cmd(workdir: Path, config: Path, *args: str) -> list[str]:
+    return [
+        PY,
+        "-m",
+        "snakemake",
+        "-s",
+        str(SNAKEFILE),
+        "--directory",
+        str(workdir),
+        *args,
+        "--configfile",
+        str(config),
+    ]
+
+
 def finished_runs(log: str) -> set[str]:
     """Run ids of the train jobs a Snakemake log reports finished (recorded as complete): a job's runs are those
     whose summary it outputs."""

@@ -11,7 +11,7 @@ import time
 
 import pandas as pd
 import pytest
-from conftest import PY, SNAKEFILE, child_env, run, run_dir, run_files, tiny_config, train_cmd, wait_for
+from conftest import PY, child_env, pipeline_dir, run, run_dir, run_files, snakemake_cmd, train_cmd, wait_for
 
 from mathrl import atomic, rundir, snapshot
 from mathrl.errors import RunDirError
@@ -69,14 +69,12 @@ def test_two_trainings_of_one_run_id_at_once_one_refuses_and_the_others_files_ar
 def test_the_pipelines_job_and_a_run_by_hand_of_the_same_id_meet_the_same_lock(tree, tmp_path, background):
     """The pipeline's job (Snakemake, `mathrl launch`, the fork server) trains a run and pauses in step 2; the same
     run trained by hand is refused with exit 2 naming the job's process; the job then completes its run, whole."""
-    import shutil
-
-    shutil.copytree(tree, tmp_path / "results")
-    config = tiny_config(tmp_path, {"lock": {"fixed": {"steps": 3}, "seeds": [0]}})
+    config = pipeline_dir(tree, tmp_path, {"lock": {"fixed": {"steps": 3}, "seeds": [0]}})
     d, release = tmp_path / "results" / "runs" / "lock__base__s0", tmp_path / "release"
     log, run_log = tmp_path / "pipeline.log", tmp_path / "results" / "logs" / "train" / "lock__base__s0.log"
     hook = child_env(MATHRL_FAULT_SLEEP_AT_STEP="2:300", MATHRL_FAULT_RELEASE=str(release))
-    job = background.start(snakemake_cmd(tmp_path, config), log, hook, cwd=tmp_path)
+    target = "results/runs/lock__base__s0/summary.json"
+    job = background.start(snakemake_cmd(tmp_path, config, "--cores", "1", target), log, hook, cwd=tmp_path)
     pid = int(wait_for(job, run_log, r"fault: pid (\d+) rank 0 in step 2")[1])
 
     by_hand = run([PY, "-m", "mathrl", "train", "--config", str(config), "--run", "lock__base__s0"], cwd=tmp_path)
@@ -88,23 +86,6 @@ def test_the_pipelines_job_and_a_run_by_hand_of_the_same_id_meet_the_same_lock(t
     assert job.wait(timeout=180) == 0, log.read_text()[-3000:]
     assert json.loads((d / "summary.json").read_text())["status"] == "complete"
     assert list(pd.read_csv(d / "metrics.csv")["step"]) == [1, 2, 3]
-
-
-def snakemake_cmd(workdir, config) -> list[str]:
-    return [
-        PY,
-        "-m",
-        "snakemake",
-        "-s",
-        str(SNAKEFILE),
-        "--directory",
-        str(workdir),
-        "--cores",
-        "1",
-        "results/runs/lock__base__s0/summary.json",
-        "--configfile",
-        str(config),
-    ]
 
 
 def test_temporary_files_are_each_processs_own(tmp_path):

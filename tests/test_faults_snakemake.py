@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import PY, SNAKEFILE, child_env, finished_runs, gone, planned_runs, run, snakemake, tiny_config, wait_for
+from conftest import (
+    child_env,
+    finished_runs,
+    gone,
+    pipeline_dir,
+    planned_runs,
+    run,
+    snakemake,
+    snakemake_cmd,
+    wait_for,
+)
 
 from mathrl import snapshot
 from mathrl.cli import main
@@ -20,28 +28,6 @@ pytestmark = pytest.mark.faults
 
 
 # --- Snakemake killed, and two Snakemakes at once -----------------------------------------
-
-
-def pipeline_dir(tree: Path, workdir: Path, experiments: dict) -> Path:
-    """A Snakemake directory holding the warmed-up tree (problem sets and warm-up are there,
-    so only train jobs run) and test_pipeline's tiny config with `experiments`."""
-    shutil.copytree(tree, workdir / "results")
-    return tiny_config(workdir, experiments)
-
-
-def snakemake_cmd(workdir: Path, config: Path, *args: str) -> list[str]:
-    return [
-        PY,
-        "-m",
-        "snakemake",
-        "-s",
-        str(SNAKEFILE),
-        "--directory",
-        str(workdir),
-        *args,
-        "--configfile",
-        str(config),
-    ]
 
 
 def test_killed_snakemake_aggregates_no_partial_run_and_reruns_only_what_is_missing(
