@@ -98,6 +98,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.seed_plan", description=__doc__.splitlines()[0])
     p.add_argument("--pilot", type=Path, required=True, help="the pilot's results directory")
     p.add_argument("--commit", required=True, help="the commit the pilot was trained with")
+    p.add_argument("--note", help="what else the pilot's tree holds, e.g. arms trained at a later commit")
     p.add_argument("--write", action="store_true", help="write config/seed_plan.yaml")
     args = p.parse_args(argv)
     cfg = load_config()
@@ -110,8 +111,8 @@ def main(argv=None) -> int:
     if args.write:
         record = {
             "pilot": {"commit": args.commit, "config": "config/config.yaml + config/seed_pilot.yaml",
-                      "date": datetime.date.today().isoformat()},
-            "method": " ".join((plan.__doc__ or "").split("\n\n")[0].split()),
+                      "date": datetime.date.today().isoformat(), **({"note": args.note} if args.note else {})},
+            "method": " ".join((plan.__doc__ or "").split("\n\n")[1].split()),
             "warmups": WARMUPS, "seeds_per_warmup_allowed": list(ALLOWED),
             "experiments": seeds,
             "claims": {r["claim_id"]: {k: _plain(r[k]) for k in cols[1:]} for r in plans.to_dict("records")},
@@ -120,7 +121,8 @@ def main(argv=None) -> int:
             "# The seed plan, written by `python -m bench.seed_plan` from the pilot named below, before the runs it\n"
             "# plans; config/config.yaml's seeds follow it (a test checks). Not to be edited by hand.\n"
         )
-        (ROOT / "config" / "seed_plan.yaml").write_text(header + yaml.safe_dump(record, sort_keys=False, width=110))
+        text = yaml.safe_dump(record, sort_keys=False, width=110, allow_unicode=True)
+        (ROOT / "config" / "seed_plan.yaml").write_text(header + text)
     return 0
 
 
