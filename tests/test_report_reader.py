@@ -270,7 +270,7 @@ def test_the_seed_plan_sentence_follows_the_plan_and_the_config(tmp_path):
 def test_the_warm_up_sentence_reads_claims_csv_or_else_the_warm_ups_trained(tmp_path):
     plan = tmp_path / "none.yaml"
     text = limits_text(CFG, plan=plan)
-    assert "of the 3 document claims judged, 2 rest on 1 independent warm-up, 1 records none." in text.lower()
+    assert "of the 3 document claims judged, 2 rest on 1 independent warm-up, 1 on none (the bandit's" in text.lower()
     assert "42% (remedy)" not in text  # remedy is not judged: not among the claims counted
     older = CLAIMS.drop(columns=["warmups", "between_share"])
     text = limits_text(CFG, claims=older, plan=plan)
@@ -286,17 +286,17 @@ def test_the_warm_ups_spread_is_stated_per_task(tmp_path):
     """How far apart a task's warm-ups start RL, lowest to highest, from the warm-ups' own summaries."""
     sft = pd.DataFrame(
         {
-            "task": ["add", "add", "add", "mul"],
-            "val_accuracy": [0.30, 0.32, 0.31, 0.4],
-            "eval_accuracy": [0.281, 0.334, 0.30, 0.39],
-            "steps": [400, 450, 425, 900],
+            "task": ["add", "add", "add", "mul", "add1"],
+            "val_accuracy": [0.30, 0.32, 0.31, 0.4, math.nan],  # add1 has no validation split
+            "eval_accuracy": [0.281, 0.334, 0.30, 0.39, 0.2],
+            "steps": [400, 450, 425, 900, 500],
         }
     )
     text = " ".join(limits_text(CFG, plan=tmp_path / "none.yaml", sft=sft).split())
     assert (
         "add's 3 at validation accuracy 30.0% to 32.0% and test accuracy 28.1% to 33.4%, after 400 to 450 steps" in text
     )
-    assert "mul's 1 at validation accuracy 40.0% to 40.0%" in text
+    assert "mul's 1 at validation accuracy 40.0% to 40.0%" in text and "add1's 1 at test accuracy 20.0%" in text
     assert "start RL at different points" not in limits_text(CFG, plan=tmp_path / "none.yaml")
 
 
