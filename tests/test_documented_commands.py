@@ -22,7 +22,13 @@ DOCS = ["README.md", "profiles/README.md"]
 HEADERS = ["Snakefile", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "config").glob("*.yaml"))]
 PROGRAMS = ("snakemake", "mathrl", "dvc", "make", "torchrun")
 # Placeholders the docs use, and what stands in for them here.
-PLACEHOLDERS = {"RUN_ID": "batch__b64__s0", "N": "1", "...": "--run-id docs", "[--task add]": "--task add"}
+PLACEHOLDERS = {
+    "RUN_ID": "batch__b64__s0",
+    "N": "1",
+    "...": "--run-id docs",
+    "[--task add]": "--task add",
+    "[--warmup K]": "--warmup 0",
+}
 
 
 def _starts_a_command(text: str) -> bool:
