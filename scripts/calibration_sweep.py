@@ -66,6 +66,8 @@ def number(row: dict, key: str) -> float:
 
 
 def table(run_ids: list[str]) -> None:
+    if not run_ids and not RUNS.is_dir():
+        sys.exit(f"no runs under {RUNS}")
     run_ids = run_ids or sorted(p.name for p in RUNS.iterdir() if (p / "summary.json").exists())
     print(
         "| run | start | final | gain (95% CI) | best | min | sampled acc first -> last 10 | zero-std end | entropy end"
@@ -109,9 +111,14 @@ def trajectory(run_ids: list[str], every: int = 20) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "run":
+    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    if command in ("-h", "--help"):
+        print(__doc__)
+    elif command == "run" and len(sys.argv) == 3:
         run_plan(Path(sys.argv[2]))
-    elif sys.argv[1] == "trajectory":
+    elif command == "trajectory":
         trajectory(sys.argv[2:])
-    else:
+    elif command == "table":
         table(sys.argv[2:])
+    else:
+        sys.exit(f"usage: {sys.argv[0]} run PLAN.txt | table [RUN_ID ...] | trajectory RUN_ID ...")

@@ -21,10 +21,10 @@ import numpy as np
 import torch
 
 from mathrl.config import DEFAULT_CONFIG, load_config
+from mathrl.layout import problems_file, sft_checkpoint
 from mathrl.rewards import RewardSpec, compute_rewards, token_rewards
 from mathrl.sft import load_policy
 from mathrl.tasks import VOCAB_SIZE, answer_mask, read_problems, task_of
-from mathrl.trainer import problems_file, sft_checkpoint
 
 G, PROMPTS, TRAIN_BATCHES = 8, 64, 6
 
@@ -56,7 +56,7 @@ def explained(y: np.ndarray, pred: np.ndarray) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", action="append", default=[])
     cfg = load_config([DEFAULT_CONFIG, *ap.parse_args().config])
     torch.manual_seed(0)

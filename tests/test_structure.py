@@ -91,3 +91,26 @@ def test_the_readers_of_results_take_their_paths_from_layout():
                '/ "bandit"', '/ "sft"', '/ "gradvar"', '/ "logs"', '/ "benchmarks"', '/ "compare"']  # fmt: skip
     found = [f"{p.name}: {s}" for p in readers for s in by_hand if s in p.read_text()]
     assert not found, found
+
+
+def test_every_name_the_scripts_and_benchmarks_import_from_mathrl_exists():
+    """A script run by hand now and then still starts: each `from mathrl.X import name` it makes names
+    something mathrl.X has (a module-level import, or one inside a function)."""
+    import importlib
+
+    missing = []
+    for path in sorted([*(PACKAGE.parent / "scripts").glob("*.py"), *(PACKAGE.parent / "bench").glob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("mathrl"):
+                module = importlib.import_module(node.module)
+                missing += [f"{path.name}: {node.module}.{a.name}" for a in node.names if not has(module, a.name)]
+    assert missing == []
+
+
+def has(module, name: str) -> bool:
+    """Whether `from module import name` finds something: an attribute or a submodule."""
+    import importlib.util
+
+    if hasattr(module, name):
+        return True
+    return hasattr(module, "__path__") and importlib.util.find_spec(f"{module.__name__}.{name}") is not None
