@@ -69,12 +69,6 @@ def gradient_moments(policy, task, pairs, batch_sizes, num_samples, group_size, 
     return out
 
 
-def gradient_variance(policy, task, pairs, batch_sizes, num_samples, group_size, seed, temperature=1.0) -> dict:
-    """Mean per-element gradient variance across `num_samples` fresh batches, per batch size."""
-    moments = gradient_moments(policy, task, pairs, batch_sizes, num_samples, group_size, seed, temperature)
-    return {n: m["variance"] for n, m in moments.items()}
-
-
 def accumulation_difference(
     policy, task, pairs, batch_size, micro_batch_size, group_size, seed, temperature=1.0
 ) -> dict:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import glob
-import hashlib
 import json
 import math
 import numbers
@@ -492,7 +491,3 @@ def write_report(cfg: dict, out: Path | None = None, full_results: str | Path | 
     html, warnings = render(cfg, out, full_results)
     atomic_write(out, html.encode())
     return out, warnings
-
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]

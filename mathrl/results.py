@@ -307,15 +307,6 @@ def degraded(run: Run) -> bool | None:
     return bool(not c and e.iloc[-1] < e.iloc[0] - DEGRADATION)
 
 
-def steps_to(run: Run, target: float) -> float:
-    """First evaluation step at which held-out accuracy reached `target` (NaN if never)."""
-    if not run.ok:
-        return math.nan
-    e = run.evals
-    hit = e.loc[e["eval_accuracy"] >= target, "step"]
-    return float(hit.iloc[0]) if len(hit) else math.nan
-
-
 def roughness(steps, values) -> float:
     """Smoothness of a curve whatever its evaluation schedule: the standard deviation of the
     residuals around its least-squares straight line (0 for a straight line; NaN under 3 points)."""

@@ -2,11 +2,11 @@
 
 The promise: a resumed run's metrics equal an uninterrupted run's. So a run may resume only
 if no step it has already computed would have been computed differently under the new
-settings. That is decided here, not listed by hand: `step_plan` says what a step reads from
-the settings (the learning rate, the entropy coefficient and the digit count its schedules
-give it, whether it is evaluated, whether the test fault fires, every other setting as it
-is), and a changed setting is a conflict exactly when the plan of some step up to the
-snapshot's differs. So `steps=20` after `steps=10` resumes under a constant or step-decayed
+settings. That is decided here, not listed by hand: a step's plan is what it reads from the
+settings (`scheduled`: the learning rate, the entropy coefficient and the digit count its
+schedules give it, whether it is evaluated, whether the test fault fires; `unscheduled`: every
+other setting as it is), and a changed setting is a conflict exactly when the plan of some step
+up to the snapshot's differs. So `steps=20` after `steps=10` resumes under a constant or step-decayed
 learning rate and is refused under a cosine one (whose every step reads `steps`).
 
 Two facts do not come from the plan: a snapshot past the new last step cannot be undone,
@@ -29,7 +29,7 @@ from mathrl.control import entropy_coef_at, lr_factor
 # Settings no step reads: when to print a line, write a snapshot, or log to W&B.
 OUTSIDE_THE_STEP = frozenset({"log_every", "snapshot_every", "wandb"})
 
-# Settings a step reads only through the step-indexed items of `step_plan`.
+# Settings a step reads only through the step-indexed items of its plan (`scheduled`).
 SCHEDULED = frozenset({
     "steps", "lr", "lr_schedule", "lr_decay_rate", "lr_decay_every", "lr_min_factor", "warmup_steps",
     "entropy_coef", "entropy_schedule", "entropy_coef_end", "curriculum_start", "curriculum_every",
@@ -70,16 +70,11 @@ def unscheduled(s: dict) -> dict:
     return {k: v for k, v in s.items() if k not in SCHEDULED | OUTSIDE_THE_STEP}
 
 
-def step_plan(s: dict, step: int, task_ndigit: int, nonfinite_steps: Iterable[int] = ()) -> dict:
-    """What 1-based `step` of a run with settings `s` reads from them.
-
-    `nonfinite_steps` are the steps that met a non-finite loss or gradient: only there does
-    `nan_policy` decide anything."""
-    return {**scheduled(s, step, task_ndigit, frozenset(nonfinite_steps)), "settings": unscheduled(s)}
-
-
 def scheduled(s: dict, step: int, task_ndigit: int, nonfinite: frozenset) -> dict:
-    """The items of `step_plan` that depend on the step."""
+    """What 1-based `step` of a run with settings `s` reads from them through its schedules.
+
+    `nonfinite` are the steps that met a non-finite loss or gradient: only there does
+    `nan_policy` decide anything."""
     plan = {
         "lr": lr_at(s, step),
         "entropy_coef": entropy_coef_of(s, step),

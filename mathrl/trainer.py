@@ -152,11 +152,11 @@ class Trainer:
 
         if s.init == "random":  # lab 04: RL from a random policy sees only zero rewards
             torch.manual_seed(s.seed)
-            policy, self.init_meta = GPT(gpt_config(cfg["sft"][s.task]["preset"], VOCAB_SIZE, self.task.seq_len)), {}
+            policy = GPT(gpt_config(cfg["sft"][s.task]["preset"], VOCAB_SIZE, self.task.seq_len))
             self.init_path = "random"
         else:
             self.init_path = init_checkpoint(cfg["results"], s.task, s.init, s.warmup)
-            policy, self.init_meta = load_policy(self.init_path)
+            policy, _ = load_policy(self.init_path)
         # What the run started from: a snapshot trained from another checkpoint is not this run.
         self.init_sha256 = ("random" if self.init_path == "random"
                             else hashlib.sha256(Path(self.init_path).read_bytes()).hexdigest())
@@ -431,7 +431,7 @@ class Trainer:
     def coefficients(self, step: int, mask: torch.Tensor, metrics: StepMetrics) -> dict:
         """The step's scheduled learning rate, KL and entropy coefficients and loss divisor."""
         s = self.s
-        lr = resume.lr_at(self.record, step)  # the schedules of resume.step_plan, which decides what may resume
+        lr = resume.lr_at(self.record, step)  # the schedules resume.scheduled compares to decide what may resume
         # Loss terms are sums over this rank divided by a global count, so ranks and micro-batches add up.
         den = float(all_sum(self.d, mask.sum().double().cpu())) if s.loss_agg == "token" else float(s.batch_size)
         coefs = {"lr": lr, "kl_coef": self.kl_ctl.value, "den": den,
