@@ -60,6 +60,35 @@ def write_config(path: Path, cfg: dict) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def schema_parsed_once():
+    """The config schema parsed once for a module: `load_schema` parses the YAML on every call, once per
+    run a configuration expands into, which would dominate building a hand-made tree of many runs."""
+    import functools
+
+    import mathrl.config
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(mathrl.config, "load_schema", functools.cache(mathrl.config.load_schema))
+        yield
+
+
+@pytest.fixture(scope="session")
+def study_config(tmp_path_factory):
+    """The study tests' configurations: `study_config(name, experiments, **keys)` is TINY with
+    those experiments (and any other top-level keys given), its results in a folder of its own
+    named after `name`, read as the CLI reads it."""
+    from mathrl.config import load_config
+
+    def make(name: str, experiments: dict, **keys) -> dict:
+        tmp_path = tmp_path_factory.mktemp(name)
+        d = {**copy.deepcopy(TINY), **copy.deepcopy(keys)}
+        d.update(results=str(tmp_path / "results"), experiments=experiments)
+        return load_config(write_config(tmp_path / "config.yaml", d))
+
+    return make
+
+
 @pytest.fixture
 def tiny_cfg_dict(tmp_path) -> dict:
     cfg = copy.deepcopy(TINY)

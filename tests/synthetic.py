@@ -11,6 +11,7 @@ import pandas as pd
 
 from mathrl.config import expand_runs
 from mathrl.metrics import COLUMNS
+from mathrl.studies.context import Tables
 
 
 def write_run(
@@ -20,7 +21,7 @@ def write_run(
 
     Each row needs `step`; any metric left out is NaN (eval_accuracy too: give it on the
     steps that evaluate). The summary's final/best are derived as the trainer derives them."""
-    spec = expand_runs(cfg)[run_id]
+    spec = runs_of(cfg)[run_id]
     d = Path(cfg["results"]) / "runs" / run_id
     d.mkdir(parents=True, exist_ok=True)
     full = [{k: r.get(k, 0 if k == "skipped" else math.nan) for k in COLUMNS} for r in rows]
@@ -38,6 +39,26 @@ def write_run(
     }  # fmt: skip
     (d / "summary.json").write_text(json.dumps(summary, default=str))
     return d
+
+
+_RUNS: dict[str, dict] = {}
+
+
+def runs_of(cfg: dict) -> dict:
+    """The configuration's runs, expanded (and validated) once per configuration, not once per run written."""
+    key = json.dumps(cfg, sort_keys=True, default=str)
+    if key not in _RUNS:
+        _RUNS[key] = expand_runs(cfg)
+    return _RUNS[key]
+
+
+def write_tables(cfg: dict, tabs: dict) -> Tables:
+    """Each table as the CSV `mathrl aggregate` writes, under the configuration's tables folder."""
+    t = Tables(cfg)
+    t.dir.mkdir(parents=True, exist_ok=True)
+    for name, df in tabs.items():
+        df.to_csv(t.dir / f"{name}.csv", index=False)
+    return t
 
 
 def curve(steps: int, eval_every: int, accuracy, **constant) -> list[dict]:

@@ -7,13 +7,11 @@ from pathlib import Path
 import matplotlib
 import pytest
 
-from mathrl.config import expand_runs, load_config
 from mathrl.report import environment
 from mathrl.studies import collapse
 from mathrl.studies.context import Context, Tables
-from tests import synthetic
-from tests.conftest import TINY, write_config
-from tests.synthetic import verdicts, with_claims, write_run
+from tests.conftest import TINY
+from tests.synthetic import verdicts, with_claims, write_run, write_tables
 
 matplotlib.use("Agg")
 
@@ -79,28 +77,20 @@ def rows(evals, variant):
 
 
 @pytest.fixture(scope="module")
-def cfg(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("collapse")
-    d = copy.deepcopy(TINY)
-    d["results"] = str(tmp_path / "results")
-    d["tasks"]["mul"] = {"op": "mul", "ndigit": 2, "n_train": 0, "n_test": 20, "n_val": 20, "seed": 1}
-    d["experiments"] = {
-        "collapse": {
-            "fixed": {"task": "mul", "steps": 8, "eval_every": 2},
-            "variants": VARIANTS,
-            "roles": ROLES,
-            "seeds": [0, 1],
-        }
+def cfg(study_config):
+    mul = {"op": "mul", "ndigit": 2, "n_train": 0, "n_test": 20, "n_val": 20, "seed": 1}
+    collapse = {
+        "fixed": {"task": "mul", "steps": 8, "eval_every": 2},
+        "variants": VARIANTS,
+        "roles": ROLES,
+        "seeds": [0, 1],
     }
-    return load_config(write_config(tmp_path / "config.yaml", d))
+    return study_config("collapse", {"collapse": collapse}, tasks={**TINY["tasks"], "mul": mul})
 
 
 @pytest.fixture(scope="module")
 def results(cfg):
-    specs = expand_runs(cfg)  # once: write_run would expand (and validate) every run for every run written
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(synthetic, "expand_runs", lambda _: specs)
-        return build(cfg)
+    return build(cfg)
 
 
 def build(cfg):
@@ -117,11 +107,7 @@ def build(cfg):
         "{truncated"
     )  # a failed run
     tabs = with_claims(cfg, collapse.tables(Context(cfg)))
-    out = Tables(cfg)
-    out.dir.mkdir(parents=True, exist_ok=True)
-    for name, df in tabs.items():
-        df.to_csv(out.dir / f"{name}.csv", index=False)
-    return tabs, out
+    return tabs, write_tables(cfg, tabs)
 
 
 def by_variant(df):
@@ -268,12 +254,9 @@ def test_renamed_variants(cfg, tmp_path):
     exp["variants"]["too_fast"] = exp["variants"].pop("exact")
     exp["roles"] = {**ROLES, "baseline": "too_fast"}
     d["results"] = str(tmp_path / "r")
-    specs = expand_runs(d)
     for seed, evals in ((0, EVALS[("exact", 0)]), (1, EVALS[("exact", 1)])):
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(synthetic, "expand_runs", lambda _: specs)
-            write_run(d, f"collapse__too_fast__s{seed}", rows(evals, "exact"), 0.4)
-            write_run(d, f"collapse__lr_tenth__s{seed}", rows(FLAT, "lr_tenth"), 0.4)
+        write_run(d, f"collapse__too_fast__s{seed}", rows(evals, "exact"), 0.4)
+        write_run(d, f"collapse__lr_tenth__s{seed}", rows(FLAT, "lr_tenth"), 0.4)
     tabs = with_claims(d, collapse.tables(Context(d)))
     v = verdicts(tabs, "collapse")
     # the failure check found the renamed failing setting through its role

@@ -1,20 +1,15 @@
 """Two parts of the diagnostics study on a hand-made results tree: compute-performance curves (the batch study
 restated as ceiling against efficiency) and the negative controls."""
 
-import copy
-
 import matplotlib
 import numpy as np
 import pytest
 
-from mathrl.config import expand_runs, load_config
 from mathrl.curves import sigmoid_curve
 from mathrl.report import environment
 from mathrl.studies import diagnostics
-from mathrl.studies.context import Context, Tables
-from tests import synthetic
-from tests.conftest import TINY, write_config
-from tests.synthetic import write_run
+from mathrl.studies.context import Context
+from tests.synthetic import write_run, write_tables
 
 matplotlib.use("Agg")
 
@@ -58,11 +53,8 @@ def control_rows(final: float, adv: float) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def cfg(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("curves")
-    d = copy.deepcopy(TINY)
-    d["results"] = str(tmp_path / "results")
-    d["experiments"] = {
+def cfg(study_config):
+    experiments = {
         "batch": {
             "fixed": {"steps": 20, "eval_every": 2},
             "grid": {"batch_size": [8, 16]},
@@ -80,34 +72,27 @@ def cfg(tmp_path_factory):
             "seeds": [0, 1],
         },
     }
-    return load_config(write_config(tmp_path / "config.yaml", d))
+    return study_config("curves", experiments)
 
 
 @pytest.fixture(scope="module")
 def results(cfg):
-    specs = expand_runs(cfg)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(synthetic, "expand_runs", lambda _: specs)
-        for b in (8, 16):
-            for s in (0, 1, 2):
-                write_run(cfg, f"batch__batch_size-{b}__s{s}", batch_rows(b), R0)
-        for name, finals in FINAL.items():
-            for s, final in enumerate(finals):
-                d = write_run(
-                    cfg,
-                    f"negative_controls__{name}__s{s}",
-                    control_rows(final, 0.2 if name == "positive_only" else 0.0),
-                    0.5,
-                )
-                lines = ["phase,a,b,samples,correct"] + [f"initial,{a},{b},4,1" for a, b in PROBLEMS]
-                lines += [f"final,{a},{b},4,{CORRECT[name]}" for a, b in PROBLEMS]
-                (d / "pass_at_k.csv").write_text("\n".join(lines) + "\n")
+    for b in (8, 16):
+        for s in (0, 1, 2):
+            write_run(cfg, f"batch__batch_size-{b}__s{s}", batch_rows(b), R0)
+    for name, finals in FINAL.items():
+        for s, final in enumerate(finals):
+            d = write_run(
+                cfg,
+                f"negative_controls__{name}__s{s}",
+                control_rows(final, 0.2 if name == "positive_only" else 0.0),
+                0.5,
+            )
+            lines = ["phase,a,b,samples,correct"] + [f"initial,{a},{b},4,1" for a, b in PROBLEMS]
+            lines += [f"final,{a},{b},4,{CORRECT[name]}" for a, b in PROBLEMS]
+            (d / "pass_at_k.csv").write_text("\n".join(lines) + "\n")
     tabs = diagnostics.tables(Context(cfg))
-    t = Tables(cfg)
-    t.dir.mkdir(parents=True, exist_ok=True)
-    for name, df in tabs.items():
-        df.to_csv(t.dir / f"{name}.csv", index=False)
-    return tabs, t
+    return tabs, write_tables(cfg, tabs)
 
 
 def test_curves_recover_each_batch_size_and_forecast_the_second_half(results):

@@ -1,7 +1,6 @@
 """The diagnostics study on a hand-made results tree: pass@k, the entropy law,
 advantage scaling by carries, the noise scale beside the batch study, the update diagnostics."""
 
-import copy
 import math
 
 import matplotlib
@@ -10,14 +9,11 @@ import pandas as pd
 import pytest
 
 from mathrl import claims
-from mathrl.config import expand_runs, load_config
 from mathrl.measures import run_measures
 from mathrl.report import environment
 from mathrl.studies import diagnostics
-from mathrl.studies.context import Context, Tables
-from tests import synthetic
-from tests.conftest import TINY, write_config
-from tests.synthetic import verdicts, with_claims, write_json, write_run
+from mathrl.studies.context import Context
+from tests.synthetic import verdicts, with_claims, write_json, write_run, write_tables
 
 matplotlib.use("Agg")
 
@@ -42,12 +38,9 @@ def law_rows(seed: int, a: float = 0.5, b: float = 1.2, steps: int = 12) -> list
 
 
 @pytest.fixture(scope="module")
-def cfg(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("diag")
-    d = copy.deepcopy(TINY)
-    d["results"] = str(tmp_path / "results")
-    d["gradvar"] = {"tasks": ["add"], "batch_sizes": [8, 16]}
-    d["experiments"] = {
+def cfg(study_config):
+    gradvar = {"tasks": ["add"], "batch_sizes": [8, 16]}
+    experiments = {
         "batch": {"fixed": {"steps": 12}, "grid": {"batch_size": [8, 16]}, "seeds": [0, 1]},
         "adv_scaling": {"fixed": {"steps": 12},
                         "variants": {"group_std": {"algorithm": "grpo", "pass_at_k": True},
@@ -55,52 +48,45 @@ def cfg(tmp_path_factory):
                         "roles": {"baseline": "group_std", "none": "none"}, "seeds": [0, 1]},
         "clipping": {"fixed": {"steps": 12, "fault_grad_spike_step": 3}, "seeds": [0]},
     }  # fmt: skip
-    return load_config(write_config(tmp_path / "config.yaml", d))
+    return study_config("diag", experiments, gradvar=gradvar)
 
 
 @pytest.fixture(scope="module")
 def results(cfg):
-    specs = expand_runs(cfg)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(synthetic, "expand_runs", lambda _: specs)
-        # batch: gains 0.1 (batch 8) and 0.3 (batch 16) over an initial 0.5 (final eval 0.6 or 0.8)
-        for b, final in [(8, 0.6), (16, 0.8)]:
-            for s in (0, 1):
-                rows = law_rows(s)
-                rows[-1]["eval_accuracy"] = final
-                write_run(cfg, f"batch__batch_size-{b}__s{s}", rows, 0.5)
-        for name in ("group_std", "none"):
-            for s in (0, 1):
-                d = write_run(cfg, f"adv_scaling__{name}__s{s}", law_rows(s), 0.5)
-                # held-out: group_std ends right on all four, none only on the 0-carry two; both start at 0,1,0,1
-                final = [1, 1, 1, 1] if name == "group_std" else [1, 1, 0, 0]
-                (d / "heldout.csv").write_text(
-                    "a,b,initial,final\n"
-                    + "".join(f"{a},{b},{i % 2},{f}\n" for (a, b), i, f in zip(PROBLEMS, range(4), final))
+    # batch: gains 0.1 (batch 8) and 0.3 (batch 16) over an initial 0.5 (final eval 0.6 or 0.8)
+    for b, final in [(8, 0.6), (16, 0.8)]:
+        for s in (0, 1):
+            rows = law_rows(s)
+            rows[-1]["eval_accuracy"] = final
+            write_run(cfg, f"batch__batch_size-{b}__s{s}", rows, 0.5)
+    for name in ("group_std", "none"):
+        for s in (0, 1):
+            d = write_run(cfg, f"adv_scaling__{name}__s{s}", law_rows(s), 0.5)
+            # held-out: group_std ends right on all four, none only on the 0-carry two; both start at 0,1,0,1
+            final = [1, 1, 1, 1] if name == "group_std" else [1, 1, 0, 0]
+            (d / "heldout.csv").write_text(
+                "a,b,initial,final\n"
+                + "".join(f"{a},{b},{i % 2},{f}\n" for (a, b), i, f in zip(PROBLEMS, range(4), final))
+            )
+            if name == "group_std":  # 4 samples per problem: initial 1 correct each, final 2 (seed 0) or 3 (seed 1)
+                lines = (
+                    ["phase,a,b,samples,correct"]
+                    + [f"initial,{a},{b},4,1" for a, b in PROBLEMS]
+                    + [f"final,{a},{b},4,{2 + s}" for a, b in PROBLEMS]
                 )
-                if name == "group_std":  # 4 samples per problem: initial 1 correct each, final 2 (seed 0) or 3 (seed 1)
-                    lines = (
-                        ["phase,a,b,samples,correct"]
-                        + [f"initial,{a},{b},4,1" for a, b in PROBLEMS]
-                        + [f"final,{a},{b},4,{2 + s}" for a, b in PROBLEMS]
-                    )
-                    (d / "pass_at_k.csv").write_text("\n".join(lines) + "\n")
-        # an injected spike: entropy rises after the steps of larger covariance (the fault's dynamics, left out)
-        spiked = law_rows(0)
-        for row in spiked:
-            row["entropy"] = 1.2 - row["entropy"]
-        write_run(cfg, "clipping__base__s0", spiked, 0.5)
-        write_json(
-            cfg,
-            "gradvar/add.json",
-            {"noise_scale": {"small": 8, "big": 16, "grad_sq": 2.0, "trace_sigma": 32.0, "noise_scale": 16.0}},
-        )
+                (d / "pass_at_k.csv").write_text("\n".join(lines) + "\n")
+    # an injected spike: entropy rises after the steps of larger covariance (the fault's dynamics, left out)
+    spiked = law_rows(0)
+    for row in spiked:
+        row["entropy"] = 1.2 - row["entropy"]
+    write_run(cfg, "clipping__base__s0", spiked, 0.5)
+    write_json(
+        cfg,
+        "gradvar/add.json",
+        {"noise_scale": {"small": 8, "big": 16, "grad_sq": 2.0, "trace_sigma": 32.0, "noise_scale": 16.0}},
+    )
     tabs = with_claims(cfg, {**diagnostics.tables(Context(cfg)), "run_measures": run_measures(Context(cfg).runs)})
-    t = Tables(cfg)
-    t.dir.mkdir(parents=True, exist_ok=True)
-    for name, df in tabs.items():
-        df.to_csv(t.dir / f"{name}.csv", index=False)
-    return tabs, t
+    return tabs, write_tables(cfg, tabs)
 
 
 def test_pass_at_k_tables_and_verdicts(results):

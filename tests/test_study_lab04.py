@@ -1,7 +1,6 @@
 """The lab-04 study (lab04-training-challenges.md) on a hand-made results tree."""
 
 import copy
-import functools
 import math
 import re
 
@@ -10,7 +9,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import mathrl.config
 from mathrl.config import load_config
 from mathrl.report import environment
 from mathrl.results import curves
@@ -115,13 +113,7 @@ def write_gpt(cfg):
             write_run(cfg, f"lab04_gpt__{variant}__s{seed}", rows, initial_eval=0.5)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _cached_schema():
-    """load_schema parses the YAML schema on every call, once per run a config expands into;
-    cached here so the tree is built in seconds."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(mathrl.config, "load_schema", functools.cache(mathrl.config.load_schema))
-        yield
+pytestmark = pytest.mark.usefixtures("schema_parsed_once")
 
 
 def make_cfg(tmp_path):
@@ -147,7 +139,7 @@ def write_tables(cfg):
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def results(tmp_path_factory, schema_parsed_once):
     cfg = make_cfg(tmp_path_factory.mktemp("lab04"))
     write_bandits(cfg)
     write_gpt(cfg)

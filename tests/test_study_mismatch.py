@@ -1,18 +1,14 @@
 """The rollout/trainer mismatch tables on a hand-made results tree: per-variant summaries, the
 accuracy differences paired by seed, the control across every run, the figure and the template."""
 
-import copy
 import math
 
 import matplotlib
 import pytest
 
-from mathrl.config import expand_runs, load_config
 from mathrl.report import environment
 from mathrl.studies import diagnostics, mismatch
 from mathrl.studies.context import Context, Tables
-from tests import synthetic
-from tests.conftest import TINY, write_config
 from tests.synthetic import write_run
 
 matplotlib.use("Agg")
@@ -37,32 +33,26 @@ def rows(name: str, seed: int) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def cfg(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("mismatch")
-    d = copy.deepcopy(TINY)
-    d["results"] = str(tmp_path / "results")
+def cfg(study_config):
     variants = {"fp32": {}, "bf16": {"sampler_dtype": "bfloat16"}, "stale2": {"rollout_staleness": 2},
                 "stale2_tis": {"rollout_staleness": 2, "tis_cap": 2.0}}  # fmt: skip
-    d["experiments"] = {
+    experiments = {
         "rollout_mismatch": {"fixed": {"steps": 2}, "variants": variants, "roles": ROLES, "seeds": [0, 1]},
         "other": {"fixed": {"steps": 2}, "variants": {"plain": {"lr": 1e-4}, "hot": {"temperature": 2.0}},
                   "seeds": [0]},
     }  # fmt: skip
-    return load_config(write_config(tmp_path / "config.yaml", d))
+    return study_config("mismatch", experiments)
 
 
 @pytest.fixture(scope="module")
 def t(cfg):
-    specs = expand_runs(cfg)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(synthetic, "expand_runs", lambda _: specs)
-        for name in GAPS:
-            for seed in (0, 1):
-                write_run(cfg, f"rollout_mismatch__{name}__s{seed}", rows(name, seed), initial_eval=0.5)
-        # another experiment: a plain run (no source: part of the control), one at temperature 2 (a source: left out)
-        plain = [{**r, "mismatch_logp_diff_max": 9e-6} for r in rows("fp32", 0)]
-        write_run(cfg, "other__plain__s0", plain, initial_eval=0.5)
-        write_run(cfg, "other__hot__s0", rows("stale2", 0), initial_eval=0.5)
+    for name in GAPS:
+        for seed in (0, 1):
+            write_run(cfg, f"rollout_mismatch__{name}__s{seed}", rows(name, seed), initial_eval=0.5)
+    # another experiment: a plain run (no source: part of the control), one at temperature 2 (a source: left out)
+    plain = [{**r, "mismatch_logp_diff_max": 9e-6} for r in rows("fp32", 0)]
+    write_run(cfg, "other__plain__s0", plain, initial_eval=0.5)
+    write_run(cfg, "other__hot__s0", rows("stale2", 0), initial_eval=0.5)
     return mismatch.tables(Context(cfg), ROLES)
 
 

@@ -1,20 +1,16 @@
 """The policy-losses part of the diagnostics study on a hand-made results tree: its tables, claims, figure and
 section."""
 
-import copy
-
 import matplotlib
 import numpy as np
 import pytest
 
 from mathrl import claims
-from mathrl.config import expand_runs, load_config
 from mathrl.report import environment
 from mathrl.studies import diagnostics, policy_losses
-from mathrl.studies.context import Context, Tables
+from mathrl.studies.context import Context
 from tests import synthetic
-from tests.conftest import TINY, write_config
-from tests.synthetic import write_run
+from tests.synthetic import write_run, write_tables
 
 matplotlib.use("Agg")
 
@@ -45,11 +41,8 @@ def rows(loss: str, seed: int) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def cfg(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("losses")
-    d = copy.deepcopy(TINY)
-    d["results"] = str(tmp_path / "results")
-    d["experiments"] = {
+def cfg(study_config):
+    experiments = {
         "policy_losses": {
             "fixed": {"steps": 4, "ppo_epochs": 4, "eval_every": 4},
             "variants": {name: {"policy_loss": name} for name in LOSSES},
@@ -57,23 +50,16 @@ def cfg(tmp_path_factory):
             "seeds": list(SEEDS),
         }
     }
-    return load_config(write_config(tmp_path / "config.yaml", d))
+    return study_config("losses", experiments)
 
 
 @pytest.fixture(scope="module")
 def results(cfg):
-    specs = expand_runs(cfg)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(synthetic, "expand_runs", lambda _: specs)
-        for loss in LOSSES:
-            for s in SEEDS:
-                write_run(cfg, f"policy_losses__{loss}__s{s}", rows(loss, s), 0.4 + 0.01 * s)
+    for loss in LOSSES:
+        for s in SEEDS:
+            write_run(cfg, f"policy_losses__{loss}__s{s}", rows(loss, s), 0.4 + 0.01 * s)
     tabs = synthetic.with_claims(cfg, diagnostics.tables(Context(cfg)))
-    t = Tables(cfg)
-    t.dir.mkdir(parents=True, exist_ok=True)
-    for name, df in tabs.items():
-        df.to_csv(t.dir / f"{name}.csv", index=False)
-    return tabs, t
+    return tabs, write_tables(cfg, tabs)
 
 
 def test_per_run_values_by_hand(results):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import functools
 import math
 import re
 
@@ -13,8 +12,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from mathrl import config  # noqa: E402
-from mathrl.config import expand_runs, load_config  # noqa: E402
+from mathrl.config import load_config  # noqa: E402
 from mathrl.results import COLLAPSE_DEFINITION  # noqa: E402
 from mathrl.studies import stability as st  # noqa: E402
 from mathrl.studies.context import Context, Tables  # noqa: E402
@@ -39,23 +37,15 @@ def rows(evals, reward=0.5, entropy=lambda s: 1.0 - 0.05 * s, kl=0.01, skipped_a
     return out
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _schema_once():
-    """Parse the config schema once: expanding a config parses it per run, which would dominate."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(config, "load_schema", functools.lru_cache(config.load_schema))
-        yield
+pytestmark = pytest.mark.usefixtures("schema_parsed_once")
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, _schema_once):
+def built(study_config, schema_parsed_once):
     """The config and the tables of a hand-made tree, built once for the module."""
-    c = copy.deepcopy(TINY)
-    tmp = tmp_path_factory.mktemp("stability")
-    c["results"] = str(tmp / "results")
-    c["train"].update(steps=STEPS, eval_every=2)
-    c["gradvar"] = {"tasks": ["add", "mul"], "batch_sizes": [64, 512], "accumulation": [512, 128]}
-    c["experiments"] = {
+    train = {**TINY["train"], "steps": STEPS, "eval_every": 2}
+    gradvar = {"tasks": ["add", "mul"], "batch_sizes": [64, 512], "accumulation": [512, 128]}
+    experiments = {
         "lab04_gpt": {"variants": {"random_init": {"init": "random"}}, "seeds": [0]},
         "batch": {"grid": {"batch_size": [64, 512]}, "seeds": [0, 1]},
         "fixed_vs_dynamic": {"fixed": {"log_every": 7},  # not the batch study's settings: no run shared with it here
@@ -75,12 +65,9 @@ def built(tmp_path_factory, _schema_once):
                        "seeds": [0]},
         "collapse": {"variants": {"huge_lr": {"lr": 1.0, "grad_clip": None}}, "seeds": [0]},
     }  # fmt: skip
-    with pytest.MonkeyPatch.context() as mp:
-        cfg = load_config(write_config(tmp / "config.yaml", c))
-        specs = expand_runs(cfg)
-        mp.setattr(synthetic, "expand_runs", lambda _cfg: specs)
-        write_tree(cfg)
-        return cfg, synthetic.with_claims(cfg, st.tables(Context(cfg)))
+    cfg = study_config("stability", experiments, train=train, gradvar=gradvar)
+    write_tree(cfg)
+    return cfg, synthetic.with_claims(cfg, st.tables(Context(cfg)))
 
 
 @pytest.fixture

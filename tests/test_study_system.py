@@ -1,6 +1,5 @@
 """The system study (math-rl-training-system.md) on a hand-made results tree."""
 
-import copy
 import math
 import re
 from pathlib import Path
@@ -12,9 +11,7 @@ from mathrl.config import expand_runs, load_config
 from mathrl.report import environment
 from mathrl.studies import system
 from mathrl.studies.context import Context, Tables
-from tests import synthetic
-from tests.conftest import TINY, write_config
-from tests.synthetic import verdicts, with_claims, write_json, write_run
+from tests.synthetic import verdicts, with_claims, write_json, write_run, write_tables
 
 matplotlib.use("Agg")
 
@@ -43,22 +40,16 @@ def run_id(task, algorithm, seed):
 
 
 @pytest.fixture(scope="module")
-def cfg(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("system")
-    d = copy.deepcopy(TINY)
-    d["results"] = str(tmp_path / "results")
-    d["experiments"] = {"system": {"fixed": {"steps": 4, "eval_every": 2, "kl_coef": 0.0, "weight_decay": 0.01},
-                                   "grid": {"task": ["add", "mul"], "algorithm": ["reinforce", "ppo", "grpo"]},
-                                   "seeds": [0, 1]}}  # fmt: skip
-    return load_config(write_config(tmp_path / "config.yaml", d))
+def cfg(study_config):
+    system = {"fixed": {"steps": 4, "eval_every": 2, "kl_coef": 0.0, "weight_decay": 0.01},
+              "grid": {"task": ["add", "mul"], "algorithm": ["reinforce", "ppo", "grpo"]},
+              "seeds": [0, 1]}  # fmt: skip
+    return study_config("system", {"system": system})
 
 
 @pytest.fixture(scope="module")
 def results(cfg):
-    specs = expand_runs(cfg)  # once: write_run would expand (and validate) every run for every run written
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(synthetic, "expand_runs", lambda _: specs)
-        return build(cfg)
+    return build(cfg)
 
 
 def build(cfg):
@@ -72,11 +63,7 @@ def build(cfg):
     log.parent.mkdir(parents=True)
     log.write_text("Step 1/4 | Loss 0.100\nalert: something\nStep 4/4 | Loss 0.123 | Acc 0.500 | Eval 0.600\n")
     tabs = with_claims(cfg, system.tables(Context(cfg)))
-    t = Tables(cfg)
-    t.dir.mkdir(parents=True, exist_ok=True)
-    for name, df in tabs.items():
-        df.to_csv(t.dir / f"{name}.csv", index=False)
-    return tabs, t
+    return tabs, write_tables(cfg, tabs)
 
 
 def test_configs_table(results):
@@ -283,15 +270,11 @@ FROM = {
 
 
 @pytest.fixture(scope="module")
-def starts_tables(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("starts")
-    d = copy.deepcopy(TINY)
-    d["results"] = str(tmp_path / "results")
-    d["experiments"] = {"system": {"fixed": {"steps": 4, "eval_every": 2, "algorithm": "reinforce"},
-                                   "variants": {"add": {"task": "add"},
-                                                "add_from_85": {"task": "add", "init": "start_85"}},
-                                   "seeds": [0, 1]}}  # fmt: skip
-    cfg = load_config(write_config(tmp_path / "config.yaml", d))
+def starts_tables(study_config):
+    starts = {"fixed": {"steps": 4, "eval_every": 2, "algorithm": "reinforce"},
+              "variants": {"add": {"task": "add"}, "add_from_85": {"task": "add", "init": "start_85"}},
+              "seeds": [0, 1]}  # fmt: skip
+    cfg = study_config("starts", {"system": starts})
     for (variant, seed), evals in FROM.items():
         write_run(cfg, f"system__{variant}__s{seed}", rows(evals, 1.0), evals[0])
     write_json(cfg, "sft/add/w0/starts/starts.json", STARTS)

@@ -1,21 +1,17 @@
 """The token-selection part of the diagnostics study: the carry probe's pure functions by hand, and its tables, claims,
 figure and section on a hand-made results tree."""
 
-import copy
-
 import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
 
 from mathrl import analysis
-from mathrl.config import expand_runs, load_config
 from mathrl.studies import diagnostics
 from mathrl.studies import token_selection as ts
-from mathrl.studies.context import Context, Tables
+from mathrl.studies.context import Context
 from tests import synthetic
-from tests.conftest import TINY, write_config
-from tests.synthetic import write_run
+from tests.synthetic import write_run, write_tables
 
 matplotlib.use("Agg")
 
@@ -59,11 +55,8 @@ def rows(arm: str, seed: int) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("tokens")
-    d = copy.deepcopy(TINY)
-    d["results"] = str(tmp_path / "results")
-    d["experiments"] = {
+def results(study_config):
+    experiments = {
         "token_selection": {
             "fixed": {"steps": 4, "eval_every": 2},
             "variants": {name: {"token_selection": sel} for name, sel in ARMS.items()},
@@ -71,19 +64,12 @@ def results(tmp_path_factory):
             "seeds": list(SEEDS),
         }
     }
-    cfg = load_config(write_config(tmp_path / "config.yaml", d))
-    specs = expand_runs(cfg)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(synthetic, "expand_runs", lambda _: specs)
-        for arm in ARMS:
-            for s in SEEDS:
-                write_run(cfg, f"token_selection__{arm}__s{s}", rows(arm, s), 0.4 + 0.01 * s)
+    cfg = study_config("tokens", experiments)
+    for arm in ARMS:
+        for s in SEEDS:
+            write_run(cfg, f"token_selection__{arm}__s{s}", rows(arm, s), 0.4 + 0.01 * s)
     tabs = synthetic.with_claims(cfg, diagnostics.tables(Context(cfg)))
-    t = Tables(cfg)
-    t.dir.mkdir(parents=True, exist_ok=True)
-    for name, df in tabs.items():
-        df.to_csv(t.dir / f"{name}.csv", index=False)
-    return tabs, t
+    return tabs, write_tables(cfg, tabs)
 
 
 def test_per_run_and_per_arm_values(results):
