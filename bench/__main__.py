@@ -9,7 +9,7 @@ Time to accuracy (bench.tta) starts from nothing (problem sets, warm-up, GRPO) w
 budget per task; the pipeline section (bench.pipeline) runs `make report`'s Snakemake
 command into a fresh results directory and sums its benchmark files by rule.
 Prints tables and writes one JSON per section, summary.json (targets) and table.md (the
-README's performance table) to --out.
+performance table of docs/guide/performance.md) to --out.
 """
 
 from __future__ import annotations
@@ -454,7 +454,7 @@ def main(argv=None) -> int:
 
 
 def markdown_table(machine: dict, results: dict, ts: list[dict]) -> str:
-    """The README's performance table: every target with its measured value and verdict."""
+    """The performance table (docs/guide/performance.md): every target with its measured value and verdict."""
     m = machine
     cuda = (m.get("gpu") or "yes") if m["cuda"] else "no"
     lines = [f"Measured by `make bench` on {m['date'][:10]}, git {(m['git']['commit'] or '?')[:10]}: {m['cpu']}, "

@@ -183,7 +183,7 @@ def score(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def markdown(table: pd.DataFrame) -> str:
-    """The README's table: per kind, each tool's precision and recall with their counts."""
+    """The table of docs/guide/own-runs.md: per kind, each tool's precision and recall with their counts."""
     lines = [
         "| failure kind (runs labelled) | mathrl: precision | mathrl: recall | rldoctor 0.2.0: precision | "
         "rldoctor 0.2.0: recall |",

@@ -7,7 +7,7 @@ into a fresh results directory, times it, and sums Snakemake's per-job benchmark
 `results/` of your own `make report`), without running anything.
 
 The wall time is that of Snakemake alone: `make report` adds `make setup`, which on a
-fresh clone installs the virtual environment (timed separately in the README).
+fresh clone installs the virtual environment (not part of this time).
 
 `--alternate OLD --rounds N` times two versions of the pipeline on one machine, alternately:
 by default in ABBA order (OLD, NEW, NEW, OLD, OLD, NEW, ...), so that a machine that drifts

@@ -22,8 +22,8 @@ from mathrl.layout import METRIC_COLUMNS
 from mathrl.losses import moments
 from mathrl.mismatch import METRICS as MISMATCH
 
-# metrics.csv columns fixed by DESIGN.md (layout: `mathrl import` writes them too), then our extras (README.md,
-# "Outputs", says what each means).
+# metrics.csv columns fixed by DESIGN.md (layout: `mathrl import` writes them too), then our extras
+# (docs/guide/outputs.md says what each means).
 METRICS = METRIC_COLUMNS
 EXTRAS = [
     "eval_sampled_accuracy", "ndigit", "format_rate", "baseline", "entropy_coef", "value_rmse", "explained_variance",

@@ -112,8 +112,8 @@ def test_pipeline_command_is_make_reports(tmp_path):
 
 
 def test_targets_and_table_read_records_of_every_section():
-    """targets() and the README table over one record per section, shaped as the children
-    write them (time-to-accuracy records have a task, not a batch; the pipeline has no RSS)."""
+    """targets() and the performance table (docs/guide/performance.md) over one record per section, shaped as the
+    children write them (time-to-accuracy records have a task, not a batch; the pipeline has no RSS)."""
     sys.path.insert(0, str(ROOT))
     from bench.__main__ import markdown_table, targets
 

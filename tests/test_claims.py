@@ -369,8 +369,9 @@ def test_the_shipped_claims_parse_and_list():
 
 
 def test_a_users_claim_from_yaml_to_the_report(tmp_path):
-    """The README's example of a user's experiment with one declared claim: aggregate judges it (kind user, paired by
-    seed), `mathrl claims` lists it, and the report's section for the experiment shows the verdict."""
+    """The user guide's example of a user's experiment (docs/guide/claims.md) with one declared claim: aggregate
+    judges it (kind user, paired by seed), `mathrl claims` lists it, and the report's section for the experiment
+    shows the verdict."""
     import copy
 
     import yaml
@@ -380,7 +381,7 @@ def test_a_users_claim_from_yaml_to_the_report(tmp_path):
     from tests.conftest import TINY, write_config
     from tests.synthetic import curve, write_run
 
-    example = yaml.safe_load((ROOT / "config" / "examples" / "grpo_vs_rloo.yaml").read_text())  # the README's example
+    example = yaml.safe_load((ROOT / "config" / "examples" / "grpo_vs_rloo.yaml").read_text())  # the guide's example
     example["experiments"]["grpo_vs_rloo"]["seeds"] = [0, 1, 2]
     cfg = {**copy.deepcopy(TINY), "results": str(tmp_path / "results"), **example}
     path = write_config(tmp_path / "mine.yaml", cfg)

@@ -1,7 +1,7 @@
-"""Every command the README, profiles/README.md, the Snakefile header and the config headers
-show runs as written: Snakemake and make commands as dry runs (`-n`), `dvc repro` with
-`--dry`, `mathrl` commands through the real parser and config (a run's settings resolved,
-`launch --dry-run`), and the README's example error is the real one."""
+"""Every command the README, the user guide (docs/guide/), profiles/README.md, the Snakefile
+header and the config headers show runs as written: Snakemake and make commands as dry runs
+(`-n`), `dvc repro` with `--dry`, `mathrl` commands through the real parser and config (a run's
+settings resolved, `launch --dry-run`), and the docs' example error is the real one."""
 
 from __future__ import annotations
 
@@ -18,7 +18,11 @@ import pytest
 from mathrl.cli import build_parser, main
 from tests.conftest import ROOT
 
-DOCS = ["README.md", "profiles/README.md"]
+DOCS = [
+    "README.md",
+    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "guide").glob("*.md")),
+    "profiles/README.md",
+]
 HEADERS = ["Snakefile", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "config").glob("*.yaml"))]
 PROGRAMS = ("snakemake", "mathrl", "dvc", "make", "torchrun")
 # Placeholders the docs use, and what stands in for them here.
@@ -69,6 +73,7 @@ def documented_commands() -> list[tuple[str, str]]:
 
 
 def test_the_docs_show_the_commands_this_test_checks():
+    assert "docs/guide/running.md" in DOCS and "docs/guide/dvc.md" in DOCS
     commands = [c for _, c in documented_commands()]
     assert any(c.startswith("snakemake report --cores 8 --resources gpu=4") for c in commands)
     assert "dvc repro --force --single-item report" in commands
@@ -147,7 +152,7 @@ def test_a_documented_command_runs_as_written(where, command, workflow_copy, cap
     program = words[0]
     if program == "mathrl":
         if words[1:2] == ["train"] and "algorithm=sarsa" in words:
-            assert main(words[1:]) == 2  # the README's example of an error (compared below)
+            assert main(words[1:]) == 2  # the docs' example of an error (compared below)
             return
         check_mathrl(words[1:])
     elif program == "torchrun":
@@ -178,7 +183,10 @@ def test_a_documented_command_runs_as_written(where, command, workflow_copy, cap
         assert done.returncode == 0, f"{where}: {command}\n{done.stderr[-2000:]}"
 
 
-def test_the_readmes_example_error_is_the_real_one(capsys):
-    block = re.search(r"```\n\$ (mathrl train algorithm=sarsa)\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+def test_the_docs_example_error_is_the_real_one(capsys):
+    pattern = r"```\n\$ (mathrl train algorithm=sarsa)\n(.*?)```"
+    blocks = [b for name in DOCS if (b := re.search(pattern, (ROOT / name).read_text(), re.S))]
+    assert len(blocks) == 1  # shown once, in the guide's page on configuration
+    (block,) = blocks
     assert main(shlex.split(block.group(1))[1:]) == 2
     assert capsys.readouterr().err == block.group(2)

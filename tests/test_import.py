@@ -257,20 +257,20 @@ def test_refused_two_runs_claiming_one_arm_and_seed(tmp_path, capsys):
     _refused(capsys, [str(tmp_path / "logs")], tmp_path / "out", r"claims arm baseline seed 0, as first/baseline_s0")
 
 
-# ----------------------------------------------------------------------------- the README's section
-def readme_commands() -> list[str]:
-    """The `mathrl` lines of the README's section on imported runs."""
-    text = (ROOT / "README.md").read_text()
+# ----------------------------------------------------------------------------- the guide's section
+def guide_commands() -> list[str]:
+    """The `mathrl` lines of the user guide's section on imported runs (docs/guide/own-runs.md)."""
+    text = (ROOT / "docs" / "guide" / "own-runs.md").read_text()
     section = text[text.index("## Your own runs: TRL, verl, OpenRLHF") :]
-    section = section[: section.index("\n## ", 10)]
+    section = re.split(r"\n## ", section[10:])[0]
     block = re.findall(r"```bash\n(.*?)```", section, re.S)[0]
     return [line.split("#")[0].strip() for line in block.splitlines() if line.startswith("mathrl ")]
 
 
 @pytest.mark.slow
-def test_the_readme_takes_trl_checkpoints_to_a_report(tmp_path, capsys, monkeypatch):
+def test_the_guide_takes_trl_checkpoints_to_a_report(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
-    commands = readme_commands()
+    commands = guide_commands()
     assert [c.split()[1] for c in commands] == ["import", "compare"]
     for command in commands:
         assert main([*command.split()[1:], "--set", f"results={tmp_path}"]) == 0, command

@@ -62,7 +62,7 @@ def test_dry_run_plans_a_train_job_per_run_of_the_default_config(tmp_path):
 
 
 def test_tables_made_by_hand_before_the_runs_do_not_pass_for_the_pipelines(tmp_path):
-    """README's hand commands first (`mathrl aggregate && mathrl figures && mathrl report`,
+    """The hand commands of docs/guide/outputs.md first (`mathrl aggregate && mathrl figures && mathrl report`,
     every run missing), then the pipeline: it still plans every run, and the tables again."""
     tiny = tiny_config(tmp_path)
     for command in ("aggregate", "figures", "report"):

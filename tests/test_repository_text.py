@@ -45,7 +45,7 @@ HISTORY = re.compile(
     r"|\bbranch\s+i\d+\b|\bdone-when\b|\buntil merged\b|\bwhen merging\b|\blent (device|machine|gpu|h100|h200)\b",
     re.IGNORECASE,
 )
-# pytest's own sessions, and a console session in the README (commands and their output).
+# pytest's own sessions, and a console session in the docs (commands and their output).
 PYTEST = re.compile(r"pytest|scope=|session's config|test session|per session|a session:", re.IGNORECASE)
 
 
