@@ -10,7 +10,8 @@ under the names the framework logged them, with the file they came from. Formats
 - `tensorboard`: event files (`events.out.tfevents.*`), read with tensorboard's own event reader; verl,
   OpenRLHF and TRL (through transformers' callback) all write them;
 - `verl_console`: verl's console logger, `step:N - key:value - key:value ...` (Ray's `(TaskRunner pid=..)`
-  prefix and colour codes allowed, values as printed: `np.float64(0.5)`, `tensor(0.5)`);
+  prefix and colour codes allowed, values as printed: `np.float64(0.5)`, `tensor(0.5)`), and the trainer's
+  `Initial validation metrics: {...}` and `Final validation metrics: {...}` lines;
 - `wandb_csv`: a Weights & Biases "Export CSV" of a run's history (`_step` or `Step`, then a column per
   key) or of a chart (`RUN - key` columns, with `__MIN`/`__MAX` companions, one run per prefix).
 
@@ -43,7 +44,7 @@ COLUMN_KEYS = {
     "reward_mean": ["reward", "critic/score/mean", "train/reward", "reward_mean"],
     "reward_std": ["reward_std", "critic/score/std", "reward_std"],
     "frac_zero_std": ["frac_reward_zero_std", "frac_zero_std"],
-    "entropy": ["entropy", "actor/entropy", "train/entropy_loss"],
+    "entropy": ["entropy", "actor/entropy", "actor/entropy_loss", "train/entropy_loss"],
     "kl": ["kl", "actor/kl_loss", "critic/kl", "train/kl"],
     "kl_coef": ["actor/kl_coef", "critic/kl_coeff", "kl_coef"],
     "grad_norm": ["grad_norm", "actor/grad_norm", "train/grad_norm"],
@@ -55,7 +56,7 @@ COLUMN_KEYS = {
     "dual_clip_frac": ["actor/pg_clipfrac_lower", "dual_clip_frac"],
     "ppo_kl": ["actor/ppo_kl", "ppo_kl"],
     "explained_variance": ["critic/vf_explained_var", "explained_variance"],
-    "lr": ["learning_rate", "actor/lr", "train/actor_lr", "lr"],
+    "lr": ["learning_rate", "actor/lr", "actor/lr(1e-4)", "train/actor_lr", "lr"],
     "response_length": ["completions/mean_length", "response_length/mean", "train/response_length", "response_length"],
     "eval_accuracy": [
         "eval_reward",
@@ -67,6 +68,8 @@ COLUMN_KEYS = {
     ],
 }
 REWARD_COLUMN = "reward_mean"
+# A unit in a key's name: older verl versions log `actor/lr(1e-4)`, the learning rate times 1e4.
+_UNIT = re.compile(r"\(1e-(\d+)\)$")
 
 
 @dataclass
@@ -222,25 +225,36 @@ def read_jsonl(path: Path) -> Log:
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _VERL_PAIR = re.compile(r"(?:^|\s-\s)([^\s:][^:]*?):((?:np\.\w+|tensor)\([^)]*\)|[^\s]+)(?=\s-\s|\s*$)")
+_VERL_VALIDATION = re.compile(r"(?:Initial|Final) validation metrics: (\{.*\})")
+_DICT_PAIR = re.compile(r"'([^']+)':\s*((?:np\.\w+|tensor)\([^)]*\)|[^,}\s]+)")
 
 
 def read_verl_console(path: Path) -> Log:
-    """verl's console logger: `step:N - key:value - ...` on each line that has one."""
+    """verl's console logger: `step:N - key:value - ...` on each line that has one. The trainer's validation
+    before and after training (`Initial validation metrics: {...}`, `Final validation metrics: {...}`, printed
+    as a dict) goes to the step logged last before it (0 when none was), under the `val/` name the trainer
+    gives the same score inside its loop (older verl versions print `test_score/...` there and log
+    `val/test_score/...` at their test steps)."""
     lines, last = _whole_lines(path.read_text(errors="replace"))
     log = Log(str(path), "verl_console", "")
     if last.strip():
-        if "step:" in last:
+        if "step:" in last or "validation metrics:" in last:
             log.truncated = "its last line is incomplete"
         else:
             lines.append(last)
+    step = 0
     for line in lines:
         line = _ANSI.sub("", line)
         at = line.find("step:")
-        if at < 0 or not re.match(r"step:\d+\s+-\s", line[at:]):
+        if at >= 0 and re.match(r"step:\d+\s+-\s", line[at:]):
+            pairs = dict(_VERL_PAIR.findall(line[at:]))
+            step = int(pairs.pop("step"))
+            log.add(step, _numeric(pairs))
             continue
-        pairs = dict(_VERL_PAIR.findall(line[at:]))
-        step = pairs.pop("step")
-        log.add(int(step), _numeric(pairs))
+        validation = _VERL_VALIDATION.search(line)
+        if validation:
+            pairs = _numeric(dict(_DICT_PAIR.findall(validation.group(1))))
+            log.add(step, {(k if k.startswith("val") else f"val/{k}"): x for k, x in pairs.items()})
     return log
 
 
@@ -396,9 +410,16 @@ def _matches(candidate, key: str, plain: str) -> bool:
     return key == candidate or plain == candidate
 
 
+def per_unit(key: str) -> int:
+    """How many of a key's logged units make one, from its name: 10**4 for `actor/lr(1e-4)`, else 1."""
+    found = _UNIT.search(key)
+    return 10 ** int(found.group(1)) if found else 1
+
+
 def frame(log: Log, mapping: dict[str, str], contract: list[str]):
-    """The log as metrics.csv's rows: `step`, the contract's columns (NaN where nothing maps), the extra
-    columns mapped, then every unmapped key under its own name."""
+    """The log as metrics.csv's rows: `step`, the contract's columns (NaN where nothing maps; a key with a unit
+    in its name, `actor/lr(1e-4)`, in plain units), the extra columns mapped, then every unmapped key under its
+    own name, as logged."""
     import pandas as pd
 
     steps = sorted(log.records)
@@ -408,7 +429,8 @@ def frame(log: Log, mapping: dict[str, str], contract: list[str]):
         if column == "step":
             continue
         key = mapping.get(column)
-        data[column] = [log.records[s].get(key, math.nan) if key else math.nan for s in steps]
+        units = per_unit(key) if key else 1
+        data[column] = [log.records[s].get(key, math.nan) / units if key else math.nan for s in steps]
     for key in log.keys:
         if key not in mapped and key not in data:
             data[key] = [log.records[s].get(key, math.nan) for s in steps]

@@ -1,7 +1,8 @@
 """Other frameworks' logs: the readers (mathrl.logs), `mathrl import` (mathrl.imported) and what it refuses.
 
-The TRL logs are real runs (tests/fixtures/logs/README.md); verl's TensorBoard tags and console lines are
-written here in the layout of verl's own writers, since no verl run could be made on this machine."""
+The TRL logs are real runs and the verl console log is a real PPO run's, taken unaltered from a public repository
+(tests/fixtures/logs/README.md); verl's TensorBoard tags and a few console lines are written here in the layout of
+verl's own writers, since no verl run could be made on this machine."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from tests.conftest import ROOT
 FIXTURES = ROOT / "tests" / "fixtures" / "logs"
 TRL = FIXTURES / "trl"
 ARMS = ROOT / "config" / "examples" / "trl_arms.yaml"
+VERL = FIXTURES / "verl"
+(VERL_LOG,) = (VERL / "qwen05b_gsm8k_ppo").glob("*.log")
 
 
 # ----------------------------------------------------------------------------- readers
@@ -59,6 +62,71 @@ def test_verl_console_lines_with_the_ray_prefix_and_a_half_written_last_line(tmp
     m = logs.frame(log, mapping, ["step", "reward_mean", "kl"])
     assert list(m["reward_mean"]) == [0.25, 0.5] and m["kl"].isna().all()
     assert list(m["my/custom"].fillna(-1)) == [7.0, -1]  # an unknown key is kept under its own name
+
+
+def verl_step_lines(text: str) -> dict[int, dict[str, str]]:
+    """The file's step lines by step, as the eye reads them: Ray's colour codes and `(main_task pid=N)` prefix,
+    then `step:N - key:value - key:value ...`; split on ` - `, not with the reader's patterns."""
+    out = {}
+    for line in text.split("\n"):
+        found = re.match(r"(?:\x1b\[[0-9;]*m)*\(main_task pid=\d+\)(?:\x1b\[[0-9;]*m)* (step:\d+ - .*)$", line)
+        if found:
+            pairs = dict(pair.split(":", 1) for pair in found.group(1).split(" - "))
+            out[int(pairs.pop("step"))] = pairs
+    return out
+
+
+def test_a_real_verl_console_log_is_read_step_by_step_with_its_validation():
+    text = VERL_LOG.read_text(errors="replace")
+    lines = verl_step_lines(text)
+    assert len(lines) == len(re.findall(r" step:\d+ - ", text)) == 435 and sorted(lines) == list(range(435))
+    (log,) = logs.read(VERL_LOG)
+    assert log.format == "verl_console" and not log.truncated and sorted(log.records) == sorted(lines)
+    for s in (0, 199, 434):
+        assert all(log.records[s][k] == float(v) for k, v in lines[s].items()), s
+    mapping = logs.columns(log.keys)
+    assert {c: mapping[c] for c in ("reward_mean", "entropy", "ppo_kl", "clip_frac", "grad_norm", "lr")} == {
+        "reward_mean": "critic/score/mean",
+        "entropy": "actor/entropy_loss",
+        "ppo_kl": "actor/ppo_kl",
+        "clip_frac": "actor/pg_clipfrac",
+        "grad_norm": "actor/grad_norm",
+        "lr": "actor/lr(1e-4)",
+    }
+    assert mapping["response_length"] == "response_length/mean"
+    assert mapping["eval_accuracy"] == "val/test_score/openai/gsm8k"
+    m = logs.frame(log, mapping, ["step", "reward_mean", "entropy", "lr", "eval_accuracy"]).set_index("step")
+    assert m.loc[0, "reward_mean"] == float(lines[0]["critic/score/mean"]) == 0.004
+    assert m.loc[0, "entropy"] == float(lines[0]["actor/entropy_loss"])
+    assert lines[0]["actor/lr(1e-4)"] == "0.010" and (m["lr"] == 1e-6).all()  # logged in units of 1e-4
+    # validation: in the step lines every 10 steps, and the trainer's dicts before and after training
+    key = "val/test_score/openai/gsm8k"
+    tested = {s: float(pairs[key]) for s, pairs in lines.items() if key in pairs}
+    assert sorted(tested) == list(range(9, 435, 10))
+    initial = re.search(r"Initial validation metrics: \{'test_score/openai/gsm8k': ([\d.]+)\}", text).group(1)
+    final = re.search(r"Final validation metrics: \{'test_score/openai/gsm8k': ([\d.]+)\}", text).group(1)
+    evals = m["eval_accuracy"].dropna()
+    assert evals.to_dict() == {0: float(initial), **tested, 434: float(final)}
+    assert evals[0] == 0.0 and evals[434] == pytest.approx(0.519, abs=5e-4) and evals.max() == 0.538
+    # every key of the step lines the mapping does not read is kept under its own name
+    keys = set().union(*lines.values())
+    unmapped = keys - set(mapping.values())
+    assert set(m.columns) - set(mapping) == unmapped and len(unmapped) == 30
+    assert {"critic/rewards/mean", "critic/lr(1e-4)", "timing/gen", "prompt_length/mean"} <= unmapped
+
+
+def test_a_real_verl_console_log_cut_mid_line_is_read_to_its_last_whole_step(tmp_path):
+    text = VERL_LOG.read_text(errors="replace")
+    whole = logs.read(VERL_LOG)[0].records
+    cut = tmp_path / "train.log"
+    cut.write_text(text[: text.index("step:200 - ") + 300])  # inside step 200's line
+    (log,) = logs.read(cut)
+    assert log.truncated == "its last line is incomplete" and sorted(log.records) == list(range(200))
+    assert all(log.records[s] == whole[s] for s in log.records)
+    cut.write_text(text[: text.index("Final validation") + 30])  # inside the validation after training
+    (log,) = logs.read(cut)
+    assert log.truncated and max(log.records) == 434 and log.records[434] != whole[434]
+    assert "val/test_score/openai/gsm8k" in whole[434] and "val/test_score/openai/gsm8k" not in log.records[434]
 
 
 def test_jsonl_stops_at_a_half_written_last_line(tmp_path):
@@ -156,6 +224,32 @@ def test_verl_tensorboard_folders_import_as_arms_and_seeds(tmp_path):
     assert m["entropy"].iloc[-1] == pytest.approx(1 - 0.81, rel=1e-5) and m["eval_accuracy"].isna().all()
     kinds = pd.read_csv(out / "tables" / "imported_arm_alerts.csv").groupby("arm")["kind"].apply(set).to_dict()
     assert kinds == {"grpo_lr10x": {"arm_entropy_collapse"}}  # 0.81 of the start lost on average; 0.11 in grpo
+
+
+@pytest.mark.slow
+def test_a_real_verl_log_to_a_report_with_the_monitors_alerts(tmp_path):
+    assert main(["import", str(VERL), "--set", f"results={tmp_path}"]) == 0
+    out = tmp_path / "imported" / "verl"
+    (run,) = (out / "runs").iterdir()
+    sm = json.loads((run / "summary.json").read_text())
+    assert (sm["framework"], sm["format"], sm["steps"], sm["truncated"]) == ("verl", "verl_console", 435, "")
+    assert sm["initial"]["eval_accuracy"] == 0.0 and sm["final"]["eval_accuracy"] == pytest.approx(0.519, abs=5e-4)
+    assert sm["best"] == {"eval_accuracy": 0.538, "step": 199}
+    assert len(sm["unmapped"]) == 30 and {"critic/rewards/mean", "timing/testing"} <= set(sm["unmapped"])
+    m = pd.read_csv(run / "metrics.csv")
+    assert len(m) == 435 and m["critic/rewards/mean"].notna().all()  # an unmapped key, kept in metrics.csv
+    # the token entropy falls below half its start (the mean of the first 5 steps) for the first time at step 55
+    lines = verl_step_lines(VERL_LOG.read_text(errors="replace"))
+    entropy = pd.Series({s: float(pairs["actor/entropy_loss"]) for s, pairs in lines.items()})
+    below = entropy[entropy < entropy.iloc[:5].mean() / 2]
+    alerts = pd.read_csv(out / "tables" / "imported_alerts.csv")
+    assert alerts.loc[alerts["kind"] == "low_entropy", "step"].min() == below.index[0] == 55
+    assert set(alerts["kind"]) == {"low_entropy", "grad_norm_spike", "reward_swing"}
+    html = (out / "report.html").read_text()
+    for shown in ("low_entropy", "grad_norm_spike", "reward_swing", "entropy collapses fast", "verl_console", "86.8%"):
+        assert shown in html, shown
+    assert VERL_LOG.name in html and "data:image/png" in html and 'href="' in html
+    assert not re.search(r'(src|href)="(https?:|//)', html) and "<script" not in html and "<link" not in html
 
 
 # ----------------------------------------------------------------------------- grouping, the monitor
