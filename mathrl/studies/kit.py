@@ -386,7 +386,7 @@ def png(fig) -> bytes:
     return palette(buf.getvalue())
 
 
-MAX_WIDTH_PX = 1200  # the report shows a figure at most about 1,100 pixels wide: a wider one only adds bytes
+MAX_WIDTH_PX = 1040  # the report's column (main's max-width in style.html.j2): a wider figure is only scaled down there
 
 
 def exact_colors() -> list[tuple[int, int, int]]:
