@@ -29,7 +29,7 @@ report: setup
 	@$(BIN)/python -m bench.split results || true
 	@echo "open results/report.html"
 
-# A small whole pipeline (config/examples/tiny.yaml): about a minute on 2 cores, in results/tiny.
+# A small whole pipeline (config/examples/tiny.yaml), in results/tiny; its time on 2 cores: docs/guide/first-run.md.
 tiny: setup
 	@start=$$(date +%s); $(BIN)/snakemake --profile profiles/default report --configfile config/examples/tiny.yaml && \
 	  echo "snakemake took $$(( $$(date +%s) - start )) s"
