@@ -183,8 +183,8 @@ def test_a_wandb_chart_export_gives_a_run_per_prefix():
     assert logs.columns(r.keys)["reward_mean"] == "train/reward"
 
 
-def verl_board(folder: Path, rows: dict[int, dict]) -> Path:
-    """Event files as verl's TensorBoard tracker writes them: `add_scalar(key, value, step)` for each metric."""
+def tensorboard_folder(folder: Path, rows: dict[int, dict]) -> Path:
+    """Event files as the TensorBoard trackers of verl and OpenRLHF write them: `add_scalar(key, value, step)`."""
     from torch.utils.tensorboard import SummaryWriter
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -213,8 +213,8 @@ def verl_rows(entropy_start: float, fall: float, steps: int = 12) -> dict[int, d
 def test_verl_tensorboard_folders_import_as_arms_and_seeds(tmp_path):
     logs_dir = tmp_path / "tensorboard_log" / "gsm8k"
     for seed in (0, 1, 2):
-        verl_board(logs_dir / f"grpo_s{seed}", verl_rows(1.0, 0.1 + 0.01 * seed))
-        verl_board(logs_dir / f"grpo_lr10x_s{seed}", verl_rows(1.0, 0.8 + 0.01 * seed))
+        tensorboard_folder(logs_dir / f"grpo_s{seed}", verl_rows(1.0, 0.1 + 0.01 * seed))
+        tensorboard_folder(logs_dir / f"grpo_lr10x_s{seed}", verl_rows(1.0, 0.8 + 0.01 * seed))
     out = tmp_path / "set"
     assert main(["import", str(logs_dir), "--out", str(out)]) == 0
     sm = json.loads((out / "runs" / "grpo_lr10x__s1" / "summary.json").read_text())
@@ -224,6 +224,40 @@ def test_verl_tensorboard_folders_import_as_arms_and_seeds(tmp_path):
     assert m["entropy"].iloc[-1] == pytest.approx(1 - 0.81, rel=1e-5) and m["eval_accuracy"].isna().all()
     kinds = pd.read_csv(out / "tables" / "imported_arm_alerts.csv").groupby("arm")["kind"].apply(set).to_dict()
     assert kinds == {"grpo_lr10x": {"arm_entropy_collapse"}}  # 0.81 of the start lost on average; 0.11 in grpo
+
+
+def test_an_openrlhf_tensorboard_folder_imports_under_its_train_names(tmp_path):
+    """OpenRLHF's PPO trainer writes its status to TensorBoard as `train/KEY`: those keys fill the contract's columns
+    and name the framework."""
+    rows = {
+        s: {
+            "train/reward": 0.1 * s,
+            "train/entropy_loss": 2.0 - 0.1 * s,
+            "train/kl": 0.01 * s,
+            "train/policy_loss": -0.05,
+            "train/actor_lr": 5e-7,
+            "train/ppo_clip_ratio": 0.02,
+            "train/response_length": 200.0 + s,
+            "train/critic_loss": 0.3,
+        }
+        for s in range(1, 9)
+    }
+    tensorboard_folder(tmp_path / "logs" / "ppo_s0", rows)
+    out = tmp_path / "set"
+    assert main(["import", str(tmp_path / "logs"), "--out", str(out)]) == 0
+    sm = json.loads((out / "runs" / "ppo__s0" / "summary.json").read_text())
+    assert (sm["framework"], sm["format"], sm["steps"]) == ("openrlhf", "tensorboard", 8)
+    assert {c: sm["columns"][c] for c in ("reward_mean", "entropy", "kl", "lr", "clip_frac", "value_loss")} == {
+        "reward_mean": "train/reward",
+        "entropy": "train/entropy_loss",
+        "kl": "train/kl",
+        "lr": "train/actor_lr",
+        "clip_frac": "train/ppo_clip_ratio",
+        "value_loss": "train/critic_loss",
+    }
+    m = pd.read_csv(out / "runs" / "ppo__s0" / "metrics.csv")
+    assert m["reward_mean"].tolist() == pytest.approx([0.1 * s for s in range(1, 9)], rel=1e-6)
+    assert m["entropy"].iloc[-1] == pytest.approx(1.2, rel=1e-6)
 
 
 @pytest.mark.slow
