@@ -15,10 +15,22 @@ user) restricts the slots to its list, and a lease exports ids from that list.
 from __future__ import annotations
 
 import fcntl
+import glob
 import os
 import re
+import sys
 import time
 from pathlib import Path
+
+# Device files a GPU torch can use leaves on Linux: NVIDIA's driver, AMD's ROCm, WSL's GPU bridge.
+GPU_DEVICE_GLOBS = ("/proc/driver/nvidia", "/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")
+
+
+def gpu_driver_present() -> bool:
+    """Whether torch could see a GPU here: off Linux always (ask torch); on Linux when a GPU
+    driver's device file exists. A CPU machine's launcher then never imports torch to count
+    none (every training job starts one)."""
+    return not sys.platform.startswith("linux") or any(glob.glob(pattern) for pattern in GPU_DEVICE_GLOBS)
 
 
 def visible_gpu_ids() -> list[str]:
@@ -28,6 +40,8 @@ def visible_gpu_ids() -> list[str]:
         if not fake.strip().isdigit():
             raise ValueError(f"MATHRL_FAKE_GPUS={fake!r}: expected a count of GPUs (0, 1, 2, ...)")
         count = int(fake)
+    elif not gpu_driver_present():
+        count = 0  # what torch would say, without the 1.5 s its import takes
     else:
         import torch
 

@@ -109,6 +109,28 @@ def test_visible_count_is_faked_and_ids_default_to_range(monkeypatch):
         gpus.visible_gpu_count()
 
 
+def test_a_machine_without_a_gpu_driver_counts_none_without_importing_torch(tmp_path):
+    """The launcher of every training job counts GPUs; on a CPU machine that must not cost torch's import."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MATHRL_FAKE_GPUS", "CUDA_VISIBLE_DEVICES")}
+    probe = (
+        "import sys; from mathrl import gpus; gpus.GPU_DEVICE_GLOBS = {globs!r}; "
+        "print(gpus.visible_gpu_count(), 'torch' in sys.modules)"
+    )
+    device = tmp_path / "nvidia0"
+    device.touch()
+    absent = subprocess.run(
+        [sys.executable, "-c", probe.format(globs=(str(tmp_path / "absent*"),))],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert absent.stdout.split() == ["0", "False"], absent.stderr
+    present = subprocess.run(
+        [sys.executable, "-c", probe.format(globs=(str(device),))], env=env, capture_output=True, text=True
+    )
+    assert present.stdout.split()[1:] == ["True"], present.stderr  # a driver's file: torch counts
+
+
 def test_four_leases_get_distinct_ids_and_a_fifth_waits_for_a_release(locks):
     leases = [gpus.acquire(1, locks, timeout=0) for _ in range(4)]
     ids = [lease.ids[0] for lease in leases]
