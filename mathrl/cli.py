@@ -72,21 +72,28 @@ def cmd_problems(args) -> int:
 
 
 def cmd_sft(args) -> int:
-    """The warm-ups of a task (or one, `--warmup K`) on the pipeline's thread count (`torch_threads`), so that by hand
-    they end on the pipeline's checkpoints; each resumes from its snapshot."""
-    from mathrl.sft import run_sft, run_starts
-
+    """The warm-ups of a task (or those named, `--warmup K`) on the pipeline's thread count (`torch_threads`), so that
+    by hand they end on the pipeline's checkpoints; each resumes from its snapshot. `--parallel K` deals them out to K
+    processes at once (`sft_shares`), each on that thread count: the same checkpoints, sooner."""
     cfg = _load(args)
     _check_task(cfg, [args.task])
     count = layout.warmups(cfg, args.task)
-    if args.warmup is not None and not 0 <= args.warmup < count:
-        raise ConfigError(f"--warmup {args.warmup}: sft.{args.task}.warmups is {count}; allowed: 0..{count - 1}")
-    if args.out and args.warmup is None and count > 1:
-        raise ConfigError(f"--out names one warm-up's directory: give --warmup K (task {args.task} has {count})")
-    chosen = [args.warmup] if args.warmup is not None else range(count)
+    for k in args.warmup or ():
+        if not 0 <= k < count:
+            raise ConfigError(f"--warmup {k}: sft.{args.task}.warmups is {count}; allowed: 0..{count - 1}")
+    chosen = list(dict.fromkeys(args.warmup)) if args.warmup else list(range(count))
+    if args.out and len(chosen) > 1:
+        raise ConfigError(f"--out names one warm-up's directory: give one --warmup K (task {args.task} has {count})")
     _check_problems(cfg, args.task)  # before a warm-up's directory is taken (its lock is the first thing written)
     if args.starts and not cfg["sft"][args.task]["starts"] and not cfg["sft"][args.task]["control_seeds"]:
         raise ConfigError(f"sft.{args.task}: no starts and no control_seeds configured for --starts")
+    shares = sft_shares(args, cfg, chosen)
+    if len(shares) > 1:
+        from mathrl.launch import run_all
+
+        return run_all(shares)
+    from mathrl.sft import run_sft, run_starts
+
     with torch_threads(args.threads, cfg, "threads_sft"):
         for k in chosen:
             if args.starts:
@@ -99,6 +106,28 @@ def cmd_sft(args) -> int:
                 args.snapshot_path = out / layout.SNAPSHOT_FILE  # where Ctrl-C says the same command resumes
                 run_sft(cfg, args.task, out, k)
     return 0
+
+
+def sft_shares(args, cfg: dict, chosen: list[int]) -> list[list[str]]:
+    """`mathrl sft` commands that train the `chosen` warm-ups between `--parallel` processes at once, dealt out in
+    turn, each process on the threads one would have (so the same float sums); none for one process."""
+    from mathrl.launch import parallel_count
+
+    if args.parallel == "1" or len(chosen) < 2:
+        return []
+    threads = pipeline_threads(args.threads, cfg, "threads_sft") or int(os.environ["OMP_NUM_THREADS"])
+    setting = cfg.get("pipeline", {}).get("gpus_sft", "auto")  # auto: one where a GPU is visible
+    gpus = None if setting == "auto" else int(setting)
+    try:
+        k = min(parallel_count(args.parallel, threads, gpus), len(chosen))
+    except ValueError as exc:  # --parallel neither a whole number nor auto
+        raise ConfigError(str(exc)) from None
+    if k < 2:
+        return []
+    head = [sys.executable, "-m", "mathrl", "sft", *(f"--config={path}" for path in args.config or ())]
+    head += [f"--set={item}" for item in args.set or ()] + ["--task", args.task, "--threads", str(args.threads)]
+    head += ["--starts"] if args.starts else []
+    return [head + [f"--warmup={w}" for w in chosen[i::k]] for i in range(k)]
 
 
 def _check_problems(cfg: dict, task: str) -> None:
@@ -930,8 +959,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=_count, default=0,
                    help="torch CPU threads (default 0: OMP_NUM_THREADS where set, else the pipeline's "
                    "pipeline.threads_sft, so that a warm-up run by hand ends on the pipeline's checkpoint)")
-    p.add_argument("--warmup", type=int, default=None,
-                   help="one of the task's independent warm-ups, 0..sft.TASK.warmups-1 (default: each in turn)")
+    p.add_argument("--warmup", type=int, action="append",
+                   help="one of the task's independent warm-ups, 0..sft.TASK.warmups-1, repeatable (default: each "
+                   "in turn)")
+    p.add_argument("--parallel", default="1", metavar="K",
+                   help="the warm-ups dealt out to K processes running at once, each on the threads one process "
+                   "would have (auto: as many as the CPUs give those threads and the GPU slots allow); default 1")
     p.add_argument("--starts", action="store_true",
                    help="from the warm-up's checkpoint: the further starts (sft.TASK.starts) and the supervised "
                    "controls")

@@ -7,10 +7,11 @@ After editing the config, run `mathrl dvc-yaml`, then `dvc repro`.
 
 - `dvc.yaml` holds a templated stage per step that runs once per task or study (DVC's
   `foreach` over its jobs, `${item.<wildcard>}` filled in per job: whatever {wildcards} the
-  step's paths in `mathrl.layout` have), a stage per setting that trains its seeds, then
+  step's paths in `mathrl.layout` have), a stage per task that trains its warm-ups and one
+  that trains their further starts, a stage per setting that trains its seeds, then
   aggregate, figures and report, the metrics and the plots; a stage is a few lines.
 - `dvc-params.yaml` is data: under `jobs` what each templated stage iterates over (the tasks
-  that get problem sets, warm-ups and starts, the gradient probe's tasks, the bandit studies),
+  that get problem sets, the gradient probe's tasks, the bandit studies),
   under `groups` each training stage's rerun trigger, and under `config` the merged and
   completed config. dvc.yaml reads it through `vars:`, and every stage's `params` are keys of
   it (`config.tasks.add`, `groups.train_batch__b64`, ...), so a stage reruns when a setting it
@@ -36,6 +37,12 @@ What each stage is:
   flip side: a run whose snapshot reached its last step "reruns" (after a change under
   mathrl/) by writing its outputs from that snapshot again, without training; delete
   `results/runs/<run>/snapshot.pt*` to retrain it with new code.
+- The warm-ups: a stage per task (`sft-<task>`, and `sft_starts-<task>` for their further
+  starts and supervised controls), `mathrl sft --parallel auto` dealing the task's warm-ups
+  out to as many processes as the cores give `pipeline.threads_sft` threads each: the
+  machine's cores are used and every warm-up has the thread count, hence the checkpoint, of
+  its Snakemake job (one per warm-up). Its params are the task's blocks, so a changed
+  `sft.<task>` reruns that task's stages only.
 - The runs: a stage per group (`config.run_groups`: a setting's seeds), named as its
   Snakemake rule (`train_<group>`, `layout.group_job`), as Snakemake's jobs are; each run
   keeps its own outputs, snapshot and log. Its params are the hash of its runs' settings
@@ -157,14 +164,18 @@ def pipeline_settings(cfg: dict) -> dict:
 PROBLEM_FILES = tuple(layout.STAGES["problems"].outputs[split] for split in layout.PROBLEM_SPLITS)
 FOREACH = {
     "problems": ((), ("config.tasks.{task}",)),
-    "sft": (PROBLEM_FILES, ("config.tasks.{task}", "config.sft.{task}")),
-    "sft_starts": ((*PROBLEM_FILES, layout.SFT_MODEL), ("config.tasks.{task}", "config.sft.{task}")),
     # the probe reads a task's first warm-up
     "gradvar": ((*PROBLEM_FILES, layout.SFT_MODEL.replace("{warmup}", "0")), ("config.gradvar", "config.tasks.{task}")),
     "bandit": ((), ("config.bandit",)),
 }
-# What DVC tracks in place of a stage's declared files: the starts' directory (checkpoints and starts.json).
-TRACKED = {"sft_starts": (os.path.dirname(layout.SFT_STARTS),)}
+# The stages that train a task's warm-ups (`sft`) and their further starts (`sft_starts`): a stage per task
+# (`<step>-<task>`; a task's name has no `-`), its warm-ups dealt out to the cores (`mathrl sft --parallel auto`).
+# What each reads besides the task's problem sets, per warm-up, and what it tracks per warm-up: the starts'
+# directory (checkpoints and starts.json) in place of its declared files.
+WARMUP_STAGES = {
+    "sft": ((), tuple(layout.STAGES["sft"].outputs.values())),
+    "sft_starts": ((layout.SFT_MODEL,), (os.path.dirname(layout.SFT_STARTS),)),
+}
 
 
 class _Writer:
@@ -225,9 +236,30 @@ def _foreach_stages(w: _Writer, jobs: dict) -> dict:
             continue
         s = layout.STAGES[name]
         wildcards = {f: f"${{item.{f}}}" for p in (*s.outputs.values(), s.args) for f in fields(p)}
-        outs = [w.item(p) for p in TRACKED.get(name, s.outputs.values())]
+        outs = [w.item(p) for p in s.outputs.values()]
         do = stage(w.command(name, **wildcards), [w.item(p) for p in reads], [templated(k) for k in params], outs)
         stages[name] = {"foreach": f"${{{JOBS}.{name}}}", "do": do}
+    return stages
+
+
+def _warmup_stages(w: _Writer, jobs: dict) -> dict:
+    """A stage per task and WARMUP_STAGES step: `mathrl sft --parallel auto` trains the task's warm-ups (or their
+    starts) in as many processes as the cores give `pipeline.threads_sft` each, so every warm-up has the thread count,
+    hence the checkpoint, of Snakemake's job. A changed `sft.TASK` block reruns that task's stage, as it reruns each of
+    the task's warm-up jobs in Snakemake."""
+    stages = {}
+    for name, (reads, tracked) in WARMUP_STAGES.items():
+        warmups: dict[str, list[int]] = {}
+        for job in jobs[name].values():
+            warmups.setdefault(job["task"], []).append(job["warmup"])
+        for task, ks in warmups.items():
+            deps = [w.res(p, task=task) for p in PROBLEM_FILES] + [
+                w.res(p, task=task, warmup=k) for k in ks for p in reads
+            ]
+            outs = [w.res(p, task=task, warmup=k) for k in ks for p in tracked]
+            args = f"--task {task}" + (" --starts" if name == "sft_starts" else "")
+            cmd = f"{w.mathrl} sft {w.config_args} {args} --parallel auto"
+            stages[f"{name}-{task}"] = stage(cmd, deps, [f"config.tasks.{task}", f"config.sft.{task}"], outs)
     return stages
 
 
@@ -363,10 +395,11 @@ def documents(
     w = _Writer(cfg, configs, python)
     runs = trained_runs(cfg)
     jobs, groups = stage_jobs(cfg, runs, bandit_studies), train_groups(runs)
-    stages = {**_foreach_stages(w, jobs), **_train_stages(w, runs, groups), **_report_stages(w, jobs, bool(runs))}
+    stages = {**_foreach_stages(w, jobs), **_warmup_stages(w, jobs), **_train_stages(w, runs, groups)}
+    stages |= _report_stages(w, jobs, bool(runs))
     dvc = {"vars": [PARAMS], "stages": stages, "metrics": [w.res(layout.TABLES) + "/metrics.json"], "plots": _plots(w)}
     params = {
-        JOBS: jobs,
+        JOBS: {name: listed for name, listed in jobs.items() if name in FOREACH},
         GROUPS: _Block({layout.group_job(group): group_hash(runs, run_ids) for group, run_ids in groups.items()}),
         "config": {key: value for key, value in cfg.items() if key not in NOT_SETTINGS},
     }

@@ -74,10 +74,10 @@ def test_dvc_yaml_is_a_few_lines_a_stage_and_its_lists_are_data():
     text = dvc_yaml()
     doc, params = yaml.safe_load(text), yaml.safe_load(dvc_files()[PARAMS])
     assert doc["vars"] == [PARAMS]
-    for name in ("problems", "sft", "gradvar", "bandit"):  # templated, over their jobs in dvc-params.yaml
+    for name in ("problems", "gradvar", "bandit"):  # templated, over their jobs in dvc-params.yaml
         assert doc["stages"][name]["foreach"] == f"${{jobs.{name}}}" and params["jobs"][name]
-    assert params["jobs"]["sft"]["add-0"] == {"task": "add", "warmup": 0}  # a task's warm-ups, each a job
-    assert "--task ${item.task} --warmup ${item.warmup}" in doc["stages"]["sft"]["do"]["cmd"]
+    assert set(params["jobs"]) == {"problems", "gradvar", "bandit"}  # a task's warm-ups: one stage, no jobs
+    assert doc["stages"]["sft-add"]["cmd"].endswith(" sft --config config/config.yaml --task add --parallel auto")
     runs = trained_runs(load_config(DEFAULT_CONFIG))
     groups = run_groups(runs)
     # a stage per setting, named as its Snakemake rule; its params hold the rerun trigger Snakemake's job has
@@ -97,20 +97,20 @@ def test_a_stage_per_setting_and_two_settings_sharing_a_name_refused():
 
 
 def test_foreach_stages_take_whatever_wildcards_their_layout_patterns_have(monkeypatch):
-    """A step whose files have two wildcards (a task's k-th warm-up, say) is templated with both, from its
-    patterns alone; its jobs name both, and DVC names a job by their values."""
-    sft = layout.Stage("sft", "sft", {"model": "sft/{task}/w{k}/model.pt"}, "task", "--task {task} --warm-up {k}")
-    monkeypatch.setitem(layout.STAGES, "sft", sft)
-    assert fields("sft/{task}/w{k}/model.pt") == ["task", "k"]
+    """A step whose files have two wildcards (a probe of a task's k-th warm-up, say) is templated with both, from
+    its patterns alone; its jobs name both, and DVC names a job by their values."""
+    probe = layout.Stage("gradvar", "gradvar", {"out": "gv/{task}/w{k}.json"}, "task", "--task {task} --warm-up {k}")
+    monkeypatch.setitem(layout.STAGES, "gradvar", probe)
+    assert fields("gv/{task}/w{k}.json") == ["task", "k"]
     assert templated("a.{task}.{k}") == "a.${item.task}.${item.k}"
     cfg = load_config(DEFAULT_CONFIG)
-    jobs = {name: {} for name in FOREACH} | {"sft": {job_key(j): j for j in ({"task": "add", "k": 0},)}}
+    jobs = {name: {} for name in FOREACH} | {"gradvar": {job_key(j): j for j in ({"task": "add", "k": 0},)}}
     stages = _foreach_stages(_Writer(cfg, ["config/config.yaml"], DEFAULT_PYTHON), jobs)
-    assert list(stages) == ["sft"] and list(jobs["sft"]) == ["add-0"]
-    cmd = stages["sft"]["do"]["cmd"]
-    assert cmd.endswith(" sft --config config/config.yaml --task ${item.task} --warm-up ${item.k}")
-    assert stages["sft"]["do"]["outs"] == ["results/sft/${item.task}/w${item.k}/model.pt"]
-    assert stages["sft"]["do"]["deps"][0] == "results/problems/${item.task}/train.txt"
+    assert list(stages) == ["gradvar"] and list(jobs["gradvar"]) == ["add-0"]
+    cmd = stages["gradvar"]["do"]["cmd"]
+    assert cmd.endswith(" gradvar --config config/config.yaml --task ${item.task} --warm-up ${item.k}")
+    assert stages["gradvar"]["do"]["outs"] == ["results/gv/${item.task}/w${item.k}.json"]
+    assert stages["gradvar"]["do"]["deps"][0] == "results/problems/${item.task}/train.txt"
 
 
 def test_a_stage_per_task_setting_study_and_report_step_with_the_rules_commands():
@@ -120,15 +120,22 @@ def test_a_stage_per_task_setting_study_and_report_step_with_the_rules_commands(
     assert all(re.fullmatch(r"[A-Za-z0-9_-]+(@[A-Za-z0-9_-]+)?", name) for name in stages)
     py = f"{DEFAULT_PYTHON} -m mathrl"
 
-    sft = stages["sft@add-0"]
-    assert sft.cmd == f"{py} sft --config config/config.yaml --task add --warmup 0"
+    # a task's warm-ups in one stage, dealt out to the cores as its seeds are (below), each on its job's threads
+    sft = stages["sft-add"]
+    assert sft.cmd == f"{py} sft --config config/config.yaml --task add --parallel auto"
     assert params_of(sft) == {PARAMS: ["config.tasks.add", "config.sft.add"]}
     problems = [f"results/problems/add/{split}.txt" for split in ("train", "val", "test")]
     assert paths(sft.deps) == [*problems, "mathrl", "config/config.schema.yaml"]
     # the package is one directory dependency; .dvcignore keeps bytecode and the generator out of its hash
     ignored = (ROOT / ".dvcignore").read_text().splitlines()
     assert "__pycache__/" in ignored and "/mathrl/dvcgen.py" in ignored
-    assert paths(sft.outs) == ["results/sft/add/w0/model.pt", "results/sft/add/w0/summary.json"]
+    warmups = range(cfg["sft"]["add"]["warmups"])
+    assert paths(sft.outs) == [f"results/sft/add/w{k}/{name}" for k in warmups for name in ("model.pt", "summary.json")]
+    starts = stages["sft_starts-add"]
+    assert starts.cmd == f"{py} sft --config config/config.yaml --task add --starts --parallel auto"
+    models = [f"results/sft/add/w{k}/model.pt" for k in warmups]
+    assert paths(starts.deps) == [*problems, *models, "mathrl", "config/config.schema.yaml"]
+    assert paths(starts.outs) == [f"results/sft/add/w{k}/starts" for k in warmups]
 
     # one stage trains a setting's seeds: launch deals them out to as many processes as the cores give a
     # run its pipeline threads, each training its share one after another (Snakemake's job trains them in one)
@@ -174,7 +181,7 @@ def test_override_files_reach_the_commands_and_the_params_and_the_cli_writes_bot
     full = ROOT / "config" / "full.yaml"
     files = dvc_files([DEFAULT_CONFIG, full])
     doc, params = yaml.safe_load(files["dvc.yaml"]), yaml.safe_load(files[PARAMS])
-    assert "--config config/config.yaml --config config/full.yaml" in doc["stages"]["sft"]["do"]["cmd"]
+    assert "--config config/config.yaml --config config/full.yaml" in doc["stages"]["sft-add"]["cmd"]
     merged = load_config([DEFAULT_CONFIG, full])
     assert params["config"]["experiments"]["system"] == merged["experiments"]["system"]  # what each stage's params read
     assert params["config"]["experiments"]["system"] != load_config(DEFAULT_CONFIG)["experiments"]["system"]
@@ -250,7 +257,9 @@ def test_dvc_repro_builds_the_report_then_nothing_is_left_to_do_for_dvc_or_snake
     stages = set(dvc_stages(repo))
     assert ran == stages and {"train_tiny__a", "train_tiny__b", "report"} <= ran
     assert not any(name.startswith("train") for name in stages - {"train_tiny__a", "train_tiny__b"})
-    assert "sft@mul-0" not in stages  # no run uses mul: `snakemake report` builds no warm-up for it either
+    assert (
+        "sft-mul" not in stages and "sft-add" in stages
+    )  # no run uses mul: `snakemake report` builds no warm-up for it either
     run_ids = [f"tiny__{v}__s{s}" for v in "ab" for s in (0, 1)]
     for run_id in run_ids:  # each run of a stage keeps its own files and log
         assert (results / "runs" / run_id / "snapshot.pt").is_file()

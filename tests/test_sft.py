@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from mathrl.cli import main
-from mathrl.sft import first_in_band
+from mathrl.sft import first_in_band, load_policy
 from tests.conftest import TINY, write_config
 
 
@@ -178,6 +179,38 @@ def test_each_warm_up_is_seeded_apart_and_a_run_starts_from_its_seeds(tmp_path):
     summary = json.loads((tmp_path / "results" / "runs" / "odd" / "summary.json").read_text())
     assert summary["config"]["warmup"] == 1 and summary["resolved"]["init"].endswith("sft/mul/w1/model.pt")
     assert main(["sft", "--config", str(path), "--task", "mul", "--warmup", "2"]) == 2  # no third warm-up
+
+
+def test_warm_ups_dealt_to_parallel_processes_end_on_the_checkpoints_of_one_process(tmp_path):
+    """`--parallel 2` (DVC's stage of a task) trains each warm-up in a process of its own share, on the threads one
+    process would use: the same checkpoints as one after the other (Snakemake's jobs)."""
+    import torch
+
+    checkpoints = {}
+    for how in ("one", "two"):
+        (tmp_path / how).mkdir()
+        path = multi_warm_up_config(tmp_path / how)
+        argv = ["sft", "--config", str(path), "--task", "mul", "--warmup", "1", "--warmup", "0"]
+        assert main([*argv, *(["--parallel", "2"] if how == "two" else [])]) == 0
+        root = tmp_path / how / "results" / "sft" / "mul"
+        checkpoints[how] = [load_policy(root / f"w{k}" / "model.pt")[1] for k in (0, 1)]
+    for one, two in zip(checkpoints["one"], checkpoints["two"], strict=True):
+        assert one["model"].keys() == two["model"].keys()
+        assert all(torch.equal(one["model"][key], two["model"][key]) for key in one["model"])
+    assert main(["sft", "--config", str(path), "--task", "mul", "--parallel", "some"]) == 2  # neither K nor auto
+
+
+def test_parallel_warm_ups_are_dealt_out_in_turn_with_the_same_arguments(tmp_path):
+    from mathrl.cli import build_parser, sft_shares
+
+    args = build_parser().parse_args(["sft", "--config", "c.yaml", "--set", "x=1", "--task", "mul", "--parallel", "2"])
+    cfg = {"pipeline": {"threads_sft": 1, "gpus_sft": 0}}
+    shares = sft_shares(args, cfg, [0, 1, 2, 3, 4])
+    head = [sys.executable, "-m", "mathrl", "sft", "--config=c.yaml", "--set=x=1", "--task", "mul", "--threads", "0"]
+    assert shares == [[*head, "--warmup=0", "--warmup=2", "--warmup=4"], [*head, "--warmup=1", "--warmup=3"]]
+    assert sft_shares(args, cfg, [3]) == []  # one warm-up: trained here
+    args.parallel = "1"
+    assert sft_shares(args, cfg, [0, 1]) == []
 
 
 def test_a_killed_warm_up_resumes_to_the_same_checkpoint(tmp_path, monkeypatch):
