@@ -49,12 +49,23 @@ def sft_table(ctx: Context) -> pd.DataFrame:
     rows = []
     for task in ctx.cfg["tasks"]:
         for k, s in enumerate(ctx.warmups(task)):
-            rows.append({"task": task, "warmup": s.get("warmup", k), "preset": s["settings"]["preset"],
-                         "n_params": s["n_params"], "steps": s["steps"],
-                         "val_accuracy": s.get("val_accuracy", math.nan), "last_rise": last_rise(s.get("history", [])),
-                         "eval_accuracy": s["eval_accuracy"], "n_test": s.get("n_test", math.nan),
-                         "band_low": s["band"][0], "band_high": s["band"][1],
-                         "in_band": s["in_band"], "wall_seconds": s["wall_seconds"]})  # fmt: skip
+            rows.append(
+                {
+                    "task": task,
+                    "warmup": s.get("warmup", k),
+                    "preset": s["settings"]["preset"],
+                    "n_params": s["n_params"],
+                    "steps": s["steps"],
+                    "val_accuracy": s.get("val_accuracy", math.nan),
+                    "last_rise": last_rise(s.get("history", [])),
+                    "eval_accuracy": s["eval_accuracy"],
+                    "n_test": s.get("n_test", math.nan),
+                    "band_low": s["band"][0],
+                    "band_high": s["band"][1],
+                    "in_band": s["in_band"],
+                    "wall_seconds": s["wall_seconds"],
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -72,9 +83,13 @@ def warmup_spread(sft: pd.DataFrame) -> pd.DataFrame:
 
 def all_tables(ctx: Context) -> dict[str, pd.DataFrame]:
     """Every table the report shows; last, claims.csv: every declared claim judged over the others."""
-    tables = {"runs": run_index(ctx.runs), "curves": curves(ctx.runs), "alerts": alerts_table(ctx),
-              "sft": sft_table(ctx),
-              "run_measures": run_measures(ctx.runs)}  # fmt: skip
+    tables = {
+        "runs": run_index(ctx.runs),
+        "curves": curves(ctx.runs),
+        "alerts": alerts_table(ctx),
+        "sft": sft_table(ctx),
+        "run_measures": run_measures(ctx.runs),
+    }
     tables["sft_spread"] = warmup_spread(tables["sft"])
     for study in STUDIES:
         for name, df in study.tables(ctx).items():
@@ -138,11 +153,13 @@ def headline_metrics(tables: dict[str, pd.DataFrame]) -> dict:
     for experiment, group in runs.groupby("experiment", sort=False) if not runs.empty else []:
         ok = group[group["status"].isin(["complete", "stopped_nonfinite"])]
         out["experiments"][experiment] = {
-            "runs": len(group), "complete": len(ok),
-            "initial_eval": number(ok["initial_eval"].mean()), "final_eval": number(ok["final_eval"].mean()),
+            "runs": len(group),
+            "complete": len(ok),
+            "initial_eval": number(ok["initial_eval"].mean()),
+            "final_eval": number(ok["final_eval"].mean()),
             "best_eval": number(ok["best_eval"].mean()),
             "collapsed_share": number(ok["collapsed"].astype(float).mean()) if len(ok) else None,
-        }  # fmt: skip
+        }
     for _, row in tables["sft"].iterrows():
         out["sft"].setdefault(row["task"], []).append(
             {"warmup": int(row["warmup"]), "eval_accuracy": number(row["eval_accuracy"]), "steps": int(row["steps"])}

@@ -120,8 +120,14 @@ def carry_entropy(entropy, carry) -> list[dict]:
         for flag in (False, True):
             sel = carry[:, pos] == flag
             if int(sel.sum()):
-                rows.append({"position": pos, "carry": flag, "entropy": float(entropy[sel, pos].mean()),
-                             "tokens": int(sel.sum())})  # fmt: skip
+                rows.append(
+                    {
+                        "position": pos,
+                        "carry": flag,
+                        "entropy": float(entropy[sel, pos].mean()),
+                        "tokens": int(sel.sum()),
+                    }
+                )
     return rows
 
 

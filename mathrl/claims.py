@@ -65,9 +65,23 @@ COMPARES = ("difference", "one_sample", "correlation", "rate", "relative", "poin
 # whether a comparison needs a second arm b (a rate takes one or none)
 SECOND_ARM = {"difference": True, "relative": True, "one_sample": False, "correlation": False, "point": False}
 ALPHA = 0.05
-COLUMNS = ["claim_id", "kind", "source", "statement", "outcome", "difference", "ci_low", "ci_high", "n", "p_value",
-           "p_holm",
-           "p_bh", "engaged", "failure_established", "reason"]  # fmt: skip
+COLUMNS = [
+    "claim_id",
+    "kind",
+    "source",
+    "statement",
+    "outcome",
+    "difference",
+    "ci_low",
+    "ci_high",
+    "n",
+    "p_value",
+    "p_holm",
+    "p_bh",
+    "engaged",
+    "failure_established",
+    "reason",
+]
 EXTRA = [
     "section",
     "part",
@@ -99,9 +113,11 @@ EXTRA = [
     "design_key",
 ]
 WARMUP = "warmup"  # the column naming the warm-up a run started from: the unit of replication of a claim on the GPT
-BY_CONSTRUCTION = ("nothing varied across seeds (a zero-width interval, or every run the same outcome against 0): the "
-                   "result "
-                   "is likely fixed by construction of the setup rather than a finding")  # fmt: skip
+BY_CONSTRUCTION = (
+    "nothing varied across seeds (a zero-width interval, or every run the same outcome against 0): the "
+    "result "
+    "is likely fixed by construction of the setup rather than a finding"
+)
 SPECIAL = ("max", "min")  # arm values resolved over the table: the largest or smallest numeric value of the column
 
 
@@ -171,8 +187,15 @@ class ClaimSpec:
                 unit=self.unit,
             )
         if self.noninferior is not None:
-            return Claim(self.id, self.statement, self.measure_text or self.measure, "noninferior", self.direction,
-                         margin=float(self.noninferior), unit=self.unit)  # fmt: skip
+            return Claim(
+                self.id,
+                self.statement,
+                self.measure_text or self.measure,
+                "noninferior",
+                self.direction,
+                margin=float(self.noninferior),
+                unit=self.unit,
+            )
         return Claim(
             self.id,
             self.statement,
@@ -201,19 +224,36 @@ def parse(d: dict, where: str) -> ClaimSpec:
     size = expect.get("size")
     checks = tuple(Check(**c) for c in d.get("checks") or ())
     return ClaimSpec(
-        id=str(d["id"]), kind=d["kind"], source=str(d.get("source", "")), statement=str(d["statement"]),
-        table=d.get("table", "run_measures"), measure=d["measure"], a=dict(d["a"]),
+        id=str(d["id"]),
+        kind=d["kind"],
+        source=str(d.get("source", "")),
+        statement=str(d["statement"]),
+        table=d.get("table", "run_measures"),
+        measure=d["measure"],
+        a=dict(d["a"]),
         b=dict(d["b"]) if d.get("b") else None,
-        compare=compare, value=float(d.get("value", 0.0)), direction=int(expect.get("direction", 1)),
+        compare=compare,
+        value=float(d.get("value", 0.0)),
+        direction=int(expect.get("direction", 1)),
         size=(float(size[0]), float(size[1])) if size is not None else None,
-        equivalence=expect.get("equivalence"), noninferior=expect.get("noninferior"), unit=d.get("unit", "num"),
-        measure_text=d.get("measure_text", ""), section=d.get("section", ""), part=d.get("part", ""),
-        experiment=d.get("experiment"), checks=checks, optional_roles=tuple(d.get("optional") or ()),
+        equivalence=expect.get("equivalence"),
+        noninferior=expect.get("noninferior"),
+        unit=d.get("unit", "num"),
+        measure_text=d.get("measure_text", ""),
+        section=d.get("section", ""),
+        part=d.get("part", ""),
+        experiment=d.get("experiment"),
+        checks=checks,
+        optional_roles=tuple(d.get("optional") or ()),
         note=d.get("note", ""),
-        paired=d.get("paired"), pair_on=d.get("pair_on", "seed"), quote=d.get("quote", ""),
-        translation=d.get("translation", ""), design=d.get("design", ""), size_basis=d.get("size_basis", ""),
+        paired=d.get("paired"),
+        pair_on=d.get("pair_on", "seed"),
+        quote=d.get("quote", ""),
+        translation=d.get("translation", ""),
+        design=d.get("design", ""),
+        size_basis=d.get("size_basis", ""),
         line=d.get("line", "primary" if d["kind"] == "document" else ""),
-    )  # fmt: skip
+    )
 
 
 def expand(decl: dict, tables: Mapping[str, pd.DataFrame] | None = None, cfg: dict | None = None) -> list[dict]:
@@ -508,8 +548,11 @@ def _p_at(spec: ClaimSpec, a: dict, b: dict, est: Estimate, null: float, side: s
 
         with np.errstate(divide="ignore", invalid="ignore"):  # its ratio and odds columns at a rate of 0
             side = {"two-sided": "two-sided", "greater": "larger", "less": "smaller"}[side]
-            return float(test_proportions_2indep(ka, na, kb, nb, value=null, compare="diff", method="score",
-                                                 alternative=side).pvalue)  # fmt: skip
+            return float(
+                test_proportions_2indep(
+                    ka, na, kb, nb, value=null, compare="diff", method="score", alternative=side
+                ).pvalue
+            )
     if spec.compare == "one_sample":
         return _t_one([x - spec.value for x in a.values()], null, side)
     if spec.compare == "correlation":  # the t test of Fisher's z, against the null's z
@@ -640,8 +683,15 @@ def judge_claim(spec: ClaimSpec, tables: Mapping[str, pd.DataFrame], cfg: dict) 
         v = _point_verdict(claim, est, spec)
     elif failed:
         first = {c.type for c, _ in failed}
-        kind = next(w for t, w in (("precondition", "precondition not met"), ("failure", "failure not established"),
-                                   ("engaged", "mechanism not engaged")) if t in first)  # fmt: skip
+        kind = next(
+            w
+            for t, w in (
+                ("precondition", "precondition not met"),
+                ("failure", "failure not established"),
+                ("engaged", "mechanism not engaged"),
+            )
+            if t in first
+        )
         v = Verdict(claim, est, outcome="not judged", reason=f"{kind}: " + "; ".join(t for _, t in failed))
     else:
         v = Verdict(claim, est)
@@ -700,8 +750,12 @@ def _point_verdict(claim: Claim, est: Estimate, spec: ClaimSpec) -> Verdict:
         else (-math.inf, 0)
     )
     inside = lo <= est.estimate <= hi
-    return Verdict(claim, est, outcome="agrees" if inside else "disagrees",
-                   reason=f"a single value against the expected range, without an interval (n={est.n})")  # fmt: skip
+    return Verdict(
+        claim,
+        est,
+        outcome="agrees" if inside else "disagrees",
+        reason=f"a single value against the expected range, without an interval (n={est.n})",
+    )
 
 
 def _row(v: Verdict, p: float, results: list) -> dict:
@@ -710,18 +764,34 @@ def _row(v: Verdict, p: float, results: list) -> dict:
     failures = [ok for c, ok, _ in results if c.type == "failure"]
     engages = [ok for c, ok, _ in results if c.type == "engaged"]
     return {
-        "statement": r["claim"], "outcome": r["outcome"], "difference": r["diff"], "ci_low": r["ci_low"],
+        "statement": r["claim"],
+        "outcome": r["outcome"],
+        "difference": r["diff"],
+        "ci_low": r["ci_low"],
         "ci_high": r["ci_high"],
-        "n": r["n"], "p_value": p, "p_holm": math.nan, "p_bh": math.nan, "margin": r["margin"], "sd": r["sd"],
+        "n": r["n"],
+        "p_value": p,
+        "p_holm": math.nan,
+        "p_bh": math.nan,
+        "margin": r["margin"],
+        "sd": r["sd"],
         "effect_target": distance_to_pass(v.claim, v.est) if v.est is not None and v.est.finite else math.nan,
         "engaged": (all(bool(x) for x in engages) if engages else ""),
         "failure_established": (all(bool(x) for x in failures) if failures else ""),
-        "reason": r["reason"], "measure": r["measure"], "expected": r["expected"], "unit": r["unit"],
+        "reason": r["reason"],
+        "measure": r["measure"],
+        "expected": r["expected"],
+        "unit": r["unit"],
         "design": r["design"],
-        "n_a": r["n_a"], "n_b": r["n_b"], "effect_size": r["effect_size"], "mde": r["mde"],
+        "n_a": r["n_a"],
+        "n_b": r["n_b"],
+        "effect_size": r["effect_size"],
+        "mde": r["mde"],
         "seeds_needed": r["seeds_needed"],
-        "note": r["note"], "checks": "; ".join(t for _, _, t in results), "outcome_unadjusted": r["outcome"],
-    }  # fmt: skip
+        "note": r["note"],
+        "checks": "; ".join(t for _, _, t in results),
+        "outcome_unadjusted": r["outcome"],
+    }
 
 
 # The adjustments that may decide the document family (config `verdicts.adjustment`): the
@@ -743,8 +813,7 @@ def adjust(df: pd.DataFrame, method: str = "bh") -> pd.DataFrame:
         raise ConfigError(f"verdicts.adjustment: {method!r} is not one of {', '.join(ADJUSTMENTS)}")
     column, words, level_at = ADJUSTMENTS[method]
     out = df.copy()
-    family = (in_family(out) & out["outcome"].ne("not judged")
-              & pd.to_numeric(out["p_value"], errors="coerce").notna())  # fmt: skip
+    family = in_family(out) & out["outcome"].ne("not judged") & pd.to_numeric(out["p_value"], errors="coerce").notna()
     if family.any():
         p = out.loc[family, "p_value"].astype(float).to_numpy()
         out.loc[family, "p_holm"] = multipletests(p, method="holm")[1]
@@ -762,9 +831,11 @@ def adjust(df: pd.DataFrame, method: str = "bh") -> pd.DataFrame:
             seeds = seeds_for(float(r.get("sd", math.nan)), str(r.get("design")), target, level)
             if seeds == seeds:  # a rate keeps the seeds of its own power calculation
                 out.loc[i, "seeds_needed"] = seeds
-            out.loc[i, "reason"] = (f"{r['reason']}, but not after {words} across {size} document claims "
-                                    f"(p = {r['p_value']:.3g}, adjusted {r[column]:.3g}; the seeds needed are for "
-                                    f"the level {level:.2g} at this claim's rank)")  # fmt: skip
+            out.loc[i, "reason"] = (
+                f"{r['reason']}, but not after {words} across {size} document claims "
+                f"(p = {r['p_value']:.3g}, adjusted {r[column]:.3g}; the seeds needed are for "
+                f"the level {level:.2g} at this claim's rank)"
+            )
     return out
 
 
@@ -830,8 +901,15 @@ def listing(cfg: dict, judged: Path | None = None, kind: str | None = None) -> p
         ]
         out = df[[c for c in cols if c in df]]
     else:
-        rows = [{"claim_id": d.get("id", "?"), "kind": d.get("kind", "user"), "source": d.get("source", ""),
-                 "statement": d.get("statement", "")}
-                for decl, _ in declarations(cfg) for d in expand(decl, None, cfg)]  # fmt: skip
+        rows = [
+            {
+                "claim_id": d.get("id", "?"),
+                "kind": d.get("kind", "user"),
+                "source": d.get("source", ""),
+                "statement": d.get("statement", ""),
+            }
+            for decl, _ in declarations(cfg)
+            for d in expand(decl, None, cfg)
+        ]
         out = pd.DataFrame(rows, columns=["claim_id", "kind", "source", "statement"])
     return out[out["kind"] == kind] if kind else out

@@ -182,8 +182,9 @@ def check_threads(threads: int, source: str) -> None:
         )
 
 
-def resolve_run(cfg: dict, run: str | None, run_id: str | None, overrides: list[str],
-                runs: dict | None = None) -> tuple[str, str | None, dict]:  # fmt: skip
+def resolve_run(
+    cfg: dict, run: str | None, run_id: str | None, overrides: list[str], runs: dict | None = None
+) -> tuple[str, str | None, dict]:
     """(run id, experiment, settings) for `--run` (an experiment's run) or an ad hoc run;
     `runs` is `expand_runs(cfg)` where the caller has it."""
     from mathrl.config import expand_runs, parse_overrides, run_settings
@@ -201,8 +202,10 @@ def resolve_run(cfg: dict, run: str | None, run_id: str | None, overrides: list[
             hint = f"; did you mean {', '.join(close)}?" if close else "; `mathrl runs` lists them"
             experiment = run.split("__")[0]
             if not close and experiment not in cfg["experiments"]:
-                hint += (f"; no experiment {experiment!r} in the config files read: is the --config FILE that "
-                         f"defines it missing?")  # fmt: skip
+                hint += (
+                    f"; no experiment {experiment!r} in the config files read: is the --config FILE that "
+                    f"defines it missing?"
+                )
             raise ConfigError(f"--run: {run!r} is not a run of any experiment{hint}")
         spec = runs[run]
         if spec.same_as:  # trained once, under the first run with these settings
@@ -211,8 +214,10 @@ def resolve_run(cfg: dict, run: str | None, run_id: str | None, overrides: list[
         settings = run_settings(cfg, {**spec.explicit, **explicit})
         if run_id is not None:  # a variant of the experiment's run, under a name of its own
             if run_id in runs:
-                raise ConfigError(f"--run-id: {run_id!r} is a run of experiment {runs[run_id].experiment}; "
-                                  f"name the variant of {run} otherwise")  # fmt: skip
+                raise ConfigError(
+                    f"--run-id: {run_id!r} is a run of experiment {runs[run_id].experiment}; "
+                    f"name the variant of {run} otherwise"
+                )
             return _checked_run_id(run_id), None, settings
         from mathrl.resume import OUTSIDE_THE_STEP
 
@@ -249,12 +254,21 @@ def cmd_train(args) -> int:
         raise ConfigError("--run-logs: the logs are named by the runs; give each run with --run")
     if len(names) == 1 and not args.run_logs:
         return train_one(cfg, runs, names[0], args, started)
-    given = [flag for flag, value in (("--run-id", args.run_id), ("--out", args.out), ("--dry-run", args.dry_run),
-                                      ("KEY=VALUE", args.overrides)) if value]  # fmt: skip
+    given = [
+        flag
+        for flag, value in (
+            ("--run-id", args.run_id),
+            ("--out", args.out),
+            ("--dry-run", args.dry_run),
+            ("KEY=VALUE", args.overrides),
+        )
+        if value
+    ]
     if given:
         how = f"--run given {len(names)} times" if len(names) > 1 else "--run-logs"
-        raise ConfigError(f"{how}: {', '.join(given)} name one run's own output; give one --run, without "
-                          f"--run-logs, with them")  # fmt: skip
+        raise ConfigError(
+            f"{how}: {', '.join(given)} name one run's own output; give one --run, without --run-logs, with them"
+        )
     main_rank = int(os.environ.get("RANK", "0")) == 0
     with contextlib.ExitStack() as held:  # every run's directory is this job's before the first run trains
         for name in names if main_rank else ():
@@ -307,9 +321,11 @@ def train_one(cfg: dict, runs: dict, name: str | None, args, started: float) -> 
         finally:
             distributed.teardown(d)
     if d.is_main:
-        print(f"run {run_id}: {summary['status']}, eval accuracy {summary['initial']['eval_accuracy']:.3f} -> "
-              f"{summary['final']['eval_accuracy']:.3f} (best {summary['best']['eval_accuracy']:.3f}) in "
-              f"{summary['wall_seconds']:.1f}s")  # fmt: skip
+        print(
+            f"run {run_id}: {summary['status']}, eval accuracy {summary['initial']['eval_accuracy']:.3f} -> "
+            f"{summary['final']['eval_accuracy']:.3f} (best {summary['best']['eval_accuracy']:.3f}) in "
+            f"{summary['wall_seconds']:.1f}s"
+        )
     return 0
 
 
@@ -341,9 +357,16 @@ def _check_memory(cfg: dict, s, world: int) -> str:
     preset = cfg["sft"][s.task]["preset"]  # the warm-up's model, which the run starts from
     dims = {k: PRESETS[preset][k] for k in ("n_layer", "n_head", "n_embd")}
     task = task_of(cfg, s.task)
-    need = step_memory(batch_size=s.batch_size, world_size=world, micro_batch_size=s.micro_batch_size,
-                       group_size=s.group_size, prompt_len=task.prompt_len, answer_len=task.answer_len,
-                       vocab_size=VOCAB_SIZE, **dims)  # fmt: skip
+    need = step_memory(
+        batch_size=s.batch_size,
+        world_size=world,
+        micro_batch_size=s.micro_batch_size,
+        group_size=s.group_size,
+        prompt_len=task.prompt_len,
+        answer_len=task.answer_len,
+        vocab_size=VOCAB_SIZE,
+        **dims,
+    )
     on_gpu = s.device in ("cuda", "auto") and torch.cuda.is_available()  # cuda without one: refused at set-up
     if on_gpu:
         local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -387,29 +410,47 @@ def cmd_gradvar(args) -> int:
     batch, micro = g["accumulation"]
     small, big = min(moments), max(moments)
     result = {
-        "task": args.task, "init": str(init), "settings": g,
+        "task": args.task,
+        "init": str(init),
+        "settings": g,
         "variance": [{"batch_size": n, **m} for n, m in moments.items()],
-        "noise_scale": {"small": small, "big": big,
-                        **noise_scale(small, big, moments[small]["sq_norm"],
-                                      moments[big]["sq_norm"])} if small < big else None,
-        "accumulation": accumulation_difference(policy, task, pairs, batch, micro, g["group_size"], g["seed"],
-                                                g["temperature"]),
-    }  # fmt: skip
+        "noise_scale": {
+            "small": small,
+            "big": big,
+            **noise_scale(small, big, moments[small]["sq_norm"], moments[big]["sq_norm"]),
+        }
+        if small < big
+        else None,
+        "accumulation": accumulation_difference(
+            policy, task, pairs, batch, micro, g["group_size"], g["seed"], g["temperature"]
+        ),
+    }
     out = Path(args.out) if args.out else layout.at(cfg, layout.GRADVAR, task=args.task)
     atomic_write(out, _json.dumps(result, indent=2) + "\n")
     lo, hi = min(variance), max(variance)
     ratio = variance[lo] / variance[hi] if variance[hi] > 0 else float("nan")  # zero when every reward is equal
-    print(f"gradvar {args.task}: variance {variance[lo]:.3e} at {lo} vs {variance[hi]:.3e} at {hi} "
-          f"(ratio {ratio:.2f}); accumulation max difference "
-          f"{result['accumulation']['max_abs_difference']:.2e}")  # fmt: skip
+    print(
+        f"gradvar {args.task}: variance {variance[lo]:.3e} at {lo} vs {variance[hi]:.3e} at {hi} "
+        f"(ratio {ratio:.2f}); accumulation max difference "
+        f"{result['accumulation']['max_abs_difference']:.2e}"
+    )
     return 0
 
 
 def launch_options(args) -> list[str]:
     """The `mathrl launch` options of parsed `args` as words, `--parallel` aside: what each of a group's launches
     gets (cmd_launch)."""
-    words = ["--threads", str(args.threads), "--runs-per-gpu", str(args.runs_per_gpu), "--torchrun", args.torchrun,
-             "--fork-server", args.fork_server, *(f"--torchrun-arg={arg}" for arg in args.torchrun_arg)]  # fmt: skip
+    words = [
+        "--threads",
+        str(args.threads),
+        "--runs-per-gpu",
+        str(args.runs_per_gpu),
+        "--torchrun",
+        args.torchrun,
+        "--fork-server",
+        args.fork_server,
+        *(f"--torchrun-arg={arg}" for arg in args.torchrun_arg),
+    ]
     words += ["--gpus", str(args.gpus)] if args.gpus is not None else []
     words += ["--lock-dir", str(args.lock_dir)] if args.lock_dir else []
     return words + (["--dry-run"] if args.dry_run else [])
@@ -425,10 +466,18 @@ def cmd_launch(args) -> int:
             if len(shares) > 1:
                 head = [sys.executable, "-m", "mathrl", "launch", *launch_options(args), "--"]
                 return run_all([[*head, *share] for share in shares])
-        return launch(train_args, gpus=args.gpus, threads=args.threads, lock_dir=args.lock_dir,
-                      dry_run=args.dry_run, torchrun_args=args.torchrun_arg, torchrun=args.torchrun,
-                      fork_server=args.fork_server, runs_per_gpu=args.runs_per_gpu,
-                      check=lambda world: check_train_args(train_args, world))  # fmt: skip
+        return launch(
+            train_args,
+            gpus=args.gpus,
+            threads=args.threads,
+            lock_dir=args.lock_dir,
+            dry_run=args.dry_run,
+            torchrun_args=args.torchrun_arg,
+            torchrun=args.torchrun,
+            fork_server=args.fork_server,
+            runs_per_gpu=args.runs_per_gpu,
+            check=lambda world: check_train_args(train_args, world),
+        )
     except (ValueError, TimeoutError) as exc:
         print(f"mathrl launch: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
@@ -473,8 +522,9 @@ def cmd_settings(args) -> int:
     cfg = _load(args)
     text = listing(cfg["train"], args.names)
     if not text:
-        raise ConfigError(f"no run setting's name contains {' or '.join(map(repr, args.names))}; "
-                          f"`mathrl settings` lists them all")  # fmt: skip
+        raise ConfigError(
+            f"no run setting's name contains {' or '.join(map(repr, args.names))}; `mathrl settings` lists them all"
+        )
     print(text)
     return 0
 
@@ -532,10 +582,15 @@ def cmd_compare(args) -> int:
         groups = {name: {r: found[r] for r in ids} for name, ids in by_settings.items()}
         default_base = None
     if len(groups) < 2:
-        how = (f"train {args.experiment}'s runs first (`mathrl runs --status --experiment {args.experiment}`)"
-               if args.experiment else "--arm NAME=RUN,... twice, or --runs of different settings")  # fmt: skip
-        raise ConfigError(f"compare: {len(groups)} arm ({', '.join(groups) or 'none'}) with results; a comparison "
-                          f"needs two or more ({how})")  # fmt: skip
+        how = (
+            f"train {args.experiment}'s runs first (`mathrl runs --status --experiment {args.experiment}`)"
+            if args.experiment
+            else "--arm NAME=RUN,... twice, or --runs of different settings"
+        )
+        raise ConfigError(
+            f"compare: {len(groups)} arm ({', '.join(groups) or 'none'}) with results; a comparison "
+            f"needs two or more ({how})"
+        )
     arms = {name: arm_values(runs, args.measure) for name, runs in groups.items()}
     baseline = args.baseline or default_base or next(iter(arms))
     _check_name("--baseline", baseline, "an arm", arms)
@@ -652,13 +707,20 @@ def cmd_aggregate(args) -> int:
     missing = len(missing_inputs(cfg))
     print(f"aggregate: {len(counts)} tables in {args.out or Path(cfg['results']) / 'tables'}")
     if missing:
-        print(f"aggregate: {missing} input files are missing (runs not trained yet are marked missing); "
-              "these tables are not the pipeline's: `snakemake report` makes the missing inputs and redoes "
-              "them")  # fmt: skip
+        print(
+            f"aggregate: {missing} input files are missing (runs not trained yet are marked missing); "
+            "these tables are not the pipeline's: `snakemake report` makes the missing inputs and redoes "
+            "them"
+        )
     if stale:
-        print(f"aggregate: {len(stale)} run(s) were trained with settings other than the config's (a results tree "
-              "from another commit or config?); the tables leave them out and are not the pipeline's:",
-              *stale[:10], *(["..."] if len(stale) > 10 else []), sep="\n  ", file=sys.stderr)  # fmt: skip
+        print(
+            f"aggregate: {len(stale)} run(s) were trained with settings other than the config's (a results tree "
+            "from another commit or config?); the tables leave them out and are not the pipeline's:",
+            *stale[:10],
+            *(["..."] if len(stale) > 10 else []),
+            sep="\n  ",
+            file=sys.stderr,
+        )
     if unreadable:  # every one by path: a damaged file is never read in part, nor left out unsaid
         left_out = "the tables leave them out (a claim's n counts the others; the report lists them)"
         print(
@@ -788,15 +850,21 @@ def _add_compare(sub) -> None:
         metavar="NAME",
         help="a set of `mathrl import` (its name under results/imported/, or its folder): its arms",
     )
-    p.add_argument("--baseline", help="the arm the others are compared with (default: the experiment's baseline "
-                                      "or reference role, else the first arm)")  # fmt: skip
+    p.add_argument(
+        "--baseline",
+        help="the arm the others are compared with (default: the experiment's baseline "
+        "or reference role, else the first arm)",
+    )
     p.add_argument(
         "--measure",
         default="final_eval",  # checked when the command runs: mathrl.compare imports pandas
         help="one number per run (default final_eval, the final held-out accuracy; an unknown name lists the others)",
     )
-    p.add_argument("--out", metavar="FILE.csv", help="the table; the figure goes beside it as .png "
-                                                     "(default results/compare/NAME_MEASURE.csv)")  # fmt: skip
+    p.add_argument(
+        "--out",
+        metavar="FILE.csv",
+        help="the table; the figure goes beside it as .png (default results/compare/NAME_MEASURE.csv)",
+    )
     p.set_defaults(func=cmd_compare)
 
 
@@ -863,18 +931,30 @@ class _TrainHelp(argparse.HelpFormatter):
 
 
 def _add_train(sub) -> None:
-    p = sub.add_parser("train", help="one RL run (alone or under torchrun)", formatter_class=_TrainHelp,
-                       epilog="`mathrl settings` lists every KEY with its value, range and help.")  # fmt: skip
+    p = sub.add_parser(
+        "train",
+        help="one RL run (alone or under torchrun)",
+        formatter_class=_TrainHelp,
+        epilog="`mathrl settings` lists every KEY with its value, range and help.",
+    )
     _common(p)
     # --experiment-run is the same flag under a name that is no prefix of a torchrun option
     # (torchrun's parser reads `--run` as an ambiguous abbreviation of its --run-path).
-    p.add_argument("--run", "--experiment-run", dest="run", action="append",
-                   help="run id of an experiment (see `mathrl runs`); repeated, the runs are trained one after "
-                        "another in this process (as the pipeline trains a setting's seeds), each writing its "
-                        "console lines to its own log (--run-logs)")  # fmt: skip
-    p.add_argument("--run-logs", action="store_true",
-                   help="each --run's console lines go to <results>/logs/train/RUN.log, and one line per run to the "
-                        "console (implied by more than one --run)")  # fmt: skip
+    p.add_argument(
+        "--run",
+        "--experiment-run",
+        dest="run",
+        action="append",
+        help="run id of an experiment (see `mathrl runs`); repeated, the runs are trained one after "
+        "another in this process (as the pipeline trains a setting's seeds), each writing its "
+        "console lines to its own log (--run-logs)",
+    )
+    p.add_argument(
+        "--run-logs",
+        action="store_true",
+        help="each --run's console lines go to <results>/logs/train/RUN.log, and one line per run to the "
+        "console (implied by more than one --run)",
+    )
     p.add_argument(
         "--on-mismatch",
         choices=["error", "restart"],
@@ -910,33 +990,66 @@ def _add_train(sub) -> None:
     p.set_defaults(func=cmd_train)
 
 
-# fmt: off
 def _add_launch(sub) -> None:
-    p = sub.add_parser("launch", help="one `mathrl train` under torchrun on GPUs of its own (for concurrent jobs)",
-                       usage="mathrl launch [--gpus N] [--runs-per-gpu K] [--threads T] [--lock-dir DIR] "
-                       "[--torchrun always|auto] [--torchrun-arg ARG] [--parallel K|auto] "
-                       "[--fork-server auto|off] [--dry-run] -- <mathrl train args>")  # fmt: skip
-    p.add_argument("--gpus", type=int,
-                   help="GPUs to lease, one worker each (default: 1 if a GPU is visible, else 0 = one CPU worker)")
-    p.add_argument("--runs-per-gpu", type=int, default=1, metavar="K",
-                   help="launches that may share one GPU at once (K lock slots a GPU; default 1)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="CPU threads of the job, split between workers (OMP/MKL_NUM_THREADS; default 1)")
-    p.add_argument("--lock-dir", type=Path,
-                   help="GPU slot locks shared by the node's jobs (default $MATHRL_GPU_LOCK_DIR or "
-                   "/tmp/mathrl-gpu-locks-$USER)")
-    p.add_argument("--torchrun-arg", action="append", default=[], metavar="ARG",
-                   help="extra torchrun flag, repeatable, e.g. --torchrun-arg=--max-restarts=2")
+    p = sub.add_parser(
+        "launch",
+        help="one `mathrl train` under torchrun on GPUs of its own (for concurrent jobs)",
+        usage="mathrl launch [--gpus N] [--runs-per-gpu K] [--threads T] [--lock-dir DIR] "
+        "[--torchrun always|auto] [--torchrun-arg ARG] [--parallel K|auto] "
+        "[--fork-server auto|off] [--dry-run] -- <mathrl train args>",
+    )
+    p.add_argument(
+        "--gpus",
+        type=int,
+        help="GPUs to lease, one worker each (default: 1 if a GPU is visible, else 0 = one CPU worker)",
+    )
+    p.add_argument(
+        "--runs-per-gpu",
+        type=int,
+        default=1,
+        metavar="K",
+        help="launches that may share one GPU at once (K lock slots a GPU; default 1)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads of the job, split between workers (OMP/MKL_NUM_THREADS; default 1)",
+    )
+    p.add_argument(
+        "--lock-dir",
+        type=Path,
+        help="GPU slot locks shared by the node's jobs (default $MATHRL_GPU_LOCK_DIR or /tmp/mathrl-gpu-locks-$USER)",
+    )
+    p.add_argument(
+        "--torchrun-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra torchrun flag, repeatable, e.g. --torchrun-arg=--max-restarts=2",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the command and its environment, run nothing")
-    p.add_argument("--torchrun", choices=["always", "auto"], default="always",
-                   help="auto: a single CPU worker runs without torchrun's agent (saves ~2 s per run); default always")
-    p.add_argument("--parallel", default="1", metavar="K",
-                   help="several --experiment-run: dealt out to K launches running at once, each training its share "
-                        "one after another on --threads threads (auto: as many as the CPUs give --threads each and "
-                        "the GPU slots allow); default 1")
-    p.add_argument("--fork-server", choices=["auto", "off"], default="off",
-                   help="auto: a lone CPU worker (no GPU, outside SLURM) is forked from a per-user server that has "
-                        "imported torch once, instead of a fresh interpreter (saves ~2.5 s per run); default off")
+    p.add_argument(
+        "--torchrun",
+        choices=["always", "auto"],
+        default="always",
+        help="auto: a single CPU worker runs without torchrun's agent (saves ~2 s per run); default always",
+    )
+    p.add_argument(
+        "--parallel",
+        default="1",
+        metavar="K",
+        help="several --experiment-run: dealt out to K launches running at once, each training its share "
+        "one after another on --threads threads (auto: as many as the CPUs give --threads each and "
+        "the GPU slots allow); default 1",
+    )
+    p.add_argument(
+        "--fork-server",
+        choices=["auto", "off"],
+        default="off",
+        help="auto: a lone CPU worker (no GPU, outside SLURM) is forked from a per-user server that has "
+        "imported torch once, instead of a fresh interpreter (saves ~2.5 s per run); default off",
+    )
     p.add_argument("train_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="arguments for `mathrl train`")
     p.set_defaults(func=cmd_launch)
 
@@ -953,31 +1066,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", help="one task (default: all)")
     p.set_defaults(func=cmd_problems)
 
-    p = sub.add_parser("sft", help="supervised warm-up of a task's model into its accuracy band")
-    _common(p)
-    p.add_argument("--task", required=True, help="the task whose warm-up to train (a key of tasks:)")
-    p.add_argument("--threads", type=_count, default=0,
-                   help="torch CPU threads (default 0: OMP_NUM_THREADS where set, else the pipeline's "
-                   "pipeline.threads_sft, so that a warm-up run by hand ends on the pipeline's checkpoint)")
-    p.add_argument("--warmup", type=int, action="append",
-                   help="one of the task's independent warm-ups, 0..sft.TASK.warmups-1, repeatable (default: each "
-                   "in turn)")
-    p.add_argument("--parallel", default="1", metavar="K",
-                   help="the warm-ups dealt out to K processes running at once, each on the threads one process "
-                   "would have (auto: as many as the CPUs give those threads and the GPU slots allow); default 1")
-    p.add_argument("--starts", action="store_true",
-                   help="from the warm-up's checkpoint: the further starts (sft.TASK.starts) and the supervised "
-                   "controls")
-    p.add_argument("--out", help="output directory of one warm-up (default results/sft/TASK/wK, with --starts "
-                   "results/sft/TASK/wK/starts)")
-    p.set_defaults(func=cmd_sft)
-
+    _add_sft(sub)
     _add_train(sub)
 
     _add_launch(sub)
 
-    p = sub.add_parser("gradvar",
-                       help="gradient variance at several batch sizes from one policy, and the accumulation check")
+    p = sub.add_parser(
+        "gradvar", help="gradient variance at several batch sizes from one policy, and the accumulation check"
+    )
     _common(p)
     p.add_argument("--task", required=True)
     p.add_argument("--init", help="checkpoint to probe (default: the task's warm-up model)")
@@ -988,27 +1084,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compare(sub)
     _add_import(sub)
 
-    p = sub.add_parser("runs", help="list the run ids the experiments expand into")
-    _common(p)
-    p.add_argument("--experiment", help="only this experiment's runs")
-    p.add_argument("--status", action="store_true",
-                   help="each run's status: done, partial (a snapshot, no result yet), failed, stale (trained "
-                        "with other settings than the config's) or missing, then the run directories of no run of "
-                        "the config, ad hoc (the default on a terminal; piped, only the config's run ids)")  # fmt: skip
-    p.set_defaults(func=cmd_runs)
-
-    for name, func, what in [("aggregate", cmd_aggregate, "one CSV per report table under results/tables/"),
-                             ("figures", cmd_figures, "every figure under results/figures/ from the tables"),
-                             ("report", cmd_report, "results/report.html from the tables and figures")]:  # fmt: skip
-        p = sub.add_parser(name, help=what)
-        _common(p)
-        p.add_argument("--out", help="output path (default under the results directory)")
-        if name == "report":
-            p.add_argument("--full-results", metavar="DIR",
-                           help="the results directory of a config/full.yaml tree (the documents' scale): the "
-                                "report sets its outcomes beside this tree's")
-        p.set_defaults(func=func)
-
+    _add_runs_and_tables(sub)
     _claims_parser(sub)
     p = sub.add_parser("bandit", help="lab 04's bandit studies")
     _common(p)
@@ -1016,16 +1092,94 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="CSV path (with --study)")
     p.set_defaults(func=cmd_bandit)
 
-    p = sub.add_parser("dvc-yaml", help="write dvc.yaml (DVC stages over these commands) and its params file")
-    p.add_argument("--config", action="append", metavar="FILE",
-                   help="config file, repeatable, inside the repository (default config/config.yaml)")
-    p.add_argument("--out", help="path of the dvc.yaml to write, dvc-params.yaml beside it; its directory is the "
-                                 "repository root (default dvc.yaml)")
-    p.add_argument("--python", default=".venv/bin/python",
-                   help="interpreter the stages run mathrl with (default .venv/bin/python)")
-    p.set_defaults(func=cmd_dvc_yaml)
+    _add_dvc_yaml(sub)
     return parser
-# fmt: on
+
+
+def _add_sft(sub) -> None:
+    p = sub.add_parser("sft", help="supervised warm-up of a task's model into its accuracy band")
+    _common(p)
+    p.add_argument("--task", required=True, help="the task whose warm-up to train (a key of tasks:)")
+    p.add_argument(
+        "--threads",
+        type=_count,
+        default=0,
+        help="torch CPU threads (default 0: OMP_NUM_THREADS where set, else the pipeline's "
+        "pipeline.threads_sft, so that a warm-up run by hand ends on the pipeline's checkpoint)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        action="append",
+        help="one of the task's independent warm-ups, 0..sft.TASK.warmups-1, repeatable (default: each in turn)",
+    )
+    p.add_argument(
+        "--parallel",
+        default="1",
+        metavar="K",
+        help="the warm-ups dealt out to K processes running at once, each on the threads one process "
+        "would have (auto: as many as the CPUs give those threads and the GPU slots allow); default 1",
+    )
+    p.add_argument(
+        "--starts",
+        action="store_true",
+        help="from the warm-up's checkpoint: the further starts (sft.TASK.starts) and the supervised controls",
+    )
+    p.add_argument(
+        "--out",
+        help="output directory of one warm-up (default results/sft/TASK/wK, with --starts results/sft/TASK/wK/starts)",
+    )
+    p.set_defaults(func=cmd_sft)
+
+
+def _add_runs_and_tables(sub) -> None:
+    p = sub.add_parser("runs", help="list the run ids the experiments expand into")
+    _common(p)
+    p.add_argument("--experiment", help="only this experiment's runs")
+    p.add_argument(
+        "--status",
+        action="store_true",
+        help="each run's status: done, partial (a snapshot, no result yet), failed, stale (trained "
+        "with other settings than the config's) or missing, then the run directories of no run of "
+        "the config, ad hoc (the default on a terminal; piped, only the config's run ids)",
+    )
+    p.set_defaults(func=cmd_runs)
+
+    for name, func, what in [
+        ("aggregate", cmd_aggregate, "one CSV per report table under results/tables/"),
+        ("figures", cmd_figures, "every figure under results/figures/ from the tables"),
+        ("report", cmd_report, "results/report.html from the tables and figures"),
+    ]:
+        p = sub.add_parser(name, help=what)
+        _common(p)
+        p.add_argument("--out", help="output path (default under the results directory)")
+        if name == "report":
+            p.add_argument(
+                "--full-results",
+                metavar="DIR",
+                help="the results directory of a config/full.yaml tree (the documents' scale): the "
+                "report sets its outcomes beside this tree's",
+            )
+        p.set_defaults(func=func)
+
+
+def _add_dvc_yaml(sub) -> None:
+    p = sub.add_parser("dvc-yaml", help="write dvc.yaml (DVC stages over these commands) and its params file")
+    p.add_argument(
+        "--config",
+        action="append",
+        metavar="FILE",
+        help="config file, repeatable, inside the repository (default config/config.yaml)",
+    )
+    p.add_argument(
+        "--out",
+        help="path of the dvc.yaml to write, dvc-params.yaml beside it; its directory is the "
+        "repository root (default dvc.yaml)",
+    )
+    p.add_argument(
+        "--python", default=".venv/bin/python", help="interpreter the stages run mathrl with (default .venv/bin/python)"
+    )
+    p.set_defaults(func=cmd_dvc_yaml)
 
 
 def _claims_parser(sub) -> None:

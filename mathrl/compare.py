@@ -30,8 +30,10 @@ def read_run(runs_dir: Path, run_id: str, flag: str) -> Run:
     run_dir = Path(runs_dir) / run_id
     run = load_run(run_dir, None)
     if run.status == "missing":
-        raise ConfigError(f"{flag}: run {run_id!r} has no result ({run_dir / layout.SUMMARY_FILE} is missing); "
-                          f"`mathrl runs --status` says which runs are done")  # fmt: skip
+        raise ConfigError(
+            f"{flag}: run {run_id!r} has no result ({run_dir / layout.SUMMARY_FILE} is missing); "
+            f"`mathrl runs --status` says which runs are done"
+        )
     if not run.ok:
         raise ConfigError(f"{flag}: run {run_id!r} does not read ({run.problem or run.status})")
     return run
@@ -85,8 +87,10 @@ def _row(kind: str, arm: str, baseline: str, held: tuple[Estimate, bool], keys: 
 def group_by_settings(summaries: dict[str, dict]) -> dict[str, list[str]]:  # run id -> its summary.json
     """Runs grouped by their settings but the seed; each group named by the settings that
     tell it from the others (`lr=0.001`), or by its first run where none do."""
-    key_of = {r: json.dumps({k: v for k, v in (s.get("config") or {}).items() if k != "seed"}, sort_keys=True)
-              for r, s in summaries.items()}  # fmt: skip
+    key_of = {
+        r: json.dumps({k: v for k, v in (s.get("config") or {}).items() if k != "seed"}, sort_keys=True)
+        for r, s in summaries.items()
+    }
     groups: dict[str, list[str]] = {}
     for run_id, key in key_of.items():
         groups.setdefault(key, []).append(run_id)

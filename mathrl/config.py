@@ -512,8 +512,14 @@ def _train_validator() -> jsonschema.protocols.Validator:
     return jsonschema.validators.validator_for(train)(train)
 
 
-def validate(instance: dict, schema: dict | None = None, prefix: str = "", source: str = "",
-             validator: jsonschema.protocols.Validator | None = None, origin=None) -> None:  # fmt: skip
+def validate(
+    instance: dict,
+    schema: dict | None = None,
+    prefix: str = "",
+    source: str = "",
+    validator: jsonschema.protocols.Validator | None = None,
+    origin=None,
+) -> None:
     """Validate against the schema (or a prebuilt validator); raise one ConfigError listing every problem."""
     validator = validator or jsonschema.validators.validator_for(schema)(schema)
     errors = sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))

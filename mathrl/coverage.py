@@ -18,8 +18,20 @@ import yaml
 from mathrl import claims as claims_engine
 from mathrl.errors import ConfigError
 
-COLUMNS = ["document", "section", "row_id", "claim_ids", "quote", "translation", "document_setting", "testbed",
-           "fails_if", "minimal_effect", "status", "why"]  # fmt: skip
+COLUMNS = [
+    "document",
+    "section",
+    "row_id",
+    "claim_ids",
+    "quote",
+    "translation",
+    "document_setting",
+    "testbed",
+    "fails_if",
+    "minimal_effect",
+    "status",
+    "why",
+]
 TESTED, FULL_ONLY, NOT_TESTABLE = "tested", "tested at the documents' scale only", "not testable at this scale"
 STATUSES = (TESTED, FULL_ONLY, NOT_TESTABLE)
 
@@ -78,12 +90,23 @@ def table(cfg: dict, path: Path | None = None) -> pd.DataFrame:
         design = designs.get(spec.design) or {}
         document, section = document_and_section(spec.source)
         key = (document, section, spec.quote)
-        row = by_row.setdefault(key, {
-            "document": document, "section": section, "row_id": spec.id, "claim_ids": [], "quote": spec.quote,
-            "translation": spec.translation, "document_setting": design.get("document_setting", ""),
-            "testbed": design.get("testbed", ""), "fails_if": fails_if(spec), "minimal_effect": minimal_effect(spec),
-            "status": TESTED, "why": "" if spec.line != "secondary" else "a secondary line: the testbed's design",
-        })  # fmt: skip
+        row = by_row.setdefault(
+            key,
+            {
+                "document": document,
+                "section": section,
+                "row_id": spec.id,
+                "claim_ids": [],
+                "quote": spec.quote,
+                "translation": spec.translation,
+                "document_setting": design.get("document_setting", ""),
+                "testbed": design.get("testbed", ""),
+                "fails_if": fails_if(spec),
+                "minimal_effect": minimal_effect(spec),
+                "status": TESTED,
+                "why": "" if spec.line != "secondary" else "a secondary line: the testbed's design",
+            },
+        )
         row["claim_ids"].append(spec.id)
         missing = absent_roles(cfg, spec)
         if missing:
@@ -97,11 +120,22 @@ def table(cfg: dict, path: Path | None = None) -> pd.DataFrame:
         if r.get("status") not in STATUSES:
             allowed = ", ".join(STATUSES)
             raise ConfigError(f"claims.yaml rows ({r.get('id')}): status {r.get('status')!r}; allowed: {allowed}")
-        rows.append({
-            "document": document, "section": section, "row_id": r["id"], "claim_ids": ";".join(r.get("claims") or []),
-            "quote": r.get("quote", ""), "translation": r.get("translation", ""), "document_setting": "",
-            "testbed": "", "fails_if": "", "minimal_effect": "", "status": r["status"], "why": r.get("why", ""),
-        })  # fmt: skip
+        rows.append(
+            {
+                "document": document,
+                "section": section,
+                "row_id": r["id"],
+                "claim_ids": ";".join(r.get("claims") or []),
+                "quote": r.get("quote", ""),
+                "translation": r.get("translation", ""),
+                "document_setting": "",
+                "testbed": "",
+                "fails_if": "",
+                "minimal_effect": "",
+                "status": r["status"],
+                "why": r.get("why", ""),
+            }
+        )
     out = pd.DataFrame(rows, columns=COLUMNS)
     return out.sort_values(["document", "section"], kind="stable").reset_index(drop=True)
 

@@ -218,8 +218,9 @@ class _Writer:
         fork = "auto" if pipe["fork_server"] else "off"
         threads, torchrun = pipe["threads_per_run"], pipe["torchrun"]
         gpus += f" --runs-per-gpu {pipe['runs_per_gpu']}" if pipe["runs_per_gpu"] != 1 else ""
-        return (f"{self.mathrl} launch{gpus} --threads {threads} --parallel auto --torchrun {torchrun} "
-                f"--fork-server {fork}")  # fmt: skip
+        return (
+            f"{self.mathrl} launch{gpus} --threads {threads} --parallel auto --torchrun {torchrun} --fork-server {fork}"
+        )
 
 
 def stage(cmd, deps: Sequence, params: Sequence[str], outs: Sequence) -> dict:

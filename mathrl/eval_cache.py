@@ -67,9 +67,14 @@ def cache_key(
 ) -> str:
     """The content key of one evaluation: a hash of everything its result depends on."""
     h = hashlib.sha256()
-    inputs = {"version": EVAL_VERSION, "checkpoint": checkpoint_digest, "task": task_spec,
-              "temperature": float(temperature),
-              "sampled_seed": SAMPLED_SEED, "device": device_type}  # fmt: skip
+    inputs = {
+        "version": EVAL_VERSION,
+        "checkpoint": checkpoint_digest,
+        "task": task_spec,
+        "temperature": float(temperature),
+        "sampled_seed": SAMPLED_SEED,
+        "device": device_type,
+    }
     h.update(json.dumps(inputs, sort_keys=True, default=str).encode())
     h.update(pairs.to(torch.int64).contiguous().numpy().tobytes())
     return h.hexdigest()[:20]
@@ -99,9 +104,16 @@ def read(path: Path, key: str, n: int) -> InitialEvaluation | None:
         return None
 
 
-def initial_evaluation(checkpoint: Path, checkpoint_digest: str, model, task: Task, task_spec: dict,
-                       pairs: torch.Tensor,
-                       temperature: float, device) -> InitialEvaluation:  # fmt: skip
+def initial_evaluation(
+    checkpoint: Path,
+    checkpoint_digest: str,
+    model,
+    task: Task,
+    task_spec: dict,
+    pairs: torch.Tensor,
+    temperature: float,
+    device,
+) -> InitialEvaluation:
     """The starting checkpoint's evaluation on `pairs`: read from beside the checkpoint, or
     computed (on `model`, the checkpoint's policy) and stored there."""
     key = cache_key(checkpoint_digest, task_spec, pairs, temperature, torch.device(device).type)
@@ -112,9 +124,18 @@ def initial_evaluation(checkpoint: Path, checkpoint_digest: str, model, task: Ta
     t0 = time.perf_counter()
     greedy, hits = compute(model, task, pairs, temperature, device)
     seconds = time.perf_counter() - t0
-    entry = {"key": key, "checkpoint": str(checkpoint), "checkpoint_sha256": checkpoint_digest, "problems": len(pairs),
-             "temperature": float(temperature), "sampled_seed": SAMPLED_SEED, "version": EVAL_VERSION,
-             "greedy": "".join(map(str, greedy)), "sampled_hits": hits, "compute_seconds": seconds}  # fmt: skip
+    entry = {
+        "key": key,
+        "checkpoint": str(checkpoint),
+        "checkpoint_sha256": checkpoint_digest,
+        "problems": len(pairs),
+        "temperature": float(temperature),
+        "sampled_seed": SAMPLED_SEED,
+        "version": EVAL_VERSION,
+        "greedy": "".join(map(str, greedy)),
+        "sampled_hits": hits,
+        "compute_seconds": seconds,
+    }
     try:
         atomic_write(path, json.dumps(entry, indent=1) + "\n")
     except OSError:
@@ -122,8 +143,17 @@ def initial_evaluation(checkpoint: Path, checkpoint_digest: str, model, task: Ta
     return InitialEvaluation(greedy, hits, seconds, computed=True)
 
 
-def initial_pass_at_k(checkpoint: Path, checkpoint_digest: str, task_spec: dict, pairs: torch.Tensor, samples: int,
-                      temperature: float, seed: int, device, count) -> list[int]:  # fmt: skip
+def initial_pass_at_k(
+    checkpoint: Path,
+    checkpoint_digest: str,
+    task_spec: dict,
+    pairs: torch.Tensor,
+    samples: int,
+    temperature: float,
+    seed: int,
+    device,
+    count,
+) -> list[int]:
     """pass@k's correct samples per problem on the starting checkpoint: read from beside it, or
     `count()` (the run's own sampling, with the noise of its `seed`) and stored there. Runs of one
     seed from one checkpoint (an experiment's arms) draw the same noise, so they share one entry."""
@@ -138,9 +168,17 @@ def initial_pass_at_k(checkpoint: Path, checkpoint_digest: str, task_spec: dict,
     except (OSError, ValueError, KeyError, TypeError):
         pass
     counts = [int(c) for c in count()]
-    entry = {"key": key, "checkpoint": str(checkpoint), "checkpoint_sha256": checkpoint_digest, "problems": len(pairs),
-             "samples": int(samples), "temperature": float(temperature), "seed": int(seed), "version": EVAL_VERSION,
-             "counts": counts}  # fmt: skip
+    entry = {
+        "key": key,
+        "checkpoint": str(checkpoint),
+        "checkpoint_sha256": checkpoint_digest,
+        "problems": len(pairs),
+        "samples": int(samples),
+        "temperature": float(temperature),
+        "seed": int(seed),
+        "version": EVAL_VERSION,
+        "counts": counts,
+    }
     try:
         atomic_write(path, json.dumps(entry) + "\n")
     except OSError:

@@ -60,9 +60,13 @@ PACKAGE = Path(__file__).resolve().parent
 def enabled(gpus: int, environ=os.environ) -> bool:
     """The `auto` rule: a CPU run on Linux, outside SLURM (a cluster job must leave no
     process behind on its node) and not switched off by MATHRL_NO_FORK_SERVER=1."""
-    return (gpus == 0 and sys.platform.startswith("linux") and not environ.get("SLURM_JOB_ID")
-            and environ.get("MATHRL_NO_FORK_SERVER", "").strip() in ("", "0") and hasattr(socket,
-                                                                                          "send_fds"))  # fmt: skip
+    return (
+        gpus == 0
+        and sys.platform.startswith("linux")
+        and not environ.get("SLURM_JOB_ID")
+        and environ.get("MATHRL_NO_FORK_SERVER", "").strip() in ("", "0")
+        and hasattr(socket, "send_fds")
+    )
 
 
 def code_key(package: Path = PACKAGE) -> str:
@@ -115,8 +119,14 @@ def _connect(path: Path) -> socket.socket | None:
 def _start_server(path: Path, preload: tuple[str, ...]) -> None:
     idle = os.environ.get("MATHRL_FORK_SERVER_IDLE") or str(IDLE_SECONDS)
     log = open(path.with_suffix(".log"), "ab")
-    subprocess.Popen([sys.executable, "-m", "mathrl.forkserver", str(path), idle, *preload], stdin=subprocess.DEVNULL,
-                     stdout=log, stderr=log, start_new_session=True, close_fds=True)  # fmt: skip
+    subprocess.Popen(
+        [sys.executable, "-m", "mathrl.forkserver", str(path), idle, *preload],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+        close_fds=True,
+    )
     log.close()
 
 
@@ -152,15 +162,26 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return buf
 
 
-def run(argv: list[str], env: dict | None = None, cwd: str | None = None, module: str = "mathrl",
-        preload: tuple[str, ...] = ()) -> int | None:  # fmt: skip
+def run(
+    argv: list[str],
+    env: dict | None = None,
+    cwd: str | None = None,
+    module: str = "mathrl",
+    preload: tuple[str, ...] = (),
+) -> int | None:
     """Run `python -m <module> <argv>` in a child of the fork server (one that imported
     `preload`), with this process's standard streams; its exit status, or None if no child
     could be started (run it yourself).
 
     SIGTERM and SIGINT received meanwhile are passed on to the child."""
-    payload = json.dumps({"module": module, "argv": list(argv), "env": dict(os.environ if env is None else env),
-                          "cwd": cwd or os.getcwd()}).encode()  # fmt: skip
+    payload = json.dumps(
+        {
+            "module": module,
+            "argv": list(argv),
+            "env": dict(os.environ if env is None else env),
+            "cwd": cwd or os.getcwd(),
+        }
+    ).encode()
     for _attempt in range(3):  # a server that was just exiting closes without an answer
         try:
             sock = connect(tuple(preload))

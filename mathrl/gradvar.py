@@ -84,6 +84,11 @@ def accumulation_difference(
             acc += g
     diff = max(float((a - w).abs().max()) for a, w in zip(accumulated, whole))
     scale = max(float(w.abs().max()) for w in whole)
-    return {"batch_size": batch_size, "micro_batch_size": micro_batch_size, "steps": steps,
-            "max_abs_difference": diff, "max_abs_gradient": scale,
-            "relative": diff / scale if scale else 0.0}  # fmt: skip
+    return {
+        "batch_size": batch_size,
+        "micro_batch_size": micro_batch_size,
+        "steps": steps,
+        "max_abs_difference": diff,
+        "max_abs_gradient": scale,
+        "relative": diff / scale if scale else 0.0,
+    }

@@ -52,15 +52,29 @@ def default_lock_dir() -> Path:
     return Path("/tmp") / name
 
 
-def torchrun_command(nproc: int, args: Sequence[str], torchrun_args: Sequence[str] = (),
-                     module: Sequence[str] = ("mathrl", "train"), mode: str = "always") -> list[str]:  # fmt: skip
+def torchrun_command(
+    nproc: int,
+    args: Sequence[str],
+    torchrun_args: Sequence[str] = (),
+    module: Sequence[str] = ("mathrl", "train"),
+    mode: str = "always",
+) -> list[str]:
     """The worker command. mode "auto" runs a lone CPU worker without torchrun: the same
     entry point as a world of one, minus torchrun's agent process (about 2 s per run here,
     which dominates a grid of a hundred short CPU runs)."""
     if mode == "auto" and nproc == 1 and not torchrun_args:
         return [sys.executable, "-m", *module, *args]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            *torchrun_args, "-m", *module, *args]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        *torchrun_args,
+        "-m",
+        *module,
+        *args,
+    ]
 
 
 RUN_FLAGS = ("--experiment-run", "--run")  # `mathrl train`'s flag for one run of an experiment, and its alias
@@ -142,10 +156,22 @@ def run_all(cmds: Sequence[Sequence[str]]) -> int:
     return next((128 - rc if rc < 0 else rc for rc in codes if rc), 0)
 
 
-def launch(args: Sequence[str] = (), *, gpus: int | None = None, threads: int = 1, lock_dir: Path | None = None,
-           dry_run: bool = False, torchrun_args: Sequence[str] = (), module: Sequence[str] = ("mathrl", "train"),
-           timeout: float | None = None, out: TextIO | None = None, torchrun: str = "always",
-           fork_server: str = "off", check=None, runs_per_gpu: int = 1) -> int:  # fmt: skip
+def launch(
+    args: Sequence[str] = (),
+    *,
+    gpus: int | None = None,
+    threads: int = 1,
+    lock_dir: Path | None = None,
+    dry_run: bool = False,
+    torchrun_args: Sequence[str] = (),
+    module: Sequence[str] = ("mathrl", "train"),
+    timeout: float | None = None,
+    out: TextIO | None = None,
+    torchrun: str = "always",
+    fork_server: str = "off",
+    check=None,
+    runs_per_gpu: int = 1,
+) -> int:
     """Run `torchrun ... -m <module> <args>` on `gpus` leased GPUs (0: CPU); its exit code.
 
     gpus None takes 1 when a GPU is visible, else 0. `module` is for tests (a tiny probe

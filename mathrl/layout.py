@@ -26,9 +26,23 @@ SFT_MODEL = SFT_DIR + "/model.pt"  # the warm-up checkpoint, where the RL runs o
 SFT_SUMMARY = SFT_DIR + "/" + SUMMARY_FILE
 # metrics.csv's columns fixed by DESIGN.md, in their order (mathrl.metrics adds the trainer's own after them)
 METRIC_COLUMNS = [
-    "step", "samples", "reward_mean", "reward_std", "accuracy", "eval_accuracy", "entropy", "kl",
-    "kl_coef", "grad_norm", "policy_loss", "value_loss", "clip_frac", "frac_zero_std", "lr", "seconds",
-]  # fmt: skip
+    "step",
+    "samples",
+    "reward_mean",
+    "reward_std",
+    "accuracy",
+    "eval_accuracy",
+    "entropy",
+    "kl",
+    "kl_coef",
+    "grad_norm",
+    "policy_loss",
+    "value_loss",
+    "clip_frac",
+    "frac_zero_std",
+    "lr",
+    "seconds",
+]
 RUNS = "runs"
 RUN_DIR = RUNS + "/{run_id}"
 RUN_METRICS = RUN_DIR + "/" + METRICS_FILE
@@ -150,22 +164,42 @@ def _problems(split: str) -> str:
     return PROBLEMS.replace("{split}", split)
 
 
-STAGES = {stage.name: stage for stage in [
-    Stage("problems", "problems", {**{split: _problems(split) for split in PROBLEM_SPLITS}, "meta": PROBLEMS_META},
-          ("task",), "--task {task}"),
-    Stage("sft", "sft", {"model": SFT_MODEL, "summary": SFT_SUMMARY}, ("task", "warmup"),
-          "--task {task} --warmup {warmup}"),
-    Stage("sft_starts", "sft", {"starts": SFT_STARTS}, ("task", "warmup"), "--task {task} --warmup {warmup} --starts"),
-    # run by `mathrl launch` (GPU slots, the fork server); a run's snapshot is deliberately no output
-    Stage("train", "train", {"metrics": RUN_METRICS, "summary": RUN_SUMMARY}, ("run_id",),
-          "--experiment-run {run_id} --on-mismatch restart",
-          launched=True),
-    Stage("gradvar", "gradvar", {"json": GRADVAR}, ("task",), "--task {task}", out="json"),
-    Stage("bandit", "bandit", {"metrics": BANDIT}, ("study",), "--study {study}", out="metrics"),
-    Stage("aggregate", "aggregate", {"tables": TABLES, "complete": TABLES_COMPLETE}),
-    Stage("figures", "figures", {"figures": FIGURES}),
-    Stage("report", "report", {"report": REPORT}),
-]}  # fmt: skip
+STAGES = {
+    stage.name: stage
+    for stage in [
+        Stage(
+            "problems",
+            "problems",
+            {**{split: _problems(split) for split in PROBLEM_SPLITS}, "meta": PROBLEMS_META},
+            ("task",),
+            "--task {task}",
+        ),
+        Stage(
+            "sft",
+            "sft",
+            {"model": SFT_MODEL, "summary": SFT_SUMMARY},
+            ("task", "warmup"),
+            "--task {task} --warmup {warmup}",
+        ),
+        Stage(
+            "sft_starts", "sft", {"starts": SFT_STARTS}, ("task", "warmup"), "--task {task} --warmup {warmup} --starts"
+        ),
+        # run by `mathrl launch` (GPU slots, the fork server); a run's snapshot is deliberately no output
+        Stage(
+            "train",
+            "train",
+            {"metrics": RUN_METRICS, "summary": RUN_SUMMARY},
+            ("run_id",),
+            "--experiment-run {run_id} --on-mismatch restart",
+            launched=True,
+        ),
+        Stage("gradvar", "gradvar", {"json": GRADVAR}, ("task",), "--task {task}", out="json"),
+        Stage("bandit", "bandit", {"metrics": BANDIT}, ("study",), "--study {study}", out="metrics"),
+        Stage("aggregate", "aggregate", {"tables": TABLES, "complete": TABLES_COMPLETE}),
+        Stage("figures", "figures", {"figures": FIGURES}),
+        Stage("report", "report", {"report": REPORT}),
+    ]
+}
 
 
 def group_args(run_ids: list[str]) -> list[str]:
@@ -202,8 +236,10 @@ def snakemake_shell(stage: str, group: bool = False) -> str:
         args += f" --out {{output.{s.out}:q}}"
     head = f"{{params.py:q}} -m mathrl {s.command}"
     if s.launched:
-        head = ("{params.py:q} -m mathrl launch --gpus {resources.gpu} --runs-per-gpu {params.runs_per_gpu:q}"
-                " --threads {threads} --torchrun "
-                "{params.torchrun:q}"
-                " --fork-server {params.fork_server:q} --")  # fmt: skip
+        head = (
+            "{params.py:q} -m mathrl launch --gpus {resources.gpu} --runs-per-gpu {params.runs_per_gpu:q}"
+            " --threads {threads} --torchrun "
+            "{params.torchrun:q}"
+            " --fork-server {params.fork_server:q} --"
+        )
     return " ".join(part for part in (head, "--config {params.config:q}", args, "> {log:q} 2>&1") if part)

@@ -468,8 +468,13 @@ def moments(sums) -> dict[str, float]:
     if n <= 0:
         return dict.fromkeys(("mean_x", "mean_y", "std_x", "std_y", "cov"), math.nan)
     mx, my = sx / n, sy / n
-    return {"mean_x": mx, "mean_y": my, "std_x": math.sqrt(max(sxx / n - mx * mx, 0.0)),
-            "std_y": math.sqrt(max(syy / n - my * my, 0.0)), "cov": sxy / n - mx * my}  # fmt: skip
+    return {
+        "mean_x": mx,
+        "mean_y": my,
+        "std_x": math.sqrt(max(sxx / n - mx * mx, 0.0)),
+        "std_y": math.sqrt(max(syy / n - my * my, 0.0)),
+        "cov": sxy / n - mx * my,
+    }
 
 
 def centred_product(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -26,29 +26,53 @@ from mathrl.mismatch import METRICS as MISMATCH
 # (docs/guide/outputs.md says what each means).
 METRICS = METRIC_COLUMNS
 EXTRAS = [
-    "eval_sampled_accuracy", "ndigit", "format_rate", "baseline", "entropy_coef", "value_rmse", "explained_variance",
+    "eval_sampled_accuracy",
+    "ndigit",
+    "format_rate",
+    "baseline",
+    "entropy_coef",
+    "value_rmse",
+    "explained_variance",
     # how far the second and later PPO epochs moved the critic's values (mean |v - v_old|), and the share it clipped
-    "value_delta", "value_clip_frac",
-    "skipped", "sample_seconds", "update_seconds", "eval_seconds",
+    "value_delta",
+    "value_clip_frac",
+    "skipped",
+    "sample_seconds",
+    "update_seconds",
+    "eval_seconds",
     # update diagnostics: clip_frac = clip_frac_low + clip_frac_high; ppo_kl as verl's actor/ppo_kl;
     # token-level advantage statistics; the log-prob/advantage covariance (arXiv 2505.22617);
     # cov_frac: share of tokens Clip-Cov or KL-Cov acted on
     # clip_higher_freed: positive-advantage tokens whose ratio lies between 1 + clip_eps and 1 + clip_eps_high;
     # clip_tighter_cut: tokens the clip cut whose ratio lies within PPO's standard [0.8, 1.2]
-    "clip_frac_low", "clip_frac_high", "clip_higher_freed", "clip_tighter_cut", "ppo_kl", "adv_mean", "adv_std",
-    "adv_abs_max", "logp_adv_cov", "cov_frac",
+    "clip_frac_low",
+    "clip_frac_high",
+    "clip_higher_freed",
+    "clip_tighter_cut",
+    "ppo_kl",
+    "adv_mean",
+    "adv_std",
+    "adv_abs_max",
+    "logp_adv_cov",
+    "cov_frac",
     # the gradient noise scale tr(Σ)/|G|² from micro-batch gradients (train.grad_noise_scale):
     # mean squared norm of a micro-batch's own gradient, of the batch's, and the ratio of the estimates
-    "grad_sq_micro", "grad_sq_batch", "grad_noise_scale",
+    "grad_sq_micro",
+    "grad_sq_batch",
+    "grad_noise_scale",
     # the policy losses' own clips (mathrl.policy_losses): sequences GSPO's clip cut, tokens whose
     # importance weight CISPO's bound cut, tokens dual-clip's lower bound hit
-    "seq_clip_frac", "is_clip_frac", "dual_clip_frac",
+    "seq_clip_frac",
+    "is_clip_frac",
+    "dual_clip_frac",
     # the token selection (mathrl.token_selection): the share of answer tokens the policy gradient trained on, and the
     # mean entropy (sampling policy, at the rollout) of the selected and of the other answer tokens
-    "token_selected_frac", "entropy_selected", "entropy_unselected",
+    "token_selected_frac",
+    "entropy_selected",
+    "entropy_unselected",
     # the rollout/trainer mismatch (mathrl.mismatch): sampler against trainer log-probs of the sampled tokens
     *MISMATCH,
-]  # fmt: skip
+]
 COLUMNS = METRICS + EXTRAS
 
 

@@ -21,8 +21,15 @@ import math
 import torch
 
 # metrics.csv columns, in this order (NaN where a metric does not apply)
-METRICS = ["mismatch_logp_diff_mean", "mismatch_logp_diff_max", "mismatch_kl_k3", "mismatch_chi2", "mismatch_ess",
-           "mismatch_logp_corr", "mismatch_corrected_frac"]  # fmt: skip
+METRICS = [
+    "mismatch_logp_diff_mean",
+    "mismatch_logp_diff_max",
+    "mismatch_kl_k3",
+    "mismatch_chi2",
+    "mismatch_ess",
+    "mismatch_logp_corr",
+    "mismatch_corrected_frac",
+]
 
 
 def importance_weights(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor) -> torch.Tensor:
@@ -43,8 +50,20 @@ def mismatch_sums(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: 
     d = t - s
     w = torch.where(m, torch.exp(d), zero)
     k3 = torch.expm1(d) - d  # 0 where masked (d = 0 there)
-    return torch.stack([m.double().sum(), d.abs().sum(), k3.sum(), w.sum(), (w * w).sum(),
-                        s.sum(), t.sum(), (s * t).sum(), (s * s).sum(), (t * t).sum()])  # fmt: skip
+    return torch.stack(
+        [
+            m.double().sum(),
+            d.abs().sum(),
+            k3.sum(),
+            w.sum(),
+            (w * w).sum(),
+            s.sum(),
+            t.sum(),
+            (s * t).sum(),
+            (s * s).sum(),
+            (t * t).sum(),
+        ]
+    )
 
 
 def mismatch_max(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor) -> float:
@@ -82,8 +101,9 @@ def token_mask_weights(w: torch.Tensor, cap: float) -> torch.Tensor:
     return ((w >= 1.0 / cap) & (w <= cap)).to(w.dtype)
 
 
-def sequence_mask_weights(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
-                          cap: float) -> torch.Tensor:  # fmt: skip
+def sequence_mask_weights(
+    trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, cap: float
+) -> torch.Tensor:
     """Sequence-level masking: 1 for every token of a sequence whose geometric-mean weight
     ``exp(mean_t d)`` over its masked tokens lies in [1/cap, cap], else 0; (B, T)."""
     m = mask.bool()
@@ -93,9 +113,14 @@ def sequence_mask_weights(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor
     return keep.expand_as(d).double()
 
 
-def correction(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
-               tis_cap: float | None = None, mis_cap: float | None = None,
-               seq_mask_cap: float | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:  # fmt: skip
+def correction(
+    trainer_logp: torch.Tensor,
+    sampler_logp: torch.Tensor,
+    mask: torch.Tensor,
+    tis_cap: float | None = None,
+    mis_cap: float | None = None,
+    seq_mask_cap: float | None = None,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The per-token weight (B, T), detached, float32, that multiplies the policy loss: the product
     of TIS (tis_cap), token masking (mis_cap) and sequence masking (seq_mask_cap), each off when
     None; and which tokens the correction changed (float 0/1, (B, T)): capped by TIS or given

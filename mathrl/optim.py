@@ -18,9 +18,14 @@ OPTIMIZERS = ("adamw", "sgd")
 PRELOAD = ("torch.optim", "torch._dynamo")
 
 
-def make_optimizer(params: Iterable[torch.Tensor], name: str, lr: float, weight_decay: float = 0.0,
-                   betas: tuple[float, float] = (0.9, 0.999),
-                   momentum: float = 0.0) -> torch.optim.Optimizer:  # fmt: skip
+def make_optimizer(
+    params: Iterable[torch.Tensor],
+    name: str,
+    lr: float,
+    weight_decay: float = 0.0,
+    betas: tuple[float, float] = (0.9, 0.999),
+    momentum: float = 0.0,
+) -> torch.optim.Optimizer:
     """`name` is adamw (decoupled weight decay, Loshchilov and Hutter) or sgd (with
     `momentum` and L2 weight decay). `betas` is AdamW's, `momentum` SGD's."""
     params = [p for p in params if p.requires_grad]

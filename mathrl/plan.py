@@ -22,11 +22,17 @@ from scipy import stats
 ALPHA, POWER = 0.05, 0.80
 # the table a claim reads -> the experiment whose runs it holds, where the claim names none
 TABLE_EXPERIMENT = {
-    "stability_batch_runs": "batch", "stability_fvd_runs": "fixed_vs_dynamic", "stability_clipping_runs": "clipping",
-    "stability_value_clip_runs": "value_clip", "stability_tuning_runs": "batch_tuning",
-    "stability_equal_samples_pairs": "batch", "system_start_runs": "system", "lab04_gpt_runs": "lab04_gpt",
-    "collapse_per_run": "collapse", "diagnostics_pass_at_k_runs": "adv_scaling",
-}  # fmt: skip
+    "stability_batch_runs": "batch",
+    "stability_fvd_runs": "fixed_vs_dynamic",
+    "stability_clipping_runs": "clipping",
+    "stability_value_clip_runs": "value_clip",
+    "stability_tuning_runs": "batch_tuning",
+    "stability_equal_samples_pairs": "batch",
+    "system_start_runs": "system",
+    "lab04_gpt_runs": "lab04_gpt",
+    "collapse_per_run": "collapse",
+    "diagnostics_pass_at_k_runs": "adv_scaling",
+}
 
 
 def detectable(sd_cluster: float, warmups: int, design: str) -> float:
@@ -50,8 +56,15 @@ def components(sd_pilot: float, between: float, per_warmup: int) -> tuple[float,
     return rho * total, (1 - rho) * total
 
 
-def seeds_per_warmup(effect: float, sd_pilot: float, between: float, pilot_per_warmup: int, warmups: int,
-                     design: str, allowed: tuple[int, ...]) -> int | None:  # fmt: skip
+def seeds_per_warmup(
+    effect: float,
+    sd_pilot: float,
+    between: float,
+    pilot_per_warmup: int,
+    warmups: int,
+    design: str,
+    allowed: tuple[int, ...],
+) -> int | None:
     """The fewest seeds per warm-up of `allowed` at which `effect` is detected; None where none of them is enough."""
     var_b, var_w = components(sd_pilot, between, pilot_per_warmup)
     for m in allowed:
@@ -60,8 +73,9 @@ def seeds_per_warmup(effect: float, sd_pilot: float, between: float, pilot_per_w
     return None
 
 
-def warmups_needed(effect: float, sd_pilot: float, between: float, pilot_per_warmup: int, design: str,
-                   per_warmup: int, cap: int = 200) -> int | None:  # fmt: skip
+def warmups_needed(
+    effect: float, sd_pilot: float, between: float, pilot_per_warmup: int, design: str, per_warmup: int, cap: int = 200
+) -> int | None:
     """The fewest warm-ups at which `effect` is detected with `per_warmup` seeds from each (None past `cap`)."""
     var_b, var_w = components(sd_pilot, between, pilot_per_warmup)
     sd = math.sqrt(var_b + var_w / per_warmup)

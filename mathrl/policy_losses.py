@@ -103,8 +103,11 @@ def vanilla(x: PolicyLossInputs) -> tuple[torch.Tensor, Diagnostics]:
     the tokens a clip tighter than PPO's standard cuts beyond it (`clip_tighter_cut()`)."""
     pg, clipped = clipped_surrogate(x.logp, x.old_logp, x.advantages, *clip_range(x.settings))
     freed = clip_higher_freed(x.logp, x.old_logp, x.advantages, *clip_range(x.settings))
-    return pg, {**clip_diagnostics(x.logp, x.old_logp, clipped), "clip_higher_freed": freed,
-                "clip_tighter_cut": clip_tighter_cut(x.logp, x.old_logp, clipped)}  # fmt: skip
+    return pg, {
+        **clip_diagnostics(x.logp, x.old_logp, clipped),
+        "clip_higher_freed": freed,
+        "clip_tighter_cut": clip_tighter_cut(x.logp, x.old_logp, clipped),
+    }
 
 
 @policy_loss("clip_cov")
@@ -116,8 +119,9 @@ def clip_cov(x: PolicyLossInputs) -> tuple[torch.Tensor, Diagnostics]:
     pg, diagnostics = vanilla(x)
     cov = centred_product(x.logp, x.advantages, x.mask)
     gen = torch.Generator().manual_seed(x.seed)
-    chosen = clip_cov_tokens(cov, x.mask, s.cov_ratio, s.clip_cov_lower, s.clip_cov_upper, gen,
-                             exclude=diagnostics["clip_frac"])  # fmt: skip
+    chosen = clip_cov_tokens(
+        cov, x.mask, s.cov_ratio, s.clip_cov_lower, s.clip_cov_upper, gen, exclude=diagnostics["clip_frac"]
+    )
     return covariance_penalised(pg, x.logp, x.old_logp, chosen, "clip_cov"), {**diagnostics, "cov_frac": chosen}
 
 
@@ -160,6 +164,7 @@ def dual_clip(x: PolicyLossInputs) -> tuple[torch.Tensor, Diagnostics]:
     """Dual-clip PPO: the clipped surrogate (clip_eps, clip_eps_high), bounded by clip_ratio_c * A
     for negative advantages; `dual_clip_frac` is the share of tokens that bound hit (their
     gradient is 0 too, but they are not in `clip_frac`)."""
-    pg, clipped, dual = dual_clip_surrogate(x.logp, x.old_logp, x.advantages, *clip_range(x.settings),
-                                            x.settings.clip_ratio_c)  # fmt: skip
+    pg, clipped, dual = dual_clip_surrogate(
+        x.logp, x.old_logp, x.advantages, *clip_range(x.settings), x.settings.clip_ratio_c
+    )
     return pg, {**clip_diagnostics(x.logp, x.old_logp, clipped), "dual_clip_frac": dual}

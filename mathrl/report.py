@@ -214,7 +214,7 @@ def reproducibility(cfg: dict, t: Tables) -> dict:
             "processor": cpu_model(),
             "cpus": os.cpu_count(),
             "cuda": gpu_names(),
-        },  # fmt: skip
+        },
         "run_machines": run_machines(t["runs"]),
         "stage_times": stage_times(cfg),
         "dvc_status": dvc_status,
@@ -232,8 +232,15 @@ def claims_summary(t: Tables, method: str = "bh") -> dict:
     c = t["claims"]
     words = claims.ADJUSTMENTS[method][1]
     if c.empty:
-        return {"counts": pd.DataFrame(), "setup": [], "family": 0, "demoted": 0, "family_rows": pd.DataFrame(),
-                "adjustment": words, "other": {}}  # fmt: skip
+        return {
+            "counts": pd.DataFrame(),
+            "setup": [],
+            "family": 0,
+            "demoted": 0,
+            "family_rows": pd.DataFrame(),
+            "adjustment": words,
+            "other": {},
+        }
     doc = c["kind"].eq("document")
     other = next(m for m in claims.ADJUSTMENTS if m != method)
     redone = claims.adjust(c.assign(outcome=c["outcome_unadjusted"]), other)
@@ -249,7 +256,7 @@ def claims_summary(t: Tables, method: str = "bh") -> dict:
             "total": int(doc.sum()),
             "decided": int(redone.loc[doc, "outcome"].isin(["agrees", "disagrees"]).sum()),
             "decided_here": int(c.loc[doc, "outcome"].isin(["agrees", "disagrees"]).sum()),
-        },  # fmt: skip
+        },
     }
 
 

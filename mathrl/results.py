@@ -78,10 +78,12 @@ class Run:
         if self._evals is None:
             m = self.metrics
             evaluated = m["eval_accuracy"].notna().to_numpy()
-            self._evals = pd.DataFrame({
-                "step": np.concatenate([[0], m["step"].to_numpy()[evaluated]]),
-                "eval_accuracy": np.concatenate([[self.initial_eval], m["eval_accuracy"].to_numpy()[evaluated]]),
-            })  # fmt: skip
+            self._evals = pd.DataFrame(
+                {
+                    "step": np.concatenate([[0], m["step"].to_numpy()[evaluated]]),
+                    "eval_accuracy": np.concatenate([[self.initial_eval], m["eval_accuracy"].to_numpy()[evaluated]]),
+                }
+            )
         return self._evals.copy()
 
 
@@ -135,8 +137,11 @@ def settings_drift(expected: dict, recorded: dict) -> list[str]:
     run now), as "key recorded -> expected", compared as JSON values (where they are not equal already); a key the
     run did not record is not compared."""
     as_json = lambda v: json.loads(json.dumps(v, default=str))  # noqa: E731
-    return [f"{k} {recorded[k]!r} -> {v!r}" for k, v in expected.items()
-            if k in recorded and recorded[k] != v and as_json(recorded[k]) != as_json(v)]  # fmt: skip
+    return [
+        f"{k} {recorded[k]!r} -> {v!r}"
+        for k, v in expected.items()
+        if k in recorded and recorded[k] != v and as_json(recorded[k]) != as_json(v)
+    ]
 
 
 def load_run(run_dir: Path, spec: RunSpec | None) -> Run:
@@ -156,8 +161,10 @@ def load_run(run_dir: Path, spec: RunSpec | None) -> Run:
         )
     drift = settings_drift(spec.settings, summary.get("config") or {}) if spec is not None else []
     if drift:
-        problem = (f"{run_dir} was trained with other settings than the config gives it now ({'; '.join(drift)}); "
-                   "remove the directory (or `snakemake --forcerun`) to train it again")  # fmt: skip
+        problem = (
+            f"{run_dir} was trained with other settings than the config gives it now ({'; '.join(drift)}); "
+            "remove the directory (or `snakemake --forcerun`) to train it again"
+        )
         return Run(spec, "stale", summary, metrics, problem=problem)
     return Run(spec, summary.get("status", "complete"), summary, metrics)
 
@@ -331,27 +338,54 @@ def run_index(runs: dict[str, Run]) -> pd.DataFrame:
     for run_id, run in runs.items():
         s, spec = run.settings, run.spec
         row = {
-            "run_id": run_id, "experiment": spec.experiment, "variant": spec.variant or "",
-            "point": ";".join(f"{k}={v}" for k, v in spec.point.items()), "seed": spec.seed, "warmup": warmup(run),
-            "task": s["task"], "algorithm": s["algorithm"], "batch_size": s["batch_size"], "lr": s["lr"],
-            "kl_coef": s["kl_coef"], "grad_clip": s["grad_clip"], "steps": s["steps"], "status": run.status,
-            "initial_eval": math.nan, "final_eval": math.nan, "best_eval": math.nan, "best_step": math.nan,
-            "final_reward": math.nan, "final_entropy": math.nan, "collapsed": None, "degraded": None, "n_alerts": 0,
-            "alert_kinds": "", "wall_seconds": math.nan, "problem": run.problem, "same_as": spec.same_as or "",
-            "cpu": "", "cpu_kernels": "",
-        }  # fmt: skip
+            "run_id": run_id,
+            "experiment": spec.experiment,
+            "variant": spec.variant or "",
+            "point": ";".join(f"{k}={v}" for k, v in spec.point.items()),
+            "seed": spec.seed,
+            "warmup": warmup(run),
+            "task": s["task"],
+            "algorithm": s["algorithm"],
+            "batch_size": s["batch_size"],
+            "lr": s["lr"],
+            "kl_coef": s["kl_coef"],
+            "grad_clip": s["grad_clip"],
+            "steps": s["steps"],
+            "status": run.status,
+            "initial_eval": math.nan,
+            "final_eval": math.nan,
+            "best_eval": math.nan,
+            "best_step": math.nan,
+            "final_reward": math.nan,
+            "final_entropy": math.nan,
+            "collapsed": None,
+            "degraded": None,
+            "n_alerts": 0,
+            "alert_kinds": "",
+            "wall_seconds": math.nan,
+            "problem": run.problem,
+            "same_as": spec.same_as or "",
+            "cpu": "",
+            "cpu_kernels": "",
+        }
         if run.ok:
             sm, last = run.summary, run.metrics.iloc[-1]
             kinds = sorted({a["kind"] for a in sm["alerts"]})
             row.update(
-                initial_eval=run.initial_eval, final_eval=sm["final"]["eval_accuracy"],
+                initial_eval=run.initial_eval,
+                final_eval=sm["final"]["eval_accuracy"],
                 best_eval=sm["best"]["eval_accuracy"],
-                best_step=sm["best"]["step"], final_reward=float(last["reward_mean"]),
+                best_step=sm["best"]["step"],
+                final_reward=float(last["reward_mean"]),
                 final_entropy=float(last["entropy"]),
-                collapsed=collapsed(run), degraded=degraded(run), n_alerts=len(sm["alerts"]),
-                alert_kinds=" ".join(kinds), wall_seconds=sm["wall_seconds"],
-                cpu=sm.get("versions", {}).get("cpu", ""), cpu_kernels=sm.get("versions", {}).get("cpu_kernels", ""),
-            )  # fmt: skip
+                collapsed=collapsed(run),
+                degraded=degraded(run),
+                n_alerts=len(sm["alerts"]),
+                alert_kinds=" ".join(kinds),
+                wall_seconds=sm["wall_seconds"],
+                cpu=sm.get("versions", {}).get("cpu", ""),
+                cpu_kernels=sm.get("versions", {}).get("cpu_kernels", ""),
+            )
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -30,11 +30,26 @@ from mathrl.control import entropy_coef_at, lr_factor
 OUTSIDE_THE_STEP = frozenset({"log_every", "snapshot_every", "wandb"})
 
 # Settings a step reads only through the step-indexed items of its plan (`scheduled`).
-SCHEDULED = frozenset({
-    "steps", "lr", "lr_schedule", "lr_decay_rate", "lr_decay_every", "lr_min_factor", "warmup_steps",
-    "entropy_coef", "entropy_schedule", "entropy_coef_end", "curriculum_start", "curriculum_every",
-    "eval_every", "fault_nan_step", "fault_grad_spike_step", "nan_policy",
-})  # fmt: skip
+SCHEDULED = frozenset(
+    {
+        "steps",
+        "lr",
+        "lr_schedule",
+        "lr_decay_rate",
+        "lr_decay_every",
+        "lr_min_factor",
+        "warmup_steps",
+        "entropy_coef",
+        "entropy_schedule",
+        "entropy_coef_end",
+        "curriculum_start",
+        "curriculum_every",
+        "eval_every",
+        "fault_nan_step",
+        "fault_grad_spike_step",
+        "nan_policy",
+    }
+)
 
 
 def lr_at(s: dict, step: int) -> float:
@@ -42,9 +57,14 @@ def lr_at(s: dict, step: int) -> float:
     if step <= s.get("critic_warmup_steps", 0) and s.get("critic_warmup_lr"):
         return s["critic_warmup_lr"]  # only the value head has gradients then
     return s["lr"] * lr_factor(
-        s["lr_schedule"], step - 1, s["steps"], decay_rate=s["lr_decay_rate"], decay_every=s["lr_decay_every"],
-        min_factor=s["lr_min_factor"], warmup_steps=s["warmup_steps"],
-    )  # fmt: skip
+        s["lr_schedule"],
+        step - 1,
+        s["steps"],
+        decay_rate=s["lr_decay_rate"],
+        decay_every=s["lr_decay_every"],
+        min_factor=s["lr_min_factor"],
+        warmup_steps=s["warmup_steps"],
+    )
 
 
 def entropy_coef_of(s: dict, step: int) -> float:

@@ -97,8 +97,10 @@ def compute_rewards(spec: RewardSpec, generated: torch.Tensor, target: torch.Ten
         reward = shaped - spec.invalid_penalty * checks["invalid"]
     elif spec.kind == "random":
         if coins is None or coins.shape != exact.shape:
-            raise ValueError(f"the random reward needs coins of shape {tuple(exact.shape)}, "
-                             f"got {None if coins is None else tuple(coins.shape)}")  # fmt: skip
+            raise ValueError(
+                f"the random reward needs coins of shape {tuple(exact.shape)}, "
+                f"got {None if coins is None else tuple(coins.shape)}"
+            )
         reward = (coins < 0.5).float()  # (B,)
     else:  # proxy
         W = generated.shape[1] - 1

@@ -33,8 +33,9 @@ from mathrl.model import GPT, truncate_logits
 SAMPLER_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def sampler_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
-                     top_p: float = 1.0) -> torch.Tensor:  # fmt: skip
+def sampler_logprobs(
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+) -> torch.Tensor:
     """Log-probability of each sampled token under the sampling distribution: logits (B, T, V)
     of the sampler (untempered, as `GPT.generate` returns them), tokens (B, T) -> (B, T) float32."""
     return token_logprobs(truncate_logits(logits.float() / temperature, top_k, top_p), tokens)

@@ -322,6 +322,22 @@ def name_band(s: dict) -> str:
     return start_name(s["band"][0])
 
 
+def start_row(
+    name: str, threshold: float, path: Path, sft_steps: int, continued: int, val_acc: float, test_acc: float
+) -> dict:
+    """starts.json's record of one start: reached when its validation accuracy is at its threshold."""
+    return {
+        "start": name,
+        "threshold": threshold,
+        "path": str(path),
+        "sft_steps": sft_steps,
+        "continued_steps": continued,
+        "val_accuracy": val_acc,
+        "test_accuracy": test_acc,
+        "reached": val_acc >= threshold,
+    }
+
+
 def run_starts(cfg: dict, task_name: str, out_dir: Path, warmup: int = 0, log=print) -> dict:
     """From warm-up `warmup`'s checkpoint (the band's start): the checkpoints at each configured
     validation accuracy, then per start and control seed the supervised control; starts.json."""
@@ -343,10 +359,11 @@ def run_starts(cfg: dict, task_name: str, out_dir: Path, warmup: int = 0, log=pr
     def accuracy(m, pairs) -> float:
         return float(greedy_correct(m, task, pairs, device).float().mean())
 
-    starts = [{"start": name_band(s), "threshold": s["band"][0], "path": str(band_path),
-               "sft_steps": ckpt.get("steps", 0),
-               "continued_steps": 0, "val_accuracy": accuracy(model, val), "test_accuracy": accuracy(model, test),
-               "reached": True}]  # fmt: skip
+    band_val = accuracy(model, val)
+    starts = [
+        start_row(name_band(s), s["band"][0], band_path, ckpt.get("steps", 0), 0, band_val, accuracy(model, test))
+    ]
+    starts[0]["reached"] = True  # the warm-up's own checkpoint: in its band by construction
     # Continue the warm-up (its LR, batch and weight decay; a fresh optimizer, batches of a seed of their own).
     seed = warmup_seed(s, warmup)
     torch.manual_seed(seed)
@@ -365,18 +382,11 @@ def run_starts(cfg: dict, task_name: str, out_dir: Path, warmup: int = 0, log=pr
                     break
         val_acc = accuracy(model, val) if math.isnan(val_acc) else val_acc
         path = out_dir / f"{start_name(threshold)}.pt"
-        state = {
-            "model_config": asdict(model.config),
-            "model": model.state_dict(),
-            "task": task_name,
-            "warmup": warmup,
-            "steps": ckpt.get("steps", 0) + step,
-        }
-        atomic_write(path, snapshot.encode(state))
-        row = {"start": start_name(threshold), "threshold": threshold, "path": str(path),
-               "sft_steps": ckpt.get("steps", 0) + step,
-               "continued_steps": step, "val_accuracy": val_acc, "test_accuracy": accuracy(model, test),
-               "reached": val_acc >= threshold}  # fmt: skip
+        state = {"model_config": asdict(model.config), "model": model.state_dict(), "task": task_name}
+        atomic_write(path, snapshot.encode({**state, "warmup": warmup, "steps": ckpt.get("steps", 0) + step}))
+        row = start_row(
+            start_name(threshold), threshold, path, ckpt.get("steps", 0) + step, step, val_acc, accuracy(model, test)
+        )
         starts.append(row)
         log(
             f"sft {task_name} w{warmup} {row['start']}: step {row['sft_steps']} | validation accuracy {val_acc:.3f} |"
@@ -390,10 +400,18 @@ def run_starts(cfg: dict, task_name: str, out_dir: Path, warmup: int = 0, log=pr
         for seed in s["control_seeds"]
     ]
     log_controls(s, f"sft {task_name} w{warmup}", starts, controls, log)
-    summary = {"task": task_name, "warmup": warmup, "settings": s, "starts": starts, "controls": controls,
-               "n_val": len(val), "n_test": len(test),
-               "warm_up_cpu_seconds": warm_seconds, "control_cpu_seconds": time.process_time() - t0 - warm_seconds,
-               "versions": mathrl.versions()}  # fmt: skip
+    summary = {
+        "task": task_name,
+        "warmup": warmup,
+        "settings": s,
+        "starts": starts,
+        "controls": controls,
+        "n_val": len(val),
+        "n_test": len(test),
+        "warm_up_cpu_seconds": warm_seconds,
+        "control_cpu_seconds": time.process_time() - t0 - warm_seconds,
+        "versions": mathrl.versions(),
+    }
     atomic_write(out_dir / "starts.json", json.dumps(summary, indent=2) + "\n")
     return summary
 

@@ -134,14 +134,20 @@ def read_run_problems(cfg: dict, s: RunSettings, task) -> tuple[list, list]:
 class Trainer:
     """One RL run with its settings (built once, from the validated config)."""
 
-    # fmt: off
-    def __init__(self, cfg: dict, run_id: str, settings: RunSettings, run_dir: Path, d: Dist,
-                 experiment: str | None = None,
-                 started: float | None = None):  # fmt: skip
+    def __init__(
+        self,
+        cfg: dict,
+        run_id: str,
+        settings: RunSettings,
+        run_dir: Path,
+        d: Dist,
+        experiment: str | None = None,
+        started: float | None = None,
+    ):
         # when the run's command began (time.perf_counter), for summary.json's run_seconds
         self.started = time.perf_counter() if started is None else started
-        self.cfg, self.run_id, self.s, self.dir, self.d, self.experiment = (cfg, run_id, settings, Path(run_dir), d,
-                                                                            experiment)
+        self.cfg, self.run_id, self.s = cfg, run_id, settings
+        self.dir, self.d, self.experiment = Path(run_dir), d, experiment
         # the settings as summary.json and snapshots record them; resume's schedules read it
         self.record = settings.as_dict()
         self.progress = None  # the progress bar while one is shown (interactive runs)
@@ -149,7 +155,14 @@ class Trainer:
         self.task = task_of(cfg, s.task)
         self.train_pairs, self.test_pairs = read_run_problems(cfg, s, self.task)
         self.pools: dict[int, torch.Tensor] = {}
+        self._build_networks(self._starting_policy())
+        self._build_signals()
+        self._start_counters()
 
+    # ---------------------------------------------------------------- builders (in this order: the random draws)
+    def _starting_policy(self) -> GPT:
+        """The policy RL starts from (a warm-up's checkpoint, a start, a file, or a random one), and its digest."""
+        s, cfg = self.s, self.cfg
         if s.init == "random":  # lab 04: RL from a random policy sees only zero rewards
             torch.manual_seed(s.seed)
             policy = GPT(gpt_config(cfg["sft"][s.task]["preset"], VOCAB_SIZE, self.task.seq_len))
@@ -158,41 +171,71 @@ class Trainer:
             self.init_path = init_checkpoint(cfg["results"], s.task, s.init, s.warmup)
             policy, _ = load_policy(self.init_path)
         # What the run started from: a snapshot trained from another checkpoint is not this run.
-        self.init_sha256 = ("random" if self.init_path == "random"
-                            else hashlib.sha256(Path(self.init_path).read_bytes()).hexdigest())
+        self.init_sha256 = (
+            "random" if self.init_path == "random" else hashlib.sha256(Path(self.init_path).read_bytes()).hexdigest()
+        )
         self.init_digest = self.init_sha256[:16]
+        return policy
+
+    def _build_networks(self, policy: GPT) -> None:
+        """The reference policy, the estimator, loss and token selection, the actor-critic, the sampler, the
+        optimizer."""
+        s, d = self.s, self.d
         self.model_config = asdict(policy.config)
         self.ref = copy.deepcopy(policy).to(d.device).eval().requires_grad_(False)
         self.estimator = get_estimator(s.algorithm)  # the advantage estimator (mathrl.algorithms)
         self.policy_loss = get_policy_loss(s.policy_loss)  # the per-token surrogate (mathrl.policy_losses)
         self.select_tokens = get_token_selection(s.token_selection)  # the tokens it trains on (mathrl.token_selection)
         if s.reward_placement != "end" and not self.estimator.critic:
-            raise ConfigError(f"reward_placement {s.reward_placement}: only a critic's GAE reads per-token rewards, "
-                              f"and {s.algorithm} has no critic; use algorithm ppo, or reward_placement end")
+            raise ConfigError(
+                f"reward_placement {s.reward_placement}: only a critic's GAE reads per-token rewards, "
+                f"and {s.algorithm} has no critic; use algorithm ppo, or reward_placement end"
+            )
         head = ValueHead(policy.config.n_embd) if self.estimator.critic else None
         self.net = ActorCritic(policy, head).to(d.device)
         # the policy that samples rollouts: the trainer's own, or a copy in another precision or with stale weights
         self.sampler = RolloutSampler(self.net.policy, s.sampler_dtype, s.rollout_staleness)
         self.sampling_policy = self.net.policy  # this step's (RolloutSampler.policy_for_step)
-        self.ddp = DDP(self.net,
-                       device_ids=[d.device.index] if d.device.type == "cuda" else None) if d.active else self.net
-        self.opt = make_optimizer(self.net.parameters(), s.optimizer, lr=s.lr, weight_decay=s.weight_decay,
-                                  betas=(s.adam_beta1, s.adam_beta2), momentum=s.momentum)  # fmt: skip
+        self.ddp = (
+            DDP(self.net, device_ids=[d.device.index] if d.device.type == "cuda" else None) if d.active else self.net
+        )
+        self.opt = make_optimizer(
+            self.net.parameters(),
+            s.optimizer,
+            lr=s.lr,
+            weight_decay=s.weight_decay,
+            betas=(s.adam_beta1, s.adam_beta2),
+            momentum=s.momentum,
+        )
+
+    def _build_signals(self) -> None:
+        """The reward, the random streams, the baseline, the KL controller and the stability monitor."""
+        s = self.s
         self.reward_spec = RewardSpec(
-            kind=s.reward, format_bonus=s.format_bonus, digit_weight=s.digit_weight,
-            invalid_penalty=s.invalid_penalty, proxy_correct_weight=s.proxy_correct_weight,
-            proxy_bias_weight=s.proxy_bias_weight, offset=s.reward_offset,
-        )  # fmt: skip
+            kind=s.reward,
+            format_bonus=s.format_bonus,
+            digit_weight=s.digit_weight,
+            invalid_penalty=s.invalid_penalty,
+            proxy_correct_weight=s.proxy_correct_weight,
+            proxy_bias_weight=s.proxy_bias_weight,
+            offset=s.reward_offset,
+        )
         # Randomness is rank-independent: every rank draws the same global prompts and noise.
         self.prompt_gen = torch.Generator().manual_seed(s.seed)
         self.noise_gen = torch.Generator().manual_seed(s.seed + 7919)
         self.baseline = MovingAverageBaseline(decay=s.baseline_decay)
         self.kl_ctl = make_kl_controller(s.kl_controller, coef=s.kl_coef, target=s.kl_target, horizon=s.kl_horizon)
         self.monitor = StabilityMonitor(
-            entropy_min=s.monitor_entropy_min, kl_max=s.monitor_kl_max,
-            reward_swing=s.monitor_reward_swing, window=s.monitor_window,
-            swing_sigmas=s.monitor_swing_sigmas, batch_size=s.batch_size,
-        )  # fmt: skip
+            entropy_min=s.monitor_entropy_min,
+            kl_max=s.monitor_kl_max,
+            reward_swing=s.monitor_reward_swing,
+            window=s.monitor_window,
+            swing_sigmas=s.monitor_swing_sigmas,
+            batch_size=s.batch_size,
+        )
+
+    def _start_counters(self) -> None:
+        """Progress, the evaluations before RL, and the per-problem records, as a fresh run has them."""
         self.step_no, self.samples, self.rows, self.status = 0, 0, [], "running"
         self.initial_eval: float | None = None
         self.initial_sampled = math.nan
@@ -206,21 +249,33 @@ class Trainer:
         # Prefix sharing (GPT.forward_shared, generate(group_size=G)): each group's prompt is
         # computed once. MATHRL_NO_PREFIX_SHARING=1 turns it off: a benchmark switch.
         self.share_prefix = os.environ.get("MATHRL_NO_PREFIX_SHARING", "").strip() in ("", "0")
-    # fmt: on
 
     # ---------------------------------------------------------------- state
     def state(self) -> dict:
         return {
-            "format": SNAPSHOT_FORMAT, "run_id": self.run_id, "step": self.step_no, "samples": self.samples,
-            "settings": self.record, "model_config": self.model_config, "net": self.net.state_dict(),
-            "opt": self.opt.state_dict(), "prompt_gen": self.prompt_gen.get_state(),
-            "noise_gen": self.noise_gen.get_state(), "baseline": self.baseline.state_dict(),
-            "kl_ctl": self.kl_ctl.state_dict(), "monitor": self.monitor.state_dict(), "rows": self.rows,
-            "initial_eval": self.initial_eval, "initial_sampled": self.initial_sampled, "status": self.status,
+            "format": SNAPSHOT_FORMAT,
+            "run_id": self.run_id,
+            "step": self.step_no,
+            "samples": self.samples,
+            "settings": self.record,
+            "model_config": self.model_config,
+            "net": self.net.state_dict(),
+            "opt": self.opt.state_dict(),
+            "prompt_gen": self.prompt_gen.get_state(),
+            "noise_gen": self.noise_gen.get_state(),
+            "baseline": self.baseline.state_dict(),
+            "kl_ctl": self.kl_ctl.state_dict(),
+            "monitor": self.monitor.state_dict(),
+            "rows": self.rows,
+            "initial_eval": self.initial_eval,
+            "initial_sampled": self.initial_sampled,
+            "status": self.status,
             "init_digest": self.init_digest,
-            "initial_correct": self.initial_correct, "last_correct": self.last_correct, "pass_counts": self.pass_counts,
+            "initial_correct": self.initial_correct,
+            "last_correct": self.last_correct,
+            "pass_counts": self.pass_counts,
             "sampler": self.sampler.state_dict(),
-        }  # fmt: skip
+        }
 
     def restore(self, st: dict, where: Path) -> None:
         """Resume from a snapshot, refusing one written for another model or run settings."""
@@ -243,10 +298,12 @@ class Trainer:
         conflicts = resume.conflicts(st["settings"], self.record, st["step"], self.task.ndigit, nonfinite)
         if conflicts:
             diff = "; ".join(map(str, conflicts))
-            raise snapshot.SnapshotError(f"{where}: snapshot was written with other settings, under which steps up to "
-                                         f"{st['step']} "
-                                         f"would have gone differently ({diff}); remove {self.dir} to start "
-                                         "over")  # fmt: skip
+            raise snapshot.SnapshotError(
+                f"{where}: snapshot was written with other settings, under which steps up to "
+                f"{st['step']} "
+                f"would have gone differently ({diff}); remove {self.dir} to start "
+                "over"
+            )
         forget = resume.evaluations_to_forget(st["settings"], self.record, st["step"])  # the old last step's evaluation
         rows = [
             {**r, "eval_accuracy": math.nan, "eval_sampled_accuracy": math.nan} if r["step"] in forget else r
@@ -315,8 +372,15 @@ class Trainer:
         checks = {k: v.float() for k, v in checks.items()}
         # the sampler's per-token entropy, which only a token selection by entropy reads
         entropy = {"sampler_entropy": token_entropy(logits)} if reads_entropy(self.select_tokens) else {}
-        return {"prompts": prompts, "tokens": tokens, "rewards": rewards.float(), **checks, **dense,
-                "sampler_logp": sampler_logp, **entropy}  # fmt: skip
+        return {
+            "prompts": prompts,
+            "tokens": tokens,
+            "rewards": rewards.float(),
+            **checks,
+            **dense,
+            "sampler_logp": sampler_logp,
+            **entropy,
+        }
 
     def collect(self, nd: int) -> tuple[dict, int]:
         """One batch of rollouts; with dynamic sampling, homogeneous groups are replaced.
@@ -366,10 +430,14 @@ class Trainer:
         # once (prompts[::G]) and return outputs at the answer-predicting positions only.
         # Micro-batches must then hold whole groups; otherwise the full-sequence path.
         share = self.share_prefix and micro % G == 0
-        return {**batch, "mask": answer_mask(tokens), "sampled": sampled, "share": share,
-                "uprompts": batch["prompts"][::G],  # (B/G, P)
-                "inp": None if share else torch.cat([batch["prompts"], tokens], dim=1)[:,
-                                                                                       :-1]}  # (B, P+L-1)  # fmt: skip
+        return {
+            **batch,
+            "mask": answer_mask(tokens),
+            "sampled": sampled,
+            "share": share,
+            "uprompts": batch["prompts"][::G],  # (B/G, P)
+            "inp": None if share else torch.cat([batch["prompts"], tokens], dim=1)[:, :-1],
+        }  # (B, P+L-1)
 
     @torch.no_grad()
     def score(self, batch: dict, metrics: StepMetrics) -> dict:
@@ -398,17 +466,30 @@ class Trainer:
             n = all_sum(d, torch.tensor([rewards.sum().item(), float(len(rewards))], dtype=torch.float64))
             baseline = self.baseline.update(float(n[0] / n[1]))
             metrics.value("baseline", baseline)
-        inputs = AdvantageInputs(rewards, mask, G, old_values, baseline, gamma=s.gamma, lam=s.gae_lambda,
-                                 mean_std=lambda x, w: all_mean_std(d, x, w),
-                                 token_rewards=batch.get("token_rewards"))  # fmt: skip
+        inputs = AdvantageInputs(
+            rewards,
+            mask,
+            G,
+            old_values,
+            baseline,
+            gamma=s.gamma,
+            lam=s.gae_lambda,
+            mean_std=lambda x, w: all_mean_std(d, x, w),
+            token_rewards=batch.get("token_rewards"),
+        )
         adv, returns = self.estimator.fn(inputs)
         if s.adv_norm:
             adv = normalize(adv, *all_mean_std(d, adv, mask), mask=mask)
         # train on the positive- or negative-advantage rollouts only (zeroing commutes with the clip below)
         adv = filter_samples(adv, mask, s.sample_filter)
-        return {"ref_logp": token_logprobs(ref_logits, tokens), "old_logp": old_logp, "old_values": old_values,
-                "adv": clip_abs(adv, s.adv_clip), "returns": returns,
-                "pg_weight": self.token_weight(batch.get("sampler_entropy"), mask, metrics)}  # fmt: skip
+        return {
+            "ref_logp": token_logprobs(ref_logits, tokens),
+            "old_logp": old_logp,
+            "old_values": old_values,
+            "adv": clip_abs(adv, s.adv_clip),
+            "returns": returns,
+            "pg_weight": self.token_weight(batch.get("sampler_entropy"), mask, metrics),
+        }
 
     def token_weight(
         self, entropy: torch.Tensor | None, mask: torch.Tensor, metrics: StepMetrics
@@ -434,8 +515,12 @@ class Trainer:
         lr = resume.lr_at(self.record, step)  # the schedules resume.scheduled compares to decide what may resume
         # Loss terms are sums over this rank divided by a global count, so ranks and micro-batches add up.
         den = float(all_sum(self.d, mask.sum().double().cpu())) if s.loss_agg == "token" else float(s.batch_size)
-        coefs = {"lr": lr, "kl_coef": self.kl_ctl.value, "den": den,
-                 "ent_coef": resume.entropy_coef_of(self.record, step)}  # fmt: skip
+        coefs = {
+            "lr": lr,
+            "kl_coef": self.kl_ctl.value,
+            "den": den,
+            "ent_coef": resume.entropy_coef_of(self.record, step),
+        }
         metrics.value("lr", lr)
         metrics.value("kl_coef", coefs["kl_coef"])
         metrics.value("entropy_coef", coefs["ent_coef"])
@@ -631,8 +716,12 @@ class Trainer:
         self.last_correct = [int(v) for v in full.tolist()]
         hits = math.nan
         if sampled:
-            noise = torch.rand(len(self.test_pairs), self.task.answer_len, VOCAB_SIZE,
-                               generator=torch.Generator().manual_seed(s.seed * 100_003 + step))  # fmt: skip
+            noise = torch.rand(
+                len(self.test_pairs),
+                self.task.answer_len,
+                VOCAB_SIZE,
+                generator=torch.Generator().manual_seed(s.seed * 100_003 + step),
+            )
             right = sampled_correct(
                 self.net.policy, self.task, self.test_pairs[mine], d.device, noise[mine], s.temperature
             )
@@ -648,9 +737,16 @@ class Trainer:
             t0 = time.perf_counter()
             self.initial_eval, self.initial_sampled = self.evaluate(0)
             return time.perf_counter() - t0
-        result = eval_cache.initial_evaluation(Path(self.init_path), self.init_sha256, self.net.policy, self.task,
-                                               self.cfg["tasks"][self.s.task], self.test_pairs, self.s.temperature,
-                                               self.d.device)  # fmt: skip
+        result = eval_cache.initial_evaluation(
+            Path(self.init_path),
+            self.init_sha256,
+            self.net.policy,
+            self.task,
+            self.cfg["tasks"][self.s.task],
+            self.test_pairs,
+            self.s.temperature,
+            self.d.device,
+        )
         self.last_correct = result.greedy
         self.initial_eval, self.initial_sampled = result.greedy_accuracy, result.sampled_accuracy
         return result.compute_seconds
@@ -673,9 +769,17 @@ class Trainer:
         if self.init_path == "random":
             return self.pass_at_k_counts()
         s, t0 = self.s, time.perf_counter()
-        counts = eval_cache.initial_pass_at_k(Path(self.init_path), self.init_sha256, self.cfg["tasks"][s.task],
-                                              self.test_pairs[: s.pass_at_k_problems], s.pass_at_k_samples,
-                                              s.temperature, s.seed, self.d.device, self.pass_at_k_counts)  # fmt: skip
+        counts = eval_cache.initial_pass_at_k(
+            Path(self.init_path),
+            self.init_sha256,
+            self.cfg["tasks"][s.task],
+            self.test_pairs[: s.pass_at_k_problems],
+            s.pass_at_k_samples,
+            s.temperature,
+            s.seed,
+            self.d.device,
+            self.pass_at_k_counts,
+        )
         if self.pass_at_k_seconds == 0.0:  # read, not sampled: the reading's seconds
             self.pass_at_k_seconds = time.perf_counter() - t0
         return counts
@@ -711,8 +815,10 @@ class Trainer:
                 self.say(f"restarting {self.run_id} from step 0: {exc}; the old snapshot is kept as snapshot.stale.pt")
         eval_seconds = 0.0
         if self.initial_eval is None:  # said first: on a pipe, nothing else shows for a while
-            self.say(f"{self.run_id}: {s.steps} steps of {s.batch_size} rollouts on {d.device} (world size "
-                     f"{d.world_size}); evaluating {len(self.test_pairs)} held-out problems first")  # fmt: skip
+            self.say(
+                f"{self.run_id}: {s.steps} steps of {s.batch_size} rollouts on {d.device} (world size "
+                f"{d.world_size}); evaluating {len(self.test_pairs)} held-out problems first"
+            )
             t0 = time.perf_counter()
             eval_seconds = self.evaluate_start()  # what evaluating takes here (read from the cache: what it took)
             self.initial_correct = self.last_correct
@@ -796,15 +902,29 @@ class Trainer:
         last = self.rows[-1] if self.rows else {}
         s = self.s
         return {
-            "run_id": self.run_id, "experiment": self.experiment, "task": s.task, "algorithm": s.algorithm,
-            "batch_size": s.batch_size, "lr": s.lr, "kl_coef": s.kl_coef, "seed": s.seed,
+            "run_id": self.run_id,
+            "experiment": self.experiment,
+            "task": s.task,
+            "algorithm": s.algorithm,
+            "batch_size": s.batch_size,
+            "lr": s.lr,
+            "kl_coef": s.kl_coef,
+            "seed": s.seed,
             "config": s.as_dict(),  # the run's complete settings (RunSettings), as the tables read them
-            "resolved": {"task_config": self.cfg["tasks"][s.task], "model": self.model_config,
-                         "init": str(self.init_path), "world_size": self.d.world_size, "device": str(self.d.device),
-                         "n_eval": len(self.test_pairs)},
+            "resolved": {
+                "task_config": self.cfg["tasks"][s.task],
+                "model": self.model_config,
+                "init": str(self.init_path),
+                "world_size": self.d.world_size,
+                "device": str(self.d.device),
+                "n_eval": len(self.test_pairs),
+            },
             "status": self.status,
-            "initial": {"eval_accuracy": self.initial_eval, "eval_sampled_accuracy": self.initial_sampled,
-                        "eval_seconds": self.initial_eval_seconds},
+            "initial": {
+                "eval_accuracy": self.initial_eval,
+                "eval_sampled_accuracy": self.initial_sampled,
+                "eval_seconds": self.initial_eval_seconds,
+            },
             "pass_at_k_seconds": self.pass_at_k_seconds,  # an evaluation too, outside the steps' eval_seconds
             "final": {**last, "eval_accuracy": evals[-1][1] if evals else math.nan},
             "best": {"step": best[0], "eval_accuracy": best[1]},
@@ -814,7 +934,7 @@ class Trainer:
             "versions": mathrl.versions(),
             "git": mathrl.git_state(),  # the commit and whether tracked files had changes
             "alerts": self.monitor.alerts,
-        }  # fmt: skip
+        }
 
 
 def write_metrics(path: Path, rows: list[dict]) -> bytes:

@@ -135,8 +135,18 @@ def correlation_interval(values) -> Estimate:
     the mean (the delta method), so that power reads them on the correlation's scale."""
     z = mean_interval(fisher_z(values))
     slope = 1 - math.tanh(z.estimate) ** 2 if z.n else math.nan
-    return Estimate(math.tanh(z.estimate), math.tanh(z.lo), math.tanh(z.hi), z.n, "one-sample", z.n, 0,
-                    z.sd * slope, z.se * slope, z.df)  # fmt: skip
+    return Estimate(
+        math.tanh(z.estimate),
+        math.tanh(z.lo),
+        math.tanh(z.hi),
+        z.n,
+        "one-sample",
+        z.n,
+        0,
+        z.sd * slope,
+        z.se * slope,
+        z.df,
+    )
 
 
 def paired_difference(a, b) -> Estimate:
@@ -478,15 +488,28 @@ class Verdict:
         e = self.est or Estimate(math.nan, math.nan, math.nan, 0, "")
         c = asdict(self.claim)
         return {
-            "key": c["key"], "claim": c["text"], "measure": c["measure"], "expected": self.claim.expected,
+            "key": c["key"],
+            "claim": c["text"],
+            "measure": c["measure"],
+            "expected": self.claim.expected,
             "unit": c["unit"],
-            "margin": c["margin"], "sd": e.sd,
-            "outcome": self.outcome, "diff": e.estimate, "ci_low": e.lo, "ci_high": e.hi, "n": e.n, "n_a": e.n_a,
+            "margin": c["margin"],
+            "sd": e.sd,
+            "outcome": self.outcome,
+            "diff": e.estimate,
+            "ci_low": e.lo,
+            "ci_high": e.hi,
+            "n": e.n,
+            "n_a": e.n_a,
             "n_b": e.n_b,
-            "design": e.kind, "effect_size": e.effect, "mde": self.mde, "seeds_needed": self.seeds,
-            "reason": self.reason, "note": self.note,
+            "design": e.kind,
+            "effect_size": e.effect,
+            "mde": self.mde,
+            "seeds_needed": self.seeds,
+            "reason": self.reason,
+            "note": self.note,
             **self.extra,
-        }  # fmt: skip
+        }
 
 
 # ----------------------------------------------------------------------------- text
@@ -531,12 +554,14 @@ def sentence(r: Mapping) -> str:
     if r.get("outcome") == "not judged":
         return f"Not judged: {r.get('reason', '')}."
     n = int(r["n"]) if r.get("n") == r.get("n") and r.get("n") is not None else 0
-    design = {"paired": f"n={n} seeds, paired",
-              "unpaired": f"n={int(r.get('n_a') or 0)} vs {int(r.get('n_b') or 0)} seeds, unpaired",
-              "one-sample": f"n={n} runs",
-              "rates": rates_design(int(r.get("n_a") or 0), int(r.get("n_b") or 0)),
-              "probe": f"n={n} probe", "exact": f"n={n} seeds, every one the same"}.get(r.get("design"),
-                                                                                        f"n={n}")  # fmt: skip
+    design = {
+        "paired": f"n={n} seeds, paired",
+        "unpaired": f"n={int(r.get('n_a') or 0)} vs {int(r.get('n_b') or 0)} seeds, unpaired",
+        "one-sample": f"n={n} runs",
+        "rates": rates_design(int(r.get("n_a") or 0), int(r.get("n_b") or 0)),
+        "probe": f"n={n} probe",
+        "exact": f"n={n} seeds, every one the same",
+    }.get(r.get("design"), f"n={n}")
     es = r.get("effect_size")
     eff = f", effect size {es:.2g}" if es is not None and es == es and math.isfinite(es) else ""
     lo, hi = r.get("ci_low"), r.get("ci_high")

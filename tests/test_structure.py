@@ -83,6 +83,19 @@ def test_no_function_is_longer_than_80_lines():
     assert long == []
 
 
+MAX_FORMATTER_ESCAPES = 20  # `# fmt: skip` or `# fmt: off` kept only on tables of numbers that read as tables
+
+
+def test_the_formatter_owns_the_layout_and_the_length_cap_is_measured_on_its_layout():
+    escapes = [
+        f"{path.relative_to(PACKAGE.parent)}:{i}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if line.rstrip().endswith(("# fmt: skip", "# fmt: off"))
+    ]
+    assert len(escapes) <= MAX_FORMATTER_ESCAPES, escapes
+
+
 def test_the_readers_of_results_take_their_paths_from_layout():
     """Where a result lives is stated once, in mathrl.layout: no reader joins a results path by hand."""
     readers = [PACKAGE / f"{m}.py" for m in ("cli", "results", "compare", "aggregate", "plots", "report")]

@@ -97,10 +97,16 @@ def pick_table(pilot: pd.DataFrame) -> pd.DataFrame:
     for (task, batch), g in pilot.groupby(["task", "batch_size"], sort=False) if len(pilot) else []:
         done = g[g["learns"].notna()]
         chosen = pick({float(m): bool(ok) for m, ok in zip(done["multiple"], done["learns"])})
-        rows.append({"task": task, "batch_size": batch,
-                     "tried": ", ".join(f"{m:.3g}x" for m in sorted(done["multiple"].round(3))),
-                     "n_learning": int(done["learns"].sum()), "pick": chosen,
-                     "reference_is_pick": bool(abs(chosen - 1) < 1e-6) if len(done) else None})  # fmt: skip
+        rows.append(
+            {
+                "task": task,
+                "batch_size": batch,
+                "tried": ", ".join(f"{m:.3g}x" for m in sorted(done["multiple"].round(3))),
+                "n_learning": int(done["learns"].sum()),
+                "pick": chosen,
+                "reference_is_pick": bool(abs(chosen - 1) < 1e-6) if len(done) else None,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -119,9 +125,20 @@ def references_table(ctx) -> pd.DataFrame:
         per = {r.spec.seed: gain_row(r) for r in runs if r.ok}
         est = mean_interval({s: g["gain"] for s, g in per.items()})
         start, final = (sum(g[k] for g in per.values()) / len(per) if per else NAN for k in ("start", "final"))
-        rows.append({"experiment": exp, "reference": setting(runs[0].spec), "task": runs[0].settings["task"],
-                     "n": est.n, "start": start, "final": final, "gain": est.estimate, "gain_lo": est.lo,
-                     "gain_hi": est.hi, "no_headroom": bool(per) and start >= HEADROOM})  # fmt: skip
+        rows.append(
+            {
+                "experiment": exp,
+                "reference": setting(runs[0].spec),
+                "task": runs[0].settings["task"],
+                "n": est.n,
+                "start": start,
+                "final": final,
+                "gain": est.estimate,
+                "gain_lo": est.lo,
+                "gain_hi": est.hi,
+                "no_headroom": bool(per) and start >= HEADROOM,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -156,17 +173,31 @@ def below_table(gains: pd.DataFrame) -> pd.DataFrame:
     for name, g in [*gains.groupby("experiment", sort=False), ("all runs", gains)] if len(gains) else []:
         k, n = int(g["below"].sum()), len(g)
         lo, hi = wilson(k, n)
-        rows.append({"experiment": name, "runs": n, "below": k, "below_rate": k / n, "below_lo": lo, "below_hi": hi,
-                     "above": int(g["above"].sum()), "above_rate": float(g["above"].mean()),
-                     "median_gain": float(g["gain"].median())})  # fmt: skip
+        rows.append(
+            {
+                "experiment": name,
+                "runs": n,
+                "below": k,
+                "below_rate": k / n,
+                "below_lo": lo,
+                "below_hi": hi,
+                "above": int(g["above"].sum()),
+                "above_rate": float(g["above"].mean()),
+                "median_gain": float(g["gain"].median()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     pilot, gains = pilot_table(ctx), all_gains(ctx)
-    return {"calibration_pilot": pilot, "calibration_pick": pick_table(pilot),
-            "calibration_references": references_table(ctx), "calibration_gains": gains,
-            "calibration_below": below_table(gains)}  # fmt: skip
+    return {
+        "calibration_pilot": pilot,
+        "calibration_pick": pick_table(pilot),
+        "calibration_references": references_table(ctx),
+        "calibration_gains": gains,
+        "calibration_below": below_table(gains),
+    }
 
 
 # ----------------------------------------------------------------------------- figures
@@ -187,8 +218,11 @@ def pilot_figure(p: pd.DataFrame) -> plt.Figure:
         ax.set_xscale("log")
         ax.axhline(0, color="0.5", linewidth=0.8)
         ax.legend()
-    ax.set(xlabel="learning rate, multiple of the task's reference", ylabel="gain in validation accuracy (points)",
-           title="Calibration pilot: gain after the pilot's steps (95% Newcombe interval)")  # fmt: skip
+    ax.set(
+        xlabel="learning rate, multiple of the task's reference",
+        ylabel="gain in validation accuracy (points)",
+        title="Calibration pilot: gain after the pilot's steps (95% Newcombe interval)",
+    )
     return fig
 
 
@@ -224,7 +258,14 @@ def section(t) -> dict:
     # declares it but has no finished run yet is not among them
     no_reference = refs["reference"].isna() | refs["reference"].eq("") if len(refs) else []
     unreferenced = refs.loc[no_reference, "experiment"].tolist() if len(refs) else []
-    return {"unreferenced": unreferenced, "pilot": t["calibration_pilot"], "pick": t["calibration_pick"],
-            "below": below, "overall": total, "target": TARGET_BELOW, "drop": DROP,
-            "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),
-            "verdicts": kit.verdicts(t, NAME)}  # fmt: skip
+    return {
+        "unreferenced": unreferenced,
+        "pilot": t["calibration_pilot"],
+        "pick": t["calibration_pick"],
+        "below": below,
+        "overall": total,
+        "target": TARGET_BELOW,
+        "drop": DROP,
+        "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),
+        "verdicts": kit.verdicts(t, NAME),
+    }

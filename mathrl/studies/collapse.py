@@ -122,21 +122,35 @@ def run_stats(run, role: str) -> dict:
     m, e, half, initial = run.metrics, run.evals, settings["steps"] / 2, run.initial_eval
     final, mid = run.summary["final"]["eval_accuracy"], five_points(e, settings["steps"]).loc[2, "eval_accuracy"]
     curriculum = settings.get("curriculum_start")
-    return {**row, "initial_eval": initial, "final_eval": final, "gain": final - initial, "mid_gain": mid - initial,
-            "best_eval": run.summary["best"]["eval_accuracy"], "drawdown": max_drawdown(e["eval_accuracy"]),
-            "late_drawdown": max_drawdown(e.loc[e["step"] >= half, "eval_accuracy"]),
-            "roughness": roughness(e["step"], e["eval_accuracy"]),
-            "collapsed": float(collapsed(run)), "degraded": float(degraded(run)),
-            "final_format_rate": float(m["format_rate"].iloc[-1]), "final_entropy": float(m["entropy"].iloc[-1]),
-            "early_entropy": float(m.loc[m["step"] <= half, "entropy"].mean()),
-            "skipped": float(m["skipped"].fillna(0).sum()), "initial_format_rate": float(m["format_rate"].iloc[0]),
-            "zero_std": float(m["frac_zero_std"].mean()), "entropy_fall": 1 - kit.end_over_start(m["entropy"]),
-            "lr_ratio": kit.end_over_start(m["lr"]), "adv_abs_max": kit.step_mean(m, "adv_abs_max"),
-            "lowest_change": lowest_change(run), "adv_mean": kit.step_mean(m, "adv_mean"),
-            "adv_mean_abs": abs(kit.step_mean(m, "adv_mean")),
-            "first_stage_accuracy": float(m.loc[m["ndigit"] == m["ndigit"].min(), "accuracy"].mean())
-                                    if curriculum else math.nan,
-            **mechanisms(m, settings)}  # fmt: skip
+    return {
+        **row,
+        "initial_eval": initial,
+        "final_eval": final,
+        "gain": final - initial,
+        "mid_gain": mid - initial,
+        "best_eval": run.summary["best"]["eval_accuracy"],
+        "drawdown": max_drawdown(e["eval_accuracy"]),
+        "late_drawdown": max_drawdown(e.loc[e["step"] >= half, "eval_accuracy"]),
+        "roughness": roughness(e["step"], e["eval_accuracy"]),
+        "collapsed": float(collapsed(run)),
+        "degraded": float(degraded(run)),
+        "final_format_rate": float(m["format_rate"].iloc[-1]),
+        "final_entropy": float(m["entropy"].iloc[-1]),
+        "early_entropy": float(m.loc[m["step"] <= half, "entropy"].mean()),
+        "skipped": float(m["skipped"].fillna(0).sum()),
+        "initial_format_rate": float(m["format_rate"].iloc[0]),
+        "zero_std": float(m["frac_zero_std"].mean()),
+        "entropy_fall": 1 - kit.end_over_start(m["entropy"]),
+        "lr_ratio": kit.end_over_start(m["lr"]),
+        "adv_abs_max": kit.step_mean(m, "adv_abs_max"),
+        "lowest_change": lowest_change(run),
+        "adv_mean": kit.step_mean(m, "adv_mean"),
+        "adv_mean_abs": abs(kit.step_mean(m, "adv_mean")),
+        "first_stage_accuracy": float(m.loc[m["ndigit"] == m["ndigit"].min(), "accuracy"].mean())
+        if curriculum
+        else math.nan,
+        **mechanisms(m, settings),
+    }
 
 
 def mechanisms(m: pd.DataFrame, settings: dict) -> dict:
@@ -150,14 +164,17 @@ def mechanisms(m: pd.DataFrame, settings: dict) -> dict:
     adv = m["adv_abs_max"].dropna() if "adv_abs_max" in m else pd.Series(dtype=float)
     adv = adv[adv > 0]
     late = float(m["format_rate"].tail(q).mean())
-    return {"clip_binding": float((m["grad_norm"] > float(clip)).mean()) if clip and "grad_norm" in m else math.nan,
-            "entropy_coef_ratio": kit.end_over_start(m["entropy_coef"]) if "entropy_coef" in m else math.nan,
-            "adv_clip_binding": float((adv >= float(adv_clip) * (1 - 1e-6)).mean()) if adv_clip and len(adv)
-                                else math.nan,
-            "adv_clip_ratio": kit.step_mean(m, "adv_abs_max") / float(adv_clip) if adv_clip else math.nan,
-            "mean_lr": float(m["lr"].mean()),
-            "mean_kl_coef": kit.step_mean(m, "kl_coef"), "mean_kl": kit.step_mean(m, "kl"),
-            "late_format_rate": late, "format_gain": late - float(m["format_rate"].iloc[0])}  # fmt: skip
+    return {
+        "clip_binding": float((m["grad_norm"] > float(clip)).mean()) if clip and "grad_norm" in m else math.nan,
+        "entropy_coef_ratio": kit.end_over_start(m["entropy_coef"]) if "entropy_coef" in m else math.nan,
+        "adv_clip_binding": float((adv >= float(adv_clip) * (1 - 1e-6)).mean()) if adv_clip and len(adv) else math.nan,
+        "adv_clip_ratio": kit.step_mean(m, "adv_abs_max") / float(adv_clip) if adv_clip else math.nan,
+        "mean_lr": float(m["lr"].mean()),
+        "mean_kl_coef": kit.step_mean(m, "kl_coef"),
+        "mean_kl": kit.step_mean(m, "kl"),
+        "late_format_rate": late,
+        "format_gain": late - float(m["format_rate"].iloc[0]),
+    }
 
 
 def variants_table(per_run: pd.DataFrame, settings: dict, against: dict[str, str]) -> pd.DataFrame:
@@ -192,9 +209,18 @@ def segment_rows(run, role: str) -> list[dict]:
     pts, m, rows, prev = five_points(run.evals, run.settings["steps"]).drop_duplicates("step"), run.metrics, [], -1
     for p in pts.itertuples():
         seg = m[m["step"] == 1] if p.step == 0 else m[(m["step"] > prev) & (m["step"] <= p.step)]
-        rows.append({"variant": run.spec.variant, "role": role, "seed": run.spec.seed, "point": p.point, "step": p.step,
-                     "eval_accuracy": p.eval_accuracy, "format_rate": seg["format_rate"].mean(),
-                     "frac_zero_std": seg["frac_zero_std"].mean()})  # fmt: skip
+        rows.append(
+            {
+                "variant": run.spec.variant,
+                "role": role,
+                "seed": run.spec.seed,
+                "point": p.point,
+                "step": p.step,
+                "eval_accuracy": p.eval_accuracy,
+                "format_rate": seg["format_rate"].mean(),
+                "frac_zero_std": seg["frac_zero_std"].mean(),
+            }
+        )
         prev = p.step
     return rows
 
@@ -203,10 +229,17 @@ def curve_table(runs, role_of: dict) -> pd.DataFrame:
     """Per variant and step: the mean and std across seeds of each logged metric (step 0 is
     the evaluation before RL); n is the number of runs that reached the step."""
     by = ["variant", "role", "step"]
-    frames = [pd.concat([pd.DataFrame({"step": [0], "eval_accuracy": [r.initial_eval]}),
-                         r.metrics.reindex(columns=["step"] + CURVE_VALUES)], ignore_index=True)
-              .assign(variant=r.spec.variant, role=role_of.get(r.spec.variant, ""), seed=r.spec.seed)
-              for r in runs if r.ok]  # fmt: skip
+    frames = [
+        pd.concat(
+            [
+                pd.DataFrame({"step": [0], "eval_accuracy": [r.initial_eval]}),
+                r.metrics.reindex(columns=["step"] + CURVE_VALUES),
+            ],
+            ignore_index=True,
+        ).assign(variant=r.spec.variant, role=role_of.get(r.spec.variant, ""), seed=r.spec.seed)
+        for r in runs
+        if r.ok
+    ]
     if not frames:
         return mean_spread(pd.DataFrame(), by, CURVE_VALUES)
     long = pd.concat(frames, ignore_index=True)
@@ -226,10 +259,15 @@ def nonfinite_table(runs) -> pd.DataFrame:
             m, final = r.metrics, r.summary["final"]["eval_accuracy"]
             hits = m.loc[m["skipped"].fillna(0) > 0, "step"]
             finite = bool(math.isfinite(final) and math.isfinite(m["entropy"].iloc[-1]))
-            row.update(steps_done=len(m), skipped=int(len(hits)),
-                       first_skipped_step=float(hits.iloc[0]) if len(hits) else math.nan, weights_finite=finite,
-                       caught=float(len(hits) > 0 and finite),  # the guard skipped an update, the weights stayed finite
-                       initial_eval=r.initial_eval, final_eval=final)  # fmt: skip
+            row.update(
+                steps_done=len(m),
+                skipped=int(len(hits)),
+                first_skipped_step=float(hits.iloc[0]) if len(hits) else math.nan,
+                weights_finite=finite,
+                caught=float(len(hits) > 0 and finite),  # the guard skipped an update, the weights stayed finite
+                initial_eval=r.initial_eval,
+                final_eval=final,
+            )
         rows.append(row)
     return pd.DataFrame(rows, columns=CLAIM_TABLES["collapse_nonfinite"])
 
@@ -252,9 +290,15 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         [run_stats(r, named.get(r.spec.variant, "")) for r in runs], columns=CLAIM_TABLES["collapse_per_run"]
     )
     variants = ctx.cfg["experiments"].get(EXPERIMENT, {}).get("variants") or {}
-    design = pd.DataFrame([row for r in runs if r.ok and named.get(r.spec.variant) in REWARD_DESIGNS
-                           for row in segment_rows(r, named[r.spec.variant])],
-                          columns=["variant", "role", "seed", "point", "step", *POINT_VALUES])  # fmt: skip
+    design = pd.DataFrame(
+        [
+            row
+            for r in runs
+            if r.ok and named.get(r.spec.variant) in REWARD_DESIGNS
+            for row in segment_rows(r, named[r.spec.variant])
+        ],
+        columns=["variant", "role", "seed", "point", "step", *POINT_VALUES],
+    )
     design = mean_spread(design, ["variant", "role", "point", "step"], POINT_VALUES)
     against = {role[r]: role[f] for r, f in REMEDIES if r in role and f in role}
     return {
@@ -270,19 +314,49 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
 # The figures of curves, {name: (suptitle, rows, columns, size, shared y axis, panels)}: each panel a column of
 # collapse_curves with a band per role of its `roles` (roles, column, title, ylabel).
 CURVE_FIGURES = {
-    "collapse_reward_design": ("Reward design on 2-digit multiplication", 1, 2, (10, 3.8), False, [
-        (REWARD_DESIGNS, "eval_accuracy", "Held-out accuracy by reward design", "eval accuracy"),
-        (REWARD_DESIGNS, "format_rate", "Well-formed answers in rollouts", "format rate")]),
+    "collapse_reward_design": (
+        "Reward design on 2-digit multiplication",
+        1,
+        2,
+        (10, 3.8),
+        False,
+        [
+            (REWARD_DESIGNS, "eval_accuracy", "Held-out accuracy by reward design", "eval accuracy"),
+            (REWARD_DESIGNS, "format_rate", "Well-formed answers in rollouts", "format rate"),
+        ],
+    ),
     # each remedy against the failing setting of its own cause, one panel each
-    "collapse_remedies": ("Each remedy against the failure of its own cause", 2, 3, (12, 6.5), True, [
-        ((r, f), "eval_accuracy", f"{r} against {f}", "eval accuracy") for r, f in REMEDIES]),
-    "collapse_curriculum": ("The curriculum", 1, 2, (10, 3.8), False, [
-        (("curriculum",), "ndigit", "Curriculum: operand digits", "ndigit"),
-        (("curriculum", "shaped"), "format_rate", "Curriculum: well-formed answers in rollouts", "format rate")]),
-    "collapse_nonfinite": ("A huge learning rate without gradient clipping", 1, 2, (10, 3.8), False, [
-        (("nonfinite",), "skipped", "Updates skipped by the non-finite guard", "share of runs skipping"),
-        (("nonfinite", "lr_tenth"), "eval_accuracy", "Held-out accuracy", "eval accuracy")]),
-}  # fmt: skip
+    "collapse_remedies": (
+        "Each remedy against the failure of its own cause",
+        2,
+        3,
+        (12, 6.5),
+        True,
+        [((r, f), "eval_accuracy", f"{r} against {f}", "eval accuracy") for r, f in REMEDIES],
+    ),
+    "collapse_curriculum": (
+        "The curriculum",
+        1,
+        2,
+        (10, 3.8),
+        False,
+        [
+            (("curriculum",), "ndigit", "Curriculum: operand digits", "ndigit"),
+            (("curriculum", "shaped"), "format_rate", "Curriculum: well-formed answers in rollouts", "format rate"),
+        ],
+    ),
+    "collapse_nonfinite": (
+        "A huge learning rate without gradient clipping",
+        1,
+        2,
+        (10, 3.8),
+        False,
+        [
+            (("nonfinite",), "skipped", "Updates skipped by the non-finite guard", "share of runs skipping"),
+            (("nonfinite", "lr_tenth"), "eval_accuracy", "Held-out accuracy", "eval accuracy"),
+        ],
+    ),
+}
 
 
 def fig_curves(c: pd.DataFrame, suptitle: str, rows: int, cols: int, size: tuple, sharey: bool, panels: list):
@@ -291,8 +365,15 @@ def fig_curves(c: pd.DataFrame, suptitle: str, rows: int, cols: int, size: tuple
     drawn = []
     for wanted, col, title, ylabel in panels:
         rows_of = [c[(c["role"] == role) & c[f"{col}_mean"].notna()] if len(c) else c for role in wanted]
-        drawn.append(dict(groups=[(d["variant"].iloc[0] if len(d) else "", d) for d in rows_of], metric=col,
-                          empty=f"no data: {', '.join(wanted)} missing", title=title, ylabel=ylabel))  # fmt: skip
+        drawn.append(
+            dict(
+                groups=[(d["variant"].iloc[0] if len(d) else "", d) for d in rows_of],
+                metric=col,
+                empty=f"no data: {', '.join(wanted)} missing",
+                title=title,
+                ylabel=ylabel,
+            )
+        )
     return kit.band_panels(drawn, rows, cols, size, f"{suptitle} ({BAND_NOTE})", sharey=sharey, layout="constrained")
 
 
@@ -327,10 +408,16 @@ def section(t) -> dict:
     of_role = {r: kit.row_of(v, role=r) for r in ROLES}
     zs = {r.role: r.frac_zero_std_mean for r in d[d["point"] == 0].itertuples()} if len(d) else {}
     z = lambda k: "–" if k not in zs or pd.isna(zs[k]) else f"{100 * zs[k]:.0f}%"  # noqa: E731
-    return {"of_role": of_role, "baseline": of_role["baseline"], "algorithm": of_role["baseline"].get("algorithm", "–"),
-            "names": {r: row.get("variant", r) for r, row in of_role.items()},
-            "settings": {r: row.get("settings", "not run") for r, row in of_role.items()},
-            "variants": v, "reward_design": d,
-            "nonfinite": t["collapse_nonfinite"].reindex(columns=NONFINITE_COLUMNS),
-            "zero_std": {"baseline": z("random_baseline"), "shaped": z("shaped")}, "verdicts": kit.by_key(rows),
-            "verdict_list": rows}  # fmt: skip
+    return {
+        "of_role": of_role,
+        "baseline": of_role["baseline"],
+        "algorithm": of_role["baseline"].get("algorithm", "–"),
+        "names": {r: row.get("variant", r) for r, row in of_role.items()},
+        "settings": {r: row.get("settings", "not run") for r, row in of_role.items()},
+        "variants": v,
+        "reward_design": d,
+        "nonfinite": t["collapse_nonfinite"].reindex(columns=NONFINITE_COLUMNS),
+        "zero_std": {"baseline": z("random_baseline"), "shaped": z("shaped")},
+        "verdicts": kit.by_key(rows),
+        "verdict_list": rows,
+    }

@@ -25,8 +25,16 @@ from mathrl.verdict import Estimate, mean_interval
 
 BATCH = "batch"  # the experiment restated as ceiling against efficiency
 GRID = 40  # points of each drawn curve
-RUN_COLUMNS = ["experiment", "setting", "seed", "warmup", "R0", "C_max", *curves.FIT_KEYS,
-               *"half_mae half_points half_predicted half_noise half_reason".split()]  # fmt: skip
+RUN_COLUMNS = [
+    "experiment",
+    "setting",
+    "seed",
+    "warmup",
+    "R0",
+    "C_max",
+    *curves.FIT_KEYS,
+    *"half_mae half_points half_predicted half_noise half_reason".split(),
+]
 SUMMARY_COLUMNS = (
     "experiment setting runs n points R0 A_mean A_lo A_hi a_at_bound B_n B_mean B_lo B_hi C_mid "
     "rmse_mean half_n half_mae_mean half_mae_lo half_mae_hi half_noise fitted note"
@@ -49,8 +57,12 @@ def run_fit(run) -> dict:
     evaluation's sampling alone): R0, C_max, A, B, C_mid, how many points, and why not where not."""
     p = evaluation_points(run)
     c, r = p["samples"].to_numpy(), p["eval_accuracy"].to_numpy()
-    return {"R0": run.initial_eval, "C_max": float(np.nanmax(c)), **curves.fit_curve(c, r, run.initial_eval),
-            **curves.half_fit_error(c, r, run.initial_eval, problems=kit.n_evaluated(run))}  # fmt: skip
+    return {
+        "R0": run.initial_eval,
+        "C_max": float(np.nanmax(c)),
+        **curves.fit_curve(c, r, run.initial_eval),
+        **curves.half_fit_error(c, r, run.initial_eval, problems=kit.n_evaluated(run)),
+    }
 
 
 def fit_runs(runs) -> pd.DataFrame:
@@ -82,8 +94,11 @@ def _note(g: pd.DataFrame, fitted: pd.DataFrame) -> str:
         return f"not fitted: {g['reason'].iloc[0]}"
     at_bound, flat = int(fitted["a_at_bound"].sum()), int(fitted["B"].isna().sum())
     step = int((~fitted["converged"].astype(bool) & fitted["B"].notna()).sum())
-    cases = [(at_bound, "A at its bound 1", "the curve has not bent"), (flat, "no gain", "A = R0, no B"),
-             (step, "a step in log C", f"B runs to its bound {curves.B_BOUNDS[1]:g}; A and C_mid hold")]  # fmt: skip
+    cases = [
+        (at_bound, "A at its bound 1", "the curve has not bent"),
+        (flat, "no gain", "A = R0, no B"),
+        (step, "a step in log C", f"B runs to its bound {curves.B_BOUNDS[1]:g}; A and C_mid hold"),
+    ]
     parts = [f"{what} in {count} of {len(fitted)} runs ({why})" for count, what, why in cases if count]
     if fitted["half_mae"].isna().all():
         parts.append(f"no half fit: {fitted['half_reason'].iloc[0]}")
@@ -95,8 +110,12 @@ def ceiling_and_efficiency(fits: pd.DataFrame) -> dict:
     have A at its bound. Each interval is cut to the values its fit allows (A to [0, 1], B to curves.B_BOUNDS): a t
     interval of three ceilings near 1, or of efficiencies of which one ran to its bound of 20, reaches past them."""
     a, b = mean_interval(fits["A"]), mean_interval(fits["B"])
-    return {**estimate_columns("A", a, (0.0, 1.0)), "a_at_bound": int(fits["a_at_bound"].sum()), "B_n": b.n,
-            **estimate_columns("B", b, curves.B_BOUNDS)}  # fmt: skip
+    return {
+        **estimate_columns("A", a, (0.0, 1.0)),
+        "a_at_bound": int(fits["a_at_bound"].sum()),
+        "B_n": b.n,
+        **estimate_columns("B", b, curves.B_BOUNDS),
+    }
 
 
 def summary(fits: pd.DataFrame) -> pd.DataFrame:
@@ -108,11 +127,24 @@ def summary(fits: pd.DataFrame) -> pd.DataFrame:
         half = mean_interval(fitted["half_mae"])
         noise = fitted.loc[fitted["half_mae"].notna(), "half_noise"]
         log_mid = np.log(fitted["C_mid"].dropna())  # C_mid: a geometric mean (NaN where no run has one)
-        rows.append({"experiment": exp, "setting": name, "runs": len(g), "n": len(fitted), "fitted": len(fitted) > 0,
-                     "points": int(g["points"].median()), "R0": float(g["R0"].mean()), **ceiling_and_efficiency(fitted),
-                     "C_mid": float(np.exp(log_mid.mean())), "rmse_mean": float(fitted["rmse"].mean()),
-                     **estimate_columns("half_mae", half, (0.0, None)),  # an absolute error is at least 0
-                     "half_n": half.n, "half_noise": float(noise.mean()), "note": _note(g, fitted)})  # fmt: skip
+        rows.append(
+            {
+                "experiment": exp,
+                "setting": name,
+                "runs": len(g),
+                "n": len(fitted),
+                "fitted": len(fitted) > 0,
+                "points": int(g["points"].median()),
+                "R0": float(g["R0"].mean()),
+                **ceiling_and_efficiency(fitted),
+                "C_mid": float(np.exp(log_mid.mean())),
+                "rmse_mean": float(fitted["rmse"].mean()),
+                **estimate_columns("half_mae", half, (0.0, None)),  # an absolute error is at least 0
+                "half_n": half.n,
+                "half_noise": float(noise.mean()),
+                "note": _note(g, fitted),
+            }
+        )
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
@@ -135,9 +167,17 @@ def batch_table(fitted: pd.DataFrame, reference: str, sizes: dict[str, int]) -> 
     rows = []
     for name, g, ref in arms(fitted, reference):
         size = sizes.get(name, int(str(name).split("=")[-1]) if "=" in str(name) else NAN)
-        rows.append({"setting": name, "batch_size": size, "reference": name == reference, "n": int(g["A"].count()),
-                     **ceiling_and_efficiency(g), **_difference("dA", versus(g, ref, "A")),
-                     **_difference("dB", versus(g, ref, "B"))})  # fmt: skip
+        rows.append(
+            {
+                "setting": name,
+                "batch_size": size,
+                "reference": name == reference,
+                "n": int(g["A"].count()),
+                **ceiling_and_efficiency(g),
+                **_difference("dA", versus(g, ref, "A")),
+                **_difference("dB", versus(g, ref, "B")),
+            }
+        )
     out = pd.DataFrame(rows, columns=BATCH_COLUMNS)
     return out.sort_values("batch_size", kind="stable").reset_index(drop=True)
 
@@ -145,8 +185,11 @@ def batch_table(fitted: pd.DataFrame, reference: str, sizes: dict[str, int]) -> 
 def drawn(fitted: pd.DataFrame, runs) -> tuple[pd.DataFrame, pd.DataFrame]:
     """What the figure draws of the batch study's fitted settings (`fitted`: their runs' fits): the measured accuracy
     per evaluation and the fitted curves on a grid of compute, each as the mean and spread over seeds."""
-    points = [evaluation_points(run).assign(setting=name, seed=run.spec.seed)
-              for exp, name, run in runs if exp == BATCH and name in set(fitted["setting"])]  # fmt: skip
+    points = [
+        evaluation_points(run).assign(setting=name, seed=run.spec.seed)
+        for exp, name, run in runs
+        if exp == BATCH and name in set(fitted["setting"])
+    ]
     pts = pd.concat(points).rename(columns={"eval_accuracy": "accuracy"}) if points else pd.DataFrame()
     pts, grid = pts.reindex(columns=["setting", "seed", "samples", "accuracy"]), []
     for name, g in fitted.groupby("setting", sort=False):
@@ -188,8 +231,9 @@ def figure(t) -> plt.Figure:
             )
             p = pts[(pts["setting"] == name) & (pts["samples"] > 0)]
             half = np.nan_to_num(t_halfwidth(p["accuracy_std"], p["n"])) * 100
-            ax.errorbar(p["samples"], p["accuracy_mean"] * 100, yerr=half, fmt="o", ms=4, color=color, capsize=2,
-                        zorder=3)  # fmt: skip
+            ax.errorbar(
+                p["samples"], p["accuracy_mean"] * 100, yerr=half, fmt="o", ms=4, color=color, capsize=2, zorder=3
+            )
         if len(start):
             ax.axhline(float(start["accuracy_mean"].mean()) * 100, color="0.4", ls=":", lw=1, label="start (R0)")
         ax.set_xscale("log")

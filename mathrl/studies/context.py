@@ -71,8 +71,10 @@ class Tables:
     def require(self, command: str) -> None:
         """Figures and the report read tables: without them every section would say "No data"."""
         if not (self.dir / "index.json").is_file():
-            raise ConfigError(f"no tables in {self.dir}: run `mathrl aggregate` (with the same --config files) "
-                              f"before `mathrl {command}`")  # fmt: skip
+            raise ConfigError(
+                f"no tables in {self.dir}: run `mathrl aggregate` (with the same --config files) "
+                f"before `mathrl {command}`"
+            )
 
     def config_mismatch(self) -> str | None:
         """Why the tables may come from another config than this one, or None."""
@@ -81,9 +83,14 @@ class Tables:
         except (OSError, ValueError, KeyError, TypeError):
             return None  # tables of an older aggregate: nothing to compare
         mine = tables_hash(self.cfg)
-        return None if made == mine else (
-            f"the tables in {self.dir} were made from config {made}, this command read config {mine}: "
-            f"pass the --config files `mathrl aggregate` was given")  # fmt: skip
+        return (
+            None
+            if made == mine
+            else (
+                f"the tables in {self.dir} were made from config {made}, this command read config {mine}: "
+                f"pass the --config files `mathrl aggregate` was given"
+            )
+        )
 
     def __getitem__(self, name: str) -> pd.DataFrame:
         if name not in self._cache:

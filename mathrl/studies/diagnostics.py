@@ -79,8 +79,17 @@ def pass_at_k_runs(ctx) -> pd.DataFrame:
             for k in (k for k in KS if k <= n.min()):
                 p = dx.pass_at_k(n, c, k)
                 lo, hi = bootstrap_mean(p)
-                rows.append({**keys, "phase": phase, "k": k, "problems": len(p), "pass_at_k": float(p.mean()),
-                             "boot_lo": lo, "boot_hi": hi})  # fmt: skip
+                rows.append(
+                    {
+                        **keys,
+                        "phase": phase,
+                        "k": k,
+                        "problems": len(p),
+                        "pass_at_k": float(p.mean()),
+                        "boot_lo": lo,
+                        "boot_hi": hi,
+                    }
+                )
     return pd.DataFrame(rows, columns=CLAIM_TABLES["diagnostics_pass_at_k_runs"])
 
 
@@ -102,10 +111,19 @@ def entropy_law_runs(ctx) -> pd.DataFrame:
         fit = dx.fit_entropy_law(m["entropy"].to_numpy(), m["accuracy"].to_numpy())
         reached = float(m["accuracy"].tail(REACHED_STEPS).mean())
         holds = fit["r2"] >= LAW_R2 and fit["half_rmse"] <= LAW_RMSE
-        rows.append({**keys, "steps": len(m), **fit, "entropy_start": float(m["entropy"].iloc[0]),
-                     "entropy_end": float(m["entropy"].iloc[-1]), "reached": reached, "final_eval": final_eval(run),
-                     "ceiling_minus_reached": fit["ceiling"] - reached,
-                     "holds": bool(holds) if known(fit["r2"], fit["half_rmse"]) else None})  # fmt: skip
+        rows.append(
+            {
+                **keys,
+                "steps": len(m),
+                **fit,
+                "entropy_start": float(m["entropy"].iloc[0]),
+                "entropy_end": float(m["entropy"].iloc[-1]),
+                "reached": reached,
+                "final_eval": final_eval(run),
+                "ceiling_minus_reached": fit["ceiling"] - reached,
+                "holds": bool(holds) if known(fit["r2"], fit["half_rmse"]) else None,
+            }
+        )
     columns = "steps n a b r2 ceiling half_rmse half_mae entropy_start entropy_end reached final_eval".split()
     return pd.DataFrame(rows, columns=[*RUN_KEYS, *columns, "ceiling_minus_reached", "holds"])
 
@@ -163,8 +181,14 @@ def adv_scaling_summary(runs: pd.DataFrame) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- noise scale
 def noise_scale_table(ctx) -> pd.DataFrame:
     """The gradient probe's noise scale beside the batch study's outcome per batch size."""
-    gains = pd.DataFrame([{"batch_size": r.settings["batch_size"], "lr": r.settings["lr"], "gain": gain(r)}
-                          for r in ctx.experiment("batch") if r.ok], columns=["batch_size", "lr", "gain"])  # fmt: skip
+    gains = pd.DataFrame(
+        [
+            {"batch_size": r.settings["batch_size"], "lr": r.settings["lr"], "gain": gain(r)}
+            for r in ctx.experiment("batch")
+            if r.ok
+        ],
+        columns=["batch_size", "lr", "gain"],
+    )
     sizes, rows = sorted(set(gains["batch_size"])) or [NAN], []
     for task in ctx.cfg.get("gradvar", {}).get("tasks", []):
         ns = (ctx.gradvar(task) or {}).get("noise_scale") or {}
@@ -172,12 +196,22 @@ def noise_scale_table(ctx) -> pd.DataFrame:
         for b in sizes:
             g = gains[gains["batch_size"] == b]
             est = mean_interval(g["gain"].tolist())
-            rows.append({"task": task, "grad_sq": ns.get("grad_sq", NAN), "trace_sigma": ns.get("trace_sigma", NAN),
-                         "noise_scale": b_noise, "batch_size": b, "lr": float(g["lr"].iloc[0]) if len(g) else NAN,
-                         **kit.estimate_columns("gain", est), "n": est.n,
-                         # McCandlish et al.: the best step size grows as B / (B + B_noise); relative to the largest B
-                         "lr_scale": (b / (b + b_noise)) / (max(sizes) / (max(sizes) + b_noise))
-                                     if known(b, b_noise) else NAN})  # fmt: skip
+            rows.append(
+                {
+                    "task": task,
+                    "grad_sq": ns.get("grad_sq", NAN),
+                    "trace_sigma": ns.get("trace_sigma", NAN),
+                    "noise_scale": b_noise,
+                    "batch_size": b,
+                    "lr": float(g["lr"].iloc[0]) if len(g) else NAN,
+                    **kit.estimate_columns("gain", est),
+                    "n": est.n,
+                    # McCandlish et al.: the best step size grows as B / (B + B_noise); relative to the largest B
+                    "lr_scale": (b / (b + b_noise)) / (max(sizes) / (max(sizes) + b_noise))
+                    if known(b, b_noise)
+                    else NAN,
+                }
+            )
     columns = "task grad_sq trace_sigma noise_scale batch_size lr gain_mean gain_lo gain_hi n lr_scale".split()
     return pd.DataFrame(rows, columns=columns)
 
@@ -192,9 +226,12 @@ def noise_scale_steps(ctx) -> pd.DataFrame:
         if "grad_sq_micro" not in m or m["grad_sq_micro"].notna().sum() < 4:
             continue
         q, b, big = max(1, len(m) // 4), run.settings.get("micro_batch_size"), run.settings.get("batch_size")
-        est = {part: dx.noise_scale(b, big, float(w["grad_sq_micro"].mean()),
-                                    float(w["grad_sq_batch"].mean()))["noise_scale"]
-               for part, w in (("early", m.head(q)), ("late", m.tail(q)))}  # fmt: skip
+        est = {
+            part: dx.noise_scale(b, big, float(w["grad_sq_micro"].mean()), float(w["grad_sq_batch"].mean()))[
+                "noise_scale"
+            ]
+            for part, w in (("early", m.head(q)), ("late", m.tail(q)))
+        }
         rows.append({**keys, "batch_size": big, **est, "undefined_steps": int(m["grad_noise_scale"].isna().sum())})
     df = pd.DataFrame(rows, columns=[*RUN_KEYS, "batch_size", "early", "late", "undefined_steps"])
     out = mean_spread(df, ["experiment", "setting", "batch_size"], ["early", "late", "undefined_steps"])
@@ -206,8 +243,13 @@ def noise_scale_steps(ctx) -> pd.DataFrame:
 # not training's.
 FAULT_STEPS = ("fault_grad_spike_step", "fault_nan_step")
 UPDATE = ["clip_frac_low", "clip_frac_high", "ppo_kl", "adv_std", "adv_abs_max", "logp_adv_cov", "cov_entropy_corr"]
-UPDATE_BOUNDS = {"clip_frac_low": SHARE, "clip_frac_high": SHARE, "adv_std": NONNEGATIVE, "adv_abs_max": NONNEGATIVE,
-                 "cov_entropy_corr": (-1.0, 1.0)}  # fmt: skip
+UPDATE_BOUNDS = {
+    "clip_frac_low": SHARE,
+    "clip_frac_high": SHARE,
+    "adv_std": NONNEGATIVE,
+    "adv_abs_max": NONNEGATIVE,
+    "cov_entropy_corr": (-1.0, 1.0),
+}
 
 
 def update_runs(ctx) -> pd.DataFrame:
@@ -224,8 +266,14 @@ def update_runs(ctx) -> pd.DataFrame:
         enough = keep.sum() >= 5 and np.ptp(cov[keep]) > 0  # five steps, and a covariance that varies
         rho = float(stats.spearmanr(cov[keep], dh[keep]).statistic) if enough else NAN
         injected = any(run.settings.get(k) is not None for k in FAULT_STEPS)
-        rows.append({**keys, "fault_injected": "yes" if injected else "no",
-                     **{c: float(m[c].mean()) for c in UPDATE[:-1]}, "cov_entropy_corr": rho})  # fmt: skip
+        rows.append(
+            {
+                **keys,
+                "fault_injected": "yes" if injected else "no",
+                **{c: float(m[c].mean()) for c in UPDATE[:-1]},
+                "cov_entropy_corr": rho,
+            }
+        )
     return pd.DataFrame(rows, columns=CLAIM_TABLES["diagnostics_update_runs"])
 
 
@@ -263,20 +311,32 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     is_control = pk["experiment"] == negative_controls.EXPERIMENT  # their pass@k has claims of its own
     controls, pk = pk[is_control], pk[~is_control]
     return {
-        "diagnostics_pass_at_k_runs": pk, "diagnostics_pass_at_k": pass_at_k_summary(pk),
-        "diagnostics_entropy_law_runs": law, "diagnostics_entropy_law": entropy_law_summary(law),
-        "diagnostics_adv_scaling_runs": adv, "diagnostics_adv_scaling": adv_scaling_summary(adv),
-        "diagnostics_noise_scale": noise_scale_table(ctx), "diagnostics_noise_scale_steps": noise_scale_steps(ctx),
-        "diagnostics_update_runs": upd, "diagnostics_update": update_summary(upd),
+        "diagnostics_pass_at_k_runs": pk,
+        "diagnostics_pass_at_k": pass_at_k_summary(pk),
+        "diagnostics_entropy_law_runs": law,
+        "diagnostics_entropy_law": entropy_law_summary(law),
+        "diagnostics_adv_scaling_runs": adv,
+        "diagnostics_adv_scaling": adv_scaling_summary(adv),
+        "diagnostics_noise_scale": noise_scale_table(ctx),
+        "diagnostics_noise_scale_steps": noise_scale_steps(ctx),
+        "diagnostics_update_runs": upd,
+        "diagnostics_update": update_summary(upd),
         **mismatch.tables(ctx, kit.roles(ctx.cfg, mismatch.EXPERIMENT, ("control",))),  # the rollout/trainer mismatch
         **compute_curves.tables(((k["experiment"], k["setting"], run) for k, run in ok_runs(ctx)), ctx.cfg),
-        **negative_controls.tables(named(negative_controls.EXPERIMENT), controls,
-                                   kit.roles(ctx.cfg, negative_controls.EXPERIMENT, ("reference",))),
-        **policy_losses.tables(named(policy_losses.EXPERIMENT),
-                               kit.roles(ctx.cfg, policy_losses.EXPERIMENT, (policy_losses.BASELINE,))),
-        **token_selection.tables(ctx, named(token_selection.EXPERIMENT),
-                                 kit.roles(ctx.cfg, token_selection.EXPERIMENT, (token_selection.BASELINE,))),
-    }  # fmt: skip
+        **negative_controls.tables(
+            named(negative_controls.EXPERIMENT),
+            controls,
+            kit.roles(ctx.cfg, negative_controls.EXPERIMENT, ("reference",)),
+        ),
+        **policy_losses.tables(
+            named(policy_losses.EXPERIMENT), kit.roles(ctx.cfg, policy_losses.EXPERIMENT, (policy_losses.BASELINE,))
+        ),
+        **token_selection.tables(
+            ctx,
+            named(token_selection.EXPERIMENT),
+            kit.roles(ctx.cfg, token_selection.EXPERIMENT, (token_selection.BASELINE,)),
+        ),
+    }
 
 
 def figures(t) -> dict[str, plt.Figure]:
@@ -303,8 +363,11 @@ def figures(t) -> dict[str, plt.Figure]:
         ax.legend(fontsize=7)
     else:
         kit.placeholder(ax, "no runs to fit")
-    ax.set(xlabel="R² of R = −a·exp(H) + b", ylabel="first-half fit's error on the second half (RMSE, points)",
-           title="The entropy law per run (lower right: it holds)")  # fmt: skip
+    ax.set(
+        xlabel="R² of R = −a·exp(H) + b",
+        ylabel="first-half fit's error on the second half (RMSE, points)",
+        title="The entropy law per run (lower right: it holds)",
+    )
     out["diagnostics_entropy_law"] = fig
 
     adv = t["diagnostics_adv_scaling"]
@@ -313,9 +376,15 @@ def figures(t) -> dict[str, plt.Figure]:
     if len(adv):
         for i, (name, g) in enumerate(adv.groupby("setting", sort=False)):
             x = g["carries"].astype(int).to_numpy() + (i - (adv["setting"].nunique() - 1) / 2) * 0.18
-            ax.errorbar(x, g["gain_mean"] * 100,
-                        yerr=[(g["gain_mean"] - g["gain_lo"]) * 100, (g["gain_hi"] - g["gain_mean"]) * 100],
-                        fmt="o", color=COLORS[i % len(COLORS)], label=name, capsize=2)  # fmt: skip
+            ax.errorbar(
+                x,
+                g["gain_mean"] * 100,
+                yerr=[(g["gain_mean"] - g["gain_lo"]) * 100, (g["gain_hi"] - g["gain_mean"]) * 100],
+                fmt="o",
+                color=COLORS[i % len(COLORS)],
+                label=name,
+                capsize=2,
+            )
         ax.axhline(0, color="0.5", lw=0.8)
         ax.legend(fontsize=7)
     else:
@@ -334,18 +403,26 @@ def section(t) -> dict:
     rows = kit.verdicts(t, NAME)
     apart = (policy_losses.PART, token_selection.PART)  # shown in their own parts of the section
     return {
-        "pass_at_k": t["diagnostics_pass_at_k"], "pass_at_k_runs": t["diagnostics_pass_at_k_runs"],
-        "law": t["diagnostics_entropy_law"], "law_runs": t["diagnostics_entropy_law_runs"],
+        "pass_at_k": t["diagnostics_pass_at_k"],
+        "pass_at_k_runs": t["diagnostics_pass_at_k_runs"],
+        "law": t["diagnostics_entropy_law"],
+        "law_runs": t["diagnostics_entropy_law_runs"],
         "adv": t["diagnostics_adv_scaling"],
-        "noise": t["diagnostics_noise_scale"], "noise_steps": t["diagnostics_noise_scale_steps"],
+        "noise": t["diagnostics_noise_scale"],
+        "noise_steps": t["diagnostics_noise_scale_steps"],
         "updates": t["diagnostics_update"],
-        "verdicts": rows, "other_verdicts": [r for r in rows if r.get("part") not in apart],
-        "ks": KS, "law_r2": LAW_R2, "law_rmse": LAW_RMSE,
+        "verdicts": rows,
+        "other_verdicts": [r for r in rows if r.get("part") not in apart],
+        "ks": KS,
+        "law_r2": LAW_R2,
+        "law_rmse": LAW_RMSE,
         "reached_steps": REACHED_STEPS,
         "experiment": EXPERIMENT,
         "mismatch": mismatch.section(t),  # the rollout/trainer mismatch (sections/mismatch.html.j2)
-        **compute_curves.section(t), **negative_controls.section(t), **policy_losses.section(t),
+        **compute_curves.section(t),
+        **negative_controls.section(t),
+        **policy_losses.section(t),
         "losses_verdicts": kit.verdicts(t, NAME, policy_losses.PART),
         **token_selection.section(t),
         "tokens_verdicts": kit.verdicts(t, NAME, token_selection.PART),
-    }  # fmt: skip
+    }

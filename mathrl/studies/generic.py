@@ -96,9 +96,13 @@ def comparator(experiment: dict) -> str | None:
 
 def curves_table(ctx) -> pd.DataFrame:
     """Per experiment, setting, metric and step: mean, std and n across seeds (eval from step 0)."""
-    frames = [f.assign(experiment=exp, setting=setting(run.spec))
-              for exp in ctx.cfg["experiments"] for run in ctx.experiment(exp) if run.ok
-              for f in kit.metric_frames(run, METRICS)]  # fmt: skip
+    frames = [
+        f.assign(experiment=exp, setting=setting(run.spec))
+        for exp in ctx.cfg["experiments"]
+        for run in ctx.experiment(exp)
+        if run.ok
+        for f in kit.metric_frames(run, METRICS)
+    ]
     logged = [pd.concat(frames, ignore_index=True).dropna(subset=["value"])] if frames else []
     return kit.metric_curves(logged, ["experiment", "setting"], sort=False)
 
@@ -159,8 +163,17 @@ def figures(t) -> dict[str, plt.Figure]:
 def section(t) -> dict:
     """Per experiment of the config: its description, roles, summary rows, figure and verdicts."""
     s = t["generic_summary"]
-    return {"experiments": [{"name": e, "description": spec.get("description", ""),
-                             "summary": s[s["experiment"] == e] if "experiment" in s else s.iloc[0:0],
-                             "figure": f"generic_{e}", "roles": spec.get("roles") or {}, "over": comparator(spec),
-                             "claims": kit.verdicts(t, NAME, e)}
-                            for e, spec in t.cfg["experiments"].items()]}  # fmt: skip
+    return {
+        "experiments": [
+            {
+                "name": e,
+                "description": spec.get("description", ""),
+                "summary": s[s["experiment"] == e] if "experiment" in s else s.iloc[0:0],
+                "figure": f"generic_{e}",
+                "roles": spec.get("roles") or {},
+                "over": comparator(spec),
+                "claims": kit.verdicts(t, NAME, e),
+            }
+            for e, spec in t.cfg["experiments"].items()
+        ]
+    }

@@ -46,9 +46,11 @@ def roles(cfg: dict, experiment: str, required: tuple[str, ...]) -> dict[str, st
     declared = exp.get("roles") or {}
     missing = [r for r in required if r not in declared]
     if missing:
-        raise ConfigError(f"experiments.{experiment}.roles: missing role(s) {', '.join(missing)} "
-                          f"(the {experiment} study needs: {', '.join(required)}; give each the name of one of its "
-                          "variants)")  # fmt: skip
+        raise ConfigError(
+            f"experiments.{experiment}.roles: missing role(s) {', '.join(missing)} "
+            f"(the {experiment} study needs: {', '.join(required)}; give each the name of one of its "
+            "variants)"
+        )
     return dict(declared)
 
 
@@ -195,13 +197,18 @@ def metric_frames(run, metrics: list[str]) -> list[pd.DataFrame]:
     """A run's `metrics` as a long frame of `step`, `value` and `metric`, one metric after the other in the order
     given: eval_accuracy from its evaluations (step 0 on), the others from its steps; a metric the run did not log is
     left out. A list of that one frame, or an empty list where the run logged none of `metrics`."""
-    sources = [(run.evals if m == "eval_accuracy" else run.metrics, m)
-               for m in metrics if m == "eval_accuracy" or m in run.metrics]  # fmt: skip
+    sources = [
+        (run.evals if m == "eval_accuracy" else run.metrics, m)
+        for m in metrics
+        if m == "eval_accuracy" or m in run.metrics
+    ]
     if not sources:
         return []
-    columns = {"step": [src["step"].to_numpy() for src, _ in sources],
-               "value": [src[m].to_numpy() for src, m in sources],
-               "metric": [np.full(len(src), m, dtype=object) for src, m in sources]}  # fmt: skip
+    columns = {
+        "step": [src["step"].to_numpy() for src, _ in sources],
+        "value": [src[m].to_numpy() for src, m in sources],
+        "metric": [np.full(len(src), m, dtype=object) for src, m in sources],
+    }
     return [pd.DataFrame({name: np.concatenate(parts) for name, parts in columns.items()})]
 
 
@@ -252,8 +259,15 @@ def claim_frame(t, section: str, part: str | None = None) -> pd.DataFrame:
 
 def claim_view(df: pd.DataFrame) -> pd.DataFrame:
     """Rows of claims.csv under the verdict macros' names."""
-    return df.rename(columns={"claim_id": "key", "statement": "claim", "difference": "diff",
-                              "engaged": "engaged_passed", "checks": "engaged"})  # fmt: skip
+    return df.rename(
+        columns={
+            "claim_id": "key",
+            "statement": "claim",
+            "difference": "diff",
+            "engaged": "engaged_passed",
+            "checks": "engaged",
+        }
+    )
 
 
 def verdict_rows(df: pd.DataFrame) -> list[dict]:
@@ -361,10 +375,19 @@ def by_key(rows: list[dict]) -> dict[str, dict]:
 
 # ----------------------------------------------------------------------------- plot style
 STYLE = {
-    "figure.dpi": 100, "savefig.dpi": 100, "figure.figsize": (7.0, 4.0), "font.size": 9,
-    "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8, "axes.grid": True,
-    "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False, "lines.linewidth": 1.5,
-}  # fmt: skip
+    "figure.dpi": 100,
+    "savefig.dpi": 100,
+    "figure.figsize": (7.0, 4.0),
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.labelsize": 9,
+    "legend.fontsize": 8,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "lines.linewidth": 1.5,
+}
 COLORS = plt.get_cmap("tab10").colors
 PLAIN = ("white", "black", "0.2", "0.3", "0.4", "0.45", "0.5", "0.6", "0.8")  # the greys the figures draw with
 
@@ -429,11 +452,27 @@ BAND_NOTE = "mean and 95% t interval of the mean across seeds"  # what every ban
 SHARE = (0.0, 1.0)
 NONNEGATIVE = (0.0, None)
 BOUNDS = {
-    "eval_accuracy": SHARE, "accuracy": SHARE, "format_rate": SHARE, "frac_zero_std": SHARE, "pass_at_k": SHARE,
-    "skipped": SHARE, "p0": SHARE, "p1": SHARE, "p2": SHARE, "p3": SHARE, "clip_frac": SHARE, "cov_frac": SHARE,
-    "entropy": NONNEGATIVE, "kl": NONNEGATIVE, "grad_norm": NONNEGATIVE, "reward_std": NONNEGATIVE,
-    "value_rmse": NONNEGATIVE, "lr": NONNEGATIVE, "kl_coef": NONNEGATIVE, "entropy_coef": NONNEGATIVE,
-}  # fmt: skip
+    "eval_accuracy": SHARE,
+    "accuracy": SHARE,
+    "format_rate": SHARE,
+    "frac_zero_std": SHARE,
+    "pass_at_k": SHARE,
+    "skipped": SHARE,
+    "p0": SHARE,
+    "p1": SHARE,
+    "p2": SHARE,
+    "p3": SHARE,
+    "clip_frac": SHARE,
+    "cov_frac": SHARE,
+    "entropy": NONNEGATIVE,
+    "kl": NONNEGATIVE,
+    "grad_norm": NONNEGATIVE,
+    "reward_std": NONNEGATIVE,
+    "value_rmse": NONNEGATIVE,
+    "lr": NONNEGATIVE,
+    "kl_coef": NONNEGATIVE,
+    "entropy_coef": NONNEGATIVE,
+}
 
 
 def bounds(metric: str) -> tuple[float | None, float | None] | None:

@@ -102,8 +102,17 @@ def window(steps: int, size: int) -> int:
     return max(1, min(size, steps // 2))
 
 
-ENTROPY_COLUMNS = ["initial_entropy", "final_entropy", "reduction", "dominant_action", "dominant_prob", "global_share",
-                   "local_share", "initial_best_prob", "moving"]  # fmt: skip
+ENTROPY_COLUMNS = [
+    "initial_entropy",
+    "final_entropy",
+    "reduction",
+    "dominant_action",
+    "dominant_prob",
+    "global_share",
+    "local_share",
+    "initial_best_prob",
+    "moving",
+]
 
 
 def entropy_table(ctx) -> pd.DataFrame:
@@ -119,10 +128,18 @@ def entropy_table(ctx) -> pd.DataFrame:
             k, probs = window(len(g), BANDIT_WINDOW), g[["p0", "p1", "p2"]].to_numpy()
             start, end = g["entropy"].head(k).mean(), g["entropy"].tail(k).mean()
             top, label = int(np.argmax(probs[-1])), bandit.converged_to(*probs[-1], threshold=DOMINANT, best_arm=best)
-            row.update(initial_entropy=start, final_entropy=end, reduction=reduction(start, end),
-                       dominant_action=top, dominant_prob=probs[-1, top], initial_best_prob=probs[0, best],
-                       converged_to=label, global_share=float(label == "global"), local_share=float(label == "local"),
-                       moving=float(still_moving(probs)))  # fmt: skip
+            row.update(
+                initial_entropy=start,
+                final_entropy=end,
+                reduction=reduction(start, end),
+                dominant_action=top,
+                dominant_prob=probs[-1, top],
+                initial_best_prob=probs[0, best],
+                converged_to=label,
+                global_share=float(label == "global"),
+                local_share=float(label == "local"),
+                moving=float(still_moving(probs)),
+            )
         rows.append(row)
     out = _pooled(pd.DataFrame(rows), [c for c in ENTROPY_COLUMNS if c != "dominant_action"])
     for setting, g in _seeds(out).groupby("setting", sort=False):
@@ -142,9 +159,16 @@ def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
     for setting, g in _seeds(ent).groupby("setting", sort=False):
         counts = {x: int((g["converged_to"] == x).sum()) for x in ("global", "local", "none")}
         n = sum(counts.values())
-        rows.append({"setting": setting, "n": n, **counts, **kit.wilson_columns("local_rate", counts["local"], n),
-                     "moving": int((g["moving"] == 1).sum()) if "moving" in g else 0,
-                     "initial_best_prob": g["initial_best_prob"].mean()})  # fmt: skip
+        rows.append(
+            {
+                "setting": setting,
+                "n": n,
+                **counts,
+                **kit.wilson_columns("local_rate", counts["local"], n),
+                "moving": int((g["moving"] == 1).sum()) if "moving" in g else 0,
+                "initial_best_prob": g["initial_best_prob"].mean(),
+            }
+        )
     columns = "setting n global local none moving local_rate local_rate_lo local_rate_hi initial_best_prob"
     return pd.DataFrame(rows, columns=columns.split())
 
@@ -216,11 +240,15 @@ def hacking_table(ctx) -> pd.DataFrame:
             head, tail = g.head(window(len(g), BANDIT_WINDOW)), g.tail(window(len(g), BANDIT_WINDOW))
             rolling = g["true_reward"].rolling(BANDIT_WINDOW, min_periods=1).mean()
             curves[(setting, seed)] = pd.Series(rolling.to_numpy(), index=g["step"].to_numpy())
-            row.update(proxy_start=head["proxy_reward"].mean(), proxy_end=tail["proxy_reward"].mean(),
-                       true_start=head["true_reward"].mean(), true_peak=rolling.max(),
-                       true_peak_step=float(g["step"].iloc[int(np.argmax(rolling.to_numpy()))]),
-                       true_end=tail["true_reward"].mean(),
-                       hack_share_end=float(g[f"p{hack_arm}"].iloc[-1]))  # fmt: skip
+            row.update(
+                proxy_start=head["proxy_reward"].mean(),
+                proxy_end=tail["proxy_reward"].mean(),
+                true_start=head["true_reward"].mean(),
+                true_peak=rolling.max(),
+                true_peak_step=float(g["step"].iloc[int(np.argmax(rolling.to_numpy()))]),
+                true_end=tail["true_reward"].mean(),
+                hack_share_end=float(g[f"p{hack_arm}"].iloc[-1]),
+            )
         rows.append(row)
     for row in rows:
         row["true_at_others_peak"] = at_others_peak(curves, (row["setting"], row["seed"]))
@@ -242,15 +270,49 @@ def bandit_curves(ctx) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else empty
 
 
-GPT_VALUES = ["accuracy_start", "accuracy_end", "eval_start", "eval_end", "eval_gain", "entropy_start", "entropy_end",
-              "entropy_reduction", "equal_samples_step", "samples_at_equal", "entropy_equal_samples",
-              "eval_equal_samples", "eval_equal_samples_step", "frac_zero_std", "grad_norm", "reward_start",
-              "reward_end", "accuracy_gain", "kl_max", "ppo_kl", "clip_frac", "clip_frac_high", "clip_higher_freed",
-              "clip_tighter_cut", "samples", "draws_per_rollout", "cov_frac", "entropy_coef",
-              "temperature"]  # fmt: skip
+GPT_VALUES = [
+    "accuracy_start",
+    "accuracy_end",
+    "eval_start",
+    "eval_end",
+    "eval_gain",
+    "entropy_start",
+    "entropy_end",
+    "entropy_reduction",
+    "equal_samples_step",
+    "samples_at_equal",
+    "entropy_equal_samples",
+    "eval_equal_samples",
+    "eval_equal_samples_step",
+    "frac_zero_std",
+    "grad_norm",
+    "reward_start",
+    "reward_end",
+    "accuracy_gain",
+    "kl_max",
+    "ppo_kl",
+    "clip_frac",
+    "clip_frac_high",
+    "clip_higher_freed",
+    "clip_tighter_cut",
+    "samples",
+    "draws_per_rollout",
+    "cov_frac",
+    "entropy_coef",
+    "temperature",
+]
 # the GPT values that are a run's step means of the logged column of the same name (NaN where not logged)
-GPT_STEP_MEANS = ["frac_zero_std", "grad_norm", "clip_frac", "clip_frac_high", "clip_higher_freed", "clip_tighter_cut",
-                  "cov_frac", "ppo_kl", "entropy_coef"]  # fmt: skip
+GPT_STEP_MEANS = [
+    "frac_zero_std",
+    "grad_norm",
+    "clip_frac",
+    "clip_frac_high",
+    "clip_higher_freed",
+    "clip_tighter_cut",
+    "cov_frac",
+    "ppo_kl",
+    "entropy_coef",
+]
 
 
 def equal_samples_step(steps, samples, budget: float) -> int:
@@ -275,19 +337,32 @@ def gpt_values(run) -> dict:
     at_row = m[m["step"] == at]
     eval_eq, eval_eq_step = last_eval_by(evals, at)
     at_equal = lambda col: float(at_row[col].iloc[0]) if len(at_row) else math.nan  # noqa: E731
-    row = dict(accuracy_start=head["accuracy"].mean(), accuracy_end=tail["accuracy"].mean(),
-               reward_start=head["reward_mean"].mean(), reward_end=tail["reward_mean"].mean(),
-               eval_start=evals["eval_accuracy"].iloc[0], eval_end=evals["eval_accuracy"].iloc[-1],
-               entropy_start=float(m["entropy"].iloc[0]), entropy_end=float(m["entropy"].iloc[-1]),
-               equal_samples_step=float(at), samples_at_equal=at_equal("samples"),
-               entropy_equal_samples=at_equal("entropy"), eval_equal_samples=eval_eq,
-               eval_equal_samples_step=float(eval_eq_step), kl_max=m["kl"].max(), samples=float(m["samples"].iloc[-1]),
-               draws_per_rollout=float(m["samples"].iloc[-1]) / (len(m) * st["batch_size"]),
-               temperature=float(st.get("temperature", math.nan)),
-               **{c: kit.step_mean(m, c) for c in GPT_STEP_MEANS})  # fmt: skip
-    return {**row, "entropy_reduction": reduction(row["entropy_start"], row["entropy_end"]),
-            "eval_gain": row["eval_end"] - row["eval_start"],
-            "accuracy_gain": row["accuracy_end"] - row["accuracy_start"]}  # fmt: skip
+    row = dict(
+        accuracy_start=head["accuracy"].mean(),
+        accuracy_end=tail["accuracy"].mean(),
+        reward_start=head["reward_mean"].mean(),
+        reward_end=tail["reward_mean"].mean(),
+        eval_start=evals["eval_accuracy"].iloc[0],
+        eval_end=evals["eval_accuracy"].iloc[-1],
+        entropy_start=float(m["entropy"].iloc[0]),
+        entropy_end=float(m["entropy"].iloc[-1]),
+        equal_samples_step=float(at),
+        samples_at_equal=at_equal("samples"),
+        entropy_equal_samples=at_equal("entropy"),
+        eval_equal_samples=eval_eq,
+        eval_equal_samples_step=float(eval_eq_step),
+        kl_max=m["kl"].max(),
+        samples=float(m["samples"].iloc[-1]),
+        draws_per_rollout=float(m["samples"].iloc[-1]) / (len(m) * st["batch_size"]),
+        temperature=float(st.get("temperature", math.nan)),
+        **{c: kit.step_mean(m, c) for c in GPT_STEP_MEANS},
+    )
+    return {
+        **row,
+        "entropy_reduction": reduction(row["entropy_start"], row["entropy_end"]),
+        "eval_gain": row["eval_end"] - row["eval_start"],
+        "accuracy_gain": row["accuracy_end"] - row["accuracy_start"],
+    }
 
 
 def gpt_runs(ctx) -> pd.DataFrame:
@@ -320,8 +395,17 @@ def differences(settings: dict, against: dict) -> list[tuple[str, object, object
 
 
 # roles set beside aggressive
-COMPARED_TO_FAILURE = ("kl_clip", "kl_epochs", "kl_batch", "clip_higher", "remedy", "entropy_bonus",
-                       "temperature", "clip_cov", "kl_cov")  # fmt: skip
+COMPARED_TO_FAILURE = (
+    "kl_clip",
+    "kl_epochs",
+    "kl_batch",
+    "clip_higher",
+    "remedy",
+    "entropy_bonus",
+    "temperature",
+    "clip_cov",
+    "kl_cov",
+)
 
 
 def _shown(value) -> str:
@@ -400,10 +484,17 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     role = kit.roles(ctx.cfg, EXPERIMENT, ROLES) if len(runs) else {}
     named = kit.role_of(role, (*ROLES, *KL_ROLES, *OTHER_ROLES, *COV_REMEDIES, *TABLE_REMEDIES))
     gpt.insert(1, "role", gpt["variant"].map(named).fillna("") if len(gpt) else [])
-    return {"lab04_gpt_differences": differences_table(ctx, role), "lab04_entropy": ent,
-            "lab04_local_optima": local_optima_table(ent), "lab04_vanishing": van, "lab04_vanishing_points": points,
-            "lab04_hacking": hack, "lab04_bandit_curves": bandit_curves(ctx), "lab04_gpt_runs": runs,
-            "lab04_gpt": gpt}  # fmt: skip
+    return {
+        "lab04_gpt_differences": differences_table(ctx, role),
+        "lab04_entropy": ent,
+        "lab04_local_optima": local_optima_table(ent),
+        "lab04_vanishing": van,
+        "lab04_vanishing_points": points,
+        "lab04_hacking": hack,
+        "lab04_bandit_curves": bandit_curves(ctx),
+        "lab04_gpt_runs": runs,
+        "lab04_gpt": gpt,
+    }
 
 
 # ---- figures: from the tables alone ----------------------------------------------------
@@ -618,16 +709,28 @@ def section(t) -> dict:
     kept = n.get("final_entropy", math.nan) - a.get("final_entropy", math.nan)  # by the normal setting over aggressive
     bandit_ends = ("proxy_start", "proxy_end", "true_start", "true_end")
     gpt_ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
-    return {"parts": {part: {"rows": grouped.get(part, []), "summary": part_summary(grouped.get(part, []))}
-                      for part in PARTS},
-            "verdict_list": rows, "severity_definition": SEVERITY_DEFINITION,
-            "bandit_window": BANDIT_WINDOW, "gpt_window": GPT_WINDOW, "dominant": DOMINANT,
-            "settled_span": SETTLED_SPAN, "settled_move": SETTLED_MOVE,
-            "aggressive": a, "normal": n, "vanishing": kit.row_of(t["lab04_vanishing"], seed="all"), "hacking": hack,
-            "aggressive_seeds": _seeds(ent)[lambda d: d["setting"] == "aggressive"] if len(ent)
-                                else pd.DataFrame(columns=["converged_to"]),
-            "normal_keeps_more": bool(kept > 0) if kit.known(kept) else None,
-            "bandit_hacked": hacked(*(hack.get(k, math.nan) for k in bandit_ends)),
-            "gpt_hacked": hacked(*(gpt["proxy"].get(k, math.nan) for k in gpt_ends)),
-            "gpt": gpt, "cov_remedies": COV_REMEDIES,
-            "tables": {"entropy_pooled": _seeds(ent, pooled=True), **{k: t[f"lab04_{k}"] for k in SHOWN}}}  # fmt: skip
+    return {
+        "parts": {
+            part: {"rows": grouped.get(part, []), "summary": part_summary(grouped.get(part, []))} for part in PARTS
+        },
+        "verdict_list": rows,
+        "severity_definition": SEVERITY_DEFINITION,
+        "bandit_window": BANDIT_WINDOW,
+        "gpt_window": GPT_WINDOW,
+        "dominant": DOMINANT,
+        "settled_span": SETTLED_SPAN,
+        "settled_move": SETTLED_MOVE,
+        "aggressive": a,
+        "normal": n,
+        "vanishing": kit.row_of(t["lab04_vanishing"], seed="all"),
+        "hacking": hack,
+        "aggressive_seeds": _seeds(ent)[lambda d: d["setting"] == "aggressive"]
+        if len(ent)
+        else pd.DataFrame(columns=["converged_to"]),
+        "normal_keeps_more": bool(kept > 0) if kit.known(kept) else None,
+        "bandit_hacked": hacked(*(hack.get(k, math.nan) for k in bandit_ends)),
+        "gpt_hacked": hacked(*(gpt["proxy"].get(k, math.nan) for k in gpt_ends)),
+        "gpt": gpt,
+        "cov_remedies": COV_REMEDIES,
+        "tables": {"entropy_pooled": _seeds(ent, pooled=True), **{k: t[f"lab04_{k}"] for k in SHOWN}},
+    }

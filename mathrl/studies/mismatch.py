@@ -20,8 +20,21 @@ from mathrl.verdict import difference
 
 EXPERIMENT = "rollout_mismatch"
 # per-run summaries of the metrics.csv columns: the step mean, and for the largest gap the maximum over steps
-RUN_VALUES = ["logp_diff_mean", "logp_diff_max", "kl_k3", "chi2", "ess", "ess_min", "logp_corr", "corrected_frac",
-              "sample_seconds", "update_seconds", "initial", "final", "gain"]  # fmt: skip
+RUN_VALUES = [
+    "logp_diff_mean",
+    "logp_diff_max",
+    "kl_k3",
+    "chi2",
+    "ess",
+    "ess_min",
+    "logp_corr",
+    "corrected_frac",
+    "sample_seconds",
+    "update_seconds",
+    "initial",
+    "final",
+    "gain",
+]
 STEP_VALUES = ["mismatch_logp_diff_mean", "mismatch_logp_diff_max", "mismatch_kl_k3"]
 # a run samples exactly as it trains (no source of mismatch) under these settings
 NO_SOURCE = {
@@ -92,8 +105,14 @@ def control_at_scale(ctx) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     per_run = pd.DataFrame([run_row(r) for r in runs])
     maxes, means = per_run["logp_diff_max"], per_run["logp_diff_mean"]
-    row = {"runs": len(runs), "tokens_max": maxes.max(), "run_max_median": maxes.median(),
-           "mean_gap_mean": means.mean(), "mean_gap_max": means.max(), "ess_min": per_run["ess_min"].min()}  # fmt: skip
+    row = {
+        "runs": len(runs),
+        "tokens_max": maxes.max(),
+        "run_max_median": maxes.median(),
+        "mean_gap_mean": means.mean(),
+        "mean_gap_max": means.max(),
+        "ess_min": per_run["ess_min"].min(),
+    }
     return pd.DataFrame([row], columns=cols)
 
 
@@ -119,10 +138,13 @@ def tables(ctx, roles: dict) -> dict[str, pd.DataFrame]:
     runs = pd.DataFrame([run_row(run) for run in complete], columns=CLAIM_TABLES["diagnostics_mismatch_runs"])
     # per setting: the mean over seeds of each run summary, with its 95% t interval
     summary = add_intervals(mean_spread(runs, ["setting"], RUN_VALUES), RUN_VALUES)
-    return {"diagnostics_mismatch_runs": runs, "diagnostics_mismatch": summary,
-            "diagnostics_mismatch_accuracy": accuracy_differences(runs, roles),
-            "diagnostics_mismatch_steps": mismatch_steps(complete),
-            "diagnostics_mismatch_control": control_at_scale(ctx)}  # fmt: skip
+    return {
+        "diagnostics_mismatch_runs": runs,
+        "diagnostics_mismatch": summary,
+        "diagnostics_mismatch_accuracy": accuracy_differences(runs, roles),
+        "diagnostics_mismatch_steps": mismatch_steps(complete),
+        "diagnostics_mismatch_control": control_at_scale(ctx),
+    }
 
 
 def figures(t) -> dict[str, plt.Figure]:
@@ -145,6 +167,10 @@ def figures(t) -> dict[str, plt.Figure]:
 
 
 def section(t) -> dict:
-    return {"summary": t["diagnostics_mismatch"], "accuracy": t["diagnostics_mismatch_accuracy"],
-            "runs": t["diagnostics_mismatch_runs"], "control": t["diagnostics_mismatch_control"],
-            "experiment": EXPERIMENT}  # fmt: skip
+    return {
+        "summary": t["diagnostics_mismatch"],
+        "accuracy": t["diagnostics_mismatch_accuracy"],
+        "runs": t["diagnostics_mismatch_runs"],
+        "control": t["diagnostics_mismatch_control"],
+        "experiment": EXPERIMENT,
+    }

@@ -37,22 +37,36 @@ def control_run(run) -> dict:
     m = run.metrics
     s0 = run.summary.get("initial", {}).get("eval_sampled_accuracy", NAN)
     s1 = logged(run, "eval_sampled_accuracy")
-    return {**held_out(run), "initial_sampled": s0, "final_sampled": s1, "sampled_change": s1 - s0,
-            **{c: float(m[c].mean()) for c in MEANS}, "entropy_start": float(m["entropy"].iloc[0]),
-            "entropy_end": float(m["entropy"].iloc[-1]), "kl_end": float(m["kl"].iloc[-1])}  # fmt: skip
+    return {
+        **held_out(run),
+        "initial_sampled": s0,
+        "final_sampled": s1,
+        "sampled_change": s1 - s0,
+        **{c: float(m[c].mean()) for c in MEANS},
+        "entropy_start": float(m["entropy"].iloc[0]),
+        "entropy_end": float(m["entropy"].iloc[-1]),
+        "kl_end": float(m["kl"].iloc[-1]),
+    }
 
 
 def control_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
     """Per variant: the greedy and sampled held-out change from the start (95% t interval over seeds), the final
     greedy accuracy minus the reference's (paired by seed; empty for the reference), and the engagement columns'
     means."""
-    rows = [{"setting": name, "role": g["role"].iloc[0], "n": int(g["change"].notna().sum()),
-             "initial_mean": float(g["initial"].mean()), "final_mean": float(g["final"].mean()),
-             **estimate_columns("change", mean_interval(g["change"])),
-             **estimate_columns("sampled_change", mean_interval(g["sampled_change"])),
-             **estimate_columns("vs_reference", versus(g, ref, "final"), n=True),
-             **{f"{c}_mean": float(g[c].mean()) for c in ENGAGED}}
-            for name, g, ref in arms(runs, roles.get("reference"))]  # fmt: skip
+    rows = [
+        {
+            "setting": name,
+            "role": g["role"].iloc[0],
+            "n": int(g["change"].notna().sum()),
+            "initial_mean": float(g["initial"].mean()),
+            "final_mean": float(g["final"].mean()),
+            **estimate_columns("change", mean_interval(g["change"])),
+            **estimate_columns("sampled_change", mean_interval(g["sampled_change"])),
+            **estimate_columns("vs_reference", versus(g, ref, "final"), n=True),
+            **{f"{c}_mean": float(g[c].mean()) for c in ENGAGED},
+        }
+        for name, g, ref in arms(runs, roles.get("reference"))
+    ]
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
@@ -64,10 +78,17 @@ def control_pass_at_k(pk: pd.DataFrame, roles: dict) -> pd.DataFrame:
     for (name, k), g in pk[pk["k"].isin([1, pk["k"].max()])].groupby(["setting", "k"], sort=False):
         before, after = per_seed(g, "pass_at_k", phase="initial"), per_seed(g, "pass_at_k", phase="final")
         est = difference(after, before)
-        rows.append({"setting": name, "role": names.get(name, ""), "k": int(k), "n": est.n,
-                     "initial_mean": float(pd.Series(before).mean()) if before else NAN,
-                     "final_mean": float(pd.Series(after).mean()) if after else NAN,
-                     **estimate_columns("change", est)})  # fmt: skip
+        rows.append(
+            {
+                "setting": name,
+                "role": names.get(name, ""),
+                "k": int(k),
+                "n": est.n,
+                "initial_mean": float(pd.Series(before).mean()) if before else NAN,
+                "final_mean": float(pd.Series(after).mean()) if after else NAN,
+                **estimate_columns("change", est),
+            }
+        )
     # a stable sort by k keeps the settings in the config's order within each k
     return pd.DataFrame(rows, columns=cols).sort_values("k", kind="stable").reset_index(drop=True)
 

@@ -28,8 +28,13 @@ BASELINE = "baseline"  # the role of the clipped surrogate the others are compar
 CLIPS = ["clip_frac", "clip_frac_low", "clip_frac_high", "seq_clip_frac", "is_clip_frac", "dual_clip_frac"]
 VALUES = [*"entropy_start entropy_end entropy_reduction initial final change".split(), *CLIPS, "ppo_kl", "samples"]
 COMPARED = ["entropy_end", "final", "clip_frac"]  # differences from the baseline, paired by seed
-LIMITS = {"entropy_start": NONNEGATIVE, "entropy_end": NONNEGATIVE, "initial": SHARE, "final": SHARE,
-          **dict.fromkeys(CLIPS, SHARE)}  # fmt: skip
+LIMITS = {
+    "entropy_start": NONNEGATIVE,
+    "entropy_end": NONNEGATIVE,
+    "initial": SHARE,
+    "final": SHARE,
+    **dict.fromkeys(CLIPS, SHARE),
+}
 
 
 def loss_run(run) -> dict:
@@ -38,10 +43,15 @@ def loss_run(run) -> dict:
     the clip diagnostics and ppo_kl, and the rollouts sampled."""
     m = run.metrics.sort_values("step")
     h0, h1 = float(m["entropy"].iloc[0]), float(m["entropy"].iloc[-1])
-    return {"policy_loss": run.settings.get("policy_loss", "vanilla"), "entropy_start": h0, "entropy_end": h1,
-            "entropy_reduction": 1.0 - h1 / h0 if h0 > 0 else NAN, **kit.held_out(run),
-            **{c: kit.step_mean(m, c) for c in [*CLIPS, "ppo_kl"]},
-            "samples": float(m["samples"].iloc[-1])}  # fmt: skip
+    return {
+        "policy_loss": run.settings.get("policy_loss", "vanilla"),
+        "entropy_start": h0,
+        "entropy_end": h1,
+        "entropy_reduction": 1.0 - h1 / h0 if h0 > 0 else NAN,
+        **kit.held_out(run),
+        **{c: kit.step_mean(m, c) for c in [*CLIPS, "ppo_kl"]},
+        "samples": float(m["samples"].iloc[-1]),
+    }
 
 
 def loss_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
@@ -49,8 +59,12 @@ def loss_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
     final entropy, final accuracy and clip_frac minus the baseline's, paired by seed (empty for the baseline)."""
     rows = []
     for name, g, base in kit.arms(runs, roles.get(BASELINE)):
-        row = {"setting": name, "role": g["role"].iloc[0], "policy_loss": g["policy_loss"].iloc[0],
-               "n": int(g["entropy_end"].notna().sum())}  # fmt: skip
+        row = {
+            "setting": name,
+            "role": g["role"].iloc[0],
+            "policy_loss": g["policy_loss"].iloc[0],
+            "n": int(g["entropy_end"].notna().sum()),
+        }
         for v in VALUES:
             row.update(kit.estimate_columns(v, mean_interval(g[v]), LIMITS.get(v, (None, None))))
         for v in COMPARED:

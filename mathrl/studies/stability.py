@@ -34,8 +34,12 @@ FVD_ROLES = ("A", "B", "C")  # the document's methods: A fixed at the large batc
 FVD_CONTROL = "equal_batch"  # fixed hyperparameters at B's and C's batch: separates the schedule from the batch size
 FRACTIONS = (0.2, 0.4, 0.6, 0.8, 1.0)
 BIG_SWING, SMALL_SWING = 0.10, 0.03  # the document's ">10%" and "<3%", as accuracy points
-SERIES = {"batch": ["eval_accuracy", "entropy"], "fixed_vs_dynamic": ["eval_accuracy", "lr", "kl_coef"],
-          "clipping": ["eval_accuracy"], "value_clip": ["value_rmse", "eval_accuracy"]}  # fmt: skip
+SERIES = {
+    "batch": ["eval_accuracy", "entropy"],
+    "fixed_vs_dynamic": ["eval_accuracy", "lr", "kl_coef"],
+    "clipping": ["eval_accuracy"],
+    "value_clip": ["value_rmse", "eval_accuracy"],
+}
 
 
 # ---- per-run statistics (pure) ------------------------------------------------------------
@@ -66,9 +70,21 @@ def change_shares(values: pd.Series) -> tuple[float, float]:
     return (float((d > BIG_SWING).mean()), float((d < SMALL_SWING).mean())) if len(d) else (NAN, NAN)
 
 
-MEASURES = ("initial_eval", "final_eval", "best_eval", "roughness", "drawdown", "largest_drop", "largest_relative_drop",
-            "share_above_10",
-            "share_below_3", "collapsed", "final_reward", "wall_seconds", "alerts")  # fmt: skip
+MEASURES = (
+    "initial_eval",
+    "final_eval",
+    "best_eval",
+    "roughness",
+    "drawdown",
+    "largest_drop",
+    "largest_relative_drop",
+    "share_above_10",
+    "share_below_3",
+    "collapsed",
+    "final_reward",
+    "wall_seconds",
+    "alerts",
+)
 
 
 def measures(run) -> dict:
@@ -156,14 +172,19 @@ def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
     pts = pd.DataFrame([{"batch_size": r.settings["batch_size"], **p} for r in runs for p in curve_points(r)])
     curve = kit.summarise(pts, ["batch_size", "point", "step"], ["eval_accuracy", "entropy", "reward"])
     curve.insert(3, "eval_step", pts.groupby(["batch_size", "point", "step"], sort=False)["eval_step"].max().values)
-    document_columns(curve, ["doc_accuracy", "doc_entropy", "doc_reward"],
-                     [DOC["curve"][b][p - 1] if b in DOC["curve"] else None
-                      for b, p in zip(curve["batch_size"], curve["point"])])  # fmt: skip
+    document_columns(
+        curve,
+        ["doc_accuracy", "doc_entropy", "doc_reward"],
+        [DOC["curve"][b][p - 1] if b in DOC["curve"] else None for b, p in zip(curve["batch_size"], curve["point"])],
+    )
     ends = rows[rows["batch_size"].isin([rows["batch_size"].min(), rows["batch_size"].max()])]
     case = kit.summarise(ends, ["batch_size"], ["final_reward", "final_eval", "wall_seconds", "alerts"])
     case["collapses"] = kit.group_sums(ends, "batch_size", "collapsed")
-    document_columns(case, ["doc_final_reward", "doc_reward_std", "doc_collapses", "doc_time"],
-                     [DOC["case"].get(b) for b in case["batch_size"]])  # fmt: skip
+    document_columns(
+        case,
+        ["doc_final_reward", "doc_reward_std", "doc_collapses", "doc_time"],
+        [DOC["case"].get(b) for b in case["batch_size"]],
+    )
     return {
         "stability_batch_curve": curve,
         "stability_batch": batch,
@@ -257,8 +278,11 @@ def fixed_vs_dynamic_tables(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
     # the document's "reproducibility": spread of the final result across seeds
     out["reproducibility_std"] = out["final_eval_std"]
     out["rank"] = out["final_eval_mean"].rank(ascending=False)
-    document_columns(out, ["doc_final_accuracy", "doc_stability", "doc_reproducibility", "doc_rank"],
-                     [DOC["methods"].get(m) for m in out["method"]])  # fmt: skip
+    document_columns(
+        out,
+        ["doc_final_accuracy", "doc_stability", "doc_reproducibility", "doc_rank"],
+        [DOC["methods"].get(m) for m in out["method"]],
+    )
     return out, rows
 
 
@@ -300,10 +324,18 @@ def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
         status = {"task": task, "status": "complete" if probe else "missing"}
         found = {v["batch_size"]: v["variance"] for v in probe["variance"]} if probe else {}
         sizes = sorted(found or g["batch_sizes"])
-        var_rows += [{**status, "batch_size": n, "variance": found.get(n, NAN),
-                      "ratio_to_largest": found.get(n, NAN) / found[sizes[-1]] if found.get(sizes[-1]) else NAN,
-                      "theory_ratio": sizes[-1] / n, "doc_variance": DOC["variance"].get(n, NAN),
-                      "doc_ratio": DOC["variance"].get(n, NAN) / DOC["variance"][512]} for n in sizes]  # fmt: skip
+        var_rows += [
+            {
+                **status,
+                "batch_size": n,
+                "variance": found.get(n, NAN),
+                "ratio_to_largest": found.get(n, NAN) / found[sizes[-1]] if found.get(sizes[-1]) else NAN,
+                "theory_ratio": sizes[-1] / n,
+                "doc_variance": DOC["variance"].get(n, NAN),
+                "doc_ratio": DOC["variance"].get(n, NAN) / DOC["variance"][512],
+            }
+            for n in sizes
+        ]
         acc = probe["accumulation"] if probe else dict(zip(["batch_size", "micro_batch_size"], g["accumulation"]))
         acc_rows.append({**status, **{k: acc.get(k, NAN) for k in ACCUMULATION}})
     return {"stability_gradvar": pd.DataFrame(var_rows), "stability_accumulation": pd.DataFrame(acc_rows)}
@@ -327,16 +359,22 @@ def detectors(run) -> dict[str, list[int]]:
     """Alert steps per detector on one run: the document's fixed reward swing, the noise-scaled one,
     and the run's own KL and entropy thresholds."""
     st = run.settings
-    return {"fixed_swing": replay(run, reward_swing=FIXED_SWING, window=st["monitor_window"]),
-            "scaled_swing": replay(run, window=st["monitor_window"], swing_sigmas=SWING_SIGMAS,
-                                   batch_size=st["batch_size"]),
-            "high_kl": replay(run, kl_max=st["monitor_kl_max"]),
-            "low_entropy": replay(run, entropy_min=st["monitor_entropy_min"])}  # fmt: skip
+    return {
+        "fixed_swing": replay(run, reward_swing=FIXED_SWING, window=st["monitor_window"]),
+        "scaled_swing": replay(
+            run, window=st["monitor_window"], swing_sigmas=SWING_SIGMAS, batch_size=st["batch_size"]
+        ),
+        "high_kl": replay(run, kl_max=st["monitor_kl_max"]),
+        "low_entropy": replay(run, entropy_min=st["monitor_entropy_min"]),
+    }
 
 
-DETECTORS = {"fixed_swing": f"reward_swing, fixed {FIXED_SWING:g}",
-             "scaled_swing": f"reward_swing, {SWING_SIGMAS:g} standard errors of the batch mean",
-             "high_kl": "high_kl", "low_entropy": "low_entropy"}  # fmt: skip
+DETECTORS = {
+    "fixed_swing": f"reward_swing, fixed {FIXED_SWING:g}",
+    "scaled_swing": f"reward_swing, {SWING_SIGMAS:g} standard errors of the batch mean",
+    "high_kl": "high_kl",
+    "low_entropy": "low_entropy",
+}
 
 
 def followed_by_drop(step, drops: list) -> float:
@@ -383,10 +421,19 @@ def alert_tables(runs: list) -> dict[str, pd.DataFrame]:
             hit, n = precision_recall(scored, drops, HORIZON)[:2]  # precision: the watched alerts; recall: every one
             counts.append((name, hit, n, *precision_recall(alerts, drops, HORIZON)[2:]))
     per = pd.DataFrame(counts, columns=["detector", "hit", "alerts", "caught", "drops"])
-    rows = [{"detector": DETECTORS[c.Index], "alerts": c.alerts, "followed_by_drop": c.hit,
-             **kit.wilson_columns("precision", c.hit, c.alerts), "drops": c.drops, "announced": c.caught,
-             **kit.wilson_columns("recall", c.caught, c.drops), "base_rate": sum(base) / len(base) if base else NAN}
-            for c in per.groupby("detector", sort=False).sum().itertuples()]  # fmt: skip
+    rows = [
+        {
+            "detector": DETECTORS[c.Index],
+            "alerts": c.alerts,
+            "followed_by_drop": c.hit,
+            **kit.wilson_columns("precision", c.hit, c.alerts),
+            "drops": c.drops,
+            "announced": c.caught,
+            **kit.wilson_columns("recall", c.caught, c.drops),
+            "base_rate": sum(base) / len(base) if base else NAN,
+        }
+        for c in per.groupby("detector", sort=False).sum().itertuples()
+    ]
     columns = "detector alerts followed_by_drop precision precision_lo precision_hi drops announced recall recall_lo"
     events = pd.DataFrame(events, columns=["detector", "source", "run_id", "step", "followed_by_drop"])
     return {
@@ -405,10 +452,17 @@ def alerts_table(ctx) -> pd.DataFrame:
         for kind in ALERT_KINDS:
             steps = [[a["step"] for a in r.summary["alerts"] if a["kind"] == kind] for r in ok]
             firsts = [min(s) for s in steps if s]
-            rows.append({"experiment": exp, "kind": kind, "runs": len(ok), "expected": len(runs),
-                         "runs_with_alert": len(firsts),
-                         "first_step_median": float(pd.Series(firsts).median()) if firsts else NAN,
-                         "alerts": sum(map(len, steps))})  # fmt: skip
+            rows.append(
+                {
+                    "experiment": exp,
+                    "kind": kind,
+                    "runs": len(ok),
+                    "expected": len(runs),
+                    "runs_with_alert": len(firsts),
+                    "first_step_median": float(pd.Series(firsts).median()) if firsts else NAN,
+                    "alerts": sum(map(len, steps)),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -446,15 +500,25 @@ def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
         after = r.evals[r.evals["step"] >= (spike or 0)]["eval_accuracy"] if r.ok else []
         norm = kit.cell(r.metrics, "grad_norm", step=spike) if r.ok and spike is not None else NAN  # at the spike
         bound = clipped_share(r.metrics["grad_norm"], st["grad_clip"]) if r.ok else NAN
-        rows.append({"variant": r.spec.variant or "", "optimizer": optimizer, "max_norm": max_norm,
-                     "spike": "yes" if spike is not None else "no",
-                     "cell": f"{optimizer}, clip {max_norm}, {'spike' if spike is not None else 'no spike'}",
-                     "seed": r.spec.seed, "warmup": kit.warmup(r), "collapsed": m["collapsed"],
-                     "initial_eval": m["initial_eval"], "final_eval": m["final_eval"],
-                     "eval_gain": m["final_eval"] - m["initial_eval"],
-                     "drop_after_spike": float(m["initial_eval"] - after.min()) if len(after) else NAN,
-                     "spike_ratio": spike_ratio(r.metrics["grad_norm"], r.metrics["step"], spike) if r.ok else NAN,
-                     "spike_norm": norm, "clip_bound": bound})  # fmt: skip
+        rows.append(
+            {
+                "variant": r.spec.variant or "",
+                "optimizer": optimizer,
+                "max_norm": max_norm,
+                "spike": "yes" if spike is not None else "no",
+                "cell": f"{optimizer}, clip {max_norm}, {'spike' if spike is not None else 'no spike'}",
+                "seed": r.spec.seed,
+                "warmup": kit.warmup(r),
+                "collapsed": m["collapsed"],
+                "initial_eval": m["initial_eval"],
+                "final_eval": m["final_eval"],
+                "eval_gain": m["final_eval"] - m["initial_eval"],
+                "drop_after_spike": float(m["initial_eval"] - after.min()) if len(after) else NAN,
+                "spike_ratio": spike_ratio(r.metrics["grad_norm"], r.metrics["step"], spike) if r.ok else NAN,
+                "spike_norm": norm,
+                "clip_bound": bound,
+            }
+        )
     rows = pd.DataFrame(rows)
     values = ["collapsed", "drop_after_spike", "final_eval", "spike_ratio"]
     out = kit.summarise(rows, ["cell", "optimizer", "max_norm", "spike"], values)
@@ -479,15 +543,26 @@ def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     predictions the clip cut on its busiest step; per cell their means and spreads."""
     if not runs:
         return pd.DataFrame(), pd.DataFrame()
-    rows = pd.DataFrame([{"value_clip": label(r.settings["value_clip"]), "value_coef": float(r.settings["value_coef"]),
-                          "seed": r.spec.seed, "warmup": kit.warmup(r), "setting": kit.setting(r.spec),
-                          "final_rmse": logged(r, "value_rmse"), "mean_rmse": logged(r, "value_rmse", "mean"),
-                          "final_explained_variance": logged(r, "explained_variance"),
-                          "ev_by_20": critic_ev(r.metrics) if r.ok else NAN,
-                          "ev_min": logged(r, "explained_variance", "min"),
-                          "value_delta_max": logged(r, "value_delta", "max"),
-                          "clip_share_max": logged(r, "value_clip_frac", "max"),
-                          "final_eval": final_eval(r) if r.ok else NAN} for r in runs])  # fmt: skip
+    rows = pd.DataFrame(
+        [
+            {
+                "value_clip": label(r.settings["value_clip"]),
+                "value_coef": float(r.settings["value_coef"]),
+                "seed": r.spec.seed,
+                "warmup": kit.warmup(r),
+                "setting": kit.setting(r.spec),
+                "final_rmse": logged(r, "value_rmse"),
+                "mean_rmse": logged(r, "value_rmse", "mean"),
+                "final_explained_variance": logged(r, "explained_variance"),
+                "ev_by_20": critic_ev(r.metrics) if r.ok else NAN,
+                "ev_min": logged(r, "explained_variance", "min"),
+                "value_delta_max": logged(r, "value_delta", "max"),
+                "clip_share_max": logged(r, "value_clip_frac", "max"),
+                "final_eval": final_eval(r) if r.ok else NAN,
+            }
+            for r in runs
+        ]
+    )
     values = [c for c in rows.columns if c not in ("value_clip", "value_coef", "seed", "warmup", "setting")]
     out = kit.summarise(rows, ["value_clip", "value_coef"], values)
     doc_rmse = {(clip, coef): rmse for clip, coef, rmse in DOC["value_rmse"]}
@@ -504,14 +579,19 @@ def run_signals(run) -> dict:
     ev, ent = run.evals, m["entropy"].dropna()
     d = ev["eval_accuracy"].diff()
     i = d.idxmin() if d.notna().any() else None
-    return {"zero_std": m["frac_zero_std"].mean(), "drop": largest_drop(ev["eval_accuracy"]),
-            "drop_at": (ev["step"][i - 1], ev["step"][i], ev["eval_accuracy"][i - 1],
-                        ev["eval_accuracy"][i]) if i is not None else None,
-            "ent_ratio": kit.end_over_start(ent),
-            "ent": (ent.iloc[0], ent.iloc[-1]) if len(ent) else None,
-            "kl": m["kl"].max(), "kl_at": m.loc[m["kl"].idxmax(), "step"] if m["kl"].notna().any() else NAN,
-            "kl_max": run.settings.get("monitor_kl_max") or np.inf,
-            "skipped": int(m["skipped"].fillna(0).sum()) + (run.status == "stopped_nonfinite")}  # fmt: skip
+    return {
+        "zero_std": m["frac_zero_std"].mean(),
+        "drop": largest_drop(ev["eval_accuracy"]),
+        "drop_at": (ev["step"][i - 1], ev["step"][i], ev["eval_accuracy"][i - 1], ev["eval_accuracy"][i])
+        if i is not None
+        else None,
+        "ent_ratio": kit.end_over_start(ent),
+        "ent": (ent.iloc[0], ent.iloc[-1]) if len(ent) else None,
+        "kl": m["kl"].max(),
+        "kl_at": m.loc[m["kl"].idxmax(), "step"] if m["kl"].notna().any() else NAN,
+        "kl_max": run.settings.get("monitor_kl_max") or np.inf,
+        "skipped": int(m["skipped"].fillna(0).sum()) + (run.status == "stopped_nonfinite"),
+    }
 
 
 # Per symptom of the document's diagnosis table (DOC["symptoms"], in its order): a test of a run's settings for the
@@ -519,21 +599,47 @@ def run_signals(run) -> dict:
 # the signal of `run_signals` that shows the symptom, and whether its largest value is the most extreme; whether the
 # most extreme run shows the symptom; and its evidence as text. None: no run of this pipeline can show the symptom.
 SYMPTOM_TESTS = [
-    (lambda st: st.get("init") == "random" and st.get("reward") == "exact", "zero_std", True,
-     lambda g: g["zero_std"] >= 0.9, lambda g: f"mean frac_zero_std {g['zero_std']:.2f}"),
-    (lambda st: st.get("grad_clip") is None, "drop", True, lambda g: g["drop"] > BIG_SWING,
-     lambda g: "eval accuracy {2:.1%} at step {0:g} -> {3:.1%} at step "
-     "{1:g}".format(*g["drop_at"]) if g["drop_at"] else "no drop"),
-    (lambda st: 0 < st.get("entropy_coef", 0.0) < 0.01 and st.get("init") != "random", "ent_ratio", False,
-     lambda g: g["ent_ratio"] < 0.8,
-     lambda g: f"entropy {g['ent'][0]:.3f} at the first step -> {g['ent'][1]:.3f} at the last"),
-    (lambda st: st.get("ppo_epochs", 1) > 1 or st.get("clip_eps_high") is not None, "kl", True,
-     lambda g: g["kl"] > g["kl_max"],
-     lambda g: f"KL {g['kl']:.3g} at step {g['kl_at']:g} (monitor threshold {g['kl_max']:g})"),
+    (
+        lambda st: st.get("init") == "random" and st.get("reward") == "exact",
+        "zero_std",
+        True,
+        lambda g: g["zero_std"] >= 0.9,
+        lambda g: f"mean frac_zero_std {g['zero_std']:.2f}",
+    ),
+    (
+        lambda st: st.get("grad_clip") is None,
+        "drop",
+        True,
+        lambda g: g["drop"] > BIG_SWING,
+        lambda g: (
+            "eval accuracy {2:.1%} at step {0:g} -> {3:.1%} at step {1:g}".format(*g["drop_at"])
+            if g["drop_at"]
+            else "no drop"
+        ),
+    ),
+    (
+        lambda st: 0 < st.get("entropy_coef", 0.0) < 0.01 and st.get("init") != "random",
+        "ent_ratio",
+        False,
+        lambda g: g["ent_ratio"] < 0.8,
+        lambda g: f"entropy {g['ent'][0]:.3f} at the first step -> {g['ent'][1]:.3f} at the last",
+    ),
+    (
+        lambda st: st.get("ppo_epochs", 1) > 1 or st.get("clip_eps_high") is not None,
+        "kl",
+        True,
+        lambda g: g["kl"] > g["kl_max"],
+        lambda g: f"KL {g['kl']:.3g} at step {g['kl_at']:g} (monitor threshold {g['kl_max']:g})",
+    ),
     None,  # out of memory
-    (lambda st: st.get("grad_clip") is None and st.get("lr", 0) > 1e3 * REFERENCE_LR, "skipped", True,
-     lambda g: g["skipped"] > 0, lambda g: f"{g['skipped']} update(s) skipped by the non-finite guard"),
-]  # fmt: skip
+    (
+        lambda st: st.get("grad_clip") is None and st.get("lr", 0) > 1e3 * REFERENCE_LR,
+        "skipped",
+        True,
+        lambda g: g["skipped"] > 0,
+        lambda g: f"{g['skipped']} update(s) skipped by the non-finite guard",
+    ),
+]
 
 
 def evidence(runs: dict, signals: dict, test) -> tuple[str, str]:
@@ -556,8 +662,12 @@ def troubleshooting_table(ctx) -> pd.DataFrame:
     signals = {rid: run_signals(r) for rid, r in ok.items()}
     columns = ["symptom", "cause", "fix", "rule", "cause_shown"]
     found = [evidence(ok, signals, test) for test in SYMPTOM_TESTS]
-    return pd.DataFrame([{**{c: row[c] for c in columns}, "evidence_run": run, "evidence": text}
-                         for row, (run, text) in zip(DOC["symptoms"], found)])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {**{c: row[c] for c in columns}, "evidence_run": run, "evidence": text}
+            for row, (run, text) in zip(DOC["symptoms"], found)
+        ]
+    )
 
 
 TUNING = "batch_tuning"
@@ -722,8 +832,10 @@ def _gradvar_figure(t):
         first = g["batch_size"].iloc[0]
         ax.plot(x, g["variance"].iloc[0] * first / g["batch_size"], "k--o", label=f"{task}: 1/N from batch {first}")
         ax.set_xticks(np.arange(len(g)), labels=[str(b) for b in g["batch_size"]])
-        notes.append(f"{task}: {g['ratio_to_largest'].iloc[0]:.1f}x lower at {g['batch_size'].iloc[-1]} (1/N: "
-                     f"{g['theory_ratio'].iloc[0]:.0f}x)")  # fmt: skip
+        notes.append(
+            f"{task}: {g['ratio_to_largest'].iloc[0]:.1f}x lower at {g['batch_size'].iloc[-1]} (1/N: "
+            f"{g['theory_ratio'].iloc[0]:.0f}x)"
+        )
     if notes:
         ax.set_yscale("log")
         # bars need a floor well below the smallest on a log axis
@@ -778,8 +890,11 @@ def _clipping_figure(t):
         axes[0].bar(x, c["collapse_rate"], width=0.6, color=colors, yerr=err, capsize=3)
         axes[0].set_xticks(x, labels=c["cell"].str.replace(", ", "\n"), fontsize=7)
         axes[0].set_ylim(0, 1.05)
-    axes[0].set(xlabel="optimizer, max gradient norm, injected spike", ylabel="share of runs collapsed",
-                title="Collapse rate per cell (95% Wilson interval)")  # fmt: skip
+    axes[0].set(
+        xlabel="optimizer, max gradient norm, injected spike",
+        ylabel="share of runs collapsed",
+        title="Collapse rate per cell (95% Wilson interval)",
+    )
     kit.bands(axes[1], **_curves(t, "clipping", "eval_accuracy", "held-out accuracy", "Eval accuracy per cell"))
     return fig
 
@@ -810,8 +925,14 @@ def figures(t) -> dict:
 
 # ---- section (the numbers its template's sentences read, from the tables alone) -----------
 # The clipping verdicts in the order the section's text reads them (claims.yaml lists the adamw check second).
-CLIPPING_ORDER = ["clipping_spike_collapses", "clipping_sgd", "clipping_sgd_2.0", "clipping_sgd_0.5",
-                  "clipping_dose_order", "clipping_adamw"]  # fmt: skip
+CLIPPING_ORDER = [
+    "clipping_spike_collapses",
+    "clipping_sgd",
+    "clipping_sgd_2.0",
+    "clipping_sgd_0.5",
+    "clipping_dose_order",
+    "clipping_adamw",
+]
 
 
 KL_GRID = ("kl_none", "kl_low", "kl_default", "kl_high")  # the remedies experiment's KL roles, in the grid's order
@@ -842,12 +963,25 @@ def design(cfg: dict) -> dict:
         # the KL grid's LR against its batch's own
         "kl_lr_ratio": kl["lr"] / own["lr"] if kl and own else None,
         "kl_grid": [f"{g['kl_coef']:g}" for r in KL_GRID if (g := setting("remedies", r))],
-    }  # fmt: skip
+    }
 
 
 def section(t) -> dict:
-    names = ["batch_curve", "batch", "equal_samples", "case_study", "fixed_vs_dynamic", "gradvar", "accumulation",
-             "alerts", "alert_scores", "clipping", "value_clip", "troubleshooting", "remedies"]  # fmt: skip
+    names = [
+        "batch_curve",
+        "batch",
+        "equal_samples",
+        "case_study",
+        "fixed_vs_dynamic",
+        "gradvar",
+        "accumulation",
+        "alerts",
+        "alert_scores",
+        "clipping",
+        "value_clip",
+        "troubleshooting",
+        "remedies",
+    ]
     tb = {n: t[f"stability_{n}"] for n in names}
     rows = kit.verdicts(t, NAME)
     parts = kit.by_part(rows)
@@ -855,8 +989,9 @@ def section(t) -> dict:
     parts["clipping"] = [clipping.pop(k) for k in CLIPPING_ORDER if k in clipping] + list(clipping.values())
     al, b, v = tb["alerts"], tb["batch"], tb["value_clip"]
     # the PPO cells by value clip and weight, as `{clip}@{weight}`; None where a cell has no row
-    value = {f"{c}@{w:g}": kit.row_of(v, value_clip=c, value_coef=w) or None
-             for c in ("none", "0.2") for w in (0.5, 1.0)}  # fmt: skip
+    value = {
+        f"{c}@{w:g}": kit.row_of(v, value_clip=c, value_coef=w) or None for c in ("none", "0.2") for w in (0.5, 1.0)
+    }
     ends = [b["batch_size"].min(), b["batch_size"].max()] if not b.empty else []
     return {
         "tables": {**tb, "alerts_fired": al[al["alerts"] > 0] if not al.empty else al},

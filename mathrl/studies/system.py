@@ -38,13 +38,25 @@ ARCHITECTURE = ("n_layer", "n_head", "n_embd")
 # The document's configurations ("performance benchmarks", "configuration parameters"): config/documents.yaml
 FACTS = kit.document_facts("system")
 DOC, DOC_RL = FACTS["tasks"], FACTS["rl"]
-SETTING_NAMES = {"n_layer": "layers", "n_head": "attention heads", "n_embd": "embedding dim",
-                 "n_params": "parameters", "sft_steps": "warm-up steps", "sft_accuracy": "warm-up held-out accuracy",
-                 "steps": "RL steps", "lr": "learning rate", "batch_size": "sequences per step",
-                 "micro_batch_size": "sequences per micro-batch", "group_size": "rollouts per prompt",
-                 "grad_clip": "gradient clip (max norm)", "weight_decay": "weight decay", "adam_beta1": "Adam beta1",
-                 "adam_beta2": "Adam beta2", "temperature": "sampling temperature",
-                 "baseline_decay": "REINFORCE baseline decay"}  # fmt: skip
+SETTING_NAMES = {
+    "n_layer": "layers",
+    "n_head": "attention heads",
+    "n_embd": "embedding dim",
+    "n_params": "parameters",
+    "sft_steps": "warm-up steps",
+    "sft_accuracy": "warm-up held-out accuracy",
+    "steps": "RL steps",
+    "lr": "learning rate",
+    "batch_size": "sequences per step",
+    "micro_batch_size": "sequences per micro-batch",
+    "group_size": "rollouts per prompt",
+    "grad_clip": "gradient clip (max norm)",
+    "weight_decay": "weight decay",
+    "adam_beta1": "Adam beta1",
+    "adam_beta2": "Adam beta2",
+    "temperature": "sampling temperature",
+    "baseline_decay": "REINFORCE baseline decay",
+}
 
 
 def expected(task: str) -> tuple[float, float]:
@@ -64,17 +76,30 @@ def configs_table(ctx, runs) -> pd.DataFrame:
     for task, doc in DOC.items():
         sft = ctx.sft(task) or {}
         spec = next((r for r in runs if r.settings["task"] == task and r.settings["algorithm"] == "reinforce"), None)
-        ours = {**{k: sft.get("model", {}).get(k) for k in ARCHITECTURE}, "n_params": sft.get("n_params"),
-                "sft_steps": sft.get("steps"), "sft_accuracy": sft.get("eval_accuracy"),
-                **{k: spec.settings[k] for k in DOC_RL if spec}}  # fmt: skip
+        ours = {
+            **{k: sft.get("model", {}).get(k) for k in ARCHITECTURE},
+            "n_params": sft.get("n_params"),
+            "sft_steps": sft.get("steps"),
+            "sft_accuracy": sft.get("eval_accuracy"),
+            **{k: spec.settings[k] for k in DOC_RL if spec},
+        }
         if spec:
             world = ((spec.summary or {}).get("resolved") or {}).get("world_size", 1)
             ours["micro_batch_size"] = per_micro_batch(spec.settings, world)
         preset = sft.get("settings", {}).get("preset", "missing")
         theirs = {**doc, **DOC_RL}
-        rows += [{"task": task, "config": doc["config"], "preset": preset, "key": key, "setting": label,
-                  "ours": math.nan if ours.get(key) is None else float(ours[key]),
-                  "document": float(theirs.get(key, math.nan))} for key, label in SETTING_NAMES.items()]  # fmt: skip
+        rows += [
+            {
+                "task": task,
+                "config": doc["config"],
+                "preset": preset,
+                "key": key,
+                "setting": label,
+                "ours": math.nan if ours.get(key) is None else float(ours[key]),
+                "document": float(theirs.get(key, math.nan)),
+            }
+            for key, label in SETTING_NAMES.items()
+        ]
     return pd.DataFrame(rows)
 
 
@@ -137,10 +162,22 @@ def start_runs_table(ctx, per_run: pd.DataFrame) -> pd.DataFrame:
     rl = per_run[per_run["final_eval"].notna()]
     starts = {task: read_starts(ctx, task) for task in DOC}
     # the supervised control's rows, in RL's columns
-    sup = pd.DataFrame([{"task": task, "start": c["start"], "algorithm": SUPERVISED, "seed": c["seed"],
-                         "warmup": c["warmup"], "initial_eval": c["initial_test"], "final_eval": c["final_test"],
-                         "gain": c["final_test"] - c["initial_test"]}
-                        for task in DOC for c in starts[task]["controls"]])  # fmt: skip
+    sup = pd.DataFrame(
+        [
+            {
+                "task": task,
+                "start": c["start"],
+                "algorithm": SUPERVISED,
+                "seed": c["seed"],
+                "warmup": c["warmup"],
+                "initial_eval": c["initial_test"],
+                "final_eval": c["final_test"],
+                "gain": c["final_test"] - c["initial_test"],
+            }
+            for task in DOC
+            for c in starts[task]["controls"]
+        ]
+    )
     frames = [f for f in (rl, sup) if len(f)]
     if not frames:
         return pd.DataFrame(columns=cols)
@@ -149,9 +186,10 @@ def start_runs_table(ctx, per_run: pd.DataFrame) -> pd.DataFrame:
     out["start_val"] = [val.get((t, st, w), math.nan) for t, st, w in zip(out["task"], out["start"], out["warmup"])]
     out["cell"] = out["task"] + "_" + out["start"]
     mean_val = out.groupby(["task", "start"])["start_val"].mean()
-    picked = {task: pick_start({st: mean_val.get((task, st), math.nan) for st in g["start"].unique()},
-                               expected(task)[0])
-              for task, g in out[out["algorithm"] != SUPERVISED].groupby("task")}  # fmt: skip
+    picked = {
+        task: pick_start({st: mean_val.get((task, st), math.nan) for st in g["start"].unique()}, expected(task)[0])
+        for task, g in out[out["algorithm"] != SUPERVISED].groupby("task")
+    }
     out["picked"] = ["yes" if picked.get(t) == st else "no" for t, st in zip(out["task"], out["start"])]
     return out.reindex(columns=cols)  # the controls' rows have no lowest_change: two evaluations, no path
 
@@ -219,12 +257,19 @@ def run_stats(run, start: str) -> dict:
     }
     if run.ok:
         m, final = run.metrics, run.summary["final"]["eval_accuracy"]
-        row.update(final_eval=final, initial_eval=run.initial_eval, gain=final - run.initial_eval,
-                   lowest_change=lowest_change(run), roughness=roughness(run.evals["step"], run.evals["eval_accuracy"]),
-                   best_eval=run.summary["best"]["eval_accuracy"], steps_done=float(len(m)),
-                   wall_seconds=float(m["seconds"].sum()),
-                   seq_per_s=float(m["samples"].iloc[-1] / m["seconds"].sum()), collapsed=float(collapsed(run)),
-                   degraded=float(degraded(run)))  # fmt: skip
+        row.update(
+            final_eval=final,
+            initial_eval=run.initial_eval,
+            gain=final - run.initial_eval,
+            lowest_change=lowest_change(run),
+            roughness=roughness(run.evals["step"], run.evals["eval_accuracy"]),
+            best_eval=run.summary["best"]["eval_accuracy"],
+            steps_done=float(len(m)),
+            wall_seconds=float(m["seconds"].sum()),
+            seq_per_s=float(m["samples"].iloc[-1] / m["seconds"].sum()),
+            collapsed=float(collapsed(run)),
+            degraded=float(degraded(run)),
+        )
     return row
 
 
@@ -263,9 +308,11 @@ def results_table(runs, per_run: pd.DataFrame) -> pd.DataFrame:
 
 def curves_table(runs, cfg: dict) -> pd.DataFrame:
     """Held-out accuracy per task, start, algorithm and evaluation step (step 0: before RL)."""
-    frames = [r.evals.assign(task=r.settings["task"], start=start_of(cfg, r.settings),
-                             algorithm=r.settings["algorithm"])
-              for r in runs if r.ok]  # fmt: skip
+    frames = [
+        r.evals.assign(task=r.settings["task"], start=start_of(cfg, r.settings), algorithm=r.settings["algorithm"])
+        for r in runs
+        if r.ok
+    ]
     return kit.over_seeds(frames, ["task", "start", "algorithm"], ["eval_accuracy"])
 
 
@@ -314,10 +361,15 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         columns=["task", "start", "algorithm", "seed", "warmup", "run_id", "status"] + STATS,
     )
     start_runs = start_runs_table(ctx, per_run)
-    return {"system_configs": configs_table(ctx, runs), "system_results": results_table(runs, per_run),
-            "system_curves": curves_table(runs, ctx.cfg),
-            "system_console": console_table(ctx, runs), "system_runs": per_run, "system_start_runs": start_runs,
-            "system_starts": starts_table(ctx, start_runs)}  # fmt: skip
+    return {
+        "system_configs": configs_table(ctx, runs),
+        "system_results": results_table(runs, per_run),
+        "system_curves": curves_table(runs, ctx.cfg),
+        "system_console": console_table(ctx, runs),
+        "system_runs": per_run,
+        "system_start_runs": start_runs,
+        "system_starts": starts_table(ctx, start_runs),
+    }
 
 
 # ----------------------------------------------------------------------------- figures
@@ -330,8 +382,16 @@ def target(ax, lo: float, hi: float, last_step: float) -> None:
         ax.plot([step, step], [lo, hi], color="0.45", lw=6, solid_capstyle="butt", label=label)
         return
     edge = blended_transform_factory(ax.transAxes, ax.transData)  # x in axes fractions, y in accuracy
-    ax.plot([0.985, 0.985], [lo, hi], color="0.45", lw=6, solid_capstyle="butt", transform=edge, clip_on=False,
-            label=f"{label} (beyond these {last_step:g} steps)" if kit.known(last_step) else label)  # fmt: skip
+    ax.plot(
+        [0.985, 0.985],
+        [lo, hi],
+        color="0.45",
+        lw=6,
+        solid_capstyle="butt",
+        transform=edge,
+        clip_on=False,
+        label=f"{label} (beyond these {last_step:g} steps)" if kit.known(last_step) else label,
+    )
     ax.text(0.97, hi, f"step {step}", transform=edge, ha="right", va="bottom", fontsize=7, color="0.3")
 
 
@@ -394,8 +454,10 @@ def fig_throughput(t) -> plt.Figure:
     else:
         width = 0.8 / len(ALGORITHMS)
         for i, algorithm in enumerate(ALGORITHMS):
-            vals, stds, ns = ([kit.cell(res, col, task=k, algorithm=algorithm) for k in DOC]
-                              for col in ("seq_per_s_mean", "seq_per_s_std", "n"))  # fmt: skip
+            vals, stds, ns = (
+                [kit.cell(res, col, task=k, algorithm=algorithm) for k in DOC]
+                for col in ("seq_per_s_mean", "seq_per_s_std", "n")
+            )
             errs = list(np.nan_to_num(kit.t_halfwidth(stds, ns)))  # one seed or a missing cell: no interval
             x = [j + (i - 1) * width for j in range(len(DOC))]
             heights = [0 if math.isnan(v) else v for v in vals]
@@ -427,14 +489,19 @@ def task_view(res: pd.DataFrame, cfgs: pd.DataFrame, starts: pd.DataFrame, task:
     ids = [f"{task}_accuracy", f"{task}_gain", f"{task}_stable"] + sorted(
         k for k in rows if k.startswith(f"{task}_start") and k.endswith("_rl_vs_supervised")
     )
-    return {"task": task, "expected": expected(task), "picked": picked,
-            "results": {a: kit.row_of(res, task=task, algorithm=a, **({"start": picked} if picked else {}))
-                        for a in ALGORITHMS},
-            "others": [a for a in ALGORITHMS if a != "reinforce" and (task, a) in planned],
-            "starts": kit.records(d),
-            "reaching": d[d["rl_lo"] >= lo]["start"].tolist() if len(d) and "rl_lo" in d else [],
-            "configs": kit.records(cfgs[cfgs["task"] == task] if len(cfgs) else cfgs),
-            "rows": [rows[k] for k in ids if k in rows]}  # fmt: skip
+    return {
+        "task": task,
+        "expected": expected(task),
+        "picked": picked,
+        "results": {
+            a: kit.row_of(res, task=task, algorithm=a, **({"start": picked} if picked else {})) for a in ALGORITHMS
+        },
+        "others": [a for a in ALGORITHMS if a != "reinforce" and (task, a) in planned],
+        "starts": kit.records(d),
+        "reaching": d[d["rl_lo"] >= lo]["start"].tolist() if len(d) and "rl_lo" in d else [],
+        "configs": kit.records(cfgs[cfgs["task"] == task] if len(cfgs) else cfgs),
+        "rows": [rows[k] for k in ids if k in rows],
+    }
 
 
 def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:

@@ -37,8 +37,15 @@ STEP_MEANS = ["token_selected_frac", "entropy_selected", "entropy_unselected"]  
 PROBE_MEANS = ["entropy_carry", "entropy_nocarry", "carry_gap"]  # per run, from the carry probe of its final policy
 RUN_VALUES = ["initial", "final", "change", *STEP_MEANS, *PROBE_MEANS]
 PROBE_COLUMNS = ["checkpoint", "seed", "position", "carry", "entropy", "tokens"]
-LIMITS = {"initial": SHARE, "final": SHARE, "token_selected_frac": SHARE, "entropy_selected": NONNEGATIVE,
-          "entropy_unselected": NONNEGATIVE, "entropy_carry": NONNEGATIVE, "entropy_nocarry": NONNEGATIVE}  # fmt: skip
+LIMITS = {
+    "initial": SHARE,
+    "final": SHARE,
+    "token_selected_frac": SHARE,
+    "entropy_selected": NONNEGATIVE,
+    "entropy_unselected": NONNEGATIVE,
+    "entropy_carry": NONNEGATIVE,
+    "entropy_nocarry": NONNEGATIVE,
+}
 
 
 # ----------------------------------------------------------------------------- the carry probe
@@ -63,8 +70,11 @@ def _policy(path: Path):
 
     ckpt = snapshot.decode(Path(path).read_bytes(), str(path))
     model = GPT(GPTConfig(**ckpt["model_config"]))
-    state = ckpt["model"] if ckpt.get("model") is not None else {
-        k.removeprefix("policy."): v for k, v in ckpt["net"].items() if k.startswith("policy.")}  # fmt: skip
+    state = (
+        ckpt["model"]
+        if ckpt.get("model") is not None
+        else {k.removeprefix("policy."): v for k, v in ckpt["net"].items() if k.startswith("policy.")}
+    )
     model.load_state_dict(state)
     return model.eval()
 
@@ -92,8 +102,11 @@ def probe(ctx, runs) -> tuple[pd.DataFrame, dict]:
         if not Path(path).is_file():
             continue
         h = answer_entropy(_policy(path), task, pairs).numpy()
-        frames.append(pd.DataFrame(dx.carry_entropy(h, carry), columns=["position", "carry", "entropy", "tokens"])
-                      .assign(checkpoint=name, seed=NAN if run is None else run.spec.seed))  # fmt: skip
+        frames.append(
+            pd.DataFrame(dx.carry_entropy(h, carry), columns=["position", "carry", "entropy", "tokens"]).assign(
+                checkpoint=name, seed=NAN if run is None else run.spec.seed
+            )
+        )
         if run is not None:
             means[run.spec.run_id] = dx.carry_means(h, carry)
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -104,9 +117,12 @@ def probe(ctx, runs) -> tuple[pd.DataFrame, dict]:
 def selection_run(run, carry: dict) -> dict:
     """A run's accuracy before and after, the selection's step means, and its carry probe's means (`carry`)."""
     probe_means = carry.get(run.spec.run_id, {})
-    return {"token_selection": run.settings.get("token_selection", "all"), **kit.held_out(run),
-            **{c: kit.step_mean(run.metrics, c) for c in STEP_MEANS},
-            **{c: probe_means.get(c, NAN) for c in PROBE_MEANS}}  # fmt: skip
+    return {
+        "token_selection": run.settings.get("token_selection", "all"),
+        **kit.held_out(run),
+        **{c: kit.step_mean(run.metrics, c) for c in STEP_MEANS},
+        **{c: probe_means.get(c, NAN) for c in PROBE_MEANS},
+    }
 
 
 def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
