@@ -21,7 +21,7 @@ tokens, scaled by the same batch-wide factor. The KL and entropy terms keep ever
 The selection is over this rank's batch (the whole batch on one process).
 
 Also here: `carry_in`, which answer digits of reversed addition a carry enters, for the study of
-entropy by answer position (mathrl.studies.token_selection).
+entropy by answer position (mathrl.studies.high_entropy_tokens).
 """
 
 from __future__ import annotations

@@ -83,6 +83,12 @@ def test_no_function_is_longer_than_80_lines():
     assert long == []
 
 
+def test_no_two_modules_share_a_name():
+    """A name says which module it is wherever it is read (a study of the mismatch is not the mismatch maths)."""
+    names = [p.stem for p in PACKAGE.rglob("*.py") if p.stem not in ("__init__", "__main__")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
 MAX_FORMATTER_ESCAPES = 20  # `# fmt: skip` or `# fmt: off` kept only on tables of numbers that read as tables
 
 

@@ -5,9 +5,9 @@ Everything is computed from files the runs wrote: `pass_at_k.csv` (runs with `pa
 `heldout.csv` (every run: greedy correctness per held-out problem at the start and at the
 end), `metrics.csv`, and the gradient probe's JSON. The maths is `mathrl.analysis`;
 intervals come from scipy.stats.bootstrap (over problems) and `mathrl.verdict` (over seeds).
-Five parts live in modules of their own: the rollout/trainer mismatch (`mismatch`), compute-performance curves
-(`compute_curves`), the negative controls (`negative_controls`), the policy losses of 2025 (`policy_losses`) and the
-token selection by entropy (`token_selection`).
+Five parts live in modules of their own: the rollout/trainer mismatch (`rollout_mismatch`), compute-performance curves
+(`compute_curves`), the negative controls (`negative_controls`), the policy losses of 2025 (`loss_comparison`) and the
+token selection by entropy (`high_entropy_tokens`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from scipy import stats
 
 # modules, not `from mathrl.studies import ...`: the package's __init__ imports this module
 import mathrl.studies.compute_curves as compute_curves
+import mathrl.studies.high_entropy_tokens as high_entropy_tokens
 import mathrl.studies.kit as kit
-import mathrl.studies.mismatch as mismatch
+import mathrl.studies.loss_comparison as loss_comparison
 import mathrl.studies.negative_controls as negative_controls
-import mathrl.studies.policy_losses as policy_losses
-import mathrl.studies.token_selection as token_selection
+import mathrl.studies.rollout_mismatch as rollout_mismatch
 from mathrl import analysis as dx
 from mathrl import layout
 from mathrl.measures import final_eval, gain
@@ -321,20 +321,23 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         "diagnostics_noise_scale_steps": noise_scale_steps(ctx),
         "diagnostics_update_runs": upd,
         "diagnostics_update": update_summary(upd),
-        **mismatch.tables(ctx, kit.roles(ctx.cfg, mismatch.EXPERIMENT, ("control",))),  # the rollout/trainer mismatch
+        **rollout_mismatch.tables(
+            ctx, kit.roles(ctx.cfg, rollout_mismatch.EXPERIMENT, ("control",))
+        ),  # the rollout/trainer mismatch
         **compute_curves.tables(((k["experiment"], k["setting"], run) for k, run in ok_runs(ctx)), ctx.cfg),
         **negative_controls.tables(
             named(negative_controls.EXPERIMENT),
             controls,
             kit.roles(ctx.cfg, negative_controls.EXPERIMENT, ("reference",)),
         ),
-        **policy_losses.tables(
-            named(policy_losses.EXPERIMENT), kit.roles(ctx.cfg, policy_losses.EXPERIMENT, (policy_losses.BASELINE,))
+        **loss_comparison.tables(
+            named(loss_comparison.EXPERIMENT),
+            kit.roles(ctx.cfg, loss_comparison.EXPERIMENT, (loss_comparison.BASELINE,)),
         ),
-        **token_selection.tables(
+        **high_entropy_tokens.tables(
             ctx,
-            named(token_selection.EXPERIMENT),
-            kit.roles(ctx.cfg, token_selection.EXPERIMENT, (token_selection.BASELINE,)),
+            named(high_entropy_tokens.EXPERIMENT),
+            kit.roles(ctx.cfg, high_entropy_tokens.EXPERIMENT, (high_entropy_tokens.BASELINE,)),
         ),
     }
 
@@ -392,16 +395,16 @@ def figures(t) -> dict[str, plt.Figure]:
     title = "Advantage scaling by difficulty (95% interval over seeds)"
     ax.set(xlabel="carries in the problem", ylabel="held-out gain (points)", title=title)
     out["diagnostics_adv_scaling"] = fig
-    out.update(mismatch.figures(t))  # the rollout/trainer mismatch
+    out.update(rollout_mismatch.figures(t))  # the rollout/trainer mismatch
     out["diagnostics_curves"] = compute_curves.figure(t)
-    out["diagnostics_policy_losses"] = policy_losses.figure(t)
-    out["diagnostics_token_selection"] = token_selection.figure(t)
+    out["diagnostics_policy_losses"] = loss_comparison.figure(t)
+    out["diagnostics_token_selection"] = high_entropy_tokens.figure(t)
     return out
 
 
 def section(t) -> dict:
     rows = kit.verdicts(t, NAME)
-    apart = (policy_losses.PART, token_selection.PART)  # shown in their own parts of the section
+    apart = (loss_comparison.PART, high_entropy_tokens.PART)  # shown in their own parts of the section
     return {
         "pass_at_k": t["diagnostics_pass_at_k"],
         "pass_at_k_runs": t["diagnostics_pass_at_k_runs"],
@@ -418,11 +421,11 @@ def section(t) -> dict:
         "law_rmse": LAW_RMSE,
         "reached_steps": REACHED_STEPS,
         "experiment": EXPERIMENT,
-        "mismatch": mismatch.section(t),  # the rollout/trainer mismatch (sections/mismatch.html.j2)
+        "mismatch": rollout_mismatch.section(t),  # the rollout/trainer mismatch (sections/mismatch.html.j2)
         **compute_curves.section(t),
         **negative_controls.section(t),
-        **policy_losses.section(t),
-        "losses_verdicts": kit.verdicts(t, NAME, policy_losses.PART),
-        **token_selection.section(t),
-        "tokens_verdicts": kit.verdicts(t, NAME, token_selection.PART),
+        **loss_comparison.section(t),
+        "losses_verdicts": kit.verdicts(t, NAME, loss_comparison.PART),
+        **high_entropy_tokens.section(t),
+        "tokens_verdicts": kit.verdicts(t, NAME, high_entropy_tokens.PART),
     }

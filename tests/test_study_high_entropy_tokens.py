@@ -8,7 +8,7 @@ import pytest
 
 from mathrl import analysis
 from mathrl.studies import diagnostics
-from mathrl.studies import token_selection as ts
+from mathrl.studies import high_entropy_tokens as ts
 from mathrl.studies.context import Context
 from tests import synthetic
 from tests.synthetic import write_run, write_tables
@@ -119,7 +119,7 @@ def test_carry_probe_runs_in_float64_and_is_the_same_at_any_thread_count():
     import torch
 
     from mathrl.model import GPT, GPTConfig
-    from mathrl.studies.token_selection import answer_entropy
+    from mathrl.studies.high_entropy_tokens import answer_entropy
     from mathrl.tasks import VOCAB, Task
 
     task = Task(op="add", ndigit=2, reverse=True)

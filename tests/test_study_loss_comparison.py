@@ -7,7 +7,7 @@ import pytest
 
 from mathrl import claims
 from mathrl.report import environment
-from mathrl.studies import diagnostics, policy_losses
+from mathrl.studies import diagnostics, loss_comparison
 from mathrl.studies.context import Context
 from tests import synthetic
 from tests.synthetic import write_run, write_tables
@@ -134,7 +134,7 @@ def test_figure_and_section_render(results):
 
 
 def test_an_absent_experiment_gives_empty_tables():
-    tabs = policy_losses.tables([], {})
+    tabs = loss_comparison.tables([], {})
     assert all(df.empty for df in tabs.values())
-    fig = policy_losses.figure(tabs)
+    fig = loss_comparison.figure(tabs)
     assert fig.axes[0].get_xlabel() == "RL step"

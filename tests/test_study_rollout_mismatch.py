@@ -7,7 +7,7 @@ import matplotlib
 import pytest
 
 from mathrl.report import environment
-from mathrl.studies import diagnostics, mismatch
+from mathrl.studies import diagnostics, rollout_mismatch
 from mathrl.studies.context import Context, Tables
 from tests.synthetic import write_run
 
@@ -53,7 +53,7 @@ def t(cfg):
     plain = [{**r, "mismatch_logp_diff_max": 9e-6} for r in rows("fp32", 0)]
     write_run(cfg, "other__plain__s0", plain, initial_eval=0.5)
     write_run(cfg, "other__hot__s0", rows("stale2", 0), initial_eval=0.5)
-    return mismatch.tables(Context(cfg), ROLES)
+    return rollout_mismatch.tables(Context(cfg), ROLES)
 
 
 def test_the_summary_reads_step_means_and_the_runs_largest_gap(t):
@@ -95,8 +95,10 @@ def test_steps_figure_and_template(t, cfg, tmp_path):
     for name, df in t.items():
         df.to_csv(out / f"{name}.csv", index=False)
     tables = Tables({**cfg, "results": str(tmp_path)})
-    assert "diagnostics_mismatch" in mismatch.figures(tables)
-    html = environment().get_template("sections/mismatch.html.j2").render(ctx=mismatch.section(tables), figures={})
+    assert "diagnostics_mismatch" in rollout_mismatch.figures(tables)
+    html = (
+        environment().get_template("sections/mismatch.html.j2").render(ctx=rollout_mismatch.section(tables), figures={})
+    )
     assert "stale2_tis" in html and "The rollout/trainer mismatch" in html and "No data" not in html
 
 
