@@ -4,8 +4,8 @@ entropy-performance law, the gradient noise scale.
 - ``pass_at_k``: the unbiased estimator of Chen et al. 2021 ("Evaluating Large Language
   Models Trained on Code", arXiv 2107.03374) from n samples of which c are correct;
 - ``carries``: the number of carries of a + b, a known measure of an addition's difficulty;
-- ``carry_entropy``, ``carry_means``: a policy's token entropy by answer position, split by whether
-  a carry enters the digit (the token-selection study's probe);
+- ``carry_means``: a policy's token entropy at the digits a carry enters and at the others, from the
+  per-position means a run's carry probe wrote (mathrl.carry_probe; the token-selection study);
 - ``fit_entropy_law``: R = -a exp(H) + b (Cui et al. 2025, arXiv 2505.22617) by
   scipy.optimize.curve_fit, with R², the predicted ceiling b - a (at H = 0) and the error of a
   fit on the first half of a run predicting its second half;
@@ -112,33 +112,25 @@ def noise_scale(small: float, big: float, sq_norm_small: float, sq_norm_big: flo
     return {"grad_sq": g2, "trace_sigma": tr, "noise_scale": tr / g2 if g2 > 0 else math.nan}
 
 
-def carry_entropy(entropy, carry) -> list[dict]:
-    """Mean entropy per answer position and carry, from (N, L) entropies and carry flags: rows of position, carry
-    (bool), entropy, tokens (each kind at each position where it occurs)."""
-    rows = []
-    for pos in range(entropy.shape[1]):
-        for flag in (False, True):
-            sel = carry[:, pos] == flag
-            if int(sel.sum()):
-                rows.append(
-                    {
-                        "position": pos,
-                        "carry": flag,
-                        "entropy": float(entropy[sel, pos].mean()),
-                        "tokens": int(sel.sum()),
-                    }
-                )
-    return rows
-
-
-def carry_means(entropy, carry) -> dict:
+def carry_means(rows) -> dict:
     """entropy_carry and entropy_nocarry: over the positions where both kinds occur, the mean (each position weighing
     the same) of the mean entropy of the digit tokens a carry enters, and of the others; carry_gap, their difference,
-    the mean within-position difference. Weighing positions equally keeps the share of carries at each position (which
-    differs from one position to the next, as does entropy) out of the comparison."""
-    both = [p for p in range(entropy.shape[1]) if 0 < int(carry[:, p].sum()) < carry.shape[0]]
+    the mean within-position difference. `rows`: one policy's mean entropy per position and carry (position, carry,
+    entropy: carry_probe.csv's rows, `mathrl.carry_probe.carry_entropy`). Weighing positions equally keeps the share of
+    carries at each position (which differs from one position to the next, as does entropy) out of the comparison."""
+    by = {(int(r["position"]), _flag(r["carry"])): float(r["entropy"]) for r in _records(rows)}
+    both = sorted(p for p, flag in by if flag and (p, False) in by)
     if not both:
         return {"entropy_carry": math.nan, "entropy_nocarry": math.nan, "carry_gap": math.nan}
-    on = sum(float(entropy[carry[:, p], p].mean()) for p in both) / len(both)
-    off = sum(float(entropy[~carry[:, p], p].mean()) for p in both) / len(both)
+    on = sum(by[(p, True)] for p in both) / len(both)
+    off = sum(by[(p, False)] for p in both) / len(both)
     return {"entropy_carry": on, "entropy_nocarry": off, "carry_gap": on - off}
+
+
+def _records(rows) -> list[dict]:
+    return rows.to_dict("records") if hasattr(rows, "to_dict") else list(rows)
+
+
+def _flag(value) -> bool:
+    """A carry flag as written (True, False) or read back from CSV (a bool, or the text True/False)."""
+    return value if isinstance(value, bool) else str(value).strip().lower() == "true"

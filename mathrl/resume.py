@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 from mathrl.control import entropy_coef_at, lr_factor
 
-# Settings no step reads: when to print a line, write a snapshot, or log to W&B.
-OUTSIDE_THE_STEP = frozenset({"log_every", "snapshot_every", "wandb"})
+# Settings no step reads: when to print a line, write a snapshot, log to W&B, or probe the policies at the end.
+OUTSIDE_THE_STEP = frozenset({"log_every", "snapshot_every", "wandb", "carry_probe"})
 
 # Settings a step reads only through the step-indexed items of its plan (`scheduled`).
 SCHEDULED = frozenset(

@@ -131,6 +131,7 @@ class RunSettings:
     pass_at_k: bool
     pass_at_k_problems: int
     pass_at_k_samples: int
+    carry_probe: bool
     device: str
     wandb: bool
 

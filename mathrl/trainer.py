@@ -52,12 +52,13 @@ import mathrl
 from mathrl import eval_cache, faults, resume, snapshot
 from mathrl.algorithms import AdvantageInputs, get_estimator
 from mathrl.atomic import atomic_write, record
+from mathrl.carry_probe import probe_csv
 from mathrl.config import ConfigError
 from mathrl.console import console_line, time_left
 from mathrl.control import MovingAverageBaseline, make_kl_controller
 from mathrl.distributed import Dist, all_mean_std, all_sum, barrier
 from mathrl.evaluation import greedy_correct, sampled_correct, sampled_correct_counts
-from mathrl.layout import init_checkpoint, problems_file
+from mathrl.layout import CARRY_PROBE_FILE, init_checkpoint, problems_file
 from mathrl.losses import (
     aggregate,
     clip_abs,
@@ -868,7 +869,8 @@ class Trainer:
     def write_problem_files(self) -> dict[str, bytes]:
         """heldout.csv: a, b and greedy correctness (0/1) at the start and at the last evaluation
         of every held-out problem; pass_at_k.csv (runs with pass_at_k): a, b, phase
-        (initial/final), samples and correct samples per problem. What was written, by file name."""
+        (initial/final), samples and correct samples per problem; carry_probe.csv (complete runs with carry_probe,
+        mathrl.carry_probe). What was written, by file name."""
         pairs, written = self.test_pairs.tolist(), {}
         if self.initial_correct is not None and self.last_correct is not None:
             lines = ["a,b,initial,final"] + [
@@ -880,6 +882,9 @@ class Trainer:
             for phase, counts in self.pass_counts.items():
                 lines += [f"{phase},{a},{b},{self.s.pass_at_k_samples},{c}" for (a, b), c in zip(pairs, counts)]
             written["pass_at_k.csv"] = ("\n".join(lines) + "\n").encode()
+        if self.s.carry_probe and self.status == "complete":  # the start and final policies, probed once
+            test = read_problems(problems_file(self.cfg, self.s.task, "test"), self.task)
+            written[CARRY_PROBE_FILE] = probe_csv({"start": self.ref, "final": self.net.policy}, self.task, test)
         for name, data in written.items():
             atomic_write(self.dir / name, data)
         return written

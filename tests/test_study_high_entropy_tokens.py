@@ -1,12 +1,15 @@
 """The token-selection part of the diagnostics study: the carry probe's pure functions by hand, and its tables, claims,
 figure and section on a hand-made results tree."""
 
+import json
+from pathlib import Path
+
 import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
 
-from mathrl import analysis
+from mathrl import analysis, carry_probe
 from mathrl.studies import diagnostics
 from mathrl.studies import high_entropy_tokens as ts
 from mathrl.studies.context import Context
@@ -24,21 +27,24 @@ SHARE = {"all_tokens": np.nan, "top_20": 0.2, "bottom_80": 0.8}
 def test_carry_frame_and_means_by_hand():
     entropy = np.array([[0.1, 0.8, 0.2, 0.0], [0.3, 0.4, 0.6, 0.0], [0.2, 0.6, 1.0, 0.0]])
     carry = np.array([[False, True, False, False], [False, False, True, False], [False, True, False, False]])
-    frame = pd.DataFrame(analysis.carry_entropy(entropy, carry)).set_index(["position", "carry"])
+    written = carry_probe.carry_entropy(entropy, carry)
+    frame = pd.DataFrame(written).set_index(["position", "carry"])
     assert frame.loc[(0, False), "entropy"] == pytest.approx(0.2) and frame.loc[(0, False), "tokens"] == 3
     assert (0, True) not in frame.index  # no carry enters the lowest digit
-    assert frame.loc[(1, True), "entropy"] == pytest.approx(0.7) and frame.loc[(1, False), "entropy"] == pytest.approx(
-        0.4
-    )
+    assert frame.loc[(1, True), "entropy"] == pytest.approx(0.7)
+    assert frame.loc[(1, False), "entropy"] == pytest.approx(0.4)
     assert frame.loc[(2, True), "entropy"] == pytest.approx(0.6) and frame.loc[(2, False), "entropy"] == pytest.approx(
         0.6
     )
-    means = analysis.carry_means(entropy, carry)
+    means = analysis.carry_means(written)
     # positions 1 and 2 hold both kinds; carry: 0.7 and 0.6, no carry: 0.4 and 0.6, each position weighing the same
     # (pooling the tokens would give 0.667 against 0.533)
     assert means["entropy_carry"] == pytest.approx(0.65) and means["entropy_nocarry"] == pytest.approx(0.5)
     assert means["carry_gap"] == pytest.approx(0.15)
-    assert np.isnan(analysis.carry_means(entropy, np.zeros_like(carry))["carry_gap"])  # no position holds both
+    read_back = pd.DataFrame(written).assign(carry=lambda f: f["carry"].map(str))  # as CSV gives the flags back
+    assert analysis.carry_means(read_back) == means
+    no_carry = carry_probe.carry_entropy(entropy, np.zeros_like(carry))
+    assert np.isnan(analysis.carry_means(no_carry)["carry_gap"])  # no position holds both
 
 
 def rows(arm: str, seed: int) -> list[dict]:
@@ -80,7 +86,7 @@ def test_per_run_and_per_arm_values(results):
     assert top.initial == pytest.approx(0.42) and top.final == pytest.approx(0.51) and top.change == pytest.approx(0.09)
     assert top.token_selected_frac == pytest.approx(0.2) and top.entropy_selected == pytest.approx(0.9)
     assert np.isnan(r.loc[("all_tokens", 0)].token_selected_frac)  # every token: nothing selected, nothing logged
-    assert np.isnan(top.carry_gap)  # no snapshots in this tree: the probe has nothing to read
+    assert np.isnan(top.carry_gap)  # no run of this tree wrote a carry probe
     s = results[0]["diagnostics_token_selection"].set_index("setting")
     assert s.loc["bottom_80", "final_mean"] == pytest.approx(0.41) and s.loc["bottom_80", "n"] == 3
     empty = ts.selection_summary(results[0]["diagnostics_token_selection_runs"].iloc[:0])
@@ -119,7 +125,6 @@ def test_carry_probe_runs_in_float64_and_is_the_same_at_any_thread_count():
     import torch
 
     from mathrl.model import GPT, GPTConfig
-    from mathrl.studies.high_entropy_tokens import answer_entropy
     from mathrl.tasks import VOCAB, Task
 
     task = Task(op="add", ndigit=2, reverse=True)
@@ -129,10 +134,45 @@ def test_carry_probe_runs_in_float64_and_is_the_same_at_any_thread_count():
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = answer_entropy(model, task, pairs)
+        one = carry_probe.answer_entropy(model, task, pairs)
         torch.set_num_threads(2)
-        two = answer_entropy(model, task, pairs)
+        two = carry_probe.answer_entropy(model, task, pairs)
     finally:
         torch.set_num_threads(threads)
-    assert next(model.parameters()).dtype == torch.float64  # the forward ran in float64
+    assert next(model.parameters()).dtype == torch.float32  # a float64 copy ran, the model is left as it was
     assert one.shape == (64, task.answer_len) and bool((one > 0).all()) and torch.equal(one, two)
+
+
+def test_a_run_with_the_probe_writes_what_its_start_and_final_policies_give_bit_for_bit(run_env):
+    """carry_probe.csv of a trained run is the probe of the run's warm-up and of its final snapshot, read back bit
+    for bit, and the per-run means the study takes from it are those of the policies themselves."""
+    from mathrl import layout, snapshot
+    from mathrl.cli import main
+    from mathrl.config import load_config
+    from mathrl.model import GPT, GPTConfig
+    from mathrl.sft import load_policy
+    from mathrl.tasks import read_problems, task_of
+    from mathrl.token_selection import carry_in
+
+    path = run_env["config"]
+    cfg = load_config(path)
+    assert main(["train", "--config", str(path), "--run-id", "probed", "carry_probe=true", "steps=2"]) == 0
+    run_dir = Path(cfg["results"]) / "runs" / "probed"
+    written = pd.read_csv(run_dir / layout.CARRY_PROBE_FILE)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert layout.CARRY_PROBE_FILE in summary["files"]  # checked whole when read, as heldout.csv is
+    task = task_of(cfg, "add")
+    pairs = read_problems(layout.problems_file(cfg, "add", "test"), task)[: carry_probe.PROBE_PROBLEMS]
+    carry = carry_in(pairs[:, 0], pairs[:, 1], task.answer_width).numpy()
+    state = snapshot.decode((run_dir / "snapshot.pt").read_bytes(), "snapshot")
+    final = GPT(GPTConfig(**state["model_config"]))
+    final.load_state_dict({k.removeprefix("policy."): v for k, v in state["net"].items() if k.startswith("policy.")})
+    start, _ = load_policy(layout.sft_checkpoint(cfg, "add", 0))
+    for name, model in (("start", start), ("final", final)):
+        expected = carry_probe.carry_entropy(carry_probe.answer_entropy(model, task, pairs).numpy(), carry)
+        got = written[written["checkpoint"] == name]
+        assert got["entropy"].tolist() == [row["entropy"] for row in expected]  # bit for bit
+        assert got["tokens"].tolist() == [row["tokens"] for row in expected]
+    assert analysis.carry_means(written[written["checkpoint"] == "final"])["carry_gap"] == pytest.approx(
+        analysis.carry_means(expected)["carry_gap"], abs=0
+    )

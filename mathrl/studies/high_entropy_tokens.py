@@ -11,28 +11,28 @@ The experiment `token_selection` trains addition from the warm-up with the polic
 - per variant and step (`diagnostics_token_selection_steps`): held-out accuracy over seeds, for the figure;
 - per checkpoint, answer position and carry (`diagnostics_token_selection_carry`): the probe's mean entropy.
 
-The carry probe: teacher-forced on the correct answers of the first `PROBE_PROBLEMS` held-out problems, the entropy of
-the policy's distribution at each answer token (temperature 1), for the warm-up and for each run's final snapshot; a
-token is a carry token when a carry enters its digit (`token_selection.carry_in`). The per-run comparison keeps the
-digit positions where both kinds occur (every digit but the lowest; not the end token) and weighs them equally, so
-that neither position nor the share of carries at a position can make the difference.
+The carry probe is written by each run (`carry_probe: true`, `mathrl.carry_probe`; this module runs no model):
+teacher-forced on the correct answers of the first `PROBE_PROBLEMS` held-out problems, the entropy of the policy's
+distribution at each answer token (temperature 1), for the policy the run started from (its warm-up) and for its final
+policy; a token is a carry token when a carry enters its digit (`token_selection.carry_in`). The per-run comparison
+keeps the digit positions where both kinds occur (every digit but the lowest; not the end token) and weighs them
+equally, so that neither position nor the share of carries at a position can make the difference.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pandas as pd
 
 import mathrl.studies.kit as kit
 from mathrl import analysis as dx
-from mathrl.results import mean_spread
+from mathrl import layout
+from mathrl.carry_probe import PROBE_PROBLEMS
+from mathrl.results import mean_spread, read_csv
 from mathrl.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, plt
 
 EXPERIMENT = "token_selection"
 PART = "token selection"  # the claims' part (config/claims.yaml) this part of the section shows
 BASELINE = "baseline"  # the role of the arm that trains on every answer token
-PROBE_PROBLEMS = 1000
 STEP_MEANS = ["token_selected_frac", "entropy_selected", "entropy_unselected"]  # per run, over its steps
 PROBE_MEANS = ["entropy_carry", "entropy_nocarry", "carry_gap"]  # per run, from the carry probe of its final policy
 RUN_VALUES = ["initial", "final", "change", *STEP_MEANS, *PROBE_MEANS]
@@ -49,66 +49,22 @@ LIMITS = {
 
 
 # ----------------------------------------------------------------------------- the carry probe
-def answer_entropy(model, task, pairs):
-    """(N, L) entropy of `model`'s distribution at each answer token of `pairs`, teacher-forced on the right answers.
-    In float64, so that the report's numbers do not depend on how many threads summed the matrix products."""
-    import torch
-
-    from mathrl.losses import token_entropy
-    from mathrl.sft import sft_batch
-
-    x, _ = sft_batch(task, pairs)
-    with torch.no_grad():
-        logits = model.double()(x)[:, task.prompt_len - 1 :]  # the logits that predict each answer token
-    return token_entropy(logits)
-
-
-def _policy(path: Path):
-    """The policy of a warm-up checkpoint or of a run's snapshot (its `net`: the policy and any value head)."""
-    from mathrl import snapshot
-    from mathrl.model import GPT, GPTConfig
-
-    ckpt = snapshot.decode(Path(path).read_bytes(), str(path))
-    model = GPT(GPTConfig(**ckpt["model_config"]))
-    state = (
-        ckpt["model"]
-        if ckpt.get("model") is not None
-        else {k.removeprefix("policy."): v for k, v in ckpt["net"].items() if k.startswith("policy.")}
-    )
-    model.load_state_dict(state)
-    return model.eval()
-
-
 def probe(ctx, runs) -> tuple[pd.DataFrame, dict]:
-    """The carry probe of the warm-up and of each run's final snapshot: the per-position table, and {run_id: the
-    run's carry means}."""
-    from mathrl import layout
-    from mathrl.tasks import read_problems, task_of
-    from mathrl.token_selection import carry_in
-
-    frames, means = [], {}
-    task_name = runs[0][1].settings.get("task", "add") if runs else None
-    problems = layout.problems_file(ctx.cfg, task_name, "test") if runs else None
-    if problems is None or not Path(problems).is_file():
-        return pd.DataFrame(columns=PROBE_COLUMNS), means
-    task = task_of(ctx.cfg, task_name)
-    pairs = read_problems(problems, task)[:PROBE_PROBLEMS]
-    carry = carry_in(pairs[:, 0], pairs[:, 1], task.answer_width).numpy()
-    # the arms' start (the warm-up)
-    start = layout.init_checkpoint(ctx.cfg["results"], task_name, runs[0][1].settings.get("init"))
-    checkpoints = [("warm-up", None, start)] if start is not None else []
-    checkpoints += [(name, run, ctx.run_file(run, layout.RUN_SNAPSHOT)) for name, run in runs]
-    for name, run, path in checkpoints:
-        if not Path(path).is_file():
+    """The carry probe each run wrote (carry_probe.csv, mathrl.carry_probe): the per-position table (its final policy
+    under its setting's name, and each warm-up the arms started from once, as `warm-up`), and {run_id: the run's carry
+    means}."""
+    frames, means, warmups = [], {}, set()
+    for name, run in runs:
+        path = ctx.run_file(run, layout.RUN_CARRY_PROBE)
+        if not path.is_file():
             continue
-        h = answer_entropy(_policy(path), task, pairs).numpy()
-        frames.append(
-            pd.DataFrame(dx.carry_entropy(h, carry), columns=["position", "carry", "entropy", "tokens"]).assign(
-                checkpoint=name, seed=NAN if run is None else run.spec.seed
-            )
-        )
-        if run is not None:
-            means[run.spec.run_id] = dx.carry_means(h, carry)
+        rows = read_csv(path, ((run.summary or {}).get("files") or {}).get(path.name))
+        final = rows[rows["checkpoint"] == "final"]
+        frames.append(final.assign(checkpoint=name, seed=run.spec.seed))
+        means[run.spec.run_id] = dx.carry_means(final)
+        if kit.warmup(run) not in warmups:  # the arms share their warm-ups: each once
+            warmups.add(kit.warmup(run))
+            frames.append(rows[rows["checkpoint"] == "start"].assign(checkpoint="warm-up", seed=NAN))
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return table.reindex(columns=PROBE_COLUMNS), means
 
