@@ -43,6 +43,17 @@ METRIC_COLUMNS = [
     "lr",
     "seconds",
 ]
+# metrics.csv's columns of the rollout/trainer mismatch (mathrl.mismatch), in this order (NaN where one does not
+# apply); here so that the tables read them without importing the tensor maths
+MISMATCH_COLUMNS = [
+    "mismatch_logp_diff_mean",
+    "mismatch_logp_diff_max",
+    "mismatch_kl_k3",
+    "mismatch_chi2",
+    "mismatch_ess",
+    "mismatch_logp_corr",
+    "mismatch_corrected_frac",
+]
 RUNS = "runs"
 RUN_DIR = RUNS + "/{run_id}"
 RUN_METRICS = RUN_DIR + "/" + METRICS_FILE

@@ -20,17 +20,6 @@ import math
 
 import torch
 
-# metrics.csv columns, in this order (NaN where a metric does not apply)
-METRICS = [
-    "mismatch_logp_diff_mean",
-    "mismatch_logp_diff_max",
-    "mismatch_kl_k3",
-    "mismatch_chi2",
-    "mismatch_ess",
-    "mismatch_logp_corr",
-    "mismatch_corrected_frac",
-]
-
 
 def importance_weights(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor) -> torch.Tensor:
     """Per-token weights ``w = exp(trainer_logp - sampler_logp)`` (B, T), in float64: in the control

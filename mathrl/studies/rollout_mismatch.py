@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mathrl.mismatch import METRICS as MISMATCH
+from mathrl.layout import MISMATCH_COLUMNS as MISMATCH
 from mathrl.results import mean_spread, warmup
 from mathrl.studies.kit import COLORS, add_intervals, over_seeds, placeholder, plt
 from mathrl.verdict import difference
