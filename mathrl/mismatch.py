@@ -20,6 +20,10 @@ import math
 
 import torch
 
+from mathrl.layout import MISMATCH_COLUMNS
+
+METRICS = MISMATCH_COLUMNS  # metrics.csv's columns of this module, in this order (stated in layout)
+
 
 def importance_weights(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor) -> torch.Tensor:
     """Per-token weights ``w = exp(trainer_logp - sampler_logp)`` (B, T), in float64: in the control
