@@ -24,7 +24,7 @@ NEVER = 10**9  # steps / eval_every: no evaluation or schedule end inside the ti
 def bench_config(results: Path | str, preset: str = "small") -> dict:
     """A small config: the default config's task, warm-up, train and algorithm blocks for 3-digit
     addition, without its experiments (validating every experiment's runs takes seconds)."""
-    from mathrl.config import DEFAULT_CONFIG, read_yaml
+    from mathrl.pipeline.config import DEFAULT_CONFIG, read_yaml
 
     base = read_yaml(DEFAULT_CONFIG)
     task = {**base.get("tasks", {}).get(TASK, {}), "op": "add", "ndigit": 3}
@@ -45,10 +45,10 @@ def config_path(results: Path | str) -> Path:
 
 
 def load_cfg(results: Path | str, preset: str = "small") -> dict:
-    """`mathrl.config.load_config` on the generated YAML next to the results tree (written if missing)."""
+    """`mathrl.pipeline.config.load_config` on the generated YAML next to the results tree (written if missing)."""
     import yaml
 
-    from mathrl.config import load_config
+    from mathrl.pipeline.config import load_config
 
     path = config_path(results)
     if not path.is_file():
@@ -66,11 +66,11 @@ def build_tree(root: Path | str, presets=PRESETS) -> dict[str, Path]:
 
     import torch
 
-    from mathrl import snapshot
-    from mathrl.atomic import atomic_write
-    from mathrl.layout import problems_dir, sft_checkpoint
-    from mathrl.model import GPT, gpt_config
-    from mathrl.tasks import VOCAB_SIZE, task_of, write_problem_splits
+    from mathrl.engine import snapshot
+    from mathrl.engine.model import GPT, gpt_config
+    from mathrl.engine.tasks import VOCAB_SIZE, task_of, write_problem_splits
+    from mathrl.pipeline.atomic import atomic_write
+    from mathrl.pipeline.layout import problems_dir, sft_checkpoint
 
     root = Path(root)
     trees: dict[str, Path] = {}
@@ -115,10 +115,10 @@ class TempTree:
 
 def make_trainer(results: Path, preset: str, batch: int, run_dir: Path, device: str = "cpu"):
     """A GRPO trainer on 3-digit addition, group size 8, on `device` (cpu or cuda), world of one."""
-    from mathrl.config import run_settings
-    from mathrl.distributed import Dist, pick_device
-    from mathrl.settings import RunSettings
-    from mathrl.trainer import Trainer
+    from mathrl.engine.distributed import Dist, pick_device
+    from mathrl.engine.trainer import Trainer
+    from mathrl.pipeline.config import run_settings
+    from mathrl.pipeline.settings import RunSettings
 
     cfg = load_cfg(results, preset)
     settings = run_settings(cfg, {

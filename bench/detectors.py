@@ -7,7 +7,7 @@ once) is labelled from its own files, by the project's definitions, per failure 
 - `entropy_collapse`: token entropy over the last 5 steps at most half of the first 5 (lab 04's collapse line);
 - `reward_hacking`: a reward other than the exact answer's (the proxy, a shaped one) rose (last 5 steps against the
   first 5) while held-out accuracy fell by more than 5 points (the proxy-reward study's failure);
-- `crash`: the run collapsed (mathrl.results.COLLAPSE_DEFINITION: held-out accuracy below half its start, or a
+- `crash`: the run collapsed (mathrl.analysis.results.COLLAPSE_DEFINITION: held-out accuracy below half its start, or a
   non-finite loss or gradient: the high-LR failures);
 - `no_learning`: held-out accuracy rose by less than a point and the training reward by less than 0.01 (the
   negative controls' random reward, RL from a random policy).
@@ -69,8 +69,8 @@ TRL_NAMES = {
 
 def labels(run) -> dict[str, bool]:
     """The run's failures by the project's definitions (module docstring), from its files."""
-    from mathrl.measures import MEASURES
-    from mathrl.results import collapsed
+    from mathrl.analysis.measures import MEASURES
+    from mathrl.analysis.results import collapsed
 
     m = {
         name: fn(run)
@@ -101,7 +101,7 @@ def trl_state(run) -> dict:
 
 def export(runs: dict, out: Path) -> dict[str, dict[str, Path]]:
     """{experiment: {run id: its trainer_state.json}}, one folder per setting and seed under OUT/export."""
-    from mathrl.studies.kit import setting
+    from mathrl.analysis.studies.kit import setting
 
     files: dict[str, dict[str, Path]] = {}
     for run_id, run in runs.items():
@@ -119,7 +119,7 @@ def our_flags(cfg: dict, experiment: str, folder: Path, out: Path) -> dict[str, 
     """{exported run folder name: the alert kinds raised on it or its arm} from `mathrl import` of one experiment."""
     import yaml
 
-    from mathrl.imported import build
+    from mathrl.analysis.imported import build
 
     roles = (cfg["experiments"].get(experiment) or {}).get("roles") or {}
     base = roles.get("baseline") or roles.get("reference")
@@ -211,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "detectors"), help="exports and the table")
     args = p.parse_args(argv)
-    from mathrl.config import layered, load_config_and_runs
-    from mathrl.results import load_runs
+    from mathrl.analysis.results import load_runs
+    from mathrl.pipeline.config import layered, load_config_and_runs
 
     cfg = load_config_and_runs(layered(args.config), [f"results={args.results}"])[0]
     runs = {rid: r for rid, r in load_runs(cfg).items() if r.ok and r.spec.same_as is None}

@@ -115,7 +115,7 @@ def environment(work: Path, code: Path) -> dict:
 
 
 def results_dir(repo: Path, config: str | None) -> Path:
-    from mathrl.config import load_config
+    from mathrl.pipeline.config import load_config
 
     files = [repo / "config" / "config.yaml", *([repo / config] if config else [])]
     return repo / load_config(files)["results"]

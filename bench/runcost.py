@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PRELOAD = ("torch", "torch._dynamo", "mathrl.cli", "mathrl.trainer", "mathrl.sft")
+PRELOAD = ("torch", "torch._dynamo", "mathrl.pipeline.cli", "mathrl.engine.trainer", "mathrl.engine.sft")
 
 
 # ---------------------------------------------------------------------- in the version's interpreter
@@ -37,8 +37,8 @@ def _child(config: str, run: str, out: str, report: str) -> None:
     """In a forked child: train one run with the trainer's methods timed; write the parts."""
     import time
 
-    import mathrl.trainer as trainer
-    from mathrl.cli import main
+    import mathrl.engine.trainer as trainer
+    from mathrl.pipeline.cli import main
 
     cpu = {"eval": 0.0, "step": 0.0}
     depth = {"eval": 0}

@@ -3,7 +3,8 @@
 Reads the pilot's claims.csv (a tree of config/seed_pilot.yaml: every planned experiment at two seeds from each of
 the five warm-ups) and, for every claim on the GPT whose smallest effect that matters is declared (config/claims.yaml's
 rules: 3 points of held-out accuracy, 20 points of a rate of runs, a scale-free size the document states, a margin),
-the seeds per warm-up that detect it with 80% power (mathrl/plan.py). Each experiment's arms get the most its claims
+the seeds per warm-up that detect it with 80% power (mathrl/analysis/plan.py). Each experiment's arms get the most its
+claims
 ask for, within the budget (at most two seeds per warm-up: the pilot's count). Prints the plan claim by claim; with
 `--write`, config/seed_plan.yaml. The plan uses the pilot's variances and the declared effects, never the pilot's
 estimates, and it is written before the runs it plans.
@@ -20,9 +21,9 @@ import pandas as pd
 import yaml
 
 from bench.common import ROOT, table
-from mathrl import claims as claims_engine
-from mathrl import plan
-from mathrl.config import load_config
+from mathrl.analysis import claims as claims_engine
+from mathrl.analysis import plan
+from mathrl.pipeline.config import load_config
 
 WARMUPS = 5
 PILOT_PER_WARMUP = 2

@@ -1,6 +1,6 @@
 """One supervised warm-up configuration in a fresh process: `python -m bench.sft_step --preset small --batch 256`.
 
-The step of `mathrl sft` (mathrl/sft.py: run_sft): draw a batch of training problems,
+The step of `mathrl sft` (mathrl/engine/sft.py: run_sft): draw a batch of training problems,
 `sft_batch`, forward, cross-entropy on the answer tokens, backward, AdamW step; with the
 warm-up's own optimizer settings from the default config. Prints one JSON line.
 """
@@ -29,11 +29,11 @@ def main(argv=None) -> int:
     import torch
     import torch.nn.functional as F
 
-    from mathrl.layout import problems_file
-    from mathrl.model import GPT, gpt_config
-    from mathrl.optim import make_optimizer
-    from mathrl.sft import sft_batch
-    from mathrl.tasks import VOCAB_SIZE, read_problems, task_of
+    from mathrl.engine.model import GPT, gpt_config
+    from mathrl.engine.optim import make_optimizer
+    from mathrl.engine.sft import sft_batch
+    from mathrl.engine.tasks import VOCAB_SIZE, read_problems, task_of
+    from mathrl.pipeline.layout import problems_file
 
     with TempTree(args.root, args.preset) as results, contextlib.redirect_stdout(sys.stderr):
         cfg = load_cfg(results, args.preset)
@@ -44,7 +44,7 @@ def main(argv=None) -> int:
         model = GPT(gpt_config(args.preset, VOCAB_SIZE, task.seq_len))
         opt = make_optimizer(
             model.parameters(), "adamw", lr=s["lr"], weight_decay=s["weight_decay"], betas=(0.9, 0.99)
-        )  # as mathrl.sft
+        )  # as mathrl.engine.sft
 
         def step() -> float:
             t0 = time.perf_counter()

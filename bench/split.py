@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from bench.common import table
-from mathrl.config import run_group
+from mathrl.pipeline.config import run_group
 
 PARTS = ("rl_steps", "evaluation", "run_setup", "outside_run")
 LABELS = {"rl_steps": "RL steps", "evaluation": "evaluation", "run_setup": "run setup",

@@ -35,7 +35,7 @@ class OutOfTime(Exception):
 
 
 def config(results: Path, task: str, args) -> dict:
-    from mathrl.config import complete
+    from mathrl.pipeline.config import complete
 
     return complete({
         "results": str(results),
@@ -51,13 +51,13 @@ def config(results: Path, task: str, args) -> dict:
 
 
 def run(args) -> dict:
-    from mathrl.config import run_settings
-    from mathrl.distributed import Dist, pick_device
-    from mathrl.layout import sft_checkpoint
-    from mathrl.settings import RunSettings
-    from mathrl.sft import run_sft
-    from mathrl.tasks import write_problem_splits
-    from mathrl.trainer import Trainer
+    from mathrl.engine.distributed import Dist, pick_device
+    from mathrl.engine.sft import run_sft
+    from mathrl.engine.tasks import write_problem_splits
+    from mathrl.engine.trainer import Trainer
+    from mathrl.pipeline.config import run_settings
+    from mathrl.pipeline.layout import sft_checkpoint
+    from mathrl.pipeline.settings import RunSettings
 
     targets = sorted(args.targets)
     curve: list[dict] = []

@@ -1,5 +1,5 @@
 """`python -m mathrl` is the `mathrl` command (torchrun runs it as `-m mathrl train`)."""
 
-from mathrl.cli import main
+from mathrl.pipeline.cli import main
 
 raise SystemExit(main())

@@ -17,10 +17,10 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, update_config, validate
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
-import mathrl.config
-from mathrl import layout
-from mathrl.atomic import atomic_write
-from mathrl.config import ConfigError, config_hash
+import mathrl.pipeline.config
+from mathrl.pipeline import layout
+from mathrl.pipeline.atomic import atomic_write
+from mathrl.pipeline.config import ConfigError, config_hash
 
 min_version("8.0")
 
@@ -33,7 +33,7 @@ def typed(value):
         return {key: typed(item) for key, item in value.items()}
     if isinstance(value, list):
         return [typed(item) for item in value]
-    return mathrl.config.parse_value(value) if isinstance(value, str) else value
+    return mathrl.pipeline.config.parse_value(value) if isinstance(value, str) else value
 
 
 def config_source() -> str:
@@ -55,19 +55,19 @@ try:
     # Each file read strictly, as mathrl reads it: Snakemake's reader keeps the second of a key given twice
     # (the workflow's config/config.yaml and the command line's files).
     for _path in workflow.configfiles:
-        mathrl.config.read_yaml(_path)
-    if any(mathrl.config.read_yaml(path).get("standalone") for path in _CLI_FILES):
+        mathrl.pipeline.config.read_yaml(_path)
+    if any(mathrl.pipeline.config.read_yaml(path).get("standalone") for path in _CLI_FILES):
         config.clear()
-        config.update(mathrl.config.read_layers(_CLI_FILES)[0])
+        config.update(mathrl.pipeline.config.read_layers(_CLI_FILES)[0])
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 # Snakemake reads --configfile as YAML 1.1 (`1e-3` is text there); mathrl reads YAML 1.2 numbers.
-config.update(mathrl.config.yaml12_numbers(dict(config)))
+config.update(mathrl.pipeline.config.yaml12_numbers(dict(config)))
 update_config(config, typed(workflow.config_settings.config))
 try:
-    # Validated and expanded once per configuration and code (mathrl.config.completed's cache):
+    # Validated and expanded once per configuration and code (mathrl.pipeline.config.completed's cache):
     # every Snakemake call, and every cluster job's, reads the workflow again.
-    CFG, ALL_RUNS = mathrl.config.completed(
+    CFG, ALL_RUNS = mathrl.pipeline.config.completed(
         copy.deepcopy(config), source=config_source()
     )
 except ConfigError as exc:
@@ -98,9 +98,9 @@ def write_config_file(cfg: dict) -> Path:
 # interpreter runs must rerun nothing. What must rerun a job is its own settings' hash,
 # a params value of its rule (a run reruns when its settings change, and only then).
 # The declared claims (in the repository, wherever the workflow runs): the tables are judged against them.
-CLAIMS_FILE = str(mathrl.config.ROOT / layout.CLAIMS_FILE)
+CLAIMS_FILE = str(mathrl.pipeline.config.ROOT / layout.CLAIMS_FILE)
 # The documents' numbers the tables set beside ours (in the repository too).
-DOCUMENTS_FILE = str(mathrl.config.ROOT / layout.DOCUMENTS_FILE)
+DOCUMENTS_FILE = str(mathrl.pipeline.config.ROOT / layout.DOCUMENTS_FILE)
 CONFIG_FILE = write_config_file(copy.deepcopy(config))
 
 # Every rule names envs/mathrl.yaml. Under --use-conda a job runs in that environment with
@@ -115,12 +115,12 @@ else:
     PY = Path(sys.executable)
 
 RESULTS = CFG["results"]
-RUNS = mathrl.config.trained(
+RUNS = mathrl.pipeline.config.trained(
     ALL_RUNS
 )  # runs that reuse another's identical settings are read, not trained
 # One job per group: a setting's seeds, trained one after another (Snakemake's own time per
 # job grows with the number of jobs waiting, and a short run costs less than its job).
-RUN_GROUPS = mathrl.config.run_groups(RUNS)
+RUN_GROUPS = mathrl.pipeline.config.run_groups(RUNS)
 
 
 def results(path: str) -> str:
@@ -128,7 +128,7 @@ def results(path: str) -> str:
     return os.path.join(RESULTS, path)
 
 
-# ---- the stages: outputs, logs, benchmarks and commands from mathrl.layout ---------------
+# ---- the stages: outputs, logs, benchmarks and commands from mathrl.pipeline.layout ---------------
 def outputs(stage: str) -> dict:
     """The rule's named outputs (patterns under the results directory)."""
     return {
@@ -165,7 +165,7 @@ class LaunchSetting:
 # ---- resources: the `pipeline` block, defaults from the schema --------------------------
 PIPELINE = {
     key: CFG["pipeline"].get(key, spec["default"])
-    for key, spec in mathrl.config.load_schema()["definitions"]["pipeline"][
+    for key, spec in mathrl.pipeline.config.load_schema()["definitions"]["pipeline"][
         "properties"
     ].items()
 }
@@ -176,7 +176,7 @@ def visible_gpus() -> int:
     """GPUs this machine shows; torch (slow to import) is asked only where nvidia-smi is."""
     if "MATHRL_FAKE_GPUS" not in os.environ and shutil.which("nvidia-smi") is None:
         return 0
-    from mathrl.gpus import visible_gpu_count
+    from mathrl.pipeline.gpus import visible_gpu_count
 
     return visible_gpu_count()
 
@@ -194,7 +194,7 @@ GPUS_SFT = gpus(PIPELINE["gpus_sft"])
 if GPUS_PER_RUN > 1:
     try:
         for run_id, spec in RUNS.items():
-            mathrl.config.check_train(
+            mathrl.pipeline.config.check_train(
                 CFG,
                 spec.settings,
                 f"experiments.{spec.experiment} (run {run_id}, {GPUS_PER_RUN} GPUs)",
@@ -213,8 +213,8 @@ wildcard_constraints:
 # ---- what each rule reads ---------------------------------------------------------------
 @lru_cache
 def bandit_studies() -> tuple:
-    """The bandit studies (from the torch-free half of mathrl.bandit)."""
-    from mathrl.bandit_config import BANDIT_STUDIES
+    """The bandit studies (from the torch-free half of mathrl.engine.bandit)."""
+    from mathrl.pipeline.bandit_config import BANDIT_STUDIES
 
     return tuple(BANDIT_STUDIES)
 
@@ -311,7 +311,7 @@ def get_runs_targets(wildcards):
 
 def get_aggregate_inputs(wildcards):
     """The tables read every run, bandit study and gradient-variance probe."""
-    from mathrl.results import aggregate_inputs
+    from mathrl.analysis.results import aggregate_inputs
 
     return aggregate_inputs(CFG, RUNS)
 
@@ -323,7 +323,7 @@ def get_task_hash(wildcards):
 
 def get_sft_hash(wildcards):
     """One warm-up's own settings and its index (the starts job's keys do not change its checkpoint)."""
-    from mathrl.sft import warmup_settings
+    from mathrl.engine.sft import warmup_settings
 
     return config_hash(
         [warmup_settings(CFG["sft"][wildcards.task]), int(wildcards.warmup)]
@@ -335,8 +335,8 @@ def get_starts_hash(wildcards):
 
 
 def group_hash(run_ids: list) -> str:
-    """The hash of the group's runs' settings (mathrl.config.group_hash, DVC's trigger too)."""
-    return mathrl.config.group_hash(RUNS, run_ids)
+    """The hash of the group's runs' settings (mathrl.pipeline.config.group_hash, DVC's trigger too)."""
+    return mathrl.pipeline.config.group_hash(RUNS, run_ids)
 
 
 def get_bandit_hash(wildcards):
@@ -360,8 +360,8 @@ def get_summary_hash(wildcards):
 # ---- the Snakemake report (--report) -----------------------------------------------------
 def get_report_section(wildcards):
     """The report section of a table or figure: its study's title, from the `{study}_`
-    prefix of its name (mathrl.studies, imported only when a report is built)."""
-    from mathrl.studies import STUDIES
+    prefix of its name (mathrl.analysis.studies, imported only when a report is built)."""
+    from mathrl.analysis.studies import STUDIES
 
     for study in STUDIES:
         if wildcards.name.startswith(f"{study.NAME}_"):

@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mathrl.verdict import rate_difference
+from mathrl.analysis.verdict import rate_difference
 
 RUNS = Path("results/runs")
 CPU_LOG = Path("results/calibration_cpu_seconds.tsv")

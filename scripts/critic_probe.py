@@ -20,11 +20,11 @@ import argparse
 import numpy as np
 import torch
 
-from mathrl.config import DEFAULT_CONFIG, load_config
-from mathrl.layout import problems_file, sft_checkpoint
-from mathrl.rewards import RewardSpec, compute_rewards, token_rewards
-from mathrl.sft import load_policy
-from mathrl.tasks import VOCAB_SIZE, answer_mask, read_problems, task_of
+from mathrl.engine.rewards import RewardSpec, compute_rewards, token_rewards
+from mathrl.engine.sft import load_policy
+from mathrl.engine.tasks import VOCAB_SIZE, answer_mask, read_problems, task_of
+from mathrl.pipeline.config import DEFAULT_CONFIG, load_config
+from mathrl.pipeline.layout import problems_file, sft_checkpoint
 
 G, PROMPTS, TRAIN_BATCHES = 8, 64, 6
 

@@ -27,8 +27,8 @@ export PYTHONUNBUFFERED=1
 # whether it starts from one of the warm-up's further starts (sft.TASK.starts: `init: start_PCT`)
 python3 - "$CONFIG" "$EXP" "$@" > "$OUT/plan.txt" <<'EOF' || exit 1
 import sys
-from mathrl.config import DEFAULT_CONFIG, load_config_and_runs
-from mathrl.layout import is_start
+from mathrl.pipeline.config import DEFAULT_CONFIG, load_config_and_runs
+from mathrl.pipeline.layout import is_start
 _, runs = load_config_and_runs((DEFAULT_CONFIG, sys.argv[1]))
 experiment, variants = sys.argv[2], set(sys.argv[3:])
 chosen = [s for s in runs.values() if s.experiment == experiment and (not variants or s.variant in variants)]

@@ -71,7 +71,7 @@ def run(out: Path, warm: Path | None, only: list[str] | None) -> None:
     import yaml
 
     import mathrl
-    from mathrl.cli import main
+    from mathrl.pipeline.cli import main
 
     torch.set_num_threads(1)
     results = out / "warm"

@@ -66,10 +66,10 @@ def schema_parsed_once():
     run a configuration expands into, which would dominate building a hand-made tree of many runs."""
     import functools
 
-    import mathrl.config
+    import mathrl.pipeline.config
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(mathrl.config, "load_schema", functools.cache(mathrl.config.load_schema))
+        mp.setattr(mathrl.pipeline.config, "load_schema", functools.cache(mathrl.pipeline.config.load_schema))
         yield
 
 
@@ -78,7 +78,7 @@ def study_config(tmp_path_factory):
     """The study tests' configurations: `study_config(name, experiments, **keys)` is TINY with
     those experiments (and any other top-level keys given), its results in a folder of its own
     named after `name`, read as the CLI reads it."""
-    from mathrl.config import load_config
+    from mathrl.pipeline.config import load_config
 
     def make(name: str, experiments: dict, **keys) -> dict:
         tmp_path = tmp_path_factory.mktemp(name)
@@ -99,7 +99,7 @@ def tiny_cfg_dict(tmp_path) -> dict:
 @pytest.fixture(scope="session")
 def warm(tmp_path_factory) -> dict:
     """Problem sets and a warm-up checkpoint for the tiny add task (built once, then copied)."""
-    from mathrl.cli import main
+    from mathrl.pipeline.cli import main
 
     base = tmp_path_factory.mktemp("warm")
     cfg = copy.deepcopy(TINY)
@@ -230,7 +230,8 @@ def run_dir(env: dict, run_id: str) -> Path:
 
 
 def run_files(directory: Path) -> dict[str, bytes]:
-    """Every file of a run directory by name, but its lock (mathrl.rundir: each process that takes it writes its pid
+    """Every file of a run directory by name, but its lock (mathrl.pipeline.rundir: each process that takes it writes
+    its pid
     there)."""
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.name != ".lock"}
 
@@ -319,7 +320,7 @@ def tiny_cfg(results: Path) -> dict:
 @pytest.fixture(scope="session")
 def tree(tmp_path_factory) -> Path:
     """The add task's problem sets and a 20-step warm-up checkpoint, built once per session: a results tree."""
-    from mathrl.cli import main
+    from mathrl.pipeline.cli import main
 
     base = tmp_path_factory.mktemp("faults_tree")
     path = write_config(base / "config.yaml", tiny_cfg(base / "results"))

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from mathrl.config import expand_runs
-from mathrl.metrics import COLUMNS
-from mathrl.studies.context import Tables
+from mathrl.analysis.studies.context import Tables
+from mathrl.engine.metrics import COLUMNS
+from mathrl.pipeline.config import expand_runs
 
 
 def write_run(
@@ -89,15 +89,15 @@ def write_json(cfg: dict, rel: str, obj: dict) -> Path:
 
 def with_claims(cfg: dict, tabs: dict) -> dict:
     """A study's tables and claims.csv judged over them, as `mathrl aggregate` judges every table."""
-    from mathrl import claims
-    from mathrl.aggregate import as_read_back
+    from mathrl.analysis import claims
+    from mathrl.analysis.aggregate import as_read_back
 
     return {**tabs, "claims": claims.judge_all(cfg, as_read_back(tabs))}
 
 
 def verdicts(tabs: dict, section: str) -> pd.DataFrame:
     """A section's rows of claims.csv by claim id, under the verdict macros' names (key, claim, diff, engaged)."""
-    from mathrl.studies.kit import claim_view
+    from mathrl.analysis.studies.kit import claim_view
 
     c = tabs["claims"]
     return claim_view(c[c["section"] == section]).set_index("key")

@@ -1,4 +1,4 @@
-"""The algorithm registry (mathrl.algorithms): each estimator on a small case by hand, and
+"""The algorithm registry (mathrl.engine.algorithms): each estimator on a small case by hand, and
 the registry and the schema naming the same algorithms."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mathrl import algorithms as A
-from mathrl.config import load_schema
+from mathrl.engine import algorithms as A
+from mathrl.pipeline.config import load_schema
 
 
 def close(a, b, tol=1e-6):
@@ -24,7 +24,7 @@ def inputs(rewards, **kw) -> A.AdvantageInputs:
 
 
 def test_the_config_refuses_group_size_1_for_exactly_the_grouped_estimators():
-    from mathrl.config import GROUP_ALGORITHMS
+    from mathrl.pipeline.config import GROUP_ALGORITHMS
 
     assert sorted(GROUP_ALGORITHMS) == sorted(name for name, e in A.ESTIMATORS.items() if e.grouped)
 

@@ -1,4 +1,4 @@
-"""Lab 04's bandit studies (mathrl.bandit): contract, determinism and the three phenomena."""
+"""Lab 04's bandit studies (mathrl.engine.bandit): contract, determinism and the three phenomena."""
 
 import copy
 import math
@@ -11,8 +11,8 @@ import pytest
 import torch
 import yaml
 
-from mathrl import bandit
-from mathrl.bandit import BANDIT_STUDIES, DEFAULTS, converged_to, run_study, write_study
+from mathrl.engine import bandit
+from mathrl.engine.bandit import BANDIT_STUDIES, DEFAULTS, converged_to, run_study, write_study
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = ["study", "setting", "seed", "step", "phase", "entropy", "p0", "p1", "p2", "loss", "grad_norm", "reward_std"]

@@ -84,7 +84,7 @@ def test_alternate_exports_a_commit_with_another_commits_config(tmp_path):
         pytest.skip("a checkout with one commit of history")
     first = older.stdout.strip()
     head = export("HEAD", tmp_path / "head", first)
-    assert (head / "mathrl" / "eval_cache.py").is_file()
+    assert (head / "mathrl" / "engine" / "eval_cache.py").is_file()
     wanted = subprocess.run(
         ["git", "show", f"{first}:config/config.yaml"], cwd=ROOT, capture_output=True, check=True
     ).stdout

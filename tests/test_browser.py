@@ -326,8 +326,8 @@ def every_headline(report_tree, tmp_path_factory):
 
     import yaml
 
-    import mathrl.headlines
-    import mathrl.report
+    import mathrl.analysis.headlines
+    import mathrl.analysis.report
 
     binding = {
         "table": "stability_batch",
@@ -344,14 +344,14 @@ def every_headline(report_tree, tmp_path_factory):
             "cells": {"x": binding},
             "text": re.sub(r"{{.*?}}", "{{ x }}", h["text"], flags=re.S),
         }
-        for h in mathrl.headlines.load()
+        for h in mathrl.analysis.headlines.load()
     ]
     path = tmp_path_factory.mktemp("headlines") / "headlines.yaml"
     path.write_text(yaml.safe_dump({"headlines": items}))
     out = report_tree["results"] / "report-every-headline.html"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(mathrl.headlines, "HEADLINES_FILE", path)
-        html, warnings = mathrl.report.render(report_tree["cfg"], out)
+        mp.setattr(mathrl.analysis.headlines, "HEADLINES_FILE", path)
+        html, warnings = mathrl.analysis.report.render(report_tree["cfg"], out)
     assert warnings == [] and html.count("95% CI") >= len(items)
     out.write_text(html)
     binary = chromium()

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from mathrl import claims
-from mathrl.errors import ConfigError
+from mathrl.analysis import claims
+from mathrl.pipeline.errors import ConfigError
 
 CFG = {"experiments": {"e": {"seeds": [0, 1, 2], "roles": {"ref": "base", "remedy": "fix", "point": "batch_size=512"}}}}
 
@@ -271,7 +271,7 @@ def test_a_zero_width_interval_is_exact_and_flagged():
                "b": {"variant": "base"}}, {"t": same})  # fmt: skip
     assert r["design"] == "exact" and r["ci_low"] == r["ci_high"] == pytest.approx(0.1) and r["n"] == 3
     assert math.isnan(r["mde"]) and math.isnan(r["effect_size"]) and "by construction" in r["note"]
-    from mathrl.verdict import sentence
+    from mathrl.analysis.verdict import sentence
 
     text = sentence({**r, "diff": r["difference"]})
     assert "exactly" in text and "detects" not in text and "effect size" not in text
@@ -358,7 +358,7 @@ def test_missing_table_is_not_judged():
 
 
 def test_the_shipped_claims_parse_and_list():
-    from mathrl.config import load_config
+    from mathrl.pipeline.config import load_config
 
     cfg = load_config()
     specs = claims.load(cfg, {})
@@ -376,8 +376,8 @@ def test_a_users_claim_from_yaml_to_the_report(tmp_path):
 
     import yaml
 
-    from mathrl.cli import main
-    from mathrl.config import ROOT
+    from mathrl.pipeline.cli import main
+    from mathrl.pipeline.config import ROOT
     from tests.conftest import TINY, write_config
     from tests.synthetic import curve, write_run
 
@@ -385,7 +385,7 @@ def test_a_users_claim_from_yaml_to_the_report(tmp_path):
     example["experiments"]["grpo_vs_rloo"]["seeds"] = [0, 1, 2]
     cfg = {**copy.deepcopy(TINY), "results": str(tmp_path / "results"), **example}
     path = write_config(tmp_path / "mine.yaml", cfg)
-    from mathrl.config import load_config
+    from mathrl.pipeline.config import load_config
 
     loaded = load_config(path)
     finals = {"grpo": [0.40, 0.42, 0.41], "rloo": [0.46, 0.49, 0.47]}

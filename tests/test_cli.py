@@ -15,8 +15,8 @@ import time
 import pandas as pd
 import pytest
 
-from mathrl import snapshot
-from mathrl.cli import main
+from mathrl.engine import snapshot
+from mathrl.pipeline.cli import main
 from tests.conftest import ROOT, write_config
 
 
@@ -59,8 +59,8 @@ def test_each_bad_name_or_meaningless_setting_exits_2_naming_it(tiny_cfg_dict, t
 def test_a_variant_of_an_experiments_run_trains_under_its_own_name(tiny_cfg_dict, tmp_path, monkeypatch):
     """`--run RUN --run-id NAME lr=...`: RUN's settings with the change, in results/runs/NAME
     (what the refusal of `--run RUN lr=...` suggests); an experiment's run id is not a free name."""
-    from mathrl import cli
-    from mathrl.config import load_config
+    from mathrl.pipeline import cli
+    from mathrl.pipeline.config import load_config
 
     cfg = load_config([write_config(tmp_path / "c.yaml", tiny_cfg_dict)])
     run_id, experiment, settings = cli.resolve_run(cfg, "tiny__batch_size-16__s1", "hot", ["lr=0.5"])
@@ -207,7 +207,7 @@ def test_finding_ones_way_settings_version_dry_run_and_run_status(tiny_cfg_dict,
 
 
 def test_every_subcommand_has_help(capsys):
-    from mathrl.cli import build_parser
+    from mathrl.pipeline.cli import build_parser
 
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     for name in ["", *sub.choices]:
@@ -218,7 +218,7 @@ def test_every_subcommand_has_help(capsys):
 
 
 def test_train_help_gives_every_run_setting_its_help(capsys):
-    from mathrl.settings import RunSettings
+    from mathrl.pipeline.settings import RunSettings
 
     with pytest.raises(SystemExit):
         main(["train", "--help"])
@@ -240,7 +240,7 @@ def test_building_the_parser_imports_no_heavy_module():
     import subprocess
     import sys
 
-    code = ("import sys; from mathrl.cli import build_parser; build_parser(); "
+    code = ("import sys; from mathrl.pipeline.cli import build_parser; build_parser(); "
             "print(sorted(m for m in ('pandas', 'scipy', 'torch', 'matplotlib') if m in sys.modules))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]", out
@@ -252,12 +252,12 @@ def test_mathrl_launch_imports_no_configuration_code():
     import subprocess
     import sys
 
-    from mathrl import cli, config
+    from mathrl.pipeline import cli, config
 
     assert cli.DEFAULT_CONFIG == config.DEFAULT_CONFIG
-    code = ("import sys; from mathrl.cli import main; main(['launch', '--gpus', '0', '--dry-run', '--', '--run', "
-            "'x']); "
-            "print(sorted(m for m in ('mathrl.config', 'jsonschema', 'yaml', 'torch') if m in "
+    code = ("import sys; from mathrl.pipeline.cli import main; "
+            "main(['launch', '--gpus', '0', '--dry-run', '--', '--run', 'x']); "
+            "print(sorted(m for m in ('mathrl.pipeline.config', 'jsonschema', 'yaml', 'torch') if m in "
             "sys.modules))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out.splitlines()[-1] == "[]", out
@@ -266,7 +266,7 @@ def test_mathrl_launch_imports_no_configuration_code():
 def test_a_run_by_hand_trains_on_the_pipelines_thread_count(monkeypatch):
     """The thread count changes float sums: without --threads a run trains on pipeline.threads_per_run, as the
     pipeline's job does, unless OMP_NUM_THREADS already gives the launcher's share (torch reads that itself)."""
-    from mathrl.cli import pipeline_threads
+    from mathrl.pipeline.cli import pipeline_threads
 
     cfg, key = {"pipeline": {"threads_per_run": 3}}, "threads_per_run"
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import torch
 
-from mathrl.policy_losses import PolicyLossInputs, clip_higher_freed, vanilla
+from mathrl.engine.policy_losses import PolicyLossInputs, clip_higher_freed, vanilla
 
 
 def _case():

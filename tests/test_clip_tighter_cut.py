@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import torch
 
-from mathrl.losses import clipped_surrogate
-from mathrl.policy_losses import PolicyLossInputs, clip_tighter_cut, vanilla
+from mathrl.engine.losses import clipped_surrogate
+from mathrl.engine.policy_losses import PolicyLossInputs, clip_tighter_cut, vanilla
 
 
 def _case():

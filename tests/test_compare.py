@@ -8,11 +8,11 @@ import json
 import pandas as pd
 import pytest
 
-from mathrl.cli import main
-from mathrl.compare import arm_values, group_by_settings
-from mathrl.config import expand_runs, load_config
-from mathrl.results import Run
-from mathrl.verdict import difference, mean_interval
+from mathrl.analysis.compare import arm_values, group_by_settings
+from mathrl.analysis.results import Run
+from mathrl.analysis.verdict import difference, mean_interval
+from mathrl.pipeline.cli import main
+from mathrl.pipeline.config import expand_runs, load_config
 from tests.conftest import write_config
 
 FINAL = {"a0": 0.50, "a1": 0.60, "a2": 0.70, "b0": 0.40, "b1": 0.55, "b2": 0.58}
@@ -89,7 +89,7 @@ def test_bad_input_is_one_line_and_writes_nothing(made, capsys, argv, needle):
 
 
 def test_compare_reads_the_one_registry_of_measures(made, capsys):
-    from mathrl.measures import MEASURES
+    from mathrl.analysis.measures import MEASURES
 
     config, _ = made
     assert main(["compare", "--config", str(config), "--arm", "A=a0,a1", "--arm", "B=b0,b1", "--measure", "nope"]) == 2

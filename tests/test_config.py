@@ -6,9 +6,17 @@ import copy
 
 import pytest
 
-from mathrl.cli import main
-from mathrl.config import DEFAULT_CONFIG, ConfigError, expand_runs, layered, load_config, parse_value, trained_runs
-from mathrl.results import load_runs
+from mathrl.analysis.results import load_runs
+from mathrl.pipeline.cli import main
+from mathrl.pipeline.config import (
+    DEFAULT_CONFIG,
+    ConfigError,
+    expand_runs,
+    layered,
+    load_config,
+    parse_value,
+    trained_runs,
+)
 from tests.conftest import TINY, write_config
 
 
@@ -244,7 +252,7 @@ def test_every_yaml_1_2_float_form_is_a_number_in_a_config_file(tiny_cfg_dict, t
     assert (cfg["train"]["lr"], cfg["train"]["kl_coef"], cfg["train"]["weight_decay"]) == (1e-3, 1e-2, 0.5)
     assert {spec.settings["lr"] for spec in expand_runs(cfg).values()} == {2e-4, 3e-4}
     assert load_config([base], ["train.lr=1e-3"])["train"]["lr"] == 1e-3  # the same on the command line
-    from mathrl.config import safe_load, yaml12_numbers
+    from mathrl.pipeline.config import safe_load, yaml12_numbers
 
     assert safe_load("a: '1e-3'\nb: 12\nc: 1_000")["a"] == "1e-3"  # quoted text stays text, integers stay integers
     assert yaml12_numbers({"a": ["1e-3", "x1e3"], "b": "12"}) == {"a": [1e-3, "x1e3"], "b": "12"}

@@ -1,5 +1,5 @@
 """The configuration, validated and expanded once per configuration and code, for the training
-command and for every Snakemake call (mathrl.config.load_config_and_runs and completed)."""
+command and for every Snakemake call (mathrl.pipeline.config.load_config_and_runs and completed)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from mathrl import config
+from mathrl.pipeline import config
 from tests.conftest import TINY, write_config
 
 
@@ -67,7 +67,7 @@ def test_every_command_reads_the_config_through_the_cache(tmp_path, cache, monke
     validates it."""
     import argparse
 
-    from mathrl.cli import _load
+    from mathrl.pipeline.cli import _load
 
     path = write_config(tmp_path / "c.yaml", {**copy.deepcopy(TINY), "results": str(tmp_path / "r")})
     args = argparse.Namespace(config=[str(path)], set=["train.lr=1e-3"])

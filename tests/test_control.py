@@ -1,4 +1,4 @@
-"""Hand-checkable cases for mathrl.control: schedules, the baseline and the KL controllers."""
+"""Hand-checkable cases for mathrl.engine.control: schedules, the baseline and the KL controllers."""
 
 import io
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from mathrl import control as C
+from mathrl.engine import control as C
 
 
 def roundtrip(state: dict) -> dict:

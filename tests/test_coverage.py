@@ -7,8 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from mathrl import claims, coverage
-from mathrl.config import ROOT, layered, load_config
+from mathrl.analysis import claims, coverage
+from mathrl.pipeline.config import ROOT, layered, load_config
 
 DEFAULT = load_config()
 FULL = load_config(layered([ROOT / "config" / "full.yaml"]))

@@ -52,7 +52,7 @@ def test_a_cuda_run_matches_the_same_run_on_the_cpu(run_env, extra):
 
 
 def test_kv_cache_sampling_on_cuda_matches_full_recomputation():
-    from mathrl.model import GPT, gpt_config
+    from mathrl.engine.model import GPT, gpt_config
 
     torch.manual_seed(0)
     model = GPT(gpt_config("small", 16, 24)).cuda().eval()

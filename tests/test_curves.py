@@ -1,11 +1,20 @@
-"""The compute-performance curve (mathrl.curves) on data drawn from known parameters, and on degenerate data."""
+"""The compute-performance curve (mathrl.analysis.curves) on data drawn from known parameters, and on degenerate
+data."""
 
 import math
 
 import numpy as np
 import pytest
 
-from mathrl.curves import FIT_KEYS, MIN_POINTS, _in_log, _in_log_jacobian, fit_curve, half_fit_error, sigmoid_curve
+from mathrl.analysis.curves import (
+    FIT_KEYS,
+    MIN_POINTS,
+    _in_log,
+    _in_log_jacobian,
+    fit_curve,
+    half_fit_error,
+    sigmoid_curve,
+)
 
 
 def test_sigmoid_curve_by_hand():
@@ -95,7 +104,7 @@ def test_a_step_in_log_compute_is_fitted_at_the_solver_budget():
 
 
 def test_sampling_mae_by_hand_and_beside_the_half_fit():
-    from mathrl.curves import sampling_mae
+    from mathrl.analysis.curves import sampling_mae
 
     # p = 0.5 on 100 problems: standard error 0.05, mean absolute deviation 0.05 * sqrt(2 / pi) = 0.039894
     assert sampling_mae([0.5, 0.5], 100) == pytest.approx(0.05 * math.sqrt(2 / math.pi))

@@ -1,7 +1,7 @@
 """The update diagnostics, each on a case computed by hand: clip sides, ppo_kl, the moments
 behind the advantage statistics and the log-prob/advantage covariance, Clip-Cov and KL-Cov,
 the advantage-scaling estimators, the two trend alerts of the monitor, the git state, and the
-analyses of `mathrl.analysis` (pass@k, carries, the entropy law, the noise scale)."""
+analyses of `mathrl.analysis.estimators` (pass@k, carries, the entropy law, the noise scale)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from mathrl import algorithms as A
 from mathrl import git_state
-from mathrl import losses as L
-from mathrl.monitor import StabilityMonitor
+from mathrl.engine import algorithms as A
+from mathrl.engine import losses as L
+from mathrl.engine.monitor import StabilityMonitor
 
 
 def close(a, b, tol=1e-6):
@@ -198,7 +198,7 @@ def test_trainer_logs_the_update_diagnostics(run_env):
 
     import pandas as pd
 
-    from mathrl.cli import main
+    from mathrl.pipeline.cli import main
 
     def run(run_id, *settings):
         assert main(["train", "--config", str(run_env["config"]), "--run-id", run_id, "steps=3", *settings]) == 0
@@ -220,7 +220,7 @@ def test_trainer_logs_the_update_diagnostics(run_env):
     noisy, _ = run("noise", "grad_noise_scale=true", "micro_batch_size=4")
     # a micro-batch of 4 is noisier than the batch of 16: E|g_b|^2 = |G|^2 + tr(Sigma)/b
     assert (noisy["grad_sq_micro"] > noisy["grad_sq_batch"]).all() and (noisy["grad_sq_batch"] > 0).all()
-    from mathrl.analysis import noise_scale
+    from mathrl.analysis.estimators import noise_scale
 
     r = noisy.iloc[0]
     assert r["grad_noise_scale"] == pytest.approx(
@@ -231,9 +231,9 @@ def test_trainer_logs_the_update_diagnostics(run_env):
         assert (df["cov_frac"] > 0).all(), kind
 
 
-# ------------------------------------------------------------------ analyses (mathrl.analysis)
+# ------------------------------------------------------------------ analyses (mathrl.analysis.estimators)
 def test_pass_at_k_is_the_unbiased_estimator():
-    from mathrl.analysis import pass_at_k
+    from mathrl.analysis.estimators import pass_at_k
 
     # n=4, c=1: pass@1 = 1/4; pass@2 = 1 - C(3,2)/C(4,2) = 1 - 3/6; pass@4 = 1
     assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
@@ -246,14 +246,14 @@ def test_pass_at_k_is_the_unbiased_estimator():
 
 
 def test_carries_of_additions():
-    from mathrl.analysis import carries
+    from mathrl.analysis.estimators import carries
 
     # 0+0: none; 5+5: one; 999+1: three; 456+544: 6+4 carry, 5+4+1 carry, 4+5+1 carry -> 3; 123+456: none
     assert carries([0, 5, 999, 456, 123], [0, 5, 1, 544, 456]).tolist() == [0, 1, 3, 3, 0]
 
 
 def test_entropy_law_fit_recovers_the_coefficients_and_predicts_the_second_half():
-    from mathrl.analysis import fit_entropy_law
+    from mathrl.analysis.estimators import fit_entropy_law
 
     h = np.linspace(0.6, 0.1, 40)
     r = -0.5 * np.exp(h) + 1.2  # a = 0.5, b = 1.2, ceiling 0.7
@@ -268,7 +268,7 @@ def test_entropy_law_fit_recovers_the_coefficients_and_predicts_the_second_half(
 
 
 def test_noise_scale_from_two_batch_sizes():
-    from mathrl.analysis import noise_scale
+    from mathrl.analysis.estimators import noise_scale
 
     # |G|^2 = 2, tr(Sigma) = 64: E|g_B|^2 = 2 + 64/B -> 3 at B=64, 2.125 at B=512
     out = noise_scale(64, 512, 3.0, 2.125)
@@ -280,7 +280,7 @@ def test_noise_scale_from_two_batch_sizes():
 def test_pass_at_k_counts_and_heldout_files(run_env):
     import pandas as pd
 
-    from mathrl.cli import main
+    from mathrl.pipeline.cli import main
 
     assert main(["train", "--config", str(run_env["config"]), "--run-id", "pk", "steps=2", "pass_at_k=true",
                  "pass_at_k_problems=5", "pass_at_k_samples=8"]) == 0  # fmt: skip

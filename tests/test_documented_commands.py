@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mathrl.cli import build_parser, main
+from mathrl.pipeline.cli import build_parser, main
 from tests.conftest import ROOT
 
 DOCS = [
@@ -108,7 +108,7 @@ def split(command: str) -> tuple[dict, list[str]]:
 
 def check_mathrl(args: list[str]) -> None:
     """Parse as `mathrl` does and load the config; resolve a run's settings; launch dry."""
-    from mathrl.cli import _load, resolve_run
+    from mathrl.pipeline.cli import _load, resolve_run
 
     parsed = build_parser().parse_args(args)  # exits 2 on a bad flag
     if parsed.command == "launch":  # on a machine that shows the GPUs it asks for

@@ -24,10 +24,10 @@ import yaml
 from conftest import TINY
 
 from bench.dvc_time import differing_columns
-from mathrl import layout
-from mathrl.cli import main
-from mathrl.config import ROOT, ConfigError, group_hash, load_config, run_groups, trained_runs
-from mathrl.dvcgen import (
+from mathrl.pipeline import layout
+from mathrl.pipeline.cli import main
+from mathrl.pipeline.config import ROOT, ConfigError, group_hash, load_config, run_groups, trained_runs
+from mathrl.pipeline.dvcgen import (
     DEFAULT_PYTHON,
     FOREACH,
     PARAMS,
@@ -40,7 +40,7 @@ from mathrl.dvcgen import (
     templated,
     train_groups,
 )
-from mathrl.layout import group_job
+from mathrl.pipeline.layout import group_job
 
 DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
 
@@ -128,7 +128,7 @@ def test_a_stage_per_task_setting_study_and_report_step_with_the_rules_commands(
     assert paths(sft.deps) == [*problems, "mathrl", "config/config.schema.yaml"]
     # the package is one directory dependency; .dvcignore keeps bytecode and the generator out of its hash
     ignored = (ROOT / ".dvcignore").read_text().splitlines()
-    assert "__pycache__/" in ignored and "/mathrl/dvcgen.py" in ignored
+    assert "__pycache__/" in ignored and "/mathrl/pipeline/dvcgen.py" in ignored
     warmups = range(cfg["sft"]["add"]["warmups"])
     assert paths(sft.outs) == [f"results/sft/add/w{k}/{name}" for k in warmups for name in ("model.pt", "summary.json")]
     starts = stages["sft_starts-add"]

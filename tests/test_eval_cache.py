@@ -1,4 +1,4 @@
-"""The starting checkpoint's evaluation, kept beside it under a content key (mathrl.eval_cache)."""
+"""The starting checkpoint's evaluation, kept beside it under a content key (mathrl.engine.eval_cache)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import torch
 
-from mathrl import eval_cache
-from mathrl.model import GPT, gpt_config
-from mathrl.tasks import VOCAB_SIZE, Task
+from mathrl.engine import eval_cache
+from mathrl.engine.model import GPT, gpt_config
+from mathrl.engine.tasks import VOCAB_SIZE, Task
 
 TASK = Task("add", 2)
 SPEC = {"op": "add", "ndigit": 2}

@@ -11,11 +11,11 @@ import json
 import pandas as pd
 import pytest
 
-from mathrl import atomic
-from mathrl.cli import main
-from mathrl.config import load_config
-from mathrl.errors import DamagedFileError
-from mathrl.results import load_run, read_csv, read_json
+from mathrl.analysis.results import load_run, read_csv, read_json
+from mathrl.pipeline import atomic
+from mathrl.pipeline.cli import main
+from mathrl.pipeline.config import load_config
+from mathrl.pipeline.errors import DamagedFileError
 from tests.conftest import TINY, write_config
 from tests.synthetic import curve, write_run
 

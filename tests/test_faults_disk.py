@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from conftest import PY, run, run_dir, run_files, train_cmd
 
-from mathrl import snapshot
-from mathrl.cli import main
+from mathrl.engine import snapshot
+from mathrl.pipeline.cli import main
 
 pytestmark = pytest.mark.faults
 
@@ -63,8 +63,8 @@ def test_full_disk_during_a_snapshot_keeps_the_previous_one(env, capsys):
 FULL_DISK_WRITES = """
 import json, math, sys
 from pathlib import Path
-from mathrl.atomic import atomic_write
-from mathrl.trainer import write_metrics
+from mathrl.pipeline.atomic import atomic_write
+from mathrl.engine.trainer import write_metrics
 d = Path(sys.argv[1])
 errors = []
 for write in (lambda: atomic_write(d / "summary.json", b"x" * 200_000),

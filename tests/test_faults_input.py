@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import tiny_cfg, write_config
 
-from mathrl.cli import main
+from mathrl.pipeline.cli import main
 
 pytestmark = pytest.mark.faults
 

@@ -1,5 +1,5 @@
 """Fault injection: a training process killed with SIGKILL (at a chosen instant, through
-the test-only hooks of `mathrl.faults`) resumes from its last complete snapshot to the
+the test-only hooks of `mathrl.pipeline.faults`) resumes from its last complete snapshot to the
 metrics an uninterrupted run writes."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from conftest import KILL_SETTINGS, child_env, metrics, run, run_dir, run_files, train_cmd, wait_for
 
-from mathrl import snapshot
+from mathrl.engine import snapshot
 
 pytestmark = pytest.mark.faults
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from conftest import copy_tree, run_dir, write_config
 
-from mathrl.cli import main
+from mathrl.pipeline.cli import main
 
 pytestmark = pytest.mark.faults
 

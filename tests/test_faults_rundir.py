@@ -1,4 +1,5 @@
-"""One writer per run directory (mathrl.rundir): two `mathrl train` of one run id at once, the pipeline's job and a
+"""One writer per run directory (mathrl.pipeline.rundir): two `mathrl train` of one run id at once, the pipeline's job
+and a
 run by hand of the same id, temporary files that are each process's own, and a directory that cannot be written."""
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import pandas as pd
 import pytest
 from conftest import PY, child_env, pipeline_dir, run, run_dir, run_files, snakemake_cmd, train_cmd, wait_for
 
-from mathrl import atomic, rundir, snapshot
-from mathrl.errors import RunDirError
+from mathrl.engine import snapshot
+from mathrl.pipeline import atomic, rundir
+from mathrl.pipeline.errors import RunDirError
 
 pytestmark = pytest.mark.faults
 

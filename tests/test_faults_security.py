@@ -15,9 +15,10 @@ import pytest
 import torch
 from conftest import ROOT, run_dir, run_files, tiny_cfg, write_config
 
-from mathrl import layout, snapshot
-from mathrl.cli import main
-from mathrl.config import load_schema
+from mathrl.engine import snapshot
+from mathrl.pipeline import layout
+from mathrl.pipeline.cli import main
+from mathrl.pipeline.config import load_schema
 
 pytestmark = pytest.mark.faults
 

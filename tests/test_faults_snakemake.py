@@ -21,8 +21,8 @@ from conftest import (
     wait_for,
 )
 
-from mathrl import snapshot
-from mathrl.cli import main
+from mathrl.engine import snapshot
+from mathrl.pipeline.cli import main
 
 pytestmark = pytest.mark.faults
 

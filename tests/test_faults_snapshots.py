@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from conftest import run_dir, run_files
 
-from mathrl.cli import main
+from mathrl.pipeline.cli import main
 
 pytestmark = pytest.mark.faults
 

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from conftest import child_env, copy_tree, metrics, run, run_dir, torchrun_cmd, wait_for
 
-from mathrl import snapshot
+from mathrl.engine import snapshot
 
 pytestmark = pytest.mark.faults
 

@@ -1,4 +1,4 @@
-"""The fork server (mathrl/forkserver.py): a run forked from it equals a fresh interpreter's,
+"""The fork server (mathrl/pipeline/forkserver.py): a run forked from it equals a fresh interpreter's,
 exit statuses and output come back, signals and deaths propagate, and it is used only
 where it is safe."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mathrl import forkserver
+from mathrl.pipeline import forkserver
 from tests.conftest import ROOT
 from tests.test_launch import alive, wait_until
 
@@ -44,7 +44,7 @@ def server_pids(sock_dir: Path) -> list[int]:
         except OSError:
             continue
         if (
-            b"mathrl.forkserver" in cmd
+            b"mathrl.pipeline.forkserver" in cmd
             and any(str(sock_dir).encode() in part for part in cmd)
             and alive(int(proc.name))
         ):
@@ -97,7 +97,7 @@ def test_the_child_works_in_the_jobs_directory_and_streams(run_env, sockets, tmp
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "rel_out" / "summary.json").is_file()  # relative to the launcher's directory
     assert server_pids(sockets)
-    probe = subprocess.run([sys.executable, "-c", "import sys; from mathrl import forkserver; "
+    probe = subprocess.run([sys.executable, "-c", "import sys; from mathrl.pipeline import forkserver; "
                             "sys.exit(forkserver.run(['runs', '--config', sys.argv[1]]))", str(run_env["config"])],
                            cwd=ROOT, capture_output=True, text=True)  # fmt: skip
     assert probe.returncode == 0 and "tiny__batch_size-8__s0" in probe.stdout, probe.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from mathrl.cli import main
+from mathrl.pipeline.cli import main
 
 
 def test_variance_falls_with_batch_size_and_accumulation_matches(run_env):
@@ -21,7 +21,7 @@ def test_variance_falls_with_batch_size_and_accumulation_matches(run_env):
     assert acc["steps"] == 4 and acc["max_abs_gradient"] > 0
     assert acc["relative"] < 1e-4
     # the noise scale is computed from the same gradients' mean squared norms
-    from mathrl.analysis import noise_scale
+    from mathrl.analysis.estimators import noise_scale
 
     sq = {row["batch_size"]: row["sq_norm"] for row in result["variance"]}
     assert sq[8] > sq[64] > 0  # E|g_B|^2 = |G|^2 + tr(Sigma)/B falls with B

@@ -1,4 +1,5 @@
-"""Other frameworks' logs: the readers (mathrl.logs), `mathrl import` (mathrl.imported) and what it refuses.
+"""Other frameworks' logs: the readers (mathrl.analysis.logs), `mathrl import` (mathrl.analysis.imported) and what it
+refuses.
 
 The TRL logs are real runs and the verl console log is a real PPO run's, taken unaltered from a public repository
 (tests/fixtures/logs/README.md); verl's TensorBoard tags and a few console lines are written here in the layout of
@@ -15,9 +16,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mathrl import logs
-from mathrl.cli import main
-from mathrl.imported import MONITOR, arm_alerts, by_names, reward_flat, run_alerts
+from mathrl.analysis import logs
+from mathrl.analysis.imported import MONITOR, arm_alerts, by_names, reward_flat, run_alerts
+from mathrl.pipeline.cli import main
 from tests.conftest import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "logs"

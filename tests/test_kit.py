@@ -6,9 +6,9 @@ import io
 
 import pandas as pd
 
-from mathrl import claims
-from mathrl.report import pm, power_note
-from mathrl.studies.kit import (
+from mathrl.analysis import claims
+from mathrl.analysis.report import pm, power_note
+from mathrl.analysis.studies.kit import (
     add_intervals,
     band_limits,
     band_panels,
@@ -48,7 +48,7 @@ def test_a_sections_claims_as_verdict_rows():
         "Not judged: failure not established: fall (b) not established: fall 0 (needs >= 0.5)"
     )
     assert "1 agrees" in power_note(out) and "1 not judged" in power_note(out)
-    from mathrl.report import claims_summary
+    from mathrl.analysis.report import claims_summary
 
     summary = claims_summary({**t, "claims_counts": claims.counts(t["claims"])})
     assert summary["family"] == 2 and "waits" not in set(summary["family_rows"]["claim_id"])  # not judged: no member
@@ -147,7 +147,7 @@ def test_offsets_spread_series_over_half_the_smallest_gap():
 def test_png_is_a_palette_image_no_wider_than_the_page_shows():
     from PIL import Image
 
-    from mathrl.studies.kit import MAX_WIDTH_PX, STYLE
+    from mathrl.analysis.studies.kit import MAX_WIDTH_PX, STYLE
 
     with plt.rc_context(STYLE):
         for inches, width in ((16, MAX_WIDTH_PX), (6, 6 * STYLE["savefig.dpi"])):
@@ -161,7 +161,7 @@ def test_png_is_a_palette_image_no_wider_than_the_page_shows():
 def test_the_palette_keeps_white_and_every_plot_colour_exactly():
     from PIL import Image
 
-    from mathrl.studies.kit import COLORS, STYLE, palette
+    from mathrl.analysis.studies.kit import COLORS, STYLE, palette
 
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(4, 3))

@@ -1,4 +1,4 @@
-"""GPU slot leases (mathrl.gpus) and `mathrl launch` (mathrl.launch), with faked GPU counts.
+"""GPU slot leases (mathrl.pipeline.gpus) and `mathrl launch` (mathrl.pipeline.launch), with faked GPU counts.
 
 Real launches run torchrun on CPU with tiny probe modules instead of `mathrl train`.
 """
@@ -17,15 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from mathrl import gpus
-from mathrl.cli import main
-from mathrl.launch import default_lock_dir, launch
+from mathrl.pipeline import gpus
+from mathrl.pipeline.cli import main
+from mathrl.pipeline.launch import default_lock_dir, launch
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # Holds a lease in a separate process: prints the leased ids, then sleeps until killed.
-HOLDER = ("import sys, time; from mathrl.gpus import acquire; l = acquire(int(sys.argv[2]), sys.argv[1], timeout=10); "
-          "print(','.join(l.ids), flush=True); time.sleep(120)")  # fmt: skip
+HOLDER = (
+    "import sys, time; from mathrl.pipeline.gpus import acquire; "
+    "l = acquire(int(sys.argv[2]), sys.argv[1], timeout=10); print(','.join(l.ids), flush=True); time.sleep(120)"
+)
 
 PROBE = """
 import json, os, sys
@@ -113,7 +115,7 @@ def test_a_machine_without_a_gpu_driver_counts_none_without_importing_torch(tmp_
     """The launcher of every training job counts GPUs; on a CPU machine that must not cost torch's import."""
     env = {k: v for k, v in os.environ.items() if k not in ("MATHRL_FAKE_GPUS", "CUDA_VISIBLE_DEVICES")}
     probe = (
-        "import sys; from mathrl import gpus; gpus.GPU_DEVICE_GLOBS = {globs!r}; "
+        "import sys; from mathrl.pipeline import gpus; gpus.GPU_DEVICE_GLOBS = {globs!r}; "
         "print(gpus.visible_gpu_count(), 'torch' in sys.modules)"
     )
     device = tmp_path / "nvidia0"
@@ -359,7 +361,7 @@ def test_a_killed_launch_leaves_no_worker_and_frees_its_gpu(probe_path, locks, p
     monkeypatch.setenv("MATHRL_FAKE_GPUS", "1")
     pidfile = probe_path / "worker.pid"
     code = (
-        f"import sys; from mathrl.launch import launch; sys.exit(launch([{str(pidfile)!r}], gpus=1,"
+        f"import sys; from mathrl.pipeline.launch import launch; sys.exit(launch([{str(pidfile)!r}], gpus=1,"
         " module=['sleeper_mod']))"
     )
     launcher = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.DEVNULL)
@@ -387,7 +389,7 @@ def test_a_killed_launch_leaves_no_worker_and_frees_its_gpu(probe_path, locks, p
 
 def test_torchrun_auto_runs_a_lone_cpu_worker_directly(capsys, monkeypatch):
     """auto skips torchrun's agent only for one CPU worker; GPUs always go through torchrun."""
-    from mathrl.cli import main
+    from mathrl.pipeline.cli import main
 
     monkeypatch.setenv("MATHRL_FAKE_GPUS", "2")
     assert main(["launch", "--dry-run", "--gpus", "0", "--torchrun", "auto", "--", "--run", "r"]) == 0
@@ -403,7 +405,7 @@ def test_torchrun_auto_runs_a_lone_cpu_worker_directly(capsys, monkeypatch):
 
 
 def test_runs_are_dealt_out_in_turn_and_every_other_argument_kept():
-    from mathrl.launch import run_shares
+    from mathrl.pipeline.launch import run_shares
 
     args = ["--config", "c", "--experiment-run", "a", "--run=b", "--experiment-run", "c", "--run-logs", "--on-mismatch",
             "restart"]  # fmt: skip
@@ -419,8 +421,8 @@ def test_runs_are_dealt_out_in_turn_and_every_other_argument_kept():
 
 
 def test_parallel_auto_counts_cpus_per_run_and_gpu_slots(monkeypatch):
-    from mathrl import launch as launcher
-    from mathrl.launch import parallel_count
+    from mathrl.pipeline import launch as launcher
+    from mathrl.pipeline.launch import parallel_count
 
     monkeypatch.setattr(launcher, "usable_cpus", lambda: 16)
     assert parallel_count("auto", threads=1, gpus=0) == 16
@@ -441,7 +443,7 @@ def test_each_launch_of_a_group_gets_the_same_options_and_its_share(capfd, locks
     argv = ["launch", "--gpus", "0", "--threads", "2", "--runs-per-gpu", "3", "--torchrun", "auto", "--fork-server",
             "auto", "--torchrun-arg=--max-restarts=2", "--lock-dir", str(locks), "--parallel", "2", "--dry-run", "--",
             "--config", "c", "--run", "a", "--run", "b", "--run", "c", "--run-logs"]  # fmt: skip
-    from mathrl.cli import build_parser, launch_options
+    from mathrl.pipeline.cli import build_parser, launch_options
 
     args = build_parser().parse_args(argv)
     again = build_parser().parse_args(["launch", *launch_options(args), "--", "x"])
@@ -455,7 +457,7 @@ def test_each_launch_of_a_group_gets_the_same_options_and_its_share(capfd, locks
 
 
 def test_the_launches_run_at_once_and_the_first_failure_is_the_exit_code(tmp_path):
-    from mathrl.launch import run_all
+    from mathrl.pipeline.launch import run_all
 
     # Each waits for the other's file: only launches running at once both finish.
     meet = ("import os, sys, time; open(sys.argv[1], 'w').close(); t = time.time()\n"
@@ -474,7 +476,7 @@ def test_a_killed_group_of_launches_leaves_none_running(tmp_path, procs, sig):
     """DVC stops a stage with SIGTERM (forwarded to every launch); SIGKILL reaches them as a parent-death signal."""
     pidfiles = [tmp_path / "one.pid", tmp_path / "two.pid"]
     cmds = [[sys.executable, "-c", SLEEPER, str(pidfile)] for pidfile in pidfiles]
-    code = f"import sys; from mathrl.launch import run_all; sys.exit(run_all({cmds!r}))"
+    code = f"import sys; from mathrl.pipeline.launch import run_all; sys.exit(run_all({cmds!r}))"
     parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
     procs.append(parent)
     assert wait_until(lambda: all(p.exists() for p in pidfiles), 30), "the launches never started"

@@ -1,11 +1,11 @@
-"""Hand-checkable cases for mathrl.losses: every expected number is worked out in a comment."""
+"""Hand-checkable cases for mathrl.engine.losses: every expected number is worked out in a comment."""
 
 import math
 
 import pytest
 import torch
 
-from mathrl import losses as L
+from mathrl.engine import losses as L
 
 LN2 = math.log(2.0)
 

@@ -1,6 +1,6 @@
 """The step-memory estimate, checked by hand on a small case."""
 
-from mathrl.memory import size, step_memory
+from mathrl.engine.memory import size, step_memory
 
 SMALL = {"prompt_len": 3, "answer_len": 2, "vocab_size": 5, "n_layer": 1, "n_head": 2, "n_embd": 4}
 

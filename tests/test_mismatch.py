@@ -10,8 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from mathrl.cli import main
-from mathrl.mismatch import (
+from mathrl.engine.mismatch import (
     correction,
     importance_weights,
     mismatch_max,
@@ -21,8 +20,9 @@ from mathrl.mismatch import (
     token_mask_weights,
     truncated_weights,
 )
-from mathrl.model import GPT, GPTConfig, truncate_logits
-from mathrl.sampler import ReducedLinearInFloat32, RolloutSampler, sampler_logprobs
+from mathrl.engine.model import GPT, GPTConfig, truncate_logits
+from mathrl.engine.sampler import ReducedLinearInFloat32, RolloutSampler, sampler_logprobs
+from mathrl.pipeline.cli import main
 
 LN2 = math.log(2.0)
 
@@ -69,8 +69,8 @@ def test_sums_of_parts_add_up_to_the_sums_of_the_whole():
 
 
 def test_step_metrics_reduce_the_sums_of_micro_batches_to_the_whole_batchs_diagnostics():
-    from mathrl.distributed import Dist
-    from mathrl.metrics import StepMetrics
+    from mathrl.engine.distributed import Dist
+    from mathrl.engine.metrics import StepMetrics
 
     gen = torch.Generator().manual_seed(1)
     t, s, m = -torch.rand(6, 4, generator=gen), -torch.rand(6, 4, generator=gen), torch.ones(6, 4)

@@ -1,10 +1,10 @@
-"""Tests of mathrl.model: shapes, weight tying, KV-cache sampling against full recomputation,
+"""Tests of mathrl.engine.model: shapes, weight tying, KV-cache sampling against full recomputation,
 the Gumbel-max sampler, presets and the value head."""
 
 import pytest
 import torch
 
-from mathrl.model import GPT, PRESETS, GPTConfig, ValueHead, gpt_config
+from mathrl.engine.model import GPT, PRESETS, GPTConfig, ValueHead, gpt_config
 
 V, BLOCK = 14, 16
 
@@ -192,7 +192,7 @@ def shared_batch(N, G, P, L, seed=0):
 
 
 def test_prefix_tree_mask():
-    from mathrl.model import prefix_tree_mask
+    from mathrl.engine.model import prefix_tree_mask
 
     m = prefix_tree_mask(2, 2, 2).int()  # prompt p0 p1, answer a: a0 a1, answer b: b0 b1
     assert m.tolist() == [

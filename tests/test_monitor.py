@@ -1,4 +1,4 @@
-"""Crafted metric sequences for mathrl.monitor.StabilityMonitor."""
+"""Crafted metric sequences for mathrl.engine.monitor.StabilityMonitor."""
 
 import io
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from mathrl.monitor import StabilityMonitor
+from mathrl.engine.monitor import StabilityMonitor
 
 
 def feed(monitor, entropies=None, kls=None, rewards=None, start=0):
@@ -104,7 +104,7 @@ def test_state_roundtrip_gives_identical_later_alerts():
 
 
 def test_noise_threshold_by_hand():
-    from mathrl.monitor import noise_threshold
+    from mathrl.engine.monitor import noise_threshold
 
     assert noise_threshold(0.5, 100, 6) == pytest.approx(6 * 0.05)  # sqrt(0.25 / 100)
     assert noise_threshold(0.5, 400, 6) == pytest.approx(6 * 0.025)  # four times the batch: half the threshold
@@ -122,7 +122,7 @@ def test_scaled_reward_swing_ignores_noise_of_its_batch():
 
 
 def test_sustained_drops_and_precision_recall_by_hand():
-    from mathrl.monitor import precision_recall, sustained_drops
+    from mathrl.engine.monitor import precision_recall, sustained_drops
 
     steps = [0, 5, 10, 15, 20, 25, 30, 35]
     acc = [0.40, 0.50, 0.44, 0.43, 0.50, 0.44, 0.52, 0.51]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mathrl import snapshot
-from mathrl.model import GPT, gpt_config
-from mathrl.optim import make_optimizer, set_lr
+from mathrl.engine import snapshot
+from mathrl.engine.model import GPT, gpt_config
+from mathrl.engine.optim import make_optimizer, set_lr
 
 
 def _model(seed: int = 0) -> GPT:

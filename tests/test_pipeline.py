@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import SNAKEFILE, finished_runs, planned_runs, snakemake, tiny_config
 
-from mathrl.config import load_config, run_group, trained_runs
+from mathrl.pipeline.config import load_config, run_group, trained_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "config" / "config.yaml"

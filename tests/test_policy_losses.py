@@ -8,12 +8,12 @@ import math
 import pytest
 import torch
 
-from mathrl import policy_losses as P
-from mathrl.config import load_schema
-from mathrl.distributed import Dist
-from mathrl.losses import aggregate, cispo_surrogate, dual_clip_surrogate, gspo_surrogate, moment_sums
-from mathrl.metrics import COLUMNS, GradNoiseProbe, StepMetrics
-from mathrl.settings import RunSettings
+from mathrl.engine import policy_losses as P
+from mathrl.engine.distributed import Dist
+from mathrl.engine.losses import aggregate, cispo_surrogate, dual_clip_surrogate, gspo_surrogate, moment_sums
+from mathrl.engine.metrics import COLUMNS, GradNoiseProbe, StepMetrics
+from mathrl.pipeline.config import load_schema
+from mathrl.pipeline.settings import RunSettings
 
 LOG = math.log
 
@@ -172,7 +172,7 @@ def test_every_column_is_named_where_it_is_computed():
     import ast
     from pathlib import Path
 
-    package = Path(__file__).resolve().parent.parent / "mathrl"
+    package = Path(__file__).resolve().parent.parent / "mathrl" / "engine"
     literals = set()
     for name in ("trainer.py", "policy_losses.py", "mismatch.py", "metrics.py"):
         tree = ast.parse((package / name).read_text())
@@ -200,7 +200,7 @@ def test_noise_probe_takes_each_micro_batch_gradient_at_its_own_scale():
 def test_each_new_loss_trains_and_logs_its_own_clip(run_env):
     import pandas as pd
 
-    from mathrl.cli import main
+    from mathrl.pipeline.cli import main
 
     own = {"gspo": "seq_clip_frac", "cispo": "is_clip_frac", "dual_clip": "dual_clip_frac"}
     # settings under which each clip binds on the second PPO epoch of the tiny task

@@ -9,8 +9,8 @@ import resource
 
 import pytest
 
-from mathrl import limits
-from mathrl.cli import check_threads, main
+from mathrl.pipeline import limits
+from mathrl.pipeline.cli import check_threads, main
 from tests.conftest import PY, TINY, child_env, run, write_config
 
 
@@ -70,14 +70,14 @@ def test_an_allocation_that_fails_anyway_is_one_line(config, capsys, monkeypatch
     """The estimate is an estimate: a step that cannot allocate (here 2**62 bytes, for real) stops with one line."""
     import torch
 
-    import mathrl.trainer
+    import mathrl.engine.trainer
 
     def allocate(self, on_mismatch="error"):
         return torch.empty(2**62, dtype=torch.uint8)
 
-    monkeypatch.setattr(mathrl.trainer.Trainer, "__init__", lambda self, *a, **k: None)
-    monkeypatch.setattr(mathrl.trainer.Trainer, "run", allocate)
-    monkeypatch.setattr("mathrl.cli._check_init", lambda cfg, s: None)
+    monkeypatch.setattr(mathrl.engine.trainer.Trainer, "__init__", lambda self, *a, **k: None)
+    monkeypatch.setattr(mathrl.engine.trainer.Trainer, "run", allocate)
+    monkeypatch.setattr("mathrl.pipeline.cli._check_init", lambda cfg, s: None)
     assert main(["train", "--config", str(config), "--run-id", "r"]) == 1
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("mathrl train: error: out of memory: can't allocate memory: you tried to allocate ")

@@ -1,7 +1,7 @@
 import pytest
 
-from mathrl import algorithms, losses, policy_losses, token_selection
-from mathrl.registry import Registry
+from mathrl.engine import algorithms, losses, policy_losses, token_selection
+from mathrl.pipeline.registry import Registry
 
 
 def test_lookup_names_the_setting_and_the_allowed_names():

@@ -13,8 +13,8 @@ import math
 import numpy as np
 import pytest
 
-from mathrl.claims import ClaimSpec, estimate, replicate
-from mathrl.verdict import between_share, cluster_means
+from mathrl.analysis.claims import ClaimSpec, estimate, replicate
+from mathrl.analysis.verdict import between_share, cluster_means
 
 SPEC = ClaimSpec(id="c", kind="user", source="", statement="a beats b", table="t", measure="m", a={}, b={})
 
@@ -95,7 +95,7 @@ def test_the_share_of_variance_between_warm_ups():
 
 
 def test_the_plan_splits_a_pilots_spread_into_its_components():
-    from mathrl import plan
+    from mathrl.analysis import plan
 
     # a pilot of two runs a warm-up: its warm-ups' means spread by 0.03 when half of a run's variance lies between
     var_b, var_w = plan.components(0.03, 0.5, 2)
@@ -104,7 +104,7 @@ def test_the_plan_splits_a_pilots_spread_into_its_components():
 
 
 def test_the_plan_takes_the_fewest_seeds_that_detect_the_effect():
-    from mathrl import plan
+    from mathrl.analysis import plan
 
     # five warm-ups, paired: the detectable effect is (t(0.975, 4) + t(0.8, 4)) x sd / sqrt(5) = 1.743 sd
     assert plan.detectable(1.0, 5, "paired") == pytest.approx((2.7764 + 0.9410) / math.sqrt(5), rel=1e-3)
@@ -120,7 +120,7 @@ def test_the_plan_takes_the_fewest_seeds_that_detect_the_effect():
 def test_the_default_config_runs_the_seeds_the_plan_fixed():
     """config/seed_plan.yaml names its pilot and the date it was fixed; every experiment it plans runs exactly its
     planned seeds in config/config.yaml, and each GPT task has at least five warm-ups to spread them over."""
-    from mathrl.config import ROOT, load_config, read_yaml
+    from mathrl.pipeline.config import ROOT, load_config, read_yaml
 
     plan = read_yaml(ROOT / "config" / "seed_plan.yaml")
     assert plan["pilot"]["commit"] and plan["pilot"]["date"] and plan["method"]

@@ -24,10 +24,10 @@ import pandas as pd
 import pytest
 import yaml
 
-import mathrl.report
-from mathrl import bandit
-from mathrl.config import DEFAULT_CONFIG, expand_runs, load_config
-from mathrl.report import fmt, html_table, pct
+import mathrl.analysis.report
+from mathrl.analysis.report import fmt, html_table, pct
+from mathrl.engine import bandit
+from mathrl.pipeline.config import DEFAULT_CONFIG, expand_runs, load_config
 from tests import synthetic
 from tests.conftest import write_config
 from tests.synthetic import write_json, write_run
@@ -183,7 +183,7 @@ def write_tree(cfg: dict) -> dict[str, str]:
 def build(tmp: Path, record: list) -> dict:
     """The tree, then `mathrl aggregate`, `figures` and `report` as the pipeline runs them;
     every call of the template's `table()` helper is recorded in `record`."""
-    from mathrl.cli import main
+    from mathrl.pipeline.cli import main
 
     path = make_config(tmp)
     cfg = load_config(path)
@@ -201,7 +201,7 @@ def build(tmp: Path, record: list) -> dict:
         ids = write_tree(cfg)
         for command in ("aggregate", "figures", "report"):
             if command == "report":
-                mp.setattr(mathrl.report, "html_table", recording_table)
+                mp.setattr(mathrl.analysis.report, "html_table", recording_table)
             # aggregate names the unreadable run and says its tables are not the pipeline's
             assert main([command, "--config", str(path)]) == (1 if command == "aggregate" else 0), command
     results = Path(cfg["results"])
@@ -549,8 +549,8 @@ def test_the_alerts_are_a_linked_file_summed_up_by_kind(report_tree, dom):
 
 
 def test_data_files_are_linked_with_their_rows_and_every_column_described(report_tree, dom):
-    from mathrl import datafiles
-    from mathrl.studies.context import Tables
+    from mathrl.analysis import datafiles
+    from mathrl.analysis.studies.context import Tables
 
     sec = dom.root.find("section", id="data")
     head, rows = table_cells(sec.find("table"))
@@ -587,7 +587,7 @@ def test_missing_and_unreadable_runs_in_study_tables(report_tree, dom):
 def test_every_verdict_is_printed_once_with_its_source(report_tree, dom):
     """Each claim of claims.csv is printed once, under the id claim-CLAIM_ID, in its section, with its outcome, its
     measured difference and its source; a verdicts table's row is claims.csv's; the opening counts are its counts."""
-    from mathrl.verdict import OUTCOMES, interval_numbers, number
+    from mathrl.analysis.verdict import OUTCOMES, interval_numbers, number
 
     claims = csv(report_tree, "claims")
     html = report_tree["html"]
@@ -674,7 +674,7 @@ def test_reproducibility_section(report_tree, dom):
 
 
 def test_run_machines_counts_the_trained_runs_by_cpu_and_kernels():
-    from mathrl.report import run_machines
+    from mathrl.analysis.report import run_machines
 
     runs = pd.DataFrame({
         "run_id": list("abcdef"), "status": ["complete"] * 4 + ["missing", "complete"],
@@ -691,7 +691,7 @@ def test_run_machines_counts_the_trained_runs_by_cpu_and_kernels():
 
 def test_empty_tree_renders(tmp_path):
     """Nothing run yet and no figure drawn: the page still renders, every run marked missing."""
-    from mathrl.cli import main
+    from mathrl.pipeline.cli import main
 
     path = make_config(tmp_path)
     for command in ("aggregate", "report"):
@@ -718,7 +718,7 @@ def test_empty_tree_renders(tmp_path):
 def test_renamed_variant_fails_naming_the_role(tmp_path, capsys, experiment, old, new):
     """Renaming a variant without its role is an error naming the experiment and the role (exit 2,
     no traceback); renaming both keeps the study's tables filled."""
-    from mathrl.cli import main
+    from mathrl.pipeline.cli import main
 
     path = make_config(tmp_path)
     d = yaml.safe_load(path.read_text())
@@ -735,7 +735,7 @@ def test_renamed_variant_fails_naming_the_role(tmp_path, capsys, experiment, old
 
 
 def test_seeds_a_claim_needs_print_as_the_verdicts_say_them():
-    from mathrl.report import cell
+    from mathrl.analysis.report import cell
 
     assert (
         cell(12.0, "seeds") == "12" and cell(1001.0, "seeds") == "more than 1000" and cell(float("nan"), "seeds") == "–"
@@ -746,7 +746,7 @@ def test_a_documents_scale_tree_sets_its_outcomes_beside_this_one(report_tree, t
     """`mathrl report --full-results DIR`: the coverage table gains the documents'-scale column, marking the claims
     whose outcome differs there, and the scale headline and limitation say how many; a directory without claims.csv
     is refused (exit 2) before anything is written."""
-    from mathrl.cli import main
+    from mathrl.pipeline.cli import main
 
     claims = csv(report_tree, "claims")
     doc = claims[claims["kind"] == "document"]

@@ -17,11 +17,11 @@ import pytest
 import yaml
 from markupsafe import Markup
 
-from mathrl import coverage_view as coverage
-from mathrl import datafiles, headlines, limitations
-from mathrl.aggregate import warmup_spread
-from mathrl.errors import ConfigError
-from mathrl.report import environment
+from mathrl.analysis import coverage_view as coverage
+from mathrl.analysis import datafiles, headlines, limitations
+from mathrl.analysis.aggregate import warmup_spread
+from mathrl.analysis.report import environment
+from mathrl.pipeline.errors import ConfigError
 from tests.test_report import Dom
 
 LAB04 = "lab04-training-challenges.md"
@@ -56,7 +56,7 @@ COVERAGE = pd.read_csv(
 
 
 class FakeTables(dict):
-    """Tables by name, an empty frame for one that was not written (as mathrl.studies.context.Tables)."""
+    """Tables by name, an empty frame for one that was not written (as mathrl.analysis.studies.context.Tables)."""
 
     def __missing__(self, name):
         return pd.DataFrame()
@@ -137,7 +137,7 @@ def test_a_headline_this_run_cannot_fill_is_left_out_and_a_stale_one_warned_of(t
 
 
 def test_the_declared_claim_ids_match_a_foreach_declaration_s_expansions():
-    from mathrl.config import DEFAULT_CONFIG, load_config
+    from mathrl.pipeline.config import DEFAULT_CONFIG, load_config
 
     patterns = headlines.declared_ids(load_config(DEFAULT_CONFIG))
     known = ("batch_more_accurate", "equal_samples_64", "add_start_30_rl_vs_supervised")
@@ -335,7 +335,7 @@ def test_a_column_is_described_by_its_declaration_a_statistic_or_a_measure():
 
 
 def test_verdict_text_states_a_shared_failure_once_and_links_it():
-    from mathrl.studies.kit import verdict_rows
+    from mathrl.analysis.studies.kit import verdict_rows
 
     reason = "failure not established: collapse (aggressive) not established: x 0.1 (needs >= 0.5)"
     checks = reason.split(": ", 1)[1] + "; engaged (a) engaged: y 2 (needs >= 1)"

@@ -71,7 +71,7 @@ def test_the_scan_reads_the_code_the_docs_and_the_config():
     names = {f.relative_to(ROOT).as_posix() for f in scanned_files()}
     assert {
         "README.md",
-        "mathrl/trainer.py",
+        "mathrl/engine/trainer.py",
         "config/config.yaml",
         "docs/ARCHITECTURE.md",
         "tests/conftest.py",

@@ -1,4 +1,4 @@
-from mathrl.results import settings_drift
+from mathrl.analysis.results import settings_drift
 
 
 def test_settings_drift_names_each_changed_key_and_ignores_unrecorded_ones():

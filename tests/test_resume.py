@@ -1,4 +1,4 @@
-"""Resume only where no step already computed would have gone differently (mathrl.resume),
+"""Resume only where no step already computed would have gone differently (mathrl.engine.resume),
 checked on the pure plan and on real runs against uninterrupted ones."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from mathrl import resume
-from mathrl.cli import main
-from mathrl.config import load_schema
+from mathrl.engine import resume
+from mathrl.pipeline.cli import main
+from mathrl.pipeline.config import load_schema
 
 VOLATILE = ["seconds", "sample_seconds", "update_seconds", "eval_seconds"]
 

@@ -1,10 +1,10 @@
-"""Tests of the reward kinds on hand-made answer rows (mathrl.rewards)."""
+"""Tests of the reward kinds on hand-made answer rows (mathrl.engine.rewards)."""
 
 import pytest
 import torch
 
-from mathrl.rewards import REWARD_KINDS, RewardSpec, answer_checks, compute_rewards, token_rewards
-from mathrl.tasks import Task, encode
+from mathrl.engine.rewards import REWARD_KINDS, RewardSpec, answer_checks, compute_rewards, token_rewards
+from mathrl.engine.tasks import Task, encode
 
 # 7+45 = 52, written "2500$" by Task("add", 3)
 TARGET_TEXT = "2500$"

@@ -7,8 +7,8 @@ import types
 
 import pytest
 
-from mathrl.config import ConfigError, expand_runs, load_config, load_schema
-from mathrl.settings import RunSettings
+from mathrl.pipeline.config import ConfigError, expand_runs, load_config, load_schema
+from mathrl.pipeline.settings import RunSettings
 
 JSON_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool, "null": type(None)}
 
@@ -46,7 +46,7 @@ def test_a_missing_or_unknown_key_is_refused():
 
 
 def test_durations_and_the_time_left_read_as_people_say_them():
-    from mathrl.console import duration, time_left
+    from mathrl.pipeline.console import duration, time_left
 
     assert [duration(s) for s in (4.4, 200, 3900)] == ["4 s", "3 min 20 s", "1 h 05 min"]
     assert time_left(10, 2.0, 2, 5.0) == "about 30 s to go (10 steps of 2.00 s and 2 evaluations of 5.0 s)"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mathrl.cli import main
-from mathrl.sft import first_in_band, load_policy
+from mathrl.engine.sft import first_in_band, load_policy
+from mathrl.pipeline.cli import main
 from tests.conftest import TINY, write_config
 
 
@@ -86,13 +86,15 @@ def test_a_warm_up_by_hand_runs_on_the_pipelines_thread_count(tmp_path, monkeypa
     pipeline's job does, and gives the calling process its own thread count back."""
     import torch
 
-    import mathrl.cli
-    import mathrl.sft
+    import mathrl.engine.sft
+    import mathrl.pipeline.cli
 
     seen = []
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # a launcher's share would stand instead
-    monkeypatch.setattr(mathrl.sft, "run_sft", lambda cfg, task, out, k: seen.append(torch.get_num_threads()))
-    monkeypatch.setattr(mathrl.cli, "_check_problems", lambda cfg, task: None)  # no problem files: run_sft reads none
+    monkeypatch.setattr(mathrl.engine.sft, "run_sft", lambda cfg, task, out, k: seen.append(torch.get_num_threads()))
+    monkeypatch.setattr(
+        mathrl.pipeline.cli, "_check_problems", lambda cfg, task: None
+    )  # no problem files: run_sft reads none
     d = copy.deepcopy(TINY)
     d["results"] = str(tmp_path / "results")
     before = torch.get_num_threads()
@@ -109,10 +111,10 @@ def test_the_controls_answer_only_loss_is_the_warm_ups_loss(task_name):
     import torch
     import torch.nn.functional as F
 
-    from mathrl.config import load_config
-    from mathrl.model import GPT, gpt_config
-    from mathrl.sft import answer_loss, sft_batch
-    from mathrl.tasks import VOCAB_SIZE, task_of
+    from mathrl.engine.model import GPT, gpt_config
+    from mathrl.engine.sft import answer_loss, sft_batch
+    from mathrl.engine.tasks import VOCAB_SIZE, task_of
+    from mathrl.pipeline.config import load_config
 
     task = task_of(load_config(), task_name)
     torch.manual_seed(0)
@@ -201,7 +203,7 @@ def test_warm_ups_dealt_to_parallel_processes_end_on_the_checkpoints_of_one_proc
 
 
 def test_parallel_warm_ups_are_dealt_out_in_turn_with_the_same_arguments(tmp_path):
-    from mathrl.cli import build_parser, sft_shares
+    from mathrl.pipeline.cli import build_parser, sft_shares
 
     args = build_parser().parse_args(["sft", "--config", "c.yaml", "--set", "x=1", "--task", "mul", "--parallel", "2"])
     cfg = {"pipeline": {"threads_sft": 1, "gpus_sft": 0}}
@@ -216,7 +218,7 @@ def test_parallel_warm_ups_are_dealt_out_in_turn_with_the_same_arguments(tmp_pat
 def test_a_killed_warm_up_resumes_to_the_same_checkpoint(tmp_path, monkeypatch):
     """A warm-up snapshots itself at each reading: stopped after its second, the same command resumes there and ends
     on the checkpoint an uninterrupted warm-up ends on, bit for bit."""
-    import mathrl.sft
+    import mathrl.engine.sft
 
     path = multi_warm_up_config(tmp_path, warmups=1)
     assert main(["sft", "--config", str(path), "--task", "mul"]) == 0
@@ -224,7 +226,7 @@ def test_a_killed_warm_up_resumes_to_the_same_checkpoint(tmp_path, monkeypatch):
     whole = (w0 / "model.pt").read_bytes()
     for name in ("model.pt", "summary.json"):
         (w0 / name).unlink()
-    saves, save = [], mathrl.sft.Warmup.save
+    saves, save = [], mathrl.engine.sft.Warmup.save
 
     def killed_after_two(self):
         save(self)
@@ -232,10 +234,10 @@ def test_a_killed_warm_up_resumes_to_the_same_checkpoint(tmp_path, monkeypatch):
         if len(saves) == 2:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(mathrl.sft.Warmup, "save", killed_after_two)
+    monkeypatch.setattr(mathrl.engine.sft.Warmup, "save", killed_after_two)
     assert main(["sft", "--config", str(path), "--task", "mul"]) == 130  # Ctrl-C's exit status
     assert saves == [10, 20] and (w0 / "snapshot.pt").is_file() and not (w0 / "model.pt").exists()
-    monkeypatch.setattr(mathrl.sft.Warmup, "save", save)
+    monkeypatch.setattr(mathrl.engine.sft.Warmup, "save", save)
     assert main(["sft", "--config", str(path), "--task", "mul"]) == 0
     assert (w0 / "model.pt").read_bytes() == whole
     summary = json.loads((w0 / "summary.json").read_text())

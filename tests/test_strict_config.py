@@ -9,9 +9,9 @@ import copy
 import pandas as pd
 import pytest
 
-from mathrl import claim_names
-from mathrl.cli import main
-from mathrl.config import ConfigError, claim_declarations, load_config, parse_overrides, safe_load
+from mathrl.analysis import claim_names
+from mathrl.pipeline.cli import main
+from mathrl.pipeline.config import ConfigError, claim_declarations, load_config, parse_overrides, safe_load
 from tests.conftest import TINY, snakemake, tiny_config, write_config
 
 DUPLICATES = {
@@ -217,7 +217,7 @@ def test_each_tables_columns_read_from_the_source_are_the_modules_own():
     run_measures' {measures} are the registry's names."""
     import importlib
 
-    from mathrl.measures import MEASURES
+    from mathrl.analysis.measures import MEASURES
 
     imported = {}
     for path in claim_names.TABLE_MODULES:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mathrl"
@@ -60,8 +62,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_import_graph_is_found():
     graph = import_graph()
-    assert "mathrl.launch" in graph["mathrl.cli"]  # a lazy import inside cmd_launch
-    assert "mathrl.processes" in graph["mathrl.forkserver"]
+    assert "mathrl.pipeline.launch" in graph["mathrl.pipeline.cli"]  # a lazy import inside cmd_launch
+    assert "mathrl.pipeline.processes" in graph["mathrl.pipeline.forkserver"]
 
 
 def test_no_import_cycles():
@@ -81,6 +83,37 @@ def test_no_function_is_longer_than_80_lines():
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name} ({n} lines)")
     assert long == []
+
+
+WINGS = ("engine", "pipeline", "analysis")
+# What the analysis may import from the engine: torch-free at import (the stability monitor's rules, which it replays
+# over imported logs; the carry probe's constants and per-position maths, which name the file a run writes).
+ENGINE_PURE_HELPERS = {"mathrl.engine.monitor", "mathrl.engine.carry_probe"}
+
+
+def test_the_package_is_three_wings_and_the_analysis_needs_no_engine():
+    """Every module lives in a wing; the analysis imports nothing from the engine but its declared pure helpers (a
+    lazy import inside a function counts), and importing every analysis module loads no torch."""
+    loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert loose == [] and {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"} == set(WINGS)
+    graph = import_graph()
+    reached = {
+        f"{module} -> {dep}"
+        for module, deps in graph.items()
+        if module.startswith("mathrl.analysis")
+        for dep in deps
+        if dep.startswith("mathrl.engine") and dep not in ENGINE_PURE_HELPERS
+    }
+    assert reached == set()
+    modules = sorted(m for m in graph if m.startswith("mathrl.analysis"))
+    code = f"import importlib, sys; [importlib.import_module(m) for m in {modules!r}]; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    for helper in ENGINE_PURE_HELPERS:  # a pure helper stays pure: torch only inside its functions
+        top = ast.parse((PACKAGE.parent / (helper.replace(".", "/") + ".py")).read_text()).body
+        imported = {a.name for n in top if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module for n in top if isinstance(n, ast.ImportFrom) and n.module}
+        assert not any(name == "torch" or name.startswith(("torch.", "mathrl.engine")) for name in imported), helper
 
 
 def test_no_two_modules_share_a_name():
@@ -103,9 +136,10 @@ def test_the_formatter_owns_the_layout_and_the_length_cap_is_measured_on_its_lay
 
 
 def test_the_readers_of_results_take_their_paths_from_layout():
-    """Where a result lives is stated once, in mathrl.layout: no reader joins a results path by hand."""
-    readers = [PACKAGE / f"{m}.py" for m in ("cli", "results", "compare", "aggregate", "plots", "report")]
-    readers += sorted((PACKAGE / "studies").glob("*.py"))
+    """Where a result lives is stated once, in mathrl.pipeline.layout: no reader joins a results path by hand."""
+    readers = [PACKAGE / "pipeline" / "cli.py"]
+    readers += [PACKAGE / "analysis" / f"{m}.py" for m in ("results", "compare", "aggregate", "plots", "report")]
+    readers += sorted((PACKAGE / "analysis" / "studies").glob("*.py"))
     by_hand = ['/ "runs"', '/ "summary.json"', '/ "metrics.csv"', '/ "snapshot.pt"', '/ "figures"', '/ "tables"',
                '/ "bandit"', '/ "sft"', '/ "gradvar"', '/ "logs"', '/ "benchmarks"', '/ "compare"']  # fmt: skip
     found = [f"{p.name}: {s}" for p in readers for s in by_hand if s in p.read_text()]

@@ -9,11 +9,11 @@ import math
 import pandas as pd
 import pytest
 
-from mathrl.config import load_config
-from mathrl.measures import run_measures
-from mathrl.results import sustained_below
-from mathrl.studies import calibration as cal
-from mathrl.studies.context import Context
+from mathrl.analysis.measures import run_measures
+from mathrl.analysis.results import sustained_below
+from mathrl.analysis.studies import calibration as cal
+from mathrl.analysis.studies.context import Context
+from mathrl.pipeline.config import load_config
 from tests.conftest import TINY, write_config
 from tests.synthetic import curve, verdicts, with_claims, write_run
 
@@ -125,7 +125,7 @@ def test_only_experiments_without_a_reference_are_listed_as_unchecked(ctx):
 def test_the_pilot_selects_on_the_validation_split(files):
     """Every calibration run is evaluated on the validation split, so none is the same run as a
     study's (held-out) run of the same settings."""
-    from mathrl.config import ROOT, expand_runs
+    from mathrl.pipeline.config import ROOT, expand_runs
 
     runs = expand_runs(load_config([ROOT / f for f in files]))
     pilot = {rid: spec for rid, spec in runs.items() if spec.experiment == "calibration"}

@@ -7,9 +7,9 @@ from pathlib import Path
 import matplotlib
 import pytest
 
-from mathrl.report import environment
-from mathrl.studies import collapse
-from mathrl.studies.context import Context, Tables
+from mathrl.analysis.report import environment
+from mathrl.analysis.studies import collapse
+from mathrl.analysis.studies.context import Context, Tables
 from tests.conftest import TINY
 from tests.synthetic import verdicts, with_claims, write_run, write_tables
 
@@ -229,7 +229,7 @@ def test_settings_come_from_the_runs_summary(cfg, results):
     from there); a run that recorded a value other than the config's is stale: no result, and named."""
     import json
 
-    from mathrl.results import load_runs
+    from mathrl.analysis.results import load_runs
 
     path = Path(cfg["results"]) / "runs" / "collapse__exact__s0" / "summary.json"
     summary = json.loads(path.read_text())
@@ -247,7 +247,7 @@ def test_settings_come_from_the_runs_summary(cfg, results):
 def test_renamed_variants(cfg, tmp_path):
     """Renaming the failing setting in the YAML (and its role) keeps every table filled; a role
     naming no variant, or a missing role, is an error naming the experiment."""
-    from mathrl.errors import ConfigError
+    from mathrl.pipeline.errors import ConfigError
 
     d = copy.deepcopy(cfg)
     exp = d["experiments"]["collapse"]

@@ -5,10 +5,10 @@ import matplotlib
 import numpy as np
 import pytest
 
-from mathrl.curves import sigmoid_curve
-from mathrl.report import environment
-from mathrl.studies import diagnostics
-from mathrl.studies.context import Context
+from mathrl.analysis.curves import sigmoid_curve
+from mathrl.analysis.report import environment
+from mathrl.analysis.studies import diagnostics
+from mathrl.analysis.studies.context import Context
 from tests.synthetic import write_run, write_tables
 
 matplotlib.use("Agg")
@@ -157,7 +157,7 @@ def test_section_and_figure_render(results):
 
 
 def test_negative_control_claims_read_these_tables(results, cfg):
-    from mathrl import claims
+    from mathrl.analysis import claims
 
     judged = claims.judge_all(cfg, results[0]).set_index("claim_id")
     r = judged.loc["nc_random_reward_no_gain"]
@@ -177,8 +177,8 @@ def test_the_efficiency_interval_stays_within_the_fit_bounds():
     """Three efficiencies, one at the fit's bound of 20: the t interval reaches below 0, which no fit can give."""
     import pandas as pd
 
-    from mathrl import curves
-    from mathrl.studies.compute_curves import ceiling_and_efficiency
+    from mathrl.analysis import curves
+    from mathrl.analysis.studies.compute_curves import ceiling_and_efficiency
 
     fits = pd.DataFrame({"A": [0.5, 0.6, 0.55], "B": [0.5, 1.0, 20.0], "a_at_bound": [0, 0, 0]})
     out = ceiling_and_efficiency(fits)

@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mathrl import claims
-from mathrl.measures import run_measures
-from mathrl.report import environment
-from mathrl.studies import diagnostics
-from mathrl.studies.context import Context
+from mathrl.analysis import claims
+from mathrl.analysis.measures import run_measures
+from mathrl.analysis.report import environment
+from mathrl.analysis.studies import diagnostics
+from mathrl.analysis.studies.context import Context
 from tests.synthetic import verdicts, with_claims, write_json, write_run, write_tables
 
 matplotlib.use("Agg")
@@ -229,9 +229,9 @@ def test_a_run_without_an_r2_still_counts_among_the_runs_fitted():
 
 
 def test_a_shared_runs_files_are_read_where_it_was_trained(tmp_path):
-    from mathrl import layout
-    from mathrl.config import RunSpec
-    from mathrl.results import Run
+    from mathrl.analysis.results import Run
+    from mathrl.pipeline import layout
+    from mathrl.pipeline.config import RunSpec
 
     ctx = Context({"results": str(tmp_path)})
     own = Run(RunSpec("a__x__s0", "a", "x", {}, 0, {}), "complete")

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mathrl.studies import generic
+from mathrl.analysis.studies import generic
 
 
 def test_bounds_of_each_metric_and_reward_kind():

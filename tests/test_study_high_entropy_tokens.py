@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mathrl import analysis, carry_probe
-from mathrl.studies import diagnostics
-from mathrl.studies import high_entropy_tokens as ts
-from mathrl.studies.context import Context
+from mathrl.analysis import estimators as analysis
+from mathrl.analysis.studies import diagnostics
+from mathrl.analysis.studies import high_entropy_tokens as ts
+from mathrl.analysis.studies.context import Context
+from mathrl.engine import carry_probe
 from tests import synthetic
 from tests.synthetic import write_run, write_tables
 
@@ -105,7 +106,7 @@ def test_claims_read_the_runs_table(results):
 
 
 def test_figure_and_section_render(results):
-    from mathrl.report import environment
+    from mathrl.analysis.report import environment
 
     t = results[1]
     fig = diagnostics.figures(t)["diagnostics_token_selection"]
@@ -124,8 +125,8 @@ def test_figure_and_section_render(results):
 def test_carry_probe_runs_in_float64_and_is_the_same_at_any_thread_count():
     import torch
 
-    from mathrl.model import GPT, GPTConfig
-    from mathrl.tasks import VOCAB, Task
+    from mathrl.engine.model import GPT, GPTConfig
+    from mathrl.engine.tasks import VOCAB, Task
 
     task = Task(op="add", ndigit=2, reverse=True)
     torch.manual_seed(0)
@@ -146,13 +147,14 @@ def test_carry_probe_runs_in_float64_and_is_the_same_at_any_thread_count():
 def test_a_run_with_the_probe_writes_what_its_start_and_final_policies_give_bit_for_bit(run_env):
     """carry_probe.csv of a trained run is the probe of the run's warm-up and of its final snapshot, read back bit
     for bit, and the per-run means the study takes from it are those of the policies themselves."""
-    from mathrl import layout, snapshot
-    from mathrl.cli import main
-    from mathrl.config import load_config
-    from mathrl.model import GPT, GPTConfig
-    from mathrl.sft import load_policy
-    from mathrl.tasks import read_problems, task_of
-    from mathrl.token_selection import carry_in
+    from mathrl.engine import snapshot
+    from mathrl.engine.model import GPT, GPTConfig
+    from mathrl.engine.sft import load_policy
+    from mathrl.engine.tasks import read_problems, task_of
+    from mathrl.engine.token_selection import carry_in
+    from mathrl.pipeline import layout
+    from mathrl.pipeline.cli import main
+    from mathrl.pipeline.config import load_config
 
     path = run_env["config"]
     cfg = load_config(path)

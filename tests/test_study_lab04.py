@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mathrl.config import load_config
-from mathrl.report import environment
-from mathrl.results import curves
-from mathrl.studies import lab04
-from mathrl.studies.context import Context, Tables
+from mathrl.analysis.report import environment
+from mathrl.analysis.results import curves
+from mathrl.analysis.studies import lab04
+from mathrl.analysis.studies.context import Context, Tables
+from mathrl.pipeline.config import load_config
 from tests.conftest import TINY, write_config
 from tests.synthetic import verdicts, with_claims, write_bandit, write_run
 
@@ -448,7 +448,7 @@ def test_a_short_runs_start_and_end_windows_do_not_overlap(tmp_path):
 
 def lab04_claims(tables: dict, roles: dict) -> pd.DataFrame:
     """The lab-04 claims judged over hand-made tables, for an experiment with these roles."""
-    from mathrl import claims
+    from mathrl.analysis import claims
 
     cfg = {"experiments": {"lab04_gpt": {"seeds": [0, 1, 2], "roles": roles}}}
     c = claims.judge_all(cfg, tables)
@@ -494,7 +494,7 @@ def test_local_optima_rates_and_verdicts_by_hand():
     the biased-start verdicts are judged only where the start was biased."""
     import pandas as pd
 
-    from mathrl.studies import lab04 as lab
+    from mathrl.analysis.studies import lab04 as lab
 
     per = [("aggressive_biased", s, "local" if s < 3 else "global", 0.005) for s in range(10)]
     per += [("normal_biased", s, "none", 0.005) for s in range(10)]

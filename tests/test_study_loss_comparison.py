@@ -5,10 +5,10 @@ import matplotlib
 import numpy as np
 import pytest
 
-from mathrl import claims
-from mathrl.report import environment
-from mathrl.studies import diagnostics, loss_comparison
-from mathrl.studies.context import Context
+from mathrl.analysis import claims
+from mathrl.analysis.report import environment
+from mathrl.analysis.studies import diagnostics, loss_comparison
+from mathrl.analysis.studies.context import Context
 from tests import synthetic
 from tests.synthetic import write_run, write_tables
 

@@ -6,9 +6,9 @@ import math
 import matplotlib
 import pytest
 
-from mathrl.report import environment
-from mathrl.studies import diagnostics, rollout_mismatch
-from mathrl.studies.context import Context, Tables
+from mathrl.analysis.report import environment
+from mathrl.analysis.studies import diagnostics, rollout_mismatch
+from mathrl.analysis.studies.context import Context, Tables
 from tests.synthetic import write_run
 
 matplotlib.use("Agg")

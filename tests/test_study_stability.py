@@ -12,10 +12,10 @@ import pytest
 
 matplotlib.use("Agg")
 
-from mathrl.config import load_config  # noqa: E402
-from mathrl.results import COLLAPSE_DEFINITION  # noqa: E402
-from mathrl.studies import stability as st  # noqa: E402
-from mathrl.studies.context import Context, Tables  # noqa: E402
+from mathrl.analysis.results import COLLAPSE_DEFINITION  # noqa: E402
+from mathrl.analysis.studies import stability as st  # noqa: E402
+from mathrl.analysis.studies.context import Context, Tables  # noqa: E402
+from mathrl.pipeline.config import load_config  # noqa: E402
 from tests import synthetic  # noqa: E402
 from tests.conftest import TINY, write_config  # noqa: E402
 from tests.synthetic import write_json, write_run  # noqa: E402
@@ -155,7 +155,7 @@ def one(df, **keys):
 
 
 def test_pure_measures():
-    from mathrl.results import max_drawdown, roughness
+    from mathrl.analysis.results import max_drawdown, roughness
 
     s = pd.Series([0.5, 0.6, 0.45, 0.7, 0.5, 0.65])
     assert st.largest_drop(s) == pytest.approx(0.2)
@@ -175,7 +175,7 @@ def test_pure_measures():
         and max_drawdown([0.1, 0.2]) == 0.0
         and math.isnan(roughness([0, 1], [0, 1]))
     )
-    from mathrl.report import ci  # the section's sentences print a row's mean with its interval
+    from mathrl.analysis.report import ci  # the section's sentences print a row's mean with its interval
 
     assert (
         ci(pd.Series({"x_mean": 0.5, "x_std": 0.1, "n": 3}), "x") == "50.0% [25.2%, 74.8%] (n=3)"
@@ -369,7 +369,7 @@ def save(cfg, tables) -> Tables:
 
 
 def render(ctx: dict, figures: dict) -> str:
-    from mathrl.report import environment
+    from mathrl.analysis.report import environment
 
     return environment().get_template("sections/stability.html.j2").render(ctx=ctx, figures=figures)
 
@@ -486,7 +486,7 @@ def test_the_fixed_large_batch_is_judged_against_each_schedule_by_direction():
     finals = {"A": [0.56, 0.59, 0.57], "B": [0.50, 0.52, 0.51], "C": [0.62, 0.63, 0.64]}
     fr = pd.DataFrame([{"method": m, "seed": s, "final_eval": f, "schedule_moved": 1.0}
                        for m, fs in finals.items() for s, f in enumerate(fs)])  # fmt: skip
-    from mathrl import claims
+    from mathrl.analysis import claims
 
     v = synthetic.verdicts({"claims": claims.judge_all({}, {"stability_fvd_runs": fr})}, "stability")
     assert v.loc["fixed_vs_B"]["diff"] == pytest.approx(0.0633, abs=1e-3) and v.loc["fixed_vs_B"].outcome == "agrees"
@@ -510,7 +510,7 @@ def test_the_schedules_are_ranked_against_each_other():
                          "roughness": [0.010, 0.012, 0.011, 0.020, 0.021, 0.022]})  # fmt: skip
     rows["final_eval_absdev"] = st.absolute_deviation(rows, "method", "final_eval")
     assert rows["final_eval_absdev"].tolist() == pytest.approx([0.02, 0.0, 0.02, 0.021, 0.0, 0.018])
-    from mathrl import claims
+    from mathrl.analysis import claims
 
     v = synthetic.verdicts({"claims": claims.judge_all({}, {"stability_fvd_runs": rows})}, "stability")
     assert v.loc["dynamic_C_vs_B"]["diff"] == pytest.approx(0.054 / 3) and v.loc["dynamic_C_vs_B"].outcome == "agrees"
@@ -521,7 +521,7 @@ def test_the_schedules_are_ranked_against_each_other():
 
 def test_stated_intervals_stay_within_the_range_of_their_quantity():
     """Roughness is a size (at least 0), accuracy a share: their t intervals (n=3, t(2) = 4.303) are clipped."""
-    from mathrl.report import ci
+    from mathrl.analysis.report import ci
 
     r = {"roughness_mean": 0.011, "roughness_std": 0.01, "final_eval_mean": 0.99, "final_eval_std": 0.01, "n": 3}
     assert ci(r, "roughness", "pts") == "1.1 pts [0.0 pts, 3.6 pts] (n=3)"  # unclipped: -1.4 pts
@@ -583,7 +583,7 @@ def test_alert_events_score_the_watched_steps_against_the_base_rate():
 def test_remedy_claims_need_their_symptom_and_their_mechanism():
     """kl_remedy: judged only where accuracy fell without a KL penalty while the policy drifted from the reference
     (its KL above the checklist's 0.1), and where the penalty held the KL down."""
-    from mathrl import claims
+    from mathrl.analysis import claims
 
     cfg = {
         "experiments": {

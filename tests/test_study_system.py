@@ -7,10 +7,10 @@ from pathlib import Path
 import matplotlib
 import pytest
 
-from mathrl.config import expand_runs, load_config
-from mathrl.report import environment
-from mathrl.studies import system
-from mathrl.studies.context import Context, Tables
+from mathrl.analysis.report import environment
+from mathrl.analysis.studies import system
+from mathrl.analysis.studies.context import Context, Tables
+from mathrl.pipeline.config import expand_runs, load_config
 from tests.synthetic import verdicts, with_claims, write_json, write_run, write_tables
 
 matplotlib.use("Agg")
@@ -308,7 +308,7 @@ def test_starts_tables_and_claims(starts_tables):
 
 @pytest.mark.parametrize("files", [["config/config.yaml"], ["config/config.yaml", "config/full.yaml"]])
 def test_the_control_sees_an_rl_runs_samples_and_every_start_is_saved(files):
-    from mathrl.config import ROOT
+    from mathrl.pipeline.config import ROOT
 
     cfg = load_config([ROOT / f for f in files])
     runs = [spec for spec in expand_runs(cfg).values() if spec.experiment == "system"]

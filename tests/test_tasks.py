@@ -1,9 +1,9 @@
-"""Tests of the token layout, problem generation and problem files (mathrl.tasks)."""
+"""Tests of the token layout, problem generation and problem files (mathrl.engine.tasks)."""
 
 import pytest
 import torch
 
-from mathrl.tasks import (
+from mathrl.engine.tasks import (
     END,
     EQUALS,
     OPS,

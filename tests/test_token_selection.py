@@ -1,4 +1,5 @@
-"""The token selection by entropy (mathrl.token_selection): the masks, the weight, the carries; and in the trainer."""
+"""The token selection by entropy (mathrl.engine.token_selection): the masks, the weight, the carries; and in the
+trainer."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import pandas as pd
 import pytest
 import torch
 
-from mathrl import token_selection as T
-from mathrl.config import load_schema
-from mathrl.losses import aggregate
+from mathrl.engine import token_selection as T
+from mathrl.engine.losses import aggregate
+from mathrl.pipeline.config import load_schema
 
 
 def test_top_entropy_keeps_the_highest_and_breaks_ties_by_position():
@@ -80,7 +81,7 @@ def test_carry_in_by_hand():
 
 
 def test_the_new_keys_at_their_defaults_leave_a_runs_hash_as_it_was():
-    from mathrl.config import NEUTRAL_DEFAULTS, config_hash, run_hash
+    from mathrl.pipeline.config import NEUTRAL_DEFAULTS, config_hash, run_hash
 
     train = load_schema()["definitions"]["train"]["properties"]
     assert all(train[k]["default"] == v for k, v in NEUTRAL_DEFAULTS.items())
@@ -94,7 +95,7 @@ def test_the_new_keys_at_their_defaults_leave_a_runs_hash_as_it_was():
 
 
 def _train(env, run_id, *settings):
-    from mathrl.cli import main
+    from mathrl.pipeline.cli import main
 
     assert main(["train", "--config", str(env["config"]), "--run-id", run_id, "steps=2", *settings]) == 0
     return pd.read_csv(env["results"] / "runs" / run_id / "metrics.csv")

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 import torch
 
-from mathrl import snapshot
-from mathrl.cli import main
-from mathrl.trainer import EXTRAS, METRICS
+from mathrl.engine import snapshot
+from mathrl.engine.trainer import EXTRAS, METRICS
+from mathrl.pipeline.cli import main
 
 VOLATILE = ["seconds", "sample_seconds", "update_seconds", "eval_seconds"]  # wall-clock columns
 

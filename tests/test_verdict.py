@@ -1,11 +1,11 @@
-"""mathrl.verdict: intervals checked by hand, then each outcome on synthetic runs with a known effect."""
+"""mathrl.analysis.verdict: intervals checked by hand, then each outcome on synthetic runs with a known effect."""
 
 import math
 
 import numpy as np
 import pytest
 
-from mathrl.verdict import (
+from mathrl.analysis.verdict import (
     Claim,
     Estimate,
     Verdict,

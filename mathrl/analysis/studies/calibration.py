@@ -1,0 +1,271 @@
+"""The testbed's calibration: is there a reference setting in which RL learns?
+
+A study of how RL training goes wrong needs a setting in which it goes right; every remedy
+is judged against it. Three questions, each answered from this run's files:
+
+1. **The pilot.** The `calibration` experiment sweeps the learning rate (as a multiple of
+   each task's reference, the variant its `reference_<task>` role names) at two batch
+   sizes for a few dozen steps, evaluated on the validation split (`eval_split: val`: a
+   selection never reads the held-out test set the verdicts are judged on). A setting
+   *learns* when its gain (final − start validation accuracy) has a 95% interval above 0
+   (Newcombe, on the problems evaluated) and its accuracy never makes a sustained drop (two
+   evaluations in a row more than 5 points below the start). The pilot's pick is the
+   largest multiple that learns; the configured reference should be it.
+2. **Each experiment's reference.** An experiment's `reference` role names the setting in
+   which RL should learn (a variant, or a grid point as `key=value`). Its gain over seeds
+   is a verdict: the interval above 0, or the report says it does not learn and by how much.
+3. **How many runs end below their warm-up.** Every trained run (a run shared by two
+   experiments counts once), destructive variants included: the share ending more than 5
+   points below its start, with its Wilson interval, against the testbed's target of at
+   most a quarter.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+import mathrl.analysis.studies.kit as kit
+from mathrl.analysis.results import sustained_below
+from mathrl.analysis.studies.kit import COLORS, NAN, placeholder, plt, setting
+from mathrl.analysis.verdict import mean_interval, rate_difference, wilson
+
+NAME = "calibration"
+TITLE = "Calibration: a reference setting in which RL learns"
+DOCUMENT = ""
+
+PILOT = "calibration"
+DROP = 0.05  # "more than 5 points below": a sustained drop (pilot) and a run ending below its warm-up
+TARGET_BELOW = 0.25  # at most a quarter of the runs may end that far below their warm-up
+HEADROOM = 0.9  # a reference that starts this high has no room to show a gain
+
+
+# ----------------------------------------------------------------------------- pure rules
+def learns(gain_lo: float, dropped: bool) -> bool:
+    """The pilot's rule: the gain's interval lies above 0 and accuracy never dropped for long."""
+    return bool(gain_lo > 0 and not dropped)  # a NaN bound (no interval) is not above 0
+
+
+def pick(multiples_learning: dict[float, bool]) -> float:
+    """The largest LR multiple that learns (NaN when none does)."""
+    return max((m for m, good in multiples_learning.items() if good), default=NAN)
+
+
+# ----------------------------------------------------------------------------- per run
+def gain_row(run) -> dict:
+    """Start, final, gain with its Newcombe interval on the evaluated problems, sustained drop."""
+    row = dict.fromkeys(["start", "final", "gain", "gain_lo", "gain_hi", "sustained_drop", "n_eval"], NAN)
+    if not run.ok:
+        return {**row, "sustained_drop": None}
+    ev, n = run.evals["eval_accuracy"].tolist(), kit.n_evaluated(run)
+    start, final = ev[0], ev[-1]
+    est = rate_difference(round(final * n), n, round(start * n), n)  # no interval where n is unknown (0)
+    row.update(start=start, final=final, gain=final - start, gain_lo=est.lo, gain_hi=est.hi, n_eval=n)
+    row["sustained_drop"] = sustained_below(ev[1:], start - DROP)  # two evaluations in a row, or the last
+    return row
+
+
+def pilot_table(ctx) -> pd.DataFrame:
+    """One row per pilot run: task, batch, LR and its multiple of the task's reference, outcome."""
+    runs, rows = ctx.experiment(PILOT), []
+    lr = {r.spec.variant: r.settings["lr"] for r in runs}
+    roles = ctx.cfg["experiments"].get(PILOT, {}).get("roles") or {}
+    ref_lr = {r.removeprefix("reference_"): lr[v] for r, v in roles.items() if r.startswith("reference_") and v in lr}
+    for r in runs:
+        s, gain = r.settings, gain_row(r)
+        rows.append(
+            {
+                "variant": r.spec.variant,
+                "seed": r.spec.seed,
+                "warmup": kit.warmup(r),
+                "task": s["task"],
+                "batch_size": s["batch_size"],
+                "lr": s["lr"],
+                "multiple": s["lr"] / ref_lr.get(s["task"], NAN),
+                "steps": s["steps"],
+                "split": s.get("eval_split", "test"),
+                "status": r.status,
+                **gain,
+                "learns": learns(gain["gain_lo"], bool(gain["sustained_drop"])) if r.ok else None,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def pick_table(pilot: pd.DataFrame) -> pd.DataFrame:
+    """Per task and batch: the multiples tried, the pick, and whether the configured reference is it."""
+    rows = []
+    for (task, batch), g in pilot.groupby(["task", "batch_size"], sort=False) if len(pilot) else []:
+        done = g[g["learns"].notna()]
+        chosen = pick({float(m): bool(ok) for m, ok in zip(done["multiple"], done["learns"])})
+        rows.append(
+            {
+                "task": task,
+                "batch_size": batch,
+                "tried": ", ".join(f"{m:.3g}x" for m in sorted(done["multiple"].round(3))),
+                "n_learning": int(done["learns"].sum()),
+                "pick": chosen,
+                "reference_is_pick": bool(abs(chosen - 1) < 1e-6) if len(done) else None,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- references
+def references_table(ctx) -> pd.DataFrame:
+    """Per experiment with a reference (a variant name, or a grid point `key=value`, as its `reference` role names
+    it): its setting, start, final and the gain over seeds (t interval); the verdict on it is the claim
+    `reference_{experiment}` (config/claims.yaml)."""
+    rows = []
+    for exp, spec in ctx.cfg["experiments"].items():
+        reference = (spec.get("roles") or {}).get("reference")
+        runs = [r for r in ctx.experiment(exp) if reference in (setting(r.spec), r.spec.variant)] if reference else []
+        if not runs:
+            rows.append({"experiment": exp, "reference": reference or "", "task": "", "n": 0})
+            continue
+        per = {r.spec.seed: gain_row(r) for r in runs if r.ok}
+        est = mean_interval({s: g["gain"] for s, g in per.items()})
+        start, final = (sum(g[k] for g in per.values()) / len(per) if per else NAN for k in ("start", "final"))
+        rows.append(
+            {
+                "experiment": exp,
+                "reference": setting(runs[0].spec),
+                "task": runs[0].settings["task"],
+                "n": est.n,
+                "start": start,
+                "final": final,
+                "gain": est.estimate,
+                "gain_lo": est.lo,
+                "gain_hi": est.hi,
+                "no_headroom": bool(per) and start >= HEADROOM,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- all runs
+def all_gains(ctx) -> pd.DataFrame:
+    """Every trained run once (a run two experiments share is counted under the first)."""
+    rows = []
+    for run_id, r in ctx.runs.items():
+        if r.ok and not r.spec.same_as:
+            g = gain_row(r)
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "experiment": r.spec.experiment,
+                    "setting": setting(r.spec),
+                    "seed": r.spec.seed,
+                    "warmup": kit.warmup(r),
+                    "task": r.settings["task"],
+                    "start": g["start"],
+                    "final": g["final"],
+                    "gain": g["gain"],
+                    "below": bool(g["gain"] < -DROP),
+                    "above": bool(g["gain"] > DROP),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def below_table(gains: pd.DataFrame) -> pd.DataFrame:
+    """Per experiment and overall: runs ending more than 5 points below / above their start."""
+    rows = []
+    for name, g in [*gains.groupby("experiment", sort=False), ("all runs", gains)] if len(gains) else []:
+        k, n = int(g["below"].sum()), len(g)
+        lo, hi = wilson(k, n)
+        rows.append(
+            {
+                "experiment": name,
+                "runs": n,
+                "below": k,
+                "below_rate": k / n,
+                "below_lo": lo,
+                "below_hi": hi,
+                "above": int(g["above"].sum()),
+                "above_rate": float(g["above"].mean()),
+                "median_gain": float(g["gain"].median()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def tables(ctx) -> dict[str, pd.DataFrame]:
+    pilot, gains = pilot_table(ctx), all_gains(ctx)
+    return {
+        "calibration_pilot": pilot,
+        "calibration_pick": pick_table(pilot),
+        "calibration_references": references_table(ctx),
+        "calibration_gains": gains,
+        "calibration_below": below_table(gains),
+    }
+
+
+# ----------------------------------------------------------------------------- figures
+def pilot_figure(p: pd.DataFrame) -> plt.Figure:
+    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    done = p[p["gain"].notna()] if len(p) else p
+    for i, ((task, batch), g) in enumerate(done.groupby(["task", "batch_size"], sort=False) if len(done) else []):
+        g = g.sort_values("multiple")
+        err = [100 * (g["gain"] - g["gain_lo"]), 100 * (g["gain_hi"] - g["gain"])]
+        color, label = COLORS[i % len(COLORS)], f"{task}, batch {batch}"
+        ax.errorbar(g["multiple"], 100 * g["gain"], yerr=err, marker="o", capsize=3, color=color, label=label)
+        for m, y, drop in zip(g["multiple"], 100 * g["gain"], g["sustained_drop"]):
+            if drop:
+                ax.annotate("drop", (m, y), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    if done.empty:
+        placeholder(ax, "no calibration runs")
+    else:
+        ax.set_xscale("log")
+        ax.axhline(0, color="0.5", linewidth=0.8)
+        ax.legend()
+    ax.set(
+        xlabel="learning rate, multiple of the task's reference",
+        ylabel="gain in validation accuracy (points)",
+        title="Calibration pilot: gain after the pilot's steps (95% Newcombe interval)",
+    )
+    return fig
+
+
+def gains_figure(g: pd.DataFrame) -> plt.Figure:
+    fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
+    if g.empty:
+        placeholder(ax, "no runs with a result")
+    else:
+        exps = list(dict.fromkeys(g["experiment"]))
+        for i, (_, runs) in enumerate(g.groupby("experiment", sort=False)):
+            x = [i + 0.25 * ((j % 5) - 2) / 2 for j in range(len(runs))]
+            ax.scatter(x, 100 * runs["gain"], s=12, color=COLORS[i % len(COLORS)])
+        ax.axhline(-100 * DROP, color="tab:red", linestyle="--", linewidth=0.8, label="5 points below the warm-up")
+        ax.axhline(0, color="0.5", linewidth=0.8)
+        ax.set_xticks(range(len(exps)), exps, rotation=30, ha="right")
+        ax.legend()
+    ax.set(ylabel="final − start held-out accuracy (points)", title="Every trained run's gain over its warm-up")
+    return fig
+
+
+def figures(t) -> dict[str, plt.Figure]:
+    return {
+        "calibration_pilot": pilot_figure(t["calibration_pilot"]),
+        "calibration_gains": gains_figure(t["calibration_gains"]),
+    }
+
+
+# ----------------------------------------------------------------------------- report
+def section(t) -> dict:
+    below, refs = t["calibration_below"], t["calibration_references"]
+    total = kit.row_of(below, experiment="all runs")
+    # experiments that declare no reference (an empty cell reads back from CSV as NaN); one that
+    # declares it but has no finished run yet is not among them
+    no_reference = refs["reference"].isna() | refs["reference"].eq("") if len(refs) else []
+    unreferenced = refs.loc[no_reference, "experiment"].tolist() if len(refs) else []
+    return {
+        "unreferenced": unreferenced,
+        "pilot": t["calibration_pilot"],
+        "pick": t["calibration_pick"],
+        "below": below,
+        "overall": total,
+        "target": TARGET_BELOW,
+        "drop": DROP,
+        "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),
+        "verdicts": kit.verdicts(t, NAME),
+    }

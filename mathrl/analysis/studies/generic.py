@@ -1,0 +1,179 @@
+"""Every experiment of the configuration, a user's own included, in one generic form.
+
+Per experiment and setting (a variant or a grid point): held-out accuracy, policy entropy,
+KL to the reference and training reward over the steps, with 95% interval bands across
+seeds; and a table of start, final, best and gain with their 95% intervals. Held-out
+accuracy on N problems carries its own sampling error (a standard error of about 1.1 points
+at 50% on the default's 2000 problems, 1.6 on 1000), shown beside the final accuracy.
+Where the experiment declares a `baseline` role, or else a `reference` role, each setting's probability of
+improvement over that setting (rliable.metrics: the share of seed pairs in which it ends higher) is given too.
+An experiment's own `claims:` are judged by the claims engine (mathrl.analysis.claims) and shown
+under its table.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from rliable import metrics as rly
+
+import mathrl.analysis.studies.kit as kit
+from mathrl.analysis.studies.kit import COLORS, plt
+from mathrl.analysis.verdict import binomial_halfwidth
+from mathrl.pipeline.config import expand_runs
+
+NAME = "generic"
+TITLE = "Every experiment at a glance"
+DOCUMENT = ""
+
+METRICS = {
+    "eval_accuracy": "held-out accuracy",
+    "entropy": "mean token entropy",
+    "kl": "KL to the reference",
+    "reward_mean": "training reward",
+}
+VALUES = ["start", "final", "best", "gain"]
+
+
+def setting(spec) -> str:
+    """`kit.setting`, and "default" for a run with neither a variant nor a grid point."""
+    return kit.setting(spec) or "default"
+
+
+def per_run(ctx) -> pd.DataFrame:
+    """One row per run of every experiment: its setting, status, the problems an evaluation reads, and held-out
+    accuracy at the start and end, its best after the start and its gain (NaN for a run without a result)."""
+    rows = []
+    for exp in ctx.cfg["experiments"]:
+        for run in ctx.experiment(exp):
+            e = run.evals["eval_accuracy"]
+            values = [e.iloc[0], e.iloc[-1], e.iloc[1:].max(), e.iloc[-1] - e.iloc[0]] if run.ok else [math.nan] * 4
+            rows.append(
+                {
+                    "experiment": exp,
+                    "setting": setting(run.spec),
+                    "seed": run.spec.seed,
+                    "warmup": kit.warmup(run),
+                    "status": run.status,
+                    "eval_size": kit.n_evaluated(run) or math.nan,
+                    **dict(zip(VALUES, map(float, values))),
+                }
+            )
+    return pd.DataFrame(rows, columns=["experiment", "setting", "seed", "warmup", "status", "eval_size", *VALUES])
+
+
+def summary_table(runs: pd.DataFrame, cfg: dict) -> pd.DataFrame:
+    """Per experiment and setting: n, mean with its 95% t interval of each value, the sampling
+    error of one evaluation at the final accuracy, and the probability of improvement over a
+    declared baseline."""
+    if runs.empty:
+        return pd.DataFrame(columns=["experiment", "setting", "n"])
+    out = kit.add_intervals(kit.summarise(runs, ["experiment", "setting"], VALUES), VALUES)
+    sizes = runs.groupby(["experiment", "setting"], sort=False)["eval_size"].max().values
+    out["eval_error"] = [
+        binomial_halfwidth(p, int(n)) if p == p and n == n else math.nan for p, n in zip(out["final_mean"], sizes)
+    ]
+    out["eval_size"] = sizes
+    p_imp = []
+    for r in out.itertuples():
+        base = comparator(cfg["experiments"][r.experiment])
+        a = runs[(runs.experiment == r.experiment) & (runs.setting == r.setting)]["final"].dropna().to_numpy()
+        b = runs[(runs.experiment == r.experiment) & (runs.setting == base)]["final"].dropna().to_numpy()
+        compared = base and len(a) and len(b) and r.setting != base
+        p_imp.append(float(rly.probability_of_improvement(a[:, None], b[:, None])) if compared else math.nan)
+    out["p_improvement"] = p_imp
+    out["p_improvement_over"] = [comparator(cfg["experiments"][e]) or "" for e in out["experiment"]]
+    return out
+
+
+def comparator(experiment: dict) -> str | None:
+    """The setting an experiment's settings are compared with by the probability of improvement: the variant of its
+    `baseline` role, else of its `reference` role (the setting in which RL learns); None where it declares neither."""
+    roles = experiment.get("roles") or {}
+    return roles.get("baseline") or roles.get("reference")
+
+
+def curves_table(ctx) -> pd.DataFrame:
+    """Per experiment, setting, metric and step: mean, std and n across seeds (eval from step 0)."""
+    frames = [
+        f.assign(experiment=exp, setting=setting(run.spec))
+        for exp in ctx.cfg["experiments"]
+        for run in ctx.experiment(exp)
+        if run.ok
+        for f in kit.metric_frames(run, METRICS)
+    ]
+    logged = [pd.concat(frames, ignore_index=True).dropna(subset=["value"])] if frames else []
+    return kit.metric_curves(logged, ["experiment", "setting"], sort=False)
+
+
+def tables(ctx) -> dict[str, pd.DataFrame]:
+    return {"generic_summary": summary_table(per_run(ctx), ctx.cfg), "generic_curves": curves_table(ctx)}
+
+
+def bounds(metric: str, s: dict | None) -> tuple[float, float]:
+    """The range a metric of a run with settings `s` cannot leave, so that its 95% band does
+    not either: accuracy in [0, 1], entropy >= 0, KL >= 0 (k2 and k3 estimate it from
+    non-negative terms; k1 may average below 0), and each reward kind's own range."""
+    if metric == "eval_accuracy":
+        return 0.0, 1.0
+    if metric == "entropy" or (metric == "kl" and s is not None and s.get("kl_estimator") != "k1"):
+        return 0.0, math.inf
+    if metric != "reward_mean" or s is None:
+        return -math.inf, math.inf
+    if s["reward"] == "proxy":
+        weights = [s["proxy_correct_weight"], s["proxy_bias_weight"]]
+        return sum(min(0, w) for w in weights), sum(max(0, w) for w in weights)
+    weights = [s["format_bonus"], s["digit_weight"]] if s["reward"] != "exact" else []
+    lo = sum(min(0, w) for w in weights) - (s["invalid_penalty"] if s["reward"] == "shaped_penalty" else 0)
+    return lo, 1.0 + sum(max(0, w) for w in weights)
+
+
+def setting_settings(cfg: dict, experiment: str) -> dict[str, dict]:
+    """{setting: the resolved settings of its first run} of one experiment."""
+    specs = [spec for spec in expand_runs(cfg).values() if spec.experiment == experiment]
+    return {setting(spec): spec.settings for spec in reversed(specs)}  # reversed: the first run's settings win
+
+
+def figure(c: pd.DataFrame, experiment: str, settings: dict[str, dict] | None = None) -> plt.Figure:
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6), layout="constrained")
+    d = c[c["experiment"] == experiment] if len(c) else c
+    for ax, (metric, label) in zip(axes, METRICS.items()):
+        m = d[d["metric"] == metric] if len(d) else d
+        groups = [(name, g.sort_values("step")) for name, g in (m.groupby("setting", sort=False) if len(m) else [])]
+        for i, ((name, g), shift) in enumerate(zip(groups, kit.offsets([g["step"] for _, g in groups]))):
+            limits = bounds(metric, (settings or {}).get(name))
+            kit.band(ax, g["step"], g["mean"], g["std"], name, COLORS[i % len(COLORS)], g["n"], limits, offset=shift)
+        if m.empty:
+            kit.placeholder(ax, f"no {label} logged")
+        ax.set(title=label, xlabel="RL step", ylabel=label)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside right upper", fontsize=7)
+    fig.suptitle(f"{experiment}: mean and 95% interval across seeds")
+    return fig
+
+
+def figures(t) -> dict[str, plt.Figure]:
+    s, c = t["generic_summary"], t["generic_curves"]
+    exps = list(dict.fromkeys(s["experiment"])) if "experiment" in s else []
+    return {f"generic_{e}": figure(c, e, setting_settings(t.cfg, e)) for e in exps}
+
+
+def section(t) -> dict:
+    """Per experiment of the config: its description, roles, summary rows, figure and verdicts."""
+    s = t["generic_summary"]
+    return {
+        "experiments": [
+            {
+                "name": e,
+                "description": spec.get("description", ""),
+                "summary": s[s["experiment"] == e] if "experiment" in s else s.iloc[0:0],
+                "figure": f"generic_{e}",
+                "roles": spec.get("roles") or {},
+                "over": comparator(spec),
+                "claims": kit.verdicts(t, NAME, e),
+            }
+            for e, spec in t.cfg["experiments"].items()
+        ]
+    }

@@ -1,0 +1,140 @@
+"""Which tokens carry the learning (arXiv 2506.01939), a part of the diagnostics study.
+
+The experiment `token_selection` trains addition from the warm-up with the policy gradient on every answer token
+(`token_selection: all`), on the 20% of the batch's answer tokens of highest entropy (`top_entropy`) and on the other
+80% (`bottom_entropy`), at equal rollouts and seeds (`mathrl.engine.token_selection`). Its tables:
+
+- per run (`diagnostics_token_selection_runs`, the table the claims read): held-out greedy accuracy before RL and at
+  the end, the step means of the share of answer tokens selected and of the mean entropy of the selected and the other
+  tokens, and the carry probe's mean entropy of the digits a carry enters and of those it does not;
+- per variant (`diagnostics_token_selection`): means with 95% t intervals over seeds;
+- per variant and step (`diagnostics_token_selection_steps`): held-out accuracy over seeds, for the figure;
+- per checkpoint, answer position and carry (`diagnostics_token_selection_carry`): the probe's mean entropy.
+
+The carry probe is written by each run (`carry_probe: true`, `mathrl.engine.carry_probe`; this module runs no model):
+teacher-forced on the correct answers of the first `PROBE_PROBLEMS` held-out problems, the entropy of the policy's
+distribution at each answer token (temperature 1), for the policy the run started from (its warm-up) and for its final
+policy; a token is a carry token when a carry enters its digit (`token_selection.carry_in`). The per-run comparison
+keeps the digit positions where both kinds occur (every digit but the lowest; not the end token) and weighs them
+equally, so that neither position nor the share of carries at a position can make the difference.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+import mathrl.analysis.studies.kit as kit
+from mathrl.analysis import estimators as dx
+from mathrl.analysis.results import mean_spread, read_csv
+from mathrl.analysis.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, plt
+from mathrl.engine.carry_probe import PROBE_PROBLEMS
+from mathrl.pipeline import layout
+
+EXPERIMENT = "token_selection"
+PART = "token selection"  # the claims' part (config/claims.yaml) this part of the section shows
+BASELINE = "baseline"  # the role of the arm that trains on every answer token
+STEP_MEANS = ["token_selected_frac", "entropy_selected", "entropy_unselected"]  # per run, over its steps
+PROBE_MEANS = ["entropy_carry", "entropy_nocarry", "carry_gap"]  # per run, from the carry probe of its final policy
+RUN_VALUES = ["initial", "final", "change", *STEP_MEANS, *PROBE_MEANS]
+PROBE_COLUMNS = ["checkpoint", "seed", "position", "carry", "entropy", "tokens"]
+LIMITS = {
+    "initial": SHARE,
+    "final": SHARE,
+    "token_selected_frac": SHARE,
+    "entropy_selected": NONNEGATIVE,
+    "entropy_unselected": NONNEGATIVE,
+    "entropy_carry": NONNEGATIVE,
+    "entropy_nocarry": NONNEGATIVE,
+}
+
+
+# ----------------------------------------------------------------------------- the carry probe
+def probe(ctx, runs) -> tuple[pd.DataFrame, dict]:
+    """The carry probe each run wrote (carry_probe.csv, mathrl.engine.carry_probe): the per-position table (its final
+    policy
+    under its setting's name, and each warm-up the arms started from once, as `warm-up`), and {run_id: the run's carry
+    means}."""
+    frames, means, warmups = [], {}, set()
+    for name, run in runs:
+        path = ctx.run_file(run, layout.RUN_CARRY_PROBE)
+        if not path.is_file():
+            continue
+        rows = read_csv(path, ((run.summary or {}).get("files") or {}).get(path.name))
+        final = rows[rows["checkpoint"] == "final"]
+        frames.append(final.assign(checkpoint=name, seed=run.spec.seed))
+        means[run.spec.run_id] = dx.carry_means(final)
+        if kit.warmup(run) not in warmups:  # the arms share their warm-ups: each once
+            warmups.add(kit.warmup(run))
+            frames.append(rows[rows["checkpoint"] == "start"].assign(checkpoint="warm-up", seed=NAN))
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return table.reindex(columns=PROBE_COLUMNS), means
+
+
+# ----------------------------------------------------------------------------- the tables
+def selection_run(run, carry: dict) -> dict:
+    """A run's accuracy before and after, the selection's step means, and its carry probe's means (`carry`)."""
+    probe_means = carry.get(run.spec.run_id, {})
+    return {
+        "token_selection": run.settings.get("token_selection", "all"),
+        **kit.held_out(run),
+        **{c: kit.step_mean(run.metrics, c) for c in STEP_MEANS},
+        **{c: probe_means.get(c, NAN) for c in PROBE_MEANS},
+    }
+
+
+def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
+    """Per variant: every per-run value's mean with its 95% t interval over seeds (the same columns when empty)."""
+    return kit.add_intervals(mean_spread(per_run, ["setting", "role"], RUN_VALUES), RUN_VALUES, bounds=LIMITS)
+
+
+# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
+# mathrl.analysis.claim_names reads this assignment from the source (without importing the module) to check a claim's
+# names
+# when the config is read.
+CLAIM_TABLES = {
+    "diagnostics_token_selection_runs": ["setting", "role", "seed", "warmup", "token_selection", *RUN_VALUES]
+}
+
+
+def tables(ctx, runs, roles: dict) -> dict[str, pd.DataFrame]:
+    """The experiment's tables from its complete runs, (variant, run) pairs, and its roles."""
+    probe_rows, carry = probe(ctx, runs)
+    per_run = kit.arm_runs(runs, roles, lambda run: selection_run(run, carry), ["token_selection", *RUN_VALUES])
+    steps = [run.evals.assign(setting=name, seed=run.spec.seed) for name, run in runs]
+    return {
+        "diagnostics_token_selection_runs": per_run,
+        "diagnostics_token_selection": selection_summary(per_run),
+        "diagnostics_token_selection_steps": kit.over_seeds(steps, ["setting"], ["eval_accuracy"]),
+        # per checkpoint kind (the warm-up or an arm's final policies), position and carry: mean entropy over seeds
+        "diagnostics_token_selection_carry": mean_spread(probe_rows, ["checkpoint", "position", "carry"], ["entropy"]),
+    }
+
+
+# ----------------------------------------------------------------------------- figure and section
+def figure(t) -> plt.Figure:
+    """Token entropy by answer position, carry against no carry (left), and held-out accuracy per arm (right); bands:
+    95% t intervals over seeds."""
+    carry, steps = t["diagnostics_token_selection_carry"], t["diagnostics_token_selection_steps"]
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.6), layout="constrained")
+    for i, (name, g) in enumerate(carry.groupby("checkpoint", sort=False) if len(carry) else []):
+        for flag, style in ((True, "-"), (False, "--")):
+            h = g[g["carry"].astype(str).str.lower() == str(flag).lower()].sort_values("position")
+            label, color = f"{name}, {'carry in' if flag else 'no carry'}", COLORS[i % len(COLORS)]
+            kit.table_band(axes[0], h, "entropy", label, color, x="position", linestyle=style, marker="o", markersize=3)
+    axes[0].legend(fontsize=6) if len(carry) else kit.placeholder(axes[0], "no token_selection runs")
+    xlabel = "answer position (0: lowest digit; last: end token)"
+    axes[0].set(xlabel=xlabel, ylabel="token entropy (nats)", title="Entropy by position and carry")
+    groups = list(steps.groupby("setting", sort=False)) if len(steps) else []
+    labels = dict(ylabel="held-out accuracy (%)", title="Held-out accuracy per token selection")
+    style = dict(scale=100, legend={"fontsize": 7}, line={"marker": "o", "markersize": 3})
+    kit.bands(axes[1], groups, "eval_accuracy", "no token_selection runs", **style, **labels)
+    return fig
+
+
+def section(t) -> dict:
+    return {
+        "tokens": t["diagnostics_token_selection"],
+        "tokens_carry": t["diagnostics_token_selection_carry"],
+        "tokens_experiment": EXPERIMENT,
+        "tokens_probe_problems": PROBE_PROBLEMS,
+    }

@@ -1,0 +1,617 @@
+"""What every study shares: roles from the config, per-seed values, views of claims.csv, text and plot style.
+
+A study keeps only its science; this module holds the plumbing and the plot style, which
+`mathrl.analysis.plots` (the driver over the studies' figures) imports too, so no study imports the driver.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from scipy import stats  # noqa: E402
+
+from mathrl.analysis.results import mean_spread, warmup  # noqa: E402
+from mathrl.analysis.verdict import CONFIDENCE, Estimate, difference, interval_numbers, number, sentence, wilson  # noqa: E402
+from mathrl.pipeline.config import ROOT, point_label, read_yaml  # noqa: E402
+from mathrl.pipeline.errors import ConfigError  # noqa: E402
+from mathrl.pipeline.layout import DOCUMENTS_FILE  # noqa: E402
+
+NAN = math.nan
+
+
+@functools.cache
+def document_facts(study: str) -> dict:
+    """The documents' numbers and tables a study's tables set beside its measurements (config/documents.yaml)."""
+    return read_yaml(ROOT / DOCUMENTS_FILE)[study]
+
+
+# ----------------------------------------------------------------------------- roles
+def roles(cfg: dict, experiment: str, required: tuple[str, ...]) -> dict[str, str]:
+    """{role: variant} of an experiment, from its `roles` block in the config.
+
+    An experiment absent from the config has no roles (its study reports no data); one that
+    is present must name a variant for every role the study needs (that each names one of its
+    variants, `mathrl.pipeline.config` checks when it expands the runs)."""
+    exp = cfg.get("experiments", {}).get(experiment)
+    if exp is None:
+        return {}
+    declared = exp.get("roles") or {}
+    missing = [r for r in required if r not in declared]
+    if missing:
+        raise ConfigError(
+            f"experiments.{experiment}.roles: missing role(s) {', '.join(missing)} "
+            f"(the {experiment} study needs: {', '.join(required)}; give each the name of one of its "
+            "variants)"
+        )
+    return dict(declared)
+
+
+def setting(spec) -> str:
+    """A run's setting as a role names it: its variant, else its grid point (`batch_size=512`; "" for neither)."""
+    return spec.variant or point_label(spec.point)
+
+
+def role_of(role: dict[str, str], study_roles: tuple[str, ...]) -> dict[str, str]:
+    """{variant: role}, the inverse of `roles`. A variant can hold several roles (the study's own and
+    another study's, such as the calibration's `reference`); it is named by the first of the study's
+    roles in `study_roles` order, and by another role only where it holds none of them."""
+    out: dict[str, str] = {}
+    for r in [*[r for r in study_roles if r in role], *[r for r in role if r not in study_roles]]:
+        out.setdefault(role[r], r)
+    return out
+
+
+def joined_roles(role: dict[str, str]) -> dict[str, str]:
+    """{variant: its roles, joined with commas} from an experiment's {role: variant}."""
+    return {variant: ", ".join(r for r, v in role.items() if v == variant) for variant in role.values()}
+
+
+def _where(df: pd.DataFrame, where: dict, *cols: str) -> pd.DataFrame:
+    """The rows of `df` whose columns equal `where` (compared as text); none when the table or a column is absent."""
+    if df is None or df.empty or any(k not in df for k in [*cols, *where]):
+        return pd.DataFrame(columns=["seed", *cols])
+    return df[(df[list(where)].astype(str) == [str(v) for v in where.values()]).all(axis=1)]
+
+
+def per_seed(df: pd.DataFrame, col: str, **where) -> dict:
+    """{seed: value} of one column over the rows matching `where` (NaN kept out)."""
+    sel = _where(df, where, col)
+    return {s: float(v) for s, v in zip(sel["seed"], sel[col]) if pd.notna(v)}
+
+
+def row_of(df: pd.DataFrame, **where) -> dict:
+    """The first row whose columns equal `where` (compared as text), as a dict; empty when none does."""
+    rows = _where(df, where)
+    return rows.iloc[0].to_dict() if len(rows) else {}
+
+
+def records(df: pd.DataFrame | None) -> list[dict]:
+    """A table's rows as dicts (none for a missing or empty table)."""
+    return [] if df is None or df.empty else df.to_dict("records")
+
+
+def cell(df: pd.DataFrame, col: str, **where) -> float:
+    """The value of `col` in the first row matching `where`; NaN when absent."""
+    vals = _where(df, where, col)[col]
+    return float(vals.iloc[0]) if len(vals) and pd.notna(vals.iloc[0]) else NAN
+
+
+def known(*xs) -> bool:
+    """No value is None or NaN (numpy floats included)."""
+    return all(x is not None and not (isinstance(x, (float, np.floating)) and math.isnan(x)) for x in xs)
+
+
+# ----------------------------------------------------------------------------- intervals in tables
+def t_halfwidth(std, n):
+    """Half-width of the 95% t interval of a mean from its std and n (NaN for n < 2); vectorised."""
+    std, n = np.asarray(std, dtype=float), np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = np.where(n >= 2, stats.t.ppf(0.5 + CONFIDENCE / 2, np.maximum(n - 1, 1)), np.nan)
+        return t * std / np.sqrt(n)
+
+
+def add_intervals(
+    df: pd.DataFrame, values: list[str], bounds: dict | None = None, counts: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """For each `{v}_mean`/`{v}_std` with `n`: `{v}_lo`, `{v}_hi` (95% t interval of the mean), clipped
+    to `bounds[v]` (lo, hi; either None) where given, so an accuracy's interval stays within [0, 1]. `counts`: each
+    value's own count per row (where some values are missing in rows that others have), instead of `n`."""
+    out = df.copy()
+    for v in values:
+        if f"{v}_mean" in out and f"{v}_std" in out and "n" in out:
+            h = t_halfwidth(out[f"{v}_std"], out["n"] if counts is None else counts[v].to_numpy())
+            lo, hi = (bounds or {}).get(v) or (None, None)
+            out[f"{v}_lo"], out[f"{v}_hi"] = (out[f"{v}_mean"] - h).clip(lo, hi), (out[f"{v}_mean"] + h).clip(lo, hi)
+    return out
+
+
+NO_DIFFERENCE = Estimate(NAN, NAN, NAN, 0, "paired")  # a paired difference not taken (an arm against itself)
+
+
+def arms(runs: pd.DataFrame, reference: str | None):
+    """Each setting's rows of a per-run table (indexed by seed; settings in order of appearance) with the reference
+    setting's rows to compare them with: None for the reference itself, or where the reference has no rows."""
+    ref = runs[runs["setting"] == reference].set_index("seed") if len(runs) else runs
+    for name, rows in runs.groupby("setting", sort=False):
+        yield name, rows.set_index("seed"), ref if name != reference and len(ref) else None
+
+
+def versus(arm: pd.DataFrame, reference: pd.DataFrame | None, column: str) -> Estimate:
+    """An arm's `column` minus the reference's, paired by seed (`mathrl.analysis.verdict.difference`); without a
+    reference,
+    NO_DIFFERENCE."""
+    return NO_DIFFERENCE if reference is None else difference(arm[column], reference[column])
+
+
+def estimate_columns(prefix: str, est, within: tuple = (None, None), n: bool = False) -> dict:
+    """`{prefix}_mean`, `{prefix}_lo`, `{prefix}_hi` (and `{prefix}_n` with `n`) of a
+    `mathrl.analysis.verdict.Estimate`, the
+    interval cut to `within`."""
+    lo, hi = pd.Series([est.lo, est.hi]).clip(*within)
+    out = {f"{prefix}_mean": est.estimate, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
+    return {**out, f"{prefix}_n": est.n} if n else out
+
+
+def end_over_start(values: pd.Series) -> float:
+    """The last over the first value of a logged series (NaN values left out); NaN when the first is not positive."""
+    s = values.dropna()
+    return float(s.iloc[-1] / s.iloc[0]) if len(s) and s.iloc[0] > 0 else NAN
+
+
+def step_mean(metrics: pd.DataFrame, column: str) -> float:
+    """The mean of a logged column over a run's steps; NaN where the run did not log it."""
+    return float(metrics[column].mean()) if column in metrics else NAN
+
+
+def logged(run, column: str, how: str = "last") -> float:
+    """The last, mean, max or min of a logged column over a run's steps (NaN for a run without it or a result)."""
+    s = run.metrics[column].dropna() if run.ok and column in run.metrics else pd.Series(dtype=float)
+    return NAN if s.empty else float(s.iloc[-1] if how == "last" else getattr(s, how)())
+
+
+def wilson_columns(prefix: str, k: int, n: int) -> dict:
+    """`{prefix}`, `{prefix}_lo`, `{prefix}_hi`: the rate k/n (NaN for n = 0) and its 95% Wilson interval."""
+    lo, hi = wilson(k, n)
+    return {prefix: k / n if n else NAN, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
+
+
+def summarise(rows: pd.DataFrame, by: list[str], values: list[str], count: str = "expected") -> pd.DataFrame:
+    """`mean_spread` plus, after its `n` (the runs with a result), `count`: the runs the config asks for per group."""
+    out = mean_spread(rows, by, values)
+    out.insert(out.columns.get_loc("n") + 1, count, rows.groupby(by, sort=False, dropna=False).size().values)
+    return out
+
+
+def over_seeds(frames: list[pd.DataFrame], by: list[str], values: list[str]) -> pd.DataFrame:
+    """Per `by` and step: the mean, std and n over runs of `values` (`mean_spread`), from each run's frame of steps."""
+    return mean_spread(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), [*by, "step"], values)
+
+
+def metric_frames(run, metrics: list[str]) -> list[pd.DataFrame]:
+    """A run's `metrics` as a long frame of `step`, `value` and `metric`, one metric after the other in the order
+    given: eval_accuracy from its evaluations (step 0 on), the others from its steps; a metric the run did not log is
+    left out. A list of that one frame, or an empty list where the run logged none of `metrics`."""
+    sources = [
+        (run.evals if m == "eval_accuracy" else run.metrics, m)
+        for m in metrics
+        if m == "eval_accuracy" or m in run.metrics
+    ]
+    if not sources:
+        return []
+    columns = {
+        "step": [src["step"].to_numpy() for src, _ in sources],
+        "value": [src[m].to_numpy() for src, m in sources],
+        "metric": [np.full(len(src), m, dtype=object) for src, m in sources],
+    }
+    return [pd.DataFrame({name: np.concatenate(parts) for name, parts in columns.items()})]
+
+
+def metric_curves(frames: list[pd.DataFrame], by: list[str], sort: bool = True) -> pd.DataFrame:
+    """Per `by`, metric and step: the mean, std and n over runs of the long frames' `value` (`metric_frames`), sorted
+    by those keys, or with `sort` False in order of appearance."""
+    if not frames:
+        return pd.DataFrame(columns=[*by, "metric", "step", "mean", "std", "n"])
+    g = pd.concat(frames, ignore_index=True).groupby([*by, "metric", "step"], sort=sort)["value"]
+    return g.agg(mean="mean", std="std", n="count").reset_index()
+
+
+def group_sums(rows: pd.DataFrame, by, column: str) -> np.ndarray:
+    """Per group of `rows` (in order of appearance): the sum of `column`, NaN where it has no value (a count of runs
+    that collapsed, say)."""
+    return rows.groupby(by, sort=False)[column].sum(min_count=1).values
+
+
+def add_outcomes(out: pd.DataFrame, per_run: pd.DataFrame, by, judged: bool = False) -> pd.DataFrame:
+    """`collapses` and `degradations` per group of `per_run` (the rows of `out`, in order) and the collapse rate with
+    its 95% Wilson interval over the group's `n` runs, or with `judged` over its `runs_judged` (the runs whose collapse
+    is known: a final evaluation may be missing)."""
+    out["collapses"], out["degradations"] = group_sums(per_run, by, "collapsed"), group_sums(per_run, by, "degraded")
+    if judged:
+        out["runs_judged"] = per_run.groupby(by, sort=False)["collapsed"].count().values
+    return add_wilson(out, "collapses", n="runs_judged" if judged else "n")
+
+
+def add_wilson(df: pd.DataFrame, count: str, n: str = "n", prefix: str = "collapse_rate") -> pd.DataFrame:
+    """`{prefix}`, `{prefix}_lo`, `{prefix}_hi`: a rate count/n with its 95% Wilson interval; the rate replaces a
+    `{prefix}` column already there, in its place, and the interval's columns follow it."""
+    out = df.copy()
+    ci = [wilson(int(k), int(m)) if known(k, m) and m else (NAN, NAN) for k, m in zip(out[count], out[n])]
+    out[prefix] = [k / m if known(k, m) and m else NAN for k, m in zip(out[count], out[n])]
+    at = out.columns.get_loc(prefix) + 1
+    out.insert(at, f"{prefix}_lo", [c[0] for c in ci])
+    out.insert(at + 1, f"{prefix}_hi", [c[1] for c in ci])
+    return out
+
+
+def claim_frame(t, section: str, part: str | None = None) -> pd.DataFrame:
+    """A section's rows of claims.csv (the one engine's verdicts, `mathrl.analysis.claims`) under the
+    names the report's verdict macros read: key, claim, diff, and the checks' text as `engaged`."""
+    from mathrl.analysis.claims import section_rows
+
+    return claim_view(section_rows(t["claims"], section, part))
+
+
+def claim_view(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows of claims.csv under the verdict macros' names."""
+    return df.rename(
+        columns={
+            "claim_id": "key",
+            "statement": "claim",
+            "difference": "diff",
+            "engaged": "engaged_passed",
+            "checks": "engaged",
+        }
+    )
+
+
+def verdict_rows(df: pd.DataFrame) -> list[dict]:
+    """A verdicts table read back from CSV, as dicts for the template macro (with `sentence`)."""
+    if df is None or df.empty:
+        return []
+    text = df.columns.isin(["reason", "note", "outcome", "design", "unit", "engaged"])  # missing text: None, else NaN
+    rows = df.astype(object).where(df.notna() | ~text, None).to_dict("records")
+    for r in rows:
+        r.update({k: r.get(k) or "" for k in ("reason", "note", "engaged")})
+        r["sentence"] = sentence(r)
+    return fold(rows)
+
+
+def brief(r: dict) -> str:
+    """A verdict in a few words, for its first line: the difference, its 95% interval and n; for a claim not judged,
+    the checks that failed by their labels (the full checks follow in `said`)."""
+    if r.get("outcome") == "not judged":
+        kind, _, rest = str(r.get("reason") or "").partition(": ")
+        if kind in NOT_JUDGED_BY:
+            return f"{kind}: " + ", ".join(dict.fromkeys(part.split(":")[0] for part in rest.split("; ")))
+        return str(r.get("reason") or "no reason recorded")
+    unit = r.get("unit") or "num"
+    n_a, n_b = r.get("n_a"), r.get("n_b")
+    if r.get("design") in ("unpaired", "rates") and known(n_a, n_b) and n_b:
+        n = f"n={int(n_a)} vs {int(n_b)}"
+    else:
+        n = f"n={int(r['n']) if known(r.get('n')) else 0}"
+    lo, hi, x = r.get("ci_low"), r.get("ci_high"), r.get("diff")
+    if known(lo, hi) and hi > lo:
+        value, lo, hi = interval_numbers(x, lo, hi, unit)
+        return f"{value} [{lo}, {hi}], {n}"
+    return f"{number(x, unit)} ({'every seed the same' if r.get('design') == 'exact' else 'no interval'}), {n}"
+
+
+NOT_JUDGED_BY = (
+    "precondition not met",
+    "failure not established",
+    "mechanism not engaged",
+)  # mathrl.analysis.claims's words
+
+
+def fold(rows: list[dict]) -> list[dict]:
+    """Each verdict's checks and notes folded into its text, each said once: `said` (the verdict in words, then its
+    checks and notes) and `remarks` (the same without the numbers a verdicts table has columns for), as Markup.
+
+    A not-judged verdict names the checks that failed and then the others; a check or note that an earlier verdict of
+    `rows` already states in full is named by its label alone with a link to that verdict (a failure five remedies
+    share is stated under the first)."""
+    from markupsafe import Markup, escape
+
+    first: dict[str, str] = {}
+
+    def items(parts: list[str], key: str) -> Markup:
+        out = []
+        for part in parts:
+            if part in first and first[part] != key:
+                label = part.split(":")[0]
+                label = label.split(" (")[0] if len(label) > 60 else label  # a long note by its first words
+                out.append(
+                    escape(label)
+                    + Markup(f' (as for <a href="#claim-{escape(first[part])}">')
+                    + escape(first[part])
+                    + Markup("</a>)")
+                )
+            else:
+                first.setdefault(part, key)
+                out.append(escape(part))
+        return Markup("; ").join(out)
+
+    for r in rows:
+        r["short"] = brief(r)
+        key, checks = r.get("key", ""), [c for c in str(r.get("engaged") or "").split("; ") if c]
+        notes = [n for n in str(r.get("note") or "").split("; ") if n]
+        note = Markup(" <em>") + items(notes, key) + Markup(".</em>") if notes else Markup("")
+        reason = str(r.get("reason") or "")
+        kind, _, rest = reason.partition(": ")
+        failed = rest.split("; ") if kind in NOT_JUDGED_BY else []
+        if r.get("outcome") == "not judged" and failed and set(failed) <= set(checks):
+            others = [c for c in checks if c not in failed]
+            text = Markup("Not judged: ") + escape(kind) + Markup(": ") + items(failed, key) + Markup(".")
+            if others:
+                text += Markup(" Other checks: ") + items(others, key) + Markup(".")
+            r["said"] = r["remarks"] = text + note
+            continue
+        listed = Markup(" Checks: ") + items(checks, key) + Markup(".") if checks else Markup("")
+        if r.get("outcome") == "not judged":
+            r["said"] = r["remarks"] = escape(r["sentence"]) + listed + note
+        else:
+            r["said"] = escape(r["sentence"]) + listed + note
+            r["remarks"] = (escape(reason[:1].upper() + reason[1:] + ".") if reason else Markup("")) + listed + note
+    return rows
+
+
+def verdicts(t, section: str, part: str | None = None) -> list[dict]:
+    """A section's verdict rows, for the template's macros (`power_note` of mathrl.analysis.report states their
+    power)."""
+    return verdict_rows(claim_frame(t, section, part))
+
+
+def by_part(rows: list[dict]) -> dict[str, list[dict]]:
+    """Verdict rows grouped by their claim's `part`, in claims.csv's order."""
+    parts = dict.fromkeys(r.get("part") or "" for r in rows)
+    return {part: [r for r in rows if (r.get("part") or "") == part] for part in parts}
+
+
+def by_key(rows: list[dict]) -> dict[str, dict]:
+    return {r["key"]: r for r in rows}
+
+
+# ----------------------------------------------------------------------------- plot style
+STYLE = {
+    "figure.dpi": 100,
+    "savefig.dpi": 100,
+    "figure.figsize": (7.0, 4.0),
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.labelsize": 9,
+    "legend.fontsize": 8,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "lines.linewidth": 1.5,
+}
+COLORS = plt.get_cmap("tab10").colors
+PLAIN = ("white", "black", "0.2", "0.3", "0.4", "0.45", "0.5", "0.6", "0.8")  # the greys the figures draw with
+
+
+def png(fig) -> bytes:
+    """`fig` as PNG, laid out once and drawn once: its layout engine (constrained) places the panels,
+    `tight_layout` those of a figure without one; the engine is then taken off, since with one (or
+    with bbox_inches="tight") savefig draws the whole figure twice, once only to measure it."""
+    engine = fig.get_layout_engine()
+    if engine is None:
+        fig.tight_layout()
+    else:
+        engine.execute(fig)
+    fig.set_layout_engine(None)  # under STYLE (no autolayout, no constrained_layout.use): no engine at all
+    buf = io.BytesIO()
+    saved = plt.rcParams["savefig.dpi"]  # a number, or "figure": the figure's own
+    dpi = min(fig.dpi if saved == "figure" else float(saved), MAX_WIDTH_PX / float(fig.get_size_inches()[0]))
+    fig.savefig(buf, format="png", dpi=dpi)
+    return palette(buf.getvalue())
+
+
+MAX_WIDTH_PX = 1040  # the report's column (main's max-width in style.html.j2): a wider figure is only scaled down there
+
+
+def exact_colors() -> list[tuple[int, int, int]]:
+    """The colours a palette PNG keeps exactly: the plot colours and greys, and each plot colour over white at the
+    band's opacity and at the coverages of an anti-aliased edge."""
+    rgb = [matplotlib.colors.to_rgb(x) for x in [*COLORS, *PLAIN]]
+    blends = [[a * c + (1 - a) for c in matplotlib.colors.to_rgb(x)] for x in COLORS for a in (0.18, 0.35, 0.5, 0.7)]
+    return [tuple(round(255 * c) for c in color) for color in [*rgb, *blends]]
+
+
+def palette(data: bytes, colors: int = 256) -> bytes:
+    """A PNG redrawn with a palette of `colors` colours, about a third of the bytes of the full-colour PNG (a figure
+    has few colours: lines, bands, text, white). The palette holds every colour the figures draw with exactly (the
+    plot colours, black, greys, white) and each plot colour's blends with white (a thin line's anti-aliased edge, a
+    band), so a line or a legend's swatch keeps its hue; then the most common other colours of the image by median
+    cut. Each pixel takes its nearest palette colour, computed here exactly (Pillow's own mapping looks colours up at
+    6 bits a channel, which turned white into 252 grey); no dithering."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        rgb = im.convert("RGB")
+    fixed = list(dict.fromkeys(exact_colors()))
+    adaptive = rgb.quantize(colors=colors - len(fixed), method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    found = np.array(adaptive.getpalette()[: 3 * (colors - len(fixed))], dtype=np.int64).reshape(-1, 3)
+    table = np.concatenate([np.array(fixed, dtype=np.int64), found])  # (colors, 3)
+    pixels = np.asarray(rgb, dtype=np.int64).reshape(-1, 3)
+    unique, inverse = np.unique((pixels[:, 0] << 16) | (pixels[:, 1] << 8) | pixels[:, 2], return_inverse=True)
+    shades = np.stack([unique >> 16, (unique >> 8) & 255, unique & 255], axis=1)  # (distinct colours, 3)
+    nearest = ((shades[:, None, :] - table[None, :, :]) ** 2).sum(axis=2).argmin(axis=1)
+    flat = Image.fromarray(nearest[inverse].reshape(rgb.size[1], rgb.size[0]).astype(np.uint8), "P")
+    flat.putpalette(table.astype(np.uint8).ravel().tolist())
+    out = io.BytesIO()
+    flat.save(out, format="png", optimize=True)
+    return out.getvalue()
+
+
+BAND_NOTE = "mean and 95% t interval of the mean across seeds"  # what every band of every figure is
+
+# The range of each bounded quantity a figure draws (None: unbounded on that side); a band never leaves it.
+SHARE = (0.0, 1.0)
+NONNEGATIVE = (0.0, None)
+BOUNDS = {
+    "eval_accuracy": SHARE,
+    "accuracy": SHARE,
+    "format_rate": SHARE,
+    "frac_zero_std": SHARE,
+    "pass_at_k": SHARE,
+    "skipped": SHARE,
+    "p0": SHARE,
+    "p1": SHARE,
+    "p2": SHARE,
+    "p3": SHARE,
+    "clip_frac": SHARE,
+    "cov_frac": SHARE,
+    "entropy": NONNEGATIVE,
+    "kl": NONNEGATIVE,
+    "grad_norm": NONNEGATIVE,
+    "reward_std": NONNEGATIVE,
+    "value_rmse": NONNEGATIVE,
+    "lr": NONNEGATIVE,
+    "kl_coef": NONNEGATIVE,
+    "entropy_coef": NONNEGATIVE,
+}
+
+
+def bounds(metric: str) -> tuple[float | None, float | None] | None:
+    """The range of a logged metric (BOUNDS), or None for a quantity without one (a loss, a reward)."""
+    return BOUNDS.get(metric)
+
+
+def band_limits(mean, std, n, bounds=None) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper edge of the 95% t interval of a mean across seeds (n seeds per point), clipped
+    to `bounds` (lo, hi; either None) so a share never leaves [0, 1]; where n < 2 both edges are the mean."""
+    mean = np.asarray(mean, dtype=float)
+    half = np.nan_to_num(np.broadcast_to(t_halfwidth(std, n), mean.shape), nan=0.0)
+    lo, hi = mean - half, mean + half
+    if bounds is not None:
+        lo, hi = np.clip(lo, bounds[0], bounds[1]), np.clip(hi, bounds[0], bounds[1])
+    return lo, hi
+
+
+DENSE = 10  # a series measured at fewer steps than this is drawn at those steps alone, never as a line through them
+
+
+def band(ax, x, mean, std, label, color, n, bounds=None, offset=0.0, measured=True, **line):
+    """A mean line with its band, the 95% t interval of the mean across seeds (n: seeds per point),
+    clipped to `bounds` (see `bounds()`); `line` goes to the line (a linestyle, say).
+
+    A `measured` series with fewer than DENSE distinct x values (three evaluations of a run, say) is drawn where it
+    was measured and nowhere else: a marker per point with its interval as a bar, moved `offset` along x so that
+    series measured at the same steps stay apart (`offsets`); a line would suggest values between the measurements.
+    A dashed or dotted line's series gets square or triangular markers instead. A fitted curve is not `measured`."""
+    lo, hi = band_limits(mean, std, n, bounds)
+    x, mean = np.asarray(x, dtype=float), np.asarray(mean, dtype=float)
+    if measured and len(np.unique(x[~np.isnan(x)])) < DENSE:
+        style = line.pop("linestyle", line.pop("ls", "-"))
+        marker = line.pop("marker", {"--": "s", "dashed": "s", ":": "^", "dotted": "^"}.get(style, "o"))
+        size = line.pop("markersize", line.pop("ms", 4))
+        ax.plot(x + offset, mean, linestyle="none", marker=marker, markersize=size, label=label, color=color, **line)
+        ax.vlines(x + offset, lo, hi, color=color, linewidth=1.2, alpha=0.7)
+        return
+    ax.plot(x, mean, label=label, color=color, **line)
+    ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
+
+
+def offsets(xs: list, width: float = 0.5) -> list[float]:
+    """Sideways shifts that keep series measured at the same few x values apart: each series (an array of its x values)
+    by its place among them, spread over `width` of the smallest gap between measured values; 0 for every series
+    when there is only one, or when the series are dense enough to be drawn as lines."""
+    values = np.unique(np.concatenate([np.asarray(x, dtype=float) for x in xs])) if xs else np.array([])
+    values = values[~np.isnan(values)]
+    if len(xs) < 2 or len(values) < 2 or len(values) >= DENSE:
+        return [0.0] * len(xs)
+    step = width * float(np.diff(values).min()) / len(xs)
+    return [(i - (len(xs) - 1) / 2) * step for i in range(len(xs))]
+
+
+def table_band(ax, df: pd.DataFrame, metric: str, label: str, color, x="step", value=None, scale=1.0, **line) -> None:
+    """`band` of a table's `{value}_mean` and `{value}_std` (value: `metric`; "" for plain `mean` and `std`) over
+    `n` seeds against column `x`, within the range of `metric`; `scale` multiplies both (100: a share in percent)."""
+    prefix = metric if value is None else value
+    mean, std = (f"{prefix}_mean", f"{prefix}_std") if prefix else ("mean", "std")
+    limits = None if bounds(metric) is None else tuple(None if b is None else b * scale for b in bounds(metric))
+    band(ax, df[x], df[mean] * scale, df[std] * scale, label, color, n=df["n"], bounds=limits, **line)
+
+
+def bands(
+    ax,
+    groups,
+    metric: str,
+    empty: str,
+    value=None,
+    *,
+    x="step",
+    scale=1.0,
+    colors=None,
+    legend=None,
+    line=None,
+    **labels,
+) -> None:
+    """One panel: `table_band` of each (label, table) of `groups` with a row, in `colors` (one per group; default:
+    the palette's order over the groups drawn) and with `line` (a linestyle, a marker), and a legend (`legend`: its
+    keywords), or `empty` in a placeholder when none has a row; then `labels` (xlabel, default "RL step"; ylabel,
+    title) on the axes. Groups measured at the same few steps are moved apart (`offsets`)."""
+    drawn = [(label, g, c) for (label, g), c in zip(groups, colors or [None] * len(groups)) if len(g)]
+    shifts = offsets([g[x] for _, g, _ in drawn])
+    for i, ((label, g, color), shift) in enumerate(zip(drawn, shifts)):
+        color = COLORS[i % len(COLORS)] if color is None else color
+        table_band(ax, g, metric, label, color, x=x, value=value, scale=scale, offset=shift, **(line or {}))
+    ax.legend(**(legend or {})) if drawn else placeholder(ax, empty)
+    ax.set(**{"xlabel": "RL step", **labels})
+
+
+def band_panels(panels: list[dict], rows: int, cols: int, figsize: tuple, suptitle: str = "", **subplots):
+    """A figure of `bands` panels in reading order (each a dict of `bands`' arguments, `ax` aside); cells beyond
+    the panels are removed. `subplots` goes to `plt.subplots` (sharey, layout)."""
+    fig, axes = plt.subplots(rows, cols, figsize=figsize, squeeze=False, **subplots)
+    for ax, panel in zip(axes.flat, panels):
+        bands(ax, **panel)
+    for ax in axes.flat[len(panels) :]:
+        fig.delaxes(ax)
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
+
+
+def placeholder(ax, text: str) -> None:
+    """An honest empty panel when the data a figure needs is missing."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def measured(run, **measures) -> dict:
+    """{name: measure(run)} of a run with a result; NaN for each measure of a run without one."""
+    return {name: measure(run) if run.ok else NAN for name, measure in measures.items()}
+
+
+def held_out(run) -> dict:
+    """A run's held-out greedy accuracy before RL (`initial`) and at the end (`final`), and the `change`."""
+    initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
+    return {"initial": initial, "final": final, "change": final - initial}
+
+
+def arm_runs(runs, roles: dict, values, columns: list[str]) -> pd.DataFrame:
+    """Per run of (variant, run) pairs: its setting, roles and seed, then `values(run)` (a dict) in `columns`."""
+    names = joined_roles(roles)
+    rows = [
+        {"setting": name, "role": names.get(name, ""), "seed": run.spec.seed, "warmup": warmup(run), **values(run)}
+        for name, run in runs
+    ]
+    return pd.DataFrame(rows, columns=["setting", "role", "seed", "warmup", *columns])
+
+
+def n_evaluated(run) -> int:
+    """Held-out problems per evaluation of a run (eval_size 0 means all of the test set; 0 where neither is known)."""
+    resolved = (run.summary or {}).get("resolved") or {}
+    return int(resolved.get("n_eval") or run.settings.get("eval_size") or 0)

@@ -1,0 +1,538 @@
+"""The math RL training system (math-rl-training-system.md): its two configurations, measured.
+
+The document describes a REINFORCE trainer with a moving-average baseline for 3-digit
+addition (AdderRLConfig) and 2-digit multiplication (MultiplierRLConfig) and expects
+90-95% and 80-90% accuracy after 200 steps. The `system` experiment runs both tasks with
+REINFORCE (and, in config/full.yaml, PPO and GRPO) from the warm-up's band and from further
+starts (`init: start_PCT`, the warm-up continued to that validation accuracy); beside each
+start the supervised control, the warm-up's cross-entropy continued from the same checkpoint
+for an RL run's samples (results/sft/TASK/starts/starts.json). The document does not say how
+far its warm-up goes, so its accuracy is judged at the start a rule picks on the validation
+split (`pick_start`): the most-trained start still below the document's range.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.transforms import blended_transform_factory
+
+import mathrl.analysis.studies.kit as kit
+from mathrl.analysis.measures import lowest_change
+from mathrl.analysis.results import collapsed, degraded, mean_spread, read_json, roughness
+from mathrl.analysis.studies.kit import BAND_NOTE, COLORS, SHARE
+from mathrl.analysis.verdict import difference, mean_interval
+from mathrl.pipeline import layout
+from mathrl.pipeline.console import console_line
+
+NAME = "system"
+TITLE = "The math RL training system: configurations and results"
+DOCUMENT = "math-rl-training-system.md"
+
+ALGORITHMS = ("reinforce", "reinforce_no_baseline", "ppo", "grpo")
+ARCHITECTURE = ("n_layer", "n_head", "n_embd")
+# The document's configurations ("performance benchmarks", "configuration parameters"): config/documents.yaml
+FACTS = kit.document_facts("system")
+DOC, DOC_RL = FACTS["tasks"], FACTS["rl"]
+SETTING_NAMES = {
+    "n_layer": "layers",
+    "n_head": "attention heads",
+    "n_embd": "embedding dim",
+    "n_params": "parameters",
+    "sft_steps": "warm-up steps",
+    "sft_accuracy": "warm-up held-out accuracy",
+    "steps": "RL steps",
+    "lr": "learning rate",
+    "batch_size": "sequences per step",
+    "micro_batch_size": "sequences per micro-batch",
+    "group_size": "rollouts per prompt",
+    "grad_clip": "gradient clip (max norm)",
+    "weight_decay": "weight decay",
+    "adam_beta1": "Adam beta1",
+    "adam_beta2": "Adam beta2",
+    "temperature": "sampling temperature",
+    "baseline_decay": "REINFORCE baseline decay",
+}
+
+
+def expected(task: str) -> tuple[float, float]:
+    """The document's expected accuracy range of a task after its RL steps (NaN for a task it does not name)."""
+    return tuple(DOC.get(task, {}).get("expected", (math.nan, math.nan)))
+
+
+# ----------------------------------------------------------------------------- tables
+def per_micro_batch(settings: dict, world_size: int = 1) -> float:
+    """Sequences per backward pass on a rank: micro_batch_size, or with 0 (no accumulation) the rank's whole batch."""
+    return float(settings["micro_batch_size"] or settings["batch_size"] // max(1, world_size))
+
+
+def configs_table(ctx, runs) -> pd.DataFrame:
+    """Per task: our model (from the warm-up summary) and RL settings beside the document's."""
+    rows = []
+    for task, doc in DOC.items():
+        sft = ctx.sft(task) or {}
+        spec = next((r for r in runs if r.settings["task"] == task and r.settings["algorithm"] == "reinforce"), None)
+        ours = {
+            **{k: sft.get("model", {}).get(k) for k in ARCHITECTURE},
+            "n_params": sft.get("n_params"),
+            "sft_steps": sft.get("steps"),
+            "sft_accuracy": sft.get("eval_accuracy"),
+            **{k: spec.settings[k] for k in DOC_RL if spec},
+        }
+        if spec:
+            world = ((spec.summary or {}).get("resolved") or {}).get("world_size", 1)
+            ours["micro_batch_size"] = per_micro_batch(spec.settings, world)
+        preset = sft.get("settings", {}).get("preset", "missing")
+        theirs = {**doc, **DOC_RL}
+        rows += [
+            {
+                "task": task,
+                "config": doc["config"],
+                "preset": preset,
+                "key": key,
+                "setting": label,
+                "ours": math.nan if ours.get(key) is None else float(ours[key]),
+                "document": float(theirs.get(key, math.nan)),
+            }
+            for key, label in SETTING_NAMES.items()
+        ]
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- starts
+SUPERVISED = "supervised"  # the control's `algorithm` in system_start_runs
+
+
+def band_start(cfg: dict, task: str) -> str:
+    """The name of the warm-up band's start (`start_30` for band [0.3, 0.6])."""
+    return f"start_{round(100 * cfg['sft'][task]['band'][0])}"
+
+
+def start_of(cfg: dict, settings: dict) -> str:
+    """The start a run trains from: its `init: start_PCT`, or the band's for the warm-up checkpoint."""
+    init = settings.get("init")
+    return init if layout.is_start(init) else band_start(cfg, settings["task"]) if init is None else str(init)
+
+
+def read_starts(ctx, task: str) -> dict:
+    """The starts and supervised controls of a task over its warm-ups (each warm-up's starts.json, `mathrl sft
+    --starts`; a warm-up without one gives its band's start alone, from its summary), each row with its `warmup`."""
+    starts, controls = [], []
+    for k in range(layout.warmups(ctx.cfg, task) if task in ctx.cfg["sft"] else 0):  # (a config without the task)
+        path = layout.at(ctx.cfg, layout.SFT_STARTS, task=task, warmup=k)
+        if path.is_file():
+            data = read_json(path)
+            starts += [{**st, "warmup": k} for st in data["starts"]]
+            controls += [{**c, "warmup": k} for c in data["controls"]]
+            continue
+        sft = ctx.sft(task, k) or {}
+        if sft:
+            starts.append(
+                {
+                    "start": band_start(ctx.cfg, task),
+                    "threshold": ctx.cfg["sft"][task]["band"][0],
+                    "sft_steps": sft.get("steps", math.nan),
+                    "val_accuracy": sft.get("val_accuracy", math.nan),
+                    "test_accuracy": sft.get("eval_accuracy", math.nan),
+                    "reached": sft.get("reached"),
+                    "warmup": k,
+                }
+            )
+    return {"starts": starts, "controls": controls}
+
+
+def pick_start(val_accuracy: dict[str, float], low: float) -> str | None:
+    """The start the document's range is judged at, chosen on the validation split alone: the
+    most-trained start whose validation accuracy is still below the range's lower end (RL has
+    the range left to reach), else the least-trained one. A lone start is picked whatever its
+    reading; None where no start, or several without a validation reading."""
+    known = {k: v for k, v in val_accuracy.items() if v == v or len(val_accuracy) == 1}
+    below = {k: v for k, v in known.items() if v < low}
+    return max(below, key=below.get) if below else min(known, key=known.get, default=None)
+
+
+def start_runs_table(ctx, per_run: pd.DataFrame) -> pd.DataFrame:
+    """Per seed, RL (each algorithm) and the supervised control from every start of every warm-up, with `cell`
+    (task_start) and `picked` ("yes" at the start the document's range is judged at)."""
+    cols = CLAIM_TABLES["system_start_runs"]
+    rl = per_run[per_run["final_eval"].notna()]
+    starts = {task: read_starts(ctx, task) for task in DOC}
+    # the supervised control's rows, in RL's columns
+    sup = pd.DataFrame(
+        [
+            {
+                "task": task,
+                "start": c["start"],
+                "algorithm": SUPERVISED,
+                "seed": c["seed"],
+                "warmup": c["warmup"],
+                "initial_eval": c["initial_test"],
+                "final_eval": c["final_test"],
+                "gain": c["final_test"] - c["initial_test"],
+            }
+            for task in DOC
+            for c in starts[task]["controls"]
+        ]
+    )
+    frames = [f for f in (rl, sup) if len(f)]
+    if not frames:
+        return pd.DataFrame(columns=cols)
+    out = pd.concat(frames, ignore_index=True)
+    val = {(task, st["start"], st["warmup"]): st["val_accuracy"] for task in DOC for st in starts[task]["starts"]}
+    out["start_val"] = [val.get((t, st, w), math.nan) for t, st, w in zip(out["task"], out["start"], out["warmup"])]
+    out["cell"] = out["task"] + "_" + out["start"]
+    mean_val = out.groupby(["task", "start"])["start_val"].mean()
+    picked = {
+        task: pick_start({st: mean_val.get((task, st), math.nan) for st in g["start"].unique()}, expected(task)[0])
+        for task, g in out[out["algorithm"] != SUPERVISED].groupby("task")
+    }
+    out["picked"] = ["yes" if picked.get(t) == st else "no" for t, st in zip(out["task"], out["start"])]
+    return out.reindex(columns=cols)  # the controls' rows have no lowest_change: two evaluations, no path
+
+
+def starts_table(ctx, start_runs: pd.DataFrame) -> pd.DataFrame:
+    """Per task and start: its validation and test accuracy and warm-up steps (means over the warm-ups, with the
+    lowest and highest test accuracy); REINFORCE's and the supervised control's final accuracy (95% t intervals
+    over warm-ups) and RL − control (paired by warm-up)."""
+    rows = []
+    for task in DOC:
+        table = pd.DataFrame(read_starts(ctx, task)["starts"])
+        for name, group in table.groupby("start", sort=False) if len(table) else []:
+            d = start_runs[(start_runs["task"] == task) & (start_runs["start"] == name)]
+            rl, sup = (
+                g.groupby("warmup")["final_eval"].mean().to_dict()  # a warm-up's mean over its runs
+                for g in (d[d["algorithm"] == a] for a in ("reinforce", SUPERVISED))
+            )
+            if not rl and not sup:
+                continue
+            diff = difference(rl, sup) if rl and sup else kit.NO_DIFFERENCE  # one warm-up each: no interval
+            rows.append(
+                {
+                    "task": task,
+                    "start": name,
+                    "threshold": group["threshold"].iloc[0],
+                    "warmups": len(group),
+                    "warm_up_steps": group["sft_steps"].mean(),
+                    "start_val": group["val_accuracy"].mean(),
+                    "start_test": group["test_accuracy"].mean(),
+                    "start_test_min": group["test_accuracy"].min(),
+                    "start_test_max": group["test_accuracy"].max(),
+                    "reached": bool(group["reached"].fillna(False).astype(bool).all()),
+                    "picked": (d["picked"] == "yes").any(),
+                    "expected_low": expected(task)[0],
+                    "expected_high": expected(task)[1],
+                    "rl_minus_sup": diff.estimate,
+                    "rl_minus_sup_lo": diff.lo,
+                    "rl_minus_sup_hi": diff.hi,
+                    **accuracy_columns("rl", pd.Series(rl)),
+                    **accuracy_columns("sup", pd.Series(sup)),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def accuracy_columns(prefix: str, values: pd.Series) -> dict:
+    """`{prefix}_n`, `{prefix}_final`, `{prefix}_lo`, `{prefix}_hi`: the mean of seeds' accuracies and its 95% t
+    interval, kept within [0, 1]."""
+    est = mean_interval(values.to_dict())
+    final, lo, hi = kit.estimate_columns(prefix, est, SHARE).values()
+    return {f"{prefix}_n": est.n, f"{prefix}_final": final, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
+
+
+def run_stats(run, start: str) -> dict:
+    """One run's outcome and throughput (sequences sampled per second of step time)."""
+    s = run.settings
+    row = {
+        "task": s["task"],
+        "start": start,
+        "algorithm": s["algorithm"],
+        "seed": run.spec.seed,
+        "warmup": kit.warmup(run),
+        "run_id": run.spec.run_id,
+        "status": run.status,
+    }
+    if run.ok:
+        m, final = run.metrics, run.summary["final"]["eval_accuracy"]
+        row.update(
+            final_eval=final,
+            initial_eval=run.initial_eval,
+            gain=final - run.initial_eval,
+            lowest_change=lowest_change(run),
+            roughness=roughness(run.evals["step"], run.evals["eval_accuracy"]),
+            best_eval=run.summary["best"]["eval_accuracy"],
+            steps_done=float(len(m)),
+            wall_seconds=float(m["seconds"].sum()),
+            seq_per_s=float(m["samples"].iloc[-1] / m["seconds"].sum()),
+            collapsed=float(collapsed(run)),
+            degraded=float(degraded(run)),
+        )
+    return row
+
+
+def reached(final_mean: float, low: float) -> bool | None:
+    """Did the mean final accuracy reach the lower end of the document's expected range?"""
+    return None if final_mean is None or math.isnan(final_mean) else bool(final_mean >= low)
+
+
+STATS = [
+    "final_eval",
+    "initial_eval",
+    "best_eval",
+    "gain",
+    "lowest_change",
+    "roughness",
+    "steps_done",
+    "wall_seconds",
+    "seq_per_s",
+    "collapsed",
+    "degraded",
+]
+
+
+def results_table(runs, per_run: pd.DataFrame) -> pd.DataFrame:
+    by = ["task", "start", "algorithm"]
+    out = mean_spread(per_run, by, STATS)  # n counts runs with a final evaluation
+    out = kit.add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
+    out.insert(3, "n_runs", per_run.groupby(by, sort=False).size().values)
+    out = kit.add_outcomes(out, per_run, by)
+    out["rl_steps"] = out["task"].map({r.settings["task"]: r.settings["steps"] for r in reversed(runs)})
+    out["expected_low"] = [expected(t)[0] for t in out["task"]]
+    out["expected_high"] = [expected(t)[1] for t in out["task"]]
+    out["reached"] = [reached(m, lo) for m, lo in zip(out["final_eval_mean"], out["expected_low"])]
+    return out
+
+
+def curves_table(runs, cfg: dict) -> pd.DataFrame:
+    """Held-out accuracy per task, start, algorithm and evaluation step (step 0: before RL)."""
+    frames = [
+        r.evals.assign(task=r.settings["task"], start=start_of(cfg, r.settings), algorithm=r.settings["algorithm"])
+        for r in runs
+        if r.ok
+    ]
+    return kit.over_seeds(frames, ["task", "start", "algorithm"], ["eval_accuracy"])
+
+
+def console_table(ctx, runs) -> pd.DataFrame:
+    """Per task and algorithm, the last console line of its first run with a result: from the
+    run's log when there is one, else rebuilt from its last metrics row."""
+    rows = []
+    first = {(r.settings["task"], r.settings["algorithm"]): r for r in reversed(runs) if r.ok}  # each pair's first run
+    for task, algorithm in (k for k in itertools.product(DOC, ALGORITHMS) if k in first):
+        run = first[task, algorithm]
+        log = ctx.run_file(run, layout.STAGES["train"].log)
+        text = log.read_text(errors="replace").splitlines() if log.is_file() else []
+        lines = [x.strip() for x in text if x.startswith("Step ")]
+        rebuilt = console_line(run.metrics.iloc[-1].to_dict(), run.settings["steps"])
+        line, source = (lines[-1], "log") if lines else (rebuilt, "metrics.csv")
+        rows.append(dict(task=task, algorithm=algorithm, run_id=run.spec.run_id, source=source, line=line))
+    return pd.DataFrame(rows, columns=["task", "algorithm", "run_id", "source", "line"])
+
+
+# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
+# mathrl.analysis.claim_names reads this assignment from the source (without importing the module) to check a claim's
+# names
+# when the config is read.
+CLAIM_TABLES = {
+    "system_start_runs": [
+        "task",
+        "start",
+        "cell",
+        "algorithm",
+        "seed",
+        "warmup",
+        "initial_eval",
+        "final_eval",
+        "gain",
+        "lowest_change",
+        "roughness",
+        "start_val",
+        "picked",
+    ],
+}
+
+
+def tables(ctx) -> dict[str, pd.DataFrame]:
+    runs = ctx.experiment("system")
+    per_run = pd.DataFrame(
+        [run_stats(r, start_of(ctx.cfg, r.settings)) for r in runs],
+        columns=["task", "start", "algorithm", "seed", "warmup", "run_id", "status"] + STATS,
+    )
+    start_runs = start_runs_table(ctx, per_run)
+    return {
+        "system_configs": configs_table(ctx, runs),
+        "system_results": results_table(runs, per_run),
+        "system_curves": curves_table(runs, ctx.cfg),
+        "system_console": console_table(ctx, runs),
+        "system_runs": per_run,
+        "system_start_runs": start_runs,
+        "system_starts": starts_table(ctx, start_runs),
+    }
+
+
+# ----------------------------------------------------------------------------- figures
+def target(ax, lo: float, hi: float, last_step: float) -> None:
+    """The document's expected range, at the document's step: a bar there when the runs reach it,
+    else a bar at the right edge of the axes, labelled with the step it belongs to."""
+    step = DOC_RL["steps"]
+    label = f"document: {lo:.0%}–{hi:.0%} at step {step}"
+    if kit.known(last_step) and last_step >= step:
+        ax.plot([step, step], [lo, hi], color="0.45", lw=6, solid_capstyle="butt", label=label)
+        return
+    edge = blended_transform_factory(ax.transAxes, ax.transData)  # x in axes fractions, y in accuracy
+    ax.plot(
+        [0.985, 0.985],
+        [lo, hi],
+        color="0.45",
+        lw=6,
+        solid_capstyle="butt",
+        transform=edge,
+        clip_on=False,
+        label=f"{label} (beyond these {last_step:g} steps)" if kit.known(last_step) else label,
+    )
+    ax.text(0.97, hi, f"step {step}", transform=edge, ha="right", va="bottom", fontsize=7, color="0.3")
+
+
+def controls(ax, starts: pd.DataFrame, task: str, curves: pd.DataFrame, colors: dict[str, tuple]) -> None:
+    """The supervised control from each start of `task`: its final held-out accuracy with its 95% t interval, a
+    diamond at the last RL step of the runs from that start (the control trains for as many samples as they draw),
+    in the colour of the first RL line from the start; nothing where the start has no control."""
+    d = starts[starts["task"] == task] if len(starts) and "sup_final" in starts else pd.DataFrame()
+    for r in d.itertuples():
+        steps = curves.loc[curves["start"] == r.start, "step"] if len(curves) else pd.Series(dtype=float)
+        if not kit.known(r.sup_final) or steps.empty:
+            continue
+        lo, hi = (r.sup_lo, r.sup_hi) if kit.known(r.sup_lo, r.sup_hi) else (r.sup_final, r.sup_final)
+        x = float(steps.max())
+        color = colors.get(r.start, "0.2")
+        ax.errorbar(
+            [x],
+            [r.sup_final],
+            yerr=[[r.sup_final - lo], [hi - r.sup_final]],
+            fmt="D",
+            ms=6,
+            color=color,
+            markeredgecolor="black",
+            capsize=3,
+            zorder=4,
+            label=f"supervised control from {r.start} (as many samples)",
+        )
+
+
+def fig_curves(t) -> plt.Figure:
+    c, res = t["system_curves"], t["system_results"]
+    fig, axes = plt.subplots(1, len(DOC), figsize=(10, 3.8), sharey=True, layout="constrained")
+    for ax, task in zip(axes, DOC):
+        d = c[c["task"] == task] if len(c) else c
+        keys = [(st, a) for st in (dict.fromkeys(d["start"]) if len(d) else []) for a in ALGORITHMS]
+        groups = [(f"{a} from {st}", d[(d["algorithm"] == a) & (d["start"] == st)]) for st, a in keys]
+        # a line keeps its colour where another is missing
+        colors = [COLORS[i % len(COLORS)] for i in range(len(groups))]
+        labels = dict(title=f"{task} ({DOC[task]['config']})", ylabel="held-out accuracy", ylim=(0, 1))
+        kit.bands(ax, groups, "eval_accuracy", f"no data: the {task} runs are missing", colors=colors, **labels)
+        first: dict[str, tuple] = {}  # each start's colour: that of its first line drawn
+        for (st, _), (_, g), color in zip(keys, groups, colors):
+            if len(g):
+                first.setdefault(st, color)
+        controls(ax, t["system_starts"], task, d, first)
+        lo, hi = kit.cell(res, "expected_low", task=task), kit.cell(res, "expected_high", task=task)
+        if not math.isnan(lo):
+            target(ax, lo, hi, d["step"].max() if len(d) else math.nan)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower right")  # the document's range among the lines
+    fig.suptitle(f"Held-out accuracy during RL ({BAND_NOTE})")
+    return fig
+
+
+def fig_throughput(t) -> plt.Figure:
+    res = t["system_results"]
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    if res.empty or res["seq_per_s_mean"].isna().all():
+        kit.placeholder(ax, "no data: the system runs are missing")
+    else:
+        width = 0.8 / len(ALGORITHMS)
+        for i, algorithm in enumerate(ALGORITHMS):
+            vals, stds, ns = (
+                [kit.cell(res, col, task=k, algorithm=algorithm) for k in DOC]
+                for col in ("seq_per_s_mean", "seq_per_s_std", "n")
+            )
+            errs = list(np.nan_to_num(kit.t_halfwidth(stds, ns)))  # one seed or a missing cell: no interval
+            x = [j + (i - 1) * width for j in range(len(DOC))]
+            heights = [0 if math.isnan(v) else v for v in vals]
+            below = [min(e, h) for e, h in zip(errs, heights)]  # never below 0
+            ax.bar(x, heights, width, capsize=3, color=COLORS[i], label=algorithm, yerr=[below, errs])
+            for xi, v in zip(x, vals):
+                if math.isnan(v):  # a missing bar says so rather than reading as zero throughput
+                    ax.annotate("missing", (xi, 0), ha="center", va="bottom", rotation=90, fontsize=7, color="0.4")
+        ax.set_xticks(range(len(DOC)), list(DOC))
+        ax.legend()
+    ax.set(
+        title="Training throughput (mean and 95% t interval across seeds)", xlabel="task", ylabel="sequences per second"
+    )
+    return fig
+
+
+def figures(t) -> dict[str, plt.Figure]:
+    return {"system_curves": fig_curves(t), "system_throughput": fig_throughput(t)}
+
+
+# ----------------------------------------------------------------------------- section
+def task_view(res: pd.DataFrame, cfgs: pd.DataFrame, starts: pd.DataFrame, task: str, rows: dict) -> dict:
+    """What the template's sentences on one task read: the start picked on the validation split, each
+    algorithm's results from it, every start against its supervised control, our settings, the verdicts."""
+    d = starts[starts["task"] == task] if len(starts) else starts
+    picked = d.loc[d["picked"].astype(bool), "start"].iloc[0] if len(d) and d["picked"].astype(bool).any() else None
+    planned = set(zip(res["task"], res["algorithm"])) if len(res) else set()  # one the config does not run is left out
+    lo = expected(task)[0]
+    ids = [f"{task}_accuracy", f"{task}_gain", f"{task}_stable"] + sorted(
+        k for k in rows if k.startswith(f"{task}_start") and k.endswith("_rl_vs_supervised")
+    )
+    return {
+        "task": task,
+        "expected": expected(task),
+        "picked": picked,
+        "results": {
+            a: kit.row_of(res, task=task, algorithm=a, **({"start": picked} if picked else {})) for a in ALGORITHMS
+        },
+        "others": [a for a in ALGORITHMS if a != "reinforce" and (task, a) in planned],
+        "starts": kit.records(d),
+        "reaching": d[d["rl_lo"] >= lo]["start"].tolist() if len(d) and "rl_lo" in d else [],
+        "configs": kit.records(cfgs[cfgs["task"] == task] if len(cfgs) else cfgs),
+        "rows": [rows[k] for k in ids if k in rows],
+    }
+
+
+def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:
+    """system_configs with one row per setting: each task's value, ours beside the document's."""
+    if cfgs.empty:
+        return cfgs
+    wide = cfgs.pivot_table(
+        index="key", columns="task", values=["ours", "document"], aggfunc="first", dropna=False, sort=False
+    )
+    wide.columns = [f"{task}_{side}" for side, task in wide.columns]
+    wide = wide.reindex(list(dict.fromkeys(cfgs["key"]))).reset_index()
+    wide.insert(0, "setting", wide["key"].map(SETTING_NAMES))
+    return wide
+
+
+def section(t) -> dict:
+    res, cfgs = t["system_results"], t["system_configs"]
+    rows = kit.verdicts(t, NAME)
+    decay = kit.cell(cfgs, "ours", task="add", key="baseline_decay")
+    presets = cfgs.drop_duplicates("task")[["task", "config", "preset"]].to_dict("records") if len(cfgs) else []
+    return {
+        "configs": configs_wide(cfgs),
+        "presets": presets,
+        "results": res,
+        "console": t["system_console"],
+        "baseline_decay": "–" if math.isnan(decay) else f"{decay:g}",
+        "verdict_list": rows,
+        "tasks": [task_view(res, cfgs, t["system_starts"], task, kit.by_key(rows)) for task in DOC],
+        "doc_steps": DOC_RL["steps"],
+        "starts": t["system_starts"],
+        "beside": [a for a in ALGORITHMS[1:] if len(res) and (res["algorithm"] == a).any()],  # run beside REINFORCE
+        "doc_console": FACTS["console"],
+    }

@@ -1,0 +1,172 @@
+"""May a run resume from its snapshot under the settings it has now?
+
+The promise: a resumed run's metrics equal an uninterrupted run's. So a run may resume only
+if no step it has already computed would have been computed differently under the new
+settings. That is decided here, not listed by hand: a step's plan is what it reads from the
+settings (`scheduled`: the learning rate, the entropy coefficient and the digit count its
+schedules give it, whether it is evaluated, whether the test fault fires; `unscheduled`: every
+other setting as it is), and a changed setting is a conflict exactly when the plan of some step
+up to the snapshot's differs. So `steps=20` after `steps=10` resumes under a constant or step-decayed
+learning rate and is refused under a cosine one (whose every step reads `steps`).
+
+Two facts do not come from the plan: a snapshot past the new last step cannot be undone,
+and the settings in `OUTSIDE_THE_STEP` only say when to print, snapshot or log elsewhere
+(a test checks that changing them leaves the metrics alone).
+
+One difference is repairable rather than a conflict: a run always evaluates its last step,
+so after `steps=10` then `steps=20`, step 10 holds an evaluation an uninterrupted run would
+not have made (unless 10 is a multiple of `eval_every`). Evaluation changes no state (greedy
+decoding, no randomness), so the resumed run forgets that value (`evaluations_to_forget`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from mathrl.engine.control import entropy_coef_at, lr_factor
+
+# Settings no step reads: when to print a line, write a snapshot, log to W&B, or probe the policies at the end.
+OUTSIDE_THE_STEP = frozenset({"log_every", "snapshot_every", "wandb", "carry_probe"})
+
+# Settings a step reads only through the step-indexed items of its plan (`scheduled`).
+SCHEDULED = frozenset(
+    {
+        "steps",
+        "lr",
+        "lr_schedule",
+        "lr_decay_rate",
+        "lr_decay_every",
+        "lr_min_factor",
+        "warmup_steps",
+        "entropy_coef",
+        "entropy_schedule",
+        "entropy_coef_end",
+        "curriculum_start",
+        "curriculum_every",
+        "eval_every",
+        "fault_nan_step",
+        "fault_grad_spike_step",
+        "nan_policy",
+    }
+)
+
+
+def lr_at(s: dict, step: int) -> float:
+    """The learning rate of 1-based `step` (critic_warmup_lr during critic pre-training, when set)."""
+    if step <= s.get("critic_warmup_steps", 0) and s.get("critic_warmup_lr"):
+        return s["critic_warmup_lr"]  # only the value head has gradients then
+    return s["lr"] * lr_factor(
+        s["lr_schedule"],
+        step - 1,
+        s["steps"],
+        decay_rate=s["lr_decay_rate"],
+        decay_every=s["lr_decay_every"],
+        min_factor=s["lr_min_factor"],
+        warmup_steps=s["warmup_steps"],
+    )
+
+
+def entropy_coef_of(s: dict, step: int) -> float:
+    """The entropy-bonus coefficient of 1-based `step`."""
+    return entropy_coef_at(s["entropy_schedule"], step - 1, s["steps"], s["entropy_coef"], s["entropy_coef_end"])
+
+
+def ndigit_at(s: dict, step: int, task_ndigit: int) -> int:
+    """Operand digits of 1-based `step` under the curriculum (the task's without one)."""
+    start = s["curriculum_start"]
+    if start is None:
+        return task_ndigit
+    return min(task_ndigit, start + (step - 1) // s["curriculum_every"])
+
+
+def evaluated_at(s: dict, step: int) -> bool:
+    """Whether 1-based `step` ends with a held-out evaluation (every eval_every, and the last)."""
+    return step % s["eval_every"] == 0 or step == s["steps"]
+
+
+def unscheduled(s: dict) -> dict:
+    """The settings every step reads as they are."""
+    return {k: v for k, v in s.items() if k not in SCHEDULED | OUTSIDE_THE_STEP}
+
+
+def scheduled(s: dict, step: int, task_ndigit: int, nonfinite: frozenset) -> dict:
+    """What 1-based `step` of a run with settings `s` reads from them through its schedules.
+
+    `nonfinite` are the steps that met a non-finite loss or gradient: only there does
+    `nan_policy` decide anything."""
+    plan = {
+        "lr": lr_at(s, step),
+        "entropy_coef": entropy_coef_of(s, step),
+        "ndigit": ndigit_at(s, step, task_ndigit),
+        "evaluated": evaluated_at(s, step),
+        "nan_injected": s.get("fault_nan_step") == step,
+        "spike_injected": s.get("fault_grad_spike_step") == step,
+    }
+    if step in nonfinite:
+        plan["nan_policy"] = s.get("nan_policy")
+    return plan
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A changed setting under which a step already computed would have gone differently."""
+
+    key: str
+    old: object
+    new: object
+    step: int  # the first such step
+    what: str  # what that step would have computed differently
+
+    def __str__(self) -> str:
+        return f"{self.key}: snapshot {self.old!r} vs now {self.new!r} ({self.what} at step {self.step})"
+
+
+def _first_difference(
+    old: dict, new: dict, done: int, task_ndigit: int, nonfinite: frozenset
+) -> tuple[int, str] | None:
+    if done >= 1 and unscheduled(old) != unscheduled(new):
+        return 1, "every step reads it"  # the same for every step: compared once
+    for step in range(1, done + 1):
+        try:
+            a, b = (scheduled(s, step, task_ndigit, nonfinite) for s in (old, new))
+        except (KeyError, TypeError, ValueError) as exc:  # a setting the snapshot's mathrl did not have
+            return step, f"cannot be compared ({exc})"
+        for item in a:
+            if item == "evaluated" and a[item] and not b[item]:
+                continue  # an evaluation the new plan does not make: forgotten, not a conflict
+            if a[item] != b[item]:
+                return step, f"{item} {a[item]!r} would be {b[item]!r}"
+    return None
+
+
+def conflicts(old: dict, new: dict, done: int, task_ndigit: int, nonfinite_steps: Iterable[int] = ()) -> list[Conflict]:
+    """Each changed setting that alters a step up to `done` (the snapshot's step), with the
+    first step it alters; empty when the run may resume. Each changed setting is tried
+    alone on top of the old settings, so the message names the culprits; settings that only
+    conflict together are named together."""
+    nonfinite = frozenset(nonfinite_steps)
+    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and k not in OUTSIDE_THE_STEP)
+    found = []
+    if new.get("steps", done) < done:
+        found.append(
+            Conflict("steps", old.get("steps"), new.get("steps"), done, "the snapshot is already past the last step")
+        )
+    for key in changed:
+        if key == "steps" and found:
+            continue
+        diff = _first_difference(old, {**old, key: new.get(key)}, done, task_ndigit, nonfinite)
+        if diff:
+            found.append(Conflict(key, old.get(key), new.get(key), *diff))
+    if not found and changed:
+        diff = _first_difference(old, new, done, task_ndigit, nonfinite)
+        if diff:
+            keys = ", ".join(changed)
+            found.append(Conflict(keys, {k: old.get(k) for k in changed}, {k: new.get(k) for k in changed}, *diff))
+    return found
+
+
+def evaluations_to_forget(old: dict, new: dict, done: int) -> list[int]:
+    """Steps up to `done` evaluated under the old settings but not under the new ones (the
+    old last step, typically): their eval_accuracy is dropped when the run resumes."""
+    return [step for step in range(1, done + 1) if evaluated_at(old, step) and not evaluated_at(new, step)]
