@@ -33,7 +33,9 @@ def typed(value):
         return {key: typed(item) for key, item in value.items()}
     if isinstance(value, list):
         return [typed(item) for item in value]
-    return mathrl.pipeline.config.parse_value(value) if isinstance(value, str) else value
+    return (
+        mathrl.pipeline.config.parse_value(value) if isinstance(value, str) else value
+    )
 
 
 def config_source() -> str:
@@ -56,7 +58,9 @@ try:
     # (the workflow's config/config.yaml and the command line's files).
     for _path in workflow.configfiles:
         mathrl.pipeline.config.read_yaml(_path)
-    if any(mathrl.pipeline.config.read_yaml(path).get("standalone") for path in _CLI_FILES):
+    if any(
+        mathrl.pipeline.config.read_yaml(path).get("standalone") for path in _CLI_FILES
+    ):
         config.clear()
         config.update(mathrl.pipeline.config.read_layers(_CLI_FILES)[0])
 except ConfigError as exc:
@@ -360,7 +364,8 @@ def get_summary_hash(wildcards):
 # ---- the Snakemake report (--report) -----------------------------------------------------
 def get_report_section(wildcards):
     """The report section of a table or figure: its study's title, from the `{study}_`
-    prefix of its name (mathrl.analysis.studies, imported only when a report is built)."""
+    prefix of its name (mathrl.analysis.studies, imported only when a report is built).
+    """
     from mathrl.analysis.studies import STUDIES
 
     for study in STUDIES:
