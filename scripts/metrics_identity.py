@@ -59,6 +59,9 @@ CASES: dict[str, list[str]] = {
     "reward_norm_adv_clip": ["reward=shaped", "reward_norm=true", "adv_norm=true", "adv_clip=1.0", "kl_estimator=k2"],
     "top_entropy_tokens": ["token_selection=top_entropy", "token_fraction=0.2"],
     "bottom_entropy_dapo": ["algorithm=dapo", "token_selection=bottom_entropy", "token_fraction=0.2"],
+    "rollout_correction": ["sampler_dtype=bfloat16", "rollout_staleness=1", "tis_cap=2.0", "micro_batch_size=8"],
+    "injected_spike": ["fault_grad_spike_step=2", "fault_grad_spike_scale=100", "grad_clip=1.0"],
+    "injected_nan": ["fault_nan_step=2"],
 }
 
 

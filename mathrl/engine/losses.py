@@ -542,3 +542,46 @@ def covariance_penalised(
     if kind == "kl_cov":
         return torch.where(chosen, pg + kl_coef * (logp - old_logp).abs(), pg)
     raise ValueError(f"unknown covariance remedy kind={kind!r}; allowed: clip_cov, kl_cov")
+
+
+# ----------------------------------------------------------------------------- the loss of an update
+def per_token_loss(
+    policy_loss,
+    inputs,
+    logits: torch.Tensor,
+    ref_logp: torch.Tensor,
+    coefs: dict,
+    *,
+    correction: torch.Tensor | None = None,
+    selection: torch.Tensor | None = None,
+    critic: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    policy_terms: bool = True,
+) -> tuple[torch.Tensor, dict]:
+    """The loss per answer token (b, L) of one micro-batch, and its terms, each (b, L):
+
+        loss = correction · selection · policy_loss + kl_coef · KL − ent_coef · H  (+ value_coef · value loss)
+
+    `policy_loss(inputs)` is the run's surrogate (mathrl.engine.policy_losses: log-probs, old log-probs, advantages,
+    mask, settings) and its diagnostics; `correction` the rollout correction's detached per-token weight and
+    `selection` the token selection's (None: no weight); KL against the reference log-probs by the settings'
+    estimator, H the entropy of `logits`; `critic` (values, old values, returns) adds the value loss, and
+    `policy_terms` False (the critic's warm-up) zeroes the policy terms, kept in the graph so that DDP sees every
+    parameter. The terms are computed in this order, the order the gradients are summed in. Returns (loss, terms:
+    pg, kl, entropy, value_loss or None, diagnostics)."""
+    s = inputs.settings
+    pg, diagnostics = policy_loss(inputs)
+    if correction is not None:
+        pg = pg * correction
+    if selection is not None:
+        pg = pg * selection
+    kl = kl_estimate(inputs.logp, ref_logp, s.kl_estimator)
+    ent = token_entropy(logits)
+    loss = pg + coefs["kl_coef"] * kl - coefs["ent_coef"] * ent
+    vl = None
+    if critic is not None:
+        values, old_values, returns = critic
+        vl = value_loss(values, old_values, returns, s.value_clip)
+        if not policy_terms:
+            loss = 0.0 * loss
+        loss = loss + s.value_coef * vl
+    return loss, {"pg": pg, "kl": kl, "entropy": ent, "value_loss": vl, "diagnostics": diagnostics}

@@ -60,14 +60,13 @@ from mathrl.engine.losses import (
     clip_abs,
     explained_variance,
     filter_samples,
-    kl_estimate,
     moment_sums,
     normalize,
+    per_token_loss,
     ppo_kl,
     token_entropy,
     token_logprobs,
     value_clipped,
-    value_loss,
     value_rmse,
     zero_std_groups,
 )
@@ -596,71 +595,75 @@ class Trainer:
         values0: list,
         logp0: list,
     ) -> bool:
-        """Forward, loss and backward of some rows, their metrics recorded; whether the loss was finite.
-        The loss per answer token is the policy loss + kl_coef KL - entropy_coef entropy (+ value_coef
-        value loss); on the first epoch the critic's values go to `values0` and the log-probs to `logp0`."""
-        s, sc = self.s, scored
-        tokens, m = batch["tokens"][rows], batch["mask"][rows]
-        logits, values = self.answer_outputs(
-            self.ddp, batch, rows.start, rows.stop
-        )  # (b, L, V): the logits that chose each answer token
-        logp = token_logprobs(logits, tokens)  # (b, L)
+        """Forward, loss (`losses.per_token_loss`) and backward of some rows, their metrics recorded; whether the
+        loss was finite. On the first epoch the critic's values go to `values0` and the log-probs to `logp0`."""
+        s, sc, m = self.s, scored, batch["mask"][rows]
+        logits, values = self.answer_outputs(self.ddp, batch, rows.start, rows.stop)  # (b, L, V): chose each token
+        logp = token_logprobs(logits, batch["tokens"][rows])  # (b, L)
         old = sc["old_logp"][rows] if sc["old_logp"] is not None else logp.detach()
         if epoch == 0 and sc["old_logp"] is None:
             logp0.append(old)
-        adv = sc["adv"][rows]
-        # the seed of a loss's random choices (Clip-Cov's tokens), this micro-batch's own
-        seed = s.seed * 1_000_003 + step * 1009 + epoch * 101 + rows.start
-        pg, diagnostics = self.policy_loss(PolicyLossInputs(logp, old, adv, m, s, seed=seed))
-        # The rollout correction: one detached per-token weight of the trainer's log-prob before the update
-        # (`old`) against the sampler's, on the policy loss (None, and no change, when no correction is set).
-        sampler_logp = batch["sampler_logp"][rows]
-        weight, corrected = correction(old, sampler_logp, m, s.tis_cap, s.mis_cap, s.seq_mask_cap)
-        if weight is not None:
-            pg = pg * weight
-        if sc["pg_weight"] is not None:  # the token selection (mathrl.engine.token_selection): selected tokens only
-            pg = pg * sc["pg_weight"][rows]
-        kl = kl_estimate(logp, sc["ref_logp"][rows], s.kl_estimator)
-        ent = token_entropy(logits)
-        per_token = pg + coefs["kl_coef"] * kl - coefs["ent_coef"] * ent
-        if values is not None:
-            vl = value_loss(values, sc["old_values"][rows], sc["returns"][rows], s.value_clip)
-            if step <= s.critic_warmup_steps:
-                per_token = 0.0 * per_token  # critic pre-training: no policy terms (kept in the graph for DDP)
-            per_token = per_token + s.value_coef * vl
-            metrics.masked_mean("value_loss", vl.detach(), m)
-            if epoch == 0:
-                values0.append(values.detach())
-            else:  # how far this update moved the values, and which of them the value clip cut
-                moved = (values.detach() - sc["old_values"][rows]).abs()
-                metrics.masked_mean("value_delta", moved, m)
-                metrics.masked_mean(
-                    "value_clip_frac", value_clipped(values.detach(), sc["old_values"][rows], s.value_clip), m
-                )
-        num, _ = aggregate(per_token, m, s.loss_agg)
-        loss = num / coefs["den"] * self.d.world_size
-        if s.fault_nan_step == step:
-            loss = loss * float("nan")
-        if s.fault_grad_spike_step == step:  # the clipping study's injected gradient spike
-            loss = loss * s.fault_grad_spike_scale
+        # the rollout correction: a detached weight of the trainer's log-prob before the update against the sampler's
+        weight, corrected = correction(old, batch["sampler_logp"][rows], m, s.tis_cap, s.mis_cap, s.seq_mask_cap)
+        seed = s.seed * 1_000_003 + step * 1009 + epoch * 101 + rows.start  # a loss's random choices (Clip-Cov's)
+        per_token, terms = per_token_loss(
+            self.policy_loss,
+            PolicyLossInputs(logp, old, sc["adv"][rows], m, s, seed=seed),
+            logits,
+            sc["ref_logp"][rows],
+            coefs,
+            correction=weight,
+            selection=sc["pg_weight"][rows] if sc["pg_weight"] is not None else None,  # the token selection's
+            critic=(values, sc["old_values"][rows], sc["returns"][rows]) if values is not None else None,
+            policy_terms=step > s.critic_warmup_steps,  # the critic's warm-up trains the value head alone
+        )
+        loss = self.injected_fault(aggregate(per_token, m, s.loss_agg)[0] / coefs["den"] * self.d.world_size, step)
         finite = bool(torch.isfinite(loss.detach()))
         loss.backward()
-        for name, x in diagnostics.items():
+        self.record_micro_batch(metrics, terms, batch, scored, rows, epoch, logp, old, (weight, corrected), coefs)
+        if values is not None:
+            metrics.masked_mean("value_loss", terms["value_loss"].detach(), m)
+            self.record_values(metrics, values.detach(), sc["old_values"][rows], m, epoch, values0)
+        return finite
+
+    def injected_fault(self, loss: torch.Tensor, step: int) -> torch.Tensor:
+        """The fault studies' hooks on a step's loss: a NaN (fault_nan_step), a gradient spike (fault_grad_spike_step,
+        times fault_grad_spike_scale); the loss itself on every other step."""
+        if self.s.fault_nan_step == step:
+            loss = loss * float("nan")
+        if self.s.fault_grad_spike_step == step:
+            loss = loss * self.s.fault_grad_spike_scale
+        return loss
+
+    def record_micro_batch(self, metrics, terms, batch, scored, rows, epoch, logp, old, corrections, coefs) -> None:
+        """A micro-batch's metrics: its loss's diagnostics and the PPO KL; on the first epoch the advantage statistics,
+        the policy loss, entropy and KL, and the rollout/trainer mismatch of the sampled tokens before the update."""
+        s, m, adv = self.s, batch["mask"][rows], scored["adv"][rows]
+        for name, x in terms["diagnostics"].items():
             metrics.masked_mean(name, x, m)
         metrics.masked_mean("ppo_kl", ppo_kl(logp.detach(), old), m)
+        if epoch != 0:
+            return
+        # x: log-prob of the sampled token, y: its advantage (after normalisation and clipping)
+        metrics.moments(moment_sums(logp.detach(), adv, m), mean_y="adv_mean", std_y="adv_std", cov="logp_adv_cov")
+        metrics.maximum("adv_abs_max", float(torch.where(m.bool(), adv.abs(), torch.zeros_like(adv)).max()))
+        metrics.divided("policy_loss", float(aggregate(terms["pg"].detach(), m, s.loss_agg)[0]), coefs["den"])
+        metrics.masked_mean("entropy", terms["entropy"].detach(), m)
+        metrics.masked_mean("kl", terms["kl"].detach(), m)
+        sampler_logp, (_, corrected) = batch["sampler_logp"][rows], corrections
+        metrics.summed(mismatch_sums(old, sampler_logp, m), mismatch_metrics)
+        metrics.maximum("mismatch_logp_diff_max", mismatch_max(old, sampler_logp, m))
+        if corrected is not None:
+            metrics.masked_mean("mismatch_corrected_frac", corrected, m)
+
+    def record_values(self, metrics, values, old_values, m, epoch: int, values0: list) -> None:
+        """The critic's metrics of a micro-batch: on the first epoch its values (for the step's fit), later how far
+        this update moved them and which of them the value clip cut."""
         if epoch == 0:
-            # x: log-prob of the sampled token, y: its advantage (after normalisation and clipping)
-            metrics.moments(moment_sums(logp.detach(), adv, m), mean_y="adv_mean", std_y="adv_std", cov="logp_adv_cov")
-            metrics.maximum("adv_abs_max", float(torch.where(m.bool(), adv.abs(), torch.zeros_like(adv)).max()))
-            metrics.divided("policy_loss", float(aggregate(pg.detach(), m, s.loss_agg)[0]), coefs["den"])
-            metrics.masked_mean("entropy", ent.detach(), m)
-            metrics.masked_mean("kl", kl.detach(), m)
-            # the rollout/trainer mismatch of the sampled tokens, before the update
-            metrics.summed(mismatch_sums(old, sampler_logp, m), mismatch_metrics)
-            metrics.maximum("mismatch_logp_diff_max", mismatch_max(old, sampler_logp, m))
-            if corrected is not None:
-                metrics.masked_mean("mismatch_corrected_frac", corrected, m)
-        return finite
+            values0.append(values)
+        else:
+            metrics.masked_mean("value_delta", (values - old_values).abs(), m)
+            metrics.masked_mean("value_clip_frac", value_clipped(values, old_values, self.s.value_clip), m)
 
     def step(self) -> dict:
         """One RL step: rollout, score, update, its metrics row reduced over ranks; then the KL
