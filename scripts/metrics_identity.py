@@ -62,6 +62,15 @@ CASES: dict[str, list[str]] = {
     "rollout_correction": ["sampler_dtype=bfloat16", "rollout_staleness=1", "tis_cap=2.0", "micro_batch_size=8"],
     "injected_spike": ["fault_grad_spike_step=2", "fault_grad_spike_scale=100", "grad_clip=1.0"],
     "injected_nan": ["fault_nan_step=2"],
+    "schedules": [
+        "lr_schedule=cosine",
+        "warmup_steps=1",
+        "entropy_schedule=linear",
+        "entropy_coef=0.01",
+        "entropy_coef_end=0.001",
+        "curriculum_start=1",
+        "curriculum_every=2",
+    ],
 }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from mathrl.engine import resume
+from mathrl.engine import resume, schedules
 from mathrl.pipeline.cli import main
 from mathrl.pipeline.config import load_schema
 
@@ -74,7 +74,7 @@ def test_a_changed_schedule_setting_is_judged_by_the_steps_it_changes(key, old, 
 def test_every_other_setting_conflicts_at_step_one_and_is_named():
     props = load_schema()["definitions"]["train"]["properties"]
     for key, spec in props.items():
-        if key in resume.SCHEDULED | resume.OUTSIDE_THE_STEP:
+        if key in schedules.SCHEDULED | schedules.OUTSIDE_THE_STEP:
             continue
         value = spec.get("default")
         other = {bool: lambda v: not v, int: lambda v: v + 1, float: lambda v: v * 2 + 0.5, str: lambda v: v + "x"}.get(

@@ -3,8 +3,9 @@
 The promise: a resumed run's metrics equal an uninterrupted run's. So a run may resume only
 if no step it has already computed would have been computed differently under the new
 settings. That is decided here, not listed by hand: a step's plan is what it reads from the
-settings (`scheduled`: the learning rate, the entropy coefficient and the digit count its
-schedules give it, whether it is evaluated, whether the test fault fires; `unscheduled`: every
+settings (`Schedule.plan`, mathrl.engine.schedules, the object the trainer reads its schedules from: the learning
+rate, the entropy coefficient and the digit count its schedules give it, whether it is evaluated, whether the test
+fault fires; `unscheduled`: every
 other setting as it is), and a changed setting is a conflict exactly when the plan of some step
 up to the snapshot's differs. So `steps=20` after `steps=10` resumes under a constant or step-decayed
 learning rate and is refused under a cosine one (whose every step reads `steps`).
@@ -24,88 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mathrl.engine.control import entropy_coef_at, lr_factor
-
-# Settings no step reads: when to print a line, write a snapshot, log to W&B, or probe the policies at the end.
-OUTSIDE_THE_STEP = frozenset({"log_every", "snapshot_every", "wandb", "carry_probe"})
-
-# Settings a step reads only through the step-indexed items of its plan (`scheduled`).
-SCHEDULED = frozenset(
-    {
-        "steps",
-        "lr",
-        "lr_schedule",
-        "lr_decay_rate",
-        "lr_decay_every",
-        "lr_min_factor",
-        "warmup_steps",
-        "entropy_coef",
-        "entropy_schedule",
-        "entropy_coef_end",
-        "curriculum_start",
-        "curriculum_every",
-        "eval_every",
-        "fault_nan_step",
-        "fault_grad_spike_step",
-        "nan_policy",
-    }
-)
-
-
-def lr_at(s: dict, step: int) -> float:
-    """The learning rate of 1-based `step` (critic_warmup_lr during critic pre-training, when set)."""
-    if step <= s.get("critic_warmup_steps", 0) and s.get("critic_warmup_lr"):
-        return s["critic_warmup_lr"]  # only the value head has gradients then
-    return s["lr"] * lr_factor(
-        s["lr_schedule"],
-        step - 1,
-        s["steps"],
-        decay_rate=s["lr_decay_rate"],
-        decay_every=s["lr_decay_every"],
-        min_factor=s["lr_min_factor"],
-        warmup_steps=s["warmup_steps"],
-    )
-
-
-def entropy_coef_of(s: dict, step: int) -> float:
-    """The entropy-bonus coefficient of 1-based `step`."""
-    return entropy_coef_at(s["entropy_schedule"], step - 1, s["steps"], s["entropy_coef"], s["entropy_coef_end"])
-
-
-def ndigit_at(s: dict, step: int, task_ndigit: int) -> int:
-    """Operand digits of 1-based `step` under the curriculum (the task's without one)."""
-    start = s["curriculum_start"]
-    if start is None:
-        return task_ndigit
-    return min(task_ndigit, start + (step - 1) // s["curriculum_every"])
-
-
-def evaluated_at(s: dict, step: int) -> bool:
-    """Whether 1-based `step` ends with a held-out evaluation (every eval_every, and the last)."""
-    return step % s["eval_every"] == 0 or step == s["steps"]
-
-
-def unscheduled(s: dict) -> dict:
-    """The settings every step reads as they are."""
-    return {k: v for k, v in s.items() if k not in SCHEDULED | OUTSIDE_THE_STEP}
-
-
-def scheduled(s: dict, step: int, task_ndigit: int, nonfinite: frozenset) -> dict:
-    """What 1-based `step` of a run with settings `s` reads from them through its schedules.
-
-    `nonfinite` are the steps that met a non-finite loss or gradient: only there does
-    `nan_policy` decide anything."""
-    plan = {
-        "lr": lr_at(s, step),
-        "entropy_coef": entropy_coef_of(s, step),
-        "ndigit": ndigit_at(s, step, task_ndigit),
-        "evaluated": evaluated_at(s, step),
-        "nan_injected": s.get("fault_nan_step") == step,
-        "spike_injected": s.get("fault_grad_spike_step") == step,
-    }
-    if step in nonfinite:
-        plan["nan_policy"] = s.get("nan_policy")
-    return plan
+from mathrl.engine.schedules import OUTSIDE_THE_STEP, Schedule, unscheduled
 
 
 @dataclass(frozen=True)
@@ -129,7 +49,7 @@ def _first_difference(
         return 1, "every step reads it"  # the same for every step: compared once
     for step in range(1, done + 1):
         try:
-            a, b = (scheduled(s, step, task_ndigit, nonfinite) for s in (old, new))
+            a, b = (Schedule(s, task_ndigit).plan(step, nonfinite) for s in (old, new))
         except (KeyError, TypeError, ValueError) as exc:  # a setting the snapshot's mathrl did not have
             return step, f"cannot be compared ({exc})"
         for item in a:
@@ -169,4 +89,5 @@ def conflicts(old: dict, new: dict, done: int, task_ndigit: int, nonfinite_steps
 def evaluations_to_forget(old: dict, new: dict, done: int) -> list[int]:
     """Steps up to `done` evaluated under the old settings but not under the new ones (the
     old last step, typically): their eval_accuracy is dropped when the run resumes."""
-    return [step for step in range(1, done + 1) if evaluated_at(old, step) and not evaluated_at(new, step)]
+    before, after = Schedule(old, 0), Schedule(new, 0)  # evaluation reads no digit count
+    return [step for step in range(1, done + 1) if before.evaluated(step) and not after.evaluated(step)]

@@ -80,6 +80,7 @@ from mathrl.engine.optim import make_optimizer, set_lr
 from mathrl.engine.policy_losses import PolicyLossInputs, get_policy_loss
 from mathrl.engine.rewards import RewardSpec, compute_rewards, token_rewards
 from mathrl.engine.sampler import RolloutSampler, sampler_logprobs
+from mathrl.engine.schedules import Schedule
 from mathrl.engine.sft import load_policy
 from mathrl.engine.tasks import VOCAB_SIZE, answer_mask, filter_by_ndigit, read_problems, task_of
 from mathrl.engine.token_selection import get_token_selection, reads_entropy, selection_weight
@@ -149,11 +150,12 @@ class Trainer:
         self.started = time.perf_counter() if started is None else started
         self.cfg, self.run_id, self.s = cfg, run_id, settings
         self.dir, self.d, self.experiment = Path(run_dir), d, experiment
-        # the settings as summary.json and snapshots record them; resume's schedules read it
+        # the settings as summary.json and snapshots record them; the run's Schedule and the resume check read them
         self.record = settings.as_dict()
         self.progress = None  # the progress bar while one is shown (interactive runs)
         s = settings
         self.task = task_of(cfg, s.task)
+        self.schedule = Schedule(self.record, self.task.ndigit)  # LR, entropy coefficient, digits, evaluations
         self.train_pairs, self.test_pairs = read_run_problems(cfg, s, self.task)
         self.pools: dict[int, torch.Tensor] = {}
         self._build_networks(self._starting_policy())
@@ -331,7 +333,7 @@ class Trainer:
 
     # ---------------------------------------------------------------- sampling
     def ndigit_at(self, step: int) -> int:
-        return resume.ndigit_at(self.record, step, self.task.ndigit)
+        return self.schedule.ndigit(step)
 
     def pool(self, nd: int) -> torch.Tensor:
         if nd not in self.pools:
@@ -515,14 +517,14 @@ class Trainer:
     def coefficients(self, step: int, mask: torch.Tensor, metrics: StepMetrics) -> dict:
         """The step's scheduled learning rate, KL and entropy coefficients and loss divisor."""
         s = self.s
-        lr = resume.lr_at(self.record, step)  # the schedules resume.scheduled compares to decide what may resume
+        lr = self.schedule.lr(step)  # the schedules resume compares to decide what may resume
         # Loss terms are sums over this rank divided by a global count, so ranks and micro-batches add up.
         den = float(all_sum(self.d, mask.sum().double().cpu())) if s.loss_agg == "token" else float(s.batch_size)
         coefs = {
             "lr": lr,
             "kl_coef": self.kl_ctl.value,
             "den": den,
-            "ent_coef": resume.entropy_coef_of(self.record, step),
+            "ent_coef": self.schedule.entropy_coef(step),
         }
         metrics.value("lr", lr)
         metrics.value("kl_coef", coefs["kl_coef"])
@@ -698,7 +700,7 @@ class Trainer:
         if skipped:  # its own alert: the checks above may have added others after it
             nonfinite = next(a for a in reversed(self.monitor.alerts) if a["kind"] == "nonfinite")
             self.say(f"alert: step {step}: {nonfinite['message']}")
-        if resume.evaluated_at(self.record, step) or self.status != "running":
+        if self.schedule.evaluated(step) or self.status != "running":
             last = step == self.s.steps or self.status != "running"
             t_eval = time.perf_counter()
             row["eval_accuracy"], row["eval_sampled_accuracy"] = self.evaluate(step, sampled=last and s.eval_sampled)
@@ -850,7 +852,7 @@ class Trainer:
                 self.say(console_line(row, s.steps))
             if step == first and step < s.steps:  # how long the rest will take, from this step's pace
                 left = range(step + 1, s.steps + 1)
-                evals = sum(resume.evaluated_at(self.record, k) for k in left) if eval_seconds else 0
+                evals = sum(self.schedule.evaluated(k) for k in left) if eval_seconds else 0
                 self.say(f"{self.run_id}: " + time_left(len(left), row["seconds"], evals, eval_seconds))
             if d.is_main and (step % s.snapshot_every == 0 or step == s.steps or self.status != "running"):
                 if self.status == "running" and step == s.steps:

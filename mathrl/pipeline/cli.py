@@ -219,7 +219,7 @@ def resolve_run(
                     f"name the variant of {run} otherwise"
                 )
             return _checked_run_id(run_id), None, settings
-        from mathrl.engine.resume import OUTSIDE_THE_STEP
+        from mathrl.engine.schedules import OUTSIDE_THE_STEP
 
         changed = sorted(k for k in explicit if k not in OUTSIDE_THE_STEP and settings.get(k) != spec.settings.get(k))
         if changed:  # results/runs/RUN would hold another run under the experiment's name
