@@ -622,7 +622,7 @@ class Trainer:
         loss = self.injected_fault(aggregate(per_token, m, s.loss_agg)[0] / coefs["den"] * self.d.world_size, step)
         finite = bool(torch.isfinite(loss.detach()))
         loss.backward()
-        self.record_micro_batch(metrics, terms, batch, scored, rows, epoch, logp, old, (weight, corrected), coefs)
+        self.record_micro_batch(metrics, terms, batch, scored, rows, epoch, logp, old, corrected, coefs)
         if values is not None:
             metrics.masked_mean("value_loss", terms["value_loss"].detach(), m)
             self.record_values(metrics, values.detach(), sc["old_values"][rows], m, epoch, values0)
@@ -637,7 +637,7 @@ class Trainer:
             loss = loss * self.s.fault_grad_spike_scale
         return loss
 
-    def record_micro_batch(self, metrics, terms, batch, scored, rows, epoch, logp, old, corrections, coefs) -> None:
+    def record_micro_batch(self, metrics, terms, batch, scored, rows, epoch, logp, old, corrected, coefs) -> None:
         """A micro-batch's metrics: its loss's diagnostics and the PPO KL; on the first epoch the advantage statistics,
         the policy loss, entropy and KL, and the rollout/trainer mismatch of the sampled tokens before the update."""
         s, m, adv = self.s, batch["mask"][rows], scored["adv"][rows]
@@ -652,7 +652,7 @@ class Trainer:
         metrics.divided("policy_loss", float(aggregate(terms["pg"].detach(), m, s.loss_agg)[0]), coefs["den"])
         metrics.masked_mean("entropy", terms["entropy"].detach(), m)
         metrics.masked_mean("kl", terms["kl"].detach(), m)
-        sampler_logp, (_, corrected) = batch["sampler_logp"][rows], corrections
+        sampler_logp = batch["sampler_logp"][rows]
         metrics.summed(mismatch_sums(old, sampler_logp, m), mismatch_metrics)
         metrics.maximum("mismatch_logp_diff_max", mismatch_max(old, sampler_logp, m))
         if corrected is not None:

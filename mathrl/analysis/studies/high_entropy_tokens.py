@@ -63,8 +63,9 @@ def probe(ctx, runs) -> tuple[pd.DataFrame, dict]:
         final = rows[rows["checkpoint"] == "final"]
         frames.append(final.assign(checkpoint=name, seed=run.spec.seed))
         means[run.spec.run_id] = dx.carry_means(final)
-        if kit.warmup(run) not in warmups:  # the arms share their warm-ups: each once
-            warmups.add(kit.warmup(run))
+        warmup = kit.warmup(run)
+        if warmup not in warmups:  # the arms share their warm-ups: each once
+            warmups.add(warmup)
             frames.append(rows[rows["checkpoint"] == "start"].assign(checkpoint="warm-up", seed=NAN))
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return table.reindex(columns=PROBE_COLUMNS), means
