@@ -5,6 +5,7 @@ each refused in one message when the config is read, by every command that reads
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pandas as pd
 import pytest
@@ -213,21 +214,37 @@ def test_the_claims_files_variants_and_roles_are_the_default_configs():
 
 
 def test_each_tables_columns_read_from_the_source_are_the_modules_own():
-    """The declarations read without importing (claim_names) are the imported modules' CLAIM_TABLES, and
-    run_measures' {measures} are the registry's names."""
+    """The declarations read without importing (claim_names) are the imported modules' CLAIM_TABLES and RUN_TABLES
+    (a run table's columns: its keys, then its measures), run_measures' {measures} are the measures registered
+    with every_run, and every name the source registers is the registry's."""
     import importlib
 
-    from mathrl.analysis.measures import MEASURES
+    from mathrl.analysis.measures import AMONG, EVERY_RUN, MEASURES
 
     imported = {}
     for path in claim_names.TABLE_MODULES:
-        module = importlib.import_module(".".join(path.relative_to(claim_names.PACKAGE.parent).with_suffix("").parts))
+        parts = path.relative_to(claim_names.PACKAGE.parent).with_suffix("").parts
+        module = importlib.import_module(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
         imported.update({t: tuple(c) for t, c in getattr(module, "CLAIM_TABLES", {}).items()})
-    assert claim_names.declared_tables() == imported and "lab04_gpt_runs" in imported
-    assert claim_names.measure_names() == tuple(MEASURES)
+        imported.update({t: (*d["keys"], *d["measures"]) for t, d in getattr(module, "RUN_TABLES", {}).items()})
+    assert claim_names.declared_tables() == imported and "stability_batch_runs" in imported
+    assert claim_names.measure_names() == tuple(EVERY_RUN)
+    assert sorted(claim_names.measure_names(every_run=False)) == sorted([*MEASURES, *AMONG])
     columns = claim_names.table_columns({"experiments": {"e": {"grid": {"batch_size": [1], "lr": [1]}}}})
     grid = columns["run_measures"][5:7]  # after the run's identity and warm-up
-    assert grid == ["batch_size", "lr"] and columns["run_measures"][-len(MEASURES) :] == list(MEASURES)
+    assert grid == ["batch_size", "lr"] and columns["run_measures"][-len(EVERY_RUN) :] == list(EVERY_RUN)
+
+
+def test_a_run_table_names_registered_measures_and_keys_only():
+    """Each measure a run table lists is registered; each key is a run's identity or one of its settings."""
+    from mathrl.analysis.measures import AMONG, MEASURES, RUN_TABLES
+    from mathrl.analysis.measures.tables import IDENTITY
+    from mathrl.pipeline.settings import RunSettings
+
+    settings = {f.name for f in dataclasses.fields(RunSettings)}
+    for name, decl in RUN_TABLES.items():
+        assert set(decl["measures"]) <= set(MEASURES) | set(AMONG), name
+        assert set(decl["keys"]) <= set(IDENTITY) | settings, name
 
 
 def test_a_constant_is_read_from_source_with_the_names_it_uses(tmp_path):

@@ -5,10 +5,12 @@ an experiment's `variant` or `role`) and checks that do the same. A misspelled n
 select nothing: the claim came out "not judged" after the whole grid had trained. Here every
 such name is checked against what exists, before anything runs, with a did-you-mean:
 
-- a table must be one claims read: each is declared, with its columns, where it is made, in a
-  module-level `CLAIM_TABLES = {table: [columns]}` of its study module (`mathrl/analysis/studies/*.py`)
-  or of `mathrl/analysis/measures.py` (`run_measures`: `{grid}` stands for the experiments' grid keys,
-  `{measures}` for the registered measures). Those modules import pandas, matplotlib and torch;
+- a table must be one claims read: each is declared, with its columns, where it is made: a run table
+  in a module-level `RUN_TABLES = {table: {experiment, keys, measures, ...}}` of a module of
+  `mathrl/analysis/measures/` (its columns: the keys, then the measures), `run_measures` and the few
+  tables a study makes itself in a `CLAIM_TABLES = {table: [columns]}` (of `measures/tables.py` or a
+  study module under `mathrl/analysis/studies/`; `{grid}` stands for the experiments' grid keys,
+  `{measures}` for the measures of every run). Those modules import pandas, matplotlib and torch;
   the declarations are read from their source instead (`module_constant`), so a configuration
   is checked without importing any of them, and `mathrl aggregate` holds every table it makes to
   its declaration (`conform`): what the check believes is what the tables hold;
@@ -36,8 +38,9 @@ from pathlib import Path
 from mathrl.pipeline.errors import ConfigError
 
 PACKAGE = Path(__file__).resolve().parents[1]  # mathrl/, whose wings hold the modules
-# the modules that make the tables claims read (each may declare CLAIM_TABLES)
-TABLE_MODULES = (PACKAGE / "analysis" / "measures.py", *sorted((PACKAGE / "analysis" / "studies").glob("*.py")))
+MEASURE_MODULES = tuple(sorted((PACKAGE / "analysis" / "measures").glob("*.py")))  # registered measures, run tables
+# the modules that declare the tables claims read (RUN_TABLES, CLAIM_TABLES)
+TABLE_MODULES = (*MEASURE_MODULES, *sorted((PACKAGE / "analysis" / "studies").glob("*.py")))
 GRID, MEASURES = "{grid}", "{measures}"  # run_measures' columns that depend on the config and on the registry
 NOT_COLUMNS = ("measure", "table", "experiment", "role")  # keys of an arm that are not column filters
 SAFE_BUILTINS = {"list": list, "tuple": tuple, "dict": dict, "sorted": sorted, "str": str, "len": len}
@@ -90,32 +93,38 @@ def module_constant(path: Path, name: str):
 
 @functools.cache
 def declared_tables() -> dict[str, tuple[str, ...]]:
-    """Every CLAIM_TABLES declaration of TABLE_MODULES: {table: its columns, `{grid}` and `{measures}` unresolved}."""
+    """Every RUN_TABLES and CLAIM_TABLES declaration of TABLE_MODULES: {table: its columns, `{grid}` and `{measures}`
+    unresolved}."""
     out: dict[str, tuple[str, ...]] = {}
     for path in TABLE_MODULES:
-        if "CLAIM_TABLES" not in _module(path)[0]:
-            continue
-        for table, columns in module_constant(path, "CLAIM_TABLES").items():
+        found = {}
+        if "RUN_TABLES" in _module(path)[0]:
+            found |= {t: [*d["keys"], *d["measures"]] for t, d in module_constant(path, "RUN_TABLES").items()}
+        if "CLAIM_TABLES" in _module(path)[0]:
+            found |= module_constant(path, "CLAIM_TABLES")
+        for table, columns in found.items():
             if table in out:
-                raise ValueError(f"{path}: table {table} is declared a second time in CLAIM_TABLES")
+                raise ValueError(f"{path}: table {table} is declared a second time")
             out[table] = tuple(columns)
     return out
 
 
 @functools.cache
-def measure_names() -> tuple[str, ...]:
-    """The registered measures of mathrl/analysis/measures.py (`@measure("name", ...)`), in the order registered."""
-    tree = ast.parse((PACKAGE / "analysis" / "measures.py").read_text())
-    return tuple(
-        deco.args[0].value
-        for node in tree.body
-        if isinstance(node, ast.FunctionDef)
-        for deco in node.decorator_list
-        if isinstance(deco, ast.Call)
-        and getattr(deco.func, "id", "") == "measure"
-        and deco.args
-        and isinstance(deco.args[0], ast.Constant)
-    )
+def measure_names(every_run: bool = True) -> tuple[str, ...]:
+    """The names of the measures registered in mathrl/analysis/measures/ (`@measure("name", ...)`; with `every_run`,
+    those of run_measures alone), in the order registered."""
+    names = []
+    for path in MEASURE_MODULES:
+        for node in ast.parse(path.read_text()).body:
+            for deco in node.decorator_list if isinstance(node, ast.FunctionDef) else ():
+                if not (isinstance(deco, ast.Call) and getattr(deco.func, "id", "") in ("measure", "among")):
+                    continue
+                if not (deco.args and isinstance(deco.args[0], ast.Constant)):
+                    continue
+                flag = next((k.value for k in deco.keywords if k.arg == "every_run"), None)
+                if not every_run or (isinstance(flag, ast.Constant) and flag.value is True):
+                    names.append(deco.args[0].value)
+    return tuple(names)
 
 
 def grid_keys(cfg: dict) -> list[str]:

@@ -739,10 +739,10 @@ def cmd_claims(args) -> int:
 
     cfg = _load(args)
     if args.measures:
-        from mathrl.analysis.measures import MEASURES
+        from mathrl.analysis.measures.catalog import described
 
-        for name, (text, _) in MEASURES.items():
-            print(f"{name:16s} {text}")
+        for name, text in described().items():
+            print(f"{name:24s} {text}")
         return 0
     if args.coverage:
         from mathrl.analysis import coverage

@@ -21,7 +21,7 @@ import math
 import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
-from mathrl.analysis.measures import lowest_change
+from mathrl.analysis.measures.general import lowest_change
 from mathrl.analysis.results import collapsed, degraded, max_drawdown, mean_spread, roughness
 from mathrl.analysis.studies.kit import BAND_NOTE, COLORS, SHARE, plt
 from mathrl.analysis.verdict import difference

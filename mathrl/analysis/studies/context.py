@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from mathrl.analysis.measures import RUN_TABLES
+from mathrl.analysis.measures.tables import run_table
 from mathrl.analysis.results import Run, load_runs, read_csv, read_json  # (a file that does not read whole is named)
 from mathrl.pipeline import layout
 from mathrl.pipeline.config import config_hash
@@ -19,6 +21,7 @@ class Context:
 
     def __init__(self, cfg: dict):
         self.cfg = cfg
+        self._run_tables: dict[str, pd.DataFrame] = {}
 
     @cached_property
     def runs(self) -> dict[str, Run]:
@@ -27,6 +30,12 @@ class Context:
     def experiment(self, name: str) -> list[Run]:
         """The runs of one experiment, in expansion order (missing ones included)."""
         return [r for r in self.runs.values() if r.spec.experiment == name]
+
+    def run_table(self, name: str) -> pd.DataFrame:
+        """A run table claims read (`mathrl.analysis.measures.RUN_TABLES`), built once; each call gets a copy."""
+        if name not in self._run_tables:
+            self._run_tables[name] = run_table(RUN_TABLES[name], self.runs, self.cfg)
+        return self._run_tables[name].copy()
 
     def run_file(self, run: Run, pattern: str) -> Path:
         """A file of a run (`pattern`: a layout path with {run_id}) where it was written: a run two experiments share
@@ -65,6 +74,7 @@ class Tables:
 
     def __init__(self, cfg: dict):
         self.cfg = cfg
+        self._run_tables: dict[str, pd.DataFrame] = {}
         self.dir = layout.at(cfg, layout.TABLES)
         self._cache: dict[str, pd.DataFrame] = {}
 

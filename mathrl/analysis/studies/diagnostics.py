@@ -24,7 +24,7 @@ import mathrl.analysis.studies.loss_comparison as loss_comparison
 import mathrl.analysis.studies.negative_controls as negative_controls
 import mathrl.analysis.studies.rollout_mismatch as rollout_mismatch
 from mathrl.analysis import estimators as dx
-from mathrl.analysis.measures import final_eval, gain
+from mathrl.analysis.measures.general import final_eval, gain
 from mathrl.analysis.results import mean_spread, read_csv
 from mathrl.analysis.studies.generic import setting
 from mathrl.analysis.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, known, plt

@@ -18,6 +18,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from mathrl.analysis.measures.series import end_over_start, known, logged, step_mean  # noqa: E402, F401
+from mathrl.analysis.measures.tables import role_of  # noqa: E402, F401
 from mathrl.analysis.results import mean_spread, warmup  # noqa: E402
 from mathrl.analysis.verdict import CONFIDENCE, Estimate, difference, interval_numbers, number, sentence, wilson  # noqa: E402
 from mathrl.pipeline.config import ROOT, point_label, read_yaml  # noqa: E402
@@ -59,16 +61,6 @@ def setting(spec) -> str:
     return spec.variant or point_label(spec.point)
 
 
-def role_of(role: dict[str, str], study_roles: tuple[str, ...]) -> dict[str, str]:
-    """{variant: role}, the inverse of `roles`. A variant can hold several roles (the study's own and
-    another study's, such as the calibration's `reference`); it is named by the first of the study's
-    roles in `study_roles` order, and by another role only where it holds none of them."""
-    out: dict[str, str] = {}
-    for r in [*[r for r in study_roles if r in role], *[r for r in role if r not in study_roles]]:
-        out.setdefault(role[r], r)
-    return out
-
-
 def joined_roles(role: dict[str, str]) -> dict[str, str]:
     """{variant: its roles, joined with commas} from an experiment's {role: variant}."""
     return {variant: ", ".join(r for r, v in role.items() if v == variant) for variant in role.values()}
@@ -102,11 +94,6 @@ def cell(df: pd.DataFrame, col: str, **where) -> float:
     """The value of `col` in the first row matching `where`; NaN when absent."""
     vals = _where(df, where, col)[col]
     return float(vals.iloc[0]) if len(vals) and pd.notna(vals.iloc[0]) else NAN
-
-
-def known(*xs) -> bool:
-    """No value is None or NaN (numpy floats included)."""
-    return all(x is not None and not (isinstance(x, (float, np.floating)) and math.isnan(x)) for x in xs)
 
 
 # ----------------------------------------------------------------------------- intervals in tables
@@ -158,23 +145,6 @@ def estimate_columns(prefix: str, est, within: tuple = (None, None), n: bool = F
     lo, hi = pd.Series([est.lo, est.hi]).clip(*within)
     out = {f"{prefix}_mean": est.estimate, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
     return {**out, f"{prefix}_n": est.n} if n else out
-
-
-def end_over_start(values: pd.Series) -> float:
-    """The last over the first value of a logged series (NaN values left out); NaN when the first is not positive."""
-    s = values.dropna()
-    return float(s.iloc[-1] / s.iloc[0]) if len(s) and s.iloc[0] > 0 else NAN
-
-
-def step_mean(metrics: pd.DataFrame, column: str) -> float:
-    """The mean of a logged column over a run's steps; NaN where the run did not log it."""
-    return float(metrics[column].mean()) if column in metrics else NAN
-
-
-def logged(run, column: str, how: str = "last") -> float:
-    """The last, mean, max or min of a logged column over a run's steps (NaN for a run without it or a result)."""
-    s = run.metrics[column].dropna() if run.ok and column in run.metrics else pd.Series(dtype=float)
-    return NAN if s.empty else float(s.iloc[-1] if how == "last" else getattr(s, how)())
 
 
 def wilson_columns(prefix: str, k: int, n: int) -> dict:

@@ -16,15 +16,12 @@ import numpy as np
 import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
-from mathrl.analysis.measures import (
+from mathrl.analysis.measures.general import (
     accuracy_gain,
     drawdown,
-    entropy_end,
     final_eval,
     gain,
     kl_end,
-    reward_end,
-    reward_start,
 )
 from mathrl.analysis.results import collapsed, max_drawdown, roughness
 from mathrl.analysis.studies.kit import COLORS, NAN, logged, plt
@@ -156,24 +153,12 @@ def document_columns(df: pd.DataFrame, names: list[str], facts: list) -> None:
 
 
 # ---- tables ------------------------------------------------------------------------------
-def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
+def batch_tables(ctx) -> dict[str, pd.DataFrame]:
+    runs = ctx.experiment("batch")
     if not runs:
         return {}
-    rows = pd.DataFrame(
-        [
-            {
-                "batch_size": r.settings["batch_size"],
-                "lr": r.settings["lr"],
-                "seed": r.spec.seed,
-                "warmup": kit.warmup(r),
-                **measures(r),
-                **kit.measured(r, entropy_end=entropy_end, reward_gain=lambda r: reward_end(r) - reward_start(r)),
-            }
-            for r in runs
-        ]
-    )
-    rows["final_reward_absdev"] = absolute_deviation(rows, "batch_size", "final_reward")
-    values = "final_eval best_eval roughness drawdown largest_drop share_above_10 share_below_3 collapsed".split()
+    rows = ctx.run_table("stability_batch_runs")
+    values = "final_eval peak_eval roughness drawdown largest_drop share_above_10 share_below_3 collapsed".split()
     batch = kit.summarise(rows, ["batch_size", "lr"], values)
     batch = batch.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
     batch["collapses"] = kit.group_sums(rows, "batch_size", "collapsed")
@@ -198,7 +183,6 @@ def batch_tables(runs: list) -> dict[str, pd.DataFrame]:
         "stability_batch_curve": curve,
         "stability_batch": batch,
         "stability_case_study": case,
-        "stability_batch_runs": rows,
     }
 
 
@@ -720,16 +704,6 @@ ACCUMULATION = ["batch_size", "micro_batch_size", "steps", "max_abs_difference",
 # names
 # when the config is read.
 CLAIM_TABLES = {
-    "stability_batch_runs": [
-        "batch_size",
-        "lr",
-        "seed",
-        "warmup",
-        *MEASURES,
-        "entropy_end",
-        "reward_gain",
-        "final_reward_absdev",
-    ],
     "stability_fvd_runs": [
         "method",
         "variant",
@@ -803,7 +777,7 @@ CLAIM_TABLES = {
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     batch = ctx.experiment("batch")
-    out = {**batch_tables(batch), **gradvar_tables(ctx)}
+    out = {**batch_tables(ctx), **gradvar_tables(ctx)}
     out["stability_fixed_vs_dynamic"], out["stability_fvd_runs"] = fixed_vs_dynamic_tables(ctx)
     out["stability_tuning_runs"] = tuning_table(ctx)
     out["stability_equal_samples"] = equal_samples_table(batch)

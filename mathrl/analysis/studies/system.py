@@ -22,7 +22,7 @@ import pandas as pd
 from matplotlib.transforms import blended_transform_factory
 
 import mathrl.analysis.studies.kit as kit
-from mathrl.analysis.measures import lowest_change
+from mathrl.analysis.measures.general import lowest_change
 from mathrl.analysis.results import collapsed, degraded, mean_spread, read_json, roughness
 from mathrl.analysis.studies.kit import BAND_NOTE, COLORS, SHARE
 from mathrl.analysis.verdict import difference, mean_interval

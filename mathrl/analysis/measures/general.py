@@ -1,0 +1,116 @@
+"""The measures of every run (`run_measures`): held-out accuracy, entropy, reward, KL and LR at the start and end,
+drawdown, roughness, collapse, rollouts drawn. Each is a pure function of the run's files; `mathrl compare` and
+imported logs read them too.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mathrl.analysis.measures.catalog import CHANGE, SHARE, measure
+from mathrl.analysis.measures.series import WINDOW, head_mean, tail_mean
+from mathrl.analysis.results import Run, collapsed, max_drawdown, roughness
+
+
+@measure("initial_eval", "held-out accuracy before RL (greedy)", bounds=SHARE, every_run=True)
+def initial_eval(run: Run) -> float:
+    return float(run.initial_eval)
+
+
+@measure("final_eval", "held-out accuracy at the last step (greedy)", bounds=SHARE, every_run=True)
+def final_eval(run: Run) -> float:
+    return float(run.evals["eval_accuracy"].iloc[-1])
+
+
+@measure("best_eval", "best held-out accuracy over the run's evaluations", bounds=SHARE, every_run=True)
+def best_eval(run: Run) -> float:
+    return float(run.evals["eval_accuracy"].max())
+
+
+@measure("gain", "held-out accuracy: final − before RL", bounds=CHANGE, every_run=True)
+def gain(run: Run) -> float:
+    return final_eval(run) - initial_eval(run)
+
+
+@measure(
+    "eval_change", "held-out accuracy (an imported run's validation score): last − first evaluation", every_run=True
+)
+def eval_change(run: Run) -> float:
+    e = run.evals["eval_accuracy"].dropna()
+    return float(e.iloc[-1] - e.iloc[0]) if len(e) > 1 else math.nan
+
+
+@measure(
+    "lowest_change",
+    "lowest held-out accuracy at an evaluation after RL began − before RL",
+    bounds=CHANGE,
+    every_run=True,
+)
+def lowest_change(run: Run) -> float:
+    e = run.evals["eval_accuracy"]
+    return float(e.iloc[1:].min() - e.iloc[0]) if len(e) > 1 else math.nan
+
+
+@measure("entropy_start", f"mean token entropy over the first {WINDOW} steps", every_run=True)
+def entropy_start(run: Run) -> float:
+    return head_mean(run, "entropy")
+
+
+@measure("entropy_end", f"mean token entropy over the last {WINDOW} steps", every_run=True)
+def entropy_end(run: Run) -> float:
+    return tail_mean(run, "entropy")
+
+
+@measure("entropy_fall", "share of token entropy lost from the first to the last steps", every_run=True)
+def entropy_fall(run: Run) -> float:
+    start, end = entropy_start(run), entropy_end(run)
+    return 1 - end / start if start else math.nan
+
+
+@measure("reward_end", f"mean training reward over the last {WINDOW} steps", every_run=True)
+def reward_end(run: Run) -> float:
+    return tail_mean(run, "reward_mean")
+
+
+@measure("reward_start", f"mean training reward over the first {WINDOW} steps", every_run=True)
+def reward_start(run: Run) -> float:
+    return head_mean(run, "reward_mean")
+
+
+@measure("kl_end", f"mean KL to the reference policy over the last {WINDOW} steps", every_run=True)
+def kl_end(run: Run) -> float:
+    return tail_mean(run, "kl")
+
+
+@measure("lr_last", "learning rate at the last step", every_run=True)
+def lr_last(run: Run) -> float:
+    m = run.metrics
+    return float(m["lr"].dropna().iloc[-1]) if "lr" in m and m["lr"].notna().any() else math.nan
+
+
+@measure("accuracy_gain", "sampled training accuracy: last steps − first steps", bounds=CHANGE, every_run=True)
+def accuracy_gain(run: Run) -> float:
+    return tail_mean(run, "accuracy") - head_mean(run, "accuracy")
+
+
+@measure("drawdown", "largest fall of held-out accuracy from an earlier peak", bounds=SHARE, every_run=True)
+def drawdown(run: Run) -> float:
+    return float(max_drawdown(run.evals["eval_accuracy"]))
+
+
+@measure("roughness", "spread of held-out accuracy around its trend", every_run=True)
+def rough(run: Run) -> float:
+    e = run.evals
+    return float(roughness(e["step"], e["eval_accuracy"]))
+
+
+@measure("collapsed", "1 when the run collapsed (sustained, or at the final evaluation)", bounds=SHARE, every_run=True)
+def collapse(run: Run) -> float:
+    c = collapsed(run)
+    return math.nan if c is None else float(c)
+
+
+@measure("samples", "rollouts drawn over the run", every_run=True)
+def samples(run: Run) -> float:
+    m = run.metrics
+    return float(m["samples"].iloc[-1]) if "samples" in m and len(m) else math.nan
