@@ -4,7 +4,8 @@ and on the GPT (experiment `lab04_gpt`, where DAPO is tried as the remedy).
 
 Bandit tables hold one row per (setting, seed), then a pooled row per setting with seed
 `all`: there the value columns hold the mean across seeds, `{v}_std` their sample std and
-`n` the seeds found (a missing seed is a row of NaN with n = 0). GPT tables follow
+`n` the seeds found (a missing seed is a row of NaN with n = 0). The GPT runs' measures are registered in
+mathrl.analysis.measures.training_challenges (the run table lab04_gpt_runs); the GPT table per variant follows
 `mean_spread`: `{v}_mean`, `{v}_std`, `n` (runs with a result) and `expected`.
 """
 
@@ -16,6 +17,8 @@ import numpy as np
 import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
+from mathrl.analysis.measures.series import WINDOW
+from mathrl.analysis.measures.training_challenges import GPT_MEASURES, reduction
 from mathrl.analysis.results import mean_spread
 from mathrl.analysis.studies.kit import BAND_NOTE, COLORS, plt
 from mathrl.analysis.verdict import OUTCOMES
@@ -38,8 +41,6 @@ COV_REMEDIES = ("clip_cov", "kl_cov")
 # entropy and for an exploding KL, judged on the same failing setting where an experiment names them.
 TABLE_REMEDIES = ("entropy_bonus", "temperature")
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
-# GPT steps averaged for the start or end of a per-step metric; at most half a run, so the two never overlap
-GPT_WINDOW = 5
 DOMINANT = 0.9  # an arm holding this much probability is where the policy converged (bandit.converged_to)
 # a bandit policy is still moving if an arm's probability changed by more than 0.05 over the last 10% of steps
 SETTLED_SPAN, SETTLED_MOVE = 0.1, 0.05
@@ -51,11 +52,6 @@ METRICS = "entropy p0 p1 p2 p3 loss grad_norm reward_std reward_mean proxy_rewar
 
 
 # ---- small pure functions of table values -----------------------------------------------
-def reduction(start: float, end: float) -> float:
-    """Relative decrease from start to end: 1 when it fell to zero, NaN when start is 0 or unknown."""
-    return math.nan if not kit.known(start, end) or start == 0 else 1 - end / start
-
-
 def severity(red: float) -> str:
     """The gradient-vanishing severity of a reduction (SEVERITY_DEFINITION)."""
     return "unknown" if (not kit.known(red)) else "severe" if red > 0.9 else "moderate" if red >= 0.5 else "mild"
@@ -270,124 +266,6 @@ def bandit_curves(ctx) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else empty
 
 
-GPT_VALUES = [
-    "accuracy_start",
-    "accuracy_end",
-    "eval_start",
-    "eval_end",
-    "eval_gain",
-    "entropy_start",
-    "entropy_end",
-    "entropy_reduction",
-    "equal_samples_step",
-    "samples_at_equal",
-    "entropy_equal_samples",
-    "eval_equal_samples",
-    "eval_equal_samples_step",
-    "frac_zero_std",
-    "grad_norm",
-    "reward_start",
-    "reward_end",
-    "accuracy_gain",
-    "kl_max",
-    "ppo_kl",
-    "clip_frac",
-    "clip_frac_high",
-    "clip_higher_freed",
-    "clip_tighter_cut",
-    "samples",
-    "draws_per_rollout",
-    "cov_frac",
-    "entropy_coef",
-    "temperature",
-]
-# the GPT values that are a run's step means of the logged column of the same name (NaN where not logged)
-GPT_STEP_MEANS = [
-    "frac_zero_std",
-    "grad_norm",
-    "clip_frac",
-    "clip_frac_high",
-    "clip_higher_freed",
-    "clip_tighter_cut",
-    "cov_frac",
-    "ppo_kl",
-    "entropy_coef",
-]
-
-
-def equal_samples_step(steps, samples, budget: float) -> int:
-    """The last step whose cumulative rollouts drawn (`samples`, per step) are at most `budget`:
-    where a run that draws more per step (dynamic sampling) has drawn what a run without it
-    draws in all; a run without it reaches its budget at its last step. 0 where none is."""
-    return max((int(st) for st, n in zip(steps, samples) if n <= budget), default=0)
-
-
-def last_eval_by(evals: pd.DataFrame, step: int) -> tuple[float, int]:
-    """(held-out accuracy, its step) of the last evaluation at or before `step` (step 0: before RL)."""
-    e = evals[evals["step"] <= step]
-    return (float(e["eval_accuracy"].iloc[-1]), int(e["step"].iloc[-1])) if len(e) else (math.nan, 0)
-
-
-def gpt_values(run) -> dict:
-    """GPT_VALUES of one run with a result (the measures `gpt_runs` describes)."""
-    m, evals, st = run.metrics.sort_values("step"), run.evals, run.settings
-    k = window(len(m), GPT_WINDOW)
-    head, tail = m.head(k), m.tail(k)
-    at = equal_samples_step(m["step"], m["samples"], float(st["steps"]) * float(st["batch_size"]))
-    at_row = m[m["step"] == at]
-    eval_eq, eval_eq_step = last_eval_by(evals, at)
-    at_equal = lambda col: float(at_row[col].iloc[0]) if len(at_row) else math.nan  # noqa: E731
-    row = dict(
-        accuracy_start=head["accuracy"].mean(),
-        accuracy_end=tail["accuracy"].mean(),
-        reward_start=head["reward_mean"].mean(),
-        reward_end=tail["reward_mean"].mean(),
-        eval_start=evals["eval_accuracy"].iloc[0],
-        eval_end=evals["eval_accuracy"].iloc[-1],
-        entropy_start=float(m["entropy"].iloc[0]),
-        entropy_end=float(m["entropy"].iloc[-1]),
-        equal_samples_step=float(at),
-        samples_at_equal=at_equal("samples"),
-        entropy_equal_samples=at_equal("entropy"),
-        eval_equal_samples=eval_eq,
-        eval_equal_samples_step=float(eval_eq_step),
-        kl_max=m["kl"].max(),
-        samples=float(m["samples"].iloc[-1]),
-        draws_per_rollout=float(m["samples"].iloc[-1]) / (len(m) * st["batch_size"]),
-        temperature=float(st.get("temperature", math.nan)),
-        **{c: kit.step_mean(m, c) for c in GPT_STEP_MEANS},
-    )
-    return {
-        **row,
-        "entropy_reduction": reduction(row["entropy_start"], row["entropy_end"]),
-        "eval_gain": row["eval_end"] - row["eval_start"],
-        "accuracy_gain": row["accuracy_end"] - row["accuracy_start"],
-    }
-
-
-def gpt_runs(ctx) -> pd.DataFrame:
-    """One row per lab04_gpt run (missing ones included, with NaN values).
-
-    Token entropy is read at points, not over windows, so that arms of different lengths or
-    sampling rates are compared where they match: entropy_start at step 1 (the policy before
-    any update, the same warm-up for every arm of a seed), entropy_end at the last step (equal
-    updates where the arms run the same steps), entropy_equal_samples at `equal_samples_step`
-    with a budget of steps x batch_size rollouts (equal samples). Sampled accuracy and the
-    training reward, which one batch measures noisily, are means over GPT_WINDOW steps."""
-    rows = [
-        {
-            "run_id": run.spec.run_id,
-            "variant": run.spec.variant or "",
-            "seed": run.spec.seed,
-            "warmup": kit.warmup(run),
-            "status": run.status,
-            **(gpt_values(run) if run.ok else {}),
-        }
-        for run in ctx.experiment(EXPERIMENT)
-    ]
-    return pd.DataFrame(rows).reindex(columns=CLAIM_TABLES["lab04_gpt_runs"])
-
-
 def differences(settings: dict, against: dict) -> list[tuple[str, object, object]]:
     """(key, value, other value) for every run setting but the seed where `settings` differ from `against`, by key."""
     keys = sorted((set(settings) | set(against)) - {"seed"})
@@ -437,7 +315,7 @@ def differences_table(ctx, role: dict[str, str]) -> pd.DataFrame:
 
 def gpt_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Per variant: mean and std across seeds; n counts runs with a result, expected all of them."""
-    out = mean_spread(runs, ["variant"], GPT_VALUES)
+    out = mean_spread(runs, ["variant"], GPT_MEASURES)
     if len(runs):
         g = runs.groupby("variant", sort=False)
         out["n"] = out["variant"].map(g["status"].agg(lambda s: int(s.isin(["complete", "stopped_nonfinite"]).sum())))
@@ -450,12 +328,11 @@ def _seeds(df: pd.DataFrame, pooled: bool = False) -> pd.DataFrame:
     return df[(df["seed"].astype(str) == "all") == pooled] if len(df) and "seed" in df else df
 
 
-# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
+# The bandit tables claims read, and their columns, stated once: the tables are made with them, and
 # mathrl.analysis.claim_names reads this assignment from the source (without importing the module) to check a claim's
-# names
-# when the config is read.
+# names when the config is read. The GPT runs' table, lab04_gpt_runs, is a run table
+# (mathrl.analysis.measures.training_challenges).
 CLAIM_TABLES = {
-    "lab04_gpt_runs": ["run_id", "variant", "seed", "warmup", "status", *GPT_VALUES],
     # per setting and seed, then per setting a pooled row (seed `all`) with n and each value's spread across seeds
     "lab04_entropy": [
         "setting",
@@ -480,7 +357,7 @@ CLAIM_TABLES = {
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     ent, (van, points), hack = entropy_table(ctx), vanishing_table(ctx), hacking_table(ctx)
-    runs = gpt_runs(ctx)
+    runs = ctx.run_table("lab04_gpt_runs")
     gpt = gpt_table(runs)
     role = kit.roles(ctx.cfg, EXPERIMENT, ROLES) if len(runs) else {}
     named = kit.role_of(role, (*ROLES, *KL_ROLES, *OTHER_ROLES, *COV_REMEDIES, *TABLE_REMEDIES))
@@ -493,7 +370,6 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         "lab04_vanishing_points": points,
         "lab04_hacking": hack,
         "lab04_bandit_curves": bandit_curves(ctx),
-        "lab04_gpt_runs": runs,
         "lab04_gpt": gpt,
     }
 
@@ -717,7 +593,7 @@ def section(t) -> dict:
         "verdict_list": rows,
         "severity_definition": SEVERITY_DEFINITION,
         "bandit_window": BANDIT_WINDOW,
-        "gpt_window": GPT_WINDOW,
+        "gpt_window": WINDOW,
         "dominant": DOMINANT,
         "settled_span": SETTLED_SPAN,
         "settled_move": SETTLED_MOVE,
