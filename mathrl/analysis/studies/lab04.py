@@ -93,9 +93,10 @@ def still_moving(probs: np.ndarray, span: float = SETTLED_SPAN, move: float = SE
     return bool(len(probs) > back and np.abs(probs[-1] - probs[-1 - back]).max() > move)
 
 
-def window(steps: int, size: int) -> int:
-    """Steps averaged for a run's start or its end value: `size`, at most half the run (the two never overlap)."""
-    return max(1, min(size, steps // 2))
+def window(steps: int) -> int:
+    """Bandit steps averaged for a start or an end value: BANDIT_WINDOW, at most half the run (the two never
+    overlap)."""
+    return max(1, min(BANDIT_WINDOW, steps // 2))
 
 
 ENTROPY_COLUMNS = [
@@ -121,7 +122,7 @@ def entropy_table(ctx) -> pd.DataFrame:
     for setting, seed, g in _expected(ctx, "entropy_collapse"):
         row = {"setting": setting, "seed": seed, **dict.fromkeys(ENTROPY_COLUMNS, math.nan), "converged_to": "missing"}
         if len(g):
-            k, probs = window(len(g), BANDIT_WINDOW), g[["p0", "p1", "p2"]].to_numpy()
+            k, probs = window(len(g)), g[["p0", "p1", "p2"]].to_numpy()
             start, end = g["entropy"].head(k).mean(), g["entropy"].tail(k).mean()
             top, label = int(np.argmax(probs[-1])), bandit.converged_to(*probs[-1], threshold=DOMINANT, best_arm=best)
             row.update(
@@ -233,7 +234,7 @@ def hacking_table(ctx) -> pd.DataFrame:
     for setting, seed, g in _expected(ctx, "reward_hacking"):
         row = {"setting": setting, "seed": seed, "hack_arm": hack_arm}
         if len(g):
-            head, tail = g.head(window(len(g), BANDIT_WINDOW)), g.tail(window(len(g), BANDIT_WINDOW))
+            head, tail = g.head(window(len(g))), g.tail(window(len(g)))
             rolling = g["true_reward"].rolling(BANDIT_WINDOW, min_periods=1).mean()
             curves[(setting, seed)] = pd.Series(rolling.to_numpy(), index=g["step"].to_numpy())
             row.update(
