@@ -287,10 +287,10 @@ def console_table(ctx, runs) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["task", "algorithm", "run_id", "source", "line"])
 
 
-# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
-# mathrl.analysis.claim_names reads this assignment from the source (without importing the module) to check a claim's
-# names
-# when the config is read.
+# The table claims read, and its columns, stated once: the table is made with them, and mathrl.analysis.claim_names
+# reads this assignment from the source (without importing the module) to check a claim's names when the config is
+# read. Beside the runs (the run table system_runs) it holds the supervised controls, which are no runs of the
+# experiment (each warm-up's starts.json).
 CLAIM_TABLES = {
     "system_start_runs": [
         "task",
