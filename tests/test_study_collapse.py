@@ -329,26 +329,3 @@ def test_no_experiment(cfg, tmp_path):
     """A configuration without the experiment: empty tables, no error."""
     tabs = collapse.tables(Context({**cfg, "results": str(tmp_path), "experiments": {}}))
     assert all(df.empty for df in tabs.values())
-
-
-def test_mechanisms_read_what_each_remedy_changes():
-    """Clip binding over the steps logged before the clip; the advantage clip over steps that had an advantage."""
-    import pandas as pd
-
-    m = pd.DataFrame({"grad_norm": [0.4, 0.6, 2.0, 0.5], "adv_abs_max": [1.0, 0.0, 1.0, 0.7],
-                      "entropy_coef": [0.01, 0.005, 0.002, 0.0],
-                      "lr": [1e-3] * 4, "kl_coef": [0.1] * 4, "kl": [0.0, 0.2, 0.4, 0.2],
-                      "format_rate": [0.1, 0.2, 0.5, 0.9]})  # fmt: skip
-    out = collapse.mechanisms(m, {"grad_clip": 0.5, "adv_clip": 1.0})
-    assert out["clip_binding"] == 0.5  # 0.6 and 2.0 exceed 0.5; 0.5 itself does not
-    assert out["adv_clip_binding"] == pytest.approx(2 / 3)  # the step with no advantage (0.0) is left out
-    assert (
-        out["entropy_coef_ratio"] == 0.0
-        and out["mean_kl"] == pytest.approx(0.2)
-        and out["mean_kl_coef"] == pytest.approx(0.1)
-    )
-    assert out["late_format_rate"] == pytest.approx(0.9) and out["format_gain"] == pytest.approx(
-        0.8
-    )  # last quarter: one step of four
-    none = collapse.mechanisms(m, {"grad_clip": None, "adv_clip": None})
-    assert math.isnan(none["clip_binding"]) and math.isnan(none["adv_clip_binding"])

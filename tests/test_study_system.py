@@ -89,7 +89,7 @@ def test_results_table(results):
     a = r.loc[("add", "reinforce")]
     assert a.n == 2 and a.n_runs == 2 and a.rl_steps == 4
     assert a.final_eval_mean == pytest.approx(0.7) and a.final_eval_std == pytest.approx(0.1 * math.sqrt(2))
-    assert a.gain_mean == pytest.approx(0.3) and a.best_eval_mean == pytest.approx(0.7)
+    assert a.gain_mean == pytest.approx(0.3) and a.peak_eval_mean == pytest.approx(0.7)
     assert a.seq_per_s_mean == pytest.approx(12.0) and a.seq_per_s_std == pytest.approx(math.sqrt(32))  # 64/4 and 64/8
     assert a.wall_seconds_mean == pytest.approx(6.0)
     assert a.expected_low == 0.9 and a.expected_high == 0.95 and reached[("add", "reinforce")] is False

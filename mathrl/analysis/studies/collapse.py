@@ -16,13 +16,11 @@ checks of config/claims.yaml).
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
-from mathrl.analysis.measures.general import lowest_change
-from mathrl.analysis.results import collapsed, degraded, max_drawdown, mean_spread, roughness
+from mathrl.analysis.measures.collapse_remedies import REMEDIES, REWARD_DESIGNS, ROLES, STATS, five_points
+from mathrl.analysis.results import mean_spread
 from mathrl.analysis.studies.kit import BAND_NOTE, COLORS, SHARE, plt
 from mathrl.analysis.verdict import difference
 
@@ -31,54 +29,7 @@ TITLE = "Training collapse: causes and remedies"
 DOCUMENT = "training-collapse-analysis.md"
 
 EXPERIMENT = "collapse"
-# Each remedy against the failure of its own cause: (remedy, the failing setting it changes one thing of)
-REMEDIES = (
-    ("lr_tenth", "baseline"),
-    ("reward_norm", "scale_failing"),
-    ("adv_norm_clip", "scale_failing"),
-    ("signed", "binary"),
-    ("few_problems", "all_problems"),
-)
-REWARD_DESIGNS = ("random_baseline", "shaped", "penalty")
-# What each run of the experiment is for; the config's `roles` block names the variant of each.
-PAIRED = tuple(dict.fromkeys(r for pair in REMEDIES for r in pair))
-ROLES = (*PAIRED, *REWARD_DESIGNS, "curriculum", "nonfinite")
 REQUIRED = ("baseline", "lr_tenth", *REWARD_DESIGNS, "curriculum", "nonfinite")  # a config may leave the others out
-FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)  # "the five points of a run", as shares of its steps
-STATS = [
-    "initial_eval",
-    "final_eval",
-    "best_eval",
-    "gain",
-    "mid_gain",
-    "drawdown",
-    "late_drawdown",
-    "roughness",
-    "collapsed",
-    "degraded",
-    "final_format_rate",
-    "final_entropy",
-    "early_entropy",
-    "skipped",
-    "initial_format_rate",
-    "zero_std",
-    "entropy_fall",
-    "lr_ratio",
-    "first_stage_accuracy",
-    "adv_abs_max",
-    "adv_clip_ratio",
-    "adv_clip_binding",
-    "clip_binding",
-    "entropy_coef_ratio",
-    "mean_lr",
-    "mean_kl_coef",
-    "mean_kl",
-    "late_format_rate",
-    "format_gain",
-    "lowest_change",
-    "adv_mean",
-    "adv_mean_abs",
-]
 NONFINITE_COLUMNS = [
     "run_id",
     "seed",
@@ -96,87 +47,7 @@ POINT_VALUES = ["eval_accuracy", "format_rate", "frac_zero_std"]  # at each of t
 CURVE_VALUES = "eval_accuracy format_rate entropy entropy_coef lr ndigit skipped frac_zero_std accuracy".split()
 
 
-# ----------------------------------------------------------------------------- statistics
-def five_points(evals: pd.DataFrame, steps: int) -> pd.DataFrame:
-    """The evaluations nearest to 0, 25, 50, 75 and 100% of a run's `steps`."""
-    idx = [(evals["step"] - f * steps).abs().idxmin() for f in FRACTIONS]
-    out = evals.loc[idx, ["step", "eval_accuracy"]].reset_index(drop=True)
-    out.insert(0, "point", range(len(FRACTIONS)))
-    return out
-
-
-def run_stats(run, role: str) -> dict:
-    """One run's outcome; a run without a result keeps NaN statistics (never invented)."""
-    spec, settings = run.spec, run.settings
-    row = {
-        "variant": spec.variant,
-        "role": role,
-        "seed": spec.seed,
-        "warmup": kit.warmup(run),
-        "run_id": spec.run_id,
-        "status": run.status,
-        "algorithm": settings["algorithm"],
-    }
-    if not run.ok:
-        return row
-    m, e, half, initial = run.metrics, run.evals, settings["steps"] / 2, run.initial_eval
-    final, mid = run.summary["final"]["eval_accuracy"], five_points(e, settings["steps"]).loc[2, "eval_accuracy"]
-    curriculum = settings.get("curriculum_start")
-    return {
-        **row,
-        "initial_eval": initial,
-        "final_eval": final,
-        "gain": final - initial,
-        "mid_gain": mid - initial,
-        "best_eval": run.summary["best"]["eval_accuracy"],
-        "drawdown": max_drawdown(e["eval_accuracy"]),
-        "late_drawdown": max_drawdown(e.loc[e["step"] >= half, "eval_accuracy"]),
-        "roughness": roughness(e["step"], e["eval_accuracy"]),
-        "collapsed": float(collapsed(run)),
-        "degraded": float(degraded(run)),
-        "final_format_rate": float(m["format_rate"].iloc[-1]),
-        "final_entropy": float(m["entropy"].iloc[-1]),
-        "early_entropy": float(m.loc[m["step"] <= half, "entropy"].mean()),
-        "skipped": float(m["skipped"].fillna(0).sum()),
-        "initial_format_rate": float(m["format_rate"].iloc[0]),
-        "zero_std": float(m["frac_zero_std"].mean()),
-        "entropy_fall": 1 - kit.end_over_start(m["entropy"]),
-        "lr_ratio": kit.end_over_start(m["lr"]),
-        "adv_abs_max": kit.step_mean(m, "adv_abs_max"),
-        "lowest_change": lowest_change(run),
-        "adv_mean": kit.step_mean(m, "adv_mean"),
-        "adv_mean_abs": abs(kit.step_mean(m, "adv_mean")),
-        "first_stage_accuracy": float(m.loc[m["ndigit"] == m["ndigit"].min(), "accuracy"].mean())
-        if curriculum
-        else math.nan,
-        **mechanisms(m, settings),
-    }
-
-
-def mechanisms(m: pd.DataFrame, settings: dict) -> dict:
-    """What each remedy changes, as the run logged it: the share of steps whose gradient norm (logged
-    before clipping) exceeded the clip; the entropy bonus's last / first weight; the mean LR, KL
-    coefficient and KL; the share of well-formed rollouts over the last quarter of the steps, and its
-    rise over step 1's. The advantage clip's ratio is the mean largest |advantage| over the clip (1: the
-    clip bound at every step, logged after it); its binding counts the steps with any advantage (a step whose
-    groups all had equal rewards has none to clip) whose largest |advantage|, logged after the clip, reached it."""
-    clip, q, adv_clip = settings.get("grad_clip"), max(1, len(m) // 4), settings.get("adv_clip")
-    adv = m["adv_abs_max"].dropna() if "adv_abs_max" in m else pd.Series(dtype=float)
-    adv = adv[adv > 0]
-    late = float(m["format_rate"].tail(q).mean())
-    return {
-        "clip_binding": float((m["grad_norm"] > float(clip)).mean()) if clip and "grad_norm" in m else math.nan,
-        "entropy_coef_ratio": kit.end_over_start(m["entropy_coef"]) if "entropy_coef" in m else math.nan,
-        "adv_clip_binding": float((adv >= float(adv_clip) * (1 - 1e-6)).mean()) if adv_clip and len(adv) else math.nan,
-        "adv_clip_ratio": kit.step_mean(m, "adv_abs_max") / float(adv_clip) if adv_clip else math.nan,
-        "mean_lr": float(m["lr"].mean()),
-        "mean_kl_coef": kit.step_mean(m, "kl_coef"),
-        "mean_kl": kit.step_mean(m, "kl"),
-        "late_format_rate": late,
-        "format_gain": late - float(m["format_rate"].iloc[0]),
-    }
-
-
+# ----------------------------------------------------------------------------- tables
 def variants_table(per_run: pd.DataFrame, settings: dict, against: dict[str, str]) -> pd.DataFrame:
     """Per variant: its settings, mean, std, 95% interval and n of every statistic, and for a remedy the difference
     in final accuracy from the failing setting it changes one thing of (`against`: {variant: its failing variant}),
@@ -246,40 +117,12 @@ def curve_table(runs, role_of: dict) -> pd.DataFrame:
     return mean_spread(long, by, CURVE_VALUES).assign(n=long.groupby(by, sort=False).size().values)
 
 
-def nonfinite_table(runs) -> pd.DataFrame:
-    """The huge-LR runs one by one: did the guard skip updates, and did the weights stay finite?
-
-    Weights count as finite when the run ended with a result and its final evaluation and
-    last step's entropy (a forward pass through the final weights) are finite numbers; a run
-    without a result keeps NaN for everything it did not get to measure."""
-    rows = []
-    for r in runs:
-        row = {"run_id": r.spec.run_id, "seed": r.spec.seed, "warmup": kit.warmup(r), "status": r.status}
-        if r.ok:
-            m, final = r.metrics, r.summary["final"]["eval_accuracy"]
-            hits = m.loc[m["skipped"].fillna(0) > 0, "step"]
-            finite = bool(math.isfinite(final) and math.isfinite(m["entropy"].iloc[-1]))
-            row.update(
-                steps_done=len(m),
-                skipped=int(len(hits)),
-                first_skipped_step=float(hits.iloc[0]) if len(hits) else math.nan,
-                weights_finite=finite,
-                caught=float(len(hits) > 0 and finite),  # the guard skipped an update, the weights stayed finite
-                initial_eval=r.initial_eval,
-                final_eval=final,
-            )
-        rows.append(row)
-    return pd.DataFrame(rows, columns=CLAIM_TABLES["collapse_nonfinite"])
-
-
-# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
-# mathrl.analysis.claim_names reads this assignment from the source (without importing the module) to check a claim's
-# names
-# when the config is read.
-CLAIM_TABLES = {
-    "collapse_per_run": ["variant", "role", "seed", "warmup", "run_id", "status", "algorithm", *STATS],
-    "collapse_nonfinite": NONFINITE_COLUMNS,
-}
+def nonfinite_table(per_run: pd.DataFrame) -> pd.DataFrame:
+    """The huge-LR runs one by one: did the guard skip updates, and did the weights stay finite? A run without a
+    result keeps NaN for everything it did not get to measure."""
+    out = per_run.loc[per_run["role"] == "nonfinite", NONFINITE_COLUMNS].reset_index(drop=True)
+    whole = [c for c in ("warmup", "steps_done", "skipped") if out[c].notna().all()]  # integers, where all known
+    return out.astype({c: int for c in whole})
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
@@ -287,9 +130,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     role = kit.roles(ctx.cfg, EXPERIMENT, REQUIRED) if runs else {}
     # the calibration's `reference` shares the baseline's variant: the baseline names it
     named = kit.role_of(role, ROLES)
-    per_run = pd.DataFrame(
-        [run_stats(r, named.get(r.spec.variant, "")) for r in runs], columns=CLAIM_TABLES["collapse_per_run"]
-    )
+    per_run = ctx.run_table("collapse_per_run")
     variants = ctx.cfg["experiments"].get(EXPERIMENT, {}).get("variants") or {}
     design = pd.DataFrame(
         [
@@ -304,9 +145,8 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     against = {role[r]: role[f] for r, f in REMEDIES if r in role and f in role}
     return {
         "collapse_variants": variants_table(per_run, variants, against),
-        "collapse_per_run": per_run,
         "collapse_reward_design": design,
-        "collapse_nonfinite": nonfinite_table([r for r in runs if named.get(r.spec.variant) == "nonfinite"]),
+        "collapse_nonfinite": nonfinite_table(per_run),
         "collapse_curves": curve_table(runs, named),
     }
 

@@ -22,8 +22,8 @@ import pandas as pd
 from matplotlib.transforms import blended_transform_factory
 
 import mathrl.analysis.studies.kit as kit
-from mathrl.analysis.measures.general import lowest_change
-from mathrl.analysis.results import collapsed, degraded, mean_spread, read_json, roughness
+from mathrl.analysis.measures.training_system import STATS
+from mathrl.analysis.results import mean_spread, read_json
 from mathrl.analysis.studies.kit import BAND_NOTE, COLORS, SHARE
 from mathrl.analysis.verdict import difference, mean_interval
 from mathrl.pipeline import layout
@@ -243,54 +243,9 @@ def accuracy_columns(prefix: str, values: pd.Series) -> dict:
     return {f"{prefix}_n": est.n, f"{prefix}_final": final, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
 
 
-def run_stats(run, start: str) -> dict:
-    """One run's outcome and throughput (sequences sampled per second of step time)."""
-    s = run.settings
-    row = {
-        "task": s["task"],
-        "start": start,
-        "algorithm": s["algorithm"],
-        "seed": run.spec.seed,
-        "warmup": kit.warmup(run),
-        "run_id": run.spec.run_id,
-        "status": run.status,
-    }
-    if run.ok:
-        m, final = run.metrics, run.summary["final"]["eval_accuracy"]
-        row.update(
-            final_eval=final,
-            initial_eval=run.initial_eval,
-            gain=final - run.initial_eval,
-            lowest_change=lowest_change(run),
-            roughness=roughness(run.evals["step"], run.evals["eval_accuracy"]),
-            best_eval=run.summary["best"]["eval_accuracy"],
-            steps_done=float(len(m)),
-            wall_seconds=float(m["seconds"].sum()),
-            seq_per_s=float(m["samples"].iloc[-1] / m["seconds"].sum()),
-            collapsed=float(collapsed(run)),
-            degraded=float(degraded(run)),
-        )
-    return row
-
-
 def reached(final_mean: float, low: float) -> bool | None:
     """Did the mean final accuracy reach the lower end of the document's expected range?"""
     return None if final_mean is None or math.isnan(final_mean) else bool(final_mean >= low)
-
-
-STATS = [
-    "final_eval",
-    "initial_eval",
-    "best_eval",
-    "gain",
-    "lowest_change",
-    "roughness",
-    "steps_done",
-    "wall_seconds",
-    "seq_per_s",
-    "collapsed",
-    "degraded",
-]
 
 
 def results_table(runs, per_run: pd.DataFrame) -> pd.DataFrame:
@@ -332,10 +287,10 @@ def console_table(ctx, runs) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["task", "algorithm", "run_id", "source", "line"])
 
 
-# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
-# mathrl.analysis.claim_names reads this assignment from the source (without importing the module) to check a claim's
-# names
-# when the config is read.
+# The table claims read, and its columns, stated once: the table is made with them, and mathrl.analysis.claim_names
+# reads this assignment from the source (without importing the module) to check a claim's names when the config is
+# read. Beside the runs (the run table system_runs) it holds the supervised controls, which are no runs of the
+# experiment (each warm-up's starts.json).
 CLAIM_TABLES = {
     "system_start_runs": [
         "task",
@@ -357,17 +312,14 @@ CLAIM_TABLES = {
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = ctx.experiment("system")
-    per_run = pd.DataFrame(
-        [run_stats(r, start_of(ctx.cfg, r.settings)) for r in runs],
-        columns=["task", "start", "algorithm", "seed", "warmup", "run_id", "status"] + STATS,
-    )
+    per_run = ctx.run_table("system_runs")
+    per_run.insert(1, "start", [start_of(ctx.cfg, ctx.runs[i].settings) for i in per_run["run_id"]])
     start_runs = start_runs_table(ctx, per_run)
     return {
         "system_configs": configs_table(ctx, runs),
         "system_results": results_table(runs, per_run),
         "system_curves": curves_table(runs, ctx.cfg),
         "system_console": console_table(ctx, runs),
-        "system_runs": per_run,
         "system_start_runs": start_runs,
         "system_starts": starts_table(ctx, start_runs),
     }
