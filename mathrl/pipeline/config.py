@@ -682,9 +682,9 @@ def _check_resolved_keys(cfg: dict, spec: RunSpec, changes: dict) -> None:
     if new != s.algorithm and (s.algorithm in presets or new in presets):
         named = ", ".join(f"algorithms.{a}" for a in (s.algorithm, new) if a in presets)
         raise ConfigError(
-            f"run.algorithm: {new} with the settings of run {spec.run_id}, which were resolved for {s.algorithm} "
-            f"under the config's algorithm presets ({named}): a change of one key cannot swap a preset; train "
-            f"algorithm={new} as an ad hoc run (without --run), or as a variant of experiment {spec.experiment}"
+            f"run.algorithm: {new}: run {spec.run_id}'s settings were resolved for {s.algorithm}, and changing one "
+            f"key cannot swap the config's algorithm presets ({named}); train algorithm={new} as an ad hoc run "
+            f"(without --run), or as a variant of experiment {spec.experiment}"
         )
     if "lr_scale" in changes and "lr" not in changes and changes["lr_scale"] != s.lr_scale:
         raise ConfigError(
