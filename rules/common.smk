@@ -200,7 +200,7 @@ if GPUS_PER_RUN > 1:
         for run_id, spec in RUNS.items():
             mathrl.pipeline.config.check_train(
                 CFG,
-                spec.settings,
+                spec.settings.as_dict(),
                 f"experiments.{spec.experiment} (run {run_id}, {GPUS_PER_RUN} GPUs)",
                 world_size=GPUS_PER_RUN,
             )
@@ -262,8 +262,8 @@ def run_inputs(run_id: str) -> list:
     """A run's problem sets and the checkpoint it starts from (its warm-up's model, a start
     of its warm-up, the `init` file it names, or nothing for `init: random`)."""
     settings = RUNS[run_id].settings
-    inputs = list(problem_files(settings["task"]).values())
-    task, init, warmup = settings["task"], settings["init"], settings.get("warmup")
+    inputs = list(problem_files(settings.task).values())
+    task, init, warmup = settings.task, settings.init, settings.warmup
     if layout.is_start(init):  # a start's checkpoint: the starts job writes it
         inputs.append(results(layout.SFT_STARTS.format(task=task, warmup=warmup)))
     elif init != "random":

@@ -33,8 +33,8 @@ _, runs = load_config_and_runs((DEFAULT_CONFIG, sys.argv[1]))
 experiment, variants = sys.argv[2], set(sys.argv[3:])
 chosen = [s for s in runs.values() if s.experiment == experiment and (not variants or s.variant in variants)]
 for spec in sorted(chosen, key=lambda s: s.seed):  # seed by seed: a time limit leaves the arms balanced
-    init = spec.settings["init"]
-    print(spec.run_id, "-" if init == "random" else spec.settings["task"], "starts" if is_start(init) else "-")
+    init = spec.settings.init
+    print(spec.run_id, "-" if init == "random" else spec.settings.task, "starts" if is_start(init) else "-")
 EOF
 echo "$(wc -l < "$OUT/plan.txt") runs of $EXP; warm-ups: $(awk '$2 != "-" {print $2}' "$OUT/plan.txt" | sort -u | xargs)"
 

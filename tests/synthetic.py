@@ -30,9 +30,9 @@ def write_run(
     best = max(evals, key=lambda e: e[1]) if evals else (0, math.nan)
     s = spec.settings
     summary = {
-        "run_id": run_id, "experiment": spec.experiment, "task": s["task"], "algorithm": s["algorithm"],
-        "batch_size": s["batch_size"], "lr": s["lr"], "kl_coef": s["kl_coef"], "seed": s["seed"],
-        "config": s, "status": status, "initial": {"eval_accuracy": initial_eval},
+        "run_id": run_id, "experiment": spec.experiment, "task": s.task, "algorithm": s.algorithm,
+        "batch_size": s.batch_size, "lr": s.lr, "kl_coef": s.kl_coef, "seed": s.seed,
+        "config": s.as_dict(), "status": status, "initial": {"eval_accuracy": initial_eval},
         "final": {**full[-1], "eval_accuracy": evals[-1][1] if evals else math.nan},
         "best": {"step": best[0], "eval_accuracy": best[1]}, "steps_done": len(rows),
         "wall_seconds": float(sum(r.get("seconds", 1.0) for r in rows)), "versions": {}, "alerts": alerts or [],

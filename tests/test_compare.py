@@ -103,7 +103,7 @@ def test_an_experiments_settings_are_its_arms(made, capsys):
     for seed, (small, big) in enumerate([(0.3, 0.5), (0.35, 0.5)]):  # the tiny experiment: batch 8 and 16, seeds 0-1
         for batch, final in ((8, small), (16, big)):
             run_id = f"tiny__batch_size-{batch}__s{seed}"
-            write_summary(results, run_id, seed, final, experiment="tiny", settings=specs[run_id].settings)
+            write_summary(results, run_id, seed, final, experiment="tiny", settings=specs[run_id].settings.as_dict())
     assert main(["compare", "--config", str(config), "--experiment", "tiny", "--baseline", "batch_size=16"]) == 0
     table = pd.read_csv(results / "compare" / "tiny_final_eval.csv")
     row = table[table["kind"] == "difference"].iloc[0]

@@ -22,7 +22,7 @@ decoding, no randomness), so the resumed run forgets that value (`evaluations_to
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from mathrl.engine.schedules import OUTSIDE_THE_STEP, Schedule, unscheduled
@@ -43,7 +43,7 @@ class Conflict:
 
 
 def _first_difference(
-    old: dict, new: dict, done: int, task_ndigit: int, nonfinite: frozenset
+    old: Mapping, new: Mapping, done: int, task_ndigit: int, nonfinite: frozenset
 ) -> tuple[int, str] | None:
     if done >= 1 and unscheduled(old) != unscheduled(new):
         return 1, "every step reads it"  # the same for every step: compared once
@@ -60,10 +60,12 @@ def _first_difference(
     return None
 
 
-def conflicts(old: dict, new: dict, done: int, task_ndigit: int, nonfinite_steps: Iterable[int] = ()) -> list[Conflict]:
-    """Each changed setting that alters a step up to `done` (the snapshot's step), with the
-    first step it alters; empty when the run may resume. Each changed setting is tried
-    alone on top of the old settings, so the message names the culprits; settings that only
+def conflicts(
+    old: Mapping, new: Mapping, done: int, task_ndigit: int, nonfinite_steps: Iterable[int] = ()
+) -> list[Conflict]:
+    """Each setting of `new` (the run's RunSettings) changed from `old` (the snapshot's recorded dict) that alters a
+    step up to `done` (the snapshot's step), with the first step it alters; empty when the run may resume. Each
+    changed setting is tried alone on top of the old settings, so the message names the culprits; settings that only
     conflict together are named together."""
     nonfinite = frozenset(nonfinite_steps)
     changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and k not in OUTSIDE_THE_STEP)
@@ -86,7 +88,7 @@ def conflicts(old: dict, new: dict, done: int, task_ndigit: int, nonfinite_steps
     return found
 
 
-def evaluations_to_forget(old: dict, new: dict, done: int) -> list[int]:
+def evaluations_to_forget(old: Mapping, new: Mapping, done: int) -> list[int]:
     """Steps up to `done` evaluated under the old settings but not under the new ones (the
     old last step, typically): their eval_accuracy is dropped when the run resumes."""
     before, after = Schedule(old, 0), Schedule(new, 0)  # evaluation reads no digit count

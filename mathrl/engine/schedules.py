@@ -4,13 +4,16 @@
 LR), entropy coefficient, operand digits under the curriculum, and whether it ends with a held-out evaluation; its
 `plan(step)` is all of that with the test faults that fire there, the step's whole reading of the scheduled
 settings. The trainer asks it every step; `mathrl.engine.resume` compares two runs' plans step by step to decide
-whether a snapshot may resume under changed settings. The settings are a run's resolved settings as a dict (a
-snapshot's, or `RunSettings.as_dict()`).
+whether a snapshot may resume under changed settings. The settings are a run's resolved settings read by key: the
+run's own `RunSettings` (the trainer's, typed when the runs were expanded: it reads as a mapping of its fields), or
+the dict a snapshot recorded (`RunSettings.as_dict()` of the mathrl that wrote it, which may lack a later key).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from mathrl.engine.control import entropy_coef_at, lr_factor
 
@@ -44,7 +47,7 @@ SCHEDULED = frozenset(
 class Schedule:
     """What each 1-based step of a run reads from its settings `s` through its schedules."""
 
-    s: dict
+    s: Mapping[str, Any]  # a RunSettings, or a snapshot's recorded dict
     task_ndigit: int
 
     def lr(self, step: int) -> float:
@@ -95,6 +98,6 @@ class Schedule:
         return plan
 
 
-def unscheduled(s: dict) -> dict:
+def unscheduled(s: Mapping[str, Any]) -> dict:
     """The settings every step reads as they are."""
     return {k: v for k, v in s.items() if k not in SCHEDULED | OUTSIDE_THE_STEP}

@@ -150,12 +150,11 @@ class Trainer:
         self.started = time.perf_counter() if started is None else started
         self.cfg, self.run_id, self.s = cfg, run_id, settings
         self.dir, self.d, self.experiment = Path(run_dir), d, experiment
-        # the settings as summary.json and snapshots record them; the run's Schedule and the resume check read them
-        self.record = settings.as_dict()
+        self.record = settings.as_dict()  # the settings as summary.json and snapshots record them
         self.progress = None  # the progress bar while one is shown (interactive runs)
         s = settings
         self.task = task_of(cfg, s.task)
-        self.schedule = Schedule(self.record, self.task.ndigit)  # LR, entropy coefficient, digits, evaluations
+        self.schedule = Schedule(s, self.task.ndigit)  # LR, entropy coefficient, digits, evaluations
         self.train_pairs, self.test_pairs = read_run_problems(cfg, s, self.task)
         self.pools: dict[int, torch.Tensor] = {}
         self._build_networks(self._starting_policy())
@@ -300,7 +299,7 @@ class Trainer:
                 f"(digest {st.get('init_digest')} vs {self.init_digest}); remove {self.dir} to start over"
             )
         nonfinite = [r["step"] for r in st["rows"] if r.get("skipped")]
-        conflicts = resume.conflicts(st["settings"], self.record, st["step"], self.task.ndigit, nonfinite)
+        conflicts = resume.conflicts(st["settings"], self.s, st["step"], self.task.ndigit, nonfinite)
         if conflicts:
             diff = "; ".join(map(str, conflicts))
             raise snapshot.SnapshotError(
@@ -309,7 +308,7 @@ class Trainer:
                 f"would have gone differently ({diff}); remove {self.dir} to start "
                 "over"
             )
-        forget = resume.evaluations_to_forget(st["settings"], self.record, st["step"])  # the old last step's evaluation
+        forget = resume.evaluations_to_forget(st["settings"], self.s, st["step"])  # the old last step's evaluation
         rows = [
             {**r, "eval_accuracy": math.nan, "eval_sampled_accuracy": math.nan} if r["step"] in forget else r
             for r in st["rows"]

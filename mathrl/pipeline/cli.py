@@ -13,12 +13,16 @@ import contextlib
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mathrl.pipeline import layout, rundir
 
 # mathrl.pipeline.config (jsonschema, yaml: about 0.08 s of CPU) is imported where a command needs it:
 # `mathrl launch`, run by every training job of the pipeline, needs none of it.
 from mathrl.pipeline.errors import ConfigError, DamagedFileError, ProblemFileError, RunDirError, SnapshotError
+
+if TYPE_CHECKING:
+    from mathrl.pipeline.settings import RunSettings
 
 # mathrl.pipeline.config.DEFAULT_CONFIG, named here without importing that module (tests/test_cli.py checks they agree)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
@@ -184,10 +188,12 @@ def check_threads(threads: int, source: str) -> None:
 
 def resolve_run(
     cfg: dict, run: str | None, run_id: str | None, overrides: list[str], runs: dict | None = None
-) -> tuple[str, str | None, dict]:
-    """(run id, experiment, settings) for `--run` (an experiment's run) or an ad hoc run;
+) -> tuple[str, str | None, RunSettings]:
+    """(run id, experiment, settings) for `--run` (an experiment's run, its settings changed by the overrides with
+    `config.overridden`) or an ad hoc run (the config's train block and the overrides, resolved once);
     `runs` is `expand_runs(cfg)` where the caller has it."""
-    from mathrl.pipeline.config import expand_runs, parse_overrides, run_settings
+    from mathrl.pipeline.config import check_changes, expand_runs, overridden, parse_overrides, run_settings
+    from mathrl.pipeline.settings import RunSettings
 
     pairs = parse_overrides(overrides)
     if any(len(path) != 1 for path, _ in pairs):
@@ -211,7 +217,7 @@ def resolve_run(
         if spec.same_as:  # trained once, under the first run with these settings
             print(f"{run} has the settings of {spec.same_as}: training that run", file=sys.stderr)
             run, spec = spec.same_as, runs[spec.same_as]
-        settings = run_settings(cfg, {**spec.explicit, **explicit})
+        settings = overridden(cfg, spec, explicit)
         if run_id is not None:  # a variant of the experiment's run, under a name of its own
             if run_id in runs:
                 raise ConfigError(
@@ -221,7 +227,7 @@ def resolve_run(
             return _checked_run_id(run_id), None, settings
         from mathrl.engine.schedules import OUTSIDE_THE_STEP
 
-        changed = sorted(k for k in explicit if k not in OUTSIDE_THE_STEP and settings.get(k) != spec.settings.get(k))
+        changed = sorted(k for k in explicit if k not in OUTSIDE_THE_STEP and settings[k] != spec.settings[k])
         if changed:  # results/runs/RUN would hold another run under the experiment's name
             raise ConfigError(
                 f"--run {run}: its settings come from experiment {spec.experiment}; "
@@ -229,7 +235,8 @@ def resolve_run(
                 f"(the pipeline and the report would take it for {run}); use --run-id NAME for a variant"
             )
         return run, spec.experiment, settings
-    settings = run_settings(cfg, explicit)
+    check_changes(explicit)  # an unknown key named before the settings are typed
+    settings = RunSettings.from_dict(run_settings(cfg, explicit))
     return _checked_run_id(run_id) if run_id is not None else "adhoc", None, settings
 
 
@@ -294,12 +301,10 @@ def train_one(cfg: dict, runs: dict, name: str | None, args, started: float) -> 
     from mathrl.engine import distributed
     from mathrl.engine.trainer import Trainer
     from mathrl.pipeline.config import check_train
-    from mathrl.pipeline.settings import RunSettings
 
-    run_id, experiment, settings = resolve_run(cfg, name, args.run_id, args.overrides, runs)
+    run_id, experiment, settings = resolve_run(cfg, name, args.run_id, args.overrides, runs)  # typed and frozen
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    check_train(cfg, settings, "run", world_size=world)
-    settings = RunSettings.from_dict(settings)  # typed and frozen from here on
+    check_train(cfg, settings.as_dict(), "run", world_size=world)
     memory = _check_memory(cfg, settings, world)
     if args.dry_run:
         out = Path(args.out) if args.out else layout.at(cfg, layout.RUN_DIR, run_id=run_id)
@@ -495,7 +500,7 @@ def check_train_args(argv: list[str], world_size: int) -> None:
     for name in train.run or [None]:
         with contextlib.redirect_stderr(io.StringIO()):  # its notes are the run's to print
             _, _, settings = resolve_run(cfg, name, train.run_id, train.overrides)
-        check_train(cfg, settings, "run", world_size=world_size)
+        check_train(cfg, settings.as_dict(), "run", world_size=world_size)
 
 
 def cmd_runs(args) -> int:
@@ -517,10 +522,11 @@ def cmd_runs(args) -> int:
 
 
 def cmd_settings(args) -> int:
+    from mathrl.pipeline.config import load_schema
     from mathrl.pipeline.settings import listing
 
     cfg = _load(args)
-    text = listing(cfg["train"], args.names)
+    text = listing(cfg["train"], load_schema()["definitions"]["train"]["properties"], args.names)
     if not text:
         raise ConfigError(
             f"no run setting's name contains {' or '.join(map(repr, args.names))}; `mathrl settings` lists them all"

@@ -31,6 +31,7 @@ import yaml
 
 from mathrl.pipeline.errors import ConfigError  # re-exported: callers import it from here
 from mathrl.pipeline.layout import warmup_of
+from mathrl.pipeline.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: mathrl/pipeline/ is two levels down
 SCHEMA_PATH = ROOT / "config" / "config.schema.yaml"
@@ -365,7 +366,7 @@ def completed(raw: dict, source: str = "", origin=None) -> tuple[dict, dict[str,
         try:
             entry = json.loads(path.read_text())
             if entry["key"] == key:
-                return entry["cfg"], {s["run_id"]: RunSpec(**s) for s in entry["runs"]}
+                return entry["cfg"], {s["run_id"]: RunSpec.from_json(s) for s in entry["runs"]}
         except (OSError, ValueError, KeyError, TypeError):
             pass
     cfg, runs = _complete_and_expand(raw, source, origin)
@@ -598,7 +599,7 @@ class RunSpec:
     variant: str | None
     point: dict  # the grid values of this run
     seed: int
-    settings: dict = field(repr=False)  # fully resolved train settings
+    settings: RunSettings = field(repr=False)  # fully resolved train settings, typed when the runs are expanded
     same_as: str | None = None  # an earlier run of identical settings, whose results this one reads
     explicit: dict = field(default_factory=dict, repr=False)  # what the experiment sets: fixed, variant, point, seed
 
@@ -606,6 +607,11 @@ class RunSpec:
     def trained_as(self) -> str:
         """The run id whose directory holds this run's results."""
         return self.same_as or self.run_id
+
+    @classmethod
+    def from_json(cls, fields: dict) -> RunSpec:
+        """Back from `dataclasses.asdict` of one (its settings a dict there)."""
+        return cls(**{**fields, "settings": RunSettings.from_dict(fields["settings"])})
 
 
 def _fmt(value: Any) -> str:
@@ -622,15 +628,75 @@ def run_settings(cfg: dict, explicit: dict) -> dict:
     """Train defaults, then the chosen algorithm's preset, then the explicit settings; `lr`
     is then multiplied by `lr_scale` (so the settings hold the LR the run trains with), and `warmup`
     resolved to the seed's warm-up (so the settings name the checkpoint the run starts from)."""
-    algorithm = explicit.get("algorithm", cfg["train"]["algorithm"])
-    preset = cfg.get("algorithms", {}).get(algorithm, {})
-    settings = {**cfg["train"], **preset, **explicit}
+    settings = _layered(cfg, explicit)
     scale, lr = settings.get("lr_scale", 1.0), settings.get("lr")
     if scale != 1.0 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (scale, lr)):
         settings["lr"] = lr * scale  # (a malformed value is left for the schema check to name)
-    if settings.get("warmup") is None and settings.get("task") in (cfg.get("sft") or {}):
-        settings["warmup"] = warmup_of(cfg, settings)  # the seed's warm-up, recorded (None from a random policy)
+    warmup = _resolved_warmup(cfg, settings)
+    if warmup is not None:
+        settings["warmup"] = warmup  # the seed's warm-up, recorded (None from a random policy)
     return settings
+
+
+def _layered(cfg: dict, explicit: dict) -> dict:
+    """Train defaults, then the chosen algorithm's preset, then the explicit settings (nothing resolved yet)."""
+    algorithm = explicit.get("algorithm", cfg["train"]["algorithm"])
+    return {**cfg["train"], **cfg.get("algorithms", {}).get(algorithm, {}), **explicit}
+
+
+def _resolved_warmup(cfg: dict, settings: dict) -> int | None:
+    """The `warmup` setting, else (a task with warm-ups) the seed's warm-up, recorded (None from a random policy)."""
+    if settings.get("warmup") is None and settings.get("task") in (cfg.get("sft") or {}):
+        return warmup_of(cfg, settings)
+    return settings.get("warmup")
+
+
+def overridden(cfg: dict, spec: RunSpec, changes: dict) -> RunSettings:
+    """`spec`'s settings with `changes` (`mathrl train --run RUN KEY=VALUE`) by `dataclasses.replace`: each value is the
+    one the run trains with. The changes are checked as an experiment's blocks are (the train schema: an unknown key
+    is named, with the close ones); a change whose meaning depends on how the settings were resolved is refused
+    (`_check_resolved_keys`: a preset's algorithm, lr_scale, lr beside an lr_scale). A change of seed, task, init or
+    warmup picks the warm-up as `run_settings` does: the seed's, unless the experiment or the change names one. So
+    the result is `run_settings` of the experiment's and the changed settings, wherever a change is not refused."""
+    check_changes(changes)
+    _check_lr_or_scale(changes, "run (its KEY=VALUE changes)")
+    _check_resolved_keys(cfg, spec, changes)
+    settings = dataclasses.replace(spec.settings, **changes)
+    if changes.keys() & {"seed", "task", "init", "warmup"}:
+        asked = changes["warmup"] if "warmup" in changes else _layered(cfg, spec.explicit).get("warmup")
+        settings = dataclasses.replace(settings, warmup=_resolved_warmup(cfg, {**settings.as_dict(), "warmup": asked}))
+    return settings
+
+
+def check_changes(changes: dict) -> None:
+    """`mathrl train`'s KEY=VALUE changes against the train schema, as an experiment's blocks are: an unknown key is
+    named (with the close ones), a malformed value too."""
+    validate(changes, prefix="run", validator=_train_validator())
+
+
+def _check_resolved_keys(cfg: dict, spec: RunSpec, changes: dict) -> None:
+    """Refuse the changes of `overridden` that one key cannot make: swapping an algorithm preset, and an LR stated
+    against `lr_scale` (the settings' lr has its lr_scale applied already)."""
+    s, presets = spec.settings, cfg.get("algorithms") or {}
+    new = changes.get("algorithm", s.algorithm)
+    if new != s.algorithm and (s.algorithm in presets or new in presets):
+        named = ", ".join(f"algorithms.{a}" for a in (s.algorithm, new) if a in presets)
+        raise ConfigError(
+            f"run.algorithm: {new}: run {spec.run_id}'s settings were resolved for {s.algorithm}, and changing one "
+            f"key cannot swap the config's algorithm presets ({named}); train algorithm={new} as an ad hoc run "
+            f"(without --run), or as a variant of experiment {spec.experiment}"
+        )
+    if "lr_scale" in changes and "lr" not in changes and changes["lr_scale"] != s.lr_scale:
+        raise ConfigError(
+            f"run.lr_scale: run {spec.run_id}'s lr ({s.lr:g}) has its lr_scale ({s.lr_scale:g}) applied already (lr "
+            f"is the LR a run trains with); give the LR to train with instead: lr=VALUE"
+            + (" lr_scale=1.0" if s.lr_scale != 1.0 else "")
+        )
+    if "lr" in changes and "lr_scale" not in changes and s.lr_scale != 1.0:
+        raise ConfigError(
+            f"run.lr: run {spec.run_id} trains at its reference LR times lr_scale {s.lr_scale:g} (lr {s.lr:g}); a "
+            f"changed lr is the LR to train with, so set lr_scale=1.0 with it: lr={changes['lr']} lr_scale=1.0"
+        )
 
 
 def _check_lr_or_scale(block: dict, where: str) -> None:
@@ -735,9 +801,10 @@ def expand_runs(cfg: dict, origin=None) -> dict[str, RunSpec]:
             settings = run_settings(cfg, explicit)
             where = f"experiments.{name}" + (f".variants.{variant}" if variant else "")
             check_train(cfg, settings, where)
+            settings = RunSettings.from_dict(settings)  # typed and frozen from here on
             if run_id in runs:
                 raise ConfigError(f"experiments.{name}: duplicate run id {run_id}")
-            key = config_hash(settings)
+            key = config_hash(settings.as_dict())
             twin = cell_of.setdefault((name, key), run_id)
             if twin != run_id:
                 raise ConfigError(
@@ -747,7 +814,7 @@ def expand_runs(cfg: dict, origin=None) -> dict[str, RunSpec]:
             runs[run_id] = RunSpec(run_id, name, variant, point, seed, settings, explicit=explicit)
             first_of[key] = min(first_of.get(key, run_id), run_id)
     for spec in runs.values():  # the smallest id trains: independent of the order of experiments in any dump
-        canonical = first_of[config_hash(spec.settings)]
+        canonical = first_of[config_hash(spec.settings.as_dict())]
         spec.same_as = canonical if canonical != spec.run_id else None
     return runs
 
@@ -794,4 +861,4 @@ def run_hash(settings: dict) -> str:
 def group_hash(runs: dict[str, RunSpec], run_ids: list[str]) -> str:
     """The hash of a group's runs' settings, the rerun trigger of the job that trains them (Snakemake's params,
     DVC's): a change to any reruns the group, whose other runs rewrite their outputs from their final snapshots."""
-    return config_hash([run_hash(runs[run_id].settings) for run_id in run_ids])
+    return config_hash([run_hash(runs[run_id].settings.as_dict()) for run_id in run_ids])

@@ -272,14 +272,12 @@ def _train_stages(w: _Writer, runs: dict, groups: dict[str, list[str]]) -> dict:
     stages = {}
     for group, run_ids in groups.items():
         settings = [runs[run_id].settings for run_id in run_ids]
-        tasks = list(dict.fromkeys(s["task"] for s in settings))
-        inits = dict.fromkeys(
-            layout.init_checkpoint(w.results, s["task"], s["init"], s.get("warmup")) for s in settings
-        )
+        tasks = list(dict.fromkeys(s.task for s in settings))
+        inits = dict.fromkeys(layout.init_checkpoint(w.results, s.task, s.init, s.warmup) for s in settings)
         reads = [w.res(p, task=task) for task in tasks for p in PROBLEM_FILES]
         reads += [init.as_posix() for init in inits if init is not None]
         params = [f"{GROUPS}.{layout.group_job(group)}", *(f"config.tasks.{task}" for task in tasks)]
-        params += list(dict.fromkeys(f"config.sft.{s['task']}" for s in settings if s["init"] == "random"))
+        params += list(dict.fromkeys(f"config.sft.{s.task}" for s in settings if s.init == "random"))
         outs = []
         for run_id in run_ids:
             outs += w.outs("train", run_id=run_id)
@@ -350,9 +348,9 @@ def stage_jobs(cfg: dict, runs: dict, bandit_studies: Sequence[str]) -> dict[str
     warm-ups and starts for the tasks some run or the gradient probe uses (as `snakemake report`
     builds them), the probe's tasks and the bandit studies."""
     probe = list(cfg["gradvar"]["tasks"])
-    used = {spec.settings["task"] for spec in runs.values()} | set(probe)
+    used = {spec.settings.task for spec in runs.values()} | set(probe)
     starts = {task for task in layout.starts_tasks(cfg) if task in used}
-    warm = {spec.settings["task"] for spec in runs.values() if spec.settings["init"] is None} | set(probe) | starts
+    warm = {spec.settings.task for spec in runs.values() if spec.settings.init is None} | set(probe) | starts
     listed = {
         "problems": [{"task": task} for task in cfg["tasks"] if task in used],
         "sft": [
