@@ -514,7 +514,7 @@ def test_stated_intervals_stay_within_the_range_of_their_quantity():
 
 
 class _Run:
-    """The little of a run that the per-run measures read."""
+    """The little of a run that the alert scoring reads."""
 
     ok = True
 
