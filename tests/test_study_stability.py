@@ -12,6 +12,7 @@ import pytest
 
 matplotlib.use("Agg")
 
+from mathrl.analysis.measures.hyperparameters import final_eval_absdev  # noqa: E402
 from mathrl.analysis.results import COLLAPSE_DEFINITION  # noqa: E402
 from mathrl.analysis.studies import stability as st  # noqa: E402
 from mathrl.analysis.studies.context import Context, Tables  # noqa: E402
@@ -154,14 +155,10 @@ def one(df, **keys):
     return r.iloc[0]
 
 
-def test_pure_measures():
+def test_curve_statistics():
     from mathrl.analysis.results import max_drawdown, roughness
 
     s = pd.Series([0.5, 0.6, 0.45, 0.7, 0.5, 0.65])
-    assert st.largest_drop(s) == pytest.approx(0.2)
-    assert st.largest_drop(pd.Series([0.1, 0.2])) == 0.0
-    assert st.change_shares(s) == pytest.approx((0.8, 0.0))
-    assert all(math.isnan(x) for x in st.change_shares(pd.Series([0.5])))
     # residuals of 0, 1, 0, 1 around its fitted line 0.2 + 0.2 x: -0.2, 0.6, -0.6, 0.2; sqrt(0.8 / 2)
     assert roughness([0, 1, 2, 3], [0, 1, 0, 1]) == pytest.approx(math.sqrt(0.4))
     assert roughness([0, 5, 10], [0.1, 0.2, 0.3]) == pytest.approx(
@@ -217,11 +214,11 @@ def test_batch_tables(tree):
 
 def test_fixed_vs_dynamic_and_clipping(tree):
     f = tree["stability_fixed_vs_dynamic"]
-    assert one(f, method="A")["final_eval_mean"] == pytest.approx(0.65) and one(f, method="A")[
+    assert one(f, role="A")["final_eval_mean"] == pytest.approx(0.65) and one(f, role="A")[
         "reproducibility_std"
     ] == pytest.approx(0.05 * 2**0.5)
-    assert (one(f, method="C")["n"], one(f, method="C")["expected"], one(f, method="A")["rank"]) == (1, 2, 1)
-    assert one(f, method="B")["doc_final_accuracy"] == 0.523 and one(f, method="B")["final_lr_mean"] == 1e-4
+    assert (one(f, role="C")["n"], one(f, role="C")["expected"], one(f, role="A")["rank"]) == (1, 2, 1)
+    assert one(f, role="B")["doc_final_accuracy"] == 0.523 and one(f, role="B")["lr_last_mean"] == 1e-4
     c = tree["stability_clipping"]
     assert list(c["cell"]) == [
         "sgd, clip none, spike",
@@ -241,26 +238,14 @@ def test_fixed_vs_dynamic_and_clipping(tree):
     )  # from 0.5 to 0.1 after step 3
     assert one(c, cell="adamw, clip none, spike")["doc_collapse_rate"] == 0.35
     fr = tree["stability_fvd_runs"]  # the reproducibility claim reads each seed's distance from its median
-    median = fr.groupby("method")["final_eval"].transform("median")
+    median = fr.groupby("role")["final_eval"].transform("median")
     assert fr["final_eval_absdev"].tolist() == pytest.approx((fr["final_eval"] - median).abs().tolist(), nan_ok=True)
     assert fr["final_eval_absdev"].max() > 0  # the tree's A seeds end apart
     runs = tree["stability_clipping_runs"]  # what clipping's speed claim reads: held-out accuracy, last − first
-    assert (runs["eval_gain"] == runs["final_eval"] - runs["initial_eval"]).all()
-    assert one(runs, cell="sgd, clip none, spike", seed=0)["eval_gain"] == pytest.approx(-0.4)
-
-
-def test_critic_explained_variance_by_step_20():
-    m = pd.DataFrame({"step": range(1, 26), "explained_variance": [0.0] * 15 + [0.1, 0.2, 0.3, 0.4, 0.5] + [0.9] * 5})
-    assert st.critic_ev(m) == pytest.approx(0.3)  # steps 16-20 only
-    assert st.critic_ev(m.head(3)) == 0.0 and math.isnan(st.critic_ev(m.assign(explained_variance=math.nan)))
-
-
-def test_pure_clipping_helpers():
-    steps = pd.Series([1, 2, 3, 4, 5])
-    assert (
-        st.spike_ratio(pd.Series([1.0, 2.0, 500.0, 3.0, 2.0]), steps, 3) == 250.0
-    )  # 500 over the median 2 of the others
-    assert math.isnan(st.spike_ratio(pd.Series([1.0] * 5), steps, None))
+    assert (runs["gain"] == runs["final_eval"] - runs["initial_eval"]).all()
+    s0 = one(runs, variant="spike_no_clip", seed=0)
+    assert (s0["optimizer"], s0["max_norm"], s0["spike"], s0["gain"]) == ("sgd", "none", "yes", pytest.approx(-0.4))
+    assert list(one(runs, variant="adamw_no_clip", seed=1)[["optimizer", "spike"]]) == ["adamw", "no"]
 
 
 def test_value_gradvar_alerts(tree):
@@ -484,7 +469,7 @@ def test_the_fixed_large_batch_is_judged_against_each_schedule_by_direction():
     """The document's table gives final accuracies of a 1.5B model (A 58.6%, B 52.3%, C 54.1%): a scale this testbed
     does not share, so A against B and C is judged by its direction alone, paired by seed."""
     finals = {"A": [0.56, 0.59, 0.57], "B": [0.50, 0.52, 0.51], "C": [0.62, 0.63, 0.64]}
-    fr = pd.DataFrame([{"method": m, "seed": s, "final_eval": f, "schedule_moved": 1.0}
+    fr = pd.DataFrame([{"role": m, "seed": s, "final_eval": f, "schedule_moved": 1.0}
                        for m, fs in finals.items() for s, f in enumerate(fs)])  # fmt: skip
     from mathrl.analysis import claims
 
@@ -493,7 +478,7 @@ def test_the_fixed_large_batch_is_judged_against_each_schedule_by_direction():
     assert v.loc["fixed_vs_C"].outcome == "disagrees" and v.loc["fixed_vs_B"].note.startswith(
         "A differs from B and C in batch size"
     )
-    far = fr.assign(final_eval=fr["final_eval"] + 0.2 * (fr["method"] == "A"))  # no size: far above still agrees
+    far = fr.assign(final_eval=fr["final_eval"] + 0.2 * (fr["role"] == "A"))  # no size: far above still agrees
     assert (
         synthetic.verdicts({"claims": claims.judge_all({}, {"stability_fvd_runs": far})}, "stability")
         .loc["fixed_vs_B"]
@@ -505,10 +490,10 @@ def test_the_fixed_large_batch_is_judged_against_each_schedule_by_direction():
 def test_the_schedules_are_ranked_against_each_other():
     """The document's table ranks C above B in final accuracy, smoothness and reproducibility: C − B paired by seed,
     the spread as each seed's distance from its method's median (Brown-Forsythe), unpaired."""
-    rows = pd.DataFrame({"method": ["B"] * 3 + ["C"] * 3, "seed": [0, 1, 2] * 2, "schedule_moved": 1.0,
+    rows = pd.DataFrame({"role": ["B"] * 3 + ["C"] * 3, "seed": [0, 1, 2] * 2, "schedule_moved": 1.0,
                          "final_eval": [0.50, 0.52, 0.54, 0.518, 0.539, 0.557],  # C − B: about the table's 1.8 points
                          "roughness": [0.010, 0.012, 0.011, 0.020, 0.021, 0.022]})  # fmt: skip
-    rows["final_eval_absdev"] = st.absolute_deviation(rows, "method", "final_eval")
+    rows["final_eval_absdev"] = final_eval_absdev(rows)
     assert rows["final_eval_absdev"].tolist() == pytest.approx([0.02, 0.0, 0.02, 0.021, 0.0, 0.018])
     from mathrl.analysis import claims
 
@@ -529,32 +514,13 @@ def test_stated_intervals_stay_within_the_range_of_their_quantity():
 
 
 class _Run:
-    """The little of a run that the per-run measures read."""
+    """The little of a run that the alert scoring reads."""
 
     ok = True
 
     def __init__(self, metrics: pd.DataFrame, evals: pd.DataFrame | None = None, run_id: str = "x"):
         self.metrics, self.evals = metrics, evals
         self.spec = type("Spec", (), {"run_id": run_id})()
-
-
-def test_schedule_motion_tells_an_acting_schedule_from_a_fixed_one():
-    steps = range(1, 11)
-    decayed = _Run(pd.DataFrame({"step": steps, "lr": [1e-3 * 0.9 ** (s // 2) for s in steps], "kl_coef": 0.05}))
-    m = st.schedule_motion(decayed)  # 0.9^5 = 0.59 of the first LR at the last step: it fell, but not to half
-    assert m["lr_ratio"] == pytest.approx(0.9**5 / 0.9**0) and m["kl_coef_range"] == 1.0 and m["schedule_moved"] == 0.0
-    controlled = _Run(pd.DataFrame({"step": steps, "lr": 1e-3, "kl_coef": [0.05, 0.075, 0.1125] + [0.09] * 7}))
-    assert (
-        st.schedule_motion(controlled)["kl_coef_range"] == pytest.approx(2.25)
-        and st.schedule_motion(controlled)["schedule_moved"] == 1.0
-    )
-    halved = _Run(pd.DataFrame({"step": steps, "lr": [1e-3] * 9 + [4e-4], "kl_coef": 0.05}))
-    assert st.schedule_motion(halved)["schedule_moved"] == 1.0
-
-
-def test_absolute_deviation_is_the_brown_forsythe_transform():
-    rows = pd.DataFrame({"batch_size": [64, 64, 64, 512, 512, 512], "final_reward": [0.1, 0.3, 0.8, 0.40, 0.41, 0.45]})
-    assert list(st.absolute_deviation(rows, "batch_size", "final_reward").round(6)) == [0.2, 0.0, 0.5, 0.01, 0.0, 0.04]
 
 
 def test_alert_events_score_the_watched_steps_against_the_base_rate():

@@ -1,5 +1,6 @@
-"""Measures of rl-stability-batch-and-hyperparameters.md's runs: the shape of a run's held-out accuracy curve (its
-drops and the size of its changes), its last training reward, what it cost, and the run tables its claims read.
+"""Measures of rl-stability-batch-and-hyperparameters.md's runs on batch size and hyperparameters: the shape of a
+run's held-out accuracy curve (its drops and the size of its changes), its last training reward, what it cost, whether
+its LR schedule or KL controller acted, what a higher LR costs its batch, and the run tables those claims read.
 
 The document speaks of fluctuation in percent of the metric and of changes above 10% or below 3%; here they are
 read on the held-out accuracy at each evaluation, free of the metric's scale where the document's figure is.
@@ -12,9 +13,11 @@ import pandas as pd
 
 from mathrl.analysis.measures.catalog import CHANGE, SHARE, among, measure
 from mathrl.analysis.measures.general import reward_end, reward_start
-from mathrl.analysis.measures.series import NAN, logged
+from mathrl.analysis.measures.series import NAN, end_over_start, known, logged
 
 BIG_SWING, SMALL_SWING = 0.10, 0.03  # the document's ">10%" and "<3%", as accuracy points
+# a schedule acted: B's LR fell to at most half its first; C's KL coefficient spanned at least 1.5x
+LR_FELL, KL_MOVED = 0.5, 1.5
 
 
 def largest_drop_of(values: pd.Series) -> float:
@@ -95,6 +98,51 @@ def final_reward_absdev(rows: pd.DataFrame) -> pd.Series:
     return absolute_deviation(rows, "batch_size", "final_reward")
 
 
+@measure("kl_coef_last", "KL coefficient at the last step that logged it")
+def kl_coef_last(run) -> float:
+    return logged(run, "kl_coef")
+
+
+@measure("lr_ratio", "learning rate at the last step over the first")
+def lr_ratio(run) -> float:
+    return end_over_start(run.metrics["lr"])
+
+
+@measure("kl_coef_range", "largest KL coefficient over the smallest (1: it never moved)")
+def kl_coef_range(run) -> float:
+    kl = run.metrics["kl_coef"].dropna()
+    return float(kl.max() / kl.min()) if len(kl) and kl.min() > 0 else NAN
+
+
+@measure(
+    "schedule_moved",
+    f"1 when the LR fell to at most {LR_FELL:g} of its first or the KL coefficient spanned {KL_MOVED:g}x, else 0",
+    bounds=SHARE,
+)
+def schedule_moved(run) -> float:
+    lr, kl = lr_ratio(run), kl_coef_range(run)
+    return float((known(lr) and lr <= LR_FELL) or (known(kl) and kl >= KL_MOVED))
+
+
+@among("final_eval_absdev", "|final held-out accuracy − the median of its role's runs|")
+def final_eval_absdev(rows: pd.DataFrame) -> pd.Series:
+    return absolute_deviation(rows, "role", "final_eval")
+
+
+@among(
+    "lr_sensitivity",
+    "held-out gain at its batch's lower LR − at the higher one, same seed (on the lower LR's row)",
+)
+def lr_sensitivity(rows: pd.DataFrame) -> pd.Series:
+    """On the row of a run at its batch's lower LR: its gain less that of the run at the higher LR with its seed (the
+    same warm-up and prompts); NaN on the other rows and where either run has no result."""
+    keys = [rows["batch_size"], rows["seed"]]
+    lr = rows.groupby(keys)["lr"]
+    low, high = rows["lr"].eq(lr.transform("min")), rows["lr"].eq(lr.transform("max"))
+    gain_high = rows["gain"].where(high & ~low).groupby(keys).transform("max")
+    return (rows["gain"] - gain_high).where(low & ~high)
+
+
 CURVE = [
     "initial_eval",
     "final_eval",
@@ -115,5 +163,27 @@ RUN_TABLES = {
         "experiment": "batch",
         "keys": ["batch_size", "lr", "seed", "warmup"],
         "measures": [*CURVE, "entropy_end", "reward_gain", "final_reward_absdev"],
+    },
+    # the document's methods (A fixed at the large batch, B step-decayed LR, C adaptive KL) and the equal-batch control
+    "stability_fvd_runs": {
+        "experiment": "fixed_vs_dynamic",
+        "keys": ["role", "variant", "seed", "warmup"],
+        "roles": ["A", "B", "C", "equal_batch"],
+        "measures": [
+            *CURVE,
+            "lr_last",
+            "kl_coef_last",
+            "lr_ratio",
+            "kl_coef_range",
+            "schedule_moved",
+            "final_eval_absdev",
+        ],
+    },
+    # each batch at the reference LR and at three times it
+    "stability_tuning_runs": {
+        "experiment": "batch_tuning",
+        "keys": ["role", "batch_size", "lr", "seed", "warmup"],
+        "roles": ["small_ref", "small_high", "large_ref", "large_high"],
+        "measures": ["gain", "lr_sensitivity"],
     },
 }

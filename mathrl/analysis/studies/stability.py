@@ -16,15 +16,10 @@ import numpy as np
 import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
-from mathrl.analysis.measures.general import (
-    accuracy_gain,
-    drawdown,
-    final_eval,
-    gain,
-    kl_end,
-)
-from mathrl.analysis.results import collapsed, max_drawdown, roughness
-from mathrl.analysis.studies.kit import COLORS, NAN, logged, plt
+from mathrl.analysis.measures.clipping import max_norm, spike, value_clip
+from mathrl.analysis.measures.hyperparameters import BIG_SWING, SMALL_SWING, largest_drop
+from mathrl.analysis.measures.tables import run_table
+from mathrl.analysis.studies.kit import COLORS, NAN, plt
 from mathrl.engine.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 from mathrl.pipeline.config import expand_runs
 
@@ -37,9 +32,7 @@ DOC = kit.document_facts("stability")
 
 FVD = "fixed_vs_dynamic"
 FVD_ROLES = ("A", "B", "C")  # the document's methods: A fixed at the large batch, B step-decayed LR, C adaptive KL
-FVD_CONTROL = "equal_batch"  # fixed hyperparameters at B's and C's batch: separates the schedule from the batch size
 FRACTIONS = (0.2, 0.4, 0.6, 0.8, 1.0)
-BIG_SWING, SMALL_SWING = 0.10, 0.03  # the document's ">10%" and "<3%", as accuracy points
 SERIES = {
     "batch": ["eval_accuracy", "entropy"],
     "fixed_vs_dynamic": ["eval_accuracy", "lr", "kl_coef"],
@@ -48,78 +41,7 @@ SERIES = {
 }
 
 
-# ---- per-run statistics (pure) ------------------------------------------------------------
-def label(value) -> str:
-    return "none" if value is None else str(value)
-
-
-def largest_drop(values: pd.Series) -> float:
-    """The largest decrease between consecutive values (0 when the curve never goes down)."""
-    d = values.diff().dropna()
-    return float(max(-d.min(), 0.0)) if len(d) else 0.0
-
-
-def largest_relative_drop(values: pd.Series) -> float:
-    """The largest decrease between consecutive values as a share of the earlier one (0 when the curve never goes
-    down): the document's fluctuation in percent of the metric, free of the metric's scale."""
-    v = values.to_numpy(dtype=float)
-    earlier, later = v[:-1], v[1:]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        falls = np.where(earlier > 0, (earlier - later) / earlier, np.nan)
-    falls = falls[np.isfinite(falls)]
-    return float(max(falls.max(), 0.0)) if len(falls) else 0.0
-
-
-def change_shares(values: pd.Series) -> tuple[float, float]:
-    """Shares of consecutive changes (in either direction) above BIG_SWING and below SMALL_SWING."""
-    d = values.diff().dropna().abs()
-    return (float((d > BIG_SWING).mean()), float((d < SMALL_SWING).mean())) if len(d) else (NAN, NAN)
-
-
-MEASURES = (
-    "initial_eval",
-    "final_eval",
-    "best_eval",
-    "roughness",
-    "drawdown",
-    "largest_drop",
-    "largest_relative_drop",
-    "share_above_10",
-    "share_below_3",
-    "collapsed",
-    "final_reward",
-    "wall_seconds",
-    "alerts",
-)
-
-
-def measures(run) -> dict:
-    """What the tables aggregate per run (MEASURES); NaN everywhere for a run without a result."""
-    if not run.ok:
-        return dict.fromkeys(MEASURES, NAN)
-    e, ev = run.evals, run.evals["eval_accuracy"]
-    values = [
-        ev.iloc[0],
-        ev.iloc[-1],
-        ev.iloc[1:].max(),
-        roughness(e["step"], ev),
-        max_drawdown(ev),
-        largest_drop(ev),
-        largest_relative_drop(ev),
-        *change_shares(ev),
-        float(collapsed(run)),
-        logged(run, "reward_mean"),
-        run.summary["wall_seconds"],
-        len(run.summary["alerts"]),
-    ]
-    return dict(zip(MEASURES, values))
-
-
-def absolute_deviation(rows: pd.DataFrame, by: str, col: str) -> pd.Series:
-    """|value − its group's median|: the Brown-Forsythe transform, whose group means compare spreads."""
-    return (rows[col] - rows.groupby(by)[col].transform("median")).abs()
-
-
+# ---- reading runs (pure) ------------------------------------------------------------------
 def curve_points(run) -> list[dict]:
     """Eval accuracy (nearest evaluation), entropy and reward at 20..100% of the steps."""
     out = []
@@ -230,84 +152,42 @@ def equal_samples_pairs(es: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=CLAIM_TABLES["stability_equal_samples_pairs"])
 
 
-# B engaged: its last LR at most half its first; C: its KL coefficient spanned at least 1.5x
-LR_FELL, KL_MOVED = 0.5, 1.5
-
-
-def schedule_motion(run) -> dict:
-    """How far a run's LR fell (last / first) and its KL coefficient moved (largest / smallest), and
-    `schedule_moved`: 1 when either acted (a step schedule or a KL controller), else 0."""
-    if not run.ok:
-        return {"lr_ratio": NAN, "kl_coef_range": NAN, "schedule_moved": NAN}
-    lr_ratio, kl = kit.end_over_start(run.metrics["lr"]), run.metrics["kl_coef"].dropna()
-    kl_range = float(kl.max() / kl.min()) if len(kl) and kl.min() > 0 else NAN
-    moved = (kit.known(lr_ratio) and lr_ratio <= LR_FELL) or (kit.known(kl_range) and kl_range >= KL_MOVED)
-    return {"lr_ratio": lr_ratio, "kl_coef_range": kl_range, "schedule_moved": float(moved)}
-
-
-def fixed_vs_dynamic_tables(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per method (its role in the config: A, B or C) and per run."""
-    if not (runs := ctx.experiment(FVD)):
-        return pd.DataFrame(), pd.DataFrame()
-    method = {v: r for r, v in kit.roles(ctx.cfg, FVD, FVD_ROLES).items() if r in (*FVD_ROLES, FVD_CONTROL)}
-    rows = pd.DataFrame(
-        [
-            {
-                "method": method.get(r.spec.variant, ""),
-                "variant": r.spec.variant,
-                "seed": r.spec.seed,
-                "warmup": kit.warmup(r),
-                **measures(r),
-                "final_lr": logged(r, "lr"),
-                "final_kl_coef": logged(r, "kl_coef"),
-                **schedule_motion(r),
-            }
-            for r in runs
-        ]
-    )
-    rows["final_eval_absdev"] = absolute_deviation(rows, "method", "final_eval")  # the spread across seeds, per method
-    values = "final_eval roughness drawdown largest_drop final_lr final_kl_coef lr_ratio kl_coef_range".split()
-    out = kit.summarise(rows, ["method", "variant"], values)
+def fixed_vs_dynamic_table(ctx) -> pd.DataFrame:
+    """Per method (its role in the config: A, B, C, or the equal-batch control) across seeds."""
+    if not ctx.experiment(FVD):
+        return pd.DataFrame()
+    rows = ctx.run_table("stability_fvd_runs")
+    values = "final_eval roughness drawdown largest_drop lr_last kl_coef_last lr_ratio kl_coef_range".split()
+    out = kit.summarise(rows, ["role", "variant"], values)
     # the document's "reproducibility": spread of the final result across seeds
     out["reproducibility_std"] = out["final_eval_std"]
     out["rank"] = out["final_eval_mean"].rank(ascending=False)
     document_columns(
         out,
         ["doc_final_accuracy", "doc_stability", "doc_reproducibility", "doc_rank"],
-        [DOC["methods"].get(m) for m in out["method"]],
+        [DOC["methods"].get(m) for m in out["role"]],
     )
-    return out, rows
+    return out
 
 
-REMEDY_MEASURES = {
-    "drawdown": drawdown,
-    "kl_end": kl_end,
-    "accuracy_gain": accuracy_gain,
-    "gain": gain,
-    "final_eval": final_eval,
+# the remedies experiment's runs (a run table read here alone): each variant's settings, and the registered measures
+# its table gives across seeds
+REMEDY_SETTINGS = ["variant", "batch_size", "kl_coef", "lr"]
+REMEDIES = {
+    "experiment": "remedies",
+    "keys": [*REMEDY_SETTINGS, "seed", "warmup"],
+    "measures": ["drawdown", "kl_end", "accuracy_gain", "gain", "final_eval"],
 }
 
 
-def remedies_table(runs: list) -> pd.DataFrame:
+def remedies_table(ctx) -> pd.DataFrame:
     """Per variant of the remedies experiment (KL grid, and the LR and batch remedies at batch 64): its batch,
     KL coefficient and LR, and across seeds the drawdown, the KL to the reference at the end, the sampled
     training-accuracy gain, the held-out accuracy's gain over RL and the final held-out accuracy."""
-    if not runs:
+    if not ctx.experiment(REMEDIES["experiment"]):
         return pd.DataFrame()
-    settings = ["batch_size", "kl_coef", "lr"]
-    rows = pd.DataFrame(
-        [
-            {
-                "variant": r.spec.variant,
-                **{k: r.settings[k] for k in settings},
-                "seed": r.spec.seed,
-                "warmup": kit.warmup(r),
-                **kit.measured(r, **REMEDY_MEASURES),
-            }
-            for r in runs
-        ]
-    )
-    return kit.summarise(rows, ["variant", *settings], list(REMEDY_MEASURES))
+    rows = run_table(REMEDIES, ctx.runs, ctx.cfg)
+    return kit.summarise(rows, REMEDY_SETTINGS, REMEDIES["measures"])
 
 
 def gradvar_tables(ctx) -> dict[str, pd.DataFrame]:
@@ -462,105 +342,38 @@ def alerts_table(ctx) -> pd.DataFrame:
 SPIKE_FACTOR = 10.0  # the spike "was injected" when the gradient norm at its step is this many times the run's median
 
 
-def spike_ratio(grad_norms: pd.Series, steps: pd.Series, spike_step) -> float:
-    """Gradient norm (before clipping) at the spike step over the median of the other steps; NaN without a spike."""
-    if not kit.known(spike_step):
-        return NAN
-    at, rest = grad_norms[steps == spike_step], grad_norms[steps != spike_step].dropna()
-    if not len(at) or not len(rest) or not kit.known(at.iloc[0]) or rest.median() <= 0:
-        return NAN
-    return float(at.iloc[0] / rest.median())
-
-
-def clipped_share(grad_norms: pd.Series, max_norm) -> float:
-    """The share of steps whose gradient norm (logged before clipping) exceeded the max norm: how often the clip
-    acted (NaN without a clip)."""
-    norms = grad_norms.dropna()
-    return float((norms > float(max_norm)).mean()) if max_norm is not None and len(norms) else NAN
-
-
-def clipping_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per cell (optimizer x max norm x spike): collapse rate with its 95% Wilson interval; and one row per run: its
-    variant and cell, collapse, the largest fall below its start after the spike, the spike's measured size, and
-    `clip_bound`: the share of steps whose gradient norm the clip cut (NaN without a clip)."""
-    if not runs:
-        return pd.DataFrame(), pd.DataFrame()
-    rows = []
-    for r in runs:
-        st, m = r.settings, measures(r)
-        optimizer, spike = st.get("optimizer", "adamw"), st.get("fault_grad_spike_step")
-        max_norm = label(st["grad_clip"])
-        after = r.evals[r.evals["step"] >= (spike or 0)]["eval_accuracy"] if r.ok else []
-        norm = kit.cell(r.metrics, "grad_norm", step=spike) if r.ok and spike is not None else NAN  # at the spike
-        bound = clipped_share(r.metrics["grad_norm"], st["grad_clip"]) if r.ok else NAN
-        rows.append(
-            {
-                "variant": r.spec.variant or "",
-                "optimizer": optimizer,
-                "max_norm": max_norm,
-                "spike": "yes" if spike is not None else "no",
-                "cell": f"{optimizer}, clip {max_norm}, {'spike' if spike is not None else 'no spike'}",
-                "seed": r.spec.seed,
-                "warmup": kit.warmup(r),
-                "collapsed": m["collapsed"],
-                "initial_eval": m["initial_eval"],
-                "final_eval": m["final_eval"],
-                "eval_gain": m["final_eval"] - m["initial_eval"],
-                "drop_after_spike": float(m["initial_eval"] - after.min()) if len(after) else NAN,
-                "spike_ratio": spike_ratio(r.metrics["grad_norm"], r.metrics["step"], spike) if r.ok else NAN,
-                "spike_norm": norm,
-                "clip_bound": bound,
-            }
-        )
-    rows = pd.DataFrame(rows)
+def clipping_table(ctx) -> pd.DataFrame:
+    """Per cell (optimizer x max norm x spike): collapse rate with its 95% Wilson interval, and across seeds the
+    largest fall below the start after the spike, the final accuracy and the spike's measured size."""
+    if not (runs := ctx.experiment("clipping")):
+        return pd.DataFrame()
+    rows = ctx.run_table("stability_clipping_runs")
+    # every run's cell from its settings (the run table's labels are NaN without a result): expected there all the same
+    rows["max_norm"], rows["spike"] = [max_norm(r) for r in runs], [spike(r) for r in runs]
+    cells = zip(rows["optimizer"], rows["max_norm"], rows["spike"])
+    rows["cell"] = [f"{o}, clip {m}, {'spike' if s == 'yes' else 'no spike'}" for o, m, s in cells]
     values = ["collapsed", "drop_after_spike", "final_eval", "spike_ratio"]
     out = kit.summarise(rows, ["cell", "optimizer", "max_norm", "spike"], values)
     out = out.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
     out.insert(out.columns.get_loc("n"), "collapses", kit.group_sums(rows, "cell", "collapsed"))
     out = kit.add_wilson(out, "collapses")  # the rate, collapses/n (the mean of `collapsed`), with its interval
     out["doc_collapse_rate"] = out["max_norm"].map(lambda m: DOC["clipping"].get(m, (NAN, ""))[0])
-    return out, rows
+    return out
 
 
-CRITIC_BY = 20  # the step by which the critic must explain part of the returns (its check is in config/claims.yaml)
-
-
-def critic_ev(metrics: pd.DataFrame) -> float:
-    """Mean explained variance of the value head over the 5 steps ending at step CRITIC_BY (or the run's last)."""
-    return float(metrics[metrics["step"] <= CRITIC_BY].tail(5)["explained_variance"].mean())
-
-
-def value_clip_table(runs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per run: the critic's error (value RMSE against its targets), how much of the returns it explains, how far
-    one update moved its values (value_delta: mean |v - v_old| after a batch's first epoch) and the share of value
-    predictions the clip cut on its busiest step; per cell their means and spreads."""
-    if not runs:
-        return pd.DataFrame(), pd.DataFrame()
-    rows = pd.DataFrame(
-        [
-            {
-                "value_clip": label(r.settings["value_clip"]),
-                "value_coef": float(r.settings["value_coef"]),
-                "seed": r.spec.seed,
-                "warmup": kit.warmup(r),
-                "setting": kit.setting(r.spec),
-                "final_rmse": logged(r, "value_rmse"),
-                "mean_rmse": logged(r, "value_rmse", "mean"),
-                "final_explained_variance": logged(r, "explained_variance"),
-                "ev_by_20": critic_ev(r.metrics) if r.ok else NAN,
-                "ev_min": logged(r, "explained_variance", "min"),
-                "value_delta_max": logged(r, "value_delta", "max"),
-                "clip_share_max": logged(r, "value_clip_frac", "max"),
-                "final_eval": final_eval(r) if r.ok else NAN,
-            }
-            for r in runs
-        ]
-    )
+def value_clip_table(ctx) -> pd.DataFrame:
+    """Per cell (value clip x value weight), across seeds: the critic's error (value RMSE against its targets), how
+    much of the returns it explains, how far one update moved its values and the share of value predictions the clip
+    cut on its busiest step."""
+    if not (runs := ctx.experiment("value_clip")):
+        return pd.DataFrame()
+    rows = ctx.run_table("stability_value_clip_runs")
+    rows["value_clip"] = [value_clip(r) for r in runs]  # from its settings: a run without a result has a cell too
     values = [c for c in rows.columns if c not in ("value_clip", "value_coef", "seed", "warmup", "setting")]
     out = kit.summarise(rows, ["value_clip", "value_coef"], values)
     doc_rmse = {(clip, coef): rmse for clip, coef, rmse in DOC["value_rmse"]}
     out["doc_rmse"] = [doc_rmse.get(cell, NAN) for cell in zip(out["value_clip"], out["value_coef"])]
-    return out, rows
+    return out
 
 
 # The calibrated reference (docs/notebook/2026-11-23-calibration-pilot.md); "too large" is a multiple of it.
@@ -574,7 +387,7 @@ def run_signals(run) -> dict:
     i = d.idxmin() if d.notna().any() else None
     return {
         "zero_std": m["frac_zero_std"].mean(),
-        "drop": largest_drop(ev["eval_accuracy"]),
+        "drop": largest_drop(run),
         "drop_at": (ev["step"][i - 1], ev["step"][i], ev["eval_accuracy"][i - 1], ev["eval_accuracy"][i])
         if i is not None
         else None,
@@ -663,92 +476,12 @@ def troubleshooting_table(ctx) -> pd.DataFrame:
     )
 
 
-TUNING = "batch_tuning"
-TUNING_ROLES = ("small_ref", "small_high", "large_ref", "large_high")  # each batch at the reference LR and at 3x it
-
-
-def tuning_table(ctx) -> pd.DataFrame:
-    """Per batch and seed: the held-out gain at the reference LR and at the higher one, and `lr_sensitivity`, their
-    difference (what the higher LR costs that batch), paired by seed: the same warm-up and prompts."""
-    runs = ctx.experiment(TUNING)
-    cols = CLAIM_TABLES["stability_tuning_runs"]
-    if not runs:
-        return pd.DataFrame(columns=cols)
-    role = {v: r for r, v in kit.roles(ctx.cfg, TUNING, TUNING_ROLES).items() if r in TUNING_ROLES}
-    by = {(role.get(r.spec.variant), r.spec.seed): r for r in runs if r.ok}
-    rows = []
-    for size in ("small", "large"):
-        for seed in sorted({s for (_, s) in by}):
-            ref, high = by.get((f"{size}_ref", seed)), by.get((f"{size}_high", seed))
-            if ref is None or high is None:
-                continue
-            g_ref, g_high = (float(r.evals["eval_accuracy"].iloc[-1] - r.initial_eval) for r in (ref, high))
-            rows.append(
-                {
-                    "batch_size": ref.settings["batch_size"],
-                    "seed": seed,
-                    "warmup": kit.warmup(ref),
-                    "gain_ref": g_ref,
-                    "gain_high": g_high,
-                    "lr_ref": ref.settings["lr"],
-                    "lr_high": high.settings["lr"],
-                    "lr_sensitivity": g_ref - g_high,
-                }
-            )
-    return pd.DataFrame(rows, columns=cols)
-
-
 ACCUMULATION = ["batch_size", "micro_batch_size", "steps", "max_abs_difference", "max_abs_gradient", "relative"]
-# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
+# The study's tables that claims read and are not one row per run (the run tables are declared in
+# mathrl.analysis.measures), and their columns, stated once: the tables are made with them, and
 # mathrl.analysis.claim_names reads this assignment from the source (without importing the module) to check a claim's
-# names
-# when the config is read.
+# names when the config is read.
 CLAIM_TABLES = {
-    "stability_fvd_runs": [
-        "method",
-        "variant",
-        "seed",
-        "warmup",
-        *MEASURES,
-        "final_lr",
-        "final_kl_coef",
-        "lr_ratio",
-        "kl_coef_range",
-        "schedule_moved",
-        "final_eval_absdev",
-    ],
-    "stability_clipping_runs": [
-        "variant",
-        "optimizer",
-        "max_norm",
-        "spike",
-        "cell",
-        "seed",
-        "warmup",
-        "collapsed",
-        "initial_eval",
-        "final_eval",
-        "eval_gain",
-        "drop_after_spike",
-        "spike_ratio",
-        "spike_norm",
-        "clip_bound",
-    ],
-    "stability_value_clip_runs": [
-        "value_clip",
-        "value_coef",
-        "seed",
-        "warmup",
-        "setting",
-        "final_rmse",
-        "mean_rmse",
-        "final_explained_variance",
-        "ev_by_20",
-        "ev_min",
-        "value_delta_max",
-        "clip_share_max",
-        "final_eval",
-    ],
     "stability_gradvar": [
         "task",
         "status",
@@ -762,29 +495,18 @@ CLAIM_TABLES = {
     "stability_accumulation": ["task", "status", *ACCUMULATION],
     "stability_equal_samples_pairs": ["batch_size", "large_batch", "seed", "warmup", "samples", "large", "small"],
     "stability_alert_runs": ["detector", "source", "run_id", "followed_by_drop", "events"],
-    "stability_tuning_runs": [
-        "batch_size",
-        "seed",
-        "warmup",
-        "gain_ref",
-        "gain_high",
-        "lr_ref",
-        "lr_high",
-        "lr_sensitivity",
-    ],
 }
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     batch = ctx.experiment("batch")
     out = {**batch_tables(ctx), **gradvar_tables(ctx)}
-    out["stability_fixed_vs_dynamic"], out["stability_fvd_runs"] = fixed_vs_dynamic_tables(ctx)
-    out["stability_tuning_runs"] = tuning_table(ctx)
+    out["stability_fixed_vs_dynamic"] = fixed_vs_dynamic_table(ctx)
     out["stability_equal_samples"] = equal_samples_table(batch)
-    out["stability_remedies"] = remedies_table(ctx.experiment("remedies"))
+    out["stability_remedies"] = remedies_table(ctx)
     out["stability_equal_samples_pairs"] = equal_samples_pairs(out["stability_equal_samples"])
-    out["stability_clipping"], out["stability_clipping_runs"] = clipping_table(ctx.experiment("clipping"))
-    out["stability_value_clip"], out["stability_value_clip_runs"] = value_clip_table(ctx.experiment("value_clip"))
+    out["stability_clipping"] = clipping_table(ctx)
+    out["stability_value_clip"] = value_clip_table(ctx)
     out["stability_alerts"] = alerts_table(ctx)
     # the monitor scores each trained run once: a run two experiments read (same_as) is one unit, not two
     out.update(alert_tables([r for r in ctx.runs.values() if r.ok and r.spec.same_as is None]))
@@ -888,6 +610,7 @@ def _value_clip_figure(t):
     title = "PPO value error by value clipping and weight"
     kit.bands(ax, **_curves(t, "value_clip", "value_rmse", "value RMSE (against returns)", title))
     vr = t["stability_value_clip_runs"]
+    vr = vr.dropna(subset=["value_clip"]) if "setting" in vr else vr  # (a run without a result has no clip here)
     clipped = set(vr.loc[vr["value_clip"].astype(str) != "none", "setting"]) if "setting" in vr else set()
     for line in ax.get_lines():  # clipped dashed, so settings whose curves coincide stay visible
         line.set_linestyle("--" if line.get_label() in clipped else "-")
@@ -987,8 +710,8 @@ def section(t) -> dict:
         "horizon": HORIZON,
         "doc_variance": DOC["variance"],
         "batch_ends": [kit.row_of(b, batch_size=k) for k in ends],
-        "fvd": [row for m in FVD_ROLES if (row := kit.row_of(tb["fixed_vs_dynamic"], method=m))],
-        "b_lr_ratio": kit.cell(tb["fixed_vs_dynamic"], "lr_ratio_mean", method="B"),
+        "fvd": [row for m in FVD_ROLES if (row := kit.row_of(tb["fixed_vs_dynamic"], role=m))],
+        "b_lr_ratio": kit.cell(tb["fixed_vs_dynamic"], "lr_ratio_mean", role="B"),
         "value_clip": value,
         "verdict_list": rows,
         "rows": parts,
