@@ -134,11 +134,6 @@ def mean_lr(run) -> float:
     return float(run.metrics["lr"].mean())
 
 
-@measure("lr_ratio", "learning rate at the last step that logged it / at the first")
-def lr_ratio(run) -> float:
-    return end_over_start(run.metrics["lr"])
-
-
 @measure("clip_binding", "share of steps whose gradient norm (before clipping) exceeded the clip", bounds=SHARE)
 def clip_binding(run) -> float:
     return clip_binding_of(run.metrics, run.settings.get("grad_clip"))
