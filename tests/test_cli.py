@@ -65,7 +65,7 @@ def test_a_variant_of_an_experiments_run_trains_under_its_own_name(tiny_cfg_dict
     cfg = load_config([write_config(tmp_path / "c.yaml", tiny_cfg_dict)])
     run_id, experiment, settings = cli.resolve_run(cfg, "tiny__batch_size-16__s1", "hot", ["lr=0.5"])
     assert (run_id, experiment) == ("hot", None)
-    assert settings["lr"] == 0.5 and settings["batch_size"] == 16 and settings["seed"] == 1
+    assert settings.lr == 0.5 and settings.batch_size == 16 and settings.seed == 1
     with pytest.raises(cli.ConfigError, match="'tiny__batch_size-8__s0' is a run of experiment tiny"):
         cli.resolve_run(cfg, "tiny__batch_size-16__s1", "tiny__batch_size-8__s0", ["lr=0.5"])
 

@@ -39,11 +39,11 @@ def test_grid_expansion_and_run_ids(tiny_cfg_dict, tmp_path):
     runs = {k: v for k, v in expand_runs(cfg).items() if v.experiment == "ab"}
     assert len(runs) == 2 * 2 * 2
     a = runs["ab__A_grad_clip-none__s3"]
-    assert a.settings["grad_clip"] is None and a.settings["seed"] == 3 and a.settings["lr"] == 1.0e-3
+    assert a.settings.grad_clip is None and a.settings.seed == 3 and a.settings.lr == 1.0e-3
     # the dapo preset applies beneath the experiment's own settings
-    assert a.settings["dynamic_sampling"] is True and a.settings["clip_eps_high"] == 0.28
+    assert a.settings.dynamic_sampling is True and a.settings.clip_eps_high == 0.28
     b = runs["ab__B_grad_clip-0.5__s0"]
-    assert b.settings["lr_schedule"] == "step" and b.settings["dynamic_sampling"] is False
+    assert b.settings.lr_schedule == "step" and b.settings.dynamic_sampling is False
 
 
 def test_overrides_and_merge(tiny_cfg_dict, tmp_path):
@@ -129,13 +129,11 @@ def test_lr_scale_states_a_learning_rate_relative_to_the_reference(tiny_cfg_dict
     }
     runs = expand_runs(load_config([write_config(tmp_path / "a.yaml", tiny_cfg_dict)]))
     base = tiny_cfg_dict["train"]["lr"]
-    assert runs["rel__ref__s0"].settings["lr"] == base and runs["rel__hot__s0"].settings["lr"] == pytest.approx(
-        5 * base
-    )
-    assert runs["own__hot__s0"].settings["lr"] == pytest.approx(2.0e-3)  # scales the experiment's own lr
+    assert runs["rel__ref__s0"].settings.lr == base and runs["rel__hot__s0"].settings.lr == pytest.approx(5 * base)
+    assert runs["own__hot__s0"].settings.lr == pytest.approx(2.0e-3)  # scales the experiment's own lr
     tiny_cfg_dict["train"]["lr"] = 1.0e-4  # a new reference moves the aggressive setting with it
     again = expand_runs(load_config([write_config(tmp_path / "b.yaml", tiny_cfg_dict)]))
-    assert again["rel__hot__s0"].settings["lr"] == pytest.approx(5.0e-4)
+    assert again["rel__hot__s0"].settings.lr == pytest.approx(5.0e-4)
 
 
 def test_a_layered_lr_on_a_variant_with_lr_scale_is_refused(tiny_cfg_dict, tmp_path):
@@ -144,7 +142,7 @@ def test_a_layered_lr_on_a_variant_with_lr_scale_is_refused(tiny_cfg_dict, tmp_p
     'aggressive' at 10x the reference instead of 2x)."""
     tiny_cfg_dict["experiments"]["rel"] = {"variants": {"ref": {}, "hot": {"lr_scale": 2}}, "seeds": [0]}
     base = write_config(tmp_path / "base.yaml", tiny_cfg_dict)
-    assert expand_runs(load_config([base]))["rel__hot__s0"].settings["lr"] == pytest.approx(
+    assert expand_runs(load_config([base]))["rel__hot__s0"].settings.lr == pytest.approx(
         2 * tiny_cfg_dict["train"]["lr"]
     )
     over = tmp_path / "over.yaml"
@@ -182,9 +180,9 @@ def test_full_yaml_keeps_the_defaults_multiples_of_the_reference_lr():
         for cfg_ratio in [default, full]:
             runs = expand_runs(cfg_ratio)
             seed = cfg_ratio["experiments"][name]["seeds"][0]
-            ref_lr = runs[f"{name}__{ref}__s{seed}"].settings["lr"]
+            ref_lr = runs[f"{name}__{ref}__s{seed}"].settings.lr
             for variant in scaled:
-                ratio = runs[f"{name}__{variant}__s{seed}"].settings["lr"] / ref_lr
+                ratio = runs[f"{name}__{variant}__s{seed}"].settings.lr / ref_lr
                 want = exp["variants"][variant]["lr_scale"] / ref_scale
                 assert ratio == pytest.approx(want), (name, variant, ratio)
 
@@ -224,7 +222,7 @@ def test_config_files_layer_over_the_default_unless_standalone(tmp_path, capsys)
     listed = capsys.readouterr().out.split()
     assert listed == [r for r, spec in expand_runs(load_config()).items() if spec.experiment == "batch"]
     full = load_config(layered([DEFAULT_CONFIG.parent / "full.yaml"]))
-    assert all(spec.settings["steps"] == 200 for r, spec in expand_runs(full).items() if spec.experiment == "batch")
+    assert all(spec.settings.steps == 200 for r, spec in expand_runs(full).items() if spec.experiment == "batch")
     two_lines = tmp_path / "steps.yaml"
     two_lines.write_text("train:\n  steps: 7\n")
     cfg = load_config(layered([two_lines]))
@@ -250,7 +248,7 @@ def test_every_yaml_1_2_float_form_is_a_number_in_a_config_file(tiny_cfg_dict, t
                     "  tiny: {grid: {lr: [2e-4, 3e-4]}, seeds: [0]}\n")  # fmt: skip
     cfg = load_config([base, mine])
     assert (cfg["train"]["lr"], cfg["train"]["kl_coef"], cfg["train"]["weight_decay"]) == (1e-3, 1e-2, 0.5)
-    assert {spec.settings["lr"] for spec in expand_runs(cfg).values()} == {2e-4, 3e-4}
+    assert {spec.settings.lr for spec in expand_runs(cfg).values()} == {2e-4, 3e-4}
     assert load_config([base], ["train.lr=1e-3"])["train"]["lr"] == 1e-3  # the same on the command line
     from mathrl.pipeline.config import safe_load, yaml12_numbers
 
@@ -336,6 +334,6 @@ def test_the_tiny_example_is_a_whole_small_config_with_the_grpo_vs_rloo_experime
     assert cfg["results"] == "results/tiny" and list(cfg["tasks"]) == ["add"] and list(cfg["sft"]) == ["add"]
     runs = trained_runs(cfg)
     assert sorted(runs) == [f"grpo_vs_rloo__{arm}__s{seed}" for arm in ("grpo", "rloo") for seed in range(5)]
-    assert all(spec.settings["steps"] <= 30 and spec.settings["batch_size"] <= 256 for spec in runs.values())
+    assert all(spec.settings.steps <= 30 and spec.settings.batch_size <= 256 for spec in runs.values())
     ours = yaml.safe_load((examples / "tiny.yaml").read_text())["experiments"]
     assert ours == yaml.safe_load((examples / "grpo_vs_rloo.yaml").read_text())["experiments"]

@@ -129,6 +129,6 @@ def test_the_pilot_selects_on_the_validation_split(files):
 
     runs = expand_runs(load_config([ROOT / f for f in files]))
     pilot = {rid: spec for rid, spec in runs.items() if spec.experiment == "calibration"}
-    assert pilot and all(spec.settings["eval_split"] == "val" for spec in pilot.values())
-    assert all(runs[spec.trained_as].settings["eval_split"] == "val" for spec in pilot.values())
-    assert {spec.settings["eval_split"] for rid, spec in runs.items() if spec.experiment == "system"} == {"test"}
+    assert pilot and all(spec.settings.eval_split == "val" for spec in pilot.values())
+    assert all(runs[spec.trained_as].settings.eval_split == "val" for spec in pilot.values())
+    assert {spec.settings.eval_split for rid, spec in runs.items() if spec.experiment == "system"} == {"test"}

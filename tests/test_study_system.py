@@ -313,7 +313,7 @@ def test_the_control_sees_an_rl_runs_samples_and_every_start_is_saved(files):
     cfg = load_config([ROOT / f for f in files])
     runs = [spec for spec in expand_runs(cfg).values() if spec.experiment == "system"]
     for spec in runs:
-        s, sft = spec.settings, cfg["sft"][spec.settings["task"]]
+        s, sft = spec.settings.as_dict(), cfg["sft"][spec.settings.task]
         assert s["steps"] * s["batch_size"] == sft["control_steps"] * sft["control_batch_size"], spec.run_id
         controls = len(sft["control_seeds"]) * sft["warmups"]  # one control per warm-up and control seed
         assert controls >= 5 and len(cfg["experiments"]["system"]["seeds"]) >= 5

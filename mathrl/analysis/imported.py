@@ -698,7 +698,7 @@ class _Tables(dict):
 def build(paths: list[Path], arms_file: Path | None, out: Path, report_link: str, command: str) -> dict:
     """Read, check, then write the set: run folders, tables, the figure and report.html; what was written."""
     from mathrl.analysis import claims
-    from mathrl.analysis.measures import MEASURES
+    from mathrl.analysis.measures import EVERY_RUN
     from mathrl.pipeline.atomic import atomic_write
 
     where = str(arms_file) if arms_file else "the log folder names"
@@ -713,10 +713,10 @@ def build(paths: list[Path], arms_file: Path | None, out: Path, report_link: str
         written[run.run_id] = (summary(run, m, initial, name, run_alerts(m)), m)
     cfg = config(spec, name, out, runs)
     for spec_claim in claims.load(cfg, None, path=out / "no-claims-file.yaml"):  # the grammar, checked up front
-        if spec_claim.measure not in MEASURES:
+        if spec_claim.measure not in EVERY_RUN:  # an imported run's claims read run_measures
             raise ConfigError(
-                f"{where}: claim {spec_claim.id}: measure {spec_claim.measure!r} is not a measure; "
-                f"`mathrl claims --measures` lists them"
+                f"{where}: claim {spec_claim.id}: measure {spec_claim.measure!r} is not a measure of every run; "
+                f"allowed: {', '.join(EVERY_RUN)}"
             )
     loaded = as_runs(written, name)
     t = tables(cfg, loaded, report_link)

@@ -28,6 +28,7 @@ import pandas as pd
 from mathrl.pipeline import layout
 from mathrl.pipeline.config import RunSpec, expand_runs, trained_runs
 from mathrl.pipeline.errors import DamagedFileError
+from mathrl.pipeline.settings import RunSettings
 
 # A run "collapsed" if held-out accuracy fell below this share of where it started and
 # stayed there (two evaluations in a row, or at the final one), or a non-finite loss or
@@ -62,8 +63,8 @@ class Run:
     def settings(self) -> dict:
         """The settings the run recorded (summary.json's `config`), else the config's expansion."""
         if self.ok and isinstance(self.summary.get("config"), dict):
-            return {**self.spec.settings, **self.summary["config"]}
-        return self.spec.settings
+            return {**expanded_settings(self.spec), **self.summary["config"]}
+        return expanded_settings(self.spec)
 
     @property
     def initial_eval(self) -> float:
@@ -87,6 +88,11 @@ class Run:
         return self._evals.copy()
 
 
+def expanded_settings(spec: RunSpec) -> dict:
+    """A run's settings as the config expanded them, as a dict (a run imported from another framework has none)."""
+    return spec.settings.as_dict() if isinstance(spec.settings, RunSettings) else dict(spec.settings)
+
+
 def warmup(run: Run) -> float:
     """The warm-up a run started from (its resolved `warmup` setting): the unit its verdicts are replicated over;
     NaN for a run from a random policy or one recorded before runs named their warm-up."""
@@ -108,7 +114,7 @@ def progress_of(cfg: dict, spec: RunSpec) -> str:
     except (OSError, DamagedFileError):
         return "unreadable" + shared
     status = summary.get("status", "complete")
-    drift = settings_drift(spec.settings, summary.get("config") or {})
+    drift = settings_drift(expanded_settings(spec), summary.get("config") or {})
     if drift:
         return "stale" + shared
     return ("done" if status == "complete" else f"done ({status})") + shared
@@ -159,7 +165,7 @@ def load_run(run_dir: Path, spec: RunSpec | None) -> Run:
             "unreadable",
             problem=f"{problem}; remove {run_dir} (or `snakemake --forcerun`) to train the run again",
         )
-    drift = settings_drift(spec.settings, summary.get("config") or {}) if spec is not None else []
+    drift = settings_drift(expanded_settings(spec), summary.get("config") or {}) if spec is not None else []
     if drift:
         problem = (
             f"{run_dir} was trained with other settings than the config gives it now ({'; '.join(drift)}); "
@@ -257,7 +263,7 @@ def aggregate_inputs(cfg: dict, runs: dict | None = None) -> dict[str, list[str]
 
 def warmed_tasks(cfg: dict, runs: dict) -> list[str]:
     """The tasks whose warm-ups some run starts from, the gradient probe reads or the starts continue."""
-    used = {spec.settings["task"] for spec in runs.values() if spec.settings.get("init") != "random"}
+    used = {spec.settings.task for spec in runs.values() if spec.settings.init != "random"}
     used |= set(cfg["gradvar"]["tasks"]) | set(layout.starts_tasks(cfg))
     return [task for task in cfg["tasks"] if task in used and task in (cfg.get("sft") or {})]
 

@@ -132,7 +132,8 @@ def bounds(metric: str, s: dict | None) -> tuple[float, float]:
 def setting_settings(cfg: dict, experiment: str) -> dict[str, dict]:
     """{setting: the resolved settings of its first run} of one experiment."""
     specs = [spec for spec in expand_runs(cfg).values() if spec.experiment == experiment]
-    return {setting(spec): spec.settings for spec in reversed(specs)}  # reversed: the first run's settings win
+    first = reversed(specs)  # the first run's settings win
+    return {setting(spec): spec.settings.as_dict() for spec in first}
 
 
 def figure(c: pd.DataFrame, experiment: str, settings: dict[str, dict] | None = None) -> plt.Figure:

@@ -296,7 +296,7 @@ def differences_table(ctx, role: dict[str, str]) -> pd.DataFrame:
     """Per remedy compared with the failing setting of its cause (role kl_failing: the exploding KL; where a config runs
     the entropy remedies, entropy_failing): each run setting it changes, from the config's expansion of the
     experiment (seed 0's run of each variant)."""
-    spec = {run.spec.variant or "": run.spec.settings for run in reversed(ctx.experiment(EXPERIMENT))}
+    spec = {run.spec.variant or "": run.spec.settings.as_dict() for run in reversed(ctx.experiment(EXPERIMENT))}
     failing_of = {r: "kl_failing" if r in KL_ROLES else "entropy_failing" for r in COMPARED_TO_FAILURE}
     rows = [
         {

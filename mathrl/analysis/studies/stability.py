@@ -650,8 +650,8 @@ def design(cfg: dict) -> dict:
     config resolves them for each experiment's first run (the train block's where the experiment has none)."""
     keys = ("batch_size", "steps", "eval_every", "eval_size")
     specs = list(expand_runs(cfg).values())
-    first = {spec.experiment: spec.settings for spec in reversed(specs)}  # the first run wins
-    variant = {(spec.experiment, spec.variant): spec.settings for spec in specs}
+    first = {spec.experiment: spec.settings.as_dict() for spec in reversed(specs)}  # the first run wins
+    variant = {(spec.experiment, spec.variant): spec.settings.as_dict() for spec in specs}
 
     def setting(exp: str, role: str) -> dict | None:  # the settings of the variant in `role`, None without one
         name = kit.roles(cfg, exp, ()).get(role)
