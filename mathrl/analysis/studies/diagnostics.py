@@ -24,6 +24,7 @@ import mathrl.analysis.studies.loss_comparison as loss_comparison
 import mathrl.analysis.studies.negative_controls as negative_controls
 import mathrl.analysis.studies.rollout_mismatch as rollout_mismatch
 from mathrl.analysis import estimators as dx
+from mathrl.analysis.measures import MEASURES
 from mathrl.analysis.measures.general import final_eval, gain
 from mathrl.analysis.results import mean_spread, read_csv
 from mathrl.analysis.studies.generic import setting
@@ -253,27 +254,18 @@ UPDATE_BOUNDS = {
 
 
 def update_runs(ctx) -> pd.DataFrame:
-    """Per run: the step means of the update diagnostics, and the Spearman correlation between
-    the log-prob/advantage covariance at step t and the entropy change H(t+1) − H(t) (the
-    Entropy Mechanism paper: entropy falls where the covariance is positive)."""
-    rows = []
-    for keys, run in ok_runs(ctx):
-        m = run.metrics
-        if "logp_adv_cov" not in m:
-            continue
-        cov, dh = m["logp_adv_cov"].to_numpy()[:-1], np.diff(m["entropy"].to_numpy())
-        keep = np.isfinite(cov) & np.isfinite(dh)
-        enough = keep.sum() >= 5 and np.ptp(cov[keep]) > 0  # five steps, and a covariance that varies
-        rho = float(stats.spearmanr(cov[keep], dh[keep]).statistic) if enough else NAN
-        injected = any(run.settings.get(k) is not None for k in FAULT_STEPS)
-        rows.append(
-            {
-                **keys,
-                "fault_injected": "yes" if injected else "no",
-                **{c: float(m[c].mean()) for c in UPDATE[:-1]},
-                "cov_entropy_corr": rho,
-            }
-        )
+    """Per run of any experiment that logged the update diagnostics: their step means, and the Spearman correlation
+    between the log-prob/advantage covariance at step t and the entropy change H(t+1) − H(t) (the Entropy Mechanism
+    paper: entropy falls where the covariance is positive; measures/policy_updates.py)."""
+    rows = [
+        {
+            **keys,
+            "fault_injected": "yes" if any(run.settings.get(k) is not None for k in FAULT_STEPS) else "no",
+            **{c: MEASURES[c][1](run) for c in UPDATE},
+        }
+        for keys, run in ok_runs(ctx)
+        if "logp_adv_cov" in run.metrics
+    ]
     return pd.DataFrame(rows, columns=CLAIM_TABLES["diagnostics_update_runs"])
 
 
@@ -327,14 +319,11 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         ),  # the rollout/trainer mismatch
         **compute_curves.tables(((k["experiment"], k["setting"], run) for k, run in ok_runs(ctx)), ctx.cfg),
         **negative_controls.tables(
-            named(negative_controls.EXPERIMENT),
+            ctx.run_table("diagnostics_negative_controls_runs"),
             controls,
             kit.roles(ctx.cfg, negative_controls.EXPERIMENT, ("reference",)),
         ),
-        **loss_comparison.tables(
-            named(loss_comparison.EXPERIMENT),
-            kit.roles(ctx.cfg, loss_comparison.EXPERIMENT, (loss_comparison.BASELINE,)),
-        ),
+        **loss_comparison.tables(ctx, kit.roles(ctx.cfg, loss_comparison.EXPERIMENT, (loss_comparison.BASELINE,))),
         **high_entropy_tokens.tables(
             ctx,
             named(high_entropy_tokens.EXPERIMENT),
