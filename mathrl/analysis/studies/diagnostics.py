@@ -91,7 +91,7 @@ def pass_at_k_runs(ctx) -> pd.DataFrame:
                         "boot_hi": hi,
                     }
                 )
-    return pd.DataFrame(rows, columns=CLAIM_TABLES["diagnostics_pass_at_k_runs"])
+    return pd.DataFrame(rows, columns=PASS_AT_K)
 
 
 def pass_at_k_summary(runs: pd.DataFrame) -> pd.DataFrame:
@@ -277,22 +277,16 @@ def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- the study
-# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
-# mathrl.analysis.claim_names reads this assignment from the source (without importing the module) to check a claim's
-# names
-# when the config is read.
+# The tables claims read that the run tables (mathrl.analysis.measures) cannot give, and their columns, stated once:
+# the tables are made with them, and mathrl.analysis.claim_names reads this assignment from the source (without
+# importing the module) to check a claim's names when the config is read. pass@k and the advantage scaling have a row
+# per run and k or number of carries, from files of the run's directory; the update diagnostics read every experiment
+# of the configuration, the runs that logged them.
+PASS_AT_K = [*RUN_KEYS, "phase", "k", "problems", "pass_at_k", "boot_lo", "boot_hi"]
 CLAIM_TABLES = {
-    "diagnostics_pass_at_k_runs": [*RUN_KEYS, "phase", "k", "problems", "pass_at_k", "boot_lo", "boot_hi"],
+    "diagnostics_pass_at_k_runs": PASS_AT_K,
     # the negative controls' rows of pass_at_k_runs, apart: their claims are not the other runs'
-    "diagnostics_negative_controls_pass_at_k_runs": [
-        *RUN_KEYS,
-        "phase",
-        "k",
-        "problems",
-        "pass_at_k",
-        "boot_lo",
-        "boot_hi",
-    ],
+    "diagnostics_negative_controls_pass_at_k_runs": PASS_AT_K,
     "diagnostics_update_runs": [*RUN_KEYS, "fault_injected", *UPDATE],
     "diagnostics_adv_scaling_runs": ["setting", "seed", "warmup", "carries", "problems", "initial", "final", "gain"],
 }
@@ -300,7 +294,6 @@ CLAIM_TABLES = {
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     pk, law, adv, upd = pass_at_k_runs(ctx), entropy_law_runs(ctx), adv_scaling_runs(ctx), update_runs(ctx)
-    named = lambda experiment: [(setting(r.spec), r) for r in ctx.experiment(experiment) if r.ok]  # noqa: E731
     is_control = pk["experiment"] == negative_controls.EXPERIMENT  # their pass@k has claims of its own
     controls, pk = pk[is_control], pk[~is_control]
     return {
@@ -325,9 +318,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         ),
         **loss_comparison.tables(ctx, kit.roles(ctx.cfg, loss_comparison.EXPERIMENT, (loss_comparison.BASELINE,))),
         **high_entropy_tokens.tables(
-            ctx,
-            named(high_entropy_tokens.EXPERIMENT),
-            kit.roles(ctx.cfg, high_entropy_tokens.EXPERIMENT, (high_entropy_tokens.BASELINE,)),
+            ctx, kit.roles(ctx.cfg, high_entropy_tokens.EXPERIMENT, (high_entropy_tokens.BASELINE,))
         ),
     }
 

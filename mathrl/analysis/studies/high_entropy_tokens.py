@@ -86,8 +86,9 @@ def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
 CLAIM_TABLES = {"diagnostics_token_selection_probe_runs": ["setting", "role", "seed", "warmup", *PROBE_MEANS]}
 
 
-def tables(ctx, runs, roles: dict) -> dict[str, pd.DataFrame]:
-    """The experiment's tables from its complete runs, (variant, run) pairs, and its roles."""
+def tables(ctx, roles: dict) -> dict[str, pd.DataFrame]:
+    """The experiment's tables from its complete runs and its roles."""
+    runs = [(kit.setting(run.spec), run) for run in ctx.experiment(EXPERIMENT) if run.ok]
     probe_rows, carry = probe(ctx, runs)
     means = lambda run: {c: carry.get(run.spec.run_id, {}).get(c, NAN) for c in PROBE_MEANS}  # noqa: E731
     probe_runs = kit.arm_runs(runs, roles, means, PROBE_MEANS)
