@@ -9,7 +9,7 @@ from mathrl.analysis.curves import sigmoid_curve
 from mathrl.analysis.report import environment
 from mathrl.analysis.studies import diagnostics
 from mathrl.analysis.studies.context import Context
-from tests.synthetic import write_run, write_tables
+from tests.synthetic import with_claims, write_run, write_tables
 
 matplotlib.use("Agg")
 
@@ -91,7 +91,7 @@ def results(cfg):
             lines = ["phase,a,b,samples,correct"] + [f"initial,{a},{b},4,1" for a, b in PROBLEMS]
             lines += [f"final,{a},{b},4,{CORRECT[name]}" for a, b in PROBLEMS]
             (d / "pass_at_k.csv").write_text("\n".join(lines) + "\n")
-    tabs = diagnostics.tables(Context(cfg))
+    tabs = with_claims(cfg, diagnostics.tables(Context(cfg)))
     return tabs, write_tables(cfg, tabs)
 
 
@@ -124,11 +124,14 @@ def test_batch_restated_as_ceiling_against_efficiency(results):
 
 def test_negative_control_tables(results):
     tabs = results[0]
+    r = tabs["diagnostics_negative_controls_runs"]
+    assert list(r["setting"]) == [name for name in FINAL for _ in (0, 1)] and list(r["role"]) == list(r["setting"])
+    assert list(r["final_eval"]) == pytest.approx([f for finals in FINAL.values() for f in finals])
     c = tabs["diagnostics_negative_controls"].set_index("setting")
-    assert c.loc["reference"].change_mean == pytest.approx(0.15) and c.loc["reference"].n == 2
+    assert c.loc["reference"].gain_mean == pytest.approx(0.15) and c.loc["reference"].n == 2
     assert np.isnan(c.loc["reference"].vs_reference_mean)
     rnd = c.loc["random_reward"]
-    assert rnd.change_mean == pytest.approx(-0.05)
+    assert rnd.gain_mean == pytest.approx(-0.05)
     assert rnd.vs_reference_mean == pytest.approx(-0.2)  # (0.5 - 0.6, 0.4 - 0.7) paired by seed
     assert rnd.clip_frac_mean == pytest.approx(0.02) and c.loc["positive_only"].adv_mean_mean == pytest.approx(0.2)
     pk = tabs["diagnostics_negative_controls_pass_at_k"].set_index(["setting", "k"])

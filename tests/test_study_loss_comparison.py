@@ -67,9 +67,11 @@ def test_per_run_values_by_hand(results):
     assert len(r) == len(LOSSES) * len(SEEDS)
     v = r.loc[("vanilla", 2)]
     assert v.policy_loss == "vanilla" and v.role == "baseline"
-    assert v.entropy_start == pytest.approx(0.5) and v.entropy_end == pytest.approx(0.22)
+    assert v.entropy_first == pytest.approx(0.5) and v.entropy_last == pytest.approx(0.22)
     assert v.entropy_reduction == pytest.approx(1 - 0.22 / 0.5)
-    assert v.initial == pytest.approx(0.42) and v.final == pytest.approx(0.52) and v.change == pytest.approx(0.10)
+    assert (
+        v.initial_eval == pytest.approx(0.42) and v.final_eval == pytest.approx(0.52) and v.gain == pytest.approx(0.10)
+    )
     assert v.clip_frac == pytest.approx(0.05) and np.isnan(v.is_clip_frac) and v.samples == 64
     c = r.loc[("cispo", 0)]
     assert np.isnan(c.clip_frac) and c.is_clip_frac == pytest.approx(0.001)  # CISPO cuts no token's gradient
@@ -79,13 +81,13 @@ def test_per_run_values_by_hand(results):
 def test_summary_differences_are_paired_by_seed(results):
     s = results[0]["diagnostics_policy_losses"].set_index("setting")
     assert list(s.index) == list(LOSSES) and (s["n"] == 3).all()
-    assert s.loc["vanilla", "entropy_end_mean"] == pytest.approx(0.21)
-    assert np.isnan(s.loc["vanilla", "vs_baseline_entropy_end_mean"])  # not a difference from itself
+    assert s.loc["vanilla", "entropy_last_mean"] == pytest.approx(0.21)
+    assert np.isnan(s.loc["vanilla", "vs_baseline_entropy_last_mean"])  # not a difference from itself
     cispo = s.loc["cispo"]
     # the same seed offsets in both arms: a difference of exactly 0.10 in every pair, a zero-width interval
-    assert cispo.vs_baseline_entropy_end_mean == pytest.approx(0.10)
-    assert cispo.vs_baseline_entropy_end_lo == pytest.approx(0.10) and cispo.vs_baseline_entropy_end_n == 3
-    assert cispo.vs_baseline_final_mean == pytest.approx(0.02)
+    assert cispo.vs_baseline_entropy_last_mean == pytest.approx(0.10)
+    assert cispo.vs_baseline_entropy_last_lo == pytest.approx(0.10) and cispo.vs_baseline_entropy_last_n == 3
+    assert cispo.vs_baseline_final_eval_mean == pytest.approx(0.02)
     assert np.isnan(cispo.vs_baseline_clip_frac_mean)  # CISPO reports no clip_frac
     assert s.loc["gspo", "vs_baseline_clip_frac_mean"] == pytest.approx(0.25)
     assert s.loc["vanilla", "clip_frac_lo"] >= 0.0  # a share's interval stays within [0, 1]
@@ -133,8 +135,8 @@ def test_figure_and_section_render(results):
     assert "CISPO, which drops no token" in html  # the view of claims.csv
 
 
-def test_an_absent_experiment_gives_empty_tables():
-    tabs = loss_comparison.tables([], {})
+def test_an_absent_experiment_gives_empty_tables(study_config):
+    tabs = loss_comparison.tables(Context(study_config("no_losses", {})), {})
     assert all(df.empty for df in tabs.values())
     fig = loss_comparison.figure(tabs)
     assert fig.axes[0].get_xlabel() == "RL step"

@@ -53,7 +53,11 @@ def t(cfg):
     plain = [{**r, "mismatch_logp_diff_max": 9e-6} for r in rows("fp32", 0)]
     write_run(cfg, "other__plain__s0", plain, initial_eval=0.5)
     write_run(cfg, "other__hot__s0", rows("stale2", 0), initial_eval=0.5)
-    return rollout_mismatch.tables(Context(cfg), ROLES)
+    ctx = Context(cfg)
+    return {
+        **rollout_mismatch.tables(ctx, ROLES),
+        "diagnostics_mismatch_runs": ctx.run_table("diagnostics_mismatch_runs"),
+    }
 
 
 def test_the_summary_reads_step_means_and_the_runs_largest_gap(t):
@@ -66,6 +70,12 @@ def test_the_summary_reads_step_means_and_the_runs_largest_gap(t):
     assert math.isnan(s.loc["fp32", "corrected_frac_mean"])
     assert s.loc["stale2_tis", "corrected_frac_mean"] == pytest.approx(0.05)
     assert s.loc["fp32", "n"] == 2 and s.loc["fp32", "gain_lo"] < 0.12 < s.loc["fp32", "gain_hi"]
+
+
+def test_the_run_table_lists_the_experiments_runs_with_their_measures(t):
+    r = t["diagnostics_mismatch_runs"]
+    assert list(r["setting"]) == [name for name in GAPS for _ in (0, 1)] and list(r["seed"]) == [0, 1] * 4
+    assert list(r["steps_logged"]) == [2] * 8 and list(r["final_eval"][:2]) == pytest.approx([0.60, 0.64])
 
 
 def test_accuracy_differences_are_paired_by_seed_against_the_control_and_the_remedied(t):

@@ -24,6 +24,7 @@ import mathrl.analysis.studies.loss_comparison as loss_comparison
 import mathrl.analysis.studies.negative_controls as negative_controls
 import mathrl.analysis.studies.rollout_mismatch as rollout_mismatch
 from mathrl.analysis import estimators as dx
+from mathrl.analysis.measures import MEASURES
 from mathrl.analysis.measures.general import final_eval, gain
 from mathrl.analysis.results import mean_spread, read_csv
 from mathrl.analysis.studies.generic import setting
@@ -90,7 +91,7 @@ def pass_at_k_runs(ctx) -> pd.DataFrame:
                         "boot_hi": hi,
                     }
                 )
-    return pd.DataFrame(rows, columns=CLAIM_TABLES["diagnostics_pass_at_k_runs"])
+    return pd.DataFrame(rows, columns=PASS_AT_K)
 
 
 def pass_at_k_summary(runs: pd.DataFrame) -> pd.DataFrame:
@@ -253,27 +254,18 @@ UPDATE_BOUNDS = {
 
 
 def update_runs(ctx) -> pd.DataFrame:
-    """Per run: the step means of the update diagnostics, and the Spearman correlation between
-    the log-prob/advantage covariance at step t and the entropy change H(t+1) − H(t) (the
-    Entropy Mechanism paper: entropy falls where the covariance is positive)."""
-    rows = []
-    for keys, run in ok_runs(ctx):
-        m = run.metrics
-        if "logp_adv_cov" not in m:
-            continue
-        cov, dh = m["logp_adv_cov"].to_numpy()[:-1], np.diff(m["entropy"].to_numpy())
-        keep = np.isfinite(cov) & np.isfinite(dh)
-        enough = keep.sum() >= 5 and np.ptp(cov[keep]) > 0  # five steps, and a covariance that varies
-        rho = float(stats.spearmanr(cov[keep], dh[keep]).statistic) if enough else NAN
-        injected = any(run.settings.get(k) is not None for k in FAULT_STEPS)
-        rows.append(
-            {
-                **keys,
-                "fault_injected": "yes" if injected else "no",
-                **{c: float(m[c].mean()) for c in UPDATE[:-1]},
-                "cov_entropy_corr": rho,
-            }
-        )
+    """Per run of any experiment that logged the update diagnostics: their step means, and the Spearman correlation
+    between the log-prob/advantage covariance at step t and the entropy change H(t+1) − H(t) (the Entropy Mechanism
+    paper: entropy falls where the covariance is positive; measures/policy_updates.py)."""
+    rows = [
+        {
+            **keys,
+            "fault_injected": "yes" if any(run.settings.get(k) is not None for k in FAULT_STEPS) else "no",
+            **{c: MEASURES[c][1](run) for c in UPDATE},
+        }
+        for keys, run in ok_runs(ctx)
+        if "logp_adv_cov" in run.metrics
+    ]
     return pd.DataFrame(rows, columns=CLAIM_TABLES["diagnostics_update_runs"])
 
 
@@ -285,22 +277,16 @@ def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- the study
-# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
-# mathrl.analysis.claim_names reads this assignment from the source (without importing the module) to check a claim's
-# names
-# when the config is read.
+# The tables claims read that the run tables (mathrl.analysis.measures) cannot give, and their columns, stated once:
+# the tables are made with them, and mathrl.analysis.claim_names reads this assignment from the source (without
+# importing the module) to check a claim's names when the config is read. pass@k and the advantage scaling have a row
+# per run and k or number of carries, from files of the run's directory; the update diagnostics read every experiment
+# of the configuration, the runs that logged them.
+PASS_AT_K = [*RUN_KEYS, "phase", "k", "problems", "pass_at_k", "boot_lo", "boot_hi"]
 CLAIM_TABLES = {
-    "diagnostics_pass_at_k_runs": [*RUN_KEYS, "phase", "k", "problems", "pass_at_k", "boot_lo", "boot_hi"],
+    "diagnostics_pass_at_k_runs": PASS_AT_K,
     # the negative controls' rows of pass_at_k_runs, apart: their claims are not the other runs'
-    "diagnostics_negative_controls_pass_at_k_runs": [
-        *RUN_KEYS,
-        "phase",
-        "k",
-        "problems",
-        "pass_at_k",
-        "boot_lo",
-        "boot_hi",
-    ],
+    "diagnostics_negative_controls_pass_at_k_runs": PASS_AT_K,
     "diagnostics_update_runs": [*RUN_KEYS, "fault_injected", *UPDATE],
     "diagnostics_adv_scaling_runs": ["setting", "seed", "warmup", "carries", "problems", "initial", "final", "gain"],
 }
@@ -308,7 +294,6 @@ CLAIM_TABLES = {
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     pk, law, adv, upd = pass_at_k_runs(ctx), entropy_law_runs(ctx), adv_scaling_runs(ctx), update_runs(ctx)
-    named = lambda experiment: [(setting(r.spec), r) for r in ctx.experiment(experiment) if r.ok]  # noqa: E731
     is_control = pk["experiment"] == negative_controls.EXPERIMENT  # their pass@k has claims of its own
     controls, pk = pk[is_control], pk[~is_control]
     return {
@@ -327,18 +312,13 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         ),  # the rollout/trainer mismatch
         **compute_curves.tables(((k["experiment"], k["setting"], run) for k, run in ok_runs(ctx)), ctx.cfg),
         **negative_controls.tables(
-            named(negative_controls.EXPERIMENT),
+            ctx.run_table("diagnostics_negative_controls_runs"),
             controls,
             kit.roles(ctx.cfg, negative_controls.EXPERIMENT, ("reference",)),
         ),
-        **loss_comparison.tables(
-            named(loss_comparison.EXPERIMENT),
-            kit.roles(ctx.cfg, loss_comparison.EXPERIMENT, (loss_comparison.BASELINE,)),
-        ),
+        **loss_comparison.tables(ctx, kit.roles(ctx.cfg, loss_comparison.EXPERIMENT, (loss_comparison.BASELINE,))),
         **high_entropy_tokens.tables(
-            ctx,
-            named(high_entropy_tokens.EXPERIMENT),
-            kit.roles(ctx.cfg, high_entropy_tokens.EXPERIMENT, (high_entropy_tokens.BASELINE,)),
+            ctx, kit.roles(ctx.cfg, high_entropy_tokens.EXPERIMENT, (high_entropy_tokens.BASELINE,))
         ),
     }
 

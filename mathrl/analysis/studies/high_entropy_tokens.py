@@ -4,9 +4,11 @@ The experiment `token_selection` trains addition from the warm-up with the polic
 (`token_selection: all`), on the 20% of the batch's answer tokens of highest entropy (`top_entropy`) and on the other
 80% (`bottom_entropy`), at equal rollouts and seeds (`mathrl.engine.token_selection`). Its tables:
 
-- per run (`diagnostics_token_selection_runs`, the table the claims read): held-out greedy accuracy before RL and at
-  the end, the step means of the share of answer tokens selected and of the mean entropy of the selected and the other
-  tokens, and the carry probe's mean entropy of the digits a carry enters and of those it does not;
+- per run, the two tables the claims read: the run table `diagnostics_token_selection_runs`
+  (`mathrl.analysis.measures.policy_updates`: held-out greedy accuracy before RL and at the end, the step means of the
+  share of answer tokens selected and of the mean entropy of the selected and the other tokens), and
+  `diagnostics_token_selection_probe_runs`: the carry probe's mean entropy of the digits a carry enters and of those
+  it does not;
 - per variant (`diagnostics_token_selection`): means with 95% t intervals over seeds;
 - per variant and step (`diagnostics_token_selection_steps`): held-out accuracy over seeds, for the figure;
 - per checkpoint, answer position and carry (`diagnostics_token_selection_carry`): the probe's mean entropy.
@@ -25,6 +27,7 @@ import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
 from mathrl.analysis import estimators as dx
+from mathrl.analysis.measures.policy_updates import RUN_TABLES
 from mathrl.analysis.results import mean_spread, read_csv
 from mathrl.analysis.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, plt
 from mathrl.engine.carry_probe import PROBE_PROBLEMS
@@ -33,13 +36,13 @@ from mathrl.pipeline import layout
 EXPERIMENT = "token_selection"
 PART = "token selection"  # the claims' part (config/claims.yaml) this part of the section shows
 BASELINE = "baseline"  # the role of the arm that trains on every answer token
-STEP_MEANS = ["token_selected_frac", "entropy_selected", "entropy_unselected"]  # per run, over its steps
 PROBE_MEANS = ["entropy_carry", "entropy_nocarry", "carry_gap"]  # per run, from the carry probe of its final policy
-RUN_VALUES = ["initial", "final", "change", *STEP_MEANS, *PROBE_MEANS]
+# per run: the run table's measures (measures/policy_updates.py), then the probe's means
+RUN_VALUES = [*RUN_TABLES["diagnostics_token_selection_runs"]["measures"], *PROBE_MEANS]
 PROBE_COLUMNS = ["checkpoint", "seed", "position", "carry", "entropy", "tokens"]
 LIMITS = {
-    "initial": SHARE,
-    "final": SHARE,
+    "initial_eval": SHARE,
+    "final_eval": SHARE,
     "token_selected_frac": SHARE,
     "entropy_selected": NONNEGATIVE,
     "entropy_unselected": NONNEGATIVE,
@@ -72,38 +75,28 @@ def probe(ctx, runs) -> tuple[pd.DataFrame, dict]:
 
 
 # ----------------------------------------------------------------------------- the tables
-def selection_run(run, carry: dict) -> dict:
-    """A run's accuracy before and after, the selection's step means, and its carry probe's means (`carry`)."""
-    probe_means = carry.get(run.spec.run_id, {})
-    return {
-        "token_selection": run.settings.get("token_selection", "all"),
-        **kit.held_out(run),
-        **{c: kit.step_mean(run.metrics, c) for c in STEP_MEANS},
-        **{c: probe_means.get(c, NAN) for c in PROBE_MEANS},
-    }
-
-
 def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
     """Per variant: every per-run value's mean with its 95% t interval over seeds (the same columns when empty)."""
     return kit.add_intervals(mean_spread(per_run, ["setting", "role"], RUN_VALUES), RUN_VALUES, bounds=LIMITS)
 
 
-# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
-# mathrl.analysis.claim_names reads this assignment from the source (without importing the module) to check a claim's
-# names
-# when the config is read.
-CLAIM_TABLES = {
-    "diagnostics_token_selection_runs": ["setting", "role", "seed", "warmup", "token_selection", *RUN_VALUES]
-}
+# The table claims read that the run's files alone cannot give (the carry probe is a file of the run's directory,
+# found through the context), and its columns (mathrl.analysis.claim_names reads this from the source): one row per
+# run of the experiment with a result, in the order of the run table diagnostics_token_selection_runs.
+CLAIM_TABLES = {"diagnostics_token_selection_probe_runs": ["setting", "role", "seed", "warmup", *PROBE_MEANS]}
 
 
-def tables(ctx, runs, roles: dict) -> dict[str, pd.DataFrame]:
-    """The experiment's tables from its complete runs, (variant, run) pairs, and its roles."""
+def tables(ctx, roles: dict) -> dict[str, pd.DataFrame]:
+    """The experiment's tables from its complete runs and its roles."""
+    runs = [(kit.setting(run.spec), run) for run in ctx.experiment(EXPERIMENT) if run.ok]
     probe_rows, carry = probe(ctx, runs)
-    per_run = kit.arm_runs(runs, roles, lambda run: selection_run(run, carry), ["token_selection", *RUN_VALUES])
+    means = lambda run: {c: carry.get(run.spec.run_id, {}).get(c, NAN) for c in PROBE_MEANS}  # noqa: E731
+    probe_runs = kit.arm_runs(runs, roles, means, PROBE_MEANS)
+    per_run = ctx.run_table("diagnostics_token_selection_runs")
+    per_run = per_run.assign(**{c: probe_runs[c].to_numpy() for c in PROBE_MEANS})
     steps = [run.evals.assign(setting=name, seed=run.spec.seed) for name, run in runs]
     return {
-        "diagnostics_token_selection_runs": per_run,
+        "diagnostics_token_selection_probe_runs": probe_runs,
         "diagnostics_token_selection": selection_summary(per_run),
         "diagnostics_token_selection_steps": kit.over_seeds(steps, ["setting"], ["eval_accuracy"]),
         # per checkpoint kind (the warm-up or an arm's final policies), position and carry: mean entropy over seeds

@@ -1,17 +1,15 @@
 """The policy losses of 2025 against PPO's clipped surrogate, a part of the diagnostics study.
 
 The experiment `policy_losses` trains each loss of the registry (`mathrl.engine.policy_losses`: vanilla, gspo, cispo,
-dual_clip) on one setting, at equal samples and seeds. Its tables: per run, the token entropy at the first and the last
-step (and its relative fall), held-out greedy accuracy at the start and the end, and the step means of what shows each
-loss's mechanism acting: the share of tokens whose gradient the PPO clip cut (`clip_frac`, split by bound), the share of
-sequences GSPO's sequence clip cut (`seq_clip_frac`), the share of tokens whose importance weight CISPO's cap cut
-(`is_clip_frac`), the share of tokens dual-clip's bound hit (`dual_clip_frac`) and `ppo_kl`. Per variant: the means with
-95% t intervals over seeds, and each loss's difference from the baseline (vanilla) paired by seed. Per step: token
-entropy and clip_frac over seeds, for the figure. The claims on these tables are declared in config/claims.yaml (part
-"policy losses").
-
-The functions take the experiment's complete runs as (variant, run) pairs, which `mathrl.analysis.studies.diagnostics`
-passes in.
+dual_clip) on one setting, at equal samples and seeds. Per run (the run table
+`diagnostics_policy_losses_runs`, `mathrl.analysis.measures.policy_updates`): the token entropy at the first and the
+last step (and its relative fall), held-out greedy accuracy at the start and the end, and the step means of what shows
+each loss's mechanism acting: the share of tokens whose gradient the PPO clip cut (`clip_frac`, split by bound), the
+share of sequences GSPO's sequence clip cut (`seq_clip_frac`), the share of tokens whose importance weight CISPO's cap
+cut (`is_clip_frac`), the share of tokens dual-clip's bound hit (`dual_clip_frac`) and `ppo_kl`. Here, per variant: the
+means with 95% t intervals over seeds, and each loss's difference from the baseline (vanilla) paired by seed; per step:
+token entropy and clip_frac over seeds, for the figure. The claims on these tables are declared in config/claims.yaml
+(part "policy losses").
 """
 
 from __future__ import annotations
@@ -19,40 +17,23 @@ from __future__ import annotations
 import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
-from mathrl.analysis.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, plt
+from mathrl.analysis.measures.policy_updates import CLIPS, RUN_TABLES
+from mathrl.analysis.studies.kit import COLORS, NONNEGATIVE, SHARE, plt
 from mathrl.analysis.verdict import mean_interval
 
 EXPERIMENT = "policy_losses"
 PART = "policy losses"  # the claims' part (config/claims.yaml) this part of the section shows
 BASELINE = "baseline"  # the role of the clipped surrogate the others are compared with
-# the losses' own diagnostics (metrics.csv columns; NaN where a loss does not report one)
-CLIPS = ["clip_frac", "clip_frac_low", "clip_frac_high", "seq_clip_frac", "is_clip_frac", "dual_clip_frac"]
-VALUES = [*"entropy_start entropy_end entropy_reduction initial final change".split(), *CLIPS, "ppo_kl", "samples"]
-COMPARED = ["entropy_end", "final", "clip_frac"]  # differences from the baseline, paired by seed
+# the run table's measures (measures/policy_updates.py), summarised per variant
+VALUES = RUN_TABLES["diagnostics_policy_losses_runs"]["measures"]
+COMPARED = ["entropy_last", "final_eval", "clip_frac"]  # differences from the baseline, paired by seed
 LIMITS = {
-    "entropy_start": NONNEGATIVE,
-    "entropy_end": NONNEGATIVE,
-    "initial": SHARE,
-    "final": SHARE,
+    "entropy_first": NONNEGATIVE,
+    "entropy_last": NONNEGATIVE,
+    "initial_eval": SHARE,
+    "final_eval": SHARE,
     **dict.fromkeys(CLIPS, SHARE),
 }
-
-
-def loss_run(run) -> dict:
-    """A run's policy loss, token entropy at the first step (the rollouts of the policy before any update) and at the
-    last, its relative fall (1 − end / start), held-out greedy accuracy at the start and the end, the step means of
-    the clip diagnostics and ppo_kl, and the rollouts sampled."""
-    m = run.metrics.sort_values("step")
-    h0, h1 = float(m["entropy"].iloc[0]), float(m["entropy"].iloc[-1])
-    return {
-        "policy_loss": run.settings.get("policy_loss", "vanilla"),
-        "entropy_start": h0,
-        "entropy_end": h1,
-        "entropy_reduction": 1.0 - h1 / h0 if h0 > 0 else NAN,
-        **kit.held_out(run),
-        **{c: kit.step_mean(m, c) for c in [*CLIPS, "ppo_kl"]},
-        "samples": float(m["samples"].iloc[-1]),
-    }
 
 
 def loss_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
@@ -64,7 +45,7 @@ def loss_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
             "setting": name,
             "role": g["role"].iloc[0],
             "policy_loss": g["policy_loss"].iloc[0],
-            "n": int(g["entropy_end"].notna().sum()),
+            "n": int(g["entropy_last"].notna().sum()),
         }
         for v in VALUES:
             row.update(kit.estimate_columns(v, mean_interval(g[v]), LIMITS.get(v, (None, None))))
@@ -76,18 +57,15 @@ def loss_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
-# mathrl.analysis.claim_names reads this assignment from the source (without importing the module) to check a claim's
-# names
-# when the config is read.
-CLAIM_TABLES = {"diagnostics_policy_losses_runs": ["setting", "role", "seed", "warmup", "policy_loss", *VALUES]}
-
-
-def tables(runs, roles: dict) -> dict[str, pd.DataFrame]:
-    per_run = kit.arm_runs(runs, roles, loss_run, ["policy_loss", *VALUES])
-    steps = [run.metrics.assign(setting=name, seed=run.spec.seed) for name, run in runs]
+def tables(ctx, roles: dict) -> dict[str, pd.DataFrame]:
+    """The experiment's tables from its run table and its roles."""
+    per_run = ctx.run_table("diagnostics_policy_losses_runs")
+    steps = [
+        run.metrics.assign(setting=kit.setting(run.spec), seed=run.spec.seed)
+        for run in ctx.experiment(EXPERIMENT)
+        if run.ok
+    ]
     return {
-        "diagnostics_policy_losses_runs": per_run,
         "diagnostics_policy_losses": loss_summary(per_run, roles),
         "diagnostics_policy_losses_steps": kit.over_seeds(steps, ["setting"], ["entropy", "clip_frac"]),
     }

@@ -7,57 +7,26 @@ seeds and its difference from the reference (paired by seed), what engaged (clip
 advantage, entropy and KL at the end), and pass@k at k = 1 and the largest k before and after RL. The tables state
 measurements; the claims read them (see the report section for the columns).
 
-The functions take the experiment's complete runs and their pass@k rows, which `mathrl.analysis.studies.diagnostics`
-passes in.
-The claims on these tables are declared in config/claims.yaml (part "negative controls").
+The functions take the experiment's run table (`diagnostics_negative_controls_runs`,
+`mathrl.analysis.measures.policy_updates`) and its runs' pass@k rows, which `mathrl.analysis.studies.diagnostics`
+passes in. The claims on these tables are declared in config/claims.yaml (part "negative controls").
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from mathrl.analysis.studies.kit import (
-    NAN,
-    arm_runs,
-    arms,
-    estimate_columns,
-    held_out,
-    joined_roles,
-    logged,
-    per_seed,
-    versus,
-)
+from mathrl.analysis.studies.kit import NAN, arms, estimate_columns, joined_roles, per_seed, versus
 from mathrl.analysis.verdict import difference, mean_interval
 
 EXPERIMENT = "negative_controls"
-MEANS = ("clip_frac", "adv_mean", "reward_mean")  # step means per run
-ENGAGED = (*MEANS, "entropy_start", "entropy_end", "kl_end")  # means per variant
-# per run, after its setting, role and seed
-RUN_VALUES = [*"initial final change initial_sampled final_sampled sampled_change".split(), *ENGAGED]
+ENGAGED = ("clip_frac", "adv_mean", "reward_mean", "entropy_first", "entropy_last", "kl_last")  # means per variant
 SUMMARY_COLUMNS = [
-    *"setting role n initial_mean final_mean".split(),
-    *(f"{v}_{c}" for v in ("change", "sampled_change", "vs_reference") for c in ("mean", "lo", "hi")),
+    *"setting role n initial_eval_mean final_eval_mean".split(),
+    *(f"{v}_{c}" for v in ("gain", "sampled_change", "vs_reference") for c in ("mean", "lo", "hi")),
     "vs_reference_n",
     *(f"{c}_mean" for c in ENGAGED),
 ]
-
-
-def control_run(run) -> dict:
-    """A run's held-out accuracy at the start and the end (greedy; sampled at the policy's temperature), and step
-    means of what shows a mechanism engaged (clip fraction, mean advantage, reward), entropy and KL."""
-    m = run.metrics
-    s0 = run.summary.get("initial", {}).get("eval_sampled_accuracy", NAN)
-    s1 = logged(run, "eval_sampled_accuracy")
-    return {
-        **held_out(run),
-        "initial_sampled": s0,
-        "final_sampled": s1,
-        "sampled_change": s1 - s0,
-        **{c: float(m[c].mean()) for c in MEANS},
-        "entropy_start": float(m["entropy"].iloc[0]),
-        "entropy_end": float(m["entropy"].iloc[-1]),
-        "kl_end": float(m["kl"].iloc[-1]),
-    }
 
 
 def control_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
@@ -68,12 +37,12 @@ def control_summary(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
         {
             "setting": name,
             "role": g["role"].iloc[0],
-            "n": int(g["change"].notna().sum()),
-            "initial_mean": float(g["initial"].mean()),
-            "final_mean": float(g["final"].mean()),
-            **estimate_columns("change", mean_interval(g["change"])),
+            "n": int(g["gain"].notna().sum()),
+            "initial_eval_mean": float(g["initial_eval"].mean()),
+            "final_eval_mean": float(g["final_eval"].mean()),
+            **estimate_columns("gain", mean_interval(g["gain"])),
             **estimate_columns("sampled_change", mean_interval(g["sampled_change"])),
-            **estimate_columns("vs_reference", versus(g, ref, "final"), n=True),
+            **estimate_columns("vs_reference", versus(g, ref, "final_eval"), n=True),
             **{f"{c}_mean": float(g[c].mean()) for c in ENGAGED},
         }
         for name, g, ref in arms(runs, roles.get("reference"))
@@ -104,20 +73,11 @@ def control_pass_at_k(pk: pd.DataFrame, roles: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols).sort_values("k", kind="stable").reset_index(drop=True)
 
 
-# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
-# mathrl.analysis.claim_names reads this assignment from the source (without importing the module) to check a claim's
-# names
-# when the config is read.
-CLAIM_TABLES = {"diagnostics_negative_controls_runs": ["setting", "role", "seed", "warmup", *RUN_VALUES]}
-
-
-def tables(runs, pk: pd.DataFrame, roles: dict) -> dict[str, pd.DataFrame]:
-    """The experiment's tables from its complete runs, the pass@k rows of its runs (`pk`, per run, phase and k;
-    kept apart from the other runs' pass@k, whose claims are not theirs) and its roles."""
-    per_run = arm_runs(runs, roles, control_run, RUN_VALUES)
+def tables(per_run: pd.DataFrame, pk: pd.DataFrame, roles: dict) -> dict[str, pd.DataFrame]:
+    """The experiment's tables from its run table, the pass@k rows of its runs (`pk`, per run, phase and k; kept
+    apart from the other runs' pass@k, whose claims are not theirs) and its roles."""
     return {
         "diagnostics_negative_controls_pass_at_k_runs": pk,
-        "diagnostics_negative_controls_runs": per_run,
         "diagnostics_negative_controls": control_summary(per_run, roles),
         "diagnostics_negative_controls_pass_at_k": control_pass_at_k(pk, roles),
     }

@@ -2,39 +2,24 @@
 the diagnostics section.
 
 Each run's metrics.csv holds the mismatch between the sampler's log-probs of the sampled tokens
-and the trainer's (`mathrl.engine.mismatch`). The tables give, per variant, the mismatch (step means,
-and the largest per-token gap of the run), the held-out accuracy change and its difference from
-the fp32 control paired by seed, and the gap along training; one more table reads every run of
-the pipeline without a source of mismatch (the exact control at scale). Tables only: which claims
-they support is for the claims engine.
+and the trainer's (`mathrl.engine.mismatch`); its measures per run are the run table
+`diagnostics_mismatch_runs` (`mathrl.analysis.measures.sampling_mismatch`). The tables here give, per variant, the
+mean over seeds of those measures, the final held-out accuracy's difference from the fp32 control paired by seed, and
+the gap along training; one more table reads every run of the pipeline without a source of mismatch (the exact control
+at scale). Tables only: which claims they support is for the claims engine.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from mathrl.analysis.results import mean_spread, warmup
-from mathrl.analysis.studies.kit import COLORS, add_intervals, over_seeds, placeholder, plt
+from mathrl.analysis.measures.sampling_mismatch import MISMATCH, ess_min, logp_diff_max, logp_diff_mean
+from mathrl.analysis.results import mean_spread
+from mathrl.analysis.studies.kit import COLORS, add_intervals, over_seeds, placeholder, plt, setting
 from mathrl.analysis.verdict import difference
-from mathrl.pipeline.layout import MISMATCH_COLUMNS as MISMATCH
 
 EXPERIMENT = "rollout_mismatch"
-# per-run summaries of the metrics.csv columns: the step mean, and for the largest gap the maximum over steps
-RUN_VALUES = [
-    "logp_diff_mean",
-    "logp_diff_max",
-    "kl_k3",
-    "chi2",
-    "ess",
-    "ess_min",
-    "logp_corr",
-    "corrected_frac",
-    "sample_seconds",
-    "update_seconds",
-    "initial",
-    "final",
-    "gain",
-]
+RUN_VALUES = [*MISMATCH, "sample_seconds", "update_seconds", "initial_eval", "final_eval", "gain"]  # summarised
 STEP_VALUES = ["mismatch_logp_diff_mean", "mismatch_logp_diff_max", "mismatch_kl_k3"]
 # a run samples exactly as it trains (no source of mismatch) under these settings
 NO_SOURCE = {
@@ -46,31 +31,6 @@ NO_SOURCE = {
 }
 
 
-def variant(run) -> str:
-    """The run's variant ("default" for none), not its grid point: the mismatch claims name variants."""
-    return run.spec.variant or "default"
-
-
-def run_row(run) -> dict:
-    """One run's mismatch summary (step means; the largest gap and the smallest ESS over steps) and held-out accuracy
-    at the start and the end."""
-    m = run.metrics.reindex(columns=[*MISMATCH, "sample_seconds", "update_seconds"])  # NaN where a column is absent
-    m.columns = [c.removeprefix("mismatch_") for c in m.columns]
-    initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
-    return {
-        "setting": variant(run),
-        "seed": run.spec.seed,
-        "warmup": warmup(run),
-        "steps": len(m),
-        **{c: float(m[c].mean()) for c in m},
-        "logp_diff_max": float(m["logp_diff_max"].max()),
-        "ess_min": float(m["ess"].min()),
-        "initial": initial,
-        "final": final,
-        "gain": final - initial,
-    }
-
-
 def accuracy_differences(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
     """Final held-out accuracy of each setting minus the control's, and of the remedy minus the
     setting it remedies, paired by seed (the same prompts and sampling noise), with 95% intervals."""
@@ -78,7 +38,7 @@ def accuracy_differences(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
     control = roles.get("control")
     if runs.empty or control is None:
         return pd.DataFrame(columns=cols)
-    final = {name: dict(zip(g["seed"], g["final"])) for name, g in runs.groupby("setting", sort=False)}
+    final = {name: dict(zip(g["seed"], g["final_eval"])) for name, g in runs.groupby("setting", sort=False)}
     pairs = [(name, control) for name in final if name != control]
     if roles.get("remedy") in final and roles.get("remedied") in final:
         pairs.append((roles["remedy"], roles["remedied"]))
@@ -91,7 +51,7 @@ def accuracy_differences(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
 
 def mismatch_steps(runs: list) -> pd.DataFrame:
     """Per setting and step: the mismatch over seeds (mean and std), for the figure."""
-    frames = [run.metrics.assign(setting=variant(run), seed=run.spec.seed) for run in runs]
+    frames = [run.metrics.assign(setting=setting(run.spec), seed=run.spec.seed) for run in runs]
     return over_seeds([f for f in frames if set(STEP_VALUES) <= set(f)], ["setting"], STEP_VALUES)
 
 
@@ -103,25 +63,21 @@ def control_at_scale(ctx) -> pd.DataFrame:
     runs = [r for r in runs if all(r.settings.get(k, v) == v for k, v in NO_SOURCE.items())]
     if not runs:
         return pd.DataFrame(columns=cols)
-    per_run = pd.DataFrame([run_row(r) for r in runs])
-    maxes, means = per_run["logp_diff_max"], per_run["logp_diff_mean"]
+    maxes, means, ess = (pd.Series([f(r) for r in runs]) for f in (logp_diff_max, logp_diff_mean, ess_min))
     row = {
         "runs": len(runs),
         "tokens_max": maxes.max(),
         "run_max_median": maxes.median(),
         "mean_gap_mean": means.mean(),
         "mean_gap_max": means.max(),
-        "ess_min": per_run["ess_min"].min(),
+        "ess_min": ess.min(),
     }
     return pd.DataFrame([row], columns=cols)
 
 
-# The tables of per-run rows that claims read, and their columns, stated once: the tables are made with them, and
-# mathrl.analysis.claim_names reads this assignment from the source (without importing the module) to check a claim's
-# names
-# when the config is read.
+# The table claims read that is not one row per run, and its columns (mathrl.analysis.claim_names reads this from
+# the source); the runs of the experiment are the run table diagnostics_mismatch_runs (measures/sampling_mismatch.py).
 CLAIM_TABLES = {
-    "diagnostics_mismatch_runs": ["setting", "seed", "warmup", "steps", *RUN_VALUES],
     # one row: the runs without a source of mismatch, pooled
     "diagnostics_mismatch_control": [
         "runs",
@@ -136,11 +92,10 @@ CLAIM_TABLES = {
 
 def tables(ctx, roles: dict) -> dict[str, pd.DataFrame]:
     complete = [run for run in ctx.experiment(EXPERIMENT) if run.ok]
-    runs = pd.DataFrame([run_row(run) for run in complete], columns=CLAIM_TABLES["diagnostics_mismatch_runs"])
-    # per setting: the mean over seeds of each run summary, with its 95% t interval
+    runs = ctx.run_table("diagnostics_mismatch_runs")
+    # per setting: the mean over seeds of each run's measures, with its 95% t interval
     summary = add_intervals(mean_spread(runs, ["setting"], RUN_VALUES), RUN_VALUES)
     return {
-        "diagnostics_mismatch_runs": runs,
         "diagnostics_mismatch": summary,
         "diagnostics_mismatch_accuracy": accuracy_differences(runs, roles),
         "diagnostics_mismatch_steps": mismatch_steps(complete),

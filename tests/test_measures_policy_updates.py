@@ -1,0 +1,91 @@
+"""The measures of what a policy update did (mathrl.analysis.measures.policy_updates) on hand-made runs."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mathrl.analysis.measures import MEASURES, RUN_TABLES
+from mathrl.analysis.measures import policy_updates as pu
+from mathrl.analysis.results import Run
+from mathrl.pipeline.config import RunSpec
+
+
+def run_of(metrics: dict, summary: dict | None = None) -> Run:
+    spec = RunSpec("policy_losses__gspo__s0", "policy_losses", "gspo", {}, 0, {"policy_loss": "gspo"})
+    initial = {"eval_accuracy": 0.4, **(summary or {})}
+    return Run(spec, "complete", {"initial": initial}, pd.DataFrame(metrics))
+
+
+STEPS = [1, 2, 3, 4, 5, 6]
+RUN = run_of(
+    {
+        "step": STEPS,
+        "entropy": [1.0, 0.75, 1.0, 0.5, 0.25, 0.5],  # changes: -0.25, +0.25, -0.5, -0.25, +0.25
+        "kl": [0.0, 0.01, 0.02, 0.03, 0.05, 0.04],
+        "logp_adv_cov": [0.2, -0.1, 0.3, 0.1, -0.2, 0.0],  # the last step's covariance has no change after it
+        "clip_frac": [0.1, 0.2, 0.3, 0.1, 0.2, 0.3],
+        "clip_frac_low": [0.05] * 6,
+        "clip_frac_high": [0.05, 0.15, 0.25, 0.05, 0.15, 0.25],
+        "seq_clip_frac": [0.5] * 3 + [0.25] * 3,
+        "ppo_kl": [0.01, 0.03] * 3,
+        "adv_mean": [0.2, -0.1] * 3,
+        "adv_std": [1.0] * 6,
+        "adv_abs_max": [2.0, 3.0] * 3,
+        "reward_mean": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6],
+        "token_selected_frac": [0.2] * 6,
+        "entropy_selected": [0.9] * 6,
+        "entropy_unselected": [0.3] * 6,
+        "eval_sampled_accuracy": [math.nan, math.nan, 0.3, math.nan, math.nan, 0.35],
+        "eval_accuracy": [math.nan, math.nan, 0.45, math.nan, math.nan, 0.5],
+    },
+    summary={"eval_sampled_accuracy": 0.25},
+)
+
+
+def value(name: str, run: Run = RUN) -> float:
+    return MEASURES[name][1](run)
+
+
+def test_entropy_and_kl_at_the_first_and_the_last_step():
+    assert value("entropy_first") == 1.0 and value("entropy_last") == 0.5
+    assert value("entropy_reduction") == 0.5  # 1 − 0.5 / 1.0
+    assert value("kl_last") == pytest.approx(0.04)  # the last step's, not the largest
+    assert pu.reduction(0.5, 0.0) == 1.0 and math.isnan(pu.reduction(0.0, 0.1))
+
+
+def test_step_means_of_the_clips_advantages_and_selection():
+    assert value("clip_frac") == pytest.approx(0.2) and value("clip_frac_low") == pytest.approx(0.05)
+    assert value("clip_frac_high") == pytest.approx(0.15) and value("seq_clip_frac") == pytest.approx(0.375)
+    assert value("ppo_kl") == pytest.approx(0.02)
+    assert value("adv_mean") == pytest.approx(0.05) and value("adv_std") == 1.0 and value("adv_abs_max") == 2.5
+    assert value("reward_mean") == pytest.approx(0.35) and value("logp_adv_cov") == pytest.approx(0.05)
+    assert value("token_selected_frac") == pytest.approx(0.2)
+    assert value("entropy_selected") == pytest.approx(0.9) and value("entropy_unselected") == pytest.approx(0.3)
+    # a loss that logs no clip of a kind (CISPO: no PPO clip; the others: no importance-weight cap) has none
+    assert math.isnan(value("is_clip_frac")) and math.isnan(value("dual_clip_frac"))
+
+
+def test_held_out_accuracy_sampled_before_rl_and_at_the_last_evaluation():
+    assert value("initial_sampled") == 0.25 and value("final_sampled") == 0.35
+    assert value("sampled_change") == pytest.approx(0.10)
+    unsampled = run_of({"step": [1], "entropy": [0.5], "eval_accuracy": [0.5]})
+    assert math.isnan(value("initial_sampled", unsampled)) and math.isnan(value("sampled_change", unsampled))
+
+
+def test_the_covariance_entropy_correlation_by_hand():
+    # the covariance at steps 1-5 against the entropy change after each: ranks (4, 2, 5, 3, 1) and, ties shared,
+    # (2.5, 4.5, 1, 2.5, 4.5); about their means 3 and 3: Σxy = −9, Σx² = 10, Σy² = 9
+    assert value("cov_entropy_corr") == pytest.approx(-9 / math.sqrt(90))  # entropy falls after a positive covariance
+    assert math.isnan(pu.cov_entropy_correlation(np.array([0.1] * 6), np.arange(6.0)))  # a covariance that is flat
+    assert math.isnan(pu.cov_entropy_correlation(np.array([0.1, 0.2, 0.3, 0.4, 0.5]), np.arange(5.0)))  # 4 changes
+    no_cov = run_of({"step": [1, 2], "entropy": [0.5, 0.4]})
+    assert math.isnan(value("cov_entropy_corr", no_cov))
+
+
+def test_the_run_tables_name_each_experiments_keys():
+    assert RUN_TABLES["diagnostics_policy_losses_runs"]["keys"][-1] == "policy_loss"
+    assert RUN_TABLES["diagnostics_token_selection_runs"]["keys"][-1] == "token_selection"
+    for name in ("diagnostics_negative_controls_runs", "diagnostics_policy_losses_runs"):
+        assert RUN_TABLES[name]["runs"] == "with_result" and "gain" in RUN_TABLES[name]["measures"]
