@@ -14,6 +14,7 @@ import math
 import pandas as pd
 
 from mathrl.analysis.measures.catalog import CHANGE, SHARE, measure
+from mathrl.analysis.measures.policy_updates import adv_abs_max, adv_mean
 from mathrl.analysis.measures.series import NAN, end_over_start, step_mean
 from mathrl.analysis.results import degraded, max_drawdown
 
@@ -139,11 +140,6 @@ def clip_binding(run) -> float:
     return clip_binding_of(run.metrics, run.settings.get("grad_clip"))
 
 
-@measure("adv_abs_max", "mean largest |advantage| of a step (logged after the advantage clip)")
-def adv_abs_max(run) -> float:
-    return step_mean(run.metrics, "adv_abs_max")
-
-
 @measure("adv_clip_ratio", "mean largest |advantage| of a step over the advantage clip (1: the clip bound)")
 def adv_clip_ratio(run) -> float:
     clip = run.settings.get("adv_clip")
@@ -153,11 +149,6 @@ def adv_clip_ratio(run) -> float:
 @measure("adv_clip_binding", "share of steps with an advantage whose largest |advantage| reached the clip", SHARE)
 def adv_clip_binding(run) -> float:
     return adv_clip_binding_of(run.metrics, run.settings.get("adv_clip"))
-
-
-@measure("adv_mean", "mean advantage over answer tokens, over the steps")
-def adv_mean(run) -> float:
-    return step_mean(run.metrics, "adv_mean")
 
 
 @measure("adv_mean_abs", "|mean advantage over answer tokens|, over the steps")

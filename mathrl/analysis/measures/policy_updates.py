@@ -15,13 +15,9 @@ from scipy import stats
 
 from mathrl.analysis.measures.catalog import CHANGE, SHARE, measure
 from mathrl.analysis.measures.series import NAN, logged, step_mean
+from mathrl.analysis.measures.training_challenges import by_step, reduction
 
 CORRELATED_STEPS = 5  # the steps with a covariance and an entropy change that a correlation needs at least
-
-
-def reduction(start: float, end: float) -> float:
-    """The share of `start` lost by `end` (1 − end / start); NaN unless start is positive."""
-    return 1.0 - end / start if start > 0 else NAN
 
 
 def cov_entropy_correlation(cov: np.ndarray, entropy: np.ndarray) -> float:
@@ -38,12 +34,12 @@ def cov_entropy_correlation(cov: np.ndarray, entropy: np.ndarray) -> float:
 # ----------------------------------------------------------------------------- entropy and KL at the ends
 @measure("entropy_first", "token entropy at the first step (the rollouts of the policy before any update)")
 def entropy_first(run) -> float:
-    return float(run.metrics["entropy"].iloc[0])
+    return float(by_step(run)["entropy"].iloc[0])
 
 
 @measure("entropy_last", "token entropy at the last step")
 def entropy_last(run) -> float:
-    return float(run.metrics["entropy"].iloc[-1])
+    return float(by_step(run)["entropy"].iloc[-1])
 
 
 @measure("entropy_reduction", "share of token entropy lost from the first step to the last")

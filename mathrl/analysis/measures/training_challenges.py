@@ -66,21 +66,6 @@ def accuracy_end(run: Run) -> float:
     return tail_mean(run, "accuracy")
 
 
-@measure("entropy_first", "token entropy at the first step (the rollouts of the policy before any update)")
-def entropy_first(run: Run) -> float:
-    return float(by_step(run)["entropy"].iloc[0])
-
-
-@measure("entropy_last", "token entropy at the last step")
-def entropy_last(run: Run) -> float:
-    return float(by_step(run)["entropy"].iloc[-1])
-
-
-@measure("entropy_reduction", "share of token entropy lost from the first step to the last")
-def entropy_reduction(run: Run) -> float:
-    return reduction(entropy_first(run), entropy_last(run))
-
-
 @measure("equal_samples_step", "the last step by which the run drew at most steps x batch_size rollouts")
 def equal_samples_step_of(run: Run) -> float:
     return float(budget_step(run))
@@ -119,21 +104,6 @@ def grad_norm(run: Run) -> float:
 @measure("kl_max", "largest per-step KL to the reference policy")
 def kl_max(run: Run) -> float:
     return float(run.metrics["kl"].max())
-
-
-@measure("ppo_kl", "KL between the policy before and after a step's updates, mean over the run's steps")
-def ppo_kl(run: Run) -> float:
-    return step_mean(run.metrics, "ppo_kl")
-
-
-@measure("clip_frac", "share of tokens whose ratio the clip cut, mean over the run's steps", bounds=SHARE)
-def clip_frac(run: Run) -> float:
-    return step_mean(run.metrics, "clip_frac")
-
-
-@measure("clip_frac_high", "share of tokens cut at the upper clip bound, mean over the run's steps", bounds=SHARE)
-def clip_frac_high(run: Run) -> float:
-    return step_mean(run.metrics, "clip_frac_high")
 
 
 @measure(
