@@ -221,22 +221,22 @@ def test_fixed_vs_dynamic_and_clipping(tree):
     assert one(f, role="B")["doc_final_accuracy"] == 0.523 and one(f, role="B")["lr_last_mean"] == 1e-4
     c = tree["stability_clipping"]
     assert list(c["cell"]) == [
-        "sgd, clip none, spike",
-        "sgd, clip 1.0, spike",
-        "adamw, clip none, spike",
-        "adamw, clip none, no spike",
+        "sgd at LR 0.01, clip none, spike",
+        "sgd at LR 0.01, clip 1.0, spike",
+        "adamw at LR 0.0003, clip none, spike",
+        "adamw at LR 0.0003, clip none, no spike",
     ]
     assert list(c["collapses"]) == [2, 0, 0, 0] and list(c["collapse_rate"]) == [1.0, 0.0, 0.0, 0.0]
-    assert one(c, cell="sgd, clip 1.0, spike")["collapse_rate_hi"] == pytest.approx(
+    assert one(c, cell="sgd at LR 0.01, clip 1.0, spike")["collapse_rate_hi"] == pytest.approx(
         3.8415 / 5.8415, rel=1e-3
     )  # Wilson, 0 of 2
-    assert one(c, cell="sgd, clip none, spike")["spike_ratio_mean"] == 1000.0 and math.isnan(
-        one(c, cell="adamw, clip none, no spike")["spike_ratio_mean"]
+    assert one(c, cell="sgd at LR 0.01, clip none, spike")["spike_ratio_mean"] == 1000.0 and math.isnan(
+        one(c, cell="adamw at LR 0.0003, clip none, no spike")["spike_ratio_mean"]
     )
-    assert one(c, cell="sgd, clip none, spike")["drop_after_spike_mean"] == pytest.approx(
+    assert one(c, cell="sgd at LR 0.01, clip none, spike")["drop_after_spike_mean"] == pytest.approx(
         0.4
     )  # from 0.5 to 0.1 after step 3
-    assert one(c, cell="adamw, clip none, spike")["doc_collapse_rate"] == 0.35
+    assert one(c, cell="adamw at LR 0.0003, clip none, spike")["doc_collapse_rate"] == 0.35
     fr = tree["stability_fvd_runs"]  # the reproducibility claim reads each seed's distance from its median
     median = fr.groupby("role")["final_eval"].transform("median")
     assert fr["final_eval_absdev"].tolist() == pytest.approx((fr["final_eval"] - median).abs().tolist(), nan_ok=True)

@@ -343,17 +343,18 @@ SPIKE_FACTOR = 10.0  # the spike "was injected" when the gradient norm at its st
 
 
 def clipping_table(ctx) -> pd.DataFrame:
-    """Per cell (optimizer x max norm x spike): collapse rate with its 95% Wilson interval, and across seeds the
+    """Per cell (optimizer and LR x max norm x spike): collapse rate with its 95% Wilson interval, and across seeds the
     largest fall below the start after the spike, the final accuracy and the spike's measured size."""
     if not (runs := ctx.experiment("clipping")):
         return pd.DataFrame()
     rows = ctx.run_table("stability_clipping_runs")
     # every run's cell from its settings (the run table's labels are NaN without a result): expected there all the same
     rows["max_norm"], rows["spike"] = [max_norm(r) for r in runs], [spike(r) for r in runs]
-    cells = zip(rows["optimizer"], rows["max_norm"], rows["spike"])
-    rows["cell"] = [f"{o}, clip {m}, {'spike' if s == 'yes' else 'no spike'}" for o, m, s in cells]
+    rows["lr"] = [r.settings["lr"] for r in runs]  # the spike check's runs train at another LR than the grid's
+    cells = zip(rows["optimizer"], rows["lr"], rows["max_norm"], rows["spike"])
+    rows["cell"] = [f"{o} at LR {lr:g}, clip {m}, {'spike' if s == 'yes' else 'no spike'}" for o, lr, m, s in cells]
     values = ["collapsed", "drop_after_spike", "final_eval", "spike_ratio"]
-    out = kit.summarise(rows, ["cell", "optimizer", "max_norm", "spike"], values)
+    out = kit.summarise(rows, ["cell", "optimizer", "lr", "max_norm", "spike"], values)
     out = out.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
     out.insert(out.columns.get_loc("n"), "collapses", kit.group_sums(rows, "cell", "collapsed"))
     out = kit.add_wilson(out, "collapses")  # the rate, collapses/n (the mean of `collapsed`), with its interval
