@@ -89,3 +89,24 @@ def test_the_run_tables_name_each_experiments_keys():
     assert RUN_TABLES["diagnostics_token_selection_runs"]["keys"][-1] == "token_selection"
     for name in ("diagnostics_negative_controls_runs", "diagnostics_policy_losses_runs"):
         assert RUN_TABLES[name]["runs"] == "with_result" and "gain" in RUN_TABLES[name]["measures"]
+
+
+def test_the_carry_measures_read_the_probe_the_run_wrote(tmp_path):
+    """The final policy's rows of carry_probe.csv, by position: the carry and no-carry entropies averaged over the
+    positions where both occur (position 0 has no carry row: left out), each position weighing the same."""
+    rows = [
+        ("start", 0, False, 9.0),  # the warm-up's rows are not the run's
+        ("final", 0, False, 0.7),
+        ("final", 1, True, 0.6),
+        ("final", 1, False, 0.2),
+        ("final", 2, True, 1.0),
+        ("final", 2, False, 0.4),
+    ]
+    probe = pd.DataFrame(rows, columns=["checkpoint", "position", "carry", "entropy"]).assign(tokens=10)
+    probe.to_csv(tmp_path / "carry_probe.csv", index=False)
+    run = run_of({"step": [1], "entropy": [1.0]})
+    probed = Run(run.spec, "complete", run.summary, run.metrics, dir=tmp_path)
+    assert pu.entropy_carry(probed) == pytest.approx(0.8) and pu.entropy_nocarry(probed) == pytest.approx(0.3)
+    assert pu.carry_gap(probed) == pytest.approx(0.5)
+    unprobed = Run(run.spec, "complete", run.summary, run.metrics, dir=tmp_path / "elsewhere")
+    assert math.isnan(pu.entropy_carry(unprobed)) and math.isnan(pu.carry_gap(run))  # no file, or no directory

@@ -53,6 +53,7 @@ class Run:
     summary: dict | None = None
     metrics: pd.DataFrame | None = field(default=None, repr=False)
     problem: str = ""
+    dir: Path | None = field(default=None, repr=False)  # the directory its files were read from
     _evals: pd.DataFrame | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -154,7 +155,7 @@ def load_run(run_dir: Path, spec: RunSpec | None) -> Run:
     """The run in `run_dir`; with the config's `spec` of it, `stale` where it recorded other settings (a run read
     without a spec, as `mathrl compare --run` reads one, is taken as it is)."""
     if not (run_dir / layout.SUMMARY_FILE).exists():
-        return Run(spec, "missing")
+        return Run(spec, "missing", dir=run_dir)
     try:
         summary, text = run_files(run_dir)
         metrics = pd.read_csv(io.StringIO(text))
@@ -164,6 +165,7 @@ def load_run(run_dir: Path, spec: RunSpec | None) -> Run:
             spec,
             "unreadable",
             problem=f"{problem}; remove {run_dir} (or `snakemake --forcerun`) to train the run again",
+            dir=run_dir,
         )
     drift = settings_drift(expanded_settings(spec), summary.get("config") or {}) if spec is not None else []
     if drift:
@@ -171,8 +173,8 @@ def load_run(run_dir: Path, spec: RunSpec | None) -> Run:
             f"{run_dir} was trained with other settings than the config gives it now ({'; '.join(drift)}); "
             "remove the directory (or `snakemake --forcerun`) to train it again"
         )
-        return Run(spec, "stale", summary, metrics, problem=problem)
-    return Run(spec, summary.get("status", "complete"), summary, metrics)
+        return Run(spec, "stale", summary, metrics, problem=problem, dir=run_dir)
+    return Run(spec, summary.get("status", "complete"), summary, metrics, dir=run_dir)
 
 
 def run_files(run_dir: Path) -> tuple[dict, str]:

@@ -1,6 +1,7 @@
 """Measures of what a policy update did: token entropy at a run's first and last step, the step means of the clip
 diagnostics each policy loss logs (`mathrl.engine.policy_losses`), of the advantages and of the tokens a selection
-kept (`mathrl.engine.token_selection`), held-out accuracy sampled at the policy's temperature, and the correlation of
+kept (`mathrl.engine.token_selection`) and of the carry probe a run wrote (its final policy's entropy at the digits a
+carry enters and at the others), held-out accuracy sampled at the policy's temperature, and the correlation of
 the log-prob/advantage covariance with the entropy change that follows; and the run tables of the negative controls,
 the policy losses and the token selection.
 
@@ -13,9 +14,12 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
+from mathrl.analysis.estimators import carry_means
 from mathrl.analysis.measures.catalog import CHANGE, SHARE, measure
 from mathrl.analysis.measures.series import NAN, logged, step_mean
 from mathrl.analysis.measures.training_challenges import by_step, reduction
+from mathrl.analysis.results import read_csv
+from mathrl.pipeline.layout import CARRY_PROBE_FILE
 
 CORRELATED_STEPS = 5  # the steps with a covariance and an entropy change that a correlation needs at least
 
@@ -152,6 +156,32 @@ def entropy_unselected(run) -> float:
     return step_mean(run.metrics, "entropy_unselected")
 
 
+# ----------------------------------------------------------------------------- the carry probe a run wrote
+def carry_probe(run) -> dict:
+    """The run's carry probe (carry_probe.csv, `mathrl.engine.carry_probe`: its final policy's entropy by answer
+    position and carry) as the means `estimators.carry_means` gives; NaN each where the run wrote none."""
+    path = run.dir / CARRY_PROBE_FILE if run.dir is not None else None
+    if path is None or not path.is_file():
+        return dict.fromkeys(("entropy_carry", "entropy_nocarry", "carry_gap"), NAN)
+    rows = read_csv(path, ((run.summary or {}).get("files") or {}).get(path.name))
+    return carry_means(rows[rows["checkpoint"] == "final"])
+
+
+@measure("entropy_carry", "final policy's mean token entropy at the digits a carry enters (the carry probe)")
+def entropy_carry(run) -> float:
+    return carry_probe(run)["entropy_carry"]
+
+
+@measure("entropy_nocarry", "final policy's mean token entropy at the digits no carry enters (the carry probe)")
+def entropy_nocarry(run) -> float:
+    return carry_probe(run)["entropy_nocarry"]
+
+
+@measure("carry_gap", "entropy at the digits a carry enters − at the others, final policy (the carry probe)")
+def carry_gap(run) -> float:
+    return carry_probe(run)["carry_gap"]
+
+
 HELD_OUT = ["initial_eval", "final_eval", "gain"]
 CLIPS = ["clip_frac", "clip_frac_low", "clip_frac_high", "seq_clip_frac", "is_clip_frac", "dual_clip_frac"]
 RUN_TABLES = {
@@ -174,7 +204,15 @@ RUN_TABLES = {
     "diagnostics_token_selection_runs": {
         "experiment": "token_selection",
         "keys": ["setting", "role", "seed", "warmup", "token_selection"],
-        "measures": [*HELD_OUT, "token_selected_frac", "entropy_selected", "entropy_unselected"],
+        "measures": [
+            *HELD_OUT,
+            "token_selected_frac",
+            "entropy_selected",
+            "entropy_unselected",
+            "entropy_carry",
+            "entropy_nocarry",
+            "carry_gap",
+        ],
         "runs": "with_result",
     },
 }

@@ -317,9 +317,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
             kit.roles(ctx.cfg, negative_controls.EXPERIMENT, ("reference",)),
         ),
         **loss_comparison.tables(ctx, kit.roles(ctx.cfg, loss_comparison.EXPERIMENT, (loss_comparison.BASELINE,))),
-        **high_entropy_tokens.tables(
-            ctx, kit.roles(ctx.cfg, high_entropy_tokens.EXPERIMENT, (high_entropy_tokens.BASELINE,))
-        ),
+        **high_entropy_tokens.tables(ctx),
     }
 
 

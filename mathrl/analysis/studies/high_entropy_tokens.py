@@ -4,11 +4,10 @@ The experiment `token_selection` trains addition from the warm-up with the polic
 (`token_selection: all`), on the 20% of the batch's answer tokens of highest entropy (`top_entropy`) and on the other
 80% (`bottom_entropy`), at equal rollouts and seeds (`mathrl.engine.token_selection`). Its tables:
 
-- per run, the two tables the claims read: the run table `diagnostics_token_selection_runs`
+- per run, the table the claims read: the run table `diagnostics_token_selection_runs`
   (`mathrl.analysis.measures.policy_updates`: held-out greedy accuracy before RL and at the end, the step means of the
-  share of answer tokens selected and of the mean entropy of the selected and the other tokens), and
-  `diagnostics_token_selection_probe_runs`: the carry probe's mean entropy of the digits a carry enters and of those
-  it does not;
+  share of answer tokens selected and of the mean entropy of the selected and the other tokens, and the carry probe's
+  mean entropy of the digits a carry enters and of those it does not);
 - per variant (`diagnostics_token_selection`): means with 95% t intervals over seeds;
 - per variant and step (`diagnostics_token_selection_steps`): held-out accuracy over seeds, for the figure;
 - per checkpoint, answer position and carry (`diagnostics_token_selection_carry`): the probe's mean entropy.
@@ -26,7 +25,6 @@ from __future__ import annotations
 import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
-from mathrl.analysis import estimators as dx
 from mathrl.analysis.measures.policy_updates import RUN_TABLES
 from mathrl.analysis.results import mean_spread, read_csv
 from mathrl.analysis.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, plt
@@ -36,9 +34,8 @@ from mathrl.pipeline import layout
 EXPERIMENT = "token_selection"
 PART = "token selection"  # the claims' part (config/claims.yaml) this part of the section shows
 BASELINE = "baseline"  # the role of the arm that trains on every answer token
-PROBE_MEANS = ["entropy_carry", "entropy_nocarry", "carry_gap"]  # per run, from the carry probe of its final policy
 # per run: the run table's measures (measures/policy_updates.py), then the probe's means
-RUN_VALUES = [*RUN_TABLES["diagnostics_token_selection_runs"]["measures"], *PROBE_MEANS]
+RUN_VALUES = RUN_TABLES["diagnostics_token_selection_runs"]["measures"]
 PROBE_COLUMNS = ["checkpoint", "seed", "position", "carry", "entropy", "tokens"]
 LIMITS = {
     "initial_eval": SHARE,
@@ -52,12 +49,10 @@ LIMITS = {
 
 
 # ----------------------------------------------------------------------------- the carry probe
-def probe(ctx, runs) -> tuple[pd.DataFrame, dict]:
-    """The carry probe each run wrote (carry_probe.csv, mathrl.engine.carry_probe): the per-position table (its final
-    policy
-    under its setting's name, and each warm-up the arms started from once, as `warm-up`), and {run_id: the run's carry
-    means}."""
-    frames, means, warmups = [], {}, set()
+def probe(ctx, runs) -> pd.DataFrame:
+    """The carry probe each run wrote (carry_probe.csv, mathrl.engine.carry_probe), per position: its final policy under
+    its setting's name, and each warm-up the arms started from once, as `warm-up`."""
+    frames, warmups = [], set()
     for name, run in runs:
         path = ctx.run_file(run, layout.RUN_CARRY_PROBE)
         if not path.is_file():
@@ -65,13 +60,12 @@ def probe(ctx, runs) -> tuple[pd.DataFrame, dict]:
         rows = read_csv(path, ((run.summary or {}).get("files") or {}).get(path.name))
         final = rows[rows["checkpoint"] == "final"]
         frames.append(final.assign(checkpoint=name, seed=run.spec.seed))
-        means[run.spec.run_id] = dx.carry_means(final)
         warmup = kit.warmup(run)
         if warmup not in warmups:  # the arms share their warm-ups: each once
             warmups.add(warmup)
             frames.append(rows[rows["checkpoint"] == "start"].assign(checkpoint="warm-up", seed=NAN))
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return table.reindex(columns=PROBE_COLUMNS), means
+    return table.reindex(columns=PROBE_COLUMNS)
 
 
 # ----------------------------------------------------------------------------- the tables
@@ -80,23 +74,14 @@ def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
     return kit.add_intervals(mean_spread(per_run, ["setting", "role"], RUN_VALUES), RUN_VALUES, bounds=LIMITS)
 
 
-# The table claims read that the run's files alone cannot give (the carry probe is a file of the run's directory,
-# found through the context), and its columns (mathrl.analysis.claim_names reads this from the source): one row per
-# run of the experiment with a result, in the order of the run table diagnostics_token_selection_runs.
-CLAIM_TABLES = {"diagnostics_token_selection_probe_runs": ["setting", "role", "seed", "warmup", *PROBE_MEANS]}
-
-
-def tables(ctx, roles: dict) -> dict[str, pd.DataFrame]:
-    """The experiment's tables from its complete runs and its roles."""
+def tables(ctx) -> dict[str, pd.DataFrame]:
+    """The experiment's tables from its complete runs (its roles must name the baseline)."""
+    kit.roles(ctx.cfg, EXPERIMENT, (BASELINE,))
     runs = [(kit.setting(run.spec), run) for run in ctx.experiment(EXPERIMENT) if run.ok]
-    probe_rows, carry = probe(ctx, runs)
-    means = lambda run: {c: carry.get(run.spec.run_id, {}).get(c, NAN) for c in PROBE_MEANS}  # noqa: E731
-    probe_runs = kit.arm_runs(runs, roles, means, PROBE_MEANS)
+    probe_rows = probe(ctx, runs)
     per_run = ctx.run_table("diagnostics_token_selection_runs")
-    per_run = per_run.assign(**{c: probe_runs[c].to_numpy() for c in PROBE_MEANS})
     steps = [run.evals.assign(setting=name, seed=run.spec.seed) for name, run in runs]
     return {
-        "diagnostics_token_selection_probe_runs": probe_runs,
         "diagnostics_token_selection": selection_summary(per_run),
         "diagnostics_token_selection_steps": kit.over_seeds(steps, ["setting"], ["eval_accuracy"]),
         # per checkpoint kind (the warm-up or an arm's final policies), position and carry: mean entropy over seeds
