@@ -270,3 +270,18 @@ def test_a_table_is_held_to_its_declaration():
     )
     with pytest.raises(ValueError, match=r"table lab04_entropy: columns \['entropy_at_3'\] are not in its"):
         claim_names.conform("lab04_entropy", made.assign(entropy_at_3=1.0), cfg)
+
+
+def test_the_measures_listing_says_where_claims_read_each_measure():
+    """`mathrl claims --measures`: each registered measure once, with its meaning and every table that lists it."""
+    from mathrl.analysis.measures import AMONG, EVERY_RUN, MEASURES, RUN_TABLES
+    from mathrl.analysis.measures.catalog import listing
+
+    lines = listing(RUN_TABLES).splitlines()
+    names = [line.split(":")[0] for line in lines[::2]]
+    assert sorted(names) == sorted([*MEASURES, *AMONG]) and names == sorted(names)
+    where = {name: line.removeprefix("    in: ") for name, line in zip(names, lines[1::2])}
+    assert all("run_measures" in where[name] for name in EVERY_RUN)
+    for table, decl in RUN_TABLES.items():
+        assert all(table in where[name].split(", ") for name in decl["measures"]), table
+    assert where["final_eval_absdev"] == "stability_fvd_runs"

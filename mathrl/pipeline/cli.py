@@ -745,10 +745,10 @@ def cmd_claims(args) -> int:
 
     cfg = _load(args)
     if args.measures:
-        from mathrl.analysis.measures.catalog import described
+        from mathrl.analysis.measures import RUN_TABLES
+        from mathrl.analysis.measures.catalog import listing
 
-        for name, text in described().items():
-            print(f"{name:24s} {text}")
+        print(listing(RUN_TABLES))
         return 0
     if args.coverage:
         from mathrl.analysis import coverage
@@ -1199,7 +1199,7 @@ def _claims_parser(sub) -> None:
     p.add_argument(
         "--measures",
         action="store_true",
-        help="list the registered measures of a run (the run_measures table's columns)",
+        help="list the registered measures, what each means and the tables claims read it in",
     )
     p.add_argument(
         "--coverage",

@@ -60,3 +60,19 @@ def among(name: str, text: str):
 def described() -> dict[str, str]:
     """{name: what it means} of every registered measure, run measures first."""
     return {**{k: text for k, (text, _) in MEASURES.items()}, **{k: text for k, (text, _) in AMONG.items()}}
+
+
+def listing(run_tables: dict[str, dict]) -> str:
+    """Every registered measure, what it means, and the tables a claim reads it in (`run_measures` for the measures of
+    every run; `run_tables`: the RUN_TABLES declarations), sorted by name: `mathrl claims --measures`."""
+    where: dict[str, list[str]] = {name: ["run_measures"] for name in EVERY_RUN}
+    for table, decl in run_tables.items():
+        for name in decl["measures"]:
+            where.setdefault(name, []).append(table)
+    lines = []
+    for name, text in sorted(described().items()):
+        lines += [
+            f"{name}: {text}",
+            f"    in: {', '.join(where.get(name, [])) or 'no run table (a study table or `mathrl compare` reads it)'}",
+        ]
+    return "\n".join(lines)
