@@ -88,15 +88,17 @@ def write_json(cfg: dict, rel: str, obj: dict) -> Path:
 
 
 def with_claims(cfg: dict, tabs: dict) -> dict:
-    """A study's tables, the run tables (mathrl.analysis.measures) and claims.csv judged over them, as `mathrl
-    aggregate` judges every table."""
+    """A study's tables, the run and bandit tables (mathrl.analysis.measures) and claims.csv judged over them, as
+    `mathrl aggregate` judges every table."""
     from mathrl.analysis import claims
     from mathrl.analysis.aggregate import as_read_back
-    from mathrl.analysis.measures import RUN_TABLES
+    from mathrl.analysis.measures import BANDIT_TABLES, RUN_TABLES
     from mathrl.analysis.studies.context import Context
 
     ctx = Context(cfg)
-    tabs = {**{name: ctx.run_table(name) for name in RUN_TABLES}, **tabs}
+    declared = {**{name: ctx.run_table(name) for name in RUN_TABLES}}
+    declared |= {name: ctx.bandit_table(name) for name in BANDIT_TABLES}
+    tabs = {**declared, **tabs}
     return {**tabs, "claims": claims.judge_all(cfg, as_read_back(tabs))}
 
 

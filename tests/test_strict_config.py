@@ -185,13 +185,13 @@ def test_the_claims_files_names_are_checked_too(tmp_path):
     project's own claims file passes with the default config (load_config checks it)."""
     path = tmp_path / "claims.yaml"
     path.write_text(
-        "claims:\n  - {id: c, kind: document, statement: s, table: lab04_entropy, measure: final_entrpy,\n"
+        "claims:\n  - {id: c, kind: document, statement: s, table: lab04_entropy, measure: final_policy_entrpy,\n"
         "     a: {setting: aggressive}}\n"
     )
     with pytest.raises(
         ConfigError,
-        match=r"claims\[0\] \(c\): measure: 'final_entrpy' is not a column of table "
-        r"lab04_entropy \(did you mean 'final_entropy'\?\); its columns: setting, ",
+        match=r"claims\[0\] \(c\): measure: 'final_policy_entrpy' is not a column of table "
+        r"lab04_entropy \(did you mean 'final_policy_entropy'\?\); its columns: setting, ",
     ):
         claim_names.check(load_config(), claim_declarations(load_config(), path))
 
@@ -214,12 +214,13 @@ def test_the_claims_files_variants_and_roles_are_the_default_configs():
 
 
 def test_each_tables_columns_read_from_the_source_are_the_modules_own():
-    """The declarations read without importing (claim_names) are the imported modules' CLAIM_TABLES and RUN_TABLES
-    (a run table's columns: its keys, then its measures), run_measures' {measures} are the measures registered
-    with every_run, and every name the source registers is the registry's."""
+    """The declarations read without importing (claim_names) are the imported modules' CLAIM_TABLES, RUN_TABLES
+    (a run table's columns: its keys, then its measures) and BANDIT_TABLES (setting, seed, the measures, n, the
+    spreads, the measures among the rows), run_measures' {measures} are the measures registered with every_run, and
+    every name the source registers is the registry's."""
     import importlib
 
-    from mathrl.analysis.measures import AMONG, EVERY_RUN, MEASURES
+    from mathrl.analysis.measures import AMONG, EVERY_RUN, MEASURES, SEED_MEASURES
 
     imported = {}
     for path in claim_names.TABLE_MODULES:
@@ -227,17 +228,20 @@ def test_each_tables_columns_read_from_the_source_are_the_modules_own():
         module = importlib.import_module(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
         imported.update({t: tuple(c) for t, c in getattr(module, "CLAIM_TABLES", {}).items()})
         imported.update({t: (*d["keys"], *d["measures"]) for t, d in getattr(module, "RUN_TABLES", {}).items()})
-    assert claim_names.declared_tables() == imported and "stability_batch_runs" in imported
+        for t, d in getattr(module, "BANDIT_TABLES", {}).items():
+            imported[t] = ("setting", "seed", *d["measures"], "n", *(f"{m}_std" for m in d["spread"]), *d["among"])
+    assert claim_names.declared_tables() == imported and {"stability_batch_runs", "lab04_hacking"} <= set(imported)
     assert claim_names.measure_names() == tuple(EVERY_RUN)
-    assert sorted(claim_names.measure_names(every_run=False)) == sorted([*MEASURES, *AMONG])
+    assert sorted(claim_names.measure_names(every_run=False)) == sorted([*MEASURES, *AMONG, *SEED_MEASURES])
     columns = claim_names.table_columns({"experiments": {"e": {"grid": {"batch_size": [1], "lr": [1]}}}})
     grid = columns["run_measures"][5:7]  # after the run's identity and warm-up
     assert grid == ["batch_size", "lr"] and columns["run_measures"][-len(EVERY_RUN) :] == list(EVERY_RUN)
 
 
 def test_a_run_table_names_registered_measures_and_keys_only():
-    """Each measure a run table lists is registered; each key is a run's identity or one of its settings."""
-    from mathrl.analysis.measures import AMONG, MEASURES, RUN_TABLES
+    """Each measure a run table lists is registered; each key is a run's identity or one of its settings; a bandit table
+    lists measures of a bandit seed, then measures among its rows."""
+    from mathrl.analysis.measures import AMONG, BANDIT_TABLES, MEASURES, RUN_TABLES, SEED_MEASURES
     from mathrl.analysis.measures.tables import IDENTITY
     from mathrl.pipeline.settings import RunSettings
 
@@ -245,6 +249,9 @@ def test_a_run_table_names_registered_measures_and_keys_only():
     for name, decl in RUN_TABLES.items():
         assert set(decl["measures"]) <= set(MEASURES) | set(AMONG), name
         assert set(decl["keys"]) <= set(IDENTITY) | settings, name
+    for name, decl in BANDIT_TABLES.items():  # a bandit table: measures of a bandit seed, then of its rows
+        assert set(decl["measures"]) <= set(SEED_MEASURES) and set(decl["among"]) <= set(AMONG), name
+        assert set(decl["spread"]) <= set(decl["measures"]), name
 
 
 def test_a_constant_is_read_from_source_with_the_names_it_uses(tmp_path):
@@ -273,15 +280,17 @@ def test_a_table_is_held_to_its_declaration():
 
 
 def test_the_measures_listing_says_where_claims_read_each_measure():
-    """`mathrl claims --measures`: each registered measure once, with its meaning and every table that lists it."""
-    from mathrl.analysis.measures import AMONG, EVERY_RUN, MEASURES, RUN_TABLES
+    """`mathrl claims --measures`: each registered measure once, with its meaning and every table that lists it (a
+    measure of a bandit seed, or of a row among a bandit table's rows, names its bandit table)."""
+    from mathrl.analysis.measures import AMONG, BANDIT_TABLES, EVERY_RUN, MEASURES, RUN_TABLES, SEED_MEASURES
     from mathrl.analysis.measures.catalog import listing
 
-    lines = listing(RUN_TABLES).splitlines()
+    lines = listing({**RUN_TABLES, **BANDIT_TABLES}).splitlines()
     names = [line.split(":")[0] for line in lines[::2]]
-    assert sorted(names) == sorted([*MEASURES, *AMONG]) and names == sorted(names)
+    assert sorted(names) == sorted([*MEASURES, *AMONG, *SEED_MEASURES]) and names == sorted(names)
     where = {name: line.removeprefix("    in: ") for name, line in zip(names, lines[1::2])}
     assert all("run_measures" in where[name] for name in EVERY_RUN)
-    for table, decl in RUN_TABLES.items():
-        assert all(table in where[name].split(", ") for name in decl["measures"]), table
+    for table, decl in {**RUN_TABLES, **BANDIT_TABLES}.items():
+        assert all(table in where[name].split(", ") for name in [*decl["measures"], *decl.get("among", ())]), table
     assert where["final_eval_absdev"] == "stability_fvd_runs"
+    assert where["final_policy_entropy"] == "lab04_entropy" and where["severity"] == "lab04_vanishing"

@@ -150,42 +150,32 @@ def pooled(df, setting):
     return df[(df["setting"] == setting) & (df["seed"].astype(str) == "all")].iloc[0]
 
 
-def test_pure_verdicts():
-    assert [lab04.severity(x) for x in (0.2, 0.5, 0.9, 0.95, math.nan)] == [
-        "mild",
-        "moderate",
-        "moderate",
-        "severe",
-        "unknown",
-    ]
-    assert lab04.hacked(0.6, 3.0, 0.5, -0.5) is True and lab04.hacked(0.6, 3.0, 0.5, 0.7) is False
-    assert lab04.hacked(0.6, math.nan, 0.5, 0.1) is None
-
-
 def test_entropy_table(results):
     e = results[0]["lab04_entropy"]
     s0 = e[(e.setting == "aggressive") & (e.seed.astype(str) == "0")].iloc[0]
     # 4-step runs: start = mean of steps 0-1, end = mean of steps 2-3 (the window is at most half the run)
-    assert s0.initial_entropy == pytest.approx(0.95) and s0.final_entropy == pytest.approx(0.25)
-    assert s0.reduction == pytest.approx(1 - 0.25 / 0.95) and s0.initial_best_prob == pytest.approx(1 / 3)
+    assert s0.initial_entropy == pytest.approx(0.95) and s0.final_policy_entropy == pytest.approx(0.25)
+    assert s0.policy_entropy_reduction == pytest.approx(1 - 0.25 / 0.95) and s0.initial_best_prob == pytest.approx(
+        1 / 3
+    )
     assert s0.dominant_action == 1 and s0.dominant_prob == pytest.approx(0.95) and s0.converged_to == "global"
     s1 = e[(e.setting == "aggressive") & (e.seed.astype(str) == "1")].iloc[0]
     assert s1.dominant_action == 0 and s1.converged_to == "local"
     a = pooled(e, "aggressive")
     assert (
         a.n == 2
-        and a.final_entropy == pytest.approx(0.30)
-        and a.final_entropy_std == pytest.approx(np.std([0.25, 0.35], ddof=1))
+        and a.final_policy_entropy == pytest.approx(0.30)
+        and a.final_policy_entropy_std == pytest.approx(np.std([0.25, 0.35], ddof=1))
     )
     assert a.global_share == 0.5 and a.converged_to == "global 1, local 1" and math.isnan(a.dominant_action)
     missing = e[(e.setting == "normal") & (e.seed.astype(str) == "1")].iloc[0]  # not in the CSV: shown, not invented
-    assert missing.n == 0 and missing.converged_to == "missing" and math.isnan(missing.final_entropy)
+    assert missing.n == 0 and missing.converged_to == "missing" and math.isnan(missing.final_policy_entropy)
     n = pooled(e, "normal")
     assert (
         n.n == 1
-        and n.final_entropy == pytest.approx(0.85)
+        and n.final_policy_entropy == pytest.approx(0.85)
         and n.converged_to == "none 1"
-        and math.isnan(n.final_entropy_std)
+        and math.isnan(n.final_policy_entropy_std)
     )
 
 
@@ -195,15 +185,15 @@ def test_vanishing_table(results):
     assert (
         s0.grad_norm_diverse == pytest.approx(0.3)
         and s0.grad_norm_homogeneous == 0
-        and s0.reduction == 1
+        and s0.grad_norm_reduction == 1
         and s0.severity == "severe"
     )
-    assert s1.reduction == pytest.approx(0.5) and s1.severity == "moderate"
+    assert s1.grad_norm_reduction == pytest.approx(0.5) and s1.severity == "moderate"
     assert s0.reward_std_diverse == pytest.approx(0.6) and s0.corr_grad_reward_std == pytest.approx(1.0)
     assert p.n == 2 and p.grad_norm_homogeneous == pytest.approx(0.0025) and p.grad_norm_diverse == pytest.approx(0.155)
     assert (
-        p.reduction == pytest.approx(0.75)
-        and p.reduction_std == pytest.approx(np.std([1, 0.5], ddof=1))
+        p.grad_norm_reduction == pytest.approx(0.75)
+        and p.grad_norm_reduction_std == pytest.approx(np.std([1, 0.5], ddof=1))
         and p.severity == "moderate"
     )
     grads = [VANISH[s][ph][i % 2] for s in (0, 1) for i, ph in enumerate(PHASES)]
@@ -220,16 +210,6 @@ def test_hacking_table(results):
     assert s0.true_end == pytest.approx(-0.5) and s0.hack_share_end == pytest.approx(0.97) and s0.hacked
     p = h[h.seed.astype(str) == "all"].iloc[0]
     assert p.n == 2 and p.hack_share_end == pytest.approx(0.96) and p.hacked
-
-
-def test_a_seeds_rise_is_read_where_the_other_seeds_peak():
-    """The step comes from the other seeds of the setting: a seed's own noisy peak does not count."""
-    curves = {("s", 0): pd.Series([0.0, 1.0, 0.0]), ("s", 1): pd.Series([0.0, 0.0, 2.0]),
-              ("s", 2): pd.Series([0.0, 0.0, 1.0]), ("t", 0): pd.Series([9.0, 0.0, 0.0])}  # fmt: skip
-    assert lab04.at_others_peak(curves, ("s", 0)) == 0.0  # the others peak at step 2, where seed 0 is back at 0
-    assert lab04.at_others_peak(curves, ("s", 1)) == 0.0  # seeds 0 and 2 average 0.5 at steps 1 and 2: the first
-    assert lab04.at_others_peak(curves, ("s", 2)) == 1.0  # seeds 0 and 1 peak at step 2 (1.0): seed 2's own peak
-    assert math.isnan(lab04.at_others_peak(curves, ("t", 0))) and math.isnan(lab04.at_others_peak(curves, ("u", 0)))
 
 
 def test_gpt_tables(results):
@@ -368,7 +348,9 @@ def test_figures_and_section(results):
         band.step.tolist() == [0, 4, 8, 12] and band["mean"].iloc[-1] == pytest.approx(0.385) and band["n"].iloc[0] == 2
     )
     s = lab04.section(t)
-    assert s["normal_keeps_more"] is True and s["normal"]["final_entropy"] > s["aggressive"]["final_entropy"]
+    assert (
+        s["normal_keeps_more"] is True and s["normal"]["final_policy_entropy"] > s["aggressive"]["final_policy_entropy"]
+    )
     assert s["bandit_hacked"] and s["gpt_hacked"]
     assert "inconclusive" in s["parts"]["entropy"]["summary"] and len(s["parts"]["entropy"]["rows"]) == 10
     assert s["parts"]["entropy"]["summary"].endswith("and 2 setup checks, not counted")
@@ -419,7 +401,7 @@ def test_figures_are_readable_and_their_bands_bounded(results):
 def test_missing_everything(tmp_path):
     tabs, t = write_tables(make_cfg(tmp_path))  # no bandit CSVs and no runs
     assert (tabs["lab04_entropy"]["converged_to"] == "missing").all() and tabs["lab04_entropy"][
-        "final_entropy"
+        "final_policy_entropy"
     ].isna().all()
     assert tabs["lab04_gpt_runs"]["status"].eq("missing").all() and (tabs["lab04_gpt"]["n"] == 0).all()
     assert verdicts(tabs, "lab04")["outcome"].eq("not judged").all()
@@ -538,17 +520,6 @@ def test_differences_table_and_sentence(results):
     assert ch.loc["clip_eps_high", "failing"] == "unset" and set(ch["against"]) == {"aggressive"}
     assert "algorithm" in set(d[d.role == "remedy"]["setting"])
     assert "clip_higher (clip_higher) changes clip_eps_high (0.28, not unset)" in text(render(results[1]))
-
-
-def test_a_bandit_policy_still_moving():
-    """Over the last 10% of steps: an arm moving by more than 0.05 is still moving; a flat end is settled."""
-    flat = np.array([[1 / 3, 1 / 3, 1 / 3]] * 50 + [[0.02, 0.96, 0.02]] * 50)
-    assert lab04.still_moving(flat) is False
-    rising = np.array(
-        [[0.5 - 0.004 * i, 0.004 * i, 0.5] for i in range(100)]
-    )  # arm 1 gains 0.04 in 10 steps: settled; 0.4 in 100
-    assert lab04.still_moving(rising) is False and lab04.still_moving(rising, span=0.5) is True
-    assert lab04.still_moving(np.array([[0.3, 0.3, 0.4]])) is False  # one step: nothing to compare
 
 
 def test_bandit_settings_keep_the_config_order_in_the_figures():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from mathrl.analysis import claim_names, claims, coverage
-from mathrl.analysis.measures import RUN_TABLES, run_measures
+from mathrl.analysis.measures import BANDIT_TABLES, RUN_TABLES, run_measures
 from mathrl.analysis.results import complete_marker, curves, missing_inputs, run_index
 from mathrl.analysis.studies import STUDIES
 from mathrl.analysis.studies.context import MADE_WITH, Context, tables_hash
@@ -91,6 +91,7 @@ def all_tables(ctx: Context) -> dict[str, pd.DataFrame]:
         "sft": sft_table(ctx),
         "run_measures": run_measures(ctx.runs),
         **{name: ctx.run_table(name) for name in RUN_TABLES},
+        **{name: ctx.bandit_table(name) for name in BANDIT_TABLES},
     }
     tables["sft_spread"] = warmup_spread(tables["sft"])
     for study in STUDIES:

@@ -7,7 +7,8 @@ such name is checked against what exists, before anything runs, with a did-you-m
 
 - a table must be one claims read: each is declared, with its columns, where it is made: a run table
   in a module-level `RUN_TABLES = {table: {experiment, keys, measures, ...}}` of a module of
-  `mathrl/analysis/measures/` (its columns: the keys, then the measures), `run_measures` and the few
+  `mathrl/analysis/measures/` (its columns: the keys, then the measures), a bandit table in a
+  `BANDIT_TABLES = {table: {study, measures, spread, among}}` there (`bandit_columns`), `run_measures` and the few
   tables a study makes itself in a `CLAIM_TABLES = {table: [columns]}` (of `measures/tables.py` or a
   study module under `mathrl/analysis/studies/`; `{grid}` stands for the experiments' grid keys,
   `{measures}` for the measures of every run). Those modules import pandas, matplotlib and torch;
@@ -91,15 +92,24 @@ def module_constant(path: Path, name: str):
     return copy.deepcopy(_constant(Path(path), name))
 
 
+def bandit_columns(decl: dict) -> list[str]:
+    """The columns of a bandit table (a BANDIT_TABLES declaration): the seed's setting and seed, its measures, `n`
+    (the seeds found), the spread across seeds of each measure in `spread` (`{m}_std`, in the pooled rows), then the
+    measures of each row among the table's rows (`among`)."""
+    return ["setting", "seed", *decl["measures"], "n", *(f"{m}_std" for m in decl["spread"]), *decl["among"]]
+
+
 @functools.cache
 def declared_tables() -> dict[str, tuple[str, ...]]:
-    """Every RUN_TABLES and CLAIM_TABLES declaration of TABLE_MODULES: {table: its columns, `{grid}` and `{measures}`
-    unresolved}."""
+    """Every RUN_TABLES, BANDIT_TABLES and CLAIM_TABLES declaration of TABLE_MODULES: {table: its columns, `{grid}`
+    and `{measures}` unresolved}."""
     out: dict[str, tuple[str, ...]] = {}
     for path in TABLE_MODULES:
         found = {}
         if "RUN_TABLES" in _module(path)[0]:
             found |= {t: [*d["keys"], *d["measures"]] for t, d in module_constant(path, "RUN_TABLES").items()}
+        if "BANDIT_TABLES" in _module(path)[0]:
+            found |= {t: bandit_columns(d) for t, d in module_constant(path, "BANDIT_TABLES").items()}
         if "CLAIM_TABLES" in _module(path)[0]:
             found |= module_constant(path, "CLAIM_TABLES")
         for table, columns in found.items():
@@ -111,13 +121,15 @@ def declared_tables() -> dict[str, tuple[str, ...]]:
 
 @functools.cache
 def measure_names(every_run: bool = True) -> tuple[str, ...]:
-    """The names of the measures registered in mathrl/analysis/measures/ (`@measure("name", ...)`; with `every_run`,
-    those of run_measures alone), in the order registered."""
+    """The names of the measures registered in mathrl/analysis/measures/ (`@measure("name", ...)`, `@among`,
+    `@seed_measure`; with `every_run`, those of run_measures alone), in the order registered."""
     names = []
     for path in MEASURE_MODULES:
         for node in ast.parse(path.read_text()).body:
             for deco in node.decorator_list if isinstance(node, ast.FunctionDef) else ():
-                if not (isinstance(deco, ast.Call) and getattr(deco.func, "id", "") in ("measure", "among")):
+                if not (
+                    isinstance(deco, ast.Call) and getattr(deco.func, "id", "") in ("measure", "among", "seed_measure")
+                ):
                     continue
                 if not (deco.args and isinstance(deco.args[0], ast.Constant)):
                     continue

@@ -745,10 +745,10 @@ def cmd_claims(args) -> int:
 
     cfg = _load(args)
     if args.measures:
-        from mathrl.analysis.measures import RUN_TABLES
+        from mathrl.analysis.measures import BANDIT_TABLES, RUN_TABLES
         from mathrl.analysis.measures.catalog import listing
 
-        print(listing(RUN_TABLES))
+        print(listing({**RUN_TABLES, **BANDIT_TABLES}))
         return 0
     if args.coverage:
         from mathrl.analysis import coverage

@@ -1,20 +1,27 @@
 """The registry of measures: each a pure function with its name, what it means, and where bounded, its values.
 
-Two kinds:
+Three kinds:
 
 - a measure of a run (`@measure`): `fn(run) -> value`, read from the run's files alone (metrics, evaluations,
   summary, settings). `every_run=True` puts it in `run_measures`, the table of every run that a claim reads by
   default and `mathrl compare` reads; the others are columns of the run tables that name them
   (`mathrl.analysis.measures.tables`);
 - a measure of a run among its table's rows (`@among`): `fn(rows) -> column`, from the measures of the other runs
-  of its experiment (its spread around its group's median, say), computed once every run's own measures are in.
+  of its experiment (its spread around its group's median, say), computed once every run's own measures are in
+  (in a bandit table, once its pooled rows are in: a row's label from its values, say);
+- a measure of a bandit seed (`@seed_measure`): `fn(seed) -> value` of one seed's trajectory in one setting of a
+  bandit study (`tables.BanditSeed`: its rows by step, the resolved bandit configuration), with how its values
+  pool across the seeds of a setting (`pooled`: their mean unless stated) and what a seed without rows reads.
+  They are kept apart from the measures of a run because they take another object: a run table cannot list one.
 
-`mathrl claims --measures` lists both. Names are unique across both.
+`mathrl claims --measures` lists all three. Names are unique across all three: a claim's measure means one thing.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -25,8 +32,21 @@ AMONG: dict[str, tuple[str, Callable[[pd.DataFrame], pd.Series]]] = {}  # name -
 SHARE, CHANGE = (0.0, 1.0), (-1.0, 1.0)  # a share, and a change of a share
 
 
+class SeedMeasure(NamedTuple):
+    """A registered measure of a bandit seed (`seed_measure`)."""
+
+    text: str
+    fn: Callable  # fn(seed) -> value
+    pooled: Callable | None  # fn(values, seeds) -> the pooled row's value; None: the mean across seeds
+    missing: Any  # what a seed without rows reads
+    rows: bool  # False: it reads the configuration alone, so a seed without rows has it too
+
+
+SEED_MEASURES: dict[str, SeedMeasure] = {}  # name -> the measure of a bandit seed
+
+
 def _unique(name: str) -> None:
-    if name in MEASURES or name in AMONG:
+    if name in MEASURES or name in AMONG or name in SEED_MEASURES:
         raise ValueError(f"measure {name!r} is registered twice")
 
 
@@ -57,22 +77,43 @@ def among(name: str, text: str):
     return add
 
 
+def seed_measure(
+    name: str, text: str, pooled: Callable | None = None, missing: Any = math.nan, rows: bool = True
+) -> Callable[[Callable], Callable]:
+    """Register `fn(seed) -> value` as the measure `name` of a bandit seed, described by `text`; `pooled`:
+    `fn(values, seeds)`, the value of its setting's pooled row from the seeds' values and the seeds (default: their
+    mean); `missing`: what a seed without rows reads (unless `rows` is False: then fn reads the configuration alone
+    and is asked for every seed)."""
+
+    def add(fn: Callable) -> Callable:
+        _unique(name)
+        SEED_MEASURES[name] = SeedMeasure(text, fn, pooled, missing, rows)
+        return fn
+
+    return add
+
+
 def described() -> dict[str, str]:
     """{name: what it means} of every registered measure, run measures first."""
-    return {**{k: text for k, (text, _) in MEASURES.items()}, **{k: text for k, (text, _) in AMONG.items()}}
+    return {
+        **{k: text for k, (text, _) in MEASURES.items()},
+        **{k: text for k, (text, _) in AMONG.items()},
+        **{k: m.text for k, m in SEED_MEASURES.items()},
+    }
 
 
-def listing(run_tables: dict[str, dict]) -> str:
+def listing(tables: dict[str, dict]) -> str:
     """Every registered measure, what it means, and the tables a claim reads it in (`run_measures` for the measures of
-    every run; `run_tables`: the RUN_TABLES declarations), sorted by name: `mathrl claims --measures`."""
+    every run; `tables`: the RUN_TABLES and BANDIT_TABLES declarations, whose `measures` and `among` list them),
+    sorted by name: `mathrl claims --measures`."""
     where: dict[str, list[str]] = {name: ["run_measures"] for name in EVERY_RUN}
-    for table, decl in run_tables.items():
-        for name in decl["measures"]:
+    for table, decl in tables.items():
+        for name in (*decl["measures"], *decl.get("among", ())):
             where.setdefault(name, []).append(table)
     lines = []
     for name, text in sorted(described().items()):
         lines += [
             f"{name}: {text}",
-            f"    in: {', '.join(where.get(name, [])) or 'no run table (a study table or `mathrl compare` reads it)'}",
+            f"    in: {', '.join(where.get(name, [])) or 'no table (a study table or `mathrl compare` reads it)'}",
         ]
     return "\n".join(lines)

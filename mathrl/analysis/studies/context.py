@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from mathrl.analysis.measures import RUN_TABLES
-from mathrl.analysis.measures.tables import run_table
+from mathrl.analysis.measures import BANDIT_TABLES, RUN_TABLES
+from mathrl.analysis.measures.tables import BanditSeed, bandit_seeds, bandit_table, run_table
 from mathrl.analysis.results import Run, load_runs, read_csv, read_json  # (a file that does not read whole is named)
 from mathrl.pipeline import layout
 from mathrl.pipeline.config import config_hash
@@ -21,7 +21,7 @@ class Context:
 
     def __init__(self, cfg: dict):
         self.cfg = cfg
-        self._run_tables: dict[str, pd.DataFrame] = {}
+        self._declared: dict[str, pd.DataFrame] = {}  # the run and bandit tables built
 
     @cached_property
     def runs(self) -> dict[str, Run]:
@@ -33,9 +33,20 @@ class Context:
 
     def run_table(self, name: str) -> pd.DataFrame:
         """A run table claims read (`mathrl.analysis.measures.RUN_TABLES`), built once; each call gets a copy."""
-        if name not in self._run_tables:
-            self._run_tables[name] = run_table(RUN_TABLES[name], self.runs, self.cfg)
-        return self._run_tables[name].copy()
+        if name not in self._declared:
+            self._declared[name] = run_table(RUN_TABLES[name], self.runs, self.cfg)
+        return self._declared[name].copy()
+
+    def bandit_seeds(self, study: str) -> list[BanditSeed]:
+        """Every setting and seed the configuration asks of a bandit study, in its order (`tables.bandit_seeds`)."""
+        return bandit_seeds(self.cfg, study, self.bandit(study))
+
+    def bandit_table(self, name: str) -> pd.DataFrame:
+        """A bandit table claims read (`mathrl.analysis.measures.BANDIT_TABLES`), built once; each call gets a copy."""
+        if name not in self._declared:
+            decl = BANDIT_TABLES[name]
+            self._declared[name] = bandit_table(decl, self.bandit_seeds(decl["study"]))
+        return self._declared[name].copy()
 
     def run_file(self, run: Run, pattern: str) -> Path:
         """A file of a run (`pattern`: a layout path with {run_id}) where it was written: a run two experiments share

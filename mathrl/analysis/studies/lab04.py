@@ -2,11 +2,12 @@
 every reward of a batch is equal, and reward hacking; on the 3-armed bandit (mathrl.engine.bandit)
 and on the GPT (experiment `lab04_gpt`, where DAPO is tried as the remedy).
 
-Bandit tables hold one row per (setting, seed), then a pooled row per setting with seed
-`all`: there the value columns hold the mean across seeds, `{v}_std` their sample std and
-`n` the seeds found (a missing seed is a row of NaN with n = 0). The GPT runs' measures are registered in
-mathrl.analysis.measures.training_challenges (the run table lab04_gpt_runs); the GPT table per variant follows
-`mean_spread`: `{v}_mean`, `{v}_std`, `n` (runs with a result) and `expected`.
+The bandit tables claims read (lab04_entropy, lab04_vanishing, lab04_hacking: one row per setting and seed, then a
+pooled row per setting with seed `all`) are declared with their measures in mathrl.analysis.measures.bandit_seeds;
+the GPT runs' measures are registered in mathrl.analysis.measures.training_challenges (the run table
+lab04_gpt_runs). Here: the report's summaries of them (the local optima per setting; the GPT table per variant
+follows `mean_spread`: `{v}_mean`, `{v}_std`, `n` (runs with a result) and `expected`), the bandit's curves and
+the figures.
 """
 
 from __future__ import annotations
@@ -17,8 +18,16 @@ import numpy as np
 import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
+from mathrl.analysis.measures.bandit_seeds import (
+    BANDIT_WINDOW,
+    DOMINANT,
+    SETTLED_MOVE,
+    SETTLED_SPAN,
+    SEVERITY_DEFINITION,
+    hacked,
+)
 from mathrl.analysis.measures.series import WINDOW
-from mathrl.analysis.measures.training_challenges import GPT_MEASURES, reduction
+from mathrl.analysis.measures.training_challenges import GPT_MEASURES
 from mathrl.analysis.results import mean_spread
 from mathrl.analysis.studies.kit import BAND_NOTE, COLORS, plt
 from mathrl.analysis.verdict import OUTCOMES
@@ -40,118 +49,14 @@ COV_REMEDIES = ("clip_cov", "kl_cov")
 # Optional roles: the troubleshooting table's remedies (rl-stability-batch-and-hyperparameters.md 八) for collapsing
 # entropy and for an exploding KL, judged on the same failing setting where an experiment names them.
 TABLE_REMEDIES = ("entropy_bonus", "temperature")
-BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
-DOMINANT = 0.9  # an arm holding this much probability is where the policy converged (bandit.converged_to)
-# a bandit policy is still moving if an arm's probability changed by more than 0.05 over the last 10% of steps
-SETTLED_SPAN, SETTLED_MOVE = 0.1, 0.05
-SEVERITY_DEFINITION = (
-    "mild: the mean gradient norm fell by less than 50%; moderate: by 50-90%; severe: by more than 90%"
-)
 # the logged per-step metrics the figures draw (p3 where a study has a fourth arm; not the settings lr, entropy_coef)
 METRICS = "entropy p0 p1 p2 p3 loss grad_norm reward_std reward_mean proxy_reward true_reward".split()
 
 
-# ---- small pure functions of table values -----------------------------------------------
-def severity(red: float) -> str:
-    """The gradient-vanishing severity of a reduction (SEVERITY_DEFINITION)."""
-    return "unknown" if (not kit.known(red)) else "severe" if red > 0.9 else "moderate" if red >= 0.5 else "mild"
-
-
-def hacked(proxy_start: float, proxy_end: float, true_start: float, true_end: float) -> bool | None:
-    """Reward hacking: the optimised (proxy) score rose while the true reward fell."""
-    known = kit.known(proxy_start, proxy_end, true_start, true_end)
-    return proxy_end > proxy_start and true_end < true_start if known else None
-
-
-# ---- tables: from the files alone ------------------------------------------------------
-def _pooled(per: pd.DataFrame, values: list[str]) -> pd.DataFrame:
-    """Per-seed rows followed, per setting, by a row with seed 'all' (mean, {v}_std, n)."""
-    per = per.assign(n=per[values[0]].notna().astype(int))
-    parts = []
-    for _, g in per.groupby("setting", sort=False):
-        s = mean_spread(g, ["setting"], values).rename(columns={f"{v}_mean": v for v in values})
-        parts += [g, s.assign(seed="all")]
-    return pd.concat(parts, ignore_index=True) if parts else per
-
-
-def _expected(ctx, study: str):
-    """(setting, seed, its rows by step) for every setting and seed the config asks of a bandit study;
-    an empty frame where the study's CSV lacks them."""
-    cfg, df = bandit.resolve(ctx.cfg.get("bandit")), ctx.bandit(study)
-    df = pd.DataFrame(columns=bandit.COLUMNS) if df is None else df
-    # one grouping for the whole study, not one filter per setting and seed
-    runs = {(str(k[0]), int(k[1])): g for k, g in df.groupby(["setting", "seed"], sort=False)}
-    for setting in cfg["studies"][study]["settings"]:
-        for seed in map(int, bandit.study_seeds(cfg, study)):
-            yield setting, seed, runs.get((setting, seed), df.iloc[:0]).sort_values("step")
-
-
-def still_moving(probs: np.ndarray, span: float = SETTLED_SPAN, move: float = SETTLED_MOVE) -> bool:
-    """Whether a bandit policy was still moving at its end: some arm's probability changed by more
-    than `move` over the last `span` of its steps (probs: steps x arms, in step order)."""
-    back = max(1, int(round(span * len(probs))))
-    return bool(len(probs) > back and np.abs(probs[-1] - probs[-1 - back]).max() > move)
-
-
-def window(steps: int) -> int:
-    """Bandit steps averaged for a start or an end value: BANDIT_WINDOW, at most half the run (the two never
-    overlap)."""
-    return max(1, min(BANDIT_WINDOW, steps // 2))
-
-
-ENTROPY_COLUMNS = [
-    "initial_entropy",
-    "final_entropy",
-    "reduction",
-    "dominant_action",
-    "dominant_prob",
-    "global_share",
-    "local_share",
-    "initial_best_prob",
-    "moving",
-]
-
-
-def entropy_table(ctx) -> pd.DataFrame:
-    """Per setting and seed: entropy over the first and last BANDIT_WINDOW steps, its reduction, the
-    initial probability of the global arm (step 0), the dominant action at the last step and where
-    the policy converged (bandit.converged_to)."""
-    # the global optimum (action 1 in the document)
-    best = int(np.argmax(bandit.resolve(ctx.cfg.get("bandit"))["arm_rewards"]))
-    rows = []
-    for setting, seed, g in _expected(ctx, "entropy_collapse"):
-        row = {"setting": setting, "seed": seed, **dict.fromkeys(ENTROPY_COLUMNS, math.nan), "converged_to": "missing"}
-        if len(g):
-            k, probs = window(len(g)), g[["p0", "p1", "p2"]].to_numpy()
-            start, end = g["entropy"].head(k).mean(), g["entropy"].tail(k).mean()
-            top, label = int(np.argmax(probs[-1])), bandit.converged_to(*probs[-1], threshold=DOMINANT, best_arm=best)
-            row.update(
-                initial_entropy=start,
-                final_entropy=end,
-                reduction=reduction(start, end),
-                dominant_action=top,
-                dominant_prob=probs[-1, top],
-                initial_best_prob=probs[0, best],
-                converged_to=label,
-                global_share=float(label == "global"),
-                local_share=float(label == "local"),
-                moving=float(still_moving(probs)),
-            )
-        rows.append(row)
-    out = _pooled(pd.DataFrame(rows), [c for c in ENTROPY_COLUMNS if c != "dominant_action"])
-    for setting, g in _seeds(out).groupby("setting", sort=False):
-        labels = g["converged_to"].tolist()
-        pooled = (out["setting"] == setting) & (out["seed"] == "all")
-        counted = ", ".join(f"{k} {labels.count(k)}" for k in ("global", "local", "none") if k in labels)
-        out.loc[pooled, "converged_to"] = counted or "missing"
-        actions = g["dominant_action"].dropna().unique()
-        out.loc[pooled, "dominant_action"] = actions[0] if len(actions) == 1 else math.nan
-    return out
-
-
+# ---- tables: from the bandit tables, the run table and the files ------------------------
 def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
     """Per setting: how many seeds ended at the global optimum, a local one or neither, how many were
-    still moving at the end (`still_moving`), and the local-optimum rate with its 95% Wilson interval."""
+    still moving at the end (the measure `moving`), and the local-optimum rate with its 95% Wilson interval."""
     rows = []
     for setting, g in _seeds(ent).groupby("setting", sort=False):
         counts = {x: int((g["converged_to"] == x).sum()) for x in ("global", "local", "none")}
@@ -171,88 +76,12 @@ def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
 
 
 POINT_COLUMNS = ["setting", "seed", "step", "phase", "grad_norm", "reward_std"]  # the vanishing study's scatter
-VANISHING_VALUES = [
-    "grad_norm_homogeneous",
-    "grad_norm_diverse",
-    "reduction",
-    "reward_std_homogeneous",
-    "reward_std_diverse",
-    "corr_grad_reward_std",
-]
-HACKING_VALUES = [
-    "proxy_start",
-    "proxy_end",
-    "true_start",
-    "true_peak",
-    "true_peak_step",
-    "true_at_others_peak",
-    "true_end",
-    "hack_share_end",
-]
 
 
-def vanishing_table(ctx) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per seed and pooled: mean gradient norm and reward std per phase, their correlation; and the points."""
-    rows, points = [], []
-    for setting, seed, g in _expected(ctx, "gradient_vanishing"):
-        row = {"setting": setting, "seed": seed}
-        for phase in ("homogeneous", "diverse"):
-            ph = g[g["phase"] == phase]
-            row[f"grad_norm_{phase}"], row[f"reward_std_{phase}"] = ph["grad_norm"].mean(), ph["reward_std"].mean()
-        row["reduction"] = reduction(row["grad_norm_diverse"], row["grad_norm_homogeneous"])
-        row["corr_grad_reward_std"] = g["grad_norm"].corr(g["reward_std"]) if len(g) > 2 else math.nan
-        rows.append(row)
-        if len(g):
-            points.append(g[POINT_COLUMNS])
-    out = _pooled(pd.DataFrame(rows), VANISHING_VALUES)
-    pts = pd.concat(points, ignore_index=True) if points else pd.DataFrame(columns=POINT_COLUMNS)
-    for setting, p in pts.groupby("setting"):  # the pooled correlation is over every step of every seed
-        pooled = (out["setting"] == setting) & (out["seed"] == "all")
-        out.loc[pooled, "corr_grad_reward_std"] = p["grad_norm"].corr(p["reward_std"])
-    out["severity"] = out["reduction"].map(severity)
-    return out, pts
-
-
-def at_others_peak(curves: dict, key) -> float:
-    """Curve `key`'s value at the step where the mean of the other curves of its setting (`key[0]`) peaks: a peak
-    found without the curve's own noise, so that a curve that does not rise reads no rise on average."""
-    others = [c for k, c in curves.items() if k != key and k[0] == key[0]]
-    if key not in curves or not others:
-        return math.nan
-    return float(curves[key].get(pd.concat(others, axis=1).mean(axis=1).idxmax(), math.nan))
-
-
-def hacking_table(ctx) -> pd.DataFrame:
-    """Per seed: proxy score and true reward at the start and end, the true reward's rolling
-    peak (its own, and where the other seeds' peak), the overrated arm's final share, and whether
-    the proxy was exploited."""
-    study = bandit.resolve(ctx.cfg.get("bandit"))["studies"]["reward_hacking"]
-    proxy = bandit.proxy_scores(study["arm_lengths"], study["true_rewards"], study["labelled_arms"])
-    unlabelled = [a for a in range(len(proxy)) if a not in study["labelled_arms"]] or list(range(len(proxy)))
-    hack_arm = max(unlabelled, key=proxy.__getitem__)  # the arm the proxy overrates: never labelled, scored highest
-    rows, curves = [], {}
-    for setting, seed, g in _expected(ctx, "reward_hacking"):
-        row = {"setting": setting, "seed": seed, "hack_arm": hack_arm}
-        if len(g):
-            head, tail = g.head(window(len(g))), g.tail(window(len(g)))
-            rolling = g["true_reward"].rolling(BANDIT_WINDOW, min_periods=1).mean()
-            curves[(setting, seed)] = pd.Series(rolling.to_numpy(), index=g["step"].to_numpy())
-            row.update(
-                proxy_start=head["proxy_reward"].mean(),
-                proxy_end=tail["proxy_reward"].mean(),
-                true_start=head["true_reward"].mean(),
-                true_peak=rolling.max(),
-                true_peak_step=float(g["step"].iloc[int(np.argmax(rolling.to_numpy()))]),
-                true_end=tail["true_reward"].mean(),
-                hack_share_end=float(g[f"p{hack_arm}"].iloc[-1]),
-            )
-        rows.append(row)
-    for row in rows:
-        row["true_at_others_peak"] = at_others_peak(curves, (row["setting"], row["seed"]))
-    out = _pooled(pd.DataFrame(rows).reindex(columns=["setting", "seed", "hack_arm", *HACKING_VALUES]), HACKING_VALUES)
-    out["hack_arm"] = hack_arm
-    out["hacked"] = [hacked(r.proxy_start, r.proxy_end, r.true_start, r.true_end) for r in out.itertuples()]
-    return out
+def vanishing_points(ctx) -> pd.DataFrame:
+    """Every step of every seed of the gradient-vanishing study: its phase, gradient norm and reward std."""
+    found = [s.frame[POINT_COLUMNS] for s in ctx.bandit_seeds("gradient_vanishing") if len(s.frame)]
+    return pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=POINT_COLUMNS)
 
 
 def bandit_curves(ctx) -> pd.DataFrame:
@@ -329,35 +158,8 @@ def _seeds(df: pd.DataFrame, pooled: bool = False) -> pd.DataFrame:
     return df[(df["seed"].astype(str) == "all") == pooled] if len(df) and "seed" in df else df
 
 
-# The bandit tables claims read, and their columns, stated once: the tables are made with them, and
-# mathrl.analysis.claim_names reads this assignment from the source (without importing the module) to check a claim's
-# names when the config is read. The GPT runs' table, lab04_gpt_runs, is a run table
-# (mathrl.analysis.measures.training_challenges).
-CLAIM_TABLES = {
-    # per setting and seed, then per setting a pooled row (seed `all`) with n and each value's spread across seeds
-    "lab04_entropy": [
-        "setting",
-        "seed",
-        *ENTROPY_COLUMNS,
-        "converged_to",
-        "n",
-        *(f"{c}_std" for c in ENTROPY_COLUMNS if c != "dominant_action"),
-    ],
-    "lab04_vanishing": ["setting", "seed", *VANISHING_VALUES, "n", *(f"{c}_std" for c in VANISHING_VALUES), "severity"],
-    "lab04_hacking": [
-        "setting",
-        "seed",
-        "hack_arm",
-        *HACKING_VALUES,
-        "n",
-        *(f"{c}_std" for c in HACKING_VALUES),
-        "hacked",
-    ],
-}
-
-
 def tables(ctx) -> dict[str, pd.DataFrame]:
-    ent, (van, points), hack = entropy_table(ctx), vanishing_table(ctx), hacking_table(ctx)
+    """The report's tables; the bandit tables claims read are declared in mathrl.analysis.measures.bandit_seeds."""
     runs = ctx.run_table("lab04_gpt_runs")
     gpt = gpt_table(runs)
     role = kit.roles(ctx.cfg, EXPERIMENT, ROLES) if len(runs) else {}
@@ -365,11 +167,8 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     gpt.insert(1, "role", gpt["variant"].map(named).fillna("") if len(gpt) else [])
     return {
         "lab04_gpt_differences": differences_table(ctx, role),
-        "lab04_entropy": ent,
-        "lab04_local_optima": local_optima_table(ent),
-        "lab04_vanishing": van,
-        "lab04_vanishing_points": points,
-        "lab04_hacking": hack,
+        "lab04_local_optima": local_optima_table(ctx.bandit_table("lab04_entropy")),
+        "lab04_vanishing_points": vanishing_points(ctx),
         "lab04_bandit_curves": bandit_curves(ctx),
         "lab04_gpt": gpt,
     }
@@ -584,7 +383,9 @@ def section(t) -> dict:
     a, n = (kit.row_of(ent, setting=setting, seed="all") for setting in ("aggressive", "normal"))
     hack = kit.row_of(t["lab04_hacking"], seed="all")
     gpt = {r: kit.row_of(t["lab04_gpt"], role=r) for r in (*ROLES, *KL_ROLES, *OTHER_ROLES, *COV_REMEDIES)}
-    kept = n.get("final_entropy", math.nan) - a.get("final_entropy", math.nan)  # by the normal setting over aggressive
+    kept = n.get("final_policy_entropy", math.nan) - a.get(
+        "final_policy_entropy", math.nan
+    )  # by the normal setting over aggressive
     bandit_ends = ("proxy_start", "proxy_end", "true_start", "true_end")
     gpt_ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
     return {
