@@ -92,7 +92,8 @@ def run(out: Path, warm: Path | None, only: list[str] | None) -> None:
     config = out / "config.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(yaml.safe_dump({**TINY, "results": str(results)}, sort_keys=False))
-    if not (results / "sft" / "add" / "model.pt").is_file():
+    warmed = ("sft/add/w0/model.pt", "sft/add/model.pt")  # warm-up 0, or the one warm-up of an older layout
+    if not any((results / path).is_file() for path in warmed):
         assert main(["problems", "--config", str(config)]) == 0
         assert main(["sft", "--config", str(config), "--task", "add"]) == 0
     print(f"mathrl from {Path(mathrl.__file__).parent}", file=sys.stderr)
