@@ -7,6 +7,7 @@ import io
 import pandas as pd
 
 from mathrl.analysis import claims
+from mathrl.analysis.figure_style import png
 from mathrl.analysis.report import pm, power_note
 from mathrl.analysis.studies.kit import (
     add_intervals,
@@ -17,7 +18,6 @@ from mathrl.analysis.studies.kit import (
     claim_frame,
     offsets,
     plt,
-    png,
     role_of,
     verdict_rows,
 )
@@ -147,7 +147,7 @@ def test_offsets_spread_series_over_half_the_smallest_gap():
 def test_png_is_a_palette_image_no_wider_than_the_page_shows():
     from PIL import Image
 
-    from mathrl.analysis.studies.kit import MAX_WIDTH_PX, STYLE
+    from mathrl.analysis.figure_style import MAX_WIDTH_PX, STYLE
 
     with plt.rc_context(STYLE):
         for inches, width in ((16, MAX_WIDTH_PX), (6, 6 * STYLE["savefig.dpi"])):
@@ -161,7 +161,7 @@ def test_png_is_a_palette_image_no_wider_than_the_page_shows():
 def test_the_palette_keeps_white_and_every_plot_colour_exactly():
     from PIL import Image
 
-    from mathrl.analysis.studies.kit import COLORS, STYLE, palette
+    from mathrl.analysis.figure_style import COLORS, STYLE, palette
 
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(4, 3))

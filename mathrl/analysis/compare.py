@@ -125,7 +125,7 @@ def text(table: pd.DataFrame, measure: str) -> str:
 def figure(table: pd.DataFrame, arms: dict[str, dict], measure: str):
     """Left: each arm's runs (dots) and mean with its 95% interval; right: each difference
     from the baseline with its 95% interval, against 0."""
-    from mathrl.analysis.studies.kit import COLORS, STYLE, plt
+    from mathrl.analysis.figure_style import COLORS, STYLE, plt
 
     label = MEASURES[measure][0]
     with plt.rc_context(STYLE):

@@ -644,8 +644,8 @@ def figures(cfg: dict, t: dict[str, pd.DataFrame]) -> dict[str, bytes]:
     """The set's curves per arm (the generic section's figure: validation score, entropy, KL, reward)."""
     import matplotlib.pyplot as plt
 
+    from mathrl.analysis.figure_style import STYLE, png
     from mathrl.analysis.studies import generic
-    from mathrl.analysis.studies.kit import STYLE, png
 
     name = next(iter(cfg["experiments"]))
     with plt.rc_context(STYLE):

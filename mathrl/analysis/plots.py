@@ -1,6 +1,7 @@
 """`mathrl figures`: every figure from the tables, in one consistent style (Agg backend).
 
-The style and the drawing helpers live in `mathrl.analysis.studies.kit`, which the studies import too."""
+The style and the rendering live in `mathrl.analysis.figure_style`; the drawing helpers in
+`mathrl.analysis.studies.kit`."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from mathrl.analysis.figure_style import STYLE, png
 from mathrl.analysis.studies import STUDIES
 from mathrl.analysis.studies.context import Tables
-from mathrl.analysis.studies.kit import STYLE, png
 from mathrl.pipeline import layout
 from mathrl.pipeline.atomic import atomic_write
 

@@ -536,8 +536,8 @@ def cmd_settings(args) -> int:
 
 
 def cmd_compare(args) -> int:
+    from mathrl.analysis import figure_style
     from mathrl.analysis.compare import BOUNDS, MEASURES, arm_values, compare, figure, group_by_settings, read_run, text
-    from mathrl.analysis.studies import kit
     from mathrl.pipeline.atomic import atomic_write
 
     if args.measure not in MEASURES:
@@ -606,7 +606,7 @@ def cmd_compare(args) -> int:
     name = f"{args.experiment or 'compare'}_{args.measure}"
     csv = Path(args.out) if args.out else layout.at(cfg, layout.COMPARE, name=name)
     png = csv.with_suffix(".png")
-    drawn = kit.png(figure(table, arms, args.measure))
+    drawn = figure_style.png(figure(table, arms, args.measure))
     atomic_write(csv, table.to_csv(index=False).encode())
     atomic_write(png, drawn)
     print(f"compare: {csv}, {png}")
