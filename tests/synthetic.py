@@ -104,7 +104,7 @@ def with_claims(cfg: dict, tabs: dict) -> dict:
 
 def verdicts(tabs: dict, section: str) -> pd.DataFrame:
     """A section's rows of claims.csv by claim id, under the verdict macros' names (key, claim, diff, engaged)."""
-    from mathrl.analysis.studies.kit import claim_view
+    from mathrl.analysis.section_verdicts import claim_view
 
     c = tabs["claims"]
     return claim_view(c[c["section"] == section]).set_index("key")

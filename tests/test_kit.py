@@ -9,18 +9,8 @@ import pandas as pd
 from mathrl.analysis import claims
 from mathrl.analysis.figure_style import png
 from mathrl.analysis.report import pm, power_note
-from mathrl.analysis.studies.kit import (
-    add_intervals,
-    band_limits,
-    band_panels,
-    bands,
-    bounds,
-    claim_frame,
-    offsets,
-    plt,
-    role_of,
-    verdict_rows,
-)
+from mathrl.analysis.section_verdicts import claim_frame, verdict_rows
+from mathrl.analysis.studies.kit import add_intervals, band_limits, band_panels, bands, bounds, offsets, plt, role_of
 
 
 def test_a_sections_claims_as_verdict_rows():

@@ -335,7 +335,7 @@ def test_a_column_is_described_by_its_declaration_a_statistic_or_a_measure():
 
 
 def test_verdict_text_states_a_shared_failure_once_and_links_it():
-    from mathrl.analysis.studies.kit import verdict_rows
+    from mathrl.analysis.section_verdicts import verdict_rows
 
     reason = "failure not established: collapse (aggressive) not established: x 0.1 (needs >= 0.5)"
     checks = reason.split(": ", 1)[1] + "; engaged (a) engaged: y 2 (needs >= 1)"

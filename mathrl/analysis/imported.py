@@ -661,8 +661,8 @@ def render(cfg: dict, t: dict[str, pd.DataFrame], pngs: dict[str, bytes], comman
     from datetime import UTC, datetime
 
     from mathrl.analysis.report import environment
+    from mathrl.analysis.section_verdicts import verdicts
     from mathrl.analysis.studies import generic
-    from mathrl.analysis.studies.kit import verdicts
 
     name = next(iter(cfg["experiments"]))
     figures_uri = {k: "data:image/png;base64," + base64.b64encode(v).decode() for k, v in pngs.items()}

@@ -28,9 +28,10 @@ from markupsafe import Markup, escape
 
 from mathrl import cpu_model
 from mathrl.analysis.results import COLLAPSE_DEFINITION
+from mathrl.analysis.section_verdicts import verdicts
 from mathrl.analysis.studies import STUDIES
 from mathrl.analysis.studies.context import Tables
-from mathrl.analysis.studies.kit import NONNEGATIVE, SHARE, band_limits, known, records, t_halfwidth, verdicts
+from mathrl.analysis.studies.kit import NONNEGATIVE, SHARE, band_limits, known, records, t_halfwidth
 from mathrl.analysis.verdict import OUTCOMES, interval_numbers, number, seeds_text
 from mathrl.pipeline import layout
 from mathrl.pipeline.atomic import atomic_write
@@ -228,7 +229,7 @@ def claims_summary(t: Tables, method: str = "bh") -> dict:
     Benjamini-Hochberg), the adjustment that decides it and the outcomes under the other, and its
     setup checks, shown apart."""
     from mathrl.analysis import claims
-    from mathrl.analysis.studies.kit import claim_view, verdict_rows
+    from mathrl.analysis.section_verdicts import claim_view, verdict_rows
 
     c = t["claims"]
     words = claims.ADJUSTMENTS[method][1]

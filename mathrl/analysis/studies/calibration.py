@@ -25,6 +25,7 @@ from __future__ import annotations
 import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
+from mathrl.analysis import section_verdicts
 from mathrl.analysis.results import sustained_below
 from mathrl.analysis.studies.kit import COLORS, NAN, placeholder, plt, setting
 from mathrl.analysis.verdict import mean_interval, rate_difference, wilson
@@ -267,5 +268,5 @@ def section(t) -> dict:
         "target": TARGET_BELOW,
         "drop": DROP,
         "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),
-        "verdicts": kit.verdicts(t, NAME),
+        "verdicts": section_verdicts.verdicts(t, NAME),
     }

@@ -19,6 +19,7 @@ from __future__ import annotations
 import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
+from mathrl.analysis import section_verdicts
 from mathrl.analysis.measures.collapse_remedies import REMEDIES, REWARD_DESIGNS, ROLES, STATS, five_points
 from mathrl.analysis.results import mean_spread
 from mathrl.analysis.studies.kit import BAND_NOTE, COLORS, SHARE, plt
@@ -245,7 +246,7 @@ def figures(t) -> dict[str, plt.Figure]:
 # ----------------------------------------------------------------------------- section
 def section(t) -> dict:
     v, d = t["collapse_variants"], t["collapse_reward_design"]
-    rows = kit.verdicts(t, NAME)
+    rows = section_verdicts.verdicts(t, NAME)
     of_role = {r: kit.row_of(v, role=r) for r in ROLES}
     zs = {r.role: r.frac_zero_std_mean for r in d[d["point"] == 0].itertuples()} if len(d) else {}
     z = lambda k: "–" if k not in zs or pd.isna(zs[k]) else f"{100 * zs[k]:.0f}%"  # noqa: E731
@@ -259,6 +260,6 @@ def section(t) -> dict:
         "reward_design": d,
         "nonfinite": t["collapse_nonfinite"].reindex(columns=NONFINITE_COLUMNS),
         "zero_std": {"baseline": z("random_baseline"), "shaped": z("shaped")},
-        "verdicts": kit.by_key(rows),
+        "verdicts": section_verdicts.by_key(rows),
         "verdict_list": rows,
     }

@@ -24,6 +24,7 @@ import mathrl.analysis.studies.loss_comparison as loss_comparison
 import mathrl.analysis.studies.negative_controls as negative_controls
 import mathrl.analysis.studies.rollout_mismatch as rollout_mismatch
 from mathrl.analysis import estimators as dx
+from mathrl.analysis import section_verdicts
 from mathrl.analysis.measures import MEASURES
 from mathrl.analysis.measures.general import final_eval, gain
 from mathrl.analysis.results import mean_spread, read_csv
@@ -382,7 +383,7 @@ def figures(t) -> dict[str, plt.Figure]:
 
 
 def section(t) -> dict:
-    rows = kit.verdicts(t, NAME)
+    rows = section_verdicts.verdicts(t, NAME)
     apart = (loss_comparison.PART, high_entropy_tokens.PART)  # shown in their own parts of the section
     return {
         "pass_at_k": t["diagnostics_pass_at_k"],
@@ -404,7 +405,7 @@ def section(t) -> dict:
         **compute_curves.section(t),
         **negative_controls.section(t),
         **loss_comparison.section(t),
-        "losses_verdicts": kit.verdicts(t, NAME, loss_comparison.PART),
+        "losses_verdicts": section_verdicts.verdicts(t, NAME, loss_comparison.PART),
         **high_entropy_tokens.section(t),
-        "tokens_verdicts": kit.verdicts(t, NAME, high_entropy_tokens.PART),
+        "tokens_verdicts": section_verdicts.verdicts(t, NAME, high_entropy_tokens.PART),
     }

@@ -19,6 +19,7 @@ import pandas as pd
 from rliable import metrics as rly
 
 import mathrl.analysis.studies.kit as kit
+from mathrl.analysis import section_verdicts
 from mathrl.analysis.studies.kit import COLORS, plt
 from mathrl.analysis.verdict import binomial_halfwidth
 from mathrl.pipeline.config import expand_runs
@@ -173,7 +174,7 @@ def section(t) -> dict:
                 "figure": f"generic_{e}",
                 "roles": spec.get("roles") or {},
                 "over": comparator(spec),
-                "claims": kit.verdicts(t, NAME, e),
+                "claims": section_verdicts.verdicts(t, NAME, e),
             }
             for e, spec in t.cfg["experiments"].items()
         ]

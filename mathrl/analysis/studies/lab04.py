@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
+from mathrl.analysis import section_verdicts
 from mathrl.analysis.measures.bandit_seeds import (
     BANDIT_WINDOW,
     DOMINANT,
@@ -377,8 +378,8 @@ def part_summary(rows: list[dict]) -> str:
 
 def section(t) -> dict:
     """The verdicts per part and the rows the template's measured sentences and lab report read."""
-    rows = kit.verdicts(t, NAME)
-    grouped = kit.by_part(rows)
+    rows = section_verdicts.verdicts(t, NAME)
+    grouped = section_verdicts.by_part(rows)
     ent = t["lab04_entropy"]
     a, n = (kit.row_of(ent, setting=setting, seed="all") for setting in ("aggressive", "normal"))
     hack = kit.row_of(t["lab04_hacking"], seed="all")

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
+from mathrl.analysis import section_verdicts
 from mathrl.analysis.measures.clipping import max_norm, spike, value_clip
 from mathrl.analysis.measures.hyperparameters import BIG_SWING, SMALL_SWING, largest_drop
 from mathrl.analysis.measures.tables import run_table
@@ -691,8 +692,8 @@ def section(t) -> dict:
         "remedies",
     ]
     tb = {n: t[f"stability_{n}"] for n in names}
-    rows = kit.verdicts(t, NAME)
-    parts = kit.by_part(rows)
+    rows = section_verdicts.verdicts(t, NAME)
+    parts = section_verdicts.by_part(rows)
     clipping = {r["key"]: r for r in parts.get("clipping", [])}
     parts["clipping"] = [clipping.pop(k) for k in CLIPPING_ORDER if k in clipping] + list(clipping.values())
     al, b, v = tb["alerts"], tb["batch"], tb["value_clip"]

@@ -22,6 +22,7 @@ import pandas as pd
 from matplotlib.transforms import blended_transform_factory
 
 import mathrl.analysis.studies.kit as kit
+from mathrl.analysis import section_verdicts
 from mathrl.analysis.measures.training_system import STATS
 from mathrl.analysis.results import mean_spread, read_json
 from mathrl.analysis.studies.kit import BAND_NOTE, COLORS, SHARE
@@ -472,7 +473,7 @@ def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:
 
 def section(t) -> dict:
     res, cfgs = t["system_results"], t["system_configs"]
-    rows = kit.verdicts(t, NAME)
+    rows = section_verdicts.verdicts(t, NAME)
     decay = kit.cell(cfgs, "ours", task="add", key="baseline_decay")
     presets = cfgs.drop_duplicates("task")[["task", "config", "preset"]].to_dict("records") if len(cfgs) else []
     return {
@@ -482,7 +483,7 @@ def section(t) -> dict:
         "console": t["system_console"],
         "baseline_decay": "–" if math.isnan(decay) else f"{decay:g}",
         "verdict_list": rows,
-        "tasks": [task_view(res, cfgs, t["system_starts"], task, kit.by_key(rows)) for task in DOC],
+        "tasks": [task_view(res, cfgs, t["system_starts"], task, section_verdicts.by_key(rows)) for task in DOC],
         "doc_steps": DOC_RL["steps"],
         "starts": t["system_starts"],
         "beside": [a for a in ALGORITHMS[1:] if len(res) and (res["algorithm"] == a).any()],  # run beside REINFORCE
