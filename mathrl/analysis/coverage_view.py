@@ -19,7 +19,7 @@ import re
 import pandas as pd
 
 from mathrl.analysis.coverage import TESTED, document_and_section
-from mathrl.analysis.studies.kit import known
+from mathrl.analysis.measures.series import known
 from mathrl.analysis.verdict import number
 
 COVERAGE_TABLE = "coverage"  # results/tables/coverage.csv (mathrl.analysis.coverage writes it)

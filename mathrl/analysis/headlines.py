@@ -22,7 +22,8 @@ from jinja2 import StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 from markupsafe import Markup, escape
 
-from mathrl.analysis.studies.kit import known, t_halfwidth
+from mathrl.analysis.measures.series import known
+from mathrl.analysis.studies.kit import t_halfwidth
 from mathrl.analysis.verdict import interval_numbers, number
 from mathrl.pipeline.config import ROOT, read_yaml
 from mathrl.pipeline.errors import ConfigError

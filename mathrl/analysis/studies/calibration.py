@@ -26,8 +26,9 @@ import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
 from mathrl.analysis import section_verdicts
-from mathrl.analysis.results import sustained_below
-from mathrl.analysis.studies.kit import COLORS, NAN, placeholder, plt, setting
+from mathrl.analysis.figure_style import COLORS, plt
+from mathrl.analysis.results import sustained_below, warmup
+from mathrl.analysis.studies.kit import NAN, placeholder, setting
 from mathrl.analysis.verdict import mean_interval, rate_difference, wilson
 
 NAME = "calibration"
@@ -77,7 +78,7 @@ def pilot_table(ctx) -> pd.DataFrame:
             {
                 "variant": r.spec.variant,
                 "seed": r.spec.seed,
-                "warmup": kit.warmup(r),
+                "warmup": warmup(r),
                 "task": s["task"],
                 "batch_size": s["batch_size"],
                 "lr": s["lr"],
@@ -156,7 +157,7 @@ def all_gains(ctx) -> pd.DataFrame:
                     "experiment": r.spec.experiment,
                     "setting": setting(r.spec),
                     "seed": r.spec.seed,
-                    "warmup": kit.warmup(r),
+                    "warmup": warmup(r),
                     "task": r.settings["task"],
                     "start": g["start"],
                     "final": g["final"],

@@ -20,9 +20,11 @@ import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
 from mathrl.analysis import section_verdicts
+from mathrl.analysis.figure_style import COLORS, plt
 from mathrl.analysis.measures.collapse_remedies import REMEDIES, REWARD_DESIGNS, ROLES, STATS, five_points
+from mathrl.analysis.measures.tables import role_of
 from mathrl.analysis.results import mean_spread
-from mathrl.analysis.studies.kit import BAND_NOTE, COLORS, SHARE, plt
+from mathrl.analysis.studies.kit import BAND_NOTE, SHARE
 from mathrl.analysis.verdict import difference
 
 NAME = "collapse"
@@ -130,7 +132,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = ctx.experiment(EXPERIMENT)
     role = kit.roles(ctx.cfg, EXPERIMENT, REQUIRED) if runs else {}
     # the calibration's `reference` shares the baseline's variant: the baseline names it
-    named = kit.role_of(role, ROLES)
+    named = role_of(role, ROLES)
     per_run = ctx.run_table("collapse_per_run")
     variants = ctx.cfg["experiments"].get(EXPERIMENT, {}).get("variants") or {}
     design = pd.DataFrame(

@@ -20,18 +20,9 @@ import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
 from mathrl.analysis import curves
-from mathrl.analysis.results import mean_spread
-from mathrl.analysis.studies.kit import (
-    COLORS,
-    NAN,
-    arms,
-    estimate_columns,
-    placeholder,
-    plt,
-    t_halfwidth,
-    table_band,
-    versus,
-)
+from mathrl.analysis.figure_style import COLORS, plt
+from mathrl.analysis.results import mean_spread, warmup
+from mathrl.analysis.studies.kit import NAN, arms, estimate_columns, placeholder, t_halfwidth, table_band, versus
 from mathrl.analysis.verdict import Estimate, mean_interval
 
 BATCH = "batch"  # the experiment restated as ceiling against efficiency
@@ -88,7 +79,7 @@ def fit_runs(runs) -> pd.DataFrame:
                 "experiment": exp,
                 "setting": name,
                 "seed": run.spec.seed,
-                "warmup": kit.warmup(run),
+                "warmup": warmup(run),
                 **fits[run.spec.trained_as],
             }
         )

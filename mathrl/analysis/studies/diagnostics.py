@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-# modules, not `from mathrl.analysis.studies import ...`: the package's __init__ imports this module
 import mathrl.analysis.studies.compute_curves as compute_curves
 import mathrl.analysis.studies.high_entropy_tokens as high_entropy_tokens
 import mathrl.analysis.studies.kit as kit
@@ -25,11 +24,15 @@ import mathrl.analysis.studies.negative_controls as negative_controls
 import mathrl.analysis.studies.rollout_mismatch as rollout_mismatch
 from mathrl.analysis import estimators as dx
 from mathrl.analysis import section_verdicts
+
+# modules, not `from mathrl.analysis.studies import ...`: the package's __init__ imports this module
+from mathrl.analysis.figure_style import COLORS, plt
 from mathrl.analysis.measures import MEASURES
 from mathrl.analysis.measures.general import final_eval, gain
-from mathrl.analysis.results import mean_spread, read_csv
+from mathrl.analysis.measures.series import known
+from mathrl.analysis.results import mean_spread, read_csv, warmup
 from mathrl.analysis.studies.generic import setting
-from mathrl.analysis.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, known, plt
+from mathrl.analysis.studies.kit import NAN, NONNEGATIVE, SHARE
 from mathrl.analysis.verdict import mean_interval
 from mathrl.pipeline import layout
 
@@ -51,7 +54,7 @@ def ok_runs(ctx):
         for run in ctx.experiment(exp):
             if run.ok:
                 yield (
-                    {"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "warmup": kit.warmup(run)},
+                    {"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "warmup": warmup(run)},
                     run,
                 )
 
@@ -163,7 +166,7 @@ def adv_scaling_runs(ctx) -> pd.DataFrame:
                 {
                     "setting": setting(run.spec),
                     "seed": run.spec.seed,
-                    "warmup": kit.warmup(run),
+                    "warmup": warmup(run),
                     "carries": str(c),
                     "problems": len(g),
                     "initial": float(g["initial"].mean()),

@@ -20,7 +20,8 @@ from rliable import metrics as rly
 
 import mathrl.analysis.studies.kit as kit
 from mathrl.analysis import section_verdicts
-from mathrl.analysis.studies.kit import COLORS, plt
+from mathrl.analysis.figure_style import COLORS, plt
+from mathrl.analysis.results import warmup
 from mathrl.analysis.verdict import binomial_halfwidth
 from mathrl.pipeline.config import expand_runs
 
@@ -55,7 +56,7 @@ def per_run(ctx) -> pd.DataFrame:
                     "experiment": exp,
                     "setting": setting(run.spec),
                     "seed": run.spec.seed,
-                    "warmup": kit.warmup(run),
+                    "warmup": warmup(run),
                     "status": run.status,
                     "eval_size": kit.n_evaluated(run) or math.nan,
                     **dict(zip(VALUES, map(float, values))),

@@ -25,9 +25,10 @@ from __future__ import annotations
 import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
+from mathrl.analysis.figure_style import COLORS, plt
 from mathrl.analysis.measures.policy_updates import RUN_TABLES
-from mathrl.analysis.results import mean_spread, read_csv
-from mathrl.analysis.studies.kit import COLORS, NAN, NONNEGATIVE, SHARE, plt
+from mathrl.analysis.results import mean_spread, read_csv, warmup
+from mathrl.analysis.studies.kit import NAN, NONNEGATIVE, SHARE
 from mathrl.engine.carry_probe import PROBE_PROBLEMS
 from mathrl.pipeline import layout
 
@@ -60,9 +61,9 @@ def probe(ctx, runs) -> pd.DataFrame:
         rows = read_csv(path, ((run.summary or {}).get("files") or {}).get(path.name))
         final = rows[rows["checkpoint"] == "final"]
         frames.append(final.assign(checkpoint=name, seed=run.spec.seed))
-        warmup = kit.warmup(run)
-        if warmup not in warmups:  # the arms share their warm-ups: each once
-            warmups.add(warmup)
+        started_from = warmup(run)
+        if started_from not in warmups:  # the arms share their warm-ups: each once
+            warmups.add(started_from)
             frames.append(rows[rows["checkpoint"] == "start"].assign(checkpoint="warm-up", seed=NAN))
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return table.reindex(columns=PROBE_COLUMNS)

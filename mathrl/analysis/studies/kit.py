@@ -13,10 +13,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from mathrl.analysis.figure_style import COLORS, plt  # noqa: F401  (the studies draw with kit.COLORS, kit.plt)
-from mathrl.analysis.measures.series import end_over_start, known, logged, step_mean  # noqa: F401
-from mathrl.analysis.measures.tables import role_of  # noqa: F401
-from mathrl.analysis.results import mean_spread, warmup
+from mathrl.analysis.figure_style import COLORS, plt
+from mathrl.analysis.measures.series import known
+from mathrl.analysis.results import mean_spread
 from mathrl.analysis.verdict import CONFIDENCE, Estimate, difference, wilson
 from mathrl.pipeline.config import ROOT, point_label, read_yaml
 from mathrl.pipeline.errors import ConfigError
@@ -353,27 +352,6 @@ def placeholder(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
     ax.set_xticks([])
     ax.set_yticks([])
-
-
-def measured(run, **measures) -> dict:
-    """{name: measure(run)} of a run with a result; NaN for each measure of a run without one."""
-    return {name: measure(run) if run.ok else NAN for name, measure in measures.items()}
-
-
-def held_out(run) -> dict:
-    """A run's held-out greedy accuracy before RL (`initial`) and at the end (`final`), and the `change`."""
-    initial, final = float(run.initial_eval), float(run.evals["eval_accuracy"].iloc[-1])
-    return {"initial": initial, "final": final, "change": final - initial}
-
-
-def arm_runs(runs, roles: dict, values, columns: list[str]) -> pd.DataFrame:
-    """Per run of (variant, run) pairs: its setting, roles and seed, then `values(run)` (a dict) in `columns`."""
-    names = joined_roles(roles)
-    rows = [
-        {"setting": name, "role": names.get(name, ""), "seed": run.spec.seed, "warmup": warmup(run), **values(run)}
-        for name, run in runs
-    ]
-    return pd.DataFrame(rows, columns=["setting", "role", "seed", "warmup", *columns])
 
 
 def n_evaluated(run) -> int:

@@ -19,6 +19,7 @@ import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
 from mathrl.analysis import section_verdicts
+from mathrl.analysis.figure_style import COLORS, plt
 from mathrl.analysis.measures.bandit_seeds import (
     BANDIT_WINDOW,
     DOMINANT,
@@ -27,10 +28,11 @@ from mathrl.analysis.measures.bandit_seeds import (
     SEVERITY_DEFINITION,
     hacked,
 )
-from mathrl.analysis.measures.series import WINDOW
+from mathrl.analysis.measures.series import WINDOW, known
+from mathrl.analysis.measures.tables import role_of
 from mathrl.analysis.measures.training_challenges import GPT_MEASURES
 from mathrl.analysis.results import mean_spread
-from mathrl.analysis.studies.kit import BAND_NOTE, COLORS, plt
+from mathrl.analysis.studies.kit import BAND_NOTE
 from mathrl.analysis.verdict import OUTCOMES
 from mathrl.pipeline import bandit_config as bandit  # the study's settings; no torch for tables and figures
 
@@ -164,7 +166,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = ctx.run_table("lab04_gpt_runs")
     gpt = gpt_table(runs)
     role = kit.roles(ctx.cfg, EXPERIMENT, ROLES) if len(runs) else {}
-    named = kit.role_of(role, (*ROLES, *KL_ROLES, *OTHER_ROLES, *COV_REMEDIES, *TABLE_REMEDIES))
+    named = role_of(role, (*ROLES, *KL_ROLES, *OTHER_ROLES, *COV_REMEDIES, *TABLE_REMEDIES))
     gpt.insert(1, "role", gpt["variant"].map(named).fillna("") if len(gpt) else [])
     return {
         "lab04_gpt_differences": differences_table(ctx, role),
@@ -407,7 +409,7 @@ def section(t) -> dict:
         "aggressive_seeds": _seeds(ent)[lambda d: d["setting"] == "aggressive"]
         if len(ent)
         else pd.DataFrame(columns=["converged_to"]),
-        "normal_keeps_more": bool(kept > 0) if kit.known(kept) else None,
+        "normal_keeps_more": bool(kept > 0) if known(kept) else None,
         "bandit_hacked": hacked(*(hack.get(k, math.nan) for k in bandit_ends)),
         "gpt_hacked": hacked(*(gpt["proxy"].get(k, math.nan) for k in gpt_ends)),
         "gpt": gpt,

@@ -17,8 +17,9 @@ from __future__ import annotations
 import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
+from mathrl.analysis.figure_style import COLORS, plt
 from mathrl.analysis.measures.policy_updates import CLIPS, RUN_TABLES
-from mathrl.analysis.studies.kit import COLORS, NONNEGATIVE, SHARE, plt
+from mathrl.analysis.studies.kit import NONNEGATIVE, SHARE
 from mathrl.analysis.verdict import mean_interval
 
 EXPERIMENT = "policy_losses"

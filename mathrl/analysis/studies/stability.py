@@ -17,10 +17,13 @@ import pandas as pd
 
 import mathrl.analysis.studies.kit as kit
 from mathrl.analysis import section_verdicts
+from mathrl.analysis.figure_style import COLORS, plt
 from mathrl.analysis.measures.clipping import max_norm, spike, value_clip
 from mathrl.analysis.measures.hyperparameters import BIG_SWING, SMALL_SWING, largest_drop
+from mathrl.analysis.measures.series import end_over_start
 from mathrl.analysis.measures.tables import run_table
-from mathrl.analysis.studies.kit import COLORS, NAN, plt
+from mathrl.analysis.results import warmup
+from mathrl.analysis.studies.kit import NAN
 from mathrl.engine.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 from mathrl.pipeline.config import expand_runs
 
@@ -116,7 +119,7 @@ def equal_samples_table(runs: list) -> pd.DataFrame:
         {
             "batch_size": r.settings["batch_size"],
             "seed": r.spec.seed,
-            "warmup": kit.warmup(r),
+            "warmup": warmup(r),
             "samples": int(s),
             "eval_accuracy": acc,
         }
@@ -393,7 +396,7 @@ def run_signals(run) -> dict:
         "drop_at": (ev["step"][i - 1], ev["step"][i], ev["eval_accuracy"][i - 1], ev["eval_accuracy"][i])
         if i is not None
         else None,
-        "ent_ratio": kit.end_over_start(ent),
+        "ent_ratio": end_over_start(ent),
         "ent": (ent.iloc[0], ent.iloc[-1]) if len(ent) else None,
         "kl": m["kl"].max(),
         "kl_at": m.loc[m["kl"].idxmax(), "step"] if m["kl"].notna().any() else NAN,

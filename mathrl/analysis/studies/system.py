@@ -23,9 +23,11 @@ from matplotlib.transforms import blended_transform_factory
 
 import mathrl.analysis.studies.kit as kit
 from mathrl.analysis import section_verdicts
+from mathrl.analysis.figure_style import COLORS
+from mathrl.analysis.measures.series import known
 from mathrl.analysis.measures.training_system import STATS
 from mathrl.analysis.results import mean_spread, read_json
-from mathrl.analysis.studies.kit import BAND_NOTE, COLORS, SHARE
+from mathrl.analysis.studies.kit import BAND_NOTE, SHARE
 from mathrl.analysis.verdict import difference, mean_interval
 from mathrl.pipeline import layout
 from mathrl.pipeline.console import console_line
@@ -332,7 +334,7 @@ def target(ax, lo: float, hi: float, last_step: float) -> None:
     else a bar at the right edge of the axes, labelled with the step it belongs to."""
     step = DOC_RL["steps"]
     label = f"document: {lo:.0%}–{hi:.0%} at step {step}"
-    if kit.known(last_step) and last_step >= step:
+    if known(last_step) and last_step >= step:
         ax.plot([step, step], [lo, hi], color="0.45", lw=6, solid_capstyle="butt", label=label)
         return
     edge = blended_transform_factory(ax.transAxes, ax.transData)  # x in axes fractions, y in accuracy
@@ -344,7 +346,7 @@ def target(ax, lo: float, hi: float, last_step: float) -> None:
         solid_capstyle="butt",
         transform=edge,
         clip_on=False,
-        label=f"{label} (beyond these {last_step:g} steps)" if kit.known(last_step) else label,
+        label=f"{label} (beyond these {last_step:g} steps)" if known(last_step) else label,
     )
     ax.text(0.97, hi, f"step {step}", transform=edge, ha="right", va="bottom", fontsize=7, color="0.3")
 
@@ -356,9 +358,9 @@ def controls(ax, starts: pd.DataFrame, task: str, curves: pd.DataFrame, colors: 
     d = starts[starts["task"] == task] if len(starts) and "sup_final" in starts else pd.DataFrame()
     for r in d.itertuples():
         steps = curves.loc[curves["start"] == r.start, "step"] if len(curves) else pd.Series(dtype=float)
-        if not kit.known(r.sup_final) or steps.empty:
+        if not known(r.sup_final) or steps.empty:
             continue
-        lo, hi = (r.sup_lo, r.sup_hi) if kit.known(r.sup_lo, r.sup_hi) else (r.sup_final, r.sup_final)
+        lo, hi = (r.sup_lo, r.sup_hi) if known(r.sup_lo, r.sup_hi) else (r.sup_final, r.sup_final)
         x = float(steps.max())
         color = colors.get(r.start, "0.2")
         ax.errorbar(
