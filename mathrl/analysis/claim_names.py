@@ -163,7 +163,8 @@ def conform(name: str, df, cfg: dict):
         return df
     extra = [c for c in df.columns if c not in declared]
     if extra:
-        raise ValueError(f"table {name}: columns {extra} are not in its CLAIM_TABLES declaration {declared}")
+        kinds = "RUN_TABLES, BANDIT_TABLES or CLAIM_TABLES"
+        raise ValueError(f"table {name}: columns {extra} are not in its declaration ({kinds}) {declared}")
     missing = [c for c in declared if c not in df.columns]
     return df.reindex(columns=[*df.columns, *missing]) if missing else df
 
