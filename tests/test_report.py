@@ -100,7 +100,7 @@ def make_config(tmp: Path) -> Path:
 
 def run_rows(spec, rng) -> list[dict]:
     """A plausible metrics.csv for one run: accuracy drifting up or down, every column filled."""
-    s = spec.settings
+    s = spec.settings.as_dict()
     steps, slope = s["steps"], rng.uniform(-0.02, 0.04)
     ppo = s["algorithm"] == "ppo"
     rows = []

@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from mathrl.engine.schedules import OUTSIDE_THE_STEP, Schedule, unscheduled
+from mathrl.engine.schedules import OUTSIDE_THE_STEP, Schedule, settings_dict, unscheduled
+from mathrl.pipeline.settings import RunSettings
 
 
 @dataclass(frozen=True)
@@ -61,13 +62,13 @@ def _first_difference(
 
 
 def conflicts(
-    old: Mapping, new: Mapping, done: int, task_ndigit: int, nonfinite_steps: Iterable[int] = ()
+    old: Mapping, new: RunSettings, done: int, task_ndigit: int, nonfinite_steps: Iterable[int] = ()
 ) -> list[Conflict]:
     """Each setting of `new` (the run's RunSettings) changed from `old` (the snapshot's recorded dict) that alters a
     step up to `done` (the snapshot's step), with the first step it alters; empty when the run may resume. Each
     changed setting is tried alone on top of the old settings, so the message names the culprits; settings that only
     conflict together are named together."""
-    nonfinite = frozenset(nonfinite_steps)
+    nonfinite, new = frozenset(nonfinite_steps), settings_dict(new)
     changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and k not in OUTSIDE_THE_STEP)
     found = []
     if new.get("steps", done) < done:

@@ -5,7 +5,7 @@ LR), entropy coefficient, operand digits under the curriculum, and whether it en
 `plan(step)` is all of that with the test faults that fire there, the step's whole reading of the scheduled
 settings. The trainer asks it every step; `mathrl.engine.resume` compares two runs' plans step by step to decide
 whether a snapshot may resume under changed settings. The settings are a run's resolved settings read by key: the
-run's own `RunSettings` (the trainer's, typed when the runs were expanded: it reads as a mapping of its fields), or
+run's own `RunSettings` (the trainer's, typed when the runs were expanded; read through its `as_dict()`), or
 the dict a snapshot recorded (`RunSettings.as_dict()` of the mathrl that wrote it, which may lack a later key).
 """
 
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mathrl.engine.control import entropy_coef_at, lr_factor
+from mathrl.pipeline.settings import RunSettings
 
 # Settings no step reads: when to print a line, write a snapshot, log to W&B, or probe the policies at the end.
 OUTSIDE_THE_STEP = frozenset({"log_every", "snapshot_every", "wandb", "carry_probe"})
@@ -43,12 +44,20 @@ SCHEDULED = frozenset(
 )
 
 
+def settings_dict(settings) -> dict[str, Any]:
+    """A run's settings as a dict: a RunSettings' `as_dict()`, or a copy of a snapshot's recorded dict."""
+    return settings.as_dict() if isinstance(settings, RunSettings) else dict(settings)
+
+
 @dataclass(frozen=True)
 class Schedule:
     """What each 1-based step of a run reads from its settings `s` through its schedules."""
 
-    s: Mapping[str, Any]  # a RunSettings, or a snapshot's recorded dict
+    s: Mapping[str, Any]  # the settings as a dict: a RunSettings' as_dict(), or a snapshot's recorded dict
     task_ndigit: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "s", settings_dict(self.s))
 
     def lr(self, step: int) -> float:
         """The learning rate (critic_warmup_lr during critic pre-training, when set)."""

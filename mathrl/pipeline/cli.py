@@ -227,7 +227,9 @@ def resolve_run(
             return _checked_run_id(run_id), None, settings
         from mathrl.engine.schedules import OUTSIDE_THE_STEP
 
-        changed = sorted(k for k in explicit if k not in OUTSIDE_THE_STEP and settings[k] != spec.settings[k])
+        changed = sorted(
+            k for k in explicit if k not in OUTSIDE_THE_STEP and getattr(settings, k) != getattr(spec.settings, k)
+        )
         if changed:  # results/runs/RUN would hold another run under the experiment's name
             raise ConfigError(
                 f"--run {run}: its settings come from experiment {spec.experiment}; "

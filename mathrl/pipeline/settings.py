@@ -7,8 +7,9 @@ which refuses a key too many or too few), and every reader after it (`mathrl tra
 trainer, the schedules, the resume check, the Snakemake and DVC params) takes that object.
 `mathrl train --run RUN KEY=VALUE` changes it with `config.overridden` (`dataclasses.replace`
 under the same checks); an ad hoc run resolves the config's train block once, then is typed.
-Hashes, JSON and params read `as_dict()`, so they are what they were for the dict; readers of
-recorded settings (summary.json's `config`) may also read the object as a read-only mapping.
+Hashes, JSON and params read `as_dict()`, so they are what they were for the dict; so do the
+readers that compare them with recorded settings (a snapshot's, summary.json's `config`: dicts),
+the schedules and the resume check, and the analysis.
 
 Each field's help is written here, in `metadata["help"]` (as TRL's config dataclasses carry
 it); the schema (config/config.schema.yaml, `definitions.train`) holds the defaults and
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import textwrap
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ from mathrl.pipeline.errors import ConfigError
 
 
 @dataclass(frozen=True)
-class RunSettings(Mapping):
+class RunSettings:
     # what is trained, from where, for how long
     task: str = field(metadata={"help": "A task name from `tasks`."})
     algorithm: str = field(
@@ -405,19 +405,6 @@ class RunSettings(Mapping):
     def help(name: str) -> str:
         """Setting `name`'s help (its field's `metadata["help"]`, the schema's description of it)."""
         return FIELDS[name].metadata["help"]
-
-    # A read-only mapping of the fields, for readers of recorded settings, which read
-    # summary.json's `config` (a dict) and a run's expanded settings alike.
-    def __getitem__(self, name: str) -> Any:
-        if name not in FIELDS:
-            raise KeyError(name)
-        return getattr(self, name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(FIELDS)
-
-    def __len__(self) -> int:
-        return len(FIELDS)
 
 
 FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(RunSettings)}
