@@ -9,6 +9,7 @@ import pytest
 
 from mathrl.analysis.measures import AMONG, BANDIT_TABLES, SEED_MEASURES
 from mathrl.analysis.measures import bandit_seeds as bs
+from mathrl.analysis.measures.series import window
 from mathrl.analysis.measures.tables import BanditSeed, bandit_seeds, bandit_table
 from mathrl.pipeline import bandit_config as bandit
 
@@ -125,7 +126,7 @@ def test_hacked_reads_each_rows_ends():
 
 
 def test_pure_helpers():
-    assert [bs.window(n) for n in (1, 4, 20, 200)] == [1, 2, 10, 10]
+    assert [window(n, bs.BANDIT_WINDOW) for n in (1, 4, 20, 200)] == [1, 2, 10, 10]
     assert [bs.severity(x) for x in (0.2, 0.5, 0.95, math.nan)] == ["mild", "moderate", "severe", "unknown"]
     flat = np.array([[1 / 3, 1 / 3, 1 / 3]] * 50 + [[0.02, 0.96, 0.02]] * 50)
     assert bs.still_moving(flat) is False

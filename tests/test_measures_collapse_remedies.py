@@ -71,7 +71,7 @@ def test_rollouts():
     no_curriculum = made_run()
     no_curriculum.spec.settings["curriculum_start"] = None
     assert math.isnan(value("first_stage_accuracy", no_curriculum))
-    assert value("final_entropy", run) == 0.5 and value("early_entropy", run) == pytest.approx(0.85)
+    assert value("entropy_last", run) == 0.5 and value("early_entropy", run) == pytest.approx(0.85)
     assert value("entropy_fall_ends", run) == pytest.approx(0.5)  # 1 - 0.5 / 1.0
 
 

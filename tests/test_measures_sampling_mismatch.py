@@ -39,7 +39,7 @@ def value(name: str, run: Run = RUN) -> float:
 
 
 def test_step_means_and_the_runs_extremes_by_hand():
-    assert value("steps_logged") == 3
+    assert value("steps_done") == 3
     assert value("logp_diff_mean") == pytest.approx(3e-3)
     assert value("logp_diff_max") == pytest.approx(0.05)  # the largest over steps, not their mean
     assert value("kl_k3") == pytest.approx(2e-6) and value("chi2") == pytest.approx(0.02)
@@ -53,7 +53,7 @@ def test_step_means_and_the_runs_extremes_by_hand():
 def test_a_run_without_the_mismatch_columns_has_none():
     plain = run_of({"step": [1, 2], "entropy": [0.5, 0.4], "eval_accuracy": [math.nan, 0.5]})
     assert all(math.isnan(value(name, plain)) for name in [*sm.MISMATCH, "sample_seconds", "update_seconds"])
-    assert value("steps_logged", plain) == 2
+    assert value("steps_done", plain) == 2
 
 
 def test_the_run_table_reads_the_experiment_with_its_held_out_accuracy():

@@ -75,7 +75,7 @@ def test_the_summary_reads_step_means_and_the_runs_largest_gap(t):
 def test_the_run_table_lists_the_experiments_runs_with_their_measures(t):
     r = t["diagnostics_mismatch_runs"]
     assert list(r["setting"]) == [name for name in GAPS for _ in (0, 1)] and list(r["seed"]) == [0, 1] * 4
-    assert list(r["steps_logged"]) == [2] * 8 and list(r["final_eval"][:2]) == pytest.approx([0.60, 0.64])
+    assert list(r["steps_done"]) == [2] * 8 and list(r["final_eval"][:2]) == pytest.approx([0.60, 0.64])
 
 
 def test_accuracy_differences_are_paired_by_seed_against_the_control_and_the_remedied(t):

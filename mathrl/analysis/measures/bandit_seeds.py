@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from mathrl.analysis.measures.catalog import among, seed_measure
-from mathrl.analysis.measures.series import known
+from mathrl.analysis.measures.series import known, window
 from mathrl.analysis.measures.tables import BanditSeed
 from mathrl.analysis.measures.training_challenges import reduction
 from mathrl.pipeline import bandit_config as bandit
@@ -32,12 +32,6 @@ PROBS = ["p0", "p1", "p2"]  # the entropy-collapse study's three arms
 
 
 # ---- pure functions of values ------------------------------------------------------------
-def window(steps: int) -> int:
-    """Bandit steps averaged for a start or an end value: BANDIT_WINDOW, at most half the run (the two never
-    overlap)."""
-    return max(1, min(BANDIT_WINDOW, steps // 2))
-
-
 def still_moving(probs: np.ndarray, span: float = SETTLED_SPAN, move: float = SETTLED_MOVE) -> bool:
     """Whether a bandit policy was still moving at its end: some arm's probability changed by more
     than `move` over the last `span` of its steps (probs: steps x arms, in step order)."""
@@ -79,12 +73,12 @@ def counted(values: pd.Series, seeds: list[BanditSeed]) -> str:
 # ---- reading a seed ----------------------------------------------------------------------
 def start(seed: BanditSeed, column: str) -> float:
     """The mean of `column` over the seed's first `window` steps."""
-    return seed.frame[column].head(window(len(seed.frame))).mean()
+    return seed.frame[column].head(window(len(seed.frame), BANDIT_WINDOW)).mean()
 
 
 def end(seed: BanditSeed, column: str) -> float:
     """The mean of `column` over the seed's last `window` steps."""
-    return seed.frame[column].tail(window(len(seed.frame))).mean()
+    return seed.frame[column].tail(window(len(seed.frame), BANDIT_WINDOW)).mean()
 
 
 def best_arm(seed: BanditSeed) -> int:

@@ -113,11 +113,6 @@ def first_stage_accuracy(run) -> float:
     )
 
 
-@measure("final_entropy", "token entropy at the last step")
-def final_entropy(run) -> float:
-    return float(run.metrics["entropy"].iloc[-1])
-
-
 @measure("early_entropy", "mean token entropy over the first half of the steps")
 def early_entropy(run) -> float:
     m = run.metrics
@@ -211,7 +206,7 @@ STATS = [
     "collapsed",
     "degraded",
     "final_format_rate",
-    "final_entropy",
+    "entropy_last",
     "early_entropy",
     "skipped",
     "initial_format_rate",

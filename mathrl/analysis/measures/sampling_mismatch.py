@@ -22,11 +22,6 @@ def step_min(run, column: str) -> float:
     return float(run.metrics[column].min()) if column in run.metrics else NAN
 
 
-@measure("steps_logged", "RL steps the run logged")
-def steps_logged(run) -> float:
-    return len(run.metrics)
-
-
 @measure("logp_diff_mean", "mean per-token |trainer − sampler log-prob|, mean over the run's steps")
 def logp_diff_mean(run) -> float:
     return step_mean(run.metrics, "mismatch_logp_diff_mean")
@@ -83,7 +78,7 @@ RUN_TABLES = {
         "experiment": "rollout_mismatch",
         "keys": ["setting", "seed", "warmup"],
         "measures": [
-            "steps_logged",
+            "steps_done",
             *MISMATCH,
             "sample_seconds",
             "update_seconds",

@@ -19,21 +19,22 @@ def known(*xs) -> bool:
     return all(x is not None and not (isinstance(x, (float, np.floating)) and math.isnan(x)) for x in xs)
 
 
-def window(m: pd.DataFrame) -> int:
-    """The steps a start or end value averages: WINDOW, at most half the run's steps, at least one."""
-    return max(1, min(WINDOW, len(m) // 2))
+def window(steps: int, size: int = WINDOW) -> int:
+    """The steps a start or end value averages over a series of `steps`: `size`, at most half of them (so the start
+    and the end never overlap), at least one."""
+    return max(1, min(size, steps // 2))
 
 
 def head_mean(run, col: str) -> float:
     """The mean of a logged column over a run's first `window` steps; NaN where it was not logged."""
     m = run.metrics
-    return float(m[col].head(window(m)).mean()) if col in m and len(m) else NAN
+    return float(m[col].head(window(len(m))).mean()) if col in m and len(m) else NAN
 
 
 def tail_mean(run, col: str) -> float:
     """The mean of a logged column over a run's last `window` steps; NaN where it was not logged."""
     m = run.metrics
-    return float(m[col].tail(window(m)).mean()) if col in m and len(m) else NAN
+    return float(m[col].tail(window(len(m))).mean()) if col in m and len(m) else NAN
 
 
 def step_mean(metrics: pd.DataFrame, column: str) -> float:
