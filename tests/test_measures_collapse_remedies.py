@@ -66,7 +66,7 @@ def test_rollouts():
     assert value("initial_format_rate", run) == 0.2 and value("final_format_rate", run) == 0.9
     assert value("late_format_rate", run) == pytest.approx(0.85)  # the last quarter: steps 7 and 8
     assert value("format_gain", run) == pytest.approx(0.65)
-    assert value("zero_std", run) == pytest.approx(3 / 8)
+    assert value("frac_zero_std", run) == pytest.approx(3 / 8)
     assert value("first_stage_accuracy", run) == pytest.approx(0.25)  # steps 1-4, at one digit
     no_curriculum = made_run()
     no_curriculum.spec.settings["curriculum_start"] = None

@@ -98,11 +98,6 @@ def format_gain(run) -> float:
     return late_format_rate(run) - initial_format_rate(run)
 
 
-@measure("zero_std", "share of prompt groups whose rewards were all equal, over the steps", bounds=SHARE)
-def zero_std(run) -> float:
-    return float(run.metrics["frac_zero_std"].mean())
-
-
 @measure("first_stage_accuracy", "sampled training accuracy over the curriculum's first stage (NaN without one)")
 def first_stage_accuracy(run) -> float:
     m = run.metrics
@@ -210,7 +205,7 @@ STATS = [
     "early_entropy",
     "skipped",
     "initial_format_rate",
-    "zero_std",
+    "frac_zero_std",
     "entropy_fall_ends",
     "lr_ratio",
     "first_stage_accuracy",

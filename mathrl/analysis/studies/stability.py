@@ -22,6 +22,7 @@ from mathrl.analysis.measures.clipping import max_norm, spike, value_clip
 from mathrl.analysis.measures.hyperparameters import BIG_SWING, SMALL_SWING, largest_drop
 from mathrl.analysis.measures.series import end_over_start
 from mathrl.analysis.measures.tables import run_table
+from mathrl.analysis.measures.training_challenges import frac_zero_std, kl_max
 from mathrl.analysis.results import warmup
 from mathrl.analysis.studies.kit import NAN
 from mathrl.engine.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
@@ -391,14 +392,14 @@ def run_signals(run) -> dict:
     d = ev["eval_accuracy"].diff()
     i = d.idxmin() if d.notna().any() else None
     return {
-        "zero_std": m["frac_zero_std"].mean(),
+        "zero_std": frac_zero_std(run),
         "drop": largest_drop(run),
         "drop_at": (ev["step"][i - 1], ev["step"][i], ev["eval_accuracy"][i - 1], ev["eval_accuracy"][i])
         if i is not None
         else None,
         "ent_ratio": end_over_start(ent),
         "ent": (ent.iloc[0], ent.iloc[-1]) if len(ent) else None,
-        "kl": m["kl"].max(),
+        "kl": kl_max(run),
         "kl_at": m.loc[m["kl"].idxmax(), "step"] if m["kl"].notna().any() else NAN,
         "kl_max": run.settings.get("monitor_kl_max") or np.inf,
         "skipped": int(m["skipped"].fillna(0).sum()) + (run.status == "stopped_nonfinite"),
