@@ -101,7 +101,7 @@ def trl_state(run) -> dict:
 
 def export(runs: dict, out: Path) -> dict[str, dict[str, Path]]:
     """{experiment: {run id: its trainer_state.json}}, one folder per setting and seed under OUT/export."""
-    from mathrl.analysis.studies.kit import setting
+    from mathrl.analysis.kit import setting
 
     files: dict[str, dict[str, Path]] = {}
     for run_id, run in runs.items():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mathrl.analysis.studies.context import Tables
+from mathrl.analysis.study_inputs import Tables
 from mathrl.engine.metrics import COLUMNS
 from mathrl.pipeline.config import expand_runs
 
@@ -93,7 +93,7 @@ def with_claims(cfg: dict, tabs: dict) -> dict:
     from mathrl.analysis import claims
     from mathrl.analysis.aggregate import as_read_back
     from mathrl.analysis.measures import BANDIT_TABLES, RUN_TABLES
-    from mathrl.analysis.studies.context import Context
+    from mathrl.analysis.study_inputs import Context
 
     ctx = Context(cfg)
     declared = {**{name: ctx.run_table(name) for name in RUN_TABLES}}

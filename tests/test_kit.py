@@ -7,11 +7,11 @@ import io
 import pandas as pd
 
 from mathrl.analysis import claims
-from mathrl.analysis.figure_style import plt, png
+from mathrl.analysis.figure_style import band_limits, band_panels, bands, bounds, offsets, plt, png
+from mathrl.analysis.kit import add_intervals
 from mathrl.analysis.measures.tables import role_of
 from mathrl.analysis.report import pm, power_note
 from mathrl.analysis.section_verdicts import claim_frame, verdict_rows
-from mathrl.analysis.studies.kit import add_intervals, band_limits, band_panels, bands, bounds, offsets
 
 
 def test_a_sections_claims_as_verdict_rows():

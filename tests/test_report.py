@@ -550,7 +550,7 @@ def test_the_alerts_are_a_linked_file_summed_up_by_kind(report_tree, dom):
 
 def test_data_files_are_linked_with_their_rows_and_every_column_described(report_tree, dom):
     from mathrl.analysis import datafiles
-    from mathrl.analysis.studies.context import Tables
+    from mathrl.analysis.study_inputs import Tables
 
     sec = dom.root.find("section", id="data")
     head, rows = table_cells(sec.find("table"))

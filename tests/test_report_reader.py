@@ -56,7 +56,7 @@ COVERAGE = pd.read_csv(
 
 
 class FakeTables(dict):
-    """Tables by name, an empty frame for one that was not written (as mathrl.analysis.studies.context.Tables)."""
+    """Tables by name, an empty frame for one that was not written (as mathrl.analysis.study_inputs.Tables)."""
 
     def __missing__(self, name):
         return pd.DataFrame()

@@ -138,7 +138,9 @@ def test_the_formatter_owns_the_layout_and_the_length_cap_is_measured_on_its_lay
 def test_the_readers_of_results_take_their_paths_from_layout():
     """Where a result lives is stated once, in mathrl.pipeline.layout: no reader joins a results path by hand."""
     readers = [PACKAGE / "pipeline" / "cli.py"]
-    readers += [PACKAGE / "analysis" / f"{m}.py" for m in ("results", "compare", "aggregate", "plots", "report")]
+    readers += [
+        PACKAGE / "analysis" / f"{m}.py" for m in ("results", "compare", "aggregate", "plots", "report", "study_inputs")
+    ]
     readers += sorted((PACKAGE / "analysis" / "studies").glob("*.py"))
     by_hand = ['/ "runs"', '/ "summary.json"', '/ "metrics.csv"', '/ "snapshot.pt"', '/ "figures"', '/ "tables"',
                '/ "bandit"', '/ "sft"', '/ "gradvar"', '/ "logs"', '/ "benchmarks"', '/ "compare"']  # fmt: skip

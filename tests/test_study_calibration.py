@@ -12,7 +12,7 @@ import pytest
 from mathrl.analysis.measures import run_measures
 from mathrl.analysis.results import sustained_below
 from mathrl.analysis.studies import calibration as cal
-from mathrl.analysis.studies.context import Context
+from mathrl.analysis.study_inputs import Context
 from mathrl.pipeline.config import load_config
 from tests.conftest import TINY, write_config
 from tests.synthetic import curve, verdicts, with_claims, write_run

@@ -9,7 +9,7 @@ import pytest
 
 from mathrl.analysis.report import environment
 from mathrl.analysis.studies import collapse
-from mathrl.analysis.studies.context import Context, Tables
+from mathrl.analysis.study_inputs import Context, Tables
 from tests.conftest import TINY
 from tests.synthetic import verdicts, with_claims, write_run, write_tables
 

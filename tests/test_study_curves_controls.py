@@ -8,7 +8,7 @@ import pytest
 from mathrl.analysis.curves import sigmoid_curve
 from mathrl.analysis.report import environment
 from mathrl.analysis.studies import diagnostics
-from mathrl.analysis.studies.context import Context
+from mathrl.analysis.study_inputs import Context
 from tests.synthetic import with_claims, write_run, write_tables
 
 matplotlib.use("Agg")

@@ -12,7 +12,7 @@ from mathrl.analysis import claims
 from mathrl.analysis.measures import run_measures
 from mathrl.analysis.report import environment
 from mathrl.analysis.studies import diagnostics
-from mathrl.analysis.studies.context import Context
+from mathrl.analysis.study_inputs import Context
 from tests.synthetic import verdicts, with_claims, write_json, write_run, write_tables
 
 matplotlib.use("Agg")

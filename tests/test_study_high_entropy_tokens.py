@@ -12,7 +12,7 @@ import pytest
 from mathrl.analysis import estimators as analysis
 from mathrl.analysis.studies import diagnostics
 from mathrl.analysis.studies import high_entropy_tokens as ts
-from mathrl.analysis.studies.context import Context
+from mathrl.analysis.study_inputs import Context
 from mathrl.engine import carry_probe
 from tests import synthetic
 from tests.synthetic import write_run, write_tables

@@ -12,7 +12,7 @@ import pytest
 from mathrl.analysis.report import environment
 from mathrl.analysis.results import curves
 from mathrl.analysis.studies import lab04
-from mathrl.analysis.studies.context import Context, Tables
+from mathrl.analysis.study_inputs import Context, Tables
 from mathrl.pipeline.config import load_config
 from tests.conftest import TINY, write_config
 from tests.synthetic import verdicts, with_claims, write_bandit, write_run

@@ -8,7 +8,7 @@ import pytest
 from mathrl.analysis import claims
 from mathrl.analysis.report import environment
 from mathrl.analysis.studies import diagnostics, loss_comparison
-from mathrl.analysis.studies.context import Context
+from mathrl.analysis.study_inputs import Context
 from tests import synthetic
 from tests.synthetic import write_run, write_tables
 

@@ -8,7 +8,7 @@ import pytest
 
 from mathrl.analysis.report import environment
 from mathrl.analysis.studies import diagnostics, rollout_mismatch
-from mathrl.analysis.studies.context import Context, Tables
+from mathrl.analysis.study_inputs import Context, Tables
 from tests.synthetic import write_run
 
 matplotlib.use("Agg")

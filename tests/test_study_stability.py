@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 from mathrl.analysis.measures.hyperparameters import final_eval_absdev  # noqa: E402
 from mathrl.analysis.results import COLLAPSE_DEFINITION  # noqa: E402
 from mathrl.analysis.studies import stability as st  # noqa: E402
-from mathrl.analysis.studies.context import Context, Tables  # noqa: E402
+from mathrl.analysis.study_inputs import Context, Tables  # noqa: E402
 from mathrl.pipeline.config import load_config  # noqa: E402
 from tests import synthetic  # noqa: E402
 from tests.conftest import TINY, write_config  # noqa: E402

@@ -9,7 +9,7 @@ import pytest
 
 from mathrl.analysis.report import environment
 from mathrl.analysis.studies import system
-from mathrl.analysis.studies.context import Context, Tables
+from mathrl.analysis.study_inputs import Context, Tables
 from mathrl.pipeline.config import expand_runs, load_config
 from tests.synthetic import verdicts, with_claims, write_json, write_run, write_tables
 

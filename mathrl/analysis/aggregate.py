@@ -13,7 +13,7 @@ from mathrl.analysis import claim_names, claims, coverage
 from mathrl.analysis.measures import BANDIT_TABLES, RUN_TABLES, run_measures
 from mathrl.analysis.results import complete_marker, curves, missing_inputs, run_index
 from mathrl.analysis.studies import STUDIES
-from mathrl.analysis.studies.context import MADE_WITH, Context, tables_hash
+from mathrl.analysis.study_inputs import MADE_WITH, Context, tables_hash
 from mathrl.pipeline import layout
 from mathrl.pipeline.atomic import atomic_write
 

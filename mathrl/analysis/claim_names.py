@@ -64,7 +64,7 @@ def _module(path: Path) -> tuple[dict[str, ast.expr], dict[str, tuple[str, str]]
 
 
 def module_path(module: str) -> Path:
-    """The source file of a mathrl module (`mathrl.analysis.studies.kit` -> mathrl/analysis/studies/kit.py)."""
+    """The source file of a mathrl module (`mathrl.analysis.kit` -> mathrl/analysis/kit.py)."""
     return PACKAGE.parent.joinpath(*module.split(".")).with_suffix(".py")
 
 

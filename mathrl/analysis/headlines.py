@@ -23,8 +23,7 @@ from jinja2.sandbox import SandboxedEnvironment
 from markupsafe import Markup, escape
 
 from mathrl.analysis.measures.series import known
-from mathrl.analysis.studies.kit import t_halfwidth
-from mathrl.analysis.verdict import interval_numbers, number
+from mathrl.analysis.verdict import interval_numbers, number, t_halfwidth
 from mathrl.pipeline.config import ROOT, read_yaml
 from mathrl.pipeline.errors import ConfigError
 

@@ -588,11 +588,11 @@ def tables(cfg: dict, runs: dict[str, Run], report: str) -> dict[str, pd.DataFra
     """The set's tables: the runs and where they came from, every measure per run, each arm's means with 95%
     intervals, the generic section's curves and summary, the alerts (per run and per arm), the remedies they point
     to, and claims.csv (the user's claims, judged)."""
-    from mathrl.analysis import claims
+    from mathrl.analysis import claims, kit
     from mathrl.analysis.aggregate import as_read_back
+    from mathrl.analysis.kit import document_facts
     from mathrl.analysis.measures import run_measures
-    from mathrl.analysis.studies import generic, kit
-    from mathrl.analysis.studies.kit import document_facts
+    from mathrl.analysis.studies import generic
 
     name = next(iter(cfg["experiments"]))
     measures = run_measures(runs)

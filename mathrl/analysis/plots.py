@@ -1,7 +1,6 @@
 """`mathrl figures`: every figure from the tables, in one consistent style (Agg backend).
 
-The style and the rendering live in `mathrl.analysis.figure_style`; the drawing helpers in
-`mathrl.analysis.studies.kit`."""
+The style, the bands every figure draws and the rendering live in `mathrl.analysis.figure_style`."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import matplotlib.pyplot as plt
 
 from mathrl.analysis.figure_style import STYLE, png
 from mathrl.analysis.studies import STUDIES
-from mathrl.analysis.studies.context import Tables
+from mathrl.analysis.study_inputs import Tables
 from mathrl.pipeline import layout
 from mathrl.pipeline.atomic import atomic_write
 

@@ -27,13 +27,14 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from mathrl import cpu_model
+from mathrl.analysis.figure_style import NONNEGATIVE, SHARE, band_limits
+from mathrl.analysis.kit import records
 from mathrl.analysis.measures.series import known
 from mathrl.analysis.results import COLLAPSE_DEFINITION
 from mathrl.analysis.section_verdicts import verdicts
 from mathrl.analysis.studies import STUDIES
-from mathrl.analysis.studies.context import Tables
-from mathrl.analysis.studies.kit import NONNEGATIVE, SHARE, band_limits, records, t_halfwidth
-from mathrl.analysis.verdict import OUTCOMES, interval_numbers, number, seeds_text
+from mathrl.analysis.study_inputs import Tables
+from mathrl.analysis.verdict import OUTCOMES, interval_numbers, number, seeds_text, t_halfwidth
 from mathrl.pipeline import layout
 from mathrl.pipeline.atomic import atomic_write
 from mathrl.pipeline.config import ROOT, config_hash

@@ -109,6 +109,14 @@ def _t(df: float) -> float:
     return float(stats.t.ppf(0.5 + CONFIDENCE / 2, df)) if df > 0 else math.nan
 
 
+def t_halfwidth(std, n):
+    """Half-width of the 95% t interval of a mean from its std and n (NaN for n < 2); vectorised."""
+    std, n = np.asarray(std, dtype=float), np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = np.where(n >= 2, stats.t.ppf(0.5 + CONFIDENCE / 2, np.maximum(n - 1, 1)), np.nan)
+        return t * std / np.sqrt(n)
+
+
 def mean_interval(values) -> Estimate:
     """One-sample t interval of the mean (a gain from start to end, say)."""
     x = np.array(list(_values(values).values()))

@@ -798,7 +798,7 @@ def cmd_report(args) -> int:
 
 
 def _warn_if_runs_unreadable(args, cfg: dict) -> None:
-    from mathrl.analysis.studies.context import Tables
+    from mathrl.analysis.study_inputs import Tables
 
     runs = Tables(cfg)["runs"]
     if "status" in runs and (runs["status"] == "unreadable").any():
@@ -811,7 +811,7 @@ def _warn_if_runs_unreadable(args, cfg: dict) -> None:
 
 
 def _warn_if_tables_differ(args, cfg: dict) -> None:
-    from mathrl.analysis.studies.context import Tables
+    from mathrl.analysis.study_inputs import Tables
 
     mismatch = Tables(cfg).config_mismatch()
     if mismatch:

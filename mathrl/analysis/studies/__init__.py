@@ -11,9 +11,10 @@ Each module defines:
   `report/templates/sections/{NAME}.html.j2` (its verdict rows, and the tables, rows and numbers
   the template's sentences are written from: no sentence is built here).
 
-What they share (roles, per-seed values, views of claims.csv, the documents' numbers, plot style)
-is `kit`; the statistics are `mathrl.analysis.verdict`; the functions its templates write sentences with are
-`mathrl.analysis.report`'s.
+What they read is `mathrl.analysis.study_inputs` (the results tree, and the tables read back); what they share
+(roles, per-seed values, summaries across seeds, the documents' numbers) `mathrl.analysis.kit`; the style and bands of
+their figures `mathrl.analysis.figure_style`; the statistics `mathrl.analysis.verdict`; the functions their templates
+write sentences with `mathrl.analysis.report`'s.
 """
 
 from mathrl.analysis.studies import calibration, collapse, diagnostics, generic, lab04, stability, system

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-import mathrl.analysis.studies.kit as kit
+import mathrl.analysis.kit as kit
 from mathrl.analysis import section_verdicts
-from mathrl.analysis.figure_style import COLORS, plt
+from mathrl.analysis.figure_style import COLORS, placeholder, plt
+from mathrl.analysis.kit import NAN, setting
 from mathrl.analysis.results import sustained_below, warmup
-from mathrl.analysis.studies.kit import NAN, placeholder, setting
 from mathrl.analysis.verdict import mean_interval, rate_difference, wilson
 
 NAME = "calibration"

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-import mathrl.analysis.studies.kit as kit
+import mathrl.analysis.kit as kit
 from mathrl.analysis import section_verdicts
-from mathrl.analysis.figure_style import COLORS, plt
+from mathrl.analysis.figure_style import BAND_NOTE, COLORS, SHARE, band_panels, placeholder, plt
 from mathrl.analysis.measures.collapse_remedies import REMEDIES, REWARD_DESIGNS, ROLES, STATS, five_points
 from mathrl.analysis.measures.tables import role_of
 from mathrl.analysis.results import mean_spread
-from mathrl.analysis.studies.kit import BAND_NOTE, SHARE
 from mathrl.analysis.verdict import difference
 
 NAME = "collapse"
@@ -218,14 +217,14 @@ def fig_curves(c: pd.DataFrame, suptitle: str, rows: int, cols: int, size: tuple
                 ylabel=ylabel,
             )
         )
-    return kit.band_panels(drawn, rows, cols, size, f"{suptitle} ({BAND_NOTE})", sharey=sharey, layout="constrained")
+    return band_panels(drawn, rows, cols, size, f"{suptitle} ({BAND_NOTE})", sharey=sharey, layout="constrained")
 
 
 def fig_variants(t) -> plt.Figure:
     v = t["collapse_variants"]
     fig, ax = plt.subplots(figsize=(9, 3.8))
     if v.empty:
-        kit.placeholder(ax, "no data: the collapse runs are missing")
+        placeholder(ax, "no data: the collapse runs are missing")
     else:
         x = range(len(v))
         lo, hi = v["final_eval_lo"].clip(*SHARE), v["final_eval_hi"].clip(*SHARE)  # an accuracy stays within [0, 1]

@@ -18,12 +18,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-import mathrl.analysis.studies.kit as kit
+import mathrl.analysis.kit as kit
 from mathrl.analysis import curves
-from mathrl.analysis.figure_style import COLORS, plt
+from mathrl.analysis.figure_style import COLORS, placeholder, plt, table_band
+from mathrl.analysis.kit import NAN, arms, estimate_columns, versus
 from mathrl.analysis.results import mean_spread, warmup
-from mathrl.analysis.studies.kit import NAN, arms, estimate_columns, placeholder, t_halfwidth, table_band, versus
-from mathrl.analysis.verdict import Estimate, mean_interval
+from mathrl.analysis.verdict import Estimate, mean_interval, t_halfwidth
 
 BATCH = "batch"  # the experiment restated as ceiling against efficiency
 GRID = 40  # points of each drawn curve

@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+import mathrl.analysis.kit as kit
 import mathrl.analysis.studies.compute_curves as compute_curves
 import mathrl.analysis.studies.high_entropy_tokens as high_entropy_tokens
-import mathrl.analysis.studies.kit as kit
 import mathrl.analysis.studies.loss_comparison as loss_comparison
 import mathrl.analysis.studies.negative_controls as negative_controls
 import mathrl.analysis.studies.rollout_mismatch as rollout_mismatch
@@ -26,13 +26,13 @@ from mathrl.analysis import estimators as dx
 from mathrl.analysis import section_verdicts
 
 # modules, not `from mathrl.analysis.studies import ...`: the package's __init__ imports this module
-from mathrl.analysis.figure_style import COLORS, plt
+from mathrl.analysis.figure_style import COLORS, NONNEGATIVE, SHARE, bands, placeholder, plt
+from mathrl.analysis.kit import NAN
 from mathrl.analysis.measures import MEASURES
 from mathrl.analysis.measures.general import final_eval, gain
 from mathrl.analysis.measures.series import known
 from mathrl.analysis.results import mean_spread, read_csv, warmup
 from mathrl.analysis.studies.generic import setting
-from mathrl.analysis.studies.kit import NAN, NONNEGATIVE, SHARE
 from mathrl.analysis.verdict import mean_interval
 from mathrl.pipeline import layout
 
@@ -332,7 +332,7 @@ def figures(t) -> dict[str, plt.Figure]:
     cells = pk.groupby(["experiment", "setting", "phase"], sort=False) if len(pk) else []
     groups = [(f"{exp}/{name} {phase}", g) for (exp, name, phase), g in cells]
     labels = dict(xlabel="k", ylabel="pass@k (held-out)", title="pass@k before and after RL (95% interval over seeds)")
-    kit.bands(ax, groups, "pass_at_k", "no run asked for pass@k", x="k", legend={"fontsize": 7}, **labels)
+    bands(ax, groups, "pass_at_k", "no run asked for pass@k", x="k", legend={"fontsize": 7}, **labels)
     if len(pk):
         ax.set_xscale("log", base=2)
     out["diagnostics_pass_at_k"] = fig
@@ -348,7 +348,7 @@ def figures(t) -> dict[str, plt.Figure]:
             ax.scatter([], [], color=COLORS[i % len(COLORS)], label=exp, s=12)
         ax.legend(fontsize=7)
     else:
-        kit.placeholder(ax, "no runs to fit")
+        placeholder(ax, "no runs to fit")
     ax.set(
         xlabel="R² of R = −a·exp(H) + b",
         ylabel="first-half fit's error on the second half (RMSE, points)",
@@ -374,7 +374,7 @@ def figures(t) -> dict[str, plt.Figure]:
         ax.axhline(0, color="0.5", lw=0.8)
         ax.legend(fontsize=7)
     else:
-        kit.placeholder(ax, "no advantage-scaling runs")
+        placeholder(ax, "no advantage-scaling runs")
     title = "Advantage scaling by difficulty (95% interval over seeds)"
     ax.set(xlabel="carries in the problem", ylabel="held-out gain (points)", title=title)
     out["diagnostics_adv_scaling"] = fig

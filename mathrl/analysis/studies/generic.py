@@ -18,9 +18,9 @@ import math
 import pandas as pd
 from rliable import metrics as rly
 
-import mathrl.analysis.studies.kit as kit
+import mathrl.analysis.kit as kit
 from mathrl.analysis import section_verdicts
-from mathrl.analysis.figure_style import COLORS, plt
+from mathrl.analysis.figure_style import COLORS, band, offsets, placeholder, plt
 from mathrl.analysis.results import warmup
 from mathrl.analysis.verdict import binomial_halfwidth
 from mathrl.pipeline.config import expand_runs
@@ -144,11 +144,11 @@ def figure(c: pd.DataFrame, experiment: str, settings: dict[str, dict] | None = 
     for ax, (metric, label) in zip(axes, METRICS.items()):
         m = d[d["metric"] == metric] if len(d) else d
         groups = [(name, g.sort_values("step")) for name, g in (m.groupby("setting", sort=False) if len(m) else [])]
-        for i, ((name, g), shift) in enumerate(zip(groups, kit.offsets([g["step"] for _, g in groups]))):
+        for i, ((name, g), shift) in enumerate(zip(groups, offsets([g["step"] for _, g in groups]))):
             limits = bounds(metric, (settings or {}).get(name))
-            kit.band(ax, g["step"], g["mean"], g["std"], name, COLORS[i % len(COLORS)], g["n"], limits, offset=shift)
+            band(ax, g["step"], g["mean"], g["std"], name, COLORS[i % len(COLORS)], g["n"], limits, offset=shift)
         if m.empty:
-            kit.placeholder(ax, f"no {label} logged")
+            placeholder(ax, f"no {label} logged")
         ax.set(title=label, xlabel="RL step", ylabel=label)
     handles, labels = axes[0].get_legend_handles_labels()
     if handles:

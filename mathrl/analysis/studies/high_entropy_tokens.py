@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-import mathrl.analysis.studies.kit as kit
-from mathrl.analysis.figure_style import COLORS, plt
+import mathrl.analysis.kit as kit
+from mathrl.analysis.figure_style import COLORS, NONNEGATIVE, SHARE, bands, placeholder, plt, table_band
+from mathrl.analysis.kit import NAN
 from mathrl.analysis.measures.policy_updates import RUN_TABLES
 from mathrl.analysis.results import mean_spread, read_csv, warmup
-from mathrl.analysis.studies.kit import NAN, NONNEGATIVE, SHARE
 from mathrl.engine.carry_probe import PROBE_PROBLEMS
 from mathrl.pipeline import layout
 
@@ -100,14 +100,14 @@ def figure(t) -> plt.Figure:
         for flag, style in ((True, "-"), (False, "--")):
             h = g[g["carry"].astype(str).str.lower() == str(flag).lower()].sort_values("position")
             label, color = f"{name}, {'carry in' if flag else 'no carry'}", COLORS[i % len(COLORS)]
-            kit.table_band(axes[0], h, "entropy", label, color, x="position", linestyle=style, marker="o", markersize=3)
-    axes[0].legend(fontsize=6) if len(carry) else kit.placeholder(axes[0], "no token_selection runs")
+            table_band(axes[0], h, "entropy", label, color, x="position", linestyle=style, marker="o", markersize=3)
+    axes[0].legend(fontsize=6) if len(carry) else placeholder(axes[0], "no token_selection runs")
     xlabel = "answer position (0: lowest digit; last: end token)"
     axes[0].set(xlabel=xlabel, ylabel="token entropy (nats)", title="Entropy by position and carry")
     groups = list(steps.groupby("setting", sort=False)) if len(steps) else []
     labels = dict(ylabel="held-out accuracy (%)", title="Held-out accuracy per token selection")
     style = dict(scale=100, legend={"fontsize": 7}, line={"marker": "o", "markersize": 3})
-    kit.bands(axes[1], groups, "eval_accuracy", "no token_selection runs", **style, **labels)
+    bands(axes[1], groups, "eval_accuracy", "no token_selection runs", **style, **labels)
     return fig
 
 

@@ -17,9 +17,9 @@ import math
 import numpy as np
 import pandas as pd
 
-import mathrl.analysis.studies.kit as kit
+import mathrl.analysis.kit as kit
 from mathrl.analysis import section_verdicts
-from mathrl.analysis.figure_style import COLORS, plt
+from mathrl.analysis.figure_style import BAND_NOTE, COLORS, band_panels, placeholder, plt, table_band
 from mathrl.analysis.measures.bandit_seeds import (
     BANDIT_WINDOW,
     DOMINANT,
@@ -32,7 +32,6 @@ from mathrl.analysis.measures.series import WINDOW, known
 from mathrl.analysis.measures.tables import role_of
 from mathrl.analysis.measures.training_challenges import GPT_MEASURES
 from mathrl.analysis.results import mean_spread
-from mathrl.analysis.studies.kit import BAND_NOTE
 from mathrl.analysis.verdict import OUTCOMES
 from mathrl.pipeline import bandit_config as bandit  # the study's settings; no torch for tables and figures
 
@@ -212,7 +211,7 @@ def _settings(ax, c: pd.DataFrame, metric: str, label: str) -> None:
     """One band per setting of a bandit study (labelled `label` when there is only one)."""
     groups = list(c.groupby("setting", sort=False))
     for i, (setting, g) in enumerate(groups):
-        kit.table_band(ax, g, metric, setting if len(groups) > 1 else label, COLORS[i])
+        table_band(ax, g, metric, setting if len(groups) > 1 else label, COLORS[i])
 
 
 def by_horizon(c: pd.DataFrame) -> list[tuple[int, pd.DataFrame]]:
@@ -229,7 +228,7 @@ def _horizon_panels(fig, cell, c: pd.DataFrame, metric: str, title: str, ylabel:
     groups = by_horizon(c)
     if not groups:
         ax = fig.add_subplot(cell)
-        kit.placeholder(ax, "no entropy-collapse data")
+        placeholder(ax, "no entropy-collapse data")
         _label(ax, title, "step", ylabel)
         return [ax]
     grid = cell.subgridspec(len(groups), 1, hspace=0.6)
@@ -255,7 +254,7 @@ def _probabilities(fig, cell, ec: pd.DataFrame) -> None:
     settings = list(ec.groupby("setting", sort=False)) if len(ec) else []
     if not settings:
         ax = fig.add_subplot(cell)
-        kit.placeholder(ax, "no entropy-collapse data")
+        placeholder(ax, "no entropy-collapse data")
         return _label(ax, "Action probabilities", "step", "probability")
     cols = min(2, len(settings))
     grid = cell.subgridspec(-(-len(settings) // cols), cols, hspace=0.95, wspace=0.3)
@@ -263,7 +262,7 @@ def _probabilities(fig, cell, ec: pd.DataFrame) -> None:
     for k, (setting, g) in enumerate(settings):
         ax = fig.add_subplot(grid[k // cols, k % cols], sharey=axes[0] if axes else None)
         for i in range(3):
-            kit.table_band(ax, g, f"p{i}", f"action {i}", ACTION_COLORS[i])
+            table_band(ax, g, f"p{i}", f"action {i}", ACTION_COLORS[i])
         ax.set_title(f"Action probabilities: {setting}", fontsize=8)
         ax.set_xlabel("step", fontsize=7)
         ax.set_ylabel("probability", fontsize=7)
@@ -286,7 +285,7 @@ def six_panel(t) -> plt.Figure:
             _shade_homogeneous(ax, gv)
             _settings(ax, gv, metric, metric.replace("_", " "))
         else:
-            kit.placeholder(ax, "no gradient-vanishing data")
+            placeholder(ax, "no gradient-vanishing data")
     if len(gv):
         a_grad.set_yscale("symlog", linthresh=1e-6)  # exact zeros (equal rewards) stay visible
         for y, name in ((1e-4, "document: < 1e-4 when homogeneous"), (1e-3, "document: > 1e-3 when diverse")):
@@ -297,7 +296,7 @@ def six_panel(t) -> plt.Figure:
             a_scatter.scatter(g["reward_std"], g["grad_norm"], s=8, alpha=0.5, color=COLORS[i + 3], label=label)
         a_scatter.set_yscale("symlog", linthresh=1e-6)
     else:
-        kit.placeholder(a_scatter, "no gradient-vanishing data")
+        placeholder(a_scatter, "no gradient-vanishing data")
     _label(a_grad, "Gradient norm (vanishing gradients)", "step", "gradient norm (symlog)")
     _label(a_std, "Reward std within the batch", "step", "reward std")
     _label(a_scatter, "Gradient norm against reward std", "reward std", "gradient norm (symlog)")
@@ -310,18 +309,18 @@ def hacking_figure(t) -> plt.Figure:
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
     rh = _bandit(t, "reward_hacking")
     if len(rh):
-        kit.table_band(left, rh, "proxy_reward", "proxy score (optimised)", COLORS[3])
-        kit.table_band(left, rh, "true_reward", "true reward", COLORS[2])
+        table_band(left, rh, "proxy_reward", "proxy score (optimised)", COLORS[3])
+        table_band(left, rh, "true_reward", "true reward", COLORS[2])
     else:
-        kit.placeholder(left, "no reward-hacking bandit data")
+        placeholder(left, "no reward-hacking bandit data")
     proxy = kit.row_of(t["lab04_gpt"], role="proxy").get("variant", "")
     lines = (("reward_mean", "training reward = proxy score", 3), ("accuracy", "exact-match accuracy (sampled)", 2))
     series = [(seed_band(t["curves"], proxy, m), m, label, COLORS[k]) for m, label, k in lines]
     for s, metric, label, color in series:
         if len(s):
-            kit.table_band(right, s, metric, label, color, value="")
+            table_band(right, s, metric, label, color, value="")
     if not any(len(s) for s, *_ in series):
-        kit.placeholder(right, "no proxy_reward GPT runs")
+        placeholder(right, "no proxy_reward GPT runs")
     _label(left, "Bandit: proxy score and true reward", "step", "mean reward of the batch")
     _label(right, "GPT, proxy_reward variant", "step", "reward / accuracy")
     fig.suptitle(f"Reward hacking: {BAND_NOTE}")
@@ -354,7 +353,7 @@ def gpt_figure(t) -> plt.Figure:
         _gpt_panel(t, starts, "frac_zero_std", colour, starts_title + "groups with equal rewards", "frac_zero_std"),
         _gpt_panel(t, starts, "entropy", colour, starts_title + "token entropy", entropy),
     ]
-    fig = kit.band_panels(panels, 2, 3, (16, 7.5), f"Lab 04 on the GPT: {BAND_NOTE}")
+    fig = band_panels(panels, 2, 3, (16, 7.5), f"Lab 04 on the GPT: {BAND_NOTE}")
     fig.axes[2].axhline(0.5, color="0.3", ls=":", lw=1)
     fig.axes[3].set_ylim(-0.02, 1.02)  # a share
     fig.tight_layout()

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-import mathrl.analysis.studies.kit as kit
-from mathrl.analysis.figure_style import COLORS, plt
+import mathrl.analysis.kit as kit
+from mathrl.analysis.figure_style import COLORS, NONNEGATIVE, SHARE, band_panels, plt
 from mathrl.analysis.measures.policy_updates import CLIPS, RUN_TABLES
-from mathrl.analysis.studies.kit import NONNEGATIVE, SHARE
 from mathrl.analysis.verdict import mean_interval
 
 EXPERIMENT = "policy_losses"
@@ -84,7 +83,7 @@ def figure(t) -> plt.Figure:
     clip_label = "tokens whose gradient the clip cut (%)"
     clip = dict(groups=clipped, metric="clip_frac", scale=100, ylabel=clip_label, **shared)
     entropy["title"], clip["title"] = "Token entropy per policy loss", "Clip share (GSPO: tokens of cut sequences)"
-    return kit.band_panels([entropy, clip], 1, 2, (9.0, 3.6), layout="constrained")
+    return band_panels([entropy, clip], 1, 2, (9.0, 3.6), layout="constrained")
 
 
 def section(t) -> dict:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mathrl.analysis.studies.kit import NAN, arms, estimate_columns, joined_roles, per_seed, versus
+from mathrl.analysis.kit import NAN, arms, estimate_columns, joined_roles, per_seed, versus
 from mathrl.analysis.verdict import difference, mean_interval
 
 EXPERIMENT = "negative_controls"

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mathrl.analysis.figure_style import COLORS, plt
+from mathrl.analysis.figure_style import COLORS, placeholder, plt
+from mathrl.analysis.kit import add_intervals, over_seeds, setting
 from mathrl.analysis.measures.sampling_mismatch import MISMATCH, ess_min, logp_diff_max, logp_diff_mean
 from mathrl.analysis.results import mean_spread
-from mathrl.analysis.studies.kit import add_intervals, over_seeds, placeholder, setting
 from mathrl.analysis.verdict import difference
 
 EXPERIMENT = "rollout_mismatch"

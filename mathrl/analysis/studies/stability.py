@@ -15,16 +15,16 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-import mathrl.analysis.studies.kit as kit
+import mathrl.analysis.kit as kit
 from mathrl.analysis import section_verdicts
-from mathrl.analysis.figure_style import COLORS, plt
+from mathrl.analysis.figure_style import COLORS, band_panels, bands, placeholder, plt
+from mathrl.analysis.kit import NAN
 from mathrl.analysis.measures.clipping import max_norm, spike, value_clip
 from mathrl.analysis.measures.hyperparameters import BIG_SWING, SMALL_SWING, largest_drop
 from mathrl.analysis.measures.series import end_over_start
 from mathrl.analysis.measures.tables import run_table
 from mathrl.analysis.measures.training_challenges import frac_zero_std, kl_max
 from mathrl.analysis.results import warmup
-from mathrl.analysis.studies.kit import NAN
 from mathrl.engine.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 from mathrl.pipeline.config import expand_runs
 
@@ -537,7 +537,7 @@ def _gradvar_figure(t):
     gv, notes = t["stability_gradvar"], []
     gv = gv.dropna(subset=["variance"]) if not gv.empty else gv
     if gv.empty:
-        kit.placeholder(ax, "gradient-variance probe missing")
+        placeholder(ax, "gradient-variance probe missing")
     for k, (task, g) in enumerate(gv.groupby("task", sort=False) if not gv.empty else []):
         x = np.arange(len(g)) + 0.4 * k
         ax.bar(x, g["variance"], width=0.38, color=COLORS[k], label=f"{task}: measured")
@@ -563,14 +563,14 @@ def _batch_figure(t):
     title = "Eval accuracy by batch size (mean, 95% interval over seeds)"
     accuracy = _curves(t, "batch", "eval_accuracy", "held-out accuracy", title)
     entropy = _curves(t, "batch", "entropy", "mean token entropy", "Policy entropy by batch size")
-    return kit.band_panels([accuracy, entropy], 1, 2, (11, 4))
+    return band_panels([accuracy, entropy], 1, 2, (11, 4))
 
 
 def _fixed_vs_dynamic_figure(t):
     ylabels = {"eval_accuracy": "held-out accuracy", "lr": "learning rate", "kl_coef": "KL coefficient"}
     panels = [_curves(t, FVD, metric, ylabel, ylabel[0].upper() + ylabel[1:]) for metric, ylabel in ylabels.items()]
     suptitle = "A: fixed at the large batch; B: step-decayed LR; C: adaptive KL (mean, 95% interval over seeds)"
-    fig = kit.band_panels(panels, 1, 3, (14, 4), suptitle, layout="constrained")
+    fig = band_panels(panels, 1, 3, (14, 4), suptitle, layout="constrained")
     fig.axes[1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
     return fig
 
@@ -584,7 +584,7 @@ def _equal_samples_figure(t):
     ]
     title = "Accuracy against rollouts sampled, per batch size (95% interval over seeds)"
     labels = dict(xlabel="rollouts sampled (log scale)", ylabel="held-out accuracy", title=title)
-    kit.bands(ax, groups, "eval_accuracy", "no batch-study runs with a result", "", x="samples", **labels)
+    bands(ax, groups, "eval_accuracy", "no batch-study runs with a result", "", x="samples", **labels)
     if not es.empty:
         ax.set_xscale("log")
     return fig
@@ -594,7 +594,7 @@ def _clipping_figure(t):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     c = t["stability_clipping"]
     if c.empty:
-        kit.placeholder(axes[0], "no clipping runs")
+        placeholder(axes[0], "no clipping runs")
     else:
         x = np.arange(len(c))
         err = np.vstack([c["collapse_rate"] - c["collapse_rate_lo"], c["collapse_rate_hi"] - c["collapse_rate"]])
@@ -607,14 +607,14 @@ def _clipping_figure(t):
         ylabel="share of runs collapsed",
         title="Collapse rate per cell (95% Wilson interval)",
     )
-    kit.bands(axes[1], **_curves(t, "clipping", "eval_accuracy", "held-out accuracy", "Eval accuracy per cell"))
+    bands(axes[1], **_curves(t, "clipping", "eval_accuracy", "held-out accuracy", "Eval accuracy per cell"))
     return fig
 
 
 def _value_clip_figure(t):
     fig, ax = plt.subplots()
     title = "PPO value error by value clipping and weight"
-    kit.bands(ax, **_curves(t, "value_clip", "value_rmse", "value RMSE (against returns)", title))
+    bands(ax, **_curves(t, "value_clip", "value_rmse", "value RMSE (against returns)", title))
     vr = t["stability_value_clip_runs"]
     vr = vr.dropna(subset=["value_clip"]) if "setting" in vr else vr  # (a run without a result has no clip here)
     clipped = set(vr.loc[vr["value_clip"].astype(str) != "none", "setting"]) if "setting" in vr else set()

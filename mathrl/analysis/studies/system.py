@@ -21,14 +21,13 @@ import numpy as np
 import pandas as pd
 from matplotlib.transforms import blended_transform_factory
 
-import mathrl.analysis.studies.kit as kit
+import mathrl.analysis.kit as kit
 from mathrl.analysis import section_verdicts
-from mathrl.analysis.figure_style import COLORS
+from mathrl.analysis.figure_style import BAND_NOTE, COLORS, SHARE, bands, placeholder
 from mathrl.analysis.measures.series import known
 from mathrl.analysis.measures.training_system import STATS
 from mathrl.analysis.results import mean_spread, read_json
-from mathrl.analysis.studies.kit import BAND_NOTE, SHARE
-from mathrl.analysis.verdict import difference, mean_interval
+from mathrl.analysis.verdict import difference, mean_interval, t_halfwidth
 from mathrl.pipeline import layout
 from mathrl.pipeline.console import console_line
 
@@ -387,7 +386,7 @@ def fig_curves(t) -> plt.Figure:
         # a line keeps its colour where another is missing
         colors = [COLORS[i % len(COLORS)] for i in range(len(groups))]
         labels = dict(title=f"{task} ({DOC[task]['config']})", ylabel="held-out accuracy", ylim=(0, 1))
-        kit.bands(ax, groups, "eval_accuracy", f"no data: the {task} runs are missing", colors=colors, **labels)
+        bands(ax, groups, "eval_accuracy", f"no data: the {task} runs are missing", colors=colors, **labels)
         first: dict[str, tuple] = {}  # each start's colour: that of its first line drawn
         for (st, _), (_, g), color in zip(keys, groups, colors):
             if len(g):
@@ -406,7 +405,7 @@ def fig_throughput(t) -> plt.Figure:
     res = t["system_results"]
     fig, ax = plt.subplots(figsize=(7, 3.8))
     if res.empty or res["seq_per_s_mean"].isna().all():
-        kit.placeholder(ax, "no data: the system runs are missing")
+        placeholder(ax, "no data: the system runs are missing")
     else:
         width = 0.8 / len(ALGORITHMS)
         for i, algorithm in enumerate(ALGORITHMS):
@@ -414,7 +413,7 @@ def fig_throughput(t) -> plt.Figure:
                 [kit.cell(res, col, task=k, algorithm=algorithm) for k in DOC]
                 for col in ("seq_per_s_mean", "seq_per_s_std", "n")
             )
-            errs = list(np.nan_to_num(kit.t_halfwidth(stds, ns)))  # one seed or a missing cell: no interval
+            errs = list(np.nan_to_num(t_halfwidth(stds, ns)))  # one seed or a missing cell: no interval
             x = [j + (i - 1) * width for j in range(len(DOC))]
             heights = [0 if math.isnan(v) else v for v in vals]
             below = [min(e, h) for e, h in zip(errs, heights)]  # never below 0

@@ -1,7 +1,8 @@
-"""What every study shares: roles from the config, per-seed values, views of claims.csv, and drawing helpers.
+"""What every study shares: roles from the config, per-seed values, summaries across seeds with their intervals,
+the rows and cells a section reads, and the documents' numbers.
 
-A study keeps only its science; this module holds the plumbing, and the bands every figure draws in the style of
-`mathrl.analysis.figure_style`.
+A study keeps only its science; this module holds the table plumbing (the bands every figure draws are
+`mathrl.analysis.figure_style`'s, the statistics `mathrl.analysis.verdict`'s).
 """
 
 from __future__ import annotations
@@ -11,12 +12,10 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
-from mathrl.analysis.figure_style import COLORS, plt
 from mathrl.analysis.measures.series import known
 from mathrl.analysis.results import mean_spread
-from mathrl.analysis.verdict import CONFIDENCE, Estimate, difference, wilson
+from mathrl.analysis.verdict import Estimate, difference, t_halfwidth, wilson
 from mathrl.pipeline.config import ROOT, point_label, read_yaml
 from mathrl.pipeline.errors import ConfigError
 from mathrl.pipeline.layout import DOCUMENTS_FILE
@@ -92,14 +91,6 @@ def cell(df: pd.DataFrame, col: str, **where) -> float:
 
 
 # ----------------------------------------------------------------------------- intervals in tables
-def t_halfwidth(std, n):
-    """Half-width of the 95% t interval of a mean from its std and n (NaN for n < 2); vectorised."""
-    std, n = np.asarray(std, dtype=float), np.asarray(n, dtype=float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        t = np.where(n >= 2, stats.t.ppf(0.5 + CONFIDENCE / 2, np.maximum(n - 1, 1)), np.nan)
-        return t * std / np.sqrt(n)
-
-
 def add_intervals(
     df: pd.DataFrame, values: list[str], bounds: dict | None = None, counts: pd.DataFrame | None = None
 ) -> pd.DataFrame:
@@ -214,144 +205,6 @@ def add_wilson(df: pd.DataFrame, count: str, n: str = "n", prefix: str = "collap
     out.insert(at, f"{prefix}_lo", [c[0] for c in ci])
     out.insert(at + 1, f"{prefix}_hi", [c[1] for c in ci])
     return out
-
-
-# ----------------------------------------------------------------------------- drawing helpers
-BAND_NOTE = "mean and 95% t interval of the mean across seeds"  # what every band of every figure is
-
-# The range of each bounded quantity a figure draws (None: unbounded on that side); a band never leaves it.
-SHARE = (0.0, 1.0)
-NONNEGATIVE = (0.0, None)
-BOUNDS = {
-    "eval_accuracy": SHARE,
-    "accuracy": SHARE,
-    "format_rate": SHARE,
-    "frac_zero_std": SHARE,
-    "pass_at_k": SHARE,
-    "skipped": SHARE,
-    "p0": SHARE,
-    "p1": SHARE,
-    "p2": SHARE,
-    "p3": SHARE,
-    "clip_frac": SHARE,
-    "cov_frac": SHARE,
-    "entropy": NONNEGATIVE,
-    "kl": NONNEGATIVE,
-    "grad_norm": NONNEGATIVE,
-    "reward_std": NONNEGATIVE,
-    "value_rmse": NONNEGATIVE,
-    "lr": NONNEGATIVE,
-    "kl_coef": NONNEGATIVE,
-    "entropy_coef": NONNEGATIVE,
-}
-
-
-def bounds(metric: str) -> tuple[float | None, float | None] | None:
-    """The range of a logged metric (BOUNDS), or None for a quantity without one (a loss, a reward)."""
-    return BOUNDS.get(metric)
-
-
-def band_limits(mean, std, n, bounds=None) -> tuple[np.ndarray, np.ndarray]:
-    """Lower and upper edge of the 95% t interval of a mean across seeds (n seeds per point), clipped
-    to `bounds` (lo, hi; either None) so a share never leaves [0, 1]; where n < 2 both edges are the mean."""
-    mean = np.asarray(mean, dtype=float)
-    half = np.nan_to_num(np.broadcast_to(t_halfwidth(std, n), mean.shape), nan=0.0)
-    lo, hi = mean - half, mean + half
-    if bounds is not None:
-        lo, hi = np.clip(lo, bounds[0], bounds[1]), np.clip(hi, bounds[0], bounds[1])
-    return lo, hi
-
-
-DENSE = 10  # a series measured at fewer steps than this is drawn at those steps alone, never as a line through them
-
-
-def band(ax, x, mean, std, label, color, n, bounds=None, offset=0.0, measured=True, **line):
-    """A mean line with its band, the 95% t interval of the mean across seeds (n: seeds per point),
-    clipped to `bounds` (see `bounds()`); `line` goes to the line (a linestyle, say).
-
-    A `measured` series with fewer than DENSE distinct x values (three evaluations of a run, say) is drawn where it
-    was measured and nowhere else: a marker per point with its interval as a bar, moved `offset` along x so that
-    series measured at the same steps stay apart (`offsets`); a line would suggest values between the measurements.
-    A dashed or dotted line's series gets square or triangular markers instead. A fitted curve is not `measured`."""
-    lo, hi = band_limits(mean, std, n, bounds)
-    x, mean = np.asarray(x, dtype=float), np.asarray(mean, dtype=float)
-    if measured and len(np.unique(x[~np.isnan(x)])) < DENSE:
-        style = line.pop("linestyle", line.pop("ls", "-"))
-        marker = line.pop("marker", {"--": "s", "dashed": "s", ":": "^", "dotted": "^"}.get(style, "o"))
-        size = line.pop("markersize", line.pop("ms", 4))
-        ax.plot(x + offset, mean, linestyle="none", marker=marker, markersize=size, label=label, color=color, **line)
-        ax.vlines(x + offset, lo, hi, color=color, linewidth=1.2, alpha=0.7)
-        return
-    ax.plot(x, mean, label=label, color=color, **line)
-    ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
-
-
-def offsets(xs: list, width: float = 0.5) -> list[float]:
-    """Sideways shifts that keep series measured at the same few x values apart: each series (an array of its x values)
-    by its place among them, spread over `width` of the smallest gap between measured values; 0 for every series
-    when there is only one, or when the series are dense enough to be drawn as lines."""
-    values = np.unique(np.concatenate([np.asarray(x, dtype=float) for x in xs])) if xs else np.array([])
-    values = values[~np.isnan(values)]
-    if len(xs) < 2 or len(values) < 2 or len(values) >= DENSE:
-        return [0.0] * len(xs)
-    step = width * float(np.diff(values).min()) / len(xs)
-    return [(i - (len(xs) - 1) / 2) * step for i in range(len(xs))]
-
-
-def table_band(ax, df: pd.DataFrame, metric: str, label: str, color, x="step", value=None, scale=1.0, **line) -> None:
-    """`band` of a table's `{value}_mean` and `{value}_std` (value: `metric`; "" for plain `mean` and `std`) over
-    `n` seeds against column `x`, within the range of `metric`; `scale` multiplies both (100: a share in percent)."""
-    prefix = metric if value is None else value
-    mean, std = (f"{prefix}_mean", f"{prefix}_std") if prefix else ("mean", "std")
-    limits = None if bounds(metric) is None else tuple(None if b is None else b * scale for b in bounds(metric))
-    band(ax, df[x], df[mean] * scale, df[std] * scale, label, color, n=df["n"], bounds=limits, **line)
-
-
-def bands(
-    ax,
-    groups,
-    metric: str,
-    empty: str,
-    value=None,
-    *,
-    x="step",
-    scale=1.0,
-    colors=None,
-    legend=None,
-    line=None,
-    **labels,
-) -> None:
-    """One panel: `table_band` of each (label, table) of `groups` with a row, in `colors` (one per group; default:
-    the palette's order over the groups drawn) and with `line` (a linestyle, a marker), and a legend (`legend`: its
-    keywords), or `empty` in a placeholder when none has a row; then `labels` (xlabel, default "RL step"; ylabel,
-    title) on the axes. Groups measured at the same few steps are moved apart (`offsets`)."""
-    drawn = [(label, g, c) for (label, g), c in zip(groups, colors or [None] * len(groups)) if len(g)]
-    shifts = offsets([g[x] for _, g, _ in drawn])
-    for i, ((label, g, color), shift) in enumerate(zip(drawn, shifts)):
-        color = COLORS[i % len(COLORS)] if color is None else color
-        table_band(ax, g, metric, label, color, x=x, value=value, scale=scale, offset=shift, **(line or {}))
-    ax.legend(**(legend or {})) if drawn else placeholder(ax, empty)
-    ax.set(**{"xlabel": "RL step", **labels})
-
-
-def band_panels(panels: list[dict], rows: int, cols: int, figsize: tuple, suptitle: str = "", **subplots):
-    """A figure of `bands` panels in reading order (each a dict of `bands`' arguments, `ax` aside); cells beyond
-    the panels are removed. `subplots` goes to `plt.subplots` (sharey, layout)."""
-    fig, axes = plt.subplots(rows, cols, figsize=figsize, squeeze=False, **subplots)
-    for ax, panel in zip(axes.flat, panels):
-        bands(ax, **panel)
-    for ax in axes.flat[len(panels) :]:
-        fig.delaxes(ax)
-    if suptitle:
-        fig.suptitle(suptitle)
-    return fig
-
-
-def placeholder(ax, text: str) -> None:
-    """An honest empty panel when the data a figure needs is missing."""
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
-    ax.set_xticks([])
-    ax.set_yticks([])
 
 
 def n_evaluated(run) -> int:
