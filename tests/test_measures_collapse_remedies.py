@@ -1,6 +1,7 @@
 """The measures of training-collapse-analysis.md's runs, each on a hand-made run whose values follow by hand."""
 
 import math
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -10,7 +11,11 @@ from mathrl.analysis.measures.collapse_remedies import (
     RUN_TABLES,
     adv_clip_binding_of,
     clip_binding_of,
+    curve_points,
+    design_points,
     five_points,
+    guard_runs,
+    segment_rows,
 )
 from mathrl.analysis.measures.tables import run_table
 from mathrl.analysis.results import Run
@@ -114,3 +119,71 @@ def test_run_table():
     assert list(t["role"]) == ["baseline", "nonfinite", "nonfinite"] and list(t["algorithm"]) == ["grpo"] * 3
     assert list(t["caught"].iloc[:2]) == [0.0, 1.0] and math.isnan(t["caught"].iloc[2])  # no result: NaN
     assert list(t["status"]) == ["complete", "complete", "missing"] and t["steps_done"].iloc[0] == 8.0
+
+
+def test_five_points_with_their_rollouts():
+    """At 0, 2, 4, 6 and 8 of 8 steps: the format rate and zero-std share of the steps since the previous point."""
+    rows = segment_rows(made_run(), "shaped")
+    assert [r["step"] for r in rows] == [0, 2, 4, 6, 8] and [r["eval_accuracy"] for r in rows] == [
+        0.40,
+        *EVALS.values(),
+    ]
+    assert [r["format_rate"] for r in rows] == pytest.approx([0.2, 0.25, 0.45, 0.65, 0.85])  # step 1; 1-2; 3-4; ...
+    assert [r["frac_zero_std"] for r in rows] == pytest.approx([1.0, 1.0, 0.5, 0.0, 0.0])
+    assert {(r["variant"], r["role"], r["seed"]) for r in rows} == {("fall", "shaped", 0)}
+
+
+def test_an_evaluation_nearest_two_points_is_one_row():
+    """15 steps evaluated every 5: the quarter (3.75) and the half (7.5) are both nearest to step 5,
+    which is one row (point 1), not two."""
+    evals = pd.DataFrame({"step": [0, 5, 10, 15], "eval_accuracy": [0.1, 0.2, 0.3, 0.4]})
+    metrics = pd.DataFrame({"step": range(1, 16), "format_rate": [0.5] * 15, "frac_zero_std": [0.9] * 15})
+    spec = SimpleNamespace(variant="v", seed=0)
+    run = SimpleNamespace(evals=evals, metrics=metrics, settings={"steps": 15}, spec=spec)
+    rows = segment_rows(run, "shaped")
+    assert [r["step"] for r in rows] == [0, 5, 10, 15] and [r["point"] for r in rows] == [0, 1, 3, 4]
+    assert all(r["format_rate"] == 0.5 for r in rows)  # no empty segment behind a repeated step
+
+
+def test_design_points_are_the_reward_designs_runs():
+    runs = [made_run("shaped"), made_run("shaped", 1, "missing"), made_run("fall")]
+    d = design_points(runs, {"shaped": "shaped", "fall": "baseline"})  # no result, or not a reward design: no rows
+    assert list(d.columns) == [
+        "variant",
+        "role",
+        "seed",
+        "point",
+        "step",
+        "eval_accuracy",
+        "format_rate",
+        "frac_zero_std",
+    ]
+    assert list(d["point"]) == [0, 1, 2, 3, 4] and set(d["variant"]) == {"shaped"}
+    assert design_points([], {}).empty
+
+
+def test_curve_points():
+    run = made_run("fall", 1)
+    run.metrics = run.metrics.drop(columns=["ndigit"])
+    c = curve_points(run, "baseline")
+    assert list(c["step"]) == list(range(9)) and c["eval_accuracy"].iloc[0] == 0.40  # step 0: before RL
+    assert c["eval_accuracy"].iloc[2] == 0.30 and math.isnan(c["eval_accuracy"].iloc[1])  # evaluated every 2 steps
+    assert math.isnan(c["format_rate"].iloc[0]) and c["format_rate"].iloc[1] == 0.2
+    assert c["ndigit"].isna().all()  # not logged: NaN
+    assert set(zip(c["variant"], c["role"], c["seed"])) == {("fall", "baseline", 1)}
+
+
+def test_guard_runs():
+    cfg = {"experiments": {"collapse": {"roles": {"baseline": "fall", "nonfinite": "huge"}}}}
+    huge = made_run("huge", 0, skipped=[0, 0, 1, 1, 0, 0, 0, 0])
+    runs = {r.spec.run_id: r for r in (made_run(), huge, made_run("huge", 1, "missing"))}
+    g = guard_runs(run_table(RUN_TABLES["collapse_per_run"], runs, cfg))
+    assert list(g["run_id"]) == ["collapse__huge__s0", "collapse__huge__s1"] and list(g["status"]) == [
+        "complete",
+        "missing",
+    ]
+    assert g["skipped"].iloc[0] == 2 and g["first_skipped_step"].iloc[0] == 3 and g["caught"].iloc[0] == 1
+    assert g["skipped"].dtype == float and math.isnan(g["final_eval"].iloc[1])  # the missing run: not measured
+    assert g["warmup"].dtype == int  # known for both: an integer
+    whole = guard_runs(run_table(RUN_TABLES["collapse_per_run"], {huge.spec.run_id: huge}, cfg))
+    assert whole["skipped"].dtype == int and whole["steps_done"].iloc[0] == 8

@@ -7,6 +7,7 @@ from pathlib import Path
 import matplotlib
 import pytest
 
+from mathrl.analysis.measures import collapse_remedies
 from mathrl.analysis.report import environment
 from mathrl.analysis.studies import collapse
 from mathrl.analysis.study_inputs import Context, Tables
@@ -149,7 +150,7 @@ def test_variants_table(results):
 
 def test_reward_design_table(results):
     d = results[0]["collapse_reward_design"]
-    assert set(d.role) == set(collapse.REWARD_DESIGNS) and sorted(d.point.unique()) == [0, 1, 2, 3, 4]
+    assert set(d.role) == set(collapse_remedies.REWARD_DESIGNS) and sorted(d.point.unique()) == [0, 1, 2, 3, 4]
     ex = d[d.variant == "random_exact"].set_index("point")
     assert list(ex.step) == [0, 2, 4, 6, 8]
     assert ex.loc[2].eval_accuracy_mean == pytest.approx(0.37) and ex.loc[2].n == 2  # 0.30 and 0.44 at step 4
@@ -158,22 +159,6 @@ def test_reward_design_table(results):
     )  # a random policy: no signal
     assert ex.loc[4].format_rate_mean == pytest.approx(0.8)
     assert d[d.variant == "shaped"].n.eq(1).all()
-
-
-def test_an_evaluation_nearest_two_points_is_one_row():
-    """15 steps evaluated every 5: the quarter (3.75) and the half (7.5) are both nearest to step 5,
-    which is one row (point 1), not two."""
-    from types import SimpleNamespace
-
-    import pandas as pd
-
-    evals = pd.DataFrame({"step": [0, 5, 10, 15], "eval_accuracy": [0.1, 0.2, 0.3, 0.4]})
-    metrics = pd.DataFrame({"step": range(1, 16), "format_rate": [0.5] * 15, "frac_zero_std": [0.9] * 15})
-    spec = SimpleNamespace(variant="v", seed=0)
-    run = SimpleNamespace(evals=evals, metrics=metrics, settings={"steps": 15}, spec=spec)
-    rows = collapse.segment_rows(run, "shaped")
-    assert [r["step"] for r in rows] == [0, 5, 10, 15] and [r["point"] for r in rows] == [0, 1, 3, 4]
-    assert all(r["format_rate"] == 0.5 for r in rows)  # no empty segment behind a repeated step
 
 
 def band_extent(ax):

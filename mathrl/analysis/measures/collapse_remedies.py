@@ -189,6 +189,71 @@ def caught(run) -> float:
     return float(len(skipped_steps(run.metrics)) > 0 and weights_finite(run))
 
 
+# ---- a run's points and curve, and the guard's runs: the rows the collapse tables summarise across seeds ---------
+POINT_VALUES = ["eval_accuracy", "format_rate", "frac_zero_std"]  # at each of the five points of a run
+CURVE_VALUES = "eval_accuracy format_rate entropy entropy_coef lr ndigit skipped frac_zero_std accuracy".split()
+NONFINITE_COLUMNS = [  # collapse_nonfinite: the huge-LR runs one by one
+    "run_id",
+    "seed",
+    "warmup",
+    "status",
+    "steps_done",
+    "skipped",
+    "first_skipped_step",
+    "weights_finite",
+    "caught",
+    "initial_eval",
+    "final_eval",
+]
+
+
+def segment_rows(run, role: str) -> list[dict]:
+    """Each of the five points with the rollouts behind it: format rate and the share of zero-std groups over the
+    steps since the previous point (point 0: step 1's rollouts, which the warm-up policy sampled). An evaluation
+    nearest to two of the points (a run with fewer than five evaluations after step 0) is one row, under the first."""
+    pts, m, rows, prev = five_points(run.evals, run.settings["steps"]).drop_duplicates("step"), run.metrics, [], -1
+    for p in pts.itertuples():
+        seg = m[m["step"] == 1] if p.step == 0 else m[(m["step"] > prev) & (m["step"] <= p.step)]
+        rows.append(
+            {
+                "variant": run.spec.variant,
+                "role": role,
+                "seed": run.spec.seed,
+                "point": p.point,
+                "step": p.step,
+                "eval_accuracy": p.eval_accuracy,
+                "format_rate": seg["format_rate"].mean(),
+                "frac_zero_std": seg["frac_zero_std"].mean(),
+            }
+        )
+        prev = p.step
+    return rows
+
+
+def design_points(runs: list, named: dict[str, str]) -> pd.DataFrame:
+    """The five points (`segment_rows`) of every run with a result whose role (`named`: {variant: role}) is one of
+    REWARD_DESIGNS, one row each."""
+    designs = [r for r in runs if r.ok and named.get(r.spec.variant) in REWARD_DESIGNS]
+    rows = [row for r in designs for row in segment_rows(r, named[r.spec.variant])]
+    return pd.DataFrame(rows, columns=["variant", "role", "seed", "point", "step", *POINT_VALUES])
+
+
+def curve_points(run, role: str) -> pd.DataFrame:
+    """A run's curve, one row per step with its variant, role and seed: held-out accuracy before RL (step 0), then
+    each logged step's CURVE_VALUES (NaN where the run did not log one)."""
+    start = pd.DataFrame({"step": [0], "eval_accuracy": [run.initial_eval]})
+    logged = pd.concat([start, run.metrics.reindex(columns=["step"] + CURVE_VALUES)], ignore_index=True)
+    return logged.assign(variant=run.spec.variant, role=role, seed=run.spec.seed)
+
+
+def guard_runs(per_run: pd.DataFrame) -> pd.DataFrame:
+    """The huge-LR runs of collapse_per_run one by one: did the guard skip updates, and did the weights stay finite?
+    A run without a result keeps NaN for everything it did not get to measure; its warm-up, steps and skipped updates
+    are integers where every run's are known."""
+    out = per_run.loc[per_run["role"] == "nonfinite", NONFINITE_COLUMNS].reset_index(drop=True)
+    return out.astype({c: int for c in ("warmup", "steps_done", "skipped") if out[c].notna().all()})
+
+
 STATS = [
     "initial_eval",
     "final_eval",

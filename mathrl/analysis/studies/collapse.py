@@ -19,9 +19,9 @@ from __future__ import annotations
 import pandas as pd
 
 import mathrl.analysis.kit as kit
+import mathrl.analysis.measures.collapse_remedies as remedies
 from mathrl.analysis import section_verdicts
 from mathrl.analysis.figure_style import BAND_NOTE, COLORS, SHARE, band_panels, placeholder, plt
-from mathrl.analysis.measures.collapse_remedies import REMEDIES, REWARD_DESIGNS, ROLES, STATS, five_points
 from mathrl.analysis.measures.tables import role_of
 from mathrl.analysis.results import mean_spread
 from mathrl.analysis.verdict import difference
@@ -31,22 +31,8 @@ TITLE = "Training collapse: causes and remedies"
 DOCUMENT = "training-collapse-analysis.md"
 
 EXPERIMENT = "collapse"
-REQUIRED = ("baseline", "lr_tenth", *REWARD_DESIGNS, "curriculum", "nonfinite")  # a config may leave the others out
-NONFINITE_COLUMNS = [
-    "run_id",
-    "seed",
-    "warmup",
-    "status",
-    "steps_done",
-    "skipped",
-    "first_skipped_step",
-    "weights_finite",
-    "caught",
-    "initial_eval",
-    "final_eval",
-]
-POINT_VALUES = ["eval_accuracy", "format_rate", "frac_zero_std"]  # at each of the five points of a run
-CURVE_VALUES = "eval_accuracy format_rate entropy entropy_coef lr ndigit skipped frac_zero_std accuracy".split()
+# the roles a config must name (it may leave out the others)
+REQUIRED = ("baseline", "lr_tenth", *remedies.REWARD_DESIGNS, "curriculum", "nonfinite")
 
 
 # ----------------------------------------------------------------------------- tables
@@ -54,170 +40,89 @@ def variants_table(per_run: pd.DataFrame, settings: dict, against: dict[str, str
     """Per variant: its settings, mean, std, 95% interval and n of every statistic, and for a remedy the difference
     in final accuracy from the failing setting it changes one thing of (`against`: {variant: its failing variant}),
     with its 95% interval (paired by seed: the same warm-up and prompts)."""
-    out = kit.summarise(per_run, ["variant"], STATS[1:2] + STATS[:1] + STATS[2:], "n_runs")  # n counts final evals
-    out = kit.add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
-    g = per_run.groupby("variant", sort=False)
-    out.insert(1, "role", g["role"].first().values)
-    described = [", ".join(f"{k}={val}" for k, val in (settings.get(x) or {}).items()) for x in out["variant"]]
+    stats = remedies.STATS[1:2] + remedies.STATS[:1] + remedies.STATS[2:]  # n counts final evaluations
+    out = kit.summarise(per_run, ["variant", "role", "algorithm"], stats, "n_runs")
+    described = (", ".join(f"{k}={val}" for k, val in (settings.get(x) or {}).items()) for x in out["variant"])
     out.insert(2, "settings", [d or "defaults" for d in described])
-    out.insert(3, "algorithm", g["algorithm"].first().values)
     out.insert(4, "against", [against.get(x, "") for x in out["variant"]])
+    out = kit.add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
     out = kit.add_outcomes(out, per_run, "variant", judged=True)
-    diffs = [
-        difference(kit.per_seed(per_run, "final_eval", variant=x), kit.per_seed(per_run, "final_eval", variant=b))
-        if (b := against.get(x))
-        else kit.NO_DIFFERENCE
-        for x in out["variant"]
-    ]
+    final = lambda x: kit.per_seed(per_run, "final_eval", variant=x)  # noqa: E731
+    diffs = [difference(final(x), final(against[x])) if x in against else kit.NO_DIFFERENCE for x in out["variant"]]
     for column, field in (("diff_vs_failing", "estimate"), ("diff_lo", "lo"), ("diff_hi", "hi")):
         out[column] = [getattr(d, field) for d in diffs]
     return out
 
 
-def segment_rows(run, role: str) -> list[dict]:
-    """Each of the five points with the rollouts behind it: format rate and the share of
-    zero-std groups over the steps since the previous point (point 0: step 1's rollouts,
-    which the warm-up policy sampled). An evaluation nearest to two of the points (a run
-    with fewer than five evaluations after step 0) is one row, under the first."""
-    pts, m, rows, prev = five_points(run.evals, run.settings["steps"]).drop_duplicates("step"), run.metrics, [], -1
-    for p in pts.itertuples():
-        seg = m[m["step"] == 1] if p.step == 0 else m[(m["step"] > prev) & (m["step"] <= p.step)]
-        rows.append(
-            {
-                "variant": run.spec.variant,
-                "role": role,
-                "seed": run.spec.seed,
-                "point": p.point,
-                "step": p.step,
-                "eval_accuracy": p.eval_accuracy,
-                "format_rate": seg["format_rate"].mean(),
-                "frac_zero_std": seg["frac_zero_std"].mean(),
-            }
-        )
-        prev = p.step
-    return rows
-
-
-def curve_table(runs, role_of: dict) -> pd.DataFrame:
-    """Per variant and step: the mean and std across seeds of each logged metric (step 0 is
-    the evaluation before RL); n is the number of runs that reached the step."""
+def curve_table(runs, named: dict[str, str]) -> pd.DataFrame:
+    """Per variant and step: the mean and std across seeds of each logged metric (step 0 is the evaluation before
+    RL); n is the number of runs that reached the step."""
     by = ["variant", "role", "step"]
-    frames = [
-        pd.concat(
-            [
-                pd.DataFrame({"step": [0], "eval_accuracy": [r.initial_eval]}),
-                r.metrics.reindex(columns=["step"] + CURVE_VALUES),
-            ],
-            ignore_index=True,
-        ).assign(variant=r.spec.variant, role=role_of.get(r.spec.variant, ""), seed=r.spec.seed)
-        for r in runs
-        if r.ok
-    ]
-    if not frames:
-        return mean_spread(pd.DataFrame(), by, CURVE_VALUES)
-    long = pd.concat(frames, ignore_index=True)
-    return mean_spread(long, by, CURVE_VALUES).assign(n=long.groupby(by, sort=False).size().values)
-
-
-def nonfinite_table(per_run: pd.DataFrame) -> pd.DataFrame:
-    """The huge-LR runs one by one: did the guard skip updates, and did the weights stay finite? A run without a
-    result keeps NaN for everything it did not get to measure."""
-    out = per_run.loc[per_run["role"] == "nonfinite", NONFINITE_COLUMNS].reset_index(drop=True)
-    whole = [c for c in ("warmup", "steps_done", "skipped") if out[c].notna().all()]  # integers, where all known
-    return out.astype({c: int for c in whole})
+    frames = [remedies.curve_points(r, named.get(r.spec.variant, "")) for r in runs if r.ok]
+    long = pd.concat(frames or [pd.DataFrame(columns=by)], ignore_index=True)
+    return mean_spread(long, by, remedies.CURVE_VALUES).assign(n=long.groupby(by, sort=False).size().values)
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = ctx.experiment(EXPERIMENT)
     role = kit.roles(ctx.cfg, EXPERIMENT, REQUIRED) if runs else {}
     # the calibration's `reference` shares the baseline's variant: the baseline names it
-    named = role_of(role, ROLES)
+    named = role_of(role, remedies.ROLES)
     per_run = ctx.run_table("collapse_per_run")
     variants = ctx.cfg["experiments"].get(EXPERIMENT, {}).get("variants") or {}
-    design = pd.DataFrame(
-        [
-            row
-            for r in runs
-            if r.ok and named.get(r.spec.variant) in REWARD_DESIGNS
-            for row in segment_rows(r, named[r.spec.variant])
-        ],
-        columns=["variant", "role", "seed", "point", "step", *POINT_VALUES],
-    )
-    design = mean_spread(design, ["variant", "role", "point", "step"], POINT_VALUES)
-    against = {role[r]: role[f] for r, f in REMEDIES if r in role and f in role}
+    against = {role[r]: role[f] for r, f in remedies.REMEDIES if r in role and f in role}
+    design = remedies.design_points(runs, named)
     return {
         "collapse_variants": variants_table(per_run, variants, against),
-        "collapse_reward_design": design,
-        "collapse_nonfinite": nonfinite_table(per_run),
+        "collapse_reward_design": mean_spread(design, ["variant", "role", "point", "step"], remedies.POINT_VALUES),
+        "collapse_nonfinite": remedies.guard_runs(per_run),
         "collapse_curves": curve_table(runs, named),
     }
 
 
 # ----------------------------------------------------------------------------- figures
-# The figures of curves, {name: (suptitle, rows, columns, size, shared y axis, panels)}: each panel a column of
-# collapse_curves with a band per role of its `roles` (roles, column, title, ylabel).
-CURVE_FIGURES = {
-    "collapse_reward_design": (
-        "Reward design on 2-digit multiplication",
-        1,
-        2,
-        (10, 3.8),
-        False,
-        [
-            (REWARD_DESIGNS, "eval_accuracy", "Held-out accuracy by reward design", "eval accuracy"),
-            (REWARD_DESIGNS, "format_rate", "Well-formed answers in rollouts", "format rate"),
-        ],
-    ),
-    # each remedy against the failing setting of its own cause, one panel each
-    "collapse_remedies": (
-        "Each remedy against the failure of its own cause",
-        2,
-        3,
-        (12, 6.5),
-        True,
-        [((r, f), "eval_accuracy", f"{r} against {f}", "eval accuracy") for r, f in REMEDIES],
-    ),
-    "collapse_curriculum": (
-        "The curriculum",
-        1,
-        2,
-        (10, 3.8),
-        False,
-        [
-            (("curriculum",), "ndigit", "Curriculum: operand digits", "ndigit"),
-            (("curriculum", "shaped"), "format_rate", "Curriculum: well-formed answers in rollouts", "format rate"),
-        ],
-    ),
-    "collapse_nonfinite": (
-        "A huge learning rate without gradient clipping",
-        1,
-        2,
-        (10, 3.8),
-        False,
-        [
-            (("nonfinite",), "skipped", "Updates skipped by the non-finite guard", "share of runs skipping"),
-            (("nonfinite", "lr_tenth"), "eval_accuracy", "Held-out accuracy", "eval accuracy"),
-        ],
-    ),
+# The figures of curves: {name: (suptitle, rows, columns, size, shared y axis)} ...
+LAYOUTS = {
+    "collapse_reward_design": ("Reward design on 2-digit multiplication", 1, 2, (10, 3.8), False),
+    "collapse_remedies": ("Each remedy against the failure of its own cause", 2, 3, (12, 6.5), True),
+    "collapse_curriculum": ("The curriculum", 1, 2, (10, 3.8), False),
+    "collapse_nonfinite": ("A huge learning rate without gradient clipping", 1, 2, (10, 3.8), False),
+}
+# ... and their panels, each a column of collapse_curves with a band per role of its roles: (roles, column, title,
+# ylabel); each remedy against the failing setting of its own cause, one panel each.
+PANELS = {
+    "collapse_reward_design": [
+        (remedies.REWARD_DESIGNS, "eval_accuracy", "Held-out accuracy by reward design", "eval accuracy"),
+        (remedies.REWARD_DESIGNS, "format_rate", "Well-formed answers in rollouts", "format rate"),
+    ],
+    "collapse_remedies": [((r, f), "eval_accuracy", f"{r} against {f}", "eval accuracy") for r, f in remedies.REMEDIES],
+    "collapse_curriculum": [
+        (("curriculum",), "ndigit", "Curriculum: operand digits", "ndigit"),
+        (("curriculum", "shaped"), "format_rate", "Curriculum: well-formed answers in rollouts", "format rate"),
+    ],
+    "collapse_nonfinite": [
+        (("nonfinite",), "skipped", "Updates skipped by the non-finite guard", "share of runs skipping"),
+        (("nonfinite", "lr_tenth"), "eval_accuracy", "Held-out accuracy", "eval accuracy"),
+    ],
 }
 
 
-def fig_curves(c: pd.DataFrame, suptitle: str, rows: int, cols: int, size: tuple, sharey: bool, panels: list):
-    """One of CURVE_FIGURES: per panel, a band (BAND_NOTE) per role over steps, or a placeholder (the constrained
-    layout keeps the suptitle clear of the panels' titles)."""
-    drawn = []
-    for wanted, col, title, ylabel in panels:
-        rows_of = [c[(c["role"] == role) & c[f"{col}_mean"].notna()] if len(c) else c for role in wanted]
-        drawn.append(
-            dict(
-                groups=[(d["variant"].iloc[0] if len(d) else "", d) for d in rows_of],
-                metric=col,
-                empty=f"no data: {', '.join(wanted)} missing",
-                title=title,
-                ylabel=ylabel,
-            )
+def fig_curves(c: pd.DataFrame, name: str) -> plt.Figure:
+    """One figure of LAYOUTS: per panel of PANELS, a band (BAND_NOTE) per role over steps, or a placeholder (the
+    constrained layout keeps the suptitle clear of the panels' titles)."""
+    suptitle, rows, cols, size, sharey = LAYOUTS[name]
+    of = lambda role, col: c[(c["role"] == role) & c[f"{col}_mean"].notna()] if len(c) else c  # noqa: E731
+    panels = [
+        dict(
+            groups=[(d["variant"].iloc[0] if len(d) else "", d) for d in (of(role, col) for role in wanted)],
+            metric=col,
+            empty=f"no data: {', '.join(wanted)} missing",
+            title=title,
+            ylabel=ylabel,
         )
-    return band_panels(drawn, rows, cols, size, f"{suptitle} ({BAND_NOTE})", sharey=sharey, layout="constrained")
+        for wanted, col, title, ylabel in PANELS[name]
+    ]
+    return band_panels(panels, rows, cols, size, f"{suptitle} ({BAND_NOTE})", sharey=sharey, layout="constrained")
 
 
 def fig_variants(t) -> plt.Figure:
@@ -240,15 +145,14 @@ def fig_variants(t) -> plt.Figure:
 
 
 def figures(t) -> dict[str, plt.Figure]:
-    curves = {name: fig_curves(t["collapse_curves"], *spec) for name, spec in CURVE_FIGURES.items()}
-    return {**curves, "collapse_variants": fig_variants(t)}
+    return {**{name: fig_curves(t["collapse_curves"], name) for name in LAYOUTS}, "collapse_variants": fig_variants(t)}
 
 
 # ----------------------------------------------------------------------------- section
 def section(t) -> dict:
     v, d = t["collapse_variants"], t["collapse_reward_design"]
     rows = section_verdicts.verdicts(t, NAME)
-    of_role = {r: kit.row_of(v, role=r) for r in ROLES}
+    of_role = {r: kit.row_of(v, role=r) for r in remedies.ROLES}
     zs = {r.role: r.frac_zero_std_mean for r in d[d["point"] == 0].itertuples()} if len(d) else {}
     z = lambda k: "–" if k not in zs or pd.isna(zs[k]) else f"{100 * zs[k]:.0f}%"  # noqa: E731
     return {
@@ -259,7 +163,7 @@ def section(t) -> dict:
         "settings": {r: row.get("settings", "not run") for r, row in of_role.items()},
         "variants": v,
         "reward_design": d,
-        "nonfinite": t["collapse_nonfinite"].reindex(columns=NONFINITE_COLUMNS),
+        "nonfinite": t["collapse_nonfinite"].reindex(columns=remedies.NONFINITE_COLUMNS),
         "zero_std": {"baseline": z("random_baseline"), "shaped": z("shaped")},
         "verdicts": section_verdicts.by_key(rows),
         "verdict_list": rows,
