@@ -1,7 +1,8 @@
 """Measures of training-collapse-analysis.md's runs: how far held-out accuracy fell, what the rollouts looked like
 (well-formed answers, groups without reward spread, entropy), what each remedy changes as the run logged it (the LR,
 the gradient and advantage clips, the entropy bonus, the KL penalty, the advantages' mean), whether the non-finite
-guard caught a huge learning rate, and the run table the collapse claims read.
+guard caught a huge learning rate, and the run table the collapse claims read; and the rows of runs the collapse
+tables summarise across seeds (a run's five points with the rollouts behind them, its curve, the huge-LR runs).
 
 The `collapse` experiment names its runs by role (the config's `roles` block): each remedy changes one thing of the
 failing setting of its own cause (REMEDIES); the reward designs and the curriculum start from a random policy.

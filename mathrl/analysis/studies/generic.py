@@ -21,6 +21,7 @@ from rliable import metrics as rly
 import mathrl.analysis.kit as kit
 from mathrl.analysis import section_verdicts
 from mathrl.analysis.figure_style import COLORS, band, offsets, placeholder, plt
+from mathrl.analysis.measures.tables import value
 from mathrl.analysis.results import warmup
 from mathrl.analysis.verdict import binomial_halfwidth
 from mathrl.pipeline.config import expand_runs
@@ -35,7 +36,7 @@ METRICS = {
     "kl": "KL to the reference",
     "reward_mean": "training reward",
 }
-VALUES = ["start", "final", "best", "gain"]
+VALUES = {"start": "initial_eval", "final": "final_eval", "best": "peak_eval", "gain": "gain"}  # {column: measure}
 
 
 def setting(spec) -> str:
@@ -46,22 +47,19 @@ def setting(spec) -> str:
 def per_run(ctx) -> pd.DataFrame:
     """One row per run of every experiment: its setting, status, the problems an evaluation reads, and held-out
     accuracy at the start and end, its best after the start and its gain (NaN for a run without a result)."""
-    rows = []
-    for exp in ctx.cfg["experiments"]:
-        for run in ctx.experiment(exp):
-            e = run.evals["eval_accuracy"]
-            values = [e.iloc[0], e.iloc[-1], e.iloc[1:].max(), e.iloc[-1] - e.iloc[0]] if run.ok else [math.nan] * 4
-            rows.append(
-                {
-                    "experiment": exp,
-                    "setting": setting(run.spec),
-                    "seed": run.spec.seed,
-                    "warmup": warmup(run),
-                    "status": run.status,
-                    "eval_size": kit.n_evaluated(run) or math.nan,
-                    **dict(zip(VALUES, map(float, values))),
-                }
-            )
+    rows = [
+        {
+            "experiment": exp,
+            "setting": setting(run.spec),
+            "seed": run.spec.seed,
+            "warmup": warmup(run),
+            "status": run.status,
+            "eval_size": kit.n_evaluated(run) or math.nan,
+            **{column: float(value(run, m)) for column, m in VALUES.items()},
+        }
+        for exp in ctx.cfg["experiments"]
+        for run in ctx.experiment(exp)
+    ]
     return pd.DataFrame(rows, columns=["experiment", "setting", "seed", "warmup", "status", "eval_size", *VALUES])
 
 
@@ -71,7 +69,7 @@ def summary_table(runs: pd.DataFrame, cfg: dict) -> pd.DataFrame:
     declared baseline."""
     if runs.empty:
         return pd.DataFrame(columns=["experiment", "setting", "n"])
-    out = kit.add_intervals(kit.summarise(runs, ["experiment", "setting"], VALUES), VALUES)
+    out = kit.add_intervals(kit.summarise(runs, ["experiment", "setting"], list(VALUES)), list(VALUES))
     sizes = runs.groupby(["experiment", "setting"], sort=False)["eval_size"].max().values
     out["eval_error"] = [
         binomial_halfwidth(p, int(n)) if p == p and n == n else math.nan for p, n in zip(out["final_mean"], sizes)
