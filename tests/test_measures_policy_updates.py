@@ -110,3 +110,14 @@ def test_the_carry_measures_read_the_probe_the_run_wrote(tmp_path):
     assert pu.carry_gap(probed) == pytest.approx(0.5)
     unprobed = Run(run.spec, "complete", run.summary, run.metrics, dir=tmp_path / "elsewhere")
     assert math.isnan(pu.entropy_carry(unprobed)) and math.isnan(pu.carry_gap(run))  # no file, or no directory
+
+
+def test_the_update_diagnostics_of_the_runs_that_logged_them():
+    spiked = Run(RUN.spec, "complete", {"initial": {}, "config": {"fault_grad_spike_step": 3}}, RUN.metrics)
+    silent = Run(RUN.spec, "complete", {"initial": {}}, pd.DataFrame({"step": [1], "entropy": [1.0]}))
+    keys = {"experiment": "policy_losses", "setting": "gspo", "seed": 0, "warmup": 0}
+    df = pu.update_runs([(keys, RUN), (keys, spiked), (keys, silent)])  # the silent run logged no covariance
+    assert list(df.columns) == ["experiment", "setting", "seed", "fault_injected", *pu.UPDATE]
+    assert df["fault_injected"].tolist() == ["no", "yes"] and value("fault_injected", spiked) == "yes"
+    assert df["clip_frac_high"].tolist() == pytest.approx([0.15, 0.15])
+    assert df["cov_entropy_corr"].iloc[0] == value("cov_entropy_corr")

@@ -2,8 +2,9 @@
 diagnostics each policy loss logs (`mathrl.engine.policy_losses`), of the advantages and of the tokens a selection
 kept (`mathrl.engine.token_selection`) and of the carry probe a run wrote (its final policy's entropy at the digits a
 carry enters and at the others), held-out accuracy sampled at the policy's temperature, and the correlation of
-the log-prob/advantage covariance with the entropy change that follows; and the run tables of the negative controls,
-the policy losses and the token selection.
+the log-prob/advantage covariance with the entropy change that follows, and whether a fault was injected; the run
+tables of the negative controls, the policy losses and the token selection, and the update diagnostics of every run
+that logged them (a claim table: its rows come from every experiment).
 
 A step mean is the mean over the steps that logged the column (NaN for a run that logged none: a loss without a PPO
 clip logs no clip_frac).
@@ -11,14 +12,17 @@ clip logs no clip_frac).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
+import pandas as pd
 from scipy import stats
 
 from mathrl.analysis.estimators import carry_means
-from mathrl.analysis.measures.catalog import CHANGE, SHARE, measure
+from mathrl.analysis.measures.catalog import CHANGE, MEASURES, SHARE, measure
 from mathrl.analysis.measures.series import NAN, logged, step_mean
 from mathrl.analysis.measures.training_challenges import by_step, reduction
-from mathrl.analysis.results import read_csv
+from mathrl.analysis.results import Run, read_csv
 from mathrl.pipeline.layout import CARRY_PROBE_FILE
 
 CORRELATED_STEPS = 5  # the steps with a covariance and an entropy change that a correlation needs at least
@@ -216,3 +220,33 @@ RUN_TABLES = {
         "runs": "with_result",
     },
 }
+
+
+# ----------------------------------------------------------------------------- the update diagnostics of every run
+# A run with a fault injected by the trainer's test hooks (a gradient spike, a NaN) shows the fault's dynamics,
+# not training's.
+FAULT_STEPS = ("fault_grad_spike_step", "fault_nan_step")
+
+
+@measure("fault_injected", "yes where the trainer's test hooks injected a fault (a gradient spike, a NaN), else no")
+def fault_injected(run) -> str:
+    return "yes" if any(run.settings.get(k) is not None for k in FAULT_STEPS) else "no"
+
+
+UPDATE = ["clip_frac_low", "clip_frac_high", "ppo_kl", "adv_std", "adv_abs_max", "logp_adv_cov", "cov_entropy_corr"]
+# A table claims read whose rows are the runs of every experiment that logged the update diagnostics; its columns,
+# stated once: the table is made with them, and mathrl.analysis.claim_names reads this assignment from the source.
+CLAIM_TABLES = {"diagnostics_update_runs": ["experiment", "setting", "seed", "fault_injected", *UPDATE]}
+
+
+def update_runs(runs: Iterable[tuple[dict, Run]]) -> pd.DataFrame:
+    """Per run (its `keys`: experiment, setting, seed, with the run) that logged the update diagnostics: whether a
+    fault was injected, their step means and the Spearman correlation between the log-prob/advantage covariance at
+    step t and the entropy change H(t+1) − H(t) (the Entropy Mechanism paper: entropy falls where the covariance is
+    positive)."""
+    rows = [
+        {**keys, **{c: MEASURES[c][1](run) for c in ("fault_injected", *UPDATE)}}
+        for keys, run in runs
+        if "logp_adv_cov" in run.metrics
+    ]
+    return pd.DataFrame(rows, columns=CLAIM_TABLES["diagnostics_update_runs"])

@@ -1,10 +1,11 @@
 """Beyond the documents: pass@k before and after RL, the entropy-performance law,
 advantage scaling by difficulty, the gradient noise scale, and the per-step update diagnostics.
 
-Everything is computed from files the runs wrote: `pass_at_k.csv` (runs with `pass_at_k`),
-`heldout.csv` (every run: greedy correctness per held-out problem at the start and at the
-end), `metrics.csv`, and the gradient probe's JSON. The maths is `mathrl.analysis.estimators`;
-intervals come from scipy.stats.bootstrap (over problems) and `mathrl.analysis.verdict` (over seeds).
+Everything is computed from files the runs wrote: `pass_at_k.csv` (runs with `pass_at_k`), `heldout.csv` (every run:
+greedy correctness per held-out problem at the start and at the end), `metrics.csv`, and the gradient probe's JSON. The
+numbers of one run are measures (`mathrl.analysis.measures`: `heldout_problems` for pass@k and accuracy by carries,
+`training_laws` for the entropy law and the noise scale, `policy_updates` for the update diagnostics); the intervals
+over seeds are `mathrl.analysis.verdict`'s.
 Five parts live in modules of their own: the rollout/trainer mismatch (`rollout_mismatch`), compute-performance curves
 (`compute_curves`), the negative controls (`negative_controls`), the policy losses of 2025 (`loss_comparison`) and the
 token selection by entropy (`high_entropy_tokens`).
@@ -12,9 +13,7 @@ token selection by entropy (`high_entropy_tokens`).
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
-from scipy import stats
 
 import mathrl.analysis.kit as kit
 import mathrl.analysis.studies.compute_curves as compute_curves
@@ -22,115 +21,60 @@ import mathrl.analysis.studies.high_entropy_tokens as high_entropy_tokens
 import mathrl.analysis.studies.loss_comparison as loss_comparison
 import mathrl.analysis.studies.negative_controls as negative_controls
 import mathrl.analysis.studies.rollout_mismatch as rollout_mismatch
-from mathrl.analysis import estimators as dx
 from mathrl.analysis import section_verdicts
 
 # modules, not `from mathrl.analysis.studies import ...`: the package's __init__ imports this module
 from mathrl.analysis.figure_style import COLORS, NONNEGATIVE, SHARE, bands, placeholder, plt
-from mathrl.analysis.kit import NAN
-from mathrl.analysis.measures import MEASURES
-from mathrl.analysis.measures.general import final_eval, gain
-from mathrl.analysis.measures.series import known
-from mathrl.analysis.results import mean_spread, read_csv, warmup
+from mathrl.analysis.measures.heldout_problems import KS, carry_runs, pass_at_k_runs
+from mathrl.analysis.measures.policy_updates import UPDATE, update_runs
+from mathrl.analysis.measures.training_laws import (
+    LAW_R2,
+    LAW_RMSE,
+    REACHED_STEPS,
+    entropy_law_runs,
+    noise_scale_beside_batches,
+    noise_scale_runs,
+)
+from mathrl.analysis.results import mean_spread, warmup
 from mathrl.analysis.studies.generic import setting
-from mathrl.analysis.verdict import mean_interval
-from mathrl.pipeline import layout
 
 NAME = "diagnostics"
 TITLE = "Beyond the documents: pass@k, the entropy law, advantage scaling, noise scale"
 DOCUMENT = ""
 
 EXPERIMENT = "adv_scaling"  # the advantage-scaling experiment (its roles name the four variants)
-KS = (1, 2, 4, 8, 16, 32, 64)
-LAW_R2 = 0.5  # the law "holds" in a run when its fit explains at least half the variance ...
-LAW_RMSE = 0.05  # ... and the first half's fit predicts the second half within 5 points (RMSE)
-REACHED_STEPS = 5  # the accuracy a run reached: the mean sampled accuracy of its last this many steps
-RUN_KEYS = ["experiment", "setting", "seed"]
 
 
 def ok_runs(ctx):
     """Every complete run, with the columns that name it in the per-run tables: experiment, setting and seed."""
     for exp in ctx.cfg.get("experiments", {}):
-        for run in ctx.experiment(exp):
-            if run.ok:
-                yield (
-                    {"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "warmup": warmup(run)},
-                    run,
-                )
+        for run in (r for r in ctx.experiment(exp) if r.ok):
+            keys = {"experiment": exp, "setting": setting(run.spec), "seed": run.spec.seed, "warmup": warmup(run)}
+            yield keys, run
 
 
-def bootstrap_mean(x: np.ndarray) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of a mean over problems (scipy.stats.bootstrap)."""
-    if np.ptp(x) == 0:  # one problem, or all alike: nothing to resample
-        return float(np.mean(x)), float(np.mean(x))
-    res = stats.bootstrap((x,), np.mean, n_resamples=2000, method="percentile", random_state=np.random.default_rng(0))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+# Per-run tables summarised across seeds the same way: {summary: (group keys, values averaged, the values with a 95%
+# t interval and the range each is held to)}. A t interval of a share reaches past [0, 1] with 3 seeds near 1: it is
+# cut to it; a gain is a difference, and B_noise has no upper bound.
+SUMMARIES = {
+    "diagnostics_pass_at_k": (["experiment", "setting", "phase", "k"], ["pass_at_k"], {"pass_at_k": SHARE}),
+    "diagnostics_adv_scaling": (
+        ["setting", "carries"],
+        ["initial", "final", "gain", "problems"],
+        {"initial": SHARE, "final": SHARE, "gain": None},
+    ),
+    "diagnostics_noise_scale_steps": (
+        ["experiment", "setting", "batch_size"],
+        ["early", "late", "undefined_steps"],
+        {"early": None, "late": None},
+    ),
+}
 
 
-def run_file_csv(run, path):
-    """One of a run's CSV files, checked whole against what its summary.json recorded of it (results.read_csv)."""
-    return read_csv(path, ((run.summary or {}).get("files") or {}).get(path.name))
-
-
-# ----------------------------------------------------------------------------- pass@k
-def pass_at_k_runs(ctx) -> pd.DataFrame:
-    rows = []
-    for keys, run in ok_runs(ctx):
-        path = ctx.run_file(run, layout.RUN_DIR) / "pass_at_k.csv"
-        if not path.exists():
-            continue
-        for phase, g in run_file_csv(run, path).groupby("phase", sort=False):
-            n, c = g["samples"].to_numpy(), g["correct"].to_numpy()
-            for k in (k for k in KS if k <= n.min()):
-                p = dx.pass_at_k(n, c, k)
-                lo, hi = bootstrap_mean(p)
-                rows.append(
-                    {
-                        **keys,
-                        "phase": phase,
-                        "k": k,
-                        "problems": len(p),
-                        "pass_at_k": float(p.mean()),
-                        "boot_lo": lo,
-                        "boot_hi": hi,
-                    }
-                )
-    return pd.DataFrame(rows, columns=PASS_AT_K)
-
-
-def pass_at_k_summary(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per experiment, setting, phase and k: the mean over seeds with its t interval."""
-    out = mean_spread(runs, ["experiment", "setting", "phase", "k"], ["pass_at_k"])
-    # a t interval of a share reaches past [0, 1] with 3 seeds near 1: cut to it
-    return kit.add_intervals(out, ["pass_at_k"], bounds={"pass_at_k": SHARE})
-
-
-# ----------------------------------------------------------------------------- the entropy law
-def entropy_law_runs(ctx) -> pd.DataFrame:
-    """One fit per run: training accuracy (sampled, per step) against policy entropy."""
-    rows = []
-    for keys, run in ok_runs(ctx):
-        m = run.metrics
-        if "entropy" not in m or "accuracy" not in m or len(m) < 8:
-            continue
-        fit = dx.fit_entropy_law(m["entropy"].to_numpy(), m["accuracy"].to_numpy())
-        reached = float(m["accuracy"].tail(REACHED_STEPS).mean())
-        holds = fit["r2"] >= LAW_R2 and fit["half_rmse"] <= LAW_RMSE
-        rows.append(
-            {
-                **keys,
-                "steps": len(m),
-                **fit,
-                "entropy_start": float(m["entropy"].iloc[0]),
-                "entropy_end": float(m["entropy"].iloc[-1]),
-                "reached": reached,
-                "final_eval": final_eval(run),
-                "ceiling_minus_reached": fit["ceiling"] - reached,
-                "holds": bool(holds) if known(fit["r2"], fit["half_rmse"]) else None,
-            }
-        )
-    columns = "steps n a b r2 ceiling half_rmse half_mae entropy_start entropy_end reached final_eval".split()
-    return pd.DataFrame(rows, columns=[*RUN_KEYS, *columns, "ceiling_minus_reached", "holds"])
+def summary(runs: pd.DataFrame, name: str) -> pd.DataFrame:
+    """A per-run table summarised as SUMMARIES[name] says: per group, each value's mean, spread and interval."""
+    by, values, bounds = SUMMARIES[name]
+    return kit.add_intervals(mean_spread(runs, by, values), list(bounds), bounds=bounds)
 
 
 LAW_VALUES = ["r2", "a", "b", "ceiling", "reached", "final_eval", "ceiling_minus_reached", "half_rmse", "entropy_drop"]
@@ -149,105 +93,6 @@ def entropy_law_summary(runs: pd.DataFrame) -> pd.DataFrame:
     return out.assign(holds=by["holds"].sum().values)
 
 
-# ----------------------------------------------------------------------------- advantage scaling
-def adv_scaling_runs(ctx) -> pd.DataFrame:
-    """Per run of the advantage-scaling experiment and number of carries: held-out greedy
-    accuracy at the start and the end (heldout.csv)."""
-    rows = []
-    for run in ctx.experiment(EXPERIMENT):
-        path = ctx.run_file(run, layout.RUN_DIR) / "heldout.csv"
-        if not run.ok or not path.exists():
-            continue
-        h = run_file_csv(run, path)
-        is_add = ctx.cfg["tasks"].get(run.settings.get("task"), {}).get("op") == "add"
-        h["carries"] = dx.carries(h["a"], h["b"]) if is_add else -1  # carries are addition's measure of difficulty
-        for c, g in [("all", h), *h.groupby("carries")]:
-            rows.append(
-                {
-                    "setting": setting(run.spec),
-                    "seed": run.spec.seed,
-                    "warmup": warmup(run),
-                    "carries": str(c),
-                    "problems": len(g),
-                    "initial": float(g["initial"].mean()),
-                    "final": float(g["final"].mean()),
-                }
-            )
-    df = pd.DataFrame(rows, columns=["setting", "seed", "warmup", "carries", "problems", "initial", "final"])
-    return df.assign(gain=df["final"] - df["initial"])
-
-
-def adv_scaling_summary(runs: pd.DataFrame) -> pd.DataFrame:
-    out = mean_spread(runs, ["setting", "carries"], ["initial", "final", "gain", "problems"])
-    # the accuracies are bounded; the gain is a difference
-    return kit.add_intervals(out, ["initial", "final", "gain"], bounds={"initial": SHARE, "final": SHARE})
-
-
-# ----------------------------------------------------------------------------- noise scale
-def noise_scale_table(ctx) -> pd.DataFrame:
-    """The gradient probe's noise scale beside the batch study's outcome per batch size."""
-    gains = pd.DataFrame(
-        [
-            {"batch_size": r.settings["batch_size"], "lr": r.settings["lr"], "gain": gain(r)}
-            for r in ctx.experiment("batch")
-            if r.ok
-        ],
-        columns=["batch_size", "lr", "gain"],
-    )
-    sizes, rows = sorted(set(gains["batch_size"])) or [NAN], []
-    for task in ctx.cfg.get("gradvar", {}).get("tasks", []):
-        ns = (ctx.gradvar(task) or {}).get("noise_scale") or {}
-        b_noise = ns.get("noise_scale", NAN)
-        for b in sizes:
-            g = gains[gains["batch_size"] == b]
-            est = mean_interval(g["gain"].tolist())
-            rows.append(
-                {
-                    "task": task,
-                    "grad_sq": ns.get("grad_sq", NAN),
-                    "trace_sigma": ns.get("trace_sigma", NAN),
-                    "noise_scale": b_noise,
-                    "batch_size": b,
-                    "lr": float(g["lr"].iloc[0]) if len(g) else NAN,
-                    **kit.estimate_columns("gain", est),
-                    "n": est.n,
-                    # McCandlish et al.: the best step size grows as B / (B + B_noise); relative to the largest B
-                    "lr_scale": (b / (b + b_noise)) / (max(sizes) / (max(sizes) + b_noise))
-                    if known(b, b_noise)
-                    else NAN,
-                }
-            )
-    columns = "task grad_sq trace_sigma noise_scale batch_size lr gain_mean gain_lo gain_hi n lr_scale".split()
-    return pd.DataFrame(rows, columns=columns)
-
-
-def noise_scale_steps(ctx) -> pd.DataFrame:
-    """Runs that logged the squared gradient norms (grad_noise_scale: true): B_noise over the
-    first and the last quarter of the steps, from the squared norms averaged over those steps
-    (McCandlish et al. average |G|² and tr(Σ) before taking their ratio; one step's is noisy)."""
-    rows = []
-    for keys, run in ok_runs(ctx):
-        m = run.metrics
-        if "grad_sq_micro" not in m or m["grad_sq_micro"].notna().sum() < 4:
-            continue
-        q, b, big = max(1, len(m) // 4), run.settings.get("micro_batch_size"), run.settings.get("batch_size")
-        est = {
-            part: dx.noise_scale(b, big, float(w["grad_sq_micro"].mean()), float(w["grad_sq_batch"].mean()))[
-                "noise_scale"
-            ]
-            for part, w in (("early", m.head(q)), ("late", m.tail(q)))
-        }
-        rows.append({**keys, "batch_size": big, **est, "undefined_steps": int(m["grad_noise_scale"].isna().sum())})
-    df = pd.DataFrame(rows, columns=[*RUN_KEYS, "batch_size", "early", "late", "undefined_steps"])
-    out = mean_spread(df, ["experiment", "setting", "batch_size"], ["early", "late", "undefined_steps"])
-    return kit.add_intervals(out, ["early", "late"])
-
-
-# ----------------------------------------------------------------------------- update diagnostics
-# A run with a fault injected by the trainer's test hooks (a gradient spike, a NaN) shows the fault's dynamics,
-# not training's.
-FAULT_STEPS = ("fault_grad_spike_step", "fault_nan_step")
-UPDATE = ["clip_frac_low", "clip_frac_high", "ppo_kl", "adv_std", "adv_abs_max", "logp_adv_cov", "cov_entropy_corr"]
 UPDATE_BOUNDS = {
     "clip_frac_low": SHARE,
     "clip_frac_high": SHARE,
@@ -257,22 +102,6 @@ UPDATE_BOUNDS = {
 }
 
 
-def update_runs(ctx) -> pd.DataFrame:
-    """Per run of any experiment that logged the update diagnostics: their step means, and the Spearman correlation
-    between the log-prob/advantage covariance at step t and the entropy change H(t+1) − H(t) (the Entropy Mechanism
-    paper: entropy falls where the covariance is positive; measures/policy_updates.py)."""
-    rows = [
-        {
-            **keys,
-            "fault_injected": "yes" if any(run.settings.get(k) is not None for k in FAULT_STEPS) else "no",
-            **{c: MEASURES[c][1](run) for c in UPDATE},
-        }
-        for keys, run in ok_runs(ctx)
-        if "logp_adv_cov" in run.metrics
-    ]
-    return pd.DataFrame(rows, columns=CLAIM_TABLES["diagnostics_update_runs"])
-
-
 def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
     # n: every run counts, also where its loss has no PPO clip (clip_frac_low empty, as under CISPO)
     out = mean_spread(runs, ["experiment", "setting"], UPDATE)
@@ -280,41 +109,27 @@ def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
     return kit.add_intervals(out, UPDATE, bounds=UPDATE_BOUNDS)
 
 
-# ----------------------------------------------------------------------------- the study
-# The tables claims read that the run tables (mathrl.analysis.measures) cannot give, and their columns, stated once:
-# the tables are made with them, and mathrl.analysis.claim_names reads this assignment from the source (without
-# importing the module) to check a claim's names when the config is read. pass@k and the advantage scaling have a row
-# per run and k or number of carries, from files of the run's directory; the update diagnostics read every experiment
-# of the configuration, the runs that logged them.
-PASS_AT_K = [*RUN_KEYS, "phase", "k", "problems", "pass_at_k", "boot_lo", "boot_hi"]
-CLAIM_TABLES = {
-    "diagnostics_pass_at_k_runs": PASS_AT_K,
-    # the negative controls' rows of pass_at_k_runs, apart: their claims are not the other runs'
-    "diagnostics_negative_controls_pass_at_k_runs": PASS_AT_K,
-    "diagnostics_update_runs": [*RUN_KEYS, "fault_injected", *UPDATE],
-    "diagnostics_adv_scaling_runs": ["setting", "seed", "warmup", "carries", "problems", "initial", "final", "gain"],
-}
-
-
 def tables(ctx) -> dict[str, pd.DataFrame]:
-    pk, law, adv, upd = pass_at_k_runs(ctx), entropy_law_runs(ctx), adv_scaling_runs(ctx), update_runs(ctx)
+    runs, tasks = list(ok_runs(ctx)), ctx.cfg.get("gradvar", {}).get("tasks", [])
+    probes = {task: (ctx.gradvar(task) or {}).get("noise_scale") or {} for task in tasks}  # B_noise per task
+    pk, law, upd = pass_at_k_runs(runs), entropy_law_runs(runs), update_runs(runs)
+    adv = carry_runs([(k, run) for k, run in runs if k["experiment"] == EXPERIMENT], ctx.cfg.get("tasks", {}))
     is_control = pk["experiment"] == negative_controls.EXPERIMENT  # their pass@k has claims of its own
     controls, pk = pk[is_control], pk[~is_control]
     return {
         "diagnostics_pass_at_k_runs": pk,
-        "diagnostics_pass_at_k": pass_at_k_summary(pk),
+        "diagnostics_pass_at_k": summary(pk, "diagnostics_pass_at_k"),
         "diagnostics_entropy_law_runs": law,
         "diagnostics_entropy_law": entropy_law_summary(law),
         "diagnostics_adv_scaling_runs": adv,
-        "diagnostics_adv_scaling": adv_scaling_summary(adv),
-        "diagnostics_noise_scale": noise_scale_table(ctx),
-        "diagnostics_noise_scale_steps": noise_scale_steps(ctx),
+        "diagnostics_adv_scaling": summary(adv, "diagnostics_adv_scaling"),
+        "diagnostics_noise_scale": noise_scale_beside_batches(probes, ctx.experiment("batch")),
+        "diagnostics_noise_scale_steps": summary(noise_scale_runs(runs), "diagnostics_noise_scale_steps"),
         "diagnostics_update_runs": upd,
         "diagnostics_update": update_summary(upd),
-        **rollout_mismatch.tables(
-            ctx, kit.roles(ctx.cfg, rollout_mismatch.EXPERIMENT, ("control",))
-        ),  # the rollout/trainer mismatch
-        **compute_curves.tables(((k["experiment"], k["setting"], run) for k, run in ok_runs(ctx)), ctx.cfg),
+        # the rollout/trainer mismatch
+        **rollout_mismatch.tables(ctx, kit.roles(ctx.cfg, rollout_mismatch.EXPERIMENT, ("control",))),
+        **compute_curves.tables(((k["experiment"], k["setting"], run) for k, run in runs), ctx.cfg),
         **negative_controls.tables(
             ctx.run_table("diagnostics_negative_controls_runs"),
             controls,
@@ -362,14 +177,9 @@ def figures(t) -> dict[str, plt.Figure]:
     if len(adv):
         for i, (name, g) in enumerate(adv.groupby("setting", sort=False)):
             x = g["carries"].astype(int).to_numpy() + (i - (adv["setting"].nunique() - 1) / 2) * 0.18
+            err = [(g["gain_mean"] - g["gain_lo"]) * 100, (g["gain_hi"] - g["gain_mean"]) * 100]
             ax.errorbar(
-                x,
-                g["gain_mean"] * 100,
-                yerr=[(g["gain_mean"] - g["gain_lo"]) * 100, (g["gain_hi"] - g["gain_mean"]) * 100],
-                fmt="o",
-                color=COLORS[i % len(COLORS)],
-                label=name,
-                capsize=2,
+                x, g["gain_mean"] * 100, yerr=err, fmt="o", color=COLORS[i % len(COLORS)], label=name, capsize=2
             )
         ax.axhline(0, color="0.5", lw=0.8)
         ax.legend(fontsize=7)
