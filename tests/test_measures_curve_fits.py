@@ -64,3 +64,28 @@ def test_a_run_without_a_gain_is_drawn_flat_at_its_start():
     assert cf.fitted_curve(flat, np.array([1.0, 10.0])).tolist() == [0.4, 0.4]
     rising = SimpleNamespace(R0=R0, A=A, B=B, C_mid=C_MID)
     assert cf.fitted_curve(rising, np.array([C_MID]))[0] == pytest.approx((R0 + A) / 2)  # half the gain at C_mid
+
+
+def test_a_settings_note_says_why_its_numbers_are_missing_or_read_with_care():
+    fits = pd.DataFrame(
+        {
+            "fitted": [True, True, True, False],
+            "a_at_bound": [True, False, False, False],
+            "B": [1.0, math.nan, 20.0, math.nan],
+            "converged": [True, True, False, False],
+            "half_mae": [math.nan] * 4,
+            "half_reason": ["first half: 3 points after the start (a fit needs 5)"] * 4,
+            "reason": ["", "", "", "2 points after the start (a fit needs 5)"],
+        }
+    )
+    fitted = fits[fits["fitted"]]
+    assert cf.note(fits, fitted) == "; ".join(
+        [
+            "A at its bound 1 in 1 of 3 runs (the curve has not bent)",
+            "no gain in 1 of 3 runs (A = R0, no B)",
+            "a step in log C in 1 of 3 runs (B runs to its bound 20; A and C_mid hold)",
+            "no half fit: first half: 3 points after the start (a fit needs 5)",
+        ]
+    )
+    assert cf.note(fits, fitted.iloc[:0]) == "not fitted: "  # the first run's reason: it was fitted
+    assert cf.note(fits.iloc[3:], fitted.iloc[:0]) == "not fitted: 2 points after the start (a fit needs 5)"

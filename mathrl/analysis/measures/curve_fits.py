@@ -83,6 +83,23 @@ def ceiling_and_efficiency(fits: pd.DataFrame) -> dict:
     }
 
 
+def note(g: pd.DataFrame, fitted: pd.DataFrame) -> str:
+    """Why a setting's numbers are missing or read with care, in words (`g`: its runs' fits, `fitted`: those fitted)."""
+    if fitted.empty:
+        return f"not fitted: {g['reason'].iloc[0]}"
+    at_bound, flat = int(fitted["a_at_bound"].sum()), int(fitted["B"].isna().sum())
+    step = int((~fitted["converged"].astype(bool) & fitted["B"].notna()).sum())
+    cases = [
+        (at_bound, "A at its bound 1", "the curve has not bent"),
+        (flat, "no gain", "A = R0, no B"),
+        (step, "a step in log C", f"B runs to its bound {curves.B_BOUNDS[1]:g}; A and C_mid hold"),
+    ]
+    parts = [f"{what} in {count} of {len(fitted)} runs ({why})" for count, what, why in cases if count]
+    if fitted["half_mae"].isna().all():
+        parts.append(f"no half fit: {fitted['half_reason'].iloc[0]}")
+    return "; ".join(parts)
+
+
 def fitted_curve(fit, compute: np.ndarray) -> np.ndarray:
     """A run's fitted curve (a row of `fit_runs`) at `compute`: R0 throughout where it has no gain (no B)."""
     flat = not np.isfinite(fit.B)

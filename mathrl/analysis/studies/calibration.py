@@ -1,23 +1,21 @@
 """The testbed's calibration: is there a reference setting in which RL learns?
 
-A study of how RL training goes wrong needs a setting in which it goes right; every remedy
-is judged against it. Three questions, each answered from this run's files:
+A study of how RL training goes wrong needs a setting in which it goes right; every remedy is judged against it. Three
+questions, each answered from this run's files:
 
-1. **The pilot.** The `calibration` experiment sweeps the learning rate (as a multiple of
-   each task's reference, the variant its `reference_<task>` role names) at two batch
-   sizes for a few dozen steps, evaluated on the validation split (`eval_split: val`: a
-   selection never reads the held-out test set the verdicts are judged on). A setting
-   *learns* when its gain (final − start validation accuracy) has a 95% interval above 0
-   (Newcombe, on the problems evaluated) and its accuracy never makes a sustained drop (two
-   evaluations in a row more than 5 points below the start). The pilot's pick is the
-   largest multiple that learns; the configured reference should be it.
-2. **Each experiment's reference.** An experiment's `reference` role names the setting in
-   which RL should learn (a variant, or a grid point as `key=value`). Its gain over seeds
-   is a verdict: the interval above 0, or the report says it does not learn and by how much.
-3. **How many runs end below their warm-up.** Every trained run (a run shared by two
-   experiments counts once), destructive variants included: the share ending more than 5
-   points below its start, with its Wilson interval, against the testbed's target of at
-   most a quarter.
+1. **The pilot.** The `calibration` experiment sweeps the learning rate (as a multiple of each task's reference, the
+   variant its `reference_<task>` role names) at two batch sizes for a few dozen steps, evaluated on the validation
+   split (`eval_split: val`: a selection never reads the held-out test set the verdicts are judged on). A setting
+   *learns* when its gain (final − start validation accuracy) has a 95% interval above 0 (Newcombe, on the problems
+   evaluated) and its accuracy never makes a sustained drop (two evaluations in a row more than 5 points below the
+   start); `mathrl.analysis.measures.calibration_runs` measures both. The pilot's pick is the largest multiple that
+   learns; the configured reference should be it.
+2. **Each experiment's reference.** An experiment's `reference` role names the setting in which RL should learn (a
+   variant, or a grid point as `key=value`). Its gain over seeds is a verdict: the interval above 0, or the report
+   says it does not learn and by how much.
+3. **How many runs end below their warm-up.** Every trained run (a run shared by two experiments counts once),
+   destructive variants included: the share ending more than 5 points below its start, with its Wilson interval,
+   against the testbed's target of at most a quarter.
 """
 
 from __future__ import annotations

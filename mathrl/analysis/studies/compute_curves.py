@@ -9,8 +9,8 @@ show from the evaluation's sampling alone (policy_losses evaluates every step on
 half to fit). The batch study is restated as ceiling against efficiency: each batch size's A and B against the
 reference batch's, paired by seed.
 
-The functions take the runs as (experiment, setting, run) triples, which `mathrl.analysis.studies.diagnostics` passes
-in.
+A run's fit is `mathrl.analysis.measures.curve_fits`'s; `tables` takes the runs as (experiment, setting, run) triples,
+which `mathrl.analysis.studies.diagnostics` passes in.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pandas as pd
 from mathrl.analysis import curves
 from mathrl.analysis.figure_style import COLORS, placeholder, plt, table_band
 from mathrl.analysis.kit import NAN, arms, estimate_columns, versus
-from mathrl.analysis.measures.curve_fits import ceiling_and_efficiency, drawn, fit_runs
+from mathrl.analysis.measures.curve_fits import ceiling_and_efficiency, drawn, fit_runs, note
 from mathrl.analysis.verdict import Estimate, mean_interval, t_halfwidth
 
 BATCH = "batch"  # the experiment restated as ceiling against efficiency
@@ -37,23 +37,6 @@ BATCH_COLUMNS = (
 
 def _difference(name: str, est: Estimate) -> dict:
     return {name: est.estimate, f"{name}_lo": est.lo, f"{name}_hi": est.hi, f"{name}_n": est.n}
-
-
-def _note(g: pd.DataFrame, fitted: pd.DataFrame) -> str:
-    """Why a setting's numbers are missing or read with care, in words."""
-    if fitted.empty:
-        return f"not fitted: {g['reason'].iloc[0]}"
-    at_bound, flat = int(fitted["a_at_bound"].sum()), int(fitted["B"].isna().sum())
-    step = int((~fitted["converged"].astype(bool) & fitted["B"].notna()).sum())
-    cases = [
-        (at_bound, "A at its bound 1", "the curve has not bent"),
-        (flat, "no gain", "A = R0, no B"),
-        (step, "a step in log C", f"B runs to its bound {curves.B_BOUNDS[1]:g}; A and C_mid hold"),
-    ]
-    parts = [f"{what} in {count} of {len(fitted)} runs ({why})" for count, what, why in cases if count]
-    if fitted["half_mae"].isna().all():
-        parts.append(f"no half fit: {fitted['half_reason'].iloc[0]}")
-    return "; ".join(parts)
 
 
 def summary(fits: pd.DataFrame) -> pd.DataFrame:
@@ -80,7 +63,7 @@ def summary(fits: pd.DataFrame) -> pd.DataFrame:
                 **estimate_columns("half_mae", half, (0.0, None)),  # an absolute error is at least 0
                 "half_n": half.n,
                 "half_noise": float(noise.mean()),
-                "note": _note(g, fitted),
+                "note": note(g, fitted),
             }
         )
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
