@@ -9,6 +9,7 @@ import math
 import pandas as pd
 import pytest
 
+from mathrl.analysis.measures import calibration_runs as cm
 from mathrl.analysis.measures import run_measures
 from mathrl.analysis.results import sustained_below
 from mathrl.analysis.studies import calibration as cal
@@ -28,19 +29,19 @@ from tests.synthetic import curve, verdicts, with_claims, write_run
     ([], 0.50, False),
 ])  # fmt: skip
 def test_sustained_drop(accs, start, expected):
-    assert sustained_below(accs, start - cal.DROP) is expected
+    assert sustained_below(accs, start - cm.DROP) is expected
 
 
 def test_the_pilot_picks_the_largest_multiple_that_learns():
     assert (
-        cal.learns(0.01, False)
-        and not cal.learns(-0.01, False)
-        and not cal.learns(0.02, True)
-        and not cal.learns(math.nan, False)
+        cm.learns(0.01, False)
+        and not cm.learns(-0.01, False)
+        and not cm.learns(0.02, True)
+        and not cm.learns(math.nan, False)
     )
-    assert cal.pick({0.33: True, 1.0: True, 3.3: False}) == 1.0
-    assert cal.pick({0.33: True, 1.0: False, 3.3: True}) == 3.3  # the rule reads each multiple alone
-    assert math.isnan(cal.pick({1.0: False}))
+    assert cm.pick({0.33: True, 1.0: True, 3.3: False}) == 1.0
+    assert cm.pick({0.33: True, 1.0: False, 3.3: True}) == 3.3  # the rule reads each multiple alone
+    assert math.isnan(cm.pick({1.0: False}))
 
 
 # ---- the section on a synthetic results tree ------------------------------------------------

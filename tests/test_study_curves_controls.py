@@ -181,7 +181,7 @@ def test_the_efficiency_interval_stays_within_the_fit_bounds():
     import pandas as pd
 
     from mathrl.analysis import curves
-    from mathrl.analysis.studies.compute_curves import ceiling_and_efficiency
+    from mathrl.analysis.measures.curve_fits import ceiling_and_efficiency
 
     fits = pd.DataFrame({"A": [0.5, 0.6, 0.55], "B": [0.5, 1.0, 20.0], "a_at_bound": [0, 0, 0]})
     out = ceiling_and_efficiency(fits)

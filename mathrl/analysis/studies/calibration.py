@@ -1,23 +1,21 @@
 """The testbed's calibration: is there a reference setting in which RL learns?
 
-A study of how RL training goes wrong needs a setting in which it goes right; every remedy
-is judged against it. Three questions, each answered from this run's files:
+A study of how RL training goes wrong needs a setting in which it goes right; every remedy is judged against it. Three
+questions, each answered from this run's files:
 
-1. **The pilot.** The `calibration` experiment sweeps the learning rate (as a multiple of
-   each task's reference, the variant its `reference_<task>` role names) at two batch
-   sizes for a few dozen steps, evaluated on the validation split (`eval_split: val`: a
-   selection never reads the held-out test set the verdicts are judged on). A setting
-   *learns* when its gain (final − start validation accuracy) has a 95% interval above 0
-   (Newcombe, on the problems evaluated) and its accuracy never makes a sustained drop (two
-   evaluations in a row more than 5 points below the start). The pilot's pick is the
-   largest multiple that learns; the configured reference should be it.
-2. **Each experiment's reference.** An experiment's `reference` role names the setting in
-   which RL should learn (a variant, or a grid point as `key=value`). Its gain over seeds
-   is a verdict: the interval above 0, or the report says it does not learn and by how much.
-3. **How many runs end below their warm-up.** Every trained run (a run shared by two
-   experiments counts once), destructive variants included: the share ending more than 5
-   points below its start, with its Wilson interval, against the testbed's target of at
-   most a quarter.
+1. **The pilot.** The `calibration` experiment sweeps the learning rate (as a multiple of each task's reference, the
+   variant its `reference_<task>` role names) at two batch sizes for a few dozen steps, evaluated on the validation
+   split (`eval_split: val`: a selection never reads the held-out test set the verdicts are judged on). A setting
+   *learns* when its gain (final − start validation accuracy) has a 95% interval above 0 (Newcombe, on the problems
+   evaluated) and its accuracy never makes a sustained drop (two evaluations in a row more than 5 points below the
+   start); `mathrl.analysis.measures.calibration_runs` measures both. The pilot's pick is the largest multiple that
+   learns; the configured reference should be it.
+2. **Each experiment's reference.** An experiment's `reference` role names the setting in which RL should learn (a
+   variant, or a grid point as `key=value`). Its gain over seeds is a verdict: the interval above 0, or the report
+   says it does not learn and by how much.
+3. **How many runs end below their warm-up.** Every trained run (a run shared by two experiments counts once),
+   destructive variants included: the share ending more than 5 points below its start, with its Wilson interval,
+   against the testbed's target of at most a quarter.
 """
 
 from __future__ import annotations
@@ -28,88 +26,16 @@ import mathrl.analysis.kit as kit
 from mathrl.analysis import section_verdicts
 from mathrl.analysis.figure_style import COLORS, placeholder, plt
 from mathrl.analysis.kit import NAN, setting
-from mathrl.analysis.results import sustained_below, warmup
-from mathrl.analysis.verdict import mean_interval, rate_difference, wilson
+from mathrl.analysis.measures.calibration_runs import DROP, gain_rows, pick_rows, pilot_rows
+from mathrl.analysis.measures.general import final_eval, gain, initial_eval
+from mathrl.analysis.verdict import mean_interval, wilson
 
 NAME = "calibration"
 TITLE = "Calibration: a reference setting in which RL learns"
 DOCUMENT = ""
 
-PILOT = "calibration"
-DROP = 0.05  # "more than 5 points below": a sustained drop (pilot) and a run ending below its warm-up
-TARGET_BELOW = 0.25  # at most a quarter of the runs may end that far below their warm-up
+TARGET_BELOW = 0.25  # at most a quarter of the runs may end more than DROP below their warm-up
 HEADROOM = 0.9  # a reference that starts this high has no room to show a gain
-
-
-# ----------------------------------------------------------------------------- pure rules
-def learns(gain_lo: float, dropped: bool) -> bool:
-    """The pilot's rule: the gain's interval lies above 0 and accuracy never dropped for long."""
-    return bool(gain_lo > 0 and not dropped)  # a NaN bound (no interval) is not above 0
-
-
-def pick(multiples_learning: dict[float, bool]) -> float:
-    """The largest LR multiple that learns (NaN when none does)."""
-    return max((m for m, good in multiples_learning.items() if good), default=NAN)
-
-
-# ----------------------------------------------------------------------------- per run
-def gain_row(run) -> dict:
-    """Start, final, gain with its Newcombe interval on the evaluated problems, sustained drop."""
-    row = dict.fromkeys(["start", "final", "gain", "gain_lo", "gain_hi", "sustained_drop", "n_eval"], NAN)
-    if not run.ok:
-        return {**row, "sustained_drop": None}
-    ev, n = run.evals["eval_accuracy"].tolist(), kit.n_evaluated(run)
-    start, final = ev[0], ev[-1]
-    est = rate_difference(round(final * n), n, round(start * n), n)  # no interval where n is unknown (0)
-    row.update(start=start, final=final, gain=final - start, gain_lo=est.lo, gain_hi=est.hi, n_eval=n)
-    row["sustained_drop"] = sustained_below(ev[1:], start - DROP)  # two evaluations in a row, or the last
-    return row
-
-
-def pilot_table(ctx) -> pd.DataFrame:
-    """One row per pilot run: task, batch, LR and its multiple of the task's reference, outcome."""
-    runs, rows = ctx.experiment(PILOT), []
-    lr = {r.spec.variant: r.settings["lr"] for r in runs}
-    roles = ctx.cfg["experiments"].get(PILOT, {}).get("roles") or {}
-    ref_lr = {r.removeprefix("reference_"): lr[v] for r, v in roles.items() if r.startswith("reference_") and v in lr}
-    for r in runs:
-        s, gain = r.settings, gain_row(r)
-        rows.append(
-            {
-                "variant": r.spec.variant,
-                "seed": r.spec.seed,
-                "warmup": warmup(r),
-                "task": s["task"],
-                "batch_size": s["batch_size"],
-                "lr": s["lr"],
-                "multiple": s["lr"] / ref_lr.get(s["task"], NAN),
-                "steps": s["steps"],
-                "split": s.get("eval_split", "test"),
-                "status": r.status,
-                **gain,
-                "learns": learns(gain["gain_lo"], bool(gain["sustained_drop"])) if r.ok else None,
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def pick_table(pilot: pd.DataFrame) -> pd.DataFrame:
-    """Per task and batch: the multiples tried, the pick, and whether the configured reference is it."""
-    rows = []
-    for (task, batch), g in pilot.groupby(["task", "batch_size"], sort=False) if len(pilot) else []:
-        done = g[g["learns"].notna()]
-        chosen = pick({float(m): bool(ok) for m, ok in zip(done["multiple"], done["learns"])})
-        rows.append(
-            {
-                "task": task,
-                "batch_size": batch,
-                "tried": ", ".join(f"{m:.3g}x" for m in sorted(done["multiple"].round(3))),
-                "n_learning": int(done["learns"].sum()),
-                "pick": chosen,
-                "reference_is_pick": bool(abs(chosen - 1) < 1e-6) if len(done) else None,
-            }
-        )
-    return pd.DataFrame(rows)
 
 
 # ----------------------------------------------------------------------------- references
@@ -124,9 +50,9 @@ def references_table(ctx) -> pd.DataFrame:
         if not runs:
             rows.append({"experiment": exp, "reference": reference or "", "task": "", "n": 0})
             continue
-        per = {r.spec.seed: gain_row(r) for r in runs if r.ok}
-        est = mean_interval({s: g["gain"] for s, g in per.items()})
-        start, final = (sum(g[k] for g in per.values()) / len(per) if per else NAN for k in ("start", "final"))
+        per = {r.spec.seed: r for r in runs if r.ok}
+        est = mean_interval({s: gain(r) for s, r in per.items()})
+        start, final = (sum(m(r) for r in per.values()) / len(per) if per else NAN for m in (initial_eval, final_eval))
         rows.append(
             {
                 "experiment": exp,
@@ -145,30 +71,6 @@ def references_table(ctx) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- all runs
-def all_gains(ctx) -> pd.DataFrame:
-    """Every trained run once (a run two experiments share is counted under the first)."""
-    rows = []
-    for run_id, r in ctx.runs.items():
-        if r.ok and not r.spec.same_as:
-            g = gain_row(r)
-            rows.append(
-                {
-                    "run_id": run_id,
-                    "experiment": r.spec.experiment,
-                    "setting": setting(r.spec),
-                    "seed": r.spec.seed,
-                    "warmup": warmup(r),
-                    "task": r.settings["task"],
-                    "start": g["start"],
-                    "final": g["final"],
-                    "gain": g["gain"],
-                    "below": bool(g["gain"] < -DROP),
-                    "above": bool(g["gain"] > DROP),
-                }
-            )
-    return pd.DataFrame(rows)
-
-
 def below_table(gains: pd.DataFrame) -> pd.DataFrame:
     """Per experiment and overall: runs ending more than 5 points below / above their start."""
     rows = []
@@ -192,10 +94,10 @@ def below_table(gains: pd.DataFrame) -> pd.DataFrame:
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
-    pilot, gains = pilot_table(ctx), all_gains(ctx)
+    pilot, gains = pilot_rows(ctx.runs, ctx.cfg), gain_rows(ctx.runs, ctx.cfg)
     return {
         "calibration_pilot": pilot,
-        "calibration_pick": pick_table(pilot),
+        "calibration_pick": pick_rows(pilot),
         "calibration_references": references_table(ctx),
         "calibration_gains": gains,
         "calibration_below": below_table(gains),
