@@ -12,6 +12,7 @@ clip logs no clip_frac).
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
 from mathrl.analysis.estimators import carry_means
@@ -157,13 +158,21 @@ def entropy_unselected(run) -> float:
 
 
 # ----------------------------------------------------------------------------- the carry probe a run wrote
-def carry_probe(run) -> dict:
-    """The run's carry probe (carry_probe.csv, `mathrl.engine.carry_probe`: its final policy's entropy by answer
-    position and carry) as the means `estimators.carry_means` gives; NaN each where the run wrote none."""
+def probe_rows(run) -> pd.DataFrame | None:
+    """The carry probe a run wrote (carry_probe.csv, `mathrl.engine.carry_probe`: its start and final policies'
+    entropy by answer position and carry), checked whole against the run's record of it; None where it wrote none."""
     path = run.dir / CARRY_PROBE_FILE if run.dir is not None else None
     if path is None or not path.is_file():
+        return None
+    return read_csv(path, ((run.summary or {}).get("files") or {}).get(path.name))
+
+
+def carry_probe(run) -> dict:
+    """The run's carry probe (`probe_rows`) as the means of its final policy's entropy `estimators.carry_means`
+    gives; NaN each where the run wrote none."""
+    rows = probe_rows(run)
+    if rows is None:
         return dict.fromkeys(("entropy_carry", "entropy_nocarry", "carry_gap"), NAN)
-    rows = read_csv(path, ((run.summary or {}).get("files") or {}).get(path.name))
     return carry_means(rows[rows["checkpoint"] == "final"])
 
 
