@@ -167,6 +167,32 @@ def arm_summary(
     return pd.DataFrame(rows, columns=["setting", *keys, "n", *names])
 
 
+DIFFERENCES = ["setting", "against", "difference", "lo", "hi", "n"]
+
+
+def setting_differences(runs: pd.DataFrame, pairs: list[tuple[str, str]], column: str) -> pd.DataFrame:
+    """Per (setting, against) of `pairs`: the setting's `column` minus the other's in a per-run table, paired by seed
+    (`mathrl.analysis.verdict.difference`), with its 95% interval (columns DIFFERENCES); a setting without rows has
+    no values."""
+    values = {name: g.set_index("seed")[column] for name, g in runs.groupby("setting", sort=False)} if len(runs) else {}
+    rows = [(a, b, difference(values.get(a, {}), values.get(b, {}))) for a, b in pairs]
+    return pd.DataFrame([(a, b, e.estimate, e.lo, e.hi, e.n) for a, b, e in rows], columns=DIFFERENCES)
+
+
+def phase_change(rows: pd.DataFrame, by: list[str], column: str, before="initial", after="final") -> pd.DataFrame:
+    """Per group of `rows` by `by` (in order of appearance): `n`, `{before}_mean` and `{after}_mean` (the means over
+    seeds of `column` in its rows of each `phase`) and `change_mean`, `_lo`, `_hi`: after − before, paired by seed
+    (`mathrl.analysis.verdict.difference`, 95% interval)."""
+    out = []
+    for key, g in rows.groupby(by, sort=False):
+        phases = {p: per_seed(g, column, phase=p) for p in (before, after)}
+        est = difference(phases[after], phases[before])
+        means = {f"{p}_mean": float(pd.Series(v).mean()) if v else NAN for p, v in phases.items()}
+        out.append({**dict(zip(by, key)), "n": est.n, **means, **estimate_columns("change", est)})
+    changes = ["change_mean", "change_lo", "change_hi"]
+    return pd.DataFrame(out, columns=[*by, "n", f"{before}_mean", f"{after}_mean", *changes])
+
+
 def wilson_columns(prefix: str, k: int, n: int) -> dict:
     """`{prefix}`, `{prefix}_lo`, `{prefix}_hi`: the rate k/n (NaN for n = 0) and its 95% Wilson interval."""
     lo, hi = wilson(k, n)

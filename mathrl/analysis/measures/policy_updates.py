@@ -1,9 +1,9 @@
 """Measures of what a policy update did: token entropy at a run's first and last step, the step means of the clip
 diagnostics each policy loss logs (`mathrl.engine.policy_losses`), of the advantages and of the tokens a selection
 kept (`mathrl.engine.token_selection`) and of the carry probe a run wrote (its final policy's entropy at the digits a
-carry enters and at the others), held-out accuracy sampled at the policy's temperature, and the correlation of
-the log-prob/advantage covariance with the entropy change that follows; and the run tables of the negative controls,
-the policy losses and the token selection.
+carry enters and at the others; the probes' rows of several runs, for a table by position), held-out accuracy sampled
+at the policy's temperature, and the correlation of the log-prob/advantage covariance with the entropy change that
+follows; and the run tables of the negative controls, the policy losses and the token selection.
 
 A step mean is the mean over the steps that logged the column (NaN for a run that logged none: a loss without a PPO
 clip logs no clip_frac).
@@ -19,7 +19,8 @@ from mathrl.analysis.estimators import carry_means
 from mathrl.analysis.measures.catalog import CHANGE, SHARE, measure
 from mathrl.analysis.measures.series import NAN, logged, step_mean
 from mathrl.analysis.measures.training_challenges import by_step, reduction
-from mathrl.analysis.results import read_csv
+from mathrl.analysis.results import read_csv, warmup
+from mathrl.pipeline.config import point_label
 from mathrl.pipeline.layout import CARRY_PROBE_FILE
 
 CORRELATED_STEPS = 5  # the steps with a covariance and an entropy change that a correlation needs at least
@@ -165,6 +166,25 @@ def probe_rows(run) -> pd.DataFrame | None:
     if path is None or not path.is_file():
         return None
     return read_csv(path, ((run.summary or {}).get("files") or {}).get(path.name))
+
+
+PROBE_COLUMNS = ["checkpoint", "seed", "position", "carry", "entropy", "tokens"]
+
+
+def carry_probe_rows(runs) -> pd.DataFrame:
+    """The carry probes the complete `runs` wrote (`probe_rows`), per position and carry: each run's final policy
+    under its setting's name (its variant, else its grid point) and seed, and each warm-up the runs started from once
+    (the arms of an experiment share their warm-ups), as `warm-up` without a seed (columns PROBE_COLUMNS)."""
+    frames, warmups = [], set()
+    for run, rows in ((run, probe_rows(run)) for run in runs if run.ok):
+        if rows is None:
+            continue
+        name = run.spec.variant or point_label(run.spec.point)
+        frames.append(rows[rows["checkpoint"] == "final"].assign(checkpoint=name, seed=run.spec.seed))
+        if warmup(run) not in warmups:
+            warmups.add(warmup(run))
+            frames.append(rows[rows["checkpoint"] == "start"].assign(checkpoint="warm-up", seed=NAN))
+    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()).reindex(columns=PROBE_COLUMNS)
 
 
 def carry_probe(run) -> dict:

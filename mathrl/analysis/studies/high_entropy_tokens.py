@@ -2,18 +2,13 @@
 
 The experiment `token_selection` trains addition from the warm-up with the policy gradient on every answer token
 (`token_selection: all`), on the 20% of the batch's answer tokens of highest entropy (`top_entropy`) and on the other
-80% (`bottom_entropy`), at equal rollouts and seeds (`mathrl.engine.token_selection`). Per run, the claims read the run
-table `diagnostics_token_selection_runs` (`mathrl.analysis.measures.policy_updates`: held-out accuracy, the tokens
-selected and their entropy, and the carry probe's means). Here: per variant, means with 95% t intervals over seeds
-(`diagnostics_token_selection`); per variant and step, held-out accuracy over seeds (`_steps`, for the figure); per
-checkpoint, answer position and carry, the probe's mean entropy (`_carry`).
-
-The carry probe is written by each run (`carry_probe: true`, `mathrl.engine.carry_probe`; this module runs no model):
-teacher-forced on the correct answers of the first `PROBE_PROBLEMS` held-out problems, the entropy of the policy's
-distribution at each answer token (temperature 1), for the policy the run started from (its warm-up) and for its final
-policy; a token is a carry token when a carry enters its digit (`token_selection.carry_in`). The per-run comparison
-keeps the digit positions where both kinds occur (every digit but the lowest; not the end token) and weighs them
-equally, so that neither position nor the share of carries at a position can make the difference.
+80% (`bottom_entropy`), at equal rollouts and seeds (`mathrl.engine.token_selection`). The claims read its run table
+`diagnostics_token_selection_runs` (`mathrl.analysis.measures.policy_updates`: held-out accuracy, the tokens selected
+and their entropy, the carry probe's means). Here: per variant, the means with 95% t intervals over seeds; per variant
+and step, held-out accuracy over seeds; per checkpoint, answer position and carry, the carry probe's mean entropy: each
+run's probe (`mathrl.engine.carry_probe`; this module runs no model) of its warm-up and its final policy, teacher-forced
+on the first `PROBE_PROBLEMS` held-out problems, whose per-run means weigh equally the digit positions where a carry
+enters some digits and not others (`mathrl.analysis.estimators.carry_means`).
 """
 
 from __future__ import annotations
@@ -22,34 +17,20 @@ import pandas as pd
 
 import mathrl.analysis.kit as kit
 from mathrl.analysis.figure_style import COLORS, NONNEGATIVE, SHARE, bands, placeholder, plt, table_band
-from mathrl.analysis.measures.policy_updates import RUN_TABLES, probe_rows
-from mathrl.analysis.results import mean_spread, warmup
+from mathrl.analysis.measures.policy_updates import RUN_TABLES, carry_probe_rows
+from mathrl.analysis.results import mean_spread
 from mathrl.engine.carry_probe import PROBE_PROBLEMS
 
 EXPERIMENT = "token_selection"
 PART = "token selection"  # the claims' part (config/claims.yaml) this part of the section shows
 BASELINE = "baseline"  # the role of the arm that trains on every answer token
 RUN_VALUES = RUN_TABLES["diagnostics_token_selection_runs"]["measures"]  # summarised per variant
-PROBE_COLUMNS = ["checkpoint", "seed", "position", "carry", "entropy", "tokens"]
+CARRY_KEYS = ["checkpoint", "position", "carry"]  # the carry probe's table: mean entropy per these
 ENTROPIES = ["entropy_selected", "entropy_unselected", "entropy_carry", "entropy_nocarry"]
 LIMITS = {
     **dict.fromkeys(["initial_eval", "final_eval", "token_selected_frac"], SHARE),
     **dict.fromkeys(ENTROPIES, NONNEGATIVE),
 }
-
-
-def probe(runs) -> pd.DataFrame:
-    """The carry probe each complete run wrote (`policy_updates.probe_rows`), per position: its final policy under its
-    setting's name, and each warm-up the arms started from once, as `warm-up`."""
-    frames, warmups = [], set()
-    for run, rows in ((run, probe_rows(run)) for run in runs if run.ok):
-        if rows is None:
-            continue
-        frames.append(rows[rows["checkpoint"] == "final"].assign(checkpoint=kit.setting(run.spec), seed=run.spec.seed))
-        if warmup(run) not in warmups:  # the arms share their warm-ups: each once
-            warmups.add(warmup(run))
-            frames.append(rows[rows["checkpoint"] == "start"].assign(checkpoint="warm-up", seed=kit.NAN))
-    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()).reindex(columns=PROBE_COLUMNS)
 
 
 def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
@@ -65,7 +46,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         "diagnostics_token_selection": selection_summary(ctx.run_table("diagnostics_token_selection_runs")),
         "diagnostics_token_selection_steps": kit.setting_steps(runs, ["eval_accuracy"], evals=True),
         # per checkpoint kind (the warm-up or an arm's final policies), position and carry: mean entropy over seeds
-        "diagnostics_token_selection_carry": mean_spread(probe(runs), ["checkpoint", "position", "carry"], ["entropy"]),
+        "diagnostics_token_selection_carry": mean_spread(carry_probe_rows(runs), CARRY_KEYS, ["entropy"]),
     }
 
 

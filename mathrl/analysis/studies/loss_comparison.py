@@ -20,13 +20,9 @@ from mathrl.analysis.measures.policy_updates import CLIPS, RUN_TABLES
 EXPERIMENT = "policy_losses"
 PART = "policy losses"  # the claims' part (config/claims.yaml) this part of the section shows
 BASELINE = "baseline"  # the role of the clipped surrogate the others are compared with
-# per variant (kit.arm_summary): every measure of the run table with its interval, then final entropy, final accuracy
-# and clip_frac minus the baseline's, paired by seed
-VALUES = RUN_TABLES["diagnostics_policy_losses_runs"]["measures"]
-SUMMARY = [
-    ("interval", VALUES),
-    ("versus", {f"vs_baseline_{v}": v for v in ["entropy_last", "final_eval", "clip_frac"]}),
-]
+VALUES = RUN_TABLES["diagnostics_policy_losses_runs"]["measures"]  # summarised per variant
+COMPARED = ["entropy_last", "final_eval", "clip_frac"]  # differences from the baseline, paired by seed
+SUMMARY = [("interval", VALUES), ("versus", {f"vs_baseline_{v}": v for v in COMPARED})]  # kit.arm_summary
 LIMITS = {
     **dict.fromkeys(["entropy_first", "entropy_last"], NONNEGATIVE),
     **dict.fromkeys(["initial_eval", "final_eval", *CLIPS], SHARE),

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mathrl.analysis.kit import NAN, arm_summary, estimate_columns, joined_roles, per_seed
-from mathrl.analysis.verdict import difference
+from mathrl.analysis.kit import arm_summary, joined_roles, phase_change
 
 EXPERIMENT = "negative_controls"
 ENGAGED = ("clip_frac", "adv_mean", "reward_mean", "entropy_first", "entropy_last", "kl_last")  # means per variant
@@ -26,21 +25,15 @@ SUMMARY = [
     ("versus", {"vs_reference": "final_eval"}),
     ("mean", ENGAGED),
 ]
-PASS_AT_K = ["setting", "role", "k", "n", "initial_mean", "final_mean", "change_mean", "change_lo", "change_hi"]
 
 
 def control_pass_at_k(pk: pd.DataFrame, roles: dict) -> pd.DataFrame:
     """pass@k of the experiment's runs (`pk`, their rows of the per-run pass@k table) at k = 1 and the largest k: before
     and after RL (means over seeds) and the change (after − before, paired by seed, 95% t interval)."""
-    names, rows = joined_roles(roles), []
-    for (name, k), g in pk[pk["k"].isin([1, pk["k"].max()])].groupby(["setting", "k"], sort=False):
-        phases = {p: per_seed(g, "pass_at_k", phase=p) for p in ("initial", "final")}
-        est = difference(phases["final"], phases["initial"])
-        row = {"setting": name, "role": names.get(name, ""), "k": int(k), "n": est.n}
-        means = {f"{p}_mean": float(pd.Series(v).mean()) if v else NAN for p, v in phases.items()}
-        rows.append({**row, **means, **estimate_columns("change", est)})
+    out = phase_change(pk[pk["k"].isin([1, pk["k"].max()])], ["setting", "k"], "pass_at_k")
+    out.insert(1, "role", out["setting"].map(joined_roles(roles)).fillna(""))
     # a stable sort by k keeps the settings in the config's order within each k
-    return pd.DataFrame(rows, columns=PASS_AT_K).sort_values("k", kind="stable").reset_index(drop=True)
+    return out.sort_values("k", kind="stable").reset_index(drop=True)
 
 
 def tables(per_run: pd.DataFrame, pk: pd.DataFrame, roles: dict) -> dict[str, pd.DataFrame]:

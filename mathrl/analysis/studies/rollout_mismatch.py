@@ -14,28 +14,23 @@ from __future__ import annotations
 import pandas as pd
 
 from mathrl.analysis.figure_style import COLORS, placeholder, plt
-from mathrl.analysis.kit import add_intervals, setting_steps
+from mathrl.analysis.kit import add_intervals, setting_differences, setting_steps
 from mathrl.analysis.measures.sampling_mismatch import MISMATCH, control_at_scale
 from mathrl.analysis.results import mean_spread
-from mathrl.analysis.verdict import difference
 
 EXPERIMENT = "rollout_mismatch"
 RUN_VALUES = [*MISMATCH, "sample_seconds", "update_seconds", "initial_eval", "final_eval", "gain"]  # summarised
 STEP_VALUES = ["mismatch_logp_diff_mean", "mismatch_logp_diff_max", "mismatch_kl_k3"]
-ACCURACY = ["setting", "against", "difference", "lo", "hi", "n"]
 
 
 def accuracy_differences(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
     """Final held-out accuracy of each setting minus the control's, and of the remedy minus the
     setting it remedies, paired by seed (the same prompts and sampling noise), with 95% intervals."""
-    control = roles.get("control")
-    groups = runs.groupby("setting", sort=False) if len(runs) and control is not None else []
-    final = {name: g.set_index("seed")["final_eval"] for name, g in groups}
-    pairs = [(name, control) for name in final if name != control]
-    if roles.get("remedy") in final and roles.get("remedied") in final:
+    control, settings = roles.get("control"), list(pd.unique(runs["setting"])) if len(runs) else []
+    pairs = [(name, control) for name in settings if name != control] if control is not None else []
+    if control is not None and roles.get("remedy") in settings and roles.get("remedied") in settings:
         pairs.append((roles["remedy"], roles["remedied"]))
-    rows = [(a, b, difference(final[a], final.get(b, {}))) for a, b in pairs]
-    return pd.DataFrame([(a, b, e.estimate, e.lo, e.hi, e.n) for a, b, e in rows], columns=ACCURACY)
+    return setting_differences(runs, pairs, "final_eval")
 
 
 def tables(ctx, roles: dict) -> dict[str, pd.DataFrame]:
