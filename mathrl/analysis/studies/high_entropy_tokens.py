@@ -27,23 +27,18 @@ BASELINE = "baseline"  # the role of the arm that trains on every answer token
 RUN_VALUES = RUN_TABLES["diagnostics_token_selection_runs"]["measures"]  # summarised per variant
 CARRY_KEYS = ["checkpoint", "position", "carry"]  # the carry probe's table: mean entropy per these
 ENTROPIES = ["entropy_selected", "entropy_unselected", "entropy_carry", "entropy_nocarry"]
-LIMITS = {
-    **dict.fromkeys(["initial_eval", "final_eval", "token_selected_frac"], SHARE),
-    **dict.fromkeys(ENTROPIES, NONNEGATIVE),
-}
-
-
-def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
-    """Per variant: every per-run value's mean with its 95% t interval over seeds (the same columns when empty)."""
-    return kit.add_intervals(mean_spread(per_run, ["setting", "role"], RUN_VALUES), RUN_VALUES, bounds=LIMITS)
+SHARES = ["initial_eval", "final_eval", "token_selected_frac"]
+LIMITS = dict.fromkeys(SHARES, SHARE) | dict.fromkeys(ENTROPIES, NONNEGATIVE)
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     """The experiment's tables from its complete runs (its roles must name the baseline)."""
     kit.roles(ctx.cfg, EXPERIMENT, (BASELINE,))
-    runs = ctx.experiment(EXPERIMENT)
+    runs, per_run = ctx.experiment(EXPERIMENT), ctx.run_table("diagnostics_token_selection_runs")
+    # per variant: every per-run value's mean with its 95% t interval over seeds (the same columns without runs)
+    summary = kit.add_intervals(mean_spread(per_run, ["setting", "role"], RUN_VALUES), RUN_VALUES, bounds=LIMITS)
     return {
-        "diagnostics_token_selection": selection_summary(ctx.run_table("diagnostics_token_selection_runs")),
+        "diagnostics_token_selection": summary,
         "diagnostics_token_selection_steps": kit.setting_steps(runs, ["eval_accuracy"], evals=True),
         # per checkpoint kind (the warm-up or an arm's final policies), position and carry: mean entropy over seeds
         "diagnostics_token_selection_carry": mean_spread(carry_probe_rows(runs), CARRY_KEYS, ["entropy"]),

@@ -23,20 +23,16 @@ BASELINE = "baseline"  # the role of the clipped surrogate the others are compar
 VALUES = RUN_TABLES["diagnostics_policy_losses_runs"]["measures"]  # summarised per variant
 COMPARED = ["entropy_last", "final_eval", "clip_frac"]  # differences from the baseline, paired by seed
 SUMMARY = [("interval", VALUES), ("versus", {f"vs_baseline_{v}": v for v in COMPARED})]  # kit.arm_summary
-LIMITS = {
-    **dict.fromkeys(["entropy_first", "entropy_last"], NONNEGATIVE),
-    **dict.fromkeys(["initial_eval", "final_eval", *CLIPS], SHARE),
-}
+ENTROPIES = ["entropy_first", "entropy_last"]
+LIMITS = dict.fromkeys(ENTROPIES, NONNEGATIVE) | dict.fromkeys(["initial_eval", "final_eval", *CLIPS], SHARE)
 
 
 def tables(ctx, roles: dict) -> dict[str, pd.DataFrame]:
     """The experiment's tables from its run table and its roles."""
     per_run = ctx.run_table("diagnostics_policy_losses_runs")
-    keys = ["role", "policy_loss"]
+    summary = kit.arm_summary(per_run, roles.get(BASELINE), ["role", "policy_loss"], "entropy_last", SUMMARY, LIMITS)
     return {
-        "diagnostics_policy_losses": kit.arm_summary(
-            per_run, roles.get(BASELINE), keys, "entropy_last", SUMMARY, LIMITS
-        ),
+        "diagnostics_policy_losses": summary,
         "diagnostics_policy_losses_steps": kit.setting_steps(ctx.experiment(EXPERIMENT), ["entropy", "clip_frac"]),
     }
 

@@ -1,12 +1,11 @@
-"""Beyond the documents: the rollout/trainer mismatch (experiment `rollout_mismatch`), a part of
-the diagnostics section.
+"""Beyond the documents: the rollout/trainer mismatch (experiment `rollout_mismatch`), part of the diagnostics section.
 
-Each run's metrics.csv holds the mismatch between the sampler's log-probs of the sampled tokens
-and the trainer's (`mathrl.engine.mismatch`); its measures per run are the run table
-`diagnostics_mismatch_runs` (`mathrl.analysis.measures.sampling_mismatch`). The tables here give, per variant, the
-mean over seeds of those measures, the final held-out accuracy's difference from the fp32 control paired by seed, and
-the gap along training; one more table reads every run of the pipeline without a source of mismatch (the exact control
-at scale, `sampling_mismatch.control_at_scale`). Tables only: which claims they support is for the claims engine.
+Each run's metrics.csv holds the mismatch between the sampler's log-probs of the sampled tokens and the trainer's
+(`mathrl.engine.mismatch`); its measures per run are the run table `diagnostics_mismatch_runs`
+(`mathrl.analysis.measures.sampling_mismatch`). The tables here give, per variant, the mean over seeds of those
+measures with its 95% t interval, the final held-out accuracy's difference from the fp32 control paired by seed, and
+the gap along training; one more reads every run of the pipeline without a source of mismatch (the exact control at
+scale, `sampling_mismatch.control_at_scale`). Tables only: which claims they support is for the claims engine.
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ def accuracy_differences(runs: pd.DataFrame, roles: dict) -> pd.DataFrame:
 def tables(ctx, roles: dict) -> dict[str, pd.DataFrame]:
     runs = ctx.run_table("diagnostics_mismatch_runs")
     return {
-        # per setting: the mean over seeds of each run's measures, with its 95% t interval
         "diagnostics_mismatch": add_intervals(mean_spread(runs, ["setting"], RUN_VALUES), RUN_VALUES),
         "diagnostics_mismatch_accuracy": accuracy_differences(runs, roles),
         "diagnostics_mismatch_steps": setting_steps(ctx.experiment(EXPERIMENT), STEP_VALUES),
@@ -49,11 +47,11 @@ def figures(t) -> dict[str, plt.Figure]:
     (solid) and the step's largest (dashed), on a log scale that shows the control's rounding."""
     steps = t["diagnostics_mismatch_steps"]
     fig, ax = plt.subplots(figsize=(7.2, 3.8), layout="constrained")
+    for i, (name, g) in enumerate(steps.groupby("setting", sort=False) if len(steps) else []):
+        for stat, line in (("mean", {}), ("max", {"ls": "--", "lw": 1})):
+            color, label = COLORS[i % len(COLORS)], f"{name}: {stat}"
+            ax.plot(g["step"], g[f"mismatch_logp_diff_{stat}_mean"], color=color, **line, label=label)
     if len(steps):
-        for i, (name, g) in enumerate(steps.groupby("setting", sort=False)):
-            color = COLORS[i % len(COLORS)]
-            ax.plot(g["step"], g["mismatch_logp_diff_mean_mean"], color=color, label=f"{name}: mean")
-            ax.plot(g["step"], g["mismatch_logp_diff_max_mean"], color=color, ls="--", lw=1, label=f"{name}: max")
         ax.set_yscale("log")
         ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     else:
