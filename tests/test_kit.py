@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import pandas as pd
+import pytest
 
 from mathrl.analysis import claims
 from mathrl.analysis.figure_style import band_limits, band_panels, bands, bounds, offsets, plt, png
@@ -165,3 +166,81 @@ def test_the_palette_keeps_white_and_every_plot_colour_exactly():
         seen = {c for _, c in im.convert("RGB").getcolors(maxcolors=1 << 16)}
     assert (255, 255, 255) in seen
     assert {tuple(round(255 * c) for c in color) for color in COLORS} <= seen
+
+
+def per_run_rows() -> pd.DataFrame:
+    """A per-run table: a reference `ref` and an arm `arm`, seeds 0-2 (the arm's seed 2 has no accuracy)."""
+    return pd.DataFrame(
+        {
+            "setting": ["ref"] * 3 + ["arm"] * 3,
+            "role": ["reference"] * 3 + ["control"] * 3,
+            "seed": [0, 1, 2] * 2,
+            "acc": [0.5, 0.6, 0.7, 0.2, 0.4, float("nan")],
+            "clip": [0.1, 0.2, 0.3, 0.0, 0.0, 0.0],
+        }
+    )
+
+
+def test_an_arm_summary_reads_its_declared_cells_in_order_by_hand():
+    from mathrl.analysis.kit import arm_summary
+
+    spec = [("mean", ["clip"]), ("interval", ["acc"]), ("versus", {"vs_ref": "acc"})]
+    out = arm_summary(per_run_rows(), "ref", ["role"], "acc", spec, bounds={"acc": (0.0, 1.0)}).set_index("setting")
+    versus = [f"vs_ref_{c}" for c in ("mean", "lo", "hi", "n")]
+    assert list(out.columns) == ["role", "n", "clip_mean", "acc_mean", "acc_lo", "acc_hi", *versus]
+    assert list(out.index) == ["ref", "arm"] and out.loc["arm", "role"] == "control" and out.loc["arm", "n"] == 2
+    assert out.loc["ref", "clip_mean"] == pytest.approx(0.2) and out.loc["ref", "acc_mean"] == pytest.approx(0.6)
+    # 0.5, 0.6, 0.7: sd 0.1, t(2) 4.303 -> half-width 0.248
+    assert out.loc["ref", "acc_hi"] - 0.6 == pytest.approx(4.3027 * 0.1 / 3**0.5, rel=1e-4)
+    assert out.loc["arm", "acc_lo"] == 0.0  # 0.3 ± 0.635 (two seeds) cut at 0
+    # paired by seed on seeds 0 and 1: -0.3, -0.2
+    assert out.loc["arm", "vs_ref_mean"] == pytest.approx(-0.25) and out.loc["arm", "vs_ref_n"] == 2
+    assert pd.isna(out.loc["ref", "vs_ref_mean"]) and out.loc["ref", "vs_ref_n"] == 0  # not against itself
+    empty = arm_summary(per_run_rows().iloc[:0], "ref", ["role"], "acc", spec)
+    assert empty.empty and list(empty.columns) == ["setting", *out.reset_index().columns[1:]]
+
+
+def test_differences_between_settings_and_changes_between_phases_are_paired_by_seed():
+    from mathrl.analysis.kit import DIFFERENCES, phase_change, setting_differences
+
+    d = setting_differences(per_run_rows(), [("arm", "ref"), ("ref", "missing")], "acc")
+    assert list(d.columns) == DIFFERENCES and list(d["against"]) == ["ref", "missing"]
+    assert d.loc[0, "difference"] == pytest.approx(-0.25) and d.loc[0, "n"] == 2
+    assert pd.isna(d.loc[1, "difference"])  # no rows to take from
+    assert setting_differences(per_run_rows().iloc[:0], [("arm", "ref")], "acc")["n"].tolist() == [0]
+    pk = pd.DataFrame(
+        {
+            "setting": ["a"] * 4,
+            "k": [1] * 4,
+            "seed": [0, 1, 0, 1],
+            "phase": ["initial", "initial", "final", "final"],
+            "pass_at_k": [0.2, 0.4, 0.5, 0.5],
+        }
+    )
+    out = phase_change(pk, ["setting", "k"], "pass_at_k").iloc[0]
+    assert out["initial_mean"] == pytest.approx(0.3) and out["final_mean"] == pytest.approx(0.5)
+    assert out["change_mean"] == pytest.approx(0.2) and out["n"] == 2  # +0.3 and +0.1
+    # t(1) 12.706 × sd 0.1414 / √2
+    assert out["change_hi"] - 0.2 == pytest.approx(12.7062 * 0.141421 / 2**0.5, rel=1e-4)
+
+
+def test_setting_steps_averages_each_step_over_the_complete_runs():
+    from mathrl.analysis.kit import setting_steps
+    from mathrl.analysis.results import Run
+    from mathrl.pipeline.config import RunSpec
+
+    def run(variant: str, seed: int, metrics: dict, status: str = "complete") -> Run:
+        spec = RunSpec(f"e__{variant}__s{seed}", "e", variant, {}, seed, {})
+        return Run(spec, status, {"initial": {"eval_accuracy": 0.1}}, pd.DataFrame(metrics))
+
+    runs = [
+        run("a", 0, {"step": [1, 2], "gap": [1.0, 2.0], "eval_accuracy": [float("nan"), 0.5]}),
+        run("a", 1, {"step": [1, 2], "gap": [3.0, 4.0], "eval_accuracy": [float("nan"), 0.7]}),
+        run("a", 2, {"step": [1, 2], "gap": [9.0, 9.0]}, status="missing"),  # not complete: left out
+        run("b", 0, {"step": [1, 2], "other": [0.0, 0.0]}),  # logged none of the values: left out
+    ]
+    steps = setting_steps(runs, ["gap"])
+    assert list(steps["setting"]) == ["a", "a"] and list(steps["gap_mean"]) == [2.0, 3.0]
+    assert list(steps["n"]) == [2, 2]
+    evals = setting_steps(runs[:2], ["eval_accuracy"], evals=True)
+    assert list(evals["step"]) == [0, 2] and evals["eval_accuracy_mean"].tolist() == pytest.approx([0.1, 0.6])

@@ -121,3 +121,24 @@ def test_the_update_diagnostics_of_the_runs_that_logged_them():
     assert df["fault_injected"].tolist() == ["no", "yes"] and value("fault_injected", spiked) == "yes"
     assert df["clip_frac_high"].tolist() == pytest.approx([0.15, 0.15])
     assert df["cov_entropy_corr"].iloc[0] == value("cov_entropy_corr")
+
+
+def test_the_carry_probes_rows_name_each_final_policy_and_each_warmup_once(tmp_path):
+    rows = [("start", 1, True, 0.9), ("start", 1, False, 0.5), ("final", 1, True, 0.4), ("final", 1, False, 0.2)]
+    probe = pd.DataFrame(rows, columns=["checkpoint", "position", "carry", "entropy"]).assign(tokens=10)
+    runs = []
+    for seed in (0, 1):
+        (tmp_path / f"s{seed}").mkdir()
+        probe.to_csv(tmp_path / f"s{seed}" / "carry_probe.csv", index=False)
+        spec = RunSpec(f"token_selection__top__s{seed}", "token_selection", "top", {}, seed, {"warmup": 0})
+        runs.append(
+            Run(spec, "complete", {"initial": {"eval_accuracy": 0.4}}, pd.DataFrame(), dir=tmp_path / f"s{seed}")
+        )
+    unprobed = Run(runs[0].spec, "complete", runs[0].summary, pd.DataFrame(), dir=tmp_path / "none")
+    table = pu.carry_probe_rows([*runs, unprobed])
+    assert list(table.columns) == pu.PROBE_COLUMNS
+    # seed 0's final policy, the warm-up both seeds started from (once, without a seed), seed 1's final policy
+    assert list(table["checkpoint"]) == ["top", "top", "warm-up", "warm-up", "top", "top"]
+    assert list(table["seed"].iloc[:2]) == [0, 0] and table["seed"].iloc[2:4].isna().all()
+    assert list(table["entropy"]) == [0.4, 0.2, 0.9, 0.5, 0.4, 0.2]
+    assert pu.probe_rows(unprobed) is None and pu.carry_probe_rows([unprobed]).empty

@@ -61,3 +61,26 @@ def test_the_run_table_reads_the_experiment_with_its_held_out_accuracy():
     assert decl["experiment"] == "rollout_mismatch" and decl["runs"] == "with_result"
     assert decl["measures"][-3:] == ["initial_eval", "final_eval", "gain"]
     assert value("final_eval") == pytest.approx(0.6) and value("gain") == pytest.approx(0.1)
+
+
+def test_the_control_at_scale_pools_the_complete_runs_without_a_source():
+    def run(run_id: str, top: list, settings: dict | None = None, same_as: str | None = None) -> Run:
+        spec = RunSpec(run_id, "e", None, {}, 0, {"warmup": 0, **(settings or {})}, same_as=same_as)
+        gaps = {"mismatch_logp_diff_max": top, "mismatch_logp_diff_mean": [1e-7, 3e-7], "mismatch_ess": [1.0, 0.999]}
+        return Run(spec, "complete", {"initial": {"eval_accuracy": 0.5}}, pd.DataFrame({"step": [1, 2], **gaps}))
+
+    runs = [
+        run("a", [1e-6, 4e-6]),
+        run("b", [2e-6, 1e-6]),
+        run("c", [8e-6, 1e-6]),
+        run("hot", [5.0, 5.0], {"temperature": 2.0}),  # a source of mismatch: left out
+        run("copy", [9.0, 9.0], same_as="a"),  # another run's result: counted once
+        run_of({"step": [1], "entropy": [0.5]}),  # logged no mismatch
+    ]
+    row = sm.control_at_scale(runs).iloc[0]
+    assert row["runs"] == 3 and row["tokens_max"] == pytest.approx(8e-6)
+    assert row["run_max_median"] == pytest.approx(4e-6)  # the runs' largest: 4e-6, 2e-6, 8e-6
+    assert row["mean_gap_mean"] == pytest.approx(2e-7) and row["mean_gap_max"] == pytest.approx(2e-7)
+    assert row["ess_min"] == pytest.approx(0.999)
+    empty = sm.control_at_scale(runs[3:])
+    assert empty.empty and list(empty.columns) == sm.CLAIM_TABLES["diagnostics_mismatch_control"]

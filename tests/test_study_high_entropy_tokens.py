@@ -91,10 +91,15 @@ def test_per_run_and_per_arm_values(results):
     assert r["carry_gap"].isna().all()  # no run of this tree wrote a carry probe
     s = results[0]["diagnostics_token_selection"].set_index("setting")
     assert s.loc["bottom_80", "final_eval_mean"] == pytest.approx(0.41) and s.loc["bottom_80", "n"] == 3
-    empty = ts.selection_summary(results[0]["diagnostics_token_selection_runs"].iloc[:0])
-    assert empty.empty and list(empty.columns) == list(results[0]["diagnostics_token_selection"].columns)
     steps = results[0]["diagnostics_token_selection_steps"]
     assert sorted(steps["step"].unique()) == [0, 2, 4]
+
+
+def test_an_absent_experiment_gives_empty_tables_with_the_same_columns(results, study_config):
+    empty = ts.tables(Context(study_config("no_tokens", {})))
+    assert all(df.empty for df in empty.values())
+    summary = empty["diagnostics_token_selection"]
+    assert list(summary.columns) == list(results[0]["diagnostics_token_selection"].columns)
 
 
 def test_claims_read_the_runs_table(results):

@@ -15,7 +15,7 @@ import pandas as pd
 
 from mathrl.analysis.measures.series import known
 from mathrl.analysis.results import mean_spread
-from mathrl.analysis.verdict import Estimate, difference, t_halfwidth, wilson
+from mathrl.analysis.verdict import Estimate, difference, mean_interval, t_halfwidth, wilson
 from mathrl.pipeline.config import ROOT, point_label, read_yaml
 from mathrl.pipeline.errors import ConfigError
 from mathrl.pipeline.layout import DOCUMENTS_FILE
@@ -133,6 +133,66 @@ def estimate_columns(prefix: str, est, within: tuple = (None, None), n: bool = F
     return {**out, f"{prefix}_n": est.n} if n else out
 
 
+SUMMARY_CELLS = {"mean": ("mean",), "interval": ("mean", "lo", "hi"), "versus": ("mean", "lo", "hi", "n")}
+
+
+def arm_summary(
+    runs: pd.DataFrame, reference: str | None, keys: list[str], count: str, columns: list, bounds: dict | None = None
+) -> pd.DataFrame:
+    """Per setting of a per-run table (`arms`, in order of appearance): `setting`, the `keys` of its first row, `n`
+    (its runs with a `count`), then per `(kind, columns)` of `columns` (a list of columns, or {name: column}), in
+    order: `mean`: `{name}_mean`; `interval`: `{name}_mean`, `_lo`, `_hi`, the mean with its 95% t interval over
+    seeds, cut to `bounds[column]` where given; `versus`: `{name}_mean`, `_lo`, `_hi`, `_n`, the column minus the
+    `reference` setting's, paired by seed (`versus`; empty for the reference). The same columns without runs."""
+    named = [(kind, cols if isinstance(cols, dict) else dict(zip(cols, cols))) for kind, cols in columns]
+    specs = [(kind, column, name) for kind, cols in named for name, column in cols.items()]
+
+    def cells(kind: str, column: str, name: str, arm: pd.DataFrame, ref: pd.DataFrame | None) -> dict:
+        if kind == "mean":
+            return {f"{name}_mean": float(arm[column].mean())}
+        if kind == "interval":
+            return estimate_columns(name, mean_interval(arm[column]), (bounds or {}).get(column, (None, None)))
+        return estimate_columns(name, versus(arm, ref, column), n=True)
+
+    rows = [
+        {
+            "setting": label,
+            **{k: arm[k].iloc[0] for k in keys},
+            "n": int(arm[count].notna().sum()),
+            **{k: v for spec in specs for k, v in cells(*spec, arm, ref).items()},
+        }
+        for label, arm, ref in arms(runs, reference)
+    ]
+    names = [f"{name}_{cell}" for kind, _, name in specs for cell in SUMMARY_CELLS[kind]]
+    return pd.DataFrame(rows, columns=["setting", *keys, "n", *names])
+
+
+DIFFERENCES = ["setting", "against", "difference", "lo", "hi", "n"]
+
+
+def setting_differences(runs: pd.DataFrame, pairs: list[tuple[str, str]], column: str) -> pd.DataFrame:
+    """Per (setting, against) of `pairs`: the setting's `column` minus the other's in a per-run table, paired by seed
+    (`mathrl.analysis.verdict.difference`), with its 95% interval (columns DIFFERENCES); a setting without rows has
+    no values."""
+    values = {name: g.set_index("seed")[column] for name, g in runs.groupby("setting", sort=False)} if len(runs) else {}
+    rows = [(a, b, difference(values.get(a, {}), values.get(b, {}))) for a, b in pairs]
+    return pd.DataFrame([(a, b, e.estimate, e.lo, e.hi, e.n) for a, b, e in rows], columns=DIFFERENCES)
+
+
+def phase_change(rows: pd.DataFrame, by: list[str], column: str, before="initial", after="final") -> pd.DataFrame:
+    """Per group of `rows` by `by` (in order of appearance): `n`, `{before}_mean` and `{after}_mean` (the means over
+    seeds of `column` in its rows of each `phase`) and `change_mean`, `_lo`, `_hi`: after − before, paired by seed
+    (`mathrl.analysis.verdict.difference`, 95% interval)."""
+    out = []
+    for key, g in rows.groupby(by, sort=False):
+        phases = {p: per_seed(g, column, phase=p) for p in (before, after)}
+        est = difference(phases[after], phases[before])
+        means = {f"{p}_mean": float(pd.Series(v).mean()) if v else NAN for p, v in phases.items()}
+        out.append({**dict(zip(by, key)), "n": est.n, **means, **estimate_columns("change", est)})
+    changes = ["change_mean", "change_lo", "change_hi"]
+    return pd.DataFrame(out, columns=[*by, "n", f"{before}_mean", f"{after}_mean", *changes])
+
+
 def wilson_columns(prefix: str, k: int, n: int) -> dict:
     """`{prefix}`, `{prefix}_lo`, `{prefix}_hi`: the rate k/n (NaN for n = 0) and its 95% Wilson interval."""
     lo, hi = wilson(k, n)
@@ -149,6 +209,17 @@ def summarise(rows: pd.DataFrame, by: list[str], values: list[str], count: str =
 def over_seeds(frames: list[pd.DataFrame], by: list[str], values: list[str]) -> pd.DataFrame:
     """Per `by` and step: the mean, std and n over runs of `values` (`mean_spread`), from each run's frame of steps."""
     return mean_spread(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), [*by, "step"], values)
+
+
+def setting_steps(runs, values: list[str], evals: bool = False) -> pd.DataFrame:
+    """Per setting and step: the mean, std and n over seeds (`over_seeds`) of `values` from the complete `runs`' steps
+    (their evaluations with `evals`); a run that logged none of `values` is left out."""
+    frames = [
+        (run.evals if evals else run.metrics).assign(setting=setting(run.spec), seed=run.spec.seed)
+        for run in runs
+        if run.ok
+    ]
+    return over_seeds([f for f in frames if set(values) & set(f)], ["setting"], values)
 
 
 def metric_frames(run, metrics: list[str]) -> list[pd.DataFrame]:

@@ -1,10 +1,11 @@
 """Measures of what a policy update did: token entropy at a run's first and last step, the step means of the clip
 diagnostics each policy loss logs (`mathrl.engine.policy_losses`), of the advantages and of the tokens a selection
 kept (`mathrl.engine.token_selection`) and of the carry probe a run wrote (its final policy's entropy at the digits a
-carry enters and at the others), held-out accuracy sampled at the policy's temperature, and the correlation of
-the log-prob/advantage covariance with the entropy change that follows, and whether a fault was injected; the run
-tables of the negative controls, the policy losses and the token selection, and the update diagnostics of every run
-that logged them (a claim table: its rows come from every experiment).
+carry enters and at the others; the probes' rows of several runs, for a table by position), held-out accuracy sampled
+at the policy's temperature, the correlation of the log-prob/advantage covariance with the entropy change that
+follows, and whether a fault was injected; the run tables of the negative controls, the policy losses and the token
+selection, and the update diagnostics of every run that logged them (a claim table: its rows come from every
+experiment).
 
 A step mean is the mean over the steps that logged the column (NaN for a run that logged none: a loss without a PPO
 clip logs no clip_frac).
@@ -22,7 +23,8 @@ from mathrl.analysis.estimators import carry_means
 from mathrl.analysis.measures.catalog import CHANGE, MEASURES, SHARE, measure
 from mathrl.analysis.measures.series import NAN, logged, step_mean
 from mathrl.analysis.measures.training_challenges import by_step, reduction
-from mathrl.analysis.results import Run, read_csv
+from mathrl.analysis.results import Run, read_csv, warmup
+from mathrl.pipeline.config import point_label
 from mathrl.pipeline.layout import CARRY_PROBE_FILE
 
 CORRELATED_STEPS = 5  # the steps with a covariance and an entropy change that a correlation needs at least
@@ -161,13 +163,40 @@ def entropy_unselected(run) -> float:
 
 
 # ----------------------------------------------------------------------------- the carry probe a run wrote
-def carry_probe(run) -> dict:
-    """The run's carry probe (carry_probe.csv, `mathrl.engine.carry_probe`: its final policy's entropy by answer
-    position and carry) as the means `estimators.carry_means` gives; NaN each where the run wrote none."""
+def probe_rows(run) -> pd.DataFrame | None:
+    """The carry probe a run wrote (carry_probe.csv, `mathrl.engine.carry_probe`: its start and final policies'
+    entropy by answer position and carry), checked whole against the run's record of it; None where it wrote none."""
     path = run.dir / CARRY_PROBE_FILE if run.dir is not None else None
     if path is None or not path.is_file():
+        return None
+    return read_csv(path, ((run.summary or {}).get("files") or {}).get(path.name))
+
+
+PROBE_COLUMNS = ["checkpoint", "seed", "position", "carry", "entropy", "tokens"]
+
+
+def carry_probe_rows(runs) -> pd.DataFrame:
+    """The carry probes the complete `runs` wrote (`probe_rows`), per position and carry: each run's final policy
+    under its setting's name (its variant, else its grid point) and seed, and each warm-up the runs started from once
+    (the arms of an experiment share their warm-ups), as `warm-up` without a seed (columns PROBE_COLUMNS)."""
+    frames, warmups = [], set()
+    for run, rows in ((run, probe_rows(run)) for run in runs if run.ok):
+        if rows is None:
+            continue
+        name = run.spec.variant or point_label(run.spec.point)
+        frames.append(rows[rows["checkpoint"] == "final"].assign(checkpoint=name, seed=run.spec.seed))
+        if warmup(run) not in warmups:
+            warmups.add(warmup(run))
+            frames.append(rows[rows["checkpoint"] == "start"].assign(checkpoint="warm-up", seed=NAN))
+    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()).reindex(columns=PROBE_COLUMNS)
+
+
+def carry_probe(run) -> dict:
+    """The run's carry probe (`probe_rows`) as the means of its final policy's entropy `estimators.carry_means`
+    gives; NaN each where the run wrote none."""
+    rows = probe_rows(run)
+    if rows is None:
         return dict.fromkeys(("entropy_carry", "entropy_nocarry", "carry_gap"), NAN)
-    rows = read_csv(path, ((run.summary or {}).get("files") or {}).get(path.name))
     return carry_means(rows[rows["checkpoint"] == "final"])
 
 

@@ -1,12 +1,15 @@
 """Measures of the rollout/trainer mismatch (experiment `rollout_mismatch`): how far the sampler's log-probs of the
 sampled tokens are from the trainer's, read from the `mismatch_*` columns each run logs per step
-(`mathrl.engine.mismatch`), what each step spent sampling and updating, and the run table its claims read.
+(`mathrl.engine.mismatch`), what each step spent sampling and updating, the run table its claims read, and the
+table of the exact control at scale (every run of the pipeline without a source of mismatch, pooled).
 
 A step mean is the mean over the steps that logged the column; the largest gap is the largest over steps, the
 smallest effective sample size the smallest. A run that did not log a column has NaN.
 """
 
 from __future__ import annotations
+
+import pandas as pd
 
 from mathrl.analysis.measures.catalog import SHARE, measure
 from mathrl.analysis.measures.series import NAN, step_mean
@@ -89,3 +92,46 @@ RUN_TABLES = {
         "runs": "with_result",
     },
 }
+
+# a run samples exactly as it trains (no source of mismatch) under these settings
+NO_SOURCE = {
+    "sampler_dtype": "float32",
+    "rollout_staleness": 0,
+    "sample_top_k": 0,
+    "sample_top_p": 1.0,
+    "temperature": 1.0,
+}
+# The table claims read that is not one row per run, and its columns (mathrl.analysis.claim_names reads this from
+# the source): one row, the runs without a source of mismatch, pooled.
+CLAIM_TABLES = {
+    "diagnostics_mismatch_control": [
+        "runs",
+        "tokens_max",
+        "run_max_median",
+        "mean_gap_mean",
+        "mean_gap_max",
+        "ess_min",
+    ],
+}
+
+
+def control_at_scale(runs) -> pd.DataFrame:
+    """Of `runs` (every run of the pipeline), those complete, trained under their own id, that logged the mismatch
+    and have no source of it: how large float rounding between the sampling path and the training forward makes the
+    per-token log-prob gap (the largest token, the median run's largest, the mean gap's mean and largest, and the
+    smallest effective sample size)."""
+    cols = CLAIM_TABLES["diagnostics_mismatch_control"]
+    runs = [r for r in runs if r.ok and r.spec.same_as is None and "mismatch_logp_diff_max" in r.metrics]
+    runs = [r for r in runs if all(r.settings.get(k, v) == v for k, v in NO_SOURCE.items())]
+    if not runs:
+        return pd.DataFrame(columns=cols)
+    maxes, means, ess = (pd.Series([f(r) for r in runs]) for f in (logp_diff_max, logp_diff_mean, ess_min))
+    row = {
+        "runs": len(runs),
+        "tokens_max": maxes.max(),
+        "run_max_median": maxes.median(),
+        "mean_gap_mean": means.mean(),
+        "mean_gap_max": means.max(),
+        "ess_min": ess.min(),
+    }
+    return pd.DataFrame([row], columns=cols)

@@ -2,22 +2,13 @@
 
 The experiment `token_selection` trains addition from the warm-up with the policy gradient on every answer token
 (`token_selection: all`), on the 20% of the batch's answer tokens of highest entropy (`top_entropy`) and on the other
-80% (`bottom_entropy`), at equal rollouts and seeds (`mathrl.engine.token_selection`). Its tables:
-
-- per run, the table the claims read: the run table `diagnostics_token_selection_runs`
-  (`mathrl.analysis.measures.policy_updates`: held-out greedy accuracy before RL and at the end, the step means of the
-  share of answer tokens selected and of the mean entropy of the selected and the other tokens, and the carry probe's
-  mean entropy of the digits a carry enters and of those it does not);
-- per variant (`diagnostics_token_selection`): means with 95% t intervals over seeds;
-- per variant and step (`diagnostics_token_selection_steps`): held-out accuracy over seeds, for the figure;
-- per checkpoint, answer position and carry (`diagnostics_token_selection_carry`): the probe's mean entropy.
-
-The carry probe is written by each run (`carry_probe: true`, `mathrl.engine.carry_probe`; this module runs no model):
-teacher-forced on the correct answers of the first `PROBE_PROBLEMS` held-out problems, the entropy of the policy's
-distribution at each answer token (temperature 1), for the policy the run started from (its warm-up) and for its final
-policy; a token is a carry token when a carry enters its digit (`token_selection.carry_in`). The per-run comparison
-keeps the digit positions where both kinds occur (every digit but the lowest; not the end token) and weighs them
-equally, so that neither position nor the share of carries at a position can make the difference.
+80% (`bottom_entropy`), at equal rollouts and seeds (`mathrl.engine.token_selection`). The claims read its run table
+`diagnostics_token_selection_runs` (`mathrl.analysis.measures.policy_updates`: held-out accuracy, the tokens selected
+and their entropy, the carry probe's means). Here: per variant, the means with 95% t intervals over seeds; per variant
+and step, held-out accuracy over seeds; per checkpoint, answer position and carry, the carry probe's mean entropy: each
+run's probe (`mathrl.engine.carry_probe`; this module runs no model) of its warm-up and its final policy, teacher-forced
+on the first `PROBE_PROBLEMS` held-out problems, whose per-run means weigh equally the digit positions where a carry
+enters some digits and not others (`mathrl.analysis.estimators.carry_means`).
 """
 
 from __future__ import annotations
@@ -26,71 +17,34 @@ import pandas as pd
 
 import mathrl.analysis.kit as kit
 from mathrl.analysis.figure_style import COLORS, NONNEGATIVE, SHARE, bands, placeholder, plt, table_band
-from mathrl.analysis.kit import NAN
-from mathrl.analysis.measures.policy_updates import RUN_TABLES
-from mathrl.analysis.results import mean_spread, read_csv, warmup
+from mathrl.analysis.measures.policy_updates import RUN_TABLES, carry_probe_rows
+from mathrl.analysis.results import mean_spread
 from mathrl.engine.carry_probe import PROBE_PROBLEMS
-from mathrl.pipeline import layout
 
 EXPERIMENT = "token_selection"
 PART = "token selection"  # the claims' part (config/claims.yaml) this part of the section shows
 BASELINE = "baseline"  # the role of the arm that trains on every answer token
-# per run: the run table's measures (measures/policy_updates.py), then the probe's means
-RUN_VALUES = RUN_TABLES["diagnostics_token_selection_runs"]["measures"]
-PROBE_COLUMNS = ["checkpoint", "seed", "position", "carry", "entropy", "tokens"]
-LIMITS = {
-    "initial_eval": SHARE,
-    "final_eval": SHARE,
-    "token_selected_frac": SHARE,
-    "entropy_selected": NONNEGATIVE,
-    "entropy_unselected": NONNEGATIVE,
-    "entropy_carry": NONNEGATIVE,
-    "entropy_nocarry": NONNEGATIVE,
-}
-
-
-# ----------------------------------------------------------------------------- the carry probe
-def probe(ctx, runs) -> pd.DataFrame:
-    """The carry probe each run wrote (carry_probe.csv, mathrl.engine.carry_probe), per position: its final policy under
-    its setting's name, and each warm-up the arms started from once, as `warm-up`."""
-    frames, warmups = [], set()
-    for name, run in runs:
-        path = ctx.run_file(run, layout.RUN_CARRY_PROBE)
-        if not path.is_file():
-            continue
-        rows = read_csv(path, ((run.summary or {}).get("files") or {}).get(path.name))
-        final = rows[rows["checkpoint"] == "final"]
-        frames.append(final.assign(checkpoint=name, seed=run.spec.seed))
-        started_from = warmup(run)
-        if started_from not in warmups:  # the arms share their warm-ups: each once
-            warmups.add(started_from)
-            frames.append(rows[rows["checkpoint"] == "start"].assign(checkpoint="warm-up", seed=NAN))
-    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return table.reindex(columns=PROBE_COLUMNS)
-
-
-# ----------------------------------------------------------------------------- the tables
-def selection_summary(per_run: pd.DataFrame) -> pd.DataFrame:
-    """Per variant: every per-run value's mean with its 95% t interval over seeds (the same columns when empty)."""
-    return kit.add_intervals(mean_spread(per_run, ["setting", "role"], RUN_VALUES), RUN_VALUES, bounds=LIMITS)
+RUN_VALUES = RUN_TABLES["diagnostics_token_selection_runs"]["measures"]  # summarised per variant
+CARRY_KEYS = ["checkpoint", "position", "carry"]  # the carry probe's table: mean entropy per these
+ENTROPIES = ["entropy_selected", "entropy_unselected", "entropy_carry", "entropy_nocarry"]
+SHARES = ["initial_eval", "final_eval", "token_selected_frac"]
+LIMITS = dict.fromkeys(SHARES, SHARE) | dict.fromkeys(ENTROPIES, NONNEGATIVE)
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     """The experiment's tables from its complete runs (its roles must name the baseline)."""
     kit.roles(ctx.cfg, EXPERIMENT, (BASELINE,))
-    runs = [(kit.setting(run.spec), run) for run in ctx.experiment(EXPERIMENT) if run.ok]
-    probe_rows = probe(ctx, runs)
-    per_run = ctx.run_table("diagnostics_token_selection_runs")
-    steps = [run.evals.assign(setting=name, seed=run.spec.seed) for name, run in runs]
+    runs, per_run = ctx.experiment(EXPERIMENT), ctx.run_table("diagnostics_token_selection_runs")
+    # per variant: every per-run value's mean with its 95% t interval over seeds (the same columns without runs)
+    summary = kit.add_intervals(mean_spread(per_run, ["setting", "role"], RUN_VALUES), RUN_VALUES, bounds=LIMITS)
     return {
-        "diagnostics_token_selection": selection_summary(per_run),
-        "diagnostics_token_selection_steps": kit.over_seeds(steps, ["setting"], ["eval_accuracy"]),
+        "diagnostics_token_selection": summary,
+        "diagnostics_token_selection_steps": kit.setting_steps(runs, ["eval_accuracy"], evals=True),
         # per checkpoint kind (the warm-up or an arm's final policies), position and carry: mean entropy over seeds
-        "diagnostics_token_selection_carry": mean_spread(probe_rows, ["checkpoint", "position", "carry"], ["entropy"]),
+        "diagnostics_token_selection_carry": mean_spread(carry_probe_rows(runs), CARRY_KEYS, ["entropy"]),
     }
 
 
-# ----------------------------------------------------------------------------- figure and section
 def figure(t) -> plt.Figure:
     """Token entropy by answer position, carry against no carry (left), and held-out accuracy per arm (right); bands:
     95% t intervals over seeds."""
