@@ -16,16 +16,10 @@ import mathrl.analysis.kit as kit
 from mathrl.analysis import section_verdicts
 from mathrl.analysis.figure_style import COLORS, band_panels, bands, placeholder, plt
 from mathrl.analysis.kit import NAN
+from mathrl.analysis.measures import hyperparameters as hp
+from mathrl.analysis.measures import monitor_alerts as ma
 from mathrl.analysis.measures.clipping import max_norm, spike, value_clip
 from mathrl.analysis.measures.gradient_noise import gradvar_tables
-from mathrl.analysis.measures.hyperparameters import (
-    BIG_SWING,
-    SMALL_SWING,
-    curve_points,
-    equal_samples_pairs,
-    equal_samples_table,
-)
-from mathrl.analysis.measures.monitor_alerts import DETECTORS, DROP, HORIZON, alert_events, alert_runs
 from mathrl.analysis.measures.symptoms import symptom_evidence
 from mathrl.analysis.measures.tables import run_table
 from mathrl.engine.monitor import ALERT_KINDS
@@ -76,7 +70,7 @@ def batch_tables(ctx) -> dict[str, pd.DataFrame]:
     batch = batch.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
     batch["collapses"] = kit.group_sums(rows, "batch_size", "collapsed")
     batch["doc_curve"] = batch["batch_size"].map(DOC["batch"])
-    pts = pd.DataFrame([{"batch_size": r.settings["batch_size"], **p} for r in runs for p in curve_points(r)])
+    pts = pd.DataFrame([{"batch_size": r.settings["batch_size"], **p} for r in runs for p in hp.curve_points(r)])
     curve = kit.summarise(pts, ["batch_size", "point", "step"], ["eval_accuracy", "entropy", "reward"])
     curve.insert(3, "eval_step", pts.groupby(["batch_size", "point", "step"], sort=False)["eval_step"].max().values)
     document_columns(
@@ -92,11 +86,7 @@ def batch_tables(ctx) -> dict[str, pd.DataFrame]:
         ["doc_final_reward", "doc_reward_std", "doc_collapses", "doc_time"],
         [DOC["case"].get(b) for b in case["batch_size"]],
     )
-    return {
-        "stability_batch_curve": curve,
-        "stability_batch": batch,
-        "stability_case_study": case,
-    }
+    return {"stability_batch_curve": curve, "stability_batch": batch, "stability_case_study": case}
 
 
 def fixed_vs_dynamic_table(ctx) -> pd.DataFrame:
@@ -137,26 +127,21 @@ def remedies_table(ctx) -> pd.DataFrame:
     return kit.summarise(rows, REMEDY_SETTINGS, REMEDIES["measures"])
 
 
+# a rate's columns: the rate with its 95% Wilson interval
+PRECISION, RECALL = ["precision", "precision_lo", "precision_hi"], ["recall", "recall_lo", "recall_hi"]
+
+
 def alert_scores(events: pd.DataFrame, counts: pd.DataFrame) -> pd.DataFrame:
-    """Per detector (`monitor_alerts.alert_events`): how often an alert was followed by a sustained drop within
-    HORIZON steps (precision, over the alerts whose HORIZON is watched, beside the base rate of such a step), and how
-    many drops an alert announced (recall, over every alert); Wilson intervals."""
+    """Per detector (`ma.alert_events`): how often an alert was followed by a sustained drop within HORIZON steps
+    (precision, over the alerts whose HORIZON is watched, beside the base rate of such a step), and how many drops an
+    alert announced (recall, over every alert); Wilson intervals."""
+    out = counts.groupby("detector", sort=False).sum().reset_index()
+    out = out.rename(columns={"hit": "followed_by_drop", "caught": "announced"})
+    out["detector"] = out["detector"].map(ma.DETECTORS)
+    out = kit.add_wilson(kit.add_wilson(out, "followed_by_drop", "alerts", "precision"), "announced", "drops", "recall")
     steps = events.loc[events["source"] == "step", "followed_by_drop"]
-    rows = [
-        {
-            "detector": DETECTORS[c.Index],
-            "alerts": c.alerts,
-            "followed_by_drop": c.hit,
-            **kit.wilson_columns("precision", c.hit, c.alerts),
-            "drops": c.drops,
-            "announced": c.caught,
-            **kit.wilson_columns("recall", c.caught, c.drops),
-            "base_rate": steps.mean() if len(steps) else NAN,
-        }
-        for c in counts.groupby("detector", sort=False).sum().itertuples()
-    ]
-    columns = "detector alerts followed_by_drop precision precision_lo precision_hi drops announced recall recall_lo"
-    return pd.DataFrame(rows, columns=[*columns.split(), "recall_hi", "base_rate"])
+    out["base_rate"] = steps.mean() if len(steps) else NAN
+    return out[["detector", "alerts", "followed_by_drop", *PRECISION, "drops", "announced", *RECALL, "base_rate"]]
 
 
 def alerts_table(ctx) -> pd.DataFrame:
@@ -237,16 +222,16 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     probes = {task: ctx.gradvar(task) for task in ctx.cfg["gradvar"]["tasks"]}
     out = {**batch_tables(ctx), **gradvar_tables(probes, ctx.cfg["gradvar"], DOC["variance"])}
     out["stability_fixed_vs_dynamic"] = fixed_vs_dynamic_table(ctx)
-    out["stability_equal_samples"] = equal_samples_table(batch)
+    out["stability_equal_samples"] = hp.equal_samples_table(batch)
     out["stability_remedies"] = remedies_table(ctx)
-    out["stability_equal_samples_pairs"] = equal_samples_pairs(out["stability_equal_samples"])
+    out["stability_equal_samples_pairs"] = hp.equal_samples_pairs(out["stability_equal_samples"])
     out["stability_clipping"] = clipping_table(ctx)
     out["stability_value_clip"] = value_clip_table(ctx)
     out["stability_alerts"] = alerts_table(ctx)
     # the monitor scores each trained run once: a run two experiments read (same_as) is one unit, not two
-    events, counts = alert_events([r for r in ctx.runs.values() if r.ok and r.spec.same_as is None])
+    events, counts = ma.alert_events([r for r in ctx.runs.values() if r.ok and r.spec.same_as is None])
     out["stability_alert_scores"] = alert_scores(events, counts)
-    out["stability_alert_events"], out["stability_alert_runs"] = events, alert_runs(events)
+    out["stability_alert_events"], out["stability_alert_runs"] = events, ma.alert_runs(events)
     out["stability_troubleshooting"] = troubleshooting_table(ctx)
     out["stability_series"] = pd.concat(
         [series(ctx.experiment(e), ms).assign(experiment=e) for e, ms in SERIES.items()], ignore_index=True
@@ -369,16 +354,13 @@ def figures(t) -> dict:
 
 # ---- section (the numbers its template's sentences read, from the tables alone) -----------
 # The clipping verdicts in the order the section's text reads them (claims.yaml lists the adamw check second).
-CLIPPING_ORDER = [
-    "clipping_spike_collapses",
-    "clipping_sgd",
-    "clipping_sgd_2.0",
-    "clipping_sgd_0.5",
-    "clipping_dose_order",
-    "clipping_adamw",
-]
+CLIPPING_ORDER = ["clipping_spike_collapses", "clipping_sgd", "clipping_sgd_2.0", "clipping_sgd_0.5"]
+CLIPPING_ORDER += ["clipping_dose_order", "clipping_adamw"]
 
 
+# the tables the section reads (`stability_{name}`)
+SECTION_TABLES = ["batch_curve", "batch", "equal_samples", "case_study", "fixed_vs_dynamic", "gradvar", "accumulation"]
+SECTION_TABLES += ["alerts", "alert_scores", "clipping", "value_clip", "troubleshooting", "remedies"]
 KL_GRID = ("kl_none", "kl_low", "kl_default", "kl_high")  # the remedies experiment's KL roles, in the grid's order
 
 
@@ -411,22 +393,7 @@ def design(cfg: dict) -> dict:
 
 
 def section(t) -> dict:
-    names = [
-        "batch_curve",
-        "batch",
-        "equal_samples",
-        "case_study",
-        "fixed_vs_dynamic",
-        "gradvar",
-        "accumulation",
-        "alerts",
-        "alert_scores",
-        "clipping",
-        "value_clip",
-        "troubleshooting",
-        "remedies",
-    ]
-    tb = {n: t[f"stability_{n}"] for n in names}
+    tb = {n: t[f"stability_{n}"] for n in SECTION_TABLES}
     rows = section_verdicts.verdicts(t, NAME)
     parts = section_verdicts.by_part(rows)
     clipping = {r["key"]: r for r in parts.get("clipping", [])}
@@ -441,10 +408,10 @@ def section(t) -> dict:
         "tables": {**tb, "alerts_fired": al[al["alerts"] > 0] if not al.empty else al},
         "design": design(t.cfg),
         "spike_factor": SPIKE_FACTOR,
-        "big": BIG_SWING,
-        "small": SMALL_SWING,
-        "drop": DROP,
-        "horizon": HORIZON,
+        "big": hp.BIG_SWING,
+        "small": hp.SMALL_SWING,
+        "drop": ma.DROP,
+        "horizon": ma.HORIZON,
         "doc_variance": DOC["variance"],
         "batch_ends": [kit.row_of(b, batch_size=k) for k in ends],
         "fvd": [row for m in FVD_ROLES if (row := kit.row_of(tb["fixed_vs_dynamic"], role=m))],
