@@ -68,3 +68,21 @@ def test_the_scores_per_detector_set_precision_beside_the_base_rate():
     assert (low.alerts, low.followed_by_drop, low.precision, low.drops, low.announced, low.recall) == (1, 1, 1, 1, 1, 1)
     assert low.base_rate == 5 / 12 and sc.loc["high_kl"].alerts == 0 and sc.loc["high_kl"].recall == 0.0
     assert list(sc.index) == list(ma.DETECTORS.values())
+
+
+def test_a_run_two_experiments_share_is_counted_once_among_the_alerts_raised():
+    from types import SimpleNamespace as NS
+
+    def run(exp, same_as=None):
+        return NS(
+            ok=True, spec=NS(experiment=exp, same_as=same_as), summary={"alerts": [{"step": 3, "kind": "high_kl"}]}
+        )
+
+    runs = {
+        "batch__b512__s0": run("batch"),
+        "fvd__A__s0": run("fvd", same_as="batch__b512__s0"),
+        "fvd__B__s0": run("fvd"),
+    }
+    t = ma.alerts_raised({e: [r for r in runs.values() if r.spec.experiment == e] for e in ("batch", "fvd")})
+    high = t[t["kind"] == "high_kl"].set_index("experiment")
+    assert high["runs"].to_dict() == {"batch": 1, "fvd": 1} and high["expected"].sum() == 2  # three ids, two runs

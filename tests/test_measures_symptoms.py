@@ -56,3 +56,11 @@ def test_the_evidence_is_the_most_extreme_run_with_the_cause():
     signals = {"small": sy.run_signals(runs["small"])}
     rid, text = sy.evidence({"small": runs["small"]}, signals, sy.SYMPTOM_TESTS[1])  # a fall of 0.05 is no drop
     assert rid == "" and text.startswith("not observed in this pipeline (most extreme run with this cause, small:")
+
+
+def test_the_diagnosis_table_sets_each_symptoms_evidence_beside_the_documents_row():
+    doc = [{"symptom": f"s{k}", "cause": "c", "fix": "f", "rule": "r", "cause_shown": "shown"} for k in range(6)]
+    runs = {"big": run([0.6, 0.3], {"grad_clip": None}, **logged())}
+    t = sy.diagnosis_table(doc, runs)
+    assert list(t.columns) == ["symptom", "cause", "fix", "rule", "cause_shown", "evidence_run", "evidence"]
+    assert t["symptom"].tolist() == [f"s{k}" for k in range(6)] and t["evidence_run"].tolist()[:2] == ["", "big"]

@@ -558,26 +558,6 @@ def test_remedy_claims_need_their_symptom_and_their_mechanism():
     assert no_hold.outcome == "not judged" and no_hold.engaged in (False, "False")
 
 
-def test_a_run_two_experiments_share_is_counted_once_by_the_alerts_table():
-    from types import SimpleNamespace as NS
-
-    def run(exp, same_as=None):
-        return NS(
-            ok=True, spec=NS(experiment=exp, same_as=same_as), summary={"alerts": [{"step": 3, "kind": "high_kl"}]}
-        )
-
-    runs = {
-        "batch__b512__s0": run("batch"),
-        "fvd__A__s0": run("fvd", same_as="batch__b512__s0"),
-        "fvd__B__s0": run("fvd"),
-    }
-    ctx = NS(cfg={"experiments": {"batch": {}, "fvd": {}}}, runs=runs,
-             experiment=lambda e: [r for r in runs.values() if r.spec.experiment == e])  # fmt: skip
-    t = st.alerts_table(ctx)
-    high = t[t["kind"] == "high_kl"].set_index("experiment")
-    assert high["runs"].to_dict() == {"batch": 1, "fvd": 1} and high["expected"].sum() == 2  # three ids, two runs
-
-
 def test_the_monitor_claims_state_the_horizon_and_drop_the_study_scores():
     import pathlib
 

@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from mathrl.engine.monitor import StabilityMonitor, precision_recall, sustained_drops
+from mathrl.analysis.measures.series import NAN
+from mathrl.engine.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 
 DROP, HORIZON = 0.05, 10  # an alert should precede a sustained 5-point drop of held-out accuracy within 10 steps
 # the document's fixed reward-swing threshold, and ours in standard errors of the batch mean
@@ -107,6 +108,31 @@ def alert_runs(events: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     by_run = events.groupby(["detector", "source", "run_id"], sort=False)["followed_by_drop"]
     return by_run.agg(followed_by_drop="mean", events="size").reset_index()[columns]
+
+
+def alerts_raised(experiments: dict[str, list]) -> pd.DataFrame:
+    """The alerts each run's own monitor raised (its summary), per experiment ({name: its runs}) and alert kind: the
+    runs with a result and those the config asks for, how many raised the kind, the median of their first such
+    alert's step and the alerts in all. A run two experiments share is counted under the one that trains it."""
+    rows = []
+    for exp, runs in experiments.items():
+        runs = [r for r in runs if r.spec.same_as is None]
+        ok = [r for r in runs if r.ok]
+        for kind in ALERT_KINDS:
+            steps = [[a["step"] for a in r.summary["alerts"] if a["kind"] == kind] for r in ok]
+            firsts = [min(s) for s in steps if s]
+            rows.append(
+                {
+                    "experiment": exp,
+                    "kind": kind,
+                    "runs": len(ok),
+                    "expected": len(runs),
+                    "runs_with_alert": len(firsts),
+                    "first_step_median": float(pd.Series(firsts).median()) if firsts else NAN,
+                    "alerts": sum(map(len, steps)),
+                }
+            )
+    return pd.DataFrame(rows)
 
 
 # The monitor's table that claims read, one row per detector, source and run (mathrl.analysis.claim_names reads this

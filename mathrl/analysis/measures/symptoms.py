@@ -1,7 +1,7 @@
 """The symptoms of rl-stability-batch-and-hyperparameters.md's diagnosis table (section 8) as a run shows them: a
 run's signals (`run_signals`), per symptom a test of a run's settings for the cause the document names and the signal
 that shows it (`SYMPTOM_TESTS`), and the run that gives the evidence (`evidence`), picked among the runs that carry
-the cause, never among arbitrary runs.
+the cause, never among arbitrary runs; and the diagnosis table with each symptom's evidence (`diagnosis_table`).
 """
 
 from __future__ import annotations
@@ -109,3 +109,15 @@ def symptom_evidence(runs: dict) -> list[tuple[str, str]]:
     ok = {rid: r for rid, r in runs.items() if r.ok}
     signals = {rid: run_signals(r) for rid, r in ok.items()}
     return [evidence(ok, signals, test) for test in SYMPTOM_TESTS]
+
+
+def diagnosis_table(symptoms: list[dict], runs: dict) -> pd.DataFrame:
+    """The document's diagnosis table (`symptoms`, in SYMPTOM_TESTS' order: symptom, cause, fix, rule, the cause a run
+    of this pipeline can show), each row with the run that shows it and the evidence (`symptom_evidence`)."""
+    columns = ["symptom", "cause", "fix", "rule", "cause_shown"]
+    return pd.DataFrame(
+        [
+            {**{c: row[c] for c in columns}, "evidence_run": run, "evidence": text}
+            for row, (run, text) in zip(symptoms, symptom_evidence(runs))
+        ]
+    )

@@ -20,9 +20,8 @@ from mathrl.analysis.measures import hyperparameters as hp
 from mathrl.analysis.measures import monitor_alerts as ma
 from mathrl.analysis.measures.clipping import max_norm, spike, value_clip
 from mathrl.analysis.measures.gradient_noise import gradvar_tables
-from mathrl.analysis.measures.symptoms import symptom_evidence
+from mathrl.analysis.measures.symptoms import diagnosis_table
 from mathrl.analysis.measures.tables import run_table
-from mathrl.engine.monitor import ALERT_KINDS
 from mathrl.pipeline.config import expand_runs
 
 NAME = "stability"
@@ -53,10 +52,23 @@ def series(runs: list, metrics: list[str]) -> pd.DataFrame:
     return kit.metric_curves(frames, ["order", "setting"])
 
 
-def document_columns(df: pd.DataFrame, names: list[str], facts: list) -> None:
-    """Columns `names` of `df`: the document's numbers per row (`facts`: a sequence per row, or None for NaN)."""
+# The document's numbers beside a table's rows: per set of DOC's facts, the columns they fill and the row's columns
+# that key them (its batch size, with the curve's point; its method's role); a row the document has no numbers for
+# reads NaN. The curve's facts are a list per batch size, one entry per point.
+DOC_COLUMNS = {
+    "curve": (["doc_accuracy", "doc_entropy", "doc_reward"], ["batch_size", "point"]),
+    "case": (["doc_final_reward", "doc_reward_std", "doc_collapses", "doc_time"], ["batch_size"]),
+    "methods": (["doc_final_accuracy", "doc_stability", "doc_reproducibility", "doc_rank"], ["role"]),
+}
+DOC_FACTS = {**DOC, "curve": {(b, p): f for b, points in DOC["curve"].items() for p, f in enumerate(points, 1)}}
+
+
+def document_columns(df: pd.DataFrame, facts: str) -> None:
+    """The columns of `facts` (DOC_COLUMNS) in `df`: the document's numbers for each row."""
+    names, keys = DOC_COLUMNS[facts]
+    found = [DOC_FACTS[facts].get(key[0] if len(key) == 1 else key) for key in zip(*(df[k] for k in keys))]
     for j, name in enumerate(names):
-        df[name] = [NAN if f is None else f[j] for f in facts]
+        df[name] = [NAN if f is None else f[j] for f in found]
 
 
 # ---- tables ------------------------------------------------------------------------------
@@ -73,19 +85,11 @@ def batch_tables(ctx) -> dict[str, pd.DataFrame]:
     pts = pd.DataFrame([{"batch_size": r.settings["batch_size"], **p} for r in runs for p in hp.curve_points(r)])
     curve = kit.summarise(pts, ["batch_size", "point", "step"], ["eval_accuracy", "entropy", "reward"])
     curve.insert(3, "eval_step", pts.groupby(["batch_size", "point", "step"], sort=False)["eval_step"].max().values)
-    document_columns(
-        curve,
-        ["doc_accuracy", "doc_entropy", "doc_reward"],
-        [DOC["curve"][b][p - 1] if b in DOC["curve"] else None for b, p in zip(curve["batch_size"], curve["point"])],
-    )
+    document_columns(curve, "curve")
     ends = rows[rows["batch_size"].isin([rows["batch_size"].min(), rows["batch_size"].max()])]
     case = kit.summarise(ends, ["batch_size"], ["final_reward", "final_eval", "wall_seconds", "alerts"])
     case["collapses"] = kit.group_sums(ends, "batch_size", "collapsed")
-    document_columns(
-        case,
-        ["doc_final_reward", "doc_reward_std", "doc_collapses", "doc_time"],
-        [DOC["case"].get(b) for b in case["batch_size"]],
-    )
+    document_columns(case, "case")
     return {"stability_batch_curve": curve, "stability_batch": batch, "stability_case_study": case}
 
 
@@ -99,11 +103,7 @@ def fixed_vs_dynamic_table(ctx) -> pd.DataFrame:
     # the document's "reproducibility": spread of the final result across seeds
     out["reproducibility_std"] = out["final_eval_std"]
     out["rank"] = out["final_eval_mean"].rank(ascending=False)
-    document_columns(
-        out,
-        ["doc_final_accuracy", "doc_stability", "doc_reproducibility", "doc_rank"],
-        [DOC["methods"].get(m) for m in out["role"]],
-    )
+    document_columns(out, "methods")
     return out
 
 
@@ -127,10 +127,6 @@ def remedies_table(ctx) -> pd.DataFrame:
     return kit.summarise(rows, REMEDY_SETTINGS, REMEDIES["measures"])
 
 
-# a rate's columns: the rate with its 95% Wilson interval
-PRECISION, RECALL = ["precision", "precision_lo", "precision_hi"], ["recall", "recall_lo", "recall_hi"]
-
-
 def alert_scores(events: pd.DataFrame, counts: pd.DataFrame) -> pd.DataFrame:
     """Per detector (`ma.alert_events`): how often an alert was followed by a sustained drop within HORIZON steps
     (precision, over the alerts whose HORIZON is watched, beside the base rate of such a step), and how many drops an
@@ -141,30 +137,8 @@ def alert_scores(events: pd.DataFrame, counts: pd.DataFrame) -> pd.DataFrame:
     out = kit.add_wilson(kit.add_wilson(out, "followed_by_drop", "alerts", "precision"), "announced", "drops", "recall")
     steps = events.loc[events["source"] == "step", "followed_by_drop"]
     out["base_rate"] = steps.mean() if len(steps) else NAN
-    return out[["detector", "alerts", "followed_by_drop", *PRECISION, "drops", "announced", *RECALL, "base_rate"]]
-
-
-def alerts_table(ctx) -> pd.DataFrame:
-    rows = []
-    for exp in ctx.cfg["experiments"]:
-        # a run two experiments share is counted under the one that trains it
-        runs = [r for r in ctx.experiment(exp) if r.spec.same_as is None]
-        ok = [r for r in runs if r.ok]
-        for kind in ALERT_KINDS:
-            steps = [[a["step"] for a in r.summary["alerts"] if a["kind"] == kind] for r in ok]
-            firsts = [min(s) for s in steps if s]
-            rows.append(
-                {
-                    "experiment": exp,
-                    "kind": kind,
-                    "runs": len(ok),
-                    "expected": len(runs),
-                    "runs_with_alert": len(firsts),
-                    "first_step_median": float(pd.Series(firsts).median()) if firsts else NAN,
-                    "alerts": sum(map(len, steps)),
-                }
-            )
-    return pd.DataFrame(rows)
+    columns = ["detector", "alerts", "followed_by_drop", "precision", "precision_lo", "precision_hi", "drops"]
+    return out[[*columns, "announced", "recall", "recall_lo", "recall_hi", "base_rate"]]
 
 
 SPIKE_FACTOR = 10.0  # the spike "was injected" when the gradient norm at its step is this many times the run's median
@@ -205,34 +179,21 @@ def value_clip_table(ctx) -> pd.DataFrame:
     return out
 
 
-def troubleshooting_table(ctx) -> pd.DataFrame:
-    """The document's diagnosis table (symptom, cause, fix, rule, the cause a run of this pipeline can show), each
-    row with the run that shows it and the evidence (`symptoms.symptom_evidence`)."""
-    columns = ["symptom", "cause", "fix", "rule", "cause_shown"]
-    return pd.DataFrame(
-        [
-            {**{c: row[c] for c in columns}, "evidence_run": run, "evidence": text}
-            for row, (run, text) in zip(DOC["symptoms"], symptom_evidence(ctx.runs))
-        ]
-    )
-
-
 def tables(ctx) -> dict[str, pd.DataFrame]:
-    batch = ctx.experiment("batch")
     probes = {task: ctx.gradvar(task) for task in ctx.cfg["gradvar"]["tasks"]}
     out = {**batch_tables(ctx), **gradvar_tables(probes, ctx.cfg["gradvar"], DOC["variance"])}
     out["stability_fixed_vs_dynamic"] = fixed_vs_dynamic_table(ctx)
-    out["stability_equal_samples"] = hp.equal_samples_table(batch)
+    out["stability_equal_samples"] = hp.equal_samples_table(ctx.experiment("batch"))
     out["stability_remedies"] = remedies_table(ctx)
     out["stability_equal_samples_pairs"] = hp.equal_samples_pairs(out["stability_equal_samples"])
     out["stability_clipping"] = clipping_table(ctx)
     out["stability_value_clip"] = value_clip_table(ctx)
-    out["stability_alerts"] = alerts_table(ctx)
+    out["stability_alerts"] = ma.alerts_raised({e: ctx.experiment(e) for e in ctx.cfg["experiments"]})
     # the monitor scores each trained run once: a run two experiments read (same_as) is one unit, not two
     events, counts = ma.alert_events([r for r in ctx.runs.values() if r.ok and r.spec.same_as is None])
     out["stability_alert_scores"] = alert_scores(events, counts)
     out["stability_alert_events"], out["stability_alert_runs"] = events, ma.alert_runs(events)
-    out["stability_troubleshooting"] = troubleshooting_table(ctx)
+    out["stability_troubleshooting"] = diagnosis_table(DOC["symptoms"], ctx.runs)
     out["stability_series"] = pd.concat(
         [series(ctx.experiment(e), ms).assign(experiment=e) for e, ms in SERIES.items()], ignore_index=True
     )
@@ -356,8 +317,6 @@ def figures(t) -> dict:
 # The clipping verdicts in the order the section's text reads them (claims.yaml lists the adamw check second).
 CLIPPING_ORDER = ["clipping_spike_collapses", "clipping_sgd", "clipping_sgd_2.0", "clipping_sgd_0.5"]
 CLIPPING_ORDER += ["clipping_dose_order", "clipping_adamw"]
-
-
 # the tables the section reads (`stability_{name}`)
 SECTION_TABLES = ["batch_curve", "batch", "equal_samples", "case_study", "fixed_vs_dynamic", "gradvar", "accumulation"]
 SECTION_TABLES += ["alerts", "alert_scores", "clipping", "value_clip", "troubleshooting", "remedies"]
