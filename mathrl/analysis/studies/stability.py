@@ -337,9 +337,8 @@ def design(cfg: dict) -> dict:
 
     b, kl = setting(FVD, "B"), setting("remedies", "kl_default")
     # batch 64's own LR: the batch study's (the square-root rule's) at the KL grid's batch
-    own = next(
-        (s for (e, _), s in variant.items() if e == "batch" and kl and s["batch_size"] == kl["batch_size"]), None
-    )
+    size = kl and kl["batch_size"]
+    own = next((s for (e, _), s in variant.items() if e == "batch" and s["batch_size"] == size), None)
     return {
         **{exp: {k: first.get(exp, cfg.get("train", {})).get(k) for k in keys} for exp in ("batch", "remedies")},
         "gradvar_batches": (cfg.get("gradvar") or {}).get("num_samples"),
