@@ -102,3 +102,47 @@ def test_the_tuning_claim_reads_the_reference_rows():
     rows["lr_sensitivity"] = hp.lr_sensitivity(rows)
     v = synthetic.verdicts({"claims": claims.judge_all({}, {"stability_tuning_runs": rows})}, "stability")
     assert v.loc["batch_tuning"]["diff"] == pytest.approx((0.2 + 0.2 + 0.3) / 3) and v.loc["batch_tuning"].n == 3
+
+
+def test_curve_points_read_the_nearest_evaluation_at_fractions_of_the_steps():
+    r = run(entropy=[1.0 - 0.1 * s for s in range(10)], reward_mean=[0.1 * s for s in range(1, 11)])
+    r.settings = {"steps": 10}
+    points = hp.curve_points(r)
+    assert [p["step"] for p in points] == [2, 4, 6, 8, 10] and [p["eval_step"] for p in points] == [2, 4, 6, 8, 10]
+    assert points[1]["eval_accuracy"] == 0.45 and points[1]["entropy"] == 0.7 and points[1]["reward"] == 0.4
+    r.settings = {"steps": 20}  # the run stopped at step 10: no value from 60% of its steps on
+    late = hp.curve_points(r)
+    assert late[0]["eval_step"] == 4 and math.isnan(late[2]["eval_accuracy"]) and late[4]["point"] == 5
+
+
+def batch_run(batch, seed, samples, evals, ok=True) -> SimpleNamespace:
+    """A batch-study run: its rollouts drawn and held-out accuracy (NaN between evaluations) per step."""
+    return SimpleNamespace(
+        ok=ok,
+        settings={"batch_size": batch, "warmup": seed % 2},
+        spec=SimpleNamespace(seed=seed),
+        summary={},
+        metrics=pd.DataFrame({"samples": samples, "eval_accuracy": evals}),
+    )
+
+
+def test_the_batch_study_compared_at_equal_samples():
+    nan = math.nan
+    runs = [
+        batch_run(64, 0, [0, 64, 128, 192], [0.5, nan, 0.6, 0.62]),  # samples 0 (before RL) left out
+        batch_run(64, 1, [64, 128, 192], [nan, 0.55, nan]),
+        batch_run(512, 0, [512, 1024], [0.7, 0.8]),
+        batch_run(512, 1, [128, 512], [0.65, 0.75]),
+        batch_run(512, 2, [128], [0.9], ok=False),  # no result: no row
+    ]
+    es = hp.equal_samples_table(runs)
+    assert list(es["samples"]) == [128, 192, 128, 512, 1024, 128, 512] and list(es["warmup"]) == [0, 0, 1, 0, 0, 1, 1]
+    pairs = hp.equal_samples_pairs(es)
+    assert list(pairs.columns) == hp.CLAIM_TABLES["stability_equal_samples_pairs"]
+    # the largest number of rollouts both batches were evaluated at: 128; batch 512 reached it with seed 1 alone
+    assert pairs[["batch_size", "large_batch", "seed", "samples"]].values.tolist() == [
+        [64, 512, 0, 128],
+        [64, 512, 1, 128],
+    ]
+    assert math.isnan(pairs["large"][0]) and pairs["large"][1] == 0.65 and list(pairs["small"]) == [0.6, 0.55]
+    assert hp.equal_samples_pairs(hp.equal_samples_table([])).empty

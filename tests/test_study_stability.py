@@ -13,6 +13,7 @@ import pytest
 matplotlib.use("Agg")
 
 from mathrl.analysis.measures.hyperparameters import final_eval_absdev  # noqa: E402
+from mathrl.analysis.measures.monitor_alerts import DROP, HORIZON  # noqa: E402
 from mathrl.analysis.results import COLLAPSE_DEFINITION  # noqa: E402
 from mathrl.analysis.studies import stability as st  # noqa: E402
 from mathrl.analysis.study_inputs import Context, Tables  # noqa: E402
@@ -513,39 +514,6 @@ def test_stated_intervals_stay_within_the_range_of_their_quantity():
     assert ci(r, "final_eval") == "99.0% [96.5%, 100.0%] (n=3)"  # unclipped: 101.5%
 
 
-class _Run:
-    """The little of a run that the alert scoring reads."""
-
-    ok = True
-
-    def __init__(self, metrics: pd.DataFrame, evals: pd.DataFrame | None = None, run_id: str = "x"):
-        self.metrics, self.evals = metrics, evals
-        self.spec = type("Spec", (), {"run_id": run_id})()
-
-
-def test_alert_events_score_the_watched_steps_against_the_base_rate():
-    # accuracy 0.6 at steps 0-4, then 0.5 from step 6 to the end (24): a sustained drop whose onset is step 6
-    evals = pd.DataFrame({"step": range(0, 25, 2), "eval_accuracy": [0.6] * 3 + [0.5] * 10})
-    entropy = [1.0, 0.05] + [1.0] * 17 + [0.05] + [1.0] * 4  # below the minimum at steps 2 and 20
-    metrics = pd.DataFrame({"step": range(1, 25), "entropy": entropy, "kl": 0.0, "reward_mean": 0.5})
-    run = _Run(metrics, evals, "r")
-    run.settings = {"monitor_window": 3, "batch_size": 64, "monitor_kl_max": 0.5, "monitor_entropy_min": 0.1}
-    # a drop is seen at its second low evaluation, so an onset must come by the second-to-last one (22): steps up to
-    # 12 have their whole 10-step horizon watched; the alert at step 20 is censored, not counted as 'no drop'
-    seen = st.watched(run)
-    assert seen(12) and not seen(13)
-    ev = st.alert_tables([run])["stability_alert_events"]
-    low = ev[(ev["detector"] == "low_entropy") & (ev["source"] == "alert")]
-    assert list(low["step"]) == [2] and list(low["followed_by_drop"]) == [1.0]  # step 2, a drop within 10 steps
-    base = ev[(ev["detector"] == "low_entropy") & (ev["source"] == "step")]
-    assert len(base) == 12 and base["followed_by_drop"].sum() == 5  # steps 1-5 precede the onset at 6; 6-12 do not
-    assert set(ev["detector"]) == set(st.DETECTORS)
-    per_run = st.alert_runs(ev).set_index(["detector", "source"])  # one row per run: the unit the claims compare
-    assert per_run.loc[("low_entropy", "alert"), ["followed_by_drop", "events"]].tolist() == [1.0, 1]
-    assert per_run.loc[("low_entropy", "step"), ["followed_by_drop", "events"]].tolist() == [5 / 12, 12]
-    assert ("high_kl", "alert") not in per_run.index  # no alert in this run: it adds no pair
-
-
 def test_remedy_claims_need_their_symptom_and_their_mechanism():
     """kl_remedy: judged only where accuracy fell without a KL penalty while the policy drifted from the reference
     (its KL above the checklist's 0.1), and where the penalty held the KL down."""
@@ -590,26 +558,6 @@ def test_remedy_claims_need_their_symptom_and_their_mechanism():
     assert no_hold.outcome == "not judged" and no_hold.engaged in (False, "False")
 
 
-def test_a_run_two_experiments_share_is_counted_once_by_the_alerts_table():
-    from types import SimpleNamespace as NS
-
-    def run(exp, same_as=None):
-        return NS(
-            ok=True, spec=NS(experiment=exp, same_as=same_as), summary={"alerts": [{"step": 3, "kind": "high_kl"}]}
-        )
-
-    runs = {
-        "batch__b512__s0": run("batch"),
-        "fvd__A__s0": run("fvd", same_as="batch__b512__s0"),
-        "fvd__B__s0": run("fvd"),
-    }
-    ctx = NS(cfg={"experiments": {"batch": {}, "fvd": {}}}, runs=runs,
-             experiment=lambda e: [r for r in runs.values() if r.spec.experiment == e])  # fmt: skip
-    t = st.alerts_table(ctx)
-    high = t[t["kind"] == "high_kl"].set_index("experiment")
-    assert high["runs"].to_dict() == {"batch": 1, "fvd": 1} and high["expected"].sum() == 2  # three ids, two runs
-
-
 def test_the_monitor_claims_state_the_horizon_and_drop_the_study_scores():
     import pathlib
 
@@ -617,6 +565,6 @@ def test_the_monitor_claims_state_the_horizon_and_drop_the_study_scores():
 
     decls = yaml.safe_load((pathlib.Path(__file__).parents[1] / "config" / "claims.yaml").read_text())["claims"]
     (monitor,) = [d for d in decls if str(d.get("id", "")).startswith("monitor_precision_")]
-    assert f"within {st.HORIZON} steps" in monitor["measure_text"]
-    assert f"{st.HORIZON}-step horizon" in monitor["checks"][0]["text"]
-    assert f"at least {st.DROP * 100:.0f} points below" in monitor["note"]
+    assert f"within {HORIZON} steps" in monitor["measure_text"]
+    assert f"{HORIZON}-step horizon" in monitor["checks"][0]["text"]
+    assert f"at least {DROP * 100:.0f} points below" in monitor["note"]

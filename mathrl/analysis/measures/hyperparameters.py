@@ -1,6 +1,8 @@
 """Measures of rl-stability-batch-and-hyperparameters.md's runs on batch size and hyperparameters: the shape of a
 run's held-out accuracy curve (its drops and the size of its changes), its last training reward, what it cost, whether
-its LR schedule or KL controller acted, what a higher LR costs its batch, and the run tables those claims read.
+its LR schedule or KL controller acted, what a higher LR costs its batch, and the run tables those claims read; the
+batch study's curve points at fractions of its steps, and its held-out accuracy at equal samples with the pairs of runs
+its claim compares there.
 
 The document speaks of fluctuation in percent of the metric and of changes above 10% or below 3%; here they are
 read on the held-out accuracy at each evaluation, free of the metric's scale where the document's figure is.
@@ -14,6 +16,7 @@ import pandas as pd
 from mathrl.analysis.measures.catalog import CHANGE, SHARE, among, measure
 from mathrl.analysis.measures.general import reward_end, reward_start
 from mathrl.analysis.measures.series import NAN, end_over_start, known, logged
+from mathrl.analysis.results import warmup
 
 BIG_SWING, SMALL_SWING = 0.10, 0.03  # the document's ">10%" and "<3%", as accuracy points
 # a schedule acted: B's LR fell to at most half its first; C's KL coefficient spanned at least 1.5x
@@ -143,6 +146,70 @@ def lr_sensitivity(rows: pd.DataFrame) -> pd.Series:
     return (rows["gain"] - gain_high).where(low & ~high)
 
 
+# ---- the batch study's curves at fractions of its steps and at equal samples -------------------------------------
+FRACTIONS = (0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+def curve_points(run) -> list[dict]:
+    """Eval accuracy (nearest evaluation), entropy and reward at 20..100% of the steps."""
+    out = []
+    for k, f in enumerate(FRACTIONS):
+        step = round(f * run.settings["steps"])
+        row = {"point": k + 1, "step": step, "eval_step": NAN, "eval_accuracy": NAN, "entropy": NAN, "reward": NAN}
+        if run.ok and step <= run.metrics["step"].max():  # a run that stopped early has no value here
+            ev, m = run.evals, run.metrics.set_index("step")
+            i = (ev["step"] - step).abs().idxmin()
+            row.update(eval_step=ev["step"][i], eval_accuracy=ev["eval_accuracy"][i])
+            row.update(entropy=m["entropy"].get(step, NAN), reward=m["reward_mean"].get(step, NAN))
+        out.append(row)
+    return out
+
+
+def equal_samples_table(runs: list) -> pd.DataFrame:
+    """Held-out accuracy per batch size, seed and number of rollouts sampled, at every
+    evaluation: the batch study's comparison at equal samples beside its equal steps."""
+    rows = [
+        {
+            "batch_size": r.settings["batch_size"],
+            "seed": r.spec.seed,
+            "warmup": warmup(r),
+            "samples": int(s),
+            "eval_accuracy": acc,
+        }
+        for r in runs
+        if r.ok
+        for s, acc in zip(r.metrics["samples"], r.metrics["eval_accuracy"])
+        if pd.notna(acc) and s > 0
+    ]
+    return pd.DataFrame(rows, columns=["batch_size", "seed", "warmup", "samples", "eval_accuracy"])
+
+
+def equal_samples_pairs(es: pd.DataFrame) -> pd.DataFrame:
+    """Per smaller batch and seed: held-out accuracy of the largest batch and of the smaller one at
+    the largest number of rollouts both were evaluated at (the comparison at equal samples)."""
+    hi, rows = es["batch_size"].max() if len(es) else None, []
+    samples = {b: set(g["samples"]) for b, g in es.groupby("batch_size")}
+    for small in sorted(set(samples) - {hi}):
+        if common := samples[hi] & samples[small]:
+            at = es[es["samples"] == max(common)]
+            top = at[at["batch_size"] == hi]
+            large = {s: float(v) for s, v in zip(top["seed"], top["eval_accuracy"]) if pd.notna(v)}
+            mine = at[at["batch_size"] == small]
+            rows += [
+                {
+                    "batch_size": small,
+                    "large_batch": hi,
+                    "seed": seed,
+                    "warmup": warmup,
+                    "samples": max(common),
+                    "large": large.get(seed, NAN),
+                    "small": acc,
+                }
+                for seed, warmup, acc in zip(mine["seed"], mine["warmup"], mine["eval_accuracy"])
+            ]
+    return pd.DataFrame(rows, columns=CLAIM_TABLES["stability_equal_samples_pairs"])
+
+
 CURVE = [
     "initial_eval",
     "final_eval",
@@ -186,4 +253,9 @@ RUN_TABLES = {
         "roles": ["small_ref", "small_high", "large_ref", "large_high"],
         "measures": ["gain", "lr_sensitivity"],
     },
+}
+# The batch study's table that claims read whose rows are pairs of runs, and its columns (mathrl.analysis.claim_names
+# reads this assignment from the source to check a claim's names when the config is read).
+CLAIM_TABLES = {
+    "stability_equal_samples_pairs": ["batch_size", "large_batch", "seed", "warmup", "samples", "large", "small"]
 }
