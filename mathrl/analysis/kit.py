@@ -151,6 +151,19 @@ def over_seeds(frames: list[pd.DataFrame], by: list[str], values: list[str]) -> 
     return mean_spread(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), [*by, "step"], values)
 
 
+def seed_band(curves: pd.DataFrame, experiment: str, variant: str, metric: str) -> pd.DataFrame:
+    """Per step of one variant of an experiment: the mean, std and n across its seeds of `metric`, read from the
+    `curves` table (`mathrl.analysis.results.curves`); eval_accuracy starts at step 0 with the accuracy before RL."""
+    if curves.empty or metric not in curves:
+        return pd.DataFrame(columns=["step", "mean", "std", "n"])
+    c = curves.loc[(curves["experiment"] == experiment) & (curves["variant"] == variant), ["run_id", "step", metric]]
+    if metric == "eval_accuracy":
+        first = curves.loc[c.index].drop_duplicates("run_id")
+        c = pd.concat([pd.DataFrame({"run_id": first["run_id"], "step": 0, metric: first["initial_eval"]}), c])
+    g = c.dropna(subset=[metric]).groupby("step")[metric]
+    return pd.DataFrame({"mean": g.mean(), "std": g.std(), "n": g.count()}).reset_index()
+
+
 def metric_frames(run, metrics: list[str]) -> list[pd.DataFrame]:
     """A run's `metrics` as a long frame of `step`, `value` and `metric`, one metric after the other in the order
     given: eval_accuracy from its evaluations (step 0 on), the others from its steps; a metric the run did not log is
