@@ -9,7 +9,7 @@ import pytest
 
 from mathrl.analysis import claims
 from mathrl.analysis.figure_style import band_limits, band_panels, bands, bounds, offsets, plt, png
-from mathrl.analysis.kit import add_intervals, seed_band
+from mathrl.analysis.kit import add_intervals, parts, seed_band
 from mathrl.analysis.measures.tables import role_of
 from mathrl.analysis.report import pm, power_note
 from mathrl.analysis.section_verdicts import claim_frame, verdict_rows
@@ -191,3 +191,19 @@ def test_a_variants_band_across_seeds_from_the_curves_table():
     assert acc["n"].tolist() == [2, 2]
     for absent in (seed_band(curves, "e", "a", "kl"), seed_band(pd.DataFrame(), "e", "a", "entropy")):
         assert absent.empty and list(absent.columns) == ["step", "mean", "std", "n"]
+
+
+def test_a_sections_parts_with_their_verdicts_counted():
+    """Part a: two verdicts and a setup check (counted apart); b: one setup check alone; c: none."""
+    rows = [
+        {"part": "a", "outcome": "agrees"},
+        {"part": "b", "outcome": "agrees", "kind": "setup"},
+        {"part": "a", "outcome": "not judged", "kind": "document"},
+        {"part": "a", "outcome": "agrees", "kind": "setup"},
+        {"part": "z", "outcome": "disagrees"},
+    ]
+    p = parts(rows, ("a", "b", "c"))
+    assert list(p) == ["a", "b", "c"] and [r["outcome"] for r in p["a"]["rows"]] == ["agrees", "not judged", "agrees"]
+    assert p["a"]["summary"] == "1 agrees, 1 not judged; and 1 setup check, not counted"
+    assert p["b"]["summary"] == "no verdicts; and 1 setup check, not counted"
+    assert p["c"] == {"rows": [], "summary": "no verdicts"}

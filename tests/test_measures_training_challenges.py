@@ -143,3 +143,22 @@ def test_each_remedy_against_the_failing_setting_of_its_cause():
         ["clip_higher", "ch", "aggressive", "ppo_epochs", "2", "unset"],
     ]
     assert tc.differences_table({}, role).empty
+
+
+def test_the_summary_per_variant_counts_the_runs_with_a_result():
+    """Variant a: two complete runs; b: one complete, one stopped at a non-finite value, one missing (a row of NaN)."""
+    rows = pd.DataFrame(
+        {
+            "variant": ["a", "a", "b", "b", "b"],
+            "status": ["complete", "complete", "complete", "stopped_nonfinite", "missing"],
+            **{m: [0.2, 0.4, 0.1, 0.3, math.nan] for m in tc.GPT_MEASURES},
+        }
+    )
+    s = tc.gpt_summary(rows).set_index("variant")
+    assert list(s.columns[:3]) == ["n", "accuracy_start_mean", "accuracy_start_std"] and s.columns[-1] == "expected"
+    assert s.loc["a", "n"] == 2 and s.loc["a", "expected"] == 2 and s.loc["b", "n"] == 2 and s.loc["b", "expected"] == 3
+    assert s.loc["a", "final_eval_mean"] == pytest.approx(0.3) and s.loc["b", "kl_max_std"] == pytest.approx(
+        2**0.5 / 10
+    )
+    empty = tc.gpt_summary(rows.iloc[:0])
+    assert empty.empty and "n" in empty and "expected" not in empty

@@ -15,7 +15,8 @@ import pandas as pd
 
 from mathrl.analysis.measures.series import known
 from mathrl.analysis.results import mean_spread
-from mathrl.analysis.verdict import Estimate, difference, t_halfwidth, wilson
+from mathrl.analysis.section_verdicts import by_part
+from mathrl.analysis.verdict import OUTCOMES, Estimate, difference, t_halfwidth, wilson
 from mathrl.pipeline.config import ROOT, point_label, read_yaml
 from mathrl.pipeline.errors import ConfigError
 from mathrl.pipeline.layout import DOCUMENTS_FILE
@@ -88,6 +89,21 @@ def cell(df: pd.DataFrame, col: str, **where) -> float:
     """The value of `col` in the first row matching `where`; NaN when absent."""
     vals = _where(df, where, col)[col]
     return float(vals.iloc[0]) if len(vals) and pd.notna(vals.iloc[0]) else NAN
+
+
+def part_summary(rows: list[dict]) -> str:
+    """A part's verdicts counted by outcome; its setup checks (no claims of the document) counted apart."""
+    setup = sum(r.get("kind") == "setup" for r in rows)
+    counts = {o: sum(r["outcome"] == o and r.get("kind") != "setup" for r in rows) for o in OUTCOMES}
+    summary = ", ".join(f"{k} {o}" for o, k in counts.items() if k) or "no verdicts"
+    return summary + (f"; and {setup} setup check{'s' * (setup != 1)}, not counted" if setup else "")
+
+
+def parts(rows: list[dict], names: tuple[str, ...]) -> dict[str, dict]:
+    """Per part of `names`, a section's verdict rows of that part (`rows`, in claims.csv's order) and their
+    `summary` (`part_summary`)."""
+    grouped = by_part(rows)
+    return {part: {"rows": grouped.get(part, []), "summary": part_summary(grouped.get(part, []))} for part in names}
 
 
 # ----------------------------------------------------------------------------- intervals in tables

@@ -1,6 +1,7 @@
 """Measures of lab04-training-challenges.md's GPT runs (experiment `lab04_gpt`): entropy collapse read at points,
 reward hacking, the exploding KL and its remedies, and DAPO compared at equal samples; the run table its claims
-read; and what each remedy changes against the failing setting of its cause (`differences_table`).
+read and its summary per variant (`gpt_summary`); and what each remedy changes against the failing setting of its
+cause (`differences_table`).
 
 Token entropy is read at points, not over windows, so that arms of different lengths or sampling rates are compared
 where they match: at step 1 (the policy before any update, the same warm-up for every arm of a seed), at the last
@@ -17,7 +18,7 @@ import pandas as pd
 
 from mathrl.analysis.measures.catalog import SHARE, measure
 from mathrl.analysis.measures.series import WINDOW, head_mean, known, step_mean, tail_mean
-from mathrl.analysis.results import Run
+from mathrl.analysis.results import Run, mean_spread
 
 
 def reduction(start: float, end: float) -> float:
@@ -184,6 +185,17 @@ RUN_TABLES = {
         "measures": GPT_MEASURES,
     },
 }
+
+
+def gpt_summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per variant of lab04_gpt_runs: the mean and std across seeds of GPT_MEASURES (`mean_spread`); n counts its runs
+    with a result (complete, or stopped at a non-finite value), expected all of them."""
+    out = mean_spread(runs, ["variant"], GPT_MEASURES)
+    if len(runs):
+        g = runs.groupby("variant", sort=False)
+        out["n"] = out["variant"].map(g["status"].agg(lambda s: int(s.isin(["complete", "stopped_nonfinite"]).sum())))
+        out["expected"] = out["variant"].map(g.size())
+    return out
 
 
 # The remedies compared with the failing setting of their cause, by that setting's role: the exploding KL (kl_failing)

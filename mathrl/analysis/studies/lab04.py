@@ -34,9 +34,7 @@ from mathrl.analysis.measures.bandit_seeds import (
 )
 from mathrl.analysis.measures.series import WINDOW, known
 from mathrl.analysis.measures.tables import role_of
-from mathrl.analysis.measures.training_challenges import GPT_MEASURES, differences_table
-from mathrl.analysis.results import mean_spread
-from mathrl.analysis.verdict import OUTCOMES
+from mathrl.analysis.measures.training_challenges import differences_table, gpt_summary
 from mathrl.pipeline import bandit_config as bandit  # the study's settings; no torch for tables and figures
 
 NAME = "lab04"
@@ -58,20 +56,10 @@ TABLE_REMEDIES = ("entropy_bonus", "temperature")
 
 
 # ---- tables: from the bandit tables, the run table and the files ------------------------
-def gpt_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per variant: mean and std across seeds; n counts runs with a result, expected all of them."""
-    out = mean_spread(runs, ["variant"], GPT_MEASURES)
-    if len(runs):
-        g = runs.groupby("variant", sort=False)
-        out["n"] = out["variant"].map(g["status"].agg(lambda s: int(s.isin(["complete", "stopped_nonfinite"]).sum())))
-        out["expected"] = out["variant"].map(g.size())
-    return out
-
-
 def tables(ctx) -> dict[str, pd.DataFrame]:
     """The report's tables; the bandit tables claims read are declared in mathrl.analysis.measures.bandit_seeds."""
     runs = ctx.run_table("lab04_gpt_runs")
-    gpt = gpt_table(runs)
+    gpt = gpt_summary(runs)
     role = kit.roles(ctx.cfg, EXPERIMENT, ROLES) if len(runs) else {}
     settings = {run.spec.variant or "": run.spec.settings.as_dict() for run in reversed(ctx.experiment(EXPERIMENT))}
     named = role_of(role, (*ROLES, *KL_ROLES, *OTHER_ROLES, *COV_REMEDIES, *TABLE_REMEDIES))
@@ -272,31 +260,20 @@ PARTS = ("entropy", "vanishing", "hacking", "gpt")  # the section's parts (the d
 SHOWN = ("local_optima", "vanishing", "hacking", "gpt", "gpt_differences")  # the lab04_ tables the template shows
 
 
-def part_summary(rows: list[dict]) -> str:
-    """A part's verdicts counted by outcome; its setup checks (no claims of the document) counted apart."""
-    setup = sum(r.get("kind") == "setup" for r in rows)
-    counts = {o: sum(r["outcome"] == o and r.get("kind") != "setup" for r in rows) for o in OUTCOMES}
-    summary = ", ".join(f"{k} {o}" for o, k in counts.items() if k) or "no verdicts"
-    return summary + (f"; and {setup} setup check{'s' * (setup != 1)}, not counted" if setup else "")
-
-
 def section(t) -> dict:
     """The verdicts per part and the rows the template's measured sentences and lab report read."""
     rows = section_verdicts.verdicts(t, NAME)
-    grouped = section_verdicts.by_part(rows)
     ent = t["lab04_entropy"]
     a, n = (kit.row_of(ent, setting=setting, seed="all") for setting in ("aggressive", "normal"))
     hack = kit.row_of(t["lab04_hacking"], seed="all")
     gpt = {r: kit.row_of(t["lab04_gpt"], role=r) for r in (*ROLES, *KL_ROLES, *OTHER_ROLES, *COV_REMEDIES)}
     kept = n.get("final_policy_entropy", math.nan) - a.get(
         "final_policy_entropy", math.nan
-    )  # by the normal setting over aggressive
+    )  # by normal over aggressive
     bandit_ends = ("proxy_start", "proxy_end", "true_start", "true_end")
     gpt_ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
     return {
-        "parts": {
-            part: {"rows": grouped.get(part, []), "summary": part_summary(grouped.get(part, []))} for part in PARTS
-        },
+        "parts": kit.parts(rows, PARTS),
         "verdict_list": rows,
         "severity_definition": SEVERITY_DEFINITION,
         "bandit_window": BANDIT_WINDOW,
