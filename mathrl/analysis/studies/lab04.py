@@ -1,13 +1,11 @@
-"""Lab 04, the core challenges of RL training: entropy collapse, vanishing gradients when
-every reward of a batch is equal, and reward hacking; on the 3-armed bandit (mathrl.engine.bandit)
-and on the GPT (experiment `lab04_gpt`, where DAPO is tried as the remedy).
+"""Lab 04, the core challenges of RL training: entropy collapse, vanishing gradients when every reward of a batch is
+equal, and reward hacking; on the 3-armed bandit (mathrl.engine.bandit) and on the GPT (experiment `lab04_gpt`, where
+DAPO is tried as the remedy).
 
-The bandit tables claims read (lab04_entropy, lab04_vanishing, lab04_hacking: one row per setting and seed, then a
-pooled row per setting with seed `all`) are declared with their measures in mathrl.analysis.measures.bandit_seeds;
-the GPT runs' measures are registered in mathrl.analysis.measures.training_challenges (the run table
-lab04_gpt_runs). Here: the report's summaries of them (the local optima per setting; the GPT table per variant
-follows `mean_spread`: `{v}_mean`, `{v}_std`, `n` (runs with a result) and `expected`), the bandit's curves and
-the figures.
+The bandit tables claims read (one row per setting and seed, then a pooled row per setting with seed `all`) and the
+tables across seeds are built in mathrl.analysis.measures.bandit_seeds; the GPT runs' table (lab04_gpt_runs), its
+summary per variant and the remedies' differences in mathrl.analysis.measures.training_challenges. Here: the
+report's tables from them, the figures and the section.
 """
 
 from __future__ import annotations
@@ -267,9 +265,8 @@ def section(t) -> dict:
     a, n = (kit.row_of(ent, setting=setting, seed="all") for setting in ("aggressive", "normal"))
     hack = kit.row_of(t["lab04_hacking"], seed="all")
     gpt = {r: kit.row_of(t["lab04_gpt"], role=r) for r in (*ROLES, *KL_ROLES, *OTHER_ROLES, *COV_REMEDIES)}
-    kept = n.get("final_policy_entropy", math.nan) - a.get(
-        "final_policy_entropy", math.nan
-    )  # by normal over aggressive
+    # the entropy the normal setting kept beyond the aggressive one
+    kept = n.get("final_policy_entropy", math.nan) - a.get("final_policy_entropy", math.nan)
     bandit_ends = ("proxy_start", "proxy_end", "true_start", "true_end")
     gpt_ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
     return {
