@@ -59,6 +59,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = ctx.run_table("lab04_gpt_runs")
     gpt = gpt_summary(runs)
     role = kit.roles(ctx.cfg, EXPERIMENT, ROLES) if len(runs) else {}
+    # each variant's run settings, those of its first run (seed 0): the runs are read last to first
     settings = {run.spec.variant or "": run.spec.settings.as_dict() for run in reversed(ctx.experiment(EXPERIMENT))}
     named = role_of(role, (*ROLES, *KL_ROLES, *OTHER_ROLES, *COV_REMEDIES, *TABLE_REMEDIES))
     gpt.insert(1, "role", gpt["variant"].map(named).fillna("") if len(gpt) else [])
@@ -94,7 +95,7 @@ PHASE_PANELS = (
     ("reward_std", "Reward std within the batch", "reward std", ()),
 )
 # The GPT figure's panels: (the roles drawn, the metric, its title, its y label); the random and near-perfect starts
-# apart, since their entropy would stretch the axis
+# are drawn apart, since their entropy would stretch the axis
 STARTS_TITLE, ENTROPY_LABEL = "Random and near-perfect starts: ", "mean per-token entropy"
 GPT_PANELS = (
     (COMPARED, "entropy", "Token entropy", ENTROPY_LABEL),
@@ -235,7 +236,8 @@ def _gpt_panel(t, names: list[str], colour: dict, metric: str, title: str, ylabe
 
 
 def gpt_figure(t) -> plt.Figure:
-    """The panels of GPT_PANELS, each of the variants whose roles it draws."""
+    """Top: entropy, held-out accuracy and KL to the warm-up of the settings the section compares; bottom, apart: the
+    random and near-perfect starts (GPT_PANELS, each panel of the variants whose roles it draws)."""
     gpt = t["lab04_gpt"]
     variants = gpt["variant"].tolist() if "variant" in gpt else []
     role = dict(zip(variants, gpt["role"])) if "role" in gpt else {}
