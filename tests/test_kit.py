@@ -9,7 +9,7 @@ import pytest
 
 from mathrl.analysis import claims
 from mathrl.analysis.figure_style import band_limits, band_panels, bands, bounds, offsets, plt, png
-from mathrl.analysis.kit import add_intervals
+from mathrl.analysis.kit import add_intervals, parts, seed_band
 from mathrl.analysis.measures.tables import role_of
 from mathrl.analysis.report import pm, power_note
 from mathrl.analysis.section_verdicts import claim_frame, verdict_rows
@@ -244,3 +244,44 @@ def test_setting_steps_averages_each_step_over_the_complete_runs():
     assert list(steps["n"]) == [2, 2]
     evals = setting_steps(runs[:2], ["eval_accuracy"], evals=True)
     assert list(evals["step"]) == [0, 2] and evals["eval_accuracy_mean"].tolist() == pytest.approx([0.1, 0.6])
+
+
+def test_a_variants_band_across_seeds_from_the_curves_table():
+    """Variant a of experiment e, two seeds of two steps (seed 1 misses step 2's value); variant b and experiment f are
+    left out; held-out accuracy starts at step 0 with each run's accuracy before RL."""
+    nan = float("nan")
+    curves = pd.DataFrame(
+        {
+            "run_id": ["e_a0", "e_a0", "e_a1", "e_a1", "e_b0", "f_a0"],
+            "experiment": ["e", "e", "e", "e", "e", "f"],
+            "variant": ["a", "a", "a", "a", "b", "a"],
+            "step": [1, 2, 1, 2, 1, 1],
+            "initial_eval": [0.2, 0.2, 0.4, 0.4, 0.9, 0.9],
+            "entropy": [1.0, 0.5, 3.0, nan, 9.0, 9.0],
+            "eval_accuracy": [nan, 0.5, nan, 0.7, 0.9, 0.9],
+        }
+    )
+    e = seed_band(curves, "e", "a", "entropy")
+    assert e["step"].tolist() == [1, 2] and e["mean"].tolist() == [2.0, 0.5] and e["n"].tolist() == [2, 1]
+    assert e["std"].iloc[0] == pytest.approx(2**0.5) and pd.isna(e["std"].iloc[1])
+    acc = seed_band(curves, "e", "a", "eval_accuracy")
+    assert acc["step"].tolist() == [0, 2] and acc["mean"].tolist() == pytest.approx([0.3, 0.6])
+    assert acc["n"].tolist() == [2, 2]
+    for absent in (seed_band(curves, "e", "a", "kl"), seed_band(pd.DataFrame(), "e", "a", "entropy")):
+        assert absent.empty and list(absent.columns) == ["step", "mean", "std", "n"]
+
+
+def test_a_sections_parts_with_their_verdicts_counted():
+    """Part a: two verdicts and a setup check (counted apart); b: one setup check alone; c: none."""
+    rows = [
+        {"part": "a", "outcome": "agrees"},
+        {"part": "b", "outcome": "agrees", "kind": "setup"},
+        {"part": "a", "outcome": "not judged", "kind": "document"},
+        {"part": "a", "outcome": "agrees", "kind": "setup"},
+        {"part": "z", "outcome": "disagrees"},
+    ]
+    p = parts(rows, ("a", "b", "c"))
+    assert list(p) == ["a", "b", "c"] and [r["outcome"] for r in p["a"]["rows"]] == ["agrees", "not judged", "agrees"]
+    assert p["a"]["summary"] == "1 agrees, 1 not judged; and 1 setup check, not counted"
+    assert p["b"]["summary"] == "no verdicts; and 1 setup check, not counted"
+    assert p["c"] == {"rows": [], "summary": "no verdicts"}

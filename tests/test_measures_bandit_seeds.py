@@ -212,3 +212,57 @@ def test_the_pooled_correlation_is_over_every_step_of_every_seed():
     )
     assert pooled.grad_norm_diverse == 1.5 and pooled.grad_norm_reduction == pytest.approx(1 - 3.5 / 1.5)
     assert pooled.severity == "mild"
+
+
+def test_where_each_settings_seeds_converged():
+    """Setting a: seeds at the global and a local optimum, one still moving; b: one seed at neither. The pooled rows
+    are left out of the counts."""
+    t = pd.DataFrame(
+        {
+            "setting": ["a", "a", "a", "b", "b"],
+            "seed": [0, 1, "all", 0, "all"],
+            "converged_to": ["global", "local", "global 1, local 1", "none", "none 1"],
+            "moving": [0.0, 1.0, 0.5, 0.0, 0.0],
+            "initial_best_prob": [0.2, 0.4, 0.3, 1 / 3, 1 / 3],
+        }
+    )
+    assert bs.seed_rows(t)["seed"].tolist() == [0, 1, 0] and bs.seed_rows(t, pooled=True)["setting"].tolist() == [
+        "a",
+        "b",
+    ]
+    lo = bs.local_optima(t).set_index("setting")
+    a, b = lo.loc["a"], lo.loc["b"]
+    assert (a["n"], a["global"], a["local"], a["none"], a["moving"], a["local_rate"]) == (2, 1, 1, 0, 1, 0.5)
+    assert (a["local_rate_lo"], a["local_rate_hi"]) == pytest.approx((0.0945, 0.9055), abs=1e-4)  # Wilson, 1 of 2
+    assert a["initial_best_prob"] == pytest.approx(0.3) and (b["none"], b["local_rate"]) == (1, 0.0)
+    empty = bs.local_optima(pd.DataFrame(columns=t.columns))
+    assert empty.empty and list(empty.columns)[:6] == ["setting", "n", "global", "local", "none", "moving"]
+
+
+def test_the_gradient_vanishing_steps_and_the_curves_across_seeds():
+    """Two seeds of 4 steps: every step a point; the curves are each step's mean, std and n over the seeds, of the
+    metrics a study logged, with a missing phase read as ""."""
+    cfg = {"bandit": {"seeds": [0, 1], "studies": {"gradient_vanishing": {"phase_steps": 2}}}}
+    phases = ["diverse"] * 2 + ["homogeneous"] * 2
+    df = pd.concat(
+        [
+            pd.DataFrame(
+                {"study": "gradient_vanishing", "setting": "default", "seed": s, "step": range(4), "phase": phases}
+            ).assign(grad_norm=[1.0 + s, 2.0, 0.0, 0.0], reward_std=0.5, entropy=1.0)
+            for s in (0, 1)
+        ],
+        ignore_index=True,
+    )
+    points = bs.vanishing_points(bandit_seeds(cfg, "gradient_vanishing", df))
+    assert list(points.columns) == bs.POINT_COLUMNS and len(points) == 8
+    assert bs.vanishing_points([]).columns.tolist() == bs.POINT_COLUMNS
+    hacking = pd.DataFrame({"study": "reward_hacking", "setting": "default", "seed": 0, "step": [0], "phase": [None]})
+    c = bs.bandit_curves([None, df, hacking.assign(true_reward=0.5)])
+    g = c[c["study"] == "gradient_vanishing"]
+    assert g["step"].tolist() == [0, 1, 2, 3] and g["n"].tolist() == [2] * 4
+    assert g["grad_norm_mean"].tolist() == [1.5, 2.0, 0.0, 0.0] and g["grad_norm_std"].iloc[0] == pytest.approx(
+        np.sqrt(0.5)
+    )
+    assert {"entropy_mean", "reward_std_std"} <= set(c.columns) and "loss_mean" not in c
+    assert c[c["study"] == "reward_hacking"]["phase"].tolist() == [""]
+    assert bs.bandit_curves([None]).columns.tolist() == ["study", "setting", "step", "phase", "n"]

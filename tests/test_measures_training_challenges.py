@@ -106,3 +106,59 @@ def test_the_run_table_names_registered_measures():
     decl = RUN_TABLES["lab04_gpt_runs"]
     assert decl["experiment"] == "lab04_gpt" and all(m in MEASURES for m in decl["measures"])
     assert {"initial_eval", "final_eval", "reward_start", "samples"} <= set(decl["measures"])  # the general ones
+
+
+def test_differences_name_every_changed_setting():
+    base = {"seed": 0, "lr": 6e-4, "clip_eps_high": None, "algorithm": "grpo", "steps": 20}
+    dapo = {"seed": 1, "lr": 6e-4, "clip_eps_high": 0.28, "algorithm": "dapo", "steps": 20, "dynamic_sampling": True}
+    assert tc.differences(dapo, base) == [
+        ("algorithm", "dapo", "grpo"),
+        ("clip_eps_high", 0.28, None),
+        ("dynamic_sampling", True, None),
+    ]
+    assert tc.differences(base, base) == []
+
+
+def test_each_remedy_against_the_failing_setting_of_its_cause():
+    """kl_clip against kl_failing, clip_higher against entropy_failing; kl_epochs names a variant that did not run and
+    remedy none: no rows for either. A setting unset on one side reads "unset"."""
+    settings = {
+        "kl_fail": {"seed": 0, "lr": 3e-4, "clip_eps": 0.2},
+        "kl_clip": {"seed": 0, "lr": 3e-4, "clip_eps": 0.1},
+        "aggressive": {"seed": 0, "lr": 5e-4, "clip_eps_high": None},
+        "ch": {"seed": 0, "lr": 5e-4, "clip_eps_high": 0.28, "ppo_epochs": 2},
+    }
+    role = {
+        "kl_failing": "kl_fail",
+        "kl_clip": "kl_clip",
+        "kl_epochs": "absent",
+        "entropy_failing": "aggressive",
+        "clip_higher": "ch",
+    }
+    d = tc.differences_table(settings, role)
+    assert list(d.columns) == ["role", "variant", "against", "setting", "value", "failing"]
+    assert d.values.tolist() == [
+        ["kl_clip", "kl_clip", "kl_fail", "clip_eps", "0.1", "0.2"],
+        ["clip_higher", "ch", "aggressive", "clip_eps_high", "0.28", "unset"],
+        ["clip_higher", "ch", "aggressive", "ppo_epochs", "2", "unset"],
+    ]
+    assert tc.differences_table({}, role).empty
+
+
+def test_the_summary_per_variant_counts_the_runs_with_a_result():
+    """Variant a: two complete runs; b: one complete, one stopped at a non-finite value, one missing (a row of NaN)."""
+    rows = pd.DataFrame(
+        {
+            "variant": ["a", "a", "b", "b", "b"],
+            "status": ["complete", "complete", "complete", "stopped_nonfinite", "missing"],
+            **{m: [0.2, 0.4, 0.1, 0.3, math.nan] for m in tc.GPT_MEASURES},
+        }
+    )
+    s = tc.gpt_summary(rows).set_index("variant")
+    assert list(s.columns[:3]) == ["n", "accuracy_start_mean", "accuracy_start_std"] and s.columns[-1] == "expected"
+    assert s.loc["a", "n"] == 2 and s.loc["a", "expected"] == 2 and s.loc["b", "n"] == 2 and s.loc["b", "expected"] == 3
+    assert s.loc["a", "final_eval_mean"] == pytest.approx(0.3) and s.loc["b", "kl_max_std"] == pytest.approx(
+        2**0.5 / 10
+    )
+    empty = tc.gpt_summary(rows.iloc[:0])
+    assert empty.empty and "n" in empty and "expected" not in empty

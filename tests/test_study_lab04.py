@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mathrl.analysis.kit import seed_band
+from mathrl.analysis.measures.bandit_seeds import local_optima
 from mathrl.analysis.report import environment
 from mathrl.analysis.results import curves
 from mathrl.analysis.studies import lab04
@@ -343,7 +345,7 @@ def test_figures_and_section(results):
         for ax in fig.axes:
             assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
             assert len(ax.get_lines()) < 2 or ax.get_legend() is not None
-    band = lab04.seed_band(t["curves"], "aggressive", "eval_accuracy")
+    band = seed_band(t["curves"], "lab04_gpt", "aggressive", "eval_accuracy")
     assert (
         band.step.tolist() == [0, 4, 8, 12] and band["mean"].iloc[-1] == pytest.approx(0.385) and band["n"].iloc[0] == 2
     )
@@ -472,14 +474,10 @@ def test_covariance_remedies_are_judged_only_where_their_rule_acted():
 def test_local_optima_rates_and_verdicts_by_hand():
     """Per setting: counts of global/local/neither and the Wilson interval of the local rate;
     the biased-start verdicts are judged only where the start was biased."""
-    import pandas as pd
-
-    from mathrl.analysis.studies import lab04 as lab
-
     per = [("aggressive_biased", s, "local" if s < 3 else "global", 0.005) for s in range(10)]
     per += [("normal_biased", s, "none", 0.005) for s in range(10)]
     ent = pd.DataFrame(per, columns=["setting", "seed", "converged_to", "initial_best_prob"])
-    t = lab.local_optima_table(ent).set_index("setting")
+    t = local_optima(ent).set_index("setting")
     a = t.loc["aggressive_biased"]
     assert (a["n"], a["global"], a["local"], a["none"], a["local_rate"]) == (10, 7, 3, 0, 0.3)
     assert (a["local_rate_lo"], a["local_rate_hi"]) == pytest.approx((0.1078, 0.6032), abs=1e-4)  # Wilson, 3 of 10
@@ -500,17 +498,6 @@ def test_local_optima_rates_and_verdicts_by_hand():
         "settled (normal_biased) not met: share of seeds still moving at the end 1"
         in v.loc["bandit_local_aggressive"].reason
     )
-
-
-def test_differences_name_every_changed_setting():
-    base = {"seed": 0, "lr": 6e-4, "clip_eps_high": None, "algorithm": "grpo", "steps": 20}
-    dapo = {"seed": 1, "lr": 6e-4, "clip_eps_high": 0.28, "algorithm": "dapo", "steps": 20, "dynamic_sampling": True}
-    assert lab04.differences(dapo, base) == [
-        ("algorithm", "dapo", "grpo"),
-        ("clip_eps_high", 0.28, None),
-        ("dynamic_sampling", True, None),
-    ]
-    assert lab04.differences(base, base) == []
 
 
 def test_differences_table_and_sentence(results):

@@ -15,7 +15,8 @@ import pandas as pd
 
 from mathrl.analysis.measures.series import known
 from mathrl.analysis.results import mean_spread
-from mathrl.analysis.verdict import Estimate, difference, mean_interval, t_halfwidth, wilson
+from mathrl.analysis.section_verdicts import by_part
+from mathrl.analysis.verdict import OUTCOMES, Estimate, difference, mean_interval, t_halfwidth, wilson
 from mathrl.pipeline.config import ROOT, point_label, read_yaml
 from mathrl.pipeline.errors import ConfigError
 from mathrl.pipeline.layout import DOCUMENTS_FILE
@@ -88,6 +89,21 @@ def cell(df: pd.DataFrame, col: str, **where) -> float:
     """The value of `col` in the first row matching `where`; NaN when absent."""
     vals = _where(df, where, col)[col]
     return float(vals.iloc[0]) if len(vals) and pd.notna(vals.iloc[0]) else NAN
+
+
+def part_summary(rows: list[dict]) -> str:
+    """A part's verdicts counted by outcome; its setup checks (no claims of the document) counted apart."""
+    setup = sum(r.get("kind") == "setup" for r in rows)
+    counts = {o: sum(r["outcome"] == o and r.get("kind") != "setup" for r in rows) for o in OUTCOMES}
+    summary = ", ".join(f"{k} {o}" for o, k in counts.items() if k) or "no verdicts"
+    return summary + (f"; and {setup} setup check{'s' * (setup != 1)}, not counted" if setup else "")
+
+
+def parts(rows: list[dict], names: tuple[str, ...]) -> dict[str, dict]:
+    """Per part of `names`, a section's verdict rows of that part (`rows`, in claims.csv's order) and their
+    `summary` (`part_summary`)."""
+    grouped = by_part(rows)
+    return {part: {"rows": grouped.get(part, []), "summary": part_summary(grouped.get(part, []))} for part in names}
 
 
 # ----------------------------------------------------------------------------- intervals in tables
@@ -220,6 +236,19 @@ def setting_steps(runs, values: list[str], evals: bool = False) -> pd.DataFrame:
         if run.ok
     ]
     return over_seeds([f for f in frames if set(values) & set(f)], ["setting"], values)
+
+
+def seed_band(curves: pd.DataFrame, experiment: str, variant: str, metric: str) -> pd.DataFrame:
+    """Per step of one variant of an experiment: the mean, std and n across its seeds of `metric`, read from the
+    `curves` table (`mathrl.analysis.results.curves`); eval_accuracy starts at step 0 with the accuracy before RL."""
+    if curves.empty or metric not in curves:
+        return pd.DataFrame(columns=["step", "mean", "std", "n"])
+    c = curves.loc[(curves["experiment"] == experiment) & (curves["variant"] == variant), ["run_id", "step", metric]]
+    if metric == "eval_accuracy":
+        first = curves.loc[c.index].drop_duplicates("run_id")
+        c = pd.concat([pd.DataFrame({"run_id": first["run_id"], "step": 0, metric: first["initial_eval"]}), c])
+    g = c.dropna(subset=[metric]).groupby("step")[metric]
+    return pd.DataFrame({"mean": g.mean(), "std": g.std(), "n": g.count()}).reset_index()
 
 
 def metric_frames(run, metrics: list[str]) -> list[pd.DataFrame]:

@@ -1,6 +1,8 @@
 """Measures of a bandit seed: one seed's trajectory in one setting of a bandit study of lab 04 (mathrl.engine.bandit:
 entropy collapse, vanishing gradients with equal rewards, reward hacking of a proxy reward model), and the three
-bandit tables claims read (BANDIT_TABLES, built by `tables.bandit_table`).
+bandit tables claims read (BANDIT_TABLES, built by `tables.bandit_table`); and the study's tables across seeds:
+where each setting's seeds converged (`local_optima`), the gradient-vanishing study's steps (`vanishing_points`) and
+each study's curves (`bandit_curves`).
 
 Each measure reads a `tables.BanditSeed`: its rows by step (entropy, the arms' probabilities p0.., the gradient norm,
 the batch's reward std, the proxy score and true reward) and the resolved `bandit:` block (which arm is the global
@@ -19,6 +21,7 @@ from mathrl.analysis.measures.catalog import among, seed_measure
 from mathrl.analysis.measures.series import known, window
 from mathrl.analysis.measures.tables import BanditSeed
 from mathrl.analysis.measures.training_challenges import reduction
+from mathrl.analysis.results import mean_spread
 from mathrl.pipeline import bandit_config as bandit
 
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
@@ -29,6 +32,10 @@ SEVERITY_DEFINITION = (
     "mild: the mean gradient norm fell by less than 50%; moderate: by 50-90%; severe: by more than 90%"
 )
 PROBS = ["p0", "p1", "p2"]  # the entropy-collapse study's three arms
+# the logged per-step metrics the curves summarise (p3 where a study has a fourth arm; not the settings lr and
+# entropy_coef)
+METRICS = "entropy p0 p1 p2 p3 loss grad_norm reward_std reward_mean proxy_reward true_reward".split()
+POINT_COLUMNS = ["setting", "seed", "step", "phase", "grad_norm", "reward_std"]  # the gradient-vanishing steps
 
 
 # ---- pure functions of values ------------------------------------------------------------
@@ -312,3 +319,51 @@ BANDIT_TABLES = {
         "among": ["hacked"],
     },
 }
+
+
+# ---- the study's tables across seeds -----------------------------------------------------------
+def seed_rows(table: pd.DataFrame, pooled: bool = False) -> pd.DataFrame:
+    """The per-seed rows of a bandit table, or (`pooled`) its rows with seed 'all', one per setting."""
+    return table[(table["seed"].astype(str) == "all") == pooled] if len(table) and "seed" in table else table
+
+
+def local_optima(entropy: pd.DataFrame) -> pd.DataFrame:
+    """Per setting of lab04_entropy (its per-seed rows): how many seeds ended at the global optimum, a local one or
+    neither, how many were still moving at the end (the measure `moving`), and the local-optimum rate with its 95%
+    Wilson interval."""
+    from mathrl.analysis.kit import wilson_columns  # kit reads this package's series: imported when called
+
+    out = []
+    for setting, g in seed_rows(entropy).groupby("setting", sort=False):
+        counts = {x: int((g["converged_to"] == x).sum()) for x in ("global", "local", "none")}
+        n = sum(counts.values())
+        out.append(
+            {
+                "setting": setting,
+                "n": n,
+                **counts,
+                **wilson_columns("local_rate", counts["local"], n),
+                "moving": int((g["moving"] == 1).sum()) if "moving" in g else 0,
+                "initial_best_prob": g["initial_best_prob"].mean(),
+            }
+        )
+    columns = "setting n global local none moving local_rate local_rate_lo local_rate_hi initial_best_prob"
+    return pd.DataFrame(out, columns=columns.split())
+
+
+def vanishing_points(seeds: list[BanditSeed]) -> pd.DataFrame:
+    """Every step of every seed of the gradient-vanishing study: its phase, gradient norm and reward std."""
+    found = [s.frame[POINT_COLUMNS] for s in seeds if len(s.frame)]
+    return pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=POINT_COLUMNS)
+
+
+def bandit_curves(frames: list[pd.DataFrame | None]) -> pd.DataFrame:
+    """Per study, setting and step: the mean, std and n across seeds of every metric of METRICS a study logged
+    (`frames`: each bandit study's steps, None where it wrote none)."""
+    found = []
+    for df in frames:
+        if df is not None and len(df):
+            df = df.assign(phase=df["phase"].astype(object).fillna(""))
+            found.append(mean_spread(df, ["study", "setting", "step", "phase"], [m for m in METRICS if m in df]))
+    empty = pd.DataFrame(columns=["study", "setting", "step", "phase", "n"])
+    return pd.concat(found, ignore_index=True) if found else empty

@@ -1,6 +1,7 @@
 """Measures of lab04-training-challenges.md's GPT runs (experiment `lab04_gpt`): entropy collapse read at points,
-reward hacking, the exploding KL and its remedies, and DAPO compared at equal samples; and the run table its claims
-read.
+reward hacking, the exploding KL and its remedies, and DAPO compared at equal samples; the run table its claims
+read and its summary per variant (`gpt_summary`); and what each remedy changes against the failing setting of its
+cause (`differences_table`).
 
 Token entropy is read at points, not over windows, so that arms of different lengths or sampling rates are compared
 where they match: at step 1 (the policy before any update, the same warm-up for every arm of a seed), at the last
@@ -17,7 +18,7 @@ import pandas as pd
 
 from mathrl.analysis.measures.catalog import SHARE, measure
 from mathrl.analysis.measures.series import WINDOW, head_mean, known, step_mean, tail_mean
-from mathrl.analysis.results import Run
+from mathrl.analysis.results import Run, mean_spread
 
 
 def reduction(start: float, end: float) -> float:
@@ -184,3 +185,53 @@ RUN_TABLES = {
         "measures": GPT_MEASURES,
     },
 }
+
+
+def gpt_summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per variant of lab04_gpt_runs: the mean and std across seeds of GPT_MEASURES (`mean_spread`); n counts its runs
+    with a result (complete, or stopped at a non-finite value), expected all of them."""
+    out = mean_spread(runs, ["variant"], GPT_MEASURES)
+    if len(runs):
+        g = runs.groupby("variant", sort=False)
+        out["n"] = out["variant"].map(g["status"].agg(lambda s: int(s.isin(["complete", "stopped_nonfinite"]).sum())))
+        out["expected"] = out["variant"].map(g.size())
+    return out
+
+
+# The remedies compared with the failing setting of their cause, by that setting's role: the exploding KL (kl_failing)
+# and, where a config runs the entropy remedies, entropy collapse (entropy_failing); rows in this order.
+REMEDIES_OF = {
+    "kl_failing": ("kl_clip", "kl_epochs", "kl_batch"),
+    "entropy_failing": ("clip_higher", "remedy", "entropy_bonus", "temperature", "clip_cov", "kl_cov"),
+}
+
+
+def differences(settings: dict, against: dict) -> list[tuple[str, object, object]]:
+    """(key, value, other value) for every run setting but the seed where `settings` differ from `against`, by key."""
+    keys = sorted((set(settings) | set(against)) - {"seed"})
+    return [(k, settings.get(k), against.get(k)) for k in keys if settings.get(k) != against.get(k)]
+
+
+def shown(value) -> str:
+    """A setting's value as the report prints it: "unset" for None (a CSV would read "None" back as missing)."""
+    return "unset" if value is None else str(value)
+
+
+def differences_table(settings: dict[str, dict], role: dict[str, str]) -> pd.DataFrame:
+    """Per remedy of REMEDIES_OF whose variant and failing variant both ran: each run setting it changes against the
+    failing one (`settings`: {variant: its run settings}; `role`: {role: variant})."""
+    rows = [
+        {
+            "role": r,
+            "variant": role[r],
+            "against": role[failing],
+            "setting": key,
+            "value": shown(value),
+            "failing": shown(other),
+        }
+        for failing, remedies in REMEDIES_OF.items()
+        for r in remedies
+        if role.get(r) in settings and role.get(failing) in settings
+        for key, value, other in differences(settings[role[r]], settings[role[failing]])
+    ]
+    return pd.DataFrame(rows, columns=["role", "variant", "against", "setting", "value", "failing"])

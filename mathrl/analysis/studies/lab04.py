@@ -1,13 +1,11 @@
-"""Lab 04, the core challenges of RL training: entropy collapse, vanishing gradients when
-every reward of a batch is equal, and reward hacking; on the 3-armed bandit (mathrl.engine.bandit)
-and on the GPT (experiment `lab04_gpt`, where DAPO is tried as the remedy).
+"""Lab 04, the core challenges of RL training: entropy collapse, vanishing gradients when every reward of a batch is
+equal, and reward hacking; on the 3-armed bandit (mathrl.engine.bandit) and on the GPT (experiment `lab04_gpt`, where
+DAPO is tried as the remedy).
 
-The bandit tables claims read (lab04_entropy, lab04_vanishing, lab04_hacking: one row per setting and seed, then a
-pooled row per setting with seed `all`) are declared with their measures in mathrl.analysis.measures.bandit_seeds;
-the GPT runs' measures are registered in mathrl.analysis.measures.training_challenges (the run table
-lab04_gpt_runs). Here: the report's summaries of them (the local optima per setting; the GPT table per variant
-follows `mean_spread`: `{v}_mean`, `{v}_std`, `n` (runs with a result) and `expected`), the bandit's curves and
-the figures.
+The bandit tables claims read (one row per setting and seed, then a pooled row per setting with seed `all`) and the
+tables across seeds are built in mathrl.analysis.measures.bandit_seeds; the GPT runs' table (lab04_gpt_runs), its
+summary per variant and the remedies' differences in mathrl.analysis.measures.training_challenges. Here: the
+report's tables from them, the figures and the section.
 """
 
 from __future__ import annotations
@@ -26,13 +24,15 @@ from mathrl.analysis.measures.bandit_seeds import (
     SETTLED_MOVE,
     SETTLED_SPAN,
     SEVERITY_DEFINITION,
+    bandit_curves,
     hacked,
+    local_optima,
+    seed_rows,
+    vanishing_points,
 )
 from mathrl.analysis.measures.series import WINDOW, known
 from mathrl.analysis.measures.tables import role_of
-from mathrl.analysis.measures.training_challenges import GPT_MEASURES
-from mathrl.analysis.results import mean_spread
-from mathrl.analysis.verdict import OUTCOMES
+from mathrl.analysis.measures.training_challenges import differences_table, gpt_summary
 from mathrl.pipeline import bandit_config as bandit  # the study's settings; no torch for tables and figures
 
 NAME = "lab04"
@@ -51,127 +51,23 @@ COV_REMEDIES = ("clip_cov", "kl_cov")
 # Optional roles: the troubleshooting table's remedies (rl-stability-batch-and-hyperparameters.md 八) for collapsing
 # entropy and for an exploding KL, judged on the same failing setting where an experiment names them.
 TABLE_REMEDIES = ("entropy_bonus", "temperature")
-# the logged per-step metrics the figures draw (p3 where a study has a fourth arm; not the settings lr, entropy_coef)
-METRICS = "entropy p0 p1 p2 p3 loss grad_norm reward_std reward_mean proxy_reward true_reward".split()
 
 
 # ---- tables: from the bandit tables, the run table and the files ------------------------
-def local_optima_table(ent: pd.DataFrame) -> pd.DataFrame:
-    """Per setting: how many seeds ended at the global optimum, a local one or neither, how many were
-    still moving at the end (the measure `moving`), and the local-optimum rate with its 95% Wilson interval."""
-    rows = []
-    for setting, g in _seeds(ent).groupby("setting", sort=False):
-        counts = {x: int((g["converged_to"] == x).sum()) for x in ("global", "local", "none")}
-        n = sum(counts.values())
-        rows.append(
-            {
-                "setting": setting,
-                "n": n,
-                **counts,
-                **kit.wilson_columns("local_rate", counts["local"], n),
-                "moving": int((g["moving"] == 1).sum()) if "moving" in g else 0,
-                "initial_best_prob": g["initial_best_prob"].mean(),
-            }
-        )
-    columns = "setting n global local none moving local_rate local_rate_lo local_rate_hi initial_best_prob"
-    return pd.DataFrame(rows, columns=columns.split())
-
-
-POINT_COLUMNS = ["setting", "seed", "step", "phase", "grad_norm", "reward_std"]  # the vanishing study's scatter
-
-
-def vanishing_points(ctx) -> pd.DataFrame:
-    """Every step of every seed of the gradient-vanishing study: its phase, gradient norm and reward std."""
-    found = [s.frame[POINT_COLUMNS] for s in ctx.bandit_seeds("gradient_vanishing") if len(s.frame)]
-    return pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=POINT_COLUMNS)
-
-
-def bandit_curves(ctx) -> pd.DataFrame:
-    """Per study, setting and step: mean and std of every metric across seeds (for the figures)."""
-    frames = []
-    for study in bandit.BANDIT_STUDIES:
-        df = ctx.bandit(study)
-        if df is not None and len(df):
-            df = df.assign(phase=df["phase"].astype(object).fillna(""))
-            frames.append(mean_spread(df, ["study", "setting", "step", "phase"], [m for m in METRICS if m in df]))
-    empty = pd.DataFrame(columns=["study", "setting", "step", "phase", "n"])
-    return pd.concat(frames, ignore_index=True) if frames else empty
-
-
-def differences(settings: dict, against: dict) -> list[tuple[str, object, object]]:
-    """(key, value, other value) for every run setting but the seed where `settings` differ from `against`, by key."""
-    keys = sorted((set(settings) | set(against)) - {"seed"})
-    return [(k, settings.get(k), against.get(k)) for k in keys if settings.get(k) != against.get(k)]
-
-
-# roles set beside aggressive
-COMPARED_TO_FAILURE = (
-    "kl_clip",
-    "kl_epochs",
-    "kl_batch",
-    "clip_higher",
-    "remedy",
-    "entropy_bonus",
-    "temperature",
-    "clip_cov",
-    "kl_cov",
-)
-
-
-def _shown(value) -> str:
-    """A setting's value as the report prints it: "unset" for None (a CSV would read "None" back as missing)."""
-    return "unset" if value is None else str(value)
-
-
-def differences_table(ctx, role: dict[str, str]) -> pd.DataFrame:
-    """Per remedy compared with the failing setting of its cause (role kl_failing: the exploding KL; where a config runs
-    the entropy remedies, entropy_failing): each run setting it changes, from the config's expansion of the
-    experiment (seed 0's run of each variant)."""
-    spec = {run.spec.variant or "": run.spec.settings.as_dict() for run in reversed(ctx.experiment(EXPERIMENT))}
-    failing_of = {r: "kl_failing" if r in KL_ROLES else "entropy_failing" for r in COMPARED_TO_FAILURE}
-    rows = [
-        {
-            "role": r,
-            "variant": role[r],
-            "against": role[failing_of[r]],
-            "setting": key,
-            "value": _shown(value),
-            "failing": _shown(other),
-        }
-        for r in COMPARED_TO_FAILURE
-        if role.get(r) in spec and role.get(failing_of[r]) in spec
-        for key, value, other in differences(spec[role[r]], spec[role[failing_of[r]]])
-    ]
-    return pd.DataFrame(rows, columns=["role", "variant", "against", "setting", "value", "failing"])
-
-
-def gpt_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per variant: mean and std across seeds; n counts runs with a result, expected all of them."""
-    out = mean_spread(runs, ["variant"], GPT_MEASURES)
-    if len(runs):
-        g = runs.groupby("variant", sort=False)
-        out["n"] = out["variant"].map(g["status"].agg(lambda s: int(s.isin(["complete", "stopped_nonfinite"]).sum())))
-        out["expected"] = out["variant"].map(g.size())
-    return out
-
-
-def _seeds(df: pd.DataFrame, pooled: bool = False) -> pd.DataFrame:
-    """The per-seed rows of a bandit table, or (`pooled`) its rows with seed 'all', one per setting."""
-    return df[(df["seed"].astype(str) == "all") == pooled] if len(df) and "seed" in df else df
-
-
 def tables(ctx) -> dict[str, pd.DataFrame]:
     """The report's tables; the bandit tables claims read are declared in mathrl.analysis.measures.bandit_seeds."""
     runs = ctx.run_table("lab04_gpt_runs")
-    gpt = gpt_table(runs)
+    gpt = gpt_summary(runs)
     role = kit.roles(ctx.cfg, EXPERIMENT, ROLES) if len(runs) else {}
+    # each variant's run settings, those of its first run (seed 0): the runs are read last to first
+    settings = {run.spec.variant or "": run.spec.settings.as_dict() for run in reversed(ctx.experiment(EXPERIMENT))}
     named = role_of(role, (*ROLES, *KL_ROLES, *OTHER_ROLES, *COV_REMEDIES, *TABLE_REMEDIES))
     gpt.insert(1, "role", gpt["variant"].map(named).fillna("") if len(gpt) else [])
     return {
-        "lab04_gpt_differences": differences_table(ctx, role),
-        "lab04_local_optima": local_optima_table(ctx.bandit_table("lab04_entropy")),
-        "lab04_vanishing_points": vanishing_points(ctx),
-        "lab04_bandit_curves": bandit_curves(ctx),
+        "lab04_gpt_differences": differences_table(settings, role),
+        "lab04_local_optima": local_optima(ctx.bandit_table("lab04_entropy")),
+        "lab04_vanishing_points": vanishing_points(ctx.bandit_seeds("gradient_vanishing")),
+        "lab04_bandit_curves": bandit_curves([ctx.bandit(study) for study in bandit.BANDIT_STUDIES]),
         "lab04_gpt": gpt,
     }
 
@@ -183,19 +79,6 @@ def _bandit(t, study: str) -> pd.DataFrame:
     return c[c["study"] == study].sort_values("step", kind="stable") if "study" in c else pd.DataFrame()
 
 
-def seed_band(curves: pd.DataFrame, variant: str, metric: str) -> pd.DataFrame:
-    """Per step of one lab04_gpt variant: mean, std and n across seeds of `metric` (read from
-    the `curves` table); eval_accuracy starts at step 0 with the accuracy before RL."""
-    if curves.empty or metric not in curves:
-        return pd.DataFrame(columns=["step", "mean", "std", "n"])
-    c = curves.loc[(curves["experiment"] == EXPERIMENT) & (curves["variant"] == variant), ["run_id", "step", metric]]
-    if metric == "eval_accuracy":
-        first = curves.loc[c.index].drop_duplicates("run_id")
-        c = pd.concat([pd.DataFrame({"run_id": first["run_id"], "step": 0, metric: first["initial_eval"]}), c])
-    g = c.dropna(subset=[metric]).groupby("step")[metric]
-    return pd.DataFrame({"mean": g.mean(), "std": g.std(), "n": g.count()}).reset_index()
-
-
 def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     if ax.get_legend_handles_labels()[0]:
@@ -205,6 +88,22 @@ def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
 COMPARED = ("normal", "aggressive", *KL_ROLES, "clip_higher", "remedy", *COV_REMEDIES, *TABLE_REMEDIES)  # drawn
 ACTION_COLORS = (COLORS[4], COLORS[5], COLORS[9])  # the bandit's actions, in colours no setting of the panels uses
 STARTS = ("random_policy", "perfect_policy")  # GPT roles starting from a random or a near-perfect policy: drawn apart
+THRESHOLDS = ((1e-4, "document: < 1e-4 when homogeneous"), (1e-3, "document: > 1e-3 when diverse"))  # grad_norm's
+# The six-panel figure's bottom row, by step: (metric, title, y label, the document's thresholds) of each panel
+PHASE_PANELS = (
+    ("grad_norm", "Gradient norm (vanishing gradients)", "gradient norm (symlog)", THRESHOLDS),
+    ("reward_std", "Reward std within the batch", "reward std", ()),
+)
+# The GPT figure's panels: (the roles drawn, the metric, its title, its y label); the random and near-perfect starts
+# are drawn apart, since their entropy would stretch the axis
+STARTS_TITLE, ENTROPY_LABEL = "Random and near-perfect starts: ", "mean per-token entropy"
+GPT_PANELS = (
+    (COMPARED, "entropy", "Token entropy", ENTROPY_LABEL),
+    (COMPARED, "eval_accuracy", "Held-out accuracy (step 0: before RL)", "greedy exact-match accuracy"),
+    (COMPARED, "kl", "KL to the warm-up (the documents' alarm: 0.5)", "per-token KL (k3)"),
+    (STARTS, "frac_zero_std", STARTS_TITLE + "groups with equal rewards", "frac_zero_std"),
+    (STARTS, "entropy", STARTS_TITLE + "token entropy", ENTROPY_LABEL),
+)
 
 
 def _settings(ax, c: pd.DataFrame, metric: str, label: str) -> None:
@@ -241,12 +140,23 @@ def _horizon_panels(fig, cell, c: pd.DataFrame, metric: str, title: str, ylabel:
     return axes
 
 
-def _shade_homogeneous(ax, c: pd.DataFrame) -> None:
-    steps = c.drop_duplicates("step")
-    hom = steps.loc[steps["phase"] == "homogeneous", "step"].to_numpy()
-    cuts = np.where(np.diff(hom) > 1)[0]
-    for i, (a, b) in enumerate(zip(np.r_[hom[:1], hom[cuts + 1]], np.r_[hom[cuts], hom[-1:]])):
-        ax.axvspan(a - 0.5, b + 0.5, color="0.6", alpha=0.15, lw=0, label="homogeneous rewards" if i == 0 else None)
+def _phase_panel(ax, c: pd.DataFrame, metric: str, title: str, ylabel: str, lines: tuple) -> None:
+    """A metric of the gradient-vanishing study by step with its homogeneous phases shaded, one band per setting;
+    with `lines` (the document's thresholds: (y, label)) on a symlog axis, where exact zeros stay visible."""
+    if len(c):
+        steps = c.drop_duplicates("step")
+        hom = steps.loc[steps["phase"] == "homogeneous", "step"].to_numpy()
+        cuts = np.where(np.diff(hom) > 1)[0]
+        for i, (a, b) in enumerate(zip(np.r_[hom[:1], hom[cuts + 1]], np.r_[hom[cuts], hom[-1:]])):
+            ax.axvspan(a - 0.5, b + 0.5, color="0.6", alpha=0.15, lw=0, label="homogeneous rewards" if i == 0 else None)
+        _settings(ax, c, metric, metric.replace("_", " "))
+        if lines:
+            ax.set_yscale("symlog", linthresh=1e-6)
+        for y, name in lines:
+            ax.axhline(y, color="0.3", ls=":", lw=1, label=name)
+    else:
+        placeholder(ax, "no gradient-vanishing data")
+    _label(ax, title, "step", ylabel)
 
 
 def _probabilities(fig, cell, ec: pd.DataFrame) -> None:
@@ -275,21 +185,13 @@ def _probabilities(fig, cell, ec: pd.DataFrame) -> None:
 def six_panel(t) -> plt.Figure:
     fig = plt.figure(figsize=(15, 8.5))
     grid = fig.add_gridspec(2, 3)
-    a_grad, a_std, a_scatter = (fig.add_subplot(grid[1, k]) for k in range(3))
+    *phase_axes, a_scatter = (fig.add_subplot(grid[1, k]) for k in range(3))
     ec, gv, pts = _bandit(t, "entropy_collapse"), _bandit(t, "gradient_vanishing"), t["lab04_vanishing_points"]
     _horizon_panels(fig, grid[0, 0], ec, "entropy", "Policy entropy (entropy collapse)", "entropy (nats)")
     _probabilities(fig, grid[0, 1], ec)
     _horizon_panels(fig, grid[0, 2], ec, "loss", "Training loss", "loss")
-    for ax, metric in ((a_grad, "grad_norm"), (a_std, "reward_std")):
-        if len(gv):
-            _shade_homogeneous(ax, gv)
-            _settings(ax, gv, metric, metric.replace("_", " "))
-        else:
-            placeholder(ax, "no gradient-vanishing data")
-    if len(gv):
-        a_grad.set_yscale("symlog", linthresh=1e-6)  # exact zeros (equal rewards) stay visible
-        for y, name in ((1e-4, "document: < 1e-4 when homogeneous"), (1e-3, "document: > 1e-3 when diverse")):
-            a_grad.axhline(y, color="0.3", ls=":", lw=1, label=name)
+    for ax, panel in zip(phase_axes, PHASE_PANELS):
+        _phase_panel(ax, gv, *panel)
     if len(pts):
         for i, (phase, g) in enumerate(pts.groupby("phase")):
             label = f"{phase} ({len(g)} steps)"
@@ -297,8 +199,6 @@ def six_panel(t) -> plt.Figure:
         a_scatter.set_yscale("symlog", linthresh=1e-6)
     else:
         placeholder(a_scatter, "no gradient-vanishing data")
-    _label(a_grad, "Gradient norm (vanishing gradients)", "step", "gradient norm (symlog)")
-    _label(a_std, "Reward std within the batch", "step", "reward std")
     _label(a_scatter, "Gradient norm against reward std", "reward std", "gradient norm (symlog)")
     fig.suptitle(f"Lab 04 on the bandit: {BAND_NOTE}")
     fig.tight_layout()
@@ -315,7 +215,7 @@ def hacking_figure(t) -> plt.Figure:
         placeholder(left, "no reward-hacking bandit data")
     proxy = kit.row_of(t["lab04_gpt"], role="proxy").get("variant", "")
     lines = (("reward_mean", "training reward = proxy score", 3), ("accuracy", "exact-match accuracy (sampled)", 2))
-    series = [(seed_band(t["curves"], proxy, m), m, label, COLORS[k]) for m, label, k in lines]
+    series = [(kit.seed_band(t["curves"], EXPERIMENT, proxy, m), m, label, COLORS[k]) for m, label, k in lines]
     for s, metric, label, color in series:
         if len(s):
             table_band(right, s, metric, label, color, value="")
@@ -328,31 +228,22 @@ def hacking_figure(t) -> plt.Figure:
     return fig
 
 
-def _gpt_panel(t, names: list[str], metric: str, colour: dict, title: str, ylabel: str) -> dict:
+def _gpt_panel(t, names: list[str], colour: dict, metric: str, title: str, ylabel: str) -> dict:
     """The `bands` panel of one metric: a band per lab04_gpt variant of `names`, each in its colour."""
-    groups = [(v, seed_band(t["curves"], v, metric)) for v in names]
+    groups = [(v, kit.seed_band(t["curves"], EXPERIMENT, v, metric)) for v in names]
     colors, labels = [colour[v] for v in names], dict(title=title, ylabel=ylabel)
     return dict(groups=groups, metric=metric, empty="no lab04_gpt runs", value="", colors=colors, **labels)
 
 
 def gpt_figure(t) -> plt.Figure:
-    """Top: entropy, held-out accuracy and KL to the warm-up of the settings the section compares; bottom, apart
-    (their entropy would stretch the axis): the random and near-perfect starts."""
+    """Top: entropy, held-out accuracy and KL to the warm-up of the settings the section compares; bottom, apart: the
+    random and near-perfect starts (GPT_PANELS, each panel of the variants whose roles it draws)."""
     gpt = t["lab04_gpt"]
     variants = gpt["variant"].tolist() if "variant" in gpt else []
     role = dict(zip(variants, gpt["role"])) if "role" in gpt else {}
     colour = {v: COLORS[k % len(COLORS)] for k, v in enumerate(variants)}
-    compared = [v for v in variants if role.get(v) in COMPARED]
-    starts = [v for v in variants if role.get(v) in STARTS]
-    entropy, accuracy = "mean per-token entropy", "greedy exact-match accuracy"
-    starts_title = "Random and near-perfect starts: "
-    panels = [
-        _gpt_panel(t, compared, "entropy", colour, "Token entropy", entropy),
-        _gpt_panel(t, compared, "eval_accuracy", colour, "Held-out accuracy (step 0: before RL)", accuracy),
-        _gpt_panel(t, compared, "kl", colour, "KL to the warm-up (the documents' alarm: 0.5)", "per-token KL (k3)"),
-        _gpt_panel(t, starts, "frac_zero_std", colour, starts_title + "groups with equal rewards", "frac_zero_std"),
-        _gpt_panel(t, starts, "entropy", colour, starts_title + "token entropy", entropy),
-    ]
+    drawn = {roles: [v for v in variants if role.get(v) in roles] for roles in (COMPARED, STARTS)}
+    panels = [_gpt_panel(t, drawn[roles], colour, *panel) for roles, *panel in GPT_PANELS]
     fig = band_panels(panels, 2, 3, (16, 7.5), f"Lab 04 on the GPT: {BAND_NOTE}")
     fig.axes[2].axhline(0.5, color="0.3", ls=":", lw=1)
     fig.axes[3].set_ylim(-0.02, 1.02)  # a share
@@ -369,31 +260,19 @@ PARTS = ("entropy", "vanishing", "hacking", "gpt")  # the section's parts (the d
 SHOWN = ("local_optima", "vanishing", "hacking", "gpt", "gpt_differences")  # the lab04_ tables the template shows
 
 
-def part_summary(rows: list[dict]) -> str:
-    """A part's verdicts counted by outcome; its setup checks (no claims of the document) counted apart."""
-    setup = sum(r.get("kind") == "setup" for r in rows)
-    counts = {o: sum(r["outcome"] == o and r.get("kind") != "setup" for r in rows) for o in OUTCOMES}
-    summary = ", ".join(f"{k} {o}" for o, k in counts.items() if k) or "no verdicts"
-    return summary + (f"; and {setup} setup check{'s' * (setup != 1)}, not counted" if setup else "")
-
-
 def section(t) -> dict:
     """The verdicts per part and the rows the template's measured sentences and lab report read."""
     rows = section_verdicts.verdicts(t, NAME)
-    grouped = section_verdicts.by_part(rows)
     ent = t["lab04_entropy"]
     a, n = (kit.row_of(ent, setting=setting, seed="all") for setting in ("aggressive", "normal"))
     hack = kit.row_of(t["lab04_hacking"], seed="all")
     gpt = {r: kit.row_of(t["lab04_gpt"], role=r) for r in (*ROLES, *KL_ROLES, *OTHER_ROLES, *COV_REMEDIES)}
-    kept = n.get("final_policy_entropy", math.nan) - a.get(
-        "final_policy_entropy", math.nan
-    )  # by the normal setting over aggressive
+    # the entropy the normal setting kept beyond the aggressive one
+    kept = n.get("final_policy_entropy", math.nan) - a.get("final_policy_entropy", math.nan)
     bandit_ends = ("proxy_start", "proxy_end", "true_start", "true_end")
     gpt_ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
     return {
-        "parts": {
-            part: {"rows": grouped.get(part, []), "summary": part_summary(grouped.get(part, []))} for part in PARTS
-        },
+        "parts": kit.parts(rows, PARTS),
         "verdict_list": rows,
         "severity_definition": SEVERITY_DEFINITION,
         "bandit_window": BANDIT_WINDOW,
@@ -405,7 +284,7 @@ def section(t) -> dict:
         "normal": n,
         "vanishing": kit.row_of(t["lab04_vanishing"], seed="all"),
         "hacking": hack,
-        "aggressive_seeds": _seeds(ent)[lambda d: d["setting"] == "aggressive"]
+        "aggressive_seeds": seed_rows(ent)[lambda d: d["setting"] == "aggressive"]
         if len(ent)
         else pd.DataFrame(columns=["converged_to"]),
         "normal_keeps_more": bool(kept > 0) if known(kept) else None,
@@ -413,5 +292,5 @@ def section(t) -> dict:
         "gpt_hacked": hacked(*(gpt["proxy"].get(k, math.nan) for k in gpt_ends)),
         "gpt": gpt,
         "cov_remedies": COV_REMEDIES,
-        "tables": {"entropy_pooled": _seeds(ent, pooled=True), **{k: t[f"lab04_{k}"] for k in SHOWN}},
+        "tables": {"entropy_pooled": seed_rows(ent, pooled=True), **{k: t[f"lab04_{k}"] for k in SHOWN}},
     }
