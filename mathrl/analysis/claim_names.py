@@ -9,7 +9,7 @@ such name is checked against what exists, before anything runs, with a did-you-m
   in a module-level `RUN_TABLES = {table: {experiment, keys, measures, ...}}` of a module of
   `mathrl/analysis/measures/` (its columns: the keys, then the measures), a bandit table in a
   `BANDIT_TABLES = {table: {study, measures, spread, among}}` there (`bandit_columns`), `run_measures` and the few
-  tables a study makes itself in a `CLAIM_TABLES = {table: [columns]}` (of `measures/tables.py` or a
+  tables a study makes itself in a `CLAIM_TABLES = {table: [columns]}` (of a module of `measures/` or a
   study module under `mathrl/analysis/studies/`; `{grid}` stands for the experiments' grid keys,
   `{measures}` for the measures of every run). Those modules import pandas, matplotlib and torch;
   the declarations are read from their source instead (`module_constant`), so a configuration

@@ -65,6 +65,11 @@ class Context:
         path = layout.at(self.cfg, layout.SFT_SUMMARY, task=task, warmup=warmup)
         return read_json(path) if path.exists() else None
 
+    def sft_starts(self, task: str, warmup: int = 0) -> dict | None:
+        """A warm-up's further starts and their supervised controls (its starts.json, `mathrl sft --starts`)."""
+        path = layout.at(self.cfg, layout.SFT_STARTS, task=task, warmup=warmup)
+        return read_json(path) if path.is_file() else None
+
     def warmups(self, task: str) -> list[dict]:
         """The summaries of a task's warm-ups that exist, in warm-up order."""
         found = (self.sft(task, k) for k in range(layout.warmups(self.cfg, task)))
