@@ -253,10 +253,8 @@ def fig_curves(t) -> plt.Figure:
         colors = [COLORS[i % len(COLORS)] for i in range(len(groups))]
         labels = dict(title=f"{task} ({DOC[task]['config']})", ylabel="held-out accuracy", ylim=(0, 1))
         bands(ax, groups, "eval_accuracy", f"no data: the {task} runs are missing", colors=colors, **labels)
-        first: dict[str, tuple] = {}  # each start's colour: that of its first line drawn
-        for (st, _), (_, g), color in zip(keys, groups, colors):
-            if len(g):
-                first.setdefault(st, color)
+        drawn = [(st, color) for (st, _), (_, g), color in zip(keys, groups, colors) if len(g)]
+        first = {st: color for st, color in reversed(drawn)}  # each start's colour: that of its first line drawn
         controls(ax, t["system_starts"], task, d, first)
         lo, hi = kit.cell(res, "expected_low", task=task), kit.cell(res, "expected_high", task=task)
         if not math.isnan(lo):
