@@ -13,6 +13,7 @@ split (`pick_start`): the most-trained start still below the document's range.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -35,28 +36,29 @@ TITLE = "The math RL training system: configurations and results"
 DOCUMENT = "math-rl-training-system.md"
 
 ALGORITHMS = ("reinforce", "reinforce_no_baseline", "ppo", "grpo")
-ARCHITECTURE = ("n_layer", "n_head", "n_embd")
 # The document's configurations ("performance benchmarks", "configuration parameters"): config/documents.yaml
 FACTS = kit.document_facts("system")
 DOC, DOC_RL = FACTS["tasks"], FACTS["rl"]
-SETTING_NAMES = {
-    "n_layer": "layers",
-    "n_head": "attention heads",
-    "n_embd": "embedding dim",
-    "n_params": "parameters",
-    "sft_steps": "warm-up steps",
-    "sft_accuracy": "warm-up held-out accuracy",
-    "steps": "RL steps",
-    "lr": "learning rate",
-    "batch_size": "sequences per step",
-    "micro_batch_size": "sequences per micro-batch",
-    "group_size": "rollouts per prompt",
-    "grad_clip": "gradient clip (max norm)",
-    "weight_decay": "weight decay",
-    "adam_beta1": "Adam beta1",
-    "adam_beta2": "Adam beta2",
-    "temperature": "sampling temperature",
-    "baseline_decay": "REINFORCE baseline decay",
+# The settings the configurations table sets beside the document's: key -> (its label, where our value is read in the
+# warm-up's summary; None: a setting of the task's first REINFORCE run)
+SETTINGS = {
+    "n_layer": ("layers", "model.n_layer"),
+    "n_head": ("attention heads", "model.n_head"),
+    "n_embd": ("embedding dim", "model.n_embd"),
+    "n_params": ("parameters", "n_params"),
+    "sft_steps": ("warm-up steps", "steps"),
+    "sft_accuracy": ("warm-up held-out accuracy", "eval_accuracy"),
+    "steps": ("RL steps", None),
+    "lr": ("learning rate", None),
+    "batch_size": ("sequences per step", None),
+    "micro_batch_size": ("sequences per micro-batch", None),
+    "group_size": ("rollouts per prompt", None),
+    "grad_clip": ("gradient clip (max norm)", None),
+    "weight_decay": ("weight decay", None),
+    "adam_beta1": ("Adam beta1", None),
+    "adam_beta2": ("Adam beta2", None),
+    "temperature": ("sampling temperature", None),
+    "baseline_decay": ("REINFORCE baseline decay", None),
 }
 
 
@@ -67,36 +69,27 @@ def expected(task: str) -> tuple[float, float]:
 
 # ----------------------------------------------------------------------------- tables
 def configs_table(ctx, runs) -> pd.DataFrame:
-    """Per task: our model (from the warm-up summary) and RL settings beside the document's."""
+    """Per task: our model (from the warm-up summary) and RL settings (its first REINFORCE run's, with the sequences
+    of a backward pass on a rank) beside the document's, one row per setting of `SETTINGS`."""
     rows = []
     for task, doc in DOC.items():
         sft = ctx.sft(task) or {}
         spec = next((r for r in runs if r.settings["task"] == task and r.settings["algorithm"] == "reinforce"), None)
-        ours = {
-            **{k: sft.get("model", {}).get(k) for k in ARCHITECTURE},
-            "n_params": sft.get("n_params"),
-            "sft_steps": sft.get("steps"),
-            "sft_accuracy": sft.get("eval_accuracy"),
-        }
-        if spec:  # its settings, and the sequences of a backward pass on a rank
-            ours |= {
-                **{k: spec.settings[k] for k in DOC_RL},
-                "micro_batch_size": training_system.micro_batch_sequences(spec),
-            }
-        preset = sft.get("settings", {}).get("preset", "missing")
+        rl = {**spec.settings, "micro_batch_size": training_system.micro_batch_sequences(spec)} if spec else {}
         theirs = {**doc, **DOC_RL}
-        rows += [
-            {
-                "task": task,
-                "config": doc["config"],
-                "preset": preset,
-                "key": key,
-                "setting": label,
-                "ours": math.nan if ours.get(key) is None else float(ours[key]),
-                "document": float(theirs.get(key, math.nan)),
-            }
-            for key, label in SETTING_NAMES.items()
-        ]
+        for key, (label, path) in SETTINGS.items():
+            ours = functools.reduce(lambda d, k: (d or {}).get(k), path.split("."), sft) if path else rl.get(key)
+            rows.append(
+                {
+                    "task": task,
+                    "config": doc["config"],
+                    "preset": sft.get("settings", {}).get("preset", "missing"),
+                    "key": key,
+                    "setting": label,
+                    "ours": math.nan if ours is None else float(ours),
+                    "document": float(theirs.get(key, math.nan)),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -332,7 +325,7 @@ def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:
     )
     wide.columns = [f"{task}_{side}" for side, task in wide.columns]
     wide = wide.reindex(list(dict.fromkeys(cfgs["key"]))).reset_index()
-    wide.insert(0, "setting", wide["key"].map(SETTING_NAMES))
+    wide.insert(0, "setting", wide["key"].map(dict(zip(cfgs["key"], cfgs["setting"]))))
     return wide
 
 
