@@ -308,3 +308,12 @@ def test_the_curves_figure_sets_each_start_s_supervised_control_beside_its_rl_li
         assert control.get_color() == lines[f"reinforce from {start}"].get_color()
     assert "supervised control from start_30 (as many samples)" in [t.get_text() for t in add.get_legend().get_texts()]
     matplotlib.pyplot.close(fig)
+
+
+def test_the_context_reads_each_warm_ups_starts_and_summary(study_config):
+    cfg = study_config("warmup_starts", {}, sft={"add": {"band": [0.3, 0.9], "warmups": 3}})
+    write_json(cfg, "sft/add/w0/starts/starts.json", STARTS)
+    write_json(cfg, "sft/add/w1/summary.json", {"steps": 425})
+    ctx = Context(cfg)
+    assert ctx.sft_starts("add") == [(STARTS, None), (None, {"steps": 425}), (None, None)]
+    assert ctx.sft_starts("sub") == []  # a task the config does not warm up

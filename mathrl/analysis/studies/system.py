@@ -93,13 +93,6 @@ def configs_table(ctx, runs) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# ----------------------------------------------------------------------------- starts
-def read_starts(ctx, task: str) -> dict:
-    """The starts and supervised controls of a task over its warm-ups (`training_system.warmup_starts`)."""
-    n = layout.warmups(ctx.cfg, task) if task in ctx.cfg["sft"] else 0  # (a config without the task)
-    return training_system.warmup_starts(ctx.cfg, task, [(ctx.sft_starts(task, k), ctx.sft(task, k)) for k in range(n)])
-
-
 def starts_table(starts: dict[str, dict], start_runs: pd.DataFrame) -> pd.DataFrame:
     """Per task and start: its warm-ups (`training_system.start_columns`); REINFORCE's and the supervised control's
     final accuracy (95% t intervals over warm-ups) and RL − control (paired by warm-up)."""
@@ -187,7 +180,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = ctx.experiment("system")
     per_run = ctx.run_table("system_runs")
     per_run.insert(1, "start", [training_system.start_of(ctx.cfg, ctx.runs[i].settings) for i in per_run["run_id"]])
-    starts = {task: read_starts(ctx, task) for task in DOC}
+    starts = {task: training_system.warmup_starts(ctx.cfg, task, ctx.sft_starts(task)) for task in DOC}
     start_runs = training_system.start_runs(per_run, starts, {task: expected(task)[0] for task in DOC})
     return {
         "system_configs": configs_table(ctx, runs),
