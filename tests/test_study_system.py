@@ -7,6 +7,7 @@ from pathlib import Path
 import matplotlib
 import pytest
 
+from mathrl.analysis.measures import training_system
 from mathrl.analysis.report import environment
 from mathrl.analysis.studies import system
 from mathrl.analysis.study_inputs import Context, Tables
@@ -139,31 +140,11 @@ def test_curves_console_criteria(results):
     assert k.loc["mul_accuracy"].kind == "document" and k.loc["add_accuracy"].p_holm >= k.loc["add_accuracy"].p_value
 
 
-def test_sequences_per_micro_batch():
-    assert system.per_micro_batch({"micro_batch_size": 64, "batch_size": 512}) == 64
-    assert system.per_micro_batch({"micro_batch_size": 0, "batch_size": 512}) == 512
-    assert system.per_micro_batch({"micro_batch_size": 0, "batch_size": 512}, world_size=2) == 256  # each rank's share
-
-
 def test_verdict_functions():
     assert (
         system.reached(0.9, 0.9) is True
         and system.reached(0.89, 0.9) is False
         and system.reached(math.nan, 0.9) is None
-    )
-    row = {
-        "step": 3,
-        "policy_loss": 0.5,
-        "accuracy": 0.25,
-        "reward_mean": 0.25,
-        "lr": 3e-4,
-        "entropy": 0.1,
-        "kl": 0.0,
-        "eval_accuracy": math.nan,
-    }
-    assert (
-        system.console_line(row, 10)
-        == "Step 3/10 | Loss 0.500 | Acc 0.250 | Reward 0.250 | LR 3.00e-04 | Ent 0.100 | KL 0.0000"
     )
 
 
@@ -244,15 +225,6 @@ def test_no_experiment(cfg, tmp_path):
 
 
 # ---- starts: RL and the supervised control from the warm-up's band and from a further start -------------------------
-def test_pick_start_reads_the_validation_split_alone():
-    assert (
-        system.pick_start({"start_30": 0.31, "start_70": 0.72, "start_85": 0.86}, 0.80) == "start_70"
-    )  # most-trained below 80%
-    assert system.pick_start({"start_30": 0.31, "start_85": 0.86}, 0.90) == "start_85"
-    assert system.pick_start({"start_85": 0.91, "start_95": 0.96}, 0.90) == "start_85"  # none below: the least trained
-    assert system.pick_start({"start_30": math.nan}, 0.90) == "start_30" and system.pick_start({}, 0.9) is None
-
-
 STARTS = {"starts": [
     {"start": "start_30", "threshold": 0.3, "sft_steps": 425, "val_accuracy": 0.32, "test_accuracy": 0.30,
      "reached": True},
@@ -318,7 +290,7 @@ def test_the_control_sees_an_rl_runs_samples_and_every_start_is_saved(files):
         controls = len(sft["control_seeds"]) * sft["warmups"]  # one control per warm-up and control seed
         assert controls >= 5 and len(cfg["experiments"]["system"]["seeds"]) >= 5
         if s["init"] is not None:
-            assert s["init"] in {system.start_of(cfg, {"task": s["task"], "init": None})} | {
+            assert s["init"] in {training_system.start_of(cfg, {"task": s["task"], "init": None})} | {
                 f"start_{round(100 * x)}" for x in sft["starts"]
             }
 
@@ -336,3 +308,12 @@ def test_the_curves_figure_sets_each_start_s_supervised_control_beside_its_rl_li
         assert control.get_color() == lines[f"reinforce from {start}"].get_color()
     assert "supervised control from start_30 (as many samples)" in [t.get_text() for t in add.get_legend().get_texts()]
     matplotlib.pyplot.close(fig)
+
+
+def test_the_context_reads_each_warm_ups_starts_and_summary(study_config):
+    cfg = study_config("warmup_starts", {}, sft={"add": {"band": [0.3, 0.9], "warmups": 3}})
+    write_json(cfg, "sft/add/w0/starts/starts.json", STARTS)
+    write_json(cfg, "sft/add/w1/summary.json", {"steps": 425})
+    ctx = Context(cfg)
+    assert ctx.sft_starts("add") == [(STARTS, None), (None, {"steps": 425}), (None, None)]
+    assert ctx.sft_starts("sub") == []  # a task the config does not warm up

@@ -65,6 +65,15 @@ class Context:
         path = layout.at(self.cfg, layout.SFT_SUMMARY, task=task, warmup=warmup)
         return read_json(path) if path.exists() else None
 
+    def sft_starts(self, task: str) -> list[tuple[dict | None, dict | None]]:
+        """Per warm-up of a task the config warms up: its further starts and their supervised controls (its
+        starts.json, `mathrl sft --starts`) and its summary, each None where not written."""
+        found = []
+        for k in range(layout.warmups(self.cfg, task) if task in self.cfg.get("sft", {}) else 0):
+            path = layout.at(self.cfg, layout.SFT_STARTS, task=task, warmup=k)
+            found.append((read_json(path) if path.is_file() else None, self.sft(task, k)))
+        return found
+
     def warmups(self, task: str) -> list[dict]:
         """The summaries of a task's warm-ups that exist, in warm-up order."""
         found = (self.sft(task, k) for k in range(layout.warmups(self.cfg, task)))

@@ -13,6 +13,7 @@ split (`pick_start`): the most-trained start still below the document's range.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -24,40 +25,40 @@ from matplotlib.transforms import blended_transform_factory
 import mathrl.analysis.kit as kit
 from mathrl.analysis import section_verdicts
 from mathrl.analysis.figure_style import BAND_NOTE, COLORS, SHARE, bands, placeholder
+from mathrl.analysis.measures import training_system
 from mathrl.analysis.measures.series import known
-from mathrl.analysis.measures.training_system import STATS
-from mathrl.analysis.results import mean_spread, read_json
+from mathrl.analysis.results import mean_spread
 from mathrl.analysis.verdict import difference, mean_interval, t_halfwidth
 from mathrl.pipeline import layout
-from mathrl.pipeline.console import console_line
 
 NAME = "system"
 TITLE = "The math RL training system: configurations and results"
 DOCUMENT = "math-rl-training-system.md"
 
 ALGORITHMS = ("reinforce", "reinforce_no_baseline", "ppo", "grpo")
-ARCHITECTURE = ("n_layer", "n_head", "n_embd")
 # The document's configurations ("performance benchmarks", "configuration parameters"): config/documents.yaml
 FACTS = kit.document_facts("system")
 DOC, DOC_RL = FACTS["tasks"], FACTS["rl"]
-SETTING_NAMES = {
-    "n_layer": "layers",
-    "n_head": "attention heads",
-    "n_embd": "embedding dim",
-    "n_params": "parameters",
-    "sft_steps": "warm-up steps",
-    "sft_accuracy": "warm-up held-out accuracy",
-    "steps": "RL steps",
-    "lr": "learning rate",
-    "batch_size": "sequences per step",
-    "micro_batch_size": "sequences per micro-batch",
-    "group_size": "rollouts per prompt",
-    "grad_clip": "gradient clip (max norm)",
-    "weight_decay": "weight decay",
-    "adam_beta1": "Adam beta1",
-    "adam_beta2": "Adam beta2",
-    "temperature": "sampling temperature",
-    "baseline_decay": "REINFORCE baseline decay",
+# The settings the configurations table sets beside the document's: key -> (its label, where our value is read in the
+# warm-up's summary; None: a setting of the task's first REINFORCE run)
+SETTINGS = {
+    "n_layer": ("layers", "model.n_layer"),
+    "n_head": ("attention heads", "model.n_head"),
+    "n_embd": ("embedding dim", "model.n_embd"),
+    "n_params": ("parameters", "n_params"),
+    "sft_steps": ("warm-up steps", "steps"),
+    "sft_accuracy": ("warm-up held-out accuracy", "eval_accuracy"),
+    "steps": ("RL steps", None),
+    "lr": ("learning rate", None),
+    "batch_size": ("sequences per step", None),
+    "micro_batch_size": ("sequences per micro-batch", None),
+    "group_size": ("rollouts per prompt", None),
+    "grad_clip": ("gradient clip (max norm)", None),
+    "weight_decay": ("weight decay", None),
+    "adam_beta1": ("Adam beta1", None),
+    "adam_beta2": ("Adam beta2", None),
+    "temperature": ("sampling temperature", None),
+    "baseline_decay": ("REINFORCE baseline decay", None),
 }
 
 
@@ -67,147 +68,42 @@ def expected(task: str) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------- tables
-def per_micro_batch(settings: dict, world_size: int = 1) -> float:
-    """Sequences per backward pass on a rank: micro_batch_size, or with 0 (no accumulation) the rank's whole batch."""
-    return float(settings["micro_batch_size"] or settings["batch_size"] // max(1, world_size))
-
-
 def configs_table(ctx, runs) -> pd.DataFrame:
-    """Per task: our model (from the warm-up summary) and RL settings beside the document's."""
+    """Per task: our model (from the warm-up summary) and RL settings (its first REINFORCE run's, with the sequences
+    of a backward pass on a rank) beside the document's, one row per setting of `SETTINGS`."""
     rows = []
     for task, doc in DOC.items():
         sft = ctx.sft(task) or {}
         spec = next((r for r in runs if r.settings["task"] == task and r.settings["algorithm"] == "reinforce"), None)
-        ours = {
-            **{k: sft.get("model", {}).get(k) for k in ARCHITECTURE},
-            "n_params": sft.get("n_params"),
-            "sft_steps": sft.get("steps"),
-            "sft_accuracy": sft.get("eval_accuracy"),
-            **{k: spec.settings[k] for k in DOC_RL if spec},
-        }
-        if spec:
-            world = ((spec.summary or {}).get("resolved") or {}).get("world_size", 1)
-            ours["micro_batch_size"] = per_micro_batch(spec.settings, world)
-        preset = sft.get("settings", {}).get("preset", "missing")
+        rl = {**spec.settings, "micro_batch_size": training_system.micro_batch_sequences(spec)} if spec else {}
         theirs = {**doc, **DOC_RL}
-        rows += [
-            {
-                "task": task,
-                "config": doc["config"],
-                "preset": preset,
-                "key": key,
-                "setting": label,
-                "ours": math.nan if ours.get(key) is None else float(ours[key]),
-                "document": float(theirs.get(key, math.nan)),
-            }
-            for key, label in SETTING_NAMES.items()
-        ]
+        for key, (label, path) in SETTINGS.items():
+            ours = functools.reduce(lambda d, k: (d or {}).get(k), path.split("."), sft) if path else rl.get(key)
+            rows.append(
+                {
+                    "task": task,
+                    "config": doc["config"],
+                    "preset": sft.get("settings", {}).get("preset", "missing"),
+                    "key": key,
+                    "setting": label,
+                    "ours": math.nan if ours is None else float(ours),
+                    "document": float(theirs.get(key, math.nan)),
+                }
+            )
     return pd.DataFrame(rows)
 
 
-# ----------------------------------------------------------------------------- starts
-SUPERVISED = "supervised"  # the control's `algorithm` in system_start_runs
-
-
-def band_start(cfg: dict, task: str) -> str:
-    """The name of the warm-up band's start (`start_30` for band [0.3, 0.6])."""
-    return f"start_{round(100 * cfg['sft'][task]['band'][0])}"
-
-
-def start_of(cfg: dict, settings: dict) -> str:
-    """The start a run trains from: its `init: start_PCT`, or the band's for the warm-up checkpoint."""
-    init = settings.get("init")
-    return init if layout.is_start(init) else band_start(cfg, settings["task"]) if init is None else str(init)
-
-
-def read_starts(ctx, task: str) -> dict:
-    """The starts and supervised controls of a task over its warm-ups (each warm-up's starts.json, `mathrl sft
-    --starts`; a warm-up without one gives its band's start alone, from its summary), each row with its `warmup`."""
-    starts, controls = [], []
-    for k in range(layout.warmups(ctx.cfg, task) if task in ctx.cfg["sft"] else 0):  # (a config without the task)
-        path = layout.at(ctx.cfg, layout.SFT_STARTS, task=task, warmup=k)
-        if path.is_file():
-            data = read_json(path)
-            starts += [{**st, "warmup": k} for st in data["starts"]]
-            controls += [{**c, "warmup": k} for c in data["controls"]]
-            continue
-        sft = ctx.sft(task, k) or {}
-        if sft:
-            starts.append(
-                {
-                    "start": band_start(ctx.cfg, task),
-                    "threshold": ctx.cfg["sft"][task]["band"][0],
-                    "sft_steps": sft.get("steps", math.nan),
-                    "val_accuracy": sft.get("val_accuracy", math.nan),
-                    "test_accuracy": sft.get("eval_accuracy", math.nan),
-                    "reached": sft.get("reached"),
-                    "warmup": k,
-                }
-            )
-    return {"starts": starts, "controls": controls}
-
-
-def pick_start(val_accuracy: dict[str, float], low: float) -> str | None:
-    """The start the document's range is judged at, chosen on the validation split alone: the
-    most-trained start whose validation accuracy is still below the range's lower end (RL has
-    the range left to reach), else the least-trained one. A lone start is picked whatever its
-    reading; None where no start, or several without a validation reading."""
-    known = {k: v for k, v in val_accuracy.items() if v == v or len(val_accuracy) == 1}
-    below = {k: v for k, v in known.items() if v < low}
-    return max(below, key=below.get) if below else min(known, key=known.get, default=None)
-
-
-def start_runs_table(ctx, per_run: pd.DataFrame) -> pd.DataFrame:
-    """Per seed, RL (each algorithm) and the supervised control from every start of every warm-up, with `cell`
-    (task_start) and `picked` ("yes" at the start the document's range is judged at)."""
-    cols = CLAIM_TABLES["system_start_runs"]
-    rl = per_run[per_run["final_eval"].notna()]
-    starts = {task: read_starts(ctx, task) for task in DOC}
-    # the supervised control's rows, in RL's columns
-    sup = pd.DataFrame(
-        [
-            {
-                "task": task,
-                "start": c["start"],
-                "algorithm": SUPERVISED,
-                "seed": c["seed"],
-                "warmup": c["warmup"],
-                "initial_eval": c["initial_test"],
-                "final_eval": c["final_test"],
-                "gain": c["final_test"] - c["initial_test"],
-            }
-            for task in DOC
-            for c in starts[task]["controls"]
-        ]
-    )
-    frames = [f for f in (rl, sup) if len(f)]
-    if not frames:
-        return pd.DataFrame(columns=cols)
-    out = pd.concat(frames, ignore_index=True)
-    val = {(task, st["start"], st["warmup"]): st["val_accuracy"] for task in DOC for st in starts[task]["starts"]}
-    out["start_val"] = [val.get((t, st, w), math.nan) for t, st, w in zip(out["task"], out["start"], out["warmup"])]
-    out["cell"] = out["task"] + "_" + out["start"]
-    mean_val = out.groupby(["task", "start"])["start_val"].mean()
-    picked = {
-        task: pick_start({st: mean_val.get((task, st), math.nan) for st in g["start"].unique()}, expected(task)[0])
-        for task, g in out[out["algorithm"] != SUPERVISED].groupby("task")
-    }
-    out["picked"] = ["yes" if picked.get(t) == st else "no" for t, st in zip(out["task"], out["start"])]
-    return out.reindex(columns=cols)  # the controls' rows have no lowest_change: two evaluations, no path
-
-
-def starts_table(ctx, start_runs: pd.DataFrame) -> pd.DataFrame:
-    """Per task and start: its validation and test accuracy and warm-up steps (means over the warm-ups, with the
-    lowest and highest test accuracy); REINFORCE's and the supervised control's final accuracy (95% t intervals
-    over warm-ups) and RL − control (paired by warm-up)."""
+def starts_table(starts: dict[str, dict], start_runs: pd.DataFrame) -> pd.DataFrame:
+    """Per task and start: its warm-ups (`training_system.start_columns`); REINFORCE's and the supervised control's
+    final accuracy (95% t intervals over warm-ups) and RL − control (paired by warm-up)."""
     rows = []
-    for task in DOC:
-        table = pd.DataFrame(read_starts(ctx, task)["starts"])
+    for task, found in starts.items():
+        table = pd.DataFrame(found["starts"])
         for name, group in table.groupby("start", sort=False) if len(table) else []:
             d = start_runs[(start_runs["task"] == task) & (start_runs["start"] == name)]
             rl, sup = (
                 g.groupby("warmup")["final_eval"].mean().to_dict()  # a warm-up's mean over its runs
-                for g in (d[d["algorithm"] == a] for a in ("reinforce", SUPERVISED))
+                for g in (d[d["algorithm"] == a] for a in ("reinforce", training_system.SUPERVISED))
             )
             if not rl and not sup:
                 continue
@@ -216,14 +112,7 @@ def starts_table(ctx, start_runs: pd.DataFrame) -> pd.DataFrame:
                 {
                     "task": task,
                     "start": name,
-                    "threshold": group["threshold"].iloc[0],
-                    "warmups": len(group),
-                    "warm_up_steps": group["sft_steps"].mean(),
-                    "start_val": group["val_accuracy"].mean(),
-                    "start_test": group["test_accuracy"].mean(),
-                    "start_test_min": group["test_accuracy"].min(),
-                    "start_test_max": group["test_accuracy"].max(),
-                    "reached": bool(group["reached"].fillna(False).astype(bool).all()),
+                    **training_system.start_columns(group),
                     "picked": (d["picked"] == "yes").any(),
                     "expected_low": expected(task)[0],
                     "expected_high": expected(task)[1],
@@ -252,7 +141,7 @@ def reached(final_mean: float, low: float) -> bool | None:
 
 def results_table(runs, per_run: pd.DataFrame) -> pd.DataFrame:
     by = ["task", "start", "algorithm"]
-    out = mean_spread(per_run, by, STATS)  # n counts runs with a final evaluation
+    out = mean_spread(per_run, by, training_system.STATS)  # n counts runs with a final evaluation
     out = kit.add_intervals(out, ["final_eval", "gain"], bounds={"final_eval": SHARE})
     out.insert(3, "n_runs", per_run.groupby(by, sort=False).size().values)
     out = kit.add_outcomes(out, per_run, by)
@@ -266,7 +155,9 @@ def results_table(runs, per_run: pd.DataFrame) -> pd.DataFrame:
 def curves_table(runs, cfg: dict) -> pd.DataFrame:
     """Held-out accuracy per task, start, algorithm and evaluation step (step 0: before RL)."""
     frames = [
-        r.evals.assign(task=r.settings["task"], start=start_of(cfg, r.settings), algorithm=r.settings["algorithm"])
+        r.evals.assign(
+            task=r.settings["task"], start=training_system.start_of(cfg, r.settings), algorithm=r.settings["algorithm"]
+        )
         for r in runs
         if r.ok
     ]
@@ -274,79 +165,49 @@ def curves_table(runs, cfg: dict) -> pd.DataFrame:
 
 
 def console_table(ctx, runs) -> pd.DataFrame:
-    """Per task and algorithm, the last console line of its first run with a result: from the
-    run's log when there is one, else rebuilt from its last metrics row."""
+    """Per task and algorithm, the last console line of its first run with a result (`training_system.console_of`)."""
     rows = []
     first = {(r.settings["task"], r.settings["algorithm"]): r for r in reversed(runs) if r.ok}  # each pair's first run
     for task, algorithm in (k for k in itertools.product(DOC, ALGORITHMS) if k in first):
         run = first[task, algorithm]
         log = ctx.run_file(run, layout.STAGES["train"].log)
-        text = log.read_text(errors="replace").splitlines() if log.is_file() else []
-        lines = [x.strip() for x in text if x.startswith("Step ")]
-        rebuilt = console_line(run.metrics.iloc[-1].to_dict(), run.settings["steps"])
-        line, source = (lines[-1], "log") if lines else (rebuilt, "metrics.csv")
+        line, source = training_system.console_of(run, log.read_text(errors="replace") if log.is_file() else "")
         rows.append(dict(task=task, algorithm=algorithm, run_id=run.spec.run_id, source=source, line=line))
     return pd.DataFrame(rows, columns=["task", "algorithm", "run_id", "source", "line"])
-
-
-# The table claims read, and its columns, stated once: the table is made with them, and mathrl.analysis.claim_names
-# reads this assignment from the source (without importing the module) to check a claim's names when the config is
-# read. Beside the runs (the run table system_runs) it holds the supervised controls, which are no runs of the
-# experiment (each warm-up's starts.json).
-CLAIM_TABLES = {
-    "system_start_runs": [
-        "task",
-        "start",
-        "cell",
-        "algorithm",
-        "seed",
-        "warmup",
-        "initial_eval",
-        "final_eval",
-        "gain",
-        "lowest_change",
-        "roughness",
-        "start_val",
-        "picked",
-    ],
-}
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
     runs = ctx.experiment("system")
     per_run = ctx.run_table("system_runs")
-    per_run.insert(1, "start", [start_of(ctx.cfg, ctx.runs[i].settings) for i in per_run["run_id"]])
-    start_runs = start_runs_table(ctx, per_run)
+    per_run.insert(1, "start", [training_system.start_of(ctx.cfg, ctx.runs[i].settings) for i in per_run["run_id"]])
+    starts = {task: training_system.warmup_starts(ctx.cfg, task, ctx.sft_starts(task)) for task in DOC}
+    start_runs = training_system.start_runs(per_run, starts, {task: expected(task)[0] for task in DOC})
     return {
         "system_configs": configs_table(ctx, runs),
         "system_results": results_table(runs, per_run),
         "system_curves": curves_table(runs, ctx.cfg),
         "system_console": console_table(ctx, runs),
         "system_start_runs": start_runs,
-        "system_starts": starts_table(ctx, start_runs),
+        "system_starts": starts_table(starts, start_runs),
     }
 
 
 # ----------------------------------------------------------------------------- figures
+RANGE_BAR = {"color": "0.45", "lw": 6, "solid_capstyle": "butt"}  # the document's expected range
+CONTROL_MARK = {"fmt": "D", "ms": 6, "markeredgecolor": "black", "capsize": 3, "zorder": 4}  # a supervised control
+
+
 def target(ax, lo: float, hi: float, last_step: float) -> None:
     """The document's expected range, at the document's step: a bar there when the runs reach it,
     else a bar at the right edge of the axes, labelled with the step it belongs to."""
     step = DOC_RL["steps"]
     label = f"document: {lo:.0%}–{hi:.0%} at step {step}"
     if known(last_step) and last_step >= step:
-        ax.plot([step, step], [lo, hi], color="0.45", lw=6, solid_capstyle="butt", label=label)
+        ax.plot([step, step], [lo, hi], label=label, **RANGE_BAR)
         return
     edge = blended_transform_factory(ax.transAxes, ax.transData)  # x in axes fractions, y in accuracy
-    ax.plot(
-        [0.985, 0.985],
-        [lo, hi],
-        color="0.45",
-        lw=6,
-        solid_capstyle="butt",
-        transform=edge,
-        clip_on=False,
-        label=f"{label} (beyond these {last_step:g} steps)" if known(last_step) else label,
-    )
+    beyond = f"{label} (beyond these {last_step:g} steps)" if known(last_step) else label
+    ax.plot([0.985, 0.985], [lo, hi], transform=edge, clip_on=False, label=beyond, **RANGE_BAR)
     ax.text(0.97, hi, f"step {step}", transform=edge, ha="right", va="bottom", fontsize=7, color="0.3")
 
 
@@ -360,19 +221,10 @@ def controls(ax, starts: pd.DataFrame, task: str, curves: pd.DataFrame, colors: 
         if not known(r.sup_final) or steps.empty:
             continue
         lo, hi = (r.sup_lo, r.sup_hi) if known(r.sup_lo, r.sup_hi) else (r.sup_final, r.sup_final)
-        x = float(steps.max())
-        color = colors.get(r.start, "0.2")
+        err = [[r.sup_final - lo], [hi - r.sup_final]]
+        label = f"supervised control from {r.start} (as many samples)"
         ax.errorbar(
-            [x],
-            [r.sup_final],
-            yerr=[[r.sup_final - lo], [hi - r.sup_final]],
-            fmt="D",
-            ms=6,
-            color=color,
-            markeredgecolor="black",
-            capsize=3,
-            zorder=4,
-            label=f"supervised control from {r.start} (as many samples)",
+            [float(steps.max())], [r.sup_final], yerr=err, color=colors.get(r.start, "0.2"), label=label, **CONTROL_MARK
         )
 
 
@@ -387,10 +239,8 @@ def fig_curves(t) -> plt.Figure:
         colors = [COLORS[i % len(COLORS)] for i in range(len(groups))]
         labels = dict(title=f"{task} ({DOC[task]['config']})", ylabel="held-out accuracy", ylim=(0, 1))
         bands(ax, groups, "eval_accuracy", f"no data: the {task} runs are missing", colors=colors, **labels)
-        first: dict[str, tuple] = {}  # each start's colour: that of its first line drawn
-        for (st, _), (_, g), color in zip(keys, groups, colors):
-            if len(g):
-                first.setdefault(st, color)
+        drawn = [(st, color) for (st, _), (_, g), color in zip(keys, groups, colors) if len(g)]
+        first = {st: color for st, color in reversed(drawn)}  # each start's colour: that of its first line drawn
         controls(ax, t["system_starts"], task, d, first)
         lo, hi = kit.cell(res, "expected_low", task=task), kit.cell(res, "expected_high", task=task)
         if not math.isnan(lo):
@@ -468,7 +318,7 @@ def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:
     )
     wide.columns = [f"{task}_{side}" for side, task in wide.columns]
     wide = wide.reindex(list(dict.fromkeys(cfgs["key"]))).reset_index()
-    wide.insert(0, "setting", wide["key"].map(SETTING_NAMES))
+    wide.insert(0, "setting", wide["key"].map(dict(zip(cfgs["key"], cfgs["setting"]))))
     return wide
 
 
