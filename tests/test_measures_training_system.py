@@ -144,3 +144,34 @@ def test_start_runs_sets_the_controls_beside_the_runs_and_picks_a_start():
     assert out.loc[("start_30", "reinforce")].start_val == 0.32 and control.start_val == 0.86
     assert set(out[out.picked == "yes"].index.get_level_values("start")) == {"start_85"}  # 0.86 < 0.90: below
     assert ts.start_runs(per_run.iloc[:0], {"add": {"starts": [], "controls": []}}, {"add": 0.9}).empty
+
+
+def test_a_start_s_summary_over_warm_ups_sets_rl_beside_its_supervised_control():
+    start = {"threshold": 0.3, "sft_steps": 100, "val_accuracy": 0.3, "test_accuracy": 0.32, "reached": True}
+    starts = {
+        "add": {
+            "starts": [
+                {**start, "start": name, "warmup": w} for name in ("start_30", "start_85", "start_90") for w in (0, 1)
+            ]
+        }
+    }
+    runs = pd.DataFrame(
+        {
+            "task": "add",
+            "start": ["start_30"] * 5 + ["start_85"],
+            "algorithm": ["reinforce"] * 3 + [ts.SUPERVISED] * 3,
+            "warmup": [0, 0, 1, 0, 1, 0],
+            "final_eval": [0.5, 0.7, 0.8, 0.4, 0.5, 0.9],
+            "picked": ["yes"] * 5 + ["no"],
+        }
+    )
+    out = ts.start_summary(starts, runs, {"add": (0.9, 0.95)}).set_index("start")
+    assert list(out.index) == ["start_30", "start_85"]  # a start without runs is left out
+    first = out.loc["start_30"]
+    assert first.warmups == 2 and first.picked and (first.expected_low, first.expected_high) == (0.9, 0.95)
+    assert (first.rl_n, first.rl_final, first.sup_n, first.sup_final) == pytest.approx((2, 0.7, 2, 0.45))  # 0.6, 0.8
+    assert first.rl_minus_sup == pytest.approx(0.25) and first.rl_minus_sup_lo < 0.25 < first.rl_minus_sup_hi
+    assert first.rl_hi <= 1.0 and first.sup_lo >= 0.0  # accuracies' intervals within [0, 1]
+    alone = out.loc["start_85"]  # one control on one warm-up: no interval, no difference
+    assert alone.rl_n == 0 and alone.sup_n == 1 and alone.sup_final == 0.9 and math.isnan(alone.sup_lo)
+    assert math.isnan(alone.rl_minus_sup) and not alone.picked

@@ -16,7 +16,16 @@ import pandas as pd
 from mathrl.analysis.measures.series import known
 from mathrl.analysis.results import mean_spread
 from mathrl.analysis.section_verdicts import by_part
-from mathrl.analysis.verdict import OUTCOMES, Estimate, difference, mean_interval, t_halfwidth, wilson
+from mathrl.analysis.verdict import (
+    NO_DIFFERENCE,
+    OUTCOMES,
+    Estimate,
+    difference,
+    estimate_columns,
+    mean_interval,
+    t_halfwidth,
+    wilson,
+)
 from mathrl.pipeline.config import ROOT, point_label, read_yaml
 from mathrl.pipeline.errors import ConfigError
 from mathrl.pipeline.layout import DOCUMENTS_FILE
@@ -122,9 +131,6 @@ def add_intervals(
     return out
 
 
-NO_DIFFERENCE = Estimate(NAN, NAN, NAN, 0, "paired")  # a paired difference not taken (an arm against itself)
-
-
 def arms(runs: pd.DataFrame, reference: str | None):
     """Each setting's rows of a per-run table (indexed by seed; settings in order of appearance) with the reference
     setting's rows to compare them with: None for the reference itself, or where the reference has no rows."""
@@ -138,15 +144,6 @@ def versus(arm: pd.DataFrame, reference: pd.DataFrame | None, column: str) -> Es
     reference,
     NO_DIFFERENCE."""
     return NO_DIFFERENCE if reference is None else difference(arm[column], reference[column])
-
-
-def estimate_columns(prefix: str, est, within: tuple = (None, None), n: bool = False) -> dict:
-    """`{prefix}_mean`, `{prefix}_lo`, `{prefix}_hi` (and `{prefix}_n` with `n`) of a
-    `mathrl.analysis.verdict.Estimate`, the
-    interval cut to `within`."""
-    lo, hi = pd.Series([est.lo, est.hi]).clip(*within)
-    out = {f"{prefix}_mean": est.estimate, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
-    return {**out, f"{prefix}_n": est.n} if n else out
 
 
 SUMMARY_CELLS = {"mean": ("mean",), "interval": ("mean", "lo", "hi"), "versus": ("mean", "lo", "hi", "n")}
@@ -207,12 +204,6 @@ def phase_change(rows: pd.DataFrame, by: list[str], column: str, before="initial
         out.append({**dict(zip(by, key)), "n": est.n, **means, **estimate_columns("change", est)})
     changes = ["change_mean", "change_lo", "change_hi"]
     return pd.DataFrame(out, columns=[*by, "n", f"{before}_mean", f"{after}_mean", *changes])
-
-
-def wilson_columns(prefix: str, k: int, n: int) -> dict:
-    """`{prefix}`, `{prefix}_lo`, `{prefix}_hi`: the rate k/n (NaN for n = 0) and its 95% Wilson interval."""
-    lo, hi = wilson(k, n)
-    return {prefix: k / n if n else NAN, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
 
 
 def summarise(rows: pd.DataFrame, by: list[str], values: list[str], count: str = "expected") -> pd.DataFrame:

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
 CONFIDENCE = 0.95
@@ -130,6 +131,18 @@ def mean_interval(values) -> Estimate:
     se = sd / math.sqrt(n)
     half = _t(n - 1) * se
     return Estimate(m, m - half, m + half, n, "one-sample", n, 0, sd, se, n - 1)
+
+
+# a paired difference not taken (an arm against itself)
+NO_DIFFERENCE = Estimate(math.nan, math.nan, math.nan, 0, "paired")
+
+
+def estimate_columns(prefix: str, est, within: tuple = (None, None), n: bool = False) -> dict:
+    """`{prefix}_mean`, `{prefix}_lo`, `{prefix}_hi` (and `{prefix}_n` with `n`) of an `Estimate`, the interval cut to
+    `within` (lo, hi; either None)."""
+    lo, hi = pd.Series([est.lo, est.hi]).clip(*within)
+    out = {f"{prefix}_mean": est.estimate, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
+    return {**out, f"{prefix}_n": est.n} if n else out
 
 
 def fisher_z(values) -> np.ndarray:
@@ -269,6 +282,12 @@ def _wilson_counts(k: int, n: int) -> tuple[float, float]:
     binomtest computes its exact p-value, unused here, each time."""
     ci = stats.binomtest(k, n).proportion_ci(confidence_level=CONFIDENCE, method="wilson")
     return float(ci.low), float(ci.high)
+
+
+def wilson_columns(prefix: str, k: int, n: int) -> dict:
+    """`{prefix}`, `{prefix}_lo`, `{prefix}_hi`: the rate k/n (NaN for n = 0) and its 95% Wilson interval."""
+    lo, hi = wilson(k, n)
+    return {prefix: k / n if n else math.nan, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
 
 
 def rate_difference(k_a: int, n_a: int, k_b: int, n_b: int) -> Estimate:

@@ -22,6 +22,7 @@ from mathrl.analysis.measures.series import known, window
 from mathrl.analysis.measures.tables import BanditSeed
 from mathrl.analysis.measures.training_challenges import reduction
 from mathrl.analysis.results import mean_spread
+from mathrl.analysis.verdict import wilson_columns
 from mathrl.pipeline import bandit_config as bandit
 
 BANDIT_WINDOW = 10  # bandit steps averaged for a start or end value, and the rolling window of the peak
@@ -331,8 +332,6 @@ def local_optima(entropy: pd.DataFrame) -> pd.DataFrame:
     """Per setting of lab04_entropy (its per-seed rows): how many seeds ended at the global optimum, a local one or
     neither, how many were still moving at the end (the measure `moving`), and the local-optimum rate with its 95%
     Wilson interval."""
-    from mathrl.analysis.kit import wilson_columns  # kit reads this package's series: imported when called
-
     out = []
     for setting, g in seed_rows(entropy).groupby("setting", sort=False):
         counts = {x: int((g["converged_to"] == x).sum()) for x in ("global", "local", "none")}

@@ -13,10 +13,9 @@ import pandas as pd
 
 import mathrl.analysis.kit as kit
 from mathrl.analysis import curves
-from mathrl.analysis.kit import estimate_columns
 from mathrl.analysis.measures.series import NAN
 from mathrl.analysis.results import mean_spread, warmup
-from mathrl.analysis.verdict import mean_interval
+from mathrl.analysis.verdict import estimate_columns, mean_interval
 
 GRID = 40  # points of each drawn curve
 RUN_COLUMNS = [

@@ -14,11 +14,10 @@ from collections.abc import Iterable
 import pandas as pd
 
 from mathrl.analysis import estimators as dx
-from mathrl.analysis.kit import estimate_columns
 from mathrl.analysis.measures.general import final_eval, gain
 from mathrl.analysis.measures.series import NAN, known
 from mathrl.analysis.results import Run
-from mathrl.analysis.verdict import mean_interval
+from mathrl.analysis.verdict import estimate_columns, mean_interval
 
 LAW_R2 = 0.5  # the law "holds" in a run when its fit explains at least half the variance ...
 LAW_RMSE = 0.05  # ... and the first half's fit predicts the second half within 5 points (RMSE)

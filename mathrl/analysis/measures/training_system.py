@@ -11,6 +11,7 @@ import math
 import pandas as pd
 
 from mathrl.analysis.measures.catalog import measure
+from mathrl.analysis.verdict import NO_DIFFERENCE, difference, estimate_columns, mean_interval
 from mathrl.pipeline import layout
 from mathrl.pipeline.console import console_line
 
@@ -168,6 +169,49 @@ def start_runs(per_run: pd.DataFrame, starts: dict[str, dict], low: dict[str, fl
     }
     out["picked"] = ["yes" if picked.get(t) == st else "no" for t, st in zip(out["task"], out["start"])]
     return out.reindex(columns=cols)  # the controls' rows have no lowest_change: two evaluations, no path
+
+
+def accuracy_columns(prefix: str, values: dict) -> dict:
+    """`{prefix}_n`, `{prefix}_final`, `{prefix}_lo`, `{prefix}_hi`: the mean of {seed: accuracy} and its 95% t
+    interval, kept within [0, 1]."""
+    est = mean_interval(values)
+    final, lo, hi = estimate_columns(prefix, est, (0.0, 1.0)).values()
+    return {f"{prefix}_n": est.n, f"{prefix}_final": final, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
+
+
+def start_summary(starts: dict[str, dict], runs: pd.DataFrame, expected: dict[str, tuple]) -> pd.DataFrame:
+    """system_starts: per task and start of `starts` (per task, `warmup_starts`) with runs in `runs`
+    (system_start_runs): its warm-ups (`start_columns`), whether it is picked, the task's expected range (`expected`:
+    per task, its low and high end), REINFORCE's and the supervised control's final accuracy (a warm-up's mean over its
+    runs; 95% t intervals over warm-ups) and RL − control (paired by warm-up)."""
+    rows = []
+    for task, found in starts.items():
+        table = pd.DataFrame(found["starts"])
+        for name, group in table.groupby("start", sort=False) if len(table) else []:
+            d = runs[(runs["task"] == task) & (runs["start"] == name)]
+            rl, sup = (
+                g.groupby("warmup")["final_eval"].mean().to_dict()  # a warm-up's mean over its runs
+                for g in (d[d["algorithm"] == a] for a in ("reinforce", SUPERVISED))
+            )
+            if not rl and not sup:
+                continue
+            diff = difference(rl, sup) if rl and sup else NO_DIFFERENCE  # one warm-up each: no interval
+            rows.append(
+                {
+                    "task": task,
+                    "start": name,
+                    **start_columns(group),
+                    "picked": (d["picked"] == "yes").any(),
+                    "expected_low": expected[task][0],
+                    "expected_high": expected[task][1],
+                    "rl_minus_sup": diff.estimate,
+                    "rl_minus_sup_lo": diff.lo,
+                    "rl_minus_sup_hi": diff.hi,
+                    **accuracy_columns("rl", rl),
+                    **accuracy_columns("sup", sup),
+                }
+            )
+    return pd.DataFrame(rows)
 
 
 # The table claims read whose rows are not all runs: beside the runs of the `system` experiment it holds the

@@ -28,7 +28,7 @@ from mathrl.analysis.figure_style import BAND_NOTE, COLORS, SHARE, bands, placeh
 from mathrl.analysis.measures import training_system
 from mathrl.analysis.measures.series import known
 from mathrl.analysis.results import mean_spread
-from mathrl.analysis.verdict import difference, mean_interval, t_halfwidth
+from mathrl.analysis.verdict import t_halfwidth
 from mathrl.pipeline import layout
 
 NAME = "system"
@@ -76,62 +76,12 @@ def configs_table(ctx, runs) -> pd.DataFrame:
         sft = ctx.sft(task) or {}
         spec = next((r for r in runs if r.settings["task"] == task and r.settings["algorithm"] == "reinforce"), None)
         rl = {**spec.settings, "micro_batch_size": training_system.micro_batch_sequences(spec)} if spec else {}
-        theirs = {**doc, **DOC_RL}
+        theirs, preset = {**doc, **DOC_RL}, sft.get("settings", {}).get("preset", "missing")
         for key, (label, path) in SETTINGS.items():
             ours = functools.reduce(lambda d, k: (d or {}).get(k), path.split("."), sft) if path else rl.get(key)
-            rows.append(
-                {
-                    "task": task,
-                    "config": doc["config"],
-                    "preset": sft.get("settings", {}).get("preset", "missing"),
-                    "key": key,
-                    "setting": label,
-                    "ours": math.nan if ours is None else float(ours),
-                    "document": float(theirs.get(key, math.nan)),
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-def starts_table(starts: dict[str, dict], start_runs: pd.DataFrame) -> pd.DataFrame:
-    """Per task and start: its warm-ups (`training_system.start_columns`); REINFORCE's and the supervised control's
-    final accuracy (95% t intervals over warm-ups) and RL − control (paired by warm-up)."""
-    rows = []
-    for task, found in starts.items():
-        table = pd.DataFrame(found["starts"])
-        for name, group in table.groupby("start", sort=False) if len(table) else []:
-            d = start_runs[(start_runs["task"] == task) & (start_runs["start"] == name)]
-            rl, sup = (
-                g.groupby("warmup")["final_eval"].mean().to_dict()  # a warm-up's mean over its runs
-                for g in (d[d["algorithm"] == a] for a in ("reinforce", training_system.SUPERVISED))
-            )
-            if not rl and not sup:
-                continue
-            diff = difference(rl, sup) if rl and sup else kit.NO_DIFFERENCE  # one warm-up each: no interval
-            rows.append(
-                {
-                    "task": task,
-                    "start": name,
-                    **training_system.start_columns(group),
-                    "picked": (d["picked"] == "yes").any(),
-                    "expected_low": expected(task)[0],
-                    "expected_high": expected(task)[1],
-                    "rl_minus_sup": diff.estimate,
-                    "rl_minus_sup_lo": diff.lo,
-                    "rl_minus_sup_hi": diff.hi,
-                    **accuracy_columns("rl", pd.Series(rl)),
-                    **accuracy_columns("sup", pd.Series(sup)),
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-def accuracy_columns(prefix: str, values: pd.Series) -> dict:
-    """`{prefix}_n`, `{prefix}_final`, `{prefix}_lo`, `{prefix}_hi`: the mean of seeds' accuracies and its 95% t
-    interval, kept within [0, 1]."""
-    est = mean_interval(values.to_dict())
-    final, lo, hi = kit.estimate_columns(prefix, est, SHARE).values()
-    return {f"{prefix}_n": est.n, f"{prefix}_final": final, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
+            values = (math.nan if ours is None else float(ours), float(theirs.get(key, math.nan)))
+            rows.append((task, doc["config"], preset, key, label, *values))
+    return pd.DataFrame(rows, columns=["task", "config", "preset", "key", "setting", "ours", "document"])
 
 
 def reached(final_mean: float, low: float) -> bool | None:
@@ -188,7 +138,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
         "system_curves": curves_table(runs, ctx.cfg),
         "system_console": console_table(ctx, runs),
         "system_start_runs": start_runs,
-        "system_starts": starts_table(starts, start_runs),
+        "system_starts": training_system.start_summary(starts, start_runs, {task: expected(task) for task in DOC}),
     }
 
 
