@@ -39,6 +39,10 @@ HEADROOM = 0.9  # a reference that starts this high has no room to show a gain
 
 
 # ----------------------------------------------------------------------------- references
+REFERENCE_COLUMNS = "experiment reference task n start final gain gain_lo gain_hi no_headroom".split()
+BELOW_COLUMNS = "experiment runs below below_rate below_lo below_hi above above_rate median_gain".split()
+
+
 def references_table(ctx) -> pd.DataFrame:
     """Per experiment with a reference (a variant name, or a grid point `key=value`, as its `reference` role names
     it): its setting, start, final and the gain over seeds (t interval); the verdict on it is the claim
@@ -48,49 +52,27 @@ def references_table(ctx) -> pd.DataFrame:
         reference = (spec.get("roles") or {}).get("reference")
         runs = [r for r in ctx.experiment(exp) if reference in (setting(r.spec), r.spec.variant)] if reference else []
         if not runs:
-            rows.append({"experiment": exp, "reference": reference or "", "task": "", "n": 0})
+            rows.append(dict(zip(REFERENCE_COLUMNS, (exp, reference or "", "", 0))))
             continue
         per = {r.spec.seed: r for r in runs if r.ok}
         est = mean_interval({s: gain(r) for s, r in per.items()})
         start, final = (sum(m(r) for r in per.values()) / len(per) if per else NAN for m in (initial_eval, final_eval))
-        rows.append(
-            {
-                "experiment": exp,
-                "reference": setting(runs[0].spec),
-                "task": runs[0].settings["task"],
-                "n": est.n,
-                "start": start,
-                "final": final,
-                "gain": est.estimate,
-                "gain_lo": est.lo,
-                "gain_hi": est.hi,
-                "no_headroom": bool(per) and start >= HEADROOM,
-            }
-        )
+        ran = (setting(runs[0].spec), runs[0].settings["task"], est.n, start, final)
+        values = (exp, *ran, est.estimate, est.lo, est.hi, bool(per) and start >= HEADROOM)
+        rows.append(dict(zip(REFERENCE_COLUMNS, values)))
     return pd.DataFrame(rows)
 
 
 # ----------------------------------------------------------------------------- all runs
 def below_table(gains: pd.DataFrame) -> pd.DataFrame:
-    """Per experiment and overall: runs ending more than 5 points below / above their start."""
+    """Per experiment and overall: runs ending more than 5 points below their start (their share with its 95% Wilson
+    interval) and above it, and the median gain."""
     rows = []
     for name, g in [*gains.groupby("experiment", sort=False), ("all runs", gains)] if len(gains) else []:
         k, n = int(g["below"].sum()), len(g)
-        lo, hi = wilson(k, n)
-        rows.append(
-            {
-                "experiment": name,
-                "runs": n,
-                "below": k,
-                "below_rate": k / n,
-                "below_lo": lo,
-                "below_hi": hi,
-                "above": int(g["above"].sum()),
-                "above_rate": float(g["above"].mean()),
-                "median_gain": float(g["gain"].median()),
-            }
-        )
-    return pd.DataFrame(rows)
+        above = (int(g["above"].sum()), float(g["above"].mean()), float(g["gain"].median()))
+        rows.append((name, n, k, k / n, *wilson(k, n), *above))
+    return pd.DataFrame(rows, columns=BELOW_COLUMNS) if rows else pd.DataFrame()
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
