@@ -6,7 +6,6 @@ from __future__ import annotations
 import pandas as pd
 
 from mathrl.analysis.measures import monitor_alerts as ma
-from mathrl.analysis.studies import stability as st
 
 
 class _Run:
@@ -63,7 +62,7 @@ def test_alert_events_score_the_watched_steps_against_the_base_rate():
 
 
 def test_the_scores_per_detector_set_precision_beside_the_base_rate():
-    sc = st.alert_scores(*ma.alert_events([dropping_run()])).set_index("detector")
+    sc = ma.alert_scores(*ma.alert_events([dropping_run()])).set_index("detector")
     low = sc.loc["low_entropy"]
     assert (low.alerts, low.followed_by_drop, low.precision, low.drops, low.announced, low.recall) == (1, 1, 1, 1, 1, 1)
     assert low.base_rate == 5 / 12 and sc.loc["high_kl"].alerts == 0 and sc.loc["high_kl"].recall == 0.0

@@ -16,12 +16,18 @@ from collections.abc import Callable
 import pandas as pd
 
 from mathrl.analysis.measures.series import NAN
+from mathrl.analysis.verdict import wilson_columns
 from mathrl.engine.monitor import ALERT_KINDS, StabilityMonitor, precision_recall, sustained_drops
 
 DROP, HORIZON = 0.05, 10  # an alert should precede a sustained 5-point drop of held-out accuracy within 10 steps
 # the document's fixed reward-swing threshold, and ours in standard errors of the batch mean
 FIXED_SWING, SWING_SIGMAS = 0.3, 6.0
 
+# the columns of the detectors' scores (`alert_scores`)
+SCORES = (
+    "detector alerts followed_by_drop precision precision_lo precision_hi drops announced recall recall_lo recall_hi"
+)
+SCORES = [*SCORES.split(), "base_rate"]
 DETECTORS = {
     "fixed_swing": f"reward_swing, fixed {FIXED_SWING:g}",
     "scaled_swing": f"reward_swing, {SWING_SIGMAS:g} standard errors of the batch mean",
@@ -108,6 +114,27 @@ def alert_runs(events: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     by_run = events.groupby(["detector", "source", "run_id"], sort=False)["followed_by_drop"]
     return by_run.agg(followed_by_drop="mean", events="size").reset_index()[columns]
+
+
+def alert_scores(events: pd.DataFrame, counts: pd.DataFrame) -> pd.DataFrame:
+    """Per detector (`alert_events`): how often an alert was followed by a sustained drop within HORIZON steps
+    (precision, over the alerts whose HORIZON is watched, beside the base rate of such a step), and how many drops an
+    alert announced (recall, over every alert); Wilson intervals."""
+    steps = events.loc[events["source"] == "step", "followed_by_drop"]
+    rows = [
+        {
+            "detector": DETECTORS[r.detector],
+            "alerts": r.alerts,
+            "followed_by_drop": r.hit,
+            **wilson_columns("precision", r.hit, r.alerts),
+            "drops": r.drops,
+            "announced": r.caught,
+            **wilson_columns("recall", r.caught, r.drops),
+            "base_rate": steps.mean() if len(steps) else NAN,
+        }
+        for r in counts.groupby("detector", sort=False).sum().reset_index().itertuples()
+    ]
+    return pd.DataFrame(rows, columns=SCORES)
 
 
 def alerts_raised(experiments: dict[str, list]) -> pd.DataFrame:

@@ -127,20 +127,6 @@ def remedies_table(ctx) -> pd.DataFrame:
     return kit.summarise(rows, REMEDY_SETTINGS, REMEDIES["measures"])
 
 
-def alert_scores(events: pd.DataFrame, counts: pd.DataFrame) -> pd.DataFrame:
-    """Per detector (`ma.alert_events`): how often an alert was followed by a sustained drop within HORIZON steps
-    (precision, over the alerts whose HORIZON is watched, beside the base rate of such a step), and how many drops an
-    alert announced (recall, over every alert); Wilson intervals."""
-    out = counts.groupby("detector", sort=False).sum().reset_index()
-    out = out.rename(columns={"hit": "followed_by_drop", "caught": "announced"})
-    out["detector"] = out["detector"].map(ma.DETECTORS)
-    out = kit.add_wilson(kit.add_wilson(out, "followed_by_drop", "alerts", "precision"), "announced", "drops", "recall")
-    steps = events.loc[events["source"] == "step", "followed_by_drop"]
-    out["base_rate"] = steps.mean() if len(steps) else NAN
-    columns = ["detector", "alerts", "followed_by_drop", "precision", "precision_lo", "precision_hi", "drops"]
-    return out[[*columns, "announced", "recall", "recall_lo", "recall_hi", "base_rate"]]
-
-
 SPIKE_FACTOR = 10.0  # the spike "was injected" when the gradient norm at its step is this many times the run's median
 
 
@@ -191,7 +177,7 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     out["stability_alerts"] = ma.alerts_raised({e: ctx.experiment(e) for e in ctx.cfg["experiments"]})
     # the monitor scores each trained run once: a run two experiments read (same_as) is one unit, not two
     events, counts = ma.alert_events([r for r in ctx.runs.values() if r.ok and r.spec.same_as is None])
-    out["stability_alert_scores"] = alert_scores(events, counts)
+    out["stability_alert_scores"] = ma.alert_scores(events, counts)
     out["stability_alert_events"], out["stability_alert_runs"] = events, ma.alert_runs(events)
     out["stability_troubleshooting"] = diagnosis_table(DOC["symptoms"], ctx.runs)
     out["stability_series"] = pd.concat(
