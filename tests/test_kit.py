@@ -7,12 +7,14 @@ import io
 import pandas as pd
 import pytest
 
+import mathrl.analysis.kit as kit
 from mathrl.analysis import claims
 from mathrl.analysis.figure_style import band_limits, band_panels, bands, bounds, offsets, plt, png
 from mathrl.analysis.kit import add_intervals, parts, seed_band
 from mathrl.analysis.measures.tables import role_of
 from mathrl.analysis.report import pm, power_note
 from mathrl.analysis.section_verdicts import claim_frame, verdict_rows
+from mathrl.analysis.verdict import mean_interval
 
 
 def test_a_sections_claims_as_verdict_rows():
@@ -285,3 +287,11 @@ def test_a_sections_parts_with_their_verdicts_counted():
     assert p["a"]["summary"] == "1 agrees, 1 not judged; and 1 setup check, not counted"
     assert p["b"]["summary"] == "no verdicts; and 1 setup check, not counted"
     assert p["c"] == {"rows": [], "summary": "no verdicts"}
+
+
+def test_estimate_columns_cut_the_interval_and_name_the_estimate():
+    est = mean_interval([0.9, 1.0, 1.0])
+    cut = kit.estimate_columns("A", est, (0.0, 1.0))
+    assert list(cut) == ["A_mean", "A_lo", "A_hi"] and cut["A_hi"] == 1.0 and cut["A_lo"] == pytest.approx(est.lo)
+    bare = kit.estimate_columns("dA", est, n=True, mean="")
+    assert bare == pytest.approx({"dA": est.estimate, "dA_lo": est.lo, "dA_hi": est.hi, "dA_n": 3})

@@ -137,11 +137,11 @@ def mean_interval(values) -> Estimate:
 NO_DIFFERENCE = Estimate(math.nan, math.nan, math.nan, 0, "paired")
 
 
-def estimate_columns(prefix: str, est, within: tuple = (None, None), n: bool = False) -> dict:
-    """`{prefix}_mean`, `{prefix}_lo`, `{prefix}_hi` (and `{prefix}_n` with `n`) of an `Estimate`, the interval cut to
-    `within` (lo, hi; either None)."""
+def estimate_columns(prefix: str, est, within: tuple = (None, None), n: bool = False, mean: str = "_mean") -> dict:
+    """`{prefix}_mean` (`{prefix}{mean}`), `{prefix}_lo`, `{prefix}_hi` (and `{prefix}_n` with `n`) of an `Estimate`,
+    the interval cut to `within` (lo, hi; either None)."""
     lo, hi = pd.Series([est.lo, est.hi]).clip(*within)
-    out = {f"{prefix}_mean": est.estimate, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
+    out = {f"{prefix}{mean}": est.estimate, f"{prefix}_lo": lo, f"{prefix}_hi": hi}
     return {**out, f"{prefix}_n": est.n} if n else out
 
 

@@ -22,7 +22,7 @@ from mathrl.analysis import curves
 from mathrl.analysis.figure_style import COLORS, placeholder, plt, table_band
 from mathrl.analysis.kit import NAN, arms, estimate_columns, versus
 from mathrl.analysis.measures.curve_fits import ceiling_and_efficiency, drawn, fit_runs, note
-from mathrl.analysis.verdict import Estimate, mean_interval, t_halfwidth
+from mathrl.analysis.verdict import mean_interval, t_halfwidth
 
 BATCH = "batch"  # the experiment restated as ceiling against efficiency
 SUMMARY_COLUMNS = (
@@ -33,10 +33,6 @@ BATCH_COLUMNS = (
     "setting batch_size reference n A_mean A_lo A_hi a_at_bound B_n B_mean B_lo B_hi "
     "dA dA_lo dA_hi dA_n dB dB_lo dB_hi dB_n"
 ).split()
-
-
-def _difference(name: str, est: Estimate) -> dict:
-    return {name: est.estimate, f"{name}_lo": est.lo, f"{name}_hi": est.hi, f"{name}_n": est.n}
 
 
 def summary(fits: pd.DataFrame) -> pd.DataFrame:
@@ -95,8 +91,8 @@ def batch_table(fitted: pd.DataFrame, reference: str, sizes: dict[str, int]) -> 
                 "reference": name == reference,
                 "n": int(g["A"].count()),
                 **ceiling_and_efficiency(g),
-                **_difference("dA", versus(g, ref, "A")),
-                **_difference("dB", versus(g, ref, "B")),
+                **estimate_columns("dA", versus(g, ref, "A"), n=True, mean=""),
+                **estimate_columns("dB", versus(g, ref, "B"), n=True, mean=""),
             }
         )
     out = pd.DataFrame(rows, columns=BATCH_COLUMNS)
