@@ -296,9 +296,3 @@ def add_wilson(df: pd.DataFrame, count: str, n: str = "n", prefix: str = "collap
     out.insert(at, f"{prefix}_lo", [c[0] for c in ci])
     out.insert(at + 1, f"{prefix}_hi", [c[1] for c in ci])
     return out
-
-
-def n_evaluated(run) -> int:
-    """Held-out problems per evaluation of a run (eval_size 0 means all of the test set; 0 where neither is known)."""
-    resolved = (run.summary or {}).get("resolved") or {}
-    return int(resolved.get("n_eval") or run.settings.get("eval_size") or 0)

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-import mathrl.analysis.kit as kit
 from mathrl.analysis.measures.catalog import CHANGE, measure
-from mathrl.analysis.measures.general import final_eval, gain, initial_eval
+from mathrl.analysis.measures.general import final_eval, gain, initial_eval, n_eval
 from mathrl.analysis.measures.series import NAN
 from mathrl.analysis.measures.tables import run_table
 from mathrl.analysis.results import sustained_below
@@ -54,7 +53,7 @@ def pick(multiples_learning: dict[float, bool]) -> float:
 
 def gain_interval(run):
     """The gain's Newcombe interval on the problems evaluated (no interval where their number is unknown, 0)."""
-    n = kit.n_evaluated(run)
+    n = n_eval(run)
     return rate_difference(round(final_eval(run) * n), n, round(initial_eval(run) * n), n)
 
 
@@ -66,11 +65,6 @@ def gain_lo(run) -> float:
 @measure("gain_hi", "held-out accuracy gain (final − before RL): its 95% Newcombe interval's upper end", CHANGE)
 def gain_hi(run) -> float:
     return gain_interval(run).hi
-
-
-@measure("n_eval", "held-out problems per evaluation (0 where unknown)")
-def n_eval(run) -> int:
-    return kit.n_evaluated(run)
 
 
 @measure(

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-import mathrl.analysis.kit as kit
 from mathrl.analysis import curves
+from mathrl.analysis.measures.general import n_eval
 from mathrl.analysis.measures.series import NAN
 from mathrl.analysis.results import mean_spread, warmup
 from mathrl.analysis.verdict import estimate_columns, mean_interval
@@ -46,7 +46,7 @@ def run_fit(run) -> dict:
         "R0": run.initial_eval,
         "C_max": float(np.nanmax(c)),
         **curves.fit_curve(c, r, run.initial_eval),
-        **curves.half_fit_error(c, r, run.initial_eval, problems=kit.n_evaluated(run)),
+        **curves.half_fit_error(c, r, run.initial_eval, problems=n_eval(run)),
     }
 
 

@@ -114,3 +114,10 @@ def collapse(run: Run) -> float:
 def samples(run: Run) -> float:
     m = run.metrics
     return float(m["samples"].iloc[-1]) if "samples" in m and len(m) else math.nan
+
+
+@measure("n_eval", "held-out problems per evaluation (0 where unknown)")
+def n_eval(run: Run) -> int:
+    """eval_size 0 means all of the test set: the number the run resolved is in its summary."""
+    resolved = (run.summary or {}).get("resolved") or {}
+    return int(resolved.get("n_eval") or run.settings.get("eval_size") or 0)

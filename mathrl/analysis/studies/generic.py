@@ -21,6 +21,7 @@ from rliable import metrics as rly
 import mathrl.analysis.kit as kit
 from mathrl.analysis import section_verdicts
 from mathrl.analysis.figure_style import COLORS, band, offsets, placeholder, plt
+from mathrl.analysis.measures.general import n_eval
 from mathrl.analysis.measures.tables import value
 from mathrl.analysis.results import warmup
 from mathrl.analysis.verdict import binomial_halfwidth
@@ -54,7 +55,7 @@ def per_run(ctx) -> pd.DataFrame:
             "seed": run.spec.seed,
             "warmup": warmup(run),
             "status": run.status,
-            "eval_size": kit.n_evaluated(run) or math.nan,
+            "eval_size": n_eval(run) or math.nan,
             **{column: float(value(run, m)) for column, m in VALUES.items()},
         }
         for exp in ctx.cfg["experiments"]
