@@ -116,6 +116,28 @@ def test_the_package_is_three_wings_and_the_analysis_needs_no_engine():
         assert not any(name == "torch" or name.startswith(("torch.", "mathrl.engine")) for name in imported), helper
 
 
+STUDY_SIDE = (
+    "mathrl.analysis.kit",
+    "mathrl.analysis.study_inputs",
+    "mathrl.analysis.figure_style",
+    "mathrl.analysis.studies",
+)
+
+
+def test_the_measures_read_runs_not_studies():
+    """A measure is a number about a run, whichever study reads it: no module of measures/ imports the studies or
+    what only they use (their table plumbing, their inputs, their figures), so the registry loads without them."""
+    graph = import_graph()
+    reached = {
+        f"{module} -> {dep}"
+        for module, deps in graph.items()
+        if module.startswith("mathrl.analysis.measures")
+        for dep in deps
+        if dep.startswith(STUDY_SIDE)
+    }
+    assert reached == set()
+
+
 def test_no_two_modules_share_a_name():
     """A name says which module it is wherever it is read (a study of the mismatch is not the mismatch maths)."""
     names = [p.stem for p in PACKAGE.rglob("*.py") if p.stem not in ("__init__", "__main__")]
