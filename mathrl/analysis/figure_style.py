@@ -5,7 +5,7 @@ are drawn with; `png` lays a figure out, draws it once at the report's column wi
 that keeps every colour the figures use exactly (`palette`). Every band a figure draws is the 95% t interval of the
 mean across seeds, clipped to its metric's range in `BOUNDS` (a share within [0, 1], an entropy or a KL at least 0):
 `table_band` draws one from a table's mean, std and n columns, `bands` a whole panel of them with its legend, axis
-labels and title, `band_panels` a figure of such panels.
+labels and title, `band_panels` a figure of such panels. `interval_bars` draws bars with their intervals.
 """
 
 from __future__ import annotations
