@@ -148,10 +148,8 @@ def _probabilities(fig, cell, ec: pd.DataFrame) -> None:
     """The action probabilities, one small panel per entropy-collapse setting (a colour per action)."""
     settings = list(ec.groupby("setting", sort=False)) if len(ec) else []
     if not settings:
-        ax = fig.add_subplot(cell)
-        placeholder(ax, NO_COLLAPSE)
-        ax.set(title="Action probabilities", xlabel="step", ylabel="probability")
-        return
+        labels = dict(title="Action probabilities", xlabel="step", ylabel="probability")
+        return bands(fig.add_subplot(cell), [], "p0", NO_COLLAPSE, **labels)  # its placeholder
     cols = min(2, len(settings))
     grid = cell.subgridspec(-(-len(settings) // cols), cols, hspace=0.95, wspace=0.3)
     axes = []
