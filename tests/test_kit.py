@@ -9,7 +9,7 @@ import pytest
 
 import mathrl.analysis.kit as kit
 from mathrl.analysis import claims
-from mathrl.analysis.figure_style import band_limits, band_panels, bands, bounds, offsets, plt, png
+from mathrl.analysis.figure_style import band_limits, band_panels, bands, bounds, interval_bars, offsets, plt, png
 from mathrl.analysis.kit import add_intervals, parts, seed_band
 from mathrl.analysis.measures.tables import role_of
 from mathrl.analysis.report import pm, power_note
@@ -130,6 +130,35 @@ def test_sparse_measurements_are_points_at_their_steps_and_dense_ones_a_line():
     bands(bx, [("a", dense)], "eval_accuracy", "none")
     (line,) = bx.get_lines()
     assert line.get_linestyle() == "-" and list(line.get_xdata()) == list(range(12))
+    plt.close(fig)
+
+
+def test_bands_take_a_metric_and_a_range_per_group_and_may_leave_the_legend_out():
+    """Two metrics in one panel: each band is clipped to its own metric's range (an accuracy within [0, 1], a reward
+    not at all) unless a range is given for its group; legend=False draws none."""
+    t = pd.DataFrame({"step": range(12), "mean": 0.9, "std": 1.0, "n": 5})
+    fig, (ax, bx) = plt.subplots(1, 2)
+    bands(ax, [("acc", t), ("reward", t)], ["accuracy", "reward_mean"], "none", "")
+    acc, reward = (c.get_paths()[0].vertices[:, 1] for c in ax.collections)
+    assert acc.max() == 1.0 and reward.max() > 2.0 and ax.get_legend() is not None
+    bands(bx, [("a", t), ("b", t)], "accuracy", "none", "", limits=[(0.0, 1.5), None], legend=False)
+    wide, clipped = (c.get_paths()[0].vertices[:, 1] for c in bx.collections)
+    assert wide.max() == 1.5 and clipped.max() == 1.0 and bx.get_legend() is None
+    plt.close(fig)
+
+
+def test_interval_bars_clip_their_intervals_and_say_where_a_value_is_missing():
+    """Error bars reach from the mean to each edge of its interval, clipped to the range; a missing mean is a bar of
+    height 0 with "missing" at its foot (or the note given for it), a missing edge no error bar on its side."""
+    fig, (ax, bx) = plt.subplots(1, 2)
+    interval_bars(ax, [0, 1, 2], [0.5, float("nan"), 0.1], [0.3, float("nan"), -0.2], [0.9, float("nan"), 0.4], (0, 1))
+    assert [p.get_height() for p in ax.patches] == [0.5, 0.0, 0.1]
+    (bars,) = ax.collections  # the vertical error bars: (mean - lo, hi - mean), the missing one of length 0
+    lows, highs = zip(*[(seg[0][1], seg[1][1]) for seg in bars.get_segments()])
+    assert lows == pytest.approx((0.3, 0.0, 0.0)) and highs == pytest.approx((0.9, 0.0, 0.4))
+    assert [a.get_text() for a in ax.texts] == ["missing"] and ax.texts[0].xy == (1, 0)
+    interval_bars(bx, [0, 1], [0.2, 0.4], [0.1, 0.3], [0.3, 0.5], notes=["n=3", None], note={"color": "0.2"})
+    assert [(a.get_text(), a.get_color()) for a in bx.texts] == [("n=3", "0.2")]
     plt.close(fig)
 
 

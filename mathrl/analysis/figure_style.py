@@ -5,7 +5,7 @@ are drawn with; `png` lays a figure out, draws it once at the report's column wi
 that keeps every colour the figures use exactly (`palette`). Every band a figure draws is the 95% t interval of the
 mean across seeds, clipped to its metric's range in `BOUNDS` (a share within [0, 1], an entropy or a KL at least 0):
 `table_band` draws one from a table's mean, std and n columns, `bands` a whole panel of them with its legend, axis
-labels and title, `band_panels` a figure of such panels.
+labels and title, `band_panels` a figure of such panels. `interval_bars` draws bars with their intervals.
 """
 
 from __future__ import annotations
@@ -175,39 +175,49 @@ def offsets(xs: list, width: float = 0.5) -> list[float]:
     return [(i - (len(xs) - 1) / 2) * step for i in range(len(xs))]
 
 
-def table_band(ax, df: pd.DataFrame, metric: str, label: str, color, x="step", value=None, scale=1.0, **line) -> None:
+def table_band(
+    ax, df: pd.DataFrame, metric: str, label: str, color, x="step", value=None, scale=1.0, limits=None, **line
+) -> None:
     """`band` of a table's `{value}_mean` and `{value}_std` (value: `metric`; "" for plain `mean` and `std`) over
-    `n` seeds against column `x`, within the range of `metric`; `scale` multiplies both (100: a share in percent)."""
+    `n` seeds against column `x`, within `limits` (default: the range of `metric`); `scale` multiplies both (100: a
+    share in percent) and the range."""
     prefix = metric if value is None else value
     mean, std = (f"{prefix}_mean", f"{prefix}_std") if prefix else ("mean", "std")
-    limits = None if bounds(metric) is None else tuple(None if b is None else b * scale for b in bounds(metric))
+    limits = bounds(metric) if limits is None else limits
+    limits = None if limits is None else tuple(None if b is None else b * scale for b in limits)
     band(ax, df[x], df[mean] * scale, df[std] * scale, label, color, n=df["n"], bounds=limits, **line)
 
 
 def bands(
     ax,
     groups,
-    metric: str,
+    metric,
     empty: str,
     value=None,
     *,
     x="step",
     scale=1.0,
     colors=None,
+    limits=None,
     legend=None,
     line=None,
     **labels,
 ) -> None:
-    """One panel: `table_band` of each (label, table) of `groups` with a row, in `colors` (one per group; default:
-    the palette's order over the groups drawn) and with `line` (a linestyle, a marker), and a legend (`legend`: its
-    keywords), or `empty` in a placeholder when none has a row; then `labels` (xlabel, default "RL step"; ylabel,
+    """One panel: `table_band` of each (label, table) of `groups` with a row, of `metric` (a name, or one per group),
+    in `colors` (one per group; default: the palette's order over the groups drawn), within `limits` (one range per
+    group; default: its metric's) and with `line` (a linestyle, a marker), and a legend (`legend`: its keywords;
+    False: none), or `empty` in a placeholder when none has a row; then `labels` (xlabel, default "RL step"; ylabel,
     title) on the axes. Groups measured at the same few steps are moved apart (`offsets`)."""
-    drawn = [(label, g, c) for (label, g), c in zip(groups, colors or [None] * len(groups)) if len(g)]
-    shifts = offsets([g[x] for _, g, _ in drawn])
-    for i, ((label, g, color), shift) in enumerate(zip(drawn, shifts)):
+    each = lambda given: [given] * len(groups) if given is None or isinstance(given, str) else given  # noqa: E731
+    drawn = [(*group, *rest) for group, *rest in zip(groups, each(metric), each(colors), each(limits)) if len(group[1])]
+    shifts = offsets([g[x] for _, g, *_ in drawn])
+    for i, ((label, g, m, color, lims), shift) in enumerate(zip(drawn, shifts)):
         color = COLORS[i % len(COLORS)] if color is None else color
-        table_band(ax, g, metric, label, color, x=x, value=value, scale=scale, offset=shift, **(line or {}))
-    ax.legend(**(legend or {})) if drawn else placeholder(ax, empty)
+        table_band(ax, g, m, label, color, x=x, value=value, scale=scale, limits=lims, offset=shift, **(line or {}))
+    if not drawn:
+        placeholder(ax, empty)
+    elif legend is not False:
+        ax.legend(**(legend or {}))
     ax.set(**{"xlabel": "RL step", **labels})
 
 
@@ -222,6 +232,23 @@ def band_panels(panels: list[dict], rows: int, cols: int, figsize: tuple, suptit
     if suptitle:
         fig.suptitle(suptitle)
     return fig
+
+
+def interval_bars(ax, x, mean, lo, hi, bounds=None, notes=None, note=None, **bar) -> None:
+    """Bars of `mean` at `x`, capped error bars to each one's interval [lo, hi] clipped to `bounds` (lo, hi; either
+    None); `bar` goes to `ax.bar` (width, colour, label). A missing mean (NaN) draws a bar of height 0 with "missing"
+    at its foot, so that it does not read as a zero; a missing edge draws no error bar on its side. `notes`: the text
+    at each bar's foot instead (None or "": none); `note`: the text's keywords (a rotation, a colour)."""
+    mean, lo, hi = (np.asarray(a, dtype=float) for a in (mean, lo, hi))
+    if bounds is not None:
+        lo, hi = np.clip(lo, bounds[0], bounds[1]), np.clip(hi, bounds[0], bounds[1])
+    ax.bar(x, np.nan_to_num(mean), yerr=[np.nan_to_num(mean - lo), np.nan_to_num(hi - mean)], capsize=3, **bar)
+    notes = ["missing" if np.isnan(m) else None for m in mean] if notes is None else notes
+    for xi, text in zip(x, notes):
+        if text:
+            ax.annotate(
+                text, (xi, 0), **{"ha": "center", "va": "bottom", "fontsize": 7, "color": "0.4", **(note or {})}
+            )
 
 
 def placeholder(ax, text: str) -> None:

@@ -21,7 +21,7 @@ import pandas as pd
 import mathrl.analysis.kit as kit
 import mathrl.analysis.measures.collapse_remedies as remedies
 from mathrl.analysis import section_verdicts
-from mathrl.analysis.figure_style import BAND_NOTE, COLORS, SHARE, band_panels, placeholder, plt
+from mathrl.analysis.figure_style import BAND_NOTE, COLORS, SHARE, band_panels, interval_bars, placeholder, plt
 from mathrl.analysis.measures.tables import role_of
 from mathrl.analysis.results import mean_spread
 from mathrl.analysis.verdict import difference
@@ -131,13 +131,9 @@ def fig_variants(t) -> plt.Figure:
     if v.empty:
         placeholder(ax, "no data: the collapse runs are missing")
     else:
-        x = range(len(v))
-        lo, hi = v["final_eval_lo"].clip(*SHARE), v["final_eval_hi"].clip(*SHARE)  # an accuracy stays within [0, 1]
-        err = [(v["final_eval_mean"] - lo).fillna(0), (hi - v["final_eval_mean"]).fillna(0)]
-        label = "final (mean, 95% t interval)"
-        ax.bar(x, v["final_eval_mean"].fillna(0), yerr=err, color=COLORS[0], capsize=3, label=label)
-        for i, n in zip(x, v["n"]):
-            ax.annotate(f"n={int(n)}" if n else "missing", (i, 0), ha="center", va="bottom", fontsize=7, color="0.2")
+        x, notes = range(len(v)), [f"n={int(n)}" if n else "missing" for n in v["n"]]
+        style = dict(color=COLORS[0], label="final (mean, 95% t interval)", notes=notes, note={"color": "0.2"})
+        interval_bars(ax, x, v["final_eval_mean"], v["final_eval_lo"], v["final_eval_hi"], SHARE, **style)
         ax.set_xticks(list(x), v["variant"], rotation=30, ha="right")
         ax.legend()
     ax.set(title="Final held-out accuracy per variant", xlabel="variant", ylabel="final eval accuracy")

@@ -20,7 +20,7 @@ from rliable import metrics as rly
 
 import mathrl.analysis.kit as kit
 from mathrl.analysis import section_verdicts
-from mathrl.analysis.figure_style import COLORS, band, offsets, placeholder, plt
+from mathrl.analysis.figure_style import bands, plt
 from mathrl.analysis.measures.general import n_eval
 from mathrl.analysis.measures.tables import value
 from mathrl.analysis.results import warmup
@@ -143,12 +143,8 @@ def figure(c: pd.DataFrame, experiment: str, settings: dict[str, dict] | None = 
     for ax, (metric, label) in zip(axes, METRICS.items()):
         m = d[d["metric"] == metric] if len(d) else d
         groups = [(name, g.sort_values("step")) for name, g in (m.groupby("setting", sort=False) if len(m) else [])]
-        for i, ((name, g), shift) in enumerate(zip(groups, offsets([g["step"] for _, g in groups]))):
-            limits = bounds(metric, (settings or {}).get(name))
-            band(ax, g["step"], g["mean"], g["std"], name, COLORS[i % len(COLORS)], g["n"], limits, offset=shift)
-        if m.empty:
-            placeholder(ax, f"no {label} logged")
-        ax.set(title=label, xlabel="RL step", ylabel=label)
+        limits = [bounds(metric, (settings or {}).get(name)) for name, _ in groups]  # a legend for the figure
+        bands(ax, groups, metric, f"no {label} logged", "", limits=limits, legend=False, title=label, ylabel=label)
     handles, labels = axes[0].get_legend_handles_labels()
     if handles:
         fig.legend(handles, labels, loc="outside right upper", fontsize=7)

@@ -17,7 +17,7 @@ import pandas as pd
 
 import mathrl.analysis.kit as kit
 from mathrl.analysis import section_verdicts
-from mathrl.analysis.figure_style import BAND_NOTE, COLORS, band_panels, placeholder, plt, table_band
+from mathrl.analysis.figure_style import BAND_NOTE, COLORS, band_panels, bands, placeholder, plt, table_band
 from mathrl.analysis.measures.bandit_seeds import (
     BANDIT_WINDOW,
     DOMINANT,
@@ -79,14 +79,9 @@ def _bandit(t, study: str) -> pd.DataFrame:
     return c[c["study"] == study].sort_values("step", kind="stable") if "study" in c else pd.DataFrame()
 
 
-def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
-    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend()
-
-
 COMPARED = ("normal", "aggressive", *KL_ROLES, "clip_higher", "remedy", *COV_REMEDIES, *TABLE_REMEDIES)  # drawn
 ACTION_COLORS = (COLORS[4], COLORS[5], COLORS[9])  # the bandit's actions, in colours no setting of the panels uses
+NO_COLLAPSE = "no entropy-collapse data"
 STARTS = ("random_policy", "perfect_policy")  # GPT roles starting from a random or a near-perfect policy: drawn apart
 THRESHOLDS = ((1e-4, "document: < 1e-4 when homogeneous"), (1e-3, "document: > 1e-3 when diverse"))  # grad_norm's
 # The six-panel figure's bottom row, by step: (metric, title, y label, the document's thresholds) of each panel
@@ -106,11 +101,10 @@ GPT_PANELS = (
 )
 
 
-def _settings(ax, c: pd.DataFrame, metric: str, label: str) -> None:
-    """One band per setting of a bandit study (labelled `label` when there is only one)."""
-    groups = list(c.groupby("setting", sort=False))
-    for i, (setting, g) in enumerate(groups):
-        table_band(ax, g, metric, setting if len(groups) > 1 else label, COLORS[i])
+def _settings(c: pd.DataFrame, label: str) -> list[tuple[str, pd.DataFrame]]:
+    """The `bands` groups of a bandit study: one per setting (labelled `label` when there is only one)."""
+    groups = list(c.groupby("setting", sort=False)) if len(c) else []
+    return [(setting if len(groups) > 1 else label, g) for setting, g in groups]
 
 
 def by_horizon(c: pd.DataFrame) -> list[tuple[int, pd.DataFrame]]:
@@ -122,22 +116,14 @@ def by_horizon(c: pd.DataFrame) -> list[tuple[int, pd.DataFrame]]:
     return [(int(h), c[last == h]) for h in sorted(last.unique())]
 
 
-def _horizon_panels(fig, cell, c: pd.DataFrame, metric: str, title: str, ylabel: str) -> list:
+def _horizon_panels(fig, cell, c: pd.DataFrame, metric: str, title: str, ylabel: str) -> None:
     """One panel of `metric` per horizon of the entropy-collapse settings (`by_horizon`), stacked in `cell`."""
-    groups = by_horizon(c)
-    if not groups:
-        ax = fig.add_subplot(cell)
-        placeholder(ax, "no entropy-collapse data")
-        _label(ax, title, "step", ylabel)
-        return [ax]
-    grid = cell.subgridspec(len(groups), 1, hspace=0.6)
-    axes = []
-    for k, (steps, g) in enumerate(groups):
-        ax = fig.add_subplot(grid[k, 0])
-        _settings(ax, g, metric, metric)
-        _label(ax, f"{title}: the {steps:,}-step settings" if len(groups) > 1 else title, "step", ylabel)
-        axes.append(ax)
-    return axes
+    horizons = by_horizon(c)
+    grid = cell.subgridspec(len(horizons), 1, hspace=0.6) if horizons else None
+    for k, (steps, g) in enumerate(horizons or [(0, c)]):
+        named = f"{title}: the {steps:,}-step settings" if len(horizons) > 1 else title
+        labels = dict(xlabel="step", ylabel=ylabel, title=named)
+        bands(fig.add_subplot(grid[k, 0] if grid else cell), _settings(g, metric), metric, NO_COLLAPSE, **labels)
 
 
 def _phase_panel(ax, c: pd.DataFrame, metric: str, title: str, ylabel: str, lines: tuple) -> None:
@@ -149,23 +135,21 @@ def _phase_panel(ax, c: pd.DataFrame, metric: str, title: str, ylabel: str, line
         cuts = np.where(np.diff(hom) > 1)[0]
         for i, (a, b) in enumerate(zip(np.r_[hom[:1], hom[cuts + 1]], np.r_[hom[cuts], hom[-1:]])):
             ax.axvspan(a - 0.5, b + 0.5, color="0.6", alpha=0.15, lw=0, label="homogeneous rewards" if i == 0 else None)
-        _settings(ax, c, metric, metric.replace("_", " "))
-        if lines:
-            ax.set_yscale("symlog", linthresh=1e-6)
+    labels = dict(xlabel="step", ylabel=ylabel, title=title)
+    bands(ax, _settings(c, metric.replace("_", " ")), metric, "no gradient-vanishing data", **labels)
+    if len(c) and lines:
+        ax.set_yscale("symlog", linthresh=1e-6)
         for y, name in lines:
             ax.axhline(y, color="0.3", ls=":", lw=1, label=name)
-    else:
-        placeholder(ax, "no gradient-vanishing data")
-    _label(ax, title, "step", ylabel)
+        ax.legend()  # the thresholds among the settings
 
 
 def _probabilities(fig, cell, ec: pd.DataFrame) -> None:
     """The action probabilities, one small panel per entropy-collapse setting (a colour per action)."""
     settings = list(ec.groupby("setting", sort=False)) if len(ec) else []
     if not settings:
-        ax = fig.add_subplot(cell)
-        placeholder(ax, "no entropy-collapse data")
-        return _label(ax, "Action probabilities", "step", "probability")
+        labels = dict(title="Action probabilities", xlabel="step", ylabel="probability")
+        return bands(fig.add_subplot(cell), [], "p0", NO_COLLAPSE, **labels)  # its placeholder
     cols = min(2, len(settings))
     grid = cell.subgridspec(-(-len(settings) // cols), cols, hspace=0.95, wspace=0.3)
     axes = []
@@ -197,33 +181,33 @@ def six_panel(t) -> plt.Figure:
             label = f"{phase} ({len(g)} steps)"
             a_scatter.scatter(g["reward_std"], g["grad_norm"], s=8, alpha=0.5, color=COLORS[i + 3], label=label)
         a_scatter.set_yscale("symlog", linthresh=1e-6)
+        a_scatter.legend()
     else:
         placeholder(a_scatter, "no gradient-vanishing data")
-    _label(a_scatter, "Gradient norm against reward std", "reward std", "gradient norm (symlog)")
+    a_scatter.set(title="Gradient norm against reward std", xlabel="reward std", ylabel="gradient norm (symlog)")
     fig.suptitle(f"Lab 04 on the bandit: {BAND_NOTE}")
     fig.tight_layout()
     return fig
 
 
 def hacking_figure(t) -> plt.Figure:
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
-    rh = _bandit(t, "reward_hacking")
-    if len(rh):
-        table_band(left, rh, "proxy_reward", "proxy score (optimised)", COLORS[3])
-        table_band(left, rh, "true_reward", "true reward", COLORS[2])
-    else:
-        placeholder(left, "no reward-hacking bandit data")
-    proxy = kit.row_of(t["lab04_gpt"], role="proxy").get("variant", "")
-    lines = (("reward_mean", "training reward = proxy score", 3), ("accuracy", "exact-match accuracy (sampled)", 2))
-    series = [(kit.seed_band(t["curves"], EXPERIMENT, proxy, m), m, label, COLORS[k]) for m, label, k in lines]
-    for s, metric, label, color in series:
-        if len(s):
-            table_band(right, s, metric, label, color, value="")
-    if not any(len(s) for s, *_ in series):
-        placeholder(right, "no proxy_reward GPT runs")
-    _label(left, "Bandit: proxy score and true reward", "step", "mean reward of the batch")
-    _label(right, "GPT, proxy_reward variant", "step", "reward / accuracy")
-    fig.suptitle(f"Reward hacking: {BAND_NOTE}")
+    """The bandit's proxy score against its true reward, and the GPT's proxy_reward variant: its training reward (the
+    proxy score) against its exact-match accuracy; each band within its own metric's range."""
+    rh, proxy = _bandit(t, "reward_hacking"), kit.row_of(t["lab04_gpt"], role="proxy").get("variant", "")
+    gpt = {m: kit.seed_band(t["curves"], EXPERIMENT, proxy, m) for m in ("reward_mean", "accuracy")}
+    shown = dict(colors=[COLORS[3], COLORS[2]], xlabel="step")  # the optimised score, then the true measure
+    bandit = [("proxy score (optimised)", rh), ("true reward", rh)]
+    gpt_lines = [
+        ("training reward = proxy score", gpt["reward_mean"]),
+        ("exact-match accuracy (sampled)", gpt["accuracy"]),
+    ]
+    panels = [
+        dict(groups=bandit, metric=["proxy_reward", "true_reward"], empty="no reward-hacking bandit data", **shown),
+        dict(groups=gpt_lines, metric=list(gpt), value="", empty="no proxy_reward GPT runs", **shown),
+    ]
+    panels[0].update(title="Bandit: proxy score and true reward", ylabel="mean reward of the batch")
+    panels[1].update(title="GPT, proxy_reward variant", ylabel="reward / accuracy")
+    fig = band_panels(panels, 1, 2, (12, 4.2), f"Reward hacking: {BAND_NOTE}")
     fig.tight_layout()
     return fig
 

@@ -14,7 +14,7 @@ import pandas as pd
 
 import mathrl.analysis.kit as kit
 from mathrl.analysis import section_verdicts
-from mathrl.analysis.figure_style import COLORS, band_panels, bands, placeholder, plt
+from mathrl.analysis.figure_style import COLORS, band_panels, bands, interval_bars, placeholder, plt
 from mathrl.analysis.kit import NAN
 from mathrl.analysis.measures import hyperparameters as hp
 from mathrl.analysis.measures import monitor_alerts as ma
@@ -259,10 +259,10 @@ def _clipping_figure(t):
     if c.empty:
         placeholder(axes[0], "no clipping runs")
     else:
-        x = np.arange(len(c))
-        err = np.vstack([c["collapse_rate"] - c["collapse_rate_lo"], c["collapse_rate_hi"] - c["collapse_rate"]])
-        colors = [COLORS[0] if o == "sgd" else COLORS[1] for o in c["optimizer"]]
-        axes[0].bar(x, c["collapse_rate"], width=0.6, color=colors, yerr=err, capsize=3)
+        x, colors = np.arange(len(c)), [COLORS[0] if o == "sgd" else COLORS[1] for o in c["optimizer"]]
+        interval_bars(
+            axes[0], x, c["collapse_rate"], c["collapse_rate_lo"], c["collapse_rate_hi"], width=0.6, color=colors
+        )
         axes[0].set_xticks(x, labels=c["cell"].str.replace(", ", "\n"), fontsize=7)
         axes[0].set_ylim(0, 1.05)
     axes[0].set(

@@ -24,7 +24,7 @@ from matplotlib.transforms import blended_transform_factory
 
 import mathrl.analysis.kit as kit
 from mathrl.analysis import section_verdicts
-from mathrl.analysis.figure_style import BAND_NOTE, COLORS, SHARE, bands, placeholder
+from mathrl.analysis.figure_style import BAND_NOTE, COLORS, SHARE, bands, interval_bars, placeholder
 from mathrl.analysis.measures import training_system
 from mathrl.analysis.measures.series import known
 from mathrl.analysis.results import mean_spread
@@ -210,17 +210,13 @@ def fig_throughput(t) -> plt.Figure:
         width = 0.8 / len(ALGORITHMS)
         for i, algorithm in enumerate(ALGORITHMS):
             vals, stds, ns = (
-                [kit.cell(res, col, task=k, algorithm=algorithm) for k in DOC]
+                np.array([kit.cell(res, col, task=k, algorithm=algorithm) for k in DOC])
                 for col in ("seq_per_s_mean", "seq_per_s_std", "n")
             )
-            errs = list(np.nan_to_num(t_halfwidth(stds, ns)))  # one seed or a missing cell: no interval
+            half = t_halfwidth(stds, ns)  # one seed or a missing cell: no interval; a missing bar says so
             x = [j + (i - 1) * width for j in range(len(DOC))]
-            heights = [0 if math.isnan(v) else v for v in vals]
-            below = [min(e, h) for e, h in zip(errs, heights)]  # never below 0
-            ax.bar(x, heights, width, capsize=3, color=COLORS[i], label=algorithm, yerr=[below, errs])
-            for xi, v in zip(x, vals):
-                if math.isnan(v):  # a missing bar says so rather than reading as zero throughput
-                    ax.annotate("missing", (xi, 0), ha="center", va="bottom", rotation=90, fontsize=7, color="0.4")
+            style = dict(width=width, color=COLORS[i], label=algorithm, note={"rotation": 90})
+            interval_bars(ax, x, vals, vals - half, vals + half, (0, None), **style)
         ax.set_xticks(range(len(DOC)), list(DOC))
         ax.legend()
     ax.set(
