@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 
 import mathrl.analysis.kit as kit
-from mathrl.analysis import section_verdicts
 from mathrl.analysis.figure_style import BAND_NOTE, COLORS, band_panels, placeholder, plt, table_band
 from mathrl.analysis.measures.bandit_seeds import (
     BANDIT_WINDOW,
@@ -257,12 +256,10 @@ def figures(t) -> dict[str, plt.Figure]:
 
 # ---- section: the template's context, from the tables ----------------------------------
 PARTS = ("entropy", "vanishing", "hacking", "gpt")  # the section's parts (the document's claims: its template)
-SHOWN = ("local_optima", "vanishing", "hacking", "gpt", "gpt_differences")  # the lab04_ tables the template shows
 
 
 def section(t) -> dict:
     """The verdicts per part and the rows the template's measured sentences and lab report read."""
-    rows = section_verdicts.verdicts(t, NAME)
     ent = t["lab04_entropy"]
     a, n = (kit.row_of(ent, setting=setting, seed="all") for setting in ("aggressive", "normal"))
     hack = kit.row_of(t["lab04_hacking"], seed="all")
@@ -272,8 +269,7 @@ def section(t) -> dict:
     bandit_ends = ("proxy_start", "proxy_end", "true_start", "true_end")
     gpt_ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
     return {
-        "parts": kit.parts(rows, PARTS),
-        "verdict_list": rows,
+        **kit.section_context(t, NAME, PARTS),
         "severity_definition": SEVERITY_DEFINITION,
         "bandit_window": BANDIT_WINDOW,
         "gpt_window": WINDOW,
@@ -292,5 +288,5 @@ def section(t) -> dict:
         "gpt_hacked": hacked(*(gpt["proxy"].get(k, math.nan) for k in gpt_ends)),
         "gpt": gpt,
         "cov_remedies": COV_REMEDIES,
-        "tables": {"entropy_pooled": seed_rows(ent, pooled=True), **{k: t[f"lab04_{k}"] for k in SHOWN}},
+        "entropy_pooled": seed_rows(ent, pooled=True),
     }

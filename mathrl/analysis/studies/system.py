@@ -23,7 +23,6 @@ import pandas as pd
 from matplotlib.transforms import blended_transform_factory
 
 import mathrl.analysis.kit as kit
-from mathrl.analysis import section_verdicts
 from mathrl.analysis.figure_style import BAND_NOTE, COLORS, SHARE, bands, placeholder
 from mathrl.analysis.measures import training_system
 from mathrl.analysis.measures.series import known
@@ -324,19 +323,16 @@ def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:
 
 def section(t) -> dict:
     res, cfgs = t["system_results"], t["system_configs"]
-    rows = section_verdicts.verdicts(t, NAME)
+    ctx = kit.section_context(t, NAME)
     decay = kit.cell(cfgs, "ours", task="add", key="baseline_decay")
     presets = cfgs.drop_duplicates("task")[["task", "config", "preset"]].to_dict("records") if len(cfgs) else []
     return {
+        **ctx,
         "configs": configs_wide(cfgs),
         "presets": presets,
-        "results": res,
-        "console": t["system_console"],
         "baseline_decay": "–" if math.isnan(decay) else f"{decay:g}",
-        "verdict_list": rows,
-        "tasks": [task_view(res, cfgs, t["system_starts"], task, section_verdicts.by_key(rows)) for task in DOC],
+        "tasks": [task_view(res, cfgs, t["system_starts"], task, ctx["verdicts"]) for task in DOC],
         "doc_steps": DOC_RL["steps"],
-        "starts": t["system_starts"],
-        "beside": [a for a in ALGORITHMS[1:] if len(res) and (res["algorithm"] == a).any()],  # run beside REINFORCE
+        "beside": [a for a in ALGORITHMS[1:] if kit.row_of(res, algorithm=a)],  # run beside REINFORCE
         "doc_console": FACTS["console"],
     }
