@@ -287,8 +287,7 @@ def task_view(res: pd.DataFrame, cfgs: pd.DataFrame, starts: pd.DataFrame, task:
     """What the template's sentences on one task read: the start picked on the validation split, each
     algorithm's results from it, every start against its supervised control, our settings, the verdicts."""
     d = starts[starts["task"] == task] if len(starts) else starts
-    picked = d.loc[d["picked"].astype(bool), "start"].iloc[0] if len(d) and d["picked"].astype(bool).any() else None
-    planned = set(zip(res["task"], res["algorithm"])) if len(res) else set()  # one the config does not run is left out
+    picked = kit.row_of(d, picked=True).get("start")
     lo = expected(task)[0]
     ids = [f"{task}_accuracy", f"{task}_gain", f"{task}_stable"] + sorted(
         k for k in rows if k.startswith(f"{task}_start") and k.endswith("_rl_vs_supervised")
@@ -300,7 +299,7 @@ def task_view(res: pd.DataFrame, cfgs: pd.DataFrame, starts: pd.DataFrame, task:
         "results": {
             a: kit.row_of(res, task=task, algorithm=a, **({"start": picked} if picked else {})) for a in ALGORITHMS
         },
-        "others": [a for a in ALGORITHMS if a != "reinforce" and (task, a) in planned],
+        "others": [a for a in ALGORITHMS[1:] if kit.row_of(res, task=task, algorithm=a)],  # those the config runs
         "starts": kit.records(d),
         "reaching": d[d["rl_lo"] >= lo]["start"].tolist() if len(d) and "rl_lo" in d else [],
         "configs": kit.records(cfgs[cfgs["task"] == task] if len(cfgs) else cfgs),
