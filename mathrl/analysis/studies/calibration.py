@@ -155,8 +155,7 @@ def figures(t) -> dict[str, plt.Figure]:
 
 # ----------------------------------------------------------------------------- report
 def section(t) -> dict:
-    below = t["calibration_below"]
-    total = kit.row_of(below, experiment="all runs")
+    total = kit.row_of(t["calibration_below"], experiment="all runs")
     # experiments that declare no reference (an empty cell reads back from CSV as NaN); one that
     # declares it but has no finished run yet is not among them
     refs = kit.records(t["calibration_references"])

@@ -264,6 +264,7 @@ def section(t) -> dict:
     a, n = (kit.row_of(ent, setting=setting, seed="all") for setting in ("aggressive", "normal"))
     hack = kit.row_of(t["lab04_hacking"], seed="all")
     gpt = {r: kit.row_of(t["lab04_gpt"], role=r) for r in (*ROLES, *KL_ROLES, *OTHER_ROLES, *COV_REMEDIES)}
+    seeds = seed_rows(ent) if len(ent) else pd.DataFrame(columns=["setting", "converged_to"])
     # the entropy the normal setting kept beyond the aggressive one
     kept = n.get("final_policy_entropy", math.nan) - a.get("final_policy_entropy", math.nan)
     bandit_ends = ("proxy_start", "proxy_end", "true_start", "true_end")
@@ -280,9 +281,7 @@ def section(t) -> dict:
         "normal": n,
         "vanishing": kit.row_of(t["lab04_vanishing"], seed="all"),
         "hacking": hack,
-        "aggressive_seeds": seed_rows(ent)[lambda d: d["setting"] == "aggressive"]
-        if len(ent)
-        else pd.DataFrame(columns=["converged_to"]),
+        "aggressive_seeds": seeds[seeds["setting"] == "aggressive"],
         "normal_keeps_more": bool(kept > 0) if known(kept) else None,
         "bandit_hacked": hacked(*(hack.get(k, math.nan) for k in bandit_ends)),
         "gpt_hacked": hacked(*(gpt["proxy"].get(k, math.nan) for k in gpt_ends)),
