@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 
 import pandas as pd
@@ -10,11 +11,13 @@ import pytest
 import mathrl.analysis.kit as kit
 from mathrl.analysis import claims
 from mathrl.analysis.figure_style import band_limits, band_panels, bands, bounds, interval_bars, offsets, plt, png
-from mathrl.analysis.kit import add_intervals, parts, seed_band
+from mathrl.analysis.kit import StudyTables, add_intervals, parts, role_settings, section_context, seed_band
 from mathrl.analysis.measures.tables import role_of
 from mathrl.analysis.report import pm, power_note
 from mathrl.analysis.section_verdicts import claim_frame, verdict_rows
 from mathrl.analysis.verdict import mean_interval
+from mathrl.pipeline.config import load_config
+from tests.conftest import TINY, write_config
 
 
 def test_a_sections_claims_as_verdict_rows():
@@ -324,3 +327,34 @@ def test_estimate_columns_cut_the_interval_and_name_the_estimate():
     assert list(cut) == ["A_mean", "A_lo", "A_hi"] and cut["A_hi"] == 1.0 and cut["A_lo"] == pytest.approx(est.lo)
     bare = kit.estimate_columns("dA", est, n=True, mean="")
     assert bare == pytest.approx({"dA": est.estimate, "dA_lo": est.lo, "dA_hi": est.hi, "dA_n": 3})
+
+
+def test_a_roles_settings_are_its_variants_first_run_as_the_config_resolves_them(tmp_path):
+    c = copy.deepcopy(TINY)
+    c["train"].update(batch_size=32, steps=50)
+    variants = {"v": {"batch_size": 64}, "w": {"batch_size": 128, "steps": 5}}
+    c["experiments"] = {"e": {"fixed": {"steps": 20}, "variants": variants, "roles": {"wide": "w"}, "seeds": [0, 1]}}
+    cfg = load_config(write_config(tmp_path / "c.yaml", c))
+    wide, first = role_settings(cfg, "e", "wide"), role_settings(cfg, "e")
+    assert (wide["batch_size"], wide["steps"]) == (128, 5) and (first["batch_size"], first["steps"]) == (64, 20)
+    assert role_settings(cfg, "e", "narrow") is None and role_settings(cfg, "absent") is None
+
+
+def test_a_sections_context_reads_its_studys_tables_and_verdicts_by_name():
+    runs = pd.DataFrame(
+        {"variant": ["a"] * 3 + ["b"] * 3, "seed": [0, 1, 2] * 2, "acc": [0.3, 0.4, 0.35, 0.1, 0.2, 0.15]}
+    )
+    claim = {"kind": "document", "statement": "a beats b", "measure": "acc", "table": "t", "section": "s"}
+    arms = {"a": {"variant": "a"}, "b": {"variant": "b"}}
+    decl = [{"id": i, **claim, "part": part, **arms} for i, part in (("first", "p"), ("second", "q"), ("third", "p"))]
+    rows = [claims.judge_claim(claims.parse(d, d["id"]), {"t": runs}, {}) for d in decl]
+    t = {"claims": claims.adjust(pd.DataFrame(rows, columns=claims.COLUMNS + claims.EXTRA)), "s_batch": runs}
+    ctx = section_context(t, "s")
+    assert ctx["tables"]["batch"] is runs
+    assert [r["key"] for r in ctx["verdict_list"]] == ["first", "second", "third"]
+    assert ctx["verdicts"]["second"]["part"] == "q"
+    assert list(ctx["parts"]) == ["p", "q"] and [r["key"] for r in ctx["parts"]["p"]["rows"]] == ["first", "third"]
+    assert ctx["parts"]["p"]["summary"] == "2 agrees"
+    assert list(section_context(t, "s", ("q", "r"))["parts"]) == ["q", "r"]
+    with pytest.raises(KeyError):
+        StudyTables(t, "s")["absent"]  # a plain dict of tables; `Tables` reads one not written as an empty frame

@@ -396,7 +396,7 @@ def test_figures_and_section_from_csv(cfg, tree):
     s = st.section(t)
     # B against A, C against A (one seed: no interval); C against B, its smoothness and reproducibility, not judged
     # where a schedule never acted (this tree's B and C hold their LR and KL coefficient)
-    rows = s["rows"]["fixed_vs_dynamic"]
+    rows = s["parts"]["fixed_vs_dynamic"]["rows"]
     keys = [r["key"] for r in rows]
     assert keys[:2] == ["fixed_vs_B", "fixed_vs_C"] and [r["outcome"] for r in rows[:2]] == [
         "inconclusive",
@@ -410,7 +410,7 @@ def test_figures_and_section_from_csv(cfg, tree):
     assert (
         set(es["samples"]) == {32, 64, 96, 128, 160} and len(es) == 3 * 5
     )  # batch 64 (2 seeds) and 512 (1 seed), 5 evaluations each
-    [eq] = s["rows"]["equal_samples"]
+    [eq] = s["parts"]["equal_samples"]["rows"]
     assert eq["key"] == "equal_samples_64" and eq["n"] == 1 and eq["outcome"] == "not judged"  # batch 512 has one seed
     html = render(s, {"stability_batch_curves": "data:image/png;base64,"})
     text = " ".join(re.sub(r"<[^>]+>", " ", html).replace("&#39;", "'").split())
@@ -462,7 +462,7 @@ def test_empty_results_render(cfg, tmp_path):
     t = save(cfg, tables)
     check_figures(st.figures(t))
     s = st.section(t)
-    assert all(r["outcome"] == "not judged" for rows in s["rows"].values() for r in rows)
+    assert all(r["outcome"] == "not judged" for p in s["parts"].values() for r in p["rows"])
     assert "No data" in render(s, {}) or "missing" in render(s, {})
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 from mathrl.analysis.measures.series import known
 from mathrl.analysis.results import mean_spread
-from mathrl.analysis.section_verdicts import by_part
+from mathrl.analysis.section_verdicts import by_key, by_part, verdicts
 from mathrl.analysis.verdict import (
     NO_DIFFERENCE,
     OUTCOMES,
@@ -26,7 +26,7 @@ from mathrl.analysis.verdict import (
     t_halfwidth,
     wilson,
 )
-from mathrl.pipeline.config import ROOT, point_label, read_yaml
+from mathrl.pipeline.config import ROOT, expand_runs, point_label, read_yaml
 from mathrl.pipeline.errors import ConfigError
 from mathrl.pipeline.layout import DOCUMENTS_FILE
 
@@ -63,6 +63,16 @@ def roles(cfg: dict, experiment: str, required: tuple[str, ...]) -> dict[str, st
 def setting(spec) -> str:
     """A run's setting as a role names it: its variant, else its grid point (`batch_size=512`; "" for neither)."""
     return spec.variant or point_label(spec.point)
+
+
+def role_settings(cfg: dict, experiment: str, role: str | None = None) -> dict | None:
+    """The resolved settings of an experiment's first run: of the variant in `role`, or of any setting without one;
+    None when the experiment has no such role or no run."""
+    name = roles(cfg, experiment, ()).get(role) if role else None
+    if role and not name:
+        return None
+    runs = (s for s in expand_runs(cfg).values() if s.experiment == experiment and (not role or s.variant == name))
+    return next((s.settings.as_dict() for s in runs), None)
 
 
 def joined_roles(role: dict[str, str]) -> dict[str, str]:
@@ -113,6 +123,30 @@ def parts(rows: list[dict], names: tuple[str, ...]) -> dict[str, dict]:
     `summary` (`part_summary`)."""
     grouped = by_part(rows)
     return {part: {"rows": grouped.get(part, []), "summary": part_summary(grouped.get(part, []))} for part in names}
+
+
+class StudyTables:
+    """A study's tables by their names without its prefix, each read when asked for: `tables["batch"]` (in a
+    template, `ctx.tables.batch`) is `t["stability_batch"]`, an empty frame for a table that was not written."""
+
+    def __init__(self, t, study: str):
+        self._t, self._study = t, study
+
+    def __getitem__(self, name: str) -> pd.DataFrame:
+        return self._t[f"{self._study}_{name}"]
+
+
+def section_context(t, study: str, names: tuple[str, ...] | None = None) -> dict:
+    """What a section's template reads first: its study's tables by name (`tables`, `StudyTables`), its verdict rows
+    in claims.csv's order (`verdict_list`), by claim id (`verdicts`) and by part (`parts`, `parts()`: the parts of
+    `names`, else every part its rows have)."""
+    rows = verdicts(t, study)
+    return {
+        "tables": StudyTables(t, study),
+        "verdict_list": rows,
+        "verdicts": by_key(rows),
+        "parts": parts(rows, tuple(by_part(rows)) if names is None else names),
+    }
 
 
 # ----------------------------------------------------------------------------- intervals in tables

@@ -23,7 +23,6 @@ from __future__ import annotations
 import pandas as pd
 
 import mathrl.analysis.kit as kit
-from mathrl.analysis import section_verdicts
 from mathrl.analysis.figure_style import COLORS, placeholder, plt
 from mathrl.analysis.kit import NAN, setting
 from mathrl.analysis.measures.calibration_runs import DROP, gain_rows, pick_rows, pilot_rows
@@ -138,20 +137,15 @@ def figures(t) -> dict[str, plt.Figure]:
 
 # ----------------------------------------------------------------------------- report
 def section(t) -> dict:
-    below, refs = t["calibration_below"], t["calibration_references"]
-    total = kit.row_of(below, experiment="all runs")
+    total = kit.row_of(t["calibration_below"], experiment="all runs")
     # experiments that declare no reference (an empty cell reads back from CSV as NaN); one that
     # declares it but has no finished run yet is not among them
-    no_reference = refs["reference"].isna() | refs["reference"].eq("") if len(refs) else []
-    unreferenced = refs.loc[no_reference, "experiment"].tolist() if len(refs) else []
+    refs = kit.records(t["calibration_references"])
     return {
-        "unreferenced": unreferenced,
-        "pilot": t["calibration_pilot"],
-        "pick": t["calibration_pick"],
-        "below": below,
+        **kit.section_context(t, NAME),
+        "unreferenced": [r["experiment"] for r in refs if pd.isna(r["reference"]) or r["reference"] == ""],
         "overall": total,
         "target": TARGET_BELOW,
         "drop": DROP,
         "meets_target": bool(total and total["below_rate"] <= TARGET_BELOW),
-        "verdicts": section_verdicts.verdicts(t, NAME),
     }

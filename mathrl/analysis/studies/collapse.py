@@ -20,7 +20,6 @@ import pandas as pd
 
 import mathrl.analysis.kit as kit
 import mathrl.analysis.measures.collapse_remedies as remedies
-from mathrl.analysis import section_verdicts
 from mathrl.analysis.figure_style import BAND_NOTE, COLORS, SHARE, band_panels, interval_bars, placeholder, plt
 from mathrl.analysis.measures.tables import role_of
 from mathrl.analysis.results import mean_spread
@@ -147,20 +146,15 @@ def figures(t) -> dict[str, plt.Figure]:
 # ----------------------------------------------------------------------------- section
 def section(t) -> dict:
     v, d = t["collapse_variants"], t["collapse_reward_design"]
-    rows = section_verdicts.verdicts(t, NAME)
     of_role = {r: kit.row_of(v, role=r) for r in remedies.ROLES}
-    zs = {r.role: r.frac_zero_std_mean for r in d[d["point"] == 0].itertuples()} if len(d) else {}
-    z = lambda k: "–" if k not in zs or pd.isna(zs[k]) else f"{100 * zs[k]:.0f}%"  # noqa: E731
+    start = {"baseline": "random_baseline", "shaped": "shaped"}  # groups without reward spread at the start, by role
+    zs = {k: kit.cell(d, "frac_zero_std_mean", role=r, point=0) for k, r in start.items()}
     return {
-        "of_role": of_role,
+        **kit.section_context(t, NAME),
         "baseline": of_role["baseline"],
         "algorithm": of_role["baseline"].get("algorithm", "–"),
         "names": {r: row.get("variant", r) for r, row in of_role.items()},
         "settings": {r: row.get("settings", "not run") for r, row in of_role.items()},
-        "variants": v,
-        "reward_design": d,
         "nonfinite": t["collapse_nonfinite"].reindex(columns=remedies.NONFINITE_COLUMNS),
-        "zero_std": {"baseline": z("random_baseline"), "shaped": z("shaped")},
-        "verdicts": section_verdicts.by_key(rows),
-        "verdict_list": rows,
+        "zero_std": {k: "–" if pd.isna(z) else f"{100 * z:.0f}%" for k, z in zs.items()},
     }

@@ -146,9 +146,7 @@ def section(t) -> dict:
     counted = s.groupby("experiment", sort=False)["points"].median()
     return {
         "curves": s[s["fitted"].astype(bool)],
-        "curves_not_fitted": s[~s["fitted"].astype(bool)],
         "curves_points": ", ".join(f"{e} {int(p)}" for e, p in counted.items()),
-        "curves_batch": t["diagnostics_curves_batch"],
         "curves_min_points": curves.MIN_POINTS,
         "curves_settings": len(s),
         "curves_fitted": int(s["fitted"].astype(bool).sum()),

@@ -21,7 +21,6 @@ import mathrl.analysis.studies.high_entropy_tokens as high_entropy_tokens
 import mathrl.analysis.studies.loss_comparison as loss_comparison
 import mathrl.analysis.studies.negative_controls as negative_controls
 import mathrl.analysis.studies.rollout_mismatch as rollout_mismatch
-from mathrl.analysis import section_verdicts
 
 # modules, not `from mathrl.analysis.studies import ...`: the package's __init__ imports this module
 from mathrl.analysis.figure_style import COLORS, NONNEGATIVE, SHARE, bands, placeholder, plt
@@ -196,19 +195,11 @@ def figures(t) -> dict[str, plt.Figure]:
 
 
 def section(t) -> dict:
-    rows = section_verdicts.verdicts(t, NAME)
     apart = (loss_comparison.PART, high_entropy_tokens.PART)  # shown in their own parts of the section
+    ctx = kit.section_context(t, NAME, apart)
     return {
-        "pass_at_k": t["diagnostics_pass_at_k"],
-        "pass_at_k_runs": t["diagnostics_pass_at_k_runs"],
-        "law": t["diagnostics_entropy_law"],
-        "law_runs": t["diagnostics_entropy_law_runs"],
-        "adv": t["diagnostics_adv_scaling"],
-        "noise": t["diagnostics_noise_scale"],
-        "noise_steps": t["diagnostics_noise_scale_steps"],
-        "updates": t["diagnostics_update"],
-        "verdicts": rows,
-        "other_verdicts": [r for r in rows if r.get("part") not in apart],
+        **ctx,
+        "other_verdicts": [r for r in ctx["verdict_list"] if r.get("part") not in apart],
         "ks": KS,
         "law_r2": LAW_R2,
         "law_rmse": LAW_RMSE,
@@ -218,7 +209,5 @@ def section(t) -> dict:
         **compute_curves.section(t),
         **negative_controls.section(t),
         **loss_comparison.section(t),
-        "losses_verdicts": section_verdicts.verdicts(t, NAME, loss_comparison.PART),
         **high_entropy_tokens.section(t),
-        "tokens_verdicts": section_verdicts.verdicts(t, NAME, high_entropy_tokens.PART),
     }

@@ -66,9 +66,4 @@ def figure(t) -> plt.Figure:
 
 
 def section(t) -> dict:
-    return {
-        "tokens": t["diagnostics_token_selection"],
-        "tokens_carry": t["diagnostics_token_selection_carry"],
-        "tokens_experiment": EXPERIMENT,
-        "tokens_probe_problems": PROBE_PROBLEMS,
-    }
+    return {"tokens_experiment": EXPERIMENT, "tokens_probe_problems": PROBE_PROBLEMS}

@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 
 import mathrl.analysis.kit as kit
-from mathrl.analysis import section_verdicts
 from mathrl.analysis.figure_style import BAND_NOTE, COLORS, band_panels, bands, placeholder, plt, table_band
 from mathrl.analysis.measures.bandit_seeds import (
     BANDIT_WINDOW,
@@ -241,23 +240,21 @@ def figures(t) -> dict[str, plt.Figure]:
 
 # ---- section: the template's context, from the tables ----------------------------------
 PARTS = ("entropy", "vanishing", "hacking", "gpt")  # the section's parts (the document's claims: its template)
-SHOWN = ("local_optima", "vanishing", "hacking", "gpt", "gpt_differences")  # the lab04_ tables the template shows
 
 
 def section(t) -> dict:
     """The verdicts per part and the rows the template's measured sentences and lab report read."""
-    rows = section_verdicts.verdicts(t, NAME)
     ent = t["lab04_entropy"]
     a, n = (kit.row_of(ent, setting=setting, seed="all") for setting in ("aggressive", "normal"))
     hack = kit.row_of(t["lab04_hacking"], seed="all")
     gpt = {r: kit.row_of(t["lab04_gpt"], role=r) for r in (*ROLES, *KL_ROLES, *OTHER_ROLES, *COV_REMEDIES)}
+    seeds = seed_rows(ent) if len(ent) else pd.DataFrame(columns=["setting", "converged_to"])
     # the entropy the normal setting kept beyond the aggressive one
     kept = n.get("final_policy_entropy", math.nan) - a.get("final_policy_entropy", math.nan)
     bandit_ends = ("proxy_start", "proxy_end", "true_start", "true_end")
     gpt_ends = ("reward_start_mean", "reward_end_mean", "accuracy_start_mean", "accuracy_end_mean")
     return {
-        "parts": kit.parts(rows, PARTS),
-        "verdict_list": rows,
+        **kit.section_context(t, NAME, PARTS),
         "severity_definition": SEVERITY_DEFINITION,
         "bandit_window": BANDIT_WINDOW,
         "gpt_window": WINDOW,
@@ -268,13 +265,11 @@ def section(t) -> dict:
         "normal": n,
         "vanishing": kit.row_of(t["lab04_vanishing"], seed="all"),
         "hacking": hack,
-        "aggressive_seeds": seed_rows(ent)[lambda d: d["setting"] == "aggressive"]
-        if len(ent)
-        else pd.DataFrame(columns=["converged_to"]),
+        "aggressive_seeds": seeds[seeds["setting"] == "aggressive"],
         "normal_keeps_more": bool(kept > 0) if known(kept) else None,
         "bandit_hacked": hacked(*(hack.get(k, math.nan) for k in bandit_ends)),
         "gpt_hacked": hacked(*(gpt["proxy"].get(k, math.nan) for k in gpt_ends)),
         "gpt": gpt,
         "cov_remedies": COV_REMEDIES,
-        "tables": {"entropy_pooled": seed_rows(ent, pooled=True), **{k: t[f"lab04_{k}"] for k in SHOWN}},
+        "entropy_pooled": seed_rows(ent, pooled=True),
     }

@@ -53,4 +53,4 @@ def figure(t) -> plt.Figure:
 
 
 def section(t) -> dict:
-    return {"losses": t["diagnostics_policy_losses"], "losses_experiment": EXPERIMENT}
+    return {"losses_experiment": EXPERIMENT}

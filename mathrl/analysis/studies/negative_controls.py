@@ -47,8 +47,4 @@ def tables(per_run: pd.DataFrame, pk: pd.DataFrame, roles: dict) -> dict[str, pd
 
 
 def section(t) -> dict:
-    return {
-        "controls": t["diagnostics_negative_controls"],
-        "controls_pass_at_k": t["diagnostics_negative_controls_pass_at_k"],
-        "controls_experiment": EXPERIMENT,
-    }
+    return {"controls_experiment": EXPERIMENT}

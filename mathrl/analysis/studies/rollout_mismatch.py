@@ -13,7 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from mathrl.analysis.figure_style import COLORS, placeholder, plt
-from mathrl.analysis.kit import add_intervals, setting_differences, setting_steps
+from mathrl.analysis.kit import StudyTables, add_intervals, setting_differences, setting_steps
 from mathrl.analysis.measures.sampling_mismatch import MISMATCH, control_at_scale
 from mathrl.analysis.results import mean_spread
 
@@ -62,10 +62,4 @@ def figures(t) -> dict[str, plt.Figure]:
 
 
 def section(t) -> dict:
-    return {
-        "summary": t["diagnostics_mismatch"],
-        "accuracy": t["diagnostics_mismatch_accuracy"],
-        "runs": t["diagnostics_mismatch_runs"],
-        "control": t["diagnostics_mismatch_control"],
-        "experiment": EXPERIMENT,
-    }
+    return {"tables": StudyTables(t, "diagnostics"), "experiment": EXPERIMENT}

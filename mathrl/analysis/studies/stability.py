@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 
 import mathrl.analysis.kit as kit
-from mathrl.analysis import section_verdicts
 from mathrl.analysis.figure_style import COLORS, band_panels, bands, interval_bars, placeholder, plt
 from mathrl.analysis.kit import NAN
 from mathrl.analysis.measures import hyperparameters as hp
@@ -303,9 +302,6 @@ def figures(t) -> dict:
 # The clipping verdicts in the order the section's text reads them (claims.yaml lists the adamw check second).
 CLIPPING_ORDER = ["clipping_spike_collapses", "clipping_sgd", "clipping_sgd_2.0", "clipping_sgd_0.5"]
 CLIPPING_ORDER += ["clipping_dose_order", "clipping_adamw"]
-# the tables the section reads (`stability_{name}`)
-SECTION_TABLES = ["batch_curve", "batch", "equal_samples", "case_study", "fixed_vs_dynamic", "gradvar", "accumulation"]
-SECTION_TABLES += ["alerts", "alert_scores", "clipping", "value_clip", "troubleshooting", "remedies"]
 KL_GRID = ("kl_none", "kl_low", "kl_default", "kl_high")  # the remedies experiment's KL roles, in the grid's order
 
 
@@ -313,43 +309,38 @@ def design(cfg: dict) -> dict:
     """The settings the section's prose names, read from the config rather than written into the template: as the
     config resolves them for each experiment's first run (the train block's where the experiment has none)."""
     keys = ("batch_size", "steps", "eval_every", "eval_size")
-    specs = list(expand_runs(cfg).values())
-    first = {spec.experiment: spec.settings.as_dict() for spec in reversed(specs)}  # the first run wins
-    variant = {(spec.experiment, spec.variant): spec.settings.as_dict() for spec in specs}
-
-    def setting(exp: str, role: str) -> dict | None:  # the settings of the variant in `role`, None without one
-        name = kit.roles(cfg, exp, ()).get(role)
-        return variant.get((exp, name)) if name else None
-
-    b, kl = setting(FVD, "B"), setting("remedies", "kl_default")
+    b, kl = kit.role_settings(cfg, FVD, "B"), kit.role_settings(cfg, "remedies", "kl_default")
     # batch 64's own LR: the batch study's (the square-root rule's) at the KL grid's batch
-    size = kl and kl["batch_size"]
-    own = next((s for (e, _), s in variant.items() if e == "batch" and s["batch_size"] == size), None)
+    batch = (s.settings for s in expand_runs(cfg).values() if s.experiment == "batch")
+    own = next((s.as_dict() for s in batch if kl and s.batch_size == kl["batch_size"]), None)
     return {
-        **{exp: {k: first.get(exp, cfg.get("train", {})).get(k) for k in keys} for exp in ("batch", "remedies")},
+        **{
+            e: {k: (kit.role_settings(cfg, e) or cfg.get("train", {})).get(k) for k in keys}
+            for e in ("batch", "remedies")
+        },
         "gradvar_batches": (cfg.get("gradvar") or {}).get("num_samples"),
         # B's step schedule (what its LR did, the section reads from the runs: LR last / first)
         "decay": b and {"rate": b["lr_decay_rate"], "every": b["lr_decay_every"]},
         # the KL grid's LR against its batch's own
         "kl_lr_ratio": kl["lr"] / own["lr"] if kl and own else None,
-        "kl_grid": [f"{g['kl_coef']:g}" for r in KL_GRID if (g := setting("remedies", r))],
+        "kl_grid": [f"{g['kl_coef']:g}" for r in KL_GRID if (g := kit.role_settings(cfg, "remedies", r))],
     }
 
 
 def section(t) -> dict:
-    tb = {n: t[f"stability_{n}"] for n in SECTION_TABLES}
-    rows = section_verdicts.verdicts(t, NAME)
-    parts = section_verdicts.by_part(rows)
-    clipping = {r["key"]: r for r in parts.get("clipping", [])}
-    parts["clipping"] = [clipping.pop(k) for k in CLIPPING_ORDER if k in clipping] + list(clipping.values())
-    al, b, v = tb["alerts"], tb["batch"], tb["value_clip"]
+    ctx = kit.section_context(t, NAME)
+    order = {k: i for i, k in enumerate(CLIPPING_ORDER)}  # the others after these, in claims.csv's order
+    ctx["parts"].get("clipping", {"rows": []})["rows"].sort(key=lambda r: order.get(r["key"], len(order)))
+    al, b, fvd = t["stability_alerts"], t["stability_batch"], t["stability_fixed_vs_dynamic"]
     # the PPO cells by value clip and weight, as `{clip}@{weight}`; None where a cell has no row
+    v = t["stability_value_clip"]
     value = {
         f"{c}@{w:g}": kit.row_of(v, value_clip=c, value_coef=w) or None for c in ("none", "0.2") for w in (0.5, 1.0)
     }
     ends = [b["batch_size"].min(), b["batch_size"].max()] if not b.empty else []
     return {
-        "tables": {**tb, "alerts_fired": al[al["alerts"] > 0] if not al.empty else al},
+        **ctx,
+        "alerts_fired": al[al["alerts"] > 0] if not al.empty else al,
         "design": design(t.cfg),
         "spike_factor": SPIKE_FACTOR,
         "big": hp.BIG_SWING,
@@ -358,9 +349,7 @@ def section(t) -> dict:
         "horizon": ma.HORIZON,
         "doc_variance": DOC["variance"],
         "batch_ends": [kit.row_of(b, batch_size=k) for k in ends],
-        "fvd": [row for m in FVD_ROLES if (row := kit.row_of(tb["fixed_vs_dynamic"], role=m))],
-        "b_lr_ratio": kit.cell(tb["fixed_vs_dynamic"], "lr_ratio_mean", role="B"),
+        "fvd": [row for m in FVD_ROLES if (row := kit.row_of(fvd, role=m))],
+        "b_lr_ratio": kit.cell(fvd, "lr_ratio_mean", role="B"),
         "value_clip": value,
-        "verdict_list": rows,
-        "rows": parts,
     }

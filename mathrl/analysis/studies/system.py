@@ -23,7 +23,6 @@ import pandas as pd
 from matplotlib.transforms import blended_transform_factory
 
 import mathrl.analysis.kit as kit
-from mathrl.analysis import section_verdicts
 from mathrl.analysis.figure_style import BAND_NOTE, COLORS, SHARE, bands, interval_bars, placeholder
 from mathrl.analysis.measures import training_system
 from mathrl.analysis.measures.series import known
@@ -234,8 +233,7 @@ def task_view(res: pd.DataFrame, cfgs: pd.DataFrame, starts: pd.DataFrame, task:
     """What the template's sentences on one task read: the start picked on the validation split, each
     algorithm's results from it, every start against its supervised control, our settings, the verdicts."""
     d = starts[starts["task"] == task] if len(starts) else starts
-    picked = d.loc[d["picked"].astype(bool), "start"].iloc[0] if len(d) and d["picked"].astype(bool).any() else None
-    planned = set(zip(res["task"], res["algorithm"])) if len(res) else set()  # one the config does not run is left out
+    picked = kit.row_of(d, picked=True).get("start")
     lo = expected(task)[0]
     ids = [f"{task}_accuracy", f"{task}_gain", f"{task}_stable"] + sorted(
         k for k in rows if k.startswith(f"{task}_start") and k.endswith("_rl_vs_supervised")
@@ -247,7 +245,7 @@ def task_view(res: pd.DataFrame, cfgs: pd.DataFrame, starts: pd.DataFrame, task:
         "results": {
             a: kit.row_of(res, task=task, algorithm=a, **({"start": picked} if picked else {})) for a in ALGORITHMS
         },
-        "others": [a for a in ALGORITHMS if a != "reinforce" and (task, a) in planned],
+        "others": [a for a in ALGORITHMS[1:] if kit.row_of(res, task=task, algorithm=a)],  # those the config runs
         "starts": kit.records(d),
         "reaching": d[d["rl_lo"] >= lo]["start"].tolist() if len(d) and "rl_lo" in d else [],
         "configs": kit.records(cfgs[cfgs["task"] == task] if len(cfgs) else cfgs),
@@ -270,19 +268,16 @@ def configs_wide(cfgs: pd.DataFrame) -> pd.DataFrame:
 
 def section(t) -> dict:
     res, cfgs = t["system_results"], t["system_configs"]
-    rows = section_verdicts.verdicts(t, NAME)
+    ctx = kit.section_context(t, NAME)
     decay = kit.cell(cfgs, "ours", task="add", key="baseline_decay")
     presets = cfgs.drop_duplicates("task")[["task", "config", "preset"]].to_dict("records") if len(cfgs) else []
     return {
+        **ctx,
         "configs": configs_wide(cfgs),
         "presets": presets,
-        "results": res,
-        "console": t["system_console"],
         "baseline_decay": "–" if math.isnan(decay) else f"{decay:g}",
-        "verdict_list": rows,
-        "tasks": [task_view(res, cfgs, t["system_starts"], task, section_verdicts.by_key(rows)) for task in DOC],
+        "tasks": [task_view(res, cfgs, t["system_starts"], task, ctx["verdicts"]) for task in DOC],
         "doc_steps": DOC_RL["steps"],
-        "starts": t["system_starts"],
-        "beside": [a for a in ALGORITHMS[1:] if len(res) and (res["algorithm"] == a).any()],  # run beside REINFORCE
+        "beside": [a for a in ALGORITHMS[1:] if kit.row_of(res, algorithm=a)],  # run beside REINFORCE
         "doc_console": FACTS["console"],
     }
