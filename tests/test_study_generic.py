@@ -8,21 +8,22 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mathrl.analysis.measures.general import metric_range
 from mathrl.analysis.studies import generic
 
 
 def test_bounds_of_each_metric_and_reward_kind():
     s = {"reward": "exact", "kl_estimator": "k3", "format_bonus": 0.1, "digit_weight": 0.5, "invalid_penalty": 0.5,
          "proxy_correct_weight": 0.3, "proxy_bias_weight": 0.7}  # fmt: skip
-    assert generic.bounds("eval_accuracy", None) == (0.0, 1.0)
-    assert generic.bounds("entropy", s) == (0.0, math.inf)
-    assert generic.bounds("kl", s) == (0.0, math.inf)
-    assert generic.bounds("kl", {**s, "kl_estimator": "k1"}) == (-math.inf, math.inf)
-    assert generic.bounds("reward_mean", s) == (0.0, 1.0)
-    assert generic.bounds("reward_mean", {**s, "reward": "shaped"}) == (0.0, pytest.approx(1.6))
-    assert generic.bounds("reward_mean", {**s, "reward": "shaped_penalty"}) == (-0.5, pytest.approx(1.6))
-    assert generic.bounds("reward_mean", {**s, "reward": "proxy"}) == (0.0, 1.0)
-    assert generic.bounds("reward_mean", None) == (-math.inf, math.inf)  # settings unknown: not clipped
+    assert metric_range("eval_accuracy", None) == (0.0, 1.0)
+    assert metric_range("entropy", s) == (0.0, math.inf)
+    assert metric_range("kl", s) == (0.0, math.inf)
+    assert metric_range("kl", {**s, "kl_estimator": "k1"}) == (-math.inf, math.inf)
+    assert metric_range("reward_mean", s) == (0.0, 1.0)
+    assert metric_range("reward_mean", {**s, "reward": "shaped"}) == (0.0, pytest.approx(1.6))
+    assert metric_range("reward_mean", {**s, "reward": "shaped_penalty"}) == (-0.5, pytest.approx(1.6))
+    assert metric_range("reward_mean", {**s, "reward": "proxy"}) == (0.0, 1.0)
+    assert metric_range("reward_mean", None) == (-math.inf, math.inf)  # settings unknown: not clipped
 
 
 def test_two_seed_bands_of_accuracy_reward_and_kl_stay_in_range():

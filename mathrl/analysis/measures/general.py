@@ -1,6 +1,7 @@
 """The measures of every run (`run_measures`): held-out accuracy, entropy, reward, KL and LR at the start and end,
-drawdown, roughness, collapse, rollouts drawn. Each is a pure function of the run's files; `mathrl compare` and
-imported logs read them too.
+drawdown, roughness, collapse, rollouts drawn; and the problems an evaluation reads. Each is a pure function of the
+run's files; `mathrl compare` and imported logs read them too. `metric_range`: the range a logged metric of a run
+cannot leave, from its settings (what a band of it is clipped to).
 """
 
 from __future__ import annotations
@@ -121,3 +122,21 @@ def n_eval(run: Run) -> int:
     """eval_size 0 means all of the test set: the number the run resolved is in its summary."""
     resolved = (run.summary or {}).get("resolved") or {}
     return int(resolved.get("n_eval") or run.settings.get("eval_size") or 0)
+
+
+def metric_range(metric: str, s: dict | None) -> tuple[float, float]:
+    """The range a logged metric of a run with settings `s` cannot leave, so that a band of it does not either:
+    accuracy in [0, 1], entropy >= 0, KL >= 0 (k2 and k3 estimate it from non-negative terms; k1 may average below 0),
+    and each reward kind's own range. Unbounded where the settings are unknown."""
+    if metric == "eval_accuracy":
+        return 0.0, 1.0
+    if metric == "entropy" or (metric == "kl" and s is not None and s.get("kl_estimator") != "k1"):
+        return 0.0, math.inf
+    if metric != "reward_mean" or s is None:
+        return -math.inf, math.inf
+    if s["reward"] == "proxy":
+        weights = [s["proxy_correct_weight"], s["proxy_bias_weight"]]
+        return sum(min(0, w) for w in weights), sum(max(0, w) for w in weights)
+    weights = [s["format_bonus"], s["digit_weight"]] if s["reward"] != "exact" else []
+    lo = sum(min(0, w) for w in weights) - (s["invalid_penalty"] if s["reward"] == "shaped_penalty" else 0)
+    return lo, 1.0 + sum(max(0, w) for w in weights)

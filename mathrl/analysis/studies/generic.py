@@ -21,7 +21,7 @@ from rliable import metrics as rly
 import mathrl.analysis.kit as kit
 from mathrl.analysis import section_verdicts
 from mathrl.analysis.figure_style import bands, plt
-from mathrl.analysis.measures.general import n_eval
+from mathrl.analysis.measures.general import metric_range, n_eval
 from mathrl.analysis.measures.tables import value
 from mathrl.analysis.results import warmup
 from mathrl.analysis.verdict import binomial_halfwidth
@@ -112,24 +112,6 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     return {"generic_summary": summary_table(per_run(ctx), ctx.cfg), "generic_curves": curves_table(ctx)}
 
 
-def bounds(metric: str, s: dict | None) -> tuple[float, float]:
-    """The range a metric of a run with settings `s` cannot leave, so that its 95% band does
-    not either: accuracy in [0, 1], entropy >= 0, KL >= 0 (k2 and k3 estimate it from
-    non-negative terms; k1 may average below 0), and each reward kind's own range."""
-    if metric == "eval_accuracy":
-        return 0.0, 1.0
-    if metric == "entropy" or (metric == "kl" and s is not None and s.get("kl_estimator") != "k1"):
-        return 0.0, math.inf
-    if metric != "reward_mean" or s is None:
-        return -math.inf, math.inf
-    if s["reward"] == "proxy":
-        weights = [s["proxy_correct_weight"], s["proxy_bias_weight"]]
-        return sum(min(0, w) for w in weights), sum(max(0, w) for w in weights)
-    weights = [s["format_bonus"], s["digit_weight"]] if s["reward"] != "exact" else []
-    lo = sum(min(0, w) for w in weights) - (s["invalid_penalty"] if s["reward"] == "shaped_penalty" else 0)
-    return lo, 1.0 + sum(max(0, w) for w in weights)
-
-
 def setting_settings(cfg: dict, experiment: str) -> dict[str, dict]:
     """{setting: the resolved settings of its first run} of one experiment."""
     specs = [spec for spec in expand_runs(cfg).values() if spec.experiment == experiment]
@@ -143,7 +125,7 @@ def figure(c: pd.DataFrame, experiment: str, settings: dict[str, dict] | None = 
     for ax, (metric, label) in zip(axes, METRICS.items()):
         m = d[d["metric"] == metric] if len(d) else d
         groups = [(name, g.sort_values("step")) for name, g in (m.groupby("setting", sort=False) if len(m) else [])]
-        limits = [bounds(metric, (settings or {}).get(name)) for name, _ in groups]  # a legend for the figure
+        limits = [metric_range(metric, (settings or {}).get(name)) for name, _ in groups]  # a legend for the figure
         bands(ax, groups, metric, f"no {label} logged", "", limits=limits, legend=False, title=label, ylabel=label)
     handles, labels = axes[0].get_legend_handles_labels()
     if handles:
