@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mathrl.engine.rewards import REWARD_KINDS, RewardSpec, answer_checks, compute_rewards, token_rewards
-from mathrl.engine.tasks import Task, encode
+from mathrl.engine.tasks import VOCAB_SIZE, Task, encode
 
 # 7+45 = 52, written "2500$" by Task("add", 3)
 TARGET_TEXT = "2500$"
@@ -122,3 +122,26 @@ def test_an_offset_is_added_to_every_reward_and_leaves_accuracy_alone():
     plain, checks = compute_rewards(RewardSpec("exact"), *batch(ROWS))
     shifted, same = compute_rewards(RewardSpec("exact", offset=10.0), *batch(ROWS))
     assert shifted.tolist() == [x + 10 for x in plain.tolist()] and torch.equal(same["exact"], checks["exact"])
+
+
+@pytest.mark.parametrize("kind", REWARD_KINDS)
+def test_every_reward_lies_in_the_range_its_bands_are_clipped_to(kind):
+    """The analysis clips a run's reward band to `metric_range` from its settings: each kind's rewards, on answers drawn
+    at random and on the hand-made rows, never leave it (with an offset too)."""
+    from mathrl.analysis.measures.general import metric_range
+
+    spec = RewardSpec(kind, offset=-0.25)
+    settings = {
+        "reward": kind,
+        "reward_offset": spec.offset,
+        **{k: getattr(spec, k) for k in ("format_bonus", "digit_weight", "invalid_penalty")},
+        **{k: getattr(spec, k) for k in ("proxy_correct_weight", "proxy_bias_weight")},
+    }
+    lo, hi = metric_range("reward_mean", settings)
+    g = torch.Generator().manual_seed(0)
+    drawn = torch.randint(0, VOCAB_SIZE, (512, len(TARGET_TEXT)), generator=g)
+    nines = torch.tensor([encode("9999$")])  # the proxy's best answer
+    generated = torch.cat([drawn, batch(ROWS)[0], nines, torch.tensor([encode(TARGET_TEXT)])])
+    target = torch.tensor([encode(TARGET_TEXT)] * len(generated))
+    rewards, _ = compute_rewards(spec, generated, target, coins=torch.rand(len(generated), generator=g))
+    assert lo - 1e-6 <= rewards.min().item() and rewards.max().item() <= hi + 1e-6

@@ -23,6 +23,9 @@ def test_bounds_of_each_metric_and_reward_kind():
     assert metric_range("reward_mean", {**s, "reward": "shaped"}) == (0.0, pytest.approx(1.6))
     assert metric_range("reward_mean", {**s, "reward": "shaped_penalty"}) == (-0.5, pytest.approx(1.6))
     assert metric_range("reward_mean", {**s, "reward": "proxy"}) == (0.0, 1.0)
+    assert metric_range("reward_mean", {**s, "reward": "signed"}) == (-1.0, 1.0)
+    assert metric_range("reward_mean", {**s, "reward": "random"}) == (0.0, 1.0)
+    assert metric_range("reward_mean", {**s, "reward_offset": 10.0}) == (10.0, 11.0)
     assert metric_range("reward_mean", None) == (-math.inf, math.inf)  # settings unknown: not clipped
 
 

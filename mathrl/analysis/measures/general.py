@@ -134,9 +134,14 @@ def metric_range(metric: str, s: dict | None) -> tuple[float, float]:
         return 0.0, math.inf
     if metric != "reward_mean" or s is None:
         return -math.inf, math.inf
-    if s["reward"] == "proxy":
+    kind, offset = s["reward"], s.get("reward_offset") or 0.0
+    if kind in ("exact", "random", "signed"):  # right or not (a coin for random): 1 or 0, or +1 or -1 when signed
+        lo, hi = (-1.0, 1.0) if kind == "signed" else (0.0, 1.0)
+    elif kind == "proxy":
         weights = [s["proxy_correct_weight"], s["proxy_bias_weight"]]
-        return sum(min(0, w) for w in weights), sum(max(0, w) for w in weights)
-    weights = [s["format_bonus"], s["digit_weight"]] if s["reward"] != "exact" else []
-    lo = sum(min(0, w) for w in weights) - (s["invalid_penalty"] if s["reward"] == "shaped_penalty" else 0)
-    return lo, 1.0 + sum(max(0, w) for w in weights)
+        lo, hi = sum(min(0, w) for w in weights), sum(max(0, w) for w in weights)
+    else:  # shaped: exact plus the format bonus and the digits' share; shaped_penalty less the invalid penalty
+        weights = [s["format_bonus"], s["digit_weight"]]
+        lo = sum(min(0, w) for w in weights) - (s["invalid_penalty"] if kind == "shaped_penalty" else 0)
+        hi = 1.0 + sum(max(0, w) for w in weights)
+    return lo + offset, hi + offset
