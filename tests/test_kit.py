@@ -280,6 +280,18 @@ def test_setting_steps_averages_each_step_over_the_complete_runs():
     assert list(evals["step"]) == [0, 2] and evals["eval_accuracy_mean"].tolist() == pytest.approx([0.1, 0.6])
 
 
+def test_collapse_columns_name_the_share_collapsed_and_count_it_per_group():
+    """Setting a: two of three runs collapsed (one run without a result is not counted); b: none of one."""
+    rows = pd.DataFrame({"setting": ["a", "a", "a", "a", "b"], "collapsed": [1.0, 0.0, 1.0, None, 0.0]})
+    summary = kit.summarise(rows, ["setting"], ["collapsed"])
+    out = kit.collapse_columns(summary, rows, "setting")
+    assert list(out.columns) == ["setting", "n", "expected", "collapse_rate", "collapses"]
+    assert out["collapse_rate"].tolist() == pytest.approx([2 / 3, 0.0]) and out["collapses"].tolist() == [2.0, 0.0]
+    assert out["n"].tolist() == [3, 1] and out["expected"].tolist() == [4, 1]
+    before = kit.collapse_columns(summary, rows, "setting", before="n")
+    assert list(before.columns) == ["setting", "collapses", "n", "expected", "collapse_rate"]
+
+
 def test_a_variants_band_across_seeds_from_the_curves_table():
     """Variant a of experiment e, two seeds of two steps (seed 1 misses step 2's value); variant b and experiment f are
     left out; held-out accuracy starts at step 0 with each run's accuracy before RL."""

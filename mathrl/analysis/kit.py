@@ -310,6 +310,16 @@ def group_sums(rows: pd.DataFrame, by, column: str) -> np.ndarray:
     return rows.groupby(by, sort=False)[column].sum(min_count=1).values
 
 
+def collapse_columns(out: pd.DataFrame, rows: pd.DataFrame, by, before: str | None = None) -> pd.DataFrame:
+    """A summary of `rows` (`summarise`) whose values include `collapsed`: its mean becomes `collapse_rate` (the share
+    of runs that collapsed; its std left out), and `collapses`, the count per group of `rows` by `by` (`group_sums`),
+    goes before column `before`, or last."""
+    out = out.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
+    at = len(out.columns) if before is None else out.columns.get_loc(before)
+    out.insert(at, "collapses", group_sums(rows, by, "collapsed"))
+    return out
+
+
 def add_outcomes(out: pd.DataFrame, per_run: pd.DataFrame, by, judged: bool = False) -> pd.DataFrame:
     """`collapses` and `degradations` per group of `per_run` (the rows of `out`, in order) and the collapse rate with
     its 95% Wilson interval over the group's `n` runs, or with `judged` over its `runs_judged` (the runs whose collapse

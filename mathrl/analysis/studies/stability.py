@@ -77,9 +77,7 @@ def batch_tables(ctx) -> dict[str, pd.DataFrame]:
         return {}
     rows = ctx.run_table("stability_batch_runs")
     values = "final_eval peak_eval roughness drawdown largest_drop share_above_10 share_below_3 collapsed".split()
-    batch = kit.summarise(rows, ["batch_size", "lr"], values)
-    batch = batch.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
-    batch["collapses"] = kit.group_sums(rows, "batch_size", "collapsed")
+    batch = kit.collapse_columns(kit.summarise(rows, ["batch_size", "lr"], values), rows, "batch_size")
     batch["doc_curve"] = batch["batch_size"].map(DOC["batch"])
     pts = pd.DataFrame([{"batch_size": r.settings["batch_size"], **p} for r in runs for p in hp.curve_points(r)])
     curve = kit.summarise(pts, ["batch_size", "point", "step"], ["eval_accuracy", "entropy", "reward"])
@@ -142,8 +140,7 @@ def clipping_table(ctx) -> pd.DataFrame:
     rows["cell"] = [f"{o} at LR {lr:g}, clip {m}, {'spike' if s == 'yes' else 'no spike'}" for o, lr, m, s in cells]
     values = ["collapsed", "drop_after_spike", "final_eval", "spike_ratio"]
     out = kit.summarise(rows, ["cell", "optimizer", "lr", "max_norm", "spike"], values)
-    out = out.drop(columns="collapsed_std").rename(columns={"collapsed_mean": "collapse_rate"})
-    out.insert(out.columns.get_loc("n"), "collapses", kit.group_sums(rows, "cell", "collapsed"))
+    out = kit.collapse_columns(out, rows, "cell", before="n")
     out = kit.add_wilson(out, "collapses")  # the rate, collapses/n (the mean of `collapsed`), with its interval
     out["doc_collapse_rate"] = out["max_norm"].map(lambda m: DOC["clipping"].get(m, (NAN, ""))[0])
     return out
