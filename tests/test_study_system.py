@@ -109,6 +109,21 @@ def test_results_table(results):
     assert m.n == 0 and m.n_runs == 2 and math.isnan(m.final_eval_mean) and reached[("mul", "ppo")] is None
 
 
+def test_a_runs_log_is_read_as_text_where_it_was_trained_and_empty_where_none_was_written(tmp_path):
+    from mathrl.analysis.results import Run
+    from mathrl.pipeline import layout
+    from mathrl.pipeline.config import RunSpec
+
+    ctx, log = Context({"results": str(tmp_path)}), layout.STAGES["train"].log
+    own = Run(RunSpec("a__x__s0", "a", "x", {}, 0, {}), "complete")
+    shared = Run(RunSpec("b__y__s0", "b", "y", {}, 0, {}, same_as="a__x__s0"), "complete")
+    assert ctx.run_text(own, log) == ""
+    path = ctx.run_file(own, log)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"Step 1/2 | Loss \xff\n")
+    assert ctx.run_text(shared, log) == ctx.run_text(own, log) == "Step 1/2 | Loss \ufffd\n"
+
+
 def test_curves_console_criteria(results):
     tabs = results[0]
     c = tabs["system_curves"].query("task == 'add' and algorithm == 'reinforce'").set_index("step")

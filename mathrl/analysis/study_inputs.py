@@ -53,6 +53,11 @@ class Context:
         is trained once, under the id of the one that trains it (`trained_as`)."""
         return layout.at(self.cfg, pattern, run_id=run.spec.trained_as)
 
+    def run_text(self, run: Run, pattern: str) -> str:
+        """The text of a file of a run (`run_file`; bytes that are not UTF-8 replaced), "" where none was written."""
+        path = self.run_file(run, pattern)
+        return path.read_text(errors="replace") if path.is_file() else ""
+
     def bandit(self, study: str) -> pd.DataFrame | None:
         path = layout.at(self.cfg, layout.BANDIT, study=study)
         return read_csv(path, keep_default_na=False, na_values=[""]) if path.exists() else None

@@ -119,8 +119,7 @@ def console_table(ctx, runs) -> pd.DataFrame:
     first = {(r.settings["task"], r.settings["algorithm"]): r for r in reversed(runs) if r.ok}  # each pair's first run
     for task, algorithm in (k for k in itertools.product(DOC, ALGORITHMS) if k in first):
         run = first[task, algorithm]
-        log = ctx.run_file(run, layout.STAGES["train"].log)
-        line, source = training_system.console_of(run, log.read_text(errors="replace") if log.is_file() else "")
+        line, source = training_system.console_of(run, ctx.run_text(run, layout.STAGES["train"].log))
         rows.append(dict(task=task, algorithm=algorithm, run_id=run.spec.run_id, source=source, line=line))
     return pd.DataFrame(rows, columns=["task", "algorithm", "run_id", "source", "line"])
 
