@@ -49,7 +49,7 @@ def references_table(ctx) -> pd.DataFrame:
     rows = []
     for exp, spec in ctx.cfg["experiments"].items():
         reference = (spec.get("roles") or {}).get("reference")
-        runs = [r for r in ctx.experiment(exp) if reference in (setting(r.spec), r.spec.variant)] if reference else []
+        runs = [r for r in ctx.experiment(exp) if setting(r.spec) == reference] if reference else []
         if not runs:
             rows.append(dict(zip(REFERENCE_COLUMNS, (exp, reference or "", "", 0))))
             continue

@@ -39,7 +39,7 @@ def variants_table(per_run: pd.DataFrame, settings: dict, against: dict[str, str
     """Per variant: its settings, mean, std, 95% interval and n of every statistic, and for a remedy the difference
     in final accuracy from the failing setting it changes one thing of (`against`: {variant: its failing variant}),
     with its 95% interval (paired by seed: the same warm-up and prompts)."""
-    stats = remedies.STATS[1:2] + remedies.STATS[:1] + remedies.STATS[2:]  # n counts final evaluations
+    stats = ["final_eval", *(s for s in remedies.STATS if s != "final_eval")]  # n counts final evaluations
     out = kit.summarise(per_run, ["variant", "role", "algorithm"], stats, "n_runs")
     described = (", ".join(f"{k}={val}" for k, val in (settings.get(x) or {}).items()) for x in out["variant"])
     out.insert(2, "settings", [d or "defaults" for d in described])

@@ -22,6 +22,7 @@ import mathrl.analysis.kit as kit
 from mathrl.analysis import section_verdicts
 from mathrl.analysis.figure_style import bands, plt
 from mathrl.analysis.measures.general import metric_range, n_eval
+from mathrl.analysis.measures.series import known
 from mathrl.analysis.measures.tables import value
 from mathrl.analysis.results import warmup
 from mathrl.analysis.verdict import binomial_halfwidth
@@ -73,18 +74,17 @@ def summary_table(runs: pd.DataFrame, cfg: dict) -> pd.DataFrame:
     out = kit.add_intervals(kit.summarise(runs, ["experiment", "setting"], list(VALUES)), list(VALUES))
     sizes = runs.groupby(["experiment", "setting"], sort=False)["eval_size"].max().values
     out["eval_error"] = [
-        binomial_halfwidth(p, int(n)) if p == p and n == n else math.nan for p, n in zip(out["final_mean"], sizes)
+        binomial_halfwidth(p, int(n)) if known(p, n) else math.nan for p, n in zip(out["final_mean"], sizes)
     ]
     out["eval_size"] = sizes
+    over = [comparator(cfg["experiments"][e]) or "" for e in out["experiment"]]
+    finals = lambda e, s: runs[(runs.experiment == e) & (runs.setting == s)]["final"].dropna().to_numpy()  # noqa: E731
     p_imp = []
-    for r in out.itertuples():
-        base = comparator(cfg["experiments"][r.experiment])
-        a = runs[(runs.experiment == r.experiment) & (runs.setting == r.setting)]["final"].dropna().to_numpy()
-        b = runs[(runs.experiment == r.experiment) & (runs.setting == base)]["final"].dropna().to_numpy()
-        compared = base and len(a) and len(b) and r.setting != base
+    for e, s, base in zip(out["experiment"], out["setting"], over):
+        a, b = finals(e, s), finals(e, base)
+        compared = base and len(a) and len(b) and s != base
         p_imp.append(float(rly.probability_of_improvement(a[:, None], b[:, None])) if compared else math.nan)
-    out["p_improvement"] = p_imp
-    out["p_improvement_over"] = [comparator(cfg["experiments"][e]) or "" for e in out["experiment"]]
+    out["p_improvement"], out["p_improvement_over"] = p_imp, over
     return out
 
 
