@@ -10,7 +10,17 @@ import pytest
 
 import mathrl.analysis.kit as kit
 from mathrl.analysis import claims
-from mathrl.analysis.figure_style import band_limits, band_panels, bands, bounds, interval_bars, offsets, plt, png
+from mathrl.analysis.figure_style import (
+    band_limits,
+    band_panels,
+    bands,
+    bounds,
+    interval_bars,
+    interval_points,
+    offsets,
+    plt,
+    png,
+)
 from mathrl.analysis.kit import StudyTables, add_intervals, parts, role_settings, section_context, seed_band
 from mathrl.analysis.measures.tables import role_of
 from mathrl.analysis.report import pm, power_note
@@ -370,3 +380,12 @@ def test_a_sections_context_reads_its_studys_tables_and_verdicts_by_name():
     assert list(section_context(t, "s", ("q", "r"))["parts"]) == ["q", "r"]
     with pytest.raises(KeyError):
         StudyTables(t, "s")["absent"]  # a plain dict of tables; `Tables` reads one not written as an empty frame
+
+
+def test_interval_points_reach_each_edge_of_their_interval_scaled():
+    fig, ax = plt.subplots()
+    interval_points(ax, [1, 2], [0.5, 0.2], [0.4, 0.1], [0.7, 0.2], scale=100, fmt="o")
+    (bars,) = ax.containers[0].lines[2]  # the vertical error segments
+    assert [tuple(seg[:, 1]) for seg in bars.get_segments()] == [pytest.approx((40, 70)), pytest.approx((10, 20))]
+    assert list(ax.containers[0].lines[0].get_ydata()) == pytest.approx([50, 20])
+    plt.close(fig)

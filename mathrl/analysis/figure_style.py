@@ -5,7 +5,8 @@ are drawn with; `png` lays a figure out, draws it once at the report's column wi
 that keeps every colour the figures use exactly (`palette`). Every band a figure draws is the 95% t interval of the
 mean across seeds, clipped to its metric's range in `BOUNDS` (a share within [0, 1], an entropy or a KL at least 0):
 `table_band` draws one from a table's mean, std and n columns, `bands` a whole panel of them with its legend, axis
-labels and title, `band_panels` a figure of such panels. `interval_bars` draws bars with their intervals.
+labels and title, `band_panels` a figure of such panels. `interval_bars` draws bars with their intervals,
+`interval_points` points with theirs.
 """
 
 from __future__ import annotations
@@ -249,6 +250,13 @@ def interval_bars(ax, x, mean, lo, hi, bounds=None, notes=None, note=None, **bar
             ax.annotate(
                 text, (xi, 0), **{"ha": "center", "va": "bottom", "fontsize": 7, "color": "0.4", **(note or {})}
             )
+
+
+def interval_points(ax, x, mean, lo, hi, scale: float = 1.0, **style) -> None:
+    """Points of `mean` at `x`, each with error bars to its interval [lo, hi], all three times `scale` (100: a share in
+    points); `style` goes to `ax.errorbar` (a marker, colour, label, cap size)."""
+    mean, lo, hi = (np.asarray(a, dtype=float) * scale for a in (mean, lo, hi))
+    ax.errorbar(x, mean, yerr=[mean - lo, hi - mean], **style)
 
 
 def placeholder(ax, text: str) -> None:

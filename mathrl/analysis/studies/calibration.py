@@ -23,7 +23,7 @@ from __future__ import annotations
 import pandas as pd
 
 import mathrl.analysis.kit as kit
-from mathrl.analysis.figure_style import COLORS, placeholder, plt
+from mathrl.analysis.figure_style import COLORS, interval_points, placeholder, plt
 from mathrl.analysis.kit import NAN, setting
 from mathrl.analysis.measures.calibration_runs import DROP, gain_rows, pick_rows, pilot_rows
 from mathrl.analysis.measures.general import final_eval, gain, initial_eval
@@ -91,9 +91,9 @@ def pilot_figure(p: pd.DataFrame) -> plt.Figure:
     done = p[p["gain"].notna()] if len(p) else p
     for i, ((task, batch), g) in enumerate(done.groupby(["task", "batch_size"], sort=False) if len(done) else []):
         g = g.sort_values("multiple")
-        err = [100 * (g["gain"] - g["gain_lo"]), 100 * (g["gain_hi"] - g["gain"])]
         color, label = COLORS[i % len(COLORS)], f"{task}, batch {batch}"
-        ax.errorbar(g["multiple"], 100 * g["gain"], yerr=err, marker="o", capsize=3, color=color, label=label)
+        gain = [g["gain"], g["gain_lo"], g["gain_hi"]]
+        interval_points(ax, g["multiple"], *gain, scale=100, marker="o", capsize=3, color=color, label=label)
         for m, y, drop in zip(g["multiple"], 100 * g["gain"], g["sustained_drop"]):
             if drop:
                 ax.annotate("drop", (m, y), textcoords="offset points", xytext=(4, -10), fontsize=7)

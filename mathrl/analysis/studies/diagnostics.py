@@ -23,7 +23,7 @@ import mathrl.analysis.studies.negative_controls as negative_controls
 import mathrl.analysis.studies.rollout_mismatch as rollout_mismatch
 
 # modules, not `from mathrl.analysis.studies import ...`: the package's __init__ imports this module
-from mathrl.analysis.figure_style import COLORS, NONNEGATIVE, SHARE, bands, placeholder, plt
+from mathrl.analysis.figure_style import COLORS, NONNEGATIVE, SHARE, bands, interval_points, placeholder, plt
 from mathrl.analysis.measures.heldout_problems import KS, carry_runs, pass_at_k_runs
 from mathrl.analysis.measures.policy_updates import UPDATE, update_runs
 from mathrl.analysis.measures.training_laws import (
@@ -176,10 +176,8 @@ def figures(t) -> dict[str, plt.Figure]:
     if len(adv):
         for i, (name, g) in enumerate(adv.groupby("setting", sort=False)):
             x = g["carries"].astype(int).to_numpy() + (i - (adv["setting"].nunique() - 1) / 2) * 0.18
-            err = [(g["gain_mean"] - g["gain_lo"]) * 100, (g["gain_hi"] - g["gain_mean"]) * 100]
-            ax.errorbar(
-                x, g["gain_mean"] * 100, yerr=err, fmt="o", color=COLORS[i % len(COLORS)], label=name, capsize=2
-            )
+            gain, color = [g["gain_mean"], g["gain_lo"], g["gain_hi"]], COLORS[i % len(COLORS)]
+            interval_points(ax, x, *gain, scale=100, fmt="o", color=color, label=name, capsize=2)
         ax.axhline(0, color="0.5", lw=0.8)
         ax.legend(fontsize=7)
     else:

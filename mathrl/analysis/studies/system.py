@@ -23,7 +23,7 @@ import pandas as pd
 from matplotlib.transforms import blended_transform_factory
 
 import mathrl.analysis.kit as kit
-from mathrl.analysis.figure_style import BAND_NOTE, COLORS, SHARE, bands, interval_bars, placeholder
+from mathrl.analysis.figure_style import BAND_NOTE, COLORS, SHARE, bands, interval_bars, interval_points, placeholder
 from mathrl.analysis.measures import training_system
 from mathrl.analysis.measures.series import known
 from mathrl.analysis.results import mean_spread
@@ -169,11 +169,8 @@ def controls(ax, starts: pd.DataFrame, task: str, curves: pd.DataFrame, colors: 
         if not known(r.sup_final) or steps.empty:
             continue
         lo, hi = (r.sup_lo, r.sup_hi) if known(r.sup_lo, r.sup_hi) else (r.sup_final, r.sup_final)
-        err = [[r.sup_final - lo], [hi - r.sup_final]]
-        label = f"supervised control from {r.start} (as many samples)"
-        ax.errorbar(
-            [float(steps.max())], [r.sup_final], yerr=err, color=colors.get(r.start, "0.2"), label=label, **CONTROL_MARK
-        )
+        label, color = f"supervised control from {r.start} (as many samples)", colors.get(r.start, "0.2")
+        interval_points(ax, [float(steps.max())], [r.sup_final], [lo], [hi], color=color, label=label, **CONTROL_MARK)
 
 
 def fig_curves(t) -> plt.Figure:
