@@ -21,7 +21,15 @@ from mathrl.analysis.figure_style import (
     plt,
     png,
 )
-from mathrl.analysis.kit import StudyTables, add_intervals, parts, role_settings, section_context, seed_band
+from mathrl.analysis.kit import (
+    StudyTables,
+    add_intervals,
+    first_settings,
+    parts,
+    role_settings,
+    section_context,
+    seed_band,
+)
 from mathrl.analysis.measures.tables import role_of
 from mathrl.analysis.report import pm, power_note
 from mathrl.analysis.section_verdicts import claim_frame, verdict_rows
@@ -360,6 +368,10 @@ def test_a_roles_settings_are_its_variants_first_run_as_the_config_resolves_them
     wide, first = role_settings(cfg, "e", "wide"), role_settings(cfg, "e")
     assert (wide["batch_size"], wide["steps"]) == (128, 5) and (first["batch_size"], first["steps"]) == (64, 20)
     assert role_settings(cfg, "e", "narrow") is None and role_settings(cfg, "absent") is None
+    by_setting = first_settings(cfg, "e")  # each variant's first run, in run order; a setting named another way
+    assert list(by_setting) == ["v", "w"] and by_setting["w"] == wide and by_setting["v"] == first
+    assert list(first_settings(cfg, "e", lambda spec: spec.variant.upper())) == ["V", "W"]
+    assert first_settings(cfg, "absent") == {}
 
 
 def test_a_sections_context_reads_its_studys_tables_and_verdicts_by_name():

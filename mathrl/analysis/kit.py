@@ -65,14 +65,24 @@ def setting(spec) -> str:
     return spec.variant or point_label(spec.point)
 
 
+def first_settings(cfg: dict, experiment: str, name=None) -> dict[str, dict]:
+    """{setting: the resolved settings of its first run} of an experiment, its settings in the order of their first
+    runs; `name` gives a run's setting from its spec (`setting` where None)."""
+    out: dict[str, dict] = {}
+    for spec in (s for s in expand_runs(cfg).values() if s.experiment == experiment):
+        if (key := (name or setting)(spec)) not in out:
+            out[key] = spec.settings.as_dict()
+    return out
+
+
 def role_settings(cfg: dict, experiment: str, role: str | None = None) -> dict | None:
     """The resolved settings of an experiment's first run: of the variant in `role`, or of any setting without one;
     None when the experiment has no such role or no run."""
-    name = roles(cfg, experiment, ()).get(role) if role else None
-    if role and not name:
-        return None
-    runs = (s for s in expand_runs(cfg).values() if s.experiment == experiment and (not role or s.variant == name))
-    return next((s.settings.as_dict() for s in runs), None)
+    settings = first_settings(cfg, experiment, lambda spec: spec.variant)
+    if role is None:
+        return next(iter(settings.values()), None)
+    name = roles(cfg, experiment, ()).get(role)
+    return settings.get(name) if name else None
 
 
 def joined_roles(role: dict[str, str]) -> dict[str, str]:

@@ -26,7 +26,6 @@ from mathrl.analysis.measures.series import known
 from mathrl.analysis.measures.tables import value
 from mathrl.analysis.results import warmup
 from mathrl.analysis.verdict import binomial_halfwidth
-from mathrl.pipeline.config import expand_runs
 
 NAME = "generic"
 TITLE = "Every experiment at a glance"
@@ -112,13 +111,6 @@ def tables(ctx) -> dict[str, pd.DataFrame]:
     return {"generic_summary": summary_table(per_run(ctx), ctx.cfg), "generic_curves": curves_table(ctx)}
 
 
-def setting_settings(cfg: dict, experiment: str) -> dict[str, dict]:
-    """{setting: the resolved settings of its first run} of one experiment."""
-    specs = [spec for spec in expand_runs(cfg).values() if spec.experiment == experiment]
-    first = reversed(specs)  # the first run's settings win
-    return {setting(spec): spec.settings.as_dict() for spec in first}
-
-
 def figure(c: pd.DataFrame, experiment: str, settings: dict[str, dict] | None = None) -> plt.Figure:
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6), layout="constrained")
     d = c[c["experiment"] == experiment] if len(c) else c
@@ -137,7 +129,7 @@ def figure(c: pd.DataFrame, experiment: str, settings: dict[str, dict] | None = 
 def figures(t) -> dict[str, plt.Figure]:
     s, c = t["generic_summary"], t["generic_curves"]
     exps = list(dict.fromkeys(s["experiment"])) if "experiment" in s else []
-    return {f"generic_{e}": figure(c, e, setting_settings(t.cfg, e)) for e in exps}
+    return {f"generic_{e}": figure(c, e, kit.first_settings(t.cfg, e, setting)) for e in exps}
 
 
 def section(t) -> dict:
