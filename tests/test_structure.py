@@ -138,6 +138,16 @@ def test_the_measures_read_runs_not_studies():
     assert reached == set()
 
 
+MAX_STUDY_LINES = 2_000  # the study modules together, as the formatter lays them out
+
+
+def test_the_studies_hold_the_documents_science_alone():
+    """A study module keeps its report tables, figures and section; a number about a run is a measure
+    (analysis/measures/), shared plumbing is kit's, figure_style's or study_inputs'. The studies together stay small."""
+    sizes = {p.name: len(p.read_text().splitlines()) for p in sorted((PACKAGE / "analysis" / "studies").glob("*.py"))}
+    assert sum(sizes.values()) <= MAX_STUDY_LINES, sizes
+
+
 def test_no_two_modules_share_a_name():
     """A name says which module it is wherever it is read (a study of the mismatch is not the mismatch maths)."""
     names = [p.stem for p in PACKAGE.rglob("*.py") if p.stem not in ("__init__", "__main__")]
