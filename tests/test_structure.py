@@ -43,6 +43,17 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
+def imports_between(graph: dict[str, set[str]], importers: str, imported) -> set[str]:
+    """Each `module -> dependency` of the graph from a module under `importers` to one that `imported(name)` says."""
+    return {
+        f"{module} -> {dep}"
+        for module, deps in graph.items()
+        if module.startswith(importers)
+        for dep in deps
+        if imported(dep)
+    }
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Every elementary cycle's smallest rotation, found by depth-first search."""
     found = set()
@@ -97,14 +108,11 @@ def test_the_package_is_three_wings_and_the_analysis_needs_no_engine():
     loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
     assert loose == [] and {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"} == set(WINGS)
     graph = import_graph()
-    reached = {
-        f"{module} -> {dep}"
-        for module, deps in graph.items()
-        if module.startswith("mathrl.analysis")
-        for dep in deps
-        if dep.startswith("mathrl.engine") and dep not in ENGINE_PURE_HELPERS
-    }
-    assert reached == set()
+
+    def engine(dep: str) -> bool:  # the engine but its pure helpers
+        return dep.startswith("mathrl.engine") and dep not in ENGINE_PURE_HELPERS
+
+    assert imports_between(graph, "mathrl.analysis", engine) == set()
     modules = sorted(m for m in graph if m.startswith("mathrl.analysis"))
     code = f"import importlib, sys; [importlib.import_module(m) for m in {modules!r}]; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -127,15 +135,7 @@ STUDY_SIDE = (
 def test_the_measures_read_runs_not_studies():
     """A measure is a number about a run, whichever study reads it: no module of measures/ imports the studies or
     what only they use (their table plumbing, their inputs, their figures), so the registry loads without them."""
-    graph = import_graph()
-    reached = {
-        f"{module} -> {dep}"
-        for module, deps in graph.items()
-        if module.startswith("mathrl.analysis.measures")
-        for dep in deps
-        if dep.startswith(STUDY_SIDE)
-    }
-    assert reached == set()
+    assert imports_between(import_graph(), "mathrl.analysis.measures", lambda dep: dep.startswith(STUDY_SIDE)) == set()
 
 
 MAX_STUDY_LINES = 2_000  # the study modules together, as the formatter lays them out
