@@ -7,6 +7,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from mathrl.analysis import claims
 from mathrl.analysis.measures import run_measures
@@ -182,6 +183,14 @@ def test_update_summary_counts_runs_whose_loss_has_no_ppo_clip():
     r = diagnostics.update_summary(runs).iloc[0]
     assert r.n == 3 and math.isnan(r.clip_frac_low_mean) and math.isnan(r.clip_frac_low_lo)
     assert r.ppo_kl_mean == pytest.approx(0.2) and r.ppo_kl_lo < 0.2 < r.ppo_kl_hi
+
+
+def test_an_update_value_a_run_did_not_log_takes_its_interval_over_the_runs_that_did():
+    runs = pd.DataFrame({"experiment": "e", "setting": "s", "seed": [0, 1, 2], **{c: 0.2 for c in diagnostics.UPDATE}})
+    runs["ppo_kl"] = [0.1, 0.3, math.nan]  # two runs logged it: a t interval with 1 degree of freedom
+    r = diagnostics.update_summary(runs).iloc[0]
+    half = stats.t.ppf(0.975, 1) * np.std([0.1, 0.3], ddof=1) / np.sqrt(2)
+    assert r.n == 3 and r.ppo_kl_lo == pytest.approx(0.2 - half) and r.ppo_kl_hi == pytest.approx(0.2 + half)
 
 
 def test_section_renders(results, cfg):

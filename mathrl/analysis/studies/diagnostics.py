@@ -102,10 +102,11 @@ UPDATE_BOUNDS = {
 
 
 def update_summary(runs: pd.DataFrame) -> pd.DataFrame:
-    # n: every run counts, also where its loss has no PPO clip (clip_frac_low empty, as under CISPO)
-    out = mean_spread(runs, ["experiment", "setting"], UPDATE)
-    out["n"] = runs.groupby(["experiment", "setting"], sort=False).size().values
-    return kit.add_intervals(out, UPDATE, bounds=UPDATE_BOUNDS)
+    # n: every run counts, also where its loss has no PPO clip (clip_frac_low empty, as under CISPO); each value's
+    # interval is over the runs that logged it
+    by = runs.groupby(["experiment", "setting"], sort=False)
+    out = mean_spread(runs, ["experiment", "setting"], UPDATE).assign(n=by.size().values)
+    return kit.add_intervals(out, UPDATE, bounds=UPDATE_BOUNDS, counts=by[UPDATE].count())
 
 
 def tables(ctx) -> dict[str, pd.DataFrame]:
